@@ -1,0 +1,50 @@
+"""celery-kernel's durable SQL authority. Imports nothing from Celery or the other packages."""
+
+from __future__ import annotations
+
+from kernel.errors import (
+    EvidenceConflict,
+    FenceConflict,
+    InvalidArgument,
+    KernelError,
+    LeaseLost,
+    NotFound,
+    PauseUnsupported,
+    RevisionConflict,
+    SchemaUnknown,
+    StateConflict,
+    StorageUnavailable,
+)
+from kernel.states import ControlState, Decision, Delivery, OccurrenceStatus, Overlap, SafePoint
+from kernel.store import FireReport, Kernel
+from kernel.types import ActionResult, Beat, Claim, DispatchHint, Event, Job, Occurrence, RenewAnswer
+
+__all__ = [
+    "Kernel",
+    "FireReport",
+    "KernelError",
+    "InvalidArgument",
+    "NotFound",
+    "LeaseLost",
+    "FenceConflict",
+    "RevisionConflict",
+    "StateConflict",
+    "PauseUnsupported",
+    "EvidenceConflict",
+    "SchemaUnknown",
+    "StorageUnavailable",
+    "OccurrenceStatus",
+    "ControlState",
+    "Decision",
+    "Delivery",
+    "Overlap",
+    "SafePoint",
+    "ActionResult",
+    "Beat",
+    "Claim",
+    "DispatchHint",
+    "Event",
+    "Job",
+    "Occurrence",
+    "RenewAnswer",
+]

@@ -1,0 +1,148 @@
+"""Engines for the kernel: SQLite pragmas and write locks up front, schema checks, migration."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from kernel.errors import InvalidArgument, SchemaUnknown
+
+__all__ = ["create_kernel_engine", "migrate", "schema_revision", "check_schema", "HEAD_REVISION"]
+
+SQLITE_SYNCHRONOUS = ("FULL", "NORMAL")
+
+
+def _alembic_config() -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", "kernel:migrations")
+    return cfg
+
+
+HEAD_REVISION: str = ScriptDirectory.from_config(_alembic_config()).get_current_head() or ""
+
+
+def create_kernel_engine(
+    url: str,
+    *,
+    sqlite_synchronous: str = "FULL",
+    busy_timeout_ms: int = 5_000,
+    **engine_kwargs: Any,
+) -> sa.Engine:
+    """Create an engine configured for the kernel.
+
+    SQLite gets WAL, ``synchronous=FULL`` (so a committed claim survives power
+    loss; ``NORMAL`` is an opt-in), a busy timeout, and ``BEGIN IMMEDIATE`` for
+    writes so contention waits for the lock instead of failing at COMMIT.
+
+    Raises:
+        InvalidArgument: the URL or the synchronous mode is not usable.
+    """
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise InvalidArgument("database_url", f"not a SQLAlchemy URL: {url!r}") from exc
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed, sqlite_synchronous, busy_timeout_ms, engine_kwargs)
+    if parsed.get_backend_name() == "postgresql":
+        engine_kwargs.setdefault("pool_pre_ping", True)
+        return sa.create_engine(parsed, **engine_kwargs)
+    raise InvalidArgument(
+        "database_url",
+        f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql",
+    )
+
+
+def _sqlite_engine(
+    url: sa.URL, synchronous: str, busy_timeout_ms: int, engine_kwargs: dict[str, Any]
+) -> sa.Engine:
+    mode = synchronous.upper()
+    if mode not in SQLITE_SYNCHRONOUS:
+        raise InvalidArgument("sqlite_synchronous", f"must be one of {SQLITE_SYNCHRONOUS}")
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, **engine_kwargs)
+
+    @sa.event.listens_for(engine, "connect")
+    def _configure(dbapi_conn: Any, _record: Any) -> None:
+        # Python's sqlite3 would otherwise open transactions on its own terms.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if url.database and url.database != ":memory:":
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA synchronous = {mode}")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql(
+            "BEGIN" if conn.get_execution_options().get("kernel_read_only") else "BEGIN IMMEDIATE"
+        )
+
+    return engine
+
+
+def schema_revision(conn: sa.Connection) -> str | None:
+    """The alembic revision stamped in the database, or None for an empty database."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def check_schema(engine: sa.Engine) -> None:
+    """Refuse to run on a database this code does not know.
+
+    Raises:
+        SchemaUnknown: not migrated, migrated by a newer release, or foreign.
+    """
+    with engine.connect().execution_options(kernel_read_only=True) as conn:
+        current = schema_revision(conn)
+        has_tables = bool(sa.inspect(conn).get_table_names())
+    if current == HEAD_REVISION:
+        return
+    hint = "run `celery -A celery_app kernel migrate`"
+    if current is None:
+        what = "holds tables of something else" if has_tables else "has no kernel schema yet"
+        raise SchemaUnknown(f"the database {what}; {hint}", revision=None, expected=HEAD_REVISION)
+    known = {
+        rev.revision for rev in ScriptDirectory.from_config(_alembic_config()).walk_revisions()
+    }
+    if current in known:
+        raise SchemaUnknown(
+            f"the database is at schema revision {current}, this code needs {HEAD_REVISION}; {hint}",
+            revision=current,
+            expected=HEAD_REVISION,
+        )
+    raise SchemaUnknown(
+        f"the database is at schema revision {current}, which this release does not know "
+        "(written by a newer release?); upgrade celery-kernel before using it",
+        revision=current,
+        expected=HEAD_REVISION,
+    )
+
+
+def migrate(engine: sa.Engine) -> tuple[str | None, str]:
+    """Upgrade the schema to this code's head revision.
+
+    Returns:
+        (revision before, revision after).
+    """
+    cfg = _alembic_config()
+    with engine.begin() as conn:
+        before = schema_revision(conn)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+    return before, HEAD_REVISION
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file behind a SQLite URL, for diagnostics; None for other databases."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    return os.path.abspath(parsed.database)

@@ -1,0 +1,100 @@
+"""Materialising firings: occurrences created once per logical firing (SPEC I1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.records import dumps
+from kernel.schema import occurrences
+from kernel.states import OccurrenceStatus
+from kernel.tx import Tx
+
+__all__ = ["Created", "idempotency_key", "create_occurrence"]
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """The outcome of one create-if-absent: the row's id and whether this call made it."""
+
+    id: int | None
+    created: bool
+    status: OccurrenceStatus | None
+
+
+def idempotency_key(job_id: str, trigger_key: str, revision: int) -> str:
+    return f"{job_id}|{trigger_key}|r{revision}"
+
+
+def create_occurrence(
+    tx: Tx,
+    *,
+    job_id: str,
+    revision: int,
+    spec: dict[str, Any],
+    trigger_key: str,
+    scheduled_for: int,
+    status: OccurrenceStatus = OccurrenceStatus.QUEUED,
+    skip_reason: str | None = None,
+    available_at: int | None = None,
+    parent_id: int | None = None,
+    chain_depth: int = 0,
+) -> Created:
+    """Insert the occurrence unless its firing exists (under any revision).
+
+    The unique keys decide, not a prior read: two Beats racing on one firing
+    both run this, and exactly one row results.
+    """
+    values = {
+        "job_id": job_id,
+        "job_revision": revision,
+        "trigger_key": trigger_key,
+        "idempotency_key": idempotency_key(job_id, trigger_key, revision),
+        "scheduled_for": scheduled_for,
+        "status": status.value,
+        "attempt": 0,
+        "max_attempts": spec["max_attempts"],
+        "fence": 0,
+        "available_at": available_at if available_at is not None else tx.now,
+        "queue": spec["queue"],
+        "kind": spec["kind"],
+        "delivery": spec["delivery"],
+        "exclusive": spec["overlap"] in ("queue", "replace"),
+        "pool": spec["pool"],
+        "definition": dumps(spec),
+        "skip_reason": skip_reason,
+        "cancel_requested": False,
+        "parent_id": parent_id,
+        "chain_depth": chain_depth,
+        "created_at": tx.now,
+        "updated_at": tx.now,
+        "settled_at": tx.now if status == OccurrenceStatus.SKIPPED else None,
+    }
+    new_id = tx.conn.execute(
+        tx.insert_or_ignore(occurrences).values(**values).returning(occurrences.c.id)
+    ).scalar()
+    if new_id is None:
+        existing = tx.conn.execute(
+            sa.select(occurrences.c.id, occurrences.c.status).where(
+                occurrences.c.job_id == job_id, occurrences.c.trigger_key == trigger_key
+            )
+        ).first()
+        return Created(
+            id=existing.id if existing else None,
+            created=False,
+            status=OccurrenceStatus(existing.status) if existing else None,
+        )
+    event = "occurrence_skipped" if status == OccurrenceStatus.SKIPPED else "occurrence_created"
+    tx.emit(
+        event,
+        job_id=job_id,
+        occurrence_id=new_id,
+        trigger_key=trigger_key,
+        revision=revision,
+        scheduled_for=scheduled_for,
+        **({"reason": skip_reason} if skip_reason else {}),
+        **({"parent_id": parent_id} if parent_id is not None else {}),
+    )
+    return Created(id=new_id, created=True, status=status)

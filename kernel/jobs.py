@@ -1,0 +1,333 @@
+"""Job definitions and Beat's fire cursor."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.chains import MAX_CHAIN_DEPTH, MAX_CHILDREN
+from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
+from kernel.firing import create_occurrence
+from kernel.jobspec import JobSpec, validate_job_spec
+from kernel.records import dumps, job_from_row, loads
+from kernel.operator import record_request, request_cancel
+from kernel.schema import jobs, occurrences
+from kernel.states import OccurrenceStatus
+from kernel.tx import Tx
+from kernel.types import Job
+
+__all__ = [
+    "FireReport",
+    "apply_job",
+    "define_job",
+    "revise_job",
+    "set_enabled",
+    "delete_job",
+    "get_job",
+    "due_jobs",
+    "fire",
+    "run_now",
+]
+
+S = OccurrenceStatus
+_UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
+
+
+@dataclass(frozen=True, slots=True)
+class FireReport:
+    """What one cursor advance did. ``stale`` means another Beat got there first."""
+
+    stale: bool
+    created: tuple[int, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()  # (trigger key, reason)
+
+
+def get_job(tx: Tx, job_id: str) -> Job:
+    row = tx.conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).first()
+    if row is None:
+        raise NotFound(f"job {job_id!r} does not exist", job_id=job_id)
+    return job_from_row(row)
+
+
+def _check_chain(tx: Tx, spec: JobSpec) -> None:
+    """Refuse cycles, depth beyond the limit, and fan-out beyond the limit."""
+    if spec.after is None:
+        return
+    seen = {spec.id}
+    parent: str | None = spec.after.job
+    depth = 1
+    while parent is not None:
+        if parent in seen:
+            raise InvalidArgument(
+                "after.job", f"chaining {spec.id!r} after {spec.after.job!r} makes a cycle"
+            )
+        seen.add(parent)
+        depth += 1
+        if depth > MAX_CHAIN_DEPTH:
+            raise InvalidArgument("after.job", f"chain deeper than {MAX_CHAIN_DEPTH} jobs")
+        parent = tx.conn.execute(sa.select(jobs.c.after_job).where(jobs.c.id == parent)).scalar()
+    siblings = tx.conn.execute(
+        sa.select(sa.func.count()).where(jobs.c.after_job == spec.after.job, jobs.c.id != spec.id)
+    ).scalar_one()
+    if siblings >= MAX_CHILDREN:
+        raise InvalidArgument(
+            "after.job", f"job {spec.after.job!r} already has {MAX_CHILDREN} chained children"
+        )
+
+
+def _row_values(tx: Tx, spec: JobSpec) -> dict[str, Any]:
+    return {
+        "digest": spec.digest,
+        "spec": dumps(spec.to_dict()),
+        "enabled": spec.enabled,
+        "planned": False,
+        "next_fire_at": None,
+        "next_trigger_key": None,
+        "after_job": spec.after.job if spec.after else None,
+        "defined_at": tx.now,
+        "updated_at": tx.now,
+    }
+
+
+def define_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, bool]:
+    """Create a job; identical content again is a no-op; other content under the id is refused."""
+    spec = validate_job_spec(raw)
+    existing = tx.conn.execute(sa.select(jobs).where(jobs.c.id == spec.id)).first()
+    if existing is not None:
+        if existing.digest == spec.digest:
+            return job_from_row(existing), False
+        raise StateConflict(
+            f"job {spec.id!r} exists with other content (revision {existing.revision}); "
+            "revise it with its expected revision, or apply the job file",
+            job_id=spec.id,
+            revision=existing.revision,
+        )
+    _check_chain(tx, spec)
+    values = {"id": spec.id, "revision": 1, **_row_values(tx, spec)}
+    inserted = tx.conn.execute(
+        tx.insert_or_ignore(jobs).values(**values).returning(jobs.c.id)
+    ).scalar()
+    if inserted is None:  # a concurrent definer won; compare with what it wrote
+        return define_job(tx, raw)
+    tx.emit("job_defined", job_id=spec.id, revision=1, digest=spec.digest)
+    return get_job(tx, spec.id), True
+
+
+def revise_job(tx: Tx, raw: Mapping[str, Any], expected_revision: int) -> tuple[Job, bool]:
+    """Replace a job's definition if its revision is still ``expected_revision``.
+
+    Identical content is a no-op (no new revision). Occurrences already created
+    keep their snapshot; Beat re-plans the cursor from the new definition.
+    """
+    spec = validate_job_spec(raw)
+    current = get_job(tx, spec.id)
+    if current.revision != expected_revision:
+        raise RevisionConflict(
+            f"job {spec.id!r} is at revision {current.revision}, not {expected_revision}; "
+            "re-read it and try again",
+            job_id=spec.id,
+            expected_revision=expected_revision,
+            actual_revision=current.revision,
+        )
+    if current.digest == spec.digest:
+        return current, False
+    _check_chain(tx, spec)
+    changed = tx.conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == spec.id, jobs.c.revision == expected_revision)
+        .values(revision=jobs.c.revision + 1, **_row_values(tx, spec))
+    ).rowcount
+    if changed != 1:
+        raise RevisionConflict(f"job {spec.id!r} changed while being revised", job_id=spec.id)
+    tx.emit(
+        "job_revised",
+        job_id=spec.id,
+        revision=expected_revision + 1,
+        digest=spec.digest,
+        previous_digest=current.digest,
+    )
+    return get_job(tx, spec.id), True
+
+
+def apply_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, str]:
+    """Upsert from a declarative source: ``created``, ``updated`` or ``unchanged``."""
+    spec = validate_job_spec(raw)
+    current = tx.conn.execute(sa.select(jobs.c.revision).where(jobs.c.id == spec.id)).scalar()
+    if current is None:
+        job, _ = define_job(tx, raw)
+        return job, "created"
+    job, changed = revise_job(tx, raw, current)
+    return job, "updated" if changed else "unchanged"
+
+
+def set_enabled(tx: Tx, job_id: str, enabled: bool) -> tuple[Job, bool]:
+    """Enable or disable; enabling re-plans from now so a long pause does not burst."""
+    current = get_job(tx, job_id)
+    if current.enabled == enabled:
+        return current, False
+    tx.conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == job_id)
+        .values(
+            enabled=enabled,
+            planned=False,
+            next_fire_at=None,
+            next_trigger_key=None,
+            updated_at=tx.now,
+        )
+    )
+    tx.emit("job_enabled" if enabled else "job_disabled", job_id=job_id, revision=current.revision)
+    return get_job(tx, job_id), True
+
+
+def delete_job(tx: Tx, job_id: str) -> None:
+    """Delete a definition; refused while any of its occurrences is unsettled."""
+    current = get_job(tx, job_id)
+    active = tx.conn.execute(
+        sa.select(sa.func.count()).where(
+            occurrences.c.job_id == job_id, occurrences.c.status.in_(_UNSETTLED)
+        )
+    ).scalar_one()
+    if active:
+        raise StateConflict(
+            f"job {job_id!r} has {active} unsettled occurrence(s); cancel or settle them first",
+            job_id=job_id,
+            active=active,
+        )
+    children = (
+        tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.after_job == job_id)).scalars().all()
+    )
+    if children:
+        raise StateConflict(
+            f"jobs {sorted(children)} are chained after {job_id!r}; delete them first",
+            job_id=job_id,
+            children=sorted(children),
+        )
+    tx.conn.execute(sa.delete(jobs).where(jobs.c.id == job_id))
+    tx.emit("job_deleted", job_id=job_id, revision=current.revision)
+
+
+def due_jobs(tx: Tx, limit: int) -> list[Job]:
+    """Jobs whose cursor is due, and jobs no Beat has planned yet (both by index)."""
+    due = tx.conn.execute(
+        sa.select(jobs)
+        .where(jobs.c.enabled, jobs.c.planned, jobs.c.next_fire_at <= tx.now)
+        .order_by(jobs.c.next_fire_at)
+        .limit(limit)
+    ).all()
+    unplanned = tx.conn.execute(
+        sa.select(jobs).where(jobs.c.enabled, sa.not_(jobs.c.planned)).limit(limit)
+    ).all()
+    return [job_from_row(r) for r in (*unplanned, *due)][:limit]
+
+
+def fire(
+    tx: Tx,
+    job_id: str,
+    *,
+    expected_revision: int,
+    expected_cursor: str | None,
+    firings: Sequence[tuple[str, int]],
+    missed: Sequence[tuple[str, int]],
+    missed_reason: str | None,
+    next_cursor: tuple[str, int] | None,
+) -> FireReport:
+    """Advance the cursor by compare-and-set and materialise what it passed.
+
+    The CAS names the revision and the cursor the caller planned from, so a Beat
+    holding a stale view changes nothing. Firings go through the job's overlap
+    policy; missed ones are recorded as skipped with ``missed_reason``.
+    """
+    cursor_guard = (
+        sa.and_(sa.not_(jobs.c.planned), jobs.c.next_trigger_key.is_(None))
+        if expected_cursor is None
+        else sa.and_(jobs.c.planned, jobs.c.next_trigger_key == expected_cursor)
+    )
+    advanced = tx.conn.execute(
+        sa.update(jobs)
+        .where(
+            jobs.c.id == job_id, jobs.c.revision == expected_revision, jobs.c.enabled, cursor_guard
+        )
+        .values(
+            planned=True,
+            next_trigger_key=next_cursor[0] if next_cursor else None,
+            next_fire_at=next_cursor[1] if next_cursor else None,
+        )
+        .returning(jobs.c.spec)
+    ).scalar()
+    if advanced is None:
+        return FireReport(stale=True)
+    spec = loads(advanced)
+    created: list[int] = []
+    skipped: list[tuple[str, str]] = []
+    for key, at in missed:
+        made = create_occurrence(
+            tx,
+            job_id=job_id,
+            revision=expected_revision,
+            spec=spec,
+            trigger_key=key,
+            scheduled_for=at,
+            status=S.SKIPPED,
+            skip_reason=missed_reason,
+        )
+        if made.created:
+            skipped.append((key, missed_reason or "missed"))
+    for key, at in firings:
+        reason = _overlap(tx, job_id, spec)
+        made = create_occurrence(
+            tx,
+            job_id=job_id,
+            revision=expected_revision,
+            spec=spec,
+            trigger_key=key,
+            scheduled_for=at,
+            status=S.SKIPPED if reason else S.QUEUED,
+            skip_reason=reason,
+        )
+        if made.created and made.id is not None:
+            (skipped.append((key, reason)) if reason else created.append(made.id))
+    return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
+
+
+def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
+    """Apply the overlap policy before a new firing; return a skip reason or None."""
+    policy = spec["overlap"]
+    if policy == "allow":
+        return None
+    o = occurrences
+    active = tx.conn.execute(
+        sa.select(o.c.id, o.c.status, o.c.fence).where(
+            o.c.job_id == job_id, o.c.status.in_((S.QUEUED, S.RUNNING, S.RETRY_WAIT))
+        )
+    ).all()
+    if not active:
+        return None
+    if policy == "skip":
+        return "overlap"
+    if policy == "queue":
+        waiting = sum(1 for r in active if r.status != S.RUNNING)
+        return "queue_full" if waiting >= spec["max_queued"] else None
+    for row in active:  # replace: the new firing waits (exclusive) until these end
+        request_cancel(tx, row.id, job_id, row.status, row.fence, reason="replaced")
+    return None
+
+
+def run_now(tx: Tx, job_id: str, request_id: str, operator: str) -> tuple[int, bool]:
+    """Create a ``manual:<request id>`` occurrence, also for a disabled job; the cursor is untouched.
+
+    Returns:
+        (occurrence id, deduplicated): a retried request id finds its first occurrence.
+    """
+    job = get_job(tx, job_id)
+    replay = record_request(tx, request_id, "run_now", job_id, {}, operator)
+    made = create_occurrence(tx, job_id=job_id, revision=job.revision, spec=job.spec,
+                             trigger_key=f"manual:{request_id}", scheduled_for=tx.now)
+    if made.id is None:
+        raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)
+    if made.created:
+        tx.emit("job_run_now", job_id=job_id, occurrence_id=made.id, request_id=request_id, operator=operator)
+    return made.id, replay or not made.created

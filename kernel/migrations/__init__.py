@@ -1,0 +1,1 @@
+"""Alembic revisions of the kernel schema; run through :func:`kernel.migrate`."""

@@ -1,0 +1,135 @@
+"""Rows to frozen records, and the JSON and time conversions they need."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.states import ControlState, OccurrenceStatus
+from kernel.types import Beat, Control, Event, Job, Occurrence
+
+__all__ = [
+    "to_dt",
+    "from_dt",
+    "dumps",
+    "loads",
+    "job_from_row",
+    "occurrence_from_row",
+    "control_from_row",
+    "event_from_row",
+    "beat_from_row",
+]
+
+
+def to_dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def from_dt(value: datetime) -> int:
+    if value.tzinfo is None:
+        raise ValueError("naive datetime: the kernel only takes timezone-aware times")
+    return int(value.timestamp() * 1000)
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON: the same value always gives the same text."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def job_from_row(row: sa.Row[Any]) -> Job:
+    m = row._mapping
+    return Job(
+        id=m["id"],
+        revision=m["revision"],
+        digest=m["digest"],
+        spec=json.loads(m["spec"]),
+        enabled=bool(m["enabled"]),
+        planned=bool(m["planned"]),
+        next_fire_at=to_dt(m["next_fire_at"]),
+        next_trigger_key=m["next_trigger_key"],
+        defined_at=_dt(m["defined_at"]),
+        updated_at=_dt(m["updated_at"]),
+    )
+
+
+def control_from_row(row: sa.Row[Any] | None) -> Control | None:
+    if row is None:
+        return None
+    m = row._mapping
+    return Control(
+        state=ControlState(m["state"]),
+        revision=m["revision"],
+        expected_fence=m["expected_fence"],
+        pause_request_id=m["pause_request_id"],
+        resume_request_id=m["resume_request_id"],
+        safe_points=tuple(json.loads(m["safe_points"])),
+        requested_at=to_dt(m["requested_at"]),
+        paused_at=to_dt(m["paused_at"]),
+    )
+
+
+def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None) -> Occurrence:
+    m = row._mapping
+    control = control_from_row(control_row)
+    return Occurrence(
+        id=m["id"],
+        job_id=m["job_id"],
+        job_revision=m["job_revision"],
+        trigger_key=m["trigger_key"],
+        scheduled_for=_dt(m["scheduled_for"]),
+        status=OccurrenceStatus(m["status"]),
+        attempt=m["attempt"],
+        max_attempts=m["max_attempts"],
+        fence=m["fence"],
+        lease_owner=m["lease_owner"],
+        lease_expires_at=to_dt(m["lease_expires_at"]),
+        available_at=_dt(m["available_at"]),
+        dispatched_at=to_dt(m["dispatched_at"]),
+        definition=json.loads(m["definition"]),
+        last_error=loads(m["last_error"]),
+        result=loads(m["result"]),
+        skip_reason=m["skip_reason"],
+        cancel_requested=bool(m["cancel_requested"]),
+        created_at=_dt(m["created_at"]),
+        updated_at=_dt(m["updated_at"]),
+        settled_at=to_dt(m["settled_at"]),
+        control=control,
+        checkpoint=loads(control_row._mapping["checkpoint"]) if control_row is not None else None,
+    )
+
+
+def event_from_row(row: sa.Row[Any]) -> Event:
+    m = row._mapping
+    return Event(
+        id=m["id"],
+        type=m["type"],
+        job_id=m["job_id"],
+        occurrence_id=m["occurrence_id"],
+        fence=m["fence"],
+        at=_dt(m["at"]),
+        data=json.loads(m["data"]),
+    )
+
+
+def beat_from_row(row: sa.Row[Any]) -> Beat:
+    m = row._mapping
+    return Beat(
+        id=m["id"],
+        host=m["host"],
+        interval_s=m["interval_s"],
+        last_tick_at=_dt(m["last_tick_at"]),
+        started_at=_dt(m["started_at"]),
+    )

@@ -1,0 +1,46 @@
+"""The retry decision: a pure function the kernel carries out in one transition."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RetryDecision", "retry_decision", "backoff_seconds"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDecision:
+    retry: bool
+    delay_s: float
+
+
+def backoff_seconds(
+    policy: dict[str, Any], attempt: int, rnd: random.Random | None = None
+) -> float:
+    """Delay before the retry that follows failed attempt number ``attempt`` (1-based).
+
+    ``backoff * factor**(attempt-1)``, capped at ``max``, then spread by
+    ``±jitter`` (a fraction) so that a burst of failures does not retry in step.
+    """
+    base = float(policy["backoff"]) * float(policy["factor"]) ** max(attempt - 1, 0)
+    capped = min(base, float(policy["max"]))
+    jitter = float(policy["jitter"])
+    if jitter <= 0:
+        return capped
+    spread = (rnd or random).uniform(-jitter, jitter)
+    return max(0.0, capped * (1.0 + spread))
+
+
+def retry_decision(
+    policy: dict[str, Any],
+    *,
+    attempt: int,
+    max_attempts: int,
+    retryable: bool,
+    rnd: random.Random | None = None,
+) -> RetryDecision:
+    """Retry when the error is retryable and attempts remain; otherwise give up."""
+    if not retryable or attempt >= max_attempts:
+        return RetryDecision(retry=False, delay_s=0.0)
+    return RetryDecision(retry=True, delay_s=backoff_seconds(policy, attempt, rnd))

@@ -1,0 +1,367 @@
+"""A worker's side of an occurrence: claim, renew, settle, hand back; and lease expiry."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel import statements as st
+from kernel.chains import fire_children
+from kernel.errors import (
+    InvalidArgument,
+    LeaseLost,
+    NotFound,
+    PauseUnsupported,
+    RevisionConflict,
+    StateConflict,
+)
+from kernel.records import dumps, loads, occurrence_from_row, to_dt
+from kernel.retry import retry_decision
+from kernel.schema import controls, occurrences
+from kernel.states import ControlState, OccurrenceStatus
+from kernel.tx import Tx
+from kernel.types import Claim, PendingPause, RenewAnswer
+
+__all__ = [
+    "MAX_CHECKPOINT_BYTES",
+    "claim",
+    "claim_next",
+    "renew",
+    "settle",
+    "release",
+    "expire_leases",
+]
+
+MAX_CHECKPOINT_BYTES = 64 * 1024
+S = OccurrenceStatus
+
+
+def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int) -> Claim | None:
+    """Take ``occ_id`` if it is claimable now; None (no change) when it is not.
+
+    Fence + 1. The attempt counts unless this claim resumes a handed-back or
+    paused-and-resumed occurrence at the fence it was released on, or uses an
+    operator's requeue grant.
+    """
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+    if row is None:
+        return None
+    o = row._mapping
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    c = control._mapping if control is not None else None
+    state = c["state"] if c is not None else None
+    if state == ControlState.PAUSED or o["cancel_requested"]:
+        return None
+    resuming = (
+        state == ControlState.RESUMED
+        and o["status"] != S.RUNNING
+        and c is not None
+        and c["expected_fence"] == o["fence"]
+    )
+    grant = None
+    if not resuming and o["status"] == S.RETRY_WAIT:
+        grant = tx.conn.execute(st.UNCLAIMED_GRANT, {"occ_id": occ_id, "fence": o["fence"]}).scalar()
+    free = resuming or grant is not None
+    if not free and o["attempt"] >= o["max_attempts"]:
+        return None
+    if not _gates_open(tx, o):
+        return None
+    claimed = tx.conn.execute(
+        st.CLAIM,
+        {
+            "occ_id": occ_id,
+            "seen_fence": o["fence"],
+            "now": tx.now,
+            "attempt_inc": 0 if free else 1,
+            "owner": owner,
+            "lease_until": tx.now + lease_ms,
+        },
+    ).first()
+    if claimed is None:
+        return None
+    fence = claimed._mapping["fence"]
+    if state == ControlState.PAUSE_REQUESTED:
+        tx.conn.execute(st.REBIND_PAUSE_REQUEST, {"occ_id": occ_id, "new_fence": fence, "now": tx.now})
+    if grant is not None:
+        tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
+    tx.emit(
+        "occurrence_claimed",
+        job_id=o["job_id"],
+        occurrence_id=occ_id,
+        fence=fence,
+        owner=owner,
+        attempt=claimed._mapping["attempt"],
+        previous_status=o["status"],
+        previous_owner=o["lease_owner"],
+        **({"resumed": True} if resuming else {}),
+        **({"requeue_request_id": grant} if grant is not None else {}),
+    )
+    if control is not None and state != ControlState.TERMINAL:
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    occurrence = occurrence_from_row(claimed, control)
+    return Claim(
+        occurrence=occurrence,
+        owner=owner,
+        fence=fence,
+        lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
+        resumed=resuming,
+        checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
+    )
+
+
+def _gates_open(tx: Tx, o: Any) -> bool:
+    """Overlap (exclusive) and resource-pool gates: room to run one more?"""
+    if not o["exclusive"] and o["pool"] is None:
+        return True
+    if tx.is_postgres:
+        # READ COMMITTED lets two claimers count the same free slot; serialise
+        # the count-and-claim per job and per pool for the rest of this transaction.
+        for key in filter(None, (o["exclusive"] and f"job:{o['job_id']}", o["pool"] and f"pool:{o['pool']}")):
+            tx.conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": key})
+    if o["exclusive"]:
+        busy = tx.conn.execute(st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}).scalar_one()
+        if busy:
+            return False
+    if o["pool"] is not None:
+        limit = tx.conn.execute(st.POOL_LIMIT, {"pool": o["pool"]}).scalar() or 1
+        running = tx.conn.execute(st.RUNNING_IN_POOL, {"pool": o["pool"], "occ_id": o["id"]}).scalar_one()
+        if running >= limit:
+            return False
+    return True
+
+
+def claim_next(
+    tx: Tx, owner: str, lease_ms: int, *, queues: tuple[str, ...] | None, kinds: tuple[str, ...] | None
+) -> Claim | None:
+    """Claim the oldest claimable occurrence matching the filters, or None."""
+    o = occurrences
+    waiting = sa.and_(o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now)
+    expired = sa.and_(
+        o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now, o.c.delivery == "at-least-once"
+    )
+    for condition in (waiting, expired):
+        query = (
+            sa.select(o.c.id)
+            .where(condition, o.c.cancel_requested.is_(False))
+            .order_by(o.c.available_at, o.c.id)
+            .limit(16)
+        )
+        if queues:
+            query = query.where(o.c.queue.in_(queues))
+        if kinds:
+            query = query.where(o.c.kind.in_(kinds))
+        if tx.is_postgres:
+            query = query.with_for_update(skip_locked=True, of=o)
+        for occ_id in tx.conn.execute(query).scalars():
+            got = claim(tx, occ_id, owner, lease_ms)
+            if got is not None:
+                return got
+    return None
+
+
+def _lease_lost(tx: Tx, occ_id: int, owner: str, fence: int) -> LeaseLost | NotFound:
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+    if row is None:
+        return NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
+    m = row._mapping
+    return LeaseLost(
+        f"occurrence {occ_id}: owner {owner!r} with fence {fence} no longer holds the lease "
+        f"(status {m['status']}, fence {m['fence']}, owner {m['lease_owner']!r}); "
+        "the result of this run must be discarded",
+        occurrence_id=occ_id,
+        fence=fence,
+        current_fence=m["fence"],
+        status=m["status"],
+    )
+
+
+def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAnswer:
+    """Extend a live lease; answer with any pause or cancel request pending."""
+    params = {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now,
+              "lease_until": tx.now + lease_ms}
+    cancel = tx.conn.execute(st.RENEW, params).scalar()
+    if cancel is None:
+        raise _lease_lost(tx, occ_id, owner, fence)
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    pause = None
+    if control is not None:
+        c = control._mapping
+        if c["state"] == ControlState.PAUSE_REQUESTED and c["expected_fence"] == fence:
+            pause = PendingPause(c["pause_request_id"], c["revision"], tuple(loads(c["safe_points"])))
+    expires = to_dt(tx.now + lease_ms)
+    assert expires is not None
+    return RenewAnswer(lease_expires_at=expires, pause=pause, cancel_requested=bool(cancel))
+
+
+def settle(
+    tx: Tx,
+    occ_id: int,
+    owner: str,
+    fence: int,
+    *,
+    outcome: str,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+    retryable: bool = True,
+    rnd: random.Random | None = None,
+) -> OccurrenceStatus:
+    """End the holder's run. ``outcome`` is succeeded, failed or cancelled.
+
+    A failure goes to retry_wait (backoff from the snapshot's retry policy) while
+    attempts remain and the error is retryable, else to dead_letter.
+    """
+    if outcome == "succeeded":
+        to_status, available_at = S.SUCCEEDED, tx.now
+    elif outcome == "cancelled":
+        to_status, available_at = S.CANCELLED, tx.now
+    elif outcome == "failed":
+        if error is None or not error.get("code"):
+            raise InvalidArgument("error", "a failure needs an error with a code")
+        row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+        if row is None:
+            raise NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
+        m = row._mapping
+        spec = loads(m["definition"])
+        decision = retry_decision(
+            spec["retry"], attempt=m["attempt"], max_attempts=m["max_attempts"],
+            retryable=retryable, rnd=rnd,
+        )
+        to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
+        available_at = tx.now + int(decision.delay_s * 1000)
+    else:
+        raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
+    settled = to_status != S.RETRY_WAIT
+    updated = tx.conn.execute(
+        st.SETTLE,
+        {
+            "occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now,
+            "to_status": to_status.value,
+            "next_available_at": available_at,
+            "result_json": dumps(result) if outcome == "succeeded" else None,
+            "error_json": dumps(error) if error is not None else None,
+            "settled": tx.now if settled else None,
+        },
+    ).first()
+    if updated is None:
+        raise _lease_lost(tx, occ_id, owner, fence)
+    u = updated._mapping
+    if settled:
+        tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
+    tx.emit(
+        f"occurrence_{to_status.value}",
+        job_id=u["job_id"], occurrence_id=occ_id, fence=fence, attempt=u["attempt"],
+        **({"error": error} if error is not None else {}),
+        **({"retry_at": available_at} if to_status == S.RETRY_WAIT else {}),
+    )
+    if to_status in (S.SUCCEEDED, S.DEAD_LETTER):
+        fire_children(tx, parent_id=occ_id, parent_job=u["job_id"], succeeded=to_status == S.SUCCEEDED,
+                      result=result, parent_depth=u["chain_depth"])
+    return to_status
+
+
+def release(
+    tx: Tx,
+    occ_id: int,
+    owner: str,
+    fence: int,
+    *,
+    safe_point: str,
+    checkpoint: Any,
+    pause_request_id: str | None,
+    expected_revision: int | None,
+) -> None:
+    """Hand a running occurrence back at a safe point, storing its checkpoint.
+
+    With ``pause_request_id`` this acknowledges that pause: the control becomes
+    ``paused`` and only a resume makes it claimable. Without, it is a warm
+    shutdown: the control becomes ``resumed`` so any worker picks it up at once
+    from the checkpoint, consuming no attempt.
+    """
+    encoded = dumps(checkpoint)
+    if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
+        raise InvalidArgument("checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON")
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    c = control._mapping if control is not None else None
+    if pause_request_id is not None:
+        if c is None or c["state"] != ControlState.PAUSE_REQUESTED or c["pause_request_id"] != pause_request_id:
+            raise StateConflict(
+                f"occurrence {occ_id}: pause request {pause_request_id!r} is no longer pending",
+                occurrence_id=occ_id, state=c["state"] if c else None,
+            )
+        if expected_revision is not None and c["revision"] != expected_revision:
+            raise RevisionConflict(
+                f"occurrence {occ_id}: control revision is {c['revision']}, not {expected_revision}",
+                occurrence_id=occ_id, expected_revision=expected_revision, actual_revision=c["revision"],
+            )
+        if c["expected_fence"] != fence:
+            raise _lease_lost(tx, occ_id, owner, fence)
+        if safe_point not in loads(c["safe_points"]):
+            raise PauseUnsupported(
+                f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
+                occurrence_id=occ_id, safe_point=safe_point,
+            )
+    if tx.conn.execute(st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}).first() is None:
+        raise _lease_lost(tx, occ_id, owner, fence)
+    new_state = ControlState.PAUSED if pause_request_id is not None else ControlState.RESUMED
+    values = {
+        "state": new_state.value, "expected_fence": fence, "checkpoint": encoded, "updated_at": tx.now,
+        "paused_at" if pause_request_id else "resumed_at": tx.now,
+    }
+    if c is None:
+        tx.conn.execute(
+            sa.insert(controls),
+            {"occurrence_id": occ_id, "revision": 1, "safe_points": dumps([safe_point]),
+             "pause_request_id": None, "resume_request_id": None, **values},
+        )
+    else:
+        tx.conn.execute(
+            sa.update(controls).where(controls.c.occurrence_id == occ_id)
+            .values(revision=controls.c.revision + 1, **values)
+        )
+    job_id = tx.conn.execute(sa.select(occurrences.c.job_id).where(occurrences.c.id == occ_id)).scalar()
+    tx.emit(
+        "occurrence_paused" if pause_request_id else "occurrence_handed_back",
+        job_id=job_id, occurrence_id=occ_id, fence=fence, safe_point=safe_point,
+        **({"request_id": pause_request_id} if pause_request_id else {}),
+    )
+
+
+def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
+    """Settle what an expired lease decides on its own; leave the rest reclaimable.
+
+    Cancel requested → cancelled; at-most-once → needs_adjudication (the run may
+    have had its effect, I6); attempts exhausted → dead_letter LEASE_EXPIRED.
+    """
+    counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
+    for row in tx.conn.execute(st.EXPIRED_LEASES, {"now": tx.now, "limit": limit}).all():
+        m = row._mapping
+        error = None
+        if m["cancel_requested"]:
+            to_status = S.CANCELLED
+        elif m["delivery"] == "at-most-once":
+            to_status = S.NEEDS_ADJUDICATION
+            error = {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
+        elif m["attempt"] >= m["max_attempts"]:
+            to_status = S.DEAD_LETTER
+            error = {"code": "LEASE_EXPIRED", "message": f"lease expired on the last attempt ({m['attempt']})"}
+        else:
+            continue
+        settled = to_status != S.NEEDS_ADJUDICATION
+        changed = tx.conn.execute(
+            st.EXPIRE,
+            {"occ_id": m["id"], "held_fence": m["fence"], "now": tx.now, "to_status": to_status.value,
+             "error_json": dumps(error) if error else None, "settled": tx.now if settled else None},
+        ).rowcount
+        if changed != 1:
+            continue
+        if settled:
+            tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": m["id"], "now": tx.now})
+        tx.emit(f"occurrence_{to_status.value}", job_id=m["job_id"], occurrence_id=m["id"],
+                fence=m["fence"], reason="lease_expired", **({"error": error} if error else {}))
+        counts[to_status.value] += 1
+        if to_status == S.DEAD_LETTER:
+            fire_children(tx, parent_id=m["id"], parent_job=m["job_id"], succeeded=False, result=None,
+                          parent_depth=m["chain_depth"])
+    return counts

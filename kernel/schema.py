@@ -1,0 +1,222 @@
+"""The kernel's tables (SQLAlchemy Core). This docstring is the data dictionary.
+
+Times are integers: milliseconds since the Unix epoch, UTC. One representation on
+both dialects keeps comparisons in SQL exact and cheap; on PostgreSQL "now" comes
+from the server's clock (SPEC I9), on SQLite from the kernel's clock.
+
+jobs
+    One row per job id. ``spec`` is the normalised definition (canonical JSON),
+    ``digest`` its sha256, ``revision`` counts changes of content. ``next_fire_at``
+    / ``next_trigger_key`` are Beat's fire cursor: the next firing not yet
+    materialised; Beat advances them by compare-and-set on (revision, cursor).
+    ``planned`` is false until a Beat has placed the cursor (after define, revise,
+    enable); a planned job with a NULL cursor has no firings left. ``after_job``
+    mirrors ``spec.after.job`` so chained children are found by index.
+occurrences
+    One row per logical firing (SPEC I1: unique ``idempotency_key`` and unique
+    (job_id, trigger_key)). ``definition`` is the job spec snapshot (I5).
+    ``fence`` grows by one per claim; ``lease_owner``/``lease_expires_at`` name
+    the live holder. ``available_at`` gates claims of queued/retry_wait rows;
+    ``dispatched_at`` is when the pump last published a hint. ``exclusive`` rows
+    wait while another occurrence of the same job runs (overlap queue/replace);
+    ``pool`` rows wait while the pool is full. ``cancel_requested`` is seen by
+    the running worker on renew. ``chain_depth``/``parent_id`` give chain lineage.
+controls
+    Runtime control of one occurrence: pause_requested -> paused -> resumed ->
+    terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
+    to one claim; ``checkpoint`` is canonical JSON (<= 64 KiB).
+requeue_grants
+    An operator's permission for one more claim of a dead letter without
+    consuming an attempt; ``claimed_at`` is set by the claim that uses it.
+operator_requests
+    Every operator action by request id, with the evidence it was made on, so a
+    replay answers "deduplicated" and a replay with other evidence is refused.
+events
+    Append-only log; every state change writes its events in its transaction.
+beats
+    Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
+pools
+    Concurrency limit per resource pool (absent: 1).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = [
+    "metadata",
+    "jobs",
+    "occurrences",
+    "controls",
+    "requeue_grants",
+    "operator_requests",
+    "events",
+    "beats",
+    "pools",
+]
+
+metadata = sa.MetaData()
+
+# SQLite only aliases the rowid (fast, monotonic) for exactly "INTEGER PRIMARY KEY".
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Ms = sa.BigInteger
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("planned", sa.Boolean, nullable=False),
+    sa.Column("next_fire_at", Ms),
+    sa.Column("next_trigger_key", sa.String(200)),
+    sa.Column("after_job", sa.String(128)),
+    sa.Column("defined_at", Ms, nullable=False),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.Index(
+        "jobs_due",
+        "next_fire_at",
+        sqlite_where=sa.text("enabled AND planned"),
+        postgresql_where=sa.text("enabled AND planned"),
+    ),
+    sa.Index(
+        "jobs_unplanned",
+        "id",
+        sqlite_where=sa.text("enabled AND NOT planned"),
+        postgresql_where=sa.text("enabled AND NOT planned"),
+    ),
+    sa.Index("jobs_after", "after_job"),
+)
+
+occurrences = sa.Table(
+    "occurrences",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(128), nullable=False),
+    sa.Column("job_revision", sa.Integer, nullable=False),
+    sa.Column("trigger_key", sa.String(200), nullable=False),
+    sa.Column("idempotency_key", sa.String(400), nullable=False),
+    sa.Column("scheduled_for", Ms, nullable=False),
+    sa.Column("status", sa.String(24), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("fence", sa.Integer, nullable=False),
+    sa.Column("lease_owner", sa.String(200)),
+    sa.Column("lease_expires_at", Ms),
+    sa.Column("available_at", Ms, nullable=False),
+    sa.Column("dispatched_at", Ms),
+    sa.Column("queue", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("delivery", sa.String(16), nullable=False),
+    sa.Column("exclusive", sa.Boolean, nullable=False),
+    sa.Column("pool", sa.String(128)),
+    sa.Column("definition", sa.Text, nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("result", sa.Text),
+    sa.Column("skip_reason", sa.String(64)),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("parent_id", sa.BigInteger),
+    sa.Column("chain_depth", sa.Integer, nullable=False),
+    sa.Column("created_at", Ms, nullable=False),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.Column("settled_at", Ms),
+    sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
+    sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
+    # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
+    # plan turn settle-by-id into a scan of every running row.
+    sa.Index(
+        "occurrences_claimable",
+        "available_at",
+        sqlite_where=sa.text("status IN ('queued', 'retry_wait')"),
+        postgresql_where=sa.text("status IN ('queued', 'retry_wait')"),
+    ),
+    sa.Index(
+        "occurrences_running",
+        "lease_expires_at",
+        sqlite_where=sa.text("status = 'running'"),
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+    sa.Index("occurrences_job", "job_id", "status"),
+    sa.Index(
+        "occurrences_pool",
+        "pool",
+        sqlite_where=sa.text("status = 'running'"),
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+    sa.Index("occurrences_settled", "settled_at"),
+)
+
+controls = sa.Table(
+    "controls",
+    metadata,
+    sa.Column("occurrence_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("state", sa.String(24), nullable=False),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("expected_fence", sa.Integer, nullable=False),
+    sa.Column("pause_request_id", sa.String(128)),
+    sa.Column("resume_request_id", sa.String(128)),
+    sa.Column("safe_points", sa.Text, nullable=False),
+    sa.Column("checkpoint", sa.Text),
+    sa.Column("requested_at", Ms),
+    sa.Column("paused_at", Ms),
+    sa.Column("resumed_at", Ms),
+    sa.Column("terminal_at", Ms),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.Index("controls_state", "state"),
+)
+
+requeue_grants = sa.Table(
+    "requeue_grants",
+    metadata,
+    sa.Column("request_id", sa.String(128), primary_key=True),
+    sa.Column("occurrence_id", sa.BigInteger, nullable=False),
+    sa.Column("expected_fence", sa.Integer, nullable=False),
+    sa.Column("expected_error_code", sa.String(128), nullable=False),
+    sa.Column("created_at", Ms, nullable=False),
+    sa.Column("claimed_at", Ms),
+    sa.Index("requeue_grants_occurrence", "occurrence_id"),
+)
+
+operator_requests = sa.Table(
+    "operator_requests",
+    metadata,
+    sa.Column("request_id", sa.String(128), primary_key=True),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("target", sa.String(200), nullable=False),
+    sa.Column("evidence", sa.Text, nullable=False),
+    sa.Column("operator", sa.String(128), nullable=False),
+    sa.Column("created_at", Ms, nullable=False),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("at", Ms, nullable=False),
+    sa.Column("type", sa.String(64), nullable=False),
+    sa.Column("job_id", sa.String(128)),
+    sa.Column("occurrence_id", sa.BigInteger),
+    sa.Column("fence", sa.Integer),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Index("events_occurrence", "occurrence_id", "id"),
+    sa.Index("events_job", "job_id", "id"),
+)
+
+beats = sa.Table(
+    "beats",
+    metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("host", sa.String(200), nullable=False),
+    sa.Column("interval_s", sa.Float, nullable=False),
+    sa.Column("started_at", Ms, nullable=False),
+    sa.Column("last_tick_at", Ms, nullable=False),
+)
+
+pools = sa.Table(
+    "pools",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("concurrency", sa.Integer, nullable=False),
+)

@@ -1,0 +1,194 @@
+"""Every statement of the hot path, built once and named by purpose.
+
+Transitions are guarded UPDATEs: the WHERE clause carries the state, fence,
+owner and lease the caller observed, so zero rows means someone else moved
+first and the caller gets a precise domain error, never a silent overwrite.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam as p
+
+from kernel.schema import controls, jobs, occurrences, pools, requeue_grants
+
+__all__ = [
+    "OCCURRENCE_BY_ID",
+    "CONTROL_BY_ID",
+    "UNCLAIMED_GRANT",
+    "CLAIM",
+    "RENEW",
+    "SETTLE",
+    "RELEASE",
+    "REBIND_PAUSE_REQUEST",
+    "TERMINATE_CONTROL",
+    "USE_GRANT",
+    "CHILD_JOBS",
+    "RUNNING_IN_JOB",
+    "RUNNING_IN_POOL",
+    "EXPIRED_LEASES",
+    "EXPIRE",
+    "POOL_LIMIT",
+]
+
+O = occurrences
+C = controls
+
+OCCURRENCE_BY_ID = sa.select(O).where(O.c.id == p("occ_id"))
+CONTROL_BY_ID = sa.select(C).where(C.c.occurrence_id == p("occ_id"))
+
+#: A requeue grant not yet used by a claim, valid for the fence it was made on.
+UNCLAIMED_GRANT = (
+    sa.select(requeue_grants.c.request_id)
+    .where(
+        requeue_grants.c.occurrence_id == p("occ_id"),
+        requeue_grants.c.claimed_at.is_(None),
+        requeue_grants.c.expected_fence == p("fence"),
+    )
+    .order_by(requeue_grants.c.created_at)
+    .limit(1)
+)
+
+_claimable_now = sa.or_(
+    sa.and_(O.c.status.in_(("queued", "retry_wait")), O.c.available_at <= p("now")),
+    sa.and_(
+        O.c.status == "running",
+        O.c.lease_expires_at <= p("now"),
+        O.c.delivery == "at-least-once",
+    ),
+)
+
+#: Claim by compare-and-set on the fence the claimer observed.
+CLAIM = (
+    sa.update(O)
+    .where(
+        O.c.id == p("occ_id"),
+        O.c.fence == p("seen_fence"),
+        O.c.cancel_requested.is_(False),
+        _claimable_now,
+    )
+    .values(
+        status="running",
+        fence=O.c.fence + 1,
+        attempt=O.c.attempt + p("attempt_inc"),
+        lease_owner=p("owner"),
+        lease_expires_at=p("lease_until"),
+        updated_at=p("now"),
+        settled_at=None,
+    )
+    .returning(*O.c)
+)
+
+_lease_held = sa.and_(
+    O.c.id == p("occ_id"),
+    O.c.status == "running",
+    O.c.lease_owner == p("owner"),
+    O.c.fence == p("held_fence"),
+    O.c.lease_expires_at > p("now"),
+)
+
+RENEW = (
+    sa.update(O)
+    .where(_lease_held)
+    .values(lease_expires_at=p("lease_until"), updated_at=p("now"))
+    .returning(O.c.cancel_requested)
+)
+
+#: The holder ends its run: succeeded, retry_wait, dead_letter or cancelled.
+SETTLE = (
+    sa.update(O)
+    .where(_lease_held)
+    .values(
+        status=p("to_status"),
+        lease_owner=None,
+        lease_expires_at=None,
+        available_at=p("next_available_at"),
+        dispatched_at=None,
+        result=p("result_json"),
+        last_error=p("error_json"),
+        settled_at=p("settled"),
+        updated_at=p("now"),
+    )
+    .returning(O.c.job_id, O.c.attempt, O.c.max_attempts, O.c.chain_depth, O.c.definition)
+)
+
+#: The holder hands the occurrence back unfinished (pause ack, warm shutdown).
+RELEASE = (
+    sa.update(O)
+    .where(_lease_held)
+    .values(
+        status="retry_wait",
+        lease_owner=None,
+        lease_expires_at=None,
+        available_at=p("now"),
+        dispatched_at=None,
+        updated_at=p("now"),
+    )
+    .returning(O.c.job_id)
+)
+
+REBIND_PAUSE_REQUEST = (
+    sa.update(C)
+    .where(C.c.occurrence_id == p("occ_id"), C.c.state == "pause_requested")
+    .values(expected_fence=p("new_fence"), revision=C.c.revision + 1, updated_at=p("now"))
+)
+
+TERMINATE_CONTROL = (
+    sa.update(C)
+    .where(C.c.occurrence_id == p("occ_id"), C.c.state != "terminal")
+    .values(state="terminal", revision=C.c.revision + 1, terminal_at=p("now"), updated_at=p("now"))
+)
+
+USE_GRANT = (
+    sa.update(requeue_grants)
+    .where(requeue_grants.c.request_id == p("grant_id"), requeue_grants.c.claimed_at.is_(None))
+    .values(claimed_at=p("now"))
+)
+
+CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision).where(
+    jobs.c.after_job == p("job_id")
+)
+
+RUNNING_IN_JOB = sa.select(sa.func.count()).where(
+    O.c.job_id == p("job_id"), O.c.status == "running", O.c.id != p("occ_id")
+)
+RUNNING_IN_POOL = sa.select(sa.func.count()).where(
+    O.c.pool == p("pool"), O.c.status == "running", O.c.id != p("occ_id")
+)
+
+EXPIRED_LEASES = (
+    sa.select(
+        O.c.id,
+        O.c.job_id,
+        O.c.fence,
+        O.c.attempt,
+        O.c.max_attempts,
+        O.c.delivery,
+        O.c.cancel_requested,
+        O.c.chain_depth,
+    )
+    .where(O.c.status == "running", O.c.lease_expires_at <= p("now"))
+    .order_by(O.c.lease_expires_at)
+    .limit(p("limit"))
+)
+
+#: Move an expired running occurrence to a final or waiting state, fenced.
+EXPIRE = (
+    sa.update(O)
+    .where(
+        O.c.id == p("occ_id"),
+        O.c.status == "running",
+        O.c.fence == p("held_fence"),
+        O.c.lease_expires_at <= p("now"),
+    )
+    .values(
+        status=p("to_status"),
+        lease_owner=None,
+        lease_expires_at=None,
+        last_error=p("error_json"),
+        settled_at=p("settled"),
+        updated_at=p("now"),
+    )
+)
+
+POOL_LIMIT = sa.select(pools.c.concurrency).where(pools.c.name == p("pool"))

@@ -1,0 +1,112 @@
+"""Occurrence and runtime-control states; the values are stored and must never change."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "OccurrenceStatus",
+    "ControlState",
+    "Delivery",
+    "Overlap",
+    "Decision",
+    "SafePoint",
+    "ACTIVE_STATUSES",
+    "SETTLED_STATUSES",
+    "TRANSITIONS",
+]
+
+
+class OccurrenceStatus(StrEnum):
+    #: Created and waiting for its first claim.
+    QUEUED = "queued"
+    #: Held by one worker under a lease; its fence names the holder.
+    RUNNING = "running"
+    #: Waiting for ``available_at`` (retry backoff, resume, requeue) or paused.
+    RETRY_WAIT = "retry_wait"
+    #: Finished; ``result`` holds the adapter's answer.
+    SUCCEEDED = "succeeded"
+    #: Gave up; ``last_error`` says why. Only an operator requeue revives it.
+    DEAD_LETTER = "dead_letter"
+    #: An at-most-once run whose outcome is unknown; an operator decides.
+    NEEDS_ADJUDICATION = "needs_adjudication"
+    #: Cancelled by an operator or replaced under the ``replace`` overlap policy.
+    CANCELLED = "cancelled"
+    #: A planned firing that was not run; ``skip_reason`` says why.
+    SKIPPED = "skipped"
+
+
+class ControlState(StrEnum):
+    #: An operator asked a running occurrence to pause at its next safe point.
+    PAUSE_REQUESTED = "pause_requested"
+    #: The worker stored a checkpoint and handed the occurrence back.
+    PAUSED = "paused"
+    #: Claimable again; the next claim resumes from the checkpoint.
+    RESUMED = "resumed"
+    #: The occurrence settled; the control row is history.
+    TERMINAL = "terminal"
+
+
+class Delivery(StrEnum):
+    AT_LEAST_ONCE = "at-least-once"
+    AT_MOST_ONCE = "at-most-once"
+
+
+class Overlap(StrEnum):
+    SKIP = "skip"
+    ALLOW = "allow"
+    QUEUE = "queue"
+    REPLACE = "replace"
+
+
+class Decision(StrEnum):
+    """An operator's verdict on an occurrence in ``needs_adjudication``."""
+
+    #: The effect happened: record success.
+    APPLIED = "applied"
+    #: The effect did not happen: make it runnable again.
+    NOT_APPLIED = "not_applied"
+    #: Give up: dead letter.
+    ABANDON = "abandon"
+
+
+class SafePoint(StrEnum):
+    """Places where an adapter may be paused without losing work."""
+
+    BEFORE_EXECUTE = "before_execute"
+    ADAPTER_CHECKPOINT = "adapter_checkpoint"
+
+
+ACTIVE_STATUSES = frozenset(
+    {OccurrenceStatus.QUEUED, OccurrenceStatus.RUNNING, OccurrenceStatus.RETRY_WAIT}
+)
+SETTLED_STATUSES = frozenset(
+    {
+        OccurrenceStatus.SUCCEEDED,
+        OccurrenceStatus.DEAD_LETTER,
+        OccurrenceStatus.CANCELLED,
+        OccurrenceStatus.SKIPPED,
+    }
+)
+
+S = OccurrenceStatus
+#: Every allowed (from, to) pair; the state-machine tests check the store against it.
+TRANSITIONS: frozenset[tuple[OccurrenceStatus, OccurrenceStatus]] = frozenset(
+    {
+        (S.QUEUED, S.RUNNING),
+        (S.RETRY_WAIT, S.RUNNING),
+        (S.RUNNING, S.RUNNING),  # a reclaim after lease expiry
+        (S.RUNNING, S.SUCCEEDED),
+        (S.RUNNING, S.RETRY_WAIT),
+        (S.RUNNING, S.DEAD_LETTER),
+        (S.RUNNING, S.NEEDS_ADJUDICATION),
+        (S.RUNNING, S.CANCELLED),
+        (S.NEEDS_ADJUDICATION, S.SUCCEEDED),
+        (S.NEEDS_ADJUDICATION, S.RETRY_WAIT),
+        (S.NEEDS_ADJUDICATION, S.DEAD_LETTER),
+        (S.DEAD_LETTER, S.RETRY_WAIT),
+        (S.QUEUED, S.CANCELLED),
+        (S.RETRY_WAIT, S.CANCELLED),
+    }
+)
+del S

@@ -1,0 +1,317 @@
+"""The Kernel facade: one method per operation, each one transaction with its events."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+import sqlalchemy as sa
+
+from kernel import jobs as job_ops
+from kernel import operator as op
+from kernel import reads
+from kernel import runs
+from kernel.clock import Clock, default_clock
+from kernel.engine import check_schema, create_kernel_engine, migrate
+from kernel.errors import InvalidArgument, KernelError, StorageUnavailable
+from kernel.records import from_dt
+from kernel.tx import Tx
+from kernel.types import ActionResult, Beat, Claim, DispatchHint, Event, Job, Occurrence, RenewAnswer
+
+__all__ = ["Kernel", "FireReport"]
+
+FireReport = job_ops.FireReport
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# sqlite3 error names that mean the storage itself failed (SPEC I8).
+_SQLITE_STORAGE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_BUSY",
+                   "SQLITE_LOCKED", "SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def _ms(seconds: float, field: str) -> int:
+    if seconds <= 0:
+        raise InvalidArgument(field, "must be positive")
+    return int(seconds * 1000)
+
+
+class Kernel:
+    """The durable authority for occurrences, fences, leases, controls and retries.
+
+    Args:
+        engine: from :func:`kernel.engine.create_kernel_engine`.
+        clock: where "now" comes from; default: the database server's clock on
+            PostgreSQL, this host's on SQLite.
+        check: refuse a database whose schema this code does not know.
+    """
+
+    def __init__(self, engine: sa.Engine, *, clock: Clock | None = None, check: bool = True) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self.clock = clock or default_clock(self.dialect)
+        if check:
+            self._guard(check_schema, engine)
+
+    @classmethod
+    def open(cls, url: str, *, migrate_schema: bool = False, clock: Clock | None = None,
+             **engine_kwargs: Any) -> Kernel:
+        """Open the kernel at ``url``; ``migrate_schema`` upgrades the schema first."""
+        engine = create_kernel_engine(url, **engine_kwargs)
+        if migrate_schema:
+            cls._guard(migrate, engine)
+        return cls(engine, clock=clock)
+
+    def migrate(self) -> tuple[str | None, str]:
+        return self._guard(migrate, self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- transactions --------------------------------------------------------
+
+    @staticmethod
+    def _guard(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except KernelError:
+            raise
+        except (sa.exc.DBAPIError, OSError) as exc:
+            raise _storage_error(exc, "not_committed") from exc
+
+    def _run(self, fn: Callable[..., R], *args: Any, read_only: bool = False, **kwargs: Any) -> R:
+        committing = False
+        try:
+            with self.engine.connect() as conn:
+                if read_only:
+                    conn.execution_options(kernel_read_only=True)
+                with conn.begin() as trans:
+                    tx = Tx(conn, self.clock.now_ms(conn), self.dialect)
+                    result = fn(tx, *args, **kwargs)
+                    committing = True
+                    trans.commit()
+                return result
+        except KernelError:
+            raise
+        except (sa.exc.DBAPIError, OSError) as exc:
+            raise _storage_error(exc, "unknown" if committing and _connection_lost(exc) else "not_committed") from exc
+
+    def _write(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        return self._run(fn, *args, **kwargs)
+
+    def _read(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        return self._run(fn, *args, read_only=True, **kwargs)
+
+    def now(self) -> datetime:
+        """The kernel's current time (the database clock on PostgreSQL)."""
+        from kernel.records import to_dt
+
+        with self.engine.connect() as conn:
+            return to_dt(self.clock.now_ms(conn))  # type: ignore[return-value]
+
+    # -- job definitions -----------------------------------------------------
+
+    def define_job(self, spec: Mapping[str, Any]) -> tuple[Job, bool]:
+        """Create a job. Returns (job, created); identical content again is a no-op.
+
+        Raises:
+            InvalidArgument: a field is invalid (``field`` names it).
+            StateConflict: the id exists with other content.
+        """
+        return self._write(job_ops.define_job, spec)
+
+    def revise_job(self, spec: Mapping[str, Any], *, expected_revision: int) -> tuple[Job, bool]:
+        """Replace a definition by CAS on its revision. Raises RevisionConflict when stale."""
+        return self._write(job_ops.revise_job, spec, expected_revision)
+
+    def apply_job(self, spec: Mapping[str, Any]) -> tuple[Job, str]:
+        """Upsert: ``created``, ``updated`` (revision + 1) or ``unchanged``."""
+        return self._write(job_ops.apply_job, spec)
+
+    def set_job_enabled(self, job_id: str, enabled: bool) -> tuple[Job, bool]:
+        return self._write(job_ops.set_enabled, job_id, enabled)
+
+    def delete_job(self, job_id: str) -> None:
+        """Raises StateConflict while the job has unsettled occurrences."""
+        self._write(job_ops.delete_job, job_id)
+
+    def get_job(self, job_id: str) -> Job:
+        return self._read(job_ops.get_job, job_id)
+
+    def list_jobs(self) -> list[Job]:
+        return self._read(reads.list_jobs)
+
+    # -- Beat ------------------------------------------------------------------
+
+    def due_jobs(self, limit: int = 500) -> list[Job]:
+        """Jobs whose cursor is due now, and jobs not planned yet."""
+        return self._read(job_ops.due_jobs, limit)
+
+    def fire(
+        self,
+        job_id: str,
+        *,
+        expected_revision: int,
+        expected_cursor: str | None,
+        firings: Sequence[tuple[str, datetime]] = (),
+        missed: Sequence[tuple[str, datetime]] = (),
+        missed_reason: str | None = None,
+        next_cursor: tuple[str, datetime] | None,
+    ) -> job_ops.FireReport:
+        """Advance a job's fire cursor by CAS and materialise the firings it passed.
+
+        ``firings`` and ``missed`` are (trigger key, instant) pairs; missed ones are
+        recorded as skipped with ``missed_reason``. A stale caller changes nothing.
+        """
+        return self._write(
+            job_ops.fire, job_id, expected_revision=expected_revision, expected_cursor=expected_cursor,
+            firings=[(k, from_dt(at)) for k, at in firings], missed=[(k, from_dt(at)) for k, at in missed],
+            missed_reason=missed_reason, next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
+        )
+
+    def run_now(self, job_id: str, *, request_id: str, operator: str) -> ActionResult:
+        """Run a job now (also a disabled one); a retried request id never runs twice."""
+        occ_id, dedup = self._write(job_ops.run_now, job_id, request_id, operator)
+        return ActionResult(self.get_occurrence(occ_id), request_id, dedup)
+
+    def dispatch_batch(self, *, limit: int = 200, rehint_after: float = 30.0) -> list[DispatchHint]:
+        """Occurrences to publish a hint for; marks them hinted (SPEC §2.3)."""
+        return self._write(reads.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000))
+
+    def expire_leases(self, limit: int = 200) -> dict[str, int]:
+        return self._write(runs.expire_leases, limit)
+
+    def record_beat(self, beat_id: str, *, host: str, interval: float) -> None:
+        self._write(reads.record_beat, beat_id, host, interval)
+
+    def beats(self) -> list[Beat]:
+        return self._read(reads.list_beats)
+
+    # -- workers ----------------------------------------------------------------
+
+    def claim(self, occurrence_id: int, *, owner: str, lease: float) -> Claim | None:
+        """Claim one occurrence by id if claimable now (fence + 1); None changes nothing."""
+        return self._write(runs.claim, occurrence_id, owner, _ms(lease, "lease"))
+
+    def claim_next(self, *, owner: str, lease: float, queues: Sequence[str] | None = None,
+                   kinds: Sequence[str] | None = None) -> Claim | None:
+        """Claim the oldest claimable occurrence (optionally of these queues/kinds)."""
+        return self._write(runs.claim_next, owner, _ms(lease, "lease"),
+                           queues=tuple(queues) if queues else None, kinds=tuple(kinds) if kinds else None)
+
+    def renew(self, occurrence_id: int, *, owner: str, fence: int, lease: float) -> RenewAnswer:
+        """Extend the lease. Raises LeaseLost when (owner, fence) no longer holds it."""
+        return self._write(runs.renew, occurrence_id, owner, fence, _ms(lease, "lease"))
+
+    def succeed(self, occurrence_id: int, *, owner: str, fence: int, result: Any = None) -> None:
+        """Settle as succeeded (fenced); chained children fire in the same transaction."""
+        self._write(runs.settle, occurrence_id, owner, fence, outcome="succeeded", result=result)
+
+    def fail(self, occurrence_id: int, *, owner: str, fence: int, code: str, message: str,
+             retryable: bool = True) -> str:
+        """Settle a failure (fenced): retry_wait with backoff, or dead_letter. Returns the status."""
+        error = {"code": code, "message": message[:2000]}
+        return self._write(runs.settle, occurrence_id, owner, fence, outcome="failed", error=error,
+                           retryable=retryable).value
+
+    def cancelled(self, occurrence_id: int, *, owner: str, fence: int) -> None:
+        """The holder stopped on a cancel request (fenced)."""
+        self._write(runs.settle, occurrence_id, owner, fence, outcome="cancelled",
+                    error={"code": "CANCELLED", "message": "cancelled while running"})
+
+    def ack_pause(self, occurrence_id: int, *, owner: str, fence: int, request_id: str,
+                  expected_revision: int | None, safe_point: str, checkpoint: Any) -> None:
+        """Acknowledge a pause at a declared safe point, storing the checkpoint (≤ 64 KiB)."""
+        self._write(runs.release, occurrence_id, owner, fence, safe_point=safe_point, checkpoint=checkpoint,
+                    pause_request_id=request_id, expected_revision=expected_revision)
+
+    def hand_back(self, occurrence_id: int, *, owner: str, fence: int, safe_point: str,
+                  checkpoint: Any) -> None:
+        """Give the occurrence back for another worker to resume at once (warm shutdown)."""
+        self._write(runs.release, occurrence_id, owner, fence, safe_point=safe_point, checkpoint=checkpoint,
+                    pause_request_id=None, expected_revision=None)
+
+    # -- operators ---------------------------------------------------------------
+
+    def _action(self, fn: Callable[..., bool], occurrence_id: int, request_id: str, **kwargs: Any) -> ActionResult:
+        dedup = self._write(fn, occurrence_id, request_id=request_id, **kwargs)
+        return ActionResult(self.get_occurrence(occurrence_id), request_id, dedup)
+
+    def request_pause(self, occurrence_id: int, *, expected_fence: int, request_id: str,
+                      safe_points: Sequence[str], operator: str) -> ActionResult:
+        """Ask the holder to pause at its next safe point (PAUSE_UNSUPPORTED without safe points)."""
+        return self._action(op.request_pause, occurrence_id, request_id, expected_fence=expected_fence,
+                            safe_points=tuple(safe_points), operator=operator)
+
+    def resume(self, occurrence_id: int, *, request_id: str, operator: str,
+               expected_revision: int | None = None) -> ActionResult:
+        return self._action(op.resume, occurrence_id, request_id, expected_revision=expected_revision,
+                            operator=operator)
+
+    def requeue(self, occurrence_id: int, *, expected_fence: int, expected_error_code: str,
+                request_id: str, operator: str) -> ActionResult:
+        return self._action(op.requeue, occurrence_id, request_id, expected_fence=expected_fence,
+                            expected_error_code=expected_error_code, operator=operator)
+
+    def adjudicate(self, occurrence_id: int, *, decision: str, request_id: str, operator: str) -> ActionResult:
+        return self._action(op.adjudicate, occurrence_id, request_id, decision=decision, operator=operator)
+
+    def cancel(self, occurrence_id: int, *, request_id: str, operator: str) -> ActionResult:
+        return self._action(op.cancel, occurrence_id, request_id, operator=operator)
+
+    # -- reads -------------------------------------------------------------------
+
+    def get_occurrence(self, occurrence_id: int) -> Occurrence:
+        return self._read(reads.get_occurrence, occurrence_id)
+
+    def list_occurrences(self, *, job_id: str | None = None, statuses: Sequence[str] | None = None,
+                         limit: int = 50, before_id: int | None = None) -> list[Occurrence]:
+        return self._read(reads.list_occurrences, job_id=job_id, statuses=tuple(statuses) if statuses else None,
+                          limit=limit, before_id=before_id)
+
+    def active_occurrences(self, job_id: str) -> list[Occurrence]:
+        return self.list_occurrences(job_id=job_id, statuses=("queued", "running", "retry_wait"),
+                                     limit=reads.MAX_LIST)
+
+    def events(self, *, after_id: int = 0, job_id: str | None = None, occurrence_id: int | None = None,
+               limit: int = 100) -> list[Event]:
+        return self._read(reads.read_events, after_id=after_id, job_id=job_id, occurrence_id=occurrence_id,
+                          limit=limit)
+
+    def runtime_controls(self, limit: int = 200) -> list[dict[str, Any]]:
+        return self._read(reads.runtime_controls, limit)
+
+    def status(self) -> dict[str, Any]:
+        return self._read(reads.status_counts)
+
+    def prune(self, *, older_than: timedelta, limit: int = 10_000) -> dict[str, int]:
+        """Delete settled history older than ``older_than``; unresolved work is never pruned."""
+        def run(tx: Tx) -> dict[str, int]:
+            return reads.prune(tx, settled_before=tx.now - int(older_than.total_seconds() * 1000), limit=limit)
+        return self._write(run)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    return isinstance(exc, sa.exc.DBAPIError) and bool(exc.connection_invalidated)
+
+
+def _storage_error(exc: BaseException, commit_state: str) -> StorageUnavailable | BaseException:
+    """Map a driver or OS error to STORAGE_UNAVAILABLE; anything else is a bug and stays itself."""
+    orig = getattr(exc, "orig", exc)
+    if isinstance(orig, sqlite3.Error):
+        name = getattr(orig, "sqlite_errorname", "")
+        if not any(name.startswith(code) for code in _SQLITE_STORAGE):
+            return exc
+        detail = f"{name}: {orig}"
+    elif isinstance(orig, OSError):
+        detail = f"{orig.__class__.__name__}: {orig}"
+    elif isinstance(exc, sa.exc.OperationalError) or _connection_lost(exc):
+        detail = str(orig).strip().splitlines()[0] if str(orig).strip() else orig.__class__.__name__
+    else:
+        return exc
+    return StorageUnavailable(
+        f"the kernel database is unavailable ({detail}); the change was "
+        + ("not committed" if commit_state == "not_committed" else "perhaps committed: check before retrying"),
+        commit_state=commit_state,  # type: ignore[arg-type]
+    )

@@ -1,0 +1,55 @@
+"""One kernel transaction: the connection, the instant it runs at, and its event log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from kernel.records import dumps
+from kernel.schema import events
+
+__all__ = ["Tx"]
+
+_INSERT_EVENT = sa.insert(events)
+
+
+@dataclass(slots=True)
+class Tx:
+    """Everything a state change needs; every change writes its events through ``emit``."""
+
+    conn: sa.Connection
+    now: int
+    dialect: str
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    def emit(
+        self,
+        type_: str,
+        *,
+        job_id: str | None = None,
+        occurrence_id: int | None = None,
+        fence: int | None = None,
+        **data: Any,
+    ) -> None:
+        self.conn.execute(
+            _INSERT_EVENT,
+            {
+                "at": self.now,
+                "type": type_,
+                "job_id": job_id,
+                "occurrence_id": occurrence_id,
+                "fence": fence,
+                "data": dumps(data),
+            },
+        )
+
+    def insert_or_ignore(self, table: sa.Table) -> Any:
+        """INSERT ... ON CONFLICT DO NOTHING: unique keys, not Python, refuse duplicates."""
+        dialect_insert = postgresql.insert if self.is_postgres else sqlite.insert
+        return dialect_insert(table).on_conflict_do_nothing()

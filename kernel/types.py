@@ -1,0 +1,237 @@
+"""Frozen records the kernel hands out. Adapters and the Celery layer import these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kernel.states import ControlState, OccurrenceStatus
+
+__all__ = [
+    "Job",
+    "Control",
+    "Occurrence",
+    "Claim",
+    "PendingPause",
+    "RenewAnswer",
+    "Event",
+    "DispatchHint",
+    "ActionResult",
+    "Beat",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job definition as stored: the normalised spec plus its bookkeeping."""
+
+    id: str
+    revision: int
+    digest: str
+    spec: dict[str, Any]
+    enabled: bool
+    planned: bool
+    next_fire_at: datetime | None
+    next_trigger_key: str | None
+    defined_at: datetime
+    updated_at: datetime
+
+    @property
+    def kind(self) -> str:
+        return str(self.spec["kind"])
+
+    @property
+    def queue(self) -> str:
+        return str(self.spec["queue"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "revision": self.revision,
+            "digest": self.digest,
+            "enabled": self.enabled,
+            "next_fire_at": _iso(self.next_fire_at),
+            "next_trigger_key": self.next_trigger_key,
+            "defined_at": _iso(self.defined_at),
+            "updated_at": _iso(self.updated_at),
+            "spec": self.spec,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """The runtime control row of one occurrence (pause/resume)."""
+
+    state: ControlState
+    revision: int
+    expected_fence: int
+    pause_request_id: str | None
+    resume_request_id: str | None
+    safe_points: tuple[str, ...]
+    requested_at: datetime | None
+    paused_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "revision": self.revision,
+            "expected_fence": self.expected_fence,
+            "pause_request_id": self.pause_request_id,
+            "resume_request_id": self.resume_request_id,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One logical firing of a job and everything the kernel knows of its run.
+
+    ``definition`` is the job spec snapshot taken at creation (I5); ``payload``
+    is that snapshot's payload, the adapter's input.
+    """
+
+    id: int
+    job_id: str
+    job_revision: int
+    trigger_key: str
+    scheduled_for: datetime
+    status: OccurrenceStatus
+    attempt: int
+    max_attempts: int
+    fence: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    available_at: datetime
+    dispatched_at: datetime | None
+    definition: dict[str, Any]
+    last_error: dict[str, Any] | None
+    result: Any
+    skip_reason: str | None
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    settled_at: datetime | None
+    control: Control | None = None
+    checkpoint: Any = None
+
+    @property
+    def kind(self) -> str:
+        return str(self.definition["kind"])
+
+    @property
+    def queue(self) -> str:
+        return str(self.definition["queue"])
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = self.definition["payload"]
+        return payload
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of SPEC §7 (``show`` adds checkpoint, result, events)."""
+        return {
+            "id": self.id,
+            "job_id": self.job_id,
+            "job_revision": self.job_revision,
+            "status": self.status.value,
+            "attempt": self.attempt,
+            "max_attempts": self.max_attempts,
+            "fence": self.fence,
+            "trigger_key": self.trigger_key,
+            "scheduled_for": _iso(self.scheduled_for),
+            "available_at": _iso(self.available_at),
+            "lease_owner": self.lease_owner,
+            "lease_expires_at": _iso(self.lease_expires_at),
+            "last_error": self.last_error,
+            "skip_reason": self.skip_reason,
+            "cancel_requested": self.cancel_requested,
+            "control": self.control.to_dict() if self.control else None,
+            "created_at": _iso(self.created_at),
+            "settled_at": _iso(self.settled_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a worker holds after a successful claim.
+
+    ``resumed`` is true when this claim resumes a paused occurrence; then
+    ``checkpoint`` is the data stored when it paused.
+    """
+
+    occurrence: Occurrence
+    owner: str
+    fence: int
+    lease_expires_at: datetime
+    resumed: bool
+    checkpoint: Any
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPause:
+    request_id: str
+    revision: int
+    safe_points: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RenewAnswer:
+    """A renewed lease and any request the worker must act on."""
+
+    lease_expires_at: datetime
+    pause: PendingPause | None
+    cancel_requested: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    type: str
+    job_id: str | None
+    occurrence_id: int | None
+    fence: int | None
+    at: datetime
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "job_id": self.job_id,
+            "occurrence_id": self.occurrence_id,
+            "fence": self.fence,
+            "at": _iso(self.at),
+            "data": self.data,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchHint:
+    """An occurrence the dispatch pump should publish a message for."""
+
+    occurrence_id: int
+    job_id: str
+    queue: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """The answer to an operator action; ``deduplicated`` marks a replayed request id."""
+
+    occurrence: Occurrence
+    request_id: str
+    deduplicated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    id: str
+    host: str
+    interval_s: float
+    last_tick_at: datetime
+    started_at: datetime
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat().replace("+00:00", "Z")

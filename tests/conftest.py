@@ -1,0 +1,71 @@
+"""Suite-wide fixtures: real PostgreSQL and Redis servers, started once per session.
+
+``KERNEL_TEST_POSTGRES_URL`` / ``KERNEL_TEST_REDIS_URL`` point the suite at servers
+someone else runs. Without them the servers are started here on first use. A server
+that cannot start skips the tests that need it on a workstation, and fails them when
+``CI=true``: CI installs both, so a missing server there is a broken build, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import NoReturn
+
+import pytest
+from servers import (
+    RunningServer,
+    ServerUnavailable,
+    fresh_database,
+    start_postgres,
+    start_redis,
+)
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def _unavailable(reason: str) -> NoReturn:
+    if _in_ci():
+        pytest.fail(f"{reason}\n(CI=true: test servers must run in CI)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _server_url(env_var: str, start: Callable[[], RunningServer]) -> Iterator[str]:
+    """Yield the URL from ``env_var``, else start a server and stop it afterwards."""
+    configured = os.environ.get(env_var)
+    if configured:
+        yield configured
+        return
+    try:
+        server = start()
+    except ServerUnavailable as exc:
+        _unavailable(f"{start.__name__}: {exc}")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """SQLAlchemy URL (``postgresql+psycopg://...``) of the session's PostgreSQL database.
+
+    Shared by every test: create what you need in a fresh schema or use
+    ``pg_database_url`` for an empty database of your own.
+    """
+    yield from _server_url("KERNEL_TEST_POSTGRES_URL", start_postgres)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """``redis://127.0.0.1:PORT/0`` of the session's Redis server (shared; not flushed)."""
+    yield from _server_url("KERNEL_TEST_REDIS_URL", start_redis)
+
+
+@pytest.fixture
+def pg_database_url(postgres_url: str) -> Iterator[str]:
+    """SQLAlchemy URL of a new, empty PostgreSQL database, dropped after the test."""
+    with fresh_database(postgres_url) as url:
+        yield url

@@ -1,0 +1,355 @@
+"""Real PostgreSQL and Redis servers for the test suite.
+
+Each server runs from its own temporary directory, listens only on 127.0.0.1 on an
+ephemeral port, and is stopped by the PID we started. PostgreSQL refuses to run as
+root, so when the tests run as root both servers run as an unprivileged account:
+``kernel-test`` (created by ``.ci/run``) if it exists, else ``nobody``. The process is
+started with that uid directly (no ``su``/``runuser`` wrapper in between) so that the
+PID we hold — and signal — is the server's own.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import redis
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+__all__ = [
+    "POSTGRES_DATABASE",
+    "SERVER_USER",
+    "RunningServer",
+    "ServerUnavailable",
+    "free_port",
+    "fresh_database",
+    "libpq_url",
+    "start_postgres",
+    "start_redis",
+]
+
+#: The unprivileged account ``.ci/run`` creates for servers started by root.
+SERVER_USER = "kernel-test"
+#: Database created in every PostgreSQL server this module starts.
+POSTGRES_DATABASE = "kernel_test"
+#: Superuser name given to ``initdb``; independent of the OS account.
+_POSTGRES_ROLE = "kernel"
+_LOG_TAIL_LINES = 30
+# A port from free_port() can be taken by another process before the server binds
+# it; retrying on a fresh port makes that race harmless.
+_LAUNCH_ATTEMPTS = 3
+
+
+class ServerUnavailable(RuntimeError):
+    """A test server could not be found or started; the message says why."""
+
+
+@dataclass
+class RunningServer:
+    """A server process this module started; owned by the caller until :meth:`stop`.
+
+    Attributes:
+        url: where to connect (SQLAlchemy URL for PostgreSQL, ``redis://`` for Redis).
+        port: the TCP port on 127.0.0.1.
+        process: the server process itself, so ``process.pid`` is the server's PID.
+        workdir: temporary directory with data, sockets and the log; removed on stop.
+        log_path: the server's combined stdout and stderr.
+        stop_signal: the signal that asks this server for a fast, clean shutdown.
+    """
+
+    url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    log_path: Path
+    stop_signal: signal.Signals
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server by PID (SIGKILL if it outlives ``timeout``), then remove its files."""
+        if self.process.poll() is None:
+            self.process.send_signal(self.stop_signal)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_postgres(timeout: float = 30.0) -> RunningServer:
+    """Create a throw-away PostgreSQL cluster, start it and create ``kernel_test``.
+
+    Durability is off (``fsync``, ``full_page_writes``): the data dies with the session.
+
+    Returns:
+        The running server; ``url`` is
+        ``postgresql+psycopg://kernel@127.0.0.1:PORT/kernel_test`` (trust auth).
+
+    Raises:
+        ServerUnavailable: the binaries are missing, initdb failed, or the server did
+            not accept connections within ``timeout`` seconds.
+    """
+    bindir = _postgres_bindir()
+    account = _server_account()
+    workdir = _make_workdir("kernel-pg-", account)
+    data = workdir / "data"
+    try:
+        _run_initdb(bindir, data, workdir, account, timeout)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+
+    def argv(port: int) -> list[str]:
+        return [
+            str(bindir / "postgres"),
+            "-D", str(data),
+            "-p", str(port),
+            "-c", "listen_addresses=127.0.0.1",
+            "-c", f"unix_socket_directories={workdir}",
+            "-c", "fsync=off",
+            "-c", "synchronous_commit=off",
+            "-c", "full_page_writes=off",
+            "-c", "max_connections=200",
+        ]  # fmt: skip
+
+    def admin_conninfo(port: int) -> str:
+        return f"host=127.0.0.1 port={port} user={_POSTGRES_ROLE} dbname=postgres"
+
+    def ready(port: int) -> bool:
+        try:
+            with psycopg.connect(admin_conninfo(port), connect_timeout=1):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def url(port: int) -> str:
+        return f"postgresql+psycopg://{_POSTGRES_ROLE}@127.0.0.1:{port}/{POSTGRES_DATABASE}"
+
+    server = _launch(argv, ready, url, workdir, account, timeout, signal.SIGINT)
+    try:
+        with psycopg.connect(admin_conninfo(server.port), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(POSTGRES_DATABASE)))
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def start_redis(timeout: float = 10.0) -> RunningServer:
+    """Start a Redis server with persistence off.
+
+    Returns:
+        The running server; ``url`` is ``redis://127.0.0.1:PORT/0``.
+
+    Raises:
+        ServerUnavailable: ``redis-server`` is not installed or did not answer PING
+            within ``timeout`` seconds.
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise ServerUnavailable("redis-server not found on PATH (apt-get install redis-server)")
+    account = _server_account()
+    workdir = _make_workdir("kernel-redis-", account)
+
+    def argv(port: int) -> list[str]:
+        return [
+            binary,
+            "--port", str(port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(workdir),
+            "--daemonize", "no",
+        ]  # fmt: skip
+
+    def ready(port: int) -> bool:
+        try:
+            with redis.Redis(host="127.0.0.1", port=port, socket_connect_timeout=1) as client:
+                return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    def url(port: int) -> str:
+        return f"redis://127.0.0.1:{port}/0"
+
+    return _launch(argv, ready, url, workdir, account, timeout, signal.SIGTERM)
+
+
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """Create an empty, uniquely named database beside ``server_url``'s; drop it on exit.
+
+    Args:
+        server_url: SQLAlchemy URL of any database on the server; its credentials are
+            used to create and drop the new one.
+
+    Yields:
+        The new database's SQLAlchemy URL (same driver and credentials).
+    """
+    name = f"kt_{uuid.uuid4().hex[:16]}"
+    admin = libpq_url(server_url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            # FORCE terminates sessions a test left open, which would block the drop.
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def libpq_url(url: str) -> str:
+    """The SQLAlchemy URL ``url`` as a libpq URI that ``psycopg.connect`` accepts."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _postgres_bindir() -> Path:
+    """Find a directory holding ``initdb`` and ``postgres``, preferring PostgreSQL 15."""
+    candidates = [Path("/usr/lib/postgresql/15/bin")]
+    candidates += sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+    on_path = shutil.which("postgres")
+    if on_path is not None:
+        candidates.append(Path(on_path).resolve().parent)
+    for bindir in candidates:
+        if all(os.access(bindir / tool, os.X_OK) for tool in ("initdb", "postgres")):
+            return bindir
+    raise ServerUnavailable(
+        "PostgreSQL server binaries (initdb, postgres) not found in /usr/lib/postgresql/*/bin"
+        " or on PATH (apt-get install postgresql-15)"
+    )
+
+
+def _server_account() -> pwd.struct_passwd | None:
+    """The account servers run as: ``None`` (ourselves) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    for name in (SERVER_USER, "nobody"):
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    raise ServerUnavailable(f"running as root and neither {SERVER_USER!r} nor 'nobody' exists")
+
+
+def _as_account(account: pwd.struct_passwd | None) -> dict[str, Any]:
+    """Popen keyword arguments that run the child as ``account`` (no-op for ourselves)."""
+    if account is None:
+        return {}
+    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+
+
+def _make_workdir(prefix: str, account: pwd.struct_passwd | None) -> Path:
+    """A private temporary directory that ``account`` owns."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    if account is not None:
+        os.chown(workdir, account.pw_uid, account.pw_gid)
+    return workdir
+
+
+def _run_initdb(
+    bindir: Path, data: Path, workdir: Path, account: pwd.struct_passwd | None, timeout: float
+) -> None:
+    """Create the cluster in ``data``; raise ServerUnavailable with initdb's output on failure."""
+    log_path = workdir / "initdb.log"
+    with log_path.open("wb") as log:
+        done = subprocess.run(
+            [
+                str(bindir / "initdb"),
+                f"--pgdata={data}",
+                f"--username={_POSTGRES_ROLE}",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            ],
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+            **_as_account(account),
+        )
+    if done.returncode != 0:
+        raise ServerUnavailable(f"initdb exited with {done.returncode}:\n{_tail(log_path)}")
+
+
+def _launch(
+    argv: Callable[[int], list[str]],
+    ready: Callable[[int], bool],
+    url: Callable[[int], str],
+    workdir: Path,
+    account: pwd.struct_passwd | None,
+    timeout: float,
+    stop_signal: signal.Signals,
+) -> RunningServer:
+    """Start ``argv(port)`` on a free port and wait until ``ready(port)``.
+
+    Removes ``workdir`` when it gives up.
+    """
+    log_path = workdir / "server.log"
+    deadline = time.monotonic() + timeout
+    server: RunningServer | None = None
+    try:
+        for _attempt in range(_LAUNCH_ATTEMPTS):
+            port = free_port()
+            with log_path.open("wb") as log:
+                process = subprocess.Popen(
+                    argv(port),
+                    cwd=workdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    **_as_account(account),
+                )
+            server = RunningServer(url(port), port, process, workdir, log_path, stop_signal)
+            while process.poll() is None and time.monotonic() < deadline:
+                if ready(port):
+                    return server
+                time.sleep(0.05)
+            if process.poll() is None:
+                raise ServerUnavailable(
+                    f"{argv(port)[0]} did not become ready within {timeout:.0f}s:\n"
+                    f"{_tail(log_path)}"
+                )
+        raise ServerUnavailable(
+            f"{argv(port)[0]} exited with {process.returncode}:\n{_tail(log_path)}"
+        )
+    except BaseException:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+
+
+def _tail(path: Path) -> str:
+    """The last lines of a log file, for error messages."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"(no log: {exc})"
+    return "\n".join(lines[-_LOG_TAIL_LINES:])
