@@ -38,7 +38,7 @@ MAX_CHECKPOINT_BYTES = 64 * 1024
 S = OccurrenceStatus
 
 
-def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int) -> Claim | None:
+def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None:
     """Take ``occ_id`` if it is claimable now; None (no change) when it is not.
 
     Fence + 1. The attempt counts unless this claim resumes a handed-back or
@@ -68,6 +68,8 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int) -> Claim | None:
         return None
     if not _gates_open(tx, o):
         return None
+    if lease_ms is None:  # the job's own lease, from the snapshot this run executes
+        lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
     claimed = tx.conn.execute(
         st.CLAIM,
         {
@@ -133,7 +135,7 @@ def _gates_open(tx: Tx, o: Any) -> bool:
 
 
 def claim_next(
-    tx: Tx, owner: str, lease_ms: int, *, queues: tuple[str, ...] | None, kinds: tuple[str, ...] | None
+    tx: Tx, owner: str, lease_ms: int | None, *, queues: tuple[str, ...] | None, kinds: tuple[str, ...] | None
 ) -> Claim | None:
     """Claim the oldest claimable occurrence matching the filters, or None."""
     o = occurrences

@@ -37,6 +37,10 @@ def _ms(seconds: float, field: str) -> int:
     return int(seconds * 1000)
 
 
+def _lease_ms(lease: float | None) -> int | None:
+    return None if lease is None else _ms(lease, "lease")
+
+
 class Kernel:
     """The durable authority for occurrences, fences, leases, controls and retries.
 
@@ -190,14 +194,17 @@ class Kernel:
 
     # -- workers ----------------------------------------------------------------
 
-    def claim(self, occurrence_id: int, *, owner: str, lease: float) -> Claim | None:
-        """Claim one occurrence by id if claimable now (fence + 1); None changes nothing."""
-        return self._write(runs.claim, occurrence_id, owner, _ms(lease, "lease"))
+    def claim(self, occurrence_id: int, *, owner: str, lease: float | None = None) -> Claim | None:
+        """Claim one occurrence by id if claimable now (fence + 1); None changes nothing.
 
-    def claim_next(self, *, owner: str, lease: float, queues: Sequence[str] | None = None,
+        ``lease`` defaults to the job's own lease from the occurrence's snapshot.
+        """
+        return self._write(runs.claim, occurrence_id, owner, _lease_ms(lease))
+
+    def claim_next(self, *, owner: str, lease: float | None = None, queues: Sequence[str] | None = None,
                    kinds: Sequence[str] | None = None) -> Claim | None:
         """Claim the oldest claimable occurrence (optionally of these queues/kinds)."""
-        return self._write(runs.claim_next, owner, _ms(lease, "lease"),
+        return self._write(runs.claim_next, owner, _lease_ms(lease),
                            queues=tuple(queues) if queues else None, kinds=tuple(kinds) if kinds else None)
 
     def renew(self, occurrence_id: int, *, owner: str, fence: int, lease: float) -> RenewAnswer:

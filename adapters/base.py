@@ -1,0 +1,258 @@
+"""The adapter contract: what an occurrence runs and the context it runs with.
+
+An adapter is a narrow protocol (``kind``, ``runtime_control``, ``execute``,
+``resume``, ``classify_error``); :class:`BaseAdapter` gives the defaults so a
+third-party adapter needs only ``kind`` and ``execute``. The Celery runtime
+builds one :class:`ExecutionContext` per claim and owns the ``before_execute``
+safe point; adapters and job code reach ``adapter_checkpoint`` through
+:meth:`ExecutionContext.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from kernel.states import SafePoint
+from kernel.types import Occurrence
+
+__all__ = [
+    "RuntimeControl",
+    "CHECKPOINT_V1",
+    "NO_RUNTIME_CONTROL",
+    "HandBack",
+    "Cancelled",
+    "AdapterError",
+    "ErrorClass",
+    "ExecutionContext",
+    "Adapter",
+    "BaseAdapter",
+    "payload_value",
+    "tail_text",
+]
+
+_CAPABILITY_CHECKPOINT_V1 = "checkpoint_v1"
+_SAFE_POINTS = frozenset(point.value for point in SafePoint)
+#: Error messages end up in ``last_error`` and in CLI output; keep them readable.
+_MESSAGE_LIMIT = 2000
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class RuntimeControl:
+    """An adapter's declared pause/resume capability.
+
+    A declaration is evidence the kernel relies on when it accepts a pause
+    request, so it is checked here: ``checkpoint_v1`` needs at least one known
+    safe point and "no capability" (``None``) must declare none.
+
+    Attributes:
+        capability: ``"checkpoint_v1"`` or ``None``.
+        safe_points: the :class:`~kernel.states.SafePoint` values where the
+            adapter may be paused.
+    """
+
+    capability: str | None
+    safe_points: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.capability not in (None, _CAPABILITY_CHECKPOINT_V1):
+            raise ValueError(f"unknown runtime-control capability {self.capability!r}")
+        unknown = sorted(set(self.safe_points) - _SAFE_POINTS)
+        if unknown:
+            raise ValueError(f"unknown safe points {unknown}")
+        if self.capability is None and self.safe_points:
+            raise ValueError("safe points need the checkpoint_v1 capability")
+        if self.capability is not None and not self.safe_points:
+            raise ValueError("checkpoint_v1 needs at least one safe point")
+
+
+CHECKPOINT_V1 = RuntimeControl(
+    _CAPABILITY_CHECKPOINT_V1,
+    (SafePoint.BEFORE_EXECUTE.value, SafePoint.ADAPTER_CHECKPOINT.value),
+)
+NO_RUNTIME_CONTROL = RuntimeControl(None, ())
+
+
+class HandBack(BaseException):
+    """The runtime takes the occurrence back at a safe point (pause ack, warm shutdown).
+
+    Raised out of :meth:`ExecutionContext.checkpoint`. It derives from
+    ``BaseException`` so that job code's ``except Exception`` cannot swallow it;
+    code that must clean up should use ``finally``.
+    """
+
+
+class Cancelled(Exception):
+    """The occurrence was cancelled (operator cancel or lost lease) while it ran."""
+
+
+@dataclass(frozen=True)
+class ErrorClass:
+    """How the kernel should treat a failure.
+
+    Attributes:
+        retryable: False sends the occurrence straight to dead letter.
+        code: stable upper-case identifier stored as ``last_error.code``.
+        message: a sentence for the operator.
+    """
+
+    retryable: bool
+    code: str
+    message: str
+
+
+class AdapterError(Exception):
+    """A failure an adapter (or job code) has already classified.
+
+    :meth:`BaseAdapter.classify_error` turns it into its :class:`ErrorClass`
+    unchanged, so raising ``AdapterError("BAD_INPUT", "...", retryable=False)``
+    from a callable job dead-letters it without burning retries.
+    """
+
+    def __init__(self, code: str, message: str, *, retryable: bool) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+
+class ExecutionContext:
+    """What an adapter (and the job code it runs) sees of its occurrence.
+
+    Attributes:
+        occurrence: the claimed occurrence (``id``, ``job_id``, ``trigger_key``,
+            ``scheduled_for``, ``attempt``, ``fence``, ``payload``).
+        resumed: the checkpoint stored when the occurrence paused, else ``None``.
+        cancelled: set when the occurrence must stop (cancel or lost lease).
+        logger: where job code should log.
+        timeout_s: the job's timeout in seconds, or ``None`` for none.
+    """
+
+    def __init__(
+        self,
+        occurrence: Occurrence,
+        *,
+        resumed: Any | None,
+        cancelled: threading.Event,
+        on_safe_point: Callable[[str, Any], None],
+        logger: logging.Logger | logging.LoggerAdapter[Any],
+        timeout_s: float | None,
+    ) -> None:
+        self.occurrence = occurrence
+        self.resumed = resumed
+        self.cancelled = cancelled
+        self.logger = logger
+        self.timeout_s = timeout_s
+        self._on_safe_point = on_safe_point
+
+    def checkpoint(self, data: Any) -> None:
+        """Offer a safe point carrying ``data`` (JSON-serialisable, at most 64 KiB).
+
+        Returns normally when nothing is pending. A cancelled occurrence stops
+        here too, so job code that checkpoints needs no separate cancel check.
+
+        Raises:
+            Cancelled: ``cancelled`` is set.
+            HandBack: the runtime stored ``data`` and took the occurrence back.
+        """
+        if self.cancelled.is_set():
+            raise Cancelled(f"occurrence {self.occurrence.id} was cancelled")
+        self._on_safe_point(SafePoint.ADAPTER_CHECKPOINT.value, data)
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """What the runtime calls; see :class:`BaseAdapter` for the defaults."""
+
+    kind: str
+    runtime_control: RuntimeControl
+
+    def execute(self, ctx: ExecutionContext) -> Any:
+        """Run the occurrence; return a JSON-serialisable result or ``None``."""
+        ...
+
+    def resume(self, ctx: ExecutionContext) -> Any:
+        """Continue a paused occurrence; ``ctx.resumed`` holds its checkpoint."""
+        ...
+
+    def classify_error(self, exc: BaseException) -> ErrorClass:
+        """Say whether ``exc`` raised by execute/resume is retryable, and its code."""
+        ...
+
+
+class BaseAdapter(ABC):
+    """Defaults for the :class:`Adapter` protocol.
+
+    Subclasses set ``kind`` (and ``runtime_control`` when they can be paused)
+    and implement ``execute``. The registry calls every adapter factory as
+    ``factory(app=app)``, hence the ``app`` argument.
+    """
+
+    kind: str
+    runtime_control: RuntimeControl = NO_RUNTIME_CONTROL
+
+    def __init__(self, app: Any = None) -> None:
+        self.app = app
+
+    @abstractmethod
+    def execute(self, ctx: ExecutionContext) -> Any:
+        """Run the occurrence; return a JSON-serialisable result or ``None``."""
+
+    def resume(self, ctx: ExecutionContext) -> Any:
+        """Run again from the start; job code reads ``ctx.resumed`` to skip done work."""
+        return self.execute(ctx)
+
+    def classify_error(self, exc: BaseException) -> ErrorClass:
+        """Classify ``exc``: unknown failures are retryable ``ADAPTER_ERROR``."""
+        if isinstance(exc, AdapterError):
+            return ErrorClass(exc.retryable, exc.code, _bounded(exc.message))
+        if isinstance(exc, Cancelled):
+            return ErrorClass(False, "CANCELLED", _bounded(str(exc) or "cancelled"))
+        if isinstance(exc, TimeoutError):
+            return ErrorClass(True, "TIMEOUT", _bounded(str(exc) or "timed out"))
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return ErrorClass(True, "ADAPTER_ERROR", _bounded(text))
+
+
+def payload_value(
+    payload: Mapping[str, Any],
+    key: str,
+    expected: type | tuple[type, ...],
+    default: Any = _REQUIRED,
+) -> Any:
+    """Read ``payload[key]``, refusing a missing or mistyped value.
+
+    Payloads are validated when the job is defined; this is the adapter's last
+    line, so a bad snapshot dead-letters cleanly instead of retrying forever.
+
+    Raises:
+        AdapterError: non-retryable ``INVALID_PAYLOAD`` naming the key.
+    """
+    value = payload.get(key)
+    if value is None:
+        if default is _REQUIRED:
+            raise AdapterError("INVALID_PAYLOAD", f"payload.{key} is required", retryable=False)
+        return default
+    if not isinstance(value, expected):
+        names = expected if isinstance(expected, tuple) else (expected,)
+        wanted = " or ".join(kind.__name__ for kind in names)
+        raise AdapterError(
+            "INVALID_PAYLOAD",
+            f"payload.{key} must be {wanted}, not {type(value).__name__}",
+            retryable=False,
+        )
+    return value
+
+
+def tail_text(text: str, limit: int) -> str:
+    """The last ``limit`` characters of ``text``, marked when cut."""
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= _MESSAGE_LIMIT else message[: _MESSAGE_LIMIT - 3] + "..."

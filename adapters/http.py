@@ -1,0 +1,165 @@
+"""The ``http`` adapter: one HTTP request per run, with the occurrence as idempotency key.
+
+A retried or reclaimed occurrence sends the same ``Idempotency-Key`` (the
+occurrence id), so a server that honours the header applies the effect once
+however often the kernel has to try.
+"""
+
+from __future__ import annotations
+
+import codecs
+import http.client
+import json
+import urllib.error
+import urllib.request
+from email.message import Message
+from typing import IO, Any
+from urllib.parse import quote, urlsplit
+
+from adapters.base import (
+    NO_RUNTIME_CONTROL,
+    AdapterError,
+    BaseAdapter,
+    Cancelled,
+    ExecutionContext,
+    payload_value,
+    tail_text,
+)
+from kernel.types import Occurrence
+
+__all__ = ["HttpAdapter", "BODY_LIMIT"]
+
+#: Bytes of the response body kept in the result (the head).
+BODY_LIMIT = 64 * 1024
+_ERROR_BODY_IN_MESSAGE = 500
+
+
+class HttpAdapter(BaseAdapter):
+    """Sends ``payload`` as a request; the result is ``{status, body, truncated}``.
+
+    Payload keys: ``url`` (required, http or https), ``method`` (default GET, or
+    POST when there is a body), ``headers``, and ``json`` (sent as JSON) or
+    ``body`` (sent as UTF-8 text). 5xx, 429, timeouts and connection failures are
+    retryable; other 4xx answers are not. Cancellation is checked before the
+    request is sent; a request in flight runs to its timeout.
+    """
+
+    kind = "http"
+    runtime_control = NO_RUNTIME_CONTROL
+    #: Request timeout when the job sets none.
+    default_timeout_s: float = 30.0
+
+    def __init__(self, app: Any = None) -> None:
+        super().__init__(app)
+        self._opener = urllib.request.build_opener()
+
+    def execute(self, ctx: ExecutionContext) -> Any:
+        request = _build_request(ctx.occurrence)
+        if ctx.cancelled.is_set():
+            raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before the request")
+        timeout = self.default_timeout_s if ctx.timeout_s is None else ctx.timeout_s
+        target = _describe(request)
+        try:
+            with self._opener.open(request, timeout=timeout) as response:
+                body, truncated = _read_head(response, BODY_LIMIT)
+                text = body.decode(_charset(response.headers), errors="replace")
+                return {"status": response.status, "body": text, "truncated": truncated}
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raise _status_error(target, exc) from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise _timeout(target, timeout) from exc
+            raise _connection_error(target, exc.reason) from exc
+        except TimeoutError as exc:
+            raise _timeout(target, timeout) from exc
+        except (ConnectionError, http.client.HTTPException) as exc:
+            raise _connection_error(target, exc) from exc
+
+
+def _build_request(occurrence: Occurrence) -> urllib.request.Request:
+    payload = occurrence.payload
+    url = payload_value(payload, "url", str)
+    if urlsplit(url).scheme.lower() not in ("http", "https"):
+        # urllib would also open file:// and ftp:// URLs; a job must not read worker files.
+        raise _invalid(f"payload.url must be an http or https URL, not {url!r}")
+    method = payload_value(payload, "method", str, None)
+    headers = payload_value(payload, "headers", dict, {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise _invalid("payload.headers must map names to string values")
+    headers = dict(headers)
+    data = None
+    if payload.get("json") is not None:
+        data = json.dumps(payload["json"], separators=(",", ":")).encode()
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = "application/json"
+    elif payload.get("body") is not None:
+        data = payload_value(payload, "body", str).encode()
+    # Ours go last so a job's own headers cannot replace the kernel's identity.
+    headers.update(
+        {
+            "Idempotency-Key": str(occurrence.id),
+            "X-Kernel-Job": quote(occurrence.job_id, safe=""),
+            "X-Kernel-Trigger": quote(occurrence.trigger_key, safe=":"),
+            "X-Kernel-Attempt": str(occurrence.attempt),
+        }
+    )
+    try:
+        return urllib.request.Request(
+            url, data=data, headers=headers, method=method.upper() if method else None
+        )
+    except ValueError as exc:
+        raise _invalid(f"payload.url is not usable: {exc}") from exc
+
+
+def _describe(request: urllib.request.Request) -> str:
+    """Method and URL for messages, without credentials or query (they may hold secrets)."""
+    parts = urlsplit(request.full_url)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{request.get_method()} {parts.scheme}://{host}{parts.path}"
+
+
+def _read_head(stream: IO[bytes], limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` bytes, and whether the body was longer (the rest is not read)."""
+    data = bytearray()
+    while len(data) <= limit and (chunk := stream.read(limit + 1 - len(data))):
+        data += chunk
+    return bytes(data[:limit]), len(data) > limit
+
+
+def _charset(headers: Message) -> str:
+    charset = headers.get_content_charset() or "utf-8"
+    try:
+        codecs.lookup(charset)
+    except LookupError:
+        return "utf-8"
+    return charset
+
+
+def _status_error(target: str, exc: urllib.error.HTTPError) -> AdapterError:
+    status = exc.code
+    head, _ = _read_head(exc, _ERROR_BODY_IN_MESSAGE)
+    body = head.decode(_charset(exc.headers), errors="replace").strip()
+    message = f"{target} answered {status} {exc.reason}" + (
+        f": {tail_text(body, _ERROR_BODY_IN_MESSAGE)}" if body else ""
+    )
+    if status == 429:
+        return AdapterError("HTTP_429", message, retryable=True)
+    if status >= 500:
+        return AdapterError("HTTP_5XX", message, retryable=True)
+    if 400 <= status < 500:
+        return AdapterError("HTTP_4XX", message, retryable=False)
+    # An unfollowed redirect or an informational answer: retrying sends the same request.
+    return AdapterError("HTTP_STATUS", message, retryable=False)
+
+
+def _timeout(target: str, timeout: float) -> AdapterError:
+    return AdapterError("TIMEOUT", f"{target} timed out after {timeout}s", retryable=True)
+
+
+def _connection_error(target: str, reason: object) -> AdapterError:
+    return AdapterError("HTTP_CONNECTION", f"{target} failed: {reason}", retryable=True)
+
+
+def _invalid(message: str) -> AdapterError:
+    return AdapterError("INVALID_PAYLOAD", message, retryable=False)

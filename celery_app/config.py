@@ -1,0 +1,102 @@
+"""One settings object for celery-kernel, read from ``app.conf`` and the environment, checked at start."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kernel import InvalidArgument, Kernel
+
+__all__ = ["KernelSettings", "DEFAULT_VAR_DIR", "embedded_broker_options", "open_kernel"]
+
+DEFAULT_VAR_DIR = Path("var")
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """celery-kernel's settings (Celery ``kernel_*`` keys; environment variables win).
+
+    Attributes:
+        database_url: ``KERNEL_DATABASE_URL`` / ``kernel_database_url``; default a
+            SQLite file under ``./var/``.
+        jobs_file: ``KERNEL_JOBS_FILE`` / ``kernel_jobs_file``: a job file Beat applies at start.
+        sqlite_synchronous: ``FULL`` (default, survives power loss) or ``NORMAL`` (opt-in).
+        auto_migrate: create/upgrade the schema when a worker or Beat starts.
+        beat_interval: seconds between Beat ticks.
+        dispatch_batch: hints published per tick at most.
+        rehint_after: seconds before an unclaimed occurrence is hinted again.
+    """
+
+    database_url: str
+    jobs_file: str | None
+    sqlite_synchronous: str
+    auto_migrate: bool
+    beat_interval: float
+    dispatch_batch: int
+    rehint_after: float
+
+    @classmethod
+    def from_app(cls, app: Any) -> KernelSettings:
+        conf = app.conf
+
+        def pick(env: str, key: str, default: Any) -> Any:
+            value = os.environ.get(env)
+            return value if value not in (None, "") else conf.get(key, default)
+
+        settings = cls(
+            database_url=str(pick("KERNEL_DATABASE_URL", "kernel_database_url",
+                                  f"sqlite:///{DEFAULT_VAR_DIR / 'kernel.db'}")),
+            jobs_file=pick("KERNEL_JOBS_FILE", "kernel_jobs_file", None),
+            sqlite_synchronous=str(pick("KERNEL_SQLITE_SYNCHRONOUS", "kernel_sqlite_synchronous", "FULL")).upper(),
+            auto_migrate=_flag(pick("KERNEL_AUTO_MIGRATE", "kernel_auto_migrate", True)),
+            beat_interval=float(pick("KERNEL_BEAT_INTERVAL", "kernel_beat_interval", 1.0)),
+            dispatch_batch=int(conf.get("kernel_dispatch_batch", 500)),
+            rehint_after=float(conf.get("kernel_rehint_after", 30.0)),
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Refuse settings that cannot work, naming the setting."""
+        if self.sqlite_synchronous not in ("FULL", "NORMAL"):
+            raise InvalidArgument("kernel_sqlite_synchronous", "must be FULL or NORMAL")
+        if not 0.05 <= self.beat_interval <= 300:
+            raise InvalidArgument("kernel_beat_interval", "must be between 0.05 and 300 seconds")
+        if not 1 <= self.dispatch_batch <= 10_000:
+            raise InvalidArgument("kernel_dispatch_batch", "must be between 1 and 10000")
+        if self.rehint_after <= 0:
+            raise InvalidArgument("kernel_rehint_after", "must be positive")
+        if self.jobs_file is not None and not Path(self.jobs_file).is_file():
+            raise InvalidArgument("KERNEL_JOBS_FILE", f"no such file: {self.jobs_file}")
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def embedded_broker_options(var_dir: Path = DEFAULT_VAR_DIR) -> dict[str, Any]:
+    """kombu ``filesystem://`` folders: a broker with no server that works across processes on one host."""
+    queue_dir = (var_dir / "broker" / "queue").resolve()
+    control_dir = (var_dir / "broker" / "control").resolve()
+    for folder in (queue_dir, control_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(queue_dir),
+        "data_folder_out": str(queue_dir),
+        "control_folder": str(control_dir),
+        "store_processed": False,
+    }
+
+
+def open_kernel(app: Any, *, migrate: bool | None = None) -> Kernel:
+    """Open the kernel the app is configured for (schema migrated when ``auto_migrate``)."""
+    settings = KernelSettings.from_app(app)
+    return Kernel.open(
+        settings.database_url,
+        migrate_schema=settings.auto_migrate if migrate is None else migrate,
+        sqlite_synchronous=settings.sqlite_synchronous,
+    )

@@ -1,0 +1,187 @@
+"""Running one claimed occurrence: the lease keeper, safe points, and the settle that ends it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from adapters.base import Adapter, Cancelled, ExecutionContext, HandBack
+from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
+from kernel.types import PendingPause
+
+__all__ = ["run_occurrence", "shutdown_marker", "request_warm_shutdown", "clear_warm_shutdown"]
+
+log = logging.getLogger("celery_kernel.runtime")
+
+# Renew this often relative to the lease, and poll for shutdown at least this often.
+_RENEW_FRACTION = 3
+_POLL_S = 0.5
+
+
+def shutdown_marker(main_pid: int) -> Path:
+    """A file whose presence tells a worker's pool processes that a warm shutdown began.
+
+    The worker's main process and its pool children share a host, so a file is
+    the simplest signal that reaches every child whatever the pool type.
+    """
+    return Path(tempfile.gettempdir()) / "celery-kernel" / f"warm-shutdown-{main_pid}"
+
+
+def request_warm_shutdown(main_pid: int) -> None:
+    marker = shutdown_marker(main_pid)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+
+
+def clear_warm_shutdown(main_pid: int) -> None:
+    shutdown_marker(main_pid).unlink(missing_ok=True)
+
+
+class _Run:
+    """State shared by the executing thread and the lease keeper of one claim."""
+
+    def __init__(self, kernel: Kernel, claim: Claim, adapter: Adapter, main_pid: int) -> None:
+        self.kernel = kernel
+        self.claim = claim
+        self.adapter = adapter
+        self.main_pid = main_pid
+        self.cancelled = threading.Event()
+        self.finished = threading.Event()
+        self.lease_lost = False
+        self.pause: PendingPause | None = claim_pause(claim)
+        occurrence = claim.occurrence
+        self.lease_s = float(occurrence.definition["lease"])
+        self.log = logging.LoggerAdapter(
+            log, {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
+        )
+
+    # -- lease keeper thread --------------------------------------------------
+
+    def keep_lease(self) -> None:
+        interval = self.lease_s / _RENEW_FRACTION
+        next_renew = time.monotonic() + interval
+        while not self.finished.wait(_POLL_S):
+            if time.monotonic() < next_renew:
+                continue
+            next_renew = time.monotonic() + interval
+            try:
+                answer = self.kernel.renew(
+                    self.claim.occurrence.id, owner=self.claim.owner, fence=self.claim.fence, lease=self.lease_s
+                )
+            except LeaseLost:
+                self.log.warning("lease lost; the run is abandoned and will not settle",
+                                 extra={"action": "lease_lost"})
+                self.lease_lost = True
+                self.cancelled.set()
+                return
+            except KernelError as exc:  # storage trouble: keep trying until the lease is gone
+                self.log.warning("lease renewal failed: %s", exc, extra={"action": "renew_failed"})
+                continue
+            self.pause = answer.pause
+            if answer.cancel_requested:
+                self.cancelled.set()
+
+    # -- safe points ------------------------------------------------------------
+
+    def shutting_down(self) -> bool:
+        return shutdown_marker(self.main_pid).exists()
+
+    def on_safe_point(self, safe_point: str, data: Any) -> None:
+        """Hand the occurrence back here if a pause or a warm shutdown is pending."""
+        if self.lease_lost:
+            raise HandBack()
+        if safe_point not in self.adapter.runtime_control.safe_points:
+            return
+        occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
+        if self.pause is not None and safe_point in self.pause.safe_points:
+            self.kernel.ack_pause(occurrence_id, owner=owner, fence=fence, request_id=self.pause.request_id,
+                                  expected_revision=self.pause.revision, safe_point=safe_point, checkpoint=data)
+            self.log.info("paused at %s", safe_point, extra={"action": "paused"})
+            raise HandBack()
+        if self.shutting_down():
+            self.kernel.hand_back(occurrence_id, owner=owner, fence=fence, safe_point=safe_point, checkpoint=data)
+            self.log.info("handed back at %s for a warm shutdown", safe_point, extra={"action": "handed_back"})
+            raise HandBack()
+
+
+def claim_pause(claim: Claim) -> PendingPause | None:
+    """A pause request already pending when the claim was made (it was rebound to this fence)."""
+    control = claim.occurrence.control
+    if control is None or control.state != "pause_requested":
+        return None
+    return PendingPause(control.pause_request_id or "", control.revision, control.safe_points)
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def run_occurrence(kernel: Kernel, adapters: dict[str, Adapter], occurrence_id: int, *, main_pid: int) -> str:
+    """Claim, execute and settle one occurrence. Returns what happened, for the task result.
+
+    A message for an occurrence that is not claimable is dropped without side
+    effects: the broker message is only a hint.
+    """
+    claim = kernel.claim(occurrence_id, owner=new_owner())
+    if claim is None:
+        log.info("occurrence %s not claimable; hint dropped", occurrence_id,
+                 extra={"action": "claim_refused", "occurrence_id": occurrence_id})
+        return "not_claimable"
+    occurrence = claim.occurrence
+    adapter = adapters.get(occurrence.kind)
+    if adapter is None:
+        kernel.fail(occurrence.id, owner=claim.owner, fence=claim.fence, code="ADAPTER_UNKNOWN",
+                    message=f"no adapter of kind {occurrence.kind!r} is installed on this worker",
+                    retryable=True)
+        return "failed"
+    run = _Run(kernel, claim, adapter, main_pid)
+    keeper = threading.Thread(target=run.keep_lease, name=f"lease-{occurrence.id}", daemon=True)
+    keeper.start()
+    try:
+        return _execute(run)
+    finally:
+        run.finished.set()
+        keeper.join()
+
+
+def _execute(run: _Run) -> str:
+    claim, adapter, kernel = run.claim, run.adapter, run.kernel
+    occurrence = claim.occurrence
+    ctx = ExecutionContext(
+        occurrence, resumed=claim.checkpoint, cancelled=run.cancelled, on_safe_point=run.on_safe_point,
+        logger=run.log, timeout_s=occurrence.definition.get("timeout"),
+    )
+    settle = {"owner": claim.owner, "fence": claim.fence}
+    try:
+        run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
+        result = adapter.resume(ctx) if claim.checkpoint is not None else adapter.execute(ctx)
+    except HandBack:
+        return "handed_back"
+    except Exception as exc:  # job code may raise anything; the adapter classifies it
+        if run.lease_lost:
+            return "lease_lost"
+        if run.cancelled.is_set() and isinstance(exc, Cancelled):
+            kernel.cancelled(occurrence.id, **settle)
+            return "cancelled"
+        verdict = adapter.classify_error(exc)
+        run.log.warning("run failed: %s %s", verdict.code, verdict.message, extra={"action": "run_failed"})
+        try:
+            return kernel.fail(occurrence.id, code=verdict.code, message=verdict.message,
+                               retryable=verdict.retryable, **settle)
+        except LeaseLost:
+            return "lease_lost"
+    if run.lease_lost:
+        return "lease_lost"
+    try:
+        kernel.succeed(occurrence.id, result=result, **settle)
+    except LeaseLost:
+        run.log.warning("finished after losing the lease; result discarded", extra={"action": "settle_refused"})
+        return "lease_lost"
+    return "succeeded"

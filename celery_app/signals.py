@@ -1,0 +1,60 @@
+"""Worker wiring: per-process kernel after fork, schema at start, warm-shutdown hand-back."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery import bootsteps
+from celery.signals import worker_process_init, worker_ready
+
+from celery_app.app import app
+from celery_app.config import open_kernel
+from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
+from celery_app.tasks import process_resources
+
+__all__ = ["WarmShutdownHandBack"]
+
+log = logging.getLogger("celery_kernel.worker")
+
+
+@worker_process_init.connect
+def _fresh_kernel_per_child(**_: Any) -> None:
+    """A forked child must not reuse its parent's database connections; warm up its own."""
+    parent = getattr(app, "_kernel_resources", None)
+    if parent is not None:
+        parent.kernel.engine.dispose(close=False)
+    process_resources(app, main_pid=os.getppid())
+
+
+class WarmShutdownHandBack(bootsteps.StartStopStep):
+    """On warm shutdown, ask running checkpoint-capable occurrences to hand back.
+
+    Started after the pool, so it is stopped before the pool waits for running
+    tasks: those reach their next safe point, store a checkpoint and return,
+    consuming no attempt, so a deploy loses no work.
+    """
+
+    requires = ("celery.worker.components:Pool",)
+
+    def start(self, worker: Any) -> None:
+        clear_warm_shutdown(os.getpid())
+        kernel = open_kernel(worker.app)  # migrates when kernel_auto_migrate is on
+        kernel.close()
+
+    def stop(self, worker: Any) -> None:
+        log.info("warm shutdown: asking running occurrences to hand back at their next safe point",
+                 extra={"action": "warm_shutdown"})
+        request_warm_shutdown(os.getpid())
+
+    def shutdown(self, worker: Any) -> None:
+        clear_warm_shutdown(os.getpid())
+
+
+app.steps["worker"].add(WarmShutdownHandBack)
+
+
+@worker_ready.connect
+def _announce(sender: Any = None, **_: Any) -> None:
+    log.info("celery-kernel worker ready", extra={"action": "worker_ready"})

@@ -1,0 +1,87 @@
+"""The task adapter runs a registered Celery task's body in this process."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import celery
+import pytest
+from unit.adapter_support import make_context
+
+from adapters.base import CHECKPOINT_V1, AdapterError, ErrorClass
+from adapters.task import TaskAdapter
+
+
+@pytest.fixture
+def app() -> Iterator[celery.Celery]:
+    # set_as_current=False and shared=False keep these tasks out of every other app.
+    app = celery.Celery("t", set_as_current=False)
+
+    @app.task(name="t.where", shared=False)
+    def where(x: int, y: int, *, scale: int = 1) -> dict[str, int]:
+        return {"sum": (x + y) * scale, "pid": os.getpid()}
+
+    @app.task(name="t.whoami", bind=True, shared=False)
+    def whoami(self: celery.Task, greeting: str) -> str:
+        return f"{greeting} from {self.name}"
+
+    @app.task(name="t.fail", shared=False)
+    def fail() -> None:
+        raise ValueError("report source missing")
+
+    yield app
+    app.close()
+
+
+def run(adapter: TaskAdapter, payload: dict[str, Any]) -> Any:
+    return adapter.execute(make_context("task", payload))
+
+
+def test_declares_checkpoint_v1() -> None:
+    assert TaskAdapter.runtime_control == CHECKPOINT_V1
+
+
+def test_runs_the_task_body_in_this_process_with_args_and_kwargs(app: celery.Celery) -> None:
+    result = run(TaskAdapter(app), {"task": "t.where", "args": [2, 3], "kwargs": {"scale": 10}})
+
+    assert result == {"sum": 50, "pid": os.getpid()}
+
+
+def test_a_bound_task_receives_itself(app: celery.Celery) -> None:
+    assert run(TaskAdapter(app=app), {"task": "t.whoami", "args": ["hi"]}) == "hi from t.whoami"
+
+
+def test_an_exception_from_the_body_is_retryable(app: celery.Celery) -> None:
+    adapter = TaskAdapter(app)
+
+    with pytest.raises(ValueError) as caught:
+        run(adapter, {"task": "t.fail"})
+
+    assert adapter.classify_error(caught.value) == ErrorClass(
+        True, "ADAPTER_ERROR", "ValueError: report source missing"
+    )
+
+
+def test_an_unregistered_task_is_not_retryable(app: celery.Celery) -> None:
+    adapter = TaskAdapter(app)
+
+    with pytest.raises(AdapterError) as caught:
+        run(adapter, {"task": "t.renamed"})
+
+    error = adapter.classify_error(caught.value)
+    assert (error.retryable, error.code) == (False, "TASK_NOT_REGISTERED")
+    assert "'t.renamed'" in error.message
+
+
+def test_without_an_app_nothing_is_registered() -> None:
+    with pytest.raises(AdapterError, match="without a Celery app") as caught:
+        run(TaskAdapter(), {"task": "t.where"})
+    assert caught.value.code == "TASK_NOT_REGISTERED"
+
+
+def test_a_payload_without_a_task_name_is_invalid(app: celery.Celery) -> None:
+    with pytest.raises(AdapterError, match="payload.task is required") as caught:
+        run(TaskAdapter(app), {"args": [1]})
+    assert (caught.value.code, caught.value.retryable) == ("INVALID_PAYLOAD", False)
