@@ -9,9 +9,12 @@ from typing import Any
 
 from kernel import InvalidArgument, Kernel
 
-__all__ = ["KernelSettings", "DEFAULT_VAR_DIR", "embedded_broker_options", "open_kernel"]
+__all__ = ["KernelSettings", "var_dir", "embedded_broker_options", "open_kernel"]
 
-DEFAULT_VAR_DIR = Path("var")
+
+def var_dir() -> Path:
+    """Where the embedded defaults keep their files: ``KERNEL_VAR_DIR``, else ``./var``."""
+    return Path(os.environ.get("KERNEL_VAR_DIR") or "var")
 
 
 @dataclass(frozen=True)
@@ -20,7 +23,7 @@ class KernelSettings:
 
     Attributes:
         database_url: ``KERNEL_DATABASE_URL`` / ``kernel_database_url``; default a
-            SQLite file under ``./var/``.
+            SQLite file under ``KERNEL_VAR_DIR`` (default ``./var/``).
         jobs_file: ``KERNEL_JOBS_FILE`` / ``kernel_jobs_file``: a job file Beat applies at start.
         sqlite_synchronous: ``FULL`` (default, survives power loss) or ``NORMAL`` (opt-in).
         auto_migrate: create/upgrade the schema when a worker or Beat starts.
@@ -47,7 +50,7 @@ class KernelSettings:
 
         settings = cls(
             database_url=str(pick("KERNEL_DATABASE_URL", "kernel_database_url",
-                                  f"sqlite:///{DEFAULT_VAR_DIR / 'kernel.db'}")),
+                                  f"sqlite:///{var_dir() / 'kernel.db'}")),
             jobs_file=pick("KERNEL_JOBS_FILE", "kernel_jobs_file", None),
             sqlite_synchronous=str(pick("KERNEL_SQLITE_SYNCHRONOUS", "kernel_sqlite_synchronous", "FULL")).upper(),
             auto_migrate=_flag(pick("KERNEL_AUTO_MIGRATE", "kernel_auto_migrate", True)),
@@ -78,10 +81,10 @@ def _flag(value: Any) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def embedded_broker_options(var_dir: Path = DEFAULT_VAR_DIR) -> dict[str, Any]:
+def embedded_broker_options() -> dict[str, Any]:
     """kombu ``filesystem://`` folders: a broker with no server that works across processes on one host."""
-    queue_dir = (var_dir / "broker" / "queue").resolve()
-    control_dir = (var_dir / "broker" / "control").resolve()
+    queue_dir = (var_dir() / "broker" / "queue").resolve()
+    control_dir = (var_dir() / "broker" / "control").resolve()
     for folder in (queue_dir, control_dir):
         folder.mkdir(parents=True, exist_ok=True)
     return {

@@ -23,7 +23,10 @@ def backoff_seconds(
     ``backoff * factor**(attempt-1)``, capped at ``max``, then spread by
     ``±jitter`` (a fraction) so that a burst of failures does not retry in step.
     """
-    base = float(policy["backoff"]) * float(policy["factor"]) ** max(attempt - 1, 0)
+    try:
+        base = float(policy["backoff"]) * float(policy["factor"]) ** max(attempt - 1, 0)
+    except OverflowError:  # factor ** attempt past float range: the cap applies anyway
+        base = float("inf")
     capped = min(base, float(policy["max"]))
     jitter = float(policy["jitter"])
     if jitter <= 0:
