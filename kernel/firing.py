@@ -87,14 +87,10 @@ def create_occurrence(
             status=OccurrenceStatus(existing.status) if existing else None,
         )
     event = "occurrence_skipped" if status == OccurrenceStatus.SKIPPED else "occurrence_created"
-    tx.emit(
-        event,
-        job_id=job_id,
-        occurrence_id=new_id,
-        trigger_key=trigger_key,
-        revision=revision,
-        scheduled_for=scheduled_for,
-        **({"reason": skip_reason} if skip_reason else {}),
-        **({"parent_id": parent_id} if parent_id is not None else {}),
-    )
+    data: dict[str, Any] = {"trigger_key": trigger_key, "revision": revision, "scheduled_for": scheduled_for}
+    if skip_reason:
+        data["reason"] = skip_reason
+    if parent_id is not None:
+        data["parent_id"] = parent_id
+    tx.emit(event, job_id=job_id, occurrence_id=new_id, **data)
     return Created(id=new_id, created=True, status=status)
