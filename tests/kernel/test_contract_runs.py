@@ -1,0 +1,245 @@
+"""A worker's side: claims, fences, attempts, renew, settle, retries, lease expiry (I2, I4, I6)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kernel.errors import InvalidArgument, LeaseLost
+from kernel.states import OccurrenceStatus as S
+
+if TYPE_CHECKING:
+    from tests.kernel.conftest import Harness
+
+
+def test_claim_fences_and_counts_an_attempt(k: Harness) -> None:
+    [occ_id] = k.occurrences()
+    claim = k.kernel.claim(occ_id, owner="w1", lease=30)
+    assert claim is not None and not claim.resumed and claim.checkpoint is None
+    assert (claim.fence, claim.owner, claim.occurrence.attempt) == (1, "w1", 1)
+    assert claim.lease_expires_at == k.clock.now + timedelta(seconds=30)
+    assert claim.occurrence.status == S.RUNNING
+
+    # A duplicate hint for a running occurrence is dropped without side effects.
+    assert k.kernel.claim(occ_id, owner="w2", lease=30) is None
+    assert k.kernel.claim(424242, owner="w2", lease=30) is None
+    occ = k.kernel.get_occurrence(occ_id)
+    assert (occ.fence, occ.lease_owner, occ.attempt) == (1, "w1", 1)
+    claimed = [e for e in k.kernel.events(occurrence_id=occ_id) if e.type == "occurrence_claimed"]
+    assert [(e.fence, e.data["owner"], e.data["attempt"]) for e in claimed] == [(1, "w1", 1)]
+    with pytest.raises(InvalidArgument) as bad_lease:
+        k.kernel.claim(occ_id, owner="w2", lease=0)
+    assert bad_lease.value.field == "lease"
+
+
+def test_renew_extends_a_live_lease_and_refuses_anyone_else(k: Harness) -> None:
+    claim = k.running()
+    occ_id = claim.occurrence.id
+    k.clock.advance(20)
+    answer = k.kernel.renew(occ_id, owner="w1", fence=1, lease=30)
+    assert answer.lease_expires_at == k.clock.now + timedelta(seconds=30)
+    assert answer.pause is None and not answer.cancel_requested
+    for owner, fence in (("w2", 1), ("w1", 2)):
+        with pytest.raises(LeaseLost):
+            k.kernel.renew(occ_id, owner=owner, fence=fence, lease=30)
+    k.clock.advance(31)
+    with pytest.raises(LeaseLost) as lost:
+        k.kernel.renew(occ_id, owner="w1", fence=1, lease=30)
+    assert f"occurrence {occ_id}" in lost.value.message
+
+
+def test_success_settles_once_and_is_never_claimed_again(k: Harness) -> None:
+    claim = k.running()
+    occ_id = claim.occurrence.id
+    k.kernel.succeed(occ_id, owner="w1", fence=1, result={"rows": 3})
+    occ = k.kernel.get_occurrence(occ_id)
+    assert occ.status == S.SUCCEEDED and occ.result == {"rows": 3}
+    assert occ.settled_at == k.clock.now and occ.lease_owner is None
+    assert k.kernel.claim(occ_id, owner="w2", lease=30) is None
+    with pytest.raises(LeaseLost):
+        k.kernel.succeed(occ_id, owner="w1", fence=1)
+    assert k.event_types(occ_id) == [
+        "occurrence_created",
+        "occurrence_claimed",
+        "occurrence_succeeded",
+    ]
+
+
+def test_failures_back_off_exponentially_then_dead_letter(k: Harness) -> None:
+    [occ_id] = k.occurrences(max_attempts=3)
+    for attempt, backoff in ((1, 10), (2, 20)):
+        claim = k.kernel.claim(occ_id, owner="w1", lease=30)
+        assert claim is not None and claim.occurrence.attempt == attempt
+        status = k.kernel.fail(
+            occ_id, owner="w1", fence=claim.fence, code="HTTP_503", message="busy"
+        )
+        occ = k.kernel.get_occurrence(occ_id)
+        assert status == "retry_wait" == occ.status
+        assert occ.available_at == k.clock.now + timedelta(seconds=backoff)
+        assert occ.last_error == {"code": "HTTP_503", "message": "busy"} and occ.settled_at is None
+        k.clock.advance(backoff - 1)
+        assert k.kernel.claim(occ_id, owner="w1", lease=30) is None
+        k.clock.advance(1)
+    claim = k.kernel.claim(occ_id, owner="w1", lease=30)
+    assert claim is not None and claim.occurrence.attempt == 3
+    status = k.kernel.fail(occ_id, owner="w1", fence=claim.fence, code="HTTP_503", message="busy")
+    occ = k.kernel.get_occurrence(occ_id)
+    assert (
+        status == "dead_letter" == occ.status and (occ.last_error or {}).get("code") == "HTTP_503"
+    )
+    assert occ.settled_at == k.clock.now
+    k.clock.advance(3600)
+    assert k.kernel.claim(occ_id, owner="w1", lease=30) is None
+    retry_events = [e for e in k.kernel.events(occurrence_id=occ_id) if e.type.startswith("occ")]
+    assert [e.type for e in retry_events][-2:] == ["occurrence_claimed", "occurrence_dead_letter"]
+
+
+def test_a_non_retryable_failure_dead_letters_at_once(k: Harness) -> None:
+    claim = k.running(max_attempts=5)
+    occ_id = claim.occurrence.id
+    status = k.kernel.fail(
+        occ_id, owner="w1", fence=1, code="HTTP_404", message="gone", retryable=False
+    )
+    assert status == "dead_letter"
+    occ = k.kernel.get_occurrence(occ_id)
+    assert (occ.attempt, (occ.last_error or {}).get("code")) == (1, "HTTP_404")
+    with pytest.raises(InvalidArgument):
+        k.kernel.fail(occ_id, owner="w1", fence=1, code="", message="no code")
+
+
+def test_an_expired_at_least_once_lease_is_reclaimed_and_fences_the_old_owner(k: Harness) -> None:
+    claim = k.running(max_attempts=3)
+    occ_id = claim.occurrence.id
+    k.clock.advance(31)
+    assert k.kernel.expire_leases() == {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
+    assert k.kernel.get_occurrence(occ_id).status == S.RUNNING
+
+    second = k.kernel.claim(occ_id, owner="w2", lease=30)
+    assert second is not None and (second.fence, second.occurrence.attempt) == (2, 2)
+    # Every write of the zombie is refused and changes nothing.
+    writes = (
+        lambda: k.kernel.renew(occ_id, owner="w1", fence=1, lease=30),
+        lambda: k.kernel.succeed(occ_id, owner="w1", fence=1, result="stale"),
+        lambda: k.kernel.fail(occ_id, owner="w1", fence=1, code="E", message="stale"),
+        lambda: k.kernel.hand_back(
+            occ_id, owner="w1", fence=1, safe_point="adapter_checkpoint", checkpoint={"n": 1}
+        ),
+        lambda: k.kernel.cancelled(occ_id, owner="w1", fence=1),
+    )
+    for write in writes:
+        with pytest.raises(LeaseLost) as lost:
+            write()
+        assert lost.value.details["current_fence"] == 2
+    occ = k.kernel.get_occurrence(occ_id)
+    assert (occ.status, occ.fence, occ.lease_owner, occ.result) == (S.RUNNING, 2, "w2", None)
+    reclaimed = k.kernel.events(occurrence_id=occ_id)[-1]
+    assert reclaimed.type == "occurrence_claimed" and reclaimed.fence == 2
+    assert reclaimed.data["previous_owner"] == "w1"
+    k.kernel.succeed(occ_id, owner="w2", fence=2)
+    assert k.kernel.get_occurrence(occ_id).status == S.SUCCEEDED
+
+
+def test_an_expired_lease_on_the_last_attempt_dead_letters(k: Harness) -> None:
+    claim = k.running(max_attempts=1)
+    occ_id = claim.occurrence.id
+    k.clock.advance(29)
+    assert k.kernel.expire_leases()["dead_letter"] == 0
+    k.clock.advance(1)
+    assert k.kernel.expire_leases()["dead_letter"] == 1
+    occ = k.kernel.get_occurrence(occ_id)
+    assert occ.status == S.DEAD_LETTER and (occ.last_error or {}).get("code") == "LEASE_EXPIRED"
+    last = k.kernel.events(occurrence_id=occ_id)[-1]
+    assert (last.type, last.fence, last.data["reason"]) == (
+        "occurrence_dead_letter",
+        1,
+        "lease_expired",
+    )
+    assert k.kernel.claim(occ_id, owner="w2", lease=30) is None
+    with pytest.raises(LeaseLost):
+        k.kernel.succeed(occ_id, owner="w1", fence=1)
+
+
+def test_an_expired_at_most_once_lease_needs_adjudication_and_is_never_claimable(
+    k: Harness,
+) -> None:
+    claim = k.running(delivery="at-most-once", max_attempts=3)
+    occ_id = claim.occurrence.id
+    k.clock.advance(30)
+    assert k.kernel.claim(occ_id, owner="w2", lease=30) is None
+    assert k.kernel.claim_next(owner="w2", lease=30) is None
+    assert k.kernel.dispatch_batch() == []
+    assert k.kernel.expire_leases()["needs_adjudication"] == 1
+    occ = k.kernel.get_occurrence(occ_id)
+    assert (
+        occ.status == S.NEEDS_ADJUDICATION and (occ.last_error or {}).get("code") == "LEASE_EXPIRED"
+    )
+    assert occ.settled_at is None
+    k.clock.advance(3600)
+    assert k.kernel.claim(occ_id, owner="w2", lease=30) is None
+    assert k.kernel.claim_next(owner="w2", lease=30) is None
+    assert k.kernel.dispatch_batch() == []
+    assert k.kernel.expire_leases()["needs_adjudication"] == 0
+
+
+def test_hand_back_then_claim_resumes_without_an_attempt(k: Harness) -> None:
+    claim = k.running(max_attempts=1)
+    occ_id = claim.occurrence.id
+    k.kernel.hand_back(
+        occ_id, owner="w1", fence=1, safe_point="adapter_checkpoint", checkpoint={"page": 7}
+    )
+    occ = k.kernel.get_occurrence(occ_id)
+    assert occ.status == S.RETRY_WAIT and occ.available_at == k.clock.now
+    assert occ.control is not None and occ.control.state == "resumed"
+    assert k.kernel.get_occurrence(occ_id).checkpoint == {"page": 7}
+    with pytest.raises(LeaseLost):
+        k.kernel.renew(occ_id, owner="w1", fence=1, lease=30)
+
+    # max_attempts is 1 and the first attempt is spent: only a free claim can take it.
+    resumed = k.kernel.claim(occ_id, owner="w2", lease=30)
+    assert resumed is not None and resumed.resumed and resumed.checkpoint == {"page": 7}
+    assert (resumed.fence, resumed.occurrence.attempt) == (2, 1)
+    assert k.event_types(occ_id)[-2:] == ["occurrence_handed_back", "occurrence_claimed"]
+    assert k.kernel.events(occurrence_id=occ_id)[-1].data["resumed"] is True
+    k.kernel.succeed(occ_id, owner="w2", fence=2)
+    assert k.kernel.get_occurrence(occ_id).control.state == "terminal"  # type: ignore[union-attr]
+
+
+def test_a_checkpoint_over_64_kib_is_refused(k: Harness) -> None:
+    claim = k.running()
+    occ_id = claim.occurrence.id
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.hand_back(
+            occ_id,
+            owner="w1",
+            fence=1,
+            safe_point="adapter_checkpoint",
+            checkpoint={"blob": "x" * (64 * 1024)},
+        )
+    assert refused.value.field == "checkpoint"
+    occ = k.kernel.get_occurrence(occ_id)
+    assert occ.status == S.RUNNING and occ.control is None
+    # Exactly at the limit is fine: 64 KiB of canonical JSON.
+    fits = "x" * (64 * 1024 - len('{"blob":""}'))
+    k.kernel.hand_back(
+        occ_id, owner="w1", fence=1, safe_point="adapter_checkpoint", checkpoint={"blob": fits}
+    )
+    assert k.kernel.get_occurrence(occ_id).checkpoint == {"blob": fits}
+
+
+def test_claim_next_takes_the_oldest_claimable_matching_the_filters(k: Harness) -> None:
+    first, second = k.occurrences("a", 2)
+    k.define("b", queue="reports", kind="shell", payload={"argv": ["true"]})
+    [other] = k.fire("b").created
+    got = k.kernel.claim_next(owner="w1", lease=30, queues=["reports"])
+    assert got is not None and got.occurrence.id == other
+    got = k.kernel.claim_next(owner="w1", lease=30, kinds=["callable"])
+    assert got is not None and got.occurrence.id == first
+    got = k.kernel.claim_next(owner="w1", lease=30)
+    assert got is not None and got.occurrence.id == second
+    assert k.kernel.claim_next(owner="w1", lease=30) is None
+    # An expired at-least-once lease is claimable again through claim_next too.
+    k.clock.advance(31)
+    got = k.kernel.claim_next(owner="w2", lease=30, queues=["reports"])
+    assert got is not None and (got.occurrence.id, got.fence) == (other, 2)
