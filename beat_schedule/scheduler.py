@@ -35,9 +35,15 @@ def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
     if job.planned and job.next_trigger_key is not None and job.next_fire_at is not None:
         cursor = timing.Firing(job.next_fire_at, job.next_trigger_key)
     schedule = spec["schedule"]
-    # `in` counts from the definition; anything else starts when the job was last
-    # (re)defined or enabled, so nothing from before it existed is owed.
-    anchor = job.defined_at if schedule and "in" in schedule else job.updated_at
+    # `in` counts from the definition. Anything else starts when the job was last
+    # (re)defined or enabled, so nothing from before it existed is owed; a revision
+    # leaves in next_fire_at where its planning resumes (see Kernel.revise_job).
+    if schedule and "in" in schedule:
+        anchor = job.defined_at
+    elif not job.planned and job.next_fire_at is not None:
+        anchor = job.next_fire_at
+    else:
+        anchor = job.updated_at
     return timing.plan_due(schedule, spec["dst"], spec["catchup"]["policy"], spec["catchup"]["window"],
                            cursor=cursor, now=now, anchor=anchor)
 

@@ -27,13 +27,23 @@ def _job_id(name: str) -> str:
     return job_id
 
 
+def _cron_field(value: Any) -> str:
+    """One crontab field as cron text: ``crontab(hour=(0, 12))`` means ``0,12``."""
+    if isinstance(value, str | int):
+        return str(value)
+    return ",".join(str(v) for v in sorted(value))
+
+
 def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
     field = f"beat_schedule[{name!r}].schedule"
     if isinstance(value, crontab):
         fields = (value._orig_minute, value._orig_hour, value._orig_day_of_month,
                   value._orig_month_of_year, value._orig_day_of_week)
-        zone = getattr(value.tz, "key", None) or str(value.tz) if value.tz else timezone
-        return {"cron": " ".join(str(f) for f in fields), "timezone": zone}
+        # Celery's Beat reads a crontab in its app's zone. `crontab.tz` would fall
+        # back to whatever app is current, so a crontab without an app takes the
+        # zone of the configuration being synced.
+        zone = timezone if value._app is None else str(getattr(value._app.timezone, "key", "UTC"))
+        return {"cron": " ".join(_cron_field(f) for f in fields), "timezone": zone}
     if isinstance(value, schedule) and type(value) is schedule:
         return {"every": value.run_every.total_seconds()}
     if isinstance(value, timedelta):
@@ -63,10 +73,16 @@ def entry_to_spec(name: str, entry: Mapping[str, Any], *, timezone: str = "UTC")
 
 
 def beat_schedule_specs(conf: Any) -> list[dict[str, Any]]:
-    """Every entry of ``conf.beat_schedule`` as a job spec."""
+    """Every usable entry of ``conf.beat_schedule`` as a job spec; unusable ones are logged."""
     timezone = str(conf.get("timezone") or "UTC")
-    return [entry_to_spec(name, entry, timezone=timezone)
-            for name, entry in (conf.get("beat_schedule") or {}).items()]
+    specs = []
+    for name, entry in (conf.get("beat_schedule") or {}).items():
+        try:
+            specs.append(entry_to_spec(name, entry, timezone=timezone))
+        except InvalidArgument as exc:  # one unusable entry must not keep Beat from starting
+            log.error("beat_schedule entry %r skipped: %s", name, exc,
+                      extra={"action": "entry_refused", "entry": name})
+    return specs
 
 
 def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> dict[str, str]:

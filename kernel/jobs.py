@@ -120,7 +120,8 @@ def revise_job(tx: Tx, raw: Mapping[str, Any], expected_revision: int) -> tuple[
     """Replace a job's definition if its revision is still ``expected_revision``.
 
     Identical content is a no-op (no new revision). Occurrences already created
-    keep their snapshot; Beat re-plans the cursor from the new definition.
+    keep their snapshot; Beat re-plans the cursor from the new definition, starting
+    at the old cursor when that was already due (else at the edit).
     """
     spec = validate_job_spec(raw)
     current = get_job(tx, spec.id)
@@ -135,10 +136,19 @@ def revise_job(tx: Tx, raw: Mapping[str, Any], expected_revision: int) -> tuple[
     if current.digest == spec.digest:
         return current, False
     _check_chain(tx, spec)
+    values = _row_values(tx, spec)
+    if current.enabled and spec.enabled:
+        # While unplanned, next_fire_at is where Beat resumes planning: the old
+        # cursor if it was already due, else now. A firing due but not yet
+        # materialised when the edit landed is then still made (under the new
+        # revision) or recorded by the catch-up policy, not silently dropped.
+        values["next_fire_at"] = sa.case(
+            (jobs.c.next_fire_at < tx.now, jobs.c.next_fire_at), else_=tx.now
+        )
     changed = tx.conn.execute(
         sa.update(jobs)
         .where(jobs.c.id == spec.id, jobs.c.revision == expected_revision)
-        .values(revision=jobs.c.revision + 1, **_row_values(tx, spec))
+        .values(revision=jobs.c.revision + 1, **values)
     ).rowcount
     if changed != 1:
         raise RevisionConflict(f"job {spec.id!r} changed while being revised", job_id=spec.id)
@@ -210,16 +220,34 @@ def delete_job(tx: Tx, job_id: str) -> None:
     tx.emit("job_deleted", job_id=job_id, revision=current.revision)
 
 
+def _index_predicate(name: str) -> sa.TextClause:
+    """The WHERE of partial index ``name``, to repeat verbatim in a query.
+
+    SQLite uses a partial index only when the query's WHERE contains the index's
+    terms as written: SQLAlchemy's ``enabled = 1`` does not match ``enabled`` and
+    the due query scanned every job.
+    """
+    index = next(i for i in jobs.indexes if i.name == name)
+    predicate: sa.TextClause = index.dialect_options["sqlite"]["where"]
+    return predicate
+
+
+_DUE = _index_predicate("jobs_due")
+_UNPLANNED = _index_predicate("jobs_unplanned")
+
+
 def due_jobs(tx: Tx, limit: int) -> list[Job]:
-    """Jobs whose cursor is due, and jobs no Beat has planned yet (both by index)."""
+    """Jobs whose cursor is due, and jobs no Beat has planned yet (both by partial index)."""
     due = tx.conn.execute(
         sa.select(jobs)
-        .where(jobs.c.enabled, jobs.c.planned, jobs.c.next_fire_at <= tx.now)
+        .where(_DUE, jobs.c.next_fire_at <= tx.now)
         .order_by(jobs.c.next_fire_at)
         .limit(limit)
     ).all()
+    # Ordered by the index's own column: without table statistics PostgreSQL
+    # otherwise prefers a sequential scan for a LIMIT query.
     unplanned = tx.conn.execute(
-        sa.select(jobs).where(jobs.c.enabled, sa.not_(jobs.c.planned)).limit(limit)
+        sa.select(jobs).where(_UNPLANNED).order_by(jobs.c.id).limit(limit)
     ).all()
     return [job_from_row(r) for r in (*unplanned, *due)][:limit]
 
@@ -299,18 +327,20 @@ def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
     if policy == "allow":
         return None
     o = occurrences
+    # An at-most-once run awaiting adjudication may still be having its effect: a
+    # `skip` job does not start another beside it.
+    statuses = _UNSETTLED if policy == "skip" else (S.QUEUED, S.RUNNING, S.RETRY_WAIT)
     active = tx.conn.execute(
-        sa.select(o.c.id, o.c.status, o.c.fence).where(
-            o.c.job_id == job_id, o.c.status.in_((S.QUEUED, S.RUNNING, S.RETRY_WAIT))
-        )
+        sa.select(o.c.id, o.c.status, o.c.fence).where(o.c.job_id == job_id, o.c.status.in_(statuses))
     ).all()
     if not active:
         return None
     if policy == "skip":
         return "overlap"
     if policy == "queue":
-        waiting = sum(1 for r in active if r.status != S.RUNNING)
-        return "queue_full" if waiting >= spec["max_queued"] else None
+        # Claims of a queue job are exclusive: one active occurrence runs (or runs
+        # next), the others wait behind it, and those are what max_queued bounds.
+        return "queue_full" if len(active) - 1 >= spec["max_queued"] else None
     for row in active:  # replace: the new firing waits (exclusive) until these end
         request_cancel(tx, row.id, job_id, row.status, row.fence, reason="replaced")
     return None

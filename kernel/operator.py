@@ -88,10 +88,14 @@ def request_cancel(tx: Tx, occ_id: int, job_id: str, status: str, fence: int, *,
     """Cancel at once if not running; otherwise flag it for the worker to see on renew."""
     o = occurrences
     if status == S.RUNNING:
-        tx.conn.execute(sa.update(o).where(o.c.id == occ_id, o.c.status == S.RUNNING)
-                        .values(cancel_requested=True, updated_at=tx.now))
-        tx.emit("occurrence_cancel_requested", job_id=job_id, occurrence_id=occ_id, fence=fence,
-                reason=reason)
+        flagged = tx.conn.execute(
+            sa.update(o)
+            .where(o.c.id == occ_id, o.c.status == S.RUNNING, o.c.cancel_requested.is_(False))
+            .values(cancel_requested=True, updated_at=tx.now)
+        ).rowcount
+        if flagged:  # asked once; a later firing under `replace` does not ask again
+            tx.emit("occurrence_cancel_requested", job_id=job_id, occurrence_id=occ_id, fence=fence,
+                    reason=reason)
         return
     changed = tx.conn.execute(
         sa.update(o).where(o.c.id == occ_id, o.c.status.in_((S.QUEUED, S.RETRY_WAIT)))
@@ -208,7 +212,9 @@ def requeue(
         sa.update(occurrences)
         .where(occurrences.c.id == occ_id, occurrences.c.status == S.DEAD_LETTER,
                occurrences.c.fence == expected_fence)
-        .values(status=S.RETRY_WAIT, available_at=tx.now, dispatched_at=None, settled_at=None, updated_at=tx.now)
+        # The operator revives it: a cancel request of the dead run is spent (no claim takes it).
+        .values(status=S.RETRY_WAIT, available_at=tx.now, dispatched_at=None, settled_at=None, updated_at=tx.now,
+                cancel_requested=False)
     ).rowcount
     if changed != 1:
         raise FenceConflict(f"occurrence {occ_id} changed during requeue", occurrence_id=occ_id)

@@ -151,7 +151,14 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
     """Claimable occurrences not hinted recently; marks them hinted now (SPEC §2.3)."""
     not_recent = sa.or_(O.c.dispatched_at.is_(None), O.c.dispatched_at <= tx.now - rehint_after_ms)
     not_paused = ~sa.exists().where(controls.c.occurrence_id == O.c.id, controls.c.state == ControlState.PAUSED)
-    waiting = sa.and_(O.c.status.in_((S.QUEUED, S.RETRY_WAIT)), O.c.available_at <= tx.now)
+    running = O.alias("running")
+    # An exclusive occurrence (overlap queue/replace) cannot start while another of
+    # its job runs; hinting it would only make a worker refuse it.
+    free_to_start = sa.or_(
+        O.c.exclusive.is_(False),
+        ~sa.exists().where(running.c.job_id == O.c.job_id, running.c.status == S.RUNNING),
+    )
+    waiting = sa.and_(O.c.status.in_((S.QUEUED, S.RETRY_WAIT)), O.c.available_at <= tx.now, free_to_start)
     expired = sa.and_(O.c.status == S.RUNNING, O.c.lease_expires_at <= tx.now, O.c.delivery == "at-least-once")
     hints: list[DispatchHint] = []
     for condition in (waiting, expired):

@@ -1,0 +1,137 @@
+"""KernelScheduler as Celery's Beat runs it: ticks materialise firings through the kernel,
+pump hints to the broker, and leave manual runs and one-shot jobs to their own rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.beat.conftest import Beat
+
+
+def _queued_messages(tmp_path: Path) -> int:
+    """Hints waiting in the embedded (filesystem) broker the harness runs in ``tmp_path``."""
+    return sum(1 for f in (tmp_path / "var" / "broker" / "queue").iterdir() if f.is_file())
+
+
+def test_a_tick_materialises_due_firings_and_publishes_their_hints(
+    sqlite_beat: Beat, tmp_path: Path
+) -> None:
+    beat = sqlite_beat
+    beat.define()
+    beat.tick()
+    assert beat.occurrences() == [] and _queued_messages(tmp_path) == 0
+    job = beat.kernel.get_job("job")
+    assert job.planned and job.next_fire_at == beat.minute(1)
+
+    beat.tick(beat.minute(1))
+    [occ] = beat.occurrences()
+    assert (occ.trigger_key, occ.status, occ.scheduled_for) == (
+        beat.key(1),
+        "queued",
+        beat.minute(1),
+    )
+    assert occ.dispatched_at == beat.minute(1)
+    assert _queued_messages(tmp_path) == 1
+    [heartbeat] = beat.kernel.beats()
+    assert heartbeat.id == beat.scheduler.beat_id and heartbeat.last_tick_at == beat.minute(1)
+
+
+def test_tick_returns_the_configured_interval_and_info_names_the_database(
+    open_beat: Callable[..., Beat], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    beat = open_beat(url, kernel_beat_interval=2.5)
+    assert beat.scheduler.tick() == 2.5
+    assert url in beat.scheduler.info and beat.scheduler.beat_id in beat.scheduler.info
+
+
+def test_two_beats_on_one_database_make_each_firing_once(
+    open_beat: Callable[..., Beat], tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    first, second = open_beat(url), open_beat(url)
+    first.define(overlap="allow")
+    for n in range(0, 6):
+        at = first.minute(n + 0.5)
+        first.tick(at)
+        second.tick(at)
+    assert first.keys() == [first.key(n) for n in range(1, 6)]
+    assert {b.id for b in first.kernel.beats()} == {
+        first.scheduler.beat_id,
+        second.scheduler.beat_id,
+    }
+
+
+def test_only_due_jobs_are_planned_each_tick(sqlite_beat: Beat) -> None:
+    beat = sqlite_beat
+    for n in range(50):
+        beat.define(f"hourly-{n}", schedule={"every": "1h"})
+    beat.define("minutely", overlap="allow")
+    beat.tick()
+    assert beat.kernel.due_jobs() == []
+    beat.clock.set(beat.minute(1))
+    assert [j.id for j in beat.kernel.due_jobs()] == ["minutely"]
+    beat.tick()
+    assert beat.keys("minutely") == [beat.key(1)]
+    assert all(beat.occurrences(f"hourly-{n}") == [] for n in range(50))
+
+
+def test_run_now_on_a_disabled_job_runs_once_and_leaves_the_schedule_alone(
+    sqlite_beat: Beat,
+) -> None:
+    beat = sqlite_beat
+    beat.define(enabled=False)
+    beat.tick()
+    before = beat.kernel.get_job("job")
+
+    first = beat.kernel.run_now("job", request_id="req-1", operator="ops")
+    retried = beat.kernel.run_now("job", request_id="req-1", operator="ops")
+    assert not first.deduplicated and retried.deduplicated
+    assert retried.occurrence.id == first.occurrence.id
+    beat.tick(beat.minute(3))
+    assert beat.keys() == ["manual:req-1"]
+    assert beat.kernel.get_job("job") == before
+    assert beat.kernel.claim(first.occurrence.id, owner="w1") is not None
+
+
+def test_run_now_between_ticks_does_not_move_the_cursor(sqlite_beat: Beat) -> None:
+    beat = sqlite_beat
+    beat.define(overlap="allow")
+    beat.tick()
+    beat.clock.set(beat.minute(0.75))
+    manual = beat.kernel.run_now("job", request_id="req-2", operator="ops")
+    job = beat.kernel.get_job("job")
+    assert (job.next_trigger_key, job.next_fire_at) == (beat.key(1), beat.minute(1))
+
+    beat.tick(beat.minute(1))
+    beat.tick(beat.minute(2))
+    assert beat.keys() == ["manual:req-2", beat.key(1), beat.key(2)]
+    assert manual.occurrence.scheduled_for == beat.minute(0.75)
+
+
+def test_a_one_shot_fires_once_even_when_late_and_then_has_no_cursor(sqlite_beat: Beat) -> None:
+    beat = sqlite_beat
+    beat.define("at", schedule={"at": beat.minute(3).isoformat()})
+    beat.define("in", schedule={"in": "90s"})  # 12:02:00, from the definition at 12:00:30
+    beat.tick()
+    beat.tick(beat.minute(10))  # Beat was down: both are late, `latest` still fires each
+
+    assert beat.keys("at") == [beat.key(3, "at")]
+    assert beat.keys("in") == [beat.key(2, "at")]
+    for job_id in ("at", "in"):
+        job = beat.kernel.get_job(job_id)
+        assert job.planned and job.next_trigger_key is None
+    beat.tick(beat.minute(20))
+    assert len(beat.occurrences("at")) == len(beat.occurrences("in")) == 1
+
+
+def test_a_late_one_shot_under_catchup_none_is_recorded_not_lost(sqlite_beat: Beat) -> None:
+    beat = sqlite_beat
+    beat.define(schedule={"at": beat.minute(3).isoformat()}, catchup={"policy": "none"})
+    beat.tick()
+    beat.tick(beat.minute(3) + timedelta(minutes=5))
+    assert beat.skips() == {beat.key(3, "at"): "catchup_none"}
