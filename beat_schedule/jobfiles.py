@@ -1,83 +1,241 @@
-"""Job files (``{"jobs": [...]}`` in JSON, TOML or YAML): read, validate all, or refuse naming file and field."""
+"""Job files: ``{"jobs": [ ... ]}`` in JSON, TOML or YAML, read without surprises.
+
+:func:`load_job_file` parses a file and checks its outer shape; :func:`validate_job_file`
+also validates every job with :func:`kernel.jobspec.validate_job_spec` and reports
+*every* invalid job at once. Whatever is wrong — unreadable file, a syntax error,
+a duplicate key, an unknown field, a bad cron — the error is an
+:class:`~kernel.errors.InvalidArgument` that names the file and the line or the field
+(``jobs[2].schedule.timezone``); nothing raises anything else.
+
+The format follows the extension (``.json``, ``.toml``, ``.yaml``/``.yml``). YAML is
+read with a safe loader that also refuses aliases (``*name``): an alias bomb is a few
+hundred bytes that expand to gigabytes of payload. Duplicate keys are refused in JSON
+and YAML, as TOML does, since "the last one wins" silently drops a setting.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kernel import InvalidArgument
-from kernel.jobspec import validate_job_spec
+from kernel.jobspec import JobSpec, validate_job_spec
 
-__all__ = ["MAX_JOB_FILE_BYTES", "load_job_file", "parse_job_file"]
+__all__ = ["JobFileInvalid", "MAX_FILE_BYTES", "MAX_JOBS", "load_job_file", "validate_job_file"]
 
-MAX_JOB_FILE_BYTES = 8 * 1024 * 1024
-_FORMATS = {".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml"}
-
-
-def _decode(path: Path, text: str) -> Any:
-    fmt = _FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise InvalidArgument(str(path), "unknown job file type: use .json, .toml, .yaml or .yml")
-    try:
-        if fmt == "json":
-            return json.loads(text)
-        if fmt == "toml":
-            return tomllib.loads(text)
-        return yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(str(path), f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument(str(path), f"invalid TOML: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InvalidArgument(str(path), f"invalid YAML{where}: {problem}") from None
+#: Larger files are refused before parsing (many jobs at the 64 KiB payload limit fit).
+MAX_FILE_BYTES = 16 * 1024 * 1024
+#: More jobs than this in one file is refused.
+MAX_JOBS = 10_000
+_WORD = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def parse_job_file(path: Path, text: str) -> list[dict[str, Any]]:
-    """Decode and validate every job; the first invalid one refuses the whole file.
+class JobFileInvalid(InvalidArgument):
+    """A job file that cannot be used; ``file`` and ``field`` say where.
 
-    Raises:
-        InvalidArgument: ``field`` is ``<file>: jobs[i].<field>`` (or the file alone
-            for a syntax error), so nothing is applied from a broken file.
+    ``errors`` (in ``details``) lists every invalid job as ``{index, id, field, message}``.
     """
-    document = _decode(path, text)
-    if not isinstance(document, dict) or set(document) != {"jobs"}:
-        raise InvalidArgument(str(path), 'must hold exactly one key, "jobs", with a list of jobs')
-    jobs = document["jobs"]
-    if not isinstance(jobs, list):
-        raise InvalidArgument(f"{path}: jobs", "must be a list")
-    seen: dict[str, int] = {}
-    for index, raw in enumerate(jobs):
-        if not isinstance(raw, dict):
-            raise InvalidArgument(f"{path}: jobs[{index}]", "must be an object")
-        try:
-            spec = validate_job_spec(raw)
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"{path}: jobs[{index}].{exc.field}", exc.message.split(": ", 1)[-1]) from None
-        if spec.id in seen:
-            raise InvalidArgument(f"{path}: jobs[{index}].id", f"duplicate id {spec.id!r} (also jobs[{seen[spec.id]}])")
-        seen[spec.id] = index
-    return jobs
+
+    def __init__(
+        self, path: Path, field: str, message: str, *, show_field: bool = True, **details: Any
+    ) -> None:
+        super().__init__(field, message, file=str(path), **details)
+        self.message = f"{path}: {field}: {message}" if show_field else f"{path}: {message}"
+        self.args = (self.message,)
+
+
+class _Syntax(Exception):
+    """A parser's complaint: where (a line, a key) and what."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where}: {message}")
+        self.where = where
+        self.message = message
 
 
 def load_job_file(path: str | Path) -> list[dict[str, Any]]:
-    """Read ``path`` and return its validated job specs (raw dicts, ready for ``apply_job``)."""
+    """Parse a job file and return its jobs, not yet validated.
+
+    Raises:
+        JobFileInvalid: unreadable, too large, not UTF-8, a syntax error (with its
+            line), an unsupported extension, or not ``{"jobs": [object, ...]}``.
+    """
     file = Path(path)
+    parse = _PARSERS.get(file.suffix.lower())
+    if parse is None:
+        raise JobFileInvalid(file, "file", "use a .json, .toml, .yaml or .yml file")
     try:
-        size = file.stat().st_size
-        if size > MAX_JOB_FILE_BYTES:
-            raise InvalidArgument(str(file), f"is {size} bytes; job files are limited to {MAX_JOB_FILE_BYTES}")
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidArgument(str(file), "no such file") from None
-    except UnicodeDecodeError as exc:
-        raise InvalidArgument(str(file), f"is not UTF-8 text (byte {exc.start})") from None
+        with file.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise InvalidArgument(str(file), f"cannot be read: {exc.strerror}") from None
-    return parse_job_file(file, text)
+        raise JobFileInvalid(file, "file", f"cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise JobFileInvalid(file, "file", f"is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise JobFileInvalid(file, "file", f"is not UTF-8 (byte {exc.start})") from None
+    try:
+        document = parse(text)
+    except _Syntax as exc:
+        raise JobFileInvalid(file, exc.where, exc.message) from None
+    except RecursionError:
+        raise JobFileInvalid(file, "file", "nests too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's digit limit
+        raise JobFileInvalid(file, "file", f"syntax error: {exc}") from None
+    return _jobs(file, document)
+
+
+def validate_job_file(path: str | Path) -> list[JobSpec]:
+    """Load a job file and validate every job; all errors are reported together.
+
+    Raises:
+        JobFileInvalid: the file does not load, ids repeat, or any job is invalid;
+            ``details["errors"]`` lists each problem, ``field`` names the first.
+    """
+    file = Path(path)
+    errors: list[dict[str, Any]] = []
+    specs: list[JobSpec] = []
+    seen: dict[str, int] = {}
+    for index, raw in enumerate(load_job_file(file)):
+        raw_id = raw.get("id")
+        label = raw_id if isinstance(raw_id, str) else None
+        try:
+            spec = validate_job_spec(raw)
+        except InvalidArgument as exc:
+            errors.append(
+                {
+                    "index": index,
+                    "id": label,
+                    "field": f"jobs[{index}].{exc.field}" if exc.field else f"jobs[{index}]",
+                    "message": exc.message,
+                }
+            )
+            continue
+        if spec.id in seen:
+            errors.append(
+                {
+                    "index": index,
+                    "id": spec.id,
+                    "field": f"jobs[{index}].id",
+                    "message": f"id: {spec.id!r} is also the id of jobs[{seen[spec.id]}]",
+                }
+            )
+            continue
+        seen[spec.id] = index
+        specs.append(spec)
+    if errors:
+        lines = [
+            f"jobs[{e['index']}]" + (f" ({e['id']!r})" if e["id"] else "") + f": {e['message']}"
+            for e in errors
+        ]
+        summary = f"{len(errors)} invalid job(s), nothing applied:\n  " + "\n  ".join(lines)
+        raise JobFileInvalid(file, errors[0]["field"], summary, show_field=False, errors=errors)
+    return specs
+
+
+def _jobs(file: Path, document: object) -> list[dict[str, Any]]:
+    if not isinstance(document, dict):
+        raise JobFileInvalid(file, "file", 'must hold an object: {"jobs": [ ... ]}')
+    unknown = sorted(str(key) for key in document if key != "jobs")
+    if unknown:
+        name = unknown[0] if _WORD.fullmatch(unknown[0]) else json.dumps(unknown[0])
+        raise JobFileInvalid(file, name, 'unknown field; a job file holds only "jobs"')
+    if "jobs" not in document:
+        raise JobFileInvalid(file, "jobs", "is required")
+    jobs = document["jobs"]
+    if not isinstance(jobs, list):
+        raise JobFileInvalid(file, "jobs", "must be an array of jobs")
+    if len(jobs) > MAX_JOBS:
+        raise JobFileInvalid(file, "jobs", f"holds {len(jobs)} jobs; at most {MAX_JOBS} per file")
+    for index, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            raise JobFileInvalid(file, f"jobs[{index}]", "must be an object")
+    return jobs
+
+
+# --- parsers ------------------------------------------------------------------------
+
+
+def _parse_json(text: str) -> object:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise _Syntax(f"key {json.dumps(key)}", "duplicate key")
+            result[key] = value
+        return result
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise _Syntax(
+            f"line {exc.lineno}, column {exc.colno}", f"syntax error: {exc.msg}"
+        ) from None
+
+
+def _parse_toml(text: str) -> object:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
+        raise _Syntax("syntax error", str(exc)) from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases and duplicate keys."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.MarkedYAMLError(
+                problem="aliases (*name) are not supported in job files", problem_mark=mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base class reports it
+                break
+            if duplicate:
+                raise yaml.MarkedYAMLError(
+                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _parse_yaml(text: str) -> object:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.reader.ReaderError as exc:  # a character YAML refuses: it knows only the offset
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise _Syntax(
+            f"line {line}, column {column}",
+            f"syntax error: {exc.reason} (U+{ord(exc.character):04X})"
+            if isinstance(exc.character, str)
+            else f"syntax error: {exc.reason}",
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "syntax"
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise _Syntax(where, f"syntax error: {problem}") from None
+
+
+_PARSERS: dict[str, Callable[[str], object]] = {
+    ".json": _parse_json,
+    ".toml": _parse_toml,
+    ".yaml": _parse_yaml,
+    ".yml": _parse_yaml,
+}

@@ -16,7 +16,7 @@ from typing import Any
 from celery.beat import Scheduler
 
 from beat_schedule import timing
-from beat_schedule.jobfiles import load_job_file
+from beat_schedule.jobfiles import validate_job_file
 from beat_schedule.sync import apply_specs, beat_schedule_specs
 from celery_app.config import KernelSettings, open_kernel
 from kernel import Job, Kernel, KernelError
@@ -66,7 +66,13 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         apply_specs(self.kernel, beat_schedule_specs(self.app.conf), source="beat_schedule")
         jobs_file = os.environ.get("KERNEL_JOBS_FILE") or self.app.conf.get("kernel_jobs_file")
         if jobs_file:
-            apply_specs(self.kernel, load_job_file(jobs_file), source=jobs_file)
+            try:
+                applied = self.kernel.apply_jobs([spec.to_dict() for spec in validate_job_file(jobs_file)])
+            except KernelError as exc:  # refused whole; the jobs already defined keep running
+                log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
+            else:
+                log.info("%s: %s", jobs_file, ", ".join(f"{job.id} {change}" for job, change in applied),
+                         extra={"action": "jobs_file_applied"})
         self.data: dict[str, Any] = {}
 
     @property

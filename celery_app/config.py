@@ -9,7 +9,7 @@ from typing import Any
 
 from kernel import InvalidArgument, Kernel
 
-__all__ = ["KernelSettings", "var_dir", "embedded_broker_options", "open_kernel"]
+__all__ = ["KernelSettings", "var_dir", "embedded_broker_options", "ensure_broker_folders", "open_kernel"]
 
 
 def var_dir() -> Path:
@@ -83,16 +83,21 @@ def _flag(value: Any) -> bool:
 
 def embedded_broker_options() -> dict[str, Any]:
     """kombu ``filesystem://`` folders: a broker with no server that works across processes on one host."""
-    queue_dir = (var_dir() / "broker" / "queue").resolve()
-    control_dir = (var_dir() / "broker" / "control").resolve()
-    for folder in (queue_dir, control_dir):
-        folder.mkdir(parents=True, exist_ok=True)
+    broker = var_dir().resolve() / "broker"
     return {
-        "data_folder_in": str(queue_dir),
-        "data_folder_out": str(queue_dir),
-        "control_folder": str(control_dir),
+        "data_folder_in": str(broker / "queue"),
+        "data_folder_out": str(broker / "queue"),
+        "control_folder": str(broker / "control"),
         "store_processed": False,
     }
+
+
+def ensure_broker_folders(app: Any) -> None:
+    """Create the embedded broker's folders; only processes that use the broker call this."""
+    options = app.conf.broker_transport_options or {}
+    for key in ("data_folder_in", "data_folder_out", "control_folder"):
+        if options.get(key):
+            Path(options[key]).mkdir(parents=True, exist_ok=True)
 
 
 def open_kernel(app: Any, *, migrate: bool | None = None) -> Kernel:

@@ -75,8 +75,9 @@ class _Run:
                 answer = self.kernel.renew(
                     self.claim.occurrence.id, owner=self.claim.owner, fence=self.claim.fence, lease=self.lease_s
                 )
-            except LeaseLost:
-                self.log.warning("lease lost; the run is abandoned and will not settle",
+            except LeaseLost as exc:
+                # The message carries the code (LEASE_LOST) and the new fence: operators grep it.
+                self.log.warning("lease lost; the run is abandoned and will not settle: %s", exc,
                                  extra={"action": "lease_lost"})
                 self.lease_lost = True
                 self.cancelled.set()
@@ -175,13 +176,18 @@ def _execute(run: _Run) -> str:
         try:
             return kernel.fail(occurrence.id, code=verdict.code, message=verdict.message,
                                retryable=verdict.retryable, **settle)
-        except LeaseLost:
-            return "lease_lost"
+        except LeaseLost as exc:
+            return _settle_refused(run, exc)
     if run.lease_lost:
         return "lease_lost"
     try:
         kernel.succeed(occurrence.id, result=result, **settle)
-    except LeaseLost:
-        run.log.warning("finished after losing the lease; result discarded", extra={"action": "settle_refused"})
-        return "lease_lost"
+    except LeaseLost as exc:
+        return _settle_refused(run, exc)
     return "succeeded"
+
+
+def _settle_refused(run: _Run, exc: LeaseLost) -> str:
+    run.log.warning("finished after losing the lease; outcome discarded: %s", exc,
+                    extra={"action": "settle_refused"})
+    return "lease_lost"

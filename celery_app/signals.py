@@ -7,16 +7,23 @@ import os
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
 
 from celery_app.app import app
-from celery_app.config import open_kernel
+from celery_app.config import ensure_broker_folders, open_kernel
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
 
 __all__ = ["WarmShutdownHandBack"]
 
 log = logging.getLogger("celery_kernel.worker")
+
+
+@celeryd_init.connect
+@beat_init.connect
+def _broker_folders(sender: Any = None, **_: Any) -> None:
+    """The embedded broker's folders, made by the processes that use them (not on import)."""
+    ensure_broker_folders(app)
 
 
 @worker_process_init.connect
@@ -38,10 +45,15 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
 
     requires = ("celery.worker.components:Pool",)
 
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        # Every step is constructed before any is created, and the prefork pool forks
+        # its children when it is created: migrating here means a fresh database has
+        # its schema before a child opens its kernel, and a failure stops the worker.
+        open_kernel(worker.app).close()  # migrates when kernel_auto_migrate is on
+
     def start(self, worker: Any) -> None:
         clear_warm_shutdown(os.getpid())
-        kernel = open_kernel(worker.app)  # migrates when kernel_auto_migrate is on
-        kernel.close()
 
     def stop(self, worker: Any) -> None:
         log.info("warm shutdown: asking running occurrences to hand back at their next safe point",

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from billiard.process import current_process
+
 from adapters.base import Adapter
 from adapters.registry import load_adapters
 from celery_app.app import app
@@ -37,10 +39,18 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
         pid=os.getpid(),
         kernel=open_kernel(celery_app, migrate=False),
         adapters=load_adapters(celery_app),
-        main_pid=main_pid or (current.main_pid if current else os.getpid()),
+        main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),
     )
     celery_app._kernel_resources = resources
     return resources
+
+
+def _worker_main_pid() -> int:
+    """The worker's main process, whose warm-shutdown marker this process must watch.
+
+    A prefork pool child's parent is the main process; any other pool runs tasks in it.
+    """
+    return os.getpid() if current_process().name == "MainProcess" else os.getppid()
 
 
 @app.task(name=RUN_OCCURRENCE, ignore_result=True)

@@ -22,6 +22,7 @@ from kernel.types import Job
 __all__ = [
     "FireReport",
     "apply_job",
+    "apply_jobs",
     "define_job",
     "revise_job",
     "set_enabled",
@@ -171,6 +172,11 @@ def apply_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, str]:
         return job, "created"
     job, changed = revise_job(tx, raw, current)
     return job, "updated" if changed else "unchanged"
+
+
+def apply_jobs(tx: Tx, raws: Sequence[Mapping[str, Any]]) -> list[tuple[Job, str]]:
+    """Apply several definitions in one transaction: all of them, or (on any refusal) none."""
+    return [apply_job(tx, raw) for raw in raws]
 
 
 def set_enabled(tx: Tx, job_id: str, enabled: bool) -> tuple[Job, bool]:

@@ -20,6 +20,7 @@ __all__ = [
     "list_occurrences",
     "list_jobs",
     "read_events",
+    "last_event_id",
     "runtime_controls",
     "status_counts",
     "dispatch_batch",
@@ -96,6 +97,10 @@ def read_events(
     if occurrence_id is not None:
         query = query.where(events.c.occurrence_id == occurrence_id)
     return [event_from_row(r) for r in tx.conn.execute(query)]
+
+
+def last_event_id(tx: Tx) -> int:
+    return int(tx.conn.execute(sa.select(sa.func.coalesce(sa.func.max(events.c.id), 0))).scalar_one())
 
 
 def runtime_controls(tx: Tx, limit: int) -> list[dict[str, Any]]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
@@ -41,6 +44,23 @@ def _lease_ms(lease: float | None) -> int | None:
     return None if lease is None else _ms(lease, "lease")
 
 
+class _Held:
+    """The connection a Kernel keeps for its writes, in the process that opened it.
+
+    A worker claims and settles back to back; a pool checkout per call (and on
+    PostgreSQL its pre-ping round trip) would cost more than the statements.
+    Whoever holds ``lock`` may use ``conn``; a thread that finds it taken (a
+    heartbeat during a settle) checks a connection out of the pool instead.
+    """
+
+    __slots__ = ("pid", "lock", "conn")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.conn: sa.Connection | None = None
+
+
 class Kernel:
     """The durable authority for occurrences, fences, leases, controls and retries.
 
@@ -55,6 +75,7 @@ class Kernel:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.clock = clock or default_clock(self.dialect)
+        self._held = _Held()
         if check:
             self._guard(check_schema, engine)
 
@@ -63,14 +84,22 @@ class Kernel:
              **engine_kwargs: Any) -> Kernel:
         """Open the kernel at ``url``; ``migrate_schema`` upgrades the schema first."""
         engine = create_kernel_engine(url, **engine_kwargs)
-        if migrate_schema:
-            cls._guard(migrate, engine)
-        return cls(engine, clock=clock)
+        try:
+            if migrate_schema:
+                cls._guard(migrate, engine)
+            return cls(engine, clock=clock)
+        except BaseException:
+            engine.dispose()  # nobody else can: the caller never gets the kernel
+            raise
 
     def migrate(self) -> tuple[str | None, str]:
         return self._guard(migrate, self.engine)
 
     def close(self) -> None:
+        held = self._held
+        if held.pid == os.getpid():
+            with held.lock:
+                self._release(held)
         self.engine.dispose()
 
     # -- transactions --------------------------------------------------------
@@ -85,11 +114,23 @@ class Kernel:
             raise _storage_error(exc, "not_committed") from exc
 
     def _run(self, fn: Callable[..., R], *args: Any, read_only: bool = False, **kwargs: Any) -> R:
+        held = self._held
+        if held.pid != os.getpid():
+            # Forked (Celery prefork): the parent's connection is not ours to use or close.
+            held = self._held = _Held()
+        if read_only or not held.lock.acquire(blocking=False):
+            return self._transact(None, fn, args, kwargs, read_only)
+        try:
+            return self._transact(held, fn, args, kwargs, False)
+        finally:
+            held.lock.release()
+
+    def _transact(self, held: _Held | None, fn: Callable[..., R], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], read_only: bool) -> R:
+        """One transaction on the held connection (``held``) or a pooled one (None)."""
         committing = False
         try:
-            with self.engine.connect() as conn:
-                if read_only:
-                    conn.execution_options(kernel_read_only=True)
+            with self._connection(held, read_only) as conn:
                 with conn.begin() as trans:
                     tx = Tx(conn, self.clock.now_ms(conn), self.dialect)
                     result = fn(tx, *args, **kwargs)
@@ -99,7 +140,37 @@ class Kernel:
         except KernelError:
             raise
         except (sa.exc.DBAPIError, OSError) as exc:
-            raise _storage_error(exc, "unknown" if committing and _connection_lost(exc) else "not_committed") from exc
+            if held is not None:
+                self._release(held)
+                if not committing and _connection_lost(exc):
+                    # Nothing was committed on a connection that died while idle: run
+                    # once more on a pooled one, which the pool checks (pre-ping) first.
+                    return self._transact(None, fn, args, kwargs, read_only)
+            commit_state = "unknown" if committing and _connection_lost(exc) else "not_committed"
+            raise _storage_error(exc, commit_state) from exc
+        except BaseException:
+            if held is not None:
+                self._release(held)
+            raise
+
+    def _connection(
+        self, held: _Held | None, read_only: bool
+    ) -> contextlib.AbstractContextManager[sa.Connection]:
+        if held is None:
+            conn = self.engine.connect()
+            if read_only:
+                conn.execution_options(kernel_read_only=True)
+            return conn
+        if held.conn is None:
+            held.conn = self.engine.connect()
+        return contextlib.nullcontext(held.conn)
+
+    @staticmethod
+    def _release(held: _Held) -> None:
+        """Give the held connection back (the caller holds ``held.lock``)."""
+        conn, held.conn = held.conn, None
+        if conn is not None:
+            conn.close()
 
     def _write(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         return self._run(fn, *args, **kwargs)
@@ -132,6 +203,10 @@ class Kernel:
     def apply_job(self, spec: Mapping[str, Any]) -> tuple[Job, str]:
         """Upsert: ``created``, ``updated`` (revision + 1) or ``unchanged``."""
         return self._write(job_ops.apply_job, spec)
+
+    def apply_jobs(self, specs: Sequence[Mapping[str, Any]]) -> list[tuple[Job, str]]:
+        """Apply every spec in one transaction; any refusal leaves the kernel unchanged."""
+        return self._write(job_ops.apply_jobs, list(specs))
 
     def set_job_enabled(self, job_id: str, enabled: bool) -> tuple[Job, bool]:
         return self._write(job_ops.set_enabled, job_id, enabled)
@@ -286,6 +361,10 @@ class Kernel:
         return self._read(reads.read_events, after_id=after_id, job_id=job_id, occurrence_id=occurrence_id,
                           limit=limit)
 
+    def last_event_id(self) -> int:
+        """The newest event's id (0 for none): where ``events --follow`` starts."""
+        return self._read(reads.last_event_id)
+
     def runtime_controls(self, limit: int = 200) -> list[dict[str, Any]]:
         return self._read(reads.runtime_controls, limit)
 
@@ -313,7 +392,10 @@ def _storage_error(exc: BaseException, commit_state: str) -> StorageUnavailable 
         detail = f"{name}: {orig}"
     elif isinstance(orig, OSError):
         detail = f"{orig.__class__.__name__}: {orig}"
-    elif isinstance(exc, sa.exc.OperationalError) or _connection_lost(exc):
+    # 25006: a read-only server (hot standby, default_transaction_read_only) refused
+    # the write; psycopg files it under InternalError, yet it is storage, not a bug.
+    elif (isinstance(exc, sa.exc.OperationalError) or _connection_lost(exc)
+          or getattr(orig, "sqlstate", None) == "25006"):
         detail = str(orig).strip().splitlines()[0] if str(orig).strip() else orig.__class__.__name__
     else:
         return exc

@@ -1,0 +1,228 @@
+"""``kernel exporter``: Prometheus metrics read from the kernel at scrape time.
+
+Gauges come from :meth:`Kernel.status` and :meth:`Kernel.beats` on every scrape.
+Counters and the claim-latency histogram come from tailing the event log: each
+scrape reads the events written since the last one (a bounded number per scrape), so
+they count what the kernel *recorded* — every worker's claims, not one process's.
+The tail starts at the oldest retained event, so after a restart the counters
+resume near their old values (Prometheus treats any drop as a reset).
+
+Claim latency is the time from when an occurrence became claimable (created and
+due, retry backoff over, resumed, requeued) to the claim that took it; reclaims
+after an expired lease count as lease expirations instead.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import click
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from celery_app.cli.observe import beat_health
+from celery_app.cli.output import Env, command
+from kernel import Event, InvalidArgument, Kernel, KernelError, OccurrenceStatus
+
+__all__ = ["KernelCollector", "exporter"]
+
+_PAGE = 1000
+_MAX_PAGES_PER_SCRAPE = 100
+#: Occurrences remembered as waiting for a claim; the oldest are forgotten beyond this.
+_MAX_WAITING = 100_000
+_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+_CLAIMABLE_AT_EVENT = ("occurrence_resumed", "occurrence_requeued", "occurrence_handed_back")
+_SETTLED = tuple(
+    f"occurrence_{s.value}"
+    for s in (
+        OccurrenceStatus.SUCCEEDED,
+        OccurrenceStatus.DEAD_LETTER,
+        OccurrenceStatus.CANCELLED,
+        OccurrenceStatus.SKIPPED,
+    )
+)
+
+
+def _seconds(at: datetime) -> float:
+    return at.timestamp()
+
+
+class KernelCollector(Collector):
+    """A prometheus_client collector over one kernel (thread-safe; scrapes serialise)."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self._kernel = kernel
+        self._lock = threading.Lock()
+        self._after = 0
+        self._waiting: dict[int, float] = {}
+        self._claims = Counter(
+            "celery_kernel_claims", "Claims recorded by the kernel.", registry=None
+        )
+        self._expirations = Counter(
+            "celery_kernel_lease_expirations",
+            "Leases that expired (reclaimed, dead-lettered or sent to adjudication).",
+            registry=None,
+        )
+        self._pauses = Counter(
+            "celery_kernel_pauses", "Pauses acknowledged at a safe point.", registry=None
+        )
+        self._dead = Counter(
+            "celery_kernel_dead_letters", "Occurrences that became dead letters.", registry=None
+        )
+        self._latency = Histogram(
+            "celery_kernel_claim_latency_seconds",
+            "From claimable to claimed.",
+            buckets=_LATENCY_BUCKETS,
+            registry=None,
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            try:
+                self._tail()
+                status = self._kernel.status()
+                beats = self._kernel.beats()
+            except KernelError:
+                yield _gauge(
+                    "celery_kernel_up", "1 when the kernel database answered this scrape.", 0
+                )
+                return
+            counters = [
+                m
+                for c in (self._claims, self._expirations, self._pauses, self._dead, self._latency)
+                for m in c.collect()
+            ]
+        yield _gauge("celery_kernel_up", "1 when the kernel database answered this scrape.", 1)
+        by_status = GaugeMetricFamily(
+            "celery_kernel_occurrences", "Occurrences by status.", labels=["status"]
+        )
+        for name, count in status["counts"].items():
+            by_status.add_metric([name], count)
+        yield by_status
+        yield _gauge(
+            "celery_kernel_paused_occurrences",
+            "Occurrences paused at a checkpoint.",
+            status["paused"],
+        )
+        yield _gauge(
+            "celery_kernel_leases_expiring",
+            "Running leases expiring within 10 seconds.",
+            status["leases_expiring_10s"],
+        )
+        age_ms = status["oldest_claimable_age_ms"]
+        yield _gauge(
+            "celery_kernel_oldest_claimable_age_seconds",
+            "How long the oldest claimable occurrence has waited (0 when none).",
+            0 if age_ms is None else age_ms / 1000,
+        )
+        now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
+        lag = GaugeMetricFamily(
+            "celery_kernel_beat_lag_seconds",
+            "Seconds since each Beat's last tick.",
+            labels=["beat", "host"],
+        )
+        interval = GaugeMetricFamily(
+            "celery_kernel_beat_interval_seconds",
+            "Each Beat's tick interval.",
+            labels=["beat", "host"],
+        )
+        for beat in beat_health(beats, now):
+            lag.add_metric([beat["id"], beat["host"]], beat["age_s"])
+            interval.add_metric([beat["id"], beat["host"]], beat["interval_s"])
+        yield lag
+        yield interval
+        yield from counters
+
+    def _tail(self) -> None:
+        for _ in range(_MAX_PAGES_PER_SCRAPE):
+            page = self._kernel.events(after_id=self._after, limit=_PAGE)
+            for event in page:
+                self._count(event)
+            if page:
+                self._after = page[-1].id
+            if len(page) < _PAGE:
+                return
+
+    def _count(self, event: Event) -> None:
+        occ, at, data = event.occurrence_id, _seconds(event.at), event.data
+        if occ is None:
+            return
+        if data.get("reason") == "lease_expired":
+            self._expirations.inc()
+        if event.type == "occurrence_claimed":
+            self._claims.inc()
+            since = self._waiting.pop(occ, None)
+            if data.get("previous_status") == OccurrenceStatus.RUNNING.value:
+                self._expirations.inc()
+            elif since is not None:
+                self._latency.observe(max(0.0, at - since))
+        elif event.type == "occurrence_created":
+            self._wait(occ, max(at, float(data.get("scheduled_for", 0)) / 1000))
+        elif event.type == "occurrence_retry_wait":
+            self._wait(occ, float(data.get("retry_at", at * 1000)) / 1000)
+        elif event.type in _CLAIMABLE_AT_EVENT or (
+            event.type == "occurrence_adjudicated"
+            and data.get("status") == OccurrenceStatus.RETRY_WAIT.value
+        ):
+            self._wait(occ, at)
+        elif event.type == "occurrence_paused":
+            self._pauses.inc()
+            self._waiting.pop(occ, None)
+        if event.type == "occurrence_dead_letter":
+            self._dead.inc()
+        if event.type in _SETTLED:
+            self._waiting.pop(occ, None)
+
+    def _wait(self, occ: int, since: float) -> None:
+        self._waiting.pop(occ, None)
+        self._waiting[occ] = since
+        if len(self._waiting) > _MAX_WAITING:
+            del self._waiting[next(iter(self._waiting))]
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+@command("exporter")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=9808,
+    show_default=True,
+    help="TCP port (0: any free port, printed).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+def exporter(env: Env, port: int, host: str) -> None:
+    """Serve Prometheus metrics at http://HOST:PORT/metrics until interrupted."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(KernelCollector(env.kernel))
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise InvalidArgument(
+            "port", f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    bound = server.server_port
+    url = f"http://{host}:{bound}/metrics"
+    env.emit(
+        {"url": url, "host": host, "port": bound},
+        lambda: f"serving kernel metrics on {url}",
+        one_line=True,
+    )
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.shutdown()
+        thread.join(timeout=5)

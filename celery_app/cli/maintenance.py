@@ -1,0 +1,71 @@
+"""``kernel migrate`` and ``kernel prune``: the schema and the history's size."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import click
+
+from celery_app.cli.output import Env, command, fields
+from celery_app.config import KernelSettings
+from kernel import Kernel
+from kernel.durations import parse_duration
+from kernel.engine import create_kernel_engine
+
+__all__ = ["migrate", "prune"]
+
+
+@command("migrate")
+def migrate(env: Env) -> None:
+    """Create or upgrade the kernel's schema in KERNEL_DATABASE_URL (safe to repeat)."""
+    settings = KernelSettings.from_app(env.app)
+    # Not Env.kernel: that refuses exactly the schema this command exists to fix.
+    kernel = Kernel(
+        create_kernel_engine(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous),
+        check=False,
+    )
+    try:
+        before, after = kernel.migrate()
+    finally:
+        kernel.close()
+    data = {"before": before, "after": after, "changed": before != after}
+    env.emit(
+        data,
+        lambda: fields(
+            [
+                ("schema before", before or "(none)"),
+                ("schema now", after),
+                ("changed", before != after),
+            ]
+        ),
+    )
+
+
+@command("prune")
+@click.option(
+    "--older-than",
+    required=True,
+    metavar="DURATION",
+    help="Delete settled history older than this (e.g. 30d, 12h).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1_000_000),
+    default=10_000,
+    show_default=True,
+    help="At most this many occurrences per run.",
+)
+def prune(env: Env, older_than: str, limit: int) -> None:
+    """Delete old succeeded, cancelled and skipped occurrences with their events.
+
+    Dead letters and occurrences waiting for adjudication are never pruned.
+    """
+    seconds = parse_duration(older_than, "older_than")
+    pruned = env.kernel.prune(older_than=timedelta(seconds=seconds), limit=limit)
+    env.emit(
+        {"older_than_s": seconds, **pruned},
+        lambda: (
+            f"pruned {pruned['occurrences']} occurrence(s) and {pruned['events']} event(s) "
+            f"settled more than {older_than} ago"
+        ),
+    )

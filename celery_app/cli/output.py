@@ -1,0 +1,243 @@
+"""The plumbing every ``kernel`` command shares, in one place.
+
+A command body receives an :class:`Env` (the Celery app, the kernel opened on first
+use, the output mode) and hands :meth:`Env.emit` JSON-ready data plus a text
+rendering. Errors become exit codes here and nowhere else:
+
+* a :class:`~kernel.errors.KernelError` prints its stable code and exits 1; under
+  ``--json`` stdout carries ``{"error": {"code", "message", "details"?}}``;
+* a usage error (bad option value, missing argument) exits 2, as click does; under
+  ``--json`` it is ``{"error": {"code": "USAGE", ...}}`` on stdout as well, so a
+  script parses one shape.
+
+Text output is plain aligned columns, times in UTC ISO 8601. Everything printed for
+people is stripped of control characters, so a hostile job id cannot drive the
+terminal.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+import click
+
+from celery_app.config import open_kernel
+from kernel import Kernel, KernelError
+
+__all__ = [
+    "Env",
+    "Instant",
+    "command",
+    "fields",
+    "format_age",
+    "format_json",
+    "iso",
+    "line",
+    "table",
+]
+
+USAGE_EXIT = 2
+ERROR_EXIT = 1
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_MAX_CELL = 120
+
+
+class Env:
+    """What a command body works with.
+
+    Attributes:
+        app: the Celery app ``celery -A`` loaded.
+        json: ``--json`` was given.
+    """
+
+    def __init__(self, ctx: click.Context, as_json: bool) -> None:
+        app = getattr(ctx.obj, "app", None)
+        if app is None:
+            raise click.UsageError("run it as `celery -A celery_app kernel ...`", ctx=ctx)
+        self.app = app
+        self.json = as_json
+        self._ctx = ctx
+        self._kernel: Kernel | None = None
+
+    @property
+    def kernel(self) -> Kernel:
+        """The configured kernel, opened once per command and closed when it ends.
+
+        The CLI never migrates on the side: an old or empty schema is refused with
+        ``SCHEMA_UNKNOWN`` and a pointer to ``kernel migrate``.
+        """
+        if self._kernel is None:
+            self._kernel = open_kernel(self.app, migrate=False)
+            self._ctx.call_on_close(self._kernel.close)
+        return self._kernel
+
+    def emit(self, data: Any, text: Callable[[], str], *, one_line: bool = False) -> None:
+        """Print ``data`` as JSON under ``--json``, else the text ``text()`` renders.
+
+        ``one_line`` prints compact JSON, for a process that goes on printing (JSON Lines).
+        """
+        click.echo(format_json(data, indent=None if one_line else 2) if self.json else text())
+
+    def fail(self, exc: KernelError) -> NoReturn:
+        """Print a refusal with its stable code and exit 1."""
+        if self.json:
+            click.echo(format_json({"error": exc.to_dict()}, indent=2))
+        else:
+            click.echo(f"Error {exc.code}: {_printable(exc.message)}", err=True)
+            request_id = exc.details.get("request_id")
+            if request_id:
+                click.echo(f"request id: {_printable(str(request_id))}", err=True)
+        raise click.exceptions.Exit(ERROR_EXIT)
+
+
+class KernelCommand(click.Command):
+    """A click command whose usage errors keep the ``--json`` error shape."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        wants_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:
+            if not wants_json:
+                raise
+            message = exc.format_message()
+            click.echo(format_json({"error": {"code": "USAGE", "message": message}}, indent=2))
+            raise click.exceptions.Exit(USAGE_EXIT) from None
+
+
+def command(
+    name: str, group: click.Group | None = None
+) -> Callable[[Callable[..., None]], click.Command]:
+    """Make ``body(env, **params)`` the command ``name`` (added to ``group`` if given).
+
+    The command gains ``--json``; a :class:`~kernel.errors.KernelError` from the body
+    is printed with its code and exits 1. The body's docstring is the help.
+    """
+
+    def decorate(body: Callable[..., None]) -> click.Command:
+        @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+        @click.pass_context
+        @functools.wraps(body)
+        def run(ctx: click.Context, as_json: bool, **params: Any) -> None:
+            env = Env(ctx, as_json)
+            try:
+                body(env, **params)
+            except KernelError as exc:
+                env.fail(exc)
+
+        cmd = click.command(name, cls=KernelCommand)(run)
+        if group is not None:
+            group.add_command(cmd)
+        return cmd
+
+    return decorate
+
+
+class Instant(click.ParamType):
+    """An ISO 8601 date-time; without an offset it is read as UTC."""
+
+    name = "TIME"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            moment = value
+        else:
+            try:
+                moment = datetime.fromisoformat(str(value).strip())
+            except ValueError:
+                self.fail(
+                    f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-29T12:00:00Z)",
+                    param,
+                    ctx,
+                )
+        return moment.replace(tzinfo=UTC) if moment.utcoffset() is None else moment.astimezone(UTC)
+
+
+def format_json(data: Any, *, indent: int | None = None) -> str:
+    """JSON as the CLI prints it: ASCII only, datetimes as UTC ISO."""
+    separators = None if indent else (",", ":")
+    return json.dumps(data, indent=indent, separators=separators, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def iso(value: datetime | None) -> str | None:
+    """UTC ISO 8601 with a ``Z``; None stays None."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def format_age(seconds: float | None) -> str:
+    """A short human duration: ``45s``, ``3m05s``, ``2h10m``, ``4d3h``."""
+    if seconds is None:
+        return "-"
+    whole = int(round(seconds))
+    sign, whole = ("-", -whole) if whole < 0 else ("", whole)
+    if whole < 60:
+        return f"{sign}{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{sign}{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{sign}{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days}d{hours}h"
+
+
+def _printable(text: str) -> str:
+    """Escape control characters and lone surrogates (``\\x1b`` and the like)."""
+    return _UNPRINTABLE.sub(
+        lambda m: m.group().encode("unicode_escape", "backslashreplace").decode(), text
+    )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return iso(value) or "-"
+    if isinstance(value, dict | list):
+        value = format_json(value)
+    text = _printable(str(value)).replace("\n", "\\n").replace("\t", " ")
+    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "(none)") -> str:
+    """Rows as left-aligned columns under upper-case headers; ``empty`` when there are none."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    if not cells:
+        return empty
+    widths = [max(len(header), *(len(row[i]) for row in cells)) for i, header in enumerate(headers)]
+    lines = [[header.upper() for header in headers], *cells]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def line(values: Iterable[Any]) -> str:
+    """One unaligned row, for output that streams."""
+    return "  ".join(_cell(value) for value in values)
+
+
+def fields(pairs: Iterable[tuple[str, Any]]) -> str:
+    """``name  value`` lines, names aligned, for one record."""
+    items = [(name, _cell(value)) for name, value in pairs]
+    width = max((len(name) for name, _ in items), default=0)
+    return "\n".join(f"{name.ljust(width)}  {value}".rstrip() for name, value in items)

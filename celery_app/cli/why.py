@@ -1,0 +1,217 @@
+"""``kernel why JOB --at TIME``: what became of the firing nearest a time, from the durable record.
+
+The answer's ``outcome`` is one of:
+
+* ``created`` — an occurrence exists; its status says how it went;
+* ``skipped`` — a skipped occurrence records why (overlap, queue full, catch-up policy);
+* ``not_due`` — the firing is still ahead, or the job did not exist yet at that time;
+* ``disabled`` — the job was disabled when the firing came due;
+* ``pending`` — the firing is due but no Beat has materialised it yet (is Beat running?);
+* ``not_created`` — Beat's cursor moved past the firing without creating it (the job was
+  re-planned from a later time by an enable or a revision);
+* ``no_schedule`` — the job fires only manually or after another job; the occurrence
+  nearest the time is shown instead.
+
+The schedule evaluated is the job's current one; a revision made since may have moved
+its firings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import click
+
+from beat_schedule.timing import Firing, firings_between, next_firing
+from celery_app.cli.jobs import describe_schedule
+from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_events, occurrence_rows
+from celery_app.cli.output import Env, Instant, command, fields, iso, table
+from kernel import Job, Kernel, Occurrence, OccurrenceStatus
+
+__all__ = ["why", "nearest_firing"]
+
+_PAGE = 1000
+#: Pages of occurrences / events read at most (a bounded answer beats a hung CLI).
+_MAX_PAGES = 200
+#: How much earlier than its firing an occurrence may carry a creation time (clock skew).
+_SKEW = timedelta(minutes=5)
+_MAX_LOOKBACK = timedelta(days=800)
+_TOGGLES = ("job_enabled", "job_disabled")
+
+
+def nearest_firing(
+    schedule: dict[str, Any] | None, dst: dict[str, str], at: datetime, *, anchor: datetime
+) -> Firing | None:
+    """The firing of ``schedule`` closest to ``at`` (the earlier one on a tie)."""
+    after = next_firing(schedule, dst, at - timedelta(microseconds=1), anchor=anchor)
+    before = None
+    span = timedelta(minutes=1)
+    # Widen the look-back window until it holds a firing: the cost follows the gap
+    # between firings, not how far back the schedule goes.
+    while before is None and span <= _MAX_LOOKBACK * 2:
+        found = firings_between(schedule, dst, at - span, at, anchor=anchor, limit=100_000)
+        before = found[-1] if found else None
+        span *= 2
+    candidates = [f for f in (before, after) if f is not None]
+    return min(candidates, key=lambda f: (abs((f.at - at).total_seconds()), f.at), default=None)
+
+
+@dataclass
+class _History:
+    """What the job's own events say about its life around one instant."""
+
+    defined_at: datetime | None = None
+    enabled: bool | None = None
+    replanned: list[dict[str, Any]] = field(default_factory=list)
+    truncated: bool = False
+
+
+def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
+    """Scan the job's events: when it was defined, whether it was enabled at ``at``, and
+    the enables and revisions after ``at`` (which re-plan Beat's cursor)."""
+    history = _History()
+    after = 0
+    for _ in range(_MAX_PAGES):
+        page = kernel.events(after_id=after, job_id=job.id, limit=_PAGE)
+        for event in page:
+            if event.type == "job_defined" and history.defined_at is None:
+                history.defined_at = event.at
+            elif event.type in _TOGGLES and event.at <= at:
+                history.enabled = event.type == "job_enabled"
+            elif event.type in _TOGGLES and history.enabled is None:
+                # The first toggle after `at` reveals the state before it.
+                history.enabled = event.type == "job_disabled"
+            if event.at > at and event.type in ("job_enabled", "job_revised"):
+                history.replanned.append({"type": event.type, "at": iso(event.at)})
+        if len(page) < _PAGE:
+            break
+        after = page[-1].id
+    else:
+        history.truncated = True
+    if history.enabled is None:
+        history.enabled = job.enabled
+    return history
+
+
+def _find(kernel: Kernel, job_id: str, trigger_key: str, not_before: datetime) -> Occurrence | None:
+    """The occurrence of one firing, searched newest first back to its firing time."""
+    before: int | None = None
+    for _ in range(_MAX_PAGES):
+        page = kernel.list_occurrences(job_id=job_id, limit=_PAGE, before_id=before)
+        for occ in page:
+            if occ.trigger_key == trigger_key:
+                return occ
+        if len(page) < _PAGE or page[-1].created_at < not_before - _SKEW:
+            return None
+        before = page[-1].id
+    return None
+
+
+def _nearest_occurrence(kernel: Kernel, job_id: str, at: datetime) -> Occurrence | None:
+    """For a job without a schedule: the recent occurrence scheduled nearest ``at``."""
+    page = kernel.list_occurrences(job_id=job_id, limit=_PAGE)
+    return min(page, key=lambda o: abs((o.scheduled_for - at).total_seconds()), default=None)
+
+
+def _explain(
+    kernel: Kernel, job: Job, firing: Firing, now: datetime
+) -> tuple[str, str, Occurrence | None]:
+    occ = _find(kernel, job.id, firing.trigger_key, firing.at)
+    if occ is not None:
+        if occ.status == OccurrenceStatus.SKIPPED:
+            return "skipped", f"recorded as skipped: {occ.skip_reason}", occ
+        return "created", f"occurrence {occ.id} was created; it is {occ.status.value}", occ
+    if firing.at > now:
+        return (
+            "not_due",
+            f"the firing is still ahead (in {int((firing.at - now).total_seconds())}s)",
+            None,
+        )
+    history = _history(kernel, job, firing.at)
+    if history.defined_at is not None and history.defined_at > firing.at:
+        return (
+            "not_due",
+            f"the job was defined at {iso(history.defined_at)}, after this firing",
+            None,
+        )
+    if not history.enabled:
+        return "disabled", "the job was disabled when this firing came due", None
+    if not job.planned or (job.next_fire_at is not None and job.next_fire_at <= firing.at):
+        return "pending", "due, but no Beat has materialised it yet: is Beat running?", None
+    if history.replanned:
+        last = history.replanned[-1]
+        return (
+            "not_created",
+            (
+                f"Beat's cursor passed this firing: the job was re-planned by "
+                f"{last['type']} at {last['at']}"
+            ),
+            None,
+        )
+    note = " (job history truncated)" if history.truncated else ""
+    return "not_created", f"Beat's cursor passed this firing without creating it{note}", None
+
+
+@command("why")
+@click.argument("job_id", metavar="JOB")
+@click.option(
+    "--at",
+    "at",
+    type=Instant(),
+    required=True,
+    help="The time to ask about (ISO 8601; UTC when no offset is given).",
+)
+def why(env: Env, job_id: str, at: datetime) -> None:
+    """What became of a job's firing nearest TIME: created, skipped, not due, disabled."""
+    kernel = env.kernel
+    job = kernel.get_job(job_id)
+    now = kernel.now()
+    schedule = job.spec["schedule"]
+    firing = (
+        nearest_firing(schedule, job.spec["dst"], at, anchor=job.defined_at) if schedule else None
+    )
+    if firing is None:
+        occ = _nearest_occurrence(kernel, job.id, at)
+        outcome, reason = "no_schedule", f"the job has no schedule ({describe_schedule(job.spec)})"
+    else:
+        outcome, reason, occ = _explain(kernel, job, firing, now)
+    events = occurrence_events(kernel, occ.id) if occ is not None else []
+    data = {
+        "job_id": job.id,
+        "at": iso(at),
+        "schedule": describe_schedule(job.spec),
+        "firing": {"at": iso(firing.at), "trigger_key": firing.trigger_key} if firing else None,
+        "outcome": outcome,
+        "reason": reason,
+        "occurrence": occ.to_dict() if occ else None,
+        "events": events,
+    }
+
+    def render() -> str:
+        parts = [
+            fields(
+                [
+                    ("job", f"{job.id} ({data['schedule']})"),
+                    ("asked about", data["at"]),
+                    (
+                        "nearest firing",
+                        f"{iso(firing.at)} ({firing.trigger_key})" if firing else None,
+                    ),
+                    ("outcome", outcome),
+                    ("why", reason),
+                ]
+            )
+        ]
+        if occ is not None:
+            parts.append(table(OCCURRENCE_HEADERS, occurrence_rows([occ])))
+            parts.append(
+                table(
+                    ("event", "at", "type", "fence", "data"),
+                    ((e["id"], e["at"], e["type"], e["fence"], e["data"]) for e in events),
+                )
+            )
+        return "\n".join(parts)
+
+    env.emit(data, render)

@@ -1,0 +1,102 @@
+"""``kernel exporter``: scraped over HTTP from a running process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import time
+import urllib.request
+
+from cli.support import Lines, define
+from prometheus_client.parser import text_string_to_metric_families
+
+from kernel import Kernel
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _busy_kernel(kernel: Kernel) -> None:
+    """One success, one dead letter, one pause, one expired lease, one queued; a Beat ticking."""
+    define(kernel, "a")
+    occ = [kernel.run_now("a", request_id=f"r{n}", operator="t").occurrence.id for n in range(5)]
+    kernel.claim(occ[0], owner="w", lease=60)
+    kernel.succeed(occ[0], owner="w", fence=1)
+    kernel.claim(occ[1], owner="w", lease=60)
+    kernel.fail(occ[1], owner="w", fence=1, code="X", message="x", retryable=False)
+    kernel.claim(occ[2], owner="w", lease=60)
+    kernel.request_pause(
+        occ[2], expected_fence=1, request_id="p", safe_points=["before_execute"], operator="t"
+    )
+    kernel.ack_pause(
+        occ[2],
+        owner="w",
+        fence=1,
+        request_id="p",
+        expected_revision=None,
+        safe_point="before_execute",
+        checkpoint=None,
+    )
+    kernel.claim(occ[3], owner="w", lease=0.01)
+    time.sleep(0.05)
+    assert kernel.claim(occ[3], owner="w2", lease=60) is not None  # a reclaim after expiry
+    kernel.record_beat("beat-1", host="h1", interval=5)
+
+
+def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
+    _busy_kernel(kernel)
+    as_json = spawn("exporter", "--port", "0", "--json")
+    as_text = spawn("exporter", "--port", "0", "--host", "127.0.0.1")
+    started = json.loads(Lines(as_json.stdout).next())
+    assert (started["host"], started["url"]) == (
+        "127.0.0.1",
+        f"http://127.0.0.1:{started['port']}/metrics",
+    )
+    text_line = Lines(as_text.stdout).next()
+    assert text_line.startswith("serving kernel metrics on http://127.0.0.1:")
+
+    m = _scrape(started["url"])
+    assert m[("celery_kernel_up", ())] == 1
+    assert m[("celery_kernel_occurrences", (("status", "succeeded"),))] == 1
+    assert m[("celery_kernel_occurrences", (("status", "dead_letter"),))] == 1
+    assert m[("celery_kernel_occurrences", (("status", "queued"),))] == 1
+    assert m[("celery_kernel_paused_occurrences", ())] == 1
+    assert m[("celery_kernel_claims_total", ())] == 5
+    assert m[("celery_kernel_lease_expirations_total", ())] == 1
+    assert m[("celery_kernel_pauses_total", ())] == 1
+    assert m[("celery_kernel_dead_letters_total", ())] == 1
+    # Four first claims waited from creation; the reclaim after expiry is not a latency.
+    assert m[("celery_kernel_claim_latency_seconds_count", ())] == 4
+    assert m[("celery_kernel_claim_latency_seconds_bucket", (("le", "+Inf"),))] == 4
+    beat = (("beat", "beat-1"), ("host", "h1"))
+    assert m[("celery_kernel_beat_interval_seconds", beat)] == 5
+    assert 0 <= m[("celery_kernel_beat_lag_seconds", beat)] < 60
+
+    queued = kernel.list_occurrences(statuses=["queued"])[0].id
+    kernel.claim(queued, owner="w", lease=60)
+    again = _scrape(text_line.split(" on ", 1)[1].strip())
+    assert again[("celery_kernel_claims_total", ())] == 6
+    assert again[("celery_kernel_claim_latency_seconds_count", ())] == 5
+    assert again[("celery_kernel_occurrences", (("status", "queued"),))] == 0
+    assert _scrape(started["url"])[("celery_kernel_claims_total", ())] == 6
+    for proc in (as_json, as_text):
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_a_busy_port_is_refused_with_a_code(cli, kernel: Kernel) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = cli("exporter", "--port", port, "--json")
+        assert (result.code, result.json()["error"]["code"]) == (1, "INVALID_ARGUMENT")
+        assert f"cannot listen on 127.0.0.1:{port}" in cli("exporter", "--port", port).err

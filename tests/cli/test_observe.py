@@ -1,0 +1,171 @@
+"""``kernel status``, ``events`` (with ``--follow``), ``doctor``, ``migrate`` and ``prune``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import timedelta
+
+from cli.support import Lines, define
+
+from kernel import Kernel
+
+
+def test_status_counts_and_a_fresh_beat(cli, kernel: Kernel) -> None:
+    define(kernel, "a")
+    for n in range(3):
+        kernel.run_now("a", request_id=f"r{n}", operator="t")
+    kernel.claim(1, owner="w1", lease=5)
+    kernel.claim(2, owner="w1", lease=60)
+    kernel.fail(2, owner="w1", fence=1, code="BOOM", message="x", retryable=False)
+    kernel.record_beat("beat-1", host="h1", interval=60)
+    data = cli("status", "--json").json()
+    assert {k: v for k, v in data["counts"].items() if v} == {
+        "queued": 1,
+        "running": 1,
+        "dead_letter": 1,
+    }
+    assert (data["dead_letters"], data["needs_adjudication"], data["paused"]) == (1, 0, 0)
+    assert data["leases_expiring_10s"] == 1
+    assert data["oldest_claimable_age_s"] >= 0
+    assert [(b["id"], b["host"], b["stale"]) for b in data["beats"]] == [("beat-1", "h1", False)]
+    assert data["warnings"] == []
+    text = cli("status").out
+    assert "dead letters                1" in text
+    assert "beat-1" in text and "WARNING" not in text
+
+
+def test_status_warns_when_no_beat_ticked_within_three_intervals(cli, kernel: Kernel) -> None:
+    empty = cli("status", "--json").json()
+    assert "no Beat has ever ticked" in empty["warnings"][0]
+    kernel.record_beat("beat-1", host="h1", interval=0.01)
+    time.sleep(0.05)
+    data = cli("status", "--json").json()
+    assert data["beats"][0]["stale"] is True
+    assert "no Beat has ticked within 3x its interval" in data["warnings"][0]
+    text = cli("status")
+    assert text.code == 0
+    assert "STALE" in text.out
+    assert "WARNING: no Beat has ticked within 3x" in text.out
+    assert cli("status", "--fail-on-stale-beat").code == 3
+    kernel.record_beat("beat-2", host="h2", interval=60)
+    assert cli("status", "--fail-on-stale-beat", "--json").code == 0
+
+
+def test_events_page_by_id_and_filter(cli, kernel: Kernel) -> None:
+    define(kernel, "a")
+    define(kernel, "b")
+    kernel.run_now("a", request_id="r1", operator="t")
+    kernel.run_now("b", request_id="r2", operator="t")
+    everything = cli("events", "--json").json()
+    assert [e["type"] for e in everything["events"]] == [
+        "job_defined",
+        "job_defined",
+        "occurrence_created",
+        "job_run_now",
+        "occurrence_created",
+        "job_run_now",
+    ]
+    assert everything["last_id"] == everything["events"][-1]["id"]
+    page = cli("events", "--after", "2", "--limit", "2", "--json").json()
+    assert [e["id"] for e in page["events"]] == [3, 4]
+    only_b = cli("events", "--job", "b", "--json").json()["events"]
+    assert {e["job_id"] for e in only_b} == {"b"}
+    occ = cli("events", "--occurrence", "1", "--json").json()["events"]
+    assert {e["occurrence_id"] for e in occ} == {1}
+    lines = cli("events", "--job", "a").out.splitlines()
+    assert lines[0].split() == ["ID", "AT", "TYPE", "JOB", "OCCURRENCE", "DATA"]
+    assert lines[2].split()[2:5] == ["occurrence_created", "a", "1"]
+    assert cli("events", "--after", "999").out.strip() == "(no events)"
+
+
+def test_events_follow_streams_new_events_until_interrupted(spawn, kernel: Kernel) -> None:
+    define(kernel, "old")
+    as_json = spawn("events", "--follow", "--json", "--interval", "0.1")
+    as_text = spawn("events", "-f", "--job", "new", "--interval", "0.1")
+    out_json, out_text = Lines(as_json.stdout), Lines(as_text.stdout)
+    for proc in (as_json, as_text):
+        assert "following events after id 1" in Lines(proc.stderr).next()
+    define(kernel, "new")
+    kernel.run_now("new", request_id="r", operator="t")
+    first = json.loads(out_json.next())
+    assert (first["type"], first["job_id"]) == ("job_defined", "new")
+    assert json.loads(out_json.next())["type"] == "occurrence_created"
+    assert "job_defined  new" in out_text.next()
+    for proc in (as_json, as_text):
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+
+
+def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
+    define(kernel, "a")
+    kernel.record_beat("beat-1", host="h1", interval=60)
+    data = cli("doctor", "--json").json()
+    assert data["ok"] is True
+    checks = {c["name"]: c["status"] for c in data["checks"]}
+    assert checks == {
+        "settings": "ok",
+        "adapters": "ok",
+        "database": "ok",
+        "job kinds": "ok",
+        "beat": "ok",
+        "attention": "ok",
+        "broker": "ok",
+    }
+    text = cli("doctor")
+    assert text.code == 0
+    assert "job kinds  OK" in text.out
+
+
+def test_doctor_fails_on_an_unmigrated_database(cli, db_url: str) -> None:
+    result = cli("doctor", "--json")
+    assert result.code == 1
+    database = [c for c in result.json()["checks"] if c["name"] == "database"][0]
+    assert database["status"] == "fail"
+    assert "SCHEMA_UNKNOWN" in database["detail"]
+    text = cli("doctor")
+    assert text.code == 1
+    assert "database  FAIL" in text.out
+
+
+def test_doctor_flags_jobs_without_an_adapter_and_stuck_work(cli, kernel: Kernel) -> None:
+    kernel.define_job({"id": "exotic", "kind": "no-such-kind", "payload": {}})
+    occ = kernel.run_now("exotic", request_id="r", operator="t").occurrence.id
+    kernel.claim(occ, owner="w", lease=60)
+    kernel.fail(occ, owner="w", fence=1, code="X", message="x", retryable=False)
+    checks = {c["name"]: c for c in cli("doctor", "--json").json()["checks"]}
+    assert checks["job kinds"]["status"] == "fail"
+    assert "exotic" in checks["job kinds"]["detail"]
+    assert checks["attention"]["status"] == "warn"
+    assert checks["beat"]["status"] == "warn"
+
+
+def test_commands_refuse_an_unmigrated_database_and_migrate_fixes_it(cli, db_url: str) -> None:
+    refused = cli("jobs", "list", "--json")
+    assert (refused.code, refused.json()["error"]["code"]) == (1, "SCHEMA_UNKNOWN")
+    assert "kernel migrate" in cli("status").err
+    first = cli("migrate", "--json").json()
+    assert (first["before"], first["changed"]) == (None, True)
+    again = cli("migrate")
+    assert "changed        no" in again.out
+    assert cli("jobs", "list", "--json").json() == []
+
+
+def test_prune_removes_old_settled_history_only(cli, kernel: Kernel) -> None:
+    define(kernel, "a")
+    done = kernel.run_now("a", request_id="r1", operator="t").occurrence.id
+    kernel.claim(done, owner="w", lease=60)
+    kernel.succeed(done, owner="w", fence=1)
+    dead = kernel.run_now("a", request_id="r2", operator="t").occurrence.id
+    kernel.claim(dead, owner="w", lease=60)
+    kernel.fail(dead, owner="w", fence=1, code="X", message="x", retryable=False)
+    time.sleep(0.02)
+    assert cli("prune", "--older-than", "1d", "--json").json()["occurrences"] == 0
+    result = cli("prune", "--older-than", "0.01s", "--json").json()
+    assert (result["occurrences"], result["older_than_s"]) == (1, 0.01)
+    assert [o.id for o in kernel.list_occurrences()] == [dead]
+    assert "pruned 0 occurrence(s)" in cli("prune", "--older-than", "0.01s").out
+    bad = cli("prune", "--older-than", "soon", "--json")
+    assert (bad.code, bad.json()["error"]["details"]["field"]) == (1, "older_than")
+    assert kernel.prune(older_than=timedelta(seconds=0.01)) == {"occurrences": 0, "events": 0}
