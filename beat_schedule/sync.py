@@ -23,7 +23,9 @@ def _job_id(name: str) -> str:
     """A Beat entry's name as a job id: unsafe runs become ``-``."""
     job_id = _ID_UNSAFE.sub("-", name).strip("-._:")[:128]
     if not job_id:
-        raise InvalidArgument(f"beat_schedule[{name!r}]", "the entry name has no usable characters for a job id")
+        raise InvalidArgument(
+            f"beat_schedule[{name!r}]", "the entry name has no usable characters for a job id"
+        )
     return job_id
 
 
@@ -37,8 +39,13 @@ def _cron_field(value: Any) -> str:
 def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
     field = f"beat_schedule[{name!r}].schedule"
     if isinstance(value, crontab):
-        fields = (value._orig_minute, value._orig_hour, value._orig_day_of_month,
-                  value._orig_month_of_year, value._orig_day_of_week)
+        fields = (
+            value._orig_minute,
+            value._orig_hour,
+            value._orig_day_of_month,
+            value._orig_month_of_year,
+            value._orig_day_of_week,
+        )
         # Celery's Beat reads a crontab in its app's zone. `crontab.tz` would fall
         # back to whatever app is current, so a crontab without an app takes the
         # zone of the configuration being synced.
@@ -50,19 +57,25 @@ def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
         return {"every": value.total_seconds()}
     if isinstance(value, int | float) and not isinstance(value, bool):
         return {"every": float(value)}
-    raise InvalidArgument(field, f"{type(value).__name__} schedules are not supported; use crontab, "
-                                 "timedelta or a number of seconds")
+    raise InvalidArgument(
+        field,
+        f"{type(value).__name__} schedules are not supported; use crontab, "
+        "timedelta or a number of seconds",
+    )
 
 
 def entry_to_spec(name: str, entry: Mapping[str, Any], *, timezone: str = "UTC") -> dict[str, Any]:
-    """One ``beat_schedule`` entry as a ``task`` job spec; a ``kernel`` key sets the other fields."""
+    """One ``beat_schedule`` entry as a ``task`` job spec; its ``kernel`` key sets other fields."""
     if "task" not in entry or "schedule" not in entry:
         raise InvalidArgument(f"beat_schedule[{name!r}]", "needs 'task' and 'schedule'")
     spec: dict[str, Any] = {
         "id": _job_id(name),
         "kind": "task",
-        "payload": {"task": entry["task"], "args": list(entry.get("args") or ()),
-                    "kwargs": dict(entry.get("kwargs") or {})},
+        "payload": {
+            "task": entry["task"],
+            "args": list(entry.get("args") or ()),
+            "kwargs": dict(entry.get("kwargs") or {}),
+        },
         "schedule": _schedule(name, entry["schedule"], timezone),
     }
     queue = (entry.get("options") or {}).get("queue")
@@ -80,8 +93,12 @@ def beat_schedule_specs(conf: Any) -> list[dict[str, Any]]:
         try:
             specs.append(entry_to_spec(name, entry, timezone=timezone))
         except InvalidArgument as exc:  # one unusable entry must not keep Beat from starting
-            log.error("beat_schedule entry %r skipped: %s", name, exc,
-                      extra={"action": "entry_refused", "entry": name})
+            log.error(
+                "beat_schedule entry %r skipped: %s",
+                name,
+                exc,
+                extra={"action": "entry_refused", "entry": name},
+            )
     return specs
 
 
@@ -96,12 +113,23 @@ def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> 
         try:
             job, change = kernel.apply_job(spec)
         except InvalidArgument as exc:
-            log.error("%s: job %r refused: %s", source, spec.get("id"), exc,
-                      extra={"action": "job_refused", "job_id": spec.get("id")})
+            log.error(
+                "%s: job %r refused: %s",
+                source,
+                spec.get("id"),
+                exc,
+                extra={"action": "job_refused", "job_id": spec.get("id")},
+            )
             outcome[str(spec.get("id"))] = f"refused: {exc.code}"
             continue
         outcome[job.id] = change
         if change != "unchanged":
-            log.info("%s: job %s %s (revision %s)", source, job.id, change, job.revision,
-                     extra={"action": f"job_{change}", "job_id": job.id})
+            log.info(
+                "%s: job %s %s (revision %s)",
+                source,
+                job.id,
+                change,
+                job.revision,
+                extra={"action": f"job_{change}", "job_id": job.id},
+            )
     return outcome

@@ -1,4 +1,4 @@
-"""One settings object for celery-kernel, read from ``app.conf`` and the environment, checked at start."""
+"""celery-kernel's settings: one object read from ``app.conf`` and the environment, checked at start."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ from typing import Any
 
 from kernel import InvalidArgument, Kernel
 
-__all__ = ["KernelSettings", "var_dir", "embedded_broker_options", "ensure_broker_folders", "open_kernel"]
+__all__ = [
+    "KernelSettings",
+    "var_dir",
+    "embedded_broker_options",
+    "ensure_broker_folders",
+    "open_kernel",
+]
 
 
 def var_dir() -> Path:
@@ -49,10 +55,17 @@ class KernelSettings:
             return value if value not in (None, "") else conf.get(key, default)
 
         settings = cls(
-            database_url=str(pick("KERNEL_DATABASE_URL", "kernel_database_url",
-                                  f"sqlite:///{var_dir() / 'kernel.db'}")),
+            database_url=str(
+                pick(
+                    "KERNEL_DATABASE_URL",
+                    "kernel_database_url",
+                    f"sqlite:///{var_dir() / 'kernel.db'}",
+                )
+            ),
             jobs_file=pick("KERNEL_JOBS_FILE", "kernel_jobs_file", None),
-            sqlite_synchronous=str(pick("KERNEL_SQLITE_SYNCHRONOUS", "kernel_sqlite_synchronous", "FULL")).upper(),
+            sqlite_synchronous=str(
+                pick("KERNEL_SQLITE_SYNCHRONOUS", "kernel_sqlite_synchronous", "FULL")
+            ).upper(),
             auto_migrate=_flag(pick("KERNEL_AUTO_MIGRATE", "kernel_auto_migrate", True)),
             beat_interval=float(pick("KERNEL_BEAT_INTERVAL", "kernel_beat_interval", 1.0)),
             dispatch_batch=int(conf.get("kernel_dispatch_batch", 500)),
@@ -82,7 +95,7 @@ def _flag(value: Any) -> bool:
 
 
 def embedded_broker_options() -> dict[str, Any]:
-    """kombu ``filesystem://`` folders: a broker with no server that works across processes on one host."""
+    """kombu ``filesystem://`` folders: a serverless broker shared by the processes of one host."""
     broker = var_dir().resolve() / "broker"
     return {
         "data_folder_in": str(broker / "queue"),

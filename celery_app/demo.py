@@ -34,7 +34,7 @@ def heartbeat(ctx: ExecutionContext) -> str:
 
 
 def count_slowly(ctx: ExecutionContext, to: int, step_seconds: float) -> dict[str, Any]:
-    """Counts to ``to``, checkpointing after each step, so it can pause and resume without redoing work."""
+    """Count to ``to``, checkpointing each step, so a pause and resume redoes no work."""
     start = (ctx.resumed or {}).get("done", 0)
     for done in range(start, to):
         time.sleep(step_seconds)
@@ -49,7 +49,9 @@ def _say(text: str) -> None:
 def _start(name: str, args: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
     log = (logs / f"{name}.log").open("wb")
     _say(f"starting {name}: celery {' '.join(args)} (log: {log.name})")
-    return subprocess.Popen([sys.executable, "-m", "celery", *args], env=env, stdout=log, stderr=log)
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", *args], env=env, stdout=log, stderr=log
+    )
 
 
 def _stop(process: subprocess.Popen[bytes], name: str) -> None:
@@ -71,8 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     var = Path("var/demo").resolve()
     shutil.rmtree(var, ignore_errors=True)
     var.mkdir(parents=True)
-    env = {**os.environ, "KERNEL_VAR_DIR": str(var), "KERNEL_DATABASE_URL": f"sqlite:///{var / 'kernel.db'}",
-           "KERNEL_JOBS_FILE": str(EXAMPLES), "KERNEL_BEAT_INTERVAL": "0.5"}
+    env = {
+        **os.environ,
+        "KERNEL_VAR_DIR": str(var),
+        "KERNEL_DATABASE_URL": f"sqlite:///{var / 'kernel.db'}",
+        "KERNEL_JOBS_FILE": str(EXAMPLES),
+        "KERNEL_BEAT_INTERVAL": "0.5",
+    }
     env.pop("CELERY_BROKER_URL", None)
     os.environ.update({k: env[k] for k in ("KERNEL_VAR_DIR", "KERNEL_DATABASE_URL")})
 
@@ -80,9 +87,18 @@ def main(argv: list[str] | None = None) -> int:
 
     kernel = Kernel.open(env["KERNEL_DATABASE_URL"], migrate_schema=True)
     _say(f"kernel: {env['KERNEL_DATABASE_URL']}; broker: filesystem:// under {var / 'broker'}")
-    worker = _start("worker", ["-A", "celery_app", "worker", "-c", "2", "-n", "demo@%h", "--loglevel=INFO"],
-                    env, var)
-    beat = _start("beat", ["-A", "celery_app", "beat", "--loglevel=INFO", "-s", str(var / "beat-state")], env, var)
+    worker = _start(
+        "worker",
+        ["-A", "celery_app", "worker", "-c", "2", "-n", "demo@%h", "--loglevel=INFO"],
+        env,
+        var,
+    )
+    beat = _start(
+        "beat",
+        ["-A", "celery_app", "beat", "--loglevel=INFO", "-s", str(var / "beat-state")],
+        env,
+        var,
+    )
     cursor, paused_once, counter = 0, False, None
     deadline = time.monotonic() + options.seconds
     try:
@@ -92,14 +108,21 @@ def main(argv: list[str] | None = None) -> int:
                 _say("a child process exited early; see the logs in var/demo")
                 return 1
             if counter is None and any(j.id == "count-to-ten" for j in kernel.list_jobs()):
-                counter = kernel.run_now("count-to-ten", request_id=f"demo-{uuid.uuid4().hex[:8]}",
-                                         operator="demo").occurrence.id
+                counter = kernel.run_now(
+                    "count-to-ten", request_id=f"demo-{uuid.uuid4().hex[:8]}", operator="demo"
+                ).occurrence.id
                 _say(f"run-now count-to-ten -> occurrence {counter}")
             for event in kernel.events(after_id=cursor, limit=200):
                 cursor = event.id
-                extra = {k: v for k, v in event.data.items() if k in ("trigger_key", "reason", "safe_point")}
-                _say(f"event {event.type:<30} job={event.job_id} occ={event.occurrence_id} fence={event.fence}"
-                     + (f" {extra}" if extra else ""))
+                extra = {
+                    k: v
+                    for k, v in event.data.items()
+                    if k in ("trigger_key", "reason", "safe_point")
+                }
+                _say(
+                    f"event {event.type:<30} job={event.job_id} occ={event.occurrence_id} "
+                    f"fence={event.fence}" + (f" {extra}" if extra else "")
+                )
             if counter is not None and not paused_once:
                 paused_once = _pause_and_resume(kernel, counter)
     finally:
@@ -119,8 +142,13 @@ def _pause_and_resume(kernel: Any, occurrence_id: int) -> bool:
     occurrence = kernel.get_occurrence(occurrence_id)
     if occurrence.status.value != "running" or occurrence.control is not None:
         return occurrence.control is not None
-    kernel.request_pause(occurrence_id, expected_fence=occurrence.fence, request_id=f"pause-{occurrence_id}",
-                         safe_points=CHECKPOINT_V1.safe_points, operator="demo")
+    kernel.request_pause(
+        occurrence_id,
+        expected_fence=occurrence.fence,
+        request_id=f"pause-{occurrence_id}",
+        safe_points=CHECKPOINT_V1.safe_points,
+        operator="demo",
+    )
     _say(f"pause requested for occurrence {occurrence_id}")
     for _ in range(40):
         time.sleep(0.25)

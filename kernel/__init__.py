@@ -17,7 +17,16 @@ from kernel.errors import (
 )
 from kernel.states import ControlState, Decision, Delivery, OccurrenceStatus, Overlap, SafePoint
 from kernel.store import FireReport, Kernel
-from kernel.types import ActionResult, Beat, Claim, DispatchHint, Event, Job, Occurrence, RenewAnswer
+from kernel.types import (
+    ActionResult,
+    Beat,
+    Claim,
+    DispatchHint,
+    Event,
+    Job,
+    Occurrence,
+    RenewAnswer,
+)
 
 __all__ = [
     "Kernel",

@@ -87,7 +87,11 @@ def create_occurrence(
             status=OccurrenceStatus(existing.status) if existing else None,
         )
     event = "occurrence_skipped" if status == OccurrenceStatus.SKIPPED else "occurrence_created"
-    data: dict[str, Any] = {"trigger_key": trigger_key, "revision": revision, "scheduled_for": scheduled_for}
+    data: dict[str, Any] = {
+        "trigger_key": trigger_key,
+        "revision": revision,
+        "scheduled_for": scheduled_for,
+    }
     if skip_reason:
         data["reason"] = skip_reason
     if parent_id is not None:

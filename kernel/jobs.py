@@ -12,8 +12,8 @@ from kernel.chains import MAX_CHAIN_DEPTH, MAX_CHILDREN
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.firing import create_occurrence
 from kernel.jobspec import JobSpec, validate_job_spec
-from kernel.records import dumps, job_from_row, loads
 from kernel.operator import record_request, request_cancel
+from kernel.records import dumps, job_from_row, loads
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -337,7 +337,9 @@ def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
     # `skip` job does not start another beside it.
     statuses = _UNSETTLED if policy == "skip" else (S.QUEUED, S.RUNNING, S.RETRY_WAIT)
     active = tx.conn.execute(
-        sa.select(o.c.id, o.c.status, o.c.fence).where(o.c.job_id == job_id, o.c.status.in_(statuses))
+        sa.select(o.c.id, o.c.status, o.c.fence).where(
+            o.c.job_id == job_id, o.c.status.in_(statuses)
+        )
     ).all()
     if not active:
         return None
@@ -353,17 +355,29 @@ def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
 
 
 def run_now(tx: Tx, job_id: str, request_id: str, operator: str) -> tuple[int, bool]:
-    """Create a ``manual:<request id>`` occurrence, also for a disabled job; the cursor is untouched.
+    """Create a ``manual:<request id>`` occurrence (also for a disabled job); the cursor stays.
 
     Returns:
         (occurrence id, deduplicated): a retried request id finds its first occurrence.
     """
     job = get_job(tx, job_id)
     replay = record_request(tx, request_id, "run_now", job_id, {}, operator)
-    made = create_occurrence(tx, job_id=job_id, revision=job.revision, spec=job.spec,
-                             trigger_key=f"manual:{request_id}", scheduled_for=tx.now)
+    made = create_occurrence(
+        tx,
+        job_id=job_id,
+        revision=job.revision,
+        spec=job.spec,
+        trigger_key=f"manual:{request_id}",
+        scheduled_for=tx.now,
+    )
     if made.id is None:
         raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)
     if made.created:
-        tx.emit("job_run_now", job_id=job_id, occurrence_id=made.id, request_id=request_id, operator=operator)
+        tx.emit(
+            "job_run_now",
+            job_id=job_id,
+            occurrence_id=made.id,
+            request_id=request_id,
+            operator=operator,
+        )
     return made.id, replay or not made.created

@@ -66,8 +66,14 @@ def record_request(
         return True
     tx.conn.execute(
         sa.insert(operator_requests),
-        {"request_id": request_id, "action": action, "target": target, "evidence": encoded,
-         "operator": operator, "created_at": tx.now},
+        {
+            "request_id": request_id,
+            "action": action,
+            "target": target,
+            "evidence": encoded,
+            "operator": operator,
+            "created_at": tx.now,
+        },
     )
     return False
 
@@ -84,7 +90,9 @@ def _control(tx: Tx, occ_id: int) -> Any:
     return row._mapping if row is not None else None
 
 
-def request_cancel(tx: Tx, occ_id: int, job_id: str, status: str, fence: int, *, reason: str) -> None:
+def request_cancel(
+    tx: Tx, occ_id: int, job_id: str, status: str, fence: int, *, reason: str
+) -> None:
     """Cancel at once if not running; otherwise flag it for the worker to see on renew."""
     o = occurrences
     if status == S.RUNNING:
@@ -94,16 +102,24 @@ def request_cancel(tx: Tx, occ_id: int, job_id: str, status: str, fence: int, *,
             .values(cancel_requested=True, updated_at=tx.now)
         ).rowcount
         if flagged:  # asked once; a later firing under `replace` does not ask again
-            tx.emit("occurrence_cancel_requested", job_id=job_id, occurrence_id=occ_id, fence=fence,
-                    reason=reason)
+            tx.emit(
+                "occurrence_cancel_requested",
+                job_id=job_id,
+                occurrence_id=occ_id,
+                fence=fence,
+                reason=reason,
+            )
         return
     changed = tx.conn.execute(
-        sa.update(o).where(o.c.id == occ_id, o.c.status.in_((S.QUEUED, S.RETRY_WAIT)))
+        sa.update(o)
+        .where(o.c.id == occ_id, o.c.status.in_((S.QUEUED, S.RETRY_WAIT)))
         .values(status=S.CANCELLED, settled_at=tx.now, updated_at=tx.now)
     ).rowcount
     if changed == 1:
         tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
-        tx.emit("occurrence_cancelled", job_id=job_id, occurrence_id=occ_id, fence=fence, reason=reason)
+        tx.emit(
+            "occurrence_cancelled", job_id=job_id, occurrence_id=occ_id, fence=fence, reason=reason
+        )
 
 
 def request_pause(
@@ -128,69 +144,134 @@ def request_pause(
     o = _occurrence(tx, occ_id)
     if not safe_points:
         raise PauseUnsupported(
-            f"occurrence {occ_id} runs a {loads(o['definition'])['kind']!r} adapter, which declares "
-            "no safe point; it cannot be paused (cancel it instead)",
+            f"occurrence {occ_id} runs a {loads(o['definition'])['kind']!r} adapter, which "
+            "declares no safe point; it cannot be paused (cancel it instead)",
             occurrence_id=occ_id,
         )
     c = _control(tx, occ_id)
     if c is not None and c["state"] != ControlState.TERMINAL and c["state"] != ControlState.RESUMED:
-        raise StateConflict(f"occurrence {occ_id} already has a {c['state']} control",
-                            occurrence_id=occ_id, state=c["state"], revision=c["revision"])
+        raise StateConflict(
+            f"occurrence {occ_id} already has a {c['state']} control",
+            occurrence_id=occ_id,
+            state=c["state"],
+            revision=c["revision"],
+        )
     if o["status"] != S.RUNNING:
-        raise StateConflict(f"occurrence {occ_id} is {o['status']}, not running; only a running "
-                            "occurrence can be paused", occurrence_id=occ_id, status=o["status"])
+        raise StateConflict(
+            f"occurrence {occ_id} is {o['status']}, not running; only a running "
+            "occurrence can be paused",
+            occurrence_id=occ_id,
+            status=o["status"],
+        )
     if o["fence"] != expected_fence:
-        raise FenceConflict(f"occurrence {occ_id} is at fence {o['fence']}, not {expected_fence}: "
-                            "it was claimed again since you looked", occurrence_id=occ_id,
-                            expected_fence=expected_fence, actual_fence=o["fence"])
+        raise FenceConflict(
+            f"occurrence {occ_id} is at fence {o['fence']}, not {expected_fence}: "
+            "it was claimed again since you looked",
+            occurrence_id=occ_id,
+            expected_fence=expected_fence,
+            actual_fence=o["fence"],
+        )
     if o["lease_expires_at"] <= tx.now:
-        raise LeaseLost(f"occurrence {occ_id}: its lease has expired; the holder is gone",
-                        occurrence_id=occ_id)
-    values = {"state": ControlState.PAUSE_REQUESTED.value, "expected_fence": expected_fence,
-              "pause_request_id": request_id, "resume_request_id": None,
-              "safe_points": dumps(sorted(safe_points)), "requested_at": tx.now, "paused_at": None,
-              "resumed_at": None, "terminal_at": None, "updated_at": tx.now}
+        raise LeaseLost(
+            f"occurrence {occ_id}: its lease has expired; the holder is gone", occurrence_id=occ_id
+        )
+    values = {
+        "state": ControlState.PAUSE_REQUESTED.value,
+        "expected_fence": expected_fence,
+        "pause_request_id": request_id,
+        "resume_request_id": None,
+        "safe_points": dumps(sorted(safe_points)),
+        "requested_at": tx.now,
+        "paused_at": None,
+        "resumed_at": None,
+        "terminal_at": None,
+        "updated_at": tx.now,
+    }
     if c is None:
         tx.conn.execute(sa.insert(controls), {"occurrence_id": occ_id, "revision": 1, **values})
     else:
-        tx.conn.execute(sa.update(controls).where(controls.c.occurrence_id == occ_id,
-                                                  controls.c.revision == c["revision"])
-                        .values(revision=controls.c.revision + 1, **values))
-    tx.emit("occurrence_pause_requested", job_id=o["job_id"], occurrence_id=occ_id, fence=expected_fence,
-            request_id=request_id, operator=operator)
+        tx.conn.execute(
+            sa.update(controls)
+            .where(controls.c.occurrence_id == occ_id, controls.c.revision == c["revision"])
+            .values(revision=controls.c.revision + 1, **values)
+        )
+    tx.emit(
+        "occurrence_pause_requested",
+        job_id=o["job_id"],
+        occurrence_id=occ_id,
+        fence=expected_fence,
+        request_id=request_id,
+        operator=operator,
+    )
     return False
 
 
-def resume(tx: Tx, occ_id: int, *, request_id: str, expected_revision: int | None, operator: str) -> bool:
+def resume(
+    tx: Tx, occ_id: int, *, request_id: str, expected_revision: int | None, operator: str
+) -> bool:
     """Make a paused occurrence claimable; the next claim resumes from its checkpoint."""
-    if record_request(tx, request_id, "resume", str(occ_id), {"revision": expected_revision}, operator):
+    if record_request(
+        tx, request_id, "resume", str(occ_id), {"revision": expected_revision}, operator
+    ):
         return True
     o = _occurrence(tx, occ_id)
     c = _control(tx, occ_id)
     if c is None or c["state"] != ControlState.PAUSED:
-        raise StateConflict(f"occurrence {occ_id} is not paused", occurrence_id=occ_id,
-                            state=c["state"] if c else None)
+        raise StateConflict(
+            f"occurrence {occ_id} is not paused",
+            occurrence_id=occ_id,
+            state=c["state"] if c else None,
+        )
     if expected_revision is not None and c["revision"] != expected_revision:
-        raise RevisionConflict(f"occurrence {occ_id}: control revision is {c['revision']}, not "
-                               f"{expected_revision}", occurrence_id=occ_id,
-                               expected_revision=expected_revision, actual_revision=c["revision"])
+        raise RevisionConflict(
+            f"occurrence {occ_id}: control revision is {c['revision']}, not {expected_revision}",
+            occurrence_id=occ_id,
+            expected_revision=expected_revision,
+            actual_revision=c["revision"],
+        )
     changed = tx.conn.execute(
-        sa.update(controls).where(controls.c.occurrence_id == occ_id, controls.c.state == "paused",
-                                  controls.c.revision == c["revision"])
-        .values(state="resumed", revision=controls.c.revision + 1, resume_request_id=request_id,
-                resumed_at=tx.now, updated_at=tx.now)
+        sa.update(controls)
+        .where(
+            controls.c.occurrence_id == occ_id,
+            controls.c.state == "paused",
+            controls.c.revision == c["revision"],
+        )
+        .values(
+            state="resumed",
+            revision=controls.c.revision + 1,
+            resume_request_id=request_id,
+            resumed_at=tx.now,
+            updated_at=tx.now,
+        )
     ).rowcount
     if changed != 1:
-        raise RevisionConflict(f"occurrence {occ_id}: control changed during resume", occurrence_id=occ_id)
-    tx.conn.execute(sa.update(occurrences).where(occurrences.c.id == occ_id, occurrences.c.status == S.RETRY_WAIT)
-                    .values(available_at=tx.now, dispatched_at=None, updated_at=tx.now))
-    tx.emit("occurrence_resumed", job_id=o["job_id"], occurrence_id=occ_id, fence=o["fence"],
-            request_id=request_id, operator=operator)
+        raise RevisionConflict(
+            f"occurrence {occ_id}: control changed during resume", occurrence_id=occ_id
+        )
+    tx.conn.execute(
+        sa.update(occurrences)
+        .where(occurrences.c.id == occ_id, occurrences.c.status == S.RETRY_WAIT)
+        .values(available_at=tx.now, dispatched_at=None, updated_at=tx.now)
+    )
+    tx.emit(
+        "occurrence_resumed",
+        job_id=o["job_id"],
+        occurrence_id=occ_id,
+        fence=o["fence"],
+        request_id=request_id,
+        operator=operator,
+    )
     return False
 
 
 def requeue(
-    tx: Tx, occ_id: int, *, expected_fence: int, expected_error_code: str, request_id: str, operator: str
+    tx: Tx,
+    occ_id: int,
+    *,
+    expected_fence: int,
+    expected_error_code: str,
+    request_id: str,
+    operator: str,
 ) -> bool:
     """Give a dead letter one more claim, consuming no attempt, if the evidence still holds."""
     evidence = {"fence": expected_fence, "error_code": expected_error_code}
@@ -199,30 +280,64 @@ def requeue(
     o = _occurrence(tx, occ_id)
     actual_code = (loads(o["last_error"]) or {}).get("code")
     if o["status"] != S.DEAD_LETTER:
-        raise StateConflict(f"occurrence {occ_id} is {o['status']}, not dead_letter",
-                            occurrence_id=occ_id, status=o["status"])
+        raise StateConflict(
+            f"occurrence {occ_id} is {o['status']}, not dead_letter",
+            occurrence_id=occ_id,
+            status=o["status"],
+        )
     if o["fence"] != expected_fence:
-        raise FenceConflict(f"occurrence {occ_id} is at fence {o['fence']}, not {expected_fence}",
-                            occurrence_id=occ_id, expected_fence=expected_fence, actual_fence=o["fence"])
+        raise FenceConflict(
+            f"occurrence {occ_id} is at fence {o['fence']}, not {expected_fence}",
+            occurrence_id=occ_id,
+            expected_fence=expected_fence,
+            actual_fence=o["fence"],
+        )
     if actual_code != expected_error_code:
-        raise EvidenceConflict(f"occurrence {occ_id} failed with {actual_code!r}, not {expected_error_code!r}",
-                               occurrence_id=occ_id, expected_error_code=expected_error_code,
-                               actual_error_code=actual_code)
+        raise EvidenceConflict(
+            f"occurrence {occ_id} failed with {actual_code!r}, not {expected_error_code!r}",
+            occurrence_id=occ_id,
+            expected_error_code=expected_error_code,
+            actual_error_code=actual_code,
+        )
     changed = tx.conn.execute(
         sa.update(occurrences)
-        .where(occurrences.c.id == occ_id, occurrences.c.status == S.DEAD_LETTER,
-               occurrences.c.fence == expected_fence)
+        .where(
+            occurrences.c.id == occ_id,
+            occurrences.c.status == S.DEAD_LETTER,
+            occurrences.c.fence == expected_fence,
+        )
         # The operator revives it: a cancel request of the dead run is spent (no claim takes it).
-        .values(status=S.RETRY_WAIT, available_at=tx.now, dispatched_at=None, settled_at=None, updated_at=tx.now,
-                cancel_requested=False)
+        .values(
+            status=S.RETRY_WAIT,
+            available_at=tx.now,
+            dispatched_at=None,
+            settled_at=None,
+            updated_at=tx.now,
+            cancel_requested=False,
+        )
     ).rowcount
     if changed != 1:
         raise FenceConflict(f"occurrence {occ_id} changed during requeue", occurrence_id=occ_id)
-    tx.conn.execute(sa.insert(requeue_grants),
-                    {"request_id": request_id, "occurrence_id": occ_id, "expected_fence": expected_fence,
-                     "expected_error_code": expected_error_code, "created_at": tx.now, "claimed_at": None})
-    tx.emit("occurrence_requeued", job_id=o["job_id"], occurrence_id=occ_id, fence=expected_fence,
-            request_id=request_id, operator=operator, previous_error=actual_code)
+    tx.conn.execute(
+        sa.insert(requeue_grants),
+        {
+            "request_id": request_id,
+            "occurrence_id": occ_id,
+            "expected_fence": expected_fence,
+            "expected_error_code": expected_error_code,
+            "created_at": tx.now,
+            "claimed_at": None,
+        },
+    )
+    tx.emit(
+        "occurrence_requeued",
+        job_id=o["job_id"],
+        occurrence_id=occ_id,
+        fence=expected_fence,
+        request_id=request_id,
+        operator=operator,
+        previous_error=actual_code,
+    )
     return False
 
 
@@ -232,37 +347,74 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
         verdict = Decision(decision)
     except ValueError:
         raise InvalidArgument("decision", "must be applied, not_applied or abandon") from None
-    if record_request(tx, request_id, "adjudicate", str(occ_id), {"decision": verdict.value}, operator):
+    if record_request(
+        tx, request_id, "adjudicate", str(occ_id), {"decision": verdict.value}, operator
+    ):
         return True
     o = _occurrence(tx, occ_id)
     if o["status"] != S.NEEDS_ADJUDICATION:
-        raise StateConflict(f"occurrence {occ_id} is {o['status']}, not needs_adjudication",
-                            occurrence_id=occ_id, status=o["status"])
+        raise StateConflict(
+            f"occurrence {occ_id} is {o['status']}, not needs_adjudication",
+            occurrence_id=occ_id,
+            status=o["status"],
+        )
     to_status, settled, error, grant = {
         Decision.APPLIED: (S.SUCCEEDED, True, None, False),
         # The uncertain run used an attempt; the operator's word earns it back.
         Decision.NOT_APPLIED: (S.RETRY_WAIT, False, None, True),
-        Decision.ABANDON: (S.DEAD_LETTER, True, {"code": "ABANDONED", "message": f"abandoned by {operator}"},
-                           False),
+        Decision.ABANDON: (
+            S.DEAD_LETTER,
+            True,
+            {"code": "ABANDONED", "message": f"abandoned by {operator}"},
+            False,
+        ),
     }[verdict]
-    values: dict[str, Any] = {"status": to_status, "updated_at": tx.now, "available_at": tx.now,
-                              "dispatched_at": None, "settled_at": tx.now if settled else None}
+    values: dict[str, Any] = {
+        "status": to_status,
+        "updated_at": tx.now,
+        "available_at": tx.now,
+        "dispatched_at": None,
+        "settled_at": tx.now if settled else None,
+    }
     if error is not None:
         values["last_error"] = dumps(error)
     changed = tx.conn.execute(
-        sa.update(occurrences).where(occurrences.c.id == occ_id, occurrences.c.status == S.NEEDS_ADJUDICATION,
-                                     occurrences.c.fence == o["fence"]).values(**values)
+        sa.update(occurrences)
+        .where(
+            occurrences.c.id == occ_id,
+            occurrences.c.status == S.NEEDS_ADJUDICATION,
+            occurrences.c.fence == o["fence"],
+        )
+        .values(**values)
     ).rowcount
     if changed != 1:
-        raise StateConflict(f"occurrence {occ_id} changed during adjudication", occurrence_id=occ_id)
+        raise StateConflict(
+            f"occurrence {occ_id} changed during adjudication", occurrence_id=occ_id
+        )
     if grant:
-        tx.conn.execute(sa.insert(requeue_grants),
-                        {"request_id": request_id, "occurrence_id": occ_id, "expected_fence": o["fence"],
-                         "expected_error_code": "LEASE_EXPIRED", "created_at": tx.now, "claimed_at": None})
+        tx.conn.execute(
+            sa.insert(requeue_grants),
+            {
+                "request_id": request_id,
+                "occurrence_id": occ_id,
+                "expected_fence": o["fence"],
+                "expected_error_code": "LEASE_EXPIRED",
+                "created_at": tx.now,
+                "claimed_at": None,
+            },
+        )
     if settled:
         tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
-    tx.emit("occurrence_adjudicated", job_id=o["job_id"], occurrence_id=occ_id, fence=o["fence"],
-            decision=verdict.value, request_id=request_id, operator=operator, status=to_status.value)
+    tx.emit(
+        "occurrence_adjudicated",
+        job_id=o["job_id"],
+        occurrence_id=occ_id,
+        fence=o["fence"],
+        decision=verdict.value,
+        request_id=request_id,
+        operator=operator,
+        status=to_status.value,
+    )
     return False
 
 
@@ -272,7 +424,11 @@ def cancel(tx: Tx, occ_id: int, *, request_id: str, operator: str) -> bool:
         return True
     o = _occurrence(tx, occ_id)
     if o["status"] not in (S.QUEUED, S.RETRY_WAIT, S.RUNNING):
-        raise StateConflict(f"occurrence {occ_id} is {o['status']}; only queued, retry_wait or running "
-                            "occurrences can be cancelled", occurrence_id=occ_id, status=o["status"])
+        raise StateConflict(
+            f"occurrence {occ_id} is {o['status']}; only queued, retry_wait or running "
+            "occurrences can be cancelled",
+            occurrence_id=occ_id,
+            status=o["status"],
+        )
     request_cancel(tx, occ_id, o["job_id"], o["status"], o["fence"], reason=f"operator:{operator}")
     return False

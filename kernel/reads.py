@@ -9,7 +9,15 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound
 from kernel.records import beat_from_row, event_from_row, job_from_row, occurrence_from_row
-from kernel.schema import beats, controls, events, jobs, occurrences, operator_requests, requeue_grants
+from kernel.schema import (
+    beats,
+    controls,
+    events,
+    jobs,
+    occurrences,
+    operator_requests,
+    requeue_grants,
+)
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import Beat, DispatchHint, Event, Job, Occurrence
@@ -31,7 +39,7 @@ __all__ = [
 
 MAX_LIST = 1000
 S = OccurrenceStatus
-O = occurrences
+OCC = occurrences
 
 
 def _bounded(limit: int) -> int:
@@ -48,24 +56,31 @@ def get_occurrence(tx: Tx, occ_id: int) -> Occurrence:
 
 
 def list_occurrences(
-    tx: Tx, *, job_id: str | None, statuses: tuple[str, ...] | None, limit: int, before_id: int | None = None
+    tx: Tx,
+    *,
+    job_id: str | None,
+    statuses: tuple[str, ...] | None,
+    limit: int,
+    before_id: int | None = None,
 ) -> list[Occurrence]:
     """Newest first, with their controls; ``before_id`` pages backwards."""
     query = (
-        sa.select(O, *[c.label(f"c_{c.name}") for c in controls.c])
-        .select_from(O.outerjoin(controls, controls.c.occurrence_id == O.c.id))
-        .order_by(O.c.id.desc())
+        sa.select(OCC, *[c.label(f"c_{c.name}") for c in controls.c])
+        .select_from(OCC.outerjoin(controls, controls.c.occurrence_id == OCC.c.id))
+        .order_by(OCC.c.id.desc())
         .limit(_bounded(limit))
     )
     if job_id is not None:
-        query = query.where(O.c.job_id == job_id)
+        query = query.where(OCC.c.job_id == job_id)
     if statuses:
         bad = set(statuses) - {s.value for s in S}
         if bad:
-            raise InvalidArgument("status", f"unknown status {sorted(bad)}; one of {[s.value for s in S]}")
-        query = query.where(O.c.status.in_(statuses))
+            raise InvalidArgument(
+                "status", f"unknown status {sorted(bad)}; one of {[s.value for s in S]}"
+            )
+        query = query.where(OCC.c.status.in_(statuses))
     if before_id is not None:
-        query = query.where(O.c.id < before_id)
+        query = query.where(OCC.c.id < before_id)
     result = []
     for row in tx.conn.execute(query):
         m = row._mapping
@@ -91,7 +106,9 @@ def read_events(
     tx: Tx, *, after_id: int, job_id: str | None, occurrence_id: int | None, limit: int
 ) -> list[Event]:
     """Events with id > ``after_id`` in order: pass the last id back as the cursor."""
-    query = sa.select(events).where(events.c.id > after_id).order_by(events.c.id).limit(_bounded(limit))
+    query = (
+        sa.select(events).where(events.c.id > after_id).order_by(events.c.id).limit(_bounded(limit))
+    )
     if job_id is not None:
         query = query.where(events.c.job_id == job_id)
     if occurrence_id is not None:
@@ -100,47 +117,78 @@ def read_events(
 
 
 def last_event_id(tx: Tx) -> int:
-    return int(tx.conn.execute(sa.select(sa.func.coalesce(sa.func.max(events.c.id), 0))).scalar_one())
+    return int(
+        tx.conn.execute(sa.select(sa.func.coalesce(sa.func.max(events.c.id), 0))).scalar_one()
+    )
 
 
 def runtime_controls(tx: Tx, limit: int) -> list[dict[str, Any]]:
     """Running, pause-requested and paused occurrences, without payloads, for dashboards."""
     query = (
-        sa.select(O.c.id, O.c.job_id, O.c.status, O.c.fence, O.c.attempt, O.c.lease_owner,
-                  O.c.lease_expires_at, controls.c.state, controls.c.revision)
-        .select_from(O.outerjoin(controls, controls.c.occurrence_id == O.c.id))
-        .where(sa.or_(O.c.status == S.RUNNING,
-                      controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.PAUSED))))
-        .order_by(O.c.id)
+        sa.select(
+            OCC.c.id,
+            OCC.c.job_id,
+            OCC.c.status,
+            OCC.c.fence,
+            OCC.c.attempt,
+            OCC.c.lease_owner,
+            OCC.c.lease_expires_at,
+            controls.c.state,
+            controls.c.revision,
+        )
+        .select_from(OCC.outerjoin(controls, controls.c.occurrence_id == OCC.c.id))
+        .where(
+            sa.or_(
+                OCC.c.status == S.RUNNING,
+                controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.PAUSED)),
+            )
+        )
+        .order_by(OCC.c.id)
         .limit(_bounded(limit))
     )
     rows = []
     for r in tx.conn.execute(query):
         paused = r.state == ControlState.PAUSED
-        rows.append({
-            "id": r.id, "job_id": r.job_id, "status": r.status, "fence": r.fence, "attempt": r.attempt,
-            "lease_owner": r.lease_owner, "lease_expires_at": r.lease_expires_at,
-            "state": "paused" if paused else (r.state if r.state == ControlState.PAUSE_REQUESTED else "running"),
-            "control_revision": r.revision,
-        })
+        rows.append(
+            {
+                "id": r.id,
+                "job_id": r.job_id,
+                "status": r.status,
+                "fence": r.fence,
+                "attempt": r.attempt,
+                "lease_owner": r.lease_owner,
+                "lease_expires_at": r.lease_expires_at,
+                "state": "paused"
+                if paused
+                else (r.state if r.state == ControlState.PAUSE_REQUESTED else "running"),
+                "control_revision": r.revision,
+            }
+        )
     return rows
 
 
 def status_counts(tx: Tx) -> dict[str, Any]:
     """Counts per status, leases about to expire, paused, oldest claimable age (ms)."""
     counts = {s.value: 0 for s in S}
-    for status, n in tx.conn.execute(sa.select(O.c.status, sa.func.count()).group_by(O.c.status)):
+    for status, n in tx.conn.execute(
+        sa.select(OCC.c.status, sa.func.count()).group_by(OCC.c.status)
+    ):
         counts[status] = n
     paused = tx.conn.execute(
         sa.select(sa.func.count()).where(controls.c.state == ControlState.PAUSED)
     ).scalar_one()
     expiring = tx.conn.execute(
-        sa.select(sa.func.count()).where(O.c.status == S.RUNNING, O.c.lease_expires_at <= tx.now + 10_000)
+        sa.select(sa.func.count()).where(
+            OCC.c.status == S.RUNNING, OCC.c.lease_expires_at <= tx.now + 10_000
+        )
     ).scalar_one()
     oldest = tx.conn.execute(
-        sa.select(sa.func.min(O.c.available_at)).where(
-            O.c.status.in_((S.QUEUED, S.RETRY_WAIT)), O.c.available_at <= tx.now,
-            ~sa.exists().where(controls.c.occurrence_id == O.c.id, controls.c.state == ControlState.PAUSED),
+        sa.select(sa.func.min(OCC.c.available_at)).where(
+            OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
+            OCC.c.available_at <= tx.now,
+            ~sa.exists().where(
+                controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
+            ),
         )
     ).scalar()
     return {
@@ -154,44 +202,61 @@ def status_counts(tx: Tx) -> dict[str, Any]:
 
 def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
     """Claimable occurrences not hinted recently; marks them hinted now (SPEC §2.3)."""
-    not_recent = sa.or_(O.c.dispatched_at.is_(None), O.c.dispatched_at <= tx.now - rehint_after_ms)
-    not_paused = ~sa.exists().where(controls.c.occurrence_id == O.c.id, controls.c.state == ControlState.PAUSED)
-    running = O.alias("running")
+    not_recent = sa.or_(
+        OCC.c.dispatched_at.is_(None), OCC.c.dispatched_at <= tx.now - rehint_after_ms
+    )
+    not_paused = ~sa.exists().where(
+        controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
+    )
+    running = OCC.alias("running")
     # An exclusive occurrence (overlap queue/replace) cannot start while another of
     # its job runs; hinting it would only make a worker refuse it.
     free_to_start = sa.or_(
-        O.c.exclusive.is_(False),
-        ~sa.exists().where(running.c.job_id == O.c.job_id, running.c.status == S.RUNNING),
+        OCC.c.exclusive.is_(False),
+        ~sa.exists().where(running.c.job_id == OCC.c.job_id, running.c.status == S.RUNNING),
     )
-    waiting = sa.and_(O.c.status.in_((S.QUEUED, S.RETRY_WAIT)), O.c.available_at <= tx.now, free_to_start)
-    expired = sa.and_(O.c.status == S.RUNNING, O.c.lease_expires_at <= tx.now, O.c.delivery == "at-least-once")
+    waiting = sa.and_(
+        OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)), OCC.c.available_at <= tx.now, free_to_start
+    )
+    expired = sa.and_(
+        OCC.c.status == S.RUNNING,
+        OCC.c.lease_expires_at <= tx.now,
+        OCC.c.delivery == "at-least-once",
+    )
     hints: list[DispatchHint] = []
     for condition in (waiting, expired):
         if len(hints) >= limit:
             break
         query = (
-            sa.select(O.c.id, O.c.job_id, O.c.queue, O.c.kind)
-            .where(condition, not_recent, not_paused, O.c.cancel_requested.is_(False))
-            .order_by(O.c.available_at, O.c.id)
+            sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind)
+            .where(condition, not_recent, not_paused, OCC.c.cancel_requested.is_(False))
+            .order_by(OCC.c.available_at, OCC.c.id)
             .limit(limit - len(hints))
         )
         if tx.is_postgres:
-            query = query.with_for_update(skip_locked=True, of=O)
+            query = query.with_for_update(skip_locked=True, of=OCC)
         hints.extend(DispatchHint(r.id, r.job_id, r.queue, r.kind) for r in tx.conn.execute(query))
     if hints:
-        tx.conn.execute(sa.update(O).where(O.c.id.in_([h.occurrence_id for h in hints]))
-                        .values(dispatched_at=tx.now))
+        tx.conn.execute(
+            sa.update(OCC)
+            .where(OCC.c.id.in_([h.occurrence_id for h in hints]))
+            .values(dispatched_at=tx.now)
+        )
     return hints
 
 
 def record_beat(tx: Tx, beat_id: str, host: str, interval_s: float) -> None:
     changed = tx.conn.execute(
-        sa.update(beats).where(beats.c.id == beat_id)
+        sa.update(beats)
+        .where(beats.c.id == beat_id)
         .values(last_tick_at=tx.now, interval_s=interval_s, host=host)
     ).rowcount
     if changed == 0:
-        tx.conn.execute(tx.insert_or_ignore(beats).values(
-            id=beat_id, host=host, interval_s=interval_s, started_at=tx.now, last_tick_at=tx.now))
+        tx.conn.execute(
+            tx.insert_or_ignore(beats).values(
+                id=beat_id, host=host, interval_s=interval_s, started_at=tx.now, last_tick_at=tx.now
+            )
+        )
 
 
 def list_beats(tx: Tx) -> list[Beat]:
@@ -201,16 +266,33 @@ def list_beats(tx: Tx) -> list[Beat]:
 def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
     """Delete settled history older than ``settled_before``; dead letters and adjudications stay."""
     prunable = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
-    ids = tx.conn.execute(
-        sa.select(O.c.id).where(O.c.status.in_(prunable), O.c.settled_at < settled_before).limit(limit)
-    ).scalars().all()
+    ids = (
+        tx.conn.execute(
+            sa.select(OCC.c.id)
+            .where(OCC.c.status.in_(prunable), OCC.c.settled_at < settled_before)
+            .limit(limit)
+        )
+        .scalars()
+        .all()
+    )
     if not ids:
         return {"occurrences": 0, "events": 0}
-    for table, column in ((controls, controls.c.occurrence_id), (requeue_grants, requeue_grants.c.occurrence_id)):
+    for table, column in (
+        (controls, controls.c.occurrence_id),
+        (requeue_grants, requeue_grants.c.occurrence_id),
+    ):
         tx.conn.execute(sa.delete(table).where(column.in_(ids)))
-    pruned_events = tx.conn.execute(sa.delete(events).where(events.c.occurrence_id.in_(ids))).rowcount
-    tx.conn.execute(sa.delete(operator_requests).where(operator_requests.c.created_at < settled_before,
-                                                       operator_requests.c.target.in_([str(i) for i in ids])))
-    pruned = tx.conn.execute(sa.delete(O).where(O.c.id.in_(ids))).rowcount
-    tx.emit("history_pruned", occurrences=pruned, events=pruned_events, settled_before=settled_before)
+    pruned_events = tx.conn.execute(
+        sa.delete(events).where(events.c.occurrence_id.in_(ids))
+    ).rowcount
+    tx.conn.execute(
+        sa.delete(operator_requests).where(
+            operator_requests.c.created_at < settled_before,
+            operator_requests.c.target.in_([str(i) for i in ids]),
+        )
+    )
+    pruned = tx.conn.execute(sa.delete(OCC).where(OCC.c.id.in_(ids))).rowcount
+    tx.emit(
+        "history_pruned", occurrences=pruned, events=pruned_events, settled_before=settled_before
+    )
     return {"occurrences": pruned, "events": pruned_events}
