@@ -53,6 +53,7 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.kernel: Kernel | None = None
+        self._ticking = False
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         super().__init__(*args, **kwargs)
         self.settings = KernelSettings.from_app(self.app)
@@ -83,17 +84,31 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         """One pass: heartbeat, lease expiry, due firings, dispatch pump. Never raises."""
         kernel = self.kernel
         assert kernel is not None, "setup_schedule opens the kernel"
-        for step in (self._heartbeat, self._expire, self._materialise, self._pump):
-            try:
-                step(kernel)
-            except Exception:  # Beat must outlive one bad job or one storage hiccup
-                log.exception("beat step %s failed; the tick goes on", step.__name__,
-                              extra={"action": "tick_step_failed", "beat_id": self.beat_id})
+        self._ticking = True
+        try:
+            for step in (self._heartbeat, self._expire, self._materialise, self._pump):
+                try:
+                    step(kernel)
+                except Exception:  # Beat must outlive one bad job or one storage hiccup
+                    log.exception("beat step %s failed; the tick goes on", step.__name__,
+                                  extra={"action": "tick_step_failed", "beat_id": self.beat_id})
+        finally:
+            self._ticking = False
         return float(self.max_interval)
 
     def close(self) -> None:
+        """Close the kernel, unless a tick is under way in this very thread.
+
+        Celery Beat's SIGTERM handler calls ``close()`` from inside the signal handler,
+        which can interrupt a tick in the middle of a kernel transaction: closing the
+        kernel there would wait forever for the connection that tick holds. The handler
+        then raises SystemExit, and Beat calls ``close()`` again once the tick unwound.
+        """
+        if self._ticking:
+            return
         if self.kernel is not None:
             self.kernel.close()
+            self.kernel = None
         super().close()
 
     @property

@@ -1,0 +1,48 @@
+"""End-to-end fixtures: a fresh :class:`~integration.stack.Stack` per test, its logs on failure.
+
+``stack`` is the embedded default (``filesystem://`` broker, SQLite under
+``./var``); parametrise it indirectly with ``"redis"`` (the session's Redis
+broker, SQLite) or ``"redis+postgres"`` (Redis, and a fresh PostgreSQL database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+from integration.stack import LOG_TAIL, Stack
+
+BACKENDS = ("embedded", "redis", "redis+postgres")
+
+
+@pytest.fixture
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
+    """A fresh :class:`Stack` in ``tmp_path``; ``request.param`` picks the back end."""
+    backend = getattr(request, "param", "embedded")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown back end {backend!r}; one of {BACKENDS}")
+    broker_url = request.getfixturevalue("redis_url") if backend != "embedded" else None
+    database_url = (
+        request.getfixturevalue("pg_database_url") if backend == "redis+postgres" else None
+    )
+    made = Stack(tmp_path, broker_url=broker_url, database_url=database_url)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of every process log to a failed test's report."""
+    report = yield
+    made = getattr(item, "funcargs", {}).get("stack")
+    if report.failed and isinstance(made, Stack):
+        for proc in made.procs:
+            report.sections.append(
+                (f"{proc.name} log (pid {proc.pid}, last {LOG_TAIL} lines)", proc.tail())
+            )
+    return report

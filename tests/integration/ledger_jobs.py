@@ -1,0 +1,57 @@
+"""Job functions the integration tests schedule; each execution appends to a ledger file.
+
+Worker processes import this module (``ledger_jobs:<function>``) from the
+``PYTHONPATH`` the fixtures give them. A ledger line is one JSON object written
+with a single ``O_APPEND`` write, so lines from concurrent processes never
+interleave; it names the occurrence's trigger key and fence, which is what the
+tests count to prove "exactly once", "both fences" or "each step once".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from adapters.base import ExecutionContext
+
+__all__ = ["append", "record", "steps"]
+
+
+def append(ledger: str, ctx: ExecutionContext, event: str, **extra: Any) -> None:
+    """Append one line about ``ctx``'s occurrence to ``ledger``."""
+    occurrence = ctx.occurrence
+    line = {
+        "event": event,
+        "job_id": occurrence.job_id,
+        "occurrence_id": occurrence.id,
+        "trigger_key": occurrence.trigger_key,
+        "fence": occurrence.fence,
+        "attempt": occurrence.attempt,
+        "pid": os.getpid(),
+        **extra,
+    }
+    data = (json.dumps(line, sort_keys=True) + "\n").encode()
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def record(ledger: str, ctx: ExecutionContext, sleep: float = 0.0) -> dict[str, Any]:
+    """The effect first, then ``sleep`` seconds: a run killed while sleeping has had its effect."""
+    append(ledger, ctx, "run")
+    time.sleep(sleep)
+    return {"trigger_key": ctx.occurrence.trigger_key, "fence": ctx.occurrence.fence}
+
+
+def steps(ledger: str, ctx: ExecutionContext, total: int, step_s: float) -> dict[str, Any]:
+    """``total`` steps of ``step_s`` seconds a checkpoint after each; resumes after the last."""
+    start = int(ctx.resumed["done"]) if ctx.resumed else 0
+    for step in range(start, total):
+        time.sleep(step_s)
+        append(ledger, ctx, "step", step=step)
+        ctx.checkpoint({"done": step + 1})
+    return {"done": total, "resumed_from": start, "fence": ctx.occurrence.fence}
