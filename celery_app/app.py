@@ -24,7 +24,6 @@ def create_app(main: str = "celery_app", **conf: Any) -> Celery:
     celery.conf.update(**DEFAULTS)
     if not os.environ.get("CELERY_BROKER_URL"):
         celery.conf.broker_url = "filesystem://"
-        celery.conf.broker_transport_options = embedded_broker_options()
     user_module = os.environ.get("CELERY_CONFIG_MODULE")
     if user_module:
         # The user's settings win over ours, as if they had written them here.
@@ -33,6 +32,10 @@ def create_app(main: str = "celery_app", **conf: Any) -> Celery:
             {k: v for k, v in vars(module).items() if k.islower() and not k.startswith("_")}
         )
     celery.conf.update(conf)
+    if str(celery.conf.broker_url).startswith("filesystem://"):
+        # The embedded broker's folders, unless the user's options name their own.
+        options = celery.conf.broker_transport_options or {}
+        celery.conf.broker_transport_options = {**embedded_broker_options(), **options}
     return celery
 
 

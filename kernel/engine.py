@@ -12,11 +12,18 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from kernel.driver import DriverStatement
 from kernel.errors import InvalidArgument, SchemaUnknown
 
 __all__ = ["create_kernel_engine", "migrate", "schema_revision", "check_schema", "HEAD_REVISION"]
 
 SQLITE_SYNCHRONOUS = ("FULL", "NORMAL")
+_MIGRATION_LOCK = 0x4B45524E  # "KERN": the advisory lock key migrations take on PostgreSQL
+
+# Each kernel transaction starts with one of these: on the driver, not through
+# exec_driver_sql, whose set-up costs more than the BEGIN itself.
+_BEGIN_READ = DriverStatement(sa.text("BEGIN"))
+_BEGIN_WRITE = DriverStatement(sa.text("BEGIN IMMEDIATE"))
 
 
 def _alembic_config() -> Config:
@@ -65,7 +72,8 @@ def _sqlite_engine(
     mode = synchronous.upper()
     if mode not in SQLITE_SYNCHRONOUS:
         raise InvalidArgument("sqlite_synchronous", f"must be one of {SQLITE_SYNCHRONOUS}")
-    if url.database and url.database != ":memory:":
+    # A "file:..." URI (uri=true, e.g. mode=ro) is no path: mkdir would make ./file:/...
+    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(url, **engine_kwargs)
 
@@ -82,9 +90,8 @@ def _sqlite_engine(
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql(
-            "BEGIN" if conn.get_execution_options().get("kernel_read_only") else "BEGIN IMMEDIATE"
-        )
+        read_only = conn.get_execution_options().get("kernel_read_only")
+        (_BEGIN_READ if read_only else _BEGIN_WRITE).execute(conn)
 
     return engine
 
@@ -109,16 +116,22 @@ def check_schema(engine: sa.Engine) -> None:
     if current is None:
         what = "holds tables of something else" if has_tables else "has no kernel schema yet"
         raise SchemaUnknown(f"the database {what}; {hint}", revision=None, expected=HEAD_REVISION)
-    known = {
-        rev.revision for rev in ScriptDirectory.from_config(_alembic_config()).walk_revisions()
-    }
-    if current in known:
+    if _is_known(current):
         raise SchemaUnknown(
             f"the database is at schema revision {current}, this code needs {HEAD_REVISION}; {hint}",
             revision=current,
             expected=HEAD_REVISION,
         )
-    raise SchemaUnknown(
+    raise _unknown_revision(current)
+
+
+def _is_known(revision: str) -> bool:
+    script = ScriptDirectory.from_config(_alembic_config())
+    return revision in {rev.revision for rev in script.walk_revisions()}
+
+
+def _unknown_revision(current: str) -> SchemaUnknown:
+    return SchemaUnknown(
         f"the database is at schema revision {current}, which this release does not know "
         "(written by a newer release?); upgrade celery-kernel before using it",
         revision=current,
@@ -131,10 +144,20 @@ def migrate(engine: sa.Engine) -> tuple[str | None, str]:
 
     Returns:
         (revision before, revision after).
+
+    Raises:
+        SchemaUnknown: the database is at a revision this release does not know.
     """
     cfg = _alembic_config()
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Workers and Beats starting together all migrate; one at a time, the
+            # rest find the schema current. (SQLite's BEGIN IMMEDIATE already serialises.)
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
         before = schema_revision(conn)
+        if before is not None and not _is_known(before):
+            # alembic would fail with its own CommandError; say what it means instead.
+            raise _unknown_revision(before)
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return before, HEAD_REVISION

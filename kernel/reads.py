@@ -216,12 +216,17 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         ~sa.exists().where(running.c.job_id == OCC.c.job_id, running.c.status == S.RUNNING),
     )
     waiting = sa.and_(
-        OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)), OCC.c.available_at <= tx.now, free_to_start
+        OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
+        OCC.c.available_at <= tx.now,
+        free_to_start,
+        not_recent,
     )
     expired = sa.and_(
         OCC.c.status == S.RUNNING,
         OCC.c.lease_expires_at <= tx.now,
         OCC.c.delivery == "at-least-once",
+        # The last hint led to the claim whose lease just expired: hint again at once.
+        sa.or_(not_recent, OCC.c.dispatched_at < OCC.c.lease_expires_at),
     )
     hints: list[DispatchHint] = []
     for condition in (waiting, expired):
@@ -229,7 +234,7 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
             break
         query = (
             sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind)
-            .where(condition, not_recent, not_paused, OCC.c.cancel_requested.is_(False))
+            .where(condition, not_paused, OCC.c.cancel_requested.is_(False))
             .order_by(OCC.c.available_at, OCC.c.id)
             .limit(limit - len(hints))
         )

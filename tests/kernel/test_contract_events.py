@@ -120,6 +120,19 @@ def test_runtime_controls_is_bounded_and_payload_free(k: Harness) -> None:
         k.kernel.runtime_controls(limit=100_000)
 
 
+def test_an_expired_lease_is_hinted_again_at_once(k: Harness) -> None:
+    # The hint that led to the claim predates the lease's expiry: re-hint without waiting
+    # out the (longer) re-hint interval, so a crashed worker's run is picked up promptly.
+    [occ] = k.occurrences("a", 1)
+    assert [h.occurrence_id for h in k.kernel.dispatch_batch(rehint_after=300)] == [occ]
+    k.kernel.claim(occ, owner="w1", lease=5)
+    k.clock.advance(4)
+    assert k.kernel.dispatch_batch(rehint_after=300) == []
+    k.clock.advance(1)
+    assert [h.occurrence_id for h in k.kernel.dispatch_batch(rehint_after=300)] == [occ]
+    assert k.kernel.dispatch_batch(rehint_after=300) == []
+
+
 def test_dispatch_hints_claimable_work_once_per_interval(k: Harness) -> None:
     first, second = k.occurrences("a", 2, queue="reports")
     hints = k.kernel.dispatch_batch(limit=1)
