@@ -50,9 +50,10 @@ DEFAULTS: dict[str, Any] = dict(
     task_ignore_result=True,
     task_acks_late=False,
     worker_prefetch_multiplier=1,
-    # Flower shows each run under its job's name (the shadow) only from events.
+    # Flower shows each run under its job's name (the shadow) from the worker's events.
+    # No task-sent events: those carry the real task name and could overwrite the job's.
     worker_send_task_events=True,
-    task_send_sent_event=True,
+    task_send_sent_event=False,
     beat_scheduler="beat_schedule.scheduler:KernelScheduler",
     beat_max_loop_interval=1,
     broker_connection_retry_on_startup=True,

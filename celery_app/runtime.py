@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,14 @@ from adapters.base import Adapter, Cancelled, ExecutionContext, HandBack
 from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
 from kernel.types import PendingPause
 
-__all__ = ["run_occurrence", "shutdown_marker", "request_warm_shutdown", "clear_warm_shutdown"]
+__all__ = [
+    "LeaseKeeper",
+    "RunOutcome",
+    "run_occurrence",
+    "shutdown_marker",
+    "request_warm_shutdown",
+    "clear_warm_shutdown",
+]
 
 log = logging.getLogger("celery_kernel.runtime")
 
@@ -54,23 +62,25 @@ class _Run:
         self.main_pid = main_pid
         self.cancelled = threading.Event()
         self.finished = threading.Event()
+        # Held while the keeper renews, so that once finished is set no renewal follows.
+        self.renewing = threading.Lock()
         self.lease_lost = False
         self.pause: PendingPause | None = claim_pause(claim)
         occurrence = claim.occurrence
         self.lease_s = float(occurrence.definition["lease"])
+        self.next_renew = time.monotonic() + self.lease_s / _RENEW_FRACTION
         self.log = logging.LoggerAdapter(
             log, {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
         )
 
     # -- lease keeper thread --------------------------------------------------
 
-    def keep_lease(self) -> None:
-        interval = self.lease_s / _RENEW_FRACTION
-        next_renew = time.monotonic() + interval
-        while not self.finished.wait(_POLL_S):
-            if time.monotonic() < next_renew:
-                continue
-            next_renew = time.monotonic() + interval
+    def renew_if_due(self) -> None:
+        """Renew the lease once a third of it has passed since the claim or the last renewal."""
+        with self.renewing:
+            if self.finished.is_set() or self.lease_lost or time.monotonic() < self.next_renew:
+                return
+            self.next_renew = time.monotonic() + self.lease_s / _RENEW_FRACTION
             try:
                 answer = self.kernel.renew(
                     self.claim.occurrence.id, owner=self.claim.owner, fence=self.claim.fence, lease=self.lease_s
@@ -84,7 +94,7 @@ class _Run:
                 return
             except KernelError as exc:  # storage trouble: keep trying until the lease is gone
                 self.log.warning("lease renewal failed: %s", exc, extra={"action": "renew_failed"})
-                continue
+                return
             self.pause = answer.pause
             if answer.cancel_requested:
                 self.cancelled.set()
@@ -112,6 +122,62 @@ class _Run:
             raise HandBack()
 
 
+class LeaseKeeper:
+    """One thread per process that renews the lease of every run in that process.
+
+    A keeper thread started and joined per run cost more than a no-op run's claim
+    and settle together (two thread hand-offs per run); runs register here instead.
+    The thread starts with the first run, so a process forked before that owns none.
+    Renewals of concurrent runs (thread pools) take turns on this one thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: set[_Run] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, run: _Run) -> None:
+        with self._lock:
+            self._runs.add(run)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+                self._thread.start()
+
+    def remove(self, run: _Run) -> None:
+        """Stop renewing ``run``; returns once no renewal of it is in flight."""
+        with run.renewing:
+            run.finished.set()
+        with self._lock:
+            self._runs.discard(run)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(_POLL_S)
+            with self._lock:
+                runs = list(self._runs)
+            for run in runs:
+                run.renew_if_due()
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What one hint led to.
+
+    Attributes:
+        result: ``succeeded``, ``retry_wait``, ``dead_letter``, ``failed`` (no adapter
+            of the occurrence's kind), ``cancelled``, ``handed_back``, ``lease_lost``
+            or ``not_claimable``.
+        job_id: the occurrence's job, once claimed.
+        error_code: set only when the kernel recorded a failure of this run.
+        status: the kernel status that failure settled in (``retry_wait`` or ``dead_letter``).
+    """
+
+    result: str
+    job_id: str | None = None
+    error_code: str | None = None
+    status: str | None = None
+
+
 def claim_pause(claim: Claim) -> PendingPause | None:
     """A pause request already pending when the claim was made (it was rebound to this fence)."""
     control = claim.occurrence.control
@@ -124,8 +190,15 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-def run_occurrence(kernel: Kernel, adapters: dict[str, Adapter], occurrence_id: int, *, main_pid: int) -> str:
-    """Claim, execute and settle one occurrence. Returns what happened, for the task result.
+def run_occurrence(
+    kernel: Kernel,
+    adapters: dict[str, Adapter],
+    occurrence_id: int,
+    *,
+    main_pid: int,
+    keeper: LeaseKeeper,
+) -> RunOutcome:
+    """Claim, execute and settle one occurrence. Returns what happened, for the task.
 
     A message for an occurrence that is not claimable is dropped without side
     effects: the broker message is only a hint.
@@ -134,25 +207,25 @@ def run_occurrence(kernel: Kernel, adapters: dict[str, Adapter], occurrence_id: 
     if claim is None:
         log.info("occurrence %s not claimable; hint dropped", occurrence_id,
                  extra={"action": "claim_refused", "occurrence_id": occurrence_id})
-        return "not_claimable"
+        return RunOutcome("not_claimable")
     occurrence = claim.occurrence
     adapter = adapters.get(occurrence.kind)
     if adapter is None:
-        kernel.fail(occurrence.id, owner=claim.owner, fence=claim.fence, code="ADAPTER_UNKNOWN",
-                    message=f"no adapter of kind {occurrence.kind!r} is installed on this worker",
-                    retryable=True)
-        return "failed"
+        status = kernel.fail(
+            occurrence.id, owner=claim.owner, fence=claim.fence, code="ADAPTER_UNKNOWN",
+            message=f"no adapter of kind {occurrence.kind!r} is installed on this worker",
+            retryable=True,
+        )
+        return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status)
     run = _Run(kernel, claim, adapter, main_pid)
-    keeper = threading.Thread(target=run.keep_lease, name=f"lease-{occurrence.id}", daemon=True)
-    keeper.start()
+    keeper.add(run)
     try:
         return _execute(run)
     finally:
-        run.finished.set()
-        keeper.join()
+        keeper.remove(run)
 
 
-def _execute(run: _Run) -> str:
+def _execute(run: _Run) -> RunOutcome:
     claim, adapter, kernel = run.claim, run.adapter, run.kernel
     occurrence = claim.occurrence
     ctx = ExecutionContext(
@@ -164,30 +237,31 @@ def _execute(run: _Run) -> str:
         run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
         result = adapter.resume(ctx) if claim.checkpoint is not None else adapter.execute(ctx)
     except HandBack:
-        return "handed_back"
+        return RunOutcome("handed_back", occurrence.job_id)
     except Exception as exc:  # job code may raise anything; the adapter classifies it
         if run.lease_lost:
-            return "lease_lost"
+            return RunOutcome("lease_lost", occurrence.job_id)
         if run.cancelled.is_set() and isinstance(exc, Cancelled):
             kernel.cancelled(occurrence.id, **settle)
-            return "cancelled"
+            return RunOutcome("cancelled", occurrence.job_id)
         verdict = adapter.classify_error(exc)
         run.log.warning("run failed: %s %s", verdict.code, verdict.message, extra={"action": "run_failed"})
         try:
-            return kernel.fail(occurrence.id, code=verdict.code, message=verdict.message,
-                               retryable=verdict.retryable, **settle)
+            status = kernel.fail(occurrence.id, code=verdict.code, message=verdict.message,
+                                 retryable=verdict.retryable, **settle)
         except LeaseLost as exc:
             return _settle_refused(run, exc)
+        return RunOutcome(status, occurrence.job_id, verdict.code, status)
     if run.lease_lost:
-        return "lease_lost"
+        return RunOutcome("lease_lost", occurrence.job_id)
     try:
         kernel.succeed(occurrence.id, result=result, **settle)
     except LeaseLost as exc:
         return _settle_refused(run, exc)
-    return "succeeded"
+    return RunOutcome("succeeded", occurrence.job_id)
 
 
-def _settle_refused(run: _Run, exc: LeaseLost) -> str:
+def _settle_refused(run: _Run, exc: LeaseLost) -> RunOutcome:
     run.log.warning("finished after losing the lease; outcome discarded: %s", exc,
                     extra={"action": "settle_refused"})
-    return "lease_lost"
+    return RunOutcome("lease_lost", run.claim.occurrence.job_id)

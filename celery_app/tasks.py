@@ -12,22 +12,33 @@ from adapters.base import Adapter
 from adapters.registry import load_adapters
 from celery_app.app import app
 from celery_app.config import open_kernel
+from celery_app.runtime import LeaseKeeper
 from celery_app.runtime import run_occurrence as run
 from kernel import Kernel
 
-__all__ = ["run_occurrence", "process_resources", "RUN_OCCURRENCE"]
+__all__ = ["run_occurrence", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
 
 RUN_OCCURRENCE = "kernel.run_occurrence"
 
 
+class OccurrenceFailed(Exception):
+    """The run failed and the kernel recorded it (``retry_wait`` or ``dead_letter``).
+
+    Raised only so that Celery's task state, its events and Flower say FAILURE; the
+    kernel, not Celery, owns the retry. Listed in the task's ``throws``, so the
+    worker logs it in one line at INFO instead of a traceback at ERROR.
+    """
+
+
 @dataclass
 class ProcessResources:
-    """What one worker process holds: its own kernel engine (never shared across fork) and adapters."""
+    """A worker process's own kernel engine (not shared across fork), adapters and lease keeper."""
 
     pid: int
     kernel: Kernel
     adapters: dict[str, Adapter]
     main_pid: int
+    keeper: LeaseKeeper
 
 
 def process_resources(celery_app: Any, *, main_pid: int | None = None) -> ProcessResources:
@@ -40,6 +51,7 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
         kernel=open_kernel(celery_app, migrate=False),
         adapters=load_adapters(celery_app),
         main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),
+        keeper=LeaseKeeper(),
     )
     celery_app._kernel_resources = resources
     return resources
@@ -53,8 +65,21 @@ def _worker_main_pid() -> int:
     return os.getpid() if current_process().name == "MainProcess" else os.getppid()
 
 
-@app.task(name=RUN_OCCURRENCE, ignore_result=True)
+@app.task(name=RUN_OCCURRENCE, ignore_result=True, throws=(OccurrenceFailed,))
 def run_occurrence(occurrence_id: int) -> str:
-    """Run occurrence ``occurrence_id`` if the kernel lets this worker claim it."""
+    """Run occurrence ``occurrence_id`` if the kernel lets this worker claim it.
+
+    Returns what happened (``succeeded``, ``handed_back``, ``cancelled``,
+    ``lease_lost``, ``not_claimable``).
+
+    Raises:
+        OccurrenceFailed: the run failed; the message names the job, the error code
+            and the kernel status.
+    """
     resources = process_resources(app)
-    return run(resources.kernel, resources.adapters, int(occurrence_id), main_pid=resources.main_pid)
+    outcome = run(resources.kernel, resources.adapters, int(occurrence_id),
+                  main_pid=resources.main_pid, keeper=resources.keeper)
+    if outcome.error_code is not None:
+        raise OccurrenceFailed(f"job {outcome.job_id}: {outcome.error_code}, "
+                               f"occurrence {occurrence_id} is {outcome.status}")
+    return outcome.result
