@@ -18,7 +18,7 @@ from celery.beat import Scheduler
 from beat_schedule import timing
 from beat_schedule.jobfiles import validate_job_file
 from beat_schedule.sync import apply_specs, beat_schedule_specs
-from celery_app.config import KernelSettings, open_kernel
+from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel
 from kernel import Job, Kernel, KernelError
 
 __all__ = ["KernelScheduler", "RUN_OCCURRENCE", "plan_job"]
@@ -63,6 +63,7 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def setup_schedule(self) -> None:
         """Open the kernel and apply ``beat_schedule`` and ``KERNEL_JOBS_FILE`` definitions."""
+        ensure_broker_folders(self.app)  # the pump publishes from this process
         self.kernel = open_kernel(self.app)
         apply_specs(self.kernel, beat_schedule_specs(self.app.conf), source="beat_schedule")
         jobs_file = os.environ.get("KERNEL_JOBS_FILE") or self.app.conf.get("kernel_jobs_file")

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import beat_init, celeryd_init, worker_process_init, worker_ready
+from celery.signals import celeryd_init, worker_process_init, worker_ready
 
 from celery_app.app import app
 from celery_app.config import ensure_broker_folders, open_kernel
@@ -20,7 +20,6 @@ log = logging.getLogger("celery_kernel.worker")
 
 
 @celeryd_init.connect
-@beat_init.connect
 def _broker_folders(sender: Any = None, **_: Any) -> None:
     """The embedded broker's folders, made by the processes that use them (not on import)."""
     ensure_broker_folders(app)

@@ -47,7 +47,8 @@ def fire_children(
         wanted = after["on"]
         if wanted != "complete" and (wanted == "success") != succeeded:
             continue
-        if not spec["enabled"]:
+        # The column, not the spec: enable/disable flips only the column.
+        if not child.enabled:
             continue
         if succeeded and not condition_matches(after.get("condition"), result):
             continue

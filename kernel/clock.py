@@ -7,6 +7,8 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
+from kernel.driver import DriverStatement
+
 __all__ = ["Clock", "SystemClock", "DatabaseClock", "default_clock"]
 
 
@@ -26,10 +28,14 @@ class SystemClock:
 class DatabaseClock:
     """The PostgreSQL server's clock, so host clock skew cannot steal or stretch a lease."""
 
-    _query = sa.text("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint")
+    # Read at the start of every transaction: on the driver (kernel/driver.py).
+    _ms = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint"
+    _query = DriverStatement(sa.select(sa.literal_column(_ms, sa.BigInteger)))
 
     def now_ms(self, conn: sa.Connection) -> int:
-        return int(conn.execute(self._query).scalar_one())
+        row = self._query.first(conn)
+        assert row is not None
+        return int(row[0])
 
 
 def default_clock(dialect_name: str) -> Clock:

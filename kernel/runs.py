@@ -45,11 +45,13 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     paused-and-resumed occurrence at the fence it was released on, or uses an
     operator's requeue grant.
     """
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id})
     if row is None:
         return None
     o = row._mapping
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    control = None
+    if o["control_state"] is not None:
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     c = control._mapping if control is not None else None
     state = c["state"] if c is not None else None
     if state == ControlState.PAUSED or o["cancel_requested"]:
@@ -70,8 +72,8 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
-    claimed = tx.conn.execute(
-        st.CLAIM,
+    claimed = st.CLAIM.first(
+        tx.conn,
         {
             "occ_id": occ_id,
             "seen_fence": o["fence"],
@@ -80,7 +82,7 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
             "owner": owner,
             "lease_until": tx.now + lease_ms,
         },
-    ).first()
+    )
     if claimed is None:
         return None
     fence = claimed._mapping["fence"]
@@ -139,9 +141,13 @@ def claim_next(
 ) -> Claim | None:
     """Claim the oldest claimable occurrence matching the filters, or None."""
     o = occurrences
-    waiting = sa.and_(o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now)
+    # Paused rows and exhausted expired leases are never claimable: left in, a
+    # backlog of them fills every candidate batch and starves the work behind it.
+    not_paused = ~sa.exists().where(controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED)
+    waiting = sa.and_(o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now, not_paused)
     expired = sa.and_(
-        o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now, o.c.delivery == "at-least-once"
+        o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now, o.c.delivery == "at-least-once",
+        o.c.attempt < o.c.max_attempts,
     )
     for condition in (waiting, expired):
         query = (
@@ -231,12 +237,15 @@ def settle(
             retryable=retryable, rnd=rnd,
         )
         to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
-        available_at = tx.now + int(decision.delay_s * 1000)
+        if decision.retry and m["cancel_requested"]:
+            # No claim takes a cancel-requested row: a retry would wait forever.
+            to_status = S.CANCELLED
+        available_at = tx.now + (int(decision.delay_s * 1000) if to_status == S.RETRY_WAIT else 0)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
     settled = to_status != S.RETRY_WAIT
-    updated = tx.conn.execute(
-        st.SETTLE,
+    updated = st.SETTLE.first(
+        tx.conn,
         {
             "occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now,
             "to_status": to_status.value,
@@ -245,11 +254,11 @@ def settle(
             "error_json": dumps(error) if error is not None else None,
             "settled": tx.now if settled else None,
         },
-    ).first()
+    )
     if updated is None:
         raise _lease_lost(tx, occ_id, owner, fence)
     u = updated._mapping
-    if settled:
+    if settled and u["control_open"]:
         tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
     tx.emit(
         f"occurrence_{to_status.value}",
@@ -257,7 +266,7 @@ def settle(
         **({"error": error} if error is not None else {}),
         **({"retry_at": available_at} if to_status == S.RETRY_WAIT else {}),
     )
-    if to_status in (S.SUCCEEDED, S.DEAD_LETTER):
+    if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(tx, parent_id=occ_id, parent_job=u["job_id"], succeeded=to_status == S.SUCCEEDED,
                       result=result, parent_depth=u["chain_depth"])
     return to_status
@@ -279,7 +288,8 @@ def release(
     With ``pause_request_id`` this acknowledges that pause: the control becomes
     ``paused`` and only a resume makes it claimable. Without, it is a warm
     shutdown: the control becomes ``resumed`` so any worker picks it up at once
-    from the checkpoint, consuming no attempt.
+    from the checkpoint, consuming no attempt (``paused`` instead when a pause of
+    this run is pending). A pending cancel request makes it ``cancelled``.
     """
     encoded = dumps(checkpoint)
     if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
@@ -304,6 +314,16 @@ def release(
                 f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
                 occurrence_id=occ_id, safe_point=safe_point,
             )
+    if tx.conn.execute(sa.select(occurrences.c.cancel_requested).where(occurrences.c.id == occ_id)).scalar():
+        # A cancel request wins: no claim takes a cancel-requested row, so a
+        # handed-back one would wait forever.
+        settle(tx, occ_id, owner, fence, outcome="cancelled",
+               error={"code": "CANCELLED", "message": "cancelled at a safe point"})
+        return
+    if pause_request_id is None and c is not None and c["state"] == ControlState.PAUSE_REQUESTED \
+            and c["expected_fence"] == fence:
+        # A warm hand back while this run's pause is pending honours the pause, not drops it.
+        pause_request_id = c["pause_request_id"]
     if tx.conn.execute(st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}).first() is None:
         raise _lease_lost(tx, occ_id, owner, fence)
     new_state = ControlState.PAUSED if pause_request_id is not None else ControlState.RESUMED

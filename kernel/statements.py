@@ -3,6 +3,11 @@
 Transitions are guarded UPDATEs: the WHERE clause carries the state, fence,
 owner and lease the caller observed, so zero rows means someone else moved
 first and the caller gets a precise domain error, never a silent overwrite.
+
+The statements a worker runs per task (claim, settle; events in kernel/tx.py)
+are :class:`~kernel.driver.DriverStatement` s: still Core here, rendered once
+per dialect and run on the driver, because SQLAlchemy's per-execution cost
+would otherwise exceed the database's (bench/kernel_throughput.py).
 """
 
 from __future__ import annotations
@@ -10,11 +15,13 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
+from kernel.driver import DriverStatement
 from kernel.schema import controls, jobs, occurrences, pools, requeue_grants
 
 __all__ = [
     "OCCURRENCE_BY_ID",
     "CONTROL_BY_ID",
+    "OCCURRENCE_FOR_CLAIM",
     "UNCLAIMED_GRANT",
     "CLAIM",
     "RENEW",
@@ -37,6 +44,13 @@ C = controls
 OCCURRENCE_BY_ID = sa.select(O).where(O.c.id == p("occ_id"))
 CONTROL_BY_ID = sa.select(C).where(C.c.occurrence_id == p("occ_id"))
 
+#: A claim's one read: the occurrence and its control's state (NULL: no control row).
+OCCURRENCE_FOR_CLAIM = DriverStatement(
+    sa.select(O, C.c.state.label("control_state"))
+    .select_from(O.outerjoin(C, C.c.occurrence_id == O.c.id))
+    .where(O.c.id == p("occ_id"))
+)
+
 #: A requeue grant not yet used by a claim, valid for the fence it was made on.
 UNCLAIMED_GRANT = (
     sa.select(requeue_grants.c.request_id)
@@ -50,7 +64,11 @@ UNCLAIMED_GRANT = (
 )
 
 _claimable_now = sa.or_(
-    sa.and_(O.c.status.in_(("queued", "retry_wait")), O.c.available_at <= p("now")),
+    # Literals, not an expanding IN, so the driver form is rendered once.
+    sa.and_(
+        O.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"))),
+        O.c.available_at <= p("now"),
+    ),
     sa.and_(
         O.c.status == "running",
         O.c.lease_expires_at <= p("now"),
@@ -59,7 +77,7 @@ _claimable_now = sa.or_(
 )
 
 #: Claim by compare-and-set on the fence the claimer observed.
-CLAIM = (
+CLAIM = DriverStatement(
     sa.update(O)
     .where(
         O.c.id == p("occ_id"),
@@ -95,7 +113,10 @@ RENEW = (
 )
 
 #: The holder ends its run: succeeded, retry_wait, dead_letter or cancelled.
-SETTLE = (
+#: ``control_open`` and ``has_children`` say whether the control and chain
+#: statements have anything to do, so a plain run skips them; read in the
+#: settling transaction (under SQLite's write lock), as those statements were.
+SETTLE = DriverStatement(
     sa.update(O)
     .where(_lease_held)
     .values(
@@ -109,7 +130,15 @@ SETTLE = (
         settled_at=p("settled"),
         updated_at=p("now"),
     )
-    .returning(O.c.job_id, O.c.attempt, O.c.max_attempts, O.c.chain_depth, O.c.definition)
+    .returning(
+        O.c.job_id,
+        O.c.attempt,
+        O.c.chain_depth,
+        sa.exists()
+        .where(C.c.occurrence_id == p("occ_id"), C.c.state != "terminal")
+        .label("control_open"),
+        sa.exists().where(jobs.c.after_job == O.c.job_id).label("has_children"),
+    )
 )
 
 #: The holder hands the occurrence back unfinished (pause ack, warm shutdown).
@@ -145,7 +174,7 @@ USE_GRANT = (
     .values(claimed_at=p("now"))
 )
 
-CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision).where(
+CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision, jobs.c.enabled).where(
     jobs.c.after_job == p("job_id")
 )
 

@@ -143,8 +143,9 @@ class Kernel:
             if held is not None:
                 self._release(held)
                 if not committing and _connection_lost(exc):
-                    # Nothing was committed on a connection that died while idle: run
-                    # once more on a pooled one, which the pool checks (pre-ping) first.
+                    # Typically the held connection died while idle (a server restart),
+                    # which the pool's pre-ping catches for a checkout. COMMIT was not
+                    # sent, so nothing of this call persisted: run it once on a pooled one.
                     return self._transact(None, fn, args, kwargs, read_only)
             commit_state = "unknown" if committing and _connection_lost(exc) else "not_committed"
             raise _storage_error(exc, commit_state) from exc

@@ -8,12 +8,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel.driver import DriverStatement
 from kernel.records import dumps
 from kernel.schema import events
 
 __all__ = ["Tx"]
 
-_INSERT_EVENT = sa.insert(events)
+# Every transition writes one: the hot path's statement, so it runs on the driver.
+_EVENT_FIELDS = ("at", "type", "job_id", "occurrence_id", "fence", "data")
+_INSERT_EVENT = DriverStatement(
+    sa.insert(events).values({name: sa.bindparam(name) for name in _EVENT_FIELDS})
+)
 
 
 @dataclass(slots=True)
@@ -37,8 +42,8 @@ class Tx:
         fence: int | None = None,
         **data: Any,
     ) -> None:
-        self.conn.execute(
-            _INSERT_EVENT,
+        _INSERT_EVENT.execute(
+            self.conn,
             {
                 "at": self.now,
                 "type": type_,

@@ -1,0 +1,167 @@
+"""The raw baseline of bench/kernel_throughput.py: the kernel's claim and settle by hand.
+
+Per call, the statements the kernel sends, written for the bare driver (sqlite3,
+psycopg) on the kernel's schema, with the event JSON built the same way. Keep in
+step with kernel/runs.py (``claim``, ``settle``), kernel/statements.py and
+kernel/tx.py (``Tx.emit``): the benchmark's ratio is only as honest as this mirror.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from typing import Any
+
+from kernel.schema import occurrences
+
+__all__ = ["RawWorker"]
+
+_NAMES = [column.name for column in occurrences.c]
+_COLUMNS = ", ".join(f'"{name}"' for name in _NAMES)
+_O_COLUMNS = ", ".join(f'o."{name}"' for name in _NAMES)
+#: Where each column sits in a row of the raw read (the last is the control's state).
+_AT = {name: i for i, name in enumerate([*_NAMES, "control_state"])}
+_SQL = {
+    "read": f"SELECT {_O_COLUMNS}, c.state AS control_state"
+    " FROM occurrences AS o"
+    " LEFT OUTER JOIN controls AS c ON c.occurrence_id = o.id WHERE o.id = :occ_id",
+    "claim": "UPDATE occurrences SET status = 'running', attempt = attempt + :attempt_inc,"
+    " fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_until,"
+    " updated_at = :now, settled_at = NULL"
+    " WHERE id = :occ_id AND fence = :seen_fence AND cancel_requested IS {false}"
+    " AND (status IN ('queued', 'retry_wait') AND available_at <= :now"
+    " OR status = 'running' AND lease_expires_at <= :now AND delivery = 'at-least-once')"
+    f" RETURNING {_COLUMNS}",
+    "settle": "UPDATE occurrences SET status = :to_status, lease_owner = NULL,"
+    " lease_expires_at = NULL, available_at = :next_available_at, dispatched_at = NULL,"
+    " last_error = :error_json, result = :result_json, updated_at = :now, settled_at = :settled"
+    " WHERE id = :occ_id AND status = 'running' AND lease_owner = :owner"
+    " AND fence = :held_fence AND lease_expires_at > :now"
+    " RETURNING job_id, attempt, chain_depth,"
+    " EXISTS (SELECT * FROM controls WHERE controls.occurrence_id = :occ_id"
+    " AND controls.state != 'terminal') AS control_open,"
+    " EXISTS (SELECT * FROM jobs WHERE jobs.after_job = occurrences.job_id) AS has_children",
+    "event": "INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
+    " VALUES (:at, :type, :job_id, :occurrence_id, :fence, :data)",
+    "clock": "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint",
+}
+
+
+def _dumps(value: Any) -> str:
+    """The kernel's canonical JSON (kernel/records.py ``dumps``)."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def _pg_sql(text: str) -> str:
+    """``:name`` placeholders as psycopg's ``%(name)s`` (``::bigint`` casts stay)."""
+    return re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", text)
+
+
+class RawWorker:
+    """One process's hand-written claim and settle on the bare driver.
+
+    ``begin`` opens a transaction as the kernel's engine does and returns its clock;
+    ``execute(name, params)`` runs one of the statements above.
+    """
+
+    def __init__(self, url: str, synchronous: str, busy_timeout_ms: int) -> None:
+        self.postgres = url.startswith("postgresql")
+        if self.postgres:
+            import psycopg
+
+            self.conn: Any = psycopg.connect(
+                url.replace("postgresql+psycopg://", "postgresql://", 1)
+            )
+            self.sql = {
+                name: _pg_sql(text.replace("{false}", "false")) for name, text in _SQL.items()
+            }
+        else:
+            path = url.removeprefix("sqlite:///")
+            self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
+            self.conn.execute("PRAGMA journal_mode = WAL")
+            self.conn.execute(f"PRAGMA synchronous = {synchronous}")
+            self.sql = {name: text.replace("{false}", "0") for name, text in _SQL.items()}
+
+    def execute(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        return self.conn.execute(self.sql[name], params or {})
+
+    def begin(self) -> int:
+        """Open a transaction; return its clock (server time on PostgreSQL)."""
+        if self.postgres:
+            return int(self.execute("clock").fetchone()[0])
+        self.conn.execute("BEGIN IMMEDIATE")
+        return time.time_ns() // 1_000_000
+
+    def commit(self) -> None:
+        self.conn.commit() if self.postgres else self.conn.execute("COMMIT")
+
+    def claim(self, occ_id: int, owner: str, lease_ms: int) -> int:
+        now = self.begin()
+        o = self.execute("read", {"occ_id": occ_id}).fetchone()
+        fence = o[_AT["fence"]]
+        if (
+            o[_AT["cancel_requested"]]
+            or o[_AT["attempt"]] >= o[_AT["max_attempts"]]
+            or o[_AT["exclusive"]]
+            or o[_AT["pool"]] is not None
+            or o[_AT["control_state"]] is not None
+        ):
+            raise AssertionError(f"occurrence {occ_id} is not plainly claimable")
+        row = self.execute(
+            "claim",
+            {
+                "occ_id": occ_id,
+                "seen_fence": fence,
+                "now": now,
+                "attempt_inc": 1,
+                "owner": owner,
+                "lease_until": now + lease_ms,
+            },
+        ).fetchone()
+        if row is None:
+            raise AssertionError(f"occurrence {occ_id} was not claimed")
+        data = {
+            "owner": owner,
+            "attempt": row[_AT["attempt"]],
+            "previous_status": o[_AT["status"]],
+            "previous_owner": o[_AT["lease_owner"]],
+        }
+        self._emit(now, "occurrence_claimed", o[_AT["job_id"]], occ_id, row[_AT["fence"]], data)
+        self.commit()
+        return int(row[_AT["fence"]])
+
+    def succeed(self, occ_id: int, owner: str, fence: int) -> None:
+        now = self.begin()
+        row = self.execute(
+            "settle",
+            {
+                "occ_id": occ_id,
+                "owner": owner,
+                "held_fence": fence,
+                "now": now,
+                "to_status": "succeeded",
+                "next_available_at": now,
+                "result_json": _dumps(None),
+                "error_json": None,
+                "settled": now,
+            },
+        ).fetchone()
+        if row is None or row[3] or row[4]:
+            raise AssertionError(f"occurrence {occ_id}: lease lost, or a control or a child")
+        self._emit(now, "occurrence_succeeded", row[0], occ_id, fence, {"attempt": row[1]})
+        self.commit()
+
+    def _emit(
+        self, now: int, type_: str, job_id: str, occ_id: int, fence: int, data: dict[str, Any]
+    ) -> None:
+        """The event INSERT, as kernel/tx.py ``Tx.emit`` writes it."""
+        params = {"at": now, "type": type_, "job_id": job_id, "occurrence_id": occ_id}
+        self.execute("event", {**params, "fence": fence, "data": _dumps(data)})
+
+    def close(self) -> None:
+        self.conn.close()
