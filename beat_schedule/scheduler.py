@@ -44,8 +44,15 @@ def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
         anchor = job.next_fire_at
     else:
         anchor = job.updated_at
-    return timing.plan_due(schedule, spec["dst"], spec["catchup"]["policy"], spec["catchup"]["window"],
-                           cursor=cursor, now=now, anchor=anchor)
+    return timing.plan_due(
+        schedule,
+        spec["dst"],
+        spec["catchup"]["policy"],
+        spec["catchup"]["window"],
+        cursor=cursor,
+        now=now,
+        anchor=anchor,
+    )
 
 
 class KernelScheduler(Scheduler):  # type: ignore[misc]
@@ -69,12 +76,18 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         jobs_file = os.environ.get("KERNEL_JOBS_FILE") or self.app.conf.get("kernel_jobs_file")
         if jobs_file:
             try:
-                applied = self.kernel.apply_jobs([spec.to_dict() for spec in validate_job_file(jobs_file)])
+                applied = self.kernel.apply_jobs(
+                    [spec.to_dict() for spec in validate_job_file(jobs_file)]
+                )
             except KernelError as exc:  # refused whole; the jobs already defined keep running
                 log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
             else:
-                log.info("%s: %s", jobs_file, ", ".join(f"{job.id} {change}" for job, change in applied),
-                         extra={"action": "jobs_file_applied"})
+                log.info(
+                    "%s: %s",
+                    jobs_file,
+                    ", ".join(f"{job.id} {change}" for job, change in applied),
+                    extra={"action": "jobs_file_applied"},
+                )
         self.data: dict[str, Any] = {}
 
     @property
@@ -91,8 +104,11 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                 try:
                     step(kernel)
                 except Exception:  # Beat must outlive one bad job or one storage hiccup
-                    log.exception("beat step %s failed; the tick goes on", step.__name__,
-                                  extra={"action": "tick_step_failed", "beat_id": self.beat_id})
+                    log.exception(
+                        "beat step %s failed; the tick goes on",
+                        step.__name__,
+                        extra={"action": "tick_step_failed", "beat_id": self.beat_id},
+                    )
         finally:
             self._ticking = False
         return float(self.max_interval)
@@ -120,7 +136,9 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
     # -- tick steps -----------------------------------------------------------------
 
     def _heartbeat(self, kernel: Kernel) -> None:
-        kernel.record_beat(self.beat_id, host=socket.gethostname(), interval=float(self.max_interval))
+        kernel.record_beat(
+            self.beat_id, host=socket.gethostname(), interval=float(self.max_interval)
+        )
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
@@ -131,26 +149,48 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
             try:
                 plan = plan_job(kernel, job, now)
                 report = kernel.fire(
-                    job.id, expected_revision=job.revision,
+                    job.id,
+                    expected_revision=job.revision,
                     expected_cursor=job.next_trigger_key if job.planned else None,
                     firings=[(f.trigger_key, f.at) for f in plan.fire],
-                    missed=[(f.trigger_key, f.at) for f in plan.missed], missed_reason=plan.missed_reason,
-                    next_cursor=(plan.next_cursor.trigger_key, plan.next_cursor.at) if plan.next_cursor else None,
+                    missed=[(f.trigger_key, f.at) for f in plan.missed],
+                    missed_reason=plan.missed_reason,
+                    next_cursor=(plan.next_cursor.trigger_key, plan.next_cursor.at)
+                    if plan.next_cursor
+                    else None,
                 )
             except KernelError as exc:
-                log.error("job %s not materialised: %s", job.id, exc,
-                          extra={"action": "materialise_failed", "job_id": job.id})
+                log.error(
+                    "job %s not materialised: %s",
+                    job.id,
+                    exc,
+                    extra={"action": "materialise_failed", "job_id": job.id},
+                )
                 continue
             if report.created or report.skipped:
-                log.info("job %s: %d created, %d skipped", job.id, len(report.created), len(report.skipped),
-                         extra={"action": "materialised", "job_id": job.id})
+                log.info(
+                    "job %s: %d created, %d skipped",
+                    job.id,
+                    len(report.created),
+                    len(report.skipped),
+                    extra={"action": "materialised", "job_id": job.id},
+                )
 
     def _pump(self, kernel: Kernel) -> None:
-        hints = kernel.dispatch_batch(limit=self.settings.dispatch_batch, rehint_after=self.settings.rehint_after)
+        hints = kernel.dispatch_batch(
+            limit=self.settings.dispatch_batch, rehint_after=self.settings.rehint_after
+        )
         if not hints:
             return
         with self.app.producer_or_acquire() as producer:
             for hint in hints:
-                self.app.send_task(RUN_OCCURRENCE, args=[hint.occurrence_id], queue=hint.queue,
-                                   shadow=hint.job_id, producer=producer)
-        log.debug("published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id})
+                self.app.send_task(
+                    RUN_OCCURRENCE,
+                    args=[hint.occurrence_id],
+                    queue=hint.queue,
+                    shadow=hint.job_id,
+                    producer=producer,
+                )
+        log.debug(
+            "published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id}
+        )

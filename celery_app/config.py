@@ -1,4 +1,4 @@
-"""celery-kernel's settings: one object read from ``app.conf`` and the environment, checked at start."""
+"""celery-kernel's settings: one object from ``app.conf`` and the environment, checked at start."""
 
 from __future__ import annotations
 

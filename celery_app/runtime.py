@@ -83,12 +83,18 @@ class _Run:
             self.next_renew = time.monotonic() + self.lease_s / _RENEW_FRACTION
             try:
                 answer = self.kernel.renew(
-                    self.claim.occurrence.id, owner=self.claim.owner, fence=self.claim.fence, lease=self.lease_s
+                    self.claim.occurrence.id,
+                    owner=self.claim.owner,
+                    fence=self.claim.fence,
+                    lease=self.lease_s,
                 )
             except LeaseLost as exc:
                 # The message carries the code (LEASE_LOST) and the new fence: operators grep it.
-                self.log.warning("lease lost; the run is abandoned and will not settle: %s", exc,
-                                 extra={"action": "lease_lost"})
+                self.log.warning(
+                    "lease lost; the run is abandoned and will not settle: %s",
+                    exc,
+                    extra={"action": "lease_lost"},
+                )
                 self.lease_lost = True
                 self.cancelled.set()
                 return
@@ -112,13 +118,24 @@ class _Run:
             return
         occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
         if self.pause is not None and safe_point in self.pause.safe_points:
-            self.kernel.ack_pause(occurrence_id, owner=owner, fence=fence, request_id=self.pause.request_id,
-                                  expected_revision=self.pause.revision, safe_point=safe_point, checkpoint=data)
+            self.kernel.ack_pause(
+                occurrence_id,
+                owner=owner,
+                fence=fence,
+                request_id=self.pause.request_id,
+                expected_revision=self.pause.revision,
+                safe_point=safe_point,
+                checkpoint=data,
+            )
             self.log.info("paused at %s", safe_point, extra={"action": "paused"})
             raise HandBack()
         if self.shutting_down():
-            self.kernel.hand_back(occurrence_id, owner=owner, fence=fence, safe_point=safe_point, checkpoint=data)
-            self.log.info("handed back at %s for a warm shutdown", safe_point, extra={"action": "handed_back"})
+            self.kernel.hand_back(
+                occurrence_id, owner=owner, fence=fence, safe_point=safe_point, checkpoint=data
+            )
+            self.log.info(
+                "handed back at %s for a warm shutdown", safe_point, extra={"action": "handed_back"}
+            )
             raise HandBack()
 
 
@@ -205,14 +222,20 @@ def run_occurrence(
     """
     claim = kernel.claim(occurrence_id, owner=new_owner())
     if claim is None:
-        log.info("occurrence %s not claimable; hint dropped", occurrence_id,
-                 extra={"action": "claim_refused", "occurrence_id": occurrence_id})
+        log.info(
+            "occurrence %s not claimable; hint dropped",
+            occurrence_id,
+            extra={"action": "claim_refused", "occurrence_id": occurrence_id},
+        )
         return RunOutcome("not_claimable")
     occurrence = claim.occurrence
     adapter = adapters.get(occurrence.kind)
     if adapter is None:
         status = kernel.fail(
-            occurrence.id, owner=claim.owner, fence=claim.fence, code="ADAPTER_UNKNOWN",
+            occurrence.id,
+            owner=claim.owner,
+            fence=claim.fence,
+            code="ADAPTER_UNKNOWN",
             message=f"no adapter of kind {occurrence.kind!r} is installed on this worker",
             retryable=True,
         )
@@ -229,10 +252,14 @@ def _execute(run: _Run) -> RunOutcome:
     claim, adapter, kernel = run.claim, run.adapter, run.kernel
     occurrence = claim.occurrence
     ctx = ExecutionContext(
-        occurrence, resumed=claim.checkpoint, cancelled=run.cancelled, on_safe_point=run.on_safe_point,
-        logger=run.log, timeout_s=occurrence.definition.get("timeout"),
+        occurrence,
+        resumed=claim.checkpoint,
+        cancelled=run.cancelled,
+        on_safe_point=run.on_safe_point,
+        logger=run.log,
+        timeout_s=occurrence.definition.get("timeout"),
     )
-    settle = {"owner": claim.owner, "fence": claim.fence}
+    owner, fence = claim.owner, claim.fence
     try:
         run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
         result = adapter.resume(ctx) if claim.checkpoint is not None else adapter.execute(ctx)
@@ -242,26 +269,37 @@ def _execute(run: _Run) -> RunOutcome:
         if run.lease_lost:
             return RunOutcome("lease_lost", occurrence.job_id)
         if run.cancelled.is_set() and isinstance(exc, Cancelled):
-            kernel.cancelled(occurrence.id, **settle)
+            kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id)
         verdict = adapter.classify_error(exc)
-        run.log.warning("run failed: %s %s", verdict.code, verdict.message, extra={"action": "run_failed"})
+        run.log.warning(
+            "run failed: %s %s", verdict.code, verdict.message, extra={"action": "run_failed"}
+        )
         try:
-            status = kernel.fail(occurrence.id, code=verdict.code, message=verdict.message,
-                                 retryable=verdict.retryable, **settle)
+            status = kernel.fail(
+                occurrence.id,
+                code=verdict.code,
+                message=verdict.message,
+                retryable=verdict.retryable,
+                owner=owner,
+                fence=fence,
+            )
         except LeaseLost as exc:
             return _settle_refused(run, exc)
         return RunOutcome(status, occurrence.job_id, verdict.code, status)
     if run.lease_lost:
         return RunOutcome("lease_lost", occurrence.job_id)
     try:
-        kernel.succeed(occurrence.id, result=result, **settle)
+        kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
     except LeaseLost as exc:
         return _settle_refused(run, exc)
     return RunOutcome("succeeded", occurrence.job_id)
 
 
 def _settle_refused(run: _Run, exc: LeaseLost) -> RunOutcome:
-    run.log.warning("finished after losing the lease; outcome discarded: %s", exc,
-                    extra={"action": "settle_refused"})
+    run.log.warning(
+        "finished after losing the lease; outcome discarded: %s",
+        exc,
+        extra={"action": "settle_refused"},
+    )
     return RunOutcome("lease_lost", run.claim.occurrence.job_id)

@@ -55,8 +55,10 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
         clear_warm_shutdown(os.getpid())
 
     def stop(self, worker: Any) -> None:
-        log.info("warm shutdown: asking running occurrences to hand back at their next safe point",
-                 extra={"action": "warm_shutdown"})
+        log.info(
+            "warm shutdown: asking running occurrences to hand back at their next safe point",
+            extra={"action": "warm_shutdown"},
+        )
         request_warm_shutdown(os.getpid())
 
     def shutdown(self, worker: Any) -> None:

@@ -77,9 +77,16 @@ def run_occurrence(occurrence_id: int) -> str:
             and the kernel status.
     """
     resources = process_resources(app)
-    outcome = run(resources.kernel, resources.adapters, int(occurrence_id),
-                  main_pid=resources.main_pid, keeper=resources.keeper)
+    outcome = run(
+        resources.kernel,
+        resources.adapters,
+        int(occurrence_id),
+        main_pid=resources.main_pid,
+        keeper=resources.keeper,
+    )
     if outcome.error_code is not None:
-        raise OccurrenceFailed(f"job {outcome.job_id}: {outcome.error_code}, "
-                               f"occurrence {occurrence_id} is {outcome.status}")
+        raise OccurrenceFailed(
+            f"job {outcome.job_id}: {outcome.error_code}, "
+            f"occurrence {occurrence_id} is {outcome.status}"
+        )
     return outcome.result

@@ -36,7 +36,7 @@ def fire_children(
     result: Any,
     parent_depth: int,
 ) -> None:
-    """Create the occurrences of every job chained after ``parent_job`` that this outcome triggers."""
+    """Create an occurrence for each job chained after ``parent_job`` that this outcome triggers."""
     children = tx.conn.execute(st.CHILD_JOBS, {"job_id": parent_job}).all()
     if not children:
         return

@@ -118,7 +118,8 @@ def check_schema(engine: sa.Engine) -> None:
         raise SchemaUnknown(f"the database {what}; {hint}", revision=None, expected=HEAD_REVISION)
     if _is_known(current):
         raise SchemaUnknown(
-            f"the database is at schema revision {current}, this code needs {HEAD_REVISION}; {hint}",
+            f"the database is at schema revision {current}, this code needs "
+            f"{HEAD_REVISION}; {hint}",
             revision=current,
             expected=HEAD_REVISION,
         )

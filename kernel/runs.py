@@ -64,7 +64,9 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     )
     grant = None
     if not resuming and o["status"] == S.RETRY_WAIT:
-        grant = tx.conn.execute(st.UNCLAIMED_GRANT, {"occ_id": occ_id, "fence": o["fence"]}).scalar()
+        grant = tx.conn.execute(
+            st.UNCLAIMED_GRANT, {"occ_id": occ_id, "fence": o["fence"]}
+        ).scalar()
     free = resuming or grant is not None
     if not free and o["attempt"] >= o["max_attempts"]:
         return None
@@ -87,7 +89,9 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
         return None
     fence = claimed._mapping["fence"]
     if state == ControlState.PAUSE_REQUESTED:
-        tx.conn.execute(st.REBIND_PAUSE_REQUEST, {"occ_id": occ_id, "new_fence": fence, "now": tx.now})
+        tx.conn.execute(
+            st.REBIND_PAUSE_REQUEST, {"occ_id": occ_id, "new_fence": fence, "now": tx.now}
+        )
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
     tx.emit(
@@ -122,31 +126,48 @@ def _gates_open(tx: Tx, o: Any) -> bool:
     if tx.is_postgres:
         # READ COMMITTED lets two claimers count the same free slot; serialise
         # the count-and-claim per job and per pool for the rest of this transaction.
-        for key in filter(None, (o["exclusive"] and f"job:{o['job_id']}", o["pool"] and f"pool:{o['pool']}")):
+        for key in filter(
+            None, (o["exclusive"] and f"job:{o['job_id']}", o["pool"] and f"pool:{o['pool']}")
+        ):
             tx.conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": key})
     if o["exclusive"]:
-        busy = tx.conn.execute(st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}).scalar_one()
+        busy = tx.conn.execute(
+            st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}
+        ).scalar_one()
         if busy:
             return False
     if o["pool"] is not None:
         limit = tx.conn.execute(st.POOL_LIMIT, {"pool": o["pool"]}).scalar() or 1
-        running = tx.conn.execute(st.RUNNING_IN_POOL, {"pool": o["pool"], "occ_id": o["id"]}).scalar_one()
+        running = tx.conn.execute(
+            st.RUNNING_IN_POOL, {"pool": o["pool"], "occ_id": o["id"]}
+        ).scalar_one()
         if running >= limit:
             return False
     return True
 
 
 def claim_next(
-    tx: Tx, owner: str, lease_ms: int | None, *, queues: tuple[str, ...] | None, kinds: tuple[str, ...] | None
+    tx: Tx,
+    owner: str,
+    lease_ms: int | None,
+    *,
+    queues: tuple[str, ...] | None,
+    kinds: tuple[str, ...] | None,
 ) -> Claim | None:
     """Claim the oldest claimable occurrence matching the filters, or None."""
     o = occurrences
     # Paused rows and exhausted expired leases are never claimable: left in, a
     # backlog of them fills every candidate batch and starves the work behind it.
-    not_paused = ~sa.exists().where(controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED)
-    waiting = sa.and_(o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now, not_paused)
+    not_paused = ~sa.exists().where(
+        controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED
+    )
+    waiting = sa.and_(
+        o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now, not_paused
+    )
     expired = sa.and_(
-        o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now, o.c.delivery == "at-least-once",
+        o.c.status == S.RUNNING,
+        o.c.lease_expires_at <= tx.now,
+        o.c.delivery == "at-least-once",
         o.c.attempt < o.c.max_attempts,
     )
     for condition in (waiting, expired):
@@ -187,8 +208,13 @@ def _lease_lost(tx: Tx, occ_id: int, owner: str, fence: int) -> LeaseLost | NotF
 
 def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAnswer:
     """Extend a live lease; answer with any pause or cancel request pending."""
-    params = {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now,
-              "lease_until": tx.now + lease_ms}
+    params = {
+        "occ_id": occ_id,
+        "owner": owner,
+        "held_fence": fence,
+        "now": tx.now,
+        "lease_until": tx.now + lease_ms,
+    }
     cancel = tx.conn.execute(st.RENEW, params).scalar()
     if cancel is None:
         raise _lease_lost(tx, occ_id, owner, fence)
@@ -197,7 +223,9 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
     if control is not None:
         c = control._mapping
         if c["state"] == ControlState.PAUSE_REQUESTED and c["expected_fence"] == fence:
-            pause = PendingPause(c["pause_request_id"], c["revision"], tuple(loads(c["safe_points"])))
+            pause = PendingPause(
+                c["pause_request_id"], c["revision"], tuple(loads(c["safe_points"]))
+            )
     expires = to_dt(tx.now + lease_ms)
     assert expires is not None
     return RenewAnswer(lease_expires_at=expires, pause=pause, cancel_requested=bool(cancel))
@@ -233,8 +261,11 @@ def settle(
         m = row._mapping
         spec = loads(m["definition"])
         decision = retry_decision(
-            spec["retry"], attempt=m["attempt"], max_attempts=m["max_attempts"],
-            retryable=retryable, rnd=rnd,
+            spec["retry"],
+            attempt=m["attempt"],
+            max_attempts=m["max_attempts"],
+            retryable=retryable,
+            rnd=rnd,
         )
         to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
         if decision.retry and m["cancel_requested"]:
@@ -247,7 +278,10 @@ def settle(
     updated = st.SETTLE.first(
         tx.conn,
         {
-            "occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now,
+            "occ_id": occ_id,
+            "owner": owner,
+            "held_fence": fence,
+            "now": tx.now,
             "to_status": to_status.value,
             "next_available_at": available_at,
             "result_json": dumps(result) if outcome == "succeeded" else None,
@@ -262,13 +296,22 @@ def settle(
         tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
     tx.emit(
         f"occurrence_{to_status.value}",
-        job_id=u["job_id"], occurrence_id=occ_id, fence=fence, attempt=u["attempt"],
+        job_id=u["job_id"],
+        occurrence_id=occ_id,
+        fence=fence,
+        attempt=u["attempt"],
         **({"error": error} if error is not None else {}),
         **({"retry_at": available_at} if to_status == S.RETRY_WAIT else {}),
     )
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
-        fire_children(tx, parent_id=occ_id, parent_job=u["job_id"], succeeded=to_status == S.SUCCEEDED,
-                      result=result, parent_depth=u["chain_depth"])
+        fire_children(
+            tx,
+            parent_id=occ_id,
+            parent_job=u["job_id"],
+            succeeded=to_status == S.SUCCEEDED,
+            result=result,
+            parent_depth=u["chain_depth"],
+        )
     return to_status
 
 
@@ -293,59 +336,102 @@ def release(
     """
     encoded = dumps(checkpoint)
     if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
-        raise InvalidArgument("checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON")
+        raise InvalidArgument(
+            "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
+        )
     control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     c = control._mapping if control is not None else None
     if pause_request_id is not None:
-        if c is None or c["state"] != ControlState.PAUSE_REQUESTED or c["pause_request_id"] != pause_request_id:
+        if (
+            c is None
+            or c["state"] != ControlState.PAUSE_REQUESTED
+            or c["pause_request_id"] != pause_request_id
+        ):
             raise StateConflict(
                 f"occurrence {occ_id}: pause request {pause_request_id!r} is no longer pending",
-                occurrence_id=occ_id, state=c["state"] if c else None,
+                occurrence_id=occ_id,
+                state=c["state"] if c else None,
             )
         if expected_revision is not None and c["revision"] != expected_revision:
             raise RevisionConflict(
-                f"occurrence {occ_id}: control revision is {c['revision']}, not {expected_revision}",
-                occurrence_id=occ_id, expected_revision=expected_revision, actual_revision=c["revision"],
+                f"occurrence {occ_id}: control revision is {c['revision']}, "
+                f"not {expected_revision}",
+                occurrence_id=occ_id,
+                expected_revision=expected_revision,
+                actual_revision=c["revision"],
             )
         if c["expected_fence"] != fence:
             raise _lease_lost(tx, occ_id, owner, fence)
         if safe_point not in loads(c["safe_points"]):
             raise PauseUnsupported(
                 f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
-                occurrence_id=occ_id, safe_point=safe_point,
+                occurrence_id=occ_id,
+                safe_point=safe_point,
             )
-    if tx.conn.execute(sa.select(occurrences.c.cancel_requested).where(occurrences.c.id == occ_id)).scalar():
+    if tx.conn.execute(
+        sa.select(occurrences.c.cancel_requested).where(occurrences.c.id == occ_id)
+    ).scalar():
         # A cancel request wins: no claim takes a cancel-requested row, so a
         # handed-back one would wait forever.
-        settle(tx, occ_id, owner, fence, outcome="cancelled",
-               error={"code": "CANCELLED", "message": "cancelled at a safe point"})
+        settle(
+            tx,
+            occ_id,
+            owner,
+            fence,
+            outcome="cancelled",
+            error={"code": "CANCELLED", "message": "cancelled at a safe point"},
+        )
         return
-    if pause_request_id is None and c is not None and c["state"] == ControlState.PAUSE_REQUESTED \
-            and c["expected_fence"] == fence:
+    if (
+        pause_request_id is None
+        and c is not None
+        and c["state"] == ControlState.PAUSE_REQUESTED
+        and c["expected_fence"] == fence
+    ):
         # A warm hand back while this run's pause is pending honours the pause, not drops it.
         pause_request_id = c["pause_request_id"]
-    if tx.conn.execute(st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}).first() is None:
+    if (
+        tx.conn.execute(
+            st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}
+        ).first()
+        is None
+    ):
         raise _lease_lost(tx, occ_id, owner, fence)
     new_state = ControlState.PAUSED if pause_request_id is not None else ControlState.RESUMED
     values = {
-        "state": new_state.value, "expected_fence": fence, "checkpoint": encoded, "updated_at": tx.now,
+        "state": new_state.value,
+        "expected_fence": fence,
+        "checkpoint": encoded,
+        "updated_at": tx.now,
         "paused_at" if pause_request_id else "resumed_at": tx.now,
     }
     if c is None:
         tx.conn.execute(
             sa.insert(controls),
-            {"occurrence_id": occ_id, "revision": 1, "safe_points": dumps([safe_point]),
-             "pause_request_id": None, "resume_request_id": None, **values},
+            {
+                "occurrence_id": occ_id,
+                "revision": 1,
+                "safe_points": dumps([safe_point]),
+                "pause_request_id": None,
+                "resume_request_id": None,
+                **values,
+            },
         )
     else:
         tx.conn.execute(
-            sa.update(controls).where(controls.c.occurrence_id == occ_id)
+            sa.update(controls)
+            .where(controls.c.occurrence_id == occ_id)
             .values(revision=controls.c.revision + 1, **values)
         )
-    job_id = tx.conn.execute(sa.select(occurrences.c.job_id).where(occurrences.c.id == occ_id)).scalar()
+    job_id = tx.conn.execute(
+        sa.select(occurrences.c.job_id).where(occurrences.c.id == occ_id)
+    ).scalar()
     tx.emit(
         "occurrence_paused" if pause_request_id else "occurrence_handed_back",
-        job_id=job_id, occurrence_id=occ_id, fence=fence, safe_point=safe_point,
+        job_id=job_id,
+        occurrence_id=occ_id,
+        fence=fence,
+        safe_point=safe_point,
         **({"request_id": pause_request_id} if pause_request_id else {}),
     )
 
@@ -364,26 +450,50 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
             to_status = S.CANCELLED
         elif m["delivery"] == "at-most-once":
             to_status = S.NEEDS_ADJUDICATION
-            error = {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
+            error = {
+                "code": "LEASE_EXPIRED",
+                "message": "lease expired after the run may have begun",
+            }
         elif m["attempt"] >= m["max_attempts"]:
             to_status = S.DEAD_LETTER
-            error = {"code": "LEASE_EXPIRED", "message": f"lease expired on the last attempt ({m['attempt']})"}
+            error = {
+                "code": "LEASE_EXPIRED",
+                "message": f"lease expired on the last attempt ({m['attempt']})",
+            }
         else:
             continue
         settled = to_status != S.NEEDS_ADJUDICATION
         changed = tx.conn.execute(
             st.EXPIRE,
-            {"occ_id": m["id"], "held_fence": m["fence"], "now": tx.now, "to_status": to_status.value,
-             "error_json": dumps(error) if error else None, "settled": tx.now if settled else None},
+            {
+                "occ_id": m["id"],
+                "held_fence": m["fence"],
+                "now": tx.now,
+                "to_status": to_status.value,
+                "error_json": dumps(error) if error else None,
+                "settled": tx.now if settled else None,
+            },
         ).rowcount
         if changed != 1:
             continue
         if settled:
             tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": m["id"], "now": tx.now})
-        tx.emit(f"occurrence_{to_status.value}", job_id=m["job_id"], occurrence_id=m["id"],
-                fence=m["fence"], reason="lease_expired", **({"error": error} if error else {}))
+        tx.emit(
+            f"occurrence_{to_status.value}",
+            job_id=m["job_id"],
+            occurrence_id=m["id"],
+            fence=m["fence"],
+            reason="lease_expired",
+            **({"error": error} if error else {}),
+        )
         counts[to_status.value] += 1
         if to_status == S.DEAD_LETTER:
-            fire_children(tx, parent_id=m["id"], parent_job=m["job_id"], succeeded=False, result=None,
-                          parent_depth=m["chain_depth"])
+            fire_children(
+                tx,
+                parent_id=m["id"],
+                parent_job=m["job_id"],
+                succeeded=False,
+                result=None,
+                parent_depth=m["chain_depth"],
+            )
     return counts

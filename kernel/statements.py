@@ -38,17 +38,17 @@ __all__ = [
     "POOL_LIMIT",
 ]
 
-O = occurrences
-C = controls
+OCC = occurrences
+CTL = controls
 
-OCCURRENCE_BY_ID = sa.select(O).where(O.c.id == p("occ_id"))
-CONTROL_BY_ID = sa.select(C).where(C.c.occurrence_id == p("occ_id"))
+OCCURRENCE_BY_ID = sa.select(OCC).where(OCC.c.id == p("occ_id"))
+CONTROL_BY_ID = sa.select(CTL).where(CTL.c.occurrence_id == p("occ_id"))
 
 #: A claim's one read: the occurrence and its control's state (NULL: no control row).
 OCCURRENCE_FOR_CLAIM = DriverStatement(
-    sa.select(O, C.c.state.label("control_state"))
-    .select_from(O.outerjoin(C, C.c.occurrence_id == O.c.id))
-    .where(O.c.id == p("occ_id"))
+    sa.select(OCC, CTL.c.state.label("control_state"))
+    .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
+    .where(OCC.c.id == p("occ_id"))
 )
 
 #: A requeue grant not yet used by a claim, valid for the fence it was made on.
@@ -66,50 +66,50 @@ UNCLAIMED_GRANT = (
 _claimable_now = sa.or_(
     # Literals, not an expanding IN, so the driver form is rendered once.
     sa.and_(
-        O.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"))),
-        O.c.available_at <= p("now"),
+        OCC.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"))),
+        OCC.c.available_at <= p("now"),
     ),
     sa.and_(
-        O.c.status == "running",
-        O.c.lease_expires_at <= p("now"),
-        O.c.delivery == "at-least-once",
+        OCC.c.status == "running",
+        OCC.c.lease_expires_at <= p("now"),
+        OCC.c.delivery == "at-least-once",
     ),
 )
 
 #: Claim by compare-and-set on the fence the claimer observed.
 CLAIM = DriverStatement(
-    sa.update(O)
+    sa.update(OCC)
     .where(
-        O.c.id == p("occ_id"),
-        O.c.fence == p("seen_fence"),
-        O.c.cancel_requested.is_(False),
+        OCC.c.id == p("occ_id"),
+        OCC.c.fence == p("seen_fence"),
+        OCC.c.cancel_requested.is_(False),
         _claimable_now,
     )
     .values(
         status="running",
-        fence=O.c.fence + 1,
-        attempt=O.c.attempt + p("attempt_inc"),
+        fence=OCC.c.fence + 1,
+        attempt=OCC.c.attempt + p("attempt_inc"),
         lease_owner=p("owner"),
         lease_expires_at=p("lease_until"),
         updated_at=p("now"),
         settled_at=None,
     )
-    .returning(*O.c)
+    .returning(*OCC.c)
 )
 
 _lease_held = sa.and_(
-    O.c.id == p("occ_id"),
-    O.c.status == "running",
-    O.c.lease_owner == p("owner"),
-    O.c.fence == p("held_fence"),
-    O.c.lease_expires_at > p("now"),
+    OCC.c.id == p("occ_id"),
+    OCC.c.status == "running",
+    OCC.c.lease_owner == p("owner"),
+    OCC.c.fence == p("held_fence"),
+    OCC.c.lease_expires_at > p("now"),
 )
 
 RENEW = (
-    sa.update(O)
+    sa.update(OCC)
     .where(_lease_held)
     .values(lease_expires_at=p("lease_until"), updated_at=p("now"))
-    .returning(O.c.cancel_requested)
+    .returning(OCC.c.cancel_requested)
 )
 
 #: The holder ends its run: succeeded, retry_wait, dead_letter or cancelled.
@@ -117,7 +117,7 @@ RENEW = (
 #: statements have anything to do, so a plain run skips them; read in the
 #: settling transaction (under SQLite's write lock), as those statements were.
 SETTLE = DriverStatement(
-    sa.update(O)
+    sa.update(OCC)
     .where(_lease_held)
     .values(
         status=p("to_status"),
@@ -131,19 +131,19 @@ SETTLE = DriverStatement(
         updated_at=p("now"),
     )
     .returning(
-        O.c.job_id,
-        O.c.attempt,
-        O.c.chain_depth,
+        OCC.c.job_id,
+        OCC.c.attempt,
+        OCC.c.chain_depth,
         sa.exists()
-        .where(C.c.occurrence_id == p("occ_id"), C.c.state != "terminal")
+        .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
         .label("control_open"),
-        sa.exists().where(jobs.c.after_job == O.c.job_id).label("has_children"),
+        sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
     )
 )
 
 #: The holder hands the occurrence back unfinished (pause ack, warm shutdown).
 RELEASE = (
-    sa.update(O)
+    sa.update(OCC)
     .where(_lease_held)
     .values(
         status="retry_wait",
@@ -153,19 +153,21 @@ RELEASE = (
         dispatched_at=None,
         updated_at=p("now"),
     )
-    .returning(O.c.job_id)
+    .returning(OCC.c.job_id)
 )
 
 REBIND_PAUSE_REQUEST = (
-    sa.update(C)
-    .where(C.c.occurrence_id == p("occ_id"), C.c.state == "pause_requested")
-    .values(expected_fence=p("new_fence"), revision=C.c.revision + 1, updated_at=p("now"))
+    sa.update(CTL)
+    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state == "pause_requested")
+    .values(expected_fence=p("new_fence"), revision=CTL.c.revision + 1, updated_at=p("now"))
 )
 
 TERMINATE_CONTROL = (
-    sa.update(C)
-    .where(C.c.occurrence_id == p("occ_id"), C.c.state != "terminal")
-    .values(state="terminal", revision=C.c.revision + 1, terminal_at=p("now"), updated_at=p("now"))
+    sa.update(CTL)
+    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
+    .values(
+        state="terminal", revision=CTL.c.revision + 1, terminal_at=p("now"), updated_at=p("now")
+    )
 )
 
 USE_GRANT = (
@@ -179,36 +181,36 @@ CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision, jobs.c.enabled).
 )
 
 RUNNING_IN_JOB = sa.select(sa.func.count()).where(
-    O.c.job_id == p("job_id"), O.c.status == "running", O.c.id != p("occ_id")
+    OCC.c.job_id == p("job_id"), OCC.c.status == "running", OCC.c.id != p("occ_id")
 )
 RUNNING_IN_POOL = sa.select(sa.func.count()).where(
-    O.c.pool == p("pool"), O.c.status == "running", O.c.id != p("occ_id")
+    OCC.c.pool == p("pool"), OCC.c.status == "running", OCC.c.id != p("occ_id")
 )
 
 EXPIRED_LEASES = (
     sa.select(
-        O.c.id,
-        O.c.job_id,
-        O.c.fence,
-        O.c.attempt,
-        O.c.max_attempts,
-        O.c.delivery,
-        O.c.cancel_requested,
-        O.c.chain_depth,
+        OCC.c.id,
+        OCC.c.job_id,
+        OCC.c.fence,
+        OCC.c.attempt,
+        OCC.c.max_attempts,
+        OCC.c.delivery,
+        OCC.c.cancel_requested,
+        OCC.c.chain_depth,
     )
-    .where(O.c.status == "running", O.c.lease_expires_at <= p("now"))
-    .order_by(O.c.lease_expires_at)
+    .where(OCC.c.status == "running", OCC.c.lease_expires_at <= p("now"))
+    .order_by(OCC.c.lease_expires_at)
     .limit(p("limit"))
 )
 
 #: Move an expired running occurrence to a final or waiting state, fenced.
 EXPIRE = (
-    sa.update(O)
+    sa.update(OCC)
     .where(
-        O.c.id == p("occ_id"),
-        O.c.status == "running",
-        O.c.fence == p("held_fence"),
-        O.c.lease_expires_at <= p("now"),
+        OCC.c.id == p("occ_id"),
+        OCC.c.status == "running",
+        OCC.c.fence == p("held_fence"),
+        OCC.c.lease_expires_at <= p("now"),
     )
     .values(
         status=p("to_status"),

@@ -14,14 +14,22 @@ import sqlalchemy as sa
 
 from kernel import jobs as job_ops
 from kernel import operator as op
-from kernel import reads
-from kernel import runs
+from kernel import reads, runs
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument, KernelError, StorageUnavailable
 from kernel.records import from_dt
 from kernel.tx import Tx
-from kernel.types import ActionResult, Beat, Claim, DispatchHint, Event, Job, Occurrence, RenewAnswer
+from kernel.types import (
+    ActionResult,
+    Beat,
+    Claim,
+    DispatchHint,
+    Event,
+    Job,
+    Occurrence,
+    RenewAnswer,
+)
 
 __all__ = ["Kernel", "FireReport"]
 
@@ -30,8 +38,16 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 # sqlite3 error names that mean the storage itself failed (SPEC I8).
-_SQLITE_STORAGE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_BUSY",
-                   "SQLITE_LOCKED", "SQLITE_CORRUPT", "SQLITE_NOTADB")
+_SQLITE_STORAGE = (
+    "SQLITE_FULL",
+    "SQLITE_IOERR",
+    "SQLITE_READONLY",
+    "SQLITE_CANTOPEN",
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_CORRUPT",
+    "SQLITE_NOTADB",
+)
 
 
 def _ms(seconds: float, field: str) -> int:
@@ -71,7 +87,9 @@ class Kernel:
         check: refuse a database whose schema this code does not know.
     """
 
-    def __init__(self, engine: sa.Engine, *, clock: Clock | None = None, check: bool = True) -> None:
+    def __init__(
+        self, engine: sa.Engine, *, clock: Clock | None = None, check: bool = True
+    ) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.clock = clock or default_clock(self.dialect)
@@ -80,8 +98,14 @@ class Kernel:
             self._guard(check_schema, engine)
 
     @classmethod
-    def open(cls, url: str, *, migrate_schema: bool = False, clock: Clock | None = None,
-             **engine_kwargs: Any) -> Kernel:
+    def open(
+        cls,
+        url: str,
+        *,
+        migrate_schema: bool = False,
+        clock: Clock | None = None,
+        **engine_kwargs: Any,
+    ) -> Kernel:
         """Open the kernel at ``url``; ``migrate_schema`` upgrades the schema first."""
         engine = create_kernel_engine(url, **engine_kwargs)
         try:
@@ -125,8 +149,14 @@ class Kernel:
         finally:
             held.lock.release()
 
-    def _transact(self, held: _Held | None, fn: Callable[..., R], args: tuple[Any, ...],
-                  kwargs: dict[str, Any], read_only: bool) -> R:
+    def _transact(
+        self,
+        held: _Held | None,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        read_only: bool,
+    ) -> R:
         """One transaction on the held connection (``held``) or a pooled one (None)."""
         committing = False
         try:
@@ -245,9 +275,14 @@ class Kernel:
         recorded as skipped with ``missed_reason``. A stale caller changes nothing.
         """
         return self._write(
-            job_ops.fire, job_id, expected_revision=expected_revision, expected_cursor=expected_cursor,
-            firings=[(k, from_dt(at)) for k, at in firings], missed=[(k, from_dt(at)) for k, at in missed],
-            missed_reason=missed_reason, next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
+            job_ops.fire,
+            job_id,
+            expected_revision=expected_revision,
+            expected_cursor=expected_cursor,
+            firings=[(k, from_dt(at)) for k, at in firings],
+            missed=[(k, from_dt(at)) for k, at in missed],
+            missed_reason=missed_reason,
+            next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
         )
 
     def run_now(self, job_id: str, *, request_id: str, operator: str) -> ActionResult:
@@ -257,7 +292,9 @@ class Kernel:
 
     def dispatch_batch(self, *, limit: int = 200, rehint_after: float = 30.0) -> list[DispatchHint]:
         """Occurrences to publish a hint for; marks them hinted (SPEC §2.3)."""
-        return self._write(reads.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000))
+        return self._write(
+            reads.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000)
+        )
 
     def expire_leases(self, limit: int = 200) -> dict[str, int]:
         return self._write(runs.expire_leases, limit)
@@ -277,11 +314,22 @@ class Kernel:
         """
         return self._write(runs.claim, occurrence_id, owner, _lease_ms(lease))
 
-    def claim_next(self, *, owner: str, lease: float | None = None, queues: Sequence[str] | None = None,
-                   kinds: Sequence[str] | None = None) -> Claim | None:
+    def claim_next(
+        self,
+        *,
+        owner: str,
+        lease: float | None = None,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> Claim | None:
         """Claim the oldest claimable occurrence (optionally of these queues/kinds)."""
-        return self._write(runs.claim_next, owner, _lease_ms(lease),
-                           queues=tuple(queues) if queues else None, kinds=tuple(kinds) if kinds else None)
+        return self._write(
+            runs.claim_next,
+            owner,
+            _lease_ms(lease),
+            queues=tuple(queues) if queues else None,
+            kinds=tuple(kinds) if kinds else None,
+        )
 
     def renew(self, occurrence_id: int, *, owner: str, fence: int, lease: float) -> RenewAnswer:
         """Extend the lease. Raises LeaseLost when (owner, fence) no longer holds it."""
@@ -291,54 +339,144 @@ class Kernel:
         """Settle as succeeded (fenced); chained children fire in the same transaction."""
         self._write(runs.settle, occurrence_id, owner, fence, outcome="succeeded", result=result)
 
-    def fail(self, occurrence_id: int, *, owner: str, fence: int, code: str, message: str,
-             retryable: bool = True) -> str:
-        """Settle a failure (fenced): retry_wait with backoff, or dead_letter. Returns the status."""
+    def fail(
+        self,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        code: str,
+        message: str,
+        retryable: bool = True,
+    ) -> str:
+        """Settle a failure (fenced): retry_wait with backoff, or dead_letter; returns which."""
         error = {"code": code, "message": message[:2000]}
-        return self._write(runs.settle, occurrence_id, owner, fence, outcome="failed", error=error,
-                           retryable=retryable).value
+        return self._write(
+            runs.settle,
+            occurrence_id,
+            owner,
+            fence,
+            outcome="failed",
+            error=error,
+            retryable=retryable,
+        ).value
 
     def cancelled(self, occurrence_id: int, *, owner: str, fence: int) -> None:
         """The holder stopped on a cancel request (fenced)."""
-        self._write(runs.settle, occurrence_id, owner, fence, outcome="cancelled",
-                    error={"code": "CANCELLED", "message": "cancelled while running"})
+        self._write(
+            runs.settle,
+            occurrence_id,
+            owner,
+            fence,
+            outcome="cancelled",
+            error={"code": "CANCELLED", "message": "cancelled while running"},
+        )
 
-    def ack_pause(self, occurrence_id: int, *, owner: str, fence: int, request_id: str,
-                  expected_revision: int | None, safe_point: str, checkpoint: Any) -> None:
+    def ack_pause(
+        self,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        request_id: str,
+        expected_revision: int | None,
+        safe_point: str,
+        checkpoint: Any,
+    ) -> None:
         """Acknowledge a pause at a declared safe point, storing the checkpoint (≤ 64 KiB)."""
-        self._write(runs.release, occurrence_id, owner, fence, safe_point=safe_point, checkpoint=checkpoint,
-                    pause_request_id=request_id, expected_revision=expected_revision)
+        self._write(
+            runs.release,
+            occurrence_id,
+            owner,
+            fence,
+            safe_point=safe_point,
+            checkpoint=checkpoint,
+            pause_request_id=request_id,
+            expected_revision=expected_revision,
+        )
 
-    def hand_back(self, occurrence_id: int, *, owner: str, fence: int, safe_point: str,
-                  checkpoint: Any) -> None:
+    def hand_back(
+        self, occurrence_id: int, *, owner: str, fence: int, safe_point: str, checkpoint: Any
+    ) -> None:
         """Give the occurrence back for another worker to resume at once (warm shutdown)."""
-        self._write(runs.release, occurrence_id, owner, fence, safe_point=safe_point, checkpoint=checkpoint,
-                    pause_request_id=None, expected_revision=None)
+        self._write(
+            runs.release,
+            occurrence_id,
+            owner,
+            fence,
+            safe_point=safe_point,
+            checkpoint=checkpoint,
+            pause_request_id=None,
+            expected_revision=None,
+        )
 
     # -- operators ---------------------------------------------------------------
 
-    def _action(self, fn: Callable[..., bool], occurrence_id: int, request_id: str, **kwargs: Any) -> ActionResult:
+    def _action(
+        self, fn: Callable[..., bool], occurrence_id: int, request_id: str, **kwargs: Any
+    ) -> ActionResult:
         dedup = self._write(fn, occurrence_id, request_id=request_id, **kwargs)
         return ActionResult(self.get_occurrence(occurrence_id), request_id, dedup)
 
-    def request_pause(self, occurrence_id: int, *, expected_fence: int, request_id: str,
-                      safe_points: Sequence[str], operator: str) -> ActionResult:
-        """Ask the holder to pause at its next safe point (PAUSE_UNSUPPORTED without safe points)."""
-        return self._action(op.request_pause, occurrence_id, request_id, expected_fence=expected_fence,
-                            safe_points=tuple(safe_points), operator=operator)
+    def request_pause(
+        self,
+        occurrence_id: int,
+        *,
+        expected_fence: int,
+        request_id: str,
+        safe_points: Sequence[str],
+        operator: str,
+    ) -> ActionResult:
+        """Ask the holder to pause at its next safe point (PAUSE_UNSUPPORTED without any)."""
+        return self._action(
+            op.request_pause,
+            occurrence_id,
+            request_id,
+            expected_fence=expected_fence,
+            safe_points=tuple(safe_points),
+            operator=operator,
+        )
 
-    def resume(self, occurrence_id: int, *, request_id: str, operator: str,
-               expected_revision: int | None = None) -> ActionResult:
-        return self._action(op.resume, occurrence_id, request_id, expected_revision=expected_revision,
-                            operator=operator)
+    def resume(
+        self,
+        occurrence_id: int,
+        *,
+        request_id: str,
+        operator: str,
+        expected_revision: int | None = None,
+    ) -> ActionResult:
+        return self._action(
+            op.resume,
+            occurrence_id,
+            request_id,
+            expected_revision=expected_revision,
+            operator=operator,
+        )
 
-    def requeue(self, occurrence_id: int, *, expected_fence: int, expected_error_code: str,
-                request_id: str, operator: str) -> ActionResult:
-        return self._action(op.requeue, occurrence_id, request_id, expected_fence=expected_fence,
-                            expected_error_code=expected_error_code, operator=operator)
+    def requeue(
+        self,
+        occurrence_id: int,
+        *,
+        expected_fence: int,
+        expected_error_code: str,
+        request_id: str,
+        operator: str,
+    ) -> ActionResult:
+        return self._action(
+            op.requeue,
+            occurrence_id,
+            request_id,
+            expected_fence=expected_fence,
+            expected_error_code=expected_error_code,
+            operator=operator,
+        )
 
-    def adjudicate(self, occurrence_id: int, *, decision: str, request_id: str, operator: str) -> ActionResult:
-        return self._action(op.adjudicate, occurrence_id, request_id, decision=decision, operator=operator)
+    def adjudicate(
+        self, occurrence_id: int, *, decision: str, request_id: str, operator: str
+    ) -> ActionResult:
+        return self._action(
+            op.adjudicate, occurrence_id, request_id, decision=decision, operator=operator
+        )
 
     def cancel(self, occurrence_id: int, *, request_id: str, operator: str) -> ActionResult:
         return self._action(op.cancel, occurrence_id, request_id, operator=operator)
@@ -348,19 +486,42 @@ class Kernel:
     def get_occurrence(self, occurrence_id: int) -> Occurrence:
         return self._read(reads.get_occurrence, occurrence_id)
 
-    def list_occurrences(self, *, job_id: str | None = None, statuses: Sequence[str] | None = None,
-                         limit: int = 50, before_id: int | None = None) -> list[Occurrence]:
-        return self._read(reads.list_occurrences, job_id=job_id, statuses=tuple(statuses) if statuses else None,
-                          limit=limit, before_id=before_id)
+    def list_occurrences(
+        self,
+        *,
+        job_id: str | None = None,
+        statuses: Sequence[str] | None = None,
+        limit: int = 50,
+        before_id: int | None = None,
+    ) -> list[Occurrence]:
+        return self._read(
+            reads.list_occurrences,
+            job_id=job_id,
+            statuses=tuple(statuses) if statuses else None,
+            limit=limit,
+            before_id=before_id,
+        )
 
     def active_occurrences(self, job_id: str) -> list[Occurrence]:
-        return self.list_occurrences(job_id=job_id, statuses=("queued", "running", "retry_wait"),
-                                     limit=reads.MAX_LIST)
+        return self.list_occurrences(
+            job_id=job_id, statuses=("queued", "running", "retry_wait"), limit=reads.MAX_LIST
+        )
 
-    def events(self, *, after_id: int = 0, job_id: str | None = None, occurrence_id: int | None = None,
-               limit: int = 100) -> list[Event]:
-        return self._read(reads.read_events, after_id=after_id, job_id=job_id, occurrence_id=occurrence_id,
-                          limit=limit)
+    def events(
+        self,
+        *,
+        after_id: int = 0,
+        job_id: str | None = None,
+        occurrence_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Event]:
+        return self._read(
+            reads.read_events,
+            after_id=after_id,
+            job_id=job_id,
+            occurrence_id=occurrence_id,
+            limit=limit,
+        )
 
     def last_event_id(self) -> int:
         """The newest event's id (0 for none): where ``events --follow`` starts."""
@@ -374,8 +535,12 @@ class Kernel:
 
     def prune(self, *, older_than: timedelta, limit: int = 10_000) -> dict[str, int]:
         """Delete settled history older than ``older_than``; unresolved work is never pruned."""
+
         def run(tx: Tx) -> dict[str, int]:
-            return reads.prune(tx, settled_before=tx.now - int(older_than.total_seconds() * 1000), limit=limit)
+            return reads.prune(
+                tx, settled_before=tx.now - int(older_than.total_seconds() * 1000), limit=limit
+            )
+
         return self._write(run)
 
 
@@ -395,13 +560,20 @@ def _storage_error(exc: BaseException, commit_state: str) -> StorageUnavailable 
         detail = f"{orig.__class__.__name__}: {orig}"
     # 25006: a read-only server (hot standby, default_transaction_read_only) refused
     # the write; psycopg files it under InternalError, yet it is storage, not a bug.
-    elif (isinstance(exc, sa.exc.OperationalError) or _connection_lost(exc)
-          or getattr(orig, "sqlstate", None) == "25006"):
+    elif (
+        isinstance(exc, sa.exc.OperationalError)
+        or _connection_lost(exc)
+        or getattr(orig, "sqlstate", None) == "25006"
+    ):
         detail = str(orig).strip().splitlines()[0] if str(orig).strip() else orig.__class__.__name__
     else:
         return exc
     return StorageUnavailable(
         f"the kernel database is unavailable ({detail}); the change was "
-        + ("not committed" if commit_state == "not_committed" else "perhaps committed: check before retrying"),
+        + (
+            "not committed"
+            if commit_state == "not_committed"
+            else "perhaps committed: check before retrying"
+        ),
         commit_state=commit_state,  # type: ignore[arg-type]
     )

@@ -7,10 +7,10 @@ from typing import Any
 
 import click
 
+from beat_schedule.jobfiles import validate_job_file
 from beat_schedule.timing import preview as preview_firings
 from beat_schedule.timing import trigger_key
 from celery_app.cli.actions import action_options, run_action
-from beat_schedule.jobfiles import validate_job_file
 from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
 from kernel import Job, KernelError, NotFound
 
@@ -53,6 +53,7 @@ def _apply(env: Env, file: Path, dry_run: bool) -> None:
     refused, nothing is written.
     """
     specs = validate_job_file(file)
+    results: list[dict[str, Any]]
     if dry_run:
         results = [
             {"id": spec.id, "change": _would_change(env, spec.id, spec.digest), "revision": None}
@@ -66,7 +67,9 @@ def _apply(env: Env, file: Path, dry_run: bool) -> None:
             # concurrent edit); the one transaction rolled back and nothing was applied.
             exc.details.update(file=str(file), applied=[])
             raise
-        results = [{"id": job.id, "change": change, "revision": job.revision} for job, change in applied]
+        results = [
+            {"id": job.id, "change": change, "revision": job.revision} for job, change in applied
+        ]
     data = {"file": str(file), "dry_run": dry_run, "jobs": results}
 
     def render() -> str:

@@ -121,7 +121,7 @@ def command(
 
     def decorate(body: Callable[..., None]) -> click.Command:
         @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-        @click.pass_context
+        @click.pass_context  # type: ignore[arg-type]
         @functools.wraps(body)
         def run(ctx: click.Context, as_json: bool, **params: Any) -> None:
             env = Env(ctx, as_json)
@@ -138,7 +138,7 @@ def command(
     return decorate
 
 
-class Instant(click.ParamType):
+class Instant(click.ParamType):  # type: ignore[type-arg]
     """An ISO 8601 date-time; without an offset it is read as UTC."""
 
     name = "TIME"
