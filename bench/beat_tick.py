@@ -17,25 +17,21 @@ Run from the repository root::
     .venv/bin/python bench/beat_tick.py                     # SQLite and PostgreSQL
     .venv/bin/python bench/beat_tick.py --backends sqlite --ticks 5
 
-PostgreSQL is started from ``tests/servers.py`` (as an unprivileged user when run as
-root) unless ``--postgres-url`` names a server; its databases are created and dropped.
+PostgreSQL is started for the run (``bench/support.py``) unless ``--postgres-url``
+names a server; the three databases are created on it and dropped.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
-import importlib.util
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -45,6 +41,7 @@ from celery import Celery  # noqa: E402
 
 from beat_schedule.scheduler import KernelScheduler  # noqa: E402
 from beat_schedule.timing import trigger_key  # noqa: E402
+from bench.support import fresh_database, server  # noqa: E402
 from kernel import Kernel  # noqa: E402
 from kernel.jobspec import validate_job_spec  # noqa: E402
 from kernel.records import dumps, from_dt  # noqa: E402
@@ -160,44 +157,6 @@ def _run(backend: str, urls: list[str], ticks: int) -> list[Result]:
             subject.kernel.close()
 
 
-@functools.cache
-def _servers_module() -> ModuleType:
-    """tests/servers.py, imported by path (tests/ is not a package)."""
-    path = ROOT / "tests" / "servers.py"
-    spec = importlib.util.spec_from_file_location("kernel_test_servers", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"{path} not found")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextmanager
-def _postgres_server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    server = _servers_module().start_postgres()
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-@contextmanager
-def _databases(backend: str, server_url: str | None) -> Iterator[list[str]]:
-    """One fresh empty database of ``backend`` per size, removed afterwards."""
-    with ExitStack() as stack:
-        if backend == "sqlite":
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="beat-tick-"))
-            yield [f"sqlite:///{tmp}/kernel-{n}.db" for n in SIZES]
-            return
-        assert server_url is not None
-        fresh = _servers_module().fresh_database
-        yield [stack.enter_context(fresh(server_url)) for _ in SIZES]
-
-
 def _ratios(results: list[Result]) -> dict[tuple[str, int], float]:
     """Each run's tick over the smallest size's tick on the same back end."""
     base = {r.backend: r.tick_s for r in results if r.jobs == min(SIZES)}
@@ -229,12 +188,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for backend in args.backends:
         with ExitStack() as stack:
             server_url = (
-                stack.enter_context(_postgres_server(args.postgres_url))
+                stack.enter_context(server("postgres", args.postgres_url))
                 if backend == "postgres"
                 else None
             )
-            with _databases(backend, server_url) as urls:
-                results.extend(_run(backend, urls, args.ticks))
+            # One fresh empty database per size, removed with the stack.
+            urls = [stack.enter_context(fresh_database(server_url, "beat-tick-")) for _ in SIZES]
+            results.extend(_run(backend, urls, args.ticks))
     print(f"Beat tick with {DUE} due jobs, median of {args.ticks} ticks")
     print(_table(results))
     for backend in args.backends:

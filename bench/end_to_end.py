@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import signal
 import statistics
@@ -38,12 +37,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import redis
@@ -52,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.support import fresh_database, server  # noqa: E402
 from kernel import Kernel  # noqa: E402
 
 __all__ = ["main"]
@@ -317,39 +316,10 @@ def _measure(
             report(bench.pairs(min(PAIRS, args.n)))
 
 
-def _servers() -> ModuleType:
-    """tests/servers.py, imported by path (tests/ is not a package)."""
-    module = sys.modules.get("kernel_test_servers")
-    if module is not None:
-        return module
-    path = ROOT / "tests" / "servers.py"
-    spec = importlib.util.spec_from_file_location("kernel_test_servers", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"{path} not found")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextmanager
-def _server(start: str) -> Iterator[str]:
-    """Start ``start_redis`` or ``start_postgres`` from tests/servers.py; yield its URL."""
-    server = getattr(_servers(), start)()
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
 def _database(backend: str, stack: ExitStack) -> str:
     """A fresh kernel database (SQLite, or PostgreSQL we start); gone when ``stack`` closes."""
-    if backend == "sqlite":
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="kernel-e2e-db-"))
-        return f"sqlite:///{tmp}/kernel.db"
-    server_url = stack.enter_context(_server("start_postgres"))
-    url: str = stack.enter_context(_servers().fresh_database(server_url))
-    return url
+    server_url = stack.enter_context(server("postgres")) if backend == "postgres" else None
+    return stack.enter_context(fresh_database(server_url, "kernel-e2e-db-"))
 
 
 def _publisher(broker_url: str) -> Any:
@@ -407,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     with ExitStack() as stack:
-        broker_url = stack.enter_context(_server("start_redis"))
+        broker_url = stack.enter_context(server("redis"))
         publisher = _publisher(broker_url)
         for backend in backends:
             with ExitStack() as per_backend:

@@ -17,26 +17,22 @@ Run from the repository root::
     .venv/bin/python bench/kernel_throughput.py --quick    # 600
     .venv/bin/python bench/kernel_throughput.py --backends sqlite-normal --procs 1
 
-PostgreSQL is started from ``tests/servers.py`` (as an unprivileged user when run as
-root) unless ``--postgres-url`` names a server; its databases are created and dropped.
+Without ``--postgres-url`` a PostgreSQL server is started for the run
+(``bench/support.py``); each row's database is created on it and dropped.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import multiprocessing as mp
 import sqlite3
 import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.raw_baseline import RawWorker  # noqa: E402
+from bench.support import fresh_database, server, servers  # noqa: E402
 from kernel import Kernel  # noqa: E402
 
 __all__ = ["main"]
@@ -168,7 +165,7 @@ def _scalar(url: str, query: str) -> int:
     if url.startswith("postgresql"):
         import psycopg
 
-        with psycopg.connect(_servers_module().libpq_url(url)) as pg:
+        with psycopg.connect(servers().libpq_url(url)) as pg:
             row = pg.execute(query).fetchone()
     else:
         lite = sqlite3.connect(url.removeprefix("sqlite:///"))
@@ -235,37 +232,6 @@ def _run(backend: str, url: str, n: int, procs: int, rounds: int) -> Cell:
     return Cell(backend, procs, dict.fromkeys(MODES, n - procs), seconds)
 
 
-@contextmanager
-def _sqlite_database() -> Iterator[str]:
-    with tempfile.TemporaryDirectory(prefix="kernel-bench-") as tmp:
-        yield f"sqlite:///{tmp}/kernel.db"
-
-
-@functools.cache
-def _servers_module() -> ModuleType:
-    """tests/servers.py, imported by path (tests/ is not a package)."""
-    path = ROOT / "tests" / "servers.py"
-    spec = importlib.util.spec_from_file_location("kernel_test_servers", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"{path} not found")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-@contextmanager
-def _postgres_server(url: str | None) -> Iterator[str]:
-    if url:
-        yield url
-        return
-    server = _servers_module().start_postgres()
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
 def _table(cells: list[Cell]) -> str:
     rows = [f"{'backend':<14} {'procs':>5} {'kernel/s':>10} {'raw/s':>10} {'kernel/raw':>10}"]
     for c in cells:
@@ -289,14 +255,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells: list[Cell] = []
     with ExitStack() as stack:
         pg_url = (
-            stack.enter_context(_postgres_server(args.postgres_url))
+            stack.enter_context(server("postgres", args.postgres_url))
             if "postgres" in args.backends
             else None
         )
         for backend in args.backends:
             for procs in args.procs:
                 print(f"{backend:<14} procs={procs}  {2 * n} occurrences ...", flush=True)
-                with _database(backend, pg_url) as url:
+                server_url = pg_url if backend == "postgres" else None
+                with fresh_database(server_url, "kernel-bench-") as url:
                     cell = _run(backend, url, n, procs, args.rounds)
                 cells.append(cell)
                 print(
@@ -308,13 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"claim+settle pairs/s, {n} pairs per mode and row in {args.rounds} rounds each")
     print(_table(cells))
     return 0
-
-
-def _database(backend: str, pg_url: str | None) -> AbstractContextManager[str]:
-    if backend != "postgres":
-        return _sqlite_database()
-    assert pg_url is not None
-    return _servers_module().fresh_database(pg_url)  # type: ignore[no-any-return]
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The static checks the project promises: ruff everywhere, mypy (strict on kernel/ and beat_schedule/)."""
+"""The static checks we promise: ruff everywhere, mypy (strict on kernel/ and beat_schedule/)."""
 
 from __future__ import annotations
 
