@@ -30,6 +30,7 @@ from kernel.types import (
     Occurrence,
     RenewAnswer,
 )
+from kernel.writer_gate import WriterGate
 
 __all__ = ["Kernel", "FireReport"]
 
@@ -94,6 +95,12 @@ class Kernel:
         self.dialect = engine.dialect.name
         self.clock = clock or default_clock(self.dialect)
         self._held = _Held()
+        database = engine.url.database if self.dialect == "sqlite" else None
+        self._gate = (
+            WriterGate(database, timeout_s=5.0)
+            if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
         if check:
             self._guard(check_schema, engine)
 
@@ -124,6 +131,8 @@ class Kernel:
         if held.pid == os.getpid():
             with held.lock:
                 self._release(held)
+        if self._gate is not None:
+            self._gate.close()
         self.engine.dispose()
 
     # -- transactions --------------------------------------------------------
@@ -159,6 +168,7 @@ class Kernel:
     ) -> R:
         """One transaction on the held connection (``held``) or a pooled one (None)."""
         committing = False
+        gated = not read_only and self._gate is not None and self._gate.acquire()
         try:
             with self._connection(held, read_only) as conn:
                 with conn.begin() as trans:
@@ -183,6 +193,9 @@ class Kernel:
             if held is not None:
                 self._release(held)
             raise
+        finally:
+            if gated:
+                self._gate.release()  # type: ignore[union-attr]
 
     def _connection(
         self, held: _Held | None, read_only: bool
