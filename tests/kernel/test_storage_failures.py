@@ -56,7 +56,10 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     try:
         yield where
     finally:
-        subprocess.run(["umount", str(where)], check=True, capture_output=True)
+        # A file still open on it (a failed test's kernel) makes a plain umount fail and
+        # would leave the mount behind for every later run: detach it lazily instead.
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(where)], check=True, capture_output=True)
 
 
 def _job(job_id: str, size: int = BIG) -> dict[str, Any]:
