@@ -31,6 +31,9 @@ log = logging.getLogger("celery_kernel.runtime")
 # Renew this often relative to the lease, and poll for shutdown at least this often.
 _RENEW_FRACTION = 3
 _POLL_S = 0.5
+# Pause and cancel requests arrive with the renewal's answer: renew at least this
+# often so that a 60 s lease does not mean a 20 s wait for a pause to be seen.
+_MAX_RENEW_INTERVAL_S = 2.0
 
 
 def shutdown_marker(main_pid: int) -> Path:
@@ -68,7 +71,8 @@ class _Run:
         self.pause: PendingPause | None = claim_pause(claim)
         occurrence = claim.occurrence
         self.lease_s = float(occurrence.definition["lease"])
-        self.next_renew = time.monotonic() + self.lease_s / _RENEW_FRACTION
+        self.renew_interval = min(self.lease_s / _RENEW_FRACTION, _MAX_RENEW_INTERVAL_S)
+        self.next_renew = time.monotonic() + self.renew_interval
         self.log = logging.LoggerAdapter(
             log, {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
         )
@@ -76,11 +80,11 @@ class _Run:
     # -- lease keeper thread --------------------------------------------------
 
     def renew_if_due(self) -> None:
-        """Renew the lease once a third of it has passed since the claim or the last renewal."""
+        """Renew once ``renew_interval`` has passed since the claim or the last renewal."""
         with self.renewing:
             if self.finished.is_set() or self.lease_lost or time.monotonic() < self.next_renew:
                 return
-            self.next_renew = time.monotonic() + self.lease_s / _RENEW_FRACTION
+            self.next_renew = time.monotonic() + self.renew_interval
             try:
                 answer = self.kernel.renew(
                     self.claim.occurrence.id,
