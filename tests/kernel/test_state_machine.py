@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -28,355 +28,30 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from lifecycle_model import (
+    FAULTS,
+    JOBS,
+    KNOWN_OUTCOME,
+    LEASE_S,
+    OWNERS,
+    RUNNABLE,
+    SAFE_POINTS,
+    SETTLED,
+    STATE_TABLES,
+    MJob,
+    MOcc,
+    Model,
+    Refused,
+    Snapshot,
+    asked,
+    job_spec,
+    snapshot,
+)
 
 from kernel.errors import KernelError
 from kernel.states import TRANSITIONS
 from kernel.store import Kernel
 from kernel.testing import ManualClock, memory_kernel
-
-LEASE_S = 30
-OWNERS = ("w1", "w2", "w3")
-SAFE_POINTS = ("before_execute", "adapter_checkpoint")
-JOBS = {"alo": "at-least-once", "amo": "at-most-once", "alo-b": "at-least-once"}
-RUNNABLE = ("queued", "retry_wait")
-SETTLED = ("succeeded", "dead_letter", "cancelled", "skipped")
-#: After these an at-most-once occurrence may be claimed again: its holder reported
-#: the run's outcome, or an operator decided (I6).
-KNOWN_OUTCOME = {
-    f"occurrence_{e}" for e in ("retry_wait", "paused", "handed_back", "adjudicated", "requeued")
-}
-#: A worker write made right (None, mostly), by a stale (owner, fence) or by a wrong owner.
-FAULTS = [None, None, None, "stale", "intruder"]
-TABLES = {"jobs": "id", "occurrences": "id", "controls": "occurrence_id", "events": "id"}
-TABLES |= {"requeue_grants": "request_id", "operator_requests": "request_id"}
-STATE_TABLES = ("jobs", "occurrences", "controls", "requeue_grants")
-
-Snapshot = dict[str, list[dict[str, Any]]]
-
-
-def job_spec(job_id: str, max_attempts: int, tag: int = 0) -> dict[str, Any]:
-    """A callable job; ``tag`` changes the payload (a new revision) and nothing the model tracks."""
-    return {
-        "id": job_id,
-        "kind": "callable",
-        "payload": {"callable": "jobs.sample:run", "args": [tag]},
-        "overlap": "allow",
-        "delivery": JOBS[job_id],
-        "max_attempts": max_attempts,
-        "lease": f"{LEASE_S}s",
-        "retry": {"backoff": "10s", "factor": 2, "max": "1h", "jitter": 0},
-    }
-
-
-def snapshot(kernel: Kernel) -> Snapshot:
-    """Every row of every table the lifecycle touches."""
-    with kernel.engine.connect() as conn:
-        return {
-            table: [
-                dict(r)
-                for r in conn.exec_driver_sql(f"SELECT * FROM {table} ORDER BY {key}").mappings()
-            ]
-            for table, key in TABLES.items()
-        }
-
-
-class Refused(Exception):
-    """The model's prediction that the kernel refuses with ``code``."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-@dataclass
-class MControl:
-    state: str
-    revision: int
-    fence: int
-    pause_rid: str | None
-    checkpoint: Any
-    safe_points: tuple[str, ...] = ()
-
-
-@dataclass
-class MOcc:
-    id: int
-    delivery: str
-    max_attempts: int
-    available_at: int
-    status: str = "queued"
-    attempt: int = 0
-    fence: int = 0
-    owner: str | None = None
-    lease_until: int | None = None
-    cancel_requested: bool = False
-    error: str | None = None
-    control: MControl | None = None
-    grant_fence: int | None = None  # an unused requeue/adjudication grant, valid at this fence
-
-
-@dataclass
-class MJob:
-    max_attempts: int
-    revision: int = 1
-    cursor: str | None = None
-
-
-class Model:
-    """SPEC §4 in plain Python. A method raises Refused before it changes anything."""
-
-    def __init__(self, clock: ManualClock) -> None:
-        self.clock = clock
-        self.jobs: dict[str, MJob] = {}
-        self.keys: dict[str, list[str]] = defaultdict(list)
-        self.occs: dict[int, MOcc] = {}
-        self.requests: dict[str, tuple[str, str, dict[str, Any]]] = {}
-
-    @property
-    def now(self) -> int:
-        return self.clock.ms
-
-    def live(self, o: MOcc) -> bool:
-        """Running under a lease that has not expired."""
-        return o.lease_until is not None and o.lease_until > self.now
-
-    def add(self, occ_id: int, job_id: str, key: str) -> None:
-        self.keys[job_id].append(key)
-        self.occs[occ_id] = MOcc(occ_id, JOBS[job_id], self.jobs[job_id].max_attempts, self.now)
-
-    # -- claims -------------------------------------------------------------------------
-
-    def _claimable(self, o: MOcc) -> tuple[bool, bool] | None:
-        """(free, resuming) when a claim would take ``o`` now, else None."""
-        c = o.control
-        if (c is not None and c.state == "paused") or o.cancel_requested:
-            return None
-        if o.status in RUNNABLE:
-            due = o.available_at <= self.now
-        else:
-            due = o.status == "running" and o.delivery == "at-least-once" and not self.live(o)
-        resuming = (
-            c is not None and c.state == "resumed" and o.status != "running" and c.fence == o.fence
-        )
-        free = resuming or (o.status == "retry_wait" and o.grant_fence == o.fence)
-        if not due or (not free and o.attempt >= o.max_attempts):
-            return None
-        return free, resuming
-
-    def claim(self, occ_id: int, owner: str) -> tuple[int, int, bool] | None:
-        """(occurrence, new fence, resuming), or None: not claimable now."""
-        o = self.occs[occ_id]
-        got = self._claimable(o)
-        if got is None:
-            return None
-        free, resuming = got
-        if free and not resuming:
-            o.grant_fence = None
-        o.fence, o.attempt = o.fence + 1, o.attempt + (not free)
-        o.status, o.owner, o.lease_until = "running", owner, self.now + LEASE_S * 1000
-        if o.control is not None and o.control.state == "pause_requested":
-            o.control.fence, o.control.revision = o.fence, o.control.revision + 1
-        return occ_id, o.fence, resuming
-
-    def claim_next(self, owner: str) -> tuple[int, int, bool] | None:
-        """The oldest waiting occurrence that a claim takes, else the oldest expired lease."""
-        waiting = [o for o in self.occs.values() if o.status in RUNNABLE]
-        expired = [o for o in self.occs.values() if o.status == "running" and not self.live(o)]
-        for group in (waiting, expired):
-            for o in sorted(group, key=lambda o: (o.available_at, o.id)):
-                got = self.claim(o.id, owner)
-                if got is not None:
-                    return got
-        return None
-
-    # -- the holder's writes --------------------------------------------------------------
-
-    def _held(self, o: MOcc, owner: str, fence: int) -> None:
-        if not (o.status == "running" and o.owner == owner and o.fence == fence and self.live(o)):
-            raise Refused("LEASE_LOST")
-
-    def _leave(self, o: MOcc, status: str, error: str | None) -> None:
-        o.status, o.owner, o.lease_until, o.error = status, None, None, error
-        if status in SETTLED and o.control is not None and o.control.state != "terminal":
-            o.control.state, o.control.revision = "terminal", o.control.revision + 1
-
-    def renew(self, occ_id: int, owner: str, fence: int) -> tuple[str | None, bool]:
-        """(pending pause request id, cancel requested)."""
-        o = self.occs[occ_id]
-        self._held(o, owner, fence)
-        o.lease_until = self.now + LEASE_S * 1000
-        c = o.control
-        pending = c is not None and c.state == "pause_requested" and c.fence == fence
-        return (c.pause_rid if c is not None and pending else None), o.cancel_requested
-
-    def settle(self, occ_id: int, owner: str, fence: int, outcome: str) -> str:
-        o = self.occs[occ_id]
-        self._held(o, owner, fence)
-        status, error = {
-            "succeeded": ("succeeded", None),
-            "cancelled": ("cancelled", "CANCELLED"),
-            "fatal": ("dead_letter", "FATAL"),
-            "retryable": ("retry_wait", "BOOM"),
-        }[outcome]
-        if status == "retry_wait" and o.attempt >= o.max_attempts:
-            status = "dead_letter"
-        if status == "retry_wait" and o.cancel_requested:
-            status = "cancelled"  # a pending cancel wins over a retry nobody could claim
-        backoff_s = min(10 * 2 ** (o.attempt - 1), 3600) if status == "retry_wait" else 0
-        o.available_at = self.now + backoff_s * 1000
-        self._leave(o, status, error)
-        return status
-
-    def release(
-        self, occ_id: int, owner: str, fence: int, point: str, rid: str | None, rev: int | None
-    ) -> None:
-        """Acknowledge pause ``rid`` (expecting control revision ``rev``), or hand back."""
-        o, c = self.occs[occ_id], self.occs[occ_id].control
-        if rid is not None:
-            if c is None or c.state != "pause_requested" or c.pause_rid != rid:
-                raise Refused("STATE_CONFLICT")
-            if rev is not None and c.revision != rev:
-                raise Refused("REVISION_CONFLICT")
-            if c.fence != fence:
-                raise Refused("LEASE_LOST")
-            if point not in c.safe_points:
-                raise Refused("PAUSE_UNSUPPORTED")
-        self._held(o, owner, fence)
-        o.available_at = self.now
-        if o.cancel_requested:
-            self._leave(o, "cancelled", "CANCELLED")
-            return
-        self._leave(o, "retry_wait", o.error)
-        checkpoint = {"at": point, "fence": fence}
-        # A pause pending for this run is honoured by any hand back at a safe point.
-        state = "paused" if c is not None and c.state == "pause_requested" else "resumed"
-        if c is None:
-            o.control = MControl(state, 1, fence, None, checkpoint, (point,))
-        else:
-            c.state, c.revision, c.fence, c.checkpoint = state, c.revision + 1, fence, checkpoint
-
-    def expire(self) -> dict[str, int]:
-        counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
-        for o in self.occs.values():
-            if o.status != "running" or self.live(o):
-                continue
-            if o.cancel_requested:
-                status, error = "cancelled", None
-            elif o.delivery == "at-most-once":
-                status, error = "needs_adjudication", "LEASE_EXPIRED"
-            elif o.attempt >= o.max_attempts:
-                status, error = "dead_letter", "LEASE_EXPIRED"
-            else:
-                continue
-            self._leave(o, status, error)
-            counts[status] += 1
-        return counts
-
-    # -- operators: each returns ``deduplicated`` -------------------------------------------
-
-    def _request(
-        self,
-        rid: str,
-        action: str,
-        target: str,
-        evidence: dict[str, Any],
-        apply: Callable[[], None],
-    ) -> bool:
-        """A replay with the same evidence is deduplicated, with other evidence refused (I7)."""
-        seen = self.requests.get(rid)
-        if seen is not None and seen != (action, target, evidence):
-            raise Refused("EVIDENCE_CONFLICT")
-        if seen is None:
-            apply()
-            self.requests[rid] = (action, target, evidence)
-        return seen is not None
-
-    def run_now(self, job_id: str, rid: str) -> bool:
-        return self._request(rid, "run_now", job_id, {}, lambda: None)
-
-    def request_pause(self, occ_id: int, fence: int, rid: str, points: tuple[str, ...]) -> bool:
-        o = self.occs[occ_id]
-
-        def apply() -> None:
-            c = o.control
-            if not points:
-                raise Refused("PAUSE_UNSUPPORTED")
-            if (c is not None and c.state not in ("terminal", "resumed")) or o.status != "running":
-                raise Refused("STATE_CONFLICT")
-            if o.fence != fence:
-                raise Refused("FENCE_CONFLICT")
-            if not self.live(o):
-                raise Refused("LEASE_LOST")
-            revision, checkpoint = (c.revision + 1, c.checkpoint) if c else (1, None)
-            o.control = MControl("pause_requested", revision, fence, rid, checkpoint, points)
-
-        return self._request(rid, "pause", str(occ_id), {"fence": fence}, apply)
-
-    def resume(self, occ_id: int, rid: str, rev: int | None) -> bool:
-        o = self.occs[occ_id]
-
-        def apply() -> None:
-            c = o.control
-            if c is None or c.state != "paused":
-                raise Refused("STATE_CONFLICT")
-            if rev is not None and c.revision != rev:
-                raise Refused("REVISION_CONFLICT")
-            c.state, c.revision, o.available_at = "resumed", c.revision + 1, self.now
-
-        return self._request(rid, "resume", str(occ_id), {"revision": rev}, apply)
-
-    def requeue(self, occ_id: int, fence: int, code: str, rid: str) -> bool:
-        o = self.occs[occ_id]
-
-        def apply() -> None:
-            if o.status != "dead_letter":
-                raise Refused("STATE_CONFLICT")
-            if o.fence != fence:
-                raise Refused("FENCE_CONFLICT")
-            if o.error != code:
-                raise Refused("EVIDENCE_CONFLICT")
-            o.status, o.available_at, o.grant_fence = "retry_wait", self.now, o.fence
-            o.cancel_requested = False  # the operator revived it: an old cancel request is spent
-
-        evidence = {"fence": fence, "error_code": code}
-        return self._request(rid, "requeue", str(occ_id), evidence, apply)
-
-    def adjudicate(self, occ_id: int, decision: str, rid: str) -> bool:
-        o = self.occs[occ_id]
-
-        def apply() -> None:
-            if o.status != "needs_adjudication":
-                raise Refused("STATE_CONFLICT")
-            o.available_at = self.now
-            if decision == "not_applied":  # runnable again; the next claim costs no attempt
-                o.status, o.grant_fence = "retry_wait", o.fence
-            else:
-                self._leave(
-                    o,
-                    *{"applied": ("succeeded", o.error), "abandon": ("dead_letter", "ABANDONED")}[
-                        decision
-                    ],
-                )
-
-        return self._request(rid, "adjudicate", str(occ_id), {"decision": decision}, apply)
-
-    def cancel(self, occ_id: int, rid: str) -> bool:
-        o = self.occs[occ_id]
-
-        def apply() -> None:
-            if o.status == "running":
-                o.cancel_requested = True
-            elif o.status in RUNNABLE:
-                self._leave(o, "cancelled", o.error)
-            else:
-                raise Refused("STATE_CONFLICT")
-
-        return self._request(rid, "cancel", str(occ_id), {}, apply)
-
-
-def asked(o: MOcc) -> bool:
-    """An operator asked something of this occurrence's holder (cancel, pause)."""
-    return o.cancel_requested or (o.control is not None and o.control.state == "pause_requested")
 
 
 class KernelMachine(RuleBasedStateMachine):
@@ -454,7 +129,9 @@ class KernelMachine(RuleBasedStateMachine):
         dedup, got = self._act(predict, call)
         if got is not None:
             assert got.deduplicated == dedup
-            self._unchanged() if dedup else self._logged()
+            if dedup:
+                self._unchanged()
+            self._logged()
             self.replays.setdefault(rid, (predict, call, got.occurrence.id))
 
     # -- creation (I1) -------------------------------------------------------------------
@@ -474,8 +151,8 @@ class KernelMachine(RuleBasedStateMachine):
     )
     def fire(self, job: str, new: int, variant: str) -> None:
         """Beat materialises each firing once, under any revision (I1); a stale Beat, nothing."""
-        mj, keys, cursor = self.model.jobs[job], [self._next("t") for _ in range(new)], "c"
-        cursor = self._next(cursor)
+        mj, keys = self.model.jobs[job], [self._next("t") for _ in range(new)]
+        cursor = self._next("c")
         old = self.model.keys[job][:1] if variant == "dup" else []
         firings = [(k, self.clock.now) for k in old + keys]
         _, report = self._act(
@@ -500,15 +177,14 @@ class KernelMachine(RuleBasedStateMachine):
     @rule(job=st.sampled_from(list(JOBS)), stale=st.booleans())
     def revise(self, job: str, stale: bool) -> None:
         """A new revision (by CAS on the old one) re-plans the cursor."""
-        mj, spec = self.model.jobs[job], job_spec(job, self.model.jobs[job].max_attempts, self.seq)
-        seen = mj.revision - stale
+        mj, tag = self.model.jobs[job], int(self._next(""))
+        spec, seen = job_spec(job, mj.max_attempts, tag), mj.revision - stale
 
         def predict() -> None:
             if stale:
                 raise Refused("REVISION_CONFLICT")
             mj.revision, mj.cursor = mj.revision + 1, None
 
-        self._next("revision")
         self._act(predict, lambda: self.kernel.revise_job(spec, expected_revision=seen))
         self._logged()
 
@@ -650,7 +326,9 @@ class KernelMachine(RuleBasedStateMachine):
         self.clock.advance(seconds)
         expected, got = self._act(self.model.expire, self.kernel.expire_leases)
         assert got == expected
-        self._logged() if sum(expected.values()) else self._unchanged()
+        self._logged()
+        if not sum(expected.values()):
+            self._unchanged()
 
     # -- operators (I7) ------------------------------------------------------------------
 
@@ -830,11 +508,14 @@ def check_event_log(snap: Snapshot) -> None:
             known = known or type_ in KNOWN_OUTCOME
 
 
+# A failure shrinks for up to five minutes (Hypothesis' own limit) before it reports the
+# shortest sequence it found; the default 120 s timeout would kill it first.
+@pytest.mark.timeout(600)
 def test_lifecycle_matches_the_model() -> None:
     run_state_machine_as_test(
         KernelMachine,
         settings=settings(
-            max_examples=80,
+            max_examples=100,
             stateful_step_count=60,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
