@@ -390,12 +390,10 @@ def release(
     ):
         # A warm hand back while this run's pause is pending honours the pause, not drops it.
         pause_request_id = c["pause_request_id"]
-    if (
-        tx.conn.execute(
-            st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}
-        ).first()
-        is None
-    ):
+    job_id = tx.conn.execute(
+        st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}
+    ).scalar()
+    if job_id is None:
         raise _lease_lost(tx, occ_id, owner, fence)
     new_state = ControlState.PAUSED if pause_request_id is not None else ControlState.RESUMED
     values = {
@@ -423,9 +421,6 @@ def release(
             .where(controls.c.occurrence_id == occ_id)
             .values(revision=controls.c.revision + 1, **values)
         )
-    job_id = tx.conn.execute(
-        sa.select(occurrences.c.job_id).where(occurrences.c.id == occ_id)
-    ).scalar()
     tx.emit(
         "occurrence_paused" if pause_request_id else "occurrence_handed_back",
         job_id=job_id,
