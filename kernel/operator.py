@@ -190,11 +190,16 @@ def request_pause(
     if c is None:
         tx.conn.execute(sa.insert(controls), {"occurrence_id": occ_id, "revision": 1, **values})
     else:
-        tx.conn.execute(
+        changed = tx.conn.execute(
             sa.update(controls)
             .where(controls.c.occurrence_id == occ_id, controls.c.revision == c["revision"])
             .values(revision=controls.c.revision + 1, **values)
-        )
+        ).rowcount
+        if changed != 1:  # another request moved the control since it was read (PostgreSQL)
+            raise RevisionConflict(
+                f"occurrence {occ_id}: control changed during the pause request",
+                occurrence_id=occ_id,
+            )
     tx.emit(
         "occurrence_pause_requested",
         job_id=o["job_id"],

@@ -416,11 +416,15 @@ def release(
             },
         )
     else:
-        tx.conn.execute(
+        changed = tx.conn.execute(
             sa.update(controls)
-            .where(controls.c.occurrence_id == occ_id)
+            .where(controls.c.occurrence_id == occ_id, controls.c.revision == c["revision"])
             .values(revision=controls.c.revision + 1, **values)
-        )
+        ).rowcount
+        if changed != 1:  # an operator moved the control since it was read (PostgreSQL)
+            raise RevisionConflict(
+                f"occurrence {occ_id}: control changed during the hand back", occurrence_id=occ_id
+            )
     tx.emit(
         "occurrence_paused" if pause_request_id else "occurrence_handed_back",
         job_id=job_id,
