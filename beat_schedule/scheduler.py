@@ -2,15 +2,24 @@
 
 Any number of Beats may run: the kernel's cursor compare-and-set and unique
 firing keys make a second Beat's work a no-op, with no leader lock.
+
+Failures are sentences: a setting Beat cannot use ends it at start with exit 2, an
+unreachable kernel at start with exit 1; an outage while running logs one warning
+and, when it ends, one info with its length. SIGTERM and Ctrl-C (exit 130) let the
+tick under way finish — its new occurrences get their hints — then Beat
+deregisters and exits.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import time
 import uuid
 from datetime import datetime
+from types import FrameType
 from typing import Any
 
 from celery.beat import Scheduler
@@ -18,14 +27,19 @@ from celery.beat import Scheduler
 from beat_schedule import timing
 from beat_schedule.jobfiles import validate_job_file
 from beat_schedule.sync import apply_specs, beat_schedule_specs
-from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel
-from kernel import Job, Kernel, KernelError
+from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
+from kernel import Job, Kernel, KernelError, StorageUnavailable
+from kernel.urls import masked_url
 
 __all__ = ["KernelScheduler", "RUN_OCCURRENCE", "plan_job"]
 
 log = logging.getLogger("celery_kernel.beat")
 
 RUN_OCCURRENCE = "kernel.run_occurrence"
+#: Exit code after Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT = 130
+#: How often a Beat removes Beats silent for longer than ``kernel_beat_retention``.
+_FORGET_EVERY_S = 60.0
 
 
 def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
@@ -58,44 +72,63 @@ def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
 class KernelScheduler(Scheduler):  # type: ignore[misc]
     """Celery Beat scheduler backed by the kernel (``beat_scheduler`` or ``-S kernel``)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
         self.kernel: Kernel | None = None
         self._ticking = False
+        self._stop_code: int | None = None
+        self._unavailable_since: float | None = None
+        self._next_forget = 0.0
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        super().__init__(*args, **kwargs)
-        self.settings = KernelSettings.from_app(self.app)
+        try:  # before anything else: Celery builds a scheduler for its banner first
+            self.settings = KernelSettings.from_app(app)
+            self.jobs_file = self.settings.require_jobs_file()
+        except KernelError as exc:
+            refuse_start("beat", exc)
+        super().__init__(app, *args, **kwargs)
         self.max_interval = self.settings.beat_interval
 
     # -- Celery Scheduler hooks ---------------------------------------------------
 
     def setup_schedule(self) -> None:
         """Open the kernel and apply ``beat_schedule`` and ``KERNEL_JOBS_FILE`` definitions."""
-        ensure_broker_folders(self.app)  # the pump publishes from this process
-        self.kernel = open_kernel(self.app)
-        apply_specs(self.kernel, beat_schedule_specs(self.app.conf), source="beat_schedule")
-        jobs_file = os.environ.get("KERNEL_JOBS_FILE") or self.app.conf.get("kernel_jobs_file")
-        if jobs_file:
-            try:
-                applied = self.kernel.apply_jobs(
-                    [spec.to_dict() for spec in validate_job_file(jobs_file)]
-                )
-            except KernelError as exc:  # refused whole; the jobs already defined keep running
-                log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
-            else:
-                log.info(
-                    "%s: %s",
-                    jobs_file,
-                    ", ".join(f"{job.id} {change}" for job, change in applied),
-                    extra={"action": "jobs_file_applied"},
-                )
+        if _is_celery_beat_handler(signal.getsignal(signal.SIGTERM)):
+            # Replaced here, not at beat_init: Celery's handler, run while this very
+            # scheduler is being built, would build a second one to close it.
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, self._on_stop_signal)
+        try:
+            ensure_broker_folders(self.app)  # the pump publishes from this process
+            self.kernel = open_kernel(self.app)
+            apply_specs(self.kernel, beat_schedule_specs(self.app.conf), source="beat_schedule")
+        except KernelError as exc:
+            refuse_start("beat", exc)
+        if self.jobs_file:
+            self._apply_jobs_file(self.kernel, self.jobs_file)
         self.data: dict[str, Any] = {}
+
+    def _apply_jobs_file(self, kernel: Kernel, jobs_file: str) -> None:
+        try:
+            applied = kernel.apply_jobs([spec.to_dict() for spec in validate_job_file(jobs_file)])
+        except KernelError as exc:  # refused whole; the jobs already defined keep running
+            log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
+        else:
+            log.info(
+                "%s: %s",
+                jobs_file,
+                ", ".join(f"{job.id} {change}" for job, change in applied),
+                extra={"action": "jobs_file_applied"},
+            )
 
     @property
     def schedule(self) -> dict[str, Any]:
         return self.data
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """One pass: heartbeat, lease expiry, due firings, dispatch pump. Never raises."""
+        """One pass: heartbeat, lease expiry, due firings, dispatch pump. Never raises.
+
+        While the kernel is unavailable the rest of a tick is skipped (each step would
+        only fail the same way); a stop requested meanwhile takes effect at its end.
+        """
         kernel = self.kernel
         assert kernel is not None, "setup_schedule opens the kernel"
         self._ticking = True
@@ -103,35 +136,75 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
             for step in (self._heartbeat, self._expire, self._materialise, self._pump):
                 try:
                     step(kernel)
-                except Exception:  # Beat must outlive one bad job or one storage hiccup
+                except StorageUnavailable as exc:
+                    self._unavailable(exc)
+                    break
+                except Exception:  # Beat must outlive one bad job
                     log.exception(
                         "beat step %s failed; the tick goes on",
                         step.__name__,
                         extra={"action": "tick_step_failed", "beat_id": self.beat_id},
                     )
+            else:
+                self._available()
         finally:
             self._ticking = False
+        if self._stop_code is not None:
+            raise SystemExit(self._stop_code)
         return float(self.max_interval)
 
-    def close(self) -> None:
-        """Close the kernel, unless a tick is under way in this very thread.
+    def _on_stop_signal(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM or SIGINT: stop now between ticks, else once the tick under way ends."""
+        self._stop_code = INTERRUPTED_EXIT if signum == signal.SIGINT else 0
+        if not self._ticking:
+            raise SystemExit(self._stop_code)
 
-        Celery Beat's SIGTERM handler calls ``close()`` from inside the signal handler,
-        which can interrupt a tick in the middle of a kernel transaction: closing the
-        kernel there would wait forever for the connection that tick holds. The handler
-        then raises SystemExit, and Beat calls ``close()`` again once the tick unwound.
+    def _unavailable(self, exc: StorageUnavailable) -> None:
+        log.debug("tick skipped: %s", exc, exc_info=True, extra={"action": "tick_skipped"})
+        if self._unavailable_since is None:
+            self._unavailable_since = time.monotonic()
+            log.warning(
+                "kernel unavailable, Beat retries every %ss: %s",
+                f"{self.max_interval:g}",
+                exc.message,
+                extra={"action": "kernel_unavailable", "beat_id": self.beat_id},
+            )
+
+    def _available(self) -> None:
+        if self._unavailable_since is not None:
+            outage = time.monotonic() - self._unavailable_since
+            self._unavailable_since = None
+            log.info(
+                "kernel available again after %.1fs",
+                outage,
+                extra={"action": "kernel_available", "beat_id": self.beat_id, "outage_s": outage},
+            )
+
+    def close(self) -> None:
+        """Deregister and close the kernel, unless a tick is under way in this very thread.
+
+        Celery Beat's own SIGTERM handler (replaced once ``celery beat`` runs this
+        scheduler) calls ``close()`` from inside the signal handler, which can
+        interrupt a tick in the middle of a kernel transaction: closing the kernel there
+        would wait forever for the connection that tick holds. Beat calls ``close()``
+        again once the tick unwound. After Ctrl-C this ends Beat with exit 130.
         """
         if self._ticking:
             return
         if self.kernel is not None:
+            try:
+                self.kernel.deregister_beat(self.beat_id)
+            except KernelError as exc:
+                log.warning("beat not deregistered: %s", exc, extra={"action": "deregister_failed"})
             self.kernel.close()
             self.kernel = None
         super().close()
+        if self._stop_code == INTERRUPTED_EXIT:
+            raise SystemExit(INTERRUPTED_EXIT)
 
     @property
     def info(self) -> str:
-        url = self.settings.database_url if hasattr(self, "settings") else "?"
-        return f"    . kernel -> {url} (beat id {self.beat_id})"
+        return f"    . kernel -> {masked_url(self.settings.database_url)} (beat id {self.beat_id})"
 
     # -- tick steps -----------------------------------------------------------------
 
@@ -139,6 +212,16 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         kernel.record_beat(
             self.beat_id, host=socket.gethostname(), interval=float(self.max_interval)
         )
+        if time.monotonic() >= self._next_forget:
+            forgotten = kernel.forget_silent_beats(silent_for=self.settings.beat_retention)
+            self._next_forget = time.monotonic() + _FORGET_EVERY_S
+            if forgotten:
+                log.info(
+                    "forgot Beats silent for more than %gs: %s",
+                    self.settings.beat_retention,
+                    ", ".join(forgotten),
+                    extra={"action": "beats_forgotten", "beat_id": self.beat_id},
+                )
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
@@ -159,6 +242,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                     if plan.next_cursor
                     else None,
                 )
+            except StorageUnavailable:
+                raise
             except KernelError as exc:
                 log.error(
                     "job %s not materialised: %s",
@@ -194,3 +279,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         log.debug(
             "published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id}
         )
+
+
+def _is_celery_beat_handler(handler: Any) -> bool:
+    """Whether ``handler`` is the one ``celery beat`` installs (so this process is Beat)."""
+    return "install_sync_handler" in getattr(handler, "__qualname__", "")

@@ -1,4 +1,10 @@
-"""Worker wiring: per-process kernel after fork, schema at start, warm-shutdown hand-back."""
+"""Worker wiring: settings and schema checked at start, per-process kernel after fork,
+warm-shutdown hand-back.
+
+A worker that cannot start says why in one line and exits (2 for a setting, 1 for
+an unreachable kernel): Celery would otherwise log the exception with a traceback
+and carry on, or die on it.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,13 @@ import os
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import celeryd_init, worker_process_init, worker_ready
+from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
 
 from celery_app.app import app
-from celery_app.config import ensure_broker_folders, open_kernel
+from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
+from kernel import KernelError
 
 __all__ = ["WarmShutdownHandBack"]
 
@@ -20,9 +27,16 @@ log = logging.getLogger("celery_kernel.worker")
 
 
 @celeryd_init.connect
-def _broker_folders(sender: Any = None, **_: Any) -> None:
-    """The embedded broker's folders, made by the processes that use them (not on import)."""
-    ensure_broker_folders(app)
+def _check_start(sender: Any = None, **_: Any) -> None:
+    """Check the settings and make the embedded broker's folders (not on import).
+
+    SystemExit, unlike an exception, passes through Celery's signal dispatch.
+    """
+    try:
+        KernelSettings.from_app(app)
+        ensure_broker_folders(app)
+    except KernelError as exc:
+        refuse_start("worker", exc)
 
 
 @worker_process_init.connect
@@ -49,7 +63,10 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
         # Every step is constructed before any is created, and the prefork pool forks
         # its children when it is created: migrating here means a fresh database has
         # its schema before a child opens its kernel, and a failure stops the worker.
-        open_kernel(worker.app).close()  # migrates when kernel_auto_migrate is on
+        try:
+            open_kernel(worker.app).close()  # migrates when kernel_auto_migrate is on
+        except KernelError as exc:
+            refuse_start("worker", exc)
 
     def start(self, worker: Any) -> None:
         clear_warm_shutdown(os.getpid())
@@ -61,11 +78,14 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
         )
         request_warm_shutdown(os.getpid())
 
-    def shutdown(self, worker: Any) -> None:
-        clear_warm_shutdown(os.getpid())
-
 
 app.steps["worker"].add(WarmShutdownHandBack)
+
+
+@worker_shutdown.connect
+def _remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
+    """The warm-shutdown marker ends with its worker (Celery calls no step's shutdown())."""
+    clear_warm_shutdown(os.getpid())
 
 
 @worker_ready.connect

@@ -1,4 +1,10 @@
-"""Engines for the kernel: SQLite pragmas and write locks up front, schema checks, migration."""
+"""Engines for the kernel: bounded waits, SQLite pragmas and write locks, schema checks, migration.
+
+Every wait on the database is bounded, so a command, a worker start or a Beat tick
+gives up with ``STORAGE_UNAVAILABLE`` instead of hanging: PostgreSQL gets a connect
+timeout (covering a server that accepts the connection and never answers) and a
+statement timeout; SQLite a busy timeout.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +20,22 @@ from alembic.script import ScriptDirectory
 
 from kernel.driver import DriverStatement
 from kernel.errors import InvalidArgument, SchemaUnknown
+from kernel.urls import masked_url
 
-__all__ = ["create_kernel_engine", "migrate", "schema_revision", "check_schema", "HEAD_REVISION"]
+__all__ = [
+    "create_kernel_engine",
+    "migrate",
+    "schema_revision",
+    "check_schema",
+    "HEAD_REVISION",
+    "CONNECT_TIMEOUT_S",
+    "STATEMENT_TIMEOUT_S",
+]
 
 SQLITE_SYNCHRONOUS = ("FULL", "NORMAL")
+#: Defaults for PostgreSQL: seconds to establish a connection, and to run one statement.
+CONNECT_TIMEOUT_S = 5.0
+STATEMENT_TIMEOUT_S = 30.0
 _MIGRATION_LOCK = 0x4B45524E  # "KERN": the advisory lock key migrations take on PostgreSQL
 
 # Each kernel transaction starts with one of these: on the driver, not through
@@ -40,6 +58,9 @@ def create_kernel_engine(
     *,
     sqlite_synchronous: str = "FULL",
     busy_timeout_ms: int = 5_000,
+    connect_timeout: float = CONNECT_TIMEOUT_S,
+    statement_timeout: float = STATEMENT_TIMEOUT_S,
+    must_exist: bool = False,
     **engine_kwargs: Any,
 ) -> sa.Engine:
     """Create an engine configured for the kernel.
@@ -47,23 +68,68 @@ def create_kernel_engine(
     SQLite gets WAL, ``synchronous=FULL`` (so a committed claim survives power
     loss; ``NORMAL`` is an opt-in), a busy timeout, and ``BEGIN IMMEDIATE`` for
     writes so contention waits for the lock instead of failing at COMMIT.
+    PostgreSQL gets ``connect_timeout`` and ``statement_timeout`` (seconds; they
+    also bound the pool's wait for a connection).
+
+    Args:
+        must_exist: refuse a SQLite file that does not exist instead of creating it
+            (and its folder): for everything that is not meant to build a kernel.
 
     Raises:
-        InvalidArgument: the URL or the synchronous mode is not usable.
+        InvalidArgument: the URL, a timeout or the synchronous mode is not usable.
+        SchemaUnknown: ``must_exist`` and there is no database file.
     """
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError as exc:
-        raise InvalidArgument("database_url", f"not a SQLAlchemy URL: {url!r}") from exc
+        raise InvalidArgument(
+            "database_url",
+            f"not a SQLAlchemy URL: {masked_url(url)!r} "
+            "(e.g. sqlite:///var/kernel.db or postgresql+psycopg://user@host/db)",
+        ) from exc
+    for name, seconds in (
+        ("connect_timeout", connect_timeout),
+        ("statement_timeout", statement_timeout),
+    ):
+        if not seconds > 0:
+            raise InvalidArgument(name, f"must be a positive number of seconds, not {seconds!r}")
     if parsed.get_backend_name() == "sqlite":
+        if must_exist:
+            _require_sqlite_file(parsed)
         return _sqlite_engine(parsed, sqlite_synchronous, busy_timeout_ms, engine_kwargs)
     if parsed.get_backend_name() == "postgresql":
         engine_kwargs.setdefault("pool_pre_ping", True)
-        return sa.create_engine(parsed, **engine_kwargs)
+        engine_kwargs.setdefault("pool_timeout", connect_timeout)
+        connect_args = dict(engine_kwargs.pop("connect_args", {}))
+        # libpq takes whole seconds; 0 would mean "wait for ever".
+        connect_args.setdefault("connect_timeout", max(1, round(connect_timeout)))
+        options = f"-c statement_timeout={int(statement_timeout * 1000)}"
+        connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
+        return sa.create_engine(parsed, connect_args=connect_args, **engine_kwargs)
     raise InvalidArgument(
         "database_url",
         f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql",
     )
+
+
+def _require_sqlite_file(url: sa.URL) -> None:
+    path = sqlite_file(url)
+    if path is not None and not os.path.isfile(path):
+        raise SchemaUnknown(
+            f"no kernel database at {path}; create it with `celery -A celery_app kernel "
+            "migrate`, or point KERNEL_DATABASE_URL at an existing kernel",
+            revision=None,
+            expected=HEAD_REVISION,
+            path=path,
+        )
+
+
+def sqlite_file(url: sa.URL) -> str | None:
+    """The file behind a SQLite URL (absolute); None in memory or for a ``file:`` URI."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return os.path.abspath(database)
 
 
 def _sqlite_engine(
@@ -73,8 +139,16 @@ def _sqlite_engine(
     if mode not in SQLITE_SYNCHRONOUS:
         raise InvalidArgument("sqlite_synchronous", f"must be one of {SQLITE_SYNCHRONOUS}")
     # A "file:..." URI (uri=true, e.g. mode=ro) is no path: mkdir would make ./file:/...
-    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    path = sqlite_file(url)
+    if path is not None:
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidArgument(
+                "database_url",
+                f"cannot create the folder of the SQLite file {path}: "
+                f"{exc.strerror or exc}; choose a writable location",
+            ) from exc
     engine = sa.create_engine(url, **engine_kwargs)
 
     @sa.event.listens_for(engine, "connect")
@@ -162,11 +236,3 @@ def migrate(engine: sa.Engine) -> tuple[str | None, str]:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return before, HEAD_REVISION
-
-
-def sqlite_path(url: str) -> str | None:
-    """The file behind a SQLite URL, for diagnostics; None for other databases."""
-    parsed = sa.engine.make_url(url)
-    if parsed.get_backend_name() != "sqlite" or not parsed.database:
-        return None
-    return os.path.abspath(parsed.database)

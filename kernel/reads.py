@@ -1,4 +1,4 @@
-"""Read-only queries: occurrences, events, runtime controls, status, beats; and pruning."""
+"""Read-only queries: occurrences, events, runtime controls, status; and pruning."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound
-from kernel.records import beat_from_row, event_from_row, job_from_row, occurrence_from_row
+from kernel.records import event_from_row, job_from_row, occurrence_from_row
 from kernel.schema import (
-    beats,
     controls,
     events,
     jobs,
@@ -20,7 +19,7 @@ from kernel.schema import (
 )
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
-from kernel.types import Beat, DispatchHint, Event, Job, Occurrence
+from kernel.types import DispatchHint, Event, Job, Occurrence
 
 __all__ = [
     "MAX_LIST",
@@ -32,8 +31,6 @@ __all__ = [
     "runtime_controls",
     "status_counts",
     "dispatch_batch",
-    "record_beat",
-    "list_beats",
     "prune",
 ]
 
@@ -63,7 +60,10 @@ def list_occurrences(
     limit: int,
     before_id: int | None = None,
 ) -> list[Occurrence]:
-    """Newest first, with their controls; ``before_id`` pages backwards."""
+    """Newest first, with their controls; ``before_id`` pages backwards.
+
+    ``statuses`` may name ``paused``: occurrences whose control is paused.
+    """
     query = (
         sa.select(OCC, *[c.label(f"c_{c.name}") for c in controls.c])
         .select_from(OCC.outerjoin(controls, controls.c.occurrence_id == OCC.c.id))
@@ -73,12 +73,20 @@ def list_occurrences(
     if job_id is not None:
         query = query.where(OCC.c.job_id == job_id)
     if statuses:
-        bad = set(statuses) - {s.value for s in S}
+        # "paused" is no status of its own: a queued or retry_wait row whose control is paused.
+        known = [*(s.value for s in S), ControlState.PAUSED.value]
+        bad = set(statuses) - set(known)
         if bad:
-            raise InvalidArgument(
-                "status", f"unknown status {sorted(bad)}; one of {[s.value for s in S]}"
+            raise InvalidArgument("status", f"unknown status {sorted(bad)}; one of {known}")
+        real = [s for s in statuses if s != ControlState.PAUSED]
+        query = query.where(
+            sa.or_(
+                OCC.c.status.in_(real),
+                controls.c.state == ControlState.PAUSED
+                if ControlState.PAUSED in statuses
+                else sa.false(),
             )
-        query = query.where(OCC.c.status.in_(statuses))
+        )
     if before_id is not None:
         query = query.where(OCC.c.id < before_id)
     result = []
@@ -103,17 +111,30 @@ def list_jobs(tx: Tx) -> list[Job]:
 
 
 def read_events(
-    tx: Tx, *, after_id: int, job_id: str | None, occurrence_id: int | None, limit: int
+    tx: Tx,
+    *,
+    after_id: int,
+    job_id: str | None,
+    occurrence_id: int | None,
+    limit: int,
+    before_id: int | None = None,
 ) -> list[Event]:
-    """Events with id > ``after_id`` in order: pass the last id back as the cursor."""
-    query = (
-        sa.select(events).where(events.c.id > after_id).order_by(events.c.id).limit(_bounded(limit))
-    )
+    """Events with id > ``after_id`` in order: pass the last id back as the cursor.
+
+    With ``before_id``, the newest ``limit`` events below it (still oldest first):
+    pass the first id back to page towards older events.
+    """
+    query = sa.select(events).where(events.c.id > after_id)
+    if before_id is not None:
+        query = query.where(events.c.id < before_id)
     if job_id is not None:
         query = query.where(events.c.job_id == job_id)
     if occurrence_id is not None:
         query = query.where(events.c.occurrence_id == occurrence_id)
-    return [event_from_row(r) for r in tx.conn.execute(query)]
+    newest = before_id is not None
+    query = query.order_by(events.c.id.desc() if newest else events.c.id).limit(_bounded(limit))
+    found = [event_from_row(r) for r in tx.conn.execute(query)]
+    return found[::-1] if newest else found
 
 
 def last_event_id(tx: Tx) -> int:
@@ -248,24 +269,6 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
             .values(dispatched_at=tx.now)
         )
     return hints
-
-
-def record_beat(tx: Tx, beat_id: str, host: str, interval_s: float) -> None:
-    changed = tx.conn.execute(
-        sa.update(beats)
-        .where(beats.c.id == beat_id)
-        .values(last_tick_at=tx.now, interval_s=interval_s, host=host)
-    ).rowcount
-    if changed == 0:
-        tx.conn.execute(
-            tx.insert_or_ignore(beats).values(
-                id=beat_id, host=host, interval_s=interval_s, started_at=tx.now, last_tick_at=tx.now
-            )
-        )
-
-
-def list_beats(tx: Tx) -> list[Beat]:
-    return [beat_from_row(r) for r in tx.conn.execute(sa.select(beats).order_by(beats.c.id))]
 
 
 def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:

@@ -8,10 +8,11 @@ import sqlite3
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from kernel import beats as beat_registry
 from kernel import jobs as job_ops
 from kernel import operator as op
 from kernel import reads, runs
@@ -35,7 +36,6 @@ from kernel.writer_gate import WriterGate
 __all__ = ["Kernel", "FireReport"]
 
 FireReport = job_ops.FireReport
-P = ParamSpec("P")
 R = TypeVar("R")
 
 # sqlite3 error names that mean the storage itself failed (SPEC I8).
@@ -138,13 +138,13 @@ class Kernel:
     # -- transactions --------------------------------------------------------
 
     @staticmethod
-    def _guard(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    def _guard(fn: Callable[[sa.Engine], R], engine: sa.Engine) -> R:
         try:
-            return fn(*args, **kwargs)
+            return fn(engine)
         except KernelError:
             raise
         except (sa.exc.DBAPIError, OSError) as exc:
-            raise _storage_error(exc, "not_committed") from exc
+            raise _storage_error(exc, "not_committed", engine.url) from exc
 
     def _run(self, fn: Callable[..., R], *args: Any, read_only: bool = False, **kwargs: Any) -> R:
         held = self._held
@@ -188,7 +188,7 @@ class Kernel:
                     # sent, so nothing of this call persisted: run it once on a pooled one.
                     return self._transact(None, fn, args, kwargs, read_only)
             commit_state = "unknown" if committing and _connection_lost(exc) else "not_committed"
-            raise _storage_error(exc, commit_state) from exc
+            raise _storage_error(exc, commit_state, self.engine.url) from exc
         except BaseException:
             if held is not None:
                 self._release(held)
@@ -313,10 +313,10 @@ class Kernel:
         return self._write(runs.expire_leases, limit)
 
     def record_beat(self, beat_id: str, *, host: str, interval: float) -> None:
-        self._write(reads.record_beat, beat_id, host, interval)
+        self._write(beat_registry.record_beat, beat_id, host, interval)
 
     def beats(self) -> list[Beat]:
-        return self._read(reads.list_beats)
+        return self._read(beat_registry.list_beats)
 
     # -- workers ----------------------------------------------------------------
 
@@ -527,13 +527,16 @@ class Kernel:
         job_id: str | None = None,
         occurrence_id: int | None = None,
         limit: int = 100,
+        before_id: int | None = None,
     ) -> list[Event]:
+        """Events after ``after_id``, oldest first; with ``before_id`` the newest below it."""
         return self._read(
             reads.read_events,
             after_id=after_id,
             job_id=job_id,
             occurrence_id=occurrence_id,
             limit=limit,
+            before_id=before_id,
         )
 
     def last_event_id(self) -> int:
@@ -556,12 +559,28 @@ class Kernel:
 
         return self._write(run)
 
+    # -- the Beat registry (kernel/beats.py) ----------------------------------------
+
+    def deregister_beat(self, beat_id: str) -> bool:
+        """Remove a Beat that stops cleanly (event ``beat_stopped``); False if unknown."""
+        return self._write(beat_registry.deregister_beat, beat_id)
+
+    def forget_silent_beats(self, *, silent_for: float) -> list[str]:
+        """Remove Beats silent for more than ``silent_for`` seconds (event ``beat_forgotten``).
+
+        Returns:
+            The ids of the Beats removed.
+        """
+        return self._write(beat_registry.forget_silent_beats, _ms(silent_for, "silent_for"))
+
 
 def _connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) and bool(exc.connection_invalidated)
 
 
-def _storage_error(exc: BaseException, commit_state: str) -> StorageUnavailable | BaseException:
+def _storage_error(
+    exc: BaseException, commit_state: str, url: sa.URL
+) -> StorageUnavailable | BaseException:
     """Map a driver or OS error to STORAGE_UNAVAILABLE; anything else is a bug and stays itself."""
     orig = getattr(exc, "orig", exc)
     if isinstance(orig, sqlite3.Error):
@@ -581,12 +600,14 @@ def _storage_error(exc: BaseException, commit_state: str) -> StorageUnavailable 
         detail = str(orig).strip().splitlines()[0] if str(orig).strip() else orig.__class__.__name__
     else:
         return exc
+    database = url.render_as_string(hide_password=True)
     return StorageUnavailable(
-        f"the kernel database is unavailable ({detail}); the change was "
+        f"the kernel database {database} is unavailable ({detail}); the change was "
         + (
             "not committed"
             if commit_state == "not_committed"
             else "perhaps committed: check before retrying"
         ),
         commit_state=commit_state,  # type: ignore[arg-type]
+        database=database,
     )

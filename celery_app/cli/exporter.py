@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from celery_app.cli.observe import beat_health
 from celery_app.cli.output import Env, command
+from celery_app.config import KernelSettings
 from kernel import Event, InvalidArgument, Kernel, KernelError, OccurrenceStatus
 
 __all__ = ["KernelCollector", "exporter"]
@@ -55,8 +56,9 @@ def _seconds(at: datetime) -> float:
 class KernelCollector(Collector):
     """A prometheus_client collector over one kernel (thread-safe; scrapes serialise)."""
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: Kernel, *, beat_retention_s: float) -> None:
         self._kernel = kernel
+        self._beat_retention_s = beat_retention_s
         self._lock = threading.Lock()
         self._after = 0
         self._waiting: dict[int, float] = {}
@@ -131,7 +133,7 @@ class KernelCollector(Collector):
             "Each Beat's tick interval.",
             labels=["beat", "host"],
         )
-        for beat in beat_health(beats, now):
+        for beat in beat_health(beats, now, self._beat_retention_s):
             lag.add_metric([beat["id"], beat["host"]], beat["age_s"])
             interval.add_metric([beat["id"], beat["host"]], beat["interval_s"])
         yield lag
@@ -199,9 +201,13 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 def exporter(env: Env, port: int, host: str) -> None:
-    """Serve Prometheus metrics at http://HOST:PORT/metrics until interrupted."""
+    """Serve Prometheus metrics at http://HOST:PORT/metrics until interrupted.
+
+    SIGTERM stops it with exit 0, Ctrl-C with exit 130.
+    """
+    retention = KernelSettings.from_app(env.app).beat_retention
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(KernelCollector(env.kernel))
+    registry.register(KernelCollector(env.kernel, beat_retention_s=retention))
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
@@ -217,11 +223,9 @@ def exporter(env: Env, port: int, host: str) -> None:
     )
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    try:  # Ctrl-C raises KeyboardInterrupt here; the command ends with exit 130
         while not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.shutdown()

@@ -7,10 +7,9 @@ from datetime import timedelta
 import click
 
 from celery_app.cli.output import Env, command, fields
-from celery_app.config import KernelSettings
+from celery_app.config import KernelSettings, kernel_engine
 from kernel import Kernel
 from kernel.durations import parse_duration
-from kernel.engine import create_kernel_engine
 
 __all__ = ["migrate", "prune"]
 
@@ -20,10 +19,7 @@ def migrate(env: Env) -> None:
     """Create or upgrade the kernel's schema in KERNEL_DATABASE_URL (safe to repeat)."""
     settings = KernelSettings.from_app(env.app)
     # Not Env.kernel: that refuses exactly the schema this command exists to fix.
-    kernel = Kernel(
-        create_kernel_engine(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous),
-        check=False,
-    )
+    kernel = Kernel(kernel_engine(settings), check=False)
     try:
         before, after = kernel.migrate()
     finally:
@@ -58,14 +54,18 @@ def migrate(env: Env) -> None:
 def prune(env: Env, older_than: str, limit: int) -> None:
     """Delete old succeeded, cancelled and skipped occurrences with their events.
 
-    Dead letters and occurrences waiting for adjudication are never pruned.
+    Dead letters and occurrences waiting for adjudication are never pruned. Beats
+    silent for longer than KERNEL_BEAT_RETENTION are removed from the registry.
     """
     seconds = parse_duration(older_than, "older_than")
+    retention = KernelSettings.from_app(env.app).beat_retention
     pruned = env.kernel.prune(older_than=timedelta(seconds=seconds), limit=limit)
+    beats = env.kernel.forget_silent_beats(silent_for=retention)
     env.emit(
-        {"older_than_s": seconds, **pruned},
+        {"older_than_s": seconds, **pruned, "beats_forgotten": beats},
         lambda: (
             f"pruned {pruned['occurrences']} occurrence(s) and {pruned['events']} event(s) "
-            f"settled more than {older_than} ago"
+            f"settled more than {older_than} ago; forgot {len(beats)} Beat(s) silent for "
+            f"more than {retention:g}s"
         ),
     )

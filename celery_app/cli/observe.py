@@ -13,6 +13,7 @@ from adapters import load_adapters
 from celery_app.cli.output import Env, command, fields, format_age, format_json, iso, line, table
 from celery_app.config import KernelSettings, open_kernel
 from kernel import Beat, Event, Kernel, KernelError
+from kernel.urls import masked_url
 
 __all__ = ["STALE_BEAT_FACTOR", "beat_health", "doctor", "events", "status"]
 
@@ -21,11 +22,17 @@ STALE_BEAT_FACTOR = 3
 _PAGE = 1000
 
 
-def beat_health(beats: list[Beat], now: datetime) -> list[dict[str, Any]]:
-    """Each Beat's last tick, its age and whether it is stale (> 3× its interval)."""
+def beat_health(beats: list[Beat], now: datetime, retention_s: float) -> list[dict[str, Any]]:
+    """Each Beat's last tick, its age and whether it is stale (> 3× its interval).
+
+    Beats silent for longer than ``retention_s`` are left out: they stopped long ago
+    (Beat and ``kernel prune`` remove them from the registry).
+    """
     rows = []
     for beat in beats:
         age = (now - beat.last_tick_at).total_seconds()
+        if age > retention_s:
+            continue
         rows.append(
             {
                 "id": beat.id,
@@ -39,9 +46,12 @@ def beat_health(beats: list[Beat], now: datetime) -> list[dict[str, Any]]:
     return rows
 
 
-def _beat_warning(beats: list[dict[str, Any]]) -> str | None:
+def _beat_warning(beats: list[dict[str, Any]], retention_s: float) -> str | None:
     if not beats:
-        return "no Beat has ever ticked: start `celery -A celery_app beat`; nothing is scheduled"
+        return (
+            f"no Beat has ticked in the last {format_age(retention_s)}: start "
+            "`celery -A celery_app beat`; nothing is scheduled"
+        )
     if all(b["stale"] for b in beats):
         return (
             f"no Beat has ticked within {STALE_BEAT_FACTOR}x its interval: is Beat running? "
@@ -58,12 +68,13 @@ def _beat_warning(beats: list[dict[str, Any]]) -> str | None:
 )
 def status(env: Env, fail_on_stale_beat: bool) -> None:
     """Counts per status, expiring leases, pauses, dead letters, and each Beat's last tick."""
+    retention = KernelSettings.from_app(env.app).beat_retention
     status = env.kernel.status()
     now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
-    beats = beat_health(env.kernel.beats(), now)
+    beats = beat_health(env.kernel.beats(), now, retention)
     counts = status["counts"]
     age_ms = status["oldest_claimable_age_ms"]
-    warning = _beat_warning(beats)
+    warning = _beat_warning(beats, retention)
     data = {
         "now": iso(now),
         "counts": counts,
@@ -107,7 +118,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
                     )
                     for b in beats
                 ),
-                empty="(no Beat has ticked)",
+                empty="(no live Beat)",
             ),
         ]
         if warning:
@@ -151,6 +162,13 @@ def _stream(
     help="Only events after this id (default: 0; with --follow: the newest).",
 )
 @click.option(
+    "--before",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="ID",
+    help="The newest events below this id: page towards older events.",
+)
+@click.option(
     "--limit",
     type=click.IntRange(1, 1000),
     default=100,
@@ -170,42 +188,71 @@ def events(
     job_id: str | None,
     occurrence_id: int | None,
     after: int | None,
+    before: int | None,
     limit: int,
     follow: bool,
     interval: float,
 ) -> None:
-    """The event log, oldest first; --follow streams new events until interrupted.
+    """The event log, oldest first, a page at a time; --follow streams new events.
 
+    A page says when more events exist and which --after or --before shows them.
     With --json, --follow prints one JSON object per line.
     """
     kernel = env.kernel
+    if follow and before is not None:
+        raise click.UsageError("--before pages through the past; it cannot --follow")
     if not follow:
-        found = kernel.events(
-            after_id=after or 0, job_id=job_id, occurrence_id=occurrence_id, limit=limit
-        )
-        last = found[-1].id if found else (after or 0)
-        env.emit(
-            {"events": [e.to_dict() for e in found], "last_id": last},
-            lambda: table(
-                ("id", "at", "type", "job", "occurrence", "data"),
-                ((e.id, iso(e.at), e.type, e.job_id, e.occurrence_id, e.data) for e in found),
-                empty="(no events)",
-            ),
-        )
+        _events_page(env, kernel, job_id, occurrence_id, after or 0, before, limit)
         return
     start = kernel.last_event_id() if after is None else after
     # On stderr in both modes: it tells people (and scripts waiting for it) where the stream starts.
     click.echo(f"following events after id {start} (Ctrl-C to stop)", err=True)
-    try:
-        for event in _stream(kernel, start, job_id, occurrence_id, interval):
-            d = event.to_dict()
-            click.echo(
-                format_json(d)
-                if env.json
-                else line((d["id"], d["at"], d["type"], d["job_id"], d["occurrence_id"], d["data"]))
-            )
-    except KeyboardInterrupt:
-        return
+    for event in _stream(kernel, start, job_id, occurrence_id, interval):
+        d = event.to_dict()
+        click.echo(
+            format_json(d)
+            if env.json
+            else line((d["id"], d["at"], d["type"], d["job_id"], d["occurrence_id"], d["data"]))
+        )
+
+
+def _events_page(
+    env: Env,
+    kernel: Kernel,
+    job_id: str | None,
+    occurrence_id: int | None,
+    after: int,
+    before: int | None,
+    limit: int,
+) -> None:
+    """One page of events, and whether more lie beyond it in the direction paged."""
+    scope: dict[str, Any] = {"job_id": job_id, "occurrence_id": occurrence_id}
+    found = kernel.events(after_id=after, before_id=before, limit=limit, **scope)
+    if before is None:
+        last = found[-1].id if found else after
+        more = bool(found) and bool(kernel.events(after_id=last, limit=1, **scope))
+        hint = f"more events after id {last}: --after {last}"
+    else:
+        first = found[0].id if found else before
+        older = kernel.events(after_id=after, before_id=first, limit=1, **scope)
+        more = bool(found) and bool(older)
+        hint = f"older events before id {first}: --before {first}"
+    data = {
+        "events": [e.to_dict() for e in found],
+        "first_id": found[0].id if found else None,
+        "last_id": found[-1].id if found else after,
+        "more": more,
+    }
+
+    def render() -> str:
+        rows = table(
+            ("id", "at", "type", "job", "occurrence", "data"),
+            ((e.id, iso(e.at), e.type, e.job_id, e.occurrence_id, e.data) for e in found),
+            empty="(no events)",
+        )
+        return f"{rows}\n({hint})" if more else rows
+
+    env.emit(data, render)
 
 
 def _check(name: str, status: str, detail: str) -> dict[str, str]:
@@ -217,7 +264,13 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         settings = KernelSettings.from_app(app)
     except KernelError as exc:
         return [_check("settings", "fail", exc.message)]
-    checks = [_check("settings", "ok", f"database {_masked(settings.database_url)}")]
+    checks = [_check("settings", "ok", f"database {masked_url(settings.database_url)}")]
+    try:
+        jobs_file = settings.require_jobs_file()
+    except KernelError as exc:
+        checks.append(_check("jobs file", "fail", exc.message))
+    else:
+        checks.append(_check("jobs file", "ok", jobs_file or "none (KERNEL_JOBS_FILE unset)"))
     if settings.sqlite_synchronous == "NORMAL" and settings.database_url.startswith("sqlite"):
         checks.append(
             _check(
@@ -247,7 +300,8 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         )
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
-        warning = _beat_warning(beat_health(kernel.beats(), now))
+        retention = settings.beat_retention
+        warning = _beat_warning(beat_health(kernel.beats(), now, retention), retention)
         checks.append(
             _check("beat", "warn", warning) if warning else _check("beat", "ok", "ticking")
         )
@@ -278,15 +332,6 @@ def _broker_check(app: Any) -> dict[str, str]:
         return _check("broker", "fail", f"{type(exc).__name__}: {exc}")
 
 
-def _masked(url: str) -> str:
-    """A database URL with its password hidden."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
-
-
 @command("doctor")
 def doctor(env: Env) -> None:
     """Check settings, database schema, adapters, Beat and broker; exit 1 if any check fails."""
@@ -297,6 +342,7 @@ def doctor(env: Env) -> None:
         lambda: table(
             ("check", "status", "detail"),
             ((c["name"], c["status"].upper(), c["detail"]) for c in checks),
+            full_last=True,
         ),
     )
     if not ok:

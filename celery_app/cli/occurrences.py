@@ -7,9 +7,15 @@ from typing import Any
 import click
 
 from celery_app.cli.output import Env, command, fields, format_json, table
-from kernel import Kernel, Occurrence, OccurrenceStatus
+from kernel import ControlState, Kernel, Occurrence, OccurrenceStatus
 
-__all__ = ["occurrences", "occurrence_rows", "occurrence_events", "OCCURRENCE_HEADERS"]
+__all__ = [
+    "occurrences",
+    "occurrence_rows",
+    "occurrence_events",
+    "occurrence_state",
+    "OCCURRENCE_HEADERS",
+]
 
 occurrences = click.Group("occurrences", help="Occurrences: one row per logical firing of a job.")
 
@@ -27,6 +33,12 @@ OCCURRENCE_HEADERS = (
 _EVENT_PAGE = 1000
 
 
+def occurrence_state(d: dict[str, Any]) -> str:
+    """What a person calls the occurrence's state: ``paused`` when its control is paused."""
+    paused = (d["control"] or {}).get("state") == ControlState.PAUSED
+    return ControlState.PAUSED.value if paused else str(d["status"])
+
+
 def occurrence_rows(found: list[Occurrence]) -> list[tuple[Any, ...]]:
     """Table rows under :data:`OCCURRENCE_HEADERS`, from ``to_dict()`` so both modes agree."""
     rows = []
@@ -37,7 +49,7 @@ def occurrence_rows(found: list[Occurrence]) -> list[tuple[Any, ...]]:
             (
                 d["id"],
                 d["job_id"],
-                d["status"],
+                occurrence_state(d),
                 f"{d['attempt']}/{d['max_attempts']}",
                 d["fence"],
                 d["trigger_key"],
@@ -67,8 +79,8 @@ def occurrence_events(kernel: Kernel, occurrence_id: int) -> list[dict[str, Any]
     "--status",
     "statuses",
     multiple=True,
-    type=click.Choice([s.value for s in OccurrenceStatus]),
-    help="Only these statuses (repeatable).",
+    type=click.Choice([*(s.value for s in OccurrenceStatus), ControlState.PAUSED.value]),
+    help="Only these statuses (repeatable); paused: those paused at a checkpoint.",
 )
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option(
@@ -113,7 +125,12 @@ def _show(env: Env, occurrence_id: int) -> None:
             [
                 ("id", d["id"]),
                 ("job", f"{d['job_id']} (revision {d['job_revision']})"),
-                ("status", d["status"]),
+                (
+                    "status",
+                    d["status"]
+                    if occurrence_state(d) == d["status"]
+                    else f"{occurrence_state(d)} ({d['status']})",
+                ),
                 ("attempt", f"{d['attempt']}/{d['max_attempts']}"),
                 ("fence", d["fence"]),
                 ("trigger key", d["trigger_key"]),

@@ -4,8 +4,10 @@ A command body receives an :class:`Env` (the Celery app, the kernel opened on fi
 use, the output mode) and hands :meth:`Env.emit` JSON-ready data plus a text
 rendering. Errors become exit codes here and nowhere else:
 
-* a :class:`~kernel.errors.KernelError` prints its stable code and exits 1; under
-  ``--json`` stdout carries ``{"error": {"code", "message", "details"?}}``;
+* a :class:`~kernel.errors.KernelError` prints its stable code and exits 1 (2 for a
+  setting refused by :class:`~celery_app.config.ConfigInvalid`); under ``--json``
+  stdout carries ``{"error": {"code", "message", "details"?}}``;
+* Ctrl-C (SIGINT) ends any command with exit 130 and one line, no traceback;
 * a usage error (bad option value, missing argument) exits 2, as click does; under
   ``--json`` it is ``{"error": {"code": "USAGE", ...}}`` on stdout as well, so a
   script parses one shape.
@@ -26,7 +28,7 @@ from typing import Any, NoReturn
 
 import click
 
-from celery_app.config import open_kernel
+from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
 from kernel import Kernel, KernelError
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
 
 USAGE_EXIT = 2
 ERROR_EXIT = 1
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report it
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 _MAX_CELL = 120
 
@@ -84,7 +87,7 @@ class Env:
         click.echo(format_json(data, indent=None if one_line else 2) if self.json else text())
 
     def fail(self, exc: KernelError) -> NoReturn:
-        """Print a refusal with its stable code and exit 1."""
+        """Print a refusal with its stable code and exit 1 (2 for a configuration error)."""
         if self.json:
             click.echo(format_json({"error": exc.to_dict()}, indent=2))
         else:
@@ -92,7 +95,7 @@ class Env:
             request_id = exc.details.get("request_id")
             if request_id:
                 click.echo(f"request id: {_printable(str(request_id))}", err=True)
-        raise click.exceptions.Exit(ERROR_EXIT)
+        raise click.exceptions.Exit(CONFIG_EXIT if isinstance(exc, ConfigInvalid) else ERROR_EXIT)
 
 
 class KernelCommand(click.Command):
@@ -129,6 +132,9 @@ def command(
                 body(env, **params)
             except KernelError as exc:
                 env.fail(exc)
+            except KeyboardInterrupt:
+                click.echo("interrupted", err=True)
+                raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
 
         cmd = click.command(name, cls=KernelCommand)(run)
         if group is not None:
@@ -182,9 +188,11 @@ def iso(value: datetime | None) -> str | None:
 
 
 def format_age(seconds: float | None) -> str:
-    """A short human duration: ``45s``, ``3m05s``, ``2h10m``, ``4d3h``."""
+    """A short human duration: ``0.25s``, ``45s``, ``3m05s``, ``2h10m``, ``4d3h``."""
     if seconds is None:
         return "-"
+    if abs(seconds) < 1:
+        return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
     whole = int(round(seconds))
     sign, whole = ("-", -whole) if whole < 0 else ("", whole)
     if whole < 60:
@@ -206,7 +214,7 @@ def _printable(text: str) -> str:
     )
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, limit: int | None = _MAX_CELL) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -216,12 +224,27 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict | list):
         value = format_json(value)
     text = _printable(str(value)).replace("\n", "\\n").replace("\t", " ")
-    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: str = "(none)") -> str:
-    """Rows as left-aligned columns under upper-case headers; ``empty`` when there are none."""
-    cells = [[_cell(value) for value in row] for row in rows]
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    empty: str = "(none)",
+    full_last: bool = False,
+) -> str:
+    """Rows as left-aligned columns under upper-case headers; ``empty`` when there are none.
+
+    Cells are cut at 120 characters, except the last column's with ``full_last``.
+    """
+    cells = [
+        [
+            _cell(value, None if full_last and i == len(row) - 1 else _MAX_CELL)
+            for i, value in enumerate(row)
+        ]
+        for row in rows
+    ]
     if not cells:
         return empty
     widths = [max(len(header), *(len(row[i]) for row in cells)) for i, header in enumerate(headers)]

@@ -1,0 +1,59 @@
+"""The Beat registry: heartbeats, clean deregistration, and forgetting Beats gone silent."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from kernel.records import beat_from_row
+from kernel.schema import beats
+from kernel.tx import Tx
+from kernel.types import Beat
+
+__all__ = ["record_beat", "list_beats", "deregister_beat", "forget_silent_beats"]
+
+
+def record_beat(tx: Tx, beat_id: str, host: str, interval_s: float) -> None:
+    changed = tx.conn.execute(
+        sa.update(beats)
+        .where(beats.c.id == beat_id)
+        .values(last_tick_at=tx.now, interval_s=interval_s, host=host)
+    ).rowcount
+    if changed == 0:
+        tx.conn.execute(
+            tx.insert_or_ignore(beats).values(
+                id=beat_id, host=host, interval_s=interval_s, started_at=tx.now, last_tick_at=tx.now
+            )
+        )
+
+
+def list_beats(tx: Tx) -> list[Beat]:
+    return [beat_from_row(r) for r in tx.conn.execute(sa.select(beats).order_by(beats.c.id))]
+
+
+def deregister_beat(tx: Tx, beat_id: str) -> bool:
+    """Remove a Beat that stops cleanly; False when it was not registered."""
+    gone = tx.conn.execute(
+        sa.delete(beats).where(beats.c.id == beat_id).returning(beats.c.host)
+    ).first()
+    if gone is None:
+        return False
+    tx.emit("beat_stopped", beat_id=beat_id, host=gone.host)
+    return True
+
+
+def forget_silent_beats(tx: Tx, silent_for_ms: int) -> list[str]:
+    """Remove Beats whose last tick is older than ``silent_for_ms``, one event each."""
+    forgotten = tx.conn.execute(
+        sa.delete(beats)
+        .where(beats.c.last_tick_at < tx.now - silent_for_ms)
+        .returning(beats.c.id, beats.c.host, beats.c.last_tick_at)
+    ).all()
+    for row in forgotten:
+        tx.emit(
+            "beat_forgotten",
+            beat_id=row.id,
+            host=row.host,
+            last_tick_at=row.last_tick_at,
+            silent_for_ms=silent_for_ms,
+        )
+    return sorted(row.id for row in forgotten)

@@ -1,0 +1,135 @@
+"""Every entry point refuses a bad environment with one sentence: the real CLI, worker and
+Beat as processes, a PostgreSQL that never answers, SQLite files that do not exist."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from failures.support import Done, clean_env, hanging_server, run
+
+from kernel import Kernel
+
+CELERY = ["celery", "-A", "celery_app"]
+
+
+def _all(jobs: list[tuple[list[str], dict[str, str]]], cwd: Path) -> list[Done]:
+    """Run the commands side by side (each takes a second or more just to import)."""
+    with ThreadPoolExecutor(3) as pool:
+        return list(pool.map(lambda job: run(job[0], cwd=cwd, env=job[1]), jobs))
+
+
+def test_a_postgresql_that_never_answers_gives_storage_unavailable_in_bounded_time(
+    tmp_path: Path,
+) -> None:
+    with hanging_server() as server:
+        url = f"postgresql+psycopg://kernel:secret@127.0.0.1:{server.port}/kernel"
+        env = clean_env(KERNEL_DATABASE_URL=url, KERNEL_CONNECT_TIMEOUT="1")
+        status, beat, worker = _all(
+            [
+                ([*CELERY, "kernel", "status", "--json"], env),
+                ([*CELERY, "beat", "-s", str(tmp_path / "schedule")], env),
+                ([*CELERY, "worker", "-c", "1", "--without-mingle", "--without-gossip"], env),
+            ],
+            tmp_path,
+        )
+    error = json.loads(status.out)["error"]
+    assert status.code == 1 and error["code"] == "STORAGE_UNAVAILABLE"
+    masked = f"postgresql+psycopg://kernel:***@127.0.0.1:{server.port}/kernel"
+    assert masked in error["message"] and "secret" not in status.out
+    for done in (beat, worker):
+        assert done.code == 1, done.out + done.err
+        assert "STORAGE_UNAVAILABLE" in done.err and masked in done.err
+    for done in (status, beat, worker):
+        done.assert_no_traceback()
+        # Documented: about twice KERNEL_CONNECT_TIMEOUT (with and without SSL), plus start-up.
+        assert done.seconds < 20, done.seconds
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["events"],
+        ["occurrences", "list"],
+        ["jobs", "list"],
+        ["exporter", "--port", "0"],
+    ],
+)
+def test_read_only_commands_create_nothing_and_name_the_missing_database(
+    tmp_path: Path, command: list[str]
+) -> None:
+    missing = tmp_path / "no" / "such" / "kernel.db"
+    done = run(
+        [*CELERY, "kernel", *command],
+        cwd=tmp_path,
+        env=clean_env(KERNEL_DATABASE_URL=f"sqlite:///{missing}"),
+    )
+    assert done.code == 1
+    assert f"no kernel database at {missing}" in done.err and "kernel migrate" in done.err
+    done.assert_no_traceback()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_default_location_is_not_created_by_a_read(tmp_path: Path) -> None:
+    done = run([*CELERY, "kernel", "status", "--json"], cwd=tmp_path, env=clean_env())
+    assert done.code == 1
+    assert json.loads(done.out)["error"]["code"] == "SCHEMA_UNKNOWN"
+    assert str(tmp_path / "var" / "kernel.db") in done.out
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "allowed"),
+    [
+        ("KERNEL_BEAT_INTERVAL", "abc", "a number of seconds from 0.05 to 300"),
+        ("KERNEL_BEAT_INTERVAL", "0", "a number of seconds from 0.05 to 300"),
+        ("KERNEL_AUTO_MIGRATE", "maybe", "true or false"),
+        ("KERNEL_SQLITE_SYNCHRONOUS", "OFF", "FULL or NORMAL"),
+        ("KERNEL_CONNECT_TIMEOUT", "never", "a number of seconds from 1 to 3600"),
+        ("KERNEL_STATEMENT_TIMEOUT", "-1", "a number of seconds from 0.1 to 86400"),
+        ("KERNEL_BEAT_RETENTION", "x", "a number of seconds from 1 to 2592000"),
+        ("KERNEL_DATABASE_URL", "mysql://db/x", "unsupported database 'mysql'"),
+        ("KERNEL_DATABASE_URL", "not a url", "not a SQLAlchemy URL"),
+    ],
+)
+def test_a_bad_setting_is_named_with_its_value_and_exits_2(
+    tmp_path: Path, variable: str, value: str, allowed: str
+) -> None:
+    done = run([*CELERY, "kernel", "status"], cwd=tmp_path, env=clean_env(**{variable: value}))
+    assert done.code == 2, done.out + done.err
+    assert f"{variable}={value!r}" in done.err and allowed in done.err
+    done.assert_no_traceback()
+
+
+def test_worker_and_beat_refuse_a_bad_environment_with_exit_2_and_status_still_works(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    Kernel.open(url, migrate_schema=True).close()
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, not a folder")
+    missing_jobs = clean_env(KERNEL_DATABASE_URL=url, KERNEL_JOBS_FILE=str(tmp_path / "nope.yaml"))
+    beat, worker, bad_interval, status = _all(
+        [
+            ([*CELERY, "beat", "-s", str(tmp_path / "schedule")], missing_jobs),
+            (
+                [*CELERY, "worker", "-c", "1"],
+                clean_env(KERNEL_DATABASE_URL=url, KERNEL_VAR_DIR=str(blocked / "var")),
+            ),
+            (
+                [*CELERY, "beat", "-s", str(tmp_path / "schedule")],
+                clean_env(KERNEL_DATABASE_URL=url, KERNEL_BEAT_INTERVAL="abc"),
+            ),
+            ([*CELERY, "kernel", "status", "--json"], missing_jobs),
+        ],
+        tmp_path,
+    )
+    assert beat.code == 2 and f"KERNEL_JOBS_FILE='{tmp_path / 'nope.yaml'}'" in beat.err
+    assert worker.code == 2 and f"KERNEL_VAR_DIR='{blocked / 'var'}'" in worker.err
+    assert bad_interval.code == 2 and "KERNEL_BEAT_INTERVAL='abc'" in bad_interval.err
+    assert status.code == 0, status.out + status.err
+    for done in (beat, worker, bad_interval, status):
+        done.assert_no_traceback()
