@@ -5,13 +5,17 @@
 It applies ``examples/jobs.yaml``, starts ``celery -A celery_app worker`` and
 ``celery -A celery_app beat`` as child processes, prints the kernel's event log
 as it grows, pauses and resumes a checkpointing job half-way through, stops both
-processes with SIGTERM and prints what ran. Everything lives in ``./var/demo``.
+processes with SIGTERM and prints what ran, then the commands that inspect its
+kernel. Everything lives in ``./var/demo`` (not the default ``./var``). Ctrl-C stops
+both processes too, and exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -22,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from adapters.base import CHECKPOINT_V1, ExecutionContext
+from kernel import Event, KernelError
 
 __all__ = ["heartbeat", "count_slowly", "main"]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jobs.yaml"
+INTERRUPTED_EXIT = 130
+_STOP_GRACE_S = 20.0
 
 
 def heartbeat(ctx: ExecutionContext) -> str:
@@ -48,28 +55,79 @@ def _say(text: str) -> None:
 
 def _start(name: str, args: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
     log = (logs / f"{name}.log").open("wb")
-    _say(f"starting {name}: celery {' '.join(args)} (log: {log.name})")
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "celery", *args], env=env, stdout=log, stderr=log
     )
+    _say(f"started {name} (pid {process.pid}): celery {' '.join(args)} (log: {log.name})")
+    return process
 
 
 def _stop(process: subprocess.Popen[bytes], name: str) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=20)
+            process.wait(timeout=_STOP_GRACE_S)
         except subprocess.TimeoutExpired:
+            _say(f"{name} did not stop within {_STOP_GRACE_S:.0f}s of SIGTERM; killing it")
             process.kill()
             process.wait()
     _say(f"{name} stopped (exit {process.returncode})")
+
+
+def _describe(event: Event) -> str:
+    parts = [f"event {event.type:<30}", f"job={event.job_id}"]
+    if event.occurrence_id is not None:
+        parts.append(f"occurrence={event.occurrence_id}")
+    if event.fence is not None:
+        parts.append(f"fence={event.fence}")
+    parts += [
+        f"{key}={event.data[key]}"
+        for key in ("trigger_key", "reason", "safe_point")
+        if event.data.get(key) is not None
+    ]
+    return " ".join(parts)
+
+
+def _inspect_commands(database_url: str) -> list[str]:
+    prefix = f"KERNEL_DATABASE_URL={shlex.quote(database_url)} celery -A celery_app kernel"
+    return [
+        f"{prefix} status",
+        f"{prefix} occurrences list",
+        f"{prefix} events --limit 50",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25.0, help="how long to run (default 25)")
     options = parser.parse_args(argv)
+    children: list[tuple[subprocess.Popen[bytes], str]] = []
+    try:
+        return _run(options.seconds, children)
+    except KeyboardInterrupt:
+        _say("interrupted: stopping the worker and Beat")
+        return INTERRUPTED_EXIT
+    except KernelError as exc:
+        _say(f"Error {exc.code}: {exc.message}")
+        return 1
+    except OSError as exc:
+        _say(f"cannot prepare the demo's files: {exc.strerror or exc} ({exc.filename})")
+        return 1
+    finally:
+        _stop_all(children)
 
+
+def _stop_all(children: list[tuple[subprocess.Popen[bytes], str]]) -> None:
+    """Stop Beat, then the worker; a second Ctrl-C must not leave either running."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        while children:
+            _stop(*children.pop())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run(seconds: float, children: list[tuple[subprocess.Popen[bytes], str]]) -> int:
     var = Path("var/demo").resolve()
     shutil.rmtree(var, ignore_errors=True)
     var.mkdir(parents=True)
@@ -86,26 +144,22 @@ def main(argv: list[str] | None = None) -> int:
     from kernel import Kernel  # after the environment names the demo's files
 
     kernel = Kernel.open(env["KERNEL_DATABASE_URL"], migrate_schema=True)
-    _say(f"kernel: {env['KERNEL_DATABASE_URL']}; broker: filesystem:// under {var / 'broker'}")
-    worker = _start(
-        "worker",
-        ["-A", "celery_app", "worker", "-c", "2", "-n", "demo@%h", "--loglevel=INFO"],
-        env,
-        var,
+    _say(
+        f"kernel: {env['KERNEL_DATABASE_URL']} (the demo's own, not the default ./var/kernel.db); "
+        f"broker: filesystem:// under {var / 'broker'}"
     )
-    beat = _start(
-        "beat",
-        ["-A", "celery_app", "beat", "--loglevel=INFO", "-s", str(var / "beat-state")],
-        env,
-        var,
-    )
+    for name, args in (
+        ("worker", ["-A", "celery_app", "worker", "-c", "2", "-n", "demo@%h", "--loglevel=INFO"]),
+        ("beat", ["-A", "celery_app", "beat", "--loglevel=INFO", "-s", str(var / "beat-state")]),
+    ):
+        children.append((_start(name, args, env, var), name))
     cursor, paused_once, counter = 0, False, None
-    deadline = time.monotonic() + options.seconds
+    deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
             time.sleep(0.5)
-            if worker.poll() is not None or beat.poll() is not None:
-                _say("a child process exited early; see the logs in var/demo")
+            if any(process.poll() is not None for process, _ in children):
+                _say(f"a child process exited early; see the logs in {var}")
                 return 1
             if counter is None and any(j.id == "count-to-ten" for j in kernel.list_jobs()):
                 counter = kernel.run_now(
@@ -114,26 +168,23 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"run-now count-to-ten -> occurrence {counter}")
             for event in kernel.events(after_id=cursor, limit=200):
                 cursor = event.id
-                extra = {
-                    k: v
-                    for k, v in event.data.items()
-                    if k in ("trigger_key", "reason", "safe_point")
-                }
-                _say(
-                    f"event {event.type:<30} job={event.job_id} occ={event.occurrence_id} "
-                    f"fence={event.fence}" + (f" {extra}" if extra else "")
-                )
+                _say(_describe(event))
             if counter is not None and not paused_once:
                 paused_once = _pause_and_resume(kernel, counter)
+        _stop_all(children)
+        counts = {k: v for k, v in kernel.status()["counts"].items() if v}
+        _say("occurrences by status: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        if counter is not None:
+            final = kernel.get_occurrence(counter)
+            _say(
+                f"count-to-ten: {final.status.value}, attempt {final.attempt}, "
+                f"result {json.dumps(final.result)}"
+            )
     finally:
-        _stop(beat, "beat")
-        _stop(worker, "worker")
-    counts = {k: v for k, v in kernel.status()["counts"].items() if v}
-    _say(f"occurrences by status: {counts}")
-    if counter is not None:
-        final = kernel.get_occurrence(counter)
-        _say(f"count-to-ten: {final.status.value}, attempt {final.attempt}, result {final.result}")
-    kernel.close()
+        kernel.close()
+    _say("inspect this kernel with:")
+    for command in _inspect_commands(env["KERNEL_DATABASE_URL"]):
+        print(f"  {command}", flush=True)
     return 0 if counts.get("succeeded") else 1
 
 
@@ -154,7 +205,7 @@ def _pause_and_resume(kernel: Any, occurrence_id: int) -> bool:
         time.sleep(0.25)
         occurrence = kernel.get_occurrence(occurrence_id)
         if occurrence.control is not None and occurrence.control.state.value == "paused":
-            _say(f"paused with checkpoint {occurrence.checkpoint}; resuming")
+            _say(f"paused with checkpoint {json.dumps(occurrence.checkpoint)}; resuming")
             kernel.resume(occurrence_id, request_id=f"resume-{occurrence_id}", operator="demo")
             return True
     _say("the pause was not acknowledged in 10 s")
