@@ -226,8 +226,8 @@ class Kernel:
         """The kernel's current time (the database clock on PostgreSQL)."""
         from kernel.records import to_dt
 
-        with self.engine.connect() as conn:
-            return to_dt(self.clock.now_ms(conn))  # type: ignore[return-value]
+        # Through _read, so that an unreachable database is STORAGE_UNAVAILABLE here too.
+        return to_dt(self._read(lambda tx: tx.now))  # type: ignore[return-value]
 
     # -- job definitions -----------------------------------------------------
 

@@ -96,7 +96,7 @@ class HangingServer:
                 self._held.append(self._sock.accept()[0])
 
     def close(self) -> None:
-        self._sock.close()
+        _close_listener(self._sock)
         for conn in self._held:
             conn.close()
 
@@ -119,7 +119,7 @@ class Proxy:
 
     def down(self) -> None:
         assert self._sock is not None
-        self._sock.close()
+        _close_listener(self._sock)
         for conn in self._conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -134,6 +134,13 @@ class Proxy:
                 self._conns += [client, upstream]
                 for a, b in ((client, upstream), (upstream, client)):
                     threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
+
+
+def _close_listener(sock: socket.socket) -> None:
+    """Close a listening socket; shutdown() first wakes the thread blocked in accept()."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
