@@ -103,8 +103,10 @@ def create_kernel_engine(
         connect_args = dict(engine_kwargs.pop("connect_args", {}))
         # libpq takes whole seconds; 0 would mean "wait for ever".
         connect_args.setdefault("connect_timeout", max(1, round(connect_timeout)))
-        options = f"-c statement_timeout={int(statement_timeout * 1000)}"
-        connect_args["options"] = f"{connect_args.get('options', '')} {options}".strip()
+        # Ours first: options the URL or caller gives (even a statement_timeout) come later and win.
+        given = connect_args.get("options") or parsed.query.get("options") or ""
+        ours = f"-c statement_timeout={int(statement_timeout * 1000)}"
+        connect_args["options"] = f"{ours} {given}".strip()
         return sa.create_engine(parsed, connect_args=connect_args, **engine_kwargs)
     raise InvalidArgument(
         "database_url",
