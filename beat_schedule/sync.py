@@ -29,28 +29,65 @@ def _job_id(name: str) -> str:
     return job_id
 
 
-def _cron_field(value: Any) -> str:
-    """One crontab field as cron text: ``crontab(hour=(0, 12))`` means ``0,12``."""
-    if isinstance(value, str | int):
-        return str(value)
-    return ",".join(str(v) for v in sorted(value))
+# Each crontab field's full range, in cron's order (minute hour day month weekday).
+_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+
+
+def _cron_field(values: set[int], low: int, high: int) -> str:
+    """The numbers one crontab field matches as cron text: ``*``, ``1-5``, ``0-58/2``, ``3,9``.
+
+    Celery has already parsed every syntax it accepts (names like ``monday``,
+    ``*/15``, lists, ranges) into these sets, so rewriting the sets rather than the
+    text the user wrote keeps exactly its meaning.
+    """
+    ordered = sorted(values)
+    if ordered == list(range(low, high + 1)):
+        return "*"
+    steps = {b - a for a, b in zip(ordered, ordered[1:], strict=False)}
+    if len(ordered) > 2 and len(steps) == 1 and steps != {1}:
+        step = steps.pop()
+        if ordered[0] == low and ordered[-1] + step > high:
+            return f"*/{step}"
+        return f"{ordered[0]}-{ordered[-1]}/{step}"
+    runs: list[str] = []
+    start = prev = ordered[0]
+    for value in [*ordered[1:], None]:
+        if value is not None and value == prev + 1:
+            prev = value
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if value is not None:
+            start = prev = value
+    return ",".join(runs)
+
+
+def _crontab(value: crontab, timezone: str) -> dict[str, Any]:
+    """A Celery crontab as a kernel cron schedule that fires at the same instants."""
+    sets = (
+        value.minute,
+        value.hour,
+        value.day_of_month,
+        value.month_of_year,
+        value.day_of_week,
+    )
+    fields = [
+        _cron_field(set(v), low, high) for v, (low, high) in zip(sets, _CRON_RANGES, strict=True)
+    ]
+    # Celery's Beat reads a crontab in its app's zone. `crontab.tz` would fall
+    # back to whatever app is current, so a crontab without an app takes the
+    # zone of the configuration being synced.
+    zone = timezone if value._app is None else str(getattr(value._app.timezone, "key", "UTC"))
+    result: dict[str, Any] = {"cron": " ".join(fields), "timezone": zone}
+    if fields[2] != "*" and fields[4] != "*":
+        # Celery fires only on days matching both; standard cron on days matching either.
+        result["day_match"] = "all"
+    return result
 
 
 def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
     field = f"beat_schedule[{name!r}].schedule"
     if isinstance(value, crontab):
-        fields = (
-            value._orig_minute,
-            value._orig_hour,
-            value._orig_day_of_month,
-            value._orig_month_of_year,
-            value._orig_day_of_week,
-        )
-        # Celery's Beat reads a crontab in its app's zone. `crontab.tz` would fall
-        # back to whatever app is current, so a crontab without an app takes the
-        # zone of the configuration being synced.
-        zone = timezone if value._app is None else str(getattr(value._app.timezone, "key", "UTC"))
-        return {"cron": " ".join(_cron_field(f) for f in fields), "timezone": zone}
+        return _crontab(value, timezone)
     if isinstance(value, schedule) and type(value) is schedule:
         return {"every": value.run_every.total_seconds()}
     if isinstance(value, timedelta):

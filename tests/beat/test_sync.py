@@ -37,7 +37,11 @@ def _schedule_of(value: Any, **kwargs: Any) -> dict[str, Any]:
     [
         (crontab(minute="*/15", hour="2-4"), {"cron": "*/15 2-4 * * *", "timezone": "UTC"}),
         (crontab(minute=0, hour=(12, 0), day_of_week="mon-fri"),
-         {"cron": "0 0,12 * * mon-fri", "timezone": "UTC"}),
+         {"cron": "0 0,12 * * 1-5", "timezone": "UTC"}),
+        (crontab(minute=0, hour=9, day_of_month="1-7", day_of_week="mon"),
+         {"cron": "0 9 1-7 * 1", "timezone": "UTC", "day_match": "all"}),
+        (crontab(minute=0, hour=4, day_of_week="monday,friday"),
+         {"cron": "0 4 * * 1,5", "timezone": "UTC"}),
         (crontab(minute=30, hour=1, day_of_month=1, month_of_year="*/3"),
          {"cron": "30 1 1 */3 *", "timezone": "UTC"}),
         (timedelta(minutes=5), {"every": 300.0}),
