@@ -17,7 +17,7 @@ from celery.beat import Scheduler
 
 from beat_schedule import timing
 from beat_schedule.jobfiles import validate_job_file
-from beat_schedule.sync import apply_specs, beat_schedule_specs
+from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel
 from kernel import Job, Kernel, KernelError
 
@@ -26,6 +26,19 @@ __all__ = ["KernelScheduler", "RUN_OCCURRENCE", "plan_job"]
 log = logging.getLogger("celery_kernel.beat")
 
 RUN_OCCURRENCE = "kernel.run_occurrence"
+#: Kinds whose job code runs in the worker's own process, where Celery's time limits
+#: stop it; shell and http enforce their timeout themselves.
+_TIME_LIMITED_KINDS = frozenset({"task", "callable"})
+#: The hard time limit's margin over the soft one: time for the body to unwind and the
+#: run to settle as TIMEOUT before Celery kills the process.
+_HARD_LIMIT_MARGIN_S = 5.0
+
+
+def hint_time_limits(kind: str, timeout: float | None) -> dict[str, float]:
+    """``send_task`` time limits enforcing a job's ``timeout`` (none for other kinds)."""
+    if timeout is None or kind not in _TIME_LIMITED_KINDS:
+        return {}
+    return {"soft_time_limit": timeout, "time_limit": timeout + _HARD_LIMIT_MARGIN_S}
 
 
 def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
@@ -61,6 +74,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.kernel: Kernel | None = None
         self._ticking = False
+        #: Job id -> ``send_task`` options from its beat_schedule entry's ``options``.
+        self.hint_options: dict[str, dict[str, Any]] = {}
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         super().__init__(*args, **kwargs)
         self.settings = KernelSettings.from_app(self.app)
@@ -72,7 +87,12 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         """Open the kernel and apply ``beat_schedule`` and ``KERNEL_JOBS_FILE`` definitions."""
         ensure_broker_folders(self.app)  # the pump publishes from this process
         self.kernel = open_kernel(self.app)
-        apply_specs(self.kernel, beat_schedule_specs(self.app.conf), source="beat_schedule")
+        # As the worker does: the modules in `imports`/`include`, so each entry's task,
+        # with its time limits and retry settings, is registered here.
+        self.app.loader.import_default_modules()
+        beat_schedule = read_beat_schedule(self.app.conf, self.app.tasks)
+        sync_beat_schedule(self.kernel, beat_schedule)
+        self.hint_options = beat_schedule.hints
         jobs_file = os.environ.get("KERNEL_JOBS_FILE") or self.app.conf.get("kernel_jobs_file")
         if jobs_file:
             try:
@@ -190,6 +210,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                     queue=hint.queue,
                     shadow=hint.job_id,
                     producer=producer,
+                    **self.hint_options.get(hint.job_id, {}),
+                    **hint_time_limits(hint.kind, hint.timeout),
                 )
         log.debug(
             "published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id}

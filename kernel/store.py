@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from kernel import jobs as job_ops
 from kernel import operator as op
-from kernel import reads, runs
+from kernel import reads, runs, sources
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument, KernelError, StorageUnavailable
@@ -555,6 +555,15 @@ class Kernel:
             )
 
         return self._write(run)
+
+    def sync_job_source(self, source: str, owned: Mapping[str, str]) -> sources.SourceSync:
+        """Record that ``source`` defines exactly ``owned`` (job id -> entry name): jobs it
+        no longer lists are disabled (``job_retired``), retired ones listed again enabled."""
+        return self._write(sources.sync_source, source, owned)
+
+    def job_sources(self) -> dict[str, dict[str, Any]]:
+        """Job id -> ``{"source", "name", "retired"}`` for jobs a declarative source owns."""
+        return self._read(sources.owned_jobs)
 
 
 def _connection_lost(exc: BaseException) -> bool:

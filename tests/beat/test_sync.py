@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 from celery.schedules import BaseSchedule, crontab, schedule
 
-from beat_schedule.sync import apply_specs, beat_schedule_specs, entry_to_spec
+from beat_schedule.sync import apply_specs, entry_to_spec, read_beat_schedule, sync_beat_schedule
 from kernel import InvalidArgument
 from kernel.testing import memory_kernel
 
@@ -66,7 +66,7 @@ def test_a_crontab_reads_the_zone_of_its_app_or_of_the_synced_configuration() ->
         "timezone": "Asia/Kolkata",
         "beat_schedule": {"daily": {"task": "t", "schedule": crontab(minute=0, hour=9)}},
     }
-    [spec] = beat_schedule_specs(conf)
+    [spec] = read_beat_schedule(conf).specs
     assert spec["schedule"] == {"cron": "0 9 * * *", "timezone": "Asia/Kolkata"}
 
 
@@ -124,14 +124,14 @@ def test_unsupported_entries_are_refused_naming_the_field(
 def test_reapplying_keeps_the_revision_and_a_changed_entry_bumps_it() -> None:
     kernel = memory_kernel()
     entries = {"tick": {"task": "t", "schedule": timedelta(minutes=1)}}
-    specs = beat_schedule_specs({"beat_schedule": entries})
+    specs = read_beat_schedule({"beat_schedule": entries}).specs
     assert apply_specs(kernel, specs, source="beat_schedule") == {"tick": "created"}
     # The same meaning spelled another way (60 seconds as a number) is no change.
-    same = beat_schedule_specs({"beat_schedule": {"tick": {"task": "t", "schedule": 60}}})
+    same = read_beat_schedule({"beat_schedule": {"tick": {"task": "t", "schedule": 60}}}).specs
     assert apply_specs(kernel, same, source="beat_schedule") == {"tick": "unchanged"}
     assert kernel.get_job("tick").revision == 1
 
-    changed = beat_schedule_specs({"beat_schedule": {"tick": {"task": "t", "schedule": 120}}})
+    changed = read_beat_schedule({"beat_schedule": {"tick": {"task": "t", "schedule": 120}}}).specs
     assert apply_specs(kernel, changed, source="beat_schedule") == {"tick": "updated"}
     job = kernel.get_job("tick")
     assert job.revision == 2 and job.spec["schedule"] == {"every": 120.0}
@@ -141,10 +141,10 @@ def test_a_spec_the_kernel_refuses_is_logged_and_the_others_still_apply(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     kernel = memory_kernel()
-    specs = beat_schedule_specs({"beat_schedule": {
+    specs = read_beat_schedule({"beat_schedule": {
         "bad": {"task": "t", "schedule": 5, "kernel": {"overlap": "sometimes"}},
         "good": {"task": "t", "schedule": 5},
-    }})  # fmt: skip
+    }}).specs  # fmt: skip
     with caplog.at_level(logging.ERROR, logger="celery_kernel.beat"):
         outcome = apply_specs(kernel, specs, source="beat_schedule")
     assert outcome == {"bad": "refused: INVALID_ARGUMENT", "good": "created"}
@@ -170,3 +170,85 @@ def test_beat_applies_the_apps_beat_schedule_when_it_starts(
     # A Beat started again with the same configuration changes nothing.
     again = open_beat(url, beat_schedule=beat_schedule, timezone="Europe/Berlin")
     assert {j.id: j.revision for j in again.kernel.list_jobs()} == {"every-minute": 1, "nightly": 1}
+
+
+def test_entries_whose_names_make_one_job_id_are_both_refused_naming_both() -> None:
+    read = read_beat_schedule({"beat_schedule": {
+        "cleanup tmp": {"task": "t", "schedule": 60},
+        "cleanup-tmp": {"task": "t", "schedule": 120},
+        "other": {"task": "t", "schedule": 60},
+    }})  # fmt: skip
+    assert [spec["id"] for spec in read.specs] == ["other"]
+    refused = {e.name: e.refused for e in read.entries if e.refused}
+    assert set(refused) == {"cleanup tmp", "cleanup-tmp"}
+    assert "'cleanup tmp' and 'cleanup-tmp'" in str(refused["cleanup-tmp"])
+    # Refused entries still exist: their job is kept as it was, not retired.
+    assert read.owned == {"cleanup-tmp": "cleanup-tmp", "other": "other"}
+
+
+def test_a_removed_entry_is_disabled_with_an_event_and_comes_back_enabled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kernel = memory_kernel()
+    both = {"keep": {"task": "t", "schedule": 60}, "gone": {"task": "t", "schedule": 60}}
+    assert sync_beat_schedule(kernel, read_beat_schedule({"beat_schedule": both})) == {
+        "keep": "created",
+        "gone": "created",
+    }
+    kernel.apply_job({"id": "from-a-file", "kind": "task", "payload": {"task": "t"}})
+    with caplog.at_level(logging.INFO, logger="celery_kernel.beat"):
+        outcome = sync_beat_schedule(
+            kernel, read_beat_schedule({"beat_schedule": {"keep": both["keep"]}})
+        )
+    assert outcome == {"keep": "unchanged", "gone": "retired"}
+    assert "job gone disabled: its entry is no longer in beat_schedule" in caplog.text
+    gone = kernel.get_job("gone")
+    assert not gone.enabled and gone.revision == 1
+    assert kernel.get_job("from-a-file").enabled and kernel.get_job("keep").enabled
+    assert [e.type for e in kernel.events(job_id="gone", limit=10)][-2:] == [
+        "job_disabled",
+        "job_retired",
+    ]
+    # Starting again without it changes nothing; putting it back enables it.
+    again = sync_beat_schedule(
+        kernel, read_beat_schedule({"beat_schedule": {"keep": both["keep"]}})
+    )
+    assert again == {"keep": "unchanged"}
+    assert sync_beat_schedule(kernel, read_beat_schedule({"beat_schedule": both}))["gone"] == (
+        "restored"
+    )
+    assert kernel.get_job("gone").enabled
+
+
+def test_task_settings_and_options_become_job_fields_hint_options_or_warnings() -> None:
+    app = Celery("settings-test", set_as_current=False)
+
+    @app.task(name="flaky", autoretry_for=(OSError,), max_retries=4, retry_backoff=2,
+              retry_backoff_max=60, soft_time_limit=30, time_limit=40)  # fmt: skip
+    def flaky() -> None: ...
+
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    conf = {"beat_schedule": {
+        "f": {"task": "flaky", "schedule": 60, "relative": True,
+              "options": {"queue": "q1", "priority": 3, "routing_key": "rk", "expires": 30,
+                          "headers": {"h": "1"}, "countdown": 5}},
+        "p": {"task": "plain", "schedule": 60},
+        "u": {"task": "unknown", "schedule": 60},
+    }}  # fmt: skip
+    read = read_beat_schedule(conf, app.tasks)
+    specs = {spec["id"]: spec for spec in read.specs}
+    assert specs["f"]["queue"] == "q1" and specs["f"]["timeout"] == 30.0
+    assert specs["f"]["max_attempts"] == 5
+    assert specs["f"]["retry"] == {"backoff": 2.0, "factor": 2.0, "max": 60.0, "jitter": 0.5}
+    assert specs["p"]["max_attempts"] == 1 and "timeout" not in specs["p"]
+    assert "max_attempts" not in specs["u"]
+    assert read.hints == {
+        "f": {"priority": 3, "routing_key": "rk", "expires": 30, "headers": {"h": "1"}}
+    }
+    warnings = {e.name: " ".join(e.warnings) for e in read.entries}
+    assert "options countdown are not honoured" in warnings["f"]
+    assert "'relative' has no effect" in warnings["f"]
+    assert "task 'unknown' is not registered" in warnings["u"]
+    assert warnings["p"] == ""
