@@ -15,8 +15,10 @@ from typing import Any
 
 from celery.beat import Scheduler
 
+from adapters import load_adapters
 from beat_schedule import timing
 from beat_schedule.jobfiles import validate_job_file
+from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel
 from kernel import Job, Kernel, KernelError
@@ -96,9 +98,13 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         jobs_file = os.environ.get("KERNEL_JOBS_FILE") or self.app.conf.get("kernel_jobs_file")
         if jobs_file:
             try:
-                applied = self.kernel.apply_jobs(
-                    [spec.to_dict() for spec in validate_job_file(jobs_file)]
+                specs = validate_job_file(jobs_file)
+                check_kinds(
+                    [(spec.id, spec.kind) for spec in specs],
+                    load_adapters(self.app),
+                    worker_only_kinds(self.app.conf),
                 )
+                applied = self.kernel.apply_jobs([spec.to_dict() for spec in specs])
             except KernelError as exc:  # refused whole; the jobs already defined keep running
                 log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
             else:

@@ -9,29 +9,13 @@ from typing import Any
 from celery import bootsteps
 from celery.signals import celeryd_init, worker_process_init, worker_ready
 
-from celery_app.app import app
 from celery_app.config import ensure_broker_folders, open_kernel
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
 
-__all__ = ["WarmShutdownHandBack"]
+__all__ = ["WarmShutdownHandBack", "connect"]
 
 log = logging.getLogger("celery_kernel.worker")
-
-
-@celeryd_init.connect
-def _broker_folders(sender: Any = None, **_: Any) -> None:
-    """The embedded broker's folders, made by the processes that use them (not on import)."""
-    ensure_broker_folders(app)
-
-
-@worker_process_init.connect
-def _fresh_kernel_per_child(**_: Any) -> None:
-    """A forked child must not reuse its parent's database connections; warm up its own."""
-    parent = getattr(app, "_kernel_resources", None)
-    if parent is not None:
-        parent.kernel.engine.dispose(close=False)
-    process_resources(app, main_pid=os.getppid())
 
 
 class WarmShutdownHandBack(bootsteps.StartStopStep):
@@ -65,9 +49,27 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
         clear_warm_shutdown(os.getpid())
 
 
-app.steps["worker"].add(WarmShutdownHandBack)
+def connect(app: Any) -> None:
+    """Connect the worker's handlers for ``app``; a worker of another app ignores them."""
 
+    def broker_folders(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        # The embedded broker's folders, made by the processes that use them (not on import).
+        if instance is None or instance.app is app:
+            ensure_broker_folders(app)
 
-@worker_ready.connect
-def _announce(sender: Any = None, **_: Any) -> None:
-    log.info("celery-kernel worker ready", extra={"action": "worker_ready"})
+    def fresh_kernel_per_child(**_: Any) -> None:
+        # A forked child must not reuse its parent's database connections; warm up its own.
+        parent = getattr(app, "_kernel_resources", None)
+        if parent is not None:
+            parent.kernel.engine.dispose(close=False)
+        process_resources(app, main_pid=os.getppid())
+
+    def announce(sender: Any = None, **_: Any) -> None:
+        if sender is None or sender.app is app:
+            log.info("celery-kernel worker ready", extra={"action": "worker_ready"})
+
+    # weak=False: the handlers are closures that nothing else keeps alive.
+    celeryd_init.connect(broker_folders, weak=False)
+    worker_process_init.connect(fresh_kernel_per_child, weak=False)
+    worker_ready.connect(announce, weak=False)
+    app.steps["worker"].add(WarmShutdownHandBack)
