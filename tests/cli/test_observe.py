@@ -107,6 +107,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
     assert checks == {
         "settings": "ok",
         "adapters": "ok",
+        "schedule": "ok",
         "database": "ok",
         "job kinds": "ok",
         "beat": "ok",
