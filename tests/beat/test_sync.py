@@ -3,9 +3,10 @@ what the ``kernel`` key overrides, what is refused, and when a revision is made.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -252,3 +253,28 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_warnings() 
     assert "'relative' has no effect" in warnings["f"]
     assert "task 'unknown' is not registered" in warnings["u"]
     assert warnings["p"] == ""
+
+
+def test_the_pump_publishes_hints_with_the_entrys_options_and_celerys_time_limits(
+    open_beat: Callable[..., Beat], tmp_path: Path
+) -> None:
+    beat_schedule = {"timed": {
+        "task": "tests.noop", "schedule": 60.0,
+        "options": {"priority": 7, "routing_key": "celery", "headers": {"team": "ops"}},
+        "kernel": {"timeout": 30},
+    }}  # fmt: skip
+    beat = open_beat(f"sqlite:///{tmp_path / 'kernel.db'}", beat_schedule=beat_schedule)
+    # Beat defined the job on the real clock; tick past its first firing.
+    later = datetime.now(UTC) + timedelta(minutes=2)
+    beat.tick(later)
+    beat.tick(later + timedelta(seconds=1))
+    [message] = [
+        json.loads(f.read_text())
+        for f in (tmp_path / "var" / "broker" / "queue").iterdir()
+        if f.is_file()
+    ]
+    headers = message["headers"]
+    assert headers["task"] == "kernel.run_occurrence" and headers["shadow"] == "timed"
+    assert headers["timelimit"] == [35.0, 30.0] and headers["team"] == "ops"
+    assert message["properties"]["priority"] == 7
+    assert message["properties"]["delivery_info"]["routing_key"] == "celery"
