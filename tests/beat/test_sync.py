@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,7 @@ from celery import Celery
 from celery.schedules import BaseSchedule, crontab, schedule
 
 from beat_schedule.sync import apply_specs, entry_to_spec, read_beat_schedule, sync_beat_schedule
-from kernel import InvalidArgument
+from kernel import InvalidArgument, Kernel
 from kernel.testing import memory_kernel
 
 if TYPE_CHECKING:
@@ -187,10 +187,20 @@ def test_entries_whose_names_make_one_job_id_are_both_refused_naming_both() -> N
     assert read.owned == {"cleanup-tmp": "cleanup-tmp", "other": "other"}
 
 
+@pytest.fixture
+def source_kernel(kernel_url: str) -> Iterator[Kernel]:
+    """A migrated kernel on SQLite and, in a second run, on PostgreSQL."""
+    opened = Kernel.open(kernel_url, migrate_schema=True)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
 def test_a_removed_entry_is_disabled_with_an_event_and_comes_back_enabled(
-    caplog: pytest.LogCaptureFixture,
+    source_kernel: Kernel, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kernel = memory_kernel()
+    kernel = source_kernel
     both = {"keep": {"task": "t", "schedule": 60}, "gone": {"task": "t", "schedule": 60}}
     assert sync_beat_schedule(kernel, read_beat_schedule({"beat_schedule": both})) == {
         "keep": "created",
@@ -278,3 +288,25 @@ def test_the_pump_publishes_hints_with_the_entrys_options_and_celerys_time_limit
     assert headers["timelimit"] == [35.0, 30.0] and headers["team"] == "ops"
     assert message["properties"]["priority"] == 7
     assert message["properties"]["delivery_info"]["routing_key"] == "celery"
+
+
+def test_beat_refuses_a_job_file_naming_a_kind_no_adapter_runs(
+    open_beat: Callable[..., Beat], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps({"jobs": [
+        {"id": "ok", "kind": "task", "payload": {"task": "tests.noop"}},
+        {"id": "typo", "kind": "teleport", "payload": {}},
+    ]}))  # fmt: skip
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    beat = open_beat(url, kernel_jobs_file=str(jobs_file))
+    assert beat.kernel.list_jobs() == []
+    [refusal] = [r for r in beat.caplog.records if getattr(r, "action", "") == "jobs_file_refused"]
+    assert "'teleport'" in refusal.getMessage() and "callable, http, shell, task" in (
+        refusal.getMessage()
+    )
+    monkeypatch.setenv("KERNEL_WORKER_KINDS", "teleport")
+    assert {j.id for j in open_beat(url, kernel_jobs_file=str(jobs_file)).kernel.list_jobs()} == {
+        "ok",
+        "typo",
+    }
