@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,7 +24,7 @@ from kernel.jobs import set_enabled
 from kernel.schema import Ms, jobs, metadata
 from kernel.tx import Tx
 
-__all__ = ["job_sources", "SourceSync", "sync_source", "owned_jobs"]
+__all__ = ["job_sources", "SourceSync", "sync_source"]
 
 job_sources = sa.Table(
     "job_sources",
@@ -58,7 +57,11 @@ def sync_source(tx: Tx, source: str, owned: Mapping[str, str]) -> SourceSync:
     restored = (
         tx.conn.execute(
             sa.update(job_sources)
-            .where(job_sources.c.job_id.in_(keep), job_sources.c.retired_at.is_not(None))
+            .where(
+                job_sources.c.source == source,
+                job_sources.c.job_id.in_(keep),
+                job_sources.c.retired_at.is_not(None),
+            )
             .values(retired_at=None)
             .returning(job_sources.c.job_id)
         )
@@ -92,12 +95,3 @@ def sync_source(tx: Tx, source: str, owned: Mapping[str, str]) -> SourceSync:
         set_enabled(tx, job_id, True)
         tx.emit("job_restored", job_id=job_id, source=source, name=owned[job_id])
     return SourceSync(sorted(job_id for job_id, _ in retired), sorted(restored))
-
-
-def owned_jobs(tx: Tx) -> dict[str, dict[str, Any]]:
-    """Every job a source owns: ``{"source", "name", "retired"}`` by job id."""
-    rows = tx.conn.execute(sa.select(job_sources).order_by(job_sources.c.job_id))
-    return {
-        r.job_id: {"source": r.source, "name": r.name, "retired": r.retired_at is not None}
-        for r in rows
-    }

@@ -561,10 +561,6 @@ class Kernel:
         no longer lists are disabled (``job_retired``), retired ones listed again enabled."""
         return self._write(sources.sync_source, source, owned)
 
-    def job_sources(self) -> dict[str, dict[str, Any]]:
-        """Job id -> ``{"source", "name", "retired"}`` for jobs a declarative source owns."""
-        return self._read(sources.owned_jobs)
-
 
 def _connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) and bool(exc.connection_invalidated)
