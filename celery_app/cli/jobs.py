@@ -37,7 +37,8 @@ def describe_schedule(spec: dict[str, Any]) -> str:
     if schedule is None:
         return f"after {after['job']} on {after['on']}" if after else "manual"
     if "cron" in schedule:
-        return f"cron {schedule['cron']} {schedule['timezone']}"
+        both = " (day of month and weekday must both match)" if schedule.get("day_match") else ""
+        return f"cron {schedule['cron']} {schedule['timezone']}{both}"
     if "every" in schedule:
         return f"every {format_age(schedule['every'])}"
     if "in" in schedule:
