@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from adapters.base import Adapter, RuntimeControl
 from kernel.errors import InvalidArgument
 
-__all__ = ["ENTRY_POINT_GROUP", "load_adapters"]
+__all__ = ["ENTRY_POINT_GROUP", "load_adapters", "declared_safe_points"]
 
 ENTRY_POINT_GROUP = "celery_kernel.adapters"
 _OWN_DISTRIBUTION = "celery-kernel"
@@ -64,6 +65,19 @@ def load_adapters(app: Any = None) -> dict[str, Adapter]:
         adapters[adapter.kind] = adapter
         sources[adapter.kind] = source
     return adapters
+
+
+def declared_safe_points(adapter: Adapter, payload: Mapping[str, Any]) -> tuple[str, ...]:
+    """The safe points ``adapter`` declares for one payload.
+
+    An adapter may narrow its kind's declaration per payload with
+    ``safe_points_for(payload)`` (a ``task`` whose body never checkpoints has only
+    ``before_execute``); otherwise its ``runtime_control`` applies to every payload.
+    """
+    narrow = getattr(adapter, "safe_points_for", None)
+    if callable(narrow):
+        return tuple(narrow(payload))
+    return adapter.runtime_control.safe_points
 
 
 def _instantiate(entry_point: EntryPoint, app: Any) -> Adapter:

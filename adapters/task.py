@@ -2,35 +2,91 @@
 
 This is how an existing ``beat_schedule`` entry moves onto the kernel
 unchanged: the task keeps its signature and is called with the occurrence's
-args/kwargs. Only ``app.tasks`` is used, so this module never imports Celery.
+args/kwargs. Only ``app.tasks`` and task attributes are used, so this module
+never imports Celery.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
-from adapters.base import CHECKPOINT_V1, AdapterError, BaseAdapter, ExecutionContext, payload_value
+from adapters.base import (
+    CHECKPOINT_V1,
+    AdapterError,
+    BaseAdapter,
+    Cancelled,
+    ExecutionContext,
+    payload_value,
+)
+from kernel.states import SafePoint
 
-__all__ = ["TaskAdapter"]
+__all__ = ["TaskAdapter", "CHECKPOINTS_OPTION", "running_context"]
+
+#: The task option (``@app.task(kernel_checkpoints=True)``) by which a task says its
+#: body calls ``current_run.checkpoint()``, so it can be paused while it runs.
+CHECKPOINTS_OPTION = "kernel_checkpoints"
+_BEFORE_EXECUTE_ONLY = (SafePoint.BEFORE_EXECUTE.value,)
+
+_running: ContextVar[ExecutionContext | None] = ContextVar("kernel_task_run", default=None)
+
+
+def running_context() -> ExecutionContext | None:
+    """The context of the task body running in this thread, if the kernel claimed it."""
+    return _running.get()
 
 
 class TaskAdapter(BaseAdapter):
-    """Calls ``app.tasks[payload["task"]].run(*args, **kwargs)``.
+    """Calls the body of ``app.tasks[payload["task"]]`` with the payload's args/kwargs.
 
     The body runs here rather than through ``apply_async`` because the kernel
     has already claimed the occurrence; a second broker round trip would run it
-    outside the lease. A task body cannot call ``ctx.checkpoint``, so its only
-    safe point is ``before_execute`` (a pause there resumes from the start).
+    outside the lease. Celery's automatic retry is bypassed (the kernel owns the
+    retry): an exception the task lists in ``autoretry_for`` is a retryable
+    failure, any other one is final, as it would be under Celery.
+
+    A body reaches the ``adapter_checkpoint`` safe point through
+    ``celery_app.current_run``; only a task declaring ``kernel_checkpoints=True``
+    offers it to a pause, any other's only safe point is ``before_execute``.
     """
 
     kind = "task"
     runtime_control = CHECKPOINT_V1
+
+    def safe_points_for(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
+        """The safe points the payload's task declares (``before_execute`` unless it opts in)."""
+        task = self.app.tasks.get(payload.get("task")) if self.app is not None else None
+        if task is not None and getattr(task, CHECKPOINTS_OPTION, False):
+            return self.runtime_control.safe_points
+        return _BEFORE_EXECUTE_ONLY
 
     def execute(self, ctx: ExecutionContext) -> Any:
         payload = ctx.occurrence.payload
         name = payload_value(payload, "task", str)
         args = payload_value(payload, "args", list, [])
         kwargs = payload_value(payload, "kwargs", dict, {})
+        task = self._task(name)
+        # autoretry_for wraps `run` to call Celery's retry; `_orig_run` is the body.
+        body = getattr(task, "_orig_run", task.run)
+        retry_on = tuple(getattr(task, "autoretry_for", ()) or ())
+        final = tuple(getattr(task, "dont_autoretry_for", ()) or ())
+        with _running_as(ctx):
+            try:
+                return body(*args, **kwargs)
+            except Cancelled:
+                raise
+            except Exception as exc:
+                if retry_on and (not isinstance(exc, retry_on) or isinstance(exc, final)):
+                    raise AdapterError(
+                        "TASK_FAILED",
+                        f"{type(exc).__name__}: {exc} (not in the task's autoretry_for)",
+                        retryable=False,
+                    ) from exc
+                raise
+
+    def _task(self, name: str) -> Any:
         if self.app is None:
             raise AdapterError(
                 "TASK_NOT_REGISTERED",
@@ -38,11 +94,19 @@ class TaskAdapter(BaseAdapter):
                 retryable=False,
             )
         try:
-            task = self.app.tasks[name]
+            return self.app.tasks[name]
         except KeyError:
             raise AdapterError(
                 "TASK_NOT_REGISTERED",
                 f"task {name!r} is not registered with Celery app {self.app.main!r}",
                 retryable=False,
             ) from None
-        return task.run(*args, **kwargs)
+
+
+@contextmanager
+def _running_as(ctx: ExecutionContext) -> Iterator[None]:
+    token = _running.set(ctx)
+    try:
+        yield
+    finally:
+        _running.reset(token)

@@ -24,9 +24,11 @@ from typing import Any
 
 from celery.beat import Scheduler
 
+from adapters import load_adapters
 from beat_schedule import timing
 from beat_schedule.jobfiles import validate_job_file
-from beat_schedule.sync import apply_specs, beat_schedule_specs
+from beat_schedule.kinds import check_kinds, worker_only_kinds
+from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from kernel import Job, Kernel, KernelError, StorageUnavailable
 from kernel.urls import masked_url
@@ -40,6 +42,19 @@ RUN_OCCURRENCE = "kernel.run_occurrence"
 INTERRUPTED_EXIT = 130
 #: How often a Beat removes Beats silent for longer than ``kernel_beat_retention``.
 _FORGET_EVERY_S = 60.0
+#: Kinds whose job code runs in the worker's own process, where Celery's time limits
+#: stop it; shell and http enforce their timeout themselves.
+_TIME_LIMITED_KINDS = frozenset({"task", "callable"})
+#: The hard time limit's margin over the soft one: time for the body to unwind and the
+#: run to settle as TIMEOUT before Celery kills the process.
+_HARD_LIMIT_MARGIN_S = 5.0
+
+
+def hint_time_limits(kind: str, timeout: float | None) -> dict[str, float]:
+    """``send_task`` time limits enforcing a job's ``timeout`` (none for other kinds)."""
+    if timeout is None or kind not in _TIME_LIMITED_KINDS:
+        return {}
+    return {"soft_time_limit": timeout, "time_limit": timeout + _HARD_LIMIT_MARGIN_S}
 
 
 def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
@@ -78,6 +93,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         self._stop_code: int | None = None
         self._unavailable_since: float | None = None
         self._next_forget = 0.0
+        #: Job id -> ``send_task`` options from its beat_schedule entry's ``options``.
+        self.hint_options: dict[str, dict[str, Any]] = {}
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         try:  # before anything else: Celery builds a scheduler for its banner first
             self.settings = KernelSettings.from_app(app)
@@ -99,16 +116,27 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         try:
             ensure_broker_folders(self.app)  # the pump publishes from this process
             self.kernel = open_kernel(self.app)
-            apply_specs(self.kernel, beat_schedule_specs(self.app.conf), source="beat_schedule")
+            # As the worker does: the modules in `imports`/`include`, so each entry's task,
+            # with its time limits and retry settings, is registered here.
+            self.app.loader.import_default_modules()
+            beat_schedule = read_beat_schedule(self.app.conf, self.app.tasks)
+            sync_beat_schedule(self.kernel, beat_schedule)
         except KernelError as exc:
             refuse_start("beat", exc)
+        self.hint_options = beat_schedule.hints
         if self.jobs_file:
             self._apply_jobs_file(self.kernel, self.jobs_file)
         self.data: dict[str, Any] = {}
 
     def _apply_jobs_file(self, kernel: Kernel, jobs_file: str) -> None:
         try:
-            applied = kernel.apply_jobs([spec.to_dict() for spec in validate_job_file(jobs_file)])
+            specs = validate_job_file(jobs_file)
+            check_kinds(
+                [(spec.id, spec.kind) for spec in specs],
+                load_adapters(self.app),
+                worker_only_kinds(self.app.conf),
+            )
+            applied = kernel.apply_jobs([spec.to_dict() for spec in specs])
         except KernelError as exc:  # refused whole; the jobs already defined keep running
             log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
         else:
@@ -275,6 +303,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                     queue=hint.queue,
                     shadow=hint.job_id,
                     producer=producer,
+                    **self.hint_options.get(hint.job_id, {}),
+                    **hint_time_limits(hint.kind, hint.timeout),
                 )
         log.debug(
             "published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id}

@@ -1,18 +1,37 @@
-"""Celery's ``beat_schedule`` entries and job files become kernel job definitions."""
+"""Celery's ``beat_schedule`` entries become kernel job definitions.
+
+Reading a ``beat_schedule`` gives, per entry, its job spec (or why it is refused),
+the options its hints carry, and warnings for what the kernel does not honour.
+Beat applies the specs and then tells the kernel which jobs the ``beat_schedule``
+now defines, so a removed entry's job is disabled rather than left firing.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from celery.schedules import crontab, schedule
 
+from beat_schedule.task_settings import hint_options, task_fields
 from kernel import InvalidArgument, Kernel
 
-__all__ = ["entry_to_spec", "beat_schedule_specs", "apply_specs"]
+__all__ = [
+    "SOURCE",
+    "BeatEntry",
+    "BeatSchedule",
+    "entry_to_spec",
+    "read_beat_schedule",
+    "apply_specs",
+    "sync_beat_schedule",
+]
+
+#: The source name the kernel records for jobs defined by ``beat_schedule``.
+SOURCE = "beat_schedule"
 
 log = logging.getLogger("celery_kernel.beat")
 
@@ -29,28 +48,65 @@ def _job_id(name: str) -> str:
     return job_id
 
 
-def _cron_field(value: Any) -> str:
-    """One crontab field as cron text: ``crontab(hour=(0, 12))`` means ``0,12``."""
-    if isinstance(value, str | int):
-        return str(value)
-    return ",".join(str(v) for v in sorted(value))
+# Each crontab field's full range, in cron's order (minute hour day month weekday).
+_CRON_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+
+
+def _cron_field(values: set[int], low: int, high: int) -> str:
+    """The numbers one crontab field matches as cron text: ``*``, ``1-5``, ``0-58/2``, ``3,9``.
+
+    Celery has already parsed every syntax it accepts (names like ``monday``,
+    ``*/15``, lists, ranges) into these sets, so rewriting the sets rather than the
+    text the user wrote keeps exactly its meaning.
+    """
+    ordered = sorted(values)
+    if ordered == list(range(low, high + 1)):
+        return "*"
+    steps = {b - a for a, b in zip(ordered, ordered[1:], strict=False)}
+    if len(ordered) > 2 and len(steps) == 1 and steps != {1}:
+        step = steps.pop()
+        if ordered[0] == low and ordered[-1] + step > high:
+            return f"*/{step}"
+        return f"{ordered[0]}-{ordered[-1]}/{step}"
+    runs: list[str] = []
+    start = prev = ordered[0]
+    for value in [*ordered[1:], None]:
+        if value is not None and value == prev + 1:
+            prev = value
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if value is not None:
+            start = prev = value
+    return ",".join(runs)
+
+
+def _crontab(value: crontab, timezone: str) -> dict[str, Any]:
+    """A Celery crontab as a kernel cron schedule that fires at the same instants."""
+    sets = (
+        value.minute,
+        value.hour,
+        value.day_of_month,
+        value.month_of_year,
+        value.day_of_week,
+    )
+    fields = [
+        _cron_field(set(v), low, high) for v, (low, high) in zip(sets, _CRON_RANGES, strict=True)
+    ]
+    # Celery's Beat reads a crontab in its app's zone. `crontab.tz` would fall
+    # back to whatever app is current, so a crontab without an app takes the
+    # zone of the configuration being synced.
+    zone = timezone if value._app is None else str(getattr(value._app.timezone, "key", "UTC"))
+    result: dict[str, Any] = {"cron": " ".join(fields), "timezone": zone}
+    if fields[2] != "*" and fields[4] != "*":
+        # Celery fires only on days matching both; standard cron on days matching either.
+        result["day_match"] = "all"
+    return result
 
 
 def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
     field = f"beat_schedule[{name!r}].schedule"
     if isinstance(value, crontab):
-        fields = (
-            value._orig_minute,
-            value._orig_hour,
-            value._orig_day_of_month,
-            value._orig_month_of_year,
-            value._orig_day_of_week,
-        )
-        # Celery's Beat reads a crontab in its app's zone. `crontab.tz` would fall
-        # back to whatever app is current, so a crontab without an app takes the
-        # zone of the configuration being synced.
-        zone = timezone if value._app is None else str(getattr(value._app.timezone, "key", "UTC"))
-        return {"cron": " ".join(_cron_field(f) for f in fields), "timezone": zone}
+        return _crontab(value, timezone)
     if isinstance(value, schedule) and type(value) is schedule:
         return {"every": value.run_every.total_seconds()}
     if isinstance(value, timedelta):
@@ -64,8 +120,14 @@ def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
     )
 
 
-def entry_to_spec(name: str, entry: Mapping[str, Any], *, timezone: str = "UTC") -> dict[str, Any]:
-    """One ``beat_schedule`` entry as a ``task`` job spec; its ``kernel`` key sets other fields."""
+def entry_to_spec(
+    name: str, entry: Mapping[str, Any], *, timezone: str = "UTC", task: Any = None
+) -> dict[str, Any]:
+    """One ``beat_schedule`` entry as a ``task`` job spec; its ``kernel`` key sets other fields.
+
+    ``task``, the registered Celery task when known, contributes its time limits and
+    retry settings (see :func:`~beat_schedule.task_settings.task_fields`).
+    """
     if "task" not in entry or "schedule" not in entry:
         raise InvalidArgument(f"beat_schedule[{name!r}]", "needs 'task' and 'schedule'")
     spec: dict[str, Any] = {
@@ -81,25 +143,106 @@ def entry_to_spec(name: str, entry: Mapping[str, Any], *, timezone: str = "UTC")
     queue = (entry.get("options") or {}).get("queue")
     if queue:
         spec["queue"] = queue
+    if task is not None:
+        spec.update(task_fields(name, task)[0])
     spec.update(entry.get("kernel") or {})
     return spec
 
 
-def beat_schedule_specs(conf: Any) -> list[dict[str, Any]]:
-    """Every usable entry of ``conf.beat_schedule`` as a job spec; unusable ones are logged."""
+@dataclass
+class BeatEntry:
+    """One ``beat_schedule`` entry as the kernel reads it.
+
+    Attributes:
+        name: the entry's name in ``beat_schedule``.
+        job_id: its job id, or None when the name makes none.
+        spec: its job spec, or None when refused.
+        refused: why it is refused (the message names the entry), else None.
+        hint: the ``send_task`` options its hints carry.
+        warnings: what of it the kernel does not honour, each naming the entry.
+    """
+
+    name: str
+    job_id: str | None
+    spec: dict[str, Any] | None = None
+    refused: str | None = None
+    hint: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BeatSchedule:
+    """Every entry of one ``beat_schedule``, in its order."""
+
+    entries: list[BeatEntry]
+
+    @property
+    def specs(self) -> list[dict[str, Any]]:
+        return [e.spec for e in self.entries if e.spec is not None]
+
+    @property
+    def owned(self) -> dict[str, str]:
+        """Job id -> entry name for every entry with a job id, refused ones included:
+        a refused entry still exists, so its job is kept as it was, not retired."""
+        return {e.job_id: e.name for e in self.entries if e.job_id is not None}
+
+    @property
+    def hints(self) -> dict[str, dict[str, Any]]:
+        """Job id -> ``send_task`` options, for the entries that set any."""
+        return {e.job_id: e.hint for e in self.entries if e.job_id and e.spec and e.hint}
+
+
+def read_beat_schedule(conf: Any, tasks: Mapping[str, Any] | None = None) -> BeatSchedule:
+    """Read ``conf.beat_schedule``; ``tasks`` (``app.tasks``) gives each task's settings."""
     timezone = str(conf.get("timezone") or "UTC")
-    specs = []
-    for name, entry in (conf.get("beat_schedule") or {}).items():
-        try:
-            specs.append(entry_to_spec(name, entry, timezone=timezone))
-        except InvalidArgument as exc:  # one unusable entry must not keep Beat from starting
-            log.error(
-                "beat_schedule entry %r skipped: %s",
-                name,
-                exc,
-                extra={"action": "entry_refused", "entry": name},
+    entries: list[BeatEntry] = []
+    by_id: dict[str, BeatEntry] = {}
+    for name, raw in (conf.get("beat_schedule") or {}).items():
+        entries.append(entry := _read_entry(name, raw, timezone, tasks))
+        if entry.job_id is None:
+            continue
+        other = by_id.setdefault(entry.job_id, entry)
+        if other is not entry:
+            # Both refused: whichever one the kernel kept would depend on dict order.
+            message = (
+                f"beat_schedule entries {other.name!r} and {name!r} both make job id "
+                f"{entry.job_id!r}; rename one of them"
             )
-    return specs
+            for clash in (other, entry):
+                clash.spec, clash.refused = None, message
+    return BeatSchedule(entries)
+
+
+def _read_entry(
+    name: str, raw: Mapping[str, Any], timezone: str, tasks: Mapping[str, Any] | None
+) -> BeatEntry:
+    try:
+        entry = BeatEntry(name, _job_id(name))
+    except InvalidArgument as exc:
+        return BeatEntry(name, None, refused=str(exc))
+    task = None
+    if tasks is not None and "task" in raw:
+        task = tasks.get(raw["task"])
+        if task is None:
+            entry.warnings.append(
+                f"beat_schedule[{name!r}]: task {raw['task']!r} is not registered here, so "
+                "its time limits and retry settings are not read (kernel defaults apply)"
+            )
+        else:
+            entry.warnings += task_fields(name, task)[1]
+    try:
+        entry.spec = entry_to_spec(name, raw, timezone=timezone, task=task)
+    except InvalidArgument as exc:
+        entry.refused = str(exc)
+        return entry
+    entry.hint, warnings = hint_options(name, raw.get("options") or {})
+    entry.warnings += warnings
+    if raw.get("relative"):
+        entry.warnings.append(
+            f"beat_schedule[{name!r}]: 'relative' has no effect; kernel intervals always "
+            "fire at whole multiples of the interval since the Unix epoch"
+        )
+    return entry
 
 
 def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> dict[str, str]:
@@ -132,4 +275,41 @@ def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> 
                 job.revision,
                 extra={"action": f"job_{change}", "job_id": job.id},
             )
+    return outcome
+
+
+def sync_beat_schedule(kernel: Kernel, schedule: BeatSchedule) -> dict[str, str]:
+    """Apply a read ``beat_schedule`` and retire the jobs of entries that were removed.
+
+    Refusals and warnings are logged naming their entry; returns the apply outcome
+    by job id (``retired`` / ``restored`` for jobs whose entry left or came back).
+    """
+    for entry in schedule.entries:
+        if entry.refused is not None:
+            log.error(
+                "beat_schedule entry %r refused: %s",
+                entry.name,
+                entry.refused,
+                extra={"action": "entry_refused", "entry": entry.name},
+            )
+        for warning in entry.warnings:
+            log.warning(warning, extra={"action": "entry_warning", "entry": entry.name})
+    outcome = apply_specs(kernel, schedule.specs, source=SOURCE)
+    changed = kernel.sync_job_source(SOURCE, schedule.owned)
+    for job_id in changed.retired:
+        log.warning(
+            "beat_schedule: job %s disabled: its entry is no longer in beat_schedule "
+            "(history kept; delete it with `kernel jobs delete %s`)",
+            job_id,
+            job_id,
+            extra={"action": "job_retired", "job_id": job_id},
+        )
+        outcome[job_id] = "retired"
+    for job_id in changed.restored:
+        log.info(
+            "beat_schedule: job %s enabled again: its entry is back",
+            job_id,
+            extra={"action": "job_restored", "job_id": job_id},
+        )
+        outcome[job_id] = "restored"
     return outcome

@@ -48,7 +48,9 @@ __all__ = [
     "preview",
 ]
 
-#: A normalised schedule: ``{"cron", "timezone"}``, ``{"every": s}``, ``{"at": iso}``,
+#: A normalised schedule: ``{"cron", "timezone"}`` (plus ``"day_match": "all"`` when a
+#: day must match both the day-of-month and the day-of-week field, as in Celery's
+#: ``crontab``; standard cron fires when either matches), ``{"every": s}``, ``{"at": iso}``,
 #: ``{"in": s}``, or None (manual or chained only: never fires).
 ScheduleSpec = Mapping[str, Any] | None
 #: ``{"gap": "shift_forward"|"skip", "fold": "first"|"last"|"both"}``; None or a
@@ -233,6 +235,9 @@ class _Cron:
     zone: tzinfo
     gap: str
     fold: str
+    #: True: a day fires if its day of month OR its weekday matches (Vixie cron);
+    #: False: both must match (Celery's crontab).
+    day_or: bool
     kind: ClassVar[str] = "cron"
 
     def instants(self, after: datetime) -> Iterator[datetime]:
@@ -240,7 +245,11 @@ class _Cron:
         # A firing's wall time is at least its instant plus the smallest offset in
         # force near it, so starting there misses nothing even with a fold ahead.
         smallest = min(_offset(after + timedelta(days=d), self.zone) for d in (0, 1, 2))
-        walls = croniter(self.expr, (after + smallest).replace(tzinfo=None, microsecond=0))
+        walls = croniter(
+            self.expr,
+            (after + smallest).replace(tzinfo=None, microsecond=0),
+            day_or=self.day_or,
+        )
         pending: list[datetime] = []
         last = after
         while True:
@@ -341,7 +350,8 @@ def _parse(schedule: ScheduleSpec, dst: DstPolicy, anchor: datetime) -> _Schedul
     if "cron" in schedule:
         policy = {"gap": "shift_forward", "fold": "first", **(dst or {})}
         zone = str(schedule.get("timezone") or "UTC")
-        return _cron(str(schedule["cron"]), zone, policy["gap"], policy["fold"])
+        day_or = schedule.get("day_match", "any") != "all"
+        return _cron(str(schedule["cron"]), zone, policy["gap"], policy["fold"], day_or)
     if "every" in schedule:
         step_us = round(float(schedule["every"]) * 1_000_000)
         if step_us <= 0:
@@ -360,7 +370,7 @@ def _parse(schedule: ScheduleSpec, dst: DstPolicy, anchor: datetime) -> _Schedul
 
 
 @functools.lru_cache(maxsize=1024)
-def _cron(expr: str, zone: str, gap: str, fold: str) -> _Cron:
+def _cron(expr: str, zone: str, gap: str, fold: str, day_or: bool) -> _Cron:
     # Cached: Beat re-plans the same few schedules every tick, and validating an
     # expression costs as much as evaluating it.
     if gap not in _GAPS:
@@ -370,7 +380,7 @@ def _cron(expr: str, zone: str, gap: str, fold: str) -> _Cron:
     if not croniter.is_valid(expr):
         raise InvalidArgument("schedule.cron", "not a valid cron expression", value=expr)
     try:
-        return _Cron(expr, ZoneInfo(zone), gap, fold)
+        return _Cron(expr, ZoneInfo(zone), gap, fold, day_or)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise InvalidArgument("schedule.timezone", "unknown IANA time zone", value=zone) from exc
 

@@ -324,7 +324,7 @@ def _database(backend: str, stack: ExitStack) -> str:
 
 def _publisher(broker_url: str) -> Any:
     """An app with the product's settings (serializers, events) publishing to ``broker_url``."""
-    from celery_app.app import create_app
+    from celery_app.factory import create_app
 
     return create_app("bench-publisher", broker_url=broker_url)
 

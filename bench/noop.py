@@ -13,7 +13,7 @@ import os
 
 import redis
 
-from celery_app.app import app
+from celery_app import app
 
 __all__ = ["PLAIN_TASK", "bump", "noop"]
 

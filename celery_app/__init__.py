@@ -1,8 +1,29 @@
-"""celery-kernel's Celery glue: the app, the run_occurrence task, the worker runtime and the CLI."""
+"""celery-kernel's Celery glue: the app, the run_occurrence task, the worker runtime and the CLI.
+
+``install(app)`` puts the kernel onto your own Celery app; ``current_run`` is a task
+body's view of the occurrence it runs as. The ready-made app (``celery -A
+celery_app``) is built on first access to ``celery_app.app``, not on import, so that
+importing ``install`` or ``current_run`` (or loading the ``kernel`` CLI plug-in)
+creates no app and reads no configuration module.
+"""
 
 from __future__ import annotations
 
-from celery_app import signals, tasks
-from celery_app.app import app
+from typing import Any
 
-__all__ = ["app", "signals", "tasks"]
+from celery_app.factory import create_app
+from celery_app.install import install
+from celery_app.run_context import current_run
+
+__all__ = ["app", "create_app", "current_run", "install"]
+
+#: The ready-made app, built by :func:`__getattr__` when first asked for.
+app: Any
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        global app
+        app = create_app()
+        return app
+    raise AttributeError(f"module 'celery_app' has no attribute {name!r}")

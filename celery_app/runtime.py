@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.base import Adapter, Cancelled, ExecutionContext, HandBack
+from billiard.exceptions import SoftTimeLimitExceeded
+
+from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
 from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
 from kernel.types import PendingPause
 
@@ -275,7 +277,7 @@ def _execute(run: _Run) -> RunOutcome:
         if run.cancelled.is_set() and isinstance(exc, Cancelled):
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id)
-        verdict = adapter.classify_error(exc)
+        verdict = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
         run.log.warning(
             "run failed: %s %s", verdict.code, verdict.message, extra={"action": "run_failed"}
         )
@@ -298,6 +300,17 @@ def _execute(run: _Run) -> RunOutcome:
     except LeaseLost as exc:
         return _settle_refused(run, exc)
     return RunOutcome("succeeded", occurrence.job_id)
+
+
+def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None:
+    """A TIMEOUT failure when Celery's soft time limit (the job's timeout) stopped the body,
+    whether it surfaced as itself or as the cause of an adapter's error."""
+    if not isinstance(exc, SoftTimeLimitExceeded) and not isinstance(
+        exc.__cause__, SoftTimeLimitExceeded
+    ):
+        return None
+    limit = f"{timeout_s:g} s" if timeout_s is not None else "its time limit"
+    return ErrorClass(True, "TIMEOUT", f"the run exceeded its timeout of {limit}")
 
 
 def _settle_refused(run: _Run, exc: LeaseLost) -> RunOutcome:

@@ -15,37 +15,14 @@ from typing import Any
 from celery import bootsteps
 from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
 
-from celery_app.app import app
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
 from kernel import KernelError
 
-__all__ = ["WarmShutdownHandBack"]
+__all__ = ["WarmShutdownHandBack", "connect"]
 
 log = logging.getLogger("celery_kernel.worker")
-
-
-@celeryd_init.connect
-def _check_start(sender: Any = None, **_: Any) -> None:
-    """Check the settings and make the embedded broker's folders (not on import).
-
-    SystemExit, unlike an exception, passes through Celery's signal dispatch.
-    """
-    try:
-        KernelSettings.from_app(app)
-        ensure_broker_folders(app)
-    except KernelError as exc:
-        refuse_start("worker", exc)
-
-
-@worker_process_init.connect
-def _fresh_kernel_per_child(**_: Any) -> None:
-    """A forked child must not reuse its parent's database connections; warm up its own."""
-    parent = getattr(app, "_kernel_resources", None)
-    if parent is not None:
-        parent.kernel.engine.dispose(close=False)
-    process_resources(app, main_pid=os.getppid())
 
 
 class WarmShutdownHandBack(bootsteps.StartStopStep):
@@ -79,15 +56,39 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
         request_warm_shutdown(os.getpid())
 
 
-app.steps["worker"].add(WarmShutdownHandBack)
+def connect(app: Any) -> None:
+    """Connect the worker's handlers for ``app``; a worker of another app ignores them."""
 
+    def check_start(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        # Settings checked and the embedded broker's folders made by the processes that
+        # use them (not on import). SystemExit, unlike an exception, passes through
+        # Celery's signal dispatch.
+        if instance is not None and instance.app is not app:
+            return
+        try:
+            KernelSettings.from_app(app)
+            ensure_broker_folders(app)
+        except KernelError as exc:
+            refuse_start("worker", exc)
 
-@worker_shutdown.connect
-def _remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
-    """The warm-shutdown marker ends with its worker (Celery calls no step's shutdown())."""
-    clear_warm_shutdown(os.getpid())
+    def fresh_kernel_per_child(**_: Any) -> None:
+        # A forked child must not reuse its parent's database connections; warm up its own.
+        parent = getattr(app, "_kernel_resources", None)
+        if parent is not None:
+            parent.kernel.engine.dispose(close=False)
+        process_resources(app, main_pid=os.getppid())
 
+    def remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
+        # The warm-shutdown marker ends with its worker (Celery calls no step's shutdown()).
+        clear_warm_shutdown(os.getpid())
 
-@worker_ready.connect
-def _announce(sender: Any = None, **_: Any) -> None:
-    log.info("celery-kernel worker ready", extra={"action": "worker_ready"})
+    def announce(sender: Any = None, **_: Any) -> None:
+        if sender is None or sender.app is app:
+            log.info("celery-kernel worker ready", extra={"action": "worker_ready"})
+
+    # weak=False: the handlers are closures that nothing else keeps alive.
+    celeryd_init.connect(check_start, weak=False)
+    worker_process_init.connect(fresh_kernel_per_child, weak=False)
+    worker_shutdown.connect(remove_shutdown_marker, weak=False)
+    worker_ready.connect(announce, weak=False)
+    app.steps["worker"].add(WarmShutdownHandBack)

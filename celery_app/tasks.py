@@ -10,13 +10,12 @@ from billiard.process import current_process
 
 from adapters.base import Adapter
 from adapters.registry import load_adapters
-from celery_app.app import app
 from celery_app.config import open_kernel
 from celery_app.runtime import LeaseKeeper
 from celery_app.runtime import run_occurrence as run
 from kernel import Kernel
 
-__all__ = ["run_occurrence", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
+__all__ = ["register", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
 
 RUN_OCCURRENCE = "kernel.run_occurrence"
 
@@ -65,8 +64,14 @@ def _worker_main_pid() -> int:
     return os.getpid() if current_process().name == "MainProcess" else os.getppid()
 
 
-@app.task(name=RUN_OCCURRENCE, ignore_result=True, throws=(OccurrenceFailed,))
-def run_occurrence(occurrence_id: int) -> str:
+def register(celery_app: Any) -> Any:
+    """Register ``kernel.run_occurrence`` with ``celery_app``; returns the task."""
+    return celery_app.task(
+        name=RUN_OCCURRENCE, bind=True, ignore_result=True, throws=(OccurrenceFailed,)
+    )(run_occurrence)
+
+
+def run_occurrence(task: Any, occurrence_id: int) -> str:
     """Run occurrence ``occurrence_id`` if the kernel lets this worker claim it.
 
     Returns what happened (``succeeded``, ``handed_back``, ``cancelled``,
@@ -76,7 +81,7 @@ def run_occurrence(occurrence_id: int) -> str:
         OccurrenceFailed: the run failed; the message names the job, the error code
             and the kernel status.
     """
-    resources = process_resources(app)
+    resources = process_resources(task.app)
     outcome = run(
         resources.kernel,
         resources.adapters,

@@ -263,18 +263,24 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
 
 
 def _schedule(value: object, field: str) -> dict[str, Any]:
-    spec = section(value, field, ("cron", "timezone", "every", "at", "in"))
+    spec = section(value, field, ("cron", "timezone", "day_match", "every", "at", "in"))
     given = [name for name in ("cron", "every", "at", "in") if name in spec]
     if len(given) != 1:
         raise InvalidArgument(field, "must hold exactly one of cron, every, at, in")
     which = given[0]
-    if which != "cron" and "timezone" in spec:
-        raise InvalidArgument(f"{field}.timezone", "applies only to a cron schedule")
+    for cron_only in ("timezone", "day_match"):
+        if which != "cron" and cron_only in spec:
+            raise InvalidArgument(f"{field}.{cron_only}", "applies only to a cron schedule")
     if which == "cron":
-        return {
+        cron = {
             "cron": cron_expression(spec["cron"], f"{field}.cron"),
             "timezone": optional(spec, field, "timezone", "UTC", time_zone),
         }
+        # "any" (standard cron: day of month OR weekday) is the default and is left
+        # out, so that specs written before day_match existed keep their digest.
+        if optional(spec, field, "day_match", "any", choice("any", "all")) == "all":
+            cron["day_match"] = "all"
+        return cron
     if which == "at":
         return {"at": instant(spec["at"], f"{field}.at")}
     return {which: duration(1.0 if which == "every" else 0.0)(spec[which], f"{field}.{which}")}

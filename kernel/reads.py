@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound
-from kernel.records import event_from_row, job_from_row, occurrence_from_row
+from kernel.records import event_from_row, job_from_row, loads, occurrence_from_row
 from kernel.schema import (
     controls,
     events,
@@ -254,14 +254,17 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         if len(hints) >= limit:
             break
         query = (
-            sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind)
+            sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
             .where(condition, not_paused, OCC.c.cancel_requested.is_(False))
             .order_by(OCC.c.available_at, OCC.c.id)
             .limit(limit - len(hints))
         )
         if tx.is_postgres:
             query = query.with_for_update(skip_locked=True, of=OCC)
-        hints.extend(DispatchHint(r.id, r.job_id, r.queue, r.kind) for r in tx.conn.execute(query))
+        hints.extend(
+            DispatchHint(r.id, r.job_id, r.queue, r.kind, loads(r.definition).get("timeout"))
+            for r in tx.conn.execute(query)
+        )
     if hints:
         tx.conn.execute(
             sa.update(OCC)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from kernel import beats as beat_registry
 from kernel import jobs as job_ops
 from kernel import operator as op
-from kernel import reads, runs
+from kernel import reads, runs, sources
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument, KernelError, StorageUnavailable
@@ -572,6 +572,11 @@ class Kernel:
             The ids of the Beats removed.
         """
         return self._write(beat_registry.forget_silent_beats, _ms(silent_for, "silent_for"))
+
+    def sync_job_source(self, source: str, owned: Mapping[str, str]) -> sources.SourceSync:
+        """Record that ``source`` defines exactly ``owned`` (job id -> entry name): jobs it
+        no longer lists are disabled (``job_retired``), retired ones listed again enabled."""
+        return self._write(sources.sync_source, source, owned)
 
 
 def _connection_lost(exc: BaseException) -> bool:

@@ -213,6 +213,8 @@ class DispatchHint:
     job_id: str
     queue: str
     kind: str
+    #: The definition's ``timeout`` in seconds (None: none), for the hint's time limits.
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,17 @@ from typing import Any
 import click
 
 from adapters import load_adapters
+from adapters.registry import declared_safe_points
 from celery_app.cli.output import Env, command, fields
-from kernel import ActionResult, Decision, KernelError
+from kernel import (
+    ActionResult,
+    Decision,
+    KernelError,
+    Occurrence,
+    OccurrenceStatus,
+    PauseUnsupported,
+    SafePoint,
+)
 from kernel.durations import text
 
 __all__ = [
@@ -84,6 +93,8 @@ def run_action(
         "operator": who,
         "occurrence": occ.to_dict(),
     }
+    if env.note:
+        data["note"] = env.note
 
     def render() -> str:
         control = occ.control.state.value if occ.control else None
@@ -99,6 +110,7 @@ def run_action(
                 ("control", control),
                 ("fence", occ.fence),
                 ("cancel requested", occ.cancel_requested),
+                ("note", env.note),
             ]
         )
 
@@ -130,8 +142,17 @@ def _occurrence_action(body: Callable[..., ActionResult]) -> Callable[..., None]
 def pause(env: Env, occ_id: int, rid: str, who: str, fence: int | None) -> ActionResult:
     """Ask a running occurrence to pause at its next safe point."""
     occ = env.kernel.get_occurrence(occ_id)
-    adapter = load_adapters(env.app).get(occ.kind)
-    safe_points = adapter.runtime_control.safe_points if adapter is not None else ()
+    safe_points = _safe_points(env, occ)
+    if occ.status == OccurrenceStatus.RUNNING and set(safe_points) <= {_BEFORE_EXECUTE}:
+        # Its only safe point is behind it: accepting would leave the request pending
+        # until the run ends on its own.
+        raise PauseUnsupported(
+            f"occurrence {occ_id} is running {_what_runs(occ)}, which has no safe point "
+            "while it runs (a task opts in with kernel_checkpoints=True and calls "
+            "current_run.checkpoint()); it cannot be paused now. Cancel it instead: it "
+            "will finish its current run",
+            occurrence_id=occ_id,
+        )
     return env.kernel.request_pause(
         occ_id,
         expected_fence=occ.fence if fence is None else fence,
@@ -192,4 +213,28 @@ def adjudicate(env: Env, occ_id: int, rid: str, who: str, decision: str) -> Acti
 @_occurrence_action
 def cancel(env: Env, occ_id: int, rid: str, who: str) -> ActionResult:
     """Cancel a waiting occurrence, or ask a running one to stop."""
-    return env.kernel.cancel(occ_id, request_id=rid, operator=who)
+    result = env.kernel.cancel(occ_id, request_id=rid, operator=who)
+    occ = result.occurrence
+    if occ.status == OccurrenceStatus.RUNNING:
+        if set(_safe_points(env, occ)) <= {_BEFORE_EXECUTE}:
+            env.note = (
+                f"it runs {_what_runs(occ)}, which has no safe point while it runs: "
+                "it will finish its current run, which is recorded as it ends and not retried"
+            )
+        else:
+            env.note = "it will stop at its next safe point (or finish, if it reaches none)"
+    return result
+
+
+_BEFORE_EXECUTE = SafePoint.BEFORE_EXECUTE.value
+
+
+def _safe_points(env: Env, occ: Occurrence) -> tuple[str, ...]:
+    """What the occurrence's adapter declares for its payload (none if not installed here)."""
+    adapter = load_adapters(env.app).get(occ.kind)
+    return declared_safe_points(adapter, occ.payload) if adapter is not None else ()
+
+
+def _what_runs(occ: Occurrence) -> str:
+    task = occ.payload.get("task") if occ.kind == "task" else None
+    return f"task {task!r}" if task else f"a {occ.kind!r} job"

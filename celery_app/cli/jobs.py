@@ -7,7 +7,9 @@ from typing import Any
 
 import click
 
+from adapters import load_adapters
 from beat_schedule.jobfiles import validate_job_file
+from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.timing import preview as preview_firings
 from beat_schedule.timing import trigger_key
 from celery_app.cli.actions import action_options, run_action
@@ -35,7 +37,8 @@ def describe_schedule(spec: dict[str, Any]) -> str:
     if schedule is None:
         return f"after {after['job']} on {after['on']}" if after else "manual"
     if "cron" in schedule:
-        return f"cron {schedule['cron']} {schedule['timezone']}"
+        both = " (day of month and weekday must both match)" if schedule.get("day_match") else ""
+        return f"cron {schedule['cron']} {schedule['timezone']}{both}"
     if "every" in schedule:
         return f"every {format_age(schedule['every'])}"
     if "in" in schedule:
@@ -46,13 +49,25 @@ def describe_schedule(spec: dict[str, Any]) -> str:
 @command("apply", jobs)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--dry-run", is_flag=True, help="Validate and show what would change; write nothing.")
-def _apply(env: Env, file: Path, dry_run: bool) -> None:
+@click.option(
+    "--allow-kind",
+    "allow_kinds",
+    multiple=True,
+    metavar="KIND",
+    help="Accept this kind though no adapter of it is installed here (only on the workers).",
+)
+def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) -> None:
     """Apply a job file (JSON, TOML or YAML): create, update or leave each job.
 
     Every job is validated first and all are applied in one transaction: if any is
-    refused, nothing is written.
+    refused, nothing is written. A kind no installed adapter runs is refused.
     """
     specs = validate_job_file(file)
+    check_kinds(
+        [(spec.id, spec.kind) for spec in specs],
+        load_adapters(env.app),
+        worker_only_kinds(env.app.conf) | set(allow_kinds),
+    )
     results: list[dict[str, Any]]
     if dry_run:
         results = [

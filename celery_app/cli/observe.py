@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from adapters import load_adapters
+from beat_schedule.sync import read_beat_schedule
 from celery_app.cli.output import Env, command, fields, format_age, format_json, iso, line, table
 from celery_app.config import KernelSettings, open_kernel
 from kernel import Beat, Event, Kernel, KernelError
@@ -75,6 +76,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
     counts = status["counts"]
     age_ms = status["oldest_claimable_age_ms"]
     warning = _beat_warning(beats, retention)
+    refused = _refused_entries(env.app)
     data = {
         "now": iso(now),
         "counts": counts,
@@ -85,6 +87,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
         "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
         "beats": beats,
         "warnings": [warning] if warning else [],
+        "refused_entries": refused,
     }
 
     def render() -> str:
@@ -123,6 +126,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
         ]
         if warning:
             parts.append(f"WARNING: {warning}")
+        parts += [f"REFUSED: {r['reason']}" for r in refused]
         return "\n".join(parts)
 
     env.emit(data, render)
@@ -259,6 +263,22 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"name": name, "status": status, "detail": detail}
 
 
+def _refused_entries(app: Any) -> list[dict[str, str]]:
+    """The app's ``beat_schedule`` entries Beat refuses, with why (the reason names the entry)."""
+    schedule = read_beat_schedule(app.conf, app.tasks)
+    return [{"entry": e.name, "reason": str(e.refused)} for e in schedule.entries if e.refused]
+
+
+def _beat_schedule_checks(app: Any) -> list[dict[str, str]]:
+    """One ``beat_schedule`` check per refused entry (fail) and per warning (warn)."""
+    schedule = read_beat_schedule(app.conf, app.tasks)
+    checks = [_check("schedule", "fail", r["reason"]) for r in _refused_entries(app)]
+    checks += [_check("schedule", "warn", w) for e in schedule.entries for w in e.warnings]
+    if not checks:
+        checks.append(_check("schedule", "ok", f"{len(schedule.entries)} entries"))
+    return checks
+
+
 def _doctor_checks(app: Any) -> list[dict[str, str]]:
     try:
         settings = KernelSettings.from_app(app)
@@ -286,6 +306,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         adapters = {}
     else:
         checks.append(_check("adapters", "ok", ", ".join(sorted(adapters)) or "none"))
+    checks += _beat_schedule_checks(app)
     try:
         kernel = open_kernel(app, migrate=False)
     except KernelError as exc:

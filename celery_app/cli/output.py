@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 import click
 
 from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
-from kernel import Kernel, KernelError
+from kernel import InvalidArgument, Kernel, KernelError
 
 __all__ = [
     "Env",
@@ -56,6 +56,7 @@ class Env:
     Attributes:
         app: the Celery app ``celery -A`` loaded.
         json: ``--json`` was given.
+        note: a sentence an action adds to its answer (what happens next), or None.
     """
 
     def __init__(self, ctx: click.Context, as_json: bool) -> None:
@@ -66,6 +67,13 @@ class Env:
         self.json = as_json
         self._ctx = ctx
         self._kernel: Kernel | None = None
+        self.note: str | None = None
+        try:
+            # As `celery worker` does (from the working directory): the app's
+            # `imports`/`include`, so its tasks and their settings are known here too.
+            app.loader.import_default_modules()
+        except ImportError as exc:
+            self.fail(InvalidArgument("imports", f"cannot import a module the app lists: {exc}"))
 
     @property
     def kernel(self) -> Kernel:

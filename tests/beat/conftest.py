@@ -2,7 +2,7 @@
 whose clock moves only when a test says so.
 
 The scheduler is made the way ``celery beat`` makes it (``celery.beat.Service``
-with the app from :func:`celery_app.app.create_app`), which opens the kernel at
+with the app from :func:`celery_app.factory.create_app`), which opens the kernel at
 ``KERNEL_DATABASE_URL`` and migrates it. The harness then swaps in a kernel on the same
 database driven by a :class:`~kernel.testing.ManualClock`, so a "tick at 12:05" is a
 whole Beat tick (heartbeat, lease expiry, materialise, pump to the embedded broker in
@@ -21,7 +21,7 @@ import pytest
 from celery.beat import Service
 
 from beat_schedule.scheduler import KernelScheduler
-from celery_app.app import create_app
+from celery_app.factory import create_app
 from kernel import Job, Kernel, Occurrence
 from kernel.testing import ManualClock
 

@@ -3,9 +3,10 @@ what the ``kernel`` key overrides, what is refused, and when a revision is made.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,8 @@ import pytest
 from celery import Celery
 from celery.schedules import BaseSchedule, crontab, schedule
 
-from beat_schedule.sync import apply_specs, beat_schedule_specs, entry_to_spec
-from kernel import InvalidArgument
+from beat_schedule.sync import apply_specs, entry_to_spec, read_beat_schedule, sync_beat_schedule
+from kernel import InvalidArgument, Kernel
 from kernel.testing import memory_kernel
 
 if TYPE_CHECKING:
@@ -37,7 +38,11 @@ def _schedule_of(value: Any, **kwargs: Any) -> dict[str, Any]:
     [
         (crontab(minute="*/15", hour="2-4"), {"cron": "*/15 2-4 * * *", "timezone": "UTC"}),
         (crontab(minute=0, hour=(12, 0), day_of_week="mon-fri"),
-         {"cron": "0 0,12 * * mon-fri", "timezone": "UTC"}),
+         {"cron": "0 0,12 * * 1-5", "timezone": "UTC"}),
+        (crontab(minute=0, hour=9, day_of_month="1-7", day_of_week="mon"),
+         {"cron": "0 9 1-7 * 1", "timezone": "UTC", "day_match": "all"}),
+        (crontab(minute=0, hour=4, day_of_week="monday,friday"),
+         {"cron": "0 4 * * 1,5", "timezone": "UTC"}),
         (crontab(minute=30, hour=1, day_of_month=1, month_of_year="*/3"),
          {"cron": "30 1 1 */3 *", "timezone": "UTC"}),
         (timedelta(minutes=5), {"every": 300.0}),
@@ -62,7 +67,7 @@ def test_a_crontab_reads_the_zone_of_its_app_or_of_the_synced_configuration() ->
         "timezone": "Asia/Kolkata",
         "beat_schedule": {"daily": {"task": "t", "schedule": crontab(minute=0, hour=9)}},
     }
-    [spec] = beat_schedule_specs(conf)
+    [spec] = read_beat_schedule(conf).specs
     assert spec["schedule"] == {"cron": "0 9 * * *", "timezone": "Asia/Kolkata"}
 
 
@@ -120,14 +125,14 @@ def test_unsupported_entries_are_refused_naming_the_field(
 def test_reapplying_keeps_the_revision_and_a_changed_entry_bumps_it() -> None:
     kernel = memory_kernel()
     entries = {"tick": {"task": "t", "schedule": timedelta(minutes=1)}}
-    specs = beat_schedule_specs({"beat_schedule": entries})
+    specs = read_beat_schedule({"beat_schedule": entries}).specs
     assert apply_specs(kernel, specs, source="beat_schedule") == {"tick": "created"}
     # The same meaning spelled another way (60 seconds as a number) is no change.
-    same = beat_schedule_specs({"beat_schedule": {"tick": {"task": "t", "schedule": 60}}})
+    same = read_beat_schedule({"beat_schedule": {"tick": {"task": "t", "schedule": 60}}}).specs
     assert apply_specs(kernel, same, source="beat_schedule") == {"tick": "unchanged"}
     assert kernel.get_job("tick").revision == 1
 
-    changed = beat_schedule_specs({"beat_schedule": {"tick": {"task": "t", "schedule": 120}}})
+    changed = read_beat_schedule({"beat_schedule": {"tick": {"task": "t", "schedule": 120}}}).specs
     assert apply_specs(kernel, changed, source="beat_schedule") == {"tick": "updated"}
     job = kernel.get_job("tick")
     assert job.revision == 2 and job.spec["schedule"] == {"every": 120.0}
@@ -137,10 +142,10 @@ def test_a_spec_the_kernel_refuses_is_logged_and_the_others_still_apply(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     kernel = memory_kernel()
-    specs = beat_schedule_specs({"beat_schedule": {
+    specs = read_beat_schedule({"beat_schedule": {
         "bad": {"task": "t", "schedule": 5, "kernel": {"overlap": "sometimes"}},
         "good": {"task": "t", "schedule": 5},
-    }})  # fmt: skip
+    }}).specs  # fmt: skip
     with caplog.at_level(logging.ERROR, logger="celery_kernel.beat"):
         outcome = apply_specs(kernel, specs, source="beat_schedule")
     assert outcome == {"bad": "refused: INVALID_ARGUMENT", "good": "created"}
@@ -166,3 +171,142 @@ def test_beat_applies_the_apps_beat_schedule_when_it_starts(
     # A Beat started again with the same configuration changes nothing.
     again = open_beat(url, beat_schedule=beat_schedule, timezone="Europe/Berlin")
     assert {j.id: j.revision for j in again.kernel.list_jobs()} == {"every-minute": 1, "nightly": 1}
+
+
+def test_entries_whose_names_make_one_job_id_are_both_refused_naming_both() -> None:
+    read = read_beat_schedule({"beat_schedule": {
+        "cleanup tmp": {"task": "t", "schedule": 60},
+        "cleanup-tmp": {"task": "t", "schedule": 120},
+        "other": {"task": "t", "schedule": 60},
+    }})  # fmt: skip
+    assert [spec["id"] for spec in read.specs] == ["other"]
+    refused = {e.name: e.refused for e in read.entries if e.refused}
+    assert set(refused) == {"cleanup tmp", "cleanup-tmp"}
+    assert "'cleanup tmp' and 'cleanup-tmp'" in str(refused["cleanup-tmp"])
+    # Refused entries still exist: their job is kept as it was, not retired.
+    assert read.owned == {"cleanup-tmp": "cleanup-tmp", "other": "other"}
+
+
+@pytest.fixture
+def source_kernel(kernel_url: str) -> Iterator[Kernel]:
+    """A migrated kernel on SQLite and, in a second run, on PostgreSQL."""
+    opened = Kernel.open(kernel_url, migrate_schema=True)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+def test_a_removed_entry_is_disabled_with_an_event_and_comes_back_enabled(
+    source_kernel: Kernel, caplog: pytest.LogCaptureFixture
+) -> None:
+    kernel = source_kernel
+    both = {"keep": {"task": "t", "schedule": 60}, "gone": {"task": "t", "schedule": 60}}
+    assert sync_beat_schedule(kernel, read_beat_schedule({"beat_schedule": both})) == {
+        "keep": "created",
+        "gone": "created",
+    }
+    kernel.apply_job({"id": "from-a-file", "kind": "task", "payload": {"task": "t"}})
+    with caplog.at_level(logging.INFO, logger="celery_kernel.beat"):
+        outcome = sync_beat_schedule(
+            kernel, read_beat_schedule({"beat_schedule": {"keep": both["keep"]}})
+        )
+    assert outcome == {"keep": "unchanged", "gone": "retired"}
+    assert "job gone disabled: its entry is no longer in beat_schedule" in caplog.text
+    gone = kernel.get_job("gone")
+    assert not gone.enabled and gone.revision == 1
+    assert kernel.get_job("from-a-file").enabled and kernel.get_job("keep").enabled
+    assert [e.type for e in kernel.events(job_id="gone", limit=10)][-2:] == [
+        "job_disabled",
+        "job_retired",
+    ]
+    # Starting again without it changes nothing; putting it back enables it.
+    again = sync_beat_schedule(
+        kernel, read_beat_schedule({"beat_schedule": {"keep": both["keep"]}})
+    )
+    assert again == {"keep": "unchanged"}
+    assert sync_beat_schedule(kernel, read_beat_schedule({"beat_schedule": both}))["gone"] == (
+        "restored"
+    )
+    assert kernel.get_job("gone").enabled
+
+
+def test_task_settings_and_options_become_job_fields_hint_options_or_warnings() -> None:
+    app = Celery("settings-test", set_as_current=False)
+
+    @app.task(name="flaky", autoretry_for=(OSError,), max_retries=4, retry_backoff=2,
+              retry_backoff_max=60, soft_time_limit=30, time_limit=40)  # fmt: skip
+    def flaky() -> None: ...
+
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    conf = {"beat_schedule": {
+        "f": {"task": "flaky", "schedule": 60, "relative": True,
+              "options": {"queue": "q1", "priority": 3, "routing_key": "rk", "expires": 30,
+                          "headers": {"h": "1"}, "countdown": 5}},
+        "p": {"task": "plain", "schedule": 60},
+        "u": {"task": "unknown", "schedule": 60},
+    }}  # fmt: skip
+    read = read_beat_schedule(conf, app.tasks)
+    specs = {spec["id"]: spec for spec in read.specs}
+    assert specs["f"]["queue"] == "q1" and specs["f"]["timeout"] == 30.0
+    assert specs["f"]["max_attempts"] == 5
+    assert specs["f"]["retry"] == {"backoff": 2.0, "factor": 2.0, "max": 60.0, "jitter": 0.5}
+    assert specs["p"]["max_attempts"] == 1 and "timeout" not in specs["p"]
+    assert "max_attempts" not in specs["u"]
+    assert read.hints == {
+        "f": {"priority": 3, "routing_key": "rk", "expires": 30, "headers": {"h": "1"}}
+    }
+    warnings = {e.name: " ".join(e.warnings) for e in read.entries}
+    assert "options countdown are not honoured" in warnings["f"]
+    assert "'relative' has no effect" in warnings["f"]
+    assert "task 'unknown' is not registered" in warnings["u"]
+    assert warnings["p"] == ""
+
+
+def test_the_pump_publishes_hints_with_the_entrys_options_and_celerys_time_limits(
+    open_beat: Callable[..., Beat], tmp_path: Path
+) -> None:
+    beat_schedule = {"timed": {
+        "task": "tests.noop", "schedule": 60.0,
+        "options": {"priority": 7, "routing_key": "celery", "headers": {"team": "ops"}},
+        "kernel": {"timeout": 30},
+    }}  # fmt: skip
+    beat = open_beat(f"sqlite:///{tmp_path / 'kernel.db'}", beat_schedule=beat_schedule)
+    # Beat defined the job on the real clock; tick past its first firing.
+    later = datetime.now(UTC) + timedelta(minutes=2)
+    beat.tick(later)
+    beat.tick(later + timedelta(seconds=1))
+    [message] = [
+        json.loads(f.read_text())
+        for f in (tmp_path / "var" / "broker" / "queue").iterdir()
+        if f.is_file()
+    ]
+    headers = message["headers"]
+    assert headers["task"] == "kernel.run_occurrence" and headers["shadow"] == "timed"
+    assert headers["timelimit"] == [35.0, 30.0] and headers["team"] == "ops"
+    assert message["properties"]["priority"] == 7
+    assert message["properties"]["delivery_info"]["routing_key"] == "celery"
+
+
+def test_beat_refuses_a_job_file_naming_a_kind_no_adapter_runs(
+    open_beat: Callable[..., Beat], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps({"jobs": [
+        {"id": "ok", "kind": "task", "payload": {"task": "tests.noop"}},
+        {"id": "typo", "kind": "teleport", "payload": {}},
+    ]}))  # fmt: skip
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    beat = open_beat(url, kernel_jobs_file=str(jobs_file))
+    assert beat.kernel.list_jobs() == []
+    [refusal] = [r for r in beat.caplog.records if getattr(r, "action", "") == "jobs_file_refused"]
+    assert "'teleport'" in refusal.getMessage() and "callable, http, shell, task" in (
+        refusal.getMessage()
+    )
+    monkeypatch.setenv("KERNEL_WORKER_KINDS", "teleport")
+    assert {j.id for j in open_beat(url, kernel_jobs_file=str(jobs_file)).kernel.list_jobs()} == {
+        "ok",
+        "typo",
+    }

@@ -290,3 +290,24 @@ def test_usage_errors_exit_2_and_keep_the_json_shape(cli, kernel: Kernel) -> Non
     plain = cli("jobs", "preview", "x", "--next", "zero")
     assert plain.code == 2
     assert "Invalid value" in plain.err
+
+
+def test_apply_refuses_a_kind_no_installed_adapter_runs_unless_allowed(
+    cli, kernel: Kernel, tmp_path: Path, monkeypatch
+) -> None:
+    path = write(
+        tmp_path / "typo.json",
+        json.dumps({"jobs": [{"id": "t", "kind": "shel", "payload": {"argv": ["true"]}}]}),
+    )
+    refused = cli("jobs", "apply", str(path), "--json")
+    assert refused.code == 1
+    error = refused.json()["error"]
+    assert error["code"] == "INVALID_ARGUMENT" and "'shel'" in error["message"]
+    assert "callable, http, shell, task" in error["message"]
+    assert kernel.list_jobs() == []
+    # A kind installed only on the workers: by flag, or by setting.
+    assert cli("jobs", "apply", str(path), "--allow-kind", "shel", "--json").code == 0
+    path.write_text(json.dumps({"jobs": [{"id": "u", "kind": "teleport", "payload": {}}]}))
+    monkeypatch.setenv("KERNEL_WORKER_KINDS", "gpu, teleport")
+    assert cli("jobs", "apply", str(path), "--json").code == 0
+    assert [job.id for job in kernel.list_jobs()] == ["t", "u"]

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from cli.support import Lines, define
 
 from kernel import Kernel
+
+CELERY = str(Path(sys.executable).with_name("celery"))
 
 
 def test_status_counts_and_a_fresh_beat(cli, kernel: Kernel) -> None:
@@ -109,6 +115,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "settings": "ok",
         "jobs file": "ok",
         "adapters": "ok",
+        "schedule": "ok",
         "database": "ok",
         "job kinds": "ok",
         "beat": "ok",
@@ -171,3 +178,33 @@ def test_prune_removes_old_settled_history_only(cli, kernel: Kernel) -> None:
     bad = cli("prune", "--older-than", "soon", "--json")
     assert (bad.code, bad.json()["error"]["details"]["field"]) == (1, "older_than")
     assert kernel.prune(older_than=timedelta(seconds=0.01)) == {"occurrences": 0, "events": 0}
+
+
+def test_the_cli_finds_the_config_module_and_imports_from_the_working_directory(
+    kernel: Kernel, db_url: str, tmp_path: Path
+) -> None:
+    """As `celery worker` does: no PYTHONPATH, the modules sit in the current directory."""
+    (tmp_path / "user_settings.py").write_text(
+        'imports = ["user_tasks"]\n'
+        'beat_schedule = {"a b": {"task": "user.t", "schedule": 60},\n'
+        '                 "a-b": {"task": "user.t", "schedule": 60}}\n'
+    )
+    (tmp_path / "user_tasks.py").write_text(
+        "from celery import shared_task\n\n@shared_task(name='user.t', soft_time_limit=5)\n"
+        "def t():\n    pass\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(CELERY_CONFIG_MODULE="user_settings", KERNEL_DATABASE_URL=db_url)
+    done = subprocess.run(
+        [CELERY, "-A", "celery_app", "kernel", "doctor", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    checks = json.loads(done.stdout)["checks"]
+    refused = [c for c in checks if c["name"] == "schedule"]
+    assert [c["status"] for c in refused] == ["fail", "fail"]
+    assert all("'a b' and 'a-b'" in c["detail"] for c in refused)

@@ -8,7 +8,7 @@ from typing import Any
 
 import celery
 import pytest
-from unit.adapter_support import make_context
+from unit.adapter_support import SafePoints, make_context
 
 from adapters.base import CHECKPOINT_V1, AdapterError, ErrorClass
 from adapters.task import TaskAdapter
@@ -85,3 +85,53 @@ def test_a_payload_without_a_task_name_is_invalid(app: celery.Celery) -> None:
     with pytest.raises(AdapterError, match="payload.task is required") as caught:
         run(TaskAdapter(app), {"args": [1]})
     assert (caught.value.code, caught.value.retryable) == ("INVALID_PAYLOAD", False)
+
+
+def test_a_task_body_reaches_its_run_through_current_run(app: celery.Celery) -> None:
+    from celery_app import current_run
+
+    @app.task(name="t.steps", shared=False, kernel_checkpoints=True)
+    def steps() -> dict[str, Any]:
+        start = current_run.resumed["done"]
+        for done in range(start, 3):
+            current_run.checkpoint({"done": done})
+        return {"from": start, "occurrence": current_run.occurrence_id}
+
+    points = SafePoints()
+    ctx = make_context("task", {"task": "t.steps"}, safe_points=points, resumed={"done": 1})
+    assert TaskAdapter(app).execute(ctx) == {"from": 1, "occurrence": ctx.occurrence.id}
+    assert points.seen == [("adapter_checkpoint", {"done": 1}), ("adapter_checkpoint", {"done": 2})]
+    # Outside a kernel run every call is harmless.
+    assert (current_run.active, current_run.resumed, current_run.cancelled) == (False, None, False)
+    current_run.checkpoint({"done": 0})
+
+
+def test_only_a_task_that_opts_in_declares_a_safe_point_inside_its_body(
+    app: celery.Celery,
+) -> None:
+    @app.task(name="t.opted", shared=False, kernel_checkpoints=True)
+    def opted() -> None: ...
+
+    adapter = TaskAdapter(app)
+    assert adapter.safe_points_for({"task": "t.opted"}) == CHECKPOINT_V1.safe_points
+    assert adapter.safe_points_for({"task": "t.where"}) == ("before_execute",)
+    assert adapter.safe_points_for({"task": "t.unknown"}) == ("before_execute",)
+
+
+def test_autoretry_for_decides_retryable_and_celerys_own_retry_never_runs(
+    app: celery.Celery,
+) -> None:
+    calls: list[str] = []
+
+    @app.task(name="t.auto", shared=False, autoretry_for=(OSError,), max_retries=5)
+    def auto(error: str) -> None:
+        calls.append(error)
+        raise {"os": OSError, "value": ValueError}[error]("boom")
+
+    adapter = TaskAdapter(app)
+    with pytest.raises(OSError):  # listed: the kernel retries it by its policy
+        run(adapter, {"task": "t.auto", "args": ["os"]})
+    with pytest.raises(AdapterError) as final:  # not listed: final, as under Celery
+        run(adapter, {"task": "t.auto", "args": ["value"]})
+    assert (final.value.code, final.value.retryable) == ("TASK_FAILED", False)
+    assert calls == ["os", "value"], "each body ran once: no Celery retry"

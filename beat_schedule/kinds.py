@@ -1,0 +1,45 @@
+"""Refuse job definitions whose ``kind`` no installed adapter runs.
+
+A typo (``shel``) would otherwise define a job that dead-letters every run with
+ADAPTER_UNKNOWN. Kinds installed only on the workers (not where the definition is
+applied) are allowed by name: ``KERNEL_WORKER_KINDS`` / ``kernel_worker_kinds``
+(comma-separated, or a list) or ``kernel jobs apply --allow-kind``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from kernel import InvalidArgument
+
+__all__ = ["worker_only_kinds", "check_kinds"]
+
+
+def worker_only_kinds(conf: Any) -> set[str]:
+    """The kinds ``KERNEL_WORKER_KINDS`` (else ``kernel_worker_kinds``) allows."""
+    value = os.environ.get("KERNEL_WORKER_KINDS") or conf.get("kernel_worker_kinds") or ()
+    names = value.split(",") if isinstance(value, str) else value
+    return {str(name).strip() for name in names if str(name).strip()}
+
+
+def check_kinds(
+    kinds: Iterable[tuple[str, str]], installed: Iterable[str], allowed: set[str]
+) -> None:
+    """Refuse the first ``(job id, kind)`` whose kind is neither installed nor allowed.
+
+    Raises:
+        InvalidArgument: ``field`` names the job's kind; the message lists the
+            installed kinds and how to allow one installed only on workers.
+    """
+    known = set(installed) | allowed
+    for job_id, kind in kinds:
+        if kind not in known:
+            raise InvalidArgument(
+                f"jobs[{job_id!r}].kind",
+                f"no adapter of kind {kind!r} is installed; installed kinds: "
+                f"{', '.join(sorted(installed))}. If it is installed only on the workers, "
+                "allow it with KERNEL_WORKER_KINDS or --allow-kind",
+                kind=kind,
+            )

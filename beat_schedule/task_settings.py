@@ -1,0 +1,92 @@
+"""What a Celery task's own settings and an entry's ``options`` mean on the kernel.
+
+A ``beat_schedule`` entry names a task whose decorator may set time limits and
+automatic retries, and an ``options`` dict Celery would pass to ``apply_async``. On
+the kernel the task body runs inside ``kernel.run_occurrence``, so each setting is
+either turned into the job's own field (timeout, attempts, backoff: the kernel owns
+the retry), carried on the published hint (routing, priority, expiry, headers), or
+reported by name: nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["HINT_OPTIONS", "hint_options", "task_fields"]
+
+#: ``options`` keys the dispatch pump passes to ``send_task`` for the entry's hints.
+HINT_OPTIONS = ("routing_key", "exchange", "priority", "expires", "headers")
+#: Celery's default ``retry_backoff_max`` and ``default_retry_delay`` (seconds).
+_BACKOFF_MAX = 600.0
+_RETRY_DELAY = 180.0
+#: Celery's ``retry_jitter`` draws each delay from [0, delay]; the kernel spreads a
+#: delay by ± a fraction, and half of it keeps the same average.
+_FULL_JITTER = 0.5
+#: The kernel's ceiling for ``max_attempts``; Celery's ``max_retries=None`` is unbounded.
+_MAX_ATTEMPTS = 1000
+
+
+def hint_options(name: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(what the pump passes to ``send_task`` for this entry, warnings naming the entry).
+
+    ``queue`` becomes the job's queue and is not repeated here.
+    """
+    honoured = {key: options[key] for key in HINT_OPTIONS if options.get(key) is not None}
+    ignored = sorted(set(options) - {*HINT_OPTIONS, "queue"})
+    warnings = []
+    if ignored:
+        warnings.append(
+            f"beat_schedule[{name!r}]: options {', '.join(ignored)} are not honoured on "
+            f"the kernel (it honours queue, {', '.join(HINT_OPTIONS)})"
+        )
+    if "expires" in honoured:
+        warnings.append(
+            f"beat_schedule[{name!r}]: options.expires drops an unclaimed hint; the kernel "
+            "publishes it again after kernel_rehint_after rather than skipping the run"
+        )
+    return honoured, warnings
+
+
+def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
+    """Job spec fields from the task's time limits and automatic-retry settings.
+
+    Returns (fields, warnings). A task without ``autoretry_for`` is not retried by
+    Celery, so its job gets one attempt; with it, ``max_retries`` + 1 attempts and
+    ``retry_backoff``'s exponential delays (else ``default_retry_delay``).
+    """
+    fields: dict[str, Any] = {}
+    warnings: list[str] = []
+    limits = [v for v in (task.soft_time_limit, task.time_limit) if v]
+    if limits:
+        # The soft limit (or the hard one) is the job's timeout: the worker publishes
+        # it as the hint's soft time limit, so the body stops and the run settles
+        # as a TIMEOUT failure the kernel retries by its policy.
+        fields["timeout"] = float(limits[0])
+    if not getattr(task, "autoretry_for", ()):
+        fields["max_attempts"] = 1
+        return fields, warnings
+    retry_kwargs = dict(getattr(task, "retry_kwargs", None) or {})
+    max_retries = retry_kwargs.get("max_retries", task.max_retries)
+    if max_retries is None:
+        warnings.append(
+            f"beat_schedule[{name!r}]: task {task.name} retries without limit; the kernel "
+            f"allows at most {_MAX_ATTEMPTS} attempts"
+        )
+        fields["max_attempts"] = _MAX_ATTEMPTS
+    else:
+        fields["max_attempts"] = min(int(max_retries) + 1, _MAX_ATTEMPTS)
+    backoff = float(getattr(task, "retry_backoff", False) or 0)
+    if backoff:
+        ceiling = float(getattr(task, "retry_backoff_max", _BACKOFF_MAX))
+        start = max(1.0, backoff)
+        fields["retry"] = {
+            "backoff": start,
+            "factor": 2.0,
+            "max": max(ceiling, start),
+            "jitter": _FULL_JITTER if getattr(task, "retry_jitter", True) else 0.0,
+        }
+    else:
+        delay = float(retry_kwargs.get("countdown", task.default_retry_delay or _RETRY_DELAY))
+        fields["retry"] = {"backoff": delay, "factor": 1.0, "max": delay, "jitter": 0.0}
+    return fields, warnings

@@ -1,0 +1,40 @@
+"""Building the Celery app of ``celery -A celery_app worker|beat|flower|kernel``.
+
+Your own tasks and ``beat_schedule`` go in a config module named by
+``CELERY_CONFIG_MODULE`` (plain Celery configuration), or in a module that
+imports ``celery_app.app`` (built on first access) and adds to it. A project with its
+own ``Celery()`` instance calls :func:`celery_app.install` on it instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery import Celery
+from celery.utils.imports import import_from_cwd
+
+from celery_app.config import embedded_broker_options
+from celery_app.install import install
+
+__all__ = ["create_app"]
+
+
+def create_app(main: str = "celery_app", **conf: Any) -> Celery:
+    """Build a Celery app wired to the kernel; keyword arguments override configuration."""
+    celery = Celery(main)
+    if not os.environ.get("CELERY_BROKER_URL"):
+        celery.conf.broker_url = "filesystem://"
+    user_module = os.environ.get("CELERY_CONFIG_MODULE")
+    if user_module:
+        # Found from the working directory, as `celery worker` finds the -A module.
+        module = import_from_cwd(user_module)
+        celery.conf.update(
+            {k: v for k, v in vars(module).items() if k.islower() and not k.startswith("_")}
+        )
+    celery.conf.update(conf)
+    if str(celery.conf.broker_url).startswith("filesystem://"):
+        # The embedded broker's folders, unless the user's options name their own.
+        options = celery.conf.broker_transport_options or {}
+        celery.conf.broker_transport_options = {**embedded_broker_options(), **options}
+    return install(celery)

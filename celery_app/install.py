@@ -1,0 +1,56 @@
+"""``install(app)``: put the kernel onto an existing Celery app, whatever its module.
+
+An existing project keeps its own ``Celery()`` instance, its tasks and its
+``beat_schedule`` and runs ``celery -A myproj worker|beat|kernel`` as before; one
+call adds what celery-kernel needs: the Beat scheduler, the
+``kernel.run_occurrence`` task, the worker's signal handlers and warm-shutdown
+step. The ``kernel`` command is a Celery CLI plug-in and works with any app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery_app import signals, tasks
+
+__all__ = ["KERNEL_DEFAULTS", "install"]
+
+#: Settings the kernel's wiring relies on. Installed as defaults: what the app's own
+#: configuration sets, before or after ``install``, wins.
+KERNEL_DEFAULTS: dict[str, Any] = dict(
+    # Messages are hints carrying an occurrence id; JSON is all they need.
+    task_serializer="json",
+    result_serializer="json",
+    event_serializer="json",
+    accept_content=["json"],
+    result_accept_content=["json"],
+    # Results live in the kernel; a hint lost with its worker is re-published by the pump.
+    task_ignore_result=True,
+    task_acks_late=False,
+    worker_prefetch_multiplier=1,
+    # Flower shows each run under its job's name (the shadow) from the worker's events.
+    # No task-sent events: those carry the real task name and could overwrite the job's.
+    worker_send_task_events=True,
+    task_send_sent_event=False,
+    beat_scheduler="beat_schedule.scheduler:KernelScheduler",
+    beat_max_loop_interval=1,
+    broker_connection_retry_on_startup=True,
+)
+
+
+def install(app: Any) -> Any:
+    """Install the kernel onto the Celery app ``app`` and return it (idempotent).
+
+    Adds :data:`KERNEL_DEFAULTS` as defaults (so ``celery -A yourproj beat`` uses the
+    kernel's scheduler unless your configuration names another), registers
+    ``kernel.run_occurrence``, connects the worker's per-process kernel and
+    warm-shutdown hand-back. The kernel is configured by the app's ``kernel_*``
+    settings or ``KERNEL_*`` environment variables (``kernel_database_url``).
+    """
+    if getattr(app, "_kernel_installed", False):
+        return app
+    app.add_defaults(KERNEL_DEFAULTS)
+    tasks.register(app)
+    signals.connect(app)
+    app._kernel_installed = True
+    return app
