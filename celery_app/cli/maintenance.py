@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import click
 
+from celery_app import operations
 from celery_app.cli.output import Env, command, fields
 from celery_app.config import KernelSettings
 from kernel import Kernel
@@ -61,9 +60,9 @@ def prune(env: Env, older_than: str, limit: int) -> None:
     Dead letters and occurrences waiting for adjudication are never pruned.
     """
     seconds = parse_duration(older_than, "older_than")
-    pruned = env.kernel.prune(older_than=timedelta(seconds=seconds), limit=limit)
+    pruned = operations.prune(env.kernel, seconds, limit)
     env.emit(
-        {"older_than_s": seconds, **pruned},
+        pruned,
         lambda: (
             f"pruned {pruned['occurrences']} occurrence(s) and {pruned['events']} event(s) "
             f"settled more than {older_than} ago"

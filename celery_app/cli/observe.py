@@ -10,44 +10,15 @@ from typing import Any
 import click
 
 from adapters import load_adapters
+from celery_app import operations
 from celery_app.cli.output import Env, command, fields, format_age, format_json, iso, line, table
 from celery_app.config import KernelSettings, open_kernel
-from kernel import Beat, Event, Kernel, KernelError
+from celery_app.operations import beat_health, beat_warning
+from kernel import Event, Kernel, KernelError
 
-__all__ = ["STALE_BEAT_FACTOR", "beat_health", "doctor", "events", "status"]
+__all__ = ["doctor", "events", "status"]
 
-#: A Beat that has not ticked for this many of its intervals is considered stopped.
-STALE_BEAT_FACTOR = 3
 _PAGE = 1000
-
-
-def beat_health(beats: list[Beat], now: datetime) -> list[dict[str, Any]]:
-    """Each Beat's last tick, its age and whether it is stale (> 3× its interval)."""
-    rows = []
-    for beat in beats:
-        age = (now - beat.last_tick_at).total_seconds()
-        rows.append(
-            {
-                "id": beat.id,
-                "host": beat.host,
-                "interval_s": beat.interval_s,
-                "last_tick_at": iso(beat.last_tick_at),
-                "age_s": round(age, 3),
-                "stale": age > STALE_BEAT_FACTOR * beat.interval_s,
-            }
-        )
-    return rows
-
-
-def _beat_warning(beats: list[dict[str, Any]]) -> str | None:
-    if not beats:
-        return "no Beat has ever ticked: start `celery -A celery_app beat`; nothing is scheduled"
-    if all(b["stale"] for b in beats):
-        return (
-            f"no Beat has ticked within {STALE_BEAT_FACTOR}x its interval: is Beat running? "
-            "due firings are not created and hints are not re-published"
-        )
-    return None
 
 
 @command("status")
@@ -58,23 +29,11 @@ def _beat_warning(beats: list[dict[str, Any]]) -> str | None:
 )
 def status(env: Env, fail_on_stale_beat: bool) -> None:
     """Counts per status, expiring leases, pauses, dead letters, and each Beat's last tick."""
-    status = env.kernel.status()
-    now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
-    beats = beat_health(env.kernel.beats(), now)
-    counts = status["counts"]
-    age_ms = status["oldest_claimable_age_ms"]
-    warning = _beat_warning(beats)
-    data = {
-        "now": iso(now),
-        "counts": counts,
-        "paused": status["paused"],
-        "leases_expiring_10s": status["leases_expiring_10s"],
-        "dead_letters": counts["dead_letter"],
-        "needs_adjudication": counts["needs_adjudication"],
-        "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
-        "beats": beats,
-        "warnings": [warning] if warning else [],
-    }
+    data = operations.status(env.kernel)
+    counts = data["counts"]
+    beats = data["beats"]
+    age_s = data["oldest_claimable_age_s"]
+    warning = data["warnings"][0] if data["warnings"] else None
 
     def render() -> str:
         parts = [
@@ -83,13 +42,13 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
             "",
             fields(
                 [
-                    ("paused", status["paused"]),
-                    ("leases expiring within 10s", status["leases_expiring_10s"]),
+                    ("paused", data["paused"]),
+                    ("leases expiring within 10s", data["leases_expiring_10s"]),
                     ("dead letters", counts["dead_letter"]),
                     ("needs adjudication", counts["needs_adjudication"]),
                     (
                         "oldest claimable",
-                        "-" if age_ms is None else f"waiting {format_age(age_ms / 1000)}",
+                        "-" if age_s is None else f"waiting {format_age(age_s)}",
                     ),
                 ]
             ),
@@ -247,7 +206,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         )
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
-        warning = _beat_warning(beat_health(kernel.beats(), now))
+        warning = beat_warning(beat_health(kernel.beats(), now))
         checks.append(
             _check("beat", "warn", warning) if warning else _check("beat", "ok", "ticking")
         )

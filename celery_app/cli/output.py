@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 import click
 
 from celery_app.config import open_kernel
+from celery_app.operations import iso
 from kernel import Kernel, KernelError
 
 __all__ = [
@@ -172,13 +173,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, tuple | set | frozenset):
         return list(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def iso(value: datetime | None) -> str | None:
-    """UTC ISO 8601 with a ``Z``; None stays None."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def format_age(seconds: float | None) -> str:
