@@ -28,6 +28,7 @@ __all__ = [
     "beat_warning",
     "cancel",
     "delete_job",
+    "events",
     "iso",
     "new_request_id",
     "occurrence_detail",
@@ -37,10 +38,12 @@ __all__ = [
     "prune",
     "requeue",
     "resume",
+    "runtime_controls",
     "run_now",
     "schedule_kind",
     "set_job_enabled",
     "status",
+    "utc",
 ]
 
 #: A Beat that has not ticked for this many of its intervals is considered stopped.
@@ -50,6 +53,11 @@ _IDENT = text(128)
 
 
 # -- reads ----------------------------------------------------------------------
+
+
+def utc(moment: datetime) -> datetime:
+    """``moment`` in UTC; a naive one is read as UTC."""
+    return moment.replace(tzinfo=UTC) if moment.utcoffset() is None else moment.astimezone(UTC)
 
 
 def iso(value: datetime | None) -> str | None:
@@ -110,6 +118,19 @@ def status(kernel: Kernel) -> dict[str, Any]:
     }
 
 
+def events(
+    kernel: Kernel, after_id: int, job_id: str | None, occurrence_id: int | None, limit: int
+) -> dict[str, Any]:
+    """One page of the event log after ``after_id``, oldest first, and where it ends."""
+    found = kernel.events(
+        after_id=after_id, job_id=job_id, occurrence_id=occurrence_id, limit=limit
+    )
+    return {
+        "events": [event.to_dict() for event in found],
+        "last_id": found[-1].id if found else after_id,
+    }
+
+
 def occurrence_events(kernel: Kernel, occurrence_id: int) -> list[dict[str, Any]]:
     """Every event of one occurrence, oldest first."""
     found: list[dict[str, Any]] = []
@@ -120,6 +141,20 @@ def occurrence_events(kernel: Kernel, occurrence_id: int) -> list[dict[str, Any]
         if len(page) < _EVENT_PAGE:
             return found
         after = page[-1].id
+
+
+def runtime_controls(kernel: Kernel, limit: int) -> list[dict[str, Any]]:
+    """Running, pause-requested and paused occurrences, for dashboards."""
+    return [
+        {**row, "lease_expires_at": iso(_instant(row["lease_expires_at"]))}
+        for row in kernel.runtime_controls(limit)
+    ]
+
+
+def _instant(value: datetime | int | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromtimestamp(value / 1000, UTC)
 
 
 def occurrence_detail(kernel: Kernel, occurrence_id: int) -> dict[str, Any]:

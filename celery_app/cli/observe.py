@@ -11,7 +11,7 @@ import click
 
 from adapters import load_adapters
 from celery_app import operations
-from celery_app.cli.output import Env, command, fields, format_age, format_json, iso, line, table
+from celery_app.cli.output import Env, command, fields, format_age, format_json, line, table
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.operations import beat_health, beat_warning
 from kernel import Event, Kernel, KernelError
@@ -139,15 +139,15 @@ def events(
     """
     kernel = env.kernel
     if not follow:
-        found = kernel.events(
-            after_id=after or 0, job_id=job_id, occurrence_id=occurrence_id, limit=limit
-        )
-        last = found[-1].id if found else (after or 0)
+        data = operations.events(kernel, after or 0, job_id, occurrence_id, limit)
         env.emit(
-            {"events": [e.to_dict() for e in found], "last_id": last},
+            data,
             lambda: table(
                 ("id", "at", "type", "job", "occurrence", "data"),
-                ((e.id, iso(e.at), e.type, e.job_id, e.occurrence_id, e.data) for e in found),
+                (
+                    (e["id"], e["at"], e["type"], e["job_id"], e["occurrence_id"], e["data"])
+                    for e in data["events"]
+                ),
                 empty="(no events)",
             ),
         )

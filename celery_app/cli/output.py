@@ -21,13 +21,13 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NoReturn
 
 import click
 
 from celery_app.config import open_kernel
-from celery_app.operations import iso
+from celery_app.operations import iso, utc
 from kernel import Kernel, KernelError
 
 __all__ = [
@@ -158,7 +158,7 @@ class Instant(click.ParamType):  # type: ignore[type-arg]
                     param,
                     ctx,
                 )
-        return moment.replace(tzinfo=UTC) if moment.utcoffset() is None else moment.astimezone(UTC)
+        return utc(moment)
 
 
 def format_json(data: Any, *, indent: int | None = None) -> str:
