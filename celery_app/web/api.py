@@ -40,6 +40,7 @@ class ErrorBody(BaseModel):
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
     for status, text in (
+        (400, "The request body could not be parsed (not JSON)"),
         (401, "No valid bearer token"),
         (403, "The token's role may not do this"),
         (404, "No such job or occurrence"),
