@@ -91,7 +91,8 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
 def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     """The web application over ``context``; with ``close_kernel`` it closes the kernel
     when the server stops."""
-    from celery_app.web import api, console  # the routers need the names defined above
+    # The routers need the names defined above.
+    from celery_app.web import api, confirm, console
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -114,6 +115,7 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     app.state.context = context
     app.include_router(api.router)
     app.include_router(console.router)
+    app.include_router(confirm.router)
     app.mount("/static", StaticFiles(directory=console.STATIC_DIR), name="static")
     app.add_exception_handler(console.LoginNeeded, console.login_redirect)
 
