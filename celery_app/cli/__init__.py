@@ -8,7 +8,17 @@ from __future__ import annotations
 
 import click
 
-from celery_app.cli import actions, exporter, jobs, maintenance, observe, occurrences, why
+from celery_app.cli import (
+    actions,
+    exporter,
+    jobs,
+    maintenance,
+    observe,
+    occurrences,
+    users,
+    web,
+    why,
+)
 
 __all__ = ["kernel"]
 
@@ -33,5 +43,7 @@ for _command in (
     maintenance.migrate,
     maintenance.prune,
     exporter.exporter,
+    web.web,
+    users.users,
 ):
     kernel.add_command(_command)

@@ -13,25 +13,15 @@ from __future__ import annotations
 import functools
 import getpass
 import os
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from adapters import load_adapters
-from adapters.registry import declared_safe_points
+from celery_app import operations
 from celery_app.cli.output import Env, command, fields
-from kernel import (
-    ActionResult,
-    Decision,
-    KernelError,
-    Occurrence,
-    OccurrenceStatus,
-    PauseUnsupported,
-    SafePoint,
-)
-from kernel.durations import text
+from celery_app.operations import Action
+from kernel import Decision
 
 __all__ = [
     "action_options",
@@ -43,8 +33,6 @@ __all__ = [
     "resume",
     "run_action",
 ]
-
-_IDENT = text(128)
 
 
 def default_operator() -> str:
@@ -72,61 +60,45 @@ def action_options(body: Callable[..., None]) -> Callable[..., None]:
     )(body)
 
 
-def run_action(
-    env: Env, request_id: str | None, operator: str | None, act: Callable[[str, str], ActionResult]
-) -> None:
-    """Run ``act(request_id, operator)`` and print the result with the request id used.
-
-    A refusal carries the request id too, so an uncertain outcome can be retried.
-    """
-    rid = _IDENT(request_id if request_id is not None else uuid.uuid4().hex, "request_id")
-    who = _IDENT(operator if operator is not None else default_operator(), "operator")
-    try:
-        result = act(rid, who)
-    except KernelError as exc:
-        exc.details.setdefault("request_id", rid)
-        raise
-    occ = result.occurrence
-    data = {
-        "request_id": result.request_id,
-        "deduplicated": result.deduplicated,
-        "operator": who,
-        "occurrence": occ.to_dict(),
-    }
-    if env.note:
-        data["note"] = env.note
+def run_action(env: Env, request_id: str | None, operator: str | None, action: Action) -> None:
+    """Run an operator action and print the result with the request id used."""
+    data = operations.act(
+        env.app,
+        request_id if request_id is not None else operations.new_request_id(),
+        operator if operator is not None else default_operator(),
+        action,
+    )
 
     def render() -> str:
-        control = occ.control.state.value if occ.control else None
+        occ = data["occurrence"]
         replay = (
-            " (deduplicated: this request id was already applied)" if result.deduplicated else ""
+            " (deduplicated: this request id was already applied)" if data["deduplicated"] else ""
         )
         return fields(
             [
-                ("request id", f"{result.request_id}{replay}"),
-                ("occurrence", occ.id),
-                ("job", occ.job_id),
-                ("status", occ.status.value),
-                ("control", control),
-                ("fence", occ.fence),
-                ("cancel requested", occ.cancel_requested),
-                ("note", env.note),
+                ("request id", f"{data['request_id']}{replay}"),
+                ("occurrence", occ["id"]),
+                ("job", occ["job_id"]),
+                ("status", occ["status"]),
+                ("control", (occ["control"] or {}).get("state")),
+                ("fence", occ["fence"]),
+                ("cancel requested", occ["cancel_requested"]),
+                ("note", data.get("note")),
             ]
         )
 
     env.emit(data, render)
 
 
-def _occurrence_action(body: Callable[..., ActionResult]) -> Callable[..., None]:
-    """Wrap ``body(env, occ, rid, who, **opts)`` as ``OCC --request-id --operator``."""
+def _occurrence_action(body: Callable[..., Action]) -> Callable[..., None]:
+    """Wrap ``body(env, occ, **opts)`` (which names the action) as ``OCC --request-id
+    --operator``."""
 
     @functools.wraps(body)
     def run(
         env: Env, occurrence: int, request_id: str | None, operator: str | None, **opts: Any
     ) -> None:
-        run_action(
-            env, request_id, operator, lambda rid, who: body(env, occurrence, rid, who, **opts)
-        )
+        run_action(env, request_id, operator, body(env, occurrence, **opts))
 
     return click.argument("occurrence", type=int)(action_options(run))
 
@@ -139,27 +111,9 @@ def _occurrence_action(body: Callable[..., ActionResult]) -> Callable[..., None]
     default=None,
     help="Pause only the run under this fence (default: the current fence).",
 )
-def pause(env: Env, occ_id: int, rid: str, who: str, fence: int | None) -> ActionResult:
+def pause(env: Env, occ_id: int, fence: int | None) -> Action:
     """Ask a running occurrence to pause at its next safe point."""
-    occ = env.kernel.get_occurrence(occ_id)
-    safe_points = _safe_points(env, occ)
-    if occ.status == OccurrenceStatus.RUNNING and set(safe_points) <= {_BEFORE_EXECUTE}:
-        # Its only safe point is behind it: accepting would leave the request pending
-        # until the run ends on its own.
-        raise PauseUnsupported(
-            f"occurrence {occ_id} is running {_what_runs(occ)}, which has no safe point "
-            "while it runs (a task opts in with kernel_checkpoints=True and calls "
-            "current_run.checkpoint()); it cannot be paused now. Cancel it instead: it "
-            "will finish its current run",
-            occurrence_id=occ_id,
-        )
-    return env.kernel.request_pause(
-        occ_id,
-        expected_fence=occ.fence if fence is None else fence,
-        request_id=rid,
-        safe_points=safe_points,
-        operator=who,
-    )
+    return operations.pause(env.kernel, env.app, occ_id, fence)
 
 
 @command("resume")
@@ -170,9 +124,9 @@ def pause(env: Env, occ_id: int, rid: str, who: str, fence: int | None) -> Actio
     default=None,
     help="Resume only if the control is still at this revision.",
 )
-def resume(env: Env, occ_id: int, rid: str, who: str, revision: int | None) -> ActionResult:
+def resume(env: Env, occ_id: int, revision: int | None) -> Action:
     """Make a paused occurrence claimable; it resumes from its checkpoint."""
-    return env.kernel.resume(occ_id, request_id=rid, operator=who, expected_revision=revision)
+    return operations.resume(env.kernel, occ_id, revision)
 
 
 @command("requeue")
@@ -181,19 +135,9 @@ def resume(env: Env, occ_id: int, rid: str, who: str, revision: int | None) -> A
 @click.option(
     "--error-code", default=None, help="Expected last error code (default: the current one)."
 )
-def requeue(
-    env: Env, occ_id: int, rid: str, who: str, fence: int | None, error_code: str | None
-) -> ActionResult:
+def requeue(env: Env, occ_id: int, fence: int | None, error_code: str | None) -> Action:
     """Give a dead letter one more run, consuming no attempt."""
-    if fence is None or error_code is None:
-        occ = env.kernel.get_occurrence(occ_id)
-        fence = occ.fence if fence is None else fence
-        error_code = (
-            str((occ.last_error or {}).get("code", "")) if error_code is None else error_code
-        )
-    return env.kernel.requeue(
-        occ_id, expected_fence=fence, expected_error_code=error_code, request_id=rid, operator=who
-    )
+    return operations.requeue(env.kernel, occ_id, fence, error_code)
 
 
 @command("adjudicate")
@@ -204,37 +148,13 @@ def requeue(
     type=click.Choice([d.value for d in Decision]),
     help="applied: it happened (succeeded); not_applied: run it again; abandon: dead letter.",
 )
-def adjudicate(env: Env, occ_id: int, rid: str, who: str, decision: str) -> ActionResult:
+def adjudicate(env: Env, occ_id: int, decision: str) -> Action:
     """Decide an at-most-once occurrence whose outcome is unknown."""
-    return env.kernel.adjudicate(occ_id, decision=decision, request_id=rid, operator=who)
+    return operations.adjudicate(env.kernel, occ_id, decision)
 
 
 @command("cancel")
 @_occurrence_action
-def cancel(env: Env, occ_id: int, rid: str, who: str) -> ActionResult:
+def cancel(env: Env, occ_id: int) -> Action:
     """Cancel a waiting occurrence, or ask a running one to stop."""
-    result = env.kernel.cancel(occ_id, request_id=rid, operator=who)
-    occ = result.occurrence
-    if occ.status == OccurrenceStatus.RUNNING:
-        if set(_safe_points(env, occ)) <= {_BEFORE_EXECUTE}:
-            env.note = (
-                f"it runs {_what_runs(occ)}, which has no safe point while it runs: "
-                "it will finish its current run, which is recorded as it ends and not retried"
-            )
-        else:
-            env.note = "it will stop at its next safe point (or finish, if it reaches none)"
-    return result
-
-
-_BEFORE_EXECUTE = SafePoint.BEFORE_EXECUTE.value
-
-
-def _safe_points(env: Env, occ: Occurrence) -> tuple[str, ...]:
-    """What the occurrence's adapter declares for its payload (none if not installed here)."""
-    adapter = load_adapters(env.app).get(occ.kind)
-    return declared_safe_points(adapter, occ.payload) if adapter is not None else ()
-
-
-def _what_runs(occ: Occurrence) -> str:
-    task = occ.payload.get("task") if occ.kind == "task" else None
-    return f"task {task!r}" if task else f"a {occ.kind!r} job"
+    return operations.cancel(env.kernel, occ_id)

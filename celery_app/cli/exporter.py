@@ -25,9 +25,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from celery_app.cli.observe import beat_health
 from celery_app.cli.output import Env, command
 from celery_app.config import KernelSettings
+from celery_app.operations import beat_health
 from kernel import Event, InvalidArgument, Kernel, KernelError, OccurrenceStatus
 
 __all__ = ["KernelCollector", "exporter"]

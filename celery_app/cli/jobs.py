@@ -10,24 +10,14 @@ import click
 from adapters import load_adapters
 from beat_schedule.jobfiles import validate_job_file
 from beat_schedule.kinds import check_kinds, worker_only_kinds
-from beat_schedule.timing import preview as preview_firings
-from beat_schedule.timing import trigger_key
+from celery_app import operations
 from celery_app.cli.actions import action_options, run_action
 from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
 from kernel import Job, KernelError, NotFound
 
-__all__ = ["jobs", "describe_schedule", "schedule_kind"]
+__all__ = ["jobs", "describe_schedule"]
 
 jobs = click.Group("jobs", help="Job definitions: apply files, inspect, enable, run now.")
-
-
-def schedule_kind(schedule: dict[str, Any] | None) -> str | None:
-    """The trigger-key kind of a schedule: ``cron``, ``every`` or ``at`` (``in`` is ``at``)."""
-    if schedule is None:
-        return None
-    return next(
-        "at" if kind == "in" else kind for kind in ("cron", "every", "at", "in") if kind in schedule
-    )
 
 
 def describe_schedule(spec: dict[str, Any]) -> str:
@@ -169,11 +159,11 @@ def _show(env: Env, job_id: str) -> None:
 
 
 def _set_enabled(env: Env, job_id: str, enabled: bool) -> None:
-    job, changed = env.kernel.set_job_enabled(job_id, enabled)
+    data = operations.set_job_enabled(env.kernel, job_id, enabled)
     word = "enabled" if enabled else "disabled"
     env.emit(
-        {"job": job.to_dict(), "changed": changed},
-        lambda: f"job {job.id} {word}" + ("" if changed else f" (it was already {word})"),
+        data,
+        lambda: f"job {job_id} {word}" + ("" if data["changed"] else f" (it was already {word})"),
     )
 
 
@@ -195,8 +185,7 @@ def _disable(env: Env, job_id: str) -> None:
 @click.argument("job_id", metavar="JOB")
 def _delete(env: Env, job_id: str) -> None:
     """Delete a job definition (refused while it has unsettled occurrences)."""
-    env.kernel.delete_job(job_id)
-    env.emit({"deleted": job_id}, lambda: f"job {job_id} deleted")
+    env.emit(operations.delete_job(env.kernel, job_id), lambda: f"job {job_id} deleted")
 
 
 @command("run-now", jobs)
@@ -204,12 +193,7 @@ def _delete(env: Env, job_id: str) -> None:
 @action_options
 def _run_now(env: Env, job_id: str, request_id: str | None, operator: str | None) -> None:
     """Create an occurrence now (also for a disabled job); the schedule is not disturbed."""
-    run_action(
-        env,
-        request_id,
-        operator,
-        lambda rid, who: env.kernel.run_now(job_id, request_id=rid, operator=who),
-    )
+    run_action(env, request_id, operator, operations.run_now(env.kernel, job_id))
 
 
 @command("preview", jobs)
@@ -225,31 +209,12 @@ def _run_now(env: Env, job_id: str, request_id: str | None, operator: str | None
 @click.option("--after", type=Instant(), default=None, help="Start after this time (default: now).")
 def _preview(env: Env, job_id: str, count: int, after: Any) -> None:
     """The next firings of a job, in its wall-clock time and in UTC, DST policy applied."""
-    job = env.kernel.get_job(job_id)
-    schedule = job.spec["schedule"]
-    start = after or env.kernel.now()
-    kind = schedule_kind(schedule)
-    upcoming = preview_firings(schedule, job.spec["dst"], start, count, anchor=job.defined_at)
-    firings = (
-        [
-            {"utc": iso(utc), "local": local.isoformat(), "trigger_key": trigger_key(kind, utc)}
-            for utc, local in upcoming
-        ]
-        if kind
-        else []
-    )
-    data = {
-        "job_id": job.id,
-        "enabled": job.enabled,
-        "schedule": schedule,
-        "dst": job.spec["dst"],
-        "after": iso(start),
-        "firings": firings,
-    }
+    data = operations.preview(env.kernel, job_id, count, after)
+    firings = data["firings"]
 
     def render() -> str:
-        head = f"job {job.id}: {describe_schedule(job.spec)}"
-        if not job.enabled:
+        head = f"job {job_id}: {describe_schedule(env.kernel.get_job(job_id).spec)}"
+        if not data["enabled"]:
             head += " (disabled: Beat will not fire these until it is enabled)"
         rows = table(
             ("#", "UTC", "local", "trigger key"),

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import click
 
+from celery_app import operations
 from celery_app.cli.output import Env, command, fields
 from celery_app.config import KernelSettings, kernel_engine
 from kernel import Kernel
@@ -59,10 +58,10 @@ def prune(env: Env, older_than: str, limit: int) -> None:
     """
     seconds = parse_duration(older_than, "older_than")
     retention = KernelSettings.from_app(env.app).beat_retention
-    pruned = env.kernel.prune(older_than=timedelta(seconds=seconds), limit=limit)
+    pruned = operations.prune(env.kernel, seconds, limit)
     beats = env.kernel.forget_silent_beats(silent_for=retention)
     env.emit(
-        {"older_than_s": seconds, **pruned, "beats_forgotten": beats},
+        {**pruned, "beats_forgotten": beats},
         lambda: (
             f"pruned {pruned['occurrences']} occurrence(s) and {pruned['events']} event(s) "
             f"settled more than {older_than} ago; forgot {len(beats)} Beat(s) silent for "

@@ -11,54 +11,16 @@ import click
 
 from adapters import load_adapters
 from beat_schedule.sync import read_beat_schedule
-from celery_app.cli.output import Env, command, fields, format_age, format_json, iso, line, table
+from celery_app import operations
+from celery_app.cli.output import Env, command, fields, format_age, format_json, line, table
 from celery_app.config import KernelSettings, open_kernel
-from kernel import Beat, Event, Kernel, KernelError
+from celery_app.operations import beat_health, beat_warning
+from kernel import Event, Kernel, KernelError
 from kernel.urls import masked_url
 
-__all__ = ["STALE_BEAT_FACTOR", "beat_health", "doctor", "events", "status"]
+__all__ = ["doctor", "events", "status"]
 
-#: A Beat that has not ticked for this many of its intervals is considered stopped.
-STALE_BEAT_FACTOR = 3
 _PAGE = 1000
-
-
-def beat_health(beats: list[Beat], now: datetime, retention_s: float) -> list[dict[str, Any]]:
-    """Each Beat's last tick, its age and whether it is stale (> 3× its interval).
-
-    Beats silent for longer than ``retention_s`` are left out: they stopped long ago
-    (Beat and ``kernel prune`` remove them from the registry).
-    """
-    rows = []
-    for beat in beats:
-        age = (now - beat.last_tick_at).total_seconds()
-        if age > retention_s:
-            continue
-        rows.append(
-            {
-                "id": beat.id,
-                "host": beat.host,
-                "interval_s": beat.interval_s,
-                "last_tick_at": iso(beat.last_tick_at),
-                "age_s": round(age, 3),
-                "stale": age > STALE_BEAT_FACTOR * beat.interval_s,
-            }
-        )
-    return rows
-
-
-def _beat_warning(beats: list[dict[str, Any]], retention_s: float) -> str | None:
-    if not beats:
-        return (
-            f"no Beat has ticked in the last {format_age(retention_s)}: start "
-            "`celery -A celery_app beat`; nothing is scheduled"
-        )
-    if all(b["stale"] for b in beats):
-        return (
-            f"no Beat has ticked within {STALE_BEAT_FACTOR}x its interval: is Beat running? "
-            "due firings are not created and hints are not re-published"
-        )
-    return None
 
 
 @command("status")
@@ -69,26 +31,12 @@ def _beat_warning(beats: list[dict[str, Any]], retention_s: float) -> str | None
 )
 def status(env: Env, fail_on_stale_beat: bool) -> None:
     """Counts per status, expiring leases, pauses, dead letters, and each Beat's last tick."""
-    retention = KernelSettings.from_app(env.app).beat_retention
-    status = env.kernel.status()
-    now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
-    beats = beat_health(env.kernel.beats(), now, retention)
-    counts = status["counts"]
-    age_ms = status["oldest_claimable_age_ms"]
-    warning = _beat_warning(beats, retention)
-    refused = _refused_entries(env.app)
-    data = {
-        "now": iso(now),
-        "counts": counts,
-        "paused": status["paused"],
-        "leases_expiring_10s": status["leases_expiring_10s"],
-        "dead_letters": counts["dead_letter"],
-        "needs_adjudication": counts["needs_adjudication"],
-        "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
-        "beats": beats,
-        "warnings": [warning] if warning else [],
-        "refused_entries": refused,
-    }
+    data = operations.status(env.kernel, env.app)
+    counts = data["counts"]
+    beats = data["beats"]
+    age_s = data["oldest_claimable_age_s"]
+    warning = data["warnings"][0] if data["warnings"] else None
+    refused = data["refused_entries"]
 
     def render() -> str:
         parts = [
@@ -97,13 +45,13 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
             "",
             fields(
                 [
-                    ("paused", status["paused"]),
-                    ("leases expiring within 10s", status["leases_expiring_10s"]),
+                    ("paused", data["paused"]),
+                    ("leases expiring within 10s", data["leases_expiring_10s"]),
                     ("dead letters", counts["dead_letter"]),
                     ("needs adjudication", counts["needs_adjudication"]),
                     (
                         "oldest claimable",
-                        "-" if age_ms is None else f"waiting {format_age(age_ms / 1000)}",
+                        "-" if age_s is None else f"waiting {format_age(age_s)}",
                     ),
                 ]
             ),
@@ -230,31 +178,23 @@ def _events_page(
     limit: int,
 ) -> None:
     """One page of events, and whether more lie beyond it in the direction paged."""
-    scope: dict[str, Any] = {"job_id": job_id, "occurrence_id": occurrence_id}
-    found = kernel.events(after_id=after, before_id=before, limit=limit, **scope)
+    data = operations.events(kernel, after, job_id, occurrence_id, limit, before_id=before)
     if before is None:
-        last = found[-1].id if found else after
-        more = bool(found) and bool(kernel.events(after_id=last, limit=1, **scope))
-        hint = f"more events after id {last}: --after {last}"
+        hint = f"more events after id {data['last_id']}: --after {data['last_id']}"
     else:
-        first = found[0].id if found else before
-        older = kernel.events(after_id=after, before_id=first, limit=1, **scope)
-        more = bool(found) and bool(older)
+        first = data["first_id"] if data["first_id"] is not None else before
         hint = f"older events before id {first}: --before {first}"
-    data = {
-        "events": [e.to_dict() for e in found],
-        "first_id": found[0].id if found else None,
-        "last_id": found[-1].id if found else after,
-        "more": more,
-    }
 
     def render() -> str:
         rows = table(
             ("id", "at", "type", "job", "occurrence", "data"),
-            ((e.id, iso(e.at), e.type, e.job_id, e.occurrence_id, e.data) for e in found),
+            (
+                (e["id"], e["at"], e["type"], e["job_id"], e["occurrence_id"], e["data"])
+                for e in data["events"]
+            ),
             empty="(no events)",
         )
-        return f"{rows}\n({hint})" if more else rows
+        return f"{rows}\n({hint})" if data["more"] else rows
 
     env.emit(data, render)
 
@@ -263,16 +203,10 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"name": name, "status": status, "detail": detail}
 
 
-def _refused_entries(app: Any) -> list[dict[str, str]]:
-    """The app's ``beat_schedule`` entries Beat refuses, with why (the reason names the entry)."""
-    schedule = read_beat_schedule(app.conf, app.tasks)
-    return [{"entry": e.name, "reason": str(e.refused)} for e in schedule.entries if e.refused]
-
-
 def _beat_schedule_checks(app: Any) -> list[dict[str, str]]:
     """One ``beat_schedule`` check per refused entry (fail) and per warning (warn)."""
     schedule = read_beat_schedule(app.conf, app.tasks)
-    checks = [_check("schedule", "fail", r["reason"]) for r in _refused_entries(app)]
+    checks = [_check("schedule", "fail", r["reason"]) for r in operations.refused_entries(app)]
     checks += [_check("schedule", "warn", w) for e in schedule.entries for w in e.warnings]
     if not checks:
         checks.append(_check("schedule", "ok", f"{len(schedule.entries)} entries"))
@@ -322,7 +256,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         retention = settings.beat_retention
-        warning = _beat_warning(beat_health(kernel.beats(), now, retention), retention)
+        warning = beat_warning(beat_health(kernel.beats(), now, retention), retention)
         checks.append(
             _check("beat", "warn", warning) if warning else _check("beat", "ok", "ticking")
         )

@@ -6,13 +6,14 @@ from typing import Any
 
 import click
 
+from celery_app import operations
 from celery_app.cli.output import Env, command, fields, format_json, table
-from kernel import ControlState, Kernel, Occurrence, OccurrenceStatus
+from kernel import ControlState, Occurrence, OccurrenceStatus
 
 __all__ = [
     "occurrences",
+    "occurrence_dict_rows",
     "occurrence_rows",
-    "occurrence_events",
     "occurrence_state",
     "OCCURRENCE_HEADERS",
 ]
@@ -30,7 +31,6 @@ OCCURRENCE_HEADERS = (
     "control",
     "error",
 )
-_EVENT_PAGE = 1000
 
 
 def occurrence_state(d: dict[str, Any]) -> str:
@@ -41,9 +41,13 @@ def occurrence_state(d: dict[str, Any]) -> str:
 
 def occurrence_rows(found: list[Occurrence]) -> list[tuple[Any, ...]]:
     """Table rows under :data:`OCCURRENCE_HEADERS`, from ``to_dict()`` so both modes agree."""
+    return occurrence_dict_rows([occ.to_dict() for occ in found])
+
+
+def occurrence_dict_rows(found: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Table rows under :data:`OCCURRENCE_HEADERS` from occurrences' JSON shapes."""
     rows = []
-    for occ in found:
-        d = occ.to_dict()
+    for d in found:
         error = d["last_error"]
         rows.append(
             (
@@ -59,18 +63,6 @@ def occurrence_rows(found: list[Occurrence]) -> list[tuple[Any, ...]]:
             )
         )
     return rows
-
-
-def occurrence_events(kernel: Kernel, occurrence_id: int) -> list[dict[str, Any]]:
-    """Every event of one occurrence, oldest first."""
-    found: list[dict[str, Any]] = []
-    after = 0
-    while True:
-        page = kernel.events(after_id=after, occurrence_id=occurrence_id, limit=_EVENT_PAGE)
-        found.extend(event.to_dict() for event in page)
-        if len(page) < _EVENT_PAGE:
-            return found
-        after = page[-1].id
 
 
 @command("list", occurrences)
@@ -108,18 +100,10 @@ def _list(
 @click.argument("occurrence_id", metavar="OCC", type=int)
 def _show(env: Env, occurrence_id: int) -> None:
     """Show one occurrence with its checkpoint, result and events."""
-    occ = env.kernel.get_occurrence(occurrence_id)
-    events = occurrence_events(env.kernel, occurrence_id)
-    data = {
-        **occ.to_dict(),
-        "checkpoint": occ.checkpoint,
-        "result": occ.result,
-        "definition": occ.definition,
-        "events": events,
-    }
+    d = data = operations.occurrence_detail(env.kernel, occurrence_id)
+    events = data["events"]
 
     def render() -> str:
-        d = occ.to_dict()
         control = d["control"]
         summary = fields(
             [
@@ -151,8 +135,8 @@ def _show(env: Env, occurrence_id: int) -> None:
                 ),
                 ("created", d["created_at"]),
                 ("settled", d["settled_at"]),
-                ("checkpoint", occ.checkpoint),
-                ("result", occ.result),
+                ("checkpoint", d["checkpoint"]),
+                ("result", d["result"]),
             ]
         )
         timeline = table(
@@ -160,7 +144,7 @@ def _show(env: Env, occurrence_id: int) -> None:
             ((e["id"], e["at"], e["type"], e["fence"], e["data"]) for e in events),
         )
         return (
-            f"{summary}\ndefinition:\n{format_json(occ.definition, indent=2)}\nevents:\n{timeline}"
+            f"{summary}\ndefinition:\n{format_json(d['definition'], indent=2)}\nevents:\n{timeline}"
         )
 
     env.emit(data, render)

@@ -23,12 +23,13 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NoReturn
 
 import click
 
 from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
+from celery_app.operations import format_age, iso, utc
 from kernel import InvalidArgument, Kernel, KernelError
 
 __all__ = [
@@ -56,7 +57,6 @@ class Env:
     Attributes:
         app: the Celery app ``celery -A`` loaded.
         json: ``--json`` was given.
-        note: a sentence an action adds to its answer (what happens next), or None.
     """
 
     def __init__(self, ctx: click.Context, as_json: bool) -> None:
@@ -67,7 +67,6 @@ class Env:
         self.json = as_json
         self._ctx = ctx
         self._kernel: Kernel | None = None
-        self.note: str | None = None
         try:
             # As `celery worker` does (from the working directory): the app's
             # `imports`/`include`, so its tasks and their settings are known here too.
@@ -171,7 +170,7 @@ class Instant(click.ParamType):  # type: ignore[type-arg]
                     param,
                     ctx,
                 )
-        return moment.replace(tzinfo=UTC) if moment.utcoffset() is None else moment.astimezone(UTC)
+        return utc(moment)
 
 
 def format_json(data: Any, *, indent: int | None = None) -> str:
@@ -186,33 +185,6 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, tuple | set | frozenset):
         return list(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def iso(value: datetime | None) -> str | None:
-    """UTC ISO 8601 with a ``Z``; None stays None."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def format_age(seconds: float | None) -> str:
-    """A short human duration: ``0.25s``, ``45s``, ``3m05s``, ``2h10m``, ``4d3h``."""
-    if seconds is None:
-        return "-"
-    if abs(seconds) < 1:
-        return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
-    whole = int(round(seconds))
-    sign, whole = ("-", -whole) if whole < 0 else ("", whole)
-    if whole < 60:
-        return f"{sign}{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{sign}{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{sign}{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{sign}{days}d{hours}h"
 
 
 def _printable(text: str) -> str:

@@ -26,11 +26,12 @@ import click
 
 from beat_schedule.timing import Firing, firings_between, next_firing
 from celery_app.cli.jobs import describe_schedule
-from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_events, occurrence_rows
+from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows
 from celery_app.cli.output import Env, Instant, command, fields, iso, table
+from celery_app.operations import occurrence_events
 from kernel import Job, Kernel, Occurrence, OccurrenceStatus
 
-__all__ = ["why", "nearest_firing"]
+__all__ = ["answer", "why", "nearest_firing"]
 
 _PAGE = 1000
 #: Pages of occurrences / events read at most (a bounded answer beats a hung CLI).
@@ -154,18 +155,8 @@ def _explain(
     return "not_created", f"Beat's cursor passed this firing without creating it{note}", None
 
 
-@command("why")
-@click.argument("job_id", metavar="JOB")
-@click.option(
-    "--at",
-    "at",
-    type=Instant(),
-    required=True,
-    help="The time to ask about (ISO 8601; UTC when no offset is given).",
-)
-def why(env: Env, job_id: str, at: datetime) -> None:
-    """What became of a job's firing nearest TIME: created, skipped, not due, disabled."""
-    kernel = env.kernel
+def answer(kernel: Kernel, job_id: str, at: datetime) -> dict[str, Any]:
+    """What became of a job's firing nearest ``at``: the shape ``why --json`` prints."""
     job = kernel.get_job(job_id)
     now = kernel.now()
     schedule = job.spec["schedule"]
@@ -177,8 +168,7 @@ def why(env: Env, job_id: str, at: datetime) -> None:
         outcome, reason = "no_schedule", f"the job has no schedule ({describe_schedule(job.spec)})"
     else:
         outcome, reason, occ = _explain(kernel, job, firing, now)
-    events = occurrence_events(kernel, occ.id) if occ is not None else []
-    data = {
+    return {
         "job_id": job.id,
         "at": iso(at),
         "schedule": describe_schedule(job.spec),
@@ -186,30 +176,45 @@ def why(env: Env, job_id: str, at: datetime) -> None:
         "outcome": outcome,
         "reason": reason,
         "occurrence": occ.to_dict() if occ else None,
-        "events": events,
+        "events": occurrence_events(kernel, occ.id) if occ is not None else [],
     }
+
+
+@command("why")
+@click.argument("job_id", metavar="JOB")
+@click.option(
+    "--at",
+    "at",
+    type=Instant(),
+    required=True,
+    help="The time to ask about (ISO 8601; UTC when no offset is given).",
+)
+def why(env: Env, job_id: str, at: datetime) -> None:
+    """What became of a job's firing nearest TIME: created, skipped, not due, disabled."""
+    data = answer(env.kernel, job_id, at)
+    firing = data["firing"]
 
     def render() -> str:
         parts = [
             fields(
                 [
-                    ("job", f"{job.id} ({data['schedule']})"),
+                    ("job", f"{data['job_id']} ({data['schedule']})"),
                     ("asked about", data["at"]),
                     (
                         "nearest firing",
-                        f"{iso(firing.at)} ({firing.trigger_key})" if firing else None,
+                        f"{firing['at']} ({firing['trigger_key']})" if firing else None,
                     ),
-                    ("outcome", outcome),
-                    ("why", reason),
+                    ("outcome", data["outcome"]),
+                    ("why", data["reason"]),
                 ]
             )
         ]
-        if occ is not None:
-            parts.append(table(OCCURRENCE_HEADERS, occurrence_rows([occ])))
+        if data["occurrence"] is not None:
+            parts.append(table(OCCURRENCE_HEADERS, occurrence_dict_rows([data["occurrence"]])))
             parts.append(
                 table(
                     ("event", "at", "type", "fence", "data"),
-                    ((e["id"], e["at"], e["type"], e["fence"], e["data"]) for e in events),
+                    ((e["id"], e["at"], e["type"], e["fence"], e["data"]) for e in data["events"]),
                 )
             )
         return "\n".join(parts)

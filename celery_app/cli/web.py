@@ -1,0 +1,42 @@
+"""``kernel web``: serve the operator console and the HTTP API with uvicorn."""
+
+from __future__ import annotations
+
+import click
+import uvicorn
+
+from celery_app.cli.output import Env
+from celery_app.web.app import WebContext, create_app
+from celery_app.web.auth import Sessions
+from celery_app.web.users import UserStore, users_file
+from kernel import KernelError
+
+__all__ = ["web"]
+
+
+@click.command("web")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8700, show_default=True)
+@click.pass_context
+def web(ctx: click.Context, host: str, port: int) -> None:
+    """Serve the console (/) and the JSON API (/api/, contract at /openapi.json).
+
+    Users and tokens come from KERNEL_USERS_FILE (`kernel users add`). Put it behind
+    a TLS-terminating proxy before binding anything but loopback.
+    """
+    env = Env(ctx, as_json=False)
+    try:
+        kernel = env.kernel
+        users = UserStore(users_file())
+        known = users.list()
+    except KernelError as exc:
+        env.fail(exc)
+    if not known:
+        click.echo(
+            f"no users in {users.path}: add one with `celery -A celery_app kernel users add "
+            "NAME --role admin`",
+            err=True,
+        )
+    app = create_app(WebContext(env.app, kernel, users, Sessions()))
+    click.echo(f"console and API on http://{host}:{port}/ (users: {users.path})", err=True)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

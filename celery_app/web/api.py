@@ -1,0 +1,211 @@
+"""The JSON API under ``/api/``: the CLI's ``--json`` resources and operator actions.
+
+Every route needs ``Authorization: Bearer TOKEN``: reads need the viewer role, each
+action the role :data:`~celery_app.web.actions.ACTIONS` gives it, and the
+authenticated user is recorded as the operator. The handlers are plain functions:
+the server runs them in its thread pool, so a slow database never stalls the loop.
+"""
+
+from __future__ import annotations
+
+import inspect
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel
+
+from celery_app import operations
+from celery_app.cli.why import answer as why_answer
+from celery_app.web.actions import ACTIONS, Empty, WebAction
+from celery_app.web.app import WebContext
+from celery_app.web.auth import bearer_user, refuse_unless
+from celery_app.web.users import Role, User
+from kernel import OccurrenceStatus
+
+__all__ = ["router"]
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: dict[str, Any] | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in (
+        (400, "The request body could not be parsed (not JSON)"),
+        (401, "No valid bearer token"),
+        (403, "The token's role may not do this"),
+        (404, "No such job or occurrence"),
+        (409, "Refused by the kernel's current state (fence, revision, status)"),
+        (422, "Invalid parameters"),
+        (503, "The database is unavailable"),
+    )
+}
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `kernel users add`.")
+router = APIRouter(prefix="/api", responses=_ERRORS, dependencies=[Depends(_bearer)])
+
+_BIG = 2**63 - 1
+OccurrenceId = Annotated[int, Path(ge=1, le=_BIG)]
+JobId = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+def _context(request: Request) -> WebContext:
+    context: WebContext = request.app.state.context
+    return context
+
+
+Context = Annotated[WebContext, Depends(_context)]
+
+
+def _authorized(needed: Role, what: str) -> Any:
+    """A dependency answering the bearer token's user, refused unless their role covers
+    ``needed``; it runs before the parameters are validated, so an anonymous caller
+    learns nothing but 401."""
+
+    def user(request: Request, context: Context) -> User:
+        found = bearer_user(request, context.users)
+        refuse_unless(found, needed, what)
+        return found
+
+    return Depends(user)
+
+
+Viewer = Annotated[User, _authorized(Role.VIEWER, "reading")]
+
+
+@router.get("/whoami", summary="The authenticated user and role")
+def whoami(user: Viewer) -> dict[str, Any]:
+    return {"user": user.name, "role": user.role.label}
+
+
+@router.get("/status", summary="Counts per status, Beats and warnings (`kernel status`)")
+def status(context: Context, _: Viewer) -> dict[str, Any]:
+    return operations.status(context.kernel, context.celery)
+
+
+@router.get("/jobs", summary="Job definitions (`kernel jobs list`)")
+def jobs(context: Context, _: Viewer) -> list[dict[str, Any]]:
+    return [job.to_dict() for job in context.kernel.list_jobs()]
+
+
+@router.get("/jobs/{job_id}", summary="One job and its normalised spec (`kernel jobs show`)")
+def job(job_id: JobId, context: Context, _: Viewer) -> dict[str, Any]:
+    return context.kernel.get_job(job_id).to_dict()
+
+
+@router.get("/jobs/{job_id}/preview", summary="The next firings (`kernel jobs preview`)")
+def preview(
+    job_id: JobId,
+    context: Context,
+    _: Viewer,
+    next: Annotated[int, Query(ge=1, le=1000)] = 5,
+    after: datetime | None = None,
+) -> dict[str, Any]:
+    return operations.preview(context.kernel, job_id, next, after and operations.utc(after))
+
+
+@router.get("/jobs/{job_id}/why", summary="What became of the firing nearest a time (`kernel why`)")
+def why(job_id: JobId, at: datetime, context: Context, _: Viewer) -> dict[str, Any]:
+    return why_answer(context.kernel, job_id, operations.utc(at))
+
+
+@router.get("/occurrences", summary="Occurrences, newest first (`kernel occurrences list`)")
+def occurrences(
+    context: Context,
+    _: Viewer,
+    job: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[list[OccurrenceStatus] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    before: Annotated[int | None, Query(ge=1, le=_BIG)] = None,
+) -> list[dict[str, Any]]:
+    found = context.kernel.list_occurrences(
+        job_id=job,
+        statuses=[s.value for s in status] if status else None,
+        limit=limit,
+        before_id=before,
+    )
+    return [occ.to_dict() for occ in found]
+
+
+@router.get(
+    "/occurrences/{occurrence_id}",
+    summary="One occurrence with checkpoint, result and events (`kernel occurrences show`)",
+)
+def occurrence(occurrence_id: OccurrenceId, context: Context, _: Viewer) -> dict[str, Any]:
+    return operations.occurrence_detail(context.kernel, occurrence_id)
+
+
+@router.get("/events", summary="The event log, oldest first (`kernel events`)")
+def events(
+    context: Context,
+    _: Viewer,
+    job: Annotated[str | None, Query(max_length=200)] = None,
+    occurrence: Annotated[int | None, Query(ge=1, le=_BIG)] = None,
+    after: Annotated[int, Query(ge=0, le=_BIG)] = 0,
+    before: Annotated[int | None, Query(ge=1, le=_BIG)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> dict[str, Any]:
+    return operations.events(context.kernel, after, job, occurrence, limit, before_id=before)
+
+
+@router.get("/controls", summary="Running, pause-requested and paused occurrences")
+def controls(
+    context: Context, _: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+) -> list[dict[str, Any]]:
+    return operations.runtime_controls(context.kernel, limit)
+
+
+def _action_route(action: WebAction) -> None:
+    """``POST /api/<target>/<id>/<action>`` (``POST /api/<action>`` for kernel-wide ones)."""
+    model = action.params
+    body = Body() if _required(model) else Body(default_factory=model)
+    target_param, path = {
+        "occurrence": ("occurrence_id", f"/occurrences/{{occurrence_id}}/{action.name}"),
+        "job": ("job_id", f"/jobs/{{job_id}}/{action.name}"),
+        "kernel": (None, f"/{action.name}"),
+    }[action.target]
+
+    def endpoint(context: WebContext, user: User, params: Empty, **target: Any) -> dict[str, Any]:
+        subject = target[target_param] if target_param else None
+        return action.run(context.kernel, context.celery, subject, params, user)
+
+    # The signature FastAPI reads: built from objects, since this module's annotations
+    # are strings that name nothing at module level.
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [
+        inspect.Parameter("context", keyword, annotation=Context),
+        inspect.Parameter(
+            "user", keyword, annotation=Annotated[User, _authorized(action.role, action.name)]
+        ),
+        inspect.Parameter("params", keyword, annotation=Annotated[model, body]),
+    ]
+    if target_param:
+        kind = OccurrenceId if action.target == "occurrence" else JobId
+        parameters.insert(0, inspect.Parameter(target_param, keyword, annotation=kind))
+    endpoint.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        parameters, return_annotation=dict[str, Any]
+    )
+    router.add_api_route(
+        path,
+        endpoint,
+        methods=["POST"],
+        summary=f"{action.summary} (role: {action.role.label})",
+        operation_id=f"{action.target}_{action.name.replace('-', '_')}",
+    )
+
+
+def _required(model: type[Empty]) -> bool:
+    return any(field.is_required() for field in model.model_fields.values())
+
+
+for _action in ACTIONS.values():
+    _action_route(_action)

@@ -1,0 +1,131 @@
+"""The console's action forms: a confirmation page (GET), then the action (POST).
+
+The confirmation page mints the request id, so submitting the same form twice is
+answered ``deduplicated``; the POST needs the session's CSRF token (see
+:mod:`.console`) and the role the action needs, and shows the result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from celery_app import operations
+from celery_app.web.actions import ACTIONS, WebAction
+from celery_app.web.auth import Forbidden, Session
+from celery_app.web.console import Context, FormLogin, JobPath, OccurrencePath, PageLogin, render
+from celery_app.web.users import User
+from kernel import InvalidArgument
+
+__all__ = ["router"]
+
+router = APIRouter(include_in_schema=False)
+
+
+def _action(name: str, target: str, user: User) -> WebAction:
+    action = ACTIONS.get(name)
+    if action is None or action.target != target:
+        raise InvalidArgument("action", f"no {target} action {name!r}")
+    if not user.may(action.role):
+        raise Forbidden(
+            f"{name} needs the {action.role.label} role; {user.name} is {user.role.label}"
+        )
+    return action
+
+
+def _back(action: WebAction, target: Any) -> str:
+    """The page an action was started from."""
+    if action.target == "occurrence":
+        return f"/occurrences/{target}"
+    return "/jobs" if action.target == "job" else "/"
+
+
+def _confirm(
+    request: Request, context: Context, login: tuple[Session, User], action: WebAction, target: Any
+) -> Response:
+    subject: dict[str, Any] | None = None
+    if action.target == "occurrence":
+        subject = context.kernel.get_occurrence(target).to_dict()
+    elif action.target == "job":
+        subject = context.kernel.get_job(target).to_dict()
+    return render(
+        request,
+        "confirm.html",
+        login=login,
+        action=action,
+        target=target,
+        subject=subject,
+        post_to=request.url.path,
+        back=_back(action, target),
+        request_id=operations.new_request_id(),
+    )
+
+
+async def _perform(
+    request: Request, context: Context, login: tuple[Session, User], action: WebAction, target: Any
+) -> Response:
+    form = await request.form()
+    fields = {
+        name: value
+        for name, value in form.items()
+        if name in action.params.model_fields and isinstance(value, str) and value != ""
+    }
+    try:
+        params = action.params.model_validate(fields)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise InvalidArgument("form", problems) from None
+    result = await run_in_threadpool(
+        action.run, context.kernel, context.celery, target, params, login[1]
+    )
+    back = _back(action, target)
+    occ = result.get("occurrence")
+    if action.name == "run-now" and occ:
+        back = f"/occurrences/{occ['id']}"
+    return render(request, "result.html", login=login, action=action, result=result, back=back)
+
+
+@router.get("/occurrences/{occurrence_id}/{name}")
+def confirm_occurrence_action(
+    occurrence_id: OccurrencePath, name: str, request: Request, context: Context, login: PageLogin
+) -> Response:
+    return _confirm(request, context, login, _action(name, "occurrence", login[1]), occurrence_id)
+
+
+@router.post("/occurrences/{occurrence_id}/{name}")
+async def occurrence_action(
+    occurrence_id: OccurrencePath, name: str, request: Request, context: Context, login: FormLogin
+) -> Response:
+    action = _action(name, "occurrence", login[1])
+    return await _perform(request, context, login, action, occurrence_id)
+
+
+@router.get("/jobs/{job_id}/{name}")
+def confirm_job_action(
+    job_id: JobPath, name: str, request: Request, context: Context, login: PageLogin
+) -> Response:
+    return _confirm(request, context, login, _action(name, "job", login[1]), job_id)
+
+
+@router.post("/jobs/{job_id}/{name}")
+async def job_action(
+    job_id: JobPath, name: str, request: Request, context: Context, login: FormLogin
+) -> Response:
+    return await _perform(request, context, login, _action(name, "job", login[1]), job_id)
+
+
+@router.get("/kernel/{name}")
+def confirm_kernel_action(
+    name: str, request: Request, context: Context, login: PageLogin
+) -> Response:
+    return _confirm(request, context, login, _action(name, "kernel", login[1]), None)
+
+
+@router.post("/kernel/{name}")
+async def kernel_action(
+    name: str, request: Request, context: Context, login: FormLogin
+) -> Response:
+    return await _perform(request, context, login, _action(name, "kernel", login[1]), None)

@@ -1,0 +1,292 @@
+"""The operator console: server-rendered pages over the same operations as the API.
+
+Every page needs a login (a session cookie); every state-changing form carries the
+session's CSRF token and is refused without it, or from another origin. An action is
+two steps: its button opens a confirmation page (which mints the request id, so a
+double submit is answered ``deduplicated``), and the confirmed POST shows the result.
+Buttons appear only for actions the user's role allows; the server refuses the rest
+whatever is posted.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit
+
+from fastapi import APIRouter, Depends, Form, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.responses import HTMLResponse, RedirectResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from celery_app import operations
+from celery_app.cli.jobs import describe_schedule
+from celery_app.cli.output import format_age, format_json
+from celery_app.web.actions import ACTIONS, WebAction
+from celery_app.web.app import WebContext
+from celery_app.web.auth import SESSION_COOKIE, SESSION_TTL_S, Forbidden, Session, Unauthenticated
+from celery_app.web.users import User
+from kernel import OccurrenceStatus
+
+__all__ = ["STATIC_DIR", "LoginNeeded", "error_page", "login_redirect", "router"]
+
+STATIC_DIR = Path(__file__).with_name("static")
+_LOGIN_COOKIE = "kernel_login"
+_UNSETTLED = {"queued", "running", "retry_wait"}
+_PAGE = 50
+_JOB_PREVIEW = 3
+
+router = APIRouter(include_in_schema=False)
+_templates = Environment(
+    loader=FileSystemLoader(Path(__file__).with_name("templates")),
+    autoescape=select_autoescape(default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_templates.filters["age"] = format_age
+_templates.filters["pretty"] = lambda value: format_json(value, indent=2)
+_templates.globals["schedule"] = describe_schedule
+
+
+def _context(request: Request) -> WebContext:
+    context: WebContext = request.app.state.context
+    return context
+
+
+Context = Annotated[WebContext, Depends(_context)]
+
+
+def render(
+    request: Request,
+    name: str,
+    status_code: int = 200,
+    *,
+    login: tuple[Session, User] | None = None,
+    **values: Any,
+) -> HTMLResponse:
+    session, user = login if login else (None, None)
+    html = _templates.get_template(name).render(
+        request=request, user=user, csrf=session.csrf if session else None, **values
+    )
+    return HTMLResponse(html, status_code)
+
+
+def error_page(request: Request, code: str, message: str, status_code: int) -> Response:
+    """A refusal as a page (the console's side of ``{"error": {"code", "message"}}``)."""
+    context = _context(request)
+    login = context.sessions.find(request, context.users)
+    return render(request, "error.html", status_code, login=login, code=code, message=message)
+
+
+# -- who is asking ----------------------------------------------------------------
+
+
+def _page_login(request: Request, context: Context) -> tuple[Session, User]:
+    found = context.sessions.find(request, context.users)
+    if found is None:
+        raise LoginNeeded(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+    return found
+
+
+class LoginNeeded(Exception):
+    """A page asked for without a session: the answer is a redirect to the login form."""
+
+    def __init__(self, then: str) -> None:
+        self.then = then
+
+
+PageLogin = Annotated[tuple[Session, User], Depends(_page_login)]
+OccurrencePath = Annotated[int, PathParam(ge=1, le=2**63 - 1)]
+JobPath = Annotated[str, PathParam(min_length=1, max_length=200)]
+
+
+def _same_origin(request: Request) -> None:
+    """Refuse a form posted from another site (defence beside the CSRF token)."""
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Forbidden("the form was posted from another origin")
+
+
+async def _form_login(request: Request, context: Context) -> tuple[Session, User]:
+    """The session of a state-changing POST, whose form must carry its CSRF token."""
+    _same_origin(request)
+    found = context.sessions.find(request, context.users)
+    if found is None:
+        raise Unauthenticated("log in first: the session is missing or has ended")
+    form = await request.form()
+    token = form.get("csrf")
+    if not isinstance(token, str) or not hmac.compare_digest(token, found[0].csrf):
+        raise Forbidden("the form's CSRF token is missing or wrong: reload the page and retry")
+    return found
+
+
+FormLogin = Annotated[tuple[Session, User], Depends(_form_login)]
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a local path may be the page after login (no open redirect)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+# -- login ------------------------------------------------------------------------
+
+
+@router.get("/login")
+def login_form(request: Request, next: str | None = None) -> Response:
+    nonce = secrets.token_urlsafe(32)
+    response = render(request, "login.html", nonce=nonce, then=_safe_next(next))
+    _set_cookie(request, response, _LOGIN_COOKIE, nonce, 600)
+    return response
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    context: Context,
+    name: Annotated[str, Form(max_length=64)],
+    token: Annotated[str, Form(max_length=256)],
+    nonce: Annotated[str, Form(max_length=128)],
+    then: Annotated[str, Form(max_length=2000)] = "/",
+) -> Response:
+    _same_origin(request)
+    expected = request.cookies.get(_LOGIN_COOKIE, "")
+    if not expected or not hmac.compare_digest(nonce, expected):
+        raise Forbidden("the login form expired: reload it and try again")
+    user = context.users.login(name, token)
+    if user is None:
+        retry = secrets.token_urlsafe(32)
+        response = render(
+            request,
+            "login.html",
+            401,
+            nonce=retry,
+            then=_safe_next(then),
+            failed="wrong user name or token",
+        )
+        _set_cookie(request, response, _LOGIN_COOKIE, retry, 600)
+        return response
+    session = context.sessions.start(user)
+    redirect = RedirectResponse(_safe_next(then), status_code=303)
+    _set_cookie(request, redirect, SESSION_COOKIE, session.id, SESSION_TTL_S)
+    redirect.delete_cookie(_LOGIN_COOKIE, path="/")
+    return redirect
+
+
+@router.post("/logout")
+def logout(request: Request, context: Context, login: FormLogin) -> Response:
+    context.sessions.end(login[0].id)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def _set_cookie(request: Request, response: Response, name: str, value: str, age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=age,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+
+
+# -- pages ------------------------------------------------------------------------
+
+
+@router.get("/")
+def overview(request: Request, context: Context, login: PageLogin) -> Response:
+    status = operations.status(context.kernel, context.celery)
+    controls = operations.runtime_controls(context.kernel, 200)
+    return render(
+        request,
+        "overview.html",
+        login=login,
+        status=status,
+        controls=controls,
+        actions=_allowed(login, "kernel"),
+        live=True,
+    )
+
+
+@router.get("/jobs")
+def jobs(request: Request, context: Context, login: PageLogin) -> Response:
+    kernel = context.kernel
+    rows = []
+    for job in kernel.list_jobs():
+        latest = kernel.list_occurrences(job_id=job.id, limit=1)
+        upcoming = (
+            operations.preview(kernel, job.id, _JOB_PREVIEW, None)["firings"]
+            if job.enabled and job.spec["schedule"]
+            else []
+        )
+        rows.append({"job": job, "last": latest[0] if latest else None, "upcoming": upcoming})
+    return render(request, "jobs.html", login=login, rows=rows, actions=_allowed(login, "job"))
+
+
+@router.get("/occurrences")
+def occurrences(
+    request: Request,
+    context: Context,
+    login: PageLogin,
+    job: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[list[str] | None, Query()] = None,
+    before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+) -> Response:
+    wanted = [s for s in status or [] if s in OccurrenceStatus.__members__.values()]
+    found = context.kernel.list_occurrences(
+        job_id=job or None, statuses=wanted or None, limit=_PAGE, before_id=before
+    )
+    query = [("job", job)] if job else []
+    query += [("status", s) for s in wanted]
+    older = "&".join(f"{k}={quote(v)}" for k, v in [*query, ("before", str(found[-1].id))])
+    return render(
+        request,
+        "occurrences.html",
+        login=login,
+        found=[occ.to_dict() for occ in found],
+        job=job or "",
+        wanted=wanted,
+        statuses=[s.value for s in OccurrenceStatus],
+        older=older if len(found) == _PAGE else None,
+        live=any(occ.status.value in _UNSETTLED for occ in found),
+    )
+
+
+@router.get("/occurrences/{occurrence_id}")
+def occurrence(
+    occurrence_id: OccurrencePath, request: Request, context: Context, login: PageLogin
+) -> Response:
+    detail = operations.occurrence_detail(context.kernel, occurrence_id)
+    offered = [a for a in _allowed(login, "occurrence") if _applies(a, detail)]
+    live = detail["status"] in _UNSETTLED
+    return render(request, "occurrence.html", login=login, occ=detail, actions=offered, live=live)
+
+
+def _allowed(login: tuple[Session, User], target: str) -> list[WebAction]:
+    return [a for a in ACTIONS.values() if a.target == target and login[1].may(a.role)]
+
+
+def _applies(action: WebAction, occ: dict[str, Any]) -> bool:
+    """Whether offering ``action`` makes sense for the occurrence as it is now."""
+    status = occ["status"]
+    control = (occ["control"] or {}).get("state")
+    offered: dict[str, bool] = {
+        "pause": status == "running" and control != "pause_requested",
+        "resume": control == "paused",
+        "requeue": status == "dead_letter",
+        "adjudicate": status == "needs_adjudication",
+        "cancel": status in _UNSETTLED and not occ["cancel_requested"],
+    }
+    return offered.get(action.name, False)
+
+
+def login_redirect(request: Request, exc: Exception) -> Response:
+    """The answer to :class:`LoginNeeded`: the login form, then back to the page."""
+    assert isinstance(exc, LoginNeeded)
+    return RedirectResponse(f"/login?next={quote(exc.then)}", status_code=303)

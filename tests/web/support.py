@@ -1,0 +1,132 @@
+"""Helpers shared by the console and API tests (fixtures live in ``conftest.py``)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from celery.bin.celery import celery as celery_main
+from click.testing import CliRunner
+from integration.stack import Proc, wait_until
+
+from kernel import Kernel
+
+__all__ = [
+    "CSRF",
+    "ROLES",
+    "Web",
+    "users_cli",
+    "console_login",
+    "hidden_fields",
+    "make_users",
+    "start_web",
+    "stop",
+]
+
+ROLES = ("viewer", "operator", "admin")
+_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+_NONCE = re.compile(r'name="nonce" value="([^"]+)"')
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+def users_cli(users_file: Path, *args: str) -> Any:
+    """``celery -A celery_app kernel users ARGS --json``, the real CLI run in-process."""
+    runner = CliRunner(env={"KERNEL_USERS_FILE": str(users_file)})
+    done = runner.invoke(celery_main, ["-A", "celery_app", "kernel", "users", *args, "--json"])
+    assert done.exit_code == 0, done.output
+    return json.loads(done.stdout)
+
+
+def make_users(users_file: Path) -> dict[str, str]:
+    """One user per role, named after it; their tokens."""
+    tokens = {}
+    for role in ROLES:
+        made = users_cli(users_file, "add", role, "--role", role)
+        assert (made["user"], made["role"]) == (role, role)
+        tokens[role] = made["token"]
+    return tokens
+
+
+def start_web(name: str, cwd: Path, env: dict[str, str]) -> tuple[Proc, str]:
+    """Start ``kernel web`` on a free loopback port; the process and its base URL."""
+    proc = Proc(
+        name,
+        [sys.executable, "-m", "celery", "-A", "celery_app", "kernel", "web", "--port", "0"],
+        cwd=cwd,
+        env=env,
+    )
+    try:
+        port = wait_until(lambda: _listening(proc), timeout=30, what="the web server listening")
+    except AssertionError:
+        proc.terminate()
+        raise AssertionError(f"kernel web did not start:\n{proc.tail()}") from None
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _listening(proc: Proc) -> str | None:
+    if proc.popen.poll() is not None:
+        raise AssertionError(f"kernel web exited with {proc.popen.returncode}:\n{proc.tail()}")
+    found = _LISTENING.search(proc.log())
+    return found.group(1) if found else None
+
+
+def stop(proc: Proc) -> None:
+    proc.expected_exit = True
+    proc.terminate()
+    assert not proc.reap(time.monotonic() + 20), "kernel web ignored SIGTERM"
+
+
+def console_login(base: str, user: str, token: str) -> httpx.Client:
+    """An HTTP client logged in to the console through its login form."""
+    client = httpx.Client(base_url=base, timeout=30)
+    form = client.get("/login")
+    nonce = _NONCE.search(form.text)
+    assert nonce, form.text
+    done = client.post(
+        "/login", data={"name": user, "token": token, "nonce": nonce.group(1), "then": "/"}
+    )
+    assert done.status_code == 303, done.text
+    return client
+
+
+@dataclass
+class Web:
+    """A running ``kernel web`` over a kernel the test can also write to."""
+
+    url: str
+    kernel: Kernel
+    past: Kernel  # the same database on a clock stopped in January 2026: history to prune
+    tokens: dict[str, str]
+    users_file: Path
+    proc: Proc
+    _seq: list[int] = field(default_factory=lambda: [0])
+
+    def fresh_job(self, **fields: Any) -> str:
+        """Define a new ``callable`` job (a unique id) and return its id."""
+        self._seq[0] += 1
+        job_id = f"j{self._seq[0]}"
+        self.kernel.define_job(
+            {
+                "id": job_id,
+                "kind": "callable",
+                "payload": {"callable": "os.path:join", "args": ["a"]},
+                "schedule": {"every": "1h"},
+                **fields,
+            }
+        )
+        return job_id
+
+    def api(self, token: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+def hidden_fields(html: str) -> dict[str, str]:
+    """The hidden inputs of a page's forms (CSRF token, request id, evidence)."""
+    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', html))

@@ -1,0 +1,162 @@
+"""The console in a real browser (Debian's Chromium, driven by Playwright) over real workers.
+
+An operator logs in, starts a checkpointing job with run-now, pauses it while it
+runs, sees it paused with its checkpoint, resumes it and watches it succeed (the
+page refreshes itself); a viewer sees no action buttons, and forged posts are
+refused. Screenshots of the main pages are saved in the directory the test prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from integration.stack import Stack
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from web.support import make_users, start_web
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+STEPS = 60
+STEP_S = 0.25
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install chromium)"
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    made = Stack(tmp_path, broker_url=None, database_url=None)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _log_in(browser: Browser, base: str, user: str, token: str) -> Page:
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    page.goto(f"{base}/")
+    expect(page).to_have_url(f"{base}/login?next=/")
+    page.fill("input[name=name]", user)
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Overview")
+    return page
+
+
+def _confirm(page: Page, action: str) -> None:
+    """Click an action's button, check the confirmation step, confirm, see the result."""
+    page.click(f"a.button:text-is('{action}')")
+    expect(page.locator("h1")).to_contain_text(f"Confirm: {action}")
+    page.click(f"button:has-text('Confirm {action}')")
+    expect(page.locator("h1")).to_have_text(f"{action}: done")
+
+
+def test_operator_pauses_and_resumes_a_running_occurrence(
+    browser: Browser, stack: Stack, tmp_path: Path
+) -> None:
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    print(f"\nconsole screenshots: {shots}")
+    users_file = tmp_path / "users.json"
+    stack.env["KERNEL_USERS_FILE"] = str(users_file)
+    tokens = make_users(users_file)
+    stack.use_jobs(
+        stack.job("steps", "steps", kwargs={"total": STEPS, "step_s": STEP_S}, lease="5s")
+    )
+    stack.start_worker("worker")
+    stack.start_beat("beat")
+    web, base = start_web("web", stack.root, stack.env)
+    stack.procs.append(web)
+
+    page = _log_in(browser, base, "operator", tokens["operator"])
+    page.goto(f"{base}/jobs")
+    expect(page.locator("td", has_text="steps").first).to_be_visible()
+    _confirm(page, "run-now")
+    page.click("a.button:text-is('Continue')")
+    expect(page.locator("h1")).to_contain_text("running")  # live refresh while it waits
+    occ_id = int(page.url.rsplit("/", 1)[1])
+    stack.wait(lambda: len(stack.ledger(occurrence_id=occ_id)) >= 2, timeout=20, what="two steps")
+    page.goto(f"{base}/occurrences?status=running")
+    expect(page.locator(f"a[href='/occurrences/{occ_id}']")).to_be_visible()
+    page.screenshot(path=shots / "occurrences.png", full_page=True)
+    page.click(f"a[href='/occurrences/{occ_id}']")
+
+    _confirm(page, "pause")
+    expect(page.locator("p.ok")).to_contain_text("pause_requested")
+    page.click("a.button:text-is('Continue')")
+    expect(page.locator("#control")).to_contain_text("paused (revision", timeout=20_000)
+    expect(page.locator("#checkpoint")).to_contain_text('"done"')
+    page.screenshot(path=shots / "occurrence-paused.png", full_page=True)
+    handed_at = stack.occurrence(occ_id).checkpoint["done"]
+    assert 2 <= handed_at < STEPS
+
+    _confirm(page, "resume")
+    expect(page.locator("p.ok")).to_contain_text("resumed")
+    page.click("a.button:text-is('Continue')")
+    expect(page.locator("h1")).to_contain_text("succeeded", timeout=40_000)
+    expect(page.locator("#output")).to_contain_text(f'"resumed_from": {handed_at}')
+    page.screenshot(path=shots / "occurrence-succeeded.png", full_page=True)
+    done = stack.occurrence(occ_id)
+    assert (done.status.value, done.attempt, done.fence) == ("succeeded", 1, 2)
+    events = stack.kernel.events(occurrence_id=occ_id, limit=1000)
+    operators = {e.data.get("operator") for e in events}
+    assert "operator" in operators, events
+
+    page.goto(f"{base}/")
+    page.screenshot(path=shots / "overview.png", full_page=True)
+    page.goto(f"{base}/jobs")
+    page.screenshot(path=shots / "jobs.png", full_page=True)
+
+    # A forged post without the session's CSRF token is refused and creates nothing.
+    before = len(stack.occurrences("steps"))
+    forged = page.evaluate(
+        "fetch('/jobs/steps/run-now', {method: 'POST', body: new URLSearchParams()})"
+        ".then(r => r.status)"
+    )
+    assert forged == 403
+
+    # A viewer sees no action buttons, and a post with its own valid CSRF token is refused.
+    viewer = _log_in(browser, base, "viewer", tokens["viewer"])
+    viewer.goto(f"{base}/occurrences/{occ_id}")
+    expect(viewer.locator("h1")).to_contain_text("succeeded")
+    assert viewer.locator("p.actions, a.button").count() == 0
+    viewer.goto(f"{base}/jobs")
+    assert viewer.locator("td.actions, a.button").count() == 0
+    refused = viewer.evaluate(
+        "() => { const body = new URLSearchParams();"
+        " body.set('csrf', document.querySelector('input[name=csrf]').value);"
+        " return fetch('/jobs/steps/run-now', {method: 'POST', body})"
+        ".then(r => r.status); }"
+    )
+    assert refused == 403
+    assert len(stack.occurrences("steps")) == before
+
+    # Readable in a narrow window: nothing wider than the viewport but the tables' scrollers.
+    viewer.set_viewport_size({"width": 360, "height": 780})
+    viewer.goto(f"{base}/occurrences/{occ_id}")
+    assert viewer.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    viewer.screenshot(path=shots / "occurrence-narrow.png", full_page=True)
+    for name in ("overview", "jobs", "occurrences", "occurrence-paused", "occurrence-succeeded"):
+        assert (shots / f"{name}.png").stat().st_size > 10_000
