@@ -288,10 +288,18 @@ def delete_job(kernel: Kernel, job_id: str) -> dict[str, Any]:
     return {"deleted": job_id}
 
 
-def prune(kernel: Kernel, older_than_s: float, limit: int) -> dict[str, Any]:
-    """Delete settled history older than ``older_than_s`` seconds."""
+def prune(kernel: Kernel, app: Any, older_than_s: float, limit: int) -> dict[str, Any]:
+    """Delete settled history older than ``older_than_s`` seconds, and forget Beats silent
+    for longer than the Beat retention (``beats_forgotten``: their ids)."""
     pruned = kernel.prune(older_than=timedelta(seconds=older_than_s), limit=limit)
-    return {"older_than_s": older_than_s, **pruned}
+    retention = KernelSettings.from_app(app).beat_retention
+    forgotten = kernel.forget_silent_beats(silent_for=retention)
+    return {
+        "older_than_s": older_than_s,
+        **pruned,
+        "beats_forgotten": forgotten,
+        "beat_retention_s": retention,
+    }
 
 
 # -- operator actions -----------------------------------------------------------

@@ -15,11 +15,13 @@ GRANT SELECT ON alembic_version, jobs, occurrences, controls, requeue_grants,
 
 -- Console: reads everything and makes the operator and admin actions' writes
 -- (pause, resume, requeue, adjudicate, cancel, run-now, enable, disable, delete, prune).
--- No CREATE, ALTER, DROP or TRUNCATE, and no writes to beats or pools.
+-- No CREATE, ALTER, DROP or TRUNCATE; of beats only DELETE (prune forgets silent
+-- Beats); no writes to pools.
 GRANT SELECT ON alembic_version, jobs, occurrences, controls, requeue_grants,
     operator_requests, events, beats, pools TO kernel_console;
 GRANT UPDATE, DELETE ON jobs TO kernel_console;
 GRANT INSERT, UPDATE, DELETE ON occurrences, controls, requeue_grants, operator_requests
     TO kernel_console;
 GRANT INSERT, DELETE ON events TO kernel_console;
+GRANT DELETE ON beats TO kernel_console;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO kernel_console;

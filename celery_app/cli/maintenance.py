@@ -57,14 +57,12 @@ def prune(env: Env, older_than: str, limit: int) -> None:
     silent for longer than KERNEL_BEAT_RETENTION are removed from the registry.
     """
     seconds = parse_duration(older_than, "older_than")
-    retention = KernelSettings.from_app(env.app).beat_retention
-    pruned = operations.prune(env.kernel, seconds, limit)
-    beats = env.kernel.forget_silent_beats(silent_for=retention)
+    pruned = operations.prune(env.kernel, env.app, seconds, limit)
     env.emit(
-        {**pruned, "beats_forgotten": beats},
+        pruned,
         lambda: (
             f"pruned {pruned['occurrences']} occurrence(s) and {pruned['events']} event(s) "
-            f"settled more than {older_than} ago; forgot {len(beats)} Beat(s) silent for "
-            f"more than {retention:g}s"
+            f"settled more than {older_than} ago; forgot {len(pruned['beats_forgotten'])} "
+            f"Beat(s) silent for more than {pruned['beat_retention_s']:g}s"
         ),
     )

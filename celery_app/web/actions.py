@@ -193,7 +193,7 @@ ACTIONS = _actions(
         PruneRequest,
         "Delete settled history older than a duration; dead letters are never pruned.",
         lambda k, app, _, p, user: operations.prune(
-            k, parse_duration(p.older_than, "older_than"), p.limit
+            k, app, parse_duration(p.older_than, "older_than"), p.limit
         ),
     ),
 )

@@ -99,7 +99,7 @@ def test_the_console_role_runs_every_action(owner: Kernel, pg_database_url: str)
         assert _act(console, "prune", None, older_than="1s")["occurrences"] == 0
         idle = _job(owner)
         assert _act(console, "delete", idle) == {"deleted": idle}
-        assert operations.status(console)["counts"]["succeeded"] == 1
+        assert operations.status(console, celery)["counts"]["succeeded"] == 1
         for ddl in ("CREATE TABLE extra (id int)", "DROP TABLE events", "TRUNCATE jobs"):
             with console.engine.connect() as conn, pytest.raises(sa.exc.ProgrammingError):
                 conn.execute(sa.text(ddl))
@@ -120,7 +120,7 @@ def test_the_viewer_role_reads_everything_and_writes_nothing(
     occ = _run(owner, job)
     viewer = Kernel.open(_as(pg_database_url, "kernel_viewer"))
     try:
-        assert operations.status(viewer)["counts"]["queued"] == 1
+        assert operations.status(viewer, celery)["counts"]["queued"] == 1
         assert operations.occurrence_detail(viewer, occ)["events"]
         assert operations.events(viewer, 0, None, None, 100)["events"]
         assert [j.id for j in viewer.list_jobs()] == [job]
