@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from kernel import jobs as job_ops
 from kernel import operator as op
-from kernel import reads, runs
+from kernel import output, reads, runs
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument, KernelError, StorageUnavailable
@@ -555,6 +555,12 @@ class Kernel:
             )
 
         return self._write(run)
+
+    def append_output(
+        self, occurrence_id: int, *, owner: str, fence: int, chunks: Sequence[tuple[str, str]]
+    ) -> None:
+        """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
+        self._write(output.append_output, occurrence_id, owner, fence, chunks)
 
 
 def _connection_lost(exc: BaseException) -> bool:

@@ -1,0 +1,89 @@
+"""A run's captured output on its way to the kernel, bounded by the job's ``output`` policy.
+
+Shell stdout/stderr and ``ctx.logger`` lines arrive here from the adapter's threads;
+the lease keeper flushes them with each renewal and the runtime once more before the
+settle, each flush one fenced write (:meth:`kernel.Kernel.append_output`). The first
+half of ``output.limit`` bytes is stored as it comes, so ``occurrences logs --follow``
+shows a run live; past that only the last half is kept, stored at the end after a line
+saying how much was dropped. Secret values the adapter handed to the job are masked
+before anything leaves the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+from adapters.secrets import scrub
+from kernel import Claim, Kernel, KernelError
+
+__all__ = ["RunOutput", "DEFAULT_OUTPUT_LIMIT"]
+
+#: Bytes stored per run when a snapshot predates the ``output`` policy.
+DEFAULT_OUTPUT_LIMIT = 64 * 1024
+
+log = logging.getLogger("celery_kernel.runtime")
+
+
+class RunOutput:
+    """Buffers one run's output chunks and writes them to the kernel under its fence."""
+
+    def __init__(self, kernel: Kernel, claim: Claim, policy: Mapping[str, Any]) -> None:
+        self._kernel = kernel
+        self._claim = claim
+        limit = int(policy.get("limit", DEFAULT_OUTPUT_LIMIT))
+        self._head_room = limit - limit // 2
+        self._tail_room = limit // 2
+        self.secrets: set[str] = set()
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, str]] = []
+        self._tail: deque[tuple[str, str]] = deque()
+        self._tail_bytes = 0
+        self._dropped = 0
+
+    def write(self, stream: str, text: str) -> None:
+        if not text:
+            return
+        size = len(text.encode())
+        with self._lock:
+            if size <= self._head_room and not self._tail:
+                self._head_room -= size
+                self._pending.append((stream, text))
+                return
+            self._tail.append((stream, text))
+            self._tail_bytes += size
+            while self._tail_bytes > self._tail_room:
+                _, dropped = self._tail.popleft()
+                dropped_size = len(dropped.encode())
+                self._tail_bytes -= dropped_size
+                self._dropped += dropped_size
+
+    def flush(self, *, final: bool = False) -> None:
+        """Store what arrived since the last flush (and, when ``final``, the kept tail)."""
+        with self._lock:
+            chunks, self._pending = self._pending, []
+            if final:
+                if self._dropped:
+                    chunks.append(("note", f"[{self._dropped} bytes of output not kept]\n"))
+                chunks.extend(self._tail)
+                self._tail.clear()
+        if not chunks:
+            return
+        claim = self._claim
+        occurrence_id, owner, fence = claim.occurrence.id, claim.owner, claim.fence
+        try:
+            self._kernel.append_output(
+                occurrence_id,
+                owner=owner,
+                fence=fence,
+                chunks=[(stream, scrub(text, self.secrets)) for stream, text in chunks],
+            )
+        except KernelError as exc:  # output is evidence, not state: the run goes on without it
+            log.warning(
+                "run output not stored: %s",
+                exc,
+                extra={"action": "output_not_stored", "occurrence_id": occurrence_id},
+            )
