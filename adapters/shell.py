@@ -102,7 +102,7 @@ class ShellAdapter(BaseAdapter):
                 retryable=False,
             )
         # No report: the supervisor was killed with its group (SIGKILL at the deadline).
-        returncode = int(report.get("returncode", process.returncode))
+        returncode = int(report.get("returncode", process.wait()))
         if reason == "cancelled":
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled; {argv[0]!r} stopped")
         if reason == "timeout":
@@ -200,13 +200,16 @@ def _inherited(payload: dict[str, Any]) -> tuple[str, ...]:
 def _spawn(
     argv: list[str], cwd: str | None, env: dict[str, str], grace: float
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    """Start the supervisor (and through it the command); returns it and our control end."""
+    """Start the supervisor (and through it the command); returns it and our control end.
+
+    The command's environment goes over the control socket, not into the supervisor's.
+    """
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
             [sys.executable, "-I", "-S", _SUPERVISOR, repr(grace), cwd or "", "--", *argv],
             shell=False,
-            env=env,
+            env={},
             stdin=theirs.fileno(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -219,6 +222,7 @@ def _spawn(
         ) from exc
     finally:
         theirs.close()
+    _send(ours, json.dumps(env))
     return process, ours
 
 

@@ -2,7 +2,10 @@
 
 Started by the shell adapter as ``python -I -S supervisor.py GRACE CWD -- ARGV...`` in a
 session of its own, so its process group is the job's. It starts the command in that
-group and obeys a socket on its stdin, whose other end only the worker holds:
+group and obeys a socket on its stdin, whose other end only the worker holds. The first
+line is the command's environment as a JSON object (the supervisor itself runs with an
+empty one, so nothing of it, not even Python's locale coercion, reaches the command);
+then:
 
 * ``deadline T`` (a ``time.monotonic()`` value; the clock is the host's): SIGTERM the
   group at ``T - GRACE`` and SIGKILL it at ``T`` unless a later deadline arrives first;
@@ -36,16 +39,25 @@ def main(argv: list[str]) -> None:
     stop_requested: list[bool] = []
     # A handler, not SIG_IGN: ignored signals stay ignored across exec, handlers do not.
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.append(True))
+    first, _, pending = _read_line(b"")
     try:
-        child = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL)
+        env = json.loads(first)
+        child = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL)
     except OSError as exc:
         missing = "working directory" if cwd is not None and exc.filename == cwd else "executable"
         _report({"spawn_error": {"what": missing, "errno": exc.errno, "strerror": exc.strerror}})
         return
     kill_at: float | None = None
     term_sent = False
-    pending = b""
+    worker_gone = False
     while child.poll() is None:
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            word, _, value = line.decode().partition(" ")
+            if word == "stop":
+                stop_requested.append(True)
+            elif word == "deadline" and not term_sent:
+                kill_at = float(value)
         now = time.monotonic()
         if stop_requested:
             stop_requested.clear()
@@ -55,22 +67,25 @@ def main(argv: list[str]) -> None:
         if kill_at is not None and now >= kill_at - grace and not term_sent:
             term_sent = True
             os.killpg(0, signal.SIGTERM)  # our own handler only notes it
-        if not select.select([_CONTROL], [], [], _TICK_S)[0]:
+        if worker_gone or not select.select([_CONTROL], [], [], _TICK_S)[0]:
+            time.sleep(_TICK_S if worker_gone else 0)
             continue
         data = os.read(_CONTROL, 4096)
         if not data:  # the worker is gone: nobody renews the lease any more
+            worker_gone = True
             stop_requested.append(True)
-            continue
         pending += data
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            word, _, value = line.decode().partition(" ")
-            if word == "stop":
-                stop_requested.append(True)
-            elif word == "deadline" and not term_sent:
-                kill_at = float(value)
     _report({"returncode": child.returncode})
     os.killpg(0, signal.SIGKILL)  # leftovers of the command would hold the output pipes
+
+
+def _read_line(pending: bytes) -> tuple[bytes, bytes, bytes]:
+    while b"\n" not in pending:
+        data = os.read(_CONTROL, 65536)
+        if not data:
+            raise SystemExit(0)  # the worker died before it said what to run
+        pending += data
+    return pending.partition(b"\n")
 
 
 def _report(message: dict[str, object]) -> None:
