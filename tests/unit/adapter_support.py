@@ -93,7 +93,9 @@ def make_context(
         timeout_s=timeout_s,
         kill_grace_s=kill_grace_s,
         effects_deadline=lambda: effects_deadline,
-        on_output=lambda stream, text: output.append((stream, text)) if output is not None else None,
+        on_output=(lambda *chunk: None)
+        if output is None
+        else (lambda *chunk: output.append(chunk)),
     )
 
 
