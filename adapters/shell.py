@@ -1,7 +1,8 @@
 """The ``shell`` adapter: run an argv list as a child process, never through a shell.
 
 The child gets a scrubbed environment (a small fixed base, the names the job
-allows, the job's own values and the secrets it names) so worker secrets such as
+allows, the job's own values, the secrets it names, and ``KERNEL_OCCURRENCE_ID``,
+``KERNEL_JOB_ID``, ``KERNEL_FENCE``, ``KERNEL_ATTEMPT``) so worker secrets such as
 the broker or database URL never leak into it. It runs under
 :mod:`adapters.supervisor` in a session of its own: the supervisor kills the whole
 process group when the worker asks (timeout, cancel, lost lease), when the lease
@@ -67,7 +68,7 @@ class ShellAdapter(BaseAdapter):
         if ctx.cancelled.is_set():
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before it started")
         child_env = {name: os.environ[name] for name in _inherited(payload) if name in os.environ}
-        child_env.update(env, **secrets)
+        child_env.update(env, **secrets, **_identity(ctx))
         process, control = _spawn(argv, payload.get("cwd"), child_env, ctx.kill_grace_s)
         ctx.logger.info(
             "shell command started",
@@ -191,6 +192,17 @@ class _Tail:
         self._thread.join(timeout)
         with self._lock:
             return self._data.decode("utf-8", errors="replace"), self._total > self._limit
+
+
+def _identity(ctx: ExecutionContext) -> dict[str, str]:
+    """What the command may know of its run, e.g. to make its effects idempotent."""
+    occurrence = ctx.occurrence
+    return {
+        "KERNEL_OCCURRENCE_ID": str(occurrence.id),
+        "KERNEL_JOB_ID": occurrence.job_id,
+        "KERNEL_FENCE": str(occurrence.fence),
+        "KERNEL_ATTEMPT": str(occurrence.attempt),
+    }
 
 
 def _inherited(payload: dict[str, Any]) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from beat_schedule.jobfiles import validate_job_file
 from beat_schedule.sync import apply_specs, beat_schedule_specs
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel
 from kernel import Job, Kernel, KernelError
+from kernel.redaction import masked_url
 
 __all__ = ["KernelScheduler", "RUN_OCCURRENCE", "plan_job"]
 
@@ -130,7 +131,7 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
-        url = self.settings.database_url if hasattr(self, "settings") else "?"
+        url = masked_url(self.settings.database_url) if hasattr(self, "settings") else "?"
         return f"    . kernel -> {url} (beat id {self.beat_id})"
 
     # -- tick steps -----------------------------------------------------------------

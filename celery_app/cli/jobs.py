@@ -13,6 +13,7 @@ from beat_schedule.timing import trigger_key
 from celery_app.cli.actions import action_options, run_action
 from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
 from kernel import Job, KernelError, NotFound
+from kernel.redaction import redacted_spec
 
 __all__ = ["jobs", "describe_schedule", "schedule_kind"]
 
@@ -105,7 +106,7 @@ def _list(env: Env) -> None:
     """List job definitions."""
     found = env.kernel.list_jobs()
     env.emit(
-        [job.to_dict() for job in found],
+        [_job_data(job) for job in found],
         lambda: table(
             ("id", "kind", "enabled", "rev", "schedule", "next fire (UTC)", "queue"),
             (
@@ -123,6 +124,11 @@ def _list(env: Env) -> None:
             empty="(no jobs)",
         ),
     )
+
+
+def _job_data(job: Job) -> dict[str, Any]:
+    """``job.to_dict()`` fit to print: stored secret-like values masked."""
+    return {**job.to_dict(), "spec": redacted_spec(job.spec)}
 
 
 def _job_fields(job: Job) -> str:
@@ -148,16 +154,15 @@ def _job_fields(job: Job) -> str:
 def _show(env: Env, job_id: str) -> None:
     """Show one job and its full normalised spec."""
     job = env.kernel.get_job(job_id)
-    env.emit(
-        job.to_dict(), lambda: _job_fields(job) + "\nspec:\n" + format_json(job.spec, indent=2)
-    )
+    shown = _job_data(job)
+    env.emit(shown, lambda: _job_fields(job) + "\nspec:\n" + format_json(shown["spec"], indent=2))
 
 
 def _set_enabled(env: Env, job_id: str, enabled: bool) -> None:
     job, changed = env.kernel.set_job_enabled(job_id, enabled)
     word = "enabled" if enabled else "disabled"
     env.emit(
-        {"job": job.to_dict(), "changed": changed},
+        {"job": _job_data(job), "changed": changed},
         lambda: f"job {job.id} {word}" + ("" if changed else f" (it was already {word})"),
     )
 

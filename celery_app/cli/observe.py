@@ -13,6 +13,7 @@ from adapters import load_adapters
 from celery_app.cli.output import Env, command, fields, format_age, format_json, iso, line, table
 from celery_app.config import KernelSettings, open_kernel
 from kernel import Beat, Event, Kernel, KernelError
+from kernel.redaction import masked_url
 
 __all__ = ["STALE_BEAT_FACTOR", "beat_health", "doctor", "events", "status"]
 
@@ -217,7 +218,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         settings = KernelSettings.from_app(app)
     except KernelError as exc:
         return [_check("settings", "fail", exc.message)]
-    checks = [_check("settings", "ok", f"database {_masked(settings.database_url)}")]
+    checks = [_check("settings", "ok", f"database {masked_url(settings.database_url)}")]
     if settings.sqlite_synchronous == "NORMAL" and settings.database_url.startswith("sqlite"):
         checks.append(
             _check(
@@ -276,15 +277,6 @@ def _broker_check(app: Any) -> dict[str, str]:
             return _check("broker", "ok", conn.as_uri())
     except Exception as exc:  # any transport's failure is a finding, not a crash
         return _check("broker", "fail", f"{type(exc).__name__}: {exc}")
-
-
-def _masked(url: str) -> str:
-    """A database URL with its password hidden."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return url
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
 @command("doctor")

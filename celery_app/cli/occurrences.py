@@ -1,15 +1,25 @@
-"""``kernel occurrences list|show``: what fired, how it went, what it holds now."""
+"""``kernel occurrences list|show|logs``: what fired, how it went, what it holds now."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
-from celery_app.cli.output import Env, command, fields, format_json, table
+from celery_app.cli.output import Env, _printable, command, fields, format_json, table
 from kernel import Kernel, Occurrence, OccurrenceStatus
+from kernel.output import RUN_OUTPUT
+from kernel.redaction import redacted_spec
 
-__all__ = ["occurrences", "occurrence_rows", "occurrence_events", "OCCURRENCE_HEADERS"]
+__all__ = [
+    "occurrences",
+    "occurrence_rows",
+    "occurrence_events",
+    "output_chunks",
+    "OCCURRENCE_HEADERS",
+]
 
 occurrences = click.Group("occurrences", help="Occurrences: one row per logical firing of a job.")
 
@@ -25,6 +35,7 @@ OCCURRENCE_HEADERS = (
     "error",
 )
 _EVENT_PAGE = 1000
+_UNSETTLED = frozenset({"queued", "running", "retry_wait"})
 
 
 def occurrence_rows(found: list[Occurrence]) -> list[tuple[Any, ...]]:
@@ -59,6 +70,26 @@ def occurrence_events(kernel: Kernel, occurrence_id: int) -> list[dict[str, Any]
         if len(page) < _EVENT_PAGE:
             return found
         after = page[-1].id
+
+
+def output_chunks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run output held by ``run_output`` events, one dict per chunk, oldest first."""
+    return [
+        {"event_id": e["id"], "at": e["at"], "fence": e["fence"], **chunk}
+        for e in events
+        if e["type"] == RUN_OUTPUT
+        for chunk in e["data"]["output"]
+    ]
+
+
+def _excerpt(chunks: list[dict[str, Any]], limit: int) -> str:
+    """The last ``limit`` bytes of the newest fence's output."""
+    if not chunks:
+        return ""
+    newest = chunks[-1]["fence"]
+    text = "".join(c["text"] for c in chunks if c["fence"] == newest).encode()
+    cut = text[-limit:] if limit else b""
+    return ("..." if len(cut) < len(text) else "") + cut.decode(errors="ignore")
 
 
 @command("list", occurrences)
@@ -97,12 +128,15 @@ def _list(
 def _show(env: Env, occurrence_id: int) -> None:
     """Show one occurrence with its checkpoint, result and events."""
     occ = env.kernel.get_occurrence(occurrence_id)
-    events = occurrence_events(env.kernel, occurrence_id)
+    everything = occurrence_events(env.kernel, occurrence_id)
+    events = [e for e in everything if e["type"] != RUN_OUTPUT]
+    excerpt_limit = int(occ.definition.get("output", {}).get("excerpt", 2048))
     data = {
         **occ.to_dict(),
         "checkpoint": occ.checkpoint,
         "result": occ.result,
-        "definition": occ.definition,
+        "definition": redacted_spec(occ.definition),
+        "output_excerpt": _excerpt(output_chunks(everything), excerpt_limit),
         "events": events,
     }
 
@@ -142,8 +176,70 @@ def _show(env: Env, occurrence_id: int) -> None:
             ("event", "at", "type", "fence", "data"),
             ((e["id"], e["at"], e["type"], e["fence"], e["data"]) for e in events),
         )
+        excerpt = _printable(data["output_excerpt"]) or "(none)"
         return (
-            f"{summary}\ndefinition:\n{format_json(occ.definition, indent=2)}\nevents:\n{timeline}"
+            f"{summary}\ndefinition:\n{format_json(data['definition'], indent=2)}\n"
+            f"output (last {excerpt_limit} bytes; all of it: occurrences logs {occ.id}):\n"
+            f"{excerpt.rstrip()}\nevents:\n{timeline}"
         )
 
     env.emit(data, render)
+
+
+@command("logs", occurrences)
+@click.argument("occurrence_id", metavar="OCC", type=int)
+@click.option("--fence", type=int, default=None, help="Only the run under this fence.")
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing new output until the occurrence settles."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.05, 60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between polls with --follow.",
+)
+def _logs(env: Env, occurrence_id: int, fence: int | None, follow: bool, interval: float) -> None:
+    """A run's captured output (shell stdout/stderr, ctx.logger lines), oldest first.
+
+    With --json: {"occurrence_id", "output": [{"event_id", "at", "fence", "stream",
+    "text"}]}; with --follow, one such chunk object per line.
+    """
+    kernel = env.kernel
+    kernel.get_occurrence(occurrence_id)  # NOT_FOUND before anything is printed
+    if not follow:
+        chunks = [
+            c
+            for c in output_chunks(occurrence_events(kernel, occurrence_id))
+            if fence is None or c["fence"] == fence
+        ]
+        env.emit(
+            {"occurrence_id": occurrence_id, "output": chunks},
+            lambda: "".join(_printable(c["text"]) for c in chunks).rstrip("\n") or "(no output)",
+        )
+        return
+    try:
+        for chunk in _follow(kernel, occurrence_id, interval):
+            if fence is not None and chunk["fence"] != fence:
+                continue
+            if env.json:
+                click.echo(format_json(chunk))
+            else:
+                click.echo(_printable(chunk["text"]), nl=False)
+    except KeyboardInterrupt:
+        return
+
+
+def _follow(kernel: Kernel, occurrence_id: int, interval: float) -> Iterator[dict[str, Any]]:
+    """Output chunks as they are stored; ends once the occurrence settled and all is read."""
+    after = 0
+    while True:
+        settled = kernel.get_occurrence(occurrence_id).status.value not in _UNSETTLED
+        page = kernel.events(after_id=after, occurrence_id=occurrence_id, limit=_EVENT_PAGE)
+        yield from output_chunks([e.to_dict() for e in page])
+        if page:
+            after = page[-1].id
+        if len(page) < _EVENT_PAGE:
+            if settled:
+                return
+            time.sleep(interval)

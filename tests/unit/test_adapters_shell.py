@@ -114,6 +114,10 @@ def test_child_sees_only_the_base_the_allowed_and_the_given_environment(
         "HOME": "/home/worker",
         "REPORT_REGION": "eu",
         "MODE": "daily",
+        "KERNEL_OCCURRENCE_ID": "7",
+        "KERNEL_JOB_ID": "nightly",
+        "KERNEL_FENCE": "1",
+        "KERNEL_ATTEMPT": "1",
     }
 
 
