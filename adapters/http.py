@@ -25,6 +25,7 @@ from adapters.base import (
     tail_text,
 )
 from adapters.secrets import resolve_secrets
+from kernel.redaction import is_sensitive_name
 from kernel.types import Occurrence
 
 __all__ = ["HttpAdapter", "BODY_LIMIT"]
@@ -103,7 +104,8 @@ def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[
     request = urllib.request.Request(
         payload["url"], data=data, headers=headers, method=payload["method"]
     )
-    return request, set(secrets.values())
+    stored = {value for name, value in payload.get("headers", {}).items() if is_sensitive_name(name)}
+    return request, {*secrets.values(), *stored}
 
 
 def _describe(request: urllib.request.Request) -> str:

@@ -43,23 +43,39 @@ class RunOutput:
         self._tail: deque[tuple[str, str]] = deque()
         self._tail_bytes = 0
         self._dropped = 0
+        self._head_full = False
 
     def write(self, stream: str, text: str) -> None:
         if not text:
             return
-        size = len(text.encode())
         with self._lock:
-            if size <= self._head_room and not self._tail:
-                self._head_room -= size
-                self._pending.append((stream, text))
-                return
+            if not self._head_full:
+                head = text.encode()[: self._head_room].decode(errors="ignore")
+                if head:
+                    self._pending.append((stream, head))
+                    self._head_room -= len(head.encode())
+                text = text[len(head) :]
+                if not text:
+                    return
+                self._head_full = True
             self._tail.append((stream, text))
-            self._tail_bytes += size
-            while self._tail_bytes > self._tail_room:
-                _, dropped = self._tail.popleft()
-                dropped_size = len(dropped.encode())
-                self._tail_bytes -= dropped_size
-                self._dropped += dropped_size
+            self._tail_bytes += len(text.encode())
+            self._trim_tail()
+
+    def _trim_tail(self) -> None:
+        """Drop the oldest tail bytes beyond the tail's room (at a character boundary)."""
+        while self._tail_bytes > self._tail_room:
+            stream, oldest = self._tail[0]
+            data = oldest.encode()
+            excess = self._tail_bytes - self._tail_room
+            kept = "" if len(data) <= excess else data[excess:].decode(errors="ignore")
+            if kept:
+                self._tail[0] = (stream, kept)
+            else:
+                self._tail.popleft()
+            dropped = len(data) - len(kept.encode())
+            self._tail_bytes -= dropped
+            self._dropped += dropped
 
     def flush(self, *, final: bool = False) -> None:
         """Store what arrived since the last flush (and, when ``final``, the kept tail)."""

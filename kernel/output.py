@@ -45,7 +45,7 @@ _APPEND = sa.insert(events).from_select(
         _OCC.c.fence == _p("held_fence"),
         _OCC.c.lease_expires_at > _p("now"),
     ),
-)
+).returning(events.c.id)  # RETURNING, not rowcount: INSERT ... SELECT reports -1 on psycopg
 
 
 def append_output(
@@ -54,5 +54,5 @@ def append_output(
     """Add one ``run_output`` event, refused unless (owner, fence) holds the lease."""
     data = dumps({"output": [{"stream": stream, "text": text} for stream, text in chunks]})
     params = {"now": tx.now, "data": data, "occ_id": occ_id, "owner": owner, "held_fence": fence}
-    if tx.conn.execute(_APPEND, params).rowcount != 1:
+    if tx.conn.execute(_APPEND, params).first() is None:
         raise _lease_lost(tx, occ_id, owner, fence)

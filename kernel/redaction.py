@@ -61,5 +61,18 @@ def redacted_spec(spec: dict[str, Any]) -> dict[str, Any]:
         }
     url = payload.get("url")
     if isinstance(url, str):
-        payload["url"] = masked_url(url)
+        payload["url"] = _masked_query(masked_url(url))
     return shown
+
+
+def _masked_query(url: str) -> str:
+    """``url`` with the values of its secret-like query parameters (``?token=``) masked."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    pairs = [pair.partition("=") for pair in parts.query.split("&")]
+    query = "&".join(
+        f"{name}{sep}{MASK if sep and is_sensitive_name(name) else value}"
+        for name, sep, value in pairs
+    )
+    return urlunsplit(parts._replace(query=query))
