@@ -104,7 +104,7 @@ def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[
     request = urllib.request.Request(
         payload["url"], data=data, headers=headers, method=payload["method"]
     )
-    stored = {value for name, value in payload.get("headers", {}).items() if is_sensitive_name(name)}
+    stored = {v for name, v in payload.get("headers", {}).items() if is_sensitive_name(name)}
     return request, {*secrets.values(), *stored}
 
 

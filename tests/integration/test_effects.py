@@ -194,3 +194,36 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
     (stack.root / "stop").touch()
     stack.wait(lambda: stack.occurrence(again).status.value == "succeeded", timeout=20, what="end")
     assert ledger(stack, once, fence=2) == []
+
+
+def test_in_process_code_that_ignores_its_timeout_ends_its_pool_process(stack: Stack) -> None:
+    # record() sleeps through ctx.cancelled: kill_grace + 1 s after the timeout the pool
+    # process exits, Celery starts another, and the lease's expiry settles the run.
+    stack.use_jobs(
+        stack.job(
+            "stuck",
+            "record",
+            kwargs={"sleep": 60},
+            lease="5s",
+            timeout="1s",
+            kill_grace="1s",
+            max_attempts=1,
+        )
+    )
+    worker = stack.start_worker("worker")
+    stack.start_beat("beat")
+    occ_id = stack.run_now("stuck")
+    [run] = stack.wait(lambda: stack.ledger(occurrence_id=occ_id), timeout=30, what="the run")
+    started = time.monotonic()
+
+    stack.wait(lambda: _stat(run["pid"]) is None, timeout=10, what="the pool process to exit")
+    assert time.monotonic() - started < 5
+    assert worker.logged("the run did not stop within kill_grace 1.0s")
+    stack.wait(
+        lambda: stack.occurrence(occ_id).status.value == "dead_letter",
+        timeout=20,
+        what="the expired lease's dead letter",
+    )
+    error = stack.occurrence(occ_id).last_error
+    assert error is not None and error["code"] == "LEASE_EXPIRED"
+    assert worker.popen.poll() is None, "the worker itself lives on"
