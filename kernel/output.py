@@ -29,23 +29,27 @@ RUN_OUTPUT = "run_output"
 
 _OCC = occurrences
 _p = sa.bindparam
-_APPEND = sa.insert(events).from_select(
-    ["at", "type", "job_id", "occurrence_id", "fence", "data"],
-    sa.select(
-        _p("now", type_=sa.BigInteger),
-        sa.literal(RUN_OUTPUT),
-        _OCC.c.job_id,
-        _OCC.c.id,
-        _OCC.c.fence,
-        _p("data", type_=sa.Text),
-    ).where(
-        _OCC.c.id == _p("occ_id"),
-        _OCC.c.status == "running",
-        _OCC.c.lease_owner == _p("owner"),
-        _OCC.c.fence == _p("held_fence"),
-        _OCC.c.lease_expires_at > _p("now"),
-    ),
-).returning(events.c.id)  # RETURNING, not rowcount: INSERT ... SELECT reports -1 on psycopg
+_APPEND = (
+    sa.insert(events)
+    .from_select(
+        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
+        sa.select(
+            _p("now", type_=sa.BigInteger),
+            sa.literal(RUN_OUTPUT),
+            _OCC.c.job_id,
+            _OCC.c.id,
+            _OCC.c.fence,
+            _p("data", type_=sa.Text),
+        ).where(
+            _OCC.c.id == _p("occ_id"),
+            _OCC.c.status == "running",
+            _OCC.c.lease_owner == _p("owner"),
+            _OCC.c.fence == _p("held_fence"),
+            _OCC.c.lease_expires_at > _p("now"),
+        ),
+    )
+    .returning(events.c.id)
+)  # RETURNING, not rowcount: INSERT ... SELECT reports -1 on psycopg
 
 
 def append_output(
