@@ -187,6 +187,10 @@ class _Run:
         if safe_point not in self.adapter.runtime_control.safe_points:
             return
         occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
+        if (self.pause is not None and safe_point in self.pause.safe_points) or (
+            self.shutting_down()
+        ):
+            self.output.flush(final=True)  # a hand-back releases the lease: store it first
         if self.pause is not None and safe_point in self.pause.safe_points:
             self.kernel.ack_pause(
                 occurrence_id,
