@@ -20,7 +20,7 @@ from typing import Any
 from adapters.secrets import scrub
 from kernel import Claim, Kernel, KernelError
 
-__all__ = ["RunOutput", "DEFAULT_OUTPUT_LIMIT"]
+__all__ = ["RunOutput", "RunLogger", "DEFAULT_OUTPUT_LIMIT"]
 
 #: Bytes stored per run when a snapshot predates the ``output`` policy.
 DEFAULT_OUTPUT_LIMIT = 64 * 1024
@@ -103,3 +103,15 @@ class RunOutput:
                 exc,
                 extra={"action": "output_not_stored", "occurrence_id": occurrence_id},
             )
+
+
+class RunLogger(logging.LoggerAdapter[logging.Logger]):
+    """The run's ``ctx.logger``: every line it logs is also kept in the run's output."""
+
+    output: RunOutput | None = None
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        super().log(level, msg, *args, **kwargs)
+        if self.output is not None and self.isEnabledFor(level):
+            text = str(msg) % args if args else str(msg)
+            self.output.write("log", f"{logging.getLevelName(level)} {text}\n")

@@ -15,7 +15,7 @@ from typing import Any
 
 from adapters.base import Adapter, Cancelled, ExecutionContext, HandBack
 from adapters.secrets import scrub
-from celery_app.run_output import RunOutput
+from celery_app.run_output import RunLogger, RunOutput
 from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
 from kernel.jobspec import SELF_FENCE_MARGIN_S, renew_interval
 from kernel.types import PendingPause
@@ -90,7 +90,7 @@ class _Run:
         self.hard_stop_at: float | None = None
         self.renew_interval = renew_interval(self.lease_s)
         self.next_renew = time.monotonic() + self.renew_interval
-        self.log = _RunLogger(
+        self.log = RunLogger(
             log, {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
         )
         self.output = RunOutput(kernel, claim, definition.get("output", {}))
@@ -383,18 +383,6 @@ def _execute(run: _Run) -> RunOutcome:
 def _fenced_off(run: _Run) -> RunOutcome:
     """No settle after a lost or self-fenced lease: the lease's expiry decides (I6)."""
     return RunOutcome("lease_lost", run.claim.occurrence.job_id)
-
-
-class _RunLogger(logging.LoggerAdapter[logging.Logger]):
-    """The run's ``ctx.logger``: every line it logs is also kept in the run's output."""
-
-    output: RunOutput | None = None
-
-    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        super().log(level, msg, *args, **kwargs)
-        if self.output is not None and self.isEnabledFor(level):
-            text = str(msg) % args if args else str(msg)
-            self.output.write("log", f"{logging.getLevelName(level)} {text}\n")
 
 
 def _settle_refused(run: _Run, exc: LeaseLost) -> RunOutcome:
