@@ -154,46 +154,56 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
         shell_job(stack, "again", delivery="at-least-once", **lease),
         shell_job(stack, "once", delivery="at-most-once", **lease),
     )
-    frozen = stack.start_worker("frozen", concurrency=2)
-    stack.start_beat("beat")
-    again, once = stack.run_now("again"), stack.run_now("once")
-    for occ_id in (again, once):
-        stack.wait(lambda o=occ_id: ledger(stack, o), timeout=30, what=f"{occ_id}'s ledger")
-    groups = {occ_id: group_of(next(iter(job_processes(occ_id)))) for occ_id in (again, once)}
+    try:
+        frozen = stack.start_worker("frozen", concurrency=2)
+        stack.start_beat("beat")
+        again, once = stack.run_now("again"), stack.run_now("once")
+        for occ_id in (again, once):
+            stack.wait(lambda o=occ_id: ledger(stack, o), timeout=30, what=f"{occ_id}'s ledger")
+        groups = {occ_id: group_of(next(iter(job_processes(occ_id)))) for occ_id in (again, once)}
 
-    # Only the worker freezes (as in a long GC pause or a swapped-out host); its jobs do not.
-    for pid in worker_processes(frozen):
-        os.kill(pid, signal.SIGSTOP)
-    time.sleep(0.5)  # a renewal in flight has committed or not by now
-    expires = {o: stack.occurrence(o).lease_expires_at.timestamp() for o in (again, once)}
-    thawed = stack.start_worker("thawed")
-    gone_at: dict[int, float] = {}
-    while len(gone_at) < 2:
+        # Only the worker freezes (as in a long GC pause or a swapped-out host); its jobs do not.
+        for pid in worker_processes(frozen):
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.5)  # a renewal in flight has committed or not by now
+        expires = {o: stack.occurrence(o).lease_expires_at.timestamp() for o in (again, once)}
+        thawed = stack.start_worker("thawed")
+        # The supervisor leads each group and SIGKILLs the whole group as its last act, so
+        # its death dates the group's; watching one pid keeps the sampling fine-grained.
+        gone_at: dict[int, float] = {}
+        while len(gone_at) < 2:
+            for occ_id, pgid in groups.items():
+                if occ_id not in gone_at and _stat(pgid) is None:
+                    gone_at[occ_id] = time.time()
+            assert time.time() < max(expires.values()) + 5, (
+                f"still running: {groups.keys() - gone_at}"
+            )
+            time.sleep(0.01)
+
         for occ_id, pgid in groups.items():
-            if occ_id not in gone_at and not job_processes(occ_id) and not group_members(pgid):
-                gone_at[occ_id] = time.time()
-        assert time.time() < max(expires.values()) + 5, f"still running: {groups.keys() - gone_at}"
-        time.sleep(0.05)
-
-    for occ_id in (again, once):
-        assert gone_at[occ_id] < expires[occ_id], "the group outlived the lease"
-        assert max(ledger(stack, occ_id, fence=1)) < expires[occ_id]
-    # at-least-once: reclaimed elsewhere, and the two runs never overlap.
-    stack.wait(lambda: ledger(stack, again, fence=2), timeout=30, what="the reclaim's ledger")
-    assert min(ledger(stack, again, fence=2)) > max(ledger(stack, again, fence=1))
-    assert thawed.owns(parent_of(group_of(next(iter(job_processes(again))))))
-    # at-most-once: never a second run, however alive the old process might be.
-    stack.wait(
-        lambda: stack.occurrence(once).status.value == "needs_adjudication",
-        timeout=20,
-        what="adjudication",
-    )
-    assert ledger(stack, once, fence=2) == []
-    for pid in worker_processes(frozen):
-        os.kill(pid, signal.SIGCONT)
-    (stack.root / "stop").touch()
-    stack.wait(lambda: stack.occurrence(again).status.value == "succeeded", timeout=20, what="end")
-    assert ledger(stack, once, fence=2) == []
+            assert gone_at[occ_id] < expires[occ_id], "the group outlived the lease"
+            assert not group_members(pgid) and not job_processes(occ_id)
+            assert max(ledger(stack, occ_id, fence=1)) < expires[occ_id]
+        # at-least-once: reclaimed elsewhere, and the two runs never overlap.
+        stack.wait(lambda: ledger(stack, again, fence=2), timeout=30, what="the reclaim's ledger")
+        assert min(ledger(stack, again, fence=2)) > max(ledger(stack, again, fence=1))
+        assert thawed.owns(parent_of(group_of(next(iter(job_processes(again))))))
+        # at-most-once: never a second run, however alive the old process might be.
+        stack.wait(
+            lambda: stack.occurrence(once).status.value == "needs_adjudication",
+            timeout=20,
+            what="adjudication",
+        )
+        assert ledger(stack, once, fence=2) == []
+        for pid in worker_processes(frozen):
+            os.kill(pid, signal.SIGCONT)
+        (stack.root / "stop").touch()
+        stack.wait(
+            lambda: stack.occurrence(again).status.value == "succeeded", timeout=20, what="end"
+        )
+        assert ledger(stack, once, fence=2) == []
+    finally:  # the reclaimed run ends, so the workers can stop
+        (stack.root / "stop").touch()
 
 
 def test_in_process_code_that_ignores_its_timeout_ends_its_pool_process(stack: Stack) -> None:
