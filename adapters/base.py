@@ -129,8 +129,12 @@ class ExecutionContext:
             ``scheduled_for``, ``attempt``, ``fence``, ``payload``).
         resumed: the checkpoint stored when the occurrence paused, else ``None``.
         cancelled: set when the occurrence must stop (cancel or lost lease).
-        logger: where job code should log.
+        logger: where job code should log; its lines are kept in the run's output.
         timeout_s: the job's timeout in seconds, or ``None`` for none.
+        kill_grace_s: seconds a stopped run gets between SIGTERM (or ``cancelled``)
+            and SIGKILL (or the pool process exiting).
+        secrets: values that must never appear in the run's output or errors; an
+            adapter adds the secret values it hands to the job.
     """
 
     def __init__(
@@ -142,13 +146,32 @@ class ExecutionContext:
         on_safe_point: Callable[[str, Any], None],
         logger: logging.Logger | logging.LoggerAdapter[Any],
         timeout_s: float | None,
+        kill_grace_s: float = 2.0,
+        effects_deadline: Callable[[], float | None] = lambda: None,
+        on_output: Callable[[str, str], None] = lambda stream, text: None,
     ) -> None:
         self.occurrence = occurrence
         self.resumed = resumed
         self.cancelled = cancelled
         self.logger = logger
         self.timeout_s = timeout_s
+        self.kill_grace_s = kill_grace_s
+        self.secrets: set[str] = set()
         self._on_safe_point = on_safe_point
+        self._effects_deadline = effects_deadline
+        self._on_output = on_output
+
+    def effects_deadline(self) -> float | None:
+        """The ``time.monotonic()`` by which every effect of this run must have stopped.
+
+        It moves forward with each lease renewal; ``None`` means no lease bounds the
+        run. See :mod:`kernel.jobspec` for the rule.
+        """
+        return self._effects_deadline()
+
+    def write_output(self, stream: str, text: str) -> None:
+        """Add ``text`` to the run's captured output under ``stream`` (``stdout``, ...)."""
+        self._on_output(stream, text)
 
     def checkpoint(self, data: Any) -> None:
         """Offer a safe point carrying ``data`` (JSON-serialisable, at most 64 KiB).

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from adapters.base import CHECKPOINT_V1, AdapterError, BaseAdapter, ExecutionContext, payload_value
+from adapters.base import CHECKPOINT_V1, AdapterError, BaseAdapter, ExecutionContext
 
 __all__ = ["CallableAdapter"]
 
@@ -25,10 +25,10 @@ class CallableAdapter(BaseAdapter):
     runtime_control = CHECKPOINT_V1
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        payload = ctx.occurrence.payload
-        target = payload_value(payload, "callable", str)
-        args = payload_value(payload, "args", list, [])
-        kwargs = payload_value(payload, "kwargs", dict, {})
+        payload = ctx.occurrence.payload  # validated by kernel.payloads when defined
+        target: str = payload["callable"]
+        args: list[Any] = payload.get("args", [])
+        kwargs: dict[str, Any] = payload.get("kwargs", {})
         function = _resolve(target)
         if _takes_ctx(function):
             if "ctx" in kwargs:
@@ -45,12 +45,10 @@ def _resolve(target: str) -> Callable[..., Any]:
     """Import ``pkg.module:attr.path`` and return the callable it names.
 
     Raises:
-        AdapterError: non-retryable ``CALLABLE_NOT_FOUND`` when the path is
-            malformed, the import fails, or the object is not callable.
+        AdapterError: non-retryable ``CALLABLE_NOT_FOUND`` when the import fails or
+            the object is not callable.
     """
-    module_name, sep, attr_path = target.partition(":")
-    if not (module_name and sep and attr_path):
-        raise _not_found(target, "expected 'pkg.module:function'")
+    module_name, _, attr_path = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
         for attr in attr_path.split("."):

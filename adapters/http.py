@@ -22,9 +22,10 @@ from adapters.base import (
     BaseAdapter,
     Cancelled,
     ExecutionContext,
-    payload_value,
     tail_text,
 )
+from adapters.secrets import resolve_secrets
+from kernel.redaction import is_sensitive_name
 from kernel.types import Occurrence
 
 __all__ = ["HttpAdapter", "BODY_LIMIT"]
@@ -37,10 +38,11 @@ _ERROR_BODY_IN_MESSAGE = 500
 class HttpAdapter(BaseAdapter):
     """Sends ``payload`` as a request; the result is ``{status, body, truncated}``.
 
-    Payload keys: ``url`` (required, http or https), ``method`` (default GET, or
-    POST when there is a body), ``headers``, and ``json`` (sent as JSON) or
-    ``body`` (sent as UTF-8 text). 5xx, 429, timeouts and connection failures are
-    retryable; other 4xx answers are not. Cancellation is checked before the
+    The payload is the one :mod:`kernel.payloads` validated: ``url``, ``method``
+    (POST when there is a body and none was named, else GET), ``headers``,
+    ``secret_headers`` (header name → secret name, see :mod:`adapters.secrets`), and
+    ``json`` (sent as JSON) or ``body`` (sent as UTF-8 text). 5xx, 429, timeouts and
+    connection failures are retryable; other 4xx answers are not. Cancellation is checked before the
     request is sent; a request in flight runs to its timeout.
     """
 
@@ -54,7 +56,8 @@ class HttpAdapter(BaseAdapter):
         self._opener = urllib.request.build_opener()
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        request = _build_request(ctx.occurrence)
+        request, secrets = _build_request(ctx.occurrence)
+        ctx.secrets.update(secrets)
         if ctx.cancelled.is_set():
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before the request")
         timeout = self.default_timeout_s if ctx.timeout_s is None else ctx.timeout_s
@@ -77,24 +80,18 @@ class HttpAdapter(BaseAdapter):
             raise _connection_error(target, exc) from exc
 
 
-def _build_request(occurrence: Occurrence) -> urllib.request.Request:
+def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[str]]:
+    """The request the validated payload describes, and the secret values it carries."""
     payload = occurrence.payload
-    url = payload_value(payload, "url", str)
-    if urlsplit(url).scheme.lower() not in ("http", "https"):
-        # urllib would also open file:// and ftp:// URLs; a job must not read worker files.
-        raise _invalid(f"payload.url must be an http or https URL, not {url!r}")
-    method = payload_value(payload, "method", str, None)
-    headers = payload_value(payload, "headers", dict, {})
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-        raise _invalid("payload.headers must map names to string values")
-    headers = dict(headers)
+    secrets = resolve_secrets(payload.get("secret_headers", {}))
+    headers = {**payload.get("headers", {}), **secrets}
     data = None
     if payload.get("json") is not None:
         data = json.dumps(payload["json"], separators=(",", ":")).encode()
         if not any(name.lower() == "content-type" for name in headers):
             headers["Content-Type"] = "application/json"
     elif payload.get("body") is not None:
-        data = payload_value(payload, "body", str).encode()
+        data = payload["body"].encode()
     # Ours go last so a job's own headers cannot replace the kernel's identity.
     headers.update(
         {
@@ -104,12 +101,11 @@ def _build_request(occurrence: Occurrence) -> urllib.request.Request:
             "X-Kernel-Attempt": str(occurrence.attempt),
         }
     )
-    try:
-        return urllib.request.Request(
-            url, data=data, headers=headers, method=method.upper() if method else None
-        )
-    except ValueError as exc:
-        raise _invalid(f"payload.url is not usable: {exc}") from exc
+    request = urllib.request.Request(
+        payload["url"], data=data, headers=headers, method=payload["method"]
+    )
+    stored = {v for name, v in payload.get("headers", {}).items() if is_sensitive_name(name)}
+    return request, {*secrets.values(), *stored}
 
 
 def _describe(request: urllib.request.Request) -> str:
@@ -159,7 +155,3 @@ def _timeout(target: str, timeout: float) -> AdapterError:
 
 def _connection_error(target: str, reason: object) -> AdapterError:
     return AdapterError("HTTP_CONNECTION", f"{target} failed: {reason}", retryable=True)
-
-
-def _invalid(message: str) -> AdapterError:
-    return AdapterError("INVALID_PAYLOAD", message, retryable=False)

@@ -1,22 +1,30 @@
 """The ``shell`` adapter: run an argv list as a child process, never through a shell.
 
 The child gets a scrubbed environment (a small fixed base, the names the job
-allows, and the job's own values) so worker secrets such as the broker or
-database URL never leak into it. It runs in its own session, so a timeout or a
-cancel can stop the whole process group: SIGTERM first, SIGKILL after a grace;
-when the command itself exits, whatever is left of its group is killed.
-Output is read concurrently into bounded tail buffers, so a chatty child can
-neither block on a full pipe nor fill the worker's memory.
+allows, the job's own values, the secrets it names, and ``KERNEL_OCCURRENCE_ID``,
+``KERNEL_JOB_ID``, ``KERNEL_FENCE``, ``KERNEL_ATTEMPT``) so worker secrets such as
+the broker or database URL never leak into it. It runs under
+:mod:`adapters.supervisor` in a session of its own: the supervisor kills the whole
+process group when the worker asks (timeout, cancel, lost lease), when the lease
+deadline it was last told passes without a renewal (a frozen worker), and when the
+worker dies; SIGTERM first, SIGKILL after the job's ``kill_grace``. Output is read
+concurrently into bounded tail buffers and into the run's captured output, so a
+chatty child can neither block on a full pipe nor fill the worker's memory.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import json
 import os
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any
 
 from adapters.base import (
@@ -25,39 +33,43 @@ from adapters.base import (
     BaseAdapter,
     Cancelled,
     ExecutionContext,
-    payload_value,
     tail_text,
 )
+from adapters.secrets import resolve_secrets, scrub
+from kernel.redaction import is_sensitive_name
 
-__all__ = ["ShellAdapter", "BASE_ENV", "DEFAULT_OUTPUT_LIMIT"]
+__all__ = ["ShellAdapter", "BASE_ENV"]
 
 #: Worker environment variables every child inherits (when the worker has them).
 BASE_ENV = ("PATH", "HOME", "LANG")
-#: Bytes of stdout and of stderr kept (the tail) unless the payload says otherwise.
-DEFAULT_OUTPUT_LIMIT = 64 * 1024
+_SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
 _STDERR_IN_MESSAGE = 500
 
 
 class ShellAdapter(BaseAdapter):
     """Runs ``payload["argv"]``; the result is ``{exit_code, stdout, stderr, truncated}``.
 
-    Payload keys: ``argv`` (required, list of strings), ``cwd``, ``env``
-    (name → value), ``env_allow`` (worker variable names to pass through) and
-    ``output_limit`` (bytes kept per stream). A running child cannot be paused.
+    The payload is the one :mod:`kernel.payloads` validated: ``argv``, ``cwd``,
+    ``env``, ``env_allow``, ``secrets`` and ``output_limit`` (bytes kept per stream
+    in the result). A running child cannot be paused.
     """
 
     kind = "shell"
     runtime_control = NO_RUNTIME_CONTROL
-    #: Seconds a process group gets between SIGTERM and SIGKILL.
-    kill_grace_s: float = 5.0
-    #: How often the wait loop looks at the cancel event and the deadline.
+    #: How often the wait loop looks at the cancel event, the deadlines and the lease.
     poll_interval_s: float = 0.05
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        argv, cwd, child_env, limit = _command(ctx.occurrence.payload)
+        payload = ctx.occurrence.payload
+        argv: list[str] = payload["argv"]
+        secrets = resolve_secrets(payload.get("secrets", {}))
+        env: dict[str, str] = payload.get("env", {})
+        ctx.secrets.update(secrets.values(), (v for k, v in env.items() if is_sensitive_name(k)))
         if ctx.cancelled.is_set():
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before it started")
-        process = _spawn(argv, cwd, child_env)
+        child_env = {name: os.environ[name] for name in _inherited(payload) if name in os.environ}
+        child_env.update(env, **secrets, **_identity(ctx))
+        process, control = _spawn(argv, payload.get("cwd"), child_env, ctx.kill_grace_s)
         ctx.logger.info(
             "shell command started",
             extra={
@@ -66,18 +78,32 @@ class ShellAdapter(BaseAdapter):
                 "pid": process.pid,
             },
         )
+        limit = payload.get("output_limit", 64 * 1024)
         assert process.stdout is not None and process.stderr is not None  # both are PIPEs
-        stdout, stderr = _Tail(process.stdout, limit), _Tail(process.stderr, limit)
-        reason = None
+        stdout = _Tail(process.stdout, limit, "stdout", ctx)
+        stderr = _Tail(process.stderr, limit, "stderr", ctx)
         try:
-            reason = self._wait(process, ctx)
+            reason = self._wait(process, control, ctx)
         finally:
-            if process.returncode is None:
-                self._stop(process, ctx)
+            if process.poll() is None:  # the worker thread itself failed: stop the group now
+                _send(control, "stop")
+                process.wait()
+            report = _read_report(control)
             # The group must not outlive the command: leftovers would hold our pipes.
-            _signal_group(process, signal.SIGKILL)
-        out, out_cut = stdout.finish(self.kill_grace_s)
-        err, err_cut = stderr.finish(self.kill_grace_s)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+        out, out_cut = stdout.finish(ctx.kill_grace_s)
+        err, err_cut = stderr.finish(ctx.kill_grace_s)
+        out, err = scrub(out, ctx.secrets), scrub(err, ctx.secrets)
+        if "spawn_error" in report:
+            failure = report["spawn_error"]
+            raise AdapterError(
+                "SHELL_NOT_FOUND",
+                f"cannot start {argv[0]!r}: {failure['what']}: {failure['strerror']}",
+                retryable=False,
+            )
+        # No report: the supervisor was killed with its group (SIGKILL at the deadline).
+        returncode = int(report.get("returncode", process.wait()))
         if reason == "cancelled":
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled; {argv[0]!r} stopped")
         if reason == "timeout":
@@ -86,52 +112,57 @@ class ShellAdapter(BaseAdapter):
                 f"{argv[0]!r} timed out after {ctx.timeout_s}s{_stderr_note(err)}",
                 retryable=True,
             )
-        if process.returncode != 0:
+        if returncode != 0:
             raise AdapterError(
                 "SHELL_EXIT",
-                f"{argv[0]!r} {_exit_text(process.returncode)}{_stderr_note(err)}",
+                f"{argv[0]!r} {_exit_text(returncode)}{_stderr_note(err)}",
                 retryable=True,
             )
         return {"exit_code": 0, "stdout": out, "stderr": err, "truncated": out_cut or err_cut}
 
-    def _wait(self, process: subprocess.Popen[bytes], ctx: ExecutionContext) -> str | None:
-        """Wait for exit; return ``"timeout"`` or ``"cancelled"`` when it must be stopped."""
-        deadline = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return "timeout"
-            step = (
-                self.poll_interval_s if remaining is None else min(self.poll_interval_s, remaining)
-            )
-            try:
-                process.wait(timeout=step)
-                return None
-            except subprocess.TimeoutExpired:
-                if ctx.cancelled.is_set():
-                    return "cancelled"
+    def _wait(
+        self, process: subprocess.Popen[bytes], control: socket.socket, ctx: ExecutionContext
+    ) -> str | None:
+        """Wait for exit, keeping the supervisor's deadline current.
 
-    def _stop(self, process: subprocess.Popen[bytes], ctx: ExecutionContext) -> None:
-        """SIGTERM the process group, then SIGKILL it if the leader outlives the grace."""
-        _signal_group(process, signal.SIGTERM)
-        try:
-            process.wait(timeout=self.kill_grace_s)
-        except subprocess.TimeoutExpired:
-            ctx.logger.warning(
-                "shell command ignored SIGTERM for %ss; killing it",
-                self.kill_grace_s,
-                extra={"action": "shell_killed", "occurrence_id": ctx.occurrence.id},
-            )
-            _signal_group(process, signal.SIGKILL)
-            process.wait()
+        Returns ``"timeout"`` or ``"cancelled"`` when the run had to be stopped.
+        """
+        timeout_at = None if ctx.timeout_s is None else time.monotonic() + ctx.timeout_s
+        told: float | None = None
+        reason = None
+        while True:
+            deadline = ctx.effects_deadline()
+            if deadline is not None and deadline != told and reason is None:
+                _send(control, f"deadline {deadline!r}")
+                told = deadline
+            if reason is None:
+                if timeout_at is not None and time.monotonic() >= timeout_at:
+                    reason = "timeout"
+                elif ctx.cancelled.is_set():
+                    reason = "cancelled"
+                if reason is not None:
+                    ctx.logger.info(
+                        "stopping the shell command (%s): SIGTERM, SIGKILL after %ss",
+                        reason,
+                        ctx.kill_grace_s,
+                        extra={"action": "shell_stopping", "occurrence_id": ctx.occurrence.id},
+                    )
+                    _send(control, "stop")
+            try:
+                process.wait(timeout=self.poll_interval_s)
+                return reason
+            except subprocess.TimeoutExpired:
+                continue
 
 
 class _Tail:
-    """Drains one pipe on a thread, keeping only the last ``limit`` bytes."""
+    """Drains one pipe on a thread into the run's output, keeping the last ``limit`` bytes."""
 
-    def __init__(self, stream: IO[bytes], limit: int) -> None:
+    def __init__(self, stream: IO[bytes], limit: int, name: str, ctx: ExecutionContext) -> None:
         self._stream = stream
         self._limit = limit
+        self._name = name
+        self._ctx = ctx
         self._data = bytearray()
         self._total = 0
         self._lock = threading.Lock()
@@ -139,15 +170,18 @@ class _Tail:
         self._thread.start()
 
     def _drain(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         with self._stream:
             fd = self._stream.fileno()
             while chunk := os.read(fd, 65536):
+                self._ctx.write_output(self._name, decoder.decode(chunk))
                 with self._lock:
                     self._total += len(chunk)
                     self._data += chunk
                     excess = len(self._data) - self._limit
                     if excess > 0:
                         del self._data[:excess]
+            self._ctx.write_output(self._name, decoder.decode(b"", final=True))
 
     def finish(self, timeout: float) -> tuple[str, bool]:
         """Text kept so far and whether anything was dropped.
@@ -160,61 +194,68 @@ class _Tail:
             return self._data.decode("utf-8", errors="replace"), self._total > self._limit
 
 
-def _command(payload: dict[str, Any]) -> tuple[list[str], str | None, dict[str, str], int]:
-    """Read the payload: argv, cwd, the child's whole environment, the output limit."""
-    argv = _strings(payload, "argv", required=True)
-    if not argv:
-        raise _invalid("payload.argv must not be empty")
-    cwd = payload_value(payload, "cwd", str, None)
-    env = payload_value(payload, "env", dict, {})
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise _invalid("payload.env must map names to string values")
-    limit = payload_value(payload, "output_limit", int, DEFAULT_OUTPUT_LIMIT)
-    if isinstance(limit, bool) or limit < 0:
-        raise _invalid("payload.output_limit must be a non-negative integer")
-    allowed = (*BASE_ENV, *_strings(payload, "env_allow", required=False))
-    child_env = {name: os.environ[name] for name in allowed if name in os.environ}
-    child_env.update(env)
-    return argv, cwd, child_env, limit
+def _identity(ctx: ExecutionContext) -> dict[str, str]:
+    """What the command may know of its run, e.g. to make its effects idempotent."""
+    occurrence = ctx.occurrence
+    return {
+        "KERNEL_OCCURRENCE_ID": str(occurrence.id),
+        "KERNEL_JOB_ID": occurrence.job_id,
+        "KERNEL_FENCE": str(occurrence.fence),
+        "KERNEL_ATTEMPT": str(occurrence.attempt),
+    }
 
 
-def _spawn(argv: list[str], cwd: str | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _inherited(payload: dict[str, Any]) -> tuple[str, ...]:
+    return (*BASE_ENV, *payload.get("env_allow", []))
+
+
+def _spawn(
+    argv: list[str], cwd: str | None, env: dict[str, str], grace: float
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """Start the supervisor (and through it the command); returns it and our control end.
+
+    The command's environment goes over the control socket, not into the supervisor's.
+    """
+    ours, theirs = socket.socketpair()
     try:
-        return subprocess.Popen(
-            argv,
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", _SUPERVISOR, repr(grace), cwd or "", "--", *argv],
             shell=False,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
+            env={},
+            stdin=theirs.fileno(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-    except (FileNotFoundError, NotADirectoryError) as exc:
-        missing = "working directory" if cwd is not None and exc.filename == cwd else "executable"
+    except ValueError as exc:  # NUL bytes in an argument or the environment
+        ours.close()
         raise AdapterError(
-            "SHELL_NOT_FOUND", f"{missing} {exc.filename!r} not found", retryable=False
+            "INVALID_PAYLOAD", f"cannot start {argv[0]!r}: {exc}", retryable=False
         ) from exc
-    except PermissionError as exc:
-        raise AdapterError(
-            "SHELL_NOT_FOUND", f"cannot execute {argv[0]!r}: {exc.strerror}", retryable=False
-        ) from exc
-    except ValueError as exc:  # NUL bytes or '=' in names: the payload is unusable
-        raise _invalid(f"cannot start {argv[0]!r}: {exc}") from exc
+    finally:
+        theirs.close()
+    _send(ours, json.dumps(env))
+    return process, ours
 
 
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
-        os.killpg(process.pid, signum)
+def _send(control: socket.socket, line: str) -> None:
+    with contextlib.suppress(OSError):  # the supervisor has already gone
+        control.sendall(line.encode() + b"\n")
 
 
-def _strings(payload: dict[str, Any], key: str, *, required: bool) -> list[str]:
-    values: list[Any] = (
-        payload_value(payload, key, list) if required else payload_value(payload, key, list, [])
-    )
-    if not all(isinstance(value, str) for value in values):
-        raise _invalid(f"payload.{key} must be a list of strings")
-    return values
+def _read_report(control: socket.socket) -> dict[str, Any]:
+    """The supervisor's last word, or ``{}`` when it was killed before it could say it."""
+    with control:
+        control.settimeout(1.0)
+        data = b""
+        with contextlib.suppress(OSError):
+            while chunk := control.recv(4096):
+                data += chunk
+    for line in data.splitlines():
+        with contextlib.suppress(ValueError):
+            report: dict[str, Any] = json.loads(line)
+            return report
+    return {}
 
 
 def _exit_text(code: int) -> str:
@@ -230,7 +271,3 @@ def _exit_text(code: int) -> str:
 def _stderr_note(stderr: str) -> str:
     text = stderr.strip()
     return f"; stderr: {tail_text(text, _STDERR_IN_MESSAGE)}" if text else ""
-
-
-def _invalid(message: str) -> AdapterError:
-    return AdapterError("INVALID_PAYLOAD", message, retryable=False)

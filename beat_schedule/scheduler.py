@@ -31,7 +31,7 @@ from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from kernel import Job, Kernel, KernelError, StorageUnavailable
-from kernel.urls import masked_url
+from kernel.redaction import masked_url
 
 __all__ = ["KernelScheduler", "RUN_OCCURRENCE", "plan_job"]
 

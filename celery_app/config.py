@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TypeVar
 
 from kernel import InvalidArgument, Kernel, KernelError
 from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, create_kernel_engine
-from kernel.urls import masked_url
+from kernel.redaction import masked_url
 
 __all__ = [
     "CONFIG_EXIT",

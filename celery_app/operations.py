@@ -23,6 +23,7 @@ from celery_app.config import KernelSettings
 from kernel import (
     ActionResult,
     Beat,
+    Job,
     Kernel,
     KernelError,
     Occurrence,
@@ -31,6 +32,8 @@ from kernel import (
     SafePoint,
 )
 from kernel.durations import text
+from kernel.output import RUN_OUTPUT
+from kernel.redaction import redacted_spec
 
 __all__ = [
     "STALE_BEAT_FACTOR",
@@ -43,9 +46,11 @@ __all__ = [
     "events",
     "format_age",
     "iso",
+    "job_data",
     "new_request_id",
     "occurrence_detail",
     "occurrence_events",
+    "output_chunks",
     "pause",
     "preview",
     "refused_entries",
@@ -228,15 +233,45 @@ def _instant(value: datetime | int | None) -> datetime | None:
 
 
 def occurrence_detail(kernel: Kernel, occurrence_id: int) -> dict[str, Any]:
-    """One occurrence with its checkpoint, result, definition and every event."""
+    """One occurrence with its checkpoint, result, definition (secrets masked), the tail of
+    its run output and every other event."""
     occ = kernel.get_occurrence(occurrence_id)
+    everything = occurrence_events(kernel, occurrence_id)
+    excerpt_limit = int(occ.definition.get("output", {}).get("excerpt", 2048))
     return {
         **occ.to_dict(),
         "checkpoint": occ.checkpoint,
         "result": occ.result,
-        "definition": occ.definition,
-        "events": occurrence_events(kernel, occurrence_id),
+        "definition": redacted_spec(occ.definition),
+        "output_excerpt": _excerpt(output_chunks(everything), excerpt_limit),
+        "output_excerpt_limit": excerpt_limit,
+        "events": [e for e in everything if e["type"] != RUN_OUTPUT],
     }
+
+
+def output_chunks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run output held by ``run_output`` events, one dict per chunk, oldest first."""
+    return [
+        {"event_id": e["id"], "at": e["at"], "fence": e["fence"], **chunk}
+        for e in events
+        if e["type"] == RUN_OUTPUT
+        for chunk in e["data"]["output"]
+    ]
+
+
+def _excerpt(chunks: list[dict[str, Any]], limit: int) -> str:
+    """The last ``limit`` bytes of the newest fence's output."""
+    if not chunks:
+        return ""
+    newest = chunks[-1]["fence"]
+    text = "".join(c["text"] for c in chunks if c["fence"] == newest).encode()
+    cut = text[-limit:] if limit else b""
+    return ("..." if len(cut) < len(text) else "") + cut.decode(errors="ignore")
+
+
+def job_data(job: Job) -> dict[str, Any]:
+    """``job.to_dict()`` fit to show: stored secret-like values masked."""
+    return {**job.to_dict(), "spec": redacted_spec(job.spec)}
 
 
 def schedule_kind(schedule: dict[str, Any] | None) -> str | None:
@@ -279,7 +314,7 @@ def preview(kernel: Kernel, job_id: str, count: int, after: datetime | None) -> 
 def set_job_enabled(kernel: Kernel, job_id: str, enabled: bool) -> dict[str, Any]:
     """Enable or disable a job; ``changed`` is false when it already was."""
     job, changed = kernel.set_job_enabled(job_id, enabled)
-    return {"job": job.to_dict(), "changed": changed}
+    return {"job": job_data(job), "changed": changed}
 
 
 def delete_job(kernel: Kernel, job_id: str) -> dict[str, Any]:

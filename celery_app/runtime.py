@@ -16,7 +16,10 @@ from typing import Any
 from billiard.exceptions import SoftTimeLimitExceeded
 
 from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
+from adapters.secrets import scrub
+from celery_app.run_output import RunLogger, RunOutput
 from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
+from kernel.jobspec import SELF_FENCE_MARGIN_S, renew_interval
 from kernel.types import PendingPause
 
 __all__ = [
@@ -30,12 +33,10 @@ __all__ = [
 
 log = logging.getLogger("celery_kernel.runtime")
 
-# Renew this often relative to the lease, and poll for shutdown at least this often.
-_RENEW_FRACTION = 3
-_POLL_S = 0.5
-# Pause and cancel requests arrive with the renewal's answer: renew at least this
-# often so that a 60 s lease does not mean a 20 s wait for a pause to be seen.
-_MAX_RENEW_INTERVAL_S = 2.0
+# How often the keeper renews due leases and checks every run's deadlines.
+_POLL_S = 0.25
+#: Exit status of a pool process that ended itself because a run would not stop.
+SELF_FENCE_EXIT = 70
 
 
 def shutdown_marker(main_pid: int) -> Path:
@@ -58,9 +59,17 @@ def clear_warm_shutdown(main_pid: int) -> None:
 
 
 class _Run:
-    """State shared by the executing thread and the lease keeper of one claim."""
+    """State shared by the executing thread and the lease keeper of one claim.
 
-    def __init__(self, kernel: Kernel, claim: Claim, adapter: Adapter, main_pid: int) -> None:
+    The self-fencing rule (see :mod:`kernel.jobspec`): effects must be gone by
+    :meth:`effects_deadline`, ``SELF_FENCE_MARGIN_S`` before the lease could expire
+    as measured from the start of the last renewal that succeeded. ``kill_grace``
+    before it the run is cancelled; at it, a run still executing ends its process.
+    """
+
+    def __init__(
+        self, kernel: Kernel, claim: Claim, adapter: Adapter, main_pid: int, claimed_at: float
+    ) -> None:
         self.kernel = kernel
         self.claim = claim
         self.adapter = adapter
@@ -70,14 +79,27 @@ class _Run:
         # Held while the keeper renews, so that once finished is set no renewal follows.
         self.renewing = threading.Lock()
         self.lease_lost = False
+        self.self_fenced = False
+        self.timed_out = False
         self.pause: PendingPause | None = claim_pause(claim)
         occurrence = claim.occurrence
-        self.lease_s = float(occurrence.definition["lease"])
-        self.renew_interval = min(self.lease_s / _RENEW_FRACTION, _MAX_RENEW_INTERVAL_S)
+        definition = occurrence.definition
+        self.lease_s = float(definition["lease"])
+        self.kill_grace_s = float(definition.get("kill_grace", 2.0))
+        self.timeout_s: float | None = definition.get("timeout")
+        self.started_at = claimed_at
+        self.renewed_at = claimed_at
+        self.hard_stop_at: float | None = None
+        self.renew_interval = renew_interval(self.lease_s)
         self.next_renew = time.monotonic() + self.renew_interval
-        self.log = logging.LoggerAdapter(
+        self.log = RunLogger(
             log, {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
         )
+        self.output = RunOutput(kernel, claim, definition.get("output", {}))
+        self.log.output = self.output
+
+    def effects_deadline(self) -> float:
+        return self.renewed_at + self.lease_s - SELF_FENCE_MARGIN_S
 
     # -- lease keeper thread --------------------------------------------------
 
@@ -86,7 +108,8 @@ class _Run:
         with self.renewing:
             if self.finished.is_set() or self.lease_lost or time.monotonic() < self.next_renew:
                 return
-            self.next_renew = time.monotonic() + self.renew_interval
+            started = time.monotonic()
+            self.next_renew = started + self.renew_interval
             try:
                 answer = self.kernel.renew(
                     self.claim.occurrence.id,
@@ -97,19 +120,62 @@ class _Run:
             except LeaseLost as exc:
                 # The message carries the code (LEASE_LOST) and the new fence: operators grep it.
                 self.log.warning(
-                    "lease lost; the run is abandoned and will not settle: %s",
+                    "lease lost; the run is stopped and will not settle: %s",
                     exc,
                     extra={"action": "lease_lost"},
                 )
                 self.lease_lost = True
-                self.cancelled.set()
+                self._stop_effects()
                 return
             except KernelError as exc:  # storage trouble: keep trying until the lease is gone
                 self.log.warning("lease renewal failed: %s", exc, extra={"action": "renew_failed"})
                 return
+            if not self.self_fenced:
+                self.renewed_at = started
             self.pause = answer.pause
             if answer.cancel_requested:
                 self.cancelled.set()
+            self.output.flush()
+
+    def enforce_deadlines(self) -> None:
+        """Stop the run at its self-fencing or timeout deadline; exit if it will not stop."""
+        if self.finished.is_set():
+            return
+        now = time.monotonic()
+        if not self.self_fenced and not self.lease_lost:
+            if now >= self.effects_deadline() - self.kill_grace_s:
+                self.log.warning(
+                    "no lease renewal for %.1fs: stopping the run's effects before the lease "
+                    "can expire (SELF_FENCED)",
+                    now - self.renewed_at,
+                    extra={"action": "self_fenced"},
+                )
+                self.self_fenced = True
+                self._stop_effects()
+            elif (
+                self.timeout_s is not None
+                and not self.timed_out
+                and now >= self.started_at + self.timeout_s
+            ):
+                self.timed_out = True
+                self.cancelled.set()
+                # An adapter that enforces its own timeout stops within the grace; slack for it.
+                self.hard_stop_at = now + self.kill_grace_s + SELF_FENCE_MARGIN_S
+        if self.hard_stop_at is not None and now >= self.hard_stop_at:
+            self.log.critical(
+                "the run did not stop within kill_grace %ss; this pool process exits so that "
+                "its effects end (Celery starts a new one)",
+                self.kill_grace_s,
+                extra={"action": "self_fence_exit"},
+            )
+            logging.shutdown()
+            os._exit(SELF_FENCE_EXIT)
+
+    def _stop_effects(self) -> None:
+        self.cancelled.set()
+        self.hard_stop_at = min(
+            time.monotonic() + self.kill_grace_s, self.effects_deadline(), self.hard_stop_at or 1e18
+        )
 
     # -- safe points ------------------------------------------------------------
 
@@ -123,6 +189,10 @@ class _Run:
         if safe_point not in self.adapter.runtime_control.safe_points:
             return
         occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
+        if (self.pause is not None and safe_point in self.pause.safe_points) or (
+            self.shutting_down()
+        ):
+            self.output.flush(final=True)  # a hand-back releases the lease: store it first
         if self.pause is not None and safe_point in self.pause.safe_points:
             self.kernel.ack_pause(
                 occurrence_id,
@@ -180,6 +250,7 @@ class LeaseKeeper:
                 runs = list(self._runs)
             for run in runs:
                 run.renew_if_due()
+                run.enforce_deadlines()
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +297,7 @@ def run_occurrence(
     A message for an occurrence that is not claimable is dropped without side
     effects: the broker message is only a hint.
     """
+    claimed_at = time.monotonic()  # the lease is measured from no earlier than this
     claim = kernel.claim(occurrence_id, owner=new_owner())
     if claim is None:
         log.info(
@@ -246,7 +318,7 @@ def run_occurrence(
             retryable=True,
         )
         return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status)
-    run = _Run(kernel, claim, adapter, main_pid)
+    run = _Run(kernel, claim, adapter, main_pid, claimed_at)
     keeper.add(run)
     try:
         return _execute(run)
@@ -263,8 +335,12 @@ def _execute(run: _Run) -> RunOutcome:
         cancelled=run.cancelled,
         on_safe_point=run.on_safe_point,
         logger=run.log,
-        timeout_s=occurrence.definition.get("timeout"),
+        timeout_s=run.timeout_s,
+        kill_grace_s=run.kill_grace_s,
+        effects_deadline=run.effects_deadline,
+        on_output=run.output.write,
     )
+    run.output.secrets = ctx.secrets
     owner, fence = claim.owner, claim.fence
     try:
         run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
@@ -272,20 +348,23 @@ def _execute(run: _Run) -> RunOutcome:
     except HandBack:
         return RunOutcome("handed_back", occurrence.job_id)
     except Exception as exc:  # job code may raise anything; the adapter classifies it
-        if run.lease_lost:
-            return RunOutcome("lease_lost", occurrence.job_id)
-        if run.cancelled.is_set() and isinstance(exc, Cancelled):
+        if run.lease_lost or run.self_fenced:
+            return _fenced_off(run)
+        if run.timed_out and isinstance(exc, Cancelled):
+            exc = TimeoutError(f"timed out after {run.timeout_s}s")
+        elif run.cancelled.is_set() and isinstance(exc, Cancelled):
+            run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id)
         verdict = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
-        run.log.warning(
-            "run failed: %s %s", verdict.code, verdict.message, extra={"action": "run_failed"}
-        )
+        message = scrub(verdict.message, ctx.secrets)
+        run.log.warning("run failed: %s %s", verdict.code, message, extra={"action": "run_failed"})
         try:
+            run.output.flush(final=True)
             status = kernel.fail(
                 occurrence.id,
                 code=verdict.code,
-                message=verdict.message,
+                message=message,
                 retryable=verdict.retryable,
                 owner=owner,
                 fence=fence,
@@ -293,9 +372,10 @@ def _execute(run: _Run) -> RunOutcome:
         except LeaseLost as exc:
             return _settle_refused(run, exc)
         return RunOutcome(status, occurrence.job_id, verdict.code, status)
-    if run.lease_lost:
-        return RunOutcome("lease_lost", occurrence.job_id)
+    if run.lease_lost or run.self_fenced:
+        return _fenced_off(run)
     try:
+        run.output.flush(final=True)
         kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
     except LeaseLost as exc:
         return _settle_refused(run, exc)
@@ -311,6 +391,11 @@ def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None
         return None
     limit = f"{timeout_s:g} s" if timeout_s is not None else "its time limit"
     return ErrorClass(True, "TIMEOUT", f"the run exceeded its timeout of {limit}")
+
+
+def _fenced_off(run: _Run) -> RunOutcome:
+    """No settle after a lost or self-fenced lease: the lease's expiry decides (I6)."""
+    return RunOutcome("lease_lost", run.claim.occurrence.job_id)
 
 
 def _settle_refused(run: _Run, exc: LeaseLost) -> RunOutcome:

@@ -20,7 +20,7 @@ from alembic.script import ScriptDirectory
 
 from kernel.driver import DriverStatement
 from kernel.errors import InvalidArgument, SchemaUnknown
-from kernel.urls import masked_url
+from kernel.redaction import masked_url
 
 __all__ = [
     "create_kernel_engine",

@@ -6,22 +6,15 @@ each occurrence; ``JobSpec.digest`` tells an identical re-apply (a no-op) from a
 durations become seconds (float), ``at`` becomes UTC text, defaults are filled in.
 ``to_dict()`` uses the spec's own field names, so it is itself a valid spec.
 
-Payloads of the built-in kinds (any other kind's payload is any JSON object):
+Payloads of the built-in kinds are checked by :mod:`kernel.payloads`.
 
-* ``task``: ``{"task": name, "args": [...], "kwargs": {...}}``
-* ``callable``: ``{"callable": "pkg.module:function", "args": [...], "kwargs": {...}}``
-* ``shell``: ``{"argv": [str, ...], "cwd": str | None, "env": {NAME: value},
-  "env_allow": [NAME, ...], "output_limit": bytes}``. The child process sees only
-  ``env`` plus the worker's own values of the names in ``env_allow``; nothing else of
-  the worker's environment. ``output_limit`` (default 64 KiB, at most 10 MiB) bounds
-  the captured output.
-* ``http``: ``{"method": "GET", "url": "http(s)://...", "headers": {name: value}}``
-  plus either ``"json": <any JSON>`` or ``"body": str``, not both.
-
-Free-form payload text (args, kwargs, argv items, env values, body, json) may hold
-``\\n`` and ``\\t``; every other string refuses all control characters (category Cc).
-Lengths: ids, pools and ``after.job`` 128; queue and kind 64; other named strings 1024
-(cron 256, url 2048, header values 8192); free-form text is bounded by the payload size.
+Effects stay inside the lease (the self-fencing rule): a worker renews every
+:func:`renew_interval` seconds; when it has not renewed for ``lease - kill_grace -
+SELF_FENCE_MARGIN_S`` seconds it stops the run's effects (SIGTERM to a shell group,
+``ctx.cancelled`` for in-process code) and ``kill_grace`` later, still
+``SELF_FENCE_MARGIN_S`` before the lease can expire, it kills what is left (SIGKILL to
+the group; the pool process exits). A spec is refused unless one renewal fits before
+that: ``lease >= renew_interval(lease) + kill_grace + SELF_FENCE_MARGIN_S``.
 """
 
 from __future__ import annotations
@@ -29,26 +22,21 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
-from urllib.parse import urlsplit
 
 from kernel.durations import (
-    Reader,
     boolean,
     canonical_json,
-    child_path,
     choice,
     cron_expression,
     duration,
-    instance,
     instant,
     integer,
     nullable,
     optional,
     parse_duration,
-    payload_json,
     real,
     require,
     section,
@@ -56,39 +44,39 @@ from kernel.durations import (
     time_zone,
 )
 from kernel.errors import InvalidArgument
+from kernel.payloads import MAX_PAYLOAD_BYTES, SHELL_OUTPUT_LIMIT_DEFAULT, validate_payload
 from kernel.states import Delivery, Overlap
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "SELF_FENCE_MARGIN_S",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
     "After",
     "CatchupPolicy",
     "DstPolicy",
     "JobSpec",
+    "OutputPolicy",
     "RetryPolicy",
     "canonical_json",
     "parse_duration",
+    "renew_interval",
     "validate_job_spec",
 ]
 
-#: Largest payload, measured as UTF-8 canonical JSON.
-MAX_PAYLOAD_BYTES = 64 * 1024
-#: Captured output of a shell job when its payload names no ``output_limit``.
-SHELL_OUTPUT_LIMIT_DEFAULT = 64 * 1024
-_SHELL_OUTPUT_LIMIT_MAX = 10 * 1024 * 1024
-
+#: Seconds between a run's lease renewals never exceed this: pause and cancel requests
+#: arrive with the renewal's answer, so a long lease must not mean a long wait for them.
+MAX_RENEW_INTERVAL_S = 2.0
+#: Effects are gone this long before the lease can expire (clock rates, scheduling).
+SELF_FENCE_MARGIN_S = 1.0
+_RENEW_FRACTION = 3
+_OUTPUT_LIMIT_MAX = 1024 * 1024
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 _KIND = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
-_PY_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_PY_PATH = re.compile(rf"{_PY_NAME}(?:\.{_PY_NAME})*:{_PY_NAME}(?:\.{_PY_NAME})*")
-_ENV_NAME = re.compile(_PY_NAME)
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-
-_HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 _TOP_FIELDS = (
     "id", "kind", "payload", "schedule", "enabled", "queue", "max_attempts", "retry", "lease",
     "timeout", "overlap", "max_queued", "catchup", "delivery", "pool", "dst", "after",
+    "kill_grace", "output",
 )  # fmt: skip
 
 
@@ -146,6 +134,21 @@ class After(_Section):
 
 
 @dataclass(frozen=True)
+class OutputPolicy(_Section):
+    """A run's captured output (shell stdout/stderr, ``ctx.logger`` lines): at most
+    ``limit`` bytes stored per run (the tail), and an ``excerpt`` of at most that many
+    bytes (the tail) in error messages and ``occurrences show``."""
+
+    limit: int = 64 * 1024
+    excerpt: int = 2048
+
+
+def renew_interval(lease_s: float) -> float:
+    """Seconds between a run's lease renewals: a third of the lease, at most 2 s."""
+    return min(lease_s / _RENEW_FRACTION, MAX_RENEW_INTERVAL_S)
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A validated, normalised job definition (build it with :func:`validate_job_spec`)."""
 
@@ -166,6 +169,8 @@ class JobSpec:
     pool: str | None
     dst: DstPolicy
     after: After | None
+    kill_grace_s: float = 2.0
+    output: OutputPolicy = OutputPolicy()
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised spec as JSON-ready data, every field present, durations in seconds."""
@@ -187,6 +192,8 @@ class JobSpec:
             "pool": self.pool,
             "dst": self.dst.to_dict(),
             "after": None if self.after is None else self.after.to_dict(),
+            "kill_grace": self.kill_grace_s,
+            "output": self.output.to_dict(),
         }
 
     @classmethod
@@ -210,6 +217,9 @@ class JobSpec:
             pool=d["pool"],
             dst=DstPolicy.from_dict(d["dst"]),
             after=None if d["after"] is None else After.from_dict(d["after"]),
+            # Snapshots stored before these fields existed take their defaults.
+            kill_grace_s=d.get("kill_grace", cls.kill_grace_s),
+            output=OutputPolicy.from_dict(d["output"]) if "output" in d else OutputPolicy(),
         )
 
     @property
@@ -236,16 +246,27 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
     after = optional(spec, "", "after", None, nullable(_after))
     if after is not None and after.job == job_id:
         raise InvalidArgument("after.job", "a job cannot be chained after itself")
+    lease_s = optional(spec, "", "lease", 60.0, duration(5, 86400))
+    kill_grace_s = optional(spec, "", "kill_grace", JobSpec.kill_grace_s, duration(0.1, 3600))
+    needed = renew_interval(lease_s) + kill_grace_s + SELF_FENCE_MARGIN_S
+    if lease_s < needed:
+        raise InvalidArgument(
+            "lease",
+            f"{lease_s:g}s is too short for kill_grace {kill_grace_s:g}s: a worker renews "
+            f"every {renew_interval(lease_s):.3g}s and must stop a run's effects "
+            f"{kill_grace_s:g}s + {SELF_FENCE_MARGIN_S:g}s before its lease can expire; "
+            f"use a lease of at least {needed:.3g}s or a shorter kill_grace",
+        )
     return JobSpec(
         id=job_id,
         kind=kind,
-        payload=_payload(kind, spec["payload"]),
+        payload=validate_payload(kind, spec["payload"]),
         schedule=optional(spec, "", "schedule", None, nullable(_schedule)),
         enabled=optional(spec, "", "enabled", True, boolean),
         queue=optional(spec, "", "queue", "celery", text(64, _ID)),
         max_attempts=optional(spec, "", "max_attempts", 3, integer(1, 1000)),
         retry=optional(spec, "", "retry", RetryPolicy(), _retry),
-        lease_s=optional(spec, "", "lease", 60.0, duration(5, 86400)),
+        lease_s=lease_s,
         timeout_s=optional(spec, "", "timeout", None, nullable(duration())),
         overlap=Overlap(optional(spec, "", "overlap", Overlap.SKIP.value, choice(*Overlap))),
         max_queued=optional(spec, "", "max_queued", 25, integer(1, 10000)),
@@ -256,6 +277,8 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
         pool=optional(spec, "", "pool", None, nullable(text(128, _ID))),
         dst=optional(spec, "", "dst", DstPolicy(), _dst),
         after=after,
+        kill_grace_s=kill_grace_s,
+        output=optional(spec, "", "output", OutputPolicy(), _output),
     )
 
 
@@ -308,6 +331,18 @@ def _catchup(value: object, field: str) -> CatchupPolicy:
     )
 
 
+def _output(value: object, field: str) -> OutputPolicy:
+    spec = section(value, field, ("limit", "excerpt"))
+    d = OutputPolicy()
+    policy = OutputPolicy(
+        limit=optional(spec, field, "limit", d.limit, integer(0, _OUTPUT_LIMIT_MAX)),
+        excerpt=optional(spec, field, "excerpt", d.excerpt, integer(0, 64 * 1024)),
+    )
+    if policy.excerpt > policy.limit:
+        raise InvalidArgument(f"{field}.excerpt", f"must be at most {field}.limit")
+    return policy
+
+
 def _dst(value: object, field: str) -> DstPolicy:
     spec = section(value, field, ("gap", "fold"))
     return DstPolicy(
@@ -338,115 +373,3 @@ def _condition(value: object, field: str) -> str:
         except (re.error, OverflowError, RecursionError) as exc:
             raise InvalidArgument(field, f"regex does not compile: {exc}") from None
     return condition
-
-
-# --- payloads -------------------------------------------------------------------------
-
-
-def _payload(kind: str, value: object) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidArgument("payload", "must be an object")
-    payload: dict[str, Any] = payload_json(value, "payload")
-    shape = _PAYLOAD_SHAPES.get(kind)
-    if shape is not None:
-        payload = shape(payload)
-    size = len(canonical_json(payload, "payload").encode())
-    if size > MAX_PAYLOAD_BYTES:
-        raise InvalidArgument(
-            "payload", f"is {size} bytes as canonical JSON; the limit is {MAX_PAYLOAD_BYTES}"
-        )
-    return payload
-
-
-def _invocation(target: str, check: Reader[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """The task and callable shapes: a target plus ``args`` and ``kwargs``."""
-
-    def shape(payload: dict[str, Any]) -> dict[str, Any]:
-        section(payload, "payload", (target, "args", "kwargs"))
-        require(payload, "payload", target)
-        return {
-            target: check(payload[target], f"payload.{target}"),
-            "args": optional(payload, "payload", "args", [], instance(list, "an array")),
-            "kwargs": optional(payload, "payload", "kwargs", {}, instance(dict, "an object")),
-        }
-
-    return shape
-
-
-def _shell(payload: dict[str, Any]) -> dict[str, Any]:
-    section(payload, "payload", ("argv", "cwd", "env", "env_allow", "output_limit"))
-    require(payload, "payload", "argv")
-    argv = instance(list, "a non-empty array of strings")(payload["argv"], "payload.argv")
-    if not argv:
-        raise InvalidArgument("payload.argv", "must name a program")
-    text(4096)(argv[0], "payload.argv[0]")
-    for index, arg in enumerate(argv):
-        instance(str, "a string")(arg, f"payload.argv[{index}]")
-    env = instance(dict, "an object of NAME: value")(payload.get("env", {}), "payload.env")
-    for name, setting in env.items():
-        text(128, _ENV_NAME)(name, child_path("payload.env", name))
-        instance(str, "a string")(setting, child_path("payload.env", name))
-    allow = instance(list, "an array of names")(payload.get("env_allow", []), "payload.env_allow")
-    for index, name in enumerate(allow):
-        text(128, _ENV_NAME)(name, f"payload.env_allow[{index}]")
-        if name in env:
-            raise InvalidArgument(f"payload.env_allow[{index}]", f"{name} is also set in env")
-    return {
-        "argv": argv,
-        "cwd": optional(payload, "payload", "cwd", None, nullable(text(1024))),
-        "env": env,
-        "env_allow": sorted(set(allow)),  # order and repeats mean nothing: one digest
-        "output_limit": optional(
-            payload,
-            "payload",
-            "output_limit",
-            SHELL_OUTPUT_LIMIT_DEFAULT,
-            integer(1, _SHELL_OUTPUT_LIMIT_MAX),
-        ),
-    }
-
-
-def _http(payload: dict[str, Any]) -> dict[str, Any]:
-    section(payload, "payload", ("method", "url", "headers", "json", "body"))
-    require(payload, "payload", "url")
-    method = text(16)(payload.get("method", "GET"), "payload.method").upper()
-    choice(*_HTTP_METHODS)(method, "payload.method")
-    headers = instance(dict, "an object of name: value")(
-        payload.get("headers", {}), "payload.headers"
-    )
-    seen: set[str] = set()
-    for name, header in headers.items():
-        field = child_path("payload.headers", name)
-        text(256, _HEADER_NAME)(name, field)
-        text(8192, empty=True)(header, field)
-        if name.lower() in seen:
-            raise InvalidArgument(field, "repeats a header name (names ignore case)")
-        seen.add(name.lower())
-    shaped = {"method": method, "url": _url(payload["url"], "payload.url"), "headers": headers}
-    if "json" in payload and "body" in payload:
-        raise InvalidArgument("payload.body", "give json or body, not both")
-    if "body" in payload:
-        shaped["body"] = instance(str, "a string")(payload["body"], "payload.body")
-    if "json" in payload:
-        shaped["json"] = payload["json"]
-    return shaped
-
-
-def _url(value: object, field: str) -> str:
-    url = text(2048)(value, field)
-    try:
-        parts = urlsplit(url)
-        has_host = bool(parts.hostname) and parts.port != 0
-    except ValueError as exc:  # a bad IPv6 literal or port
-        raise InvalidArgument(field, f"is not a valid URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not has_host or any(c.isspace() for c in url):
-        raise InvalidArgument(field, "must be an http:// or https:// URL with a host")
-    return url
-
-
-_PAYLOAD_SHAPES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "task": _invocation("task", text(1024)),
-    "callable": _invocation("callable", text(1024, _PY_PATH)),
-    "shell": _shell,
-    "http": _http,
-}

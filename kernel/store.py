@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from kernel import beats as beat_registry
 from kernel import jobs as job_ops
 from kernel import operator as op
-from kernel import reads, runs, sources
+from kernel import output, reads, runs, sources
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument, KernelError, StorageUnavailable
@@ -577,6 +577,12 @@ class Kernel:
         """Record that ``source`` defines exactly ``owned`` (job id -> entry name): jobs it
         no longer lists are disabled (``job_retired``), retired ones listed again enabled."""
         return self._write(sources.sync_source, source, owned)
+
+    def append_output(
+        self, occurrence_id: int, *, owner: str, fence: int, chunks: Sequence[tuple[str, str]]
+    ) -> None:
+        """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
+        self._write(output.append_output, occurrence_id, owner, fence, chunks)
 
 
 def _connection_lost(exc: BaseException) -> bool:

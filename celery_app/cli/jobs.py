@@ -110,7 +110,7 @@ def _list(env: Env) -> None:
     """List job definitions."""
     found = env.kernel.list_jobs()
     env.emit(
-        [job.to_dict() for job in found],
+        [operations.job_data(job) for job in found],
         lambda: table(
             ("id", "kind", "enabled", "rev", "schedule", "next fire (UTC)", "queue"),
             (
@@ -153,9 +153,8 @@ def _job_fields(job: Job) -> str:
 def _show(env: Env, job_id: str) -> None:
     """Show one job and its full normalised spec."""
     job = env.kernel.get_job(job_id)
-    env.emit(
-        job.to_dict(), lambda: _job_fields(job) + "\nspec:\n" + format_json(job.spec, indent=2)
-    )
+    shown = operations.job_data(job)
+    env.emit(shown, lambda: _job_fields(job) + "\nspec:\n" + format_json(shown["spec"], indent=2))
 
 
 def _set_enabled(env: Env, job_id: str, enabled: bool) -> None:

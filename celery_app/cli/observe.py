@@ -16,7 +16,7 @@ from celery_app.cli.output import Env, command, fields, format_age, format_json,
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.operations import beat_health, beat_warning
 from kernel import Event, Kernel, KernelError
-from kernel.urls import masked_url
+from kernel.redaction import masked_url
 
 __all__ = ["doctor", "events", "status"]
 

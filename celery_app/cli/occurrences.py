@@ -1,14 +1,17 @@
-"""``kernel occurrences list|show``: what fired, how it went, what it holds now."""
+"""``kernel occurrences list|show|logs``: what fired, how it went, what it holds now."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from celery_app import operations
-from celery_app.cli.output import Env, command, fields, format_json, table
-from kernel import ControlState, Occurrence, OccurrenceStatus
+from celery_app.cli.output import Env, _printable, command, fields, format_json, table
+from celery_app.operations import occurrence_events, output_chunks
+from kernel import ControlState, Kernel, Occurrence, OccurrenceStatus
 
 __all__ = [
     "occurrences",
@@ -31,6 +34,8 @@ OCCURRENCE_HEADERS = (
     "control",
     "error",
 )
+_EVENT_PAGE = 1000
+_UNSETTLED = frozenset({"queued", "running", "retry_wait"})
 
 
 def occurrence_state(d: dict[str, Any]) -> str:
@@ -102,6 +107,7 @@ def _show(env: Env, occurrence_id: int) -> None:
     """Show one occurrence with its checkpoint, result and events."""
     d = data = operations.occurrence_detail(env.kernel, occurrence_id)
     events = data["events"]
+    excerpt_limit = data["output_excerpt_limit"]
 
     def render() -> str:
         control = d["control"]
@@ -143,8 +149,70 @@ def _show(env: Env, occurrence_id: int) -> None:
             ("event", "at", "type", "fence", "data"),
             ((e["id"], e["at"], e["type"], e["fence"], e["data"]) for e in events),
         )
+        excerpt = _printable(data["output_excerpt"]) or "(none)"
         return (
-            f"{summary}\ndefinition:\n{format_json(d['definition'], indent=2)}\nevents:\n{timeline}"
+            f"{summary}\ndefinition:\n{format_json(d['definition'], indent=2)}\n"
+            f"output (last {excerpt_limit} bytes; all of it: occurrences logs {d['id']}):\n"
+            f"{excerpt.rstrip()}\nevents:\n{timeline}"
         )
 
     env.emit(data, render)
+
+
+@command("logs", occurrences)
+@click.argument("occurrence_id", metavar="OCC", type=int)
+@click.option("--fence", type=int, default=None, help="Only the run under this fence.")
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing new output until the occurrence settles."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.05, 60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between polls with --follow.",
+)
+def _logs(env: Env, occurrence_id: int, fence: int | None, follow: bool, interval: float) -> None:
+    """A run's captured output (shell stdout/stderr, ctx.logger lines), oldest first.
+
+    With --json: {"occurrence_id", "output": [{"event_id", "at", "fence", "stream",
+    "text"}]}; with --follow, one such chunk object per line.
+    """
+    kernel = env.kernel
+    kernel.get_occurrence(occurrence_id)  # NOT_FOUND before anything is printed
+    if not follow:
+        chunks = [
+            c
+            for c in output_chunks(occurrence_events(kernel, occurrence_id))
+            if fence is None or c["fence"] == fence
+        ]
+        env.emit(
+            {"occurrence_id": occurrence_id, "output": chunks},
+            lambda: "".join(_printable(c["text"]) for c in chunks).rstrip("\n") or "(no output)",
+        )
+        return
+    try:
+        for chunk in _follow(kernel, occurrence_id, interval):
+            if fence is not None and chunk["fence"] != fence:
+                continue
+            if env.json:
+                click.echo(format_json(chunk))
+            else:
+                click.echo(_printable(chunk["text"]), nl=False)
+    except KeyboardInterrupt:
+        return
+
+
+def _follow(kernel: Kernel, occurrence_id: int, interval: float) -> Iterator[dict[str, Any]]:
+    """Output chunks as they are stored; ends once the occurrence settled and all is read."""
+    after = 0
+    while True:
+        settled = kernel.get_occurrence(occurrence_id).status.value not in _UNSETTLED
+        page = kernel.events(after_id=after, occurrence_id=occurrence_id, limit=_EVENT_PAGE)
+        yield from output_chunks([e.to_dict() for e in page])
+        if page:
+            after = page[-1].id
+        if len(page) < _EVENT_PAGE:
+            if settled:
+                return
+            time.sleep(interval)

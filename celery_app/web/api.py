@@ -94,12 +94,12 @@ def status(context: Context, _: Viewer) -> dict[str, Any]:
 
 @router.get("/jobs", summary="Job definitions (`kernel jobs list`)")
 def jobs(context: Context, _: Viewer) -> list[dict[str, Any]]:
-    return [job.to_dict() for job in context.kernel.list_jobs()]
+    return [operations.job_data(job) for job in context.kernel.list_jobs()]
 
 
 @router.get("/jobs/{job_id}", summary="One job and its normalised spec (`kernel jobs show`)")
 def job(job_id: JobId, context: Context, _: Viewer) -> dict[str, Any]:
-    return context.kernel.get_job(job_id).to_dict()
+    return operations.job_data(context.kernel.get_job(job_id))
 
 
 @router.get("/jobs/{job_id}/preview", summary="The next firings (`kernel jobs preview`)")

@@ -50,7 +50,7 @@ def _confirm(
     if action.target == "occurrence":
         subject = context.kernel.get_occurrence(target).to_dict()
     elif action.target == "job":
-        subject = context.kernel.get_job(target).to_dict()
+        subject = operations.job_data(context.kernel.get_job(target))
     return render(
         request,
         "confirm.html",

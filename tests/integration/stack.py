@@ -228,12 +228,14 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, name: str, *, concurrency: int = 1) -> Proc:
+    def start_worker(self, name: str, *, concurrency: int = 1, pool: str = "prefork") -> Proc:
         """Start ``celery worker`` consuming this stack's queue and wait until it is ready."""
         node = f"{name}-{self.queue}"
         proc = self._start(
             name,
             "worker",
+            "-P",
+            pool,
             "-n",
             f"{node}@%h",
             "-Q",

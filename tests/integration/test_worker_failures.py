@@ -19,7 +19,7 @@ def status(stack: Stack, occurrence_id: int) -> str:
 
 
 def test_killed_worker_is_reclaimed_with_a_higher_fence(stack: Stack) -> None:
-    stack.use_jobs(stack.job("slow", "record", kwargs={"sleep": 4}, lease="5s", max_attempts=3))
+    stack.use_jobs(stack.job("slow", "record", kwargs={"sleep": 8}, lease="5s", max_attempts=3))
     doomed = stack.start_worker("doomed")
     stack.start_beat("beat")
     occ_id = stack.run_now("slow")

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from adapters.base import ExecutionContext, HandBack
+from kernel.jobspec import validate_job_spec
 from kernel.states import OccurrenceStatus
 from kernel.types import Occurrence
 
@@ -26,7 +27,12 @@ _NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 def make_occurrence(
     kind: str, payload: dict[str, Any], *, occurrence_id: int = 7, attempt: int = 1
 ) -> Occurrence:
-    """A running occurrence of job ``nightly`` whose snapshot holds ``payload``."""
+    """A running occurrence of job ``nightly`` whose snapshot holds ``payload``.
+
+    The snapshot is what the kernel would store: the payload goes through the same
+    validation (:func:`~kernel.jobspec.validate_job_spec`) and comes out normalised.
+    """
+    definition = validate_job_spec({"id": "nightly", "kind": kind, "payload": payload}).to_dict()
     return Occurrence(
         id=occurrence_id,
         job_id="nightly",
@@ -41,7 +47,7 @@ def make_occurrence(
         lease_expires_at=_NOW,
         available_at=_NOW,
         dispatched_at=_NOW,
-        definition={"id": "nightly", "kind": kind, "queue": "celery", "payload": payload},
+        definition=definition,
         last_error=None,
         result=None,
         skip_reason=None,
@@ -73,6 +79,9 @@ def make_context(
     resumed: Any = None,
     cancelled: threading.Event | None = None,
     timeout_s: float | None = None,
+    kill_grace_s: float = 2.0,
+    effects_deadline: float | None = None,
+    output: list[tuple[str, str]] | None = None,
 ) -> ExecutionContext:
     """An execution context for a fresh occurrence of ``kind`` running ``payload``."""
     return ExecutionContext(
@@ -82,6 +91,11 @@ def make_context(
         on_safe_point=safe_points or SafePoints(),
         logger=logging.getLogger("tests.adapters"),
         timeout_s=timeout_s,
+        kill_grace_s=kill_grace_s,
+        effects_deadline=lambda: effects_deadline,
+        on_output=(lambda *chunk: None)
+        if output is None
+        else (lambda *chunk: output.append(chunk)),
     )
 
 

@@ -10,6 +10,7 @@ from unit.adapter_support import SafePoints, make_context
 
 from adapters.base import CHECKPOINT_V1, AdapterError, Cancelled, ErrorClass, HandBack
 from adapters.callable import CallableAdapter
+from kernel.errors import InvalidArgument
 
 
 def run(payload: dict[str, Any], **context: Any) -> Any:
@@ -74,7 +75,6 @@ def test_cancellation_surfaces_at_the_next_checkpoint() -> None:
     [
         ("adapter_no_such_module:run", "ModuleNotFoundError"),
         ("unit.adapter_support:no_such_function", "AttributeError"),
-        ("unit.adapter_support", "expected 'pkg.module:function'"),
         ("unit.adapter_support:_NOW", "datetime object is not callable"),
     ],
 )
@@ -87,6 +87,12 @@ def test_an_unloadable_callable_is_not_retryable(target: str, reason: str) -> No
     error = adapter.classify_error(caught.value)
     assert (error.retryable, error.code) == (False, "CALLABLE_NOT_FOUND")
     assert target in error.message and reason in error.message
+
+
+def test_a_malformed_target_is_refused_when_the_job_is_defined() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        make_context("callable", {"callable": "unit.adapter_support"})
+    assert caught.value.field == "payload.callable"
 
 
 def test_payload_may_not_override_the_context() -> None:

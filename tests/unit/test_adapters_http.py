@@ -15,6 +15,7 @@ from unit.adapter_support import make_context
 
 from adapters.base import AdapterError, Cancelled, ErrorClass
 from adapters.http import HttpAdapter
+from kernel.errors import InvalidArgument
 
 
 class Recorder(ThreadingHTTPServer):
@@ -211,7 +212,27 @@ def test_a_cancelled_occurrence_sends_nothing(server: Recorder) -> None:
         {"url": "http://127.0.0.1/", "body": {"not": "text"}},
     ],
 )
-def test_an_unusable_payload_is_not_retryable(payload: dict[str, Any]) -> None:
-    error = classify(payload)
+def test_an_unusable_payload_is_refused_when_the_job_is_defined(payload: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        make_context("http", payload)
+    assert caught.value.field.startswith("payload")
 
-    assert (error.retryable, error.code) == (False, "INVALID_PAYLOAD")
+
+def test_a_body_without_a_method_is_posted(server: Recorder) -> None:
+    run({"url": f"{server.url}/hook", "json": {"a": 1}})
+
+    assert server.received[0]["method"] == "POST"
+
+
+def test_secret_headers_are_sent_from_the_worker_and_never_stored(
+    server: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOK_TOKEN", "Bearer canary-9f2c")
+    payload = {"url": f"{server.url}/hook", "secret_headers": {"Authorization": "HOOK_TOKEN"}}
+    ctx = make_context("http", payload)
+
+    HttpAdapter().execute(ctx)
+
+    assert server.received[0]["headers"]["Authorization"] == "Bearer canary-9f2c"
+    assert "canary-9f2c" not in json.dumps(ctx.occurrence.definition)
+    assert "Bearer canary-9f2c" in ctx.secrets  # the runtime masks it in output and errors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from unit.adapter_support import make_context
 
 from adapters.base import AdapterError, Cancelled, ErrorClass
 from adapters.shell import ShellAdapter
+from kernel.errors import InvalidArgument
 
 PYTHON = sys.executable
 
@@ -112,6 +114,10 @@ def test_child_sees_only_the_base_the_allowed_and_the_given_environment(
         "HOME": "/home/worker",
         "REPORT_REGION": "eu",
         "MODE": "daily",
+        "KERNEL_OCCURRENCE_ID": "7",
+        "KERNEL_JOB_ID": "nightly",
+        "KERNEL_FENCE": "1",
+        "KERNEL_ATTEMPT": "1",
     }
 
 
@@ -244,7 +250,63 @@ def test_a_missing_executable_or_directory_is_not_retryable(tmp_path: Path) -> N
         {"argv": ["ls"], "env": {"BAD=NAME": "x"}},
     ],
 )
-def test_an_unusable_payload_is_not_retryable(payload: dict[str, Any]) -> None:
-    error = classify(payload)
+def test_an_unusable_payload_is_refused_when_the_job_is_defined(payload: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        make_context("shell", payload)
+    assert caught.value.field.startswith("payload")
 
-    assert (error.retryable, error.code) == (False, "INVALID_PAYLOAD")
+
+def test_secrets_come_from_the_secrets_file_or_the_worker_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets_file = tmp_path / "secrets.json"
+    secrets_file.write_text(json.dumps({"DB_PASSWORD": "canary-file-51"}))
+    monkeypatch.setenv("KERNEL_SECRETS_FILE", str(secrets_file))
+    monkeypatch.setenv("API_TOKEN", "canary-env-77")
+    code = "import os; print(os.environ['PGPASSWORD'], os.environ['TOKEN'])"
+    payload = {
+        "argv": [PYTHON, "-c", code],
+        "secrets": {"PGPASSWORD": "DB_PASSWORD", "TOKEN": "API_TOKEN"},
+    }
+    output: list[tuple[str, str]] = []
+    ctx = make_context("shell", payload, output=output)
+
+    result = ShellAdapter().execute(ctx)
+
+    assert ctx.secrets >= {"canary-file-51", "canary-env-77"}
+    assert result["stdout"] == "*** ***\n"  # the child got them; what it printed is masked
+    assert "canary" not in json.dumps(ctx.occurrence.definition)
+    assert ("stdout", "canary-file-51 canary-env-77\n") in output  # masked at the flush
+
+
+def test_a_missing_secret_is_named_and_not_retryable() -> None:
+    error = classify({"argv": ["true"], "secrets": {"TOKEN": "NO_SUCH_SECRET_X"}})
+
+    assert (error.retryable, error.code) == (False, "SECRET_MISSING")
+    assert "NO_SUCH_SECRET_X" in error.message
+
+
+def test_output_of_both_streams_goes_to_the_run_output() -> None:
+    code = "import sys; print('out'); sys.stdout.flush(); print('err', file=sys.stderr)"
+    output: list[tuple[str, str]] = []
+
+    run({"argv": [PYTHON, "-c", code]}, output=output)
+
+    assert ("stdout", "out\n") in output and ("stderr", "err\n") in output
+
+
+def test_the_supervisor_kills_the_group_at_the_lease_deadline_on_its_own(tmp_path: Path) -> None:
+    # The worker thread never cancels: only the deadline it handed over stops the child.
+    started = time.monotonic()
+
+    error = classify(
+        {"argv": [PYTHON, "-c", STUBBORN_CHILD, str(tmp_path)]},
+        effects_deadline=started + 1.5,
+        kill_grace_s=0.5,
+    )
+
+    elapsed = time.monotonic() - started
+    assert error.code == "SHELL_EXIT" and "SIGKILL" in error.message
+    assert (tmp_path / "got-term").exists()  # SIGTERM at deadline - grace ...
+    assert 1.4 <= elapsed < 3  # ... SIGKILL at the deadline
+    assert wait_dead(int((tmp_path / "pid").read_text()))

@@ -12,6 +12,7 @@ from unit.adapter_support import SafePoints, make_context
 
 from adapters.base import CHECKPOINT_V1, AdapterError, ErrorClass
 from adapters.task import TaskAdapter
+from kernel.errors import InvalidArgument
 
 
 @pytest.fixture
@@ -81,10 +82,9 @@ def test_without_an_app_nothing_is_registered() -> None:
     assert caught.value.code == "TASK_NOT_REGISTERED"
 
 
-def test_a_payload_without_a_task_name_is_invalid(app: celery.Celery) -> None:
-    with pytest.raises(AdapterError, match="payload.task is required") as caught:
-        run(TaskAdapter(app), {"args": [1]})
-    assert (caught.value.code, caught.value.retryable) == ("INVALID_PAYLOAD", False)
+def test_a_payload_without_a_task_name_is_refused_when_the_job_is_defined() -> None:
+    with pytest.raises(InvalidArgument, match="payload.task: is required"):
+        make_context("task", {"args": [1]})
 
 
 def test_a_task_body_reaches_its_run_through_current_run(app: celery.Celery) -> None:

@@ -90,6 +90,8 @@ def test_minimal_spec_fills_every_default() -> None:
         "pool": None,
         "dst": {"gap": "shift_forward", "fold": "first"},
         "after": None,
+        "kill_grace": 2.0,
+        "output": {"limit": 64 * 1024, "excerpt": 2048},
     }
 
 
@@ -109,6 +111,7 @@ def test_spec_example_normalises_durations_and_payload() -> None:
         "cwd": None,
         "env": {},
         "env_allow": [],
+        "secrets": {},
         "output_limit": 64 * 1024,
     }
 
@@ -148,19 +151,19 @@ def test_schedule_normal_forms(schedule: Any, normal: Any) -> None:
             {"argv": ["sh", "-c", "printf 'a\\n'\n\techo"], "env": {"A": "x\ny"},
              "env_allow": ["TZ", "LANG", "TZ"], "cwd": "/tmp", "output_limit": 10},
             {"argv": ["sh", "-c", "printf 'a\\n'\n\techo"], "env": {"A": "x\ny"},
-             "env_allow": ["LANG", "TZ"], "cwd": "/tmp", "output_limit": 10},
+             "env_allow": ["LANG", "TZ"], "cwd": "/tmp", "secrets": {}, "output_limit": 10},
         ),
         (
             "http",
             {"method": "post", "url": "https://example.com/hook", "json": {"a": [1, None]}},
             {"method": "POST", "url": "https://example.com/hook", "headers": {},
-             "json": {"a": [1, None]}},
+             "secret_headers": {}, "json": {"a": [1, None]}},
         ),
         (
             "http",
             {"url": "http://127.0.0.1:8080/x", "headers": {"X-Token": ""}, "body": "a\nb"},
-            {"method": "GET", "url": "http://127.0.0.1:8080/x", "headers": {"X-Token": ""},
-             "body": "a\nb"},
+            {"method": "POST", "url": "http://127.0.0.1:8080/x", "headers": {"X-Token": ""},
+             "secret_headers": {}, "body": "a\nb"},
         ),
         ("my.adapter", {"anything": [{"goes": True}], "t": "\ttab"},
          {"anything": [{"goes": True}], "t": "\ttab"}),
@@ -519,7 +522,8 @@ _sections = {
     "dst": ("gap", "fold"),
     "after": ("job", "on", "delay", "condition"),
     "payload": ("task", "callable", "args", "kwargs", "argv", "cwd", "env", "env_allow",
-                "output_limit", "method", "url", "headers", "json", "body"),
+                "output_limit", "secrets", "method", "url", "headers", "secret_headers",
+                "json", "body"),
 }  # fmt: skip
 _TOP = tuple(EXAMPLE)  # the SPEC example spells out every field
 

@@ -1,0 +1,212 @@
+"""Secrets never leave the fence in clear; a run's output is kept, bounded, whatever its outcome."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from celery.bin.celery import celery as celery_main
+from click.testing import CliRunner
+from integration.stack import Stack
+from sqlalchemy.engine import make_url
+
+from kernel.schema import metadata
+
+_TERMINAL = ("succeeded", "dead_letter")
+
+
+def run_cli(stack: Stack, *args: str) -> str:
+    """``celery -A celery_app kernel ARGS`` as an operator runs it: stdout and stderr together."""
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "kernel", *args],
+        cwd=stack.root,
+        env=stack.env,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout + done.stderr
+
+
+def run_cli_in_process(*args: str) -> str:
+    """The same command run in this process (fast; the environment is the test's)."""
+    result = CliRunner().invoke(celery_main, ["-A", "celery_app", "kernel", *args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.stdout + result.stderr
+
+
+def settle(stack: Stack, *occurrence_ids: int) -> None:
+    for occ_id in occurrence_ids:
+        stack.wait(
+            lambda o=occ_id: stack.occurrence(o).status.value in _TERMINAL,
+            timeout=30,
+            what=f"occurrence {occ_id} settled",
+        )
+
+
+def exporter_page(stack: Stack) -> str:
+    """One scrape of a real ``kernel exporter``, stopped by its PID afterwards."""
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "celery_app", "kernel", "exporter", "--port", "0"]
+        + ["--json"],
+        cwd=stack.root,
+        env=stack.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert exporter.stdout is not None
+        url = json.loads(first_line := exporter.stdout.readline())["url"]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return first_line + response.read().decode()
+    finally:
+        exporter.terminate()
+        exporter.wait(timeout=20)
+        if exporter.stdout is not None:
+            exporter.stdout.close()
+
+
+@pytest.mark.parametrize("stack", ["redis+postgres"], indirect=True)
+def test_a_canary_secret_appears_nowhere(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"  # referred to by name: never stored
+    legacy = f"legacy-{uuid.uuid4().hex}"  # stored by an old-style job: never shown
+    db_password = f"dbpw-{uuid.uuid4().hex}"
+    url = make_url(stack.database_url).set(password=db_password)
+    stack.database_url = url.render_as_string(hide_password=False)
+    stack.env["KERNEL_DATABASE_URL"] = stack.database_url
+    secrets_file = stack.root / "secrets.json"
+    secrets_file.write_text(json.dumps({"REPORT_TOKEN": canary}))
+    stack.env["KERNEL_SECRETS_FILE"] = str(secrets_file)
+    leaky = (
+        'echo "token=$TOKEN pw=$API_PASSWORD"; echo "failed with $TOKEN $API_PASSWORD" >&2; exit 3'
+    )
+    stack.use_jobs(
+        {
+            "id": "secret-shell",
+            "kind": "shell",
+            "queue": stack.queue,
+            "max_attempts": 1,
+            "payload": {
+                "argv": ["sh", "-c", leaky],
+                "secrets": {"TOKEN": "REPORT_TOKEN"},
+                "env": {"API_PASSWORD": legacy},
+            },
+        },
+        {
+            "id": "secret-hook",
+            "kind": "http",
+            "queue": stack.queue,
+            "max_attempts": 1,
+            "payload": {
+                "url": f"http://user:{legacy}@127.0.0.1:9/hook?token={legacy}",
+                "headers": {"Authorization": f"Bearer {legacy}"},
+                "secret_headers": {"X-Api-Key": "REPORT_TOKEN"},
+                "json": {"day": "today"},
+            },
+        },
+    )
+    stack.start_worker("worker")
+    stack.start_beat("beat")
+    shell_occ, hook_occ = stack.run_now("secret-shell"), stack.run_now("secret-hook")
+    settle(stack, shell_occ, hook_occ)
+    failed = stack.occurrence(shell_occ).last_error
+    assert failed is not None and "exited with code 3" in failed["message"]
+    assert "failed with *** ***" in failed["message"]  # the child had both; neither is kept
+
+    seen: dict[str, str] = {}
+    monkeypatch.chdir(stack.root)
+    monkeypatch.setenv("KERNEL_DATABASE_URL", stack.database_url)
+    commands: list[tuple[str, ...]] = [
+        ("jobs", "list"),
+        ("jobs", "show", "secret-shell"),
+        ("jobs", "show", "secret-hook"),
+        ("occurrences", "list"),
+        ("occurrences", "show", str(shell_occ)),
+        ("occurrences", "show", str(hook_occ)),
+        ("occurrences", "logs", str(shell_occ)),
+        ("occurrences", "logs", str(hook_occ)),
+        ("events", "--limit", "1000"),
+        ("status",),
+        ("doctor",),
+        ("why", "secret-shell"),
+    ]
+    for args in commands:
+        for mode in ((), ("--json",)):
+            seen[" ".join(args + mode)] = run_cli_in_process(*args, *mode)
+    seen["exporter"] = exporter_page(stack)
+    assert "token=*** pw=***" in seen[f"occurrences logs {shell_occ}"]
+    assert "***" in seen["jobs show secret-hook"]
+    stack.stop_all()
+    for proc in stack.procs:
+        seen[f"{proc.name} log"] = proc.log()
+    assert "kernel -> postgresql+psycopg://" in seen["beat log"]  # the banner is there, masked
+    engine = sa.create_engine(stack.database_url)
+    try:
+        with engine.connect() as conn:
+            rows = [
+                json.dumps([str(value) for value in row])
+                for table in metadata.sorted_tables
+                for row in conn.execute(sa.select(table))
+            ]
+    finally:
+        engine.dispose()
+    database = "\n".join(rows)
+
+    assert canary not in database
+    for where, text in seen.items():
+        for value in (canary, legacy, db_password):
+            assert value not in text, f"{value[:6]}... appears in `{where}`"
+
+
+def test_shell_output_is_captured_and_bounded_for_failures_and_successes(stack: Stack) -> None:
+    failing = "for i in 1 2 3; do echo \"out $i\"; done; echo 'disk full on /var' >&2; exit 3"
+    chatty = 'i=0; while [ $i -lt 2000 ]; do echo "line $i of chatter"; i=$((i+1)); done'
+    stack.use_jobs(
+        {
+            "id": "fails",
+            "kind": "shell",
+            "queue": stack.queue,
+            "max_attempts": 1,
+            "payload": {"argv": ["sh", "-c", failing]},
+            "output": {"excerpt": 64},
+        },
+        {
+            "id": "chatty",
+            "kind": "shell",
+            "queue": stack.queue,
+            "payload": {"argv": ["sh", "-c", chatty]},
+            "output": {"limit": 4096, "excerpt": 100},
+        },
+    )
+    stack.start_worker("worker")
+    stack.start_beat("beat")
+    fails, chats = stack.run_now("fails"), stack.run_now("chatty")
+    settle(stack, fails, chats)
+    assert stack.occurrence(fails).status.value == "dead_letter"
+
+    logs: dict[str, Any] = stack.cli("occurrences", "logs", str(fails))
+    streams = {(c["stream"], c["fence"]) for c in logs["output"]}
+    text = "".join(c["text"] for c in logs["output"] if c["stream"] != "log")
+    assert {("stdout", 1), ("stderr", 1)} <= streams
+    assert "out 1\nout 2\nout 3\n" in text and "disk full on /var\n" in text
+    assert any("shell command started" in c["text"] for c in logs["output"] if c["stream"] == "log")
+    shown = stack.cli("occurrences", "show", str(fails))
+    assert "disk full on /var" in shown["output_excerpt"]
+    assert len(shown["output_excerpt"].encode()) <= 64 + 3
+    assert "exited with code 3" in shown["last_error"]["message"]
+    assert "disk full on /var" in run_cli(stack, "occurrences", "logs", str(fails))
+
+    chatter = stack.cli("occurrences", "logs", str(chats))["output"]
+    kept = "".join(c["text"] for c in chatter if c["stream"] == "stdout")
+    assert len(kept.encode()) <= 4096
+    assert kept.startswith("line 0 of chatter\n") and kept.endswith("line 1999 of chatter\n")
+    assert any("bytes of output not kept" in c["text"] for c in chatter if c["stream"] == "note")
+    assert stack.occurrence(chats).result["exit_code"] == 0
