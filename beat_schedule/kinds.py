@@ -25,9 +25,15 @@ def worker_only_kinds(conf: Any) -> set[str]:
 
 
 def check_kinds(
-    kinds: Iterable[tuple[str, str]], installed: Iterable[str], allowed: set[str]
+    kinds: Iterable[tuple[str, str]],
+    installed: Iterable[str],
+    allowed: set[str],
+    *,
+    file: str | None = None,
 ) -> None:
     """Refuse the first ``(job id, kind)`` whose kind is neither installed nor allowed.
+
+    ``file`` names the job file the definitions came from (in the error's details).
 
     Raises:
         InvalidArgument: ``field`` names the job's kind; the message lists the
@@ -42,4 +48,5 @@ def check_kinds(
                 f"{', '.join(sorted(installed))}. If it is installed only on the workers, "
                 "allow it with KERNEL_WORKER_KINDS or --allow-kind",
                 kind=kind,
+                **({"file": file} if file is not None else {}),
             )

@@ -135,6 +135,7 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                 [(spec.id, spec.kind) for spec in specs],
                 load_adapters(self.app),
                 worker_only_kinds(self.app.conf),
+                file=jobs_file,
             )
             applied = kernel.apply_jobs([spec.to_dict() for spec in specs])
         except KernelError as exc:  # refused whole; the jobs already defined keep running

@@ -57,6 +57,7 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
         [(spec.id, spec.kind) for spec in specs],
         load_adapters(env.app),
         worker_only_kinds(env.app.conf) | set(allow_kinds),
+        file=str(file),
     )
     results: list[dict[str, Any]]
     if dry_run:

@@ -16,7 +16,7 @@ from typing import Any
 
 from adapters.base import ExecutionContext
 
-__all__ = ["append", "record", "steps"]
+__all__ = ["append", "record", "steps", "stubborn"]
 
 
 def append(ledger: str, ctx: ExecutionContext, event: str, **extra: Any) -> None:
@@ -44,6 +44,19 @@ def record(ledger: str, ctx: ExecutionContext, sleep: float = 0.0) -> dict[str, 
     """The effect first, then ``sleep`` seconds: a run killed while sleeping has had its effect."""
     append(ledger, ctx, "run")
     time.sleep(sleep)
+    return {"trigger_key": ctx.occurrence.trigger_key, "fence": ctx.occurrence.fence}
+
+
+def stubborn(ledger: str, ctx: ExecutionContext, sleep: float = 0.0) -> dict[str, Any]:
+    """The effect first, then ``sleep`` seconds that nothing interrupts: every exception
+    (Celery's soft time limit included) is swallowed, as careless job code would."""
+    append(ledger, ctx, "run")
+    deadline = time.monotonic() + sleep
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except Exception:  # noqa: S110 - the point: code that ignores being asked to stop
+            pass
     return {"trigger_key": ctx.occurrence.trigger_key, "fence": ctx.occurrence.fence}
 
 

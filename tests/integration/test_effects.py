@@ -207,12 +207,13 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
 
 
 def test_in_process_code_that_ignores_its_timeout_ends_its_pool_process(stack: Stack) -> None:
-    # record() sleeps through ctx.cancelled: kill_grace + 1 s after the timeout the pool
-    # process exits, Celery starts another, and the lease's expiry settles the run.
+    # stubborn() sleeps through ctx.cancelled and Celery's soft time limit: kill_grace + 1 s
+    # after the timeout the pool process exits, Celery starts another, and the lease's
+    # expiry settles the run.
     stack.use_jobs(
         stack.job(
             "stuck",
-            "record",
+            "stubborn",
             kwargs={"sleep": 60},
             lease="5s",
             timeout="1s",

@@ -154,7 +154,8 @@ def test_timeout_sends_sigterm_then_sigkill_to_a_child_that_traps_it(tmp_path: P
     assert "timed out after 1.0s" in error.message
     assert (tmp_path / "got-term").exists()  # SIGTERM came first ...
     assert 1.5 <= elapsed < 5  # ... and SIGKILL only after the grace
-    assert not alive(int((tmp_path / "pid").read_text()))
+    # SIGKILL is delivered asynchronously: on a loaded machine the child may take a moment.
+    assert wait_dead(int((tmp_path / "pid").read_text()), within_s=1.0)
 
 
 def test_a_child_that_honours_sigterm_stops_without_waiting_for_the_grace() -> None:
