@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import contextlib
 import time
 from typing import Any
 
@@ -53,10 +54,8 @@ def stubborn(ledger: str, ctx: ExecutionContext, sleep: float = 0.0) -> dict[str
     append(ledger, ctx, "run")
     deadline = time.monotonic() + sleep
     while time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(Exception):  # the point: code that ignores being asked to stop
             time.sleep(0.05)
-        except Exception:  # noqa: S110 - the point: code that ignores being asked to stop
-            pass
     return {"trigger_key": ctx.occurrence.trigger_key, "fence": ctx.occurrence.fence}
 
 
