@@ -9,9 +9,9 @@ tests count to prove "exactly once", "both fences" or "each step once".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import contextlib
 import time
 from typing import Any
 
