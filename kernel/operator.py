@@ -23,6 +23,7 @@ from kernel.errors import (
     RevisionConflict,
     StateConflict,
 )
+from kernel.events import EventType
 from kernel.records import dumps, loads
 from kernel.schema import controls, occurrences, operator_requests, requeue_grants
 from kernel.states import ControlState, Decision, OccurrenceStatus, SafePoint
@@ -103,7 +104,7 @@ def request_cancel(
         ).rowcount
         if flagged:  # asked once; a later firing under `replace` does not ask again
             tx.emit(
-                "occurrence_cancel_requested",
+                EventType.OCCURRENCE_CANCEL_REQUESTED,
                 job_id=job_id,
                 occurrence_id=occ_id,
                 fence=fence,
@@ -118,7 +119,11 @@ def request_cancel(
     if changed == 1:
         tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
         tx.emit(
-            "occurrence_cancelled", job_id=job_id, occurrence_id=occ_id, fence=fence, reason=reason
+            EventType.OCCURRENCE_CANCELLED,
+            job_id=job_id,
+            occurrence_id=occ_id,
+            fence=fence,
+            reason=reason,
         )
 
 
@@ -201,7 +206,7 @@ def request_pause(
                 occurrence_id=occ_id,
             )
     tx.emit(
-        "occurrence_pause_requested",
+        EventType.OCCURRENCE_PAUSE_REQUESTED,
         job_id=o["job_id"],
         occurrence_id=occ_id,
         fence=expected_fence,
@@ -259,7 +264,7 @@ def resume(
         .values(available_at=tx.now, dispatched_at=None, updated_at=tx.now)
     )
     tx.emit(
-        "occurrence_resumed",
+        EventType.OCCURRENCE_RESUMED,
         job_id=o["job_id"],
         occurrence_id=occ_id,
         fence=o["fence"],
@@ -335,7 +340,7 @@ def requeue(
         },
     )
     tx.emit(
-        "occurrence_requeued",
+        EventType.OCCURRENCE_REQUEUED,
         job_id=o["job_id"],
         occurrence_id=occ_id,
         fence=expected_fence,
@@ -411,7 +416,7 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
     if settled:
         tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
     tx.emit(
-        "occurrence_adjudicated",
+        EventType.OCCURRENCE_ADJUDICATED,
         job_id=o["job_id"],
         occurrence_id=occ_id,
         fence=o["fence"],

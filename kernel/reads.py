@@ -1,4 +1,4 @@
-"""Read-only queries: occurrences, events, runtime controls, status, beats; and pruning."""
+"""Read-only queries: occurrences, events, runtime controls, status; and pruning."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound
-from kernel.records import beat_from_row, event_from_row, job_from_row, occurrence_from_row
+from kernel.events import EventType
+from kernel.records import event_from_row, job_from_row, occurrence_from_row
 from kernel.schema import (
-    beats,
     controls,
     events,
     jobs,
@@ -20,7 +20,7 @@ from kernel.schema import (
 )
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
-from kernel.types import Beat, DispatchHint, Event, Job, Occurrence
+from kernel.types import DispatchHint, Event, Job, Occurrence
 
 __all__ = [
     "MAX_LIST",
@@ -32,8 +32,6 @@ __all__ = [
     "runtime_controls",
     "status_counts",
     "dispatch_batch",
-    "record_beat",
-    "list_beats",
     "prune",
 ]
 
@@ -250,24 +248,6 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
     return hints
 
 
-def record_beat(tx: Tx, beat_id: str, host: str, interval_s: float) -> None:
-    changed = tx.conn.execute(
-        sa.update(beats)
-        .where(beats.c.id == beat_id)
-        .values(last_tick_at=tx.now, interval_s=interval_s, host=host)
-    ).rowcount
-    if changed == 0:
-        tx.conn.execute(
-            tx.insert_or_ignore(beats).values(
-                id=beat_id, host=host, interval_s=interval_s, started_at=tx.now, last_tick_at=tx.now
-            )
-        )
-
-
-def list_beats(tx: Tx) -> list[Beat]:
-    return [beat_from_row(r) for r in tx.conn.execute(sa.select(beats).order_by(beats.c.id))]
-
-
 def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
     """Delete settled history older than ``settled_before``; dead letters and adjudications stay."""
     prunable = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
@@ -298,6 +278,9 @@ def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
     )
     pruned = tx.conn.execute(sa.delete(OCC).where(OCC.c.id.in_(ids))).rowcount
     tx.emit(
-        "history_pruned", occurrences=pruned, events=pruned_events, settled_before=settled_before
+        EventType.HISTORY_PRUNED,
+        occurrences=pruned,
+        events=pruned_events,
+        settled_before=settled_before,
     )
     return {"occurrences": pruned, "events": pruned_events}

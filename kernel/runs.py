@@ -17,6 +17,7 @@ from kernel.errors import (
     RevisionConflict,
     StateConflict,
 )
+from kernel.events import EventType, settled_event
 from kernel.records import dumps, loads, occurrence_from_row, to_dt
 from kernel.retry import retry_decision
 from kernel.schema import controls, occurrences
@@ -95,7 +96,7 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
     tx.emit(
-        "occurrence_claimed",
+        EventType.OCCURRENCE_CLAIMED,
         job_id=o["job_id"],
         occurrence_id=occ_id,
         fence=fence,
@@ -295,7 +296,7 @@ def settle(
     if settled and u["control_open"]:
         tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
     tx.emit(
-        f"occurrence_{to_status.value}",
+        settled_event(to_status),
         job_id=u["job_id"],
         occurrence_id=occ_id,
         fence=fence,
@@ -426,7 +427,7 @@ def release(
                 f"occurrence {occ_id}: control changed during the hand back", occurrence_id=occ_id
             )
     tx.emit(
-        "occurrence_paused" if pause_request_id else "occurrence_handed_back",
+        EventType.OCCURRENCE_PAUSED if pause_request_id else EventType.OCCURRENCE_HANDED_BACK,
         job_id=job_id,
         occurrence_id=occ_id,
         fence=fence,
@@ -478,7 +479,7 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
         if settled:
             tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": m["id"], "now": tx.now})
         tx.emit(
-            f"occurrence_{to_status.value}",
+            settled_event(to_status),
             job_id=m["job_id"],
             occurrence_id=m["id"],
             fence=m["fence"],
