@@ -355,7 +355,7 @@ def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
         # next), the others wait behind it, and those are what max_queued bounds.
         return "queue_full" if len(active) - 1 >= spec["max_queued"] else None
     for row in active:  # replace: the new firing waits (exclusive) until these end
-        request_cancel(tx, row.id, job_id, row.status, row.fence, reason="replaced")
+        request_cancel(tx, row.id, reason="replaced")
     return None
 
 

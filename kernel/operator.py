@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel import statements as st
+from kernel.control import end_control
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -91,40 +92,23 @@ def _control(tx: Tx, occ_id: int) -> Any:
     return row._mapping if row is not None else None
 
 
-def request_cancel(
-    tx: Tx, occ_id: int, job_id: str, status: str, fence: int, *, reason: str
-) -> None:
-    """Cancel at once if not running; otherwise flag it for the worker to see on renew."""
-    o = occurrences
-    if status == S.RUNNING:
-        flagged = tx.conn.execute(
-            sa.update(o)
-            .where(o.c.id == occ_id, o.c.status == S.RUNNING, o.c.cancel_requested.is_(False))
-            .values(cancel_requested=True, updated_at=tx.now)
-        ).rowcount
-        if flagged:  # asked once; a later firing under `replace` does not ask again
-            tx.emit(
-                EventType.OCCURRENCE_CANCEL_REQUESTED,
-                job_id=job_id,
-                occurrence_id=occ_id,
-                fence=fence,
-                reason=reason,
-            )
-        return
-    changed = tx.conn.execute(
-        sa.update(o)
-        .where(o.c.id == occ_id, o.c.status.in_((S.QUEUED, S.RETRY_WAIT)))
-        .values(status=S.CANCELLED, settled_at=tx.now, updated_at=tx.now)
-    ).rowcount
-    if changed == 1:
-        tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
-        tx.emit(
-            EventType.OCCURRENCE_CANCELLED,
-            job_id=job_id,
-            occurrence_id=occ_id,
-            fence=fence,
-            reason=reason,
-        )
+def request_cancel(tx: Tx, occ_id: int, *, reason: str) -> bool:
+    """Cancel at once if waiting; flag a running one for its worker. False: nothing to do."""
+    moved = tx.conn.execute(st.CANCEL, {"occ_id": occ_id, "now": tx.now}).first()
+    if moved is None:
+        return False
+    if moved.status == S.CANCELLED:
+        end_control(tx, occ_id, job_id=moved.job_id, fence=moved.fence)
+    tx.emit(
+        EventType.OCCURRENCE_CANCEL_REQUESTED
+        if moved.status == S.RUNNING
+        else EventType.OCCURRENCE_CANCELLED,
+        job_id=moved.job_id,
+        occurrence_id=occ_id,
+        fence=moved.fence,
+        reason=reason,
+    )
+    return True
 
 
 def request_pause(
@@ -414,7 +398,7 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
             },
         )
     if settled:
-        tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
+        end_control(tx, occ_id, job_id=o["job_id"], fence=o["fence"])
     tx.emit(
         EventType.OCCURRENCE_ADJUDICATED,
         job_id=o["job_id"],
@@ -432,13 +416,14 @@ def cancel(tx: Tx, occ_id: int, *, request_id: str, operator: str) -> bool:
     """Cancel: at once when waiting; a running one is asked and its worker stops."""
     if record_request(tx, request_id, "cancel", str(occ_id), {}, operator):
         return True
-    o = _occurrence(tx, occ_id)
-    if o["status"] not in (S.QUEUED, S.RETRY_WAIT, S.RUNNING):
+    if request_cancel(tx, occ_id, reason=f"operator:{operator}"):
+        return False
+    o = _occurrence(tx, occ_id)  # zero rows: read once for the precise answer
+    if o["status"] != S.RUNNING:
         raise StateConflict(
             f"occurrence {occ_id} is {o['status']}; only queued, retry_wait or running "
             "occurrences can be cancelled",
             occurrence_id=occ_id,
             status=o["status"],
         )
-    request_cancel(tx, occ_id, o["job_id"], o["status"], o["fence"], reason=f"operator:{operator}")
-    return False
+    return False  # running and already asked to stop: this request joins that one

@@ -9,8 +9,10 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.chains import fire_children
+from kernel.control import end_control
 from kernel.errors import (
     InvalidArgument,
+    KernelError,
     LeaseLost,
     NotFound,
     PauseUnsupported,
@@ -36,6 +38,9 @@ __all__ = [
 ]
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
+_ADJUDICATION_ERROR = dumps(
+    {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
+)
 S = OccurrenceStatus
 
 
@@ -268,14 +273,11 @@ def settle(
             retryable=retryable,
             rnd=rnd,
         )
+        # SETTLE turns a retry into a cancel when one is pending (decided in the statement).
         to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
-        if decision.retry and m["cancel_requested"]:
-            # No claim takes a cancel-requested row: a retry would wait forever.
-            to_status = S.CANCELLED
         available_at = tx.now + (int(decision.delay_s * 1000) if to_status == S.RETRY_WAIT else 0)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
-    settled = to_status != S.RETRY_WAIT
     updated = st.SETTLE.first(
         tx.conn,
         {
@@ -287,14 +289,15 @@ def settle(
             "next_available_at": available_at,
             "result_json": dumps(result) if outcome == "succeeded" else None,
             "error_json": dumps(error) if error is not None else None,
-            "settled": tx.now if settled else None,
+            "settled": None if to_status == S.RETRY_WAIT else tx.now,
         },
     )
     if updated is None:
         raise _lease_lost(tx, occ_id, owner, fence)
     u = updated._mapping
-    if settled and u["control_open"]:
-        tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
+    to_status = S(u["status"])
+    if u["control_open"]:
+        end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
     tx.emit(
         settled_event(to_status),
         job_id=u["job_id"],
@@ -340,99 +343,99 @@ def release(
         raise InvalidArgument(
             "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
         )
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
-    c = control._mapping if control is not None else None
+    params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": encoded}
     if pause_request_id is not None:
-        if (
-            c is None
-            or c["state"] != ControlState.PAUSE_REQUESTED
-            or c["pause_request_id"] != pause_request_id
-        ):
-            raise StateConflict(
-                f"occurrence {occ_id}: pause request {pause_request_id!r} is no longer pending",
-                occurrence_id=occ_id,
-                state=c["state"] if c else None,
+        acked = tx.conn.execute(
+            st.ACK_PAUSE,
+            {
+                **params,
+                "request_id": pause_request_id,
+                "expected_revision": expected_revision,
+                "quoted_safe_point": dumps(safe_point),
+            },
+        ).first()
+        if acked is None:
+            raise _ack_refused(
+                tx, occ_id, owner, fence, pause_request_id, expected_revision, safe_point
             )
-        if expected_revision is not None and c["revision"] != expected_revision:
-            raise RevisionConflict(
-                f"occurrence {occ_id}: control revision is {c['revision']}, "
-                f"not {expected_revision}",
-                occurrence_id=occ_id,
-                expected_revision=expected_revision,
-                actual_revision=c["revision"],
-            )
-        if c["expected_fence"] != fence:
-            raise _lease_lost(tx, occ_id, owner, fence)
-        if safe_point not in loads(c["safe_points"]):
-            raise PauseUnsupported(
-                f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
-                occurrence_id=occ_id,
-                safe_point=safe_point,
-            )
-    if tx.conn.execute(
-        sa.select(occurrences.c.cancel_requested).where(occurrences.c.id == occ_id)
-    ).scalar():
-        # A cancel request wins: no claim takes a cancel-requested row, so a
-        # handed-back one would wait forever.
-        settle(
-            tx,
-            occ_id,
-            owner,
-            fence,
-            outcome="cancelled",
+    released = tx.conn.execute(
+        st.RELEASE,
+        {
+            "occ_id": occ_id,
+            "owner": owner,
+            "held_fence": fence,
+            "now": tx.now,
+            "cancel_error": dumps({"code": "CANCELLED", "message": "cancelled at a safe point"}),
+        },
+    ).first()
+    if released is None:
+        raise _lease_lost(tx, occ_id, owner, fence)
+    if released.status == S.CANCELLED:
+        # A pending cancel wins (decided by RELEASE): a handed-back cancel-requested
+        # row would wait for ever, since no claim takes it.
+        end_control(tx, occ_id, job_id=released.job_id, fence=fence)
+        tx.emit(
+            EventType.OCCURRENCE_CANCELLED,
+            job_id=released.job_id,
+            occurrence_id=occ_id,
+            fence=fence,
+            attempt=released.attempt,
             error={"code": "CANCELLED", "message": "cancelled at a safe point"},
         )
         return
-    if (
-        pause_request_id is None
-        and c is not None
-        and c["state"] == ControlState.PAUSE_REQUESTED
-        and c["expected_fence"] == fence
-    ):
-        # A warm hand back while this run's pause is pending honours the pause, not drops it.
-        pause_request_id = c["pause_request_id"]
-    job_id = tx.conn.execute(
-        st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}
-    ).scalar()
-    if job_id is None:
-        raise _lease_lost(tx, occ_id, owner, fence)
-    new_state = ControlState.PAUSED if pause_request_id is not None else ControlState.RESUMED
-    values = {
-        "state": new_state.value,
-        "expected_fence": fence,
-        "checkpoint": encoded,
-        "updated_at": tx.now,
-        "paused_at" if pause_request_id else "resumed_at": tx.now,
-    }
-    if c is None:
-        tx.conn.execute(
-            sa.insert(controls),
-            {
-                "occurrence_id": occ_id,
-                "revision": 1,
-                "safe_points": dumps([safe_point]),
-                "pause_request_id": None,
-                "resume_request_id": None,
-                **values,
-            },
-        )
-    else:
-        changed = tx.conn.execute(
-            sa.update(controls)
-            .where(controls.c.occurrence_id == occ_id, controls.c.revision == c["revision"])
-            .values(revision=controls.c.revision + 1, **values)
-        ).rowcount
-        if changed != 1:  # an operator moved the control since it was read (PostgreSQL)
-            raise RevisionConflict(
-                f"occurrence {occ_id}: control changed during the hand back", occurrence_id=occ_id
-            )
+    if pause_request_id is None:
+        handed = tx.conn.execute(
+            st.HAND_BACK_CONTROL[tx.dialect], {**params, "safe_points": dumps([safe_point])}
+        ).first()
+        assert handed is not None  # an upsert always returns its row
+        if handed.state == ControlState.PAUSED:
+            # A warm hand back while this run's pause is pending honours the pause.
+            pause_request_id = handed.pause_request_id
     tx.emit(
         EventType.OCCURRENCE_PAUSED if pause_request_id else EventType.OCCURRENCE_HANDED_BACK,
-        job_id=job_id,
+        job_id=released.job_id,
         occurrence_id=occ_id,
         fence=fence,
         safe_point=safe_point,
         **({"request_id": pause_request_id} if pause_request_id else {}),
+    )
+
+
+def _ack_refused(
+    tx: Tx,
+    occ_id: int,
+    owner: str,
+    fence: int,
+    pause_request_id: str,
+    expected_revision: int | None,
+    safe_point: str,
+) -> KernelError:
+    """Why ACK_PAUSE changed nothing, read once after the fact."""
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    c = control._mapping if control is not None else None
+    if (
+        c is None
+        or c["state"] != ControlState.PAUSE_REQUESTED
+        or c["pause_request_id"] != pause_request_id
+    ):
+        return StateConflict(
+            f"occurrence {occ_id}: pause request {pause_request_id!r} is no longer pending",
+            occurrence_id=occ_id,
+            state=c["state"] if c else None,
+        )
+    if expected_revision is not None and c["revision"] != expected_revision:
+        return RevisionConflict(
+            f"occurrence {occ_id}: control revision is {c['revision']}, not {expected_revision}",
+            occurrence_id=occ_id,
+            expected_revision=expected_revision,
+            actual_revision=c["revision"],
+        )
+    if c["expected_fence"] != fence:
+        return _lease_lost(tx, occ_id, owner, fence)
+    return PauseUnsupported(
+        f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
+        occurrence_id=occ_id,
+        safe_point=safe_point,
     )
 
 
@@ -441,43 +444,37 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
 
     Cancel requested → cancelled; at-most-once → needs_adjudication (the run may
     have had its effect, I6); attempts exhausted → dead_letter LEASE_EXPIRED.
+    The EXPIRE statement makes that choice from the row as it is when it writes.
     """
     counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
     for row in tx.conn.execute(st.EXPIRED_LEASES, {"now": tx.now, "limit": limit}).all():
         m = row._mapping
-        error = None
-        if m["cancel_requested"]:
-            to_status = S.CANCELLED
-        elif m["delivery"] == "at-most-once":
-            to_status = S.NEEDS_ADJUDICATION
-            error = {
-                "code": "LEASE_EXPIRED",
-                "message": "lease expired after the run may have begun",
-            }
-        elif m["attempt"] >= m["max_attempts"]:
-            to_status = S.DEAD_LETTER
-            error = {
-                "code": "LEASE_EXPIRED",
-                "message": f"lease expired on the last attempt ({m['attempt']})",
-            }
-        else:
-            continue
-        settled = to_status != S.NEEDS_ADJUDICATION
-        changed = tx.conn.execute(
+        expired = tx.conn.execute(
             st.EXPIRE,
             {
                 "occ_id": m["id"],
                 "held_fence": m["fence"],
                 "now": tx.now,
-                "to_status": to_status.value,
-                "error_json": dumps(error) if error else None,
-                "settled": tx.now if settled else None,
+                "adjudication_error": dumps(
+                    {
+                        "code": "LEASE_EXPIRED",
+                        "message": "lease expired after the run may have begun",
+                    }
+                ),
+                "exhausted_error": dumps(
+                    {
+                        "code": "LEASE_EXPIRED",
+                        "message": f"lease expired on the last attempt ({m['attempt']})",
+                    }
+                ),
             },
-        ).rowcount
-        if changed != 1:
+        ).first()
+        if expired is None:  # reclaimed, settled or renewed since the candidates were read
             continue
-        if settled:
-            tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": m["id"], "now": tx.now})
+        to_status = S(expired.status)
+        if to_status != S.NEEDS_ADJUDICATION:
+            end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])
+        error = loads(expired.last_error) if to_status != S.CANCELLED else None
         tx.emit(
             settled_event(to_status),
             job_id=m["job_id"],

@@ -205,6 +205,9 @@ class Model:
         backoff_s = min(10 * 2 ** (o.attempt - 1), 3600) if status == "retry_wait" else 0
         o.available_at = self.now + backoff_s * 1000
         self._leave(o, status, error)
+        if status == "retry_wait" and o.control is not None and o.control.state != "terminal":
+            # Any settle ends the control (a pending pause request included).
+            o.control.state, o.control.revision = "terminal", o.control.revision + 1
         return status
 
     def release(
