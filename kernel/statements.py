@@ -296,9 +296,7 @@ CANCEL = (
 )
 
 #: A cancel pending on the occurrence wins over the pause (RELEASE cancels it).
-_cancel_pending = (
-    sa.select(OCC.c.cancel_requested).where(OCC.c.id == p("occ_id")).scalar_subquery()
-)
+_cancel_pending = sa.select(OCC.c.cancel_requested).where(OCC.c.id == p("occ_id")).scalar_subquery()
 
 #: The holder acknowledges the pending pause request it was asked for, at a
 #: safe point the request allows (``safe_points`` is a sorted JSON list of enum
