@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from kernel import beats, reads, runs
+from kernel import beats, pausing, reads, runs
 from kernel import jobs as job_ops
 from kernel import operator as op
 from kernel.clock import Clock, default_clock
@@ -309,18 +309,28 @@ class Kernel:
         self,
         occurrence_id: int,
         *,
-        expected_fence: int,
+        expected_fence: int | None = None,
         request_id: str,
         safe_points: Sequence[str],
         operator: str,
+        expected_revision: int | None = None,
+        checkpoint_schema_version: int = 1,
     ) -> ActionResult:
-        """Ask the holder to pause at its next safe point (PAUSE_UNSUPPORTED without any)."""
+        """Ask the holder to pause at its next safe point (PAUSE_UNSUPPORTED without any).
+
+        ``expected_fence`` / ``expected_revision``: pause only that run / control
+        revision (None: whatever runs now). ``safe_points`` and
+        ``checkpoint_schema_version`` are the adapter's declared capability; its
+        digest is part of the request's replay evidence.
+        """
         return self._action(
-            op.request_pause,
+            pausing.request_pause,
             occurrence_id,
             request_id,
             expected_fence=expected_fence,
+            expected_revision=expected_revision,
             safe_points=tuple(safe_points),
+            schema_version=checkpoint_schema_version,
             operator=operator,
         )
 
@@ -333,7 +343,7 @@ class Kernel:
         expected_revision: int | None = None,
     ) -> ActionResult:
         return self._action(
-            op.resume,
+            pausing.resume,
             occurrence_id,
             request_id,
             expected_revision=expected_revision,
@@ -344,11 +354,12 @@ class Kernel:
         self,
         occurrence_id: int,
         *,
-        expected_fence: int,
-        expected_error_code: str,
+        expected_fence: int | None = None,
+        expected_error_code: str | None = None,
         request_id: str,
         operator: str,
     ) -> ActionResult:
+        """Revive a dead letter; the evidence given (fence, error code) must still hold."""
         return self._action(
             op.requeue,
             occurrence_id,

@@ -125,7 +125,7 @@ def _occurrence_action(body: Callable[..., ActionResult]) -> Callable[..., None]
     "--fence",
     type=int,
     default=None,
-    help="Pause only the run under this fence (default: the current fence).",
+    help="Pause only the run under this fence (default: whichever run holds it now).",
 )
 def pause(env: Env, occ_id: int, rid: str, who: str, fence: int | None) -> ActionResult:
     """Ask a running occurrence to pause at its next safe point."""
@@ -134,7 +134,7 @@ def pause(env: Env, occ_id: int, rid: str, who: str, fence: int | None) -> Actio
     safe_points = adapter.runtime_control.safe_points if adapter is not None else ()
     return env.kernel.request_pause(
         occ_id,
-        expected_fence=occ.fence if fence is None else fence,
+        expected_fence=fence,
         request_id=rid,
         safe_points=safe_points,
         operator=who,
@@ -156,20 +156,14 @@ def resume(env: Env, occ_id: int, rid: str, who: str, revision: int | None) -> A
 
 @command("requeue")
 @_occurrence_action
-@click.option("--fence", type=int, default=None, help="Expected fence (default: the current one).")
-@click.option(
-    "--error-code", default=None, help="Expected last error code (default: the current one)."
-)
+@click.option("--fence", type=int, default=None, help="Expected fence (default: not checked).")
+@click.option("--error-code", default=None, help="Expected last error code (default: not checked).")
 def requeue(
     env: Env, occ_id: int, rid: str, who: str, fence: int | None, error_code: str | None
 ) -> ActionResult:
     """Give a dead letter one more run, consuming no attempt."""
-    if fence is None or error_code is None:
-        occ = env.kernel.get_occurrence(occ_id)
-        fence = occ.fence if fence is None else fence
-        error_code = (
-            str((occ.last_error or {}).get("code", "")) if error_code is None else error_code
-        )
+    # Only what the user gave is evidence (SPEC I7): a replay of this request after
+    # the state moved on is then answered with the first result, not refused.
     return env.kernel.requeue(
         occ_id, expected_fence=fence, expected_error_code=error_code, request_id=rid, operator=who
     )
