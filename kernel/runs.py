@@ -24,6 +24,7 @@ from kernel.records import dumps, loads, occurrence_from_row, to_dt
 from kernel.retry import retry_decision
 from kernel.schema import controls, occurrences
 from kernel.states import ControlState, OccurrenceStatus
+from kernel.translate import constraint_name
 from kernel.tx import Tx
 from kernel.types import Claim, PendingPause, RenewAnswer
 
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
+#: The partial unique index that lets one exclusive occurrence of a job run (schema.py).
+EXCLUSIVE_INDEX = "occurrences_one_running_exclusive"
 _ADJUDICATION_ERROR = dumps(
     {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
 )
@@ -80,17 +83,18 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
-    claimed = st.CLAIM.first(
-        tx.conn,
-        {
-            "occ_id": occ_id,
-            "seen_fence": o["fence"],
-            "now": tx.now,
-            "attempt_inc": 0 if free else 1,
-            "owner": owner,
-            "lease_until": tx.now + lease_ms,
-        },
-    )
+    params = {
+        "occ_id": occ_id,
+        "seen_fence": o["fence"],
+        "now": tx.now,
+        "attempt_inc": 0 if free else 1,
+        "owner": owner,
+        "lease_until": tx.now + lease_ms,
+    }
+    if o["exclusive"] and tx.is_postgres:
+        claimed = _claim_exclusive(tx, params)
+    else:
+        claimed = st.CLAIM.first(tx.conn, params)
     if claimed is None:
         return None
     fence = claimed._mapping["fence"]
@@ -125,17 +129,31 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     )
 
 
+def _claim_exclusive(tx: Tx, params: dict[str, Any]) -> sa.Row[Any] | None:
+    """CLAIM under a savepoint: two claimers on PostgreSQL may both count no runner,
+    and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
+    savepoint = tx.conn.begin_nested()
+    try:
+        claimed = st.CLAIM.first(tx.conn, params)
+    except sa.exc.IntegrityError as exc:
+        savepoint.rollback()
+        if constraint_name(exc) != EXCLUSIVE_INDEX:
+            raise
+        return None
+    savepoint.commit()
+    return claimed
+
+
 def _gates_open(tx: Tx, o: Any) -> bool:
     """Overlap (exclusive) and resource-pool gates: room to run one more?"""
     if not o["exclusive"] and o["pool"] is None:
         return True
-    if tx.is_postgres:
-        # READ COMMITTED lets two claimers count the same free slot; serialise
-        # the count-and-claim per job and per pool for the rest of this transaction.
-        for key in filter(
-            None, (o["exclusive"] and f"job:{o['job_id']}", o["pool"] and f"pool:{o['pool']}")
-        ):
-            tx.conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": key})
+    if tx.is_postgres and o["pool"] is not None:
+        # READ COMMITTED lets two claimers count the same free slot of a pool;
+        # serialise its count-and-claim for the rest of this transaction.
+        tx.conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": f"pool:{o['pool']}"}
+        )
     if o["exclusive"]:
         busy = tx.conn.execute(
             st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}
