@@ -1,0 +1,544 @@
+"""Two writers on one occurrence at the same instant, a few hundred rounds each (issue 8).
+
+Each round stages a fresh occurrence, then two actors (threads, each with its own Kernel
+and connections) act on it at once (:mod:`interleave`). Every other round on PostgreSQL
+holds the occurrence's row lock until both have made their reads, so both write from the
+same reading. Whatever the order, the result must be one a serial order gives: an accepted
+cancel ends ``cancelled`` (at the latest after the holder's or Beat's next write), exactly
+one claimer wins, every refusal is a KernelError with a code, and the occurrence is left
+where some actor can still move it, with an event log that names its state.
+
+``KERNEL_RACE_ROUNDS`` sets the rounds per test (default: 200 on PostgreSQL, 20 on SQLite,
+where writers are serial and the rounds only prove the same answers).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from kernel.store import Kernel
+from kernel.testing import ManualClock
+from tests.kernel.interleave import (
+    LEASE_S,
+    SAFE_POINTS,
+    Actors,
+    Outcome,
+    Stage,
+    occurrence_state,
+    problems,
+    refusals_are_kernel_errors,
+)
+
+
+class Ahead(ManualClock):
+    """A clock ``seconds`` ahead of ``base``: a transaction that began later (Beat's expiry)."""
+
+    def __init__(self, base: ManualClock, seconds: float) -> None:
+        super().__init__()
+        self.base, self.offset_ms = base, int(seconds * 1000)
+
+    def now_ms(self, conn: sa.Connection) -> int:
+        return self.base.ms + self.offset_ms
+
+
+@dataclass
+class World:
+    stage: Stage
+    actors: Actors
+    clock: ManualClock
+    postgres: bool
+
+    def repeat(self, round_: Callable[[int], None]) -> None:
+        """Run ``round_`` with 0, 1, 2, ... for the configured number of rounds."""
+        configured = int(os.environ.get("KERNEL_RACE_ROUNDS", "0"))
+        for i in range(configured or (200 if self.postgres else 20)):
+            round_(i)
+
+    def race(self, round_: int, *ops: Callable[[Kernel], Any], hold: int | None) -> list[Outcome]:
+        """Run ``ops`` at once; on even rounds hold ``hold``'s row lock until all have read."""
+        outcomes = self.actors.run(*ops, hold=hold if round_ % 2 == 0 else None)
+        refusals_are_kernel_errors(outcomes)
+        return outcomes
+
+    def state(self, occ_id: int) -> dict[str, Any]:
+        """The occurrence's rows, checked: nothing stuck, the log names the state."""
+        state = occurrence_state(self.stage.kernel, occ_id)
+        found = problems(state, self.clock.ms)
+        assert not found, f"occurrence {occ_id}: {found}; events {state['events']}"
+        return state
+
+    def status(self, occ_id: int) -> str:
+        return str(self.state(occ_id)["occurrence"]["status"])
+
+
+@pytest.fixture
+def world_factory(kernel_url: str) -> Iterator[Callable[..., World]]:
+    opened: list[tuple[Kernel, Actors]] = []
+
+    def make(ahead_s: float | None = None) -> World:
+        """Two actors; with ``ahead_s`` the second one's clock runs that far ahead."""
+        clock = ManualClock()
+        kernel = Kernel.open(kernel_url, migrate_schema=True, clock=clock)
+        second = clock if ahead_s is None else Ahead(clock, ahead_s)
+        actors = Actors(kernel_url, [clock, second])
+        opened.append((kernel, actors))
+        return World(Stage(kernel, clock), actors, clock, kernel_url.startswith("postgresql"))
+
+    yield make
+    for kernel, actors in opened:
+        actors.close()
+        kernel.close()
+
+
+@pytest.fixture
+def world(world_factory: Callable[..., World]) -> World:
+    return world_factory()
+
+
+def _by_holder(worker: Outcome, retry: Callable[[], Any]) -> None:
+    """A holder refused for anything but a lost lease writes once more, as a worker would."""
+    if worker.refusal is not None and worker.code != "LEASE_LOST":
+        retry()
+
+
+# -- an accepted cancel always ends cancelled ----------------------------------------------
+
+
+def test_cancel_vs_retryable_failure(world: World) -> None:
+    """Either order ends cancelled: the failure sees the cancel, or the cancel the retry_wait."""
+
+    def round_(i: int) -> None:
+        claim, rid = world.stage.running(), world.stage.next_id("cancel")
+        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+
+        def fail(k: Kernel) -> str:
+            return k.fail(occ, **held, code="BOOM", message="retry me", retryable=True)
+
+        failed, cancelled = world.race(
+            i, fail, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
+        )
+        _by_holder(failed, lambda: fail(world.stage.kernel))
+        assert cancelled.ok, f"round {i}: cancel refused: {cancelled}"
+        assert world.status(occ) == "cancelled", f"round {i}: fail {failed}, cancel {cancelled}"
+
+    world.repeat(round_)
+
+
+def test_cancel_vs_hand_back(world: World) -> None:
+    def round_(i: int) -> None:
+        claim, rid = world.stage.running(), world.stage.next_id("cancel")
+        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+
+        def hand_back(k: Kernel) -> None:
+            k.hand_back(occ, **held, safe_point=SAFE_POINTS[0], checkpoint={"i": i})
+
+        handed, cancelled = world.race(
+            i, hand_back, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
+        )
+        _by_holder(handed, lambda: hand_back(world.stage.kernel))
+        assert cancelled.ok, f"round {i}: cancel refused: {cancelled}"
+        assert world.status(occ) == "cancelled", f"round {i}: hand back {handed}"
+
+    world.repeat(round_)
+
+
+def test_cancel_vs_pause_ack(world: World) -> None:
+    def round_(i: int) -> None:
+        (claim, pause_rid), rid = world.stage.pause_pending(), world.stage.next_id("cancel")
+        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+
+        def ack(k: Kernel) -> None:
+            k.ack_pause(
+                occ,
+                **held,
+                request_id=pause_rid,
+                expected_revision=None,
+                safe_point=SAFE_POINTS[0],
+                checkpoint={"i": i},
+            )
+
+        acked, cancelled = world.race(
+            i, ack, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
+        )
+        _by_holder(acked, lambda: ack(world.stage.kernel))
+        assert cancelled.ok, f"round {i}: cancel refused: {cancelled}"
+        state = world.state(occ)
+        assert state["occurrence"]["status"] == "cancelled", f"round {i}: ack {acked}"
+        assert state["control"]["state"] == "terminal", f"round {i}: {state['control']}"
+
+    world.repeat(round_)
+
+
+def test_cancel_vs_renew(world: World) -> None:
+    """The holder learns of the cancel by its next renewal at the latest, and stops."""
+
+    def round_(i: int) -> None:
+        claim, rid = world.stage.running(), world.stage.next_id("cancel")
+        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+        renewed, cancelled = world.race(
+            i,
+            lambda k: k.renew(occ, **held, lease=LEASE_S),
+            lambda k: k.cancel(occ, request_id=rid, operator="op"),
+            hold=occ,
+        )
+        assert renewed.ok and cancelled.ok, f"round {i}: renew {renewed}, cancel {cancelled}"
+        assert world.stage.kernel.renew(occ, **held, lease=LEASE_S).cancel_requested
+        world.stage.kernel.cancelled(occ, **held)
+        assert world.status(occ) == "cancelled"
+
+    world.repeat(round_)
+
+
+@pytest.mark.parametrize("job_id", ["amo", "once", "alo"])
+def test_cancel_vs_lease_expiry(world: World, job_id: str) -> None:
+    """A cancel racing Beat's lease expiry ends cancelled by that or Beat's next expiry,
+    unless expiry settled it first (then the cancel is refused, STATE_CONFLICT)."""
+
+    def round_(i: int) -> None:
+        claim, rid = world.stage.running(job_id), world.stage.next_id("cancel")
+        occ = claim.occurrence.id
+        world.clock.advance(LEASE_S + 1)
+        expired, cancelled = world.race(
+            i,
+            lambda k: k.expire_leases(),
+            lambda k: k.cancel(occ, request_id=rid, operator="op"),
+            hold=occ,
+        )
+        assert expired.ok, f"round {i}: expiry refused: {expired}"
+        world.stage.kernel.expire_leases()  # Beat's next tick
+        status = world.status(occ)
+        if cancelled.ok:
+            assert status == "cancelled", f"round {i}: cancel accepted, yet {status}"
+        else:
+            assert cancelled.code == "STATE_CONFLICT", f"round {i}: {cancelled}"
+            assert status in ("needs_adjudication", "dead_letter"), f"round {i}: {status}"
+
+    world.repeat(round_)
+
+
+# -- worker against operator -----------------------------------------------------------------
+
+
+def test_pause_request_vs_hand_back(world: World) -> None:
+    """Pause first: the hand back honours it (paused). Hand back first: the pause is refused.
+
+    Odd rounds start from a run that was handed back and claimed again, so the control
+    row exists (an UPDATE race); even rounds from none (an INSERT race).
+    """
+
+    def round_(i: int) -> None:
+        claim = world.stage.running()
+        if i % 4 >= 2:
+            world.stage.kernel.hand_back(
+                claim.occurrence.id,
+                owner=claim.owner,
+                fence=claim.fence,
+                safe_point=SAFE_POINTS[0],
+                checkpoint=0,
+            )
+            reclaimed = world.stage.kernel.claim(claim.occurrence.id, owner="w2", lease=LEASE_S)
+            assert reclaimed is not None
+            claim = reclaimed
+        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+        rid = world.stage.next_id("pause")
+
+        def hand_back(k: Kernel) -> None:
+            k.hand_back(occ, **held, safe_point=SAFE_POINTS[0], checkpoint={"i": i})
+
+        handed, paused = world.race(
+            i,
+            hand_back,
+            lambda k: k.request_pause(
+                occ,
+                expected_fence=claim.fence,
+                request_id=rid,
+                safe_points=SAFE_POINTS,
+                operator="op",
+            ),
+            hold=occ,
+        )
+        _by_holder(handed, lambda: hand_back(world.stage.kernel))
+        state = world.state(occ)
+        control = state["control"]["state"]
+        assert state["occurrence"]["status"] == "retry_wait", f"round {i}: {handed}, {paused}"
+        if paused.ok:
+            assert control == "paused", f"round {i}: pause accepted, control {control}"
+        else:
+            assert paused.code == "STATE_CONFLICT", f"round {i}: {paused}"
+            assert control == "resumed", f"round {i}: pause refused, control {control}"
+
+    world.repeat(round_)
+
+
+# -- one request id used twice at once -------------------------------------------------------
+
+#: action -> (what to stage, the call, the event the first call appends)
+Staged = tuple[int | None, Callable[[Kernel], Any], str]
+
+
+def _stage_action(stage: Stage, action: str, i: int, rid: str) -> Staged:
+    if action == "pause":
+        claim = stage.running()
+        occ = claim.occurrence.id
+        return (
+            occ,
+            lambda k: k.request_pause(
+                occ,
+                expected_fence=claim.fence,
+                request_id=rid,
+                safe_points=SAFE_POINTS,
+                operator="op",
+            ),  # fmt: skip
+            "occurrence_pause_requested",
+        )
+    if action == "resume":
+        occ = stage.paused().occurrence.id
+        return occ, lambda k: k.resume(occ, request_id=rid, operator="op"), "occurrence_resumed"
+    if action == "requeue":
+        claim = stage.dead_letter()
+        occ = claim.occurrence.id
+        return (
+            occ,
+            lambda k: k.requeue(
+                occ,
+                expected_fence=claim.fence,
+                expected_error_code="FATAL",
+                request_id=rid,
+                operator="op",
+            ),  # fmt: skip
+            "occurrence_requeued",
+        )
+    if action == "adjudicate":
+        occ = stage.awaiting_adjudication().occurrence.id
+        decision = ("applied", "not_applied", "abandon")[i % 3]
+        return (
+            occ,
+            lambda k: k.adjudicate(occ, decision=decision, request_id=rid, operator="op"),
+            "occurrence_adjudicated",
+        )
+    if action == "cancel":
+        occ = stage.running().occurrence.id if i % 2 else stage.fresh()[0]
+        event = "occurrence_cancel_requested" if i % 2 else "occurrence_cancelled"
+        return occ, lambda k: k.cancel(occ, request_id=rid, operator="op"), event
+    assert action == "run_now"
+    return None, lambda k: k.run_now("alo", request_id=rid, operator="op"), "job_run_now"
+
+
+@pytest.mark.parametrize(
+    "action", ["pause", "resume", "requeue", "adjudicate", "cancel", "run_now"]
+)
+def test_one_request_id_used_twice_at_once(world: World, action: str) -> None:
+    """Both calls answer; exactly one did the action, the other is its deduplicated replay."""
+
+    def round_(i: int) -> None:
+        rid = world.stage.next_id(action)
+        occ, call, event = _stage_action(world.stage, action, i, rid)
+        first, second = world.race(i, call, call, hold=occ)
+        assert first.ok and second.ok, f"round {i}: {first}, {second}"
+        dedup = sorted([first.value.deduplicated, second.value.deduplicated])
+        assert dedup == [False, True], f"round {i}: deduplicated {dedup}"
+        target = first.value.occurrence.id
+        assert second.value.occurrence.id == target and occ in (None, target)
+        logged = [t for t, d in world.state(target)["events"] if t == event]
+        assert len(logged) == 1, f"round {i}: {event} logged {len(logged)} times"
+
+    world.repeat(round_)
+
+
+# -- two operators, two request ids ------------------------------------------------------------
+
+
+def test_requeue_vs_adjudicate(world: World) -> None:
+    """Adjudication always lands; a requeue only after an ``abandon`` made it a dead letter."""
+
+    def round_(i: int) -> None:
+        claim, decision = world.stage.awaiting_adjudication(), ("abandon", "applied",
+                                                                "not_applied")[i % 3]  # fmt: skip
+        occ, rid_a, rid_r = claim.occurrence.id, world.stage.next_id("a"), world.stage.next_id("r")
+        adjudicated, requeued = world.race(
+            i,
+            lambda k: k.adjudicate(occ, decision=decision, request_id=rid_a, operator="op"),
+            lambda k: k.requeue(
+                occ,
+                expected_fence=claim.fence,
+                expected_error_code="ABANDONED",
+                request_id=rid_r,
+                operator="op",
+            ),  # fmt: skip
+            hold=occ,
+        )
+        assert adjudicated.ok, f"round {i}: adjudication refused: {adjudicated}"
+        state = world.state(occ)
+        unused = [g for g in state["grants"] if g["claimed_at"] is None]
+        want = {"abandon": "dead_letter", "applied": "succeeded", "not_applied": "retry_wait"}
+        if requeued.ok:
+            assert decision == "abandon", f"round {i}: requeued after {decision}"
+            assert state["occurrence"]["status"] == "retry_wait" and len(unused) == 1
+        else:
+            assert requeued.code == "STATE_CONFLICT", f"round {i}: {requeued}"
+            assert state["occurrence"]["status"] == want[decision]
+            assert len(unused) == (decision == "not_applied"), f"round {i}: grants {unused}"
+
+    world.repeat(round_)
+
+
+@pytest.mark.parametrize("action", ["adjudicate", "requeue", "resume", "cancel"])
+def test_two_operators_at_once(world: World, action: str) -> None:
+    """The same action under two request ids: one acts; the other finds it done (refused),
+    except a cancel of a running occurrence, which both may ask (the second asks nothing new)."""
+
+    def round_(i: int) -> None:
+        rids = [world.stage.next_id(action), world.stage.next_id(action)]
+        staged = [_stage_action(world.stage, action, i, rid) for rid in rids[:1]]
+        occ, _, event = staged[0]
+        assert occ is not None
+        calls = [_call_on(action, occ, rid, world.stage, i) for rid in rids]
+        outcomes = world.race(i, *calls, hold=occ)
+        accepted = [o for o in outcomes if o.ok]
+        if action == "cancel" and i % 2:
+            assert len(accepted) == 2, f"round {i}: {outcomes}"
+        else:
+            assert len(accepted) == 1, f"round {i}: {outcomes}"
+            assert {o.code for o in outcomes if not o.ok} == {"STATE_CONFLICT"}
+        logged = [t for t, d in world.state(occ)["events"] if t == event]
+        assert len(logged) == 1, f"round {i}: {event} logged {len(logged)} times"
+        if action == "cancel" and i % 2:
+            world.stage.kernel.cancelled(occ, owner="w1", fence=1)
+
+    world.repeat(round_)
+
+
+def _call_on(action: str, occ: int, rid: str, stage: Stage, i: int) -> Callable[[Kernel], Any]:
+    """``action`` on the staged ``occ`` under ``rid`` (what _stage_action built, re-targeted)."""
+    if action == "adjudicate":
+        decision = ("applied", "not_applied", "abandon")[i % 3]
+        return lambda k: k.adjudicate(occ, decision=decision, request_id=rid, operator="op")
+    if action == "requeue":
+        return lambda k: k.requeue(
+            occ, expected_fence=1, expected_error_code="FATAL", request_id=rid, operator="op"
+        )
+    if action == "resume":
+        return lambda k: k.resume(occ, request_id=rid, operator="op")
+    return lambda k: k.cancel(occ, request_id=rid, operator="op")
+
+
+# -- claimers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["claim+claim", "claim+claim_next", "claim_next+claim_next"])
+def test_two_claimers(world: World, mode: str) -> None:
+    """Exactly one claimer takes a queued occurrence, at fence 1."""
+
+    def round_(i: int) -> None:
+        (occ,) = world.stage.fresh()
+        by_id = lambda k: k.claim(occ, owner="by-id", lease=LEASE_S)  # noqa: E731
+        nxt = lambda k: k.claim_next(owner="next", lease=LEASE_S)  # noqa: E731
+        ops = {"claim+claim": (by_id, by_id), "claim+claim_next": (by_id, nxt)}.get(
+            mode, (nxt, nxt)
+        )
+        # A held row is skipped by claim_next (SKIP LOCKED): hold only for claims by id.
+        outcomes = world.race(i, *ops, hold=occ if mode == "claim+claim" else None)
+        winners = [o.value for o in outcomes if o.ok and o.value is not None]
+        assert len(winners) == 1, f"round {i}: {outcomes}"
+        assert (winners[0].occurrence.id, winners[0].fence) == (occ, 1)
+        world.state(occ)
+        world.stage.kernel.succeed(occ, owner=winners[0].owner, fence=1)
+
+    world.repeat(round_)
+
+
+@pytest.mark.parametrize("mode", ["claim", "claim_next"])
+@pytest.mark.parametrize("gate", ["exclusive", "pool"])
+def test_gates_admit_one_of_two_claimers(world: World, gate: str, mode: str) -> None:
+    """Two occurrences of an overlap-queue job, or of two jobs in a pool of 1: one runs."""
+
+    def round_(i: int) -> None:
+        pair = world.stage.fresh("queue", 2) if gate == "exclusive" else [
+            world.stage.fresh("pool-a")[0], world.stage.fresh("pool-b")[0]
+        ]  # fmt: skip
+
+        def claimer(occ: int, owner: str) -> Callable[[Kernel], Any]:
+            if mode == "claim":
+                return lambda k: k.claim(occ, owner=owner, lease=LEASE_S)
+            return lambda k: k.claim_next(owner=owner, lease=LEASE_S)
+
+        outcomes = world.race(i, claimer(pair[0], "a"), claimer(pair[1], "b"), hold=None)
+        winners = [o.value for o in outcomes if o.ok and o.value is not None]
+        assert len(winners) == 1, f"round {i}: {gate} admitted {outcomes}"
+        for occ in pair:
+            world.state(occ)
+        world.stage.kernel.succeed(winners[0].occurrence.id, owner=winners[0].owner, fence=1)
+        for occ in pair:
+            if occ != winners[0].occurrence.id:
+                world.stage.kernel.cancel(occ, request_id=world.stage.next_id("c"), operator="op")
+
+    world.repeat(round_)
+
+
+# -- Beat ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("job_id", ["amo", "once"])
+def test_lease_expiry_vs_settle(world_factory: Callable[..., World], job_id: str) -> None:
+    """The holder settles as Beat, whose transaction began a lease later, expires: one wins."""
+    world = world_factory(ahead_s=LEASE_S + 1)
+
+    def round_(i: int) -> None:
+        claim = world.stage.running(job_id)
+        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+
+        def settle(k: Kernel) -> Any:
+            if i % 2:
+                return k.fail(occ, **held, code="BOOM", message="m", retryable=True)
+            return k.succeed(occ, **held)
+
+        settled, expired = world.race(i, settle, lambda k: k.expire_leases(), hold=occ)
+        assert expired.ok, f"round {i}: {expired}"
+        took = sum(expired.value.values())
+        if settled.ok:
+            assert took == 0, f"round {i}: settled and expired: {expired.value}"
+        else:
+            assert settled.code == "LEASE_LOST" and took == 1, f"round {i}: {settled}, {expired}"
+        status = world.status(occ)
+        assert status != "running", f"round {i}: {settled}, {expired}"
+        if status == "needs_adjudication":
+            world.stage.kernel.adjudicate(
+                occ, decision="applied", request_id=world.stage.next_id("a"), operator="op"
+            )
+        world.clock.advance(2 * LEASE_S)
+
+    world.repeat(round_)
+
+
+def test_two_beats_fire_one_cursor(world: World) -> None:
+    """Two Beats advance the same cursor with the same firings: one does, once."""
+
+    def round_(i: int) -> None:
+        job = world.stage.kernel.get_job("alo")
+        keys = [world.stage.next_id("beat") for _ in range(2)]
+        after = world.stage.next_id("cursor")
+
+        def fire(k: Kernel) -> Any:
+            return k.fire(
+                "alo",
+                expected_revision=job.revision,
+                expected_cursor=job.next_trigger_key,
+                firings=[(key, world.clock.now) for key in keys],
+                next_cursor=(after, world.clock.now),
+            )
+
+        outcomes = world.race(i, fire, fire, hold=None)
+        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
+        fresh = [o.value for o in outcomes if not o.value.stale]
+        assert len(fresh) == 1 and len(fresh[0].created) == 2, f"round {i}: {outcomes}"
+        for occ in fresh[0].created:
+            assert world.status(occ) == "queued"
+            world.stage.kernel.cancel(occ, request_id=world.stage.next_id("c"), operator="op")
+
+    world.repeat(round_)
