@@ -28,6 +28,7 @@ import sqlalchemy as sa
 
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from kernel.types import Claim
 from tests.kernel.interleave import (
     LEASE_S,
     SAFE_POINTS,
@@ -105,6 +106,11 @@ def world(world_factory: Callable[..., World]) -> World:
     return world_factory()
 
 
+def _held(claim: Claim) -> dict[str, Any]:
+    """The (owner, fence) keywords of the holder's writes."""
+    return {"owner": claim.owner, "fence": claim.fence}
+
+
 def _by_holder(worker: Outcome, retry: Callable[[], Any]) -> None:
     """A holder refused for anything but a lost lease writes once more, as a worker would."""
     if worker.refusal is not None and worker.code != "LEASE_LOST":
@@ -114,67 +120,53 @@ def _by_holder(worker: Outcome, retry: Callable[[], Any]) -> None:
 # -- an accepted cancel always ends cancelled ----------------------------------------------
 
 
-def test_cancel_vs_retryable_failure(world: World) -> None:
-    """Either order ends cancelled: the failure sees the cancel, or the cancel the retry_wait."""
+def _holder_write(stage: Stage, write: str, i: int) -> tuple[int, Callable[[Kernel], Any]]:
+    """A running occurrence and its holder's ``write``: a retryable failure, a warm-shutdown
+    hand back, or the acknowledgement of a pause requested of it."""
+    pause_rid = None
+    if write == "pause_ack":
+        claim, pause_rid = stage.pause_pending()
+    else:
+        claim = stage.running()
+    occ, owner, fence = claim.occurrence.id, claim.owner, claim.fence
+    point, checkpoint = SAFE_POINTS[0], {"i": i}
+    if write == "retryable_failure":
+        return occ, lambda k: k.fail(
+            occ, owner=owner, fence=fence, code="BOOM", message="retry me", retryable=True
+        )
+    if write == "hand_back":
+        return occ, lambda k: k.hand_back(
+            occ, owner=owner, fence=fence, safe_point=point, checkpoint=checkpoint
+        )
+    assert write == "pause_ack" and pause_rid is not None
+    return occ, lambda k: k.ack_pause(
+        occ,
+        owner=owner,
+        fence=fence,
+        request_id=pause_rid,
+        expected_revision=None,
+        safe_point=point,
+        checkpoint=checkpoint,
+    )
+
+
+@pytest.mark.parametrize("write", ["retryable_failure", "hand_back", "pause_ack"])
+def test_cancel_vs_holder_write(world: World, write: str) -> None:
+    """Either order ends cancelled: the holder's write sees the cancel and settles it, or the
+    cancel finds the occurrence waiting (retry_wait, handed back, paused) and cancels it."""
 
     def round_(i: int) -> None:
-        claim, rid = world.stage.running(), world.stage.next_id("cancel")
-        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
-
-        def fail(k: Kernel) -> str:
-            return k.fail(occ, **held, code="BOOM", message="retry me", retryable=True)
-
-        failed, cancelled = world.race(
-            i, fail, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
+        occ, holder = _holder_write(world.stage, write, i)
+        rid = world.stage.next_id("cancel")
+        written, cancelled = world.race(
+            i, holder, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
         )
-        _by_holder(failed, lambda: fail(world.stage.kernel))
-        assert cancelled.ok, f"round {i}: cancel refused: {cancelled}"
-        assert world.status(occ) == "cancelled", f"round {i}: fail {failed}, cancel {cancelled}"
-
-    world.repeat(round_)
-
-
-def test_cancel_vs_hand_back(world: World) -> None:
-    def round_(i: int) -> None:
-        claim, rid = world.stage.running(), world.stage.next_id("cancel")
-        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
-
-        def hand_back(k: Kernel) -> None:
-            k.hand_back(occ, **held, safe_point=SAFE_POINTS[0], checkpoint={"i": i})
-
-        handed, cancelled = world.race(
-            i, hand_back, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
-        )
-        _by_holder(handed, lambda: hand_back(world.stage.kernel))
-        assert cancelled.ok, f"round {i}: cancel refused: {cancelled}"
-        assert world.status(occ) == "cancelled", f"round {i}: hand back {handed}"
-
-    world.repeat(round_)
-
-
-def test_cancel_vs_pause_ack(world: World) -> None:
-    def round_(i: int) -> None:
-        (claim, pause_rid), rid = world.stage.pause_pending(), world.stage.next_id("cancel")
-        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
-
-        def ack(k: Kernel) -> None:
-            k.ack_pause(
-                occ,
-                **held,
-                request_id=pause_rid,
-                expected_revision=None,
-                safe_point=SAFE_POINTS[0],
-                checkpoint={"i": i},
-            )
-
-        acked, cancelled = world.race(
-            i, ack, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
-        )
-        _by_holder(acked, lambda: ack(world.stage.kernel))
+        _by_holder(written, lambda: holder(world.stage.kernel))
         assert cancelled.ok, f"round {i}: cancel refused: {cancelled}"
         state = world.state(occ)
-        assert state["occurrence"]["status"] == "cancelled", f"round {i}: ack {acked}"
-        assert state["control"]["state"] == "terminal", f"round {i}: {state['control']}"
+        status, control = state["occurrence"]["status"], state["control"]
+        assert status == "cancelled", f"round {i}: {write} {written}, cancel {cancelled}"
+        assert control is None or control["state"] == "terminal", f"round {i}: {control}"
 
     world.repeat(round_)
 
@@ -184,7 +176,7 @@ def test_cancel_vs_renew(world: World) -> None:
 
     def round_(i: int) -> None:
         claim, rid = world.stage.running(), world.stage.next_id("cancel")
-        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+        occ, held = claim.occurrence.id, _held(claim)
         renewed, cancelled = world.race(
             i,
             lambda k: k.renew(occ, **held, lease=LEASE_S),
@@ -273,7 +265,7 @@ def test_pause_request_vs_hand_back(world: World) -> None:
             reclaimed = world.stage.kernel.claim(claim.occurrence.id, owner="w2", lease=LEASE_S)
             assert reclaimed is not None
             claim = reclaimed
-        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+        occ, held = claim.occurrence.id, _held(claim)
         rid = world.stage.next_id("pause")
 
         def hand_back(k: Kernel) -> None:
@@ -306,56 +298,56 @@ def test_pause_request_vs_hand_back(world: World) -> None:
 
 # -- one request id used twice at once -------------------------------------------------------
 
-#: action -> (what to stage, the call, the event the first call appends)
-Staged = tuple[int | None, Callable[[Kernel], Any], str]
+#: The event the first call of each operator action appends (cancel: of a queued occurrence).
+ACTION_EVENT = {
+    "pause": "occurrence_pause_requested",
+    "resume": "occurrence_resumed",
+    "requeue": "occurrence_requeued",
+    "adjudicate": "occurrence_adjudicated",
+    "cancel": "occurrence_cancelled",
+    "run_now": "job_run_now",
+}
 
 
-def _stage_action(stage: Stage, action: str, i: int, rid: str) -> Staged:
+def _stage_for(stage: Stage, action: str, i: int) -> tuple[int | None, str]:
+    """An occurrence ``action`` applies to (claimed once: fence 1), and the event it appends.
+
+    Cancel alternates a running occurrence (odd rounds) and a queued one; run_now needs none.
+    """
+    if action == "run_now":
+        return None, ACTION_EVENT[action]
+    if action == "cancel" and i % 2:
+        return stage.running().occurrence.id, "occurrence_cancel_requested"
+    staged = {
+        "pause": lambda: stage.running().occurrence.id,
+        "resume": lambda: stage.paused().occurrence.id,
+        "requeue": lambda: stage.dead_letter().occurrence.id,
+        "adjudicate": lambda: stage.awaiting_adjudication().occurrence.id,
+        "cancel": lambda: stage.fresh()[0],
+    }[action]()
+    return staged, ACTION_EVENT[action]
+
+
+def _operator_call(action: str, occ: int | None, rid: str, i: int) -> Callable[[Kernel], Any]:
+    """``action`` on what :func:`_stage_for` staged, under request id ``rid``."""
+    if action == "run_now":
+        return lambda k: k.run_now("alo", request_id=rid, operator="op")
+    assert occ is not None
     if action == "pause":
-        claim = stage.running()
-        occ = claim.occurrence.id
-        return (
-            occ,
-            lambda k: k.request_pause(
-                occ,
-                expected_fence=claim.fence,
-                request_id=rid,
-                safe_points=SAFE_POINTS,
-                operator="op",
-            ),  # fmt: skip
-            "occurrence_pause_requested",
+        return lambda k: k.request_pause(
+            occ, expected_fence=1, request_id=rid, safe_points=SAFE_POINTS, operator="op"
         )
-    if action == "resume":
-        occ = stage.paused().occurrence.id
-        return occ, lambda k: k.resume(occ, request_id=rid, operator="op"), "occurrence_resumed"
     if action == "requeue":
-        claim = stage.dead_letter()
-        occ = claim.occurrence.id
-        return (
-            occ,
-            lambda k: k.requeue(
-                occ,
-                expected_fence=claim.fence,
-                expected_error_code="FATAL",
-                request_id=rid,
-                operator="op",
-            ),  # fmt: skip
-            "occurrence_requeued",
+        return lambda k: k.requeue(
+            occ, expected_fence=1, expected_error_code="FATAL", request_id=rid, operator="op"
         )
     if action == "adjudicate":
-        occ = stage.awaiting_adjudication().occurrence.id
         decision = ("applied", "not_applied", "abandon")[i % 3]
-        return (
-            occ,
-            lambda k: k.adjudicate(occ, decision=decision, request_id=rid, operator="op"),
-            "occurrence_adjudicated",
-        )
-    if action == "cancel":
-        occ = stage.running().occurrence.id if i % 2 else stage.fresh()[0]
-        event = "occurrence_cancel_requested" if i % 2 else "occurrence_cancelled"
-        return occ, lambda k: k.cancel(occ, request_id=rid, operator="op"), event
-    assert action == "run_now"
-    return None, lambda k: k.run_now("alo", request_id=rid, operator="op"), "job_run_now"
+        return lambda k: k.adjudicate(occ, decision=decision, request_id=rid, operator="op")
+    if action == "resume":
+        return lambda k: k.resume(occ, request_id=rid, operator="op")
+    assert action == "cancel"
+    return lambda k: k.cancel(occ, request_id=rid, operator="op")
 
 
 @pytest.mark.parametrize(
@@ -366,7 +358,8 @@ def test_one_request_id_used_twice_at_once(world: World, action: str) -> None:
 
     def round_(i: int) -> None:
         rid = world.stage.next_id(action)
-        occ, call, event = _stage_action(world.stage, action, i, rid)
+        occ, event = _stage_for(world.stage, action, i)
+        call = _operator_call(action, occ, rid, i)
         first, second = world.race(i, call, call, hold=occ)
         assert first.ok and second.ok, f"round {i}: {first}, {second}"
         dedup = sorted([first.value.deduplicated, second.value.deduplicated])
@@ -386,8 +379,8 @@ def test_requeue_vs_adjudicate(world: World) -> None:
     """Adjudication always lands; a requeue only after an ``abandon`` made it a dead letter."""
 
     def round_(i: int) -> None:
-        claim, decision = world.stage.awaiting_adjudication(), ("abandon", "applied",
-                                                                "not_applied")[i % 3]  # fmt: skip
+        claim = world.stage.awaiting_adjudication()
+        decision = ("abandon", "applied", "not_applied")[i % 3]
         occ, rid_a, rid_r = claim.occurrence.id, world.stage.next_id("a"), world.stage.next_id("r")
         adjudicated, requeued = world.race(
             i,
@@ -398,7 +391,7 @@ def test_requeue_vs_adjudicate(world: World) -> None:
                 expected_error_code="ABANDONED",
                 request_id=rid_r,
                 operator="op",
-            ),  # fmt: skip
+            ),
             hold=occ,
         )
         assert adjudicated.ok, f"round {i}: adjudication refused: {adjudicated}"
@@ -423,9 +416,9 @@ def test_two_operators_at_once(world: World, action: str) -> None:
 
     def round_(i: int) -> None:
         rids = [world.stage.next_id(action), world.stage.next_id(action)]
-        occ, _, event = _stage_action(world.stage, action, i, rids[0])
+        occ, event = _stage_for(world.stage, action, i)
         assert occ is not None
-        calls = [_call_on(action, occ, rid, i) for rid in rids]
+        calls = [_operator_call(action, occ, rid, i) for rid in rids]
         outcomes = world.race(i, *calls, hold=occ)
         accepted = [o for o in outcomes if o.ok]
         if action == "cancel" and i % 2:
@@ -439,20 +432,6 @@ def test_two_operators_at_once(world: World, action: str) -> None:
             world.stage.kernel.cancelled(occ, owner="w1", fence=1)
 
     world.repeat(round_, rounds=40)
-
-
-def _call_on(action: str, occ: int, rid: str, i: int) -> Callable[[Kernel], Any]:
-    """``action`` on the staged ``occ`` under ``rid`` (what _stage_action built, re-targeted)."""
-    if action == "adjudicate":
-        decision = ("applied", "not_applied", "abandon")[i % 3]
-        return lambda k: k.adjudicate(occ, decision=decision, request_id=rid, operator="op")
-    if action == "requeue":
-        return lambda k: k.requeue(
-            occ, expected_fence=1, expected_error_code="FATAL", request_id=rid, operator="op"
-        )
-    if action == "resume":
-        return lambda k: k.resume(occ, request_id=rid, operator="op")
-    return lambda k: k.cancel(occ, request_id=rid, operator="op")
 
 
 # -- claimers ------------------------------------------------------------------------------------
@@ -486,9 +465,10 @@ def test_gates_admit_one_of_two_claimers(world: World, gate: str, mode: str) -> 
     """Two occurrences of an overlap-queue job, or of two jobs in a pool of 1: one runs."""
 
     def round_(i: int) -> None:
-        pair = world.stage.fresh("queue", 2) if gate == "exclusive" else [
-            world.stage.fresh("pool-a")[0], world.stage.fresh("pool-b")[0]
-        ]  # fmt: skip
+        if gate == "exclusive":
+            pair = world.stage.fresh("queue", 2)
+        else:
+            pair = world.stage.fresh("pool-a") + world.stage.fresh("pool-b")
 
         def claimer(occ: int, owner: str) -> Callable[[Kernel], Any]:
             if mode == "claim":
@@ -518,7 +498,7 @@ def test_lease_expiry_vs_settle(world_factory: Callable[..., World], job_id: str
 
     def round_(i: int) -> None:
         claim = world.stage.running(job_id)
-        occ, held = claim.occurrence.id, {"owner": claim.owner, "fence": claim.fence}
+        occ, held = claim.occurrence.id, _held(claim)
 
         def settle(k: Kernel) -> Any:
             if i % 2:

@@ -222,7 +222,7 @@ class Walk:
                     request_id=rid,
                     safe_points=points,
                     operator="op",
-                ),  # fmt: skip
+                ),
                 lambda m, _: m.request_pause(occ_id, fence, rid, points),
                 dedup,
             )
@@ -243,7 +243,7 @@ class Walk:
                     expected_error_code=code,
                     request_id=rid,
                     operator="op",
-                ),  # fmt: skip
+                ),
                 lambda m, _: m.requeue(occ_id, fence, code, rid),
                 dedup,
             )
@@ -300,7 +300,7 @@ class Walk:
         target = self.rnd.choice(unsettled or list(self.model.occs.values()))
         pool = self.candidates(target)
         ops = self.rnd.sample(pool, min(len(pool), self.rnd.choice([2, 2, 3])))
-        extra = [
+        extra: list[Callable[[], Op]] = [
             self.expire,
             self.dispatch,
             lambda: self.claim_next(self.rnd.choice(OWNERS)),
@@ -403,9 +403,9 @@ def _differs(model: Model, snap: Snapshot) -> str | None:
     for occ_id, o in model.occs.items():
         r, c, m = rows[occ_id], controls.get(occ_id), o.control
         error = json.loads(r["last_error"])["code"] if r["last_error"] else None
-        got = (r["status"], r["attempt"], r["fence"], r["lease_owner"], r["lease_expires_at"])
-        got += (r["available_at"], bool(r["cancel_requested"]), error)
-        want = (o.status, o.attempt, o.fence, o.owner, o.lease_until)
+        got: tuple[Any, ...] = (r["status"], r["attempt"], r["fence"], r["lease_owner"])
+        got += (r["lease_expires_at"], r["available_at"], bool(r["cancel_requested"]), error)
+        want: tuple[Any, ...] = (o.status, o.attempt, o.fence, o.owner, o.lease_until)
         want += (o.available_at, o.cancel_requested, o.error)
         if got != want:
             return f"occurrence {occ_id}: kernel {got}, model {want}"
