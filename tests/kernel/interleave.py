@@ -339,9 +339,10 @@ def problems(state: dict[str, Any], now_ms: int) -> list[str]:
 
     Stuck: waiting with a cancel request (no claim takes it), waiting with no attempt
     left and nothing that makes the next claim free, an expired lease that neither a
-    claim nor lease expiry takes, a settled occurrence with an open control, a lease on
-    a row that is not running. The log: the last status event names the status, and
-    claims carry fences 1, 2, ... up to the occurrence's fence.
+    claim nor lease expiry takes, a paused control on a row a resume cannot free, a
+    settled occurrence with an open control, a lease on a row that is not running. The
+    log: the last status event names the status, and claims carry fences 1, 2, ... up to
+    the occurrence's fence.
     """
     o, c = state["occurrence"], state["control"]
     status, found = o["status"], []
@@ -371,6 +372,8 @@ def problems(state: dict[str, Any], now_ms: int) -> list[str]:
                 found.append("running, lease expired, taken by neither claim nor expiry")
     if status != "running" and (o["lease_owner"] is not None or o["lease_expires_at"]):
         found.append(f"{status} with a live lease ({o['lease_owner']}, {o['lease_expires_at']})")
+    if control == "paused" and status not in SETTLED and status != "retry_wait":
+        found.append(f"{status} with a paused control: a resume would free nothing")
     if status in SETTLED and control not in (None, "terminal"):
         found.append(f"{status} with an open {control} control")
     named = [s for s in (status_named_by(t, d) for t, d in state["events"]) if s is not None]
