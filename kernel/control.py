@@ -11,7 +11,7 @@ __all__ = ["end_control"]
 
 def end_control(tx: Tx, occ_id: int, *, job_id: str, fence: int | None) -> None:
     """Make the occurrence's control ``terminal``; a pause still pending ends with an event."""
-    ended = tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now}).first()
+    ended = st.TERMINATE_CONTROL.first(tx.conn, {"occ_id": occ_id, "now": tx.now})
     if ended is not None and ended.pause_request_id is not None and ended.paused_at is None:
         tx.emit(
             EventType.CONTROL_TERMINAL,

@@ -154,6 +154,15 @@ def requeue(
                 expected_fence=expected_fence,
                 actual_fence=o["fence"],
             )
+        if expected_error_code is None or actual_code == expected_error_code:
+            # The guard holds now but did not when REQUEUE ran: it became a dead
+            # letter meanwhile (PostgreSQL READ COMMITTED). This request came first.
+            raise StateConflict(
+                f"occurrence {occ_id} was not yet a dead letter when the requeue arrived; "
+                "retry with a new request id",
+                occurrence_id=occ_id,
+                status=o["status"],
+            )
         raise EvidenceConflict(
             f"occurrence {occ_id} failed with {actual_code!r}, not {expected_error_code!r}",
             occurrence_id=occ_id,

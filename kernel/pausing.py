@@ -128,7 +128,15 @@ def _pause_refused(
         return LeaseLost(
             f"occurrence {occ_id}: its lease has expired; the holder is gone", occurrence_id=occ_id
         )
-    return stale_revision(occ_id, expected_revision, c["revision"] if c else None)
+    if c is not None and expected_revision is not None and c["revision"] != expected_revision:
+        return stale_revision(occ_id, expected_revision, c["revision"])
+    # Every guard holds now but did not when the statement ran: the occurrence
+    # changed meanwhile (PostgreSQL READ COMMITTED); this request came first.
+    return StateConflict(
+        f"occurrence {occ_id} changed while the pause was requested; look again and retry",
+        occurrence_id=occ_id,
+        status=o["status"],
+    )
 
 
 def stale_revision(occ_id: int, expected: int | None, actual: int | None) -> RevisionConflict:

@@ -314,7 +314,10 @@ def settle(
         raise _lease_lost(tx, occ_id, owner, fence)
     u = updated._mapping
     to_status = S(u["status"])
-    if u["control_open"]:
+    # On PostgreSQL ``control_open`` is read from SETTLE's snapshot: a pause
+    # request committed while SETTLE waited for the row lock is not in it, so the
+    # control is ended unconditionally there (one more round trip per settle).
+    if u["control_open"] or tx.is_postgres:
         end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
     tx.emit(
         settled_event(to_status),

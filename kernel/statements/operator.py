@@ -81,6 +81,10 @@ def _request_pause(insert: Any) -> Any:
         OCC.c.lease_expires_at > p("now"),
         _unless_given("expected_fence", OCC.c.fence),
     )
+    # The row lock makes PostgreSQL re-check the guard against a settle or hand
+    # back that committed while this statement waited (READ COMMITTED); without
+    # it the INSERT would act on the statement's older snapshot. SQLite: no-op.
+    holder = holder.with_for_update(of=OCC)
     columns = [
         "occurrence_id",
         "state",

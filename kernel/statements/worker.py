@@ -185,7 +185,7 @@ REBIND_PAUSE_REQUEST = (
 #: The occurrence settled: its control is history. Returns the pause request
 #: and when it was acknowledged (unchanged columns): a NULL ``paused_at`` beside
 #: a request id means a pause was still pending and is now ended.
-TERMINATE_CONTROL = (
+TERMINATE_CONTROL = DriverStatement(
     sa.update(CTL)
     .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
     .values(
