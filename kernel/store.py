@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from kernel import beats, pausing, reads, runs
+from kernel import beats, claiming, dispatch, history, pausing, reads, runs
 from kernel import jobs as job_ops
 from kernel import operator as op
 from kernel.clock import Clock, default_clock
@@ -180,7 +180,7 @@ class Kernel:
     def dispatch_batch(self, *, limit: int = 200, rehint_after: float = 30.0) -> list[DispatchHint]:
         """Occurrences to publish a hint for; marks them hinted (SPEC §2.3)."""
         return self._write(
-            reads.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000)
+            dispatch.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000)
         )
 
     def expire_leases(self, limit: int = 200) -> dict[str, int]:
@@ -199,7 +199,7 @@ class Kernel:
 
         ``lease`` defaults to the job's own lease from the occurrence's snapshot.
         """
-        return self._write(runs.claim, occurrence_id, owner, _lease_ms(lease))
+        return self._write(claiming.claim, occurrence_id, owner, _lease_ms(lease))
 
     def claim_next(
         self,
@@ -211,7 +211,7 @@ class Kernel:
     ) -> Claim | None:
         """Claim the oldest claimable occurrence (optionally of these queues/kinds)."""
         return self._write(
-            runs.claim_next,
+            claiming.claim_next,
             owner,
             _lease_ms(lease),
             queues=tuple(queues) if queues else None,
@@ -435,7 +435,7 @@ class Kernel:
         """Delete settled history older than ``older_than``; unresolved work is never pruned."""
 
         def run(tx: Tx) -> dict[str, int]:
-            return reads.prune(
+            return history.prune(
                 tx, settled_before=tx.now - int(older_than.total_seconds() * 1000), limit=limit
             )
 
