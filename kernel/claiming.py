@@ -26,7 +26,8 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     """Take ``occ_id`` if it is claimable now; None (no change) when it is not.
 
     Fence + 1. The attempt counts unless this claim resumes a handed-back or
-    paused-and-resumed occurrence at the fence it was released on, or uses an
+    paused-and-resumed occurrence at the fence it was released on (or reclaims
+    such a run, or one asked to pause, after its lease expired), or uses an
     operator's requeue grant.
     """
     row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id})
@@ -40,18 +41,20 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     state = c["state"] if c is not None else None
     if state == ControlState.PAUSED or o["cancel_requested"]:
         return None
-    resuming = (
-        state == ControlState.RESUMED
-        and o["status"] != S.RUNNING
-        and c is not None
-        and c["expected_fence"] == o["fence"]
+    reclaiming = o["status"] == S.RUNNING
+    # Running under a resumed control means this run was claimed from it: a
+    # reclaim of it resumes from the same checkpoint, as the same attempt.
+    resuming = state == ControlState.RESUMED and (
+        reclaiming or (c is not None and c["expected_fence"] == o["fence"])
     )
     grant = None
     if not resuming and o["status"] == S.RETRY_WAIT:
         grant = tx.conn.execute(
             st.UNCLAIMED_GRANT, {"occ_id": occ_id, "fence": o["fence"]}
         ).scalar()
-    free = resuming or grant is not None
+    # The expired run was asked to pause: its reclaimer acknowledges the pause
+    # at its first safe point, so it spends no attempt either.
+    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
     if not free and o["attempt"] >= o["max_attempts"]:
         return None
     if not _gates_open(tx, o):
@@ -155,6 +158,10 @@ def claim_next(
 ) -> Claim | None:
     """Claim the oldest claimable occurrence matching the filters, or None."""
     o = occurrences
+    pausing = sa.exists().where(
+        controls.c.occurrence_id == o.c.id,
+        controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.RESUMED)),
+    )
     # Paused rows and exhausted expired leases are never claimable: left in, a
     # backlog of them fills every candidate batch and starves the work behind it.
     not_paused = ~sa.exists().where(
@@ -167,7 +174,7 @@ def claim_next(
         o.c.status == S.RUNNING,
         o.c.lease_expires_at <= tx.now,
         o.c.delivery == "at-least-once",
-        o.c.attempt < o.c.max_attempts,
+        sa.or_(o.c.attempt < o.c.max_attempts, pausing),
     )
     for condition in (waiting, expired):
         query = (

@@ -54,7 +54,8 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
         "worker reclaims an expired lease",
         (S.RUNNING,),
         "CLAIM",
-        "fence as seen, lease expired, at-least-once, no cancel",
+        "fence as seen, lease expired, at-least-once, no cancel; no attempt spent "
+        "(nor needed) when a pause is requested or the run was resumed",
         (E.OCCURRENCE_CLAIMED,),
     ),
     Transition((S.RUNNING,), "worker renews", (S.RUNNING,), "RENEW", _HELD, ()),
@@ -100,7 +101,8 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
         "Beat expires a lease",
         (S.CANCELLED, S.NEEDS_ADJUDICATION, S.DEAD_LETTER),
         "EXPIRE",
-        "running, fence as read, lease expired; CASE cancel / at-most-once / exhausted",
+        "running, fence as read, lease expired; CASE cancel / at-most-once / exhausted "
+        "(not while a pause is requested or the run was resumed)",
         (E.OCCURRENCE_CANCELLED, E.OCCURRENCE_NEEDS_ADJUDICATION, E.OCCURRENCE_DEAD_LETTER),
     ),
     Transition(

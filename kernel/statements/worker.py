@@ -211,6 +211,16 @@ RUNNING_IN_POOL = sa.select(sa.func.count()).where(
     OCC.c.pool == p("pool"), OCC.c.status == "running", OCC.c.id != p("occ_id")
 )
 
+#: Attempts left, or a pause requested / resumed: a reclaim of such a run is
+#: free (claiming.claim), so lease expiry never dead-letters it for exhaustion.
+_attempts_left = sa.or_(
+    OCC.c.attempt < OCC.c.max_attempts,
+    sa.exists().where(
+        CTL.c.occurrence_id == OCC.c.id,
+        CTL.c.state.in_((sa.literal("pause_requested"), sa.literal("resumed"))),
+    ),
+)
+
 EXPIRED_LEASES = (
     sa.select(
         OCC.c.id,
@@ -228,7 +238,7 @@ EXPIRED_LEASES = (
         sa.or_(
             OCC.c.cancel_requested,
             OCC.c.delivery == "at-most-once",
-            OCC.c.attempt >= OCC.c.max_attempts,
+            sa.not_(_attempts_left),
         ),
     )
     .order_by(OCC.c.lease_expires_at)
@@ -238,7 +248,7 @@ EXPIRED_LEASES = (
 _expired_to = sa.case(
     (OCC.c.cancel_requested, "cancelled"),
     (OCC.c.delivery == "at-most-once", "needs_adjudication"),
-    (OCC.c.attempt >= OCC.c.max_attempts, "dead_letter"),
+    (sa.not_(_attempts_left), "dead_letter"),
 )
 
 #: Settle an expired lease that decides its own end, fenced; the choice is made
