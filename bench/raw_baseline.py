@@ -34,15 +34,24 @@ _SQL = {
     " AND (status IN ('queued', 'retry_wait') AND available_at <= :now"
     " OR status = 'running' AND lease_expires_at <= :now AND delivery = 'at-least-once')"
     f" RETURNING {_COLUMNS}",
-    "settle": "UPDATE occurrences SET status = :to_status, lease_owner = NULL,"
-    " lease_expires_at = NULL, available_at = :next_available_at, dispatched_at = NULL,"
-    " last_error = :error_json, result = :result_json, updated_at = :now, settled_at = :settled"
+    "settle": "UPDATE occurrences SET status = CASE WHEN :to_status = 'retry_wait'"
+    " AND cancel_requested THEN 'cancelled' ELSE :to_status END, lease_owner = NULL,"
+    " lease_expires_at = NULL, available_at = CASE WHEN :to_status = 'retry_wait'"
+    " AND cancel_requested THEN :now ELSE :next_available_at END, dispatched_at = NULL,"
+    " last_error = :error_json, result = :result_json, updated_at = :now,"
+    " settled_at = CASE WHEN :to_status = 'retry_wait' AND cancel_requested"
+    " THEN :now ELSE :settled END"
     " WHERE id = :occ_id AND status = 'running' AND lease_owner = :owner"
     " AND fence = :held_fence AND lease_expires_at > :now"
-    " RETURNING job_id, attempt, chain_depth,"
+    " RETURNING status, job_id, attempt, chain_depth,"
     " EXISTS (SELECT * FROM controls WHERE controls.occurrence_id = :occ_id"
     " AND controls.state != 'terminal') AS control_open,"
     " EXISTS (SELECT * FROM jobs WHERE jobs.after_job = occurrences.job_id) AS has_children",
+    # PostgreSQL: settle always ends an open control (kernel/runs.py ``settle``).
+    "terminate_control": "UPDATE controls SET state = 'terminal', revision = revision + 1,"
+    " terminal_at = :now, updated_at = :now"
+    " WHERE occurrence_id = :occ_id AND state != 'terminal'"
+    " RETURNING pause_request_id, paused_at, revision",
     "event": "INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
     " VALUES (:at, :type, :job_id, :occurrence_id, :fence, :data)",
     "clock": "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint",
@@ -151,9 +160,11 @@ class RawWorker:
                 "settled": now,
             },
         ).fetchone()
-        if row is None or row[3] or row[4]:
+        if row is None or row[4] or row[5]:
             raise AssertionError(f"occurrence {occ_id}: lease lost, or a control or a child")
-        self._emit(now, "occurrence_succeeded", row[0], occ_id, fence, {"attempt": row[1]})
+        if self.postgres:
+            self.execute("terminate_control", {"occ_id": occ_id, "now": now}).fetchall()
+        self._emit(now, "occurrence_succeeded", row[1], occ_id, fence, {"attempt": row[2]})
         self.commit()
 
     def _emit(

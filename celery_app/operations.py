@@ -23,6 +23,7 @@ from celery_app.config import KernelSettings
 from kernel import (
     ActionResult,
     Beat,
+    EventType,
     Job,
     Kernel,
     KernelError,
@@ -32,7 +33,6 @@ from kernel import (
     SafePoint,
 )
 from kernel.durations import text
-from kernel.output import RUN_OUTPUT
 from kernel.redaction import redacted_spec
 
 __all__ = [
@@ -245,7 +245,7 @@ def occurrence_detail(kernel: Kernel, occurrence_id: int) -> dict[str, Any]:
         "definition": redacted_spec(occ.definition),
         "output_excerpt": _excerpt(output_chunks(everything), excerpt_limit),
         "output_excerpt_limit": excerpt_limit,
-        "events": [e for e in everything if e["type"] != RUN_OUTPUT],
+        "events": [e for e in everything if e["type"] != EventType.RUN_OUTPUT],
     }
 
 
@@ -254,7 +254,7 @@ def output_chunks(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {"event_id": e["id"], "at": e["at"], "fence": e["fence"], **chunk}
         for e in events
-        if e["type"] == RUN_OUTPUT
+        if e["type"] == EventType.RUN_OUTPUT
         for chunk in e["data"]["output"]
     ]
 
@@ -397,7 +397,7 @@ def _what_runs(occ: Occurrence) -> str:
 
 
 def pause(kernel: Kernel, app: Any, occurrence_id: int, fence: int | None = None) -> Action:
-    """Ask a running occurrence to pause (only the run under ``fence``, default: current)."""
+    """Ask a running occurrence to pause (only the run under ``fence``, when given)."""
 
     def run(rid: str, who: str) -> ActionResult:
         occ = kernel.get_occurrence(occurrence_id)
@@ -414,7 +414,7 @@ def pause(kernel: Kernel, app: Any, occurrence_id: int, fence: int | None = None
             )
         return kernel.request_pause(
             occurrence_id,
-            expected_fence=occ.fence if fence is None else fence,
+            expected_fence=fence,  # only what the caller gave is evidence (SPEC I7)
             request_id=rid,
             safe_points=declared,
             operator=who,
@@ -433,24 +433,18 @@ def resume(kernel: Kernel, occurrence_id: int, revision: int | None = None) -> A
 def requeue(
     kernel: Kernel, occurrence_id: int, fence: int | None = None, error_code: str | None = None
 ) -> Action:
-    """Give a dead letter one more run; evidence defaults to what it shows now."""
+    """Give a dead letter one more run (only if ``fence``/``error_code`` hold, when given).
 
-    def run(rid: str, who: str) -> ActionResult:
-        expected_fence, expected_code = fence, error_code
-        if expected_fence is None or expected_code is None:
-            occ = kernel.get_occurrence(occurrence_id)
-            expected_fence = occ.fence if expected_fence is None else expected_fence
-            if expected_code is None:
-                expected_code = str((occ.last_error or {}).get("code", ""))
-        return kernel.requeue(
-            occurrence_id,
-            expected_fence=expected_fence,
-            expected_error_code=expected_code,
-            request_id=rid,
-            operator=who,
-        )
-
-    return run
+    Only what the caller gave is evidence (SPEC I7): a replay of the request after the
+    state moved on is answered with the first result, not refused.
+    """
+    return lambda rid, who: kernel.requeue(
+        occurrence_id,
+        expected_fence=fence,
+        expected_error_code=error_code,
+        request_id=rid,
+        operator=who,
+    )
 
 
 def adjudicate(kernel: Kernel, occurrence_id: int, decision: str) -> Action:

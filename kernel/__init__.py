@@ -15,6 +15,7 @@ from kernel.errors import (
     StateConflict,
     StorageUnavailable,
 )
+from kernel.events import EventType
 from kernel.states import ControlState, Decision, Delivery, OccurrenceStatus, Overlap, SafePoint
 from kernel.store import FireReport, Kernel
 from kernel.types import (
@@ -42,6 +43,7 @@ __all__ = [
     "EvidenceConflict",
     "SchemaUnknown",
     "StorageUnavailable",
+    "EventType",
     "OccurrenceStatus",
     "ControlState",
     "Decision",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from kernel.events import EventType
 from kernel.records import beat_from_row
 from kernel.schema import beats
 from kernel.tx import Tx
@@ -37,7 +38,7 @@ def deregister_beat(tx: Tx, beat_id: str) -> bool:
     ).first()
     if gone is None:
         return False
-    tx.emit("beat_stopped", beat_id=beat_id, host=gone.host)
+    tx.emit(EventType.BEAT_STOPPED, beat_id=beat_id, host=gone.host)
     return True
 
 
@@ -50,7 +51,7 @@ def forget_silent_beats(tx: Tx, silent_for_ms: int) -> list[str]:
     ).all()
     for row in forgotten:
         tx.emit(
-            "beat_forgotten",
+            EventType.BEAT_FORGOTTEN,
             beat_id=row.id,
             host=row.host,
             last_tick_at=row.last_tick_at,

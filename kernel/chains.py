@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from kernel import statements as st
+from kernel.events import EventType
 from kernel.firing import create_occurrence
 from kernel.tx import Tx
 
@@ -53,7 +54,9 @@ def fire_children(
         if succeeded and not condition_matches(after.get("condition"), result):
             continue
         if depth > MAX_CHAIN_DEPTH:
-            tx.emit("chain_depth_exceeded", job_id=child.id, parent_id=parent_id, depth=depth)
+            tx.emit(
+                EventType.CHAIN_DEPTH_EXCEEDED, job_id=child.id, parent_id=parent_id, depth=depth
+            )
             continue
         delay_ms = int(float(after.get("delay") or 0) * 1000)
         create_occurrence(

@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.events import EventType
 from kernel.records import dumps
 from kernel.schema import occurrences
 from kernel.states import OccurrenceStatus
@@ -86,7 +87,11 @@ def create_occurrence(
             created=False,
             status=OccurrenceStatus(existing.status) if existing else None,
         )
-    event = "occurrence_skipped" if status == OccurrenceStatus.SKIPPED else "occurrence_created"
+    event = (
+        EventType.OCCURRENCE_SKIPPED
+        if status == OccurrenceStatus.SKIPPED
+        else EventType.OCCURRENCE_CREATED
+    )
     data: dict[str, Any] = {
         "trigger_key": trigger_key,
         "revision": revision,

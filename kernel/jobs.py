@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from kernel.chains import MAX_CHAIN_DEPTH, MAX_CHILDREN
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
+from kernel.events import EventType
 from kernel.firing import create_occurrence
 from kernel.jobspec import JobSpec, validate_job_spec
 from kernel.operator import record_request, request_cancel
@@ -113,7 +114,7 @@ def define_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, bool]:
     ).scalar()
     if inserted is None:  # a concurrent definer won; compare with what it wrote
         return define_job(tx, raw)
-    tx.emit("job_defined", job_id=spec.id, revision=1, digest=spec.digest)
+    tx.emit(EventType.JOB_DEFINED, job_id=spec.id, revision=1, digest=spec.digest)
     return get_job(tx, spec.id), True
 
 
@@ -154,7 +155,7 @@ def revise_job(tx: Tx, raw: Mapping[str, Any], expected_revision: int) -> tuple[
     if changed != 1:
         raise RevisionConflict(f"job {spec.id!r} changed while being revised", job_id=spec.id)
     tx.emit(
-        "job_revised",
+        EventType.JOB_REVISED,
         job_id=spec.id,
         revision=expected_revision + 1,
         digest=spec.digest,
@@ -195,7 +196,11 @@ def set_enabled(tx: Tx, job_id: str, enabled: bool) -> tuple[Job, bool]:
             updated_at=tx.now,
         )
     )
-    tx.emit("job_enabled" if enabled else "job_disabled", job_id=job_id, revision=current.revision)
+    tx.emit(
+        EventType.JOB_ENABLED if enabled else EventType.JOB_DISABLED,
+        job_id=job_id,
+        revision=current.revision,
+    )
     return get_job(tx, job_id), True
 
 
@@ -223,7 +228,7 @@ def delete_job(tx: Tx, job_id: str) -> None:
             children=sorted(children),
         )
     tx.conn.execute(sa.delete(jobs).where(jobs.c.id == job_id))
-    tx.emit("job_deleted", job_id=job_id, revision=current.revision)
+    tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=current.revision)
 
 
 def _index_predicate(name: str) -> sa.TextClause:
@@ -350,7 +355,7 @@ def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
         # next), the others wait behind it, and those are what max_queued bounds.
         return "queue_full" if len(active) - 1 >= spec["max_queued"] else None
     for row in active:  # replace: the new firing waits (exclusive) until these end
-        request_cancel(tx, row.id, job_id, row.status, row.fence, reason="replaced")
+        request_cancel(tx, row.id, reason="replaced")
     return None
 
 
@@ -374,7 +379,7 @@ def run_now(tx: Tx, job_id: str, request_id: str, operator: str) -> tuple[int, b
         raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)
     if made.created:
         tx.emit(
-            "job_run_now",
+            EventType.JOB_RUN_NOW,
             job_id=job_id,
             occurrence_id=made.id,
             request_id=request_id,

@@ -1,4 +1,4 @@
-"""Read-only queries: occurrences, events, runtime controls, status; and pruning."""
+"""Read-only queries: occurrences, jobs, events, runtime controls, status."""
 
 from __future__ import annotations
 
@@ -8,18 +8,16 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound
-from kernel.records import event_from_row, job_from_row, loads, occurrence_from_row
+from kernel.records import event_from_row, job_from_row, occurrence_from_row
 from kernel.schema import (
     controls,
     events,
     jobs,
     occurrences,
-    operator_requests,
-    requeue_grants,
 )
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
-from kernel.types import DispatchHint, Event, Job, Occurrence
+from kernel.types import Event, Job, Occurrence
 
 __all__ = [
     "MAX_LIST",
@@ -30,8 +28,6 @@ __all__ = [
     "last_event_id",
     "runtime_controls",
     "status_counts",
-    "dispatch_batch",
-    "prune",
 ]
 
 MAX_LIST = 1000
@@ -219,91 +215,3 @@ def status_counts(tx: Tx) -> dict[str, Any]:
         "oldest_claimable_age_ms": None if oldest is None else tx.now - oldest,
         "now_ms": tx.now,
     }
-
-
-def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
-    """Claimable occurrences not hinted recently; marks them hinted now (SPEC §2.3)."""
-    not_recent = sa.or_(
-        OCC.c.dispatched_at.is_(None), OCC.c.dispatched_at <= tx.now - rehint_after_ms
-    )
-    not_paused = ~sa.exists().where(
-        controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
-    )
-    running = OCC.alias("running")
-    # An exclusive occurrence (overlap queue/replace) cannot start while another of
-    # its job runs; hinting it would only make a worker refuse it.
-    free_to_start = sa.or_(
-        OCC.c.exclusive.is_(False),
-        ~sa.exists().where(running.c.job_id == OCC.c.job_id, running.c.status == S.RUNNING),
-    )
-    waiting = sa.and_(
-        OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
-        OCC.c.available_at <= tx.now,
-        free_to_start,
-        not_recent,
-    )
-    expired = sa.and_(
-        OCC.c.status == S.RUNNING,
-        OCC.c.lease_expires_at <= tx.now,
-        OCC.c.delivery == "at-least-once",
-        # The last hint led to the claim whose lease just expired: hint again at once.
-        sa.or_(not_recent, OCC.c.dispatched_at < OCC.c.lease_expires_at),
-    )
-    hints: list[DispatchHint] = []
-    for condition in (waiting, expired):
-        if len(hints) >= limit:
-            break
-        query = (
-            sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
-            .where(condition, not_paused, OCC.c.cancel_requested.is_(False))
-            .order_by(OCC.c.available_at, OCC.c.id)
-            .limit(limit - len(hints))
-        )
-        if tx.is_postgres:
-            query = query.with_for_update(skip_locked=True, of=OCC)
-        hints.extend(
-            DispatchHint(r.id, r.job_id, r.queue, r.kind, loads(r.definition).get("timeout"))
-            for r in tx.conn.execute(query)
-        )
-    if hints:
-        tx.conn.execute(
-            sa.update(OCC)
-            .where(OCC.c.id.in_([h.occurrence_id for h in hints]))
-            .values(dispatched_at=tx.now)
-        )
-    return hints
-
-
-def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
-    """Delete settled history older than ``settled_before``; dead letters and adjudications stay."""
-    prunable = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
-    ids = (
-        tx.conn.execute(
-            sa.select(OCC.c.id)
-            .where(OCC.c.status.in_(prunable), OCC.c.settled_at < settled_before)
-            .limit(limit)
-        )
-        .scalars()
-        .all()
-    )
-    if not ids:
-        return {"occurrences": 0, "events": 0}
-    for table, column in (
-        (controls, controls.c.occurrence_id),
-        (requeue_grants, requeue_grants.c.occurrence_id),
-    ):
-        tx.conn.execute(sa.delete(table).where(column.in_(ids)))
-    pruned_events = tx.conn.execute(
-        sa.delete(events).where(events.c.occurrence_id.in_(ids))
-    ).rowcount
-    tx.conn.execute(
-        sa.delete(operator_requests).where(
-            operator_requests.c.created_at < settled_before,
-            operator_requests.c.target.in_([str(i) for i in ids]),
-        )
-    )
-    pruned = tx.conn.execute(sa.delete(OCC).where(OCC.c.id.in_(ids))).rowcount
-    tx.emit(
-        "history_pruned", occurrences=pruned, events=pruned_events, settled_before=settled_before
-    )
-    return {"occurrences": pruned, "events": pruned_events}

@@ -1,33 +1,31 @@
-"""A worker's side of an occurrence: claim, renew, settle, hand back; and lease expiry."""
+"""A holder's writes: renew, settle, release (pause ack, hand back); and lease expiry."""
 
 from __future__ import annotations
 
 import random
 from typing import Any
 
-import sqlalchemy as sa
-
 from kernel import statements as st
 from kernel.chains import fire_children
+from kernel.control import end_control
 from kernel.errors import (
     InvalidArgument,
+    KernelError,
     LeaseLost,
     NotFound,
     PauseUnsupported,
     RevisionConflict,
     StateConflict,
 )
-from kernel.records import dumps, loads, occurrence_from_row, to_dt
+from kernel.events import EventType, settled_event
+from kernel.records import dumps, loads, to_dt
 from kernel.retry import retry_decision
-from kernel.schema import controls, occurrences
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
-from kernel.types import Claim, PendingPause, RenewAnswer
+from kernel.types import PendingPause, RenewAnswer
 
 __all__ = [
     "MAX_CHECKPOINT_BYTES",
-    "claim",
-    "claim_next",
     "renew",
     "settle",
     "release",
@@ -35,162 +33,13 @@ __all__ = [
 ]
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
+_ADJUDICATION_ERROR = dumps(
+    {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
+)
 S = OccurrenceStatus
 
 
-def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None:
-    """Take ``occ_id`` if it is claimable now; None (no change) when it is not.
-
-    Fence + 1. The attempt counts unless this claim resumes a handed-back or
-    paused-and-resumed occurrence at the fence it was released on, or uses an
-    operator's requeue grant.
-    """
-    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id})
-    if row is None:
-        return None
-    o = row._mapping
-    control = None
-    if o["control_state"] is not None:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
-    c = control._mapping if control is not None else None
-    state = c["state"] if c is not None else None
-    if state == ControlState.PAUSED or o["cancel_requested"]:
-        return None
-    resuming = (
-        state == ControlState.RESUMED
-        and o["status"] != S.RUNNING
-        and c is not None
-        and c["expected_fence"] == o["fence"]
-    )
-    grant = None
-    if not resuming and o["status"] == S.RETRY_WAIT:
-        grant = tx.conn.execute(
-            st.UNCLAIMED_GRANT, {"occ_id": occ_id, "fence": o["fence"]}
-        ).scalar()
-    free = resuming or grant is not None
-    if not free and o["attempt"] >= o["max_attempts"]:
-        return None
-    if not _gates_open(tx, o):
-        return None
-    if lease_ms is None:  # the job's own lease, from the snapshot this run executes
-        lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
-    claimed = st.CLAIM.first(
-        tx.conn,
-        {
-            "occ_id": occ_id,
-            "seen_fence": o["fence"],
-            "now": tx.now,
-            "attempt_inc": 0 if free else 1,
-            "owner": owner,
-            "lease_until": tx.now + lease_ms,
-        },
-    )
-    if claimed is None:
-        return None
-    fence = claimed._mapping["fence"]
-    if state == ControlState.PAUSE_REQUESTED:
-        tx.conn.execute(
-            st.REBIND_PAUSE_REQUEST, {"occ_id": occ_id, "new_fence": fence, "now": tx.now}
-        )
-    if grant is not None:
-        tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
-    tx.emit(
-        "occurrence_claimed",
-        job_id=o["job_id"],
-        occurrence_id=occ_id,
-        fence=fence,
-        owner=owner,
-        attempt=claimed._mapping["attempt"],
-        previous_status=o["status"],
-        previous_owner=o["lease_owner"],
-        **({"resumed": True} if resuming else {}),
-        **({"requeue_request_id": grant} if grant is not None else {}),
-    )
-    if control is not None and state != ControlState.TERMINAL:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
-    occurrence = occurrence_from_row(claimed, control)
-    return Claim(
-        occurrence=occurrence,
-        owner=owner,
-        fence=fence,
-        lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
-        resumed=resuming,
-        checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
-    )
-
-
-def _gates_open(tx: Tx, o: Any) -> bool:
-    """Overlap (exclusive) and resource-pool gates: room to run one more?"""
-    if not o["exclusive"] and o["pool"] is None:
-        return True
-    if tx.is_postgres:
-        # READ COMMITTED lets two claimers count the same free slot; serialise
-        # the count-and-claim per job and per pool for the rest of this transaction.
-        for key in filter(
-            None, (o["exclusive"] and f"job:{o['job_id']}", o["pool"] and f"pool:{o['pool']}")
-        ):
-            tx.conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": key})
-    if o["exclusive"]:
-        busy = tx.conn.execute(
-            st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}
-        ).scalar_one()
-        if busy:
-            return False
-    if o["pool"] is not None:
-        limit = tx.conn.execute(st.POOL_LIMIT, {"pool": o["pool"]}).scalar() or 1
-        running = tx.conn.execute(
-            st.RUNNING_IN_POOL, {"pool": o["pool"], "occ_id": o["id"]}
-        ).scalar_one()
-        if running >= limit:
-            return False
-    return True
-
-
-def claim_next(
-    tx: Tx,
-    owner: str,
-    lease_ms: int | None,
-    *,
-    queues: tuple[str, ...] | None,
-    kinds: tuple[str, ...] | None,
-) -> Claim | None:
-    """Claim the oldest claimable occurrence matching the filters, or None."""
-    o = occurrences
-    # Paused rows and exhausted expired leases are never claimable: left in, a
-    # backlog of them fills every candidate batch and starves the work behind it.
-    not_paused = ~sa.exists().where(
-        controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED
-    )
-    waiting = sa.and_(
-        o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now, not_paused
-    )
-    expired = sa.and_(
-        o.c.status == S.RUNNING,
-        o.c.lease_expires_at <= tx.now,
-        o.c.delivery == "at-least-once",
-        o.c.attempt < o.c.max_attempts,
-    )
-    for condition in (waiting, expired):
-        query = (
-            sa.select(o.c.id)
-            .where(condition, o.c.cancel_requested.is_(False))
-            .order_by(o.c.available_at, o.c.id)
-            .limit(16)
-        )
-        if queues:
-            query = query.where(o.c.queue.in_(queues))
-        if kinds:
-            query = query.where(o.c.kind.in_(kinds))
-        if tx.is_postgres:
-            query = query.with_for_update(skip_locked=True, of=o)
-        for occ_id in tx.conn.execute(query).scalars():
-            got = claim(tx, occ_id, owner, lease_ms)
-            if got is not None:
-                return got
-    return None
-
-
-def _lease_lost(tx: Tx, occ_id: int, owner: str, fence: int) -> LeaseLost | NotFound:
+def lease_lost(tx: Tx, occ_id: int, owner: str, fence: int) -> LeaseLost | NotFound:
     row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
     if row is None:
         return NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
@@ -217,7 +66,7 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
     }
     cancel = tx.conn.execute(st.RENEW, params).scalar()
     if cancel is None:
-        raise _lease_lost(tx, occ_id, owner, fence)
+        raise lease_lost(tx, occ_id, owner, fence)
     control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     pause = None
     if control is not None:
@@ -267,14 +116,11 @@ def settle(
             retryable=retryable,
             rnd=rnd,
         )
+        # SETTLE turns a retry into a cancel when one is pending (decided in the statement).
         to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
-        if decision.retry and m["cancel_requested"]:
-            # No claim takes a cancel-requested row: a retry would wait forever.
-            to_status = S.CANCELLED
         available_at = tx.now + (int(decision.delay_s * 1000) if to_status == S.RETRY_WAIT else 0)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
-    settled = to_status != S.RETRY_WAIT
     updated = st.SETTLE.first(
         tx.conn,
         {
@@ -286,16 +132,20 @@ def settle(
             "next_available_at": available_at,
             "result_json": dumps(result) if outcome == "succeeded" else None,
             "error_json": dumps(error) if error is not None else None,
-            "settled": tx.now if settled else None,
+            "settled": None if to_status == S.RETRY_WAIT else tx.now,
         },
     )
     if updated is None:
-        raise _lease_lost(tx, occ_id, owner, fence)
+        raise lease_lost(tx, occ_id, owner, fence)
     u = updated._mapping
-    if settled and u["control_open"]:
-        tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": occ_id, "now": tx.now})
+    to_status = S(u["status"])
+    # On PostgreSQL ``control_open`` is read from SETTLE's snapshot: a pause
+    # request committed while SETTLE waited for the row lock is not in it, so the
+    # control is ended unconditionally there (one more round trip per settle).
+    if u["control_open"] or tx.is_postgres:
+        end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
     tx.emit(
-        f"occurrence_{to_status.value}",
+        settled_event(to_status),
         job_id=u["job_id"],
         occurrence_id=occ_id,
         fence=fence,
@@ -339,99 +189,99 @@ def release(
         raise InvalidArgument(
             "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
         )
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
-    c = control._mapping if control is not None else None
+    params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": encoded}
     if pause_request_id is not None:
-        if (
-            c is None
-            or c["state"] != ControlState.PAUSE_REQUESTED
-            or c["pause_request_id"] != pause_request_id
-        ):
-            raise StateConflict(
-                f"occurrence {occ_id}: pause request {pause_request_id!r} is no longer pending",
-                occurrence_id=occ_id,
-                state=c["state"] if c else None,
+        acked = tx.conn.execute(
+            st.ACK_PAUSE,
+            {
+                **params,
+                "request_id": pause_request_id,
+                "expected_revision": expected_revision,
+                "quoted_safe_point": dumps(safe_point),
+            },
+        ).first()
+        if acked is None:
+            raise _ack_refused(
+                tx, occ_id, owner, fence, pause_request_id, expected_revision, safe_point
             )
-        if expected_revision is not None and c["revision"] != expected_revision:
-            raise RevisionConflict(
-                f"occurrence {occ_id}: control revision is {c['revision']}, "
-                f"not {expected_revision}",
-                occurrence_id=occ_id,
-                expected_revision=expected_revision,
-                actual_revision=c["revision"],
-            )
-        if c["expected_fence"] != fence:
-            raise _lease_lost(tx, occ_id, owner, fence)
-        if safe_point not in loads(c["safe_points"]):
-            raise PauseUnsupported(
-                f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
-                occurrence_id=occ_id,
-                safe_point=safe_point,
-            )
-    if tx.conn.execute(
-        sa.select(occurrences.c.cancel_requested).where(occurrences.c.id == occ_id)
-    ).scalar():
-        # A cancel request wins: no claim takes a cancel-requested row, so a
-        # handed-back one would wait forever.
-        settle(
-            tx,
-            occ_id,
-            owner,
-            fence,
-            outcome="cancelled",
+    released = tx.conn.execute(
+        st.RELEASE,
+        {
+            "occ_id": occ_id,
+            "owner": owner,
+            "held_fence": fence,
+            "now": tx.now,
+            "cancel_error": dumps({"code": "CANCELLED", "message": "cancelled at a safe point"}),
+        },
+    ).first()
+    if released is None:
+        raise lease_lost(tx, occ_id, owner, fence)
+    if released.status == S.CANCELLED:
+        # A pending cancel wins (decided by RELEASE): a handed-back cancel-requested
+        # row would wait for ever, since no claim takes it.
+        end_control(tx, occ_id, job_id=released.job_id, fence=fence)
+        tx.emit(
+            EventType.OCCURRENCE_CANCELLED,
+            job_id=released.job_id,
+            occurrence_id=occ_id,
+            fence=fence,
+            attempt=released.attempt,
             error={"code": "CANCELLED", "message": "cancelled at a safe point"},
         )
         return
-    if (
-        pause_request_id is None
-        and c is not None
-        and c["state"] == ControlState.PAUSE_REQUESTED
-        and c["expected_fence"] == fence
-    ):
-        # A warm hand back while this run's pause is pending honours the pause, not drops it.
-        pause_request_id = c["pause_request_id"]
-    job_id = tx.conn.execute(
-        st.RELEASE, {"occ_id": occ_id, "owner": owner, "held_fence": fence, "now": tx.now}
-    ).scalar()
-    if job_id is None:
-        raise _lease_lost(tx, occ_id, owner, fence)
-    new_state = ControlState.PAUSED if pause_request_id is not None else ControlState.RESUMED
-    values = {
-        "state": new_state.value,
-        "expected_fence": fence,
-        "checkpoint": encoded,
-        "updated_at": tx.now,
-        "paused_at" if pause_request_id else "resumed_at": tx.now,
-    }
-    if c is None:
-        tx.conn.execute(
-            sa.insert(controls),
-            {
-                "occurrence_id": occ_id,
-                "revision": 1,
-                "safe_points": dumps([safe_point]),
-                "pause_request_id": None,
-                "resume_request_id": None,
-                **values,
-            },
-        )
-    else:
-        changed = tx.conn.execute(
-            sa.update(controls)
-            .where(controls.c.occurrence_id == occ_id, controls.c.revision == c["revision"])
-            .values(revision=controls.c.revision + 1, **values)
-        ).rowcount
-        if changed != 1:  # an operator moved the control since it was read (PostgreSQL)
-            raise RevisionConflict(
-                f"occurrence {occ_id}: control changed during the hand back", occurrence_id=occ_id
-            )
+    if pause_request_id is None:
+        handed = tx.conn.execute(
+            st.HAND_BACK_CONTROL[tx.dialect], {**params, "safe_points": dumps([safe_point])}
+        ).first()
+        assert handed is not None  # an upsert always returns its row
+        if handed.state == ControlState.PAUSED:
+            # A warm hand back while this run's pause is pending honours the pause.
+            pause_request_id = handed.pause_request_id
     tx.emit(
-        "occurrence_paused" if pause_request_id else "occurrence_handed_back",
-        job_id=job_id,
+        EventType.OCCURRENCE_PAUSED if pause_request_id else EventType.OCCURRENCE_HANDED_BACK,
+        job_id=released.job_id,
         occurrence_id=occ_id,
         fence=fence,
         safe_point=safe_point,
         **({"request_id": pause_request_id} if pause_request_id else {}),
+    )
+
+
+def _ack_refused(
+    tx: Tx,
+    occ_id: int,
+    owner: str,
+    fence: int,
+    pause_request_id: str,
+    expected_revision: int | None,
+    safe_point: str,
+) -> KernelError:
+    """Why ACK_PAUSE changed nothing, read once after the fact."""
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    c = control._mapping if control is not None else None
+    if (
+        c is None
+        or c["state"] != ControlState.PAUSE_REQUESTED
+        or c["pause_request_id"] != pause_request_id
+    ):
+        return StateConflict(
+            f"occurrence {occ_id}: pause request {pause_request_id!r} is no longer pending",
+            occurrence_id=occ_id,
+            state=c["state"] if c else None,
+        )
+    if expected_revision is not None and c["revision"] != expected_revision:
+        return RevisionConflict(
+            f"occurrence {occ_id}: control revision is {c['revision']}, not {expected_revision}",
+            occurrence_id=occ_id,
+            expected_revision=expected_revision,
+            actual_revision=c["revision"],
+        )
+    if c["expected_fence"] != fence:
+        return lease_lost(tx, occ_id, owner, fence)
+    return PauseUnsupported(
+        f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
+        occurrence_id=occ_id,
+        safe_point=safe_point,
     )
 
 
@@ -440,45 +290,39 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
 
     Cancel requested → cancelled; at-most-once → needs_adjudication (the run may
     have had its effect, I6); attempts exhausted → dead_letter LEASE_EXPIRED.
+    The EXPIRE statement makes that choice from the row as it is when it writes.
     """
     counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
     for row in tx.conn.execute(st.EXPIRED_LEASES, {"now": tx.now, "limit": limit}).all():
         m = row._mapping
-        error = None
-        if m["cancel_requested"]:
-            to_status = S.CANCELLED
-        elif m["delivery"] == "at-most-once":
-            to_status = S.NEEDS_ADJUDICATION
-            error = {
-                "code": "LEASE_EXPIRED",
-                "message": "lease expired after the run may have begun",
-            }
-        elif m["attempt"] >= m["max_attempts"]:
-            to_status = S.DEAD_LETTER
-            error = {
-                "code": "LEASE_EXPIRED",
-                "message": f"lease expired on the last attempt ({m['attempt']})",
-            }
-        else:
-            continue
-        settled = to_status != S.NEEDS_ADJUDICATION
-        changed = tx.conn.execute(
+        expired = tx.conn.execute(
             st.EXPIRE,
             {
                 "occ_id": m["id"],
                 "held_fence": m["fence"],
                 "now": tx.now,
-                "to_status": to_status.value,
-                "error_json": dumps(error) if error else None,
-                "settled": tx.now if settled else None,
+                "adjudication_error": dumps(
+                    {
+                        "code": "LEASE_EXPIRED",
+                        "message": "lease expired after the run may have begun",
+                    }
+                ),
+                "exhausted_error": dumps(
+                    {
+                        "code": "LEASE_EXPIRED",
+                        "message": f"lease expired on the last attempt ({m['attempt']})",
+                    }
+                ),
             },
-        ).rowcount
-        if changed != 1:
+        ).first()
+        if expired is None:  # reclaimed, settled or renewed since the candidates were read
             continue
-        if settled:
-            tx.conn.execute(st.TERMINATE_CONTROL, {"occ_id": m["id"], "now": tx.now})
+        to_status = S(expired.status)
+        if to_status != S.NEEDS_ADJUDICATION:
+            end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])
+        error = loads(expired.last_error) if to_status != S.CANCELLED else None
         tx.emit(
-            f"occurrence_{to_status.value}",
+            settled_event(to_status),
             job_id=m["job_id"],
             occurrence_id=m["id"],
             fence=m["fence"],

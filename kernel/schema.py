@@ -37,6 +37,17 @@ beats
     Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
 pools
     Concurrency limit per resource pool (absent: 1).
+job_sources
+    One row per job a declarative source owns (``source``: ``beat_schedule``;
+    ``name``: the entry's own name, which the job id was derived from); ``retired_at``
+    is set while the source no longer lists it (the job is then disabled).
+
+Invariants the database enforces (CHECKs, revision 0002): a status is one of
+OccurrenceStatus; a lease (owner + expiry) exists exactly while ``running``;
+no ``queued``/``retry_wait`` row carries ``cancel_requested`` (no claim would
+take it); ``settled_at`` is set exactly in the final states; counters are
+non-negative. A partial unique index allows one running exclusive occurrence
+per job. A control's state is one of ControlState.
 """
 
 from __future__ import annotations
@@ -53,9 +64,38 @@ __all__ = [
     "events",
     "beats",
     "pools",
+    "job_sources",
 ]
 
 metadata = sa.MetaData()
+
+OCCURRENCE_CHECKS: tuple[tuple[str, str], ...] = (
+    (
+        "ck_occurrences_status",
+        "status IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead_letter',"
+        " 'needs_adjudication', 'cancelled', 'skipped')",
+    ),
+    (
+        "ck_occurrences_lease_iff_running",
+        "(status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)"
+        " OR (status <> 'running' AND lease_owner IS NULL AND lease_expires_at IS NULL)",
+    ),
+    (
+        "ck_occurrences_no_waiting_cancel",
+        "NOT (cancel_requested AND status IN ('queued', 'retry_wait'))",
+    ),
+    (
+        "ck_occurrences_settled_iff_final",
+        "(status IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
+        " AND settled_at IS NOT NULL)"
+        " OR (status NOT IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
+        " AND settled_at IS NULL)",
+    ),
+    ("ck_occurrences_counters", "fence >= 0 AND attempt >= 0 AND max_attempts >= 1"),
+)
+CONTROL_CHECKS: tuple[tuple[str, str], ...] = (
+    ("ck_controls_state", "state IN ('pause_requested', 'paused', 'resumed', 'terminal')"),
+)
 
 # SQLite only aliases the rowid (fast, monotonic) for exactly "INTEGER PRIMARY KEY".
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -146,6 +186,16 @@ occurrences = sa.Table(
         postgresql_where=sa.text("status = 'running'"),
     ),
     sa.Index("occurrences_settled", "settled_at"),
+    # One running exclusive occurrence per job (overlap queue/replace): the data
+    # guard two claimers on PostgreSQL cannot both pass (revision 0002).
+    sa.Index(
+        "occurrences_one_running_exclusive",
+        "job_id",
+        unique=True,
+        sqlite_where=sa.text("status = 'running' AND exclusive"),
+        postgresql_where=sa.text("status = 'running' AND exclusive"),
+    ),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in OCCURRENCE_CHECKS),
 )
 
 controls = sa.Table(
@@ -165,6 +215,7 @@ controls = sa.Table(
     sa.Column("terminal_at", Ms),
     sa.Column("updated_at", Ms, nullable=False),
     sa.Index("controls_state", "state"),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in CONTROL_CHECKS),
 )
 
 requeue_grants = sa.Table(
@@ -219,4 +270,13 @@ pools = sa.Table(
     metadata,
     sa.Column("name", sa.String(128), primary_key=True),
     sa.Column("concurrency", sa.Integer, nullable=False),
+)
+
+job_sources = sa.Table(
+    "job_sources",
+    metadata,
+    sa.Column("job_id", sa.String(128), primary_key=True),
+    sa.Column("source", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(1024), nullable=False),
+    sa.Column("retired_at", Ms),
 )

@@ -5,11 +5,7 @@ start. A job whose entry was removed must stop firing but keep its history, so t
 source records which job ids it owns; syncing disables the ones it no longer lists
 (``job_retired``) and re-enables a retired one that comes back (``job_restored``).
 A job an operator disabled by hand stays disabled: only retirement is undone.
-
-job_sources
-    One row per job a source owns: ``source`` (``beat_schedule``), ``name`` (the
-    entry's own name, which the job id was derived from), ``retired_at`` (set while
-    the entry is gone).
+The table is ``job_sources`` (see :mod:`kernel.schema`).
 """
 
 from __future__ import annotations
@@ -20,20 +16,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel.events import EventType
 from kernel.jobs import set_enabled
-from kernel.schema import Ms, jobs, metadata
+from kernel.schema import job_sources, jobs
 from kernel.tx import Tx
 
-__all__ = ["job_sources", "SourceSync", "sync_source"]
-
-job_sources = sa.Table(
-    "job_sources",
-    metadata,
-    sa.Column("job_id", sa.String(128), primary_key=True),
-    sa.Column("source", sa.String(64), nullable=False),
-    sa.Column("name", sa.String(1024), nullable=False),
-    sa.Column("retired_at", Ms),
-)
+__all__ = ["SourceSync", "sync_source"]
 
 
 @dataclass(frozen=True)
@@ -90,8 +78,8 @@ def sync_source(tx: Tx, source: str, owned: Mapping[str, str]) -> SourceSync:
     ).all()
     for job_id, name in retired:
         set_enabled(tx, job_id, False)
-        tx.emit("job_retired", job_id=job_id, source=source, name=name)
+        tx.emit(EventType.JOB_RETIRED, job_id=job_id, source=source, name=name)
     for job_id in restored:
         set_enabled(tx, job_id, True)
-        tx.emit("job_restored", job_id=job_id, source=source, name=owned[job_id])
+        tx.emit(EventType.JOB_RESTORED, job_id=job_id, source=source, name=owned[job_id])
     return SourceSync(sorted(job_id for job_id, _ in retired), sorted(restored))

@@ -13,7 +13,6 @@ __all__ = [
     "SafePoint",
     "ACTIVE_STATUSES",
     "SETTLED_STATUSES",
-    "TRANSITIONS",
 ]
 
 
@@ -88,25 +87,3 @@ SETTLED_STATUSES = frozenset(
         OccurrenceStatus.SKIPPED,
     }
 )
-
-S = OccurrenceStatus
-#: Every allowed (from, to) pair; the state-machine tests check the store against it.
-TRANSITIONS: frozenset[tuple[OccurrenceStatus, OccurrenceStatus]] = frozenset(
-    {
-        (S.QUEUED, S.RUNNING),
-        (S.RETRY_WAIT, S.RUNNING),
-        (S.RUNNING, S.RUNNING),  # a reclaim after lease expiry
-        (S.RUNNING, S.SUCCEEDED),
-        (S.RUNNING, S.RETRY_WAIT),
-        (S.RUNNING, S.DEAD_LETTER),
-        (S.RUNNING, S.NEEDS_ADJUDICATION),
-        (S.RUNNING, S.CANCELLED),
-        (S.NEEDS_ADJUDICATION, S.SUCCEEDED),
-        (S.NEEDS_ADJUDICATION, S.RETRY_WAIT),
-        (S.NEEDS_ADJUDICATION, S.DEAD_LETTER),
-        (S.DEAD_LETTER, S.RETRY_WAIT),
-        (S.QUEUED, S.CANCELLED),
-        (S.RETRY_WAIT, S.CANCELLED),
-    }
-)
-del S

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sqlite3
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from kernel import beats as beat_registry
+from kernel import beats, claiming, dispatch, history, output, pausing, reads, runs, sources
 from kernel import jobs as job_ops
 from kernel import operator as op
-from kernel import output, reads, runs, sources
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
-from kernel.errors import InvalidArgument, KernelError, StorageUnavailable
-from kernel.records import from_dt
+from kernel.errors import InvalidArgument
+from kernel.records import from_dt, to_dt
+from kernel.session import Session
+from kernel.translate import guard
 from kernel.tx import Tx
 from kernel.types import (
     ActionResult,
@@ -31,24 +28,11 @@ from kernel.types import (
     Occurrence,
     RenewAnswer,
 )
-from kernel.writer_gate import WriterGate
 
 __all__ = ["Kernel", "FireReport"]
 
 FireReport = job_ops.FireReport
 R = TypeVar("R")
-
-# sqlite3 error names that mean the storage itself failed (SPEC I8).
-_SQLITE_STORAGE = (
-    "SQLITE_FULL",
-    "SQLITE_IOERR",
-    "SQLITE_READONLY",
-    "SQLITE_CANTOPEN",
-    "SQLITE_BUSY",
-    "SQLITE_LOCKED",
-    "SQLITE_CORRUPT",
-    "SQLITE_NOTADB",
-)
 
 
 def _ms(seconds: float, field: str) -> int:
@@ -59,23 +43,6 @@ def _ms(seconds: float, field: str) -> int:
 
 def _lease_ms(lease: float | None) -> int | None:
     return None if lease is None else _ms(lease, "lease")
-
-
-class _Held:
-    """The connection a Kernel keeps for its writes, in the process that opened it.
-
-    A worker claims and settles back to back; a pool checkout per call (and on
-    PostgreSQL its pre-ping round trip) would cost more than the statements.
-    Whoever holds ``lock`` may use ``conn``; a thread that finds it taken (a
-    heartbeat during a settle) checks a connection out of the pool instead.
-    """
-
-    __slots__ = ("pid", "lock", "conn")
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.lock = threading.Lock()
-        self.conn: sa.Connection | None = None
 
 
 class Kernel:
@@ -94,15 +61,9 @@ class Kernel:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.clock = clock or default_clock(self.dialect)
-        self._held = _Held()
-        database = engine.url.database if self.dialect == "sqlite" else None
-        self._gate = (
-            WriterGate(database, timeout_s=5.0)
-            if database and database != ":memory:" and not database.startswith("file:")
-            else None
-        )
+        self._session = Session(engine, self.clock)
         if check:
-            self._guard(check_schema, engine)
+            guard(check_schema, engine)
 
     @classmethod
     def open(
@@ -117,117 +78,30 @@ class Kernel:
         engine = create_kernel_engine(url, **engine_kwargs)
         try:
             if migrate_schema:
-                cls._guard(migrate, engine)
+                guard(migrate, engine)
             return cls(engine, clock=clock)
         except BaseException:
             engine.dispose()  # nobody else can: the caller never gets the kernel
             raise
 
     def migrate(self) -> tuple[str | None, str]:
-        return self._guard(migrate, self.engine)
+        return guard(migrate, self.engine)
 
     def close(self) -> None:
-        held = self._held
-        if held.pid == os.getpid():
-            with held.lock:
-                self._release(held)
-        if self._gate is not None:
-            self._gate.close()
+        self._session.close()
         self.engine.dispose()
 
     # -- transactions --------------------------------------------------------
 
-    @staticmethod
-    def _guard(fn: Callable[[sa.Engine], R], engine: sa.Engine) -> R:
-        try:
-            return fn(engine)
-        except KernelError:
-            raise
-        except (sa.exc.DBAPIError, OSError) as exc:
-            raise _storage_error(exc, "not_committed", engine.url) from exc
-
-    def _run(self, fn: Callable[..., R], *args: Any, read_only: bool = False, **kwargs: Any) -> R:
-        held = self._held
-        if held.pid != os.getpid():
-            # Forked (Celery prefork): the parent's connection is not ours to use or close.
-            held = self._held = _Held()
-        if read_only or not held.lock.acquire(blocking=False):
-            return self._transact(None, fn, args, kwargs, read_only)
-        try:
-            return self._transact(held, fn, args, kwargs, False)
-        finally:
-            held.lock.release()
-
-    def _transact(
-        self,
-        held: _Held | None,
-        fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        read_only: bool,
-    ) -> R:
-        """One transaction on the held connection (``held``) or a pooled one (None)."""
-        committing = False
-        gated = not read_only and self._gate is not None and self._gate.acquire()
-        try:
-            with self._connection(held, read_only) as conn:
-                with conn.begin() as trans:
-                    tx = Tx(conn, self.clock.now_ms(conn), self.dialect)
-                    result = fn(tx, *args, **kwargs)
-                    committing = True
-                    trans.commit()
-                return result
-        except KernelError:
-            raise
-        except (sa.exc.DBAPIError, OSError) as exc:
-            if held is not None:
-                self._release(held)
-                if not committing and _connection_lost(exc):
-                    # Typically the held connection died while idle (a server restart),
-                    # which the pool's pre-ping catches for a checkout. COMMIT was not
-                    # sent, so nothing of this call persisted: run it once on a pooled one.
-                    return self._transact(None, fn, args, kwargs, read_only)
-            commit_state = "unknown" if committing and _connection_lost(exc) else "not_committed"
-            raise _storage_error(exc, commit_state, self.engine.url) from exc
-        except BaseException:
-            if held is not None:
-                self._release(held)
-            raise
-        finally:
-            if gated:
-                self._gate.release()  # type: ignore[union-attr]
-
-    def _connection(
-        self, held: _Held | None, read_only: bool
-    ) -> contextlib.AbstractContextManager[sa.Connection]:
-        if held is None:
-            conn = self.engine.connect()
-            if read_only:
-                conn.execution_options(kernel_read_only=True)
-            return conn
-        if held.conn is None:
-            held.conn = self.engine.connect()
-        return contextlib.nullcontext(held.conn)
-
-    @staticmethod
-    def _release(held: _Held) -> None:
-        """Give the held connection back (the caller holds ``held.lock``)."""
-        conn, held.conn = held.conn, None
-        if conn is not None:
-            conn.close()
-
     def _write(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        return self._run(fn, *args, **kwargs)
+        return self._session.run(fn, *args, **kwargs)
 
     def _read(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        return self._run(fn, *args, read_only=True, **kwargs)
+        return self._session.run(fn, *args, read_only=True, **kwargs)
 
     def now(self) -> datetime:
         """The kernel's current time (the database clock on PostgreSQL)."""
-        from kernel.records import to_dt
-
-        # Through _read, so that an unreachable database is STORAGE_UNAVAILABLE here too.
-        return to_dt(self._read(lambda tx: tx.now))  # type: ignore[return-value]
+        return to_dt(self._session.now_ms())  # type: ignore[return-value]
 
     # -- job definitions -----------------------------------------------------
 
@@ -306,17 +180,17 @@ class Kernel:
     def dispatch_batch(self, *, limit: int = 200, rehint_after: float = 30.0) -> list[DispatchHint]:
         """Occurrences to publish a hint for; marks them hinted (SPEC §2.3)."""
         return self._write(
-            reads.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000)
+            dispatch.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000)
         )
 
     def expire_leases(self, limit: int = 200) -> dict[str, int]:
         return self._write(runs.expire_leases, limit)
 
     def record_beat(self, beat_id: str, *, host: str, interval: float) -> None:
-        self._write(beat_registry.record_beat, beat_id, host, interval)
+        self._write(beats.record_beat, beat_id, host, interval)
 
     def beats(self) -> list[Beat]:
-        return self._read(beat_registry.list_beats)
+        return self._read(beats.list_beats)
 
     # -- workers ----------------------------------------------------------------
 
@@ -325,7 +199,7 @@ class Kernel:
 
         ``lease`` defaults to the job's own lease from the occurrence's snapshot.
         """
-        return self._write(runs.claim, occurrence_id, owner, _lease_ms(lease))
+        return self._write(claiming.claim, occurrence_id, owner, _lease_ms(lease))
 
     def claim_next(
         self,
@@ -337,7 +211,7 @@ class Kernel:
     ) -> Claim | None:
         """Claim the oldest claimable occurrence (optionally of these queues/kinds)."""
         return self._write(
-            runs.claim_next,
+            claiming.claim_next,
             owner,
             _lease_ms(lease),
             queues=tuple(queues) if queues else None,
@@ -435,18 +309,28 @@ class Kernel:
         self,
         occurrence_id: int,
         *,
-        expected_fence: int,
+        expected_fence: int | None = None,
         request_id: str,
         safe_points: Sequence[str],
         operator: str,
+        expected_revision: int | None = None,
+        checkpoint_schema_version: int = 1,
     ) -> ActionResult:
-        """Ask the holder to pause at its next safe point (PAUSE_UNSUPPORTED without any)."""
+        """Ask the holder to pause at its next safe point (PAUSE_UNSUPPORTED without any).
+
+        ``expected_fence`` / ``expected_revision``: pause only that run / control
+        revision (None: whatever runs now). ``safe_points`` and
+        ``checkpoint_schema_version`` are the adapter's declared capability; its
+        digest is part of the request's replay evidence.
+        """
         return self._action(
-            op.request_pause,
+            pausing.request_pause,
             occurrence_id,
             request_id,
             expected_fence=expected_fence,
+            expected_revision=expected_revision,
             safe_points=tuple(safe_points),
+            schema_version=checkpoint_schema_version,
             operator=operator,
         )
 
@@ -459,7 +343,7 @@ class Kernel:
         expected_revision: int | None = None,
     ) -> ActionResult:
         return self._action(
-            op.resume,
+            pausing.resume,
             occurrence_id,
             request_id,
             expected_revision=expected_revision,
@@ -470,11 +354,12 @@ class Kernel:
         self,
         occurrence_id: int,
         *,
-        expected_fence: int,
-        expected_error_code: str,
+        expected_fence: int | None = None,
+        expected_error_code: str | None = None,
         request_id: str,
         operator: str,
     ) -> ActionResult:
+        """Revive a dead letter; the evidence given (fence, error code) must still hold."""
         return self._action(
             op.requeue,
             occurrence_id,
@@ -553,7 +438,7 @@ class Kernel:
         """Delete settled history older than ``older_than``; unresolved work is never pruned."""
 
         def run(tx: Tx) -> dict[str, int]:
-            return reads.prune(
+            return history.prune(
                 tx, settled_before=tx.now - int(older_than.total_seconds() * 1000), limit=limit
             )
 
@@ -563,7 +448,7 @@ class Kernel:
 
     def deregister_beat(self, beat_id: str) -> bool:
         """Remove a Beat that stops cleanly (event ``beat_stopped``); False if unknown."""
-        return self._write(beat_registry.deregister_beat, beat_id)
+        return self._write(beats.deregister_beat, beat_id)
 
     def forget_silent_beats(self, *, silent_for: float) -> list[str]:
         """Remove Beats silent for more than ``silent_for`` seconds (event ``beat_forgotten``).
@@ -571,7 +456,7 @@ class Kernel:
         Returns:
             The ids of the Beats removed.
         """
-        return self._write(beat_registry.forget_silent_beats, _ms(silent_for, "silent_for"))
+        return self._write(beats.forget_silent_beats, _ms(silent_for, "silent_for"))
 
     def sync_job_source(self, source: str, owned: Mapping[str, str]) -> sources.SourceSync:
         """Record that ``source`` defines exactly ``owned`` (job id -> entry name): jobs it
@@ -583,42 +468,3 @@ class Kernel:
     ) -> None:
         """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
         self._write(output.append_output, occurrence_id, owner, fence, chunks)
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    return isinstance(exc, sa.exc.DBAPIError) and bool(exc.connection_invalidated)
-
-
-def _storage_error(
-    exc: BaseException, commit_state: str, url: sa.URL
-) -> StorageUnavailable | BaseException:
-    """Map a driver or OS error to STORAGE_UNAVAILABLE; anything else is a bug and stays itself."""
-    orig = getattr(exc, "orig", exc)
-    if isinstance(orig, sqlite3.Error):
-        name = getattr(orig, "sqlite_errorname", "")
-        if not any(name.startswith(code) for code in _SQLITE_STORAGE):
-            return exc
-        detail = f"{name}: {orig}"
-    elif isinstance(orig, OSError):
-        detail = f"{orig.__class__.__name__}: {orig}"
-    # 25006: a read-only server (hot standby, default_transaction_read_only) refused
-    # the write; psycopg files it under InternalError, yet it is storage, not a bug.
-    elif (
-        isinstance(exc, sa.exc.OperationalError)
-        or _connection_lost(exc)
-        or getattr(orig, "sqlstate", None) == "25006"
-    ):
-        detail = str(orig).strip().splitlines()[0] if str(orig).strip() else orig.__class__.__name__
-    else:
-        return exc
-    database = url.render_as_string(hide_password=True)
-    return StorageUnavailable(
-        f"the kernel database {database} is unavailable ({detail}); the change was "
-        + (
-            "not committed"
-            if commit_state == "not_committed"
-            else "perhaps committed: check before retrying"
-        ),
-        commit_state=commit_state,  # type: ignore[arg-type]
-        database=database,
-    )

@@ -135,10 +135,14 @@ class Model:
             due = o.available_at <= self.now
         else:
             due = o.status == "running" and o.delivery == "at-least-once" and not self.live(o)
-        resuming = (
-            c is not None and c.state == "resumed" and o.status != "running" and c.fence == o.fence
+        reclaiming = o.status == "running"
+        # A reclaim of a resumed run, or of one asked to pause, is the same attempt.
+        resuming = c is not None and c.state == "resumed" and (reclaiming or c.fence == o.fence)
+        free = (
+            resuming
+            or (o.status == "retry_wait" and o.grant_fence == o.fence)
+            or (reclaiming and c is not None and c.state == "pause_requested")
         )
-        free = resuming or (o.status == "retry_wait" and o.grant_fence == o.fence)
         if not due or (not free and o.attempt >= o.max_attempts):
             return None
         return free, resuming
@@ -205,6 +209,9 @@ class Model:
         backoff_s = min(10 * 2 ** (o.attempt - 1), 3600) if status == "retry_wait" else 0
         o.available_at = self.now + backoff_s * 1000
         self._leave(o, status, error)
+        if status == "retry_wait" and o.control is not None and o.control.state != "terminal":
+            # Any settle ends the control (a pending pause request included).
+            o.control.state, o.control.revision = "terminal", o.control.revision + 1
         return status
 
     def release(
@@ -244,7 +251,9 @@ class Model:
                 status, error = "cancelled", None
             elif o.delivery == "at-most-once":
                 status, error = "needs_adjudication", "LEASE_EXPIRED"
-            elif o.attempt >= o.max_attempts:
+            elif o.attempt >= o.max_attempts and not (
+                o.control is not None and o.control.state in ("pause_requested", "resumed")
+            ):
                 status, error = "dead_letter", "LEASE_EXPIRED"
             else:
                 continue

@@ -109,7 +109,7 @@ def _occurrence_action(body: Callable[..., Action]) -> Callable[..., None]:
     "--fence",
     type=int,
     default=None,
-    help="Pause only the run under this fence (default: the current fence).",
+    help="Pause only the run under this fence (default: whichever run holds it now).",
 )
 def pause(env: Env, occ_id: int, fence: int | None) -> Action:
     """Ask a running occurrence to pause at its next safe point."""
@@ -131,10 +131,8 @@ def resume(env: Env, occ_id: int, revision: int | None) -> Action:
 
 @command("requeue")
 @_occurrence_action
-@click.option("--fence", type=int, default=None, help="Expected fence (default: the current one).")
-@click.option(
-    "--error-code", default=None, help="Expected last error code (default: the current one)."
-)
+@click.option("--fence", type=int, default=None, help="Expected fence (default: not checked).")
+@click.option("--error-code", default=None, help="Expected last error code (default: not checked).")
 def requeue(env: Env, occ_id: int, fence: int | None, error_code: str | None) -> Action:
     """Give a dead letter one more run, consuming no attempt."""
     return operations.requeue(env.kernel, occ_id, fence, error_code)

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from celery_app.cli.output import Env, command
 from celery_app.config import KernelSettings
 from celery_app.operations import beat_health
-from kernel import Event, InvalidArgument, Kernel, KernelError, OccurrenceStatus
+from kernel import Event, EventType, InvalidArgument, Kernel, KernelError, OccurrenceStatus
 
 __all__ = ["KernelCollector", "exporter"]
 
@@ -37,15 +37,16 @@ _MAX_PAGES_PER_SCRAPE = 100
 #: Occurrences remembered as waiting for a claim; the oldest are forgotten beyond this.
 _MAX_WAITING = 100_000
 _LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-_CLAIMABLE_AT_EVENT = ("occurrence_resumed", "occurrence_requeued", "occurrence_handed_back")
-_SETTLED = tuple(
-    f"occurrence_{s.value}"
-    for s in (
-        OccurrenceStatus.SUCCEEDED,
-        OccurrenceStatus.DEAD_LETTER,
-        OccurrenceStatus.CANCELLED,
-        OccurrenceStatus.SKIPPED,
-    )
+_CLAIMABLE_AT_EVENT = (
+    EventType.OCCURRENCE_RESUMED,
+    EventType.OCCURRENCE_REQUEUED,
+    EventType.OCCURRENCE_HANDED_BACK,
+)
+_SETTLED = (
+    EventType.OCCURRENCE_SUCCEEDED,
+    EventType.OCCURRENCE_DEAD_LETTER,
+    EventType.OCCURRENCE_CANCELLED,
+    EventType.OCCURRENCE_SKIPPED,
 )
 
 
@@ -156,26 +157,26 @@ class KernelCollector(Collector):
             return
         if data.get("reason") == "lease_expired":
             self._expirations.inc()
-        if event.type == "occurrence_claimed":
+        if event.type == EventType.OCCURRENCE_CLAIMED:
             self._claims.inc()
             since = self._waiting.pop(occ, None)
             if data.get("previous_status") == OccurrenceStatus.RUNNING.value:
                 self._expirations.inc()
             elif since is not None:
                 self._latency.observe(max(0.0, at - since))
-        elif event.type == "occurrence_created":
+        elif event.type == EventType.OCCURRENCE_CREATED:
             self._wait(occ, max(at, float(data.get("scheduled_for", 0)) / 1000))
-        elif event.type == "occurrence_retry_wait":
+        elif event.type == EventType.OCCURRENCE_RETRY_WAIT:
             self._wait(occ, float(data.get("retry_at", at * 1000)) / 1000)
         elif event.type in _CLAIMABLE_AT_EVENT or (
-            event.type == "occurrence_adjudicated"
+            event.type == EventType.OCCURRENCE_ADJUDICATED
             and data.get("status") == OccurrenceStatus.RETRY_WAIT.value
         ):
             self._wait(occ, at)
-        elif event.type == "occurrence_paused":
+        elif event.type == EventType.OCCURRENCE_PAUSED:
             self._pauses.inc()
             self._waiting.pop(occ, None)
-        if event.type == "occurrence_dead_letter":
+        if event.type == EventType.OCCURRENCE_DEAD_LETTER:
             self._dead.inc()
         if event.type in _SETTLED:
             self._waiting.pop(occ, None)

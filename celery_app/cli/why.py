@@ -29,7 +29,7 @@ from celery_app.cli.jobs import describe_schedule
 from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows
 from celery_app.cli.output import Env, Instant, command, fields, iso, table
 from celery_app.operations import occurrence_events
-from kernel import Job, Kernel, Occurrence, OccurrenceStatus
+from kernel import EventType, Job, Kernel, Occurrence, OccurrenceStatus
 
 __all__ = ["answer", "why", "nearest_firing"]
 
@@ -39,7 +39,7 @@ _MAX_PAGES = 200
 #: How much earlier than its firing an occurrence may carry a creation time (clock skew).
 _SKEW = timedelta(minutes=5)
 _MAX_LOOKBACK = timedelta(days=800)
-_TOGGLES = ("job_enabled", "job_disabled")
+_TOGGLES = (EventType.JOB_ENABLED, EventType.JOB_DISABLED)
 
 
 def nearest_firing(
@@ -77,14 +77,14 @@ def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
     for _ in range(_MAX_PAGES):
         page = kernel.events(after_id=after, job_id=job.id, limit=_PAGE)
         for event in page:
-            if event.type == "job_defined" and history.defined_at is None:
+            if event.type == EventType.JOB_DEFINED and history.defined_at is None:
                 history.defined_at = event.at
             elif event.type in _TOGGLES and event.at <= at:
-                history.enabled = event.type == "job_enabled"
+                history.enabled = event.type == EventType.JOB_ENABLED
             elif event.type in _TOGGLES and history.enabled is None:
                 # The first toggle after `at` reveals the state before it.
-                history.enabled = event.type == "job_disabled"
-            if event.at > at and event.type in ("job_enabled", "job_revised"):
+                history.enabled = event.type == EventType.JOB_DISABLED
+            if event.at > at and event.type in (EventType.JOB_ENABLED, EventType.JOB_REVISED):
                 history.replanned.append({"type": event.type, "at": iso(event.at)})
         if len(page) < _PAGE:
             break

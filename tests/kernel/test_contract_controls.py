@@ -322,3 +322,41 @@ def test_a_paused_occurrence_can_be_cancelled(k: Harness) -> None:
     assert result.occurrence.control.state == "terminal"
     assert k.kernel.runtime_controls() == []
     assert k.kernel.status()["paused"] == 0
+
+
+def test_a_reclaim_after_a_pause_request_or_a_resume_spends_no_attempt(k: Harness) -> None:
+    # Asked to pause, then the lease expired on the last attempt: reclaimed, not dead-lettered.
+    asked = k.running("asked", max_attempts=1).occurrence.id
+    pause(k, asked)
+    # Claimed from a resumed control (a warm hand back), then the lease expired.
+    handed = k.running("handed", max_attempts=1).occurrence.id
+    k.kernel.hand_back(
+        handed, owner="w1", fence=1, safe_point="adapter_checkpoint", checkpoint={"n": 3}
+    )
+    resumed = k.kernel.claim(handed, owner="w2", lease=30)
+    assert resumed is not None and resumed.resumed and resumed.occurrence.attempt == 1
+    k.clock.advance(31)
+    assert k.kernel.expire_leases()["dead_letter"] == 0
+    assert {k.kernel.get_occurrence(i).status for i in (asked, handed)} == {S.RUNNING}
+
+    again = k.kernel.claim(asked, owner="w3", lease=30)
+    assert again is not None and (again.fence, again.occurrence.attempt) == (2, 1)
+    control = again.occurrence.control
+    assert control is not None and (control.state, control.expected_fence) == ("pause_requested", 2)
+    reclaimed = k.kernel.claim_next(owner="w3", lease=30)
+    assert reclaimed is not None and reclaimed.occurrence.id == handed
+    assert (reclaimed.fence, reclaimed.occurrence.attempt) == (3, 1)
+    assert reclaimed.resumed and reclaimed.checkpoint == {"n": 3}
+    claimed = [e for e in k.kernel.events(occurrence_id=handed) if e.type == "occurrence_claimed"]
+    assert [(e.fence, e.data["attempt"], e.data.get("resumed")) for e in claimed] == [
+        (1, 1, None),
+        (2, 1, True),
+        (3, 1, True),
+    ]
+
+    # A plain run on its last attempt is still dead-lettered when its lease expires.
+    plain = k.running("plain", max_attempts=1).occurrence.id
+    k.clock.advance(31)
+    assert k.kernel.expire_leases()["dead_letter"] == 1
+    assert k.kernel.get_occurrence(plain).status == S.DEAD_LETTER
+    assert {k.kernel.get_occurrence(i).status for i in (asked, handed)} == {S.RUNNING}

@@ -49,9 +49,11 @@ from lifecycle_model import (
 )
 
 from kernel.errors import KernelError
-from kernel.states import TRANSITIONS
 from kernel.store import Kernel
 from kernel.testing import ManualClock, memory_kernel
+from kernel.transitions import allowed_pairs
+
+TRANSITIONS = allowed_pairs()
 
 
 class KernelMachine(RuleBasedStateMachine):

@@ -1,0 +1,196 @@
+"""Claims: a worker takes a claimable occurrence under a new fence (fence + 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel import statements as st
+from kernel.events import EventType
+from kernel.records import loads, occurrence_from_row
+from kernel.schema import controls, occurrences
+from kernel.states import ControlState, OccurrenceStatus
+from kernel.translate import constraint_name
+from kernel.tx import Tx
+from kernel.types import Claim
+
+__all__ = ["EXCLUSIVE_INDEX", "claim", "claim_next"]
+
+#: The partial unique index that lets one exclusive occurrence of a job run (schema.py).
+EXCLUSIVE_INDEX = "occurrences_one_running_exclusive"
+S = OccurrenceStatus
+
+
+def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None:
+    """Take ``occ_id`` if it is claimable now; None (no change) when it is not.
+
+    Fence + 1. The attempt counts unless this claim resumes a handed-back or
+    paused-and-resumed occurrence at the fence it was released on (or reclaims
+    such a run, or one asked to pause, after its lease expired), or uses an
+    operator's requeue grant.
+    """
+    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id})
+    if row is None:
+        return None
+    o = row._mapping
+    control = None
+    if o["control_state"] is not None:
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    c = control._mapping if control is not None else None
+    state = c["state"] if c is not None else None
+    if state == ControlState.PAUSED or o["cancel_requested"]:
+        return None
+    reclaiming = o["status"] == S.RUNNING
+    # Running under a resumed control means this run was claimed from it: a
+    # reclaim of it resumes from the same checkpoint, as the same attempt.
+    resuming = state == ControlState.RESUMED and (
+        reclaiming or (c is not None and c["expected_fence"] == o["fence"])
+    )
+    grant = None
+    if not resuming and o["status"] == S.RETRY_WAIT:
+        grant = tx.conn.execute(
+            st.UNCLAIMED_GRANT, {"occ_id": occ_id, "fence": o["fence"]}
+        ).scalar()
+    # The expired run was asked to pause: its reclaimer acknowledges the pause
+    # at its first safe point, so it spends no attempt either.
+    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
+    if not free and o["attempt"] >= o["max_attempts"]:
+        return None
+    if not _gates_open(tx, o):
+        return None
+    if lease_ms is None:  # the job's own lease, from the snapshot this run executes
+        lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
+    params = {
+        "occ_id": occ_id,
+        "seen_fence": o["fence"],
+        "now": tx.now,
+        "attempt_inc": 0 if free else 1,
+        "owner": owner,
+        "lease_until": tx.now + lease_ms,
+    }
+    if o["exclusive"] and tx.is_postgres:
+        claimed = _claim_exclusive(tx, params)
+    else:
+        claimed = st.CLAIM.first(tx.conn, params)
+    if claimed is None:
+        return None
+    fence = claimed._mapping["fence"]
+    if state == ControlState.PAUSE_REQUESTED:
+        tx.conn.execute(
+            st.REBIND_PAUSE_REQUEST, {"occ_id": occ_id, "new_fence": fence, "now": tx.now}
+        )
+    if grant is not None:
+        tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
+    tx.emit(
+        EventType.OCCURRENCE_CLAIMED,
+        job_id=o["job_id"],
+        occurrence_id=occ_id,
+        fence=fence,
+        owner=owner,
+        attempt=claimed._mapping["attempt"],
+        previous_status=o["status"],
+        previous_owner=o["lease_owner"],
+        **({"resumed": True} if resuming else {}),
+        **({"requeue_request_id": grant} if grant is not None else {}),
+    )
+    if control is not None and state != ControlState.TERMINAL:
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    occurrence = occurrence_from_row(claimed, control)
+    return Claim(
+        occurrence=occurrence,
+        owner=owner,
+        fence=fence,
+        lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
+        resumed=resuming,
+        checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
+    )
+
+
+def _claim_exclusive(tx: Tx, params: dict[str, Any]) -> sa.Row[Any] | None:
+    """CLAIM under a savepoint: two claimers on PostgreSQL may both count no runner,
+    and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
+    savepoint = tx.conn.begin_nested()
+    try:
+        claimed = st.CLAIM.first(tx.conn, params)
+    except sa.exc.IntegrityError as exc:
+        savepoint.rollback()
+        if constraint_name(exc) != EXCLUSIVE_INDEX:
+            raise
+        return None
+    savepoint.commit()
+    return claimed
+
+
+def _gates_open(tx: Tx, o: Any) -> bool:
+    """Overlap (exclusive) and resource-pool gates: room to run one more?"""
+    if not o["exclusive"] and o["pool"] is None:
+        return True
+    if tx.is_postgres and o["pool"] is not None:
+        # READ COMMITTED lets two claimers count the same free slot of a pool;
+        # serialise its count-and-claim for the rest of this transaction.
+        tx.conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": f"pool:{o['pool']}"}
+        )
+    if o["exclusive"]:
+        busy = tx.conn.execute(
+            st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}
+        ).scalar_one()
+        if busy:
+            return False
+    if o["pool"] is not None:
+        limit = tx.conn.execute(st.POOL_LIMIT, {"pool": o["pool"]}).scalar() or 1
+        running = tx.conn.execute(
+            st.RUNNING_IN_POOL, {"pool": o["pool"], "occ_id": o["id"]}
+        ).scalar_one()
+        if running >= limit:
+            return False
+    return True
+
+
+def claim_next(
+    tx: Tx,
+    owner: str,
+    lease_ms: int | None,
+    *,
+    queues: tuple[str, ...] | None,
+    kinds: tuple[str, ...] | None,
+) -> Claim | None:
+    """Claim the oldest claimable occurrence matching the filters, or None."""
+    o = occurrences
+    pausing = sa.exists().where(
+        controls.c.occurrence_id == o.c.id,
+        controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.RESUMED)),
+    )
+    # Paused rows and exhausted expired leases are never claimable: left in, a
+    # backlog of them fills every candidate batch and starves the work behind it.
+    not_paused = ~sa.exists().where(
+        controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED
+    )
+    waiting = sa.and_(
+        o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now, not_paused
+    )
+    expired = sa.and_(
+        o.c.status == S.RUNNING,
+        o.c.lease_expires_at <= tx.now,
+        o.c.delivery == "at-least-once",
+        sa.or_(o.c.attempt < o.c.max_attempts, pausing),
+    )
+    for condition in (waiting, expired):
+        query = (
+            sa.select(o.c.id)
+            .where(condition, o.c.cancel_requested.is_(False))
+            .order_by(o.c.available_at, o.c.id)
+            .limit(16)
+        )
+        if queues:
+            query = query.where(o.c.queue.in_(queues))
+        if kinds:
+            query = query.where(o.c.kind.in_(kinds))
+        if tx.is_postgres:
+            query = query.with_for_update(skip_locked=True, of=o)
+        for occ_id in tx.conn.execute(query).scalars():
+            got = claim(tx, occ_id, owner, lease_ms)
+            if got is not None:
+                return got
+    return None

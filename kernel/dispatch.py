@@ -1,0 +1,69 @@
+"""The dispatch pump's side: which occurrences to hint, marked hinted in the same write."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from kernel.records import loads
+from kernel.schema import controls, occurrences
+from kernel.states import ControlState, OccurrenceStatus
+from kernel.tx import Tx
+from kernel.types import DispatchHint
+
+__all__ = ["dispatch_batch"]
+
+S = OccurrenceStatus
+OCC = occurrences
+
+
+def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
+    """Claimable occurrences not hinted recently; marks them hinted now (SPEC §2.3)."""
+    not_recent = sa.or_(
+        OCC.c.dispatched_at.is_(None), OCC.c.dispatched_at <= tx.now - rehint_after_ms
+    )
+    not_paused = ~sa.exists().where(
+        controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
+    )
+    running = OCC.alias("running")
+    # An exclusive occurrence (overlap queue/replace) cannot start while another of
+    # its job runs; hinting it would only make a worker refuse it.
+    free_to_start = sa.or_(
+        OCC.c.exclusive.is_(False),
+        ~sa.exists().where(running.c.job_id == OCC.c.job_id, running.c.status == S.RUNNING),
+    )
+    waiting = sa.and_(
+        OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
+        OCC.c.available_at <= tx.now,
+        free_to_start,
+        not_recent,
+    )
+    expired = sa.and_(
+        OCC.c.status == S.RUNNING,
+        OCC.c.lease_expires_at <= tx.now,
+        OCC.c.delivery == "at-least-once",
+        # The last hint led to the claim whose lease just expired: hint again at once.
+        sa.or_(not_recent, OCC.c.dispatched_at < OCC.c.lease_expires_at),
+    )
+    hints: list[DispatchHint] = []
+    for condition in (waiting, expired):
+        if len(hints) >= limit:
+            break
+        query = (
+            sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
+            .where(condition, not_paused, OCC.c.cancel_requested.is_(False))
+            .order_by(OCC.c.available_at, OCC.c.id)
+            .limit(limit - len(hints))
+        )
+        if tx.is_postgres:
+            query = query.with_for_update(skip_locked=True, of=OCC)
+        hints.extend(
+            DispatchHint(r.id, r.job_id, r.queue, r.kind, loads(r.definition).get("timeout"))
+            for r in tx.conn.execute(query)
+        )
+    if hints:
+        tx.conn.execute(
+            sa.update(OCC)
+            .where(OCC.c.id.in_([h.occurrence_id for h in hints]))
+            .values(dispatched_at=tx.now)
+        )
+    return hints

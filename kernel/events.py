@@ -1,0 +1,70 @@
+"""Event types of the kernel's log; the values are stored and must never change."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from kernel.states import OccurrenceStatus
+
+__all__ = ["EventType", "settled_event"]
+
+
+class EventType(StrEnum):
+    #: A job id was defined for the first time.
+    JOB_DEFINED = "job_defined"
+    #: A job's definition changed (revision + 1).
+    JOB_REVISED = "job_revised"
+    JOB_ENABLED = "job_enabled"
+    JOB_DISABLED = "job_disabled"
+    JOB_DELETED = "job_deleted"
+    #: An operator asked for one run now (``manual:<request id>``).
+    JOB_RUN_NOW = "job_run_now"
+    #: A firing was materialised as a queued occurrence.
+    OCCURRENCE_CREATED = "occurrence_created"
+    #: A firing was recorded but not run (``reason`` says why).
+    OCCURRENCE_SKIPPED = "occurrence_skipped"
+    OCCURRENCE_CLAIMED = "occurrence_claimed"
+    OCCURRENCE_SUCCEEDED = "occurrence_succeeded"
+    OCCURRENCE_RETRY_WAIT = "occurrence_retry_wait"
+    OCCURRENCE_DEAD_LETTER = "occurrence_dead_letter"
+    OCCURRENCE_CANCELLED = "occurrence_cancelled"
+    OCCURRENCE_NEEDS_ADJUDICATION = "occurrence_needs_adjudication"
+    #: A running occurrence was asked to stop; its worker sees it on renew.
+    OCCURRENCE_CANCEL_REQUESTED = "occurrence_cancel_requested"
+    OCCURRENCE_PAUSE_REQUESTED = "occurrence_pause_requested"
+    #: The holder stored a checkpoint at a safe point and handed the run back paused.
+    OCCURRENCE_PAUSED = "occurrence_paused"
+    OCCURRENCE_RESUMED = "occurrence_resumed"
+    #: Warm shutdown: handed back unpaused, claimable at once from its checkpoint.
+    OCCURRENCE_HANDED_BACK = "occurrence_handed_back"
+    OCCURRENCE_REQUEUED = "occurrence_requeued"
+    OCCURRENCE_ADJUDICATED = "occurrence_adjudicated"
+    #: The occurrence settled while its runtime control was still open (pending pause).
+    CONTROL_TERMINAL = "control_terminal"
+    #: A chained child was not fired: the chain is deeper than allowed.
+    CHAIN_DEPTH_EXCEEDED = "chain_depth_exceeded"
+    HISTORY_PRUNED = "history_pruned"
+    #: A job's source (``beat_schedule``) no longer lists it: disabled, kept for history.
+    JOB_RETIRED = "job_retired"
+    #: A retired job's source lists it again: enabled.
+    JOB_RESTORED = "job_restored"
+    #: Output a run wrote (stdout/stderr, ``ctx.logger``), stored by its fenced holder.
+    RUN_OUTPUT = "run_output"
+    #: A Beat stopped cleanly and left the registry.
+    BEAT_STOPPED = "beat_stopped"
+    #: A Beat silent for longer than the retention was removed from the registry.
+    BEAT_FORGOTTEN = "beat_forgotten"
+
+
+_SETTLED = {
+    OccurrenceStatus.SUCCEEDED: EventType.OCCURRENCE_SUCCEEDED,
+    OccurrenceStatus.RETRY_WAIT: EventType.OCCURRENCE_RETRY_WAIT,
+    OccurrenceStatus.DEAD_LETTER: EventType.OCCURRENCE_DEAD_LETTER,
+    OccurrenceStatus.CANCELLED: EventType.OCCURRENCE_CANCELLED,
+    OccurrenceStatus.NEEDS_ADJUDICATION: EventType.OCCURRENCE_NEEDS_ADJUDICATION,
+}
+
+
+def settled_event(status: str) -> EventType:
+    """The event a run ending in ``status`` appends."""
+    return _SETTLED[OccurrenceStatus(status)]

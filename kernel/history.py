@@ -1,0 +1,53 @@
+"""Pruning settled history; unresolved work (dead letters, adjudications) is never pruned."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from kernel.events import EventType
+from kernel.schema import controls, events, occurrences, operator_requests, requeue_grants
+from kernel.states import OccurrenceStatus
+from kernel.tx import Tx
+
+__all__ = ["prune"]
+
+S = OccurrenceStatus
+OCC = occurrences
+
+
+def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
+    """Delete settled history older than ``settled_before``; dead letters and adjudications stay."""
+    prunable = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
+    ids = (
+        tx.conn.execute(
+            sa.select(OCC.c.id)
+            .where(OCC.c.status.in_(prunable), OCC.c.settled_at < settled_before)
+            .limit(limit)
+        )
+        .scalars()
+        .all()
+    )
+    if not ids:
+        return {"occurrences": 0, "events": 0}
+    for table, column in (
+        (controls, controls.c.occurrence_id),
+        (requeue_grants, requeue_grants.c.occurrence_id),
+    ):
+        tx.conn.execute(sa.delete(table).where(column.in_(ids)))
+    pruned_events = tx.conn.execute(
+        sa.delete(events).where(events.c.occurrence_id.in_(ids))
+    ).rowcount
+    tx.conn.execute(
+        sa.delete(operator_requests).where(
+            operator_requests.c.created_at < settled_before,
+            operator_requests.c.target.in_([str(i) for i in ids]),
+        )
+    )
+    pruned = tx.conn.execute(sa.delete(OCC).where(OCC.c.id.in_(ids))).rowcount
+    tx.emit(
+        EventType.HISTORY_PRUNED,
+        occurrences=pruned,
+        events=pruned_events,
+        settled_before=settled_before,
+    )
+    return {"occurrences": pruned, "events": pruned_events}

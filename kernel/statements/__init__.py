@@ -1,0 +1,10 @@
+"""Every DML statement of the kernel, built once and named by purpose, split by actor."""
+
+from __future__ import annotations
+
+from kernel.statements.operator import *  # noqa: F403
+from kernel.statements.operator import __all__ as _operator
+from kernel.statements.worker import *  # noqa: F403
+from kernel.statements.worker import __all__ as _worker
+
+__all__ = [*_worker, *_operator]

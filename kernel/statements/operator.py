@@ -1,0 +1,213 @@
+"""Operator and runtime-control statements: each write carries its own guard.
+
+An operator action writes first and reads only when it changed nothing, to
+raise the precise error. ``None`` for an expected value means the caller gave
+none (SPEC I7): the guard then does not compare it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam as p
+from sqlalchemy.dialects import postgresql, sqlite
+
+from kernel.schema import controls, occurrences, operator_requests, requeue_grants
+
+__all__ = [
+    "RECORD_REQUEST",
+    "REQUEST_BY_ID",
+    "REQUEST_PAUSE",
+    "RESUME",
+    "MAKE_AVAILABLE",
+    "REQUEUE",
+    "ADJUDICATE",
+    "GRANT",
+    "error_code_pattern",
+]
+
+OCC = occurrences
+CTL = controls
+
+
+def _unless_given(name: str, column: Any) -> Any:
+    """``column = :name`` when the caller gave a value, true when it gave None."""
+    value = sa.cast(p(name), column.type)
+    return sa.or_(value.is_(None), column == value)
+
+
+def _per_dialect(build: Any) -> dict[str, Any]:
+    return {"postgresql": build(postgresql.insert), "sqlite": build(sqlite.insert)}
+
+
+#: First use of a request id wins; a racing second use inserts nothing.
+RECORD_REQUEST = _per_dialect(
+    lambda insert: (
+        insert(operator_requests)
+        .values(
+            request_id=p("request_id"),
+            action=p("action"),
+            target=p("target"),
+            evidence=p("evidence"),
+            operator=p("operator"),
+            created_at=p("now"),
+        )
+        .on_conflict_do_nothing(index_elements=[operator_requests.c.request_id])
+        .returning(operator_requests.c.request_id)
+    )
+)
+REQUEST_BY_ID = sa.select(operator_requests).where(
+    operator_requests.c.request_id == p("request_id")
+)
+
+
+def _request_pause(insert: Any) -> Any:
+    """A pause request for the live run (under the expected fence, if given): a new
+    control row, or a settled-with/resumed one reopened (under the expected revision)."""
+    holder = sa.select(
+        OCC.c.id,
+        sa.literal("pause_requested"),
+        sa.literal(1),
+        OCC.c.fence,
+        p("request_id", type_=sa.String),
+        p("safe_points", type_=sa.Text),
+        p("now", type_=sa.BigInteger),
+        p("now", type_=sa.BigInteger),
+    ).where(
+        OCC.c.id == p("occ_id"),
+        OCC.c.status == "running",
+        OCC.c.lease_expires_at > p("now"),
+        _unless_given("expected_fence", OCC.c.fence),
+    )
+    # The row lock makes PostgreSQL re-check the guard against a settle or hand
+    # back that committed while this statement waited (READ COMMITTED); without
+    # it the INSERT would act on the statement's older snapshot. SQLite: no-op.
+    holder = holder.with_for_update(of=OCC)
+    columns = [
+        "occurrence_id",
+        "state",
+        "revision",
+        "expected_fence",
+        "pause_request_id",
+        "safe_points",
+        "requested_at",
+        "updated_at",
+    ]
+    statement = insert(CTL).from_select(columns, holder)
+    excluded = statement.excluded
+    return statement.on_conflict_do_update(
+        index_elements=[CTL.c.occurrence_id],
+        set_={
+            "state": "pause_requested",
+            "revision": CTL.c.revision + 1,
+            "expected_fence": excluded.expected_fence,
+            "pause_request_id": excluded.pause_request_id,
+            "resume_request_id": None,
+            "safe_points": excluded.safe_points,
+            "requested_at": excluded.requested_at,
+            "paused_at": None,
+            "resumed_at": None,
+            "terminal_at": None,
+            "updated_at": excluded.updated_at,
+        },
+        where=sa.and_(
+            CTL.c.state.in_(("terminal", "resumed")),
+            _unless_given("expected_revision", CTL.c.revision),
+        ),
+    ).returning(CTL.c.revision, CTL.c.expected_fence)
+
+
+REQUEST_PAUSE = _per_dialect(_request_pause)
+
+RESUME = (
+    sa.update(CTL)
+    .where(
+        CTL.c.occurrence_id == p("occ_id"),
+        CTL.c.state == "paused",
+        _unless_given("expected_revision", CTL.c.revision),
+    )
+    .values(
+        state="resumed",
+        revision=CTL.c.revision + 1,
+        resume_request_id=p("request_id"),
+        resumed_at=p("now"),
+        updated_at=p("now"),
+    )
+    .returning(CTL.c.revision)
+)
+
+#: A resumed (paused, handed back) occurrence is claimable at once.
+MAKE_AVAILABLE = (
+    sa.update(OCC)
+    .where(OCC.c.id == p("occ_id"), OCC.c.status == "retry_wait")
+    .values(available_at=p("now"), dispatched_at=None, updated_at=p("now"))
+    .returning(OCC.c.job_id, OCC.c.fence)
+)
+
+#: Revive a dead letter for one more claim. ``last_error`` is canonical JSON, so
+#: the error code appears exactly as ``"code":"<code>"`` (``code_pattern``, see
+#: :func:`error_code_pattern`). The operator revives it:
+#: a cancel request of the dead run is spent (no claim takes a flagged row).
+REQUEUE = (
+    sa.update(OCC)
+    .where(
+        OCC.c.id == p("occ_id"),
+        OCC.c.status == "dead_letter",
+        _unless_given("expected_fence", OCC.c.fence),
+        sa.or_(
+            sa.cast(p("code_pattern"), sa.Text).is_(None),
+            OCC.c.last_error.like(p("code_pattern"), escape="/"),
+        ),
+    )
+    .values(
+        status="retry_wait",
+        available_at=p("now"),
+        dispatched_at=None,
+        settled_at=None,
+        updated_at=p("now"),
+        cancel_requested=False,
+    )
+    .returning(OCC.c.job_id, OCC.c.fence, OCC.c.last_error)
+)
+
+
+def error_code_pattern(code: str | None) -> str | None:
+    """The LIKE pattern (escape ``/``) matching canonical JSON that has this error code."""
+    if code is None:
+        return None
+    quoted = '"code":' + json.dumps(code, ensure_ascii=False)
+    return "%" + quoted.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+
+
+#: An operator's verdict on an at-most-once run whose outcome is unknown.
+ADJUDICATE = (
+    sa.update(OCC)
+    .where(OCC.c.id == p("occ_id"), OCC.c.status == "needs_adjudication")
+    .values(
+        status=p("to_status"),
+        available_at=p("now"),
+        dispatched_at=None,
+        settled_at=p("settled"),
+        last_error=sa.func.coalesce(sa.cast(p("error_json"), sa.Text), OCC.c.last_error),
+        updated_at=p("now"),
+    )
+    .returning(OCC.c.job_id, OCC.c.fence)
+)
+
+#: One more claim without consuming an attempt; a replayed request adds nothing.
+GRANT = _per_dialect(
+    lambda insert: (
+        insert(requeue_grants)
+        .values(
+            request_id=p("request_id"),
+            occurrence_id=p("occ_id"),
+            expected_fence=p("fence"),
+            expected_error_code=p("error_code"),
+            created_at=p("now"),
+            claimed_at=None,
+        )
+        .on_conflict_do_nothing(index_elements=[requeue_grants.c.request_id])
+    )
+)

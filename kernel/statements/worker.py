@@ -1,0 +1,393 @@
+"""Every statement of the hot path, built once and named by purpose.
+
+Transitions are guarded UPDATEs: the WHERE clause carries the state, fence,
+owner and lease the caller observed, so zero rows means someone else moved
+first and the caller gets a precise domain error, never a silent overwrite.
+
+The statements a worker runs per task (claim, settle; events in kernel/tx.py)
+are :class:`~kernel.driver.DriverStatement` s: still Core here, rendered once
+per dialect and run on the driver, because SQLAlchemy's per-execution cost
+would otherwise exceed the database's (bench/kernel_throughput.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam as p
+from sqlalchemy.dialects import postgresql, sqlite
+
+from kernel.driver import DriverStatement
+from kernel.events import EventType
+from kernel.schema import controls, events, jobs, occurrences, pools, requeue_grants
+
+__all__ = [
+    "APPEND_OUTPUT",
+    "OCCURRENCE_BY_ID",
+    "CONTROL_BY_ID",
+    "OCCURRENCE_FOR_CLAIM",
+    "UNCLAIMED_GRANT",
+    "CLAIM",
+    "RENEW",
+    "SETTLE",
+    "RELEASE",
+    "REBIND_PAUSE_REQUEST",
+    "TERMINATE_CONTROL",
+    "USE_GRANT",
+    "CHILD_JOBS",
+    "RUNNING_IN_JOB",
+    "RUNNING_IN_POOL",
+    "EXPIRED_LEASES",
+    "EXPIRE",
+    "POOL_LIMIT",
+    "CANCEL",
+    "ACK_PAUSE",
+    "HAND_BACK_CONTROL",
+]
+
+OCC = occurrences
+CTL = controls
+
+OCCURRENCE_BY_ID = sa.select(OCC).where(OCC.c.id == p("occ_id"))
+CONTROL_BY_ID = sa.select(CTL).where(CTL.c.occurrence_id == p("occ_id"))
+
+#: A claim's one read: the occurrence and its control's state (NULL: no control row).
+OCCURRENCE_FOR_CLAIM = DriverStatement(
+    sa.select(OCC, CTL.c.state.label("control_state"))
+    .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
+    .where(OCC.c.id == p("occ_id"))
+)
+
+#: A requeue grant not yet used by a claim, valid for the fence it was made on.
+UNCLAIMED_GRANT = (
+    sa.select(requeue_grants.c.request_id)
+    .where(
+        requeue_grants.c.occurrence_id == p("occ_id"),
+        requeue_grants.c.claimed_at.is_(None),
+        requeue_grants.c.expected_fence == p("fence"),
+    )
+    .order_by(requeue_grants.c.created_at)
+    .limit(1)
+)
+
+_claimable_now = sa.or_(
+    # Literals, not an expanding IN, so the driver form is rendered once.
+    sa.and_(
+        OCC.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"))),
+        OCC.c.available_at <= p("now"),
+    ),
+    sa.and_(
+        OCC.c.status == "running",
+        OCC.c.lease_expires_at <= p("now"),
+        OCC.c.delivery == "at-least-once",
+    ),
+)
+
+#: Claim by compare-and-set on the fence the claimer observed.
+CLAIM = DriverStatement(
+    sa.update(OCC)
+    .where(
+        OCC.c.id == p("occ_id"),
+        OCC.c.fence == p("seen_fence"),
+        OCC.c.cancel_requested.is_(False),
+        _claimable_now,
+    )
+    .values(
+        status="running",
+        fence=OCC.c.fence + 1,
+        attempt=OCC.c.attempt + p("attempt_inc"),
+        lease_owner=p("owner"),
+        lease_expires_at=p("lease_until"),
+        updated_at=p("now"),
+        settled_at=None,
+    )
+    .returning(*OCC.c)
+)
+
+_lease_held = sa.and_(
+    OCC.c.id == p("occ_id"),
+    OCC.c.status == "running",
+    OCC.c.lease_owner == p("owner"),
+    OCC.c.fence == p("held_fence"),
+    OCC.c.lease_expires_at > p("now"),
+)
+
+RENEW = (
+    sa.update(OCC)
+    .where(_lease_held)
+    .values(lease_expires_at=p("lease_until"), updated_at=p("now"))
+    .returning(OCC.c.cancel_requested)
+)
+
+#: A retry of a run an operator asked to cancel would wait for ever (no claim
+#: takes a cancel-requested row): decided here, under the row's write lock, so a
+#: cancel landing after the caller's retry decision still wins.
+_cancel_wins = sa.and_(
+    p("to_status", type_=sa.String) == sa.literal("retry_wait"), OCC.c.cancel_requested
+)
+
+#: The holder ends its run: succeeded, retry_wait, dead_letter or cancelled;
+#: ``status`` returns what the statement decided.
+#: ``control_open`` and ``has_children`` say whether the control and chain
+#: statements have anything to do, so a plain run skips them; read in the
+#: settling transaction (under SQLite's write lock), as those statements were.
+SETTLE = DriverStatement(
+    sa.update(OCC)
+    .where(_lease_held)
+    .values(
+        status=sa.case((_cancel_wins, "cancelled"), else_=p("to_status")),
+        lease_owner=None,
+        lease_expires_at=None,
+        available_at=sa.case((_cancel_wins, p("now")), else_=p("next_available_at")),
+        dispatched_at=None,
+        result=p("result_json"),
+        last_error=p("error_json"),
+        settled_at=sa.case((_cancel_wins, p("now")), else_=p("settled")),
+        updated_at=p("now"),
+    )
+    .returning(
+        OCC.c.status,
+        OCC.c.job_id,
+        OCC.c.attempt,
+        OCC.c.chain_depth,
+        sa.exists()
+        .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
+        .label("control_open"),
+        sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
+    )
+)
+
+#: The holder hands the occurrence back unfinished (pause ack, warm shutdown);
+#: a pending cancel wins, decided in the statement: the row ends ``cancelled``.
+RELEASE = (
+    sa.update(OCC)
+    .where(_lease_held)
+    .values(
+        status=sa.case((OCC.c.cancel_requested, "cancelled"), else_="retry_wait"),
+        lease_owner=None,
+        lease_expires_at=None,
+        available_at=p("now"),
+        dispatched_at=None,
+        last_error=sa.case(
+            (OCC.c.cancel_requested, p("cancel_error", type_=sa.Text)), else_=OCC.c.last_error
+        ),
+        settled_at=sa.case((OCC.c.cancel_requested, p("now")), else_=None),
+        updated_at=p("now"),
+    )
+    .returning(OCC.c.job_id, OCC.c.status, OCC.c.attempt)
+)
+
+REBIND_PAUSE_REQUEST = (
+    sa.update(CTL)
+    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state == "pause_requested")
+    .values(expected_fence=p("new_fence"), revision=CTL.c.revision + 1, updated_at=p("now"))
+)
+
+#: The occurrence settled: its control is history. Returns the pause request
+#: and when it was acknowledged (unchanged columns): a NULL ``paused_at`` beside
+#: a request id means a pause was still pending and is now ended.
+TERMINATE_CONTROL = DriverStatement(
+    sa.update(CTL)
+    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
+    .values(
+        state="terminal", revision=CTL.c.revision + 1, terminal_at=p("now"), updated_at=p("now")
+    )
+    .returning(CTL.c.pause_request_id, CTL.c.paused_at, CTL.c.revision)
+)
+
+USE_GRANT = (
+    sa.update(requeue_grants)
+    .where(requeue_grants.c.request_id == p("grant_id"), requeue_grants.c.claimed_at.is_(None))
+    .values(claimed_at=p("now"))
+)
+
+CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision, jobs.c.enabled).where(
+    jobs.c.after_job == p("job_id")
+)
+
+RUNNING_IN_JOB = sa.select(sa.func.count()).where(
+    OCC.c.job_id == p("job_id"), OCC.c.status == "running", OCC.c.id != p("occ_id")
+)
+RUNNING_IN_POOL = sa.select(sa.func.count()).where(
+    OCC.c.pool == p("pool"), OCC.c.status == "running", OCC.c.id != p("occ_id")
+)
+
+#: Attempts left, or a pause requested / resumed: a reclaim of such a run is
+#: free (claiming.claim), so lease expiry never dead-letters it for exhaustion.
+_attempts_left = sa.or_(
+    OCC.c.attempt < OCC.c.max_attempts,
+    sa.exists().where(
+        CTL.c.occurrence_id == OCC.c.id,
+        CTL.c.state.in_((sa.literal("pause_requested"), sa.literal("resumed"))),
+    ),
+)
+
+EXPIRED_LEASES = (
+    sa.select(
+        OCC.c.id,
+        OCC.c.job_id,
+        OCC.c.fence,
+        OCC.c.attempt,
+        OCC.c.max_attempts,
+        OCC.c.delivery,
+        OCC.c.cancel_requested,
+        OCC.c.chain_depth,
+    )
+    .where(
+        OCC.c.status == "running",
+        OCC.c.lease_expires_at <= p("now"),
+        sa.or_(
+            OCC.c.cancel_requested,
+            OCC.c.delivery == "at-most-once",
+            sa.not_(_attempts_left),
+        ),
+    )
+    .order_by(OCC.c.lease_expires_at)
+    .limit(p("limit"))
+)
+
+_expired_to = sa.case(
+    (OCC.c.cancel_requested, "cancelled"),
+    (OCC.c.delivery == "at-most-once", "needs_adjudication"),
+    (sa.not_(_attempts_left), "dead_letter"),
+)
+
+#: Settle an expired lease that decides its own end, fenced; the choice is made
+#: from the row as it is now: a pending cancel, at-most-once delivery, or no
+#: attempts left. Any other expired row stays running, for a claim to reclaim.
+EXPIRE = (
+    sa.update(OCC)
+    .where(
+        OCC.c.id == p("occ_id"),
+        OCC.c.status == "running",
+        OCC.c.fence == p("held_fence"),
+        OCC.c.lease_expires_at <= p("now"),
+        _expired_to.is_not(None),
+    )
+    .values(
+        status=_expired_to,
+        lease_owner=None,
+        lease_expires_at=None,
+        last_error=sa.case(
+            (OCC.c.cancel_requested, None),
+            (OCC.c.delivery == "at-most-once", p("adjudication_error", type_=sa.Text)),
+            else_=p("exhausted_error", type_=sa.Text),
+        ),
+        settled_at=sa.case(
+            (OCC.c.cancel_requested, p("now")),
+            (OCC.c.delivery == "at-most-once", None),
+            else_=p("now"),
+        ),
+        updated_at=p("now"),
+    )
+    .returning(OCC.c.status, OCC.c.last_error)
+)
+
+POOL_LIMIT = sa.select(pools.c.concurrency).where(pools.c.name == p("pool"))
+
+_running = OCC.c.status == "running"
+
+#: Cancel in one decision: a waiting occurrence ends ``cancelled`` at once, a
+#: running one is flagged for its holder (seen on renew, and by settle, release
+#: and lease expiry). Zero rows: settled, or a running one already flagged.
+CANCEL = (
+    sa.update(OCC)
+    .where(
+        OCC.c.id == p("occ_id"),
+        OCC.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"), sa.literal("running"))),
+        sa.not_(sa.and_(_running, OCC.c.cancel_requested)),
+    )
+    .values(
+        status=sa.case((_running, "running"), else_="cancelled"),
+        cancel_requested=sa.case((_running, sa.true()), else_=OCC.c.cancel_requested),
+        settled_at=sa.case((_running, None), else_=p("now")),
+        updated_at=p("now"),
+    )
+    .returning(OCC.c.status, OCC.c.job_id, OCC.c.fence)
+)
+
+#: A cancel pending on the occurrence wins over the pause (RELEASE cancels it).
+_cancel_pending = sa.select(OCC.c.cancel_requested).where(OCC.c.id == p("occ_id")).scalar_subquery()
+
+#: The holder acknowledges the pending pause request it was asked for, at a
+#: safe point the request allows (``safe_points`` is a sorted JSON list of enum
+#: values, so the quoted name matches exactly). Zero rows: read once to explain.
+ACK_PAUSE = (
+    sa.update(CTL)
+    .where(
+        CTL.c.occurrence_id == p("occ_id"),
+        CTL.c.state == "pause_requested",
+        CTL.c.pause_request_id == p("request_id"),
+        CTL.c.expected_fence == p("held_fence"),
+        sa.or_(
+            p("expected_revision", type_=sa.Integer).is_(None),
+            CTL.c.revision == p("expected_revision"),
+        ),
+        CTL.c.safe_points.contains(p("quoted_safe_point", type_=sa.Text), autoescape=False),
+    )
+    .values(
+        state=sa.case((_cancel_pending, "terminal"), else_="paused"),
+        revision=CTL.c.revision + 1,
+        checkpoint=sa.case((_cancel_pending, CTL.c.checkpoint), else_=p("checkpoint")),
+        paused_at=sa.case((_cancel_pending, CTL.c.paused_at), else_=p("now")),
+        terminal_at=sa.case((_cancel_pending, p("now")), else_=CTL.c.terminal_at),
+        updated_at=p("now"),
+    )
+    .returning(CTL.c.pause_request_id)
+)
+
+_pause_pending = sa.and_(CTL.c.state == "pause_requested", CTL.c.expected_fence == p("held_fence"))
+
+
+def _hand_back_control(insert: Any) -> Any:
+    """Warm shutdown: the control becomes ``resumed`` (claimable at once, no attempt
+    used), or ``paused`` when a pause of this very run is pending; one upsert, so a
+    pause request racing the hand back is either seen here or refused by its own guard.
+    """
+    statement = insert(CTL).values(
+        occurrence_id=p("occ_id"),
+        state="resumed",
+        revision=1,
+        expected_fence=p("held_fence"),
+        safe_points=p("safe_points"),
+        checkpoint=p("checkpoint"),
+        resumed_at=p("now"),
+        updated_at=p("now"),
+    )
+    return statement.on_conflict_do_update(
+        index_elements=[CTL.c.occurrence_id],
+        set_={
+            "state": sa.case((_pause_pending, "paused"), else_="resumed"),
+            "revision": CTL.c.revision + 1,
+            "expected_fence": p("held_fence"),
+            "checkpoint": p("checkpoint"),
+            "paused_at": sa.case((_pause_pending, p("now")), else_=CTL.c.paused_at),
+            "resumed_at": sa.case((_pause_pending, CTL.c.resumed_at), else_=p("now")),
+            "updated_at": p("now"),
+        },
+    ).returning(CTL.c.state, CTL.c.pause_request_id)
+
+
+HAND_BACK_CONTROL = {
+    "postgresql": _hand_back_control(postgresql.insert),
+    "sqlite": _hand_back_control(sqlite.insert),
+}
+
+#: A run's output as one ``run_output`` event, added only while (owner, fence) holds a
+#: live lease.
+APPEND_OUTPUT = (
+    sa.insert(events)
+    .from_select(
+        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
+        sa.select(
+            p("now", type_=sa.BigInteger),
+            sa.literal(EventType.RUN_OUTPUT.value),
+            occurrences.c.job_id,
+            occurrences.c.id,
+            occurrences.c.fence,
+            p("data", type_=sa.Text),
+        ).where(_lease_held),
+    )
+    .returning(events.c.id)
+)  # RETURNING, not rowcount: INSERT ... SELECT reports -1 on psycopg

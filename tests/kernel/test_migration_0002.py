@@ -1,0 +1,107 @@
+"""Revision 0002 upgrades a 0001 database holding data, repairs what 0001 could strand,
+and from then on the schema refuses impossible states (SQLite batch mode and PostgreSQL)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+from kernel.engine import create_kernel_engine
+from kernel.errors import StateConflict
+from kernel.store import Kernel
+from kernel.testing import ManualClock
+
+_COLUMNS = (
+    "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
+    " max_attempts, fence, lease_owner, lease_expires_at, available_at, queue, kind, delivery,"
+    " exclusive, definition, cancel_requested, chain_depth, created_at, updated_at, settled_at"
+)
+
+
+def _row(occ_id: int, status: str, **values: object) -> dict[str, object]:
+    return {
+        "id": occ_id,
+        "key": f"t{occ_id}",
+        "status": status,
+        "owner": None,
+        "until": None,
+        "cancel": False,
+        "settled": None,
+        **values,
+    }
+
+
+def _upgrade_0001(url: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", "kernel:migrations")
+    engine = create_kernel_engine(url)
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0001")
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
+                    " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
+                    " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable',"
+                    " 'at-least-once', false, '{}', :cancel, 0, 1, 5, :settled)"
+                ),
+                [
+                    _row(1, "running", owner="w", until=10**13),
+                    # What 0001's settle could leave when a cancel raced a retry.
+                    _row(2, "retry_wait", cancel=True),
+                    _row(3, "succeeded", settled=5),
+                ],
+            )
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_from_0001_keeps_data_and_repairs_stranded_cancels(kernel_url: str) -> None:
+    _upgrade_0001(kernel_url)
+    kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
+    try:
+        assert kernel.get_occurrence(1).status == "running"
+        assert kernel.get_occurrence(1).lease_owner == "w"
+        stranded = kernel.get_occurrence(2)
+        assert stranded.status == "cancelled" and stranded.settled_at is not None
+        assert kernel.get_occurrence(3).status == "succeeded"
+        with kernel.engine.begin() as conn, pytest.raises(sa.exc.IntegrityError):
+            conn.execute(sa.text("UPDATE occurrences SET lease_owner = 'x' WHERE id = 3"))
+    finally:
+        kernel.close()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "UPDATE occurrences SET status = 'queued', settled_at = NULL, cancel_requested = true",
+        "UPDATE occurrences SET status = 'running', lease_owner = NULL",
+        "UPDATE occurrences SET settled_at = NULL",
+        "UPDATE occurrences SET status = 'lost'",
+    ],
+)
+def test_the_schema_refuses_impossible_states_with_a_kernel_error(
+    kernel_url: str, change: str
+) -> None:
+    kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
+    try:
+        kernel.define_job({"id": "j", "kind": "callable", "payload": {"callable": "a:b"}})
+        occ = kernel.run_now("j", request_id="r", operator="t").occurrence
+        kernel.cancel(occ.id, request_id="c", operator="t")
+
+        def write(tx: object) -> None:
+            tx.conn.execute(sa.text(change + f" WHERE id = {occ.id}"))  # type: ignore[attr-defined]
+
+        with pytest.raises(StateConflict) as refused:
+            kernel._write(write)
+        assert refused.value.details["constraint"]
+    finally:
+        kernel.close()
