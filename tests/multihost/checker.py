@@ -1,0 +1,188 @@
+"""Reads the external ledger after a chaos run and says, per fault, what went wrong.
+
+Inputs are the ledger's lines in file order (the real order of the writes, whatever
+the hosts' clocks say), the faults as the harness injected them, what each job was
+expected to fire, each host's clock offset and the firings an operator must
+adjudicate. Every firing is attributed to the fault whose window (from its injection
+to the next one) it was due in; firings due before the first fault belong to
+``baseline``.
+
+* **lost**: an at-least-once firing with no ``end`` line from any run; an
+  at-most-once firing with no ``start`` line that is not waiting for an operator.
+* **duplicates**: an at-most-once firing whose effect (``start``) was written twice.
+* **overlaps**: a run of an occurrence writing while a later run (higher fence) of
+  the same occurrence was under way.
+* **late writes**: a run writing after a later run of its occurrence had started,
+  i.e. after it had lost its lease.
+* **recovery**: the most seconds any every-second firing due in the window waited
+  from its due time to its ``end`` line (the host's clock offset taken out).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Expectation", "FaultRecord", "Row", "check", "failed", "table"]
+
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """One injection: ``name`` and when it began (real epoch seconds)."""
+
+    name: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A scheduled job the run expects firings of: every ``every_s`` from ``first`` to ``last``."""
+
+    job_id: str
+    delivery: str
+    every_s: int
+    first: float
+    last: float
+    #: ``shell`` runs are not told their occurrence: only their number can be checked.
+    counted_only: bool = False
+
+    def due(self) -> list[float]:
+        start = math.ceil(self.first / self.every_s) * self.every_s
+        return [float(t) for t in range(int(start), int(self.last) + 1, self.every_s)]
+
+
+@dataclass
+class Row:
+    fault: str
+    injected: int = 0
+    firings: int = 0
+    lost: int = 0
+    duplicates: int = 0
+    overlaps: int = 0
+    late_writes: int = 0
+    recovery_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def check(
+    lines: Sequence[dict[str, Any]],
+    faults: Sequence[FaultRecord],
+    expectations: Iterable[Expectation],
+    *,
+    skews: dict[str, float],
+    adjudication: set[tuple[str, float]],
+) -> list[Row]:
+    """One row per fault name (plus ``baseline``), in first-injection order."""
+    ordered = sorted(faults, key=lambda f: f.at)
+    rows: dict[str, Row] = {BASELINE: Row(BASELINE)}
+    for fault in ordered:
+        rows.setdefault(fault.name, Row(fault.name)).injected += 1
+
+    def row_at(t: float) -> Row:
+        name = BASELINE
+        for fault in ordered:
+            if fault.at > t:
+                break
+            name = fault.name
+        return rows[name]
+
+    def real_time(line: dict[str, Any]) -> float:
+        return float(line["t"]) - skews.get(line.get("host") or "", 0.0)
+
+    by_firing: dict[tuple[str, float], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+    for index, line in enumerate(lines):
+        if line.get("scheduled_for") is not None:
+            by_firing[(line["job_id"], float(line["scheduled_for"]))].append((index, line))
+
+    for expected in expectations:
+        if expected.counted_only:
+            _count_runs(lines, expected, rows)
+            continue
+        for due in expected.due():
+            row = row_at(due)
+            row.firings += 1
+            written = by_firing.get((expected.job_id, due), [])
+            starts = {line["fence"] for _, line in written if line["event"] == "start"}
+            ends = [line for _, line in written if line["event"] == "end"]
+            if expected.delivery == "at-most-once":
+                if not starts and (expected.job_id, due) not in adjudication:
+                    row.lost += 1
+                    row.notes.append(f"lost {expected.job_id} due {due:.0f}")
+                if len(starts) > 1:
+                    row.duplicates += 1
+                    row.notes.append(f"duplicate {expected.job_id} due {due:.0f}: {sorted(starts)}")
+            elif not ends:
+                row.lost += 1
+                row.notes.append(f"lost {expected.job_id} due {due:.0f}")
+            if ends and expected.every_s == 1:
+                row.recovery_s = max(row.recovery_s, real_time(ends[0]) - due)
+            overlap, late = _fence_conflicts(written)
+            row.overlaps += overlap
+            row.late_writes += late
+            if overlap or late:
+                row.notes.append(f"{expected.job_id} due {due:.0f}: a fenced-off run kept writing")
+    return list(rows.values())
+
+
+def _fence_conflicts(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, int]:
+    """(overlaps, late writes) between the runs (fences) of one occurrence, by file order."""
+    spans: dict[int, tuple[int, int]] = {}
+    for index, line in written:
+        first, last = spans.get(line["fence"], (index, index))
+        spans[line["fence"]] = (min(first, index), max(last, index))
+    overlap = late = 0
+    for fence, (_, last) in spans.items():
+        later = [span for other, span in spans.items() if other > fence]
+        if any(start < last for start, _ in later):
+            late = 1
+        if any(start < last < end for start, end in later):
+            overlap = 1
+    return overlap, late
+
+
+def _count_runs(lines: Sequence[dict[str, Any]], expected: Expectation, rows: dict[str, Row]) -> None:
+    """A counted-only job: fewer finished runs than firings means at least that many lost."""
+    due = expected.due()
+    ended = [
+        line for line in lines if line["event"] == "end" and line.get("job_id") == expected.job_id
+    ]
+    missing = max(0, len(due) - len(ended))
+    row = rows[BASELINE]
+    row.firings += len(due)
+    if missing:
+        row.lost += missing
+        row.notes.append(f"{expected.job_id}: {len(ended)} runs finished for {len(due)} firings")
+
+
+def failed(rows: Sequence[Row], extra_violations: int = 0) -> bool:
+    """Loss, an at-most-once duplicate, an overlap or a late write anywhere fails the run."""
+    return extra_violations > 0 or any(
+        row.lost or row.duplicates or row.overlaps or row.late_writes for row in rows
+    )
+
+
+def table(rows: Sequence[Row]) -> str:
+    header = ("fault", "injected", "firings", "lost", "duplicates", "overlaps", "late", "recovery s")
+    body = [
+        (
+            row.fault,
+            str(row.injected),
+            str(row.firings),
+            str(row.lost),
+            str(row.duplicates),
+            str(row.overlaps),
+            str(row.late_writes),
+            f"{row.recovery_s:.1f}",
+        )
+        for row in rows
+    ]
+    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True)))
+        for r in (header, *body)
+    )
