@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from integration.stack import Proc, wait_until  # noqa: E402
-from kernel import Kernel  # noqa: E402
 from multihost.checker import Expectation, FaultRecord, Row, check, failed, table  # noqa: E402
 from multihost.cluster import (  # noqa: E402
     LEASE_S,
@@ -40,6 +39,8 @@ from multihost.cluster import (  # noqa: E402
     workload_env,
 )
 from multihost.netns import Network, NetworkUnavailable, join_namespace  # noqa: E402
+
+from kernel import Kernel  # noqa: E402
 
 UNAVAILABLE = 3
 SKEW_S = 300.0
@@ -90,9 +91,13 @@ class LeaseSampler(threading.Thread):
         self.done = threading.Event()
 
     def run(self) -> None:
-        while not self.done.wait(1.0):
-            self.found += self.cluster.lease_overreach()
-            self.samples += 1
+        kernel = Kernel.open(self.cluster.postgres.url)
+        try:
+            while not self.done.wait(1.0):
+                self.found += self.cluster.lease_overreach(kernel)
+                self.samples += 1
+        finally:
+            kernel.close()
 
 
 def wait_drained(cluster: Cluster, owed: list[Expectation], faults: list[FaultRecord]) -> None:
@@ -116,7 +121,11 @@ def multi_host_phase(seconds: float, spacing: float, run_dir: Path) -> list[Row]
     network = Network(workers=3)
     try:
         join_namespace(network.services.namespace)  # the harness sits on the services host
-        plans = [HostPlan(beat=True), HostPlan(beat=True, skew_s=SKEW_S), HostPlan(beat=False, skew_s=-SKEW_S)]
+        plans = [
+            HostPlan(beat=True),
+            HostPlan(beat=True, skew_s=SKEW_S),
+            HostPlan(beat=False, skew_s=-SKEW_S),
+        ]
         cluster = Cluster(network, run_dir, plans)
         try:
             cluster.start()
@@ -158,7 +167,7 @@ def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
         skews=cluster.skews,
         adjudication=cluster.adjudication(),
     )
-    skew = Row("clock_skew", injected=len(cluster.skews), overlaps=len(set(sampler.found)))
+    skew = Row("clock_skew", injected=len(cluster.skews), errors=len(sampler.found))
     skew.notes += sorted(set(sampler.found))
     skew.notes.append(f"{sampler.samples} lease samples")
     return [*rows, skew]
@@ -222,7 +231,11 @@ def disk_full_phase(run_dir: Path) -> list[Row]:
             def lines() -> list[dict[str, object]]:
                 import json
 
-                return [json.loads(x) for x in ledger.read_text().splitlines()] if ledger.exists() else []
+                return (
+                    [json.loads(x) for x in ledger.read_text().splitlines()]
+                    if ledger.exists()
+                    else []
+                )
 
             faults = [FaultRecord("disk_full", at)]
 
@@ -271,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         for note in row.notes if args.verbose or failed([row]) else []:
             print(f"  {row.fault}: {note}")
     bad = failed(rows)
-    print(f"run directory: {run_dir}" if args.keep or bad else "", end="\n" if args.keep or bad else "")
+    print(
+        f"run directory: {run_dir}" if args.keep or bad else "",
+        end="\n" if args.keep or bad else "",
+    )
     if not (args.keep or bad):
         import shutil
 

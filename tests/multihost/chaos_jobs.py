@@ -1,4 +1,4 @@
-"""The chaos workload's job bodies; each appends to the external ledger, which the kernel never sees.
+"""The chaos workload's job bodies; each appends to an external ledger the kernel never sees.
 
 A ledger line is one JSON object written with one ``O_APPEND`` write to a file every
 host shares, so the file's order is the real order of the writes, across hosts. Lines

@@ -14,6 +14,10 @@ to the next one) it was due in; firings due before the first fault belong to
   the same occurrence was under way.
 * **late writes**: a run writing after a later run of its occurrence had started,
   i.e. after it had lost its lease.
+* **reruns** / **adjudicate**: at-least-once firings run under more than one fence, and
+  at-most-once firings left for an operator: evidence that a fault hit a running job.
+* **errors**: anything the harness saw go wrong outside the ledger (an API call that
+  raised something other than a kernel error, a lease longer than the database allows).
 * **recovery**: the most seconds any every-second firing due in the window waited
   from its due time to its ``end`` line (the host's clock offset taken out).
 """
@@ -65,6 +69,9 @@ class Row:
     duplicates: int = 0
     overlaps: int = 0
     late_writes: int = 0
+    reruns: int = 0
+    adjudicate: int = 0
+    errors: int = 0
     recovery_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -109,8 +116,11 @@ def check(
             written = by_firing.get((expected.job_id, due), [])
             starts = {line["fence"] for _, line in written if line["event"] == "start"}
             ends = [line for _, line in written if line["event"] == "end"]
+            waiting = (expected.job_id, due) in adjudication
+            row.adjudicate += waiting
+            row.reruns += expected.delivery == "at-least-once" and len(starts) > 1
             if expected.delivery == "at-most-once":
-                if not starts and (expected.job_id, due) not in adjudication:
+                if not starts and not waiting:
                     row.lost += 1
                     row.notes.append(f"lost {expected.job_id} due {due:.0f}")
                 if len(starts) > 1:
@@ -145,7 +155,9 @@ def _fence_conflicts(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, in
     return overlap, late
 
 
-def _count_runs(lines: Sequence[dict[str, Any]], expected: Expectation, rows: dict[str, Row]) -> None:
+def _count_runs(
+    lines: Sequence[dict[str, Any]], expected: Expectation, rows: dict[str, Row]
+) -> None:
     """A counted-only job: fewer finished runs than firings means at least that many lost."""
     due = expected.due()
     ended = [
@@ -159,30 +171,45 @@ def _count_runs(lines: Sequence[dict[str, Any]], expected: Expectation, rows: di
         row.notes.append(f"{expected.job_id}: {len(ended)} runs finished for {len(due)} firings")
 
 
-def failed(rows: Sequence[Row], extra_violations: int = 0) -> bool:
-    """Loss, an at-most-once duplicate, an overlap or a late write anywhere fails the run."""
-    return extra_violations > 0 or any(
-        row.lost or row.duplicates or row.overlaps or row.late_writes for row in rows
+def failed(rows: Sequence[Row]) -> bool:
+    """Loss, an at-most-once duplicate, an overlap, a late write or an error fails the run."""
+    return any(
+        row.lost or row.duplicates or row.overlaps or row.late_writes or row.errors for row in rows
     )
 
 
 def table(rows: Sequence[Row]) -> str:
-    header = ("fault", "injected", "firings", "lost", "duplicates", "overlaps", "late", "recovery s")
+    """The figures, one line per fault, as a fixed-width table."""
+    header = (
+        "fault", "injected", "firings", "lost", "duplicates", "overlaps", "late",
+        "reruns", "adjudicate", "errors", "recovery s",
+    )  # fmt: skip
     body = [
         (
             row.fault,
-            str(row.injected),
-            str(row.firings),
-            str(row.lost),
-            str(row.duplicates),
-            str(row.overlaps),
-            str(row.late_writes),
+            *(
+                str(n)
+                for n in (
+                    row.injected,
+                    row.firings,
+                    row.lost,
+                    row.duplicates,
+                    row.overlaps,
+                    row.late_writes,
+                    row.reruns,
+                    row.adjudicate,
+                    row.errors,
+                )  # fmt: skip
+            ),
             f"{row.recovery_s:.1f}",
         )
         for row in rows
     ]
     widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
     return "\n".join(
-        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths, strict=True)))
-        for r in (header, *body)
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in (header, *body)
     )

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from integration.stack import Proc, wait_until
-from kernel import Kernel, KernelError
-
 from multihost.netns import Host, Network
 from multihost.services import Postgres, Redis
+
+from kernel import Kernel, KernelError
 
 __all__ = ["Cluster", "HostPlan", "faketime_library", "job_specs", "workload_env"]
 
@@ -51,7 +51,9 @@ def job_specs(ledger: Path) -> list[dict[str, Any]]:
     expect each one; plenty of attempts keep repeated kills from exhausting them.
     """
 
-    def job(job_id: str, every: str, delivery: str, payload: dict[str, Any], kind: str) -> dict[str, Any]:
+    def job(
+        job_id: str, every: str, delivery: str, payload: dict[str, Any], kind: str
+    ) -> dict[str, Any]:
         return {
             "id": job_id,
             "kind": kind,
@@ -78,7 +80,9 @@ def job_specs(ledger: Path) -> list[dict[str, Any]]:
         job("tick-alo", "1s", "at-least-once", callable_payload("tick"), "callable"),
         job("tick-amo", "1s", "at-most-once", callable_payload("tick"), "callable"),
         job("shell-alo", "2s", "at-least-once", shell, "shell"),
-        job("long-alo", "10s", "at-least-once", callable_payload("long_steps", **steps), "callable"),
+        job(
+            "long-alo", "10s", "at-least-once", callable_payload("long_steps", **steps), "callable"
+        ),
         job("long-amo", "10s", "at-most-once", callable_payload("long_steps", **steps), "callable"),
     ]
 
@@ -88,7 +92,8 @@ def workload_env(run_dir: Path, *, broker_url: str | None, database_url: str) ->
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("CELERY_", "KERNEL_", "FAKETIME")) and k not in ("PYTHONPATH", "LD_PRELOAD")
+        if not k.startswith(("CELERY_", "KERNEL_", "FAKETIME"))
+        and k not in ("PYTHONPATH", "LD_PRELOAD")
     }
     env.update(
         PYTHONPATH=os.pathsep.join([str(MULTIHOST_DIR), str(run_dir)]),
@@ -240,16 +245,19 @@ class Cluster:
         waiting = self.kernel.list_occurrences(statuses=["needs_adjudication"], limit=1000)
         return {(o.job_id, o.scheduled_for.timestamp()) for o in waiting}
 
-    def lease_overreach(self) -> list[str]:
+    def lease_overreach(self, kernel: Kernel) -> list[str]:
         """Running occurrences whose lease ends later than the database clock allows.
 
         A host that computed lease expiry from its own (skewed) clock would show here.
+        ``kernel`` is the caller's own (a sampling thread must not share the harness's).
         """
         try:
-            now = self.kernel.now()
-            running = self.kernel.list_occurrences(statuses=["running"], limit=1000)
+            now = kernel.now()
+            running = kernel.list_occurrences(statuses=["running"], limit=1000)
         except KernelError:
             return []  # the database is down for a fault; nothing to sample
+        except Exception as exc:  # I8: storage trouble must surface as STORAGE_UNAVAILABLE
+            return [f"Kernel API raised {type(exc).__name__}, not a kernel error: {exc}"[:300]]
         slack = LEASE_S + 1.0
         return [
             f"occurrence {o.id} lease ends {(o.lease_expires_at - now).total_seconds():.0f}s ahead"

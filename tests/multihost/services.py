@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psycopg
 import redis
+from multihost.netns import Host
 from servers import (
     POSTGRES_DATABASE,
     ServerUnavailable,
@@ -26,8 +27,6 @@ from servers import (
     _server_account,
     _tail,
 )
-
-from multihost.netns import Host
 
 __all__ = ["Postgres", "Redis", "Service"]
 
