@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from integration.stack import Proc, wait_until  # noqa: E402
-from multihost.checker import Expectation, FaultRecord, Row, check, failed, table  # noqa: E402
+from multihost.checker import (  # noqa: E402
+    Expectation,
+    FaultRecord,
+    Row,
+    check,
+    failed,
+    read_ledger,
+    table,
+)
 from multihost.cluster import (  # noqa: E402
     LEASE_S,
     QUEUE,
@@ -52,15 +61,15 @@ _DISK_PHASE_S = 24.0
 Fault = tuple[str, Callable[[Cluster, int], None]]
 
 FAULTS: list[Fault] = [
-    ("kill_worker_main", lambda c, i: c.kill_worker_main(c.host(["h1", "h3"][i % 2]))),
-    ("kill_pool_child", lambda c, i: c.kill_pool_child(c.host(["h3", "h1", "h2"][i % 3]))),
+    ("kill_worker_main", lambda c, i: c.kill_worker_main(c.busy_host(["h1", "h3"]))),
+    ("kill_pool_child", lambda c, i: c.kill_pool_child(c.busy_host(["h3", "h1", "h2"]))),
     ("kill_beat", lambda c, i: c.kill_beat(c.host(["h1", "h2"][i % 2]))),
-    ("freeze_worker", lambda c, i: c.freeze_worker(c.host(["h2", "h1"][i % 2]), LEASE_S + 3)),
+    ("freeze_worker", lambda c, i: c.freeze_worker(c.busy_host(["h2", "h1"]), LEASE_S + 3)),
     ("pg_immediate", lambda c, i: c.restart_postgres("immediate")),
     ("pg_fast", lambda c, i: c.restart_postgres("fast")),
     ("redis_kill_lost", lambda c, i: c.restart_redis(persistent=False)),
     ("redis_kill_kept", lambda c, i: c.restart_redis(persistent=True)),
-    ("partition", lambda c, i: c.partition(c.host(["h3", "h1"][i % 2]), LEASE_S + 5)),
+    ("partition", lambda c, i: c.partition(c.busy_host(["h3", "h1"]), LEASE_S + 5)),
 ]
 
 
@@ -81,12 +90,17 @@ def expectations(first: float, last: float) -> list[Expectation]:
 
 
 class LeaseSampler(threading.Thread):
-    """Every second: is any running occurrence's lease longer than the database clock allows?"""
+    """Every second: is any running occurrence's lease longer than the database clock allows?
+
+    Reads through the kernel's Python API, which must answer a database outage with
+    STORAGE_UNAVAILABLE; anything else it raises is recorded too.
+    """
 
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(name="lease-sampler", daemon=True)
         self.cluster = cluster
-        self.found: list[str] = []
+        self.overreach: list[str] = []
+        self.api_errors: list[str] = []
         self.samples = 0
         self.done = threading.Event()
 
@@ -94,7 +108,10 @@ class LeaseSampler(threading.Thread):
         kernel = Kernel.open(self.cluster.postgres.url)
         try:
             while not self.done.wait(1.0):
-                self.found += self.cluster.lease_overreach(kernel)
+                try:
+                    self.overreach += self.cluster.lease_overreach(kernel)
+                except Exception as exc:  # the finding is the exception itself
+                    self.api_errors.append(f"{type(exc).__name__}: {exc}"[:240])
                 self.samples += 1
         finally:
             kernel.close()
@@ -167,10 +184,11 @@ def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
         skews=cluster.skews,
         adjudication=cluster.adjudication(),
     )
-    skew = Row("clock_skew", injected=len(cluster.skews), errors=len(sampler.found))
-    skew.notes += sorted(set(sampler.found))
-    skew.notes.append(f"{sampler.samples} lease samples")
-    return [*rows, skew]
+    skew = Row("clock_skew", injected=len(cluster.skews), errors=len(sampler.overreach))
+    skew.notes += [*sorted(set(sampler.overreach)), f"{sampler.samples} lease samples"]
+    api = Row("kernel_api_reads", errors=len(sampler.api_errors))
+    api.notes += sorted(set(sampler.api_errors))
+    return [*rows, skew, api]
 
 
 @contextlib.contextmanager
@@ -228,21 +246,12 @@ def disk_full_phase(run_dir: Path) -> list[Row]:
             last = time.time()
             owed = [e for e in expectations(first, last) if e.job_id.startswith("tick-")]
 
-            def lines() -> list[dict[str, object]]:
-                import json
-
-                return (
-                    [json.loads(x) for x in ledger.read_text().splitlines()]
-                    if ledger.exists()
-                    else []
-                )
-
             faults = [FaultRecord("disk_full", at)]
 
             def judged() -> list[Row]:
                 waiting = kernel.list_occurrences(statuses=["needs_adjudication"], limit=1000)
                 return check(
-                    lines(),
+                    read_ledger(ledger),
                     faults,
                     owed,
                     skews={},
@@ -253,6 +262,8 @@ def disk_full_phase(run_dir: Path) -> list[Row]:
                 wait_until(lambda: not any(r.lost for r in judged()), timeout=_DRAIN_S,
                            what="late firings", interval=2.0)  # fmt: skip
             rows = judged()
+            # The full disk must not have killed the worker or the Beat (I8: they carry on).
+            rows[-1].errors += sum(proc.popen.poll() is not None for proc in procs)
         finally:
             kernel.close()
             for proc in procs:
@@ -280,19 +291,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos run not possible here: {exc}", file=sys.stderr)
         return UNAVAILABLE
     print(table(rows))
+    bad = failed(rows)
     for row in rows:
         for note in row.notes if args.verbose or failed([row]) else []:
             print(f"  {row.fault}: {note}")
-    bad = failed(rows)
-    print(
-        f"run directory: {run_dir}" if args.keep or bad else "",
-        end="\n" if args.keep or bad else "",
-    )
-    if not (args.keep or bad):
-        import shutil
-
+    if args.keep or bad:
+        print(f"run directory (logs, ledger): {run_dir}")
+    else:
         shutil.rmtree(run_dir, ignore_errors=True)
-    print("FAILED: see the rows above" if bad else "no loss, no duplicate, no overlap")
+    print("FAILED: see the rows above" if bad else "no loss, no duplicate, no overlap, no error")
     return 1 if bad else 0
 
 

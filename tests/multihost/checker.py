@@ -24,13 +24,15 @@ to the next one) it was due in; firings due before the first fault belong to
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Expectation", "FaultRecord", "Row", "check", "failed", "table"]
+__all__ = ["Expectation", "FaultRecord", "Row", "check", "failed", "read_ledger", "table"]
 
 BASELINE = "baseline"
 
@@ -74,6 +76,12 @@ class Row:
     errors: int = 0
     recovery_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+
+def read_ledger(path: Path) -> list[dict[str, Any]]:
+    """The ledger's lines in file order (none before the first job wrote)."""
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line]
 
 
 def check(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
 import re
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from integration.stack import Proc, wait_until
+from multihost.checker import read_ledger
 from multihost.netns import Host, Network
 from multihost.services import Postgres, Redis
 
@@ -236,9 +236,7 @@ class Cluster:
         return self._kernel
 
     def ledger_lines(self) -> list[dict[str, Any]]:
-        if not self.ledger.exists():
-            return []
-        return [json.loads(line) for line in self.ledger.read_text().splitlines() if line]
+        return read_ledger(self.ledger)
 
     def adjudication(self) -> set[tuple[str, float]]:
         """(job, due time) of every firing waiting for an operator's decision."""
@@ -256,8 +254,6 @@ class Cluster:
             running = kernel.list_occurrences(statuses=["running"], limit=1000)
         except KernelError:
             return []  # the database is down for a fault; nothing to sample
-        except Exception as exc:  # I8: storage trouble must surface as STORAGE_UNAVAILABLE
-            return [f"Kernel API raised {type(exc).__name__}, not a kernel error: {exc}"[:300]]
         slack = LEASE_S + 1.0
         return [
             f"occurrence {o.id} lease ends {(o.lease_expires_at - now).total_seconds():.0f}s ahead"
@@ -266,6 +262,18 @@ class Cluster:
         ]
 
     # -- faults --------------------------------------------------------------------------
+
+    def busy_host(self, candidates: list[str]) -> Host:
+        """The candidate host whose worker started a long job most recently, else the first.
+
+        Faults aimed there hit a run in the middle of its lease, which is what they test.
+        """
+        for line in reversed(self.ledger_lines()[-200:]):
+            job = str(line.get("job_id"))
+            long_start = line.get("event") == "start" and job.startswith("long-")
+            if long_start and line.get("host") in candidates:
+                return self.host(line["host"])
+        return self.host(candidates[0])
 
     def kill_worker_main(self, host: Host) -> None:
         """SIGKILL the worker's main process only; start a new worker on the host."""

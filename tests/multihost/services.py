@@ -38,6 +38,9 @@ _REDIS_PORT = 6379
 class Service:
     """One server process on ``host``, started from ``argv()``; killable and restartable."""
 
+    #: The signal that asks this server for a fast, clean shutdown.
+    stop_signal = signal.SIGTERM
+
     def __init__(self, name: str, host: Host, workdir: Path) -> None:
         self.name = name
         self.host = host
@@ -76,6 +79,7 @@ class Service:
         self.process.wait()
 
     def stop(self, timeout: float = 15.0) -> None:
+        """Ask for a clean stop with ``stop_signal``; SIGKILL after ``timeout``."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(self.stop_signal)
             try:
@@ -83,8 +87,6 @@ class Service:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-    stop_signal = signal.SIGTERM
 
     def remove(self) -> None:
         self.stop()
