@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import os
 import shutil
 import subprocess
 import sys
@@ -206,13 +208,15 @@ def fill(where: Path) -> Path:
     """Write a file on ``where`` until the filesystem is full; returns it."""
     filler = where / "filler"
     chunk = b"\0" * 65536
-    with filler.open("wb") as out:
-        try:
-            while True:
-                out.write(chunk)
-                out.flush()
-        except OSError:
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while os.write(fd, chunk):
             pass
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
     return filler
 
 

@@ -139,28 +139,38 @@ def check(
                 row.notes.append(f"lost {expected.job_id} due {due:.0f}")
             if ends and expected.every_s == 1:
                 row.recovery_s = max(row.recovery_s, real_time(ends[0]) - due)
-            overlap, late = _fence_conflicts(written)
-            row.overlaps += overlap
-            row.late_writes += late
-            if overlap or late:
-                row.notes.append(f"{expected.job_id} due {due:.0f}: a fenced-off run kept writing")
+            overlap, late, index = _fence_conflicts(written)
+            if index is not None:  # charged to the fault under way when the stale write came
+                culprit = row_at(real_time(lines[index]))
+                culprit.overlaps += overlap
+                culprit.late_writes += late
+                culprit.notes.append(
+                    f"{expected.job_id} due {due:.0f}: fence {lines[index]['fence']} on"
+                    f" {lines[index].get('host')} wrote after a later fence had started"
+                )
     return list(rows.values())
 
 
-def _fence_conflicts(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, int]:
-    """(overlaps, late writes) between the runs (fences) of one occurrence, by file order."""
+def _fence_conflicts(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, int, int | None]:
+    """(overlap, late write, index of the first stale line) between one occurrence's fences.
+
+    By file order: a line of fence f after the first line of a higher fence is late; if
+    it also comes before that fence's last line, the two runs overlapped.
+    """
     spans: dict[int, tuple[int, int]] = {}
     for index, line in written:
         first, last = spans.get(line["fence"], (index, index))
         spans[line["fence"]] = (min(first, index), max(last, index))
     overlap = late = 0
-    for fence, (_, last) in spans.items():
-        later = [span for other, span in spans.items() if other > fence]
-        if any(start < last for start, _ in later):
+    stale: int | None = None
+    for index, line in written:
+        later = [span for other, span in spans.items() if other > line["fence"]]
+        if any(start < index for start, _ in later):
             late = 1
-        if any(start < last < end for start, end in later):
+            stale = index if stale is None else stale
+        if any(start < index < end for start, end in later):
             overlap = 1
-    return overlap, late
+    return overlap, late, stale
 
 
 def _count_runs(
