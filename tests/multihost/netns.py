@@ -10,6 +10,7 @@ execs the command, so the PID we hold is the process's own.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import random
 import shutil
@@ -50,8 +51,6 @@ def _ip(*args: str) -> None:
 
 def join_namespace(namespace: str) -> None:
     """Move the calling thread (call it before starting threads) into ``namespace``."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open(_NETNS_DIR / namespace, os.O_RDONLY)
     try:
@@ -85,7 +84,7 @@ class Network:
     def _check() -> None:
         if os.geteuid() != 0:
             raise NetworkUnavailable("network namespaces need root (ip netns add)")
-        for tool in ("ip", "nsenter", "tc"):
+        for tool in ("ip", "nsenter"):
             if shutil.which(tool) is None:
                 raise NetworkUnavailable(f"{tool} not found (apt-get install iproute2 util-linux)")
 
