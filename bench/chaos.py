@@ -1,0 +1,311 @@
+"""Chaos run: faults injected into a multi-host deployment while a mixed workload runs.
+
+``.venv/bin/python bench/chaos.py --minutes N`` (as root) makes a services host and three
+worker hosts from network namespaces (``tests/multihost/netns.py``), runs PostgreSQL and
+Redis on the first, a worker on each of the others and Beats on two (one host's clock
+5 minutes ahead, another's 5 minutes behind), and injects the faults in turn, one every
+``--spacing`` seconds, until the time is up: kill -9 of a worker's main process, of a
+pool child and of a Beat; SIGSTOP past the lease; PostgreSQL immediate and fast
+restarts; Redis kill -9 with its queue lost and with it kept; a partition of one host.
+Then, on one host with SQLite on a small tmpfs, the disk is filled and freed again.
+Every job appends to an external ledger; the checker reads it afterwards and prints a
+table per fault. Exit status: 0 clean, 1 on any loss, at-most-once duplicate, overlap,
+late write or lease extended by a skewed clock, 3 when namespaces cannot be made here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from integration.stack import Proc, wait_until  # noqa: E402
+from multihost.checker import (  # noqa: E402
+    Expectation,
+    FaultRecord,
+    Row,
+    check,
+    failed,
+    read_ledger,
+    table,
+)
+from multihost.cluster import (  # noqa: E402
+    LEASE_S,
+    QUEUE,
+    Cluster,
+    HostPlan,
+    job_specs,
+    workload_env,
+)
+from multihost.netns import Network, NetworkUnavailable, join_namespace  # noqa: E402
+
+from kernel import Kernel  # noqa: E402
+
+UNAVAILABLE = 3
+SKEW_S = 300.0
+#: Seconds before the first fault and after the last injection (firings due then are owed).
+_BASELINE_S = 8.0
+_DRAIN_S = 60.0
+_DISK_PHASE_S = 24.0
+
+Fault = tuple[str, Callable[[Cluster, int], None]]
+
+FAULTS: list[Fault] = [
+    ("kill_worker_main", lambda c, i: c.kill_worker_main(c.busy_host(["h1", "h3"]))),
+    ("kill_pool_child", lambda c, i: c.kill_pool_child(c.busy_host(["h3", "h1", "h2"]))),
+    ("kill_beat", lambda c, i: c.kill_beat(c.host(["h1", "h2"][i % 2]))),
+    ("freeze_worker", lambda c, i: c.freeze_worker(c.busy_host(["h2", "h1"]), LEASE_S + 3)),
+    ("pg_immediate", lambda c, i: c.restart_postgres("immediate")),
+    ("pg_fast", lambda c, i: c.restart_postgres("fast")),
+    ("redis_kill_lost", lambda c, i: c.restart_redis(persistent=False)),
+    ("redis_kill_kept", lambda c, i: c.restart_redis(persistent=True)),
+    ("partition", lambda c, i: c.partition(c.busy_host(["h3", "h1"]), LEASE_S + 5)),
+]
+
+
+def expectations(first: float, last: float) -> list[Expectation]:
+    """What each workload job owes between ``first`` and ``last`` (see ``job_specs``)."""
+    every = {"1s": 1, "2s": 2, "10s": 10}
+    return [
+        Expectation(
+            spec["id"],
+            spec["delivery"],
+            every[spec["schedule"]["every"]],
+            first,
+            last,
+            counted_only=spec["kind"] == "shell",
+        )
+        for spec in job_specs(Path("unused"))
+    ]
+
+
+class LeaseSampler(threading.Thread):
+    """Every second: is any running occurrence's lease longer than the database clock allows?
+
+    Reads through the kernel's Python API, which must answer a database outage with
+    STORAGE_UNAVAILABLE; anything else it raises is recorded too.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(name="lease-sampler", daemon=True)
+        self.cluster = cluster
+        self.overreach: list[str] = []
+        self.api_errors: list[str] = []
+        self.samples = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        kernel = Kernel.open(self.cluster.postgres.url)
+        try:
+            while not self.done.wait(1.0):
+                try:
+                    self.overreach += self.cluster.lease_overreach(kernel)
+                except Exception as exc:  # the finding is the exception itself
+                    self.api_errors.append(f"{type(exc).__name__}: {exc}"[:240])
+                self.samples += 1
+        finally:
+            kernel.close()
+
+
+def wait_drained(cluster: Cluster, owed: list[Expectation], faults: list[FaultRecord]) -> None:
+    """Give late firings up to ``_DRAIN_S`` to finish before the ledger is judged."""
+
+    def clean() -> bool:
+        rows = check(
+            cluster.ledger_lines(),
+            faults,
+            owed,
+            skews=cluster.skews,
+            adjudication=cluster.adjudication(),
+        )
+        return not any(row.lost for row in rows)
+
+    with contextlib.suppress(AssertionError):
+        wait_until(clean, timeout=_DRAIN_S, what="late firings", interval=2.0)
+
+
+def multi_host_phase(seconds: float, spacing: float, run_dir: Path) -> list[Row]:
+    network = Network(workers=3)
+    try:
+        join_namespace(network.services.namespace)  # the harness sits on the services host
+        plans = [
+            HostPlan(beat=True),
+            HostPlan(beat=True, skew_s=SKEW_S),
+            HostPlan(beat=False, skew_s=-SKEW_S),
+        ]
+        cluster = Cluster(network, run_dir, plans)
+        try:
+            cluster.start()
+            return _inject(cluster, seconds, spacing)
+        finally:
+            cluster.stop()
+    finally:
+        network.remove()
+
+
+def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
+    first = time.time()
+    sampler = LeaseSampler(cluster)
+    sampler.start()
+    print(f"workload running on {len(cluster.network.workers)} hosts; faults every {spacing:.0f}s")
+    time.sleep(_BASELINE_S)
+    faults: list[FaultRecord] = []
+    end = first + seconds
+    rounds = 0
+    while time.time() < end - spacing or not rounds:
+        for name, action in FAULTS:
+            if time.time() >= end - spacing and rounds:
+                break
+            at = time.time()
+            faults.append(FaultRecord(name, at))
+            print(f"{time.strftime('%H:%M:%S')} {name}", flush=True)
+            action(cluster, rounds)
+            time.sleep(max(0.0, at + spacing - time.time()))
+        rounds += 1
+    last = time.time()
+    owed = expectations(first, last)
+    wait_drained(cluster, owed, faults)
+    sampler.done.set()
+    sampler.join()
+    rows = check(
+        cluster.ledger_lines(),
+        faults,
+        owed,
+        skews=cluster.skews,
+        adjudication=cluster.adjudication(),
+    )
+    skew = Row("clock_skew", injected=len(cluster.skews), errors=len(sampler.overreach))
+    skew.notes += [*sorted(set(sampler.overreach)), f"{sampler.samples} lease samples"]
+    api = Row("kernel_api_reads", errors=len(sampler.api_errors))
+    api.notes += sorted(set(sampler.api_errors))
+    return [*rows, skew, api]
+
+
+@contextlib.contextmanager
+def small_tmpfs(where: Path, size: str) -> Iterator[Path]:
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(where)], check=True)
+
+
+def fill(where: Path) -> Path:
+    """Write a file on ``where`` until the filesystem is full; returns it."""
+    filler = where / "filler"
+    chunk = b"\0" * 65536
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        while os.write(fd, chunk):
+            pass
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
+    return filler
+
+
+def disk_full_phase(run_dir: Path) -> list[Row]:
+    """One host, SQLite on an 8 MiB tmpfs and the embedded broker: fill the disk, then free it."""
+    home = run_dir / "single"
+    home.mkdir()
+    with small_tmpfs(home / "disk", "8m") as disk:
+        env = workload_env(home, broker_url=None, database_url=f"sqlite:///{disk / 'kernel.db'}")
+        env.update(KERNEL_VAR_DIR=str(home / "var"), CHAOS_HOST="single")
+        ledger = home / "ledger.jsonl"
+        kernel = Kernel.open(env["KERNEL_DATABASE_URL"], migrate_schema=True)
+        kernel.apply_jobs([s for s in job_specs(ledger) if s["id"].startswith("tick-")])
+        base = [sys.executable, "-m", "celery", "-A", "celery_app"]
+        procs = [
+            Proc("single-worker", [*base, "worker", "-n", "single@host", "-Q", QUEUE, "-c", "2",
+                                   "-l", "INFO", "--without-mingle", "--without-gossip"],
+                 cwd=home, env=env),
+            Proc("single-beat", [*base, "beat", "-s", str(home / "schedule"), "-l", "INFO"],
+                 cwd=home, env=env),
+        ]  # fmt: skip
+        try:
+            first = time.time()
+            time.sleep(_DISK_PHASE_S / 3)
+            at = time.time()
+            print(f"{time.strftime('%H:%M:%S')} disk_full", flush=True)
+            filler = fill(disk)
+            time.sleep(_DISK_PHASE_S / 3)
+            filler.unlink()
+            time.sleep(_DISK_PHASE_S / 3)
+            last = time.time()
+            owed = [e for e in expectations(first, last) if e.job_id.startswith("tick-")]
+
+            faults = [FaultRecord("disk_full", at)]
+
+            def judged() -> list[Row]:
+                waiting = kernel.list_occurrences(statuses=["needs_adjudication"], limit=1000)
+                return check(
+                    read_ledger(ledger),
+                    faults,
+                    owed,
+                    skews={},
+                    adjudication={(o.job_id, o.scheduled_for.timestamp()) for o in waiting},
+                )
+
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda: not any(r.lost for r in judged()), timeout=_DRAIN_S,
+                           what="late firings", interval=2.0)  # fmt: skip
+            rows = judged()
+            # The full disk must not have killed the worker or the Beat (I8: they carry on).
+            rows[-1].errors += sum(proc.popen.poll() is not None for proc in procs)
+        finally:
+            kernel.close()
+            for proc in procs:
+                proc.expected_exit = True
+                proc.terminate()
+            deadline = time.monotonic() + 20
+            for proc in procs:
+                proc.reap(deadline)
+    rows[0].fault = "sqlite_baseline"
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=2.0, help="length of the whole run")
+    parser.add_argument("--spacing", type=float, default=10.0, help="seconds between faults")
+    parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
+    parser.add_argument("--verbose", action="store_true", help="print each violation")
+    args = parser.parse_args(argv)
+    run_dir = Path(tempfile.mkdtemp(prefix="kernel-chaos-"))
+    seconds = max(args.minutes * 60 - _DISK_PHASE_S - 30, args.spacing * len(FAULTS) + _BASELINE_S)
+    try:
+        rows = multi_host_phase(seconds, args.spacing, run_dir) + disk_full_phase(run_dir)
+    except NetworkUnavailable as exc:
+        print(f"chaos run not possible here: {exc}", file=sys.stderr)
+        return UNAVAILABLE
+    print(table(rows))
+    bad = failed(rows)
+    for row in rows:
+        for note in row.notes if args.verbose or failed([row]) else []:
+            print(f"  {row.fault}: {note}")
+    if args.keep or bad:
+        print(f"run directory (logs, ledger): {run_dir}")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    print("FAILED: see the rows above" if bad else "no loss, no duplicate, no overlap, no error")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""A multi-host celery-kernel deployment on test hosts: its processes, its jobs, its faults.
+
+The services host runs PostgreSQL (the kernel) and Redis (the broker); each worker host
+runs one ``celery worker`` and some run a ``celery beat``, configured only through the
+product's environment variables. A host may have a skewed clock: libfaketime (Debian's
+``faketime`` package) preloaded into its processes with a fixed offset. The ``faketime``
+wrapper itself forks, so the library is preloaded directly to keep the PIDs we signal.
+The caller (the harness) runs inside the services namespace, so it reaches both servers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from integration.stack import Proc, wait_until
+from multihost.checker import read_ledger
+from multihost.netns import Host, Network
+from multihost.services import Postgres, Redis
+
+from kernel import Kernel, KernelError
+
+__all__ = ["Cluster", "HostPlan", "faketime_library", "job_specs", "workload_env"]
+
+MULTIHOST_DIR = Path(__file__).resolve().parent
+QUEUE = "chaos"
+#: The shortest lease a job may have; faults that outlast it force reclaims.
+LEASE_S = 5
+SETTINGS_MODULE = "chaos_settings"
+_SETTINGS = "kernel_rehint_after = 2.0\n"
+_READY_TIMEOUT = 60.0
+
+
+def faketime_library() -> str | None:
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+    return found[0] if found else None
+
+
+def job_specs(ledger: Path) -> list[dict[str, Any]]:
+    """The mixed workload: every-second, long checkpointing, both deliveries, shell and callable.
+
+    Overlap ``allow`` and catch-up ``all`` make every firing owed, so the checker can
+    expect each one; plenty of attempts keep repeated kills from exhausting them.
+    """
+
+    def job(
+        job_id: str, every: str, delivery: str, payload: dict[str, Any], kind: str
+    ) -> dict[str, Any]:
+        return {
+            "id": job_id,
+            "kind": kind,
+            "queue": QUEUE,
+            "schedule": {"every": every},
+            "catchup": {"policy": "all", "window": "1h"},
+            "overlap": "allow",
+            "delivery": delivery,
+            "lease": f"{LEASE_S}s",
+            "max_attempts": 50,
+            "retry": {"backoff": "1s", "factor": 1, "max": "2s", "jitter": 0},
+            "payload": payload,
+        }
+
+    def callable_payload(function: str, **kwargs: Any) -> dict[str, Any]:
+        return {"callable": f"chaos_jobs:{function}", "kwargs": {"ledger": str(ledger), **kwargs}}
+
+    shell = {
+        "argv": [sys.executable, str(MULTIHOST_DIR / "chaos_jobs.py"), str(ledger), "shell-alo"],
+        "env_allow": ["CHAOS_HOST"],
+    }
+    steps = {"total": 6, "step_s": 1.0}
+    return [
+        job("tick-alo", "1s", "at-least-once", callable_payload("tick"), "callable"),
+        job("tick-amo", "1s", "at-most-once", callable_payload("tick"), "callable"),
+        job("shell-alo", "2s", "at-least-once", shell, "shell"),
+        job(
+            "long-alo", "10s", "at-least-once", callable_payload("long_steps", **steps), "callable"
+        ),
+        job("long-amo", "10s", "at-most-once", callable_payload("long_steps", **steps), "callable"),
+    ]
+
+
+def workload_env(run_dir: Path, *, broker_url: str | None, database_url: str) -> dict[str, str]:
+    """The environment every worker and Beat gets: the product's variables, nothing else of ours."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CELERY_", "KERNEL_", "FAKETIME"))
+        and k not in ("PYTHONPATH", "LD_PRELOAD")
+    }
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(MULTIHOST_DIR), str(run_dir)]),
+        CELERY_CONFIG_MODULE=SETTINGS_MODULE,
+        KERNEL_DATABASE_URL=database_url,
+        KERNEL_BEAT_INTERVAL="0.5",
+    )
+    if broker_url:
+        env["CELERY_BROKER_URL"] = broker_url
+    (run_dir / f"{SETTINGS_MODULE}.py").write_text(_SETTINGS)
+    return env
+
+
+class HostPlan:
+    """What one worker host runs: a worker, maybe a Beat, and its clock offset in seconds."""
+
+    def __init__(self, beat: bool, skew_s: float = 0.0) -> None:
+        self.beat = beat
+        self.skew_s = skew_s
+
+
+class Cluster:
+    """Services, hosts and their processes; every ``start_*`` can be called again after a kill."""
+
+    def __init__(self, network: Network, run_dir: Path, plans: list[HostPlan]) -> None:
+        self.network = network
+        self.run_dir = run_dir
+        self.plans = dict(zip((h.name for h in network.workers), plans, strict=True))
+        self.ledger = run_dir / "ledger.jsonl"
+        self.postgres = Postgres(network.services)
+        self.redis = Redis(network.services)
+        self.procs: list[Proc] = []
+        self.workers: dict[str, Proc] = {}
+        self.beats: dict[str, Proc] = {}
+        self._kernel: Kernel | None = None
+        self._generation = 0
+        self.env: dict[str, str] = {}
+
+    @property
+    def skews(self) -> dict[str, float]:
+        return {name: plan.skew_s for name, plan in self.plans.items() if plan.skew_s}
+
+    # -- start and stop ------------------------------------------------------------
+
+    def start(self) -> None:
+        """Servers and schema, the workers, the jobs (defined by the harness), then the Beats."""
+        self.postgres.start()
+        self.postgres.create_database()
+        self.redis.start()
+        self.env = workload_env(
+            self.run_dir, broker_url=self.redis.url, database_url=self.postgres.url
+        )
+        Kernel.open(self.postgres.url, migrate_schema=True).close()
+        for host in self.network.workers:
+            self.start_worker(host)
+        # Defined just before the Beats start: firings owed from here on are checked.
+        self.kernel.apply_jobs(job_specs(self.ledger))
+        for host in self.network.workers:
+            if self.plans[host.name].beat:
+                self.start_beat(host)
+
+    def host(self, name: str) -> Host:
+        return next(h for h in self.network.workers if h.name == name)
+
+    def _spawn(self, host: Host, role: str, args: list[str]) -> Proc:
+        self._generation += 1
+        env = dict(self.env, CHAOS_HOST=host.name)
+        skew = self.plans[host.name].skew_s
+        library = faketime_library()
+        if skew:
+            assert library is not None, "faketime is not installed"
+            env.update(
+                LD_PRELOAD=library,
+                FAKETIME=f"{skew:+.0f}s",
+                # Only the wall clock is skewed; monotonic time is the host's own.
+                FAKETIME_DONT_FAKE_MONOTONIC="1",
+                # A time.sleep that libfaketime does not break (see skewed/sitecustomize.py).
+                PYTHONPATH=os.pathsep.join([str(MULTIHOST_DIR / "skewed"), env["PYTHONPATH"]]),
+            )
+        name = f"{role}-{host.name}-{self._generation}"
+        argv = host.argv([sys.executable, "-m", "celery", "-A", "celery_app", *args])
+        proc = Proc(name, argv, cwd=self.run_dir, env=env)
+        self.procs.append(proc)
+        return proc
+
+    def start_worker(self, host: Host) -> Proc:
+        node = f"w-{host.name}-{self._generation + 1}@{host.name}"
+        proc = self._spawn(
+            host,
+            "worker",
+            ["worker", "-n", node, "-Q", QUEUE, "-c", "3", "-l", "INFO",
+             "--without-mingle", "--without-gossip"],
+        )  # fmt: skip
+        ready = re.compile(rf"{re.escape(node)} ready\.")
+        self._wait_for(proc, lambda: ready.search(proc.log()), f"{proc.name} ready")
+        self.workers[host.name] = proc
+        return proc
+
+    def start_beat(self, host: Host) -> Proc:
+        proc = self._spawn(
+            host, "beat", ["beat", "-s", str(self.run_dir / f"{host.name}-schedule"), "-l", "INFO"]
+        )
+        marker = f":{proc.pid}:"
+        self._wait_for(
+            proc,
+            lambda: any(marker in beat.id for beat in self.kernel.beats()),
+            f"{proc.name} heartbeat",
+        )
+        self.beats[host.name] = proc
+        return proc
+
+    def _wait_for(self, proc: Proc, check: Callable[[], Any], what: str) -> None:
+        def alive() -> Any:
+            if proc.popen.poll() is not None:
+                raise AssertionError(f"{proc.name} exited while waiting for {what}:\n{proc.tail()}")
+            return check()
+
+        wait_until(alive, timeout=_READY_TIMEOUT, what=what, interval=0.2)
+
+    def stop(self) -> None:
+        """SIGTERM every process (waking frozen ones), reap them, stop and remove the servers."""
+        for proc in self.procs:
+            proc.expected_exit = True
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        deadline = time.monotonic() + 20
+        for proc in self.procs:
+            proc.reap(deadline)
+        if self._kernel is not None:
+            self._kernel.close()
+        self.redis.remove()
+        self.postgres.remove()
+
+    # -- what the harness reads ------------------------------------------------------------
+
+    @property
+    def kernel(self) -> Kernel:
+        if self._kernel is None:
+            self._kernel = Kernel.open(self.postgres.url)
+        return self._kernel
+
+    def ledger_lines(self) -> list[dict[str, Any]]:
+        return read_ledger(self.ledger)
+
+    def adjudication(self) -> set[tuple[str, float]]:
+        """(job, due time) of every firing waiting for an operator's decision."""
+        waiting = self.kernel.list_occurrences(statuses=["needs_adjudication"], limit=1000)
+        return {(o.job_id, o.scheduled_for.timestamp()) for o in waiting}
+
+    def lease_overreach(self, kernel: Kernel) -> list[str]:
+        """Running occurrences whose lease ends later than the database clock allows.
+
+        A host that computed lease expiry from its own (skewed) clock would show here.
+        ``kernel`` is the caller's own (a sampling thread must not share the harness's).
+        """
+        try:
+            now = kernel.now()
+            running = kernel.list_occurrences(statuses=["running"], limit=1000)
+        except KernelError:
+            return []  # the database is down for a fault; nothing to sample
+        slack = LEASE_S + 1.0
+        return [
+            f"occurrence {o.id} lease ends {(o.lease_expires_at - now).total_seconds():.0f}s ahead"
+            for o in running
+            if o.lease_expires_at is not None and (o.lease_expires_at - now).total_seconds() > slack
+        ]
+
+    # -- faults --------------------------------------------------------------------------
+
+    def busy_host(self, candidates: list[str]) -> Host:
+        """The candidate host whose worker started a long job most recently, else the first.
+
+        Faults aimed there hit a run in the middle of its lease, which is what they test.
+        """
+        for line in reversed(self.ledger_lines()[-200:]):
+            job = str(line.get("job_id"))
+            long_start = line.get("event") == "start" and job.startswith("long-")
+            if long_start and line.get("host") in candidates:
+                return self.host(line["host"])
+        return self.host(candidates[0])
+
+    def kill_worker_main(self, host: Host) -> None:
+        """SIGKILL the worker's main process only; start a new worker on the host."""
+        proc = self.workers[host.name]
+        proc.expected_exit = True
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.popen.wait()
+        self.start_worker(host)
+
+    def kill_pool_child(self, host: Host) -> None:
+        """SIGKILL one pool child, preferring one that is running a job; Celery replaces it."""
+        proc = self.workers[host.name]
+        children = proc.children()
+        busy = [line["pid"] for line in self.ledger_lines()[-50:] if line.get("pid") in children]
+        os.kill(busy[-1] if busy else children[0], signal.SIGKILL)
+
+    def kill_beat(self, host: Host) -> None:
+        """SIGKILL a Beat; start it again a moment later."""
+        proc = self.beats[host.name]
+        proc.crash()
+        proc.popen.wait()
+        time.sleep(1.0)
+        self.start_beat(host)
+
+    def freeze_worker(self, host: Host, seconds: float) -> None:
+        """SIGSTOP the worker's whole tree for ``seconds`` (past its lease), then SIGCONT."""
+        proc = self.workers[host.name]
+        proc.signal_tree(signal.SIGSTOP)
+        time.sleep(seconds)
+        proc.signal_tree(signal.SIGCONT)
+
+    def restart_postgres(self, mode: str) -> None:
+        """``pg_ctl stop -m immediate|fast``, then start the same cluster again."""
+        self.postgres.pg_ctl_stop(mode)
+        time.sleep(1.0)
+        self.postgres.start()
+
+    def restart_redis(self, *, persistent: bool) -> None:
+        """SIGKILL Redis and start it again, with its queue kept (append-only file) or lost."""
+        if persistent:
+            self.redis.turn_on_persistence()
+        self.redis.kill()
+        self.redis.persistent = persistent
+        time.sleep(1.0)
+        self.redis.start()
+
+    def partition(self, host: Host, seconds: float) -> None:
+        """Take ``host``'s link down for ``seconds``, then heal it."""
+        self.network.partition(host)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.network.heal(host)
