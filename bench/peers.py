@@ -305,8 +305,7 @@ class DupResult:
 def _schedulers(ctx: Context, system: str, ledger: str, stack: ExitStack) -> str:
     """Start a worker and two schedulers of an every-second job; return the slot basis."""
     if system == "celery":
-        url = broker_db(ctx.broker_url, 1)
-        env = worker_env(ctx.workdir, url, BENCH_LEDGER=ledger)
+        env = worker_env(ctx.workdir, ctx.broker_url, BENCH_LEDGER=ledger)
         worker = Worker(ctx.workdir, env, 2, "bench.stock_app")
         stack.callback(worker.stop)
         for name in ("a", "b"):
@@ -420,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a check, not figures")
     parser.add_argument("--dup-seconds", type=float, help="two-schedulers window (20; --quick 8)")
     parser.add_argument("--no-dup", action="store_true", help="skip the two-schedulers check")
+    parser.add_argument("--dup-only", action="store_true", help="only the two-schedulers check")
     parser.add_argument("--oban-python", help="a Python 3.12+ command with oban installed")
     parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
     args = parser.parse_args(argv)
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-peers-")))
         ctx = Context(args, broker_url, pg_url, workdir)
         print(f"PostgreSQL: {durability}; kernel-sqlite: WAL, synchronous=FULL", flush=True)
-        results = throughput(ctx, systems)
+        results = [] if args.dup_only else throughput(ctx, systems)
         dup_systems = [s for s in systems if s in SCHEDULERS]
         dups = [] if args.no_dup else duplicates(ctx, dup_systems)
     print()
