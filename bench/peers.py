@@ -350,7 +350,7 @@ def _schedulers(ctx: Context, system: str, ledger: str, stack: ExitStack) -> str
 
 def _count(slots: list[float], period: float, start: float, end: float) -> tuple[int, int, int]:
     """(expected, duplicates, misses) over the slots ``start <= k * period < end``."""
-    first, last = int(-(-start // period)), int(end // period)
+    first, last = int(-(-start // period)), int(-(-end // period))
     counts = dict.fromkeys(range(first, last), 0)
     for t in slots:
         k = round(t / period)
@@ -392,6 +392,7 @@ def duplicates(ctx: Context, systems: list[str]) -> list[DupResult]:
 def _tables(results: list[Result], dups: list[DupResult]) -> str:
     base = next((r.rate for r in results if r.system == "celery" and r.rate), 0.0)
     rows = [f"{'system':<18} {'workers':<11} {'jobs/s':>8} {'/celery':>8} {'RSS MB':>7}  note"]
+    rows = rows if results else []
     for r in results:
         ratio = f"{r.rate / base:.2f}" if base and r.rate else "-"
         rate = f"{r.rate:.0f}" if r.rate else "-"

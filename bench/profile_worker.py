@@ -35,6 +35,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -74,12 +75,19 @@ def _frame_func(frame: str) -> str:
     return frame.split(" (", 1)[0]
 
 
+def _is_commit(frame: str) -> bool:
+    """A COMMIT in the driver or SQLAlchemy (sqlite3's C method, psycopg, do_commit)."""
+    file, func = _frame_file(frame), _frame_func(frame)
+    if "'commit'" in func:
+        return "sqlite3" in func or "psycopg" in func
+    name = func.split(".")[-1]
+    return name in ("commit", "do_commit") and ("psycopg" in file or "sqlalchemy" in file)
+
+
 def _category(frame: str) -> str:
     """The category of one frame by its own file and function, or ``""`` when unknown."""
     file, func = "/" + _frame_file(frame).replace("\\", "/"), _frame_func(frame)
     name = func.split(".")[-1]
-    if "commit" in name and ("sqlite3" in func or "psycopg" in file or "sqlalchemy" in file):
-        return "commit"
     if "sqlite3." in func or "/psycopg" in file or "/socket" in file:
         return "SQL/driver"
     if "/sqlalchemy/" in file:
@@ -106,6 +114,8 @@ def classify(stack: Sequence[str]) -> str:
     library, a C method, redis) takes its caller's, so ``json.dumps`` under the
     kernel is kernel Python and a Redis call under the body is the body.
     """
+    if any(_is_commit(frame) for frame in stack):
+        return "commit"
     for frame in reversed(stack):
         category = _category(frame)
         if category:
@@ -201,22 +211,27 @@ def profile_pairs(runs: KernelRuns, n: int) -> pstats.Stats:
     return pstats.Stats(profile)
 
 
-def _pstats_frames(stats: pstats.Stats) -> list[tuple[list[str], float, str]]:
-    """(frames as ``func (file:line)``, own seconds, label) per profiled function.
+def _pstats_rows(
+    stats: pstats.Stats,
+) -> tuple[list[tuple[list[str], float]], list[tuple[float, str]]]:
+    """([caller, function] frames with the own seconds spent under that caller), and
+    (own seconds, label) per function.
 
-    cProfile keeps one caller level: a function of no category of its own takes
-    that of a caller that has one.
+    cProfile keeps one caller level and splits a function's own time by caller, so
+    ``wait`` under ``commit`` counts as commit and under ``execute`` as SQL.
     """
-    rows = []
-    raw: dict[tuple[str, int, str], tuple[int, int, float, float, dict[object, object]]]
+    split: list[tuple[list[str], float]] = []
+    own: list[tuple[float, str]] = []
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]
     raw = stats.stats  # type: ignore[attr-defined]
     for (file, line, func), (_, _, tottime, _, callers) in raw.items():
-        caller_frames = [f"{c[2]} ({c[0]}:{c[1]})" for c in callers]  # type: ignore[index]
-        # The caller that gives a category, for a C method or stdlib function of none.
-        known = [f for f in caller_frames if _category(f)]
-        frames = [*known[:1], f"{func} ({file}:{line})"]
-        rows.append((frames, tottime, f"{func} ({Path(file).name}:{line})"))
-    return rows
+        frame = f"{func} ({file}:{line})"
+        own.append((tottime, f"{func} ({Path(file).name}:{line})"))
+        if not callers:
+            split.append(([frame], tottime))
+        for (c_file, c_line, c_func), timing in callers.items():
+            split.append(([f"{c_func} ({c_file}:{c_line})", frame], float(timing[2])))
+    return split, own
 
 
 def _report(backend: str, pool: list[tuple[list[str], float]], stats: pstats.Stats) -> None:
@@ -224,13 +239,13 @@ def _report(backend: str, pool: list[tuple[list[str], float]], stats: pstats.Sta
     print("split:", _format_split(_split(pool), "samples"))
     print("top functions by own time:")
     print("\n".join(_top_leaves(pool)))
-    rows = _pstats_frames(stats)
+    split_rows, own = _pstats_rows(stats)
     print(f"\n== {backend}: one-process claim+succeed pairs (cProfile)")
-    split = _split((frames, seconds * 1000) for frames, seconds, _ in rows)
+    split = _split((frames, seconds * 1000) for frames, seconds in split_rows)
     print("split:", _format_split(split, "ms"))
-    total = sum(s for _, s, _ in rows) or 1.0
+    total = sum(s for s, _ in own) or 1.0
     print("top functions by own time:")
-    for _, seconds, label in sorted(rows, key=lambda r: r[1], reverse=True)[:TOP]:
+    for seconds, label in sorted(own, reverse=True)[:TOP]:
         print(f"{100 * seconds / total:5.1f}%  {seconds * 1000:8.1f} ms  {label}")
 
 
