@@ -183,12 +183,15 @@ class KernelRuns:
         """Claim and settle ``n`` occurrences in this process: the kernel's own cost per run."""
         ids = self.occurrences.create(n)
         started = time.monotonic()
+        self.claim_and_succeed(ids)
+        return time.monotonic() - started
+
+    def claim_and_succeed(self, ids: list[int]) -> None:
         for occ_id in ids:
             claim = self.kernel.claim(occ_id, owner=PAIR_OWNER)
             if claim is None:
                 raise RuntimeError(f"occurrence {occ_id} was not claimable")
             self.kernel.succeed(occ_id, owner=PAIR_OWNER, fence=claim.fence)
-        return time.monotonic() - started
 
     def _bodies(self) -> int:
         return int(self.broker.get(self.counter) or 0)

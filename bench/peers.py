@@ -40,9 +40,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -359,6 +360,10 @@ def _count(slots: list[float], period: float, start: float, end: float) -> tuple
     return len(counts), sum(c - 1 for c in counts.values() if c > 1), list(counts.values()).count(0)
 
 
+def _ledger_started(broker: redis.Redis, ledger: str) -> bool:
+    return int(broker.llen(ledger)) > 0
+
+
 def duplicates(ctx: Context, systems: list[str]) -> list[DupResult]:
     results = []
     broker = redis.Redis.from_url(ctx.broker_url)
@@ -373,7 +378,8 @@ def duplicates(ctx: Context, systems: list[str]) -> list[DupResult]:
             basis = _schedulers(ctx, system, ledger, stack)
             # Count from the first run on: startup time is not the scheduler's fault.
             first = f"{system}'s first tick"
-            wait_until(lambda key=ledger: broker.llen(key) > 0, lambda: None, 90, first)
+            started: Callable[[], bool] = partial(_ledger_started, broker, ledger)
+            wait_until(started, lambda: None, 90, first)
             start = time.time() + _DUP_SETTLE_S
             time.sleep(seconds + _DUP_SETTLE_S)
             end = time.time()
@@ -381,7 +387,12 @@ def duplicates(ctx: Context, systems: list[str]) -> list[DupResult]:
         slots = [float(x) for x in broker.lrange(ledger, 0, -1)]
         expected, dups, misses = _count(slots, period, start, end)
         results.append(DupResult(system, period, expected, dups, misses, basis))
-        print(f"{system:<18} two schedulers: {expected} slots, {dups} duplicates, {misses} missed")
+        window = "-".join(time.strftime("%H:%M:%S", time.gmtime(t)) for t in (start, end))
+        print(
+            f"{system:<18} two schedulers: {expected} slots ({window} UTC), {dups} duplicates, "
+            f"{misses} missed",
+            flush=True,
+        )
     broker.close()
     return results
 

@@ -124,10 +124,11 @@ def classify(stack: Sequence[str]) -> str:
 
 
 def _split(weights: Iterable[tuple[Sequence[str], float]]) -> dict[str, float]:
-    totals: Counter[str] = Counter()
+    totals: dict[str, float] = {}
     for stack, weight in weights:
-        totals[classify(stack)] += weight
-    return dict(totals)
+        category = classify(stack)
+        totals[category] = totals.get(category, 0.0) + weight
+    return totals
 
 
 def _format_split(split: dict[str, float], unit: str) -> str:
@@ -195,7 +196,7 @@ def _top_leaves(samples: list[tuple[list[str], float]]) -> list[str]:
     own: Counter[str] = Counter()
     for stack, count in samples:
         if stack:
-            own[stack[-1]] += count
+            own[stack[-1]] += int(count)
     total = sum(own.values()) or 1.0
     return [f"{100 * c / total:5.1f}%  {frame}" for frame, c in own.most_common(TOP)]
 
@@ -204,9 +205,10 @@ def _top_leaves(samples: list[tuple[list[str], float]]) -> list[str]:
 
 
 def profile_pairs(runs: KernelRuns, n: int) -> pstats.Stats:
+    ids = runs.occurrences.create(n)  # made before the profile starts: pairs only
     profile = cProfile.Profile()
     profile.enable()
-    runs.pairs(n)
+    runs.claim_and_succeed(ids)
     profile.disable()
     return pstats.Stats(profile)
 
