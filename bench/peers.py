@@ -368,8 +368,11 @@ def duplicates(ctx: Context, systems: list[str]) -> list[DupResult]:
     results = []
     broker = redis.Redis.from_url(ctx.broker_url)
     for system in systems:
-        if _unavailable(ctx, system):
-            print(f"{system:<18} two schedulers: {_unavailable(ctx, system)}", flush=True)
+        why = _unavailable(ctx, system)
+        if system == "oban" and ctx.args.quick:
+            why = "skipped in --quick (every minute: over 2 min; try --dup-only --systems oban)"
+        if why:
+            print(f"{system:<18} two schedulers: {why}", flush=True)
             continue
         period = 60.0 if system == "oban" else 1.0
         seconds = max(ctx.args.dup_seconds, 125.0) if system == "oban" else ctx.args.dup_seconds
