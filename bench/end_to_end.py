@@ -10,8 +10,14 @@ both sides of the comparison, alternating:
 * **plain**: ``--n`` ``bench.noop`` tasks on the same broker and pool, timed until
   their Redis counter reaches ``--n`` (no result backend).
 
-Both bodies are the same single Redis ``INCR`` (``bench/noop.py``), so
-``kernel/plain`` is the share of plain Celery's throughput the kernel keeps. Each side
+* **stock** / **stock+E**: the same ``--n`` no-op tasks through a stock Celery app
+  (``bench/stock_app.py``: Celery's defaults), without and with task events (``-E``,
+  as Flower needs): what a user runs today, and the baseline of the ratios.
+
+All bodies are the same single Redis ``INCR`` (``bench/counter.py``), so
+``kernel/stock`` is the share of stock Celery's throughput the kernel keeps. Beside
+each rate, the peak RSS of the worker serving it (main process and pool children,
+VmRSS sampled every 0.2 s during the timed runs). Each side
 is warmed up first; the table shows the median of ``--repeat`` runs. Beside it,
 ``pair ms`` is what the kernel adds per run, measured with the worker idle: one
 ``Kernel.claim`` + ``Kernel.succeed`` in this process, no Celery.
@@ -20,19 +26,19 @@ Run from the repository root::
 
     .venv/bin/python bench/end_to_end.py                        # 5000 per run, 3 runs
     .venv/bin/python bench/end_to_end.py --n 1000 --repeat 1 --backends sqlite
+    .venv/bin/python bench/end_to_end.py --quick                # 300 per run, 1 run
 
 Redis and PostgreSQL are started from ``tests/servers.py`` (as an unprivileged user
-when run as root), on 127.0.0.1 and ephemeral ports, and stopped at the end.
+when run as root), on 127.0.0.1 and ephemeral ports, and stopped at the end;
+PostgreSQL keeps its durable defaults (``fsync``, ``synchronous_commit`` on), and the
+table's footer says so.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,18 +51,29 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from celery import Celery
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.support import fresh_database, server  # noqa: E402
+from bench.stock_app import STOCK_TASK  # noqa: E402
+from bench.support import RssSampler, fresh_database, postgres_durability, server  # noqa: E402
+from bench.workers import (  # noqa: E402
+    CeleryTasks,
+    Worker,
+    broker_db,
+    publish,
+    timeout_for,
+    wait_until,
+    worker_env,
+)
 from kernel import Kernel  # noqa: E402
 
-__all__ = ["main"]
+__all__ = ["KernelRuns", "kernel_worker", "main", "stock_sides"]
 
 BACKENDS = ("sqlite", "postgres")
-SIDES = ("plain", "kernel")
+SIDES = ("stock", "stock+E", "plain", "kernel")
 JOB_ID = "bench-noop"
 PAIR_OWNER = "bench-inline"
 PAIRS = 1000
@@ -64,12 +81,9 @@ KERNEL_TASK = "kernel.run_occurrence"
 PLAIN_TASK = "bench.noop"  # bench/noop.py; not imported here, it registers on the product's app
 FIRE_BATCH = 1000
 WARMUP = 300
-# Completion is polled; the same interval on both sides keeps the bias equal and small.
-POLL_S = 0.02
 SETTINGS_MODULE = "bench_end_to_end_settings"
-WORKER_ARGS = ("-A", "celery_app", "worker", "-P", "prefork")
-_STOP_GRACE_S = 20.0
-_LOG_TAIL_LINES = 40
+# Each worker its own Redis database: the product's (plain and kernel), stock, stock -E.
+PRODUCT_DB, STOCK_DB, STOCK_EVENTS_DB = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -78,49 +92,11 @@ class Sample:
     side: str
     n: int
     seconds: float
+    rss_mb: float = 0.0
 
     @property
     def rate(self) -> float:
         return self.n / self.seconds
-
-
-class Worker:
-    """``celery -A celery_app worker -c 2 -P prefork`` in a session of its own, stopped by PID."""
-
-    def __init__(self, workdir: Path, env: dict[str, str], concurrency: int) -> None:
-        self.log_path = workdir / "worker.log"
-        name = f"bench-{uuid.uuid4().hex[:8]}@%h"
-        argv = [sys.executable, "-m", "celery", *WORKER_ARGS, "-c", str(concurrency), "-n", name]
-        with self.log_path.open("wb") as log:
-            self.popen = subprocess.Popen(
-                argv,
-                cwd=workdir,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def check_alive(self) -> None:
-        if self.popen.poll() is not None:
-            raise RuntimeError(f"the worker exited with {self.popen.returncode}:\n{self.tail()}")
-
-    def tail(self) -> str:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(lines[-_LOG_TAIL_LINES:])
-
-    def stop(self) -> None:
-        """SIGTERM (warm shutdown), then SIGKILL whatever is left of the session we created."""
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
 
 
 class Occurrences:
@@ -137,7 +113,7 @@ class Occurrences:
                 "schedule": None,
                 "overlap": "allow",
                 "max_attempts": 1,
-                "payload": {"callable": "bench.noop:bump", "kwargs": {"key": counter_key}},
+                "payload": {"callable": "bench.counter:bump", "kwargs": {"key": counter_key}},
             }
         )
 
@@ -161,107 +137,63 @@ class Occurrences:
         return ids
 
 
-def _publish(app: Any, task: str, args: Sequence[list[Any]], shadow: str | None = None) -> float:
-    """Send one message per ``args`` item on one producer; returns when the first went out."""
-    started = 0.0
-    with app.producer_or_acquire() as producer:
-        for i, item in enumerate(args):
-            if i == 0:
-                started = time.monotonic()
-            app.send_task(task, args=item, shadow=shadow, producer=producer)
-    return started
+class KernelRuns:
+    """Queued occurrences run through the product's worker, timed until the kernel settled them."""
 
-
-def _wait(
-    done: Callable[[], bool],
-    worker: Worker,
-    timeout: float,
-    what: str,
-    detail: Callable[[], str] = str,
-) -> float:
-    """Poll ``done`` every POLL_S; the time it first held."""
-    deadline = time.monotonic() + timeout
-    while not done():
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"timed out after {timeout:.0f}s waiting for {what}; {detail()}\n"
-                f"worker log:\n{worker.tail()}"
-            )
-        worker.check_alive()
-        time.sleep(POLL_S)
-    return time.monotonic()
-
-
-class Bench:
-    """One back end's worker, kernel and broker clients; runs either side on demand."""
-
-    def __init__(
-        self, backend: str, kernel: Kernel, publisher: Any, broker: redis.Redis, worker: Worker
-    ) -> None:
-        self.backend = backend
+    def __init__(self, kernel: Kernel, publisher: Celery, broker_url: str, worker: Worker) -> None:
         self.kernel = kernel
         self.publisher = publisher
-        self.broker = broker
+        self.broker = redis.Redis.from_url(broker_url)
         self.worker = worker
         self.counter = f"bench:kernel:{uuid.uuid4().hex}"
         self.occurrences = Occurrences(kernel, self.counter)
-        self.kernel_runs = 0
+        self.ran = 0
+        self.rss_mb = 0.0
 
-    def plain(self, n: int) -> Sample:
-        key = f"bench:plain:{uuid.uuid4().hex}"
-        started = _publish(self.publisher, PLAIN_TASK, [[key]] * n)
-        ended = _wait(
-            lambda: int(self.broker.get(key) or 0) >= n,
-            self.worker,
-            _timeout(n),
-            f"{n} plain tasks",
-        )
-        return Sample(self.backend, "plain", n, ended - started)
-
-    def kernel_side(self, n: int) -> Sample:
+    def run(self, n: int) -> float:
         before = self._counts()["succeeded"]
         ids = self.occurrences.create(n)
-        self.kernel_runs += n
-        # As Beat's pump publishes hints: the job's name as the shadow.
-        started = _publish(self.publisher, KERNEL_TASK, [[occ_id] for occ_id in ids], shadow=JOB_ID)
-        # Kernel.status() scans the table: polling it all along would steal a core from
-        # the workers. The body's counter is cheap and only runs ahead of the settles by
-        # the runs in flight, so it says when to start asking the kernel.
-        _wait(
-            lambda: self._ran() >= self.kernel_runs,
-            self.worker,
-            _timeout(n),
-            f"{n} occurrences to run",
-            detail=lambda: f"kernel status: {self._counts()}",
-        )
-        ended = _wait(
-            lambda: self._counts()["succeeded"] - before >= n,
-            self.worker,
-            _timeout(0),
-            f"{n} occurrences to succeed",
-            detail=lambda: f"kernel status: {self._counts()}",
-        )
-        if self._ran() != self.kernel_runs:  # every occurrence's body ran exactly once
-            raise RuntimeError(
-                f"{self.kernel_runs} occurrences succeeded but the body ran {self._ran()} times"
+        self.ran += n
+        with RssSampler([self.worker.pid]) as rss:
+            # As Beat's pump publishes hints: the job's name as the shadow.
+            started = publish(self.publisher, KERNEL_TASK, [[i] for i in ids], shadow=JOB_ID)
+            # Kernel.status() scans the table: polling it all along would steal a core
+            # from the workers. The body's counter is cheap and only runs ahead of the
+            # settles by the runs in flight, so it says when to start asking the kernel.
+            wait_until(
+                lambda: self._bodies() >= self.ran,
+                self.worker.check_alive,
+                timeout_for(n),
+                f"{n} occurrences to run",
+                detail=lambda: f"kernel status: {self._counts()}\n{self.worker.tail()}",
             )
-        return Sample(self.backend, "kernel", n, ended - started)
+            ended = wait_until(
+                lambda: self._counts()["succeeded"] - before >= n,
+                self.worker.check_alive,
+                timeout_for(0),
+                f"{n} occurrences to succeed",
+                detail=lambda: f"kernel status: {self._counts()}\n{self.worker.tail()}",
+            )
+        self.rss_mb = max(self.rss_mb, rss.peak_mb)
+        if self._bodies() != self.ran:  # every occurrence's body ran exactly once
+            raise RuntimeError(f"{self.ran} occurrences succeeded; the body ran {self._bodies()}")
+        return ended - started
 
-    def pairs(self, n: int) -> Sample:
+    def pairs(self, n: int) -> float:
         """Claim and settle ``n`` occurrences in this process: the kernel's own cost per run."""
         ids = self.occurrences.create(n)
         started = time.monotonic()
+        self.claim_and_succeed(ids)
+        return time.monotonic() - started
+
+    def claim_and_succeed(self, ids: list[int]) -> None:
         for occ_id in ids:
             claim = self.kernel.claim(occ_id, owner=PAIR_OWNER)
             if claim is None:
                 raise RuntimeError(f"occurrence {occ_id} was not claimable")
             self.kernel.succeed(occ_id, owner=PAIR_OWNER, fence=claim.fence)
-        return Sample(self.backend, "pair", n, time.monotonic() - started)
 
-    def run(self, side: str, n: int) -> Sample:
-        return self.plain(n) if side == "plain" else self.kernel_side(n)
-
-    def _ran(self) -> int:
+    def _bodies(self) -> int:
         return int(self.broker.get(self.counter) or 0)
 
     def _counts(self) -> dict[str, int]:
@@ -269,99 +201,118 @@ class Bench:
         return counts
 
 
-def _timeout(n: int) -> float:
-    return 60.0 + n / 20  # 20/s is far below either side's worst rate
+def kernel_worker(
+    stack: ExitStack, broker_url: str, database_url: str, concurrency: int
+) -> tuple[Kernel, Worker, Celery]:
+    """The product's worker on ``database_url`` (SQLite FULL), its kernel and a publisher."""
+    from celery_app.factory import create_app
 
-
-def _worker_env(workdir: Path, broker_url: str, database_url: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("CELERY_", "KERNEL_")) and k != "PYTHONPATH"
-    }
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT), str(workdir)]),
-        CELERY_BROKER_URL=broker_url,
+    kernel = Kernel.open(database_url, migrate_schema=True, sqlite_synchronous="FULL")
+    stack.callback(kernel.close)
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kernel-e2e-")))
+    (workdir / f"{SETTINGS_MODULE}.py").write_text('imports = ["bench.noop"]\n')
+    env = worker_env(
+        workdir,
+        broker_url,
         CELERY_CONFIG_MODULE=SETTINGS_MODULE,
         KERNEL_DATABASE_URL=database_url,
         KERNEL_SQLITE_SYNCHRONOUS="FULL",
         KERNEL_VAR_DIR=str(workdir / "var"),
     )
-    (workdir / f"{SETTINGS_MODULE}.py").write_text('imports = ["bench.noop"]\n')
-    return env
+    worker = Worker(workdir, env, concurrency)
+    stack.callback(worker.stop)
+    # The product's settings (serializers, events), publishing to the worker's broker.
+    return kernel, worker, create_app("bench-publisher", broker_url=broker_url)
+
+
+def stock_sides(stack: ExitStack, broker_url: str, concurrency: int) -> dict[str, CeleryTasks]:
+    """Stock Celery workers, without and with ``-E``, each on its own Redis database."""
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="celery-stock-")))
+    sides = {}
+    for side, db, extra in (("stock", STOCK_DB, ()), ("stock+E", STOCK_EVENTS_DB, ("-E",))):
+        url = broker_db(broker_url, db)
+        worker = Worker(workdir, worker_env(workdir, url), concurrency, "bench.stock_app", extra)
+        stack.callback(worker.stop)
+        publisher = Celery("bench-stock-publisher", broker=url)
+        sides[side] = CeleryTasks(worker, publisher, url, STOCK_TASK)
+        stack.callback(sides[side].close)
+    return sides
 
 
 def _measure(
     backend: str,
     database_url: str,
     broker_url: str,
-    publisher: Any,
     args: argparse.Namespace,
     report: Callable[[Sample], None],
 ) -> None:
-    kernel = Kernel.open(database_url, migrate_schema=True, sqlite_synchronous="FULL")
     with ExitStack() as stack:
-        stack.callback(kernel.close)
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kernel-e2e-")))
-        worker = Worker(workdir, _worker_env(workdir, broker_url, database_url), args.concurrency)
-        stack.callback(worker.stop)
-        broker = stack.enter_context(redis.Redis.from_url(broker_url))
-        bench = Bench(backend, kernel, publisher, broker, worker)
-        for side in SIDES:  # the first messages also wait for the worker to come up
-            bench.run(side, WARMUP)
+        url = broker_db(broker_url, PRODUCT_DB)
+        kernel, worker, publisher = kernel_worker(stack, url, database_url, args.concurrency)
+        kernel_runs = KernelRuns(kernel, publisher, url, worker)
+        sides: dict[str, Any] = {
+            **stock_sides(stack, broker_url, args.concurrency),
+            "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK),
+            "kernel": kernel_runs,
+        }
+        for side in SIDES:  # the first messages also wait for the workers to come up
+            sides[side].run(args.warmup)
         for r in range(args.repeat):
-            # Alternate which side goes first, so a drift in the machine hits both.
-            for side in SIDES if r % 2 == 0 else SIDES[::-1]:
-                report(bench.run(side, args.n))
-            report(bench.pairs(min(PAIRS, args.n)))
-
-
-def _database(backend: str, stack: ExitStack) -> str:
-    """A fresh kernel database (SQLite, or PostgreSQL we start); gone when ``stack`` closes."""
-    server_url = stack.enter_context(server("postgres")) if backend == "postgres" else None
-    return stack.enter_context(fresh_database(server_url, "kernel-e2e-db-"))
-
-
-def _publisher(broker_url: str) -> Any:
-    """An app with the product's settings (serializers, events) publishing to ``broker_url``."""
-    from celery_app.factory import create_app
-
-    return create_app("bench-publisher", broker_url=broker_url)
+            # Rotate which side goes first, so a drift in the machine hits all of them.
+            for side in SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]:
+                seconds = sides[side].run(args.n)
+                report(Sample(backend, side, args.n, seconds, sides[side].rss_mb))
+            pairs = min(PAIRS, args.n)
+            report(Sample(backend, "pair", pairs, kernel_runs.pairs(pairs)))
 
 
 def _table(samples: list[Sample]) -> str:
-    """Median rate per (backend, side), and kernel/plain of the medians."""
+    """Median rate and peak RSS per (backend, side); ratios of the medians to stock Celery."""
     rates: dict[tuple[str, str], list[float]] = {}
+    rss: dict[tuple[str, str], float] = {}
     for s in samples:
         rates.setdefault((s.backend, s.side), []).append(s.rate)
+        rss[(s.backend, s.side)] = max(rss.get((s.backend, s.side), 0.0), s.rss_mb)
     rows = [
-        f"{'backend':<10} {'occurrences/s':>14} {'tasks/s':>10} {'kernel/plain':>13} {'pair ms':>8}"
+        f"{'backend':<9} {'side':<8} {'per s':>7} {'/stock':>7} {'/stock+E':>9} "
+        f"{'RSS MB':>7} {'RSS-stock':>10}"
     ]
     for backend in dict.fromkeys(s.backend for s in samples):
-        occ, plain, pair = (
-            statistics.median(rates.get((backend, side)) or [0.0])
-            for side in ("kernel", "plain", "pair")
-        )
-        ratio = f"{occ / plain:.2f}" if occ and plain else "-"
-        pair_ms = f"{1000 / pair:.2f}" if pair else "-"
-        rows.append(f"{backend:<10} {occ:>14.0f} {plain:>10.0f} {ratio:>13} {pair_ms:>8}")
+
+        def median(side: str, backend: str = backend) -> float:
+            return statistics.median(rates.get((backend, side)) or [0.0])
+
+        stock, events = median("stock"), median("stock+E")
+        for side in SIDES:
+            rate, mem = median(side), rss.get((backend, side), 0.0)
+            vs = [f"{rate / base:.2f}" if rate and base else "-" for base in (stock, events)]
+            extra = mem - rss.get((backend, "stock"), 0.0)
+            rows.append(
+                f"{backend:<9} {side:<8} {rate:>7.0f} {vs[0]:>7} {vs[1]:>9} {mem:>7.1f} "
+                f"{extra:>+10.1f}"
+            )
+        pair = median("pair")
+        rows.append(f"{backend:<9} pair ms  {1000 / pair if pair else 0:>7.2f}")
     return "\n".join(rows)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--n", type=int, default=5000, help="messages per timed run (default 5000)")
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="timed runs per side; the table shows medians"
-    )
+    parser.add_argument("--n", type=int, help="messages per timed run (default 5000)")
+    parser.add_argument("--repeat", type=int, help="timed runs per side; the table shows medians")
+    parser.add_argument("--quick", action="store_true", help="300 per run, 1 run, unless given")
     parser.add_argument(
         "--backends",
         default=",".join(BACKENDS),
         help="comma-separated kernel back ends (default sqlite,postgres)",
     )
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
     args = parser.parse_args(argv)
-    # Stopped with SIGTERM, still stop the servers and the worker we started.
+    args.n = args.n or (300 if args.quick else 5000)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    args.warmup = min(WARMUP, args.n)
+    # Stopped with SIGTERM, still stop the servers and the workers we started.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or set(backends) - set(BACKENDS):
@@ -371,23 +322,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     def report(sample: Sample) -> None:
         samples.append(sample)
         print(
-            f"{sample.backend:<10} {sample.side:<7} {sample.rate:8.0f}/s "
-            f"({sample.n} in {sample.seconds:.2f}s)",
+            f"{sample.backend:<10} {sample.side:<8} {sample.rate:8.0f}/s "
+            f"({sample.n} in {sample.seconds:.2f}s)  RSS {sample.rss_mb:.1f} MB",
             flush=True,
         )
 
+    durability = ["sqlite: WAL, synchronous=FULL"]
     with ExitStack() as stack:
         broker_url = stack.enter_context(server("redis"))
-        publisher = _publisher(broker_url)
+        pg_url = None
+        if "postgres" in backends:
+            pg_url = stack.enter_context(server("postgres", args.postgres_url, durable=True))
+            durability.append(f"postgres: {postgres_durability(pg_url)}")
         for backend in backends:
-            with ExitStack() as per_backend:
-                database_url = _database(backend, per_backend)
-                _measure(backend, database_url, broker_url, publisher, args, report)
+            server_url = pg_url if backend == "postgres" else None
+            with fresh_database(server_url, "kernel-e2e-db-") as database_url:
+                _measure(backend, database_url, broker_url, args, report)
     print()
     print(
         f"{args.n} no-op runs per timed run, {args.concurrency} prefork processes, Redis broker; "
-        f"median of {args.repeat}"
+        f"median of {args.repeat}; {'; '.join(durability)}"
     )
+    print("stock = Celery's defaults (bench/stock_app.py), stock+E = the same with -E;")
+    print("plain = the product's app without the kernel; RSS = worker peak, main + pool")
     print(_table(samples))
     return 0
 

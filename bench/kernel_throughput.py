@@ -17,8 +17,9 @@ Run from the repository root::
     .venv/bin/python bench/kernel_throughput.py --quick    # 600
     .venv/bin/python bench/kernel_throughput.py --backends sqlite-normal --procs 1
 
-Without ``--postgres-url`` a PostgreSQL server is started for the run
-(``bench/support.py``); each row's database is created on it and dropped.
+Without ``--postgres-url`` a durable PostgreSQL server (``fsync`` and
+``synchronous_commit`` on) is started for the run (``bench/support.py``); each row's
+database is created on it and dropped.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.raw_baseline import RawWorker  # noqa: E402
-from bench.support import fresh_database, server, servers  # noqa: E402
+from bench.support import fresh_database, postgres_durability, server, servers  # noqa: E402
 from kernel import Kernel  # noqa: E402
 
 __all__ = ["main"]
@@ -255,10 +256,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells: list[Cell] = []
     with ExitStack() as stack:
         pg_url = (
-            stack.enter_context(server("postgres", args.postgres_url))
+            stack.enter_context(server("postgres", args.postgres_url, durable=True))
             if "postgres" in args.backends
             else None
         )
+        if pg_url is not None:
+            print(f"PostgreSQL: {postgres_durability(pg_url)}", flush=True)
         for backend in args.backends:
             for procs in args.procs:
                 print(f"{backend:<14} procs={procs}  {2 * n} occurrences ...", flush=True)

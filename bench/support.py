@@ -9,13 +9,21 @@ from __future__ import annotations
 import importlib.util
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
-__all__ = ["fresh_database", "server", "servers"]
+__all__ = [
+    "RssSampler",
+    "fresh_database",
+    "postgres_durability",
+    "process_tree_rss",
+    "server",
+    "servers",
+]
 
 _SERVERS_PATH = Path(__file__).resolve().parents[1] / "tests" / "servers.py"
 _SERVERS_MODULE = "kernel_test_servers"
@@ -40,12 +48,19 @@ def servers() -> ModuleType:
 
 
 @contextmanager
-def server(kind: Literal["postgres", "redis"], url: str | None = None) -> Iterator[str]:
-    """Yield ``url`` when given; else start a server of ``kind``, yield its URL, stop it."""
+def server(
+    kind: Literal["postgres", "redis"], url: str | None = None, *, durable: bool = False
+) -> Iterator[str]:
+    """Yield ``url`` when given; else start a server of ``kind``, yield its URL, stop it.
+
+    ``durable`` starts PostgreSQL with its own durability defaults (``fsync`` and
+    ``synchronous_commit`` on) rather than the test suite's fast, unsafe settings.
+    """
     if url:
         yield url
         return
-    running = getattr(servers(), f"start_{kind}")()
+    options = {"durable": durable} if kind == "postgres" else {}
+    running = getattr(servers(), f"start_{kind}")(**options)
     try:
         yield running.url
     finally:
@@ -65,3 +80,70 @@ def fresh_database(server_url: str | None, prefix: str) -> Iterator[str]:
         return
     with servers().fresh_database(server_url) as url:
         yield url
+
+
+def postgres_durability(server_url: str) -> str:
+    """``fsync=on synchronous_commit=on full_page_writes=on`` as the server reports them."""
+    import psycopg
+
+    names = ("fsync", "synchronous_commit", "full_page_writes")
+    with psycopg.connect(servers().libpq_url(server_url)) as conn:
+        values = [conn.execute(f"SHOW {name}").fetchone() for name in names]
+    pairs = zip(names, values, strict=True)
+    return " ".join(f"{name}={row[0] if row else '?'}" for name, row in pairs)
+
+
+def process_tree_rss(pid: int) -> int:
+    """Resident memory in bytes of ``pid`` and all its descendants (VmRSS from /proc).
+
+    A process that exits while being read counts as zero; a prefork pool's children
+    are found through ``/proc/PID/task/TID/children``.
+    """
+    total = 0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            status = Path(f"/proc/{current}/status").read_text()
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) * 1024
+                break
+    return total
+
+
+class RssSampler:
+    """Samples the summed RSS of process trees every ``interval`` s inside a ``with``.
+
+    ``peak_mb`` is the largest sum seen in one sample (each pid with its descendants):
+    what the workers held at their busiest.
+    """
+
+    def __init__(self, pids: list[int], interval: float = 0.2) -> None:
+        self.pids = pids
+        self.interval = interval
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.samples.append(sum(process_tree_rss(pid) for pid in self.pids))
+            if self._stop.wait(self.interval):
+                return
+
+    @property
+    def peak_mb(self) -> float:
+        return max(self.samples, default=0) / 2**20

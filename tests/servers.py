@@ -97,10 +97,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_postgres(timeout: float = 30.0) -> RunningServer:
+def start_postgres(timeout: float = 30.0, *, durable: bool = False) -> RunningServer:
     """Create a throw-away PostgreSQL cluster, start it and create ``kernel_test``.
 
-    Durability is off (``fsync``, ``full_page_writes``): the data dies with the session.
+    Durability is off (``fsync``, ``synchronous_commit``, ``full_page_writes``): the
+    data dies with the session. ``durable=True`` keeps PostgreSQL's own defaults
+    instead, as users run it (the benchmarks' default).
 
     Returns:
         The running server; ``url`` is
@@ -120,6 +122,8 @@ def start_postgres(timeout: float = 30.0) -> RunningServer:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
 
+    no_durability = ["fsync", "synchronous_commit", "full_page_writes"]
+
     def argv(port: int) -> list[str]:
         return [
             str(bindir / "postgres"),
@@ -127,9 +131,7 @@ def start_postgres(timeout: float = 30.0) -> RunningServer:
             "-p", str(port),
             "-c", "listen_addresses=127.0.0.1",
             "-c", f"unix_socket_directories={workdir}",
-            "-c", "fsync=off",
-            "-c", "synchronous_commit=off",
-            "-c", "full_page_writes=off",
+            *(arg for name in ([] if durable else no_durability) for arg in ("-c", f"{name}=off")),
             "-c", "max_connections=200",
         ]  # fmt: skip
 

@@ -1,0 +1,34 @@
+"""The benchmarks' own arithmetic: the two-schedulers ledger count, the profile split, RSS."""
+
+from __future__ import annotations
+
+import os
+
+from bench.peers import _count
+from bench.profile_worker import classify
+from bench.support import process_tree_rss
+
+
+def test_ledger_count_finds_duplicates_and_misses_inside_the_window() -> None:
+    # Slots 10..14 are in [10, 15): 11 ran twice, 13 never; 9 and 15 are outside.
+    slots = [9.0, 10.0, 11.0, 11.2, 12.0, 14.0, 15.0]
+    assert _count(slots, 1.0, 10.0, 15.0) == (5, 1, 1)
+    # Minute slots: 120 and 180 fall in [100, 200).
+    assert _count([120.4, 179.9, 181.0], 60.0, 100.0, 200.0) == (2, 1, 0)
+
+
+def test_profile_split_takes_the_innermost_frame_with_a_category() -> None:
+    kernel = "Kernel.claim (kernel/store.py:10)"
+    assert classify([kernel, "<method 'commit' of 'sqlite3.Connection' objects> (~:0)"]) == (
+        "commit"
+    )
+    assert classify([kernel, "Connection.wait (psycopg/connection.py:495)"]) == "SQL/driver"
+    assert classify([kernel, "dumps (json/__init__.py:231)"]) == "kernel Python"
+    assert classify(["Connection._recv (billiard/connection.py:425)"]) == "idle"
+    assert classify(["bump (bench/counter.py:34)", "incr (redis/commands/core.py:1)"]) == "body"
+    assert classify(["main (somewhere/else.py:1)"]) == "other"
+
+
+def test_process_tree_rss_counts_this_process() -> None:
+    assert process_tree_rss(os.getpid()) > 1_000_000
+    assert process_tree_rss(2**22 + 12345) == 0  # no such process
