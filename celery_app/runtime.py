@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,20 @@ def clear_warm_shutdown(main_pid: int) -> None:
     shutdown_marker(main_pid).unlink(missing_ok=True)
 
 
+class _FencedEvent(threading.Event):
+    """``ctx.cancelled``: set on cancel or lost lease, and also once the run's self-fencing
+    moment has passed, read when asked. A worker frozen (SIGSTOP, a stalled VM) past its
+    lease wakes with its job thread and its lease keeper racing; the job must see that its
+    time is up before its next effect, not after the keeper's next turn."""
+
+    def __init__(self, fence_at: Callable[[], float]) -> None:
+        super().__init__()
+        self._fence_at = fence_at
+
+    def is_set(self) -> bool:
+        return super().is_set() or time.monotonic() >= self._fence_at()
+
+
 class _Run:
     """State shared by the executing thread and the lease keeper of one claim.
 
@@ -74,7 +89,7 @@ class _Run:
         self.claim = claim
         self.adapter = adapter
         self.main_pid = main_pid
-        self.cancelled = threading.Event()
+        self.cancelled = _FencedEvent(self.fence_at)
         self.finished = threading.Event()
         # Held while the keeper renews, so that once finished is set no renewal follows.
         self.renewing = threading.Lock()
@@ -100,6 +115,15 @@ class _Run:
 
     def effects_deadline(self) -> float:
         return self.renewed_at + self.lease_s - SELF_FENCE_MARGIN_S
+
+    def fence_at(self) -> float:
+        """When the run must stop its effects: ``kill_grace`` before the effects deadline."""
+        return self.effects_deadline() - self.kill_grace_s
+
+    @property
+    def fenced(self) -> bool:
+        """The run may no longer act or settle: its lease is lost or its time is up."""
+        return self.lease_lost or self.self_fenced or time.monotonic() >= self.fence_at()
 
     # -- lease keeper thread --------------------------------------------------
 
@@ -143,7 +167,7 @@ class _Run:
             return
         now = time.monotonic()
         if not self.self_fenced and not self.lease_lost:
-            if now >= self.effects_deadline() - self.kill_grace_s:
+            if now >= self.fence_at():
                 self.log.warning(
                     "no lease renewal for %.1fs: stopping the run's effects before the lease "
                     "can expire (SELF_FENCED)",
@@ -348,7 +372,7 @@ def _execute(run: _Run) -> RunOutcome:
     except HandBack:
         return RunOutcome("handed_back", occurrence.job_id)
     except Exception as exc:  # job code may raise anything; the adapter classifies it
-        if run.lease_lost or run.self_fenced:
+        if run.fenced:
             return _fenced_off(run)
         if run.timed_out and isinstance(exc, Cancelled):
             exc = TimeoutError(f"timed out after {run.timeout_s}s")
@@ -372,7 +396,7 @@ def _execute(run: _Run) -> RunOutcome:
         except LeaseLost as exc:
             return _settle_refused(run, exc)
         return RunOutcome(status, occurrence.job_id, verdict.code, status)
-    if run.lease_lost or run.self_fenced:
+    if run.fenced:
         return _fenced_off(run)
     try:
         run.output.flush(final=True)

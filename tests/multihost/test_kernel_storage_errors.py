@@ -3,22 +3,17 @@
 During ``pg_ctl stop -m fast`` the harness's ``Kernel.now()`` raised SQLAlchemy's
 ``OperationalError`` ("connection refused") where the other kernel calls raise
 ``STORAGE_UNAVAILABLE`` (SPEC I8). Beat calls ``now()`` in every tick, so a database
-outage shows there as a traceback. ``kernel/`` is being rewritten elsewhere; this pins
-the bug until the fix lands (then the strict xfail fails: remove the marker).
+outage showed there as a traceback. Pinned here since the fix (kernel/session.py).
 """
 
 from __future__ import annotations
 
 import pytest
 from servers import ServerUnavailable, start_postgres
-from sqlalchemy.exc import OperationalError
 
 from kernel import Kernel, StorageUnavailable
 
 
-@pytest.mark.xfail(
-    strict=True, raises=OperationalError, reason="Kernel.now() is not translated (kernel bug)"
-)
 def test_now_on_a_stopped_server_is_storage_unavailable() -> None:
     try:
         server = start_postgres()
@@ -31,7 +26,8 @@ def test_now_on_a_stopped_server_is_storage_unavailable() -> None:
             server.process.wait(30)
             with pytest.raises(StorageUnavailable):
                 kernel.list_occurrences()  # the other reads already translate
-            kernel.now()
+            with pytest.raises(StorageUnavailable):
+                kernel.now()
         finally:
             kernel.close()
     finally:

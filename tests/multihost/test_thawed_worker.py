@@ -5,8 +5,8 @@ its 5 s lease wrote its next step right after SIGCONT, while the reclaiming run 
 on another host was under way; only then did the lease keeper's renewal learn
 ``LEASE_LOST`` and set ``ctx.cancelled``. The job checks ``ctx.cancelled`` before every
 effect, so nothing told it in time: SPEC I11 (effects stay inside the lease) is broken for
-in-process adapters. Self-fencing belongs to ``celery_app/runtime.py`` (being rewritten
-elsewhere), so this pins the bug: when the fix lands the strict xfail fails; remove it.
+in-process adapters. Fixed in ``celery_app/runtime.py``: the run's ``cancelled`` reads
+the self-fencing deadline itself, so a thawed run sees it before its keeper thread runs.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ import os
 import signal
 from pathlib import Path
 
-import pytest
 from integration.stack import Stack
 from multihost.checker import read_ledger
 
 MULTIHOST_DIR = Path(__file__).resolve().parent
 
 
-@pytest.mark.xfail(strict=True, reason="I11: runtime does not self-fence a thawed run")
 def test_thawed_worker_writes_nothing_after_its_lease_was_reclaimed(
     tmp_path: Path, redis_url: str
 ) -> None:
