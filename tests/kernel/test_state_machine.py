@@ -205,7 +205,8 @@ class KernelMachine(RuleBasedStateMachine):
     def _claimed(self, expected: tuple[int, int, bool] | None, got: Any, owner: str) -> None:
         if expected is None:
             assert got is None, f"claimed {got.occurrence.id}; the model says not claimable"
-            return self._unchanged()
+            # Unchanged, unless it settled an expired lease (the model checks which).
+            return self._logged()
         occ_id, fence, resuming = expected
         assert got is not None, f"occurrence {occ_id} should have been claimed"
         assert (got.occurrence.id, got.fence, got.resumed) == expected
