@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
@@ -18,7 +19,7 @@ from kernel.errors import (
     StateConflict,
 )
 from kernel.events import EventType, settled_event
-from kernel.records import dumps, loads, to_dt
+from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.retry import retry_decision
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
@@ -190,7 +191,8 @@ def release(
         raise InvalidArgument(
             "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
         )
-    params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": encoded}
+    stored = checkpoint_envelope(safe_point, checkpoint)
+    params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": stored}
     if pause_request_id is not None:
         acked = tx.conn.execute(
             st.ACK_PAUSE,
@@ -244,6 +246,7 @@ def release(
         occurrence_id=occ_id,
         fence=fence,
         safe_point=safe_point,
+        checkpoint_digest=hashlib.sha256(stored.encode()).hexdigest(),
         **({"request_id": pause_request_id} if pause_request_id else {}),
     )
 

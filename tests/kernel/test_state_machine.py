@@ -49,6 +49,7 @@ from lifecycle_model import (
 )
 
 from kernel.errors import KernelError
+from kernel.records import checkpoint_data
 from kernel.store import Kernel
 from kernel.testing import ManualClock, memory_kernel
 from kernel.transitions import allowed_pairs
@@ -471,7 +472,7 @@ class KernelMachine(RuleBasedStateMachine):
                 c["revision"],
                 c["expected_fence"],
                 c["pause_request_id"],
-                json.loads(c["checkpoint"]) if c["checkpoint"] else None,
+                checkpoint_data(c["checkpoint"]),
             )
             want_c = m and (m.state, m.revision, m.fence, m.pause_rid, m.checkpoint)
             assert got_c == want_c, f"occurrence {occ_id} control: kernel {got_c}, model {want_c}"
