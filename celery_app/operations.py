@@ -219,9 +219,13 @@ def occurrence_events(kernel: Kernel, occurrence_id: int) -> list[dict[str, Any]
 
 
 def runtime_controls(kernel: Kernel, limit: int) -> list[dict[str, Any]]:
-    """Running, pause-requested and paused occurrences, for dashboards."""
+    """Running, pause-requested and paused occurrences, most recently changed first."""
     return [
-        {**row, "lease_expires_at": iso(_instant(row["lease_expires_at"]))}
+        {
+            **row,
+            "lease_expires_at": iso(_instant(row["lease_expires_at"])),
+            "updated_at": iso(_instant(row["updated_at"])),
+        }
         for row in kernel.runtime_controls(limit)
     ]
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel import runs
 from kernel import statements as st
 from kernel.events import EventType
 from kernel.records import loads, occurrence_from_row
@@ -34,11 +35,15 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     if row is None:
         return None
     o = row._mapping
+    state = o["control_state"]
+    if o["status"] == S.RUNNING and o["lease_expires_at"] <= tx.now and _ends_on_expiry(o, state):
+        # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
+        runs.expire(tx, o)
+        return None
     control = None
-    if o["control_state"] is not None:
+    if state is not None:
         control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     c = control._mapping if control is not None else None
-    state = c["state"] if c is not None else None
     if state == ControlState.PAUSED or o["cancel_requested"]:
         return None
     reclaiming = o["status"] == S.RUNNING
@@ -107,6 +112,16 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     )
 
 
+def _ends_on_expiry(o: Any, state: str | None) -> bool:
+    """Whether the EXPIRE statement settles this expired lease (its CASE, in Python only
+    to choose the statement; EXPIRE decides again from the row when it writes)."""
+    exhausted = o["attempt"] >= o["max_attempts"] and state not in _FREE_RECLAIM
+    return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or exhausted
+
+
+_FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
+
+
 def _claim_exclusive(tx: Tx, params: dict[str, Any]) -> sa.Row[Any] | None:
     """CLAIM under a savepoint: two claimers on PostgreSQL may both count no runner,
     and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
@@ -158,39 +173,45 @@ def claim_next(
 ) -> Claim | None:
     """Claim the oldest claimable occurrence matching the filters, or None."""
     o = occurrences
-    pausing = sa.exists().where(
-        controls.c.occurrence_id == o.c.id,
-        controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.RESUMED)),
-    )
-    # Paused rows and exhausted expired leases are never claimable: left in, a
-    # backlog of them fills every candidate batch and starves the work behind it.
+    # Paused rows are never claimable: left in, a backlog of them fills every
+    # candidate batch and starves the work behind it. Every expired lease is a
+    # candidate: claim() reclaims it, or settles it when its expiry decides its end.
     not_paused = ~sa.exists().where(
         controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED
     )
     waiting = sa.and_(
-        o.c.status.in_((S.QUEUED, S.RETRY_WAIT)), o.c.available_at <= tx.now, not_paused
+        o.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
+        o.c.available_at <= tx.now,
+        o.c.cancel_requested.is_(False),
+        not_paused,
     )
-    expired = sa.and_(
-        o.c.status == S.RUNNING,
-        o.c.lease_expires_at <= tx.now,
-        o.c.delivery == "at-least-once",
-        sa.or_(o.c.attempt < o.c.max_attempts, pausing),
-    )
+    expired = sa.and_(o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now)
     for condition in (waiting, expired):
-        query = (
-            sa.select(o.c.id)
-            .where(condition, o.c.cancel_requested.is_(False))
-            .order_by(o.c.available_at, o.c.id)
-            .limit(16)
-        )
+        query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)
         if queues:
             query = query.where(o.c.queue.in_(queues))
         if kinds:
             query = query.where(o.c.kind.in_(kinds))
         if tx.is_postgres:
             query = query.with_for_update(skip_locked=True, of=o)
-        for occ_id in tx.conn.execute(query).scalars():
-            got = claim(tx, occ_id, owner, lease_ms)
-            if got is not None:
-                return got
+        batch = list(tx.conn.execute(query).scalars())
+        got = _first_claim(tx, batch, owner, lease_ms)
+        # Expired leases the claims settled leave the candidates: a full batch of
+        # them may hide a reclaimable one; look again until nothing moves.
+        while got is None and condition is expired and len(batch) == 16:
+            again = list(tx.conn.execute(query).scalars())
+            if again == batch:
+                break
+            batch = again
+            got = _first_claim(tx, batch, owner, lease_ms)
+        if got is not None:
+            return got
+    return None
+
+
+def _first_claim(tx: Tx, candidates: list[int], owner: str, lease_ms: int | None) -> Claim | None:
+    for occ_id in candidates:
+        got = claim(tx, occ_id, owner, lease_ms)
+        if got is not None:
+            return got
     return None

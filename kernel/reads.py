@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,6 +27,8 @@ __all__ = [
     "list_jobs",
     "read_events",
     "last_event_id",
+    "RUNTIME_STATES",
+    "MAX_RUNTIME_CONTROLS",
     "runtime_controls",
     "status_counts",
 ]
@@ -139,19 +142,41 @@ def last_event_id(tx: Tx) -> int:
     )
 
 
-def runtime_controls(tx: Tx, limit: int) -> list[dict[str, Any]]:
-    """Running, pause-requested and paused occurrences, without payloads, for dashboards."""
+#: The runtime states a control listing shows, and its cap.
+RUNTIME_STATES = ("running", "pause_requested", "paused")
+MAX_RUNTIME_CONTROLS = 200
+
+
+def runtime_controls(
+    tx: Tx, limit: int, statuses: Sequence[str] | None, kinds: Sequence[str] | None
+) -> list[dict[str, Any]]:
+    """Running, pause-requested and paused occurrences for dashboards, most recently
+    changed first; no payload and no lease owner. ``limit`` is capped at 200."""
+    if limit < 1:
+        raise InvalidArgument("limit", "must be a positive integer")
+    unknown = sorted(set(statuses or ()) - set(RUNTIME_STATES))
+    if unknown:
+        raise InvalidArgument("statuses", f"unknown {unknown}; known: {list(RUNTIME_STATES)}")
+    state = sa.case(
+        (controls.c.state == ControlState.PAUSED, "paused"),
+        (controls.c.state == ControlState.PAUSE_REQUESTED, "pause_requested"),
+        else_="running",
+    )
+    changed = sa.case(
+        (controls.c.updated_at > OCC.c.updated_at, controls.c.updated_at), else_=OCC.c.updated_at
+    )
     query = (
         sa.select(
             OCC.c.id,
             OCC.c.job_id,
+            OCC.c.kind,
             OCC.c.status,
             OCC.c.fence,
             OCC.c.attempt,
-            OCC.c.lease_owner,
             OCC.c.lease_expires_at,
-            controls.c.state,
+            state.label("state"),
             controls.c.revision,
+            changed.label("changed_at"),
         )
         .select_from(OCC.outerjoin(controls, controls.c.occurrence_id == OCC.c.id))
         .where(
@@ -160,28 +185,28 @@ def runtime_controls(tx: Tx, limit: int) -> list[dict[str, Any]]:
                 controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.PAUSED)),
             )
         )
-        .order_by(OCC.c.id)
-        .limit(_bounded(limit))
+        .order_by(changed.desc(), OCC.c.id)
+        .limit(min(limit, MAX_RUNTIME_CONTROLS))
     )
-    rows = []
-    for r in tx.conn.execute(query):
-        paused = r.state == ControlState.PAUSED
-        rows.append(
-            {
-                "id": r.id,
-                "job_id": r.job_id,
-                "status": r.status,
-                "fence": r.fence,
-                "attempt": r.attempt,
-                "lease_owner": r.lease_owner,
-                "lease_expires_at": r.lease_expires_at,
-                "state": "paused"
-                if paused
-                else (r.state if r.state == ControlState.PAUSE_REQUESTED else "running"),
-                "control_revision": r.revision,
-            }
-        )
-    return rows
+    if statuses:
+        query = query.where(state.in_(tuple(statuses)))
+    if kinds:
+        query = query.where(OCC.c.kind.in_(tuple(kinds)))
+    return [
+        {
+            "id": r.id,
+            "job_id": r.job_id,
+            "kind": r.kind,
+            "status": r.status,
+            "fence": r.fence,
+            "attempt": r.attempt,
+            "lease_expires_at": r.lease_expires_at,
+            "state": r.state,
+            "control_revision": r.revision,
+            "updated_at": r.changed_at,
+        }
+        for r in tx.conn.execute(query)
+    ]
 
 
 def status_counts(tx: Tx) -> dict[str, Any]:

@@ -12,6 +12,9 @@ from kernel.states import ControlState, OccurrenceStatus
 from kernel.types import Beat, Control, Event, Job, Occurrence
 
 __all__ = [
+    "CHECKPOINT_SCHEMA_VERSION",
+    "checkpoint_envelope",
+    "checkpoint_data",
     "to_dt",
     "from_dt",
     "dumps",
@@ -43,6 +46,27 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+#: The stored checkpoint's envelope version; ``data`` is what the adapter gave.
+CHECKPOINT_SCHEMA_VERSION = 1
+_ENVELOPE_KEYS = frozenset({"schema_version", "safe_point", "data"})
+
+
+def checkpoint_envelope(safe_point: str, data: Any) -> str:
+    """The checkpoint as stored: ``{schema_version, safe_point, data}``, canonical JSON."""
+    return dumps(
+        {"schema_version": CHECKPOINT_SCHEMA_VERSION, "safe_point": safe_point, "data": data}
+    )
+
+
+def checkpoint_data(text: str | None) -> Any:
+    """The adapter's data of a stored checkpoint; rows written before the envelope
+    hold the data itself."""
+    stored = loads(text)
+    if isinstance(stored, dict) and stored.keys() == _ENVELOPE_KEYS:
+        return stored["data"]
+    return stored
 
 
 def _dt(ms: int) -> datetime:
@@ -107,7 +131,9 @@ def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None
         updated_at=_dt(m["updated_at"]),
         settled_at=to_dt(m["settled_at"]),
         control=control,
-        checkpoint=loads(control_row._mapping["checkpoint"]) if control_row is not None else None,
+        checkpoint=checkpoint_data(control_row._mapping["checkpoint"])
+        if control_row is not None
+        else None,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
@@ -18,7 +19,7 @@ from kernel.errors import (
     StateConflict,
 )
 from kernel.events import EventType, settled_event
-from kernel.records import dumps, loads, to_dt
+from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.retry import retry_decision
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
@@ -30,6 +31,7 @@ __all__ = [
     "settle",
     "release",
     "expire_leases",
+    "expire",
 ]
 
 MAX_CHECKPOINT_BYTES = 64 * 1024
@@ -189,7 +191,8 @@ def release(
         raise InvalidArgument(
             "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
         )
-    params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": encoded}
+    stored = checkpoint_envelope(safe_point, checkpoint)
+    params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": stored}
     if pause_request_id is not None:
         acked = tx.conn.execute(
             st.ACK_PAUSE,
@@ -243,6 +246,7 @@ def release(
         occurrence_id=occ_id,
         fence=fence,
         safe_point=safe_point,
+        checkpoint_digest=hashlib.sha256(stored.encode()).hexdigest(),
         **({"request_id": pause_request_id} if pause_request_id else {}),
     )
 
@@ -294,49 +298,51 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
     """
     counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
     for row in tx.conn.execute(st.EXPIRED_LEASES, {"now": tx.now, "limit": limit}).all():
-        m = row._mapping
-        expired = tx.conn.execute(
-            st.EXPIRE,
-            {
-                "occ_id": m["id"],
-                "held_fence": m["fence"],
-                "now": tx.now,
-                "adjudication_error": dumps(
-                    {
-                        "code": "LEASE_EXPIRED",
-                        "message": "lease expired after the run may have begun",
-                    }
-                ),
-                "exhausted_error": dumps(
-                    {
-                        "code": "LEASE_EXPIRED",
-                        "message": f"lease expired on the last attempt ({m['attempt']})",
-                    }
-                ),
-            },
-        ).first()
-        if expired is None:  # reclaimed, settled or renewed since the candidates were read
-            continue
-        to_status = S(expired.status)
-        if to_status != S.NEEDS_ADJUDICATION:
-            end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])
-        error = loads(expired.last_error) if to_status != S.CANCELLED else None
-        tx.emit(
-            settled_event(to_status),
-            job_id=m["job_id"],
-            occurrence_id=m["id"],
-            fence=m["fence"],
-            reason="lease_expired",
-            **({"error": error} if error else {}),
-        )
-        counts[to_status.value] += 1
-        if to_status == S.DEAD_LETTER:
-            fire_children(
-                tx,
-                parent_id=m["id"],
-                parent_job=m["job_id"],
-                succeeded=False,
-                result=None,
-                parent_depth=m["chain_depth"],
-            )
+        to_status = expire(tx, row._mapping)
+        if to_status is not None:
+            counts[to_status.value] += 1
     return counts
+
+
+def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
+    """Settle one expired lease (``m``: its occurrence row as read) if it decides its
+    own end, with its events; None when it does not, or moved since it was read."""
+    expired = tx.conn.execute(
+        st.EXPIRE,
+        {
+            "occ_id": m["id"],
+            "held_fence": m["fence"],
+            "now": tx.now,
+            "adjudication_error": _ADJUDICATION_ERROR,
+            "exhausted_error": dumps(
+                {
+                    "code": "LEASE_EXPIRED",
+                    "message": f"lease expired on the last attempt ({m['attempt']})",
+                }
+            ),
+        },
+    ).first()
+    if expired is None:
+        return None
+    to_status = S(expired.status)
+    if to_status != S.NEEDS_ADJUDICATION:
+        end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])
+    error = loads(expired.last_error) if to_status != S.CANCELLED else None
+    tx.emit(
+        settled_event(to_status),
+        job_id=m["job_id"],
+        occurrence_id=m["id"],
+        fence=m["fence"],
+        reason="lease_expired",
+        **({"error": error} if error else {}),
+    )
+    if to_status == S.DEAD_LETTER:
+        fire_children(
+            tx,
+            parent_id=m["id"],
+            parent_job=m["job_id"],
+            succeeded=False,
+            result=None,
+            parent_depth=m["chain_depth"],
+        )
+    return to_status

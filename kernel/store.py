@@ -428,8 +428,17 @@ class Kernel:
         """The newest event's id (0 for none): where ``events --follow`` starts."""
         return self._read(reads.last_event_id)
 
-    def runtime_controls(self, limit: int = 200) -> list[dict[str, Any]]:
-        return self._read(reads.runtime_controls, limit)
+    def runtime_controls(
+        self,
+        limit: int = 200,
+        *,
+        statuses: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Running, pause-requested and paused occurrences, most recently changed first
+        (at most 200), optionally only these ``statuses`` (``reads.RUNTIME_STATES``) and
+        job ``kinds``; without payloads or lease owners."""
+        return self._read(reads.runtime_controls, limit, statuses, kinds)
 
     def status(self) -> dict[str, Any]:
         return self._read(reads.status_counts)

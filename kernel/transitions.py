@@ -98,7 +98,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(
         (S.RUNNING,),
-        "Beat expires a lease",
+        "Beat expires a lease, or a claim meets one that its expiry settles",
         (S.CANCELLED, S.NEEDS_ADJUDICATION, S.DEAD_LETTER),
         "EXPIRE",
         "running, fence as read, lease expired; CASE cancel / at-most-once / exhausted "

@@ -148,8 +148,11 @@ class Model:
         return free, resuming
 
     def claim(self, occ_id: int, owner: str) -> tuple[int, int, bool] | None:
-        """(occurrence, new fence, resuming), or None: not claimable now."""
+        """(occurrence, new fence, resuming), or None: not claimable now (an expired
+        lease whose expiry decides its end is settled, as lease expiry would)."""
         o = self.occs[occ_id]
+        if o.status == "running" and not self.live(o) and self._expire_one(o) is not None:
+            return None
         got = self._claimable(o)
         if got is None:
             return None
@@ -163,15 +166,34 @@ class Model:
         return occ_id, o.fence, resuming
 
     def claim_next(self, owner: str) -> tuple[int, int, bool] | None:
-        """The oldest waiting occurrence that a claim takes, else the oldest expired lease."""
-        waiting = [o for o in self.occs.values() if o.status in RUNNABLE]
-        expired = [o for o in self.occs.values() if o.status == "running" and not self.live(o)]
-        for group in (waiting, expired):
-            for o in sorted(group, key=lambda o: (o.available_at, o.id)):
+        """The oldest waiting occurrence that a claim takes, else the oldest expired lease
+        (settling, on the way, the expired leases whose expiry decides their end)."""
+        for group in self._claim_next_groups():
+            for o in group:
                 got = self.claim(o.id, owner)
                 if got is not None:
                     return got
         return None
+
+    def claim_next_took(self, owner: str, occ_id: int | None) -> tuple[int, int, bool] | None:
+        """What claim_next did when it took ``occ_id`` (None: nothing), where it may skip
+        rows (PostgreSQL's SKIP LOCKED): expired leases met before it are settled too."""
+        waiting, expired = self._claim_next_groups()
+        if occ_id is not None and occ_id in {o.id for o in waiting}:
+            return self.claim(occ_id, owner)
+        for o in expired:
+            if o.id == occ_id:
+                return self.claim(occ_id, owner)
+            self._expire_one(o)
+        return None if occ_id is None else self.claim(occ_id, owner)
+
+    def _claim_next_groups(self) -> tuple[list[MOcc], list[MOcc]]:
+        def oldest(group: list[MOcc]) -> list[MOcc]:
+            return sorted(group, key=lambda o: (o.available_at, o.id))
+
+        waiting = [o for o in self.occs.values() if o.status in RUNNABLE]
+        expired = [o for o in self.occs.values() if o.status == "running" and not self.live(o)]
+        return oldest(waiting), oldest(expired)
 
     # -- the holder's writes --------------------------------------------------------------
 
@@ -245,21 +267,26 @@ class Model:
     def expire(self) -> dict[str, int]:
         counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
         for o in self.occs.values():
-            if o.status != "running" or self.live(o):
-                continue
-            if o.cancel_requested:
-                status, error = "cancelled", None
-            elif o.delivery == "at-most-once":
-                status, error = "needs_adjudication", "LEASE_EXPIRED"
-            elif o.attempt >= o.max_attempts and not (
-                o.control is not None and o.control.state in ("pause_requested", "resumed")
-            ):
-                status, error = "dead_letter", "LEASE_EXPIRED"
-            else:
-                continue
-            self._leave(o, status, error)
-            counts[status] += 1
+            if o.status == "running" and not self.live(o):
+                status = self._expire_one(o)
+                if status is not None:
+                    counts[status] += 1
         return counts
+
+    def _expire_one(self, o: MOcc) -> str | None:
+        """Settle an expired lease that decides its own end; its new status, else None."""
+        if o.cancel_requested:
+            status, error = "cancelled", None
+        elif o.delivery == "at-most-once":
+            status, error = "needs_adjudication", "LEASE_EXPIRED"
+        elif o.attempt >= o.max_attempts and not (
+            o.control is not None and o.control.state in ("pause_requested", "resumed")
+        ):
+            status, error = "dead_letter", "LEASE_EXPIRED"
+        else:
+            return None
+        self._leave(o, status, error)
+        return status
 
     # -- operators: each returns ``deduplicated`` -------------------------------------------
 

@@ -159,7 +159,7 @@ def events(
 
 @router.get("/controls", summary="Running, pause-requested and paused occurrences")
 def controls(
-    context: Context, _: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 200
+    context: Context, _: Viewer, limit: Annotated[int, Query(ge=1, le=200)] = 200
 ) -> list[dict[str, Any]]:
     return operations.runtime_controls(context.kernel, limit)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import sqlalchemy as sa
 
 from kernel.errors import (
     FenceConflict,
@@ -267,11 +270,12 @@ def test_cancel_a_running_occurrence_asks_the_holder_which_then_settles(k: Harne
     assert result.occurrence.status == S.RUNNING and result.occurrence.cancel_requested
     assert k.kernel.renew(occ_id, owner="w1", fence=1, lease=30).cancel_requested
     k.clock.advance(31)
+    # Refused, and settled by the claim as lease expiry would have.
     assert k.kernel.claim(occ_id, owner="w2", lease=30) is None
     assert k.kernel.dispatch_batch() == []
     with pytest.raises(LeaseLost):
         k.kernel.cancelled(occ_id, owner="w1", fence=1)
-    assert k.kernel.expire_leases()["cancelled"] == 1
+    assert k.kernel.expire_leases()["cancelled"] == 0
     assert k.kernel.get_occurrence(occ_id).status == S.CANCELLED
 
     live = k.running("live")
@@ -360,3 +364,38 @@ def test_a_reclaim_after_a_pause_request_or_a_resume_spends_no_attempt(k: Harnes
     assert k.kernel.expire_leases()["dead_letter"] == 1
     assert k.kernel.get_occurrence(plain).status == S.DEAD_LETTER
     assert {k.kernel.get_occurrence(i).status for i in (asked, handed)} == {S.RUNNING}
+
+
+def test_the_checkpoint_is_stored_in_an_envelope_and_the_paused_event_has_its_digest(
+    k: Harness,
+) -> None:
+    occ_id = k.running().occurrence.id
+    pause(k, occ_id)
+    k.kernel.ack_pause(
+        occ_id,
+        owner="w1",
+        fence=1,
+        request_id="pause-1",
+        expected_revision=None,
+        safe_point="adapter_checkpoint",
+        checkpoint={"cursor": 41},
+    )
+    query = sa.text("SELECT checkpoint FROM controls WHERE occurrence_id = :id")
+    with k.kernel.engine.begin() as conn:
+        stored = conn.execute(query, {"id": occ_id}).scalar_one()
+    envelope = {"schema_version": 1, "safe_point": "adapter_checkpoint", "data": {"cursor": 41}}
+    assert json.loads(stored) == envelope
+    paused = k.kernel.events(occurrence_id=occ_id)[-1]
+    assert paused.type == "occurrence_paused"
+    assert paused.data["checkpoint_digest"] == hashlib.sha256(stored.encode()).hexdigest()
+    # Callers see the data only.
+    assert k.kernel.get_occurrence(occ_id).checkpoint == {"cursor": 41}
+    k.kernel.resume(occ_id, request_id="resume-1", operator="ops")
+    # A row written before the envelope holds the data itself, and still reads.
+    with k.kernel.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE controls SET checkpoint = :c WHERE occurrence_id = :id"),
+            {"c": '{"cursor":40}', "id": occ_id},
+        )
+    claim = k.kernel.claim(occ_id, owner="w2", lease=30)
+    assert claim is not None and claim.resumed and claim.checkpoint == {"cursor": 40}

@@ -84,40 +84,58 @@ def test_list_occurrences_filters_and_pages_newest_first(k: Harness) -> None:
     assert bad.value.field == "status"
 
 
-def test_runtime_controls_is_bounded_and_payload_free(k: Harness) -> None:
-    claims = [
-        k.running(f"job-{n}", payload={"callable": "jobs.sample:run", "args": ["secret"]})
-        for n in range(3)
-    ]
+def test_runtime_controls_is_bounded_filtered_and_payload_free(k: Harness) -> None:
+    claims = []
+    for n in range(3):
+        claims.append(
+            k.running(f"job-{n}", payload={"callable": "jobs.sample:run", "args": ["secret"]})
+        )
+        k.clock.advance(1)
+    ids = [c.occurrence.id for c in claims]
     k.kernel.request_pause(
-        claims[1].occurrence.id,
-        expected_fence=1,
-        request_id="p",
-        safe_points=["before_execute"],
-        operator="ops",
+        ids[0], expected_fence=1, request_id="p", safe_points=["before_execute"], operator="ops"
     )
     k.occurrences("idle")
     rows = k.kernel.runtime_controls()
+    # Most recently changed first: the pause request is the latest change.
     assert [(r["id"], r["state"]) for r in rows] == [
-        (claims[0].occurrence.id, "running"),
-        (claims[1].occurrence.id, "pause_requested"),
-        (claims[2].occurrence.id, "running"),
+        (ids[0], "pause_requested"),
+        (ids[2], "running"),
+        (ids[1], "running"),
     ]
     assert set(rows[0]) == {
         "id",
         "job_id",
+        "kind",
         "status",
         "fence",
         "attempt",
-        "lease_owner",
         "lease_expires_at",
         "state",
         "control_revision",
+        "updated_at",
     }
-    assert "secret" not in repr(rows)
+    assert "secret" not in repr(rows) and "w1" not in repr(rows)
+    assert [r["id"] for r in k.kernel.runtime_controls(statuses=["pause_requested"])] == [ids[0]]
+    assert [
+        r["id"] for r in k.kernel.runtime_controls(statuses=["running"], kinds=["callable"])
+    ] == [
+        ids[2],
+        ids[1],
+    ]
+    assert k.kernel.runtime_controls(kinds=["shell"]) == []
     assert len(k.kernel.runtime_controls(limit=2)) == 2
     with pytest.raises(InvalidArgument):
-        k.kernel.runtime_controls(limit=100_000)
+        k.kernel.runtime_controls(statuses=["dead_letter"])
+    with pytest.raises(InvalidArgument):
+        k.kernel.runtime_controls(limit=0)
+
+
+def test_runtime_controls_is_capped_at_200(k: Harness) -> None:
+    created = k.occurrences("many", 201)
+    for occ_id in created:
+        assert k.kernel.claim(occ_id, owner="w1", lease=30) is not None
+    assert len(k.kernel.runtime_controls(limit=100_000)) == 200
 
 
 def test_an_expired_lease_is_hinted_again_at_once(k: Harness) -> None:

@@ -161,16 +161,43 @@ def test_an_expired_lease_on_the_last_attempt_dead_letters(k: Harness) -> None:
         k.kernel.succeed(occ_id, owner="w1", fence=1)
 
 
+def test_a_claim_settles_an_expired_lease_that_its_expiry_decides(k: Harness) -> None:
+    by_id = k.running("by-id", max_attempts=1).occurrence.id
+    by_next = k.running("by-next", max_attempts=1).occurrence.id
+    cancelled = k.running("cancelled").occurrence.id
+    k.kernel.cancel(cancelled, request_id="cancel-1", operator="ops")
+    k.clock.advance(30)
+    # No Beat runs expire_leases: the claim path settles them, in its own transaction.
+    assert k.kernel.claim(by_id, owner="w2", lease=30) is None
+    assert k.kernel.get_occurrence(by_id).status == S.DEAD_LETTER
+    assert k.kernel.claim_next(owner="w2", lease=30) is None
+    assert k.kernel.get_occurrence(cancelled).status == S.CANCELLED
+    for occ_id in (by_id, by_next):
+        occ = k.kernel.get_occurrence(occ_id)
+        assert occ.status == S.DEAD_LETTER
+        assert (occ.last_error or {}).get("code") == "LEASE_EXPIRED"
+        last = k.kernel.events(occurrence_id=occ_id)[-1]
+        assert (last.type, last.fence, last.data["reason"]) == (
+            "occurrence_dead_letter",
+            1,
+            "lease_expired",
+        )
+    assert k.kernel.expire_leases() == {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
+    with pytest.raises(LeaseLost):
+        k.kernel.succeed(by_id, owner="w1", fence=1)
+
+
 def test_an_expired_at_most_once_lease_needs_adjudication_and_is_never_claimable(
     k: Harness,
 ) -> None:
     claim = k.running(delivery="at-most-once", max_attempts=3)
     occ_id = claim.occurrence.id
     k.clock.advance(30)
+    # The claim is refused and settles the expired lease as lease expiry would.
     assert k.kernel.claim(occ_id, owner="w2", lease=30) is None
     assert k.kernel.claim_next(owner="w2", lease=30) is None
     assert k.kernel.dispatch_batch() == []
-    assert k.kernel.expire_leases()["needs_adjudication"] == 1
+    assert k.kernel.expire_leases()["needs_adjudication"] == 0
     occ = k.kernel.get_occurrence(occ_id)
     assert (
         occ.status == S.NEEDS_ADJUDICATION and (occ.last_error or {}).get("code") == "LEASE_EXPIRED"

@@ -150,7 +150,7 @@ class Walk:
             if not self.postgres:
                 return m.claim_next(owner)
             got = outcome.value if outcome.ok else None
-            return None if got is None else m.claim(got.occurrence.id, owner)
+            return m.claim_next_took(owner, None if got is None else got.occurrence.id)
 
         return Op(
             f"claim_next({owner})",

@@ -49,6 +49,7 @@ from lifecycle_model import (
 )
 
 from kernel.errors import KernelError
+from kernel.records import checkpoint_data
 from kernel.store import Kernel
 from kernel.testing import ManualClock, memory_kernel
 from kernel.transitions import allowed_pairs
@@ -205,7 +206,8 @@ class KernelMachine(RuleBasedStateMachine):
     def _claimed(self, expected: tuple[int, int, bool] | None, got: Any, owner: str) -> None:
         if expected is None:
             assert got is None, f"claimed {got.occurrence.id}; the model says not claimable"
-            return self._unchanged()
+            # Unchanged, unless it settled an expired lease (the model checks which).
+            return self._logged()
         occ_id, fence, resuming = expected
         assert got is not None, f"occurrence {occ_id} should have been claimed"
         assert (got.occurrence.id, got.fence, got.resumed) == expected
@@ -470,7 +472,7 @@ class KernelMachine(RuleBasedStateMachine):
                 c["revision"],
                 c["expected_fence"],
                 c["pause_request_id"],
-                json.loads(c["checkpoint"]) if c["checkpoint"] else None,
+                checkpoint_data(c["checkpoint"]),
             )
             want_c = m and (m.state, m.revision, m.fence, m.pause_rid, m.checkpoint)
             assert got_c == want_c, f"occurrence {occ_id} control: kernel {got_c}, model {want_c}"
