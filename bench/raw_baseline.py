@@ -26,11 +26,13 @@ _AT = {name: i for i, name in enumerate([*_NAMES, "control_state"])}
 _SQL = {
     "read": f"SELECT {_O_COLUMNS}, c.state AS control_state"
     " FROM occurrences AS o"
-    " LEFT OUTER JOIN controls AS c ON c.occurrence_id = o.id WHERE o.id = :occ_id",
+    " LEFT OUTER JOIN controls AS c ON c.occurrence_id = o.id WHERE o.id = :occ_id{lock}",
     "claim": "UPDATE occurrences SET status = 'running', attempt = attempt + :attempt_inc,"
     " fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_until,"
     " updated_at = :now, settled_at = NULL"
-    " WHERE id = :occ_id AND fence = :seen_fence AND cancel_requested IS {false}"
+    " WHERE id = :occ_id AND fence = :seen_fence AND status = :seen_status"
+    " AND coalesce((SELECT state FROM controls WHERE occurrence_id = occurrences.id), '')"
+    " = :seen_control_state AND cancel_requested IS {false}"
     " AND (status IN ('queued', 'retry_wait') AND available_at <= :now"
     " OR status = 'running' AND lease_expires_at <= :now AND delivery = 'at-least-once')"
     f" RETURNING {_COLUMNS}",
@@ -86,7 +88,10 @@ class RawWorker:
                 url.replace("postgresql+psycopg://", "postgresql://", 1)
             )
             self.sql = {
-                name: _pg_sql(text.replace("{false}", "false")) for name, text in _SQL.items()
+                name: _pg_sql(
+                    text.replace("{false}", "false").replace("{lock}", " FOR UPDATE OF o")
+                )
+                for name, text in _SQL.items()
             }
         else:
             path = url.removeprefix("sqlite:///")
@@ -94,7 +99,10 @@ class RawWorker:
             self.conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms}")
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute(f"PRAGMA synchronous = {synchronous}")
-            self.sql = {name: text.replace("{false}", "0") for name, text in _SQL.items()}
+            self.sql = {
+                name: text.replace("{false}", "0").replace("{lock}", "")
+                for name, text in _SQL.items()
+            }
 
     def execute(self, name: str, params: dict[str, Any] | None = None) -> Any:
         return self.conn.execute(self.sql[name], params or {})
@@ -126,6 +134,8 @@ class RawWorker:
             {
                 "occ_id": occ_id,
                 "seen_fence": fence,
+                "seen_status": o[_AT["status"]],
+                "seen_control_state": "",
                 "now": now,
                 "attempt_inc": 1,
                 "owner": owner,

@@ -23,7 +23,9 @@ EXCLUSIVE_INDEX = "occurrences_one_running_exclusive"
 S = OccurrenceStatus
 
 
-def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None:
+def claim(
+    tx: Tx, occ_id: int, owner: str, lease_ms: int | None, *, again: bool = True
+) -> Claim | None:
     """Take ``occ_id`` if it is claimable now; None (no change) when it is not.
 
     Fence + 1. The attempt counts unless this claim resumes a handed-back or
@@ -69,6 +71,8 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     params = {
         "occ_id": occ_id,
         "seen_fence": o["fence"],
+        "seen_status": o["status"],
+        "seen_control_state": state or "",
         "now": tx.now,
         "attempt_inc": 0 if free else 1,
         "owner": owner,
@@ -79,7 +83,8 @@ def claim(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None
     else:
         claimed = st.CLAIM.first(tx.conn, params)
     if claimed is None:
-        return None
+        # Moved since it was read (PostgreSQL): decide once more from what it is now.
+        return claim(tx, occ_id, owner, lease_ms, again=False) if again else None
     fence = claimed._mapping["fence"]
     if state == ControlState.PAUSE_REQUESTED:
         tx.conn.execute(

@@ -156,6 +156,8 @@ def resume(
         tx, request_id, "resume", str(occ_id), {"revision": expected_revision}, operator
     ):
         return True
+    if tx.is_postgres:
+        st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occ_id})
     resumed = tx.conn.execute(
         st.RESUME,
         {

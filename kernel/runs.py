@@ -194,6 +194,8 @@ def release(
     stored = checkpoint_envelope(safe_point, checkpoint)
     params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": stored}
     if pause_request_id is not None:
+        if tx.is_postgres:
+            st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occ_id})
         acked = tx.conn.execute(
             st.ACK_PAUSE,
             {

@@ -23,6 +23,7 @@ from kernel.events import EventType
 from kernel.schema import controls, events, jobs, occurrences, pools, requeue_grants
 
 __all__ = [
+    "LOCK_OCCURRENCE",
     "APPEND_OUTPUT",
     "OCCURRENCE_BY_ID",
     "CONTROL_BY_ID",
@@ -53,10 +54,21 @@ OCCURRENCE_BY_ID = sa.select(OCC).where(OCC.c.id == p("occ_id"))
 CONTROL_BY_ID = sa.select(CTL).where(CTL.c.occurrence_id == p("occ_id"))
 
 #: A claim's one read: the occurrence and its control's state (NULL: no control row).
+#: On PostgreSQL it locks the row, so what the claim decides from it (attempt spent or
+#: free, grant used, expiry settled) is what holds when CLAIM writes: a concurrent
+#: adjudicate or cancel is waited for, not overtaken. (SQLite: BEGIN IMMEDIATE already.)
 OCCURRENCE_FOR_CLAIM = DriverStatement(
     sa.select(OCC, CTL.c.state.label("control_state"))
     .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
     .where(OCC.c.id == p("occ_id"))
+    .with_for_update(of=OCC)
+)
+
+#: Lock one occurrence row (PostgreSQL) before a transition that writes its control
+#: first: every writer then takes the occurrence's lock before its control's, the one
+#: order that cannot deadlock.
+LOCK_OCCURRENCE = DriverStatement(
+    sa.select(OCC.c.id).where(OCC.c.id == p("occ_id")).with_for_update()
 )
 
 #: A requeue grant not yet used by a claim, valid for the fence it was made on.
@@ -85,11 +97,20 @@ _claimable_now = sa.or_(
 )
 
 #: Claim by compare-and-set on the fence the claimer observed.
+#: Claim by compare-and-set on what the claimer decided from: the fence, status and
+#: control state it read (a hand back or an adjudication in between changes how the
+#: attempt counts, so the claim must be decided again).
 CLAIM = DriverStatement(
     sa.update(OCC)
     .where(
         OCC.c.id == p("occ_id"),
         OCC.c.fence == p("seen_fence"),
+        OCC.c.status == p("seen_status"),
+        sa.func.coalesce(
+            sa.select(CTL.c.state).where(CTL.c.occurrence_id == OCC.c.id).scalar_subquery(),
+            "",
+        )
+        == p("seen_control_state"),
         OCC.c.cancel_requested.is_(False),
         _claimable_now,
     )
