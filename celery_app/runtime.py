@@ -419,7 +419,15 @@ def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None
 
 def _fenced_off(run: _Run) -> RunOutcome:
     """No settle after a lost or self-fenced lease: the lease's expiry decides (I6)."""
-    return RunOutcome("lease_lost", run.claim.occurrence.job_id)
+    occurrence = run.claim.occurrence
+    run.log.warning(
+        "LEASE_LOST: occurrence %s: fence %s may no longer hold its lease; the run stopped "
+        "and does not settle",
+        occurrence.id,
+        run.claim.fence,
+        extra={"action": "lease_lost"},
+    )
+    return RunOutcome("lease_lost", occurrence.job_id)
 
 
 def _settle_refused(run: _Run, exc: LeaseLost) -> RunOutcome:
