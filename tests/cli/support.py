@@ -46,6 +46,6 @@ class Lines:
         for line in iter(stream.readline, ""):
             self._lines.put(line)
 
-    def next(self, timeout: float = 20.0) -> str:
+    def next(self, timeout: float = 45.0) -> str:
         """The next line; raises ``queue.Empty`` if none comes within ``timeout`` seconds."""
         return self._lines.get(timeout=timeout)
