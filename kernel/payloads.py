@@ -162,7 +162,7 @@ def _url(value: object, field: str) -> str:
 class HttpPayload(Payload):
     """Send one HTTP request; a 2xx answer is success."""
 
-    method: Annotated[str, text(16), AfterValidator(_method)] | None = Field(
+    method: Annotated[str | None, text(16), AfterValidator(_method)] = Field(
         default=None, description="Default POST with a body, else GET."
     )
     url: Annotated[str, Check(_url, {"type": "string", "format": "uri"})] = Field(

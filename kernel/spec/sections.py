@@ -183,21 +183,28 @@ class After(Section):
 
 class Schedule(Section):
     """When a job fires: exactly one of ``cron`` (with ``timezone``, ``day_match``),
-    ``every``, ``at`` (once) or ``in`` (once, this long after it is defined)."""
+    ``every``, ``at`` (once) or ``in`` (once, this long after it is defined).
 
-    cron: Annotated[str, CRON] | None = Field(
+    A key given is checked even when null: ``None`` here means only "not written".
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": [key]} for key in ("cron", "every", "at", "in")]}
+    )
+
+    cron: Annotated[str | None, CRON] = Field(
         default=None, description="A 5-field cron expression."
     )
-    timezone: Annotated[str, TIME_ZONE] | None = Field(
+    timezone: Annotated[str | None, TIME_ZONE] = Field(
         default=None, description="Cron only: the zone the expression is read in (default UTC)."
     )
-    day_match: Annotated[str, choice("any", "all")] | None = Field(
+    day_match: Annotated[str | None, choice("any", "all")] = Field(
         default=None,
         description="Cron only: day of month OR weekday (any, the default) or AND (all).",
     )
-    every: Annotated[float, seconds(1.0)] | None = Field(default=None, description="An interval.")
-    at: Annotated[str, INSTANT] | None = Field(default=None, description="One instant.")
-    in_: Annotated[float, seconds()] | None = Field(
+    every: Annotated[float | None, seconds(1.0)] = Field(default=None, description="An interval.")
+    at: Annotated[str | None, INSTANT] = Field(default=None, description="One instant.")
+    in_: Annotated[float | None, seconds()] = Field(
         default=None, alias="in", description="Once, this long after the job is defined."
     )
 
@@ -237,6 +244,10 @@ ScheduleDict = Annotated[
 
 class Budget(Section):
     """At most ``max_runs`` runs and ``max_units`` units per ``window_s`` seconds."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": ["max_runs"]}, {"required": ["max_units"]}]}
+    )
 
     window_s: Annotated[float, seconds(60, _MONTH_S)] = Field(
         default=86400.0, alias="window", description="The window runs are counted in (60s to 31d)."
