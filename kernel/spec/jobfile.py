@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic.json_schema import models_json_schema
 
 from kernel.jobspec import JobSpec
@@ -41,7 +41,7 @@ class JobFile(Section):
 
 def job_file_schema() -> dict[str, Any]:
     """The job file's JSON Schema: a job's ``payload`` follows its ``kind``'s model."""
-    models = [JobFile, *PAYLOAD_MODELS.values()]
+    models: list[type[BaseModel]] = [JobFile, *PAYLOAD_MODELS.values()]
     refs, schema = models_json_schema(
         [(model, "validation") for model in models], ref_template="#/$defs/{model}"
     )
