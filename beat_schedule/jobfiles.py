@@ -153,7 +153,8 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
 def _jobs(file: Path, document: object) -> list[dict[str, Any]]:
     if not isinstance(document, dict):
         raise JobFileInvalid(file, "file", 'must hold an object: {"jobs": [ ... ]}')
-    unknown = sorted(str(key) for key in document if key != "jobs")
+    # "$schema" points an editor at `kernel jobs schema`; the kernel ignores it.
+    unknown = sorted(str(key) for key in document if key not in ("jobs", "$schema"))
     if unknown:
         name = unknown[0] if _WORD.fullmatch(unknown[0]) else json.dumps(unknown[0])
         raise JobFileInvalid(file, name, 'unknown field; a job file holds only "jobs"')

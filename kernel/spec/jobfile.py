@@ -32,6 +32,9 @@ class Pool(Section):
 class JobFile(Section):
     """A job file: the jobs, and the pools and budgets they share."""
 
+    schema_uri: str | None = Field(
+        default=None, alias="$schema", description="Where an editor finds this schema."
+    )
     jobs: list[JobSpec] = Field(description="The job definitions (SPEC §7).")
     pools: dict[Name, Pool] = Field(default_factory=dict, description="Pools by name.")
     budgets: dict[Name, Budget] = Field(

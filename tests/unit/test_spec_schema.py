@@ -52,7 +52,7 @@ def test_the_schema_is_a_valid_draft_2020_12_schema() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     job = schema["$defs"]["JobSpec"]["properties"]
     assert job["lease"]["description"] and job["retry"]["description"]
-    assert set(schema["properties"]) == {"jobs", "pools", "budgets"}
+    assert set(schema["properties"]) == {"$schema", "jobs", "pools", "budgets"}
 
 
 def _load(path: Path) -> Any:
