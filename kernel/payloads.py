@@ -74,8 +74,16 @@ class Payload(BaseModel):
 
     @classmethod
     def read(cls, payload: Mapping[str, Any]) -> Self:
-        """A stored payload (already validated) as this model, for an adapter."""
-        return cls.model_validate(payload)
+        """A stored payload as this model, for an adapter: the rules it was defined under.
+
+        Raises:
+            InvalidArgument: it does not pass (a snapshot edited by hand, say).
+        """
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as exc:
+            raise_problems(problems_of(exc, cls, "payload"))
+            raise  # raise_problems raised: pydantic reports at least one problem
 
 
 class _Invocation(Payload):
@@ -189,8 +197,17 @@ class HttpPayload(Payload):
                 seen.add(name.lower())
         return self
 
+    @property
+    def has_json(self) -> bool:
+        """Whether ``json`` was given (``null`` included: the body is then ``null``)."""
+        return "json_" in self.model_fields_set
+
+    @property
+    def has_body(self) -> bool:
+        return "body" in self.model_fields_set
+
     def normal(self) -> dict[str, Any]:
-        has_json, has_body = "json_" in self.model_fields_set, "body" in self.model_fields_set
+        has_json, has_body = self.has_json, self.has_body
         shaped: dict[str, Any] = {
             "method": self.method or ("POST" if has_json or has_body else "GET"),
             "url": self.url,
