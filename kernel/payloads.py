@@ -1,6 +1,6 @@
 """Payloads of the built-in kinds as models: the one definition each adapter's input has.
 
-The kernel stores what :func:`validate_payload` returns (the model's :meth:`Payload.normal`
+The kernel stores what :func:`validate_payload` returns (the model's :meth:`Payload.to_dict`
 form) and the adapters read it through the same models (:meth:`Payload.read`), so the
 rules and defaults live here only. Any other kind's payload is any JSON object.
 
@@ -28,12 +28,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from kernel.durations import canonical_json, child_path, payload_json
 from kernel.errors import InvalidArgument
 from kernel.spec.fields import Check, integer, refuse, text
 from kernel.spec.problems import Problem, problems_of, raise_problems
+from kernel.spec.sections import Section
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -63,14 +64,8 @@ EnvName = Annotated[str, text(128, re.compile(_PY_NAME))]
 HeaderName = Annotated[str, text(256, re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"))]
 
 
-class Payload(BaseModel):
-    """Base of the built-in payloads: unknown keys refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    def normal(self) -> dict[str, Any]:
-        """The normal form the kernel stores (defaults filled in)."""
-        return self.model_dump(by_alias=True)
+class Payload(Section):
+    """Base of the built-in payloads; :meth:`to_dict` is the normal form the kernel stores."""
 
     @classmethod
     def read(cls, payload: Mapping[str, Any]) -> Self:
@@ -143,8 +138,8 @@ class ShellPayload(Payload):
                 raise refuse(f"{name} is also set in env or env_allow", child_path("secrets", name))
         return self
 
-    def normal(self) -> dict[str, Any]:
-        body = super().normal()
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
         body["env_allow"] = sorted(set(self.env_allow))  # order and repeats mean nothing
         return body
 
@@ -206,7 +201,7 @@ class HttpPayload(Payload):
     def has_body(self) -> bool:
         return "body" in self.model_fields_set
 
-    def normal(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         has_json, has_body = self.has_json, self.has_body
         shaped: dict[str, Any] = {
             "method": self.method or ("POST" if has_json or has_body else "GET"),
@@ -240,7 +235,7 @@ def check_payload(kind: str, value: object) -> tuple[dict[str, Any], list[Proble
     model = PAYLOAD_MODELS.get(kind)
     if model is not None:
         try:
-            payload = model.model_validate(payload).normal()
+            payload = model.model_validate(payload).to_dict()
         except ValidationError as exc:
             return {}, problems_of(exc, model, "payload")
     try:

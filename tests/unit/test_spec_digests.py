@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from unit.test_jobspec import EXAMPLE
 
 from beat_schedule.jobfiles import validate_job_file
 from kernel.jobspec import validate_job_spec
@@ -19,25 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 SPECS: dict[str, dict[str, Any]] = {
     "minimal-task": {"id": "j1", "kind": "task", "payload": {"task": "app.add"}},
-    "spec-example": {
-        "id": "nightly-report",
-        "kind": "shell",
-        "schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
-        "payload": {"argv": ["/usr/local/bin/report", "--daily"]},
-        "enabled": True,
-        "queue": "celery",
-        "max_attempts": 3,
-        "retry": {"backoff": "30s", "factor": 2, "max": "1h", "jitter": 0.1},
-        "lease": "60s",
-        "timeout": "30m",
-        "overlap": "skip",
-        "max_queued": 25,
-        "catchup": {"policy": "latest", "window": "1h"},
-        "delivery": "at-least-once",
-        "pool": None,
-        "dst": {"gap": "shift_forward", "fold": "first"},
-        "after": None,
-    },
+    "spec-example": EXAMPLE,
     "http-chained": {
         "id": "hook",
         "kind": "http",
