@@ -63,7 +63,6 @@ def job_file_schema() -> dict[str, Any]:
     ]
     return {
         "$schema": SCHEMA_DIALECT,
-        "$id": "https://celery-kernel.invalid/schemas/job-file.json",
         **root,
         "title": "celery-kernel job file",
         "description": "Jobs for `celery -A APP kernel jobs apply FILE` (JSON, TOML or YAML).",
