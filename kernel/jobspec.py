@@ -32,7 +32,7 @@ from kernel.durations import canonical_json, parse_duration
 from kernel.errors import InvalidArgument
 from kernel.payloads import MAX_PAYLOAD_BYTES, SHELL_OUTPUT_LIMIT_DEFAULT, check_payload
 from kernel.spec.fields import BOOLEAN, OBJECT, enum_choice, integer, refuse, seconds, text
-from kernel.spec.problems import problems_of, raise_problems
+from kernel.spec.problems import Problem, problems_of, raise_problems
 from kernel.spec.sections import (
     ID,
     After,
@@ -236,7 +236,7 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
     """
     if not isinstance(raw, Mapping):
         raise InvalidArgument("spec", "must be an object")
-    found = []
+    found: list[Problem] = []
     spec: JobSpec | None = None
     try:
         spec = JobSpec.model_validate(dict(raw))
