@@ -14,9 +14,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from unit.test_jobspec import EQUIVALENT, EXAMPLE, MINIMAL, http, shell, spec
+from hypothesis import HealthCheck, given, settings
+from unit.test_jobspec import EQUIVALENT, EXAMPLE, MINIMAL, _specs, http, shell, spec
 from unit.test_spec_digests import SPECS
 
+from kernel.errors import InvalidArgument
 from kernel.jobspec import validate_job_spec
 from kernel.spec.jobfile import job_file_schema
 
@@ -111,3 +113,14 @@ def test_pools_and_budgets_sections_validate() -> None:
 )
 def test_invalid_documents_do_not_validate(document: dict[str, Any]) -> None:
     assert errors(document)
+
+
+@settings(max_examples=150, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(_specs())
+def test_whatever_the_validator_accepts_the_schema_accepts(raw: dict[str, Any]) -> None:
+    try:
+        job = validate_job_spec(raw)
+    except InvalidArgument:
+        return
+    assert errors({"jobs": [raw, job.to_dict()]}) == []
