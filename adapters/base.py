@@ -15,8 +15,10 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from kernel.errors import InvalidArgument
+from kernel.payloads import Payload
 from kernel.states import SafePoint
 from kernel.types import Occurrence
 
@@ -31,7 +33,7 @@ __all__ = [
     "ExecutionContext",
     "Adapter",
     "BaseAdapter",
-    "payload_value",
+    "read_payload",
     "tail_text",
 ]
 
@@ -39,7 +41,7 @@ _CAPABILITY_CHECKPOINT_V1 = "checkpoint_v1"
 _SAFE_POINTS = frozenset(point.value for point in SafePoint)
 #: Error messages end up in ``last_error`` and in CLI output; keep them readable.
 _MESSAGE_LIMIT = 2000
-_REQUIRED = object()
+P = TypeVar("P", bound=Payload)
 
 
 @dataclass(frozen=True)
@@ -242,34 +244,19 @@ class BaseAdapter(ABC):
         return ErrorClass(True, "ADAPTER_ERROR", _bounded(text))
 
 
-def payload_value(
-    payload: Mapping[str, Any],
-    key: str,
-    expected: type | tuple[type, ...],
-    default: Any = _REQUIRED,
-) -> Any:
-    """Read ``payload[key]``, refusing a missing or mistyped value.
+def read_payload(payload: Mapping[str, Any], model: type[P]) -> P:
+    """``payload`` as its kind's model (:mod:`kernel.payloads`), by the rules it was defined under.
 
     Payloads are validated when the job is defined; this is the adapter's last
     line, so a bad snapshot dead-letters cleanly instead of retrying forever.
 
     Raises:
-        AdapterError: non-retryable ``INVALID_PAYLOAD`` naming the key.
+        AdapterError: non-retryable ``INVALID_PAYLOAD`` naming the field.
     """
-    value = payload.get(key)
-    if value is None:
-        if default is _REQUIRED:
-            raise AdapterError("INVALID_PAYLOAD", f"payload.{key} is required", retryable=False)
-        return default
-    if not isinstance(value, expected):
-        names = expected if isinstance(expected, tuple) else (expected,)
-        wanted = " or ".join(kind.__name__ for kind in names)
-        raise AdapterError(
-            "INVALID_PAYLOAD",
-            f"payload.{key} must be {wanted}, not {type(value).__name__}",
-            retryable=False,
-        )
-    return value
+    try:
+        return model.read(payload)
+    except InvalidArgument as exc:
+        raise AdapterError("INVALID_PAYLOAD", exc.message, retryable=False) from None
 
 
 def tail_text(text: str, limit: int) -> str:

@@ -7,7 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from adapters.base import CHECKPOINT_V1, AdapterError, BaseAdapter, ExecutionContext
+from adapters.base import CHECKPOINT_V1, AdapterError, BaseAdapter, ExecutionContext, read_payload
+from kernel.payloads import CallablePayload
 
 __all__ = ["CallableAdapter"]
 
@@ -25,10 +26,8 @@ class CallableAdapter(BaseAdapter):
     runtime_control = CHECKPOINT_V1
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        payload = ctx.occurrence.payload  # validated by kernel.payloads when defined
-        target: str = payload["callable"]
-        args: list[Any] = payload.get("args", [])
-        kwargs: dict[str, Any] = payload.get("kwargs", {})
+        payload = read_payload(ctx.occurrence.payload, CallablePayload)
+        target, args, kwargs = payload.callable, payload.args, payload.kwargs
         function = _resolve(target)
         if _takes_ctx(function):
             if "ctx" in kwargs:

@@ -22,9 +22,11 @@ from adapters.base import (
     BaseAdapter,
     Cancelled,
     ExecutionContext,
+    read_payload,
     tail_text,
 )
 from adapters.secrets import resolve_secrets
+from kernel.payloads import HttpPayload
 from kernel.redaction import is_sensitive_name
 from kernel.types import Occurrence
 
@@ -82,16 +84,16 @@ class HttpAdapter(BaseAdapter):
 
 def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[str]]:
     """The request the validated payload describes, and the secret values it carries."""
-    payload = occurrence.payload
-    secrets = resolve_secrets(payload.get("secret_headers", {}))
-    headers = {**payload.get("headers", {}), **secrets}
+    payload = read_payload(occurrence.payload, HttpPayload)
+    secrets = resolve_secrets(payload.secret_headers)
+    headers = {**payload.headers, **secrets}
     data = None
-    if payload.get("json") is not None:
-        data = json.dumps(payload["json"], separators=(",", ":")).encode()
+    if payload.has_json:
+        data = json.dumps(payload.json_, separators=(",", ":")).encode()
         if not any(name.lower() == "content-type" for name in headers):
             headers["Content-Type"] = "application/json"
-    elif payload.get("body") is not None:
-        data = payload["body"].encode()
+    elif payload.has_body:
+        data = payload.body.encode()
     # Ours go last so a job's own headers cannot replace the kernel's identity.
     headers.update(
         {
@@ -101,10 +103,8 @@ def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[
             "X-Kernel-Attempt": str(occurrence.attempt),
         }
     )
-    request = urllib.request.Request(
-        payload["url"], data=data, headers=headers, method=payload["method"]
-    )
-    stored = {v for name, v in payload.get("headers", {}).items() if is_sensitive_name(name)}
+    request = urllib.request.Request(payload.url, data=data, headers=headers, method=payload.method)
+    stored = {v for name, v in payload.headers.items() if is_sensitive_name(name)}
     return request, {*secrets.values(), *stored}
 
 

@@ -33,9 +33,11 @@ from adapters.base import (
     BaseAdapter,
     Cancelled,
     ExecutionContext,
+    read_payload,
     tail_text,
 )
 from adapters.secrets import resolve_secrets, scrub
+from kernel.payloads import ShellPayload
 from kernel.redaction import is_sensitive_name
 
 __all__ = ["ShellAdapter", "BASE_ENV"]
@@ -60,16 +62,15 @@ class ShellAdapter(BaseAdapter):
     poll_interval_s: float = 0.05
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        payload = ctx.occurrence.payload
-        argv: list[str] = payload["argv"]
-        secrets = resolve_secrets(payload.get("secrets", {}))
-        env: dict[str, str] = payload.get("env", {})
+        payload = read_payload(ctx.occurrence.payload, ShellPayload)
+        argv, env = payload.argv, payload.env
+        secrets = resolve_secrets(payload.secrets)
         ctx.secrets.update(secrets.values(), (v for k, v in env.items() if is_sensitive_name(k)))
         if ctx.cancelled.is_set():
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before it started")
         child_env = {name: os.environ[name] for name in _inherited(payload) if name in os.environ}
         child_env.update(env, **secrets, **_identity(ctx))
-        process, control = _spawn(argv, payload.get("cwd"), child_env, ctx.kill_grace_s)
+        process, control = _spawn(argv, payload.cwd, child_env, ctx.kill_grace_s)
         ctx.logger.info(
             "shell command started",
             extra={
@@ -78,7 +79,7 @@ class ShellAdapter(BaseAdapter):
                 "pid": process.pid,
             },
         )
-        limit = payload.get("output_limit", 64 * 1024)
+        limit = payload.output_limit
         assert process.stdout is not None and process.stderr is not None  # both are PIPEs
         stdout = _Tail(process.stdout, limit, "stdout", ctx)
         stderr = _Tail(process.stderr, limit, "stderr", ctx)
@@ -205,8 +206,8 @@ def _identity(ctx: ExecutionContext) -> dict[str, str]:
     }
 
 
-def _inherited(payload: dict[str, Any]) -> tuple[str, ...]:
-    return (*BASE_ENV, *payload.get("env_allow", []))
+def _inherited(payload: ShellPayload) -> tuple[str, ...]:
+    return (*BASE_ENV, *payload.env_allow)
 
 
 def _spawn(

@@ -19,8 +19,9 @@ from adapters.base import (
     BaseAdapter,
     Cancelled,
     ExecutionContext,
-    payload_value,
+    read_payload,
 )
+from kernel.payloads import TaskPayload
 from kernel.states import SafePoint
 
 __all__ = ["TaskAdapter", "CHECKPOINTS_OPTION", "running_context"]
@@ -63,10 +64,8 @@ class TaskAdapter(BaseAdapter):
         return _BEFORE_EXECUTE_ONLY
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        payload = ctx.occurrence.payload
-        name = payload_value(payload, "task", str)
-        args = payload_value(payload, "args", list, [])
-        kwargs = payload_value(payload, "kwargs", dict, {})
+        payload = read_payload(ctx.occurrence.payload, TaskPayload)
+        name, args, kwargs = payload.task, payload.args, payload.kwargs
         task = self._task(name)
         # autoretry_for wraps `run` to call Celery's retry; `_orig_run` is the body.
         body = getattr(task, "_orig_run", task.run)

@@ -39,7 +39,8 @@ _WORD = re.compile(r"[A-Za-z0-9_-]+")
 class JobFileInvalid(InvalidArgument):
     """A job file that cannot be used; ``file`` and ``field`` say where.
 
-    ``errors`` (in ``details``) lists every invalid job as ``{index, id, field, message}``.
+    ``errors`` (in ``details``) lists every problem of every invalid job as
+    ``{index, id, field, message}``.
     """
 
     def __init__(
@@ -109,13 +110,18 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
         try:
             spec = validate_job_spec(raw)
         except InvalidArgument as exc:
-            errors.append(
+            # One entry per problem: a job with several wrong fields names each of them.
+            found = exc.details.get("errors") or [
+                {"field": exc.field, "message": exc.message.removeprefix(f"{exc.field}: ")}
+            ]
+            errors.extend(
                 {
                     "index": index,
                     "id": label,
-                    "field": f"jobs[{index}].{exc.field}" if exc.field else f"jobs[{index}]",
-                    "message": exc.message,
+                    "field": f"jobs[{index}].{p['field']}" if p["field"] else f"jobs[{index}]",
+                    "message": f"{p['field']}: {p['message']}",
                 }
+                for p in found
             )
             continue
         if spec.id in seen:
@@ -135,7 +141,11 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
             f"jobs[{e['index']}]" + (f" ({e['id']!r})" if e["id"] else "") + f": {e['message']}"
             for e in errors
         ]
-        summary = f"{len(errors)} invalid job(s), nothing applied:\n  " + "\n  ".join(lines)
+        invalid = len({e["index"] for e in errors})
+        summary = (
+            f"{invalid} invalid job(s), {len(errors)} problem(s), nothing applied:\n  "
+            + "\n  ".join(lines)
+        )
         raise JobFileInvalid(file, errors[0]["field"], summary, show_field=False, errors=errors)
     return specs
 
@@ -143,7 +153,8 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
 def _jobs(file: Path, document: object) -> list[dict[str, Any]]:
     if not isinstance(document, dict):
         raise JobFileInvalid(file, "file", 'must hold an object: {"jobs": [ ... ]}')
-    unknown = sorted(str(key) for key in document if key != "jobs")
+    # "$schema" points an editor at `kernel jobs schema`; the kernel ignores it.
+    unknown = sorted(str(key) for key in document if key not in ("jobs", "$schema"))
     if unknown:
         name = unknown[0] if _WORD.fullmatch(unknown[0]) else json.dumps(unknown[0])
         raise JobFileInvalid(file, name, 'unknown field; a job file holds only "jobs"')

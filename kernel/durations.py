@@ -2,8 +2,8 @@
 
 Every reader takes ``(value, field)`` and either returns the normalised value or raises
 :class:`~kernel.errors.InvalidArgument` naming ``field``, a dotted path such as
-``retry.backoff``. Factories (``text(128)``, ``integer(1, 1000)`` ...) build readers so
-a section of a spec reads as a table of its fields.
+``retry.backoff``. Factories (``text(128)``, ``integer(1, 1000)`` ...) build readers; the
+spec's models (:mod:`kernel.spec`) declare each field with one of them.
 
 Durations are ``"30s"``, ``"15m"``, ``"2h"``, ``"1d"`` (or several parts, ``"1h30m"``;
 decimals allowed, ``"1.5h"``), a number of seconds, or a :class:`datetime.timedelta`
@@ -35,16 +35,11 @@ __all__ = [
     "choice",
     "cron_expression",
     "duration",
-    "instance",
     "instant",
     "integer",
-    "nullable",
-    "optional",
     "parse_duration",
     "payload_json",
     "real",
-    "require",
-    "section",
     "text",
     "time_zone",
 ]
@@ -154,37 +149,6 @@ def child_path(field: str, key: str) -> str:
     return f"{field}.{key}" if field else key
 
 
-def section(value: object, field: str, allowed: tuple[str, ...]) -> Mapping[str, object]:
-    """``value`` as a mapping holding only ``allowed`` keys (unknown ones are named)."""
-    if not isinstance(value, Mapping):
-        raise InvalidArgument(field or "spec", "must be an object")
-    unknown = sorted(k if isinstance(k, str) else repr(k) for k in value if k not in allowed)
-    if unknown:
-        raise InvalidArgument(
-            child_path(field, unknown[0]),
-            f"unknown field; expected one of {', '.join(allowed)}",
-            unknown=unknown,
-        )
-    return value
-
-
-def require(spec: Mapping[str, object], field: str, *names: str) -> None:
-    """Refuse ``spec`` (found at ``field``) when one of ``names`` is missing."""
-    for name in names:
-        if name not in spec:
-            raise InvalidArgument(child_path(field, name), "is required")
-
-
-def optional(spec: Mapping[str, object], field: str, key: str, default: T, read: Reader[T]) -> T:
-    """``read`` the value under ``key``, or ``default`` when the key is absent."""
-    return read(spec[key], child_path(field, key)) if key in spec else default
-
-
-def nullable(read: Reader[T]) -> Reader[T | None]:
-    """A reader that also accepts ``None``."""
-    return lambda value, field: None if value is None else read(value, field)
-
-
 def text(
     max_len: int, pattern: re.Pattern[str] | None = None, *, empty: bool = False
 ) -> Reader[str]:
@@ -259,17 +223,6 @@ def duration(
         if not lo <= seconds <= hi:
             raise InvalidArgument(field, f"must be between {lo:g}s and {hi:g}s")
         return seconds
-
-    return read
-
-
-def instance(kind: type[T], what: str) -> Reader[T]:
-    """Any instance of ``kind``; ``what`` describes it in the error."""
-
-    def read(value: object, field: str) -> T:
-        if not isinstance(value, kind):
-            raise InvalidArgument(field, f"must be {what}")
-        return value
 
     return read
 

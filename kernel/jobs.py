@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.chain_order import parents_first
 from kernel.chains import MAX_CHAIN_DEPTH, MAX_CHILDREN
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
@@ -55,9 +56,17 @@ def get_job(tx: Tx, job_id: str) -> Job:
 
 
 def _check_chain(tx: Tx, spec: JobSpec) -> None:
-    """Refuse cycles, depth beyond the limit, and fan-out beyond the limit."""
+    """Refuse a missing parent, cycles, depth beyond the limit, and fan-out beyond the limit."""
     if spec.after is None:
         return
+    if tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.id == spec.after.job)).first() is None:
+        raise InvalidArgument(
+            "after.job",
+            f"job {spec.after.job!r} does not exist; define the parent before the jobs "
+            "chained after it",
+            job_id=spec.id,
+            parent=spec.after.job,
+        )
     seen = {spec.id}
     parent: str | None = spec.after.job
     depth = 1
@@ -176,8 +185,14 @@ def apply_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, str]:
 
 
 def apply_jobs(tx: Tx, raws: Sequence[Mapping[str, Any]]) -> list[tuple[Job, str]]:
-    """Apply several definitions in one transaction: all of them, or (on any refusal) none."""
-    return [apply_job(tx, raw) for raw in raws]
+    """Apply several definitions in one transaction: all of them, or (on any refusal) none.
+
+    A parent in the batch is applied before the jobs chained after it, wherever it is
+    listed; the results come back in the order given.
+    """
+    order = parents_first(raws)
+    applied = {index: apply_job(tx, raws[index]) for index in order}
+    return [applied[index] for index in range(len(raws))]
 
 
 def set_enabled(tx: Tx, job_id: str, enabled: bool) -> tuple[Job, bool]:

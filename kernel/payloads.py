@@ -1,7 +1,8 @@
-"""Payloads of the built-in kinds: the one place each adapter's input is checked.
+"""Payloads of the built-in kinds as models: the one definition each adapter's input has.
 
-The kernel stores what :func:`validate_payload` returns and the adapters run exactly
-that, so they do not check it again. Any other kind's payload is any JSON object.
+The kernel stores what :func:`validate_payload` returns (the model's :meth:`Payload.to_dict`
+form) and the adapters read it through the same models (:meth:`Payload.read`), so the
+rules and defaults live here only. Any other kind's payload is any JSON object.
 
 * ``task``: ``{"task": name, "args": [...], "kwargs": {...}}``
 * ``callable``: ``{"callable": "pkg.module:function", "args": [...], "kwargs": {...}}``
@@ -23,29 +24,28 @@ kernel's data is shown (:mod:`kernel.redaction`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
-from kernel.durations import (
-    Reader,
-    canonical_json,
-    child_path,
-    choice,
-    instance,
-    integer,
-    nullable,
-    optional,
-    payload_json,
-    require,
-    section,
-    text,
-)
+from pydantic import AfterValidator, Field, ValidationError, model_validator
+
+from kernel.durations import canonical_json, child_path, payload_json
 from kernel.errors import InvalidArgument
+from kernel.spec.fields import Check, integer, refuse, text
+from kernel.spec.problems import Problem, problems_of, raise_problems
+from kernel.spec.sections import Section
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "PAYLOAD_MODELS",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
+    "CallablePayload",
+    "HttpPayload",
+    "Payload",
+    "ShellPayload",
+    "TaskPayload",
+    "check_payload",
     "validate_payload",
 ]
 
@@ -57,138 +57,101 @@ _SHELL_OUTPUT_LIMIT_MAX = 10 * 1024 * 1024
 
 _PY_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PY_PATH = re.compile(rf"{_PY_NAME}(?:\.{_PY_NAME})*:{_PY_NAME}(?:\.{_PY_NAME})*")
-_ENV_NAME = re.compile(_PY_NAME)
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 
-
-def validate_payload(kind: str, value: object) -> dict[str, Any]:
-    """Check ``value`` as the payload of a ``kind`` job and return its normal form.
-
-    Raises:
-        InvalidArgument: ``field`` names the offending key (``payload.argv[2]``).
-    """
-    if not isinstance(value, Mapping):
-        raise InvalidArgument("payload", "must be an object")
-    payload: dict[str, Any] = payload_json(value, "payload")
-    shape = _PAYLOAD_SHAPES.get(kind)
-    if shape is not None:
-        payload = shape(payload)
-    size = len(canonical_json(payload, "payload").encode())
-    if size > MAX_PAYLOAD_BYTES:
-        raise InvalidArgument(
-            "payload", f"is {size} bytes as canonical JSON; the limit is {MAX_PAYLOAD_BYTES}"
-        )
-    return payload
+#: An environment variable's name, or a secret's name on the worker.
+EnvName = Annotated[str, text(128, re.compile(_PY_NAME))]
+HeaderName = Annotated[str, text(256, re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"))]
 
 
-def _invocation(target: str, check: Reader[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """The task and callable shapes: a target plus ``args`` and ``kwargs``."""
+class Payload(Section):
+    """Base of the built-in payloads; :meth:`to_dict` is the normal form the kernel stores."""
 
-    def shape(payload: dict[str, Any]) -> dict[str, Any]:
-        section(payload, "payload", (target, "args", "kwargs"))
-        require(payload, "payload", target)
-        return {
-            target: check(payload[target], f"payload.{target}"),
-            "args": optional(payload, "payload", "args", [], instance(list, "an array")),
-            "kwargs": optional(payload, "payload", "kwargs", {}, instance(dict, "an object")),
-        }
+    @classmethod
+    def read(cls, payload: Mapping[str, Any]) -> Self:
+        """A stored payload as this model, for an adapter: the rules it was defined under.
 
-    return shape
-
-
-def _secret_names(payload: dict[str, Any], key: str, name: Reader[str]) -> dict[str, str]:
-    """``{target: secret name}``: what receives a secret, and the secret's name."""
-    field = f"payload.{key}"
-    refs = instance(dict, "an object of name: secret name")(payload.get(key, {}), field)
-    for target, secret in refs.items():
-        name(target, child_path(field, target))
-        text(128, _ENV_NAME)(secret, child_path(field, target))
-    return dict(refs)
+        Raises:
+            InvalidArgument: it does not pass (a snapshot edited by hand, say).
+        """
+        try:
+            return cls.model_validate(payload)
+        except ValidationError as exc:
+            raise_problems(problems_of(exc, cls, "payload"))
+            raise  # raise_problems raised: pydantic reports at least one problem
 
 
-def _shell(payload: dict[str, Any]) -> dict[str, Any]:
-    section(payload, "payload", ("argv", "cwd", "env", "env_allow", "secrets", "output_limit"))
-    require(payload, "payload", "argv")
-    argv = instance(list, "a non-empty array of strings")(payload["argv"], "payload.argv")
+class _Invocation(Payload):
+    args: list[Any] = Field(default_factory=list, description="Positional arguments.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments.")
+
+
+class TaskPayload(_Invocation):
+    """Run a registered Celery task's body."""
+
+    task: Annotated[str, text(1024)] = Field(description="The task's registered name.")
+
+
+class CallablePayload(_Invocation):
+    """Call a Python function by import path."""
+
+    callable: Annotated[str, text(1024, _PY_PATH)] = Field(
+        description="'package.module:function' (or :Class.method)."
+    )
+
+
+def _names_a_program(argv: list[str]) -> list[str]:
     if not argv:
-        raise InvalidArgument("payload.argv", "must name a program")
-    text(4096)(argv[0], "payload.argv[0]")
-    for index, arg in enumerate(argv):
-        instance(str, "a string")(arg, f"payload.argv[{index}]")
-    env = instance(dict, "an object of NAME: value")(payload.get("env", {}), "payload.env")
-    for name, setting in env.items():
-        text(128, _ENV_NAME)(name, child_path("payload.env", name))
-        instance(str, "a string")(setting, child_path("payload.env", name))
-    allow = instance(list, "an array of names")(payload.get("env_allow", []), "payload.env_allow")
-    for index, name in enumerate(allow):
-        text(128, _ENV_NAME)(name, f"payload.env_allow[{index}]")
-        if name in env:
-            raise InvalidArgument(f"payload.env_allow[{index}]", f"{name} is also set in env")
-    secrets = _secret_names(payload, "secrets", text(128, _ENV_NAME))
-    for name in secrets:
-        if name in env or name in allow:
-            raise InvalidArgument(
-                child_path("payload.secrets", name), f"{name} is also set in env or env_allow"
-            )
-    return {
-        "argv": argv,
-        "cwd": optional(payload, "payload", "cwd", None, nullable(text(1024))),
-        "env": env,
-        "env_allow": sorted(set(allow)),  # order and repeats mean nothing: one digest
-        "secrets": secrets,
-        "output_limit": optional(
-            payload,
-            "payload",
-            "output_limit",
-            SHELL_OUTPUT_LIMIT_DEFAULT,
-            integer(1, _SHELL_OUTPUT_LIMIT_MAX),
-        ),
-    }
+        raise refuse("must name a program")
+    try:
+        text(4096).read(argv[0], "")
+    except InvalidArgument as exc:
+        raise refuse(exc.message.removeprefix(": "), "[0]") from None
+    return argv
 
 
-def _headers(payload: dict[str, Any], key: str, value: Reader[str]) -> dict[str, str]:
-    field = f"payload.{key}"
-    headers = instance(dict, "an object of name: value")(payload.get(key, {}), field)
-    for name, header in headers.items():
-        text(256, _HEADER_NAME)(name, child_path(field, name))
-        value(header, child_path(field, name))
-    return dict(headers)
+class ShellPayload(Payload):
+    """Run a program (no shell) with only the environment named here."""
+
+    argv: Annotated[list[str], AfterValidator(_names_a_program)] = Field(
+        description="The program and its arguments.", json_schema_extra={"minItems": 1}
+    )
+    cwd: Annotated[str, text(1024)] | None = Field(default=None, description="Working directory.")
+    env: dict[EnvName, str] = Field(default_factory=dict, description="Variables set.")
+    env_allow: list[EnvName] = Field(
+        default_factory=list, description="Variables passed on from the worker."
+    )
+    secrets: dict[EnvName, EnvName] = Field(
+        default_factory=dict, description="Variable: name of the worker's secret it holds."
+    )
+    output_limit: Annotated[int, integer(1, _SHELL_OUTPUT_LIMIT_MAX)] = Field(
+        default=SHELL_OUTPUT_LIMIT_DEFAULT, description="Bytes of each stream kept in the result."
+    )
+
+    @model_validator(mode="after")
+    def _each_name_once(self) -> Self:
+        for index, name in enumerate(self.env_allow):
+            if name in self.env:
+                raise refuse(f"{name} is also set in env", f"env_allow[{index}]")
+        for name in self.secrets:
+            if name in self.env or name in self.env_allow:
+                raise refuse(f"{name} is also set in env or env_allow", child_path("secrets", name))
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body["env_allow"] = sorted(set(self.env_allow))  # order and repeats mean nothing
+        return body
 
 
-def _http(payload: dict[str, Any]) -> dict[str, Any]:
-    section(payload, "payload", ("method", "url", "headers", "secret_headers", "json", "body"))
-    require(payload, "payload", "url")
-    if "json" in payload and "body" in payload:
-        raise InvalidArgument("payload.body", "give json or body, not both")
-    has_body = "json" in payload or "body" in payload
-    method = text(16)(payload.get("method", "POST" if has_body else "GET"), "payload.method")
-    method = choice(*_HTTP_METHODS)(method.upper(), "payload.method")
-    headers = _headers(payload, "headers", text(8192, empty=True))
-    secret_headers = _headers(payload, "secret_headers", text(128, _ENV_NAME))
-    seen: set[str] = set()
-    for key, names in (("headers", headers), ("secret_headers", secret_headers)):
-        for name in names:
-            if name.lower() in seen:
-                raise InvalidArgument(
-                    child_path(f"payload.{key}", name), "repeats a header name (names ignore case)"
-                )
-            seen.add(name.lower())
-    shaped = {
-        "method": method,
-        "url": _url(payload["url"], "payload.url"),
-        "headers": headers,
-        "secret_headers": secret_headers,
-    }
-    if "body" in payload:
-        shaped["body"] = instance(str, "a string")(payload["body"], "payload.body")
-    if "json" in payload:
-        shaped["json"] = payload["json"]
-    return shaped
+def _method(value: str) -> str:
+    if value.upper() not in _HTTP_METHODS:
+        raise refuse(f"must be one of {', '.join(_HTTP_METHODS)}")
+    return value.upper()
 
 
 def _url(value: object, field: str) -> str:
-    url = text(2048)(value, field)
+    url: str = text(2048).read(value, field)
     try:
         parts = urlsplit(url)
         has_host = bool(parts.hostname) and parts.port != 0
@@ -199,9 +162,99 @@ def _url(value: object, field: str) -> str:
     return url
 
 
-_PAYLOAD_SHAPES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    "task": _invocation("task", text(1024)),
-    "callable": _invocation("callable", text(1024, _PY_PATH)),
-    "shell": _shell,
-    "http": _http,
+class HttpPayload(Payload):
+    """Send one HTTP request; a 2xx answer is success."""
+
+    method: Annotated[str | None, text(16), AfterValidator(_method)] = Field(
+        default=None, description="Default POST with a body, else GET."
+    )
+    url: Annotated[str, Check(_url, {"type": "string", "format": "uri"})] = Field(
+        description="An http:// or https:// URL."
+    )
+    headers: dict[HeaderName, Annotated[str, text(8192, empty=True)]] = Field(
+        default_factory=dict, description="Headers sent as written."
+    )
+    secret_headers: dict[HeaderName, EnvName] = Field(
+        default_factory=dict, description="Header: name of the worker's secret it holds."
+    )
+    json_: Any = Field(default=None, alias="json", description="A JSON body (not with body).")
+    body: str = Field(default="", description="A text body (not with json).")
+
+    @model_validator(mode="after")
+    def _one_body_each_header_once(self) -> Self:
+        if {"json_", "body"} <= self.model_fields_set:
+            raise refuse("give json or body, not both", "body")
+        seen: set[str] = set()
+        for key, names in (("headers", self.headers), ("secret_headers", self.secret_headers)):
+            for name in names:
+                if name.lower() in seen:
+                    raise refuse("repeats a header name (names ignore case)", child_path(key, name))
+                seen.add(name.lower())
+        return self
+
+    @property
+    def has_json(self) -> bool:
+        """Whether ``json`` was given (``null`` included: the body is then ``null``)."""
+        return "json_" in self.model_fields_set
+
+    @property
+    def has_body(self) -> bool:
+        return "body" in self.model_fields_set
+
+    def to_dict(self) -> dict[str, Any]:
+        has_json, has_body = self.has_json, self.has_body
+        shaped: dict[str, Any] = {
+            "method": self.method or ("POST" if has_json or has_body else "GET"),
+            "url": self.url,
+            "headers": dict(self.headers),
+            "secret_headers": dict(self.secret_headers),
+        }
+        if has_body:
+            shaped["body"] = self.body
+        if has_json:
+            shaped["json"] = self.json_
+        return shaped
+
+
+PAYLOAD_MODELS: dict[str, type[Payload]] = {
+    "task": TaskPayload,
+    "callable": CallablePayload,
+    "shell": ShellPayload,
+    "http": HttpPayload,
 }
+
+
+def check_payload(kind: str, value: object) -> tuple[dict[str, Any], list[Problem]]:
+    """``value`` as the normal payload of a ``kind`` job, and every problem found."""
+    try:
+        if not isinstance(value, Mapping):
+            raise InvalidArgument("payload", "must be an object")
+        payload: dict[str, Any] = payload_json(value, "payload")
+    except InvalidArgument as exc:
+        return {}, [Problem.of(exc)]
+    model = PAYLOAD_MODELS.get(kind)
+    if model is not None:
+        try:
+            payload = model.model_validate(payload).to_dict()
+        except ValidationError as exc:
+            return {}, problems_of(exc, model, "payload")
+    try:
+        size = len(canonical_json(payload, "payload").encode())
+    except InvalidArgument as exc:
+        return {}, [Problem.of(exc)]
+    if size > MAX_PAYLOAD_BYTES:
+        message = f"is {size} bytes as canonical JSON; the limit is {MAX_PAYLOAD_BYTES}"
+        return {}, [Problem("payload", message)]
+    return payload, []
+
+
+def validate_payload(kind: str, value: object) -> dict[str, Any]:
+    """Check ``value`` as the payload of a ``kind`` job and return its normal form.
+
+    Raises:
+        InvalidArgument: ``field`` names the first offending key (``payload.argv[2]``),
+            ``details["errors"]`` lists every one when there are several.
+    """
+    payload, found = check_payload(kind, value)
+    raise_problems(found)
+    return payload

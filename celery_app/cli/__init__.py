@@ -11,6 +11,7 @@ import click
 from celery_app.cli import (
     actions,
     exporter,
+    job_schema,  # noqa: F401 - registers `jobs schema`
     jobs,
     maintenance,
     observe,

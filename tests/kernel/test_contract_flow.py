@@ -118,10 +118,10 @@ def test_a_chain_cycle_is_refused_when_it_is_defined(k: Harness) -> None:
     assert k.kernel.get_job("a").revision == 1
     with pytest.raises(InvalidArgument):
         k.define("self", after={"job": "self"})
-    # A chain may name a parent defined later; closing the loop then is refused too.
-    k.define("x", after={"job": "y"})
-    with pytest.raises(InvalidArgument):
-        k.define("y", after={"job": "x"})
+    # A chain names a parent that exists (issue 13): nothing else can close a loop later.
+    with pytest.raises(InvalidArgument) as missing:
+        k.define("x", after={"job": "y"})
+    assert missing.value.field == "after.job" and "'y' does not exist" in missing.value.message
 
 
 def test_a_pool_runs_one_occurrence_at_a_time_by_default(k: Harness) -> None:

@@ -18,8 +18,9 @@ from adapters.base import (
     ExecutionContext,
     HandBack,
     RuntimeControl,
-    payload_value,
+    read_payload,
 )
+from kernel.payloads import ShellPayload
 
 
 class Echo(BaseAdapter):
@@ -116,14 +117,12 @@ def test_classified_messages_are_bounded() -> None:
     assert error.message.endswith("...")
 
 
-def test_payload_value_reads_defaults_and_refuses_missing_or_mistyped_keys() -> None:
-    payload = {"argv": ["true"], "cwd": None, "limit": "ten"}
-
-    assert payload_value(payload, "argv", list) == ["true"]
-    assert payload_value(payload, "cwd", str, "/tmp") == "/tmp"
-    with pytest.raises(AdapterError, match="payload.url is required") as missing:
-        payload_value(payload, "url", str)
-    with pytest.raises(AdapterError, match="payload.limit must be int, not str") as mistyped:
-        payload_value(payload, "limit", int)
+def test_read_payload_uses_the_kind_s_model_and_refuses_a_bad_snapshot() -> None:
+    shell = read_payload({"argv": ["true"], "env_allow": ["TZ"]}, ShellPayload)
+    assert (shell.argv, shell.env_allow, shell.output_limit) == (["true"], ["TZ"], 65536)
+    with pytest.raises(AdapterError, match="payload.argv: is required") as missing:
+        read_payload({"cwd": None}, ShellPayload)
+    with pytest.raises(AdapterError, match="payload.output_limit: must be an integer") as mistyped:
+        read_payload({"argv": ["true"], "output_limit": "ten"}, ShellPayload)
     for error in (missing.value, mistyped.value):
         assert (error.code, error.retryable) == ("INVALID_PAYLOAD", False)

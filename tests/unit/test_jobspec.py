@@ -467,7 +467,6 @@ def test_digest_is_sha256_of_canonical_to_dict() -> None:
         spec(
             kind="http",
             payload={"url": "https://h/x", "headers": {"A": "b"}, "json": [1]},
-            schedule={"at": "2030-01-01T00:00:00+02:00"},
             after={"job": "up", "on": "failure", "delay": "1m", "condition": "contains:err"},
             catchup={"policy": "all", "window": "2h"},
             pool="db",

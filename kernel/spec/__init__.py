@@ -1,0 +1,5 @@
+"""The job spec's models: field checks, sections, error translation and the job-file schema.
+
+:mod:`kernel.jobspec` assembles them into :class:`~kernel.jobspec.JobSpec`; the payloads of
+the built-in kinds are in :mod:`kernel.payloads`.
+"""

@@ -1,0 +1,306 @@
+"""The sections of a job spec: schedule, retry, catch-up, DST, chain, output, budget, approval.
+
+Each is a frozen model whose attribute ``<name>_s`` is the key ``<name>`` (seconds) as
+written; :meth:`Section.to_dict` gives the section as the spec writes it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Self
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    GetPydanticSchema,
+    Tag,
+    model_validator,
+)
+from pydantic_core import core_schema
+
+from kernel.spec.fields import (
+    BOOLEAN,
+    CRON,
+    INSTANT,
+    TIME_ZONE,
+    choice,
+    integer,
+    real,
+    refuse,
+    seconds,
+    text,
+)
+from kernel.spec.problems import Shape
+
+__all__ = [
+    "DEFAULT_FANOUT",
+    "ID",
+    "After",
+    "Approval",
+    "Budget",
+    "BudgetRef",
+    "CatchupPolicy",
+    "DstPolicy",
+    "Name",
+    "OutputPolicy",
+    "RetryPolicy",
+    "Schedule",
+    "ScheduleDict",
+    "Section",
+]
+
+ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+#: A job id, queue, pool or budget name.
+Name = Annotated[str, text(128, ID)]
+#: Children a parent fires per settle unless its child's ``after.fanout`` says otherwise.
+DEFAULT_FANOUT = 25
+_OUTPUT_LIMIT_MAX = 1024 * 1024
+_MONTH_S = 31 * 86400.0
+_COUNT_MAX = 1_000_000_000
+
+
+class Section(BaseModel):
+    """Base of the spec's models: unknown fields refused, values immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as the spec writes it, durations in seconds."""
+        return self.model_dump(by_alias=True)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self:
+        """Inverse of :meth:`to_dict`."""
+        return cls.model_validate(d)
+
+
+class RetryPolicy(Section):
+    """Backoff after a retryable failure: ``backoff_s * factor**(n-1)`` capped at ``max_s``,
+    spread by ± ``jitter`` (a fraction)."""
+
+    backoff_s: Annotated[float, seconds()] = Field(
+        default=30.0, alias="backoff", description="Delay before the first retry."
+    )
+    factor: Annotated[float, real(1, 100)] = Field(default=2.0, description="Growth per attempt.")
+    max_s: Annotated[float, seconds()] = Field(
+        default=3600.0, alias="max", description="Longest delay; at least backoff."
+    )
+    jitter: Annotated[float, real(0, 1)] = Field(
+        default=0.1, description="Random spread, a fraction of the delay."
+    )
+
+    @model_validator(mode="after")
+    def _max_covers_backoff(self) -> Self:
+        if self.max_s < self.backoff_s:
+            raise refuse("must be at least backoff", "max")
+        return self
+
+
+class CatchupPolicy(Section):
+    """Which firings missed while Beat was down still run; ``window_s`` None = unbounded."""
+
+    policy: Annotated[str, choice("latest", "all", "none")] = Field(
+        default="latest", description="Which missed firings run: the latest, all, or none."
+    )
+    window_s: Annotated[float, seconds()] | None = Field(
+        default=None,
+        alias="window",
+        description="Only firings missed this recently (null: any age).",
+    )
+
+
+class DstPolicy(Section):
+    """Cron firings in a DST gap (``shift_forward`` | ``skip``) or fold (``first`` |
+    ``last`` | ``both``)."""
+
+    gap: Annotated[str, choice("shift_forward", "skip")] = Field(
+        default="shift_forward", description="A firing in the hour skipped by DST."
+    )
+    fold: Annotated[str, choice("first", "last", "both")] = Field(
+        default="first", description="A firing in the hour repeated by DST."
+    )
+
+
+class OutputPolicy(Section):
+    """A run's captured output (shell stdout/stderr, ``ctx.logger`` lines): at most
+    ``limit`` bytes stored per run (the tail), and an ``excerpt`` of at most that many
+    bytes (the tail) in error messages and ``occurrences show``."""
+
+    limit: Annotated[int, integer(0, _OUTPUT_LIMIT_MAX)] = Field(
+        default=64 * 1024, description="Bytes of output stored per run (the tail)."
+    )
+    excerpt: Annotated[int, integer(0, 64 * 1024)] = Field(
+        default=2048, description="Bytes of output quoted in errors; at most limit."
+    )
+
+    @model_validator(mode="after")
+    def _excerpt_within_limit(self) -> Self:
+        if self.excerpt > self.limit:
+            raise refuse("must be at most limit", "excerpt")
+        return self
+
+
+def _condition(value: str) -> str:
+    prefix, sep, pattern = value.partition(":")
+    if not sep or prefix not in ("contains", "regex") or not pattern:
+        raise refuse("must be 'contains:<text>' or 'regex:<pattern>'")
+    if prefix == "regex":
+        try:
+            re.compile(pattern)
+        except (re.error, OverflowError, RecursionError) as exc:
+            raise refuse(f"regex does not compile: {exc}") from None
+    return value
+
+
+class After(Section):
+    """Chain trigger: fire when job ``job`` settles with outcome ``on`` (success, failure,
+    complete), ``delay_s`` later, if ``condition`` (``contains:..``/``regex:..``) matches
+    the parent's result text; a parent fires at most ``fanout`` children per settle."""
+
+    job: Name = Field(description="The parent job's id.")
+    on: Annotated[str, choice("success", "failure", "complete")] = Field(
+        default="success", description="The parent outcome that fires this job."
+    )
+    delay_s: Annotated[float, seconds(allow_zero=True)] = Field(
+        default=0.0, alias="delay", description="How long after the parent settled."
+    )
+    condition: Annotated[str, text(1024), AfterValidator(_condition)] | None = Field(
+        default=None, description="'contains:<text>' or 'regex:<pattern>' on the parent's result."
+    )
+    fanout: Annotated[int, integer(1, 1000)] = Field(
+        default=DEFAULT_FANOUT, description="Children the parent fires at most per settle."
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        if self.fanout == DEFAULT_FANOUT:  # left out: specs from before fanout keep their digest
+            del body["fanout"]
+        return body
+
+
+class Schedule(Section):
+    """When a job fires: exactly one of ``cron`` (with ``timezone``, ``day_match``),
+    ``every``, ``at`` (once) or ``in`` (once, this long after it is defined).
+
+    A key given is checked even when null: ``None`` here means only "not written".
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": [key]} for key in ("cron", "every", "at", "in")]}
+    )
+
+    cron: Annotated[str | None, CRON] = Field(
+        default=None, description="A 5-field cron expression."
+    )
+    timezone: Annotated[str | None, TIME_ZONE] = Field(
+        default=None, description="Cron only: the zone the expression is read in (default UTC)."
+    )
+    day_match: Annotated[str | None, choice("any", "all")] = Field(
+        default=None,
+        description="Cron only: day of month OR weekday (any, the default) or AND (all).",
+    )
+    every: Annotated[float | None, seconds(1.0)] = Field(default=None, description="An interval.")
+    at: Annotated[str | None, INSTANT] = Field(default=None, description="One instant.")
+    in_: Annotated[float | None, seconds()] = Field(
+        default=None, alias="in", description="Once, this long after the job is defined."
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Self:
+        given = [name for name in ("cron", "every", "at", "in_") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise refuse("must hold exactly one of cron, every, at, in")
+        for cron_only in ("timezone", "day_match"):
+            if given[0] != "cron" and getattr(self, cron_only) is not None:
+                raise refuse("applies only to a cron schedule", cron_only)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The normal form: ``{"cron", "timezone"[, "day_match": "all"]}`` or one key."""
+        if self.cron is not None:
+            cron: dict[str, Any] = {"cron": self.cron, "timezone": self.timezone or "UTC"}
+            # "any" (standard cron) is the default and left out, so that specs written
+            # before day_match existed keep their digest.
+            if self.day_match == "all":
+                cron["day_match"] = "all"
+            return cron
+        return {k: v for k, v in super().to_dict().items() if v is not None}
+
+
+#: A schedule as a job holds it: checked by :class:`Schedule`, kept as its normal dict.
+ScheduleDict = Annotated[
+    dict[str, Any],
+    GetPydanticSchema(
+        lambda _source, handler: core_schema.no_info_after_validator_function(
+            Schedule.to_dict, handler(Schedule)
+        )
+    ),
+    Shape(Schedule),
+]
+
+
+class Budget(Section):
+    """At most ``max_runs`` runs and ``max_units`` units per ``window_s`` seconds."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": ["max_runs"]}, {"required": ["max_units"]}]}
+    )
+
+    window_s: Annotated[float, seconds(60, _MONTH_S)] = Field(
+        default=86400.0, alias="window", description="The window runs are counted in (60s to 31d)."
+    )
+    max_runs: Annotated[int, integer(1, _COUNT_MAX)] | None = Field(
+        default=None, description="Runs allowed per window."
+    )
+    max_units: Annotated[int, integer(1, _COUNT_MAX)] | None = Field(
+        default=None, description="Units allowed per window."
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Self:
+        if self.max_runs is None and self.max_units is None:
+            raise refuse("must set max_runs or max_units (or both)")
+        return self
+
+
+def _budget_tag(value: Any) -> str | None:
+    if value is None:
+        return "<none>"
+    if isinstance(value, str):
+        return "<name>"
+    return "<object>" if isinstance(value, dict) else None
+
+
+_BUDGET_SHAPE = "must be a budget object or the name of a budget in the job file's budgets"
+#: A job's budget: its own, the name of a shared one (a job file's ``budgets:``), or none.
+BudgetRef = Annotated[
+    Annotated[Budget, Tag("<object>")]
+    | Annotated[Name, Tag("<name>")]
+    | Annotated[None, Tag("<none>")],
+    Discriminator(
+        _budget_tag,
+        custom_error_type="spec",
+        custom_error_message=_BUDGET_SHAPE,
+        custom_error_context={"message": _BUDGET_SHAPE, "at": ""},
+    ),
+]
+
+
+class Approval(Section):
+    """Runs wait for an operator's approval, at most ``timeout_s``, then ``auto`` applies."""
+
+    required: Annotated[bool, BOOLEAN] = Field(
+        default=True, description="Whether runs wait for approval (false: as if absent)."
+    )
+    timeout_s: Annotated[float, seconds(1, _MONTH_S)] = Field(
+        default=3600.0, alias="timeout", description="How long a run waits for an operator."
+    )
+    auto: Annotated[str, choice("approve", "reject")] = Field(
+        default="reject", description="What happens to a run nobody decided on in time."
+    )
+    max_pending: Annotated[int, integer(1, 10000)] = Field(
+        default=10, description="Runs awaiting approval at once; more are skipped."
+    )
