@@ -162,7 +162,14 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         assert kernel is not None, "setup_schedule opens the kernel"
         self._ticking = True
         try:
-            for step in (self._heartbeat, self._expire, self._materialise, self._pump):
+            steps = (
+                self._heartbeat,
+                self._expire,
+                self._time_out_approvals,
+                self._materialise,
+                self._pump,
+            )
+            for step in steps:
                 try:
                     step(kernel)
                 except StorageUnavailable as exc:
@@ -254,6 +261,16 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
+
+    def _time_out_approvals(self, kernel: Kernel) -> None:
+        decided = kernel.apply_approval_timeouts()
+        if any(decided.values()):
+            log.info(
+                "approval timeouts applied: %d approved, %d rejected",
+                decided["approved"],
+                decided["rejected"],
+                extra={"action": "approval_timeouts", "beat_id": self.beat_id, **decided},
+            )
 
     def _materialise(self, kernel: Kernel) -> None:
         now = kernel.now()

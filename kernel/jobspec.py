@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+from kernel.approvals import read_approval
+from kernel.budgets import read_budget_ref
 from kernel.durations import (
     boolean,
     canonical_json,
@@ -76,7 +78,7 @@ _KIND = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 _TOP_FIELDS = (
     "id", "kind", "payload", "schedule", "enabled", "queue", "max_attempts", "retry", "lease",
     "timeout", "overlap", "max_queued", "catchup", "delivery", "pool", "dst", "after",
-    "kill_grace", "output",
+    "kill_grace", "output", "budget", "approval",
 )  # fmt: skip
 
 
@@ -171,9 +173,19 @@ class JobSpec:
     after: After | None
     kill_grace_s: float = 2.0
     output: OutputPolicy = OutputPolicy()
+    #: Gates (kernel/budgets.py, kernel/approvals.py), as normalised dicts; omitted
+    #: from to_dict() when absent, so the digests of jobs without them do not change.
+    budget: dict[str, Any] | str | None = None
+    approval: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The normalised spec as JSON-ready data, every field present, durations in seconds."""
+        """The normalised spec as JSON-ready data, durations in seconds; every field is
+        present except the gates, which appear only when set."""
+        gates = {
+            name: copy.deepcopy(value)
+            for name, value in (("budget", self.budget), ("approval", self.approval))
+            if value is not None
+        }
         return {
             "id": self.id,
             "kind": self.kind,
@@ -194,6 +206,7 @@ class JobSpec:
             "after": None if self.after is None else self.after.to_dict(),
             "kill_grace": self.kill_grace_s,
             "output": self.output.to_dict(),
+            **gates,
         }
 
     @classmethod
@@ -220,6 +233,8 @@ class JobSpec:
             # Snapshots stored before these fields existed take their defaults.
             kill_grace_s=d.get("kill_grace", cls.kill_grace_s),
             output=OutputPolicy.from_dict(d["output"]) if "output" in d else OutputPolicy(),
+            budget=copy.deepcopy(d.get("budget")),
+            approval=copy.deepcopy(d.get("approval")),
         )
 
     @property
@@ -279,6 +294,8 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
         after=after,
         kill_grace_s=kill_grace_s,
         output=optional(spec, "", "output", OutputPolicy(), _output),
+        budget=optional(spec, "", "budget", None, nullable(read_budget_ref)),
+        approval=optional(spec, "", "approval", None, nullable(read_approval)),
     )
 
 

@@ -8,7 +8,19 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from kernel import beats, claiming, dispatch, history, output, pausing, reads, runs, sources
+from kernel import (
+    approvals,
+    beats,
+    budgets,
+    claiming,
+    dispatch,
+    history,
+    output,
+    pausing,
+    reads,
+    runs,
+    sources,
+)
 from kernel import jobs as job_ops
 from kernel import operator as op
 from kernel.clock import Clock, default_clock
@@ -477,3 +489,66 @@ class Kernel:
     ) -> None:
         """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
         self._write(output.append_output, occurrence_id, owner, fence, chunks)
+
+    # -- gates: approvals and budgets (kernel/approvals.py, kernel/budgets.py) -------
+
+    def approve(
+        self, occurrence_id: int, *, request_id: str, operator: str, reason: str | None = None
+    ) -> ActionResult:
+        """Queue an occurrence awaiting approval (idempotent by request id).
+
+        Raises:
+            StateConflict: it is not awaiting approval.
+        """
+        return self._action(
+            approvals.decide,
+            occurrence_id,
+            request_id,
+            approved=True,
+            operator=operator,
+            reason=reason,
+        )
+
+    def reject(
+        self, occurrence_id: int, *, request_id: str, operator: str, reason: str | None = None
+    ) -> ActionResult:
+        """Skip an occurrence awaiting approval (reason ``approval_rejected``).
+
+        Raises:
+            StateConflict: it is not awaiting approval.
+        """
+        return self._action(
+            approvals.decide,
+            occurrence_id,
+            request_id,
+            approved=False,
+            operator=operator,
+            reason=reason,
+        )
+
+    def apply_approval_timeouts(self, limit: int = 200) -> dict[str, int]:
+        """Beat: apply ``approval.auto`` to occurrences whose approval timed out.
+
+        Returns:
+            ``{"approved": n, "rejected": m}``.
+        """
+        return self._write(approvals.apply_timeouts, limit)
+
+    def set_budgets(self, defined: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Create or update shared budgets: name -> ``{"window", "max_runs", "max_units"}``.
+
+        Raises:
+            InvalidArgument: a budget is invalid (``field`` names it); nothing is written.
+        """
+
+        def run(tx: Tx) -> list[str]:
+            checked = {
+                name: budgets.read_budget(b, f"budgets.{name}") for name, b in defined.items()
+            }
+            return budgets.set_budgets(tx, checked)
+
+        return self._write(run)
+
+    def list_budgets(self) -> list[dict[str, Any]]:
+        """Every budget with the runs and units counted in its latest window."""
+        return self._read(budgets.list_budgets)
