@@ -57,6 +57,10 @@ def _lease_ms(lease: float | None) -> int | None:
     return None if lease is None else _ms(lease, "lease")
 
 
+def _checked_budgets(defined: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: budgets.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
+
+
 class Kernel:
     """The durable authority for occurrences, fences, leases, controls and retries.
 
@@ -134,9 +138,23 @@ class Kernel:
         """Upsert: ``created``, ``updated`` (revision + 1) or ``unchanged``."""
         return self._write(job_ops.apply_job, spec)
 
-    def apply_jobs(self, specs: Sequence[Mapping[str, Any]]) -> list[tuple[Job, str]]:
-        """Apply every spec in one transaction; any refusal leaves the kernel unchanged."""
-        return self._write(job_ops.apply_jobs, list(specs))
+    def apply_jobs(
+        self,
+        specs: Sequence[Mapping[str, Any]],
+        *,
+        shared_budgets: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[tuple[Job, str]]:
+        """Apply every spec in one transaction; any refusal leaves the kernel unchanged.
+
+        ``shared_budgets`` (a job file's ``budgets:``) are set first, so its jobs may name them.
+        """
+
+        def run(tx: Tx) -> list[tuple[Job, str]]:
+            if shared_budgets:
+                budgets.set_budgets(tx, _checked_budgets(shared_budgets))
+            return job_ops.apply_jobs(tx, list(specs))
+
+        return self._write(run)
 
     def set_job_enabled(self, job_id: str, enabled: bool) -> tuple[Job, bool]:
         return self._write(job_ops.set_enabled, job_id, enabled)
@@ -541,13 +559,7 @@ class Kernel:
             InvalidArgument: a budget is invalid (``field`` names it); nothing is written.
         """
 
-        def run(tx: Tx) -> list[str]:
-            checked = {
-                name: budgets.read_budget(b, f"budgets.{name}") for name, b in defined.items()
-            }
-            return budgets.set_budgets(tx, checked)
-
-        return self._write(run)
+        return self._write(budgets.set_budgets, _checked_budgets(defined))
 
     def list_budgets(self) -> list[dict[str, Any]]:
         """Every budget with the runs and units counted in its latest window."""

@@ -10,6 +10,7 @@ import click
 
 from celery_app.cli import (
     actions,
+    budgets,
     exporter,
     jobs,
     maintenance,
@@ -36,6 +37,9 @@ for _command in (
     actions.requeue,
     actions.adjudicate,
     actions.cancel,
+    actions.approve,
+    actions.reject,
+    budgets.budgets,
     observe.status,
     observe.events,
     observe.doctor,
