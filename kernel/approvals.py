@@ -95,7 +95,7 @@ def decide(
         else tx.conn.execute(st.REJECT, {**params, "reason": "approval_rejected"})
     ).first()
     if moved is None:
-        raise _not_awaiting(tx, occ_id, f"{action}d")
+        raise _not_awaiting(tx, occ_id, "approved" if approved else "rejected")
     tx.emit(
         EventType.OCCURRENCE_APPROVED if approved else EventType.OCCURRENCE_REJECTED,
         job_id=moved.job_id,

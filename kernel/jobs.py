@@ -38,8 +38,10 @@ __all__ = [
 
 S = OccurrenceStatus
 _UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION, S.AWAITING_APPROVAL)
-#: What an overlap policy sees as the job's backlog: an occurrence awaiting approval
-#: is in it (it runs once approved), one awaiting adjudication only for ``skip``.
+#: What ``skip`` sees as active. Awaiting approval is not: ``approval.max_pending``
+#: bounds those, and each runs only when a person (or the timeout) lets it.
+_ACTIVE_FOR_SKIP = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
+#: The ``queue`` backlog that ``max_queued`` bounds: awaiting approval is in it.
 _BACKLOG = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.AWAITING_APPROVAL)
 
 
@@ -351,7 +353,7 @@ def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
     o = occurrences
     # An at-most-once run awaiting adjudication may still be having its effect: a
     # `skip` job does not start another beside it.
-    statuses = _UNSETTLED if policy == "skip" else _BACKLOG
+    statuses = _ACTIVE_FOR_SKIP if policy == "skip" else _BACKLOG
     active = tx.conn.execute(
         sa.select(o.c.id, o.c.status, o.c.fence).where(
             o.c.job_id == job_id, o.c.status.in_(statuses)

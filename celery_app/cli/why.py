@@ -142,11 +142,11 @@ def _explain(
         if occ.status == OccurrenceStatus.SKIPPED:
             return "skipped", f"recorded as skipped: {_skip_reason(job, occ)}", occ
         if occ.status == OccurrenceStatus.AWAITING_APPROVAL:
-            auto = occ.definition["approval"]["auto"]
+            auto = {"approve": "approved", "reject": "rejected"}[occ.definition["approval"]["auto"]]
             return (
                 "created",
                 f"occurrence {occ.id} awaits approval (kernel approve|reject {occ.id}); at "
-                f"{iso(occ.approval_due_at)} it is {auto}d automatically",
+                f"{iso(occ.approval_due_at)} it is {auto} automatically",
                 occ,
             )
         return "created", f"occurrence {occ.id} was created; it is {occ.status.value}", occ
