@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -256,3 +257,50 @@ def test_two_beats_firing_at_once_never_exceed_a_shared_budget(k: Harness) -> No
     assert sum(o.status == S.QUEUED for o in made) == limit
     assert {o.skip_reason for o in made if o.status == S.SKIPPED} == {"budget"}
     assert k.kernel.list_budgets()[0]["runs"] == limit
+
+
+def test_pruning_a_counted_run_keeps_its_window_count(k: Harness) -> None:
+    k.clock.ms = 1_800_000_000_000
+    k.define(budget={"window": "1d", "max_runs": 1})
+    claim = k.running()
+    k.kernel.succeed(claim.occurrence.id, owner="w1", fence=claim.fence)
+    k.clock.advance(60)
+    assert k.kernel.prune(older_than=timedelta(seconds=1))["occurrences"] == 1
+    assert k.kernel.list_budgets()[0]["runs"] == 1
+    assert fired(k)[-1].skip_reason == "budget"
+
+
+def test_two_beats_applying_approval_timeouts_decide_each_once(k: Harness) -> None:
+    k.define(
+        approval={**APPROVAL, "auto": "reject", "max_pending": 100},
+        budget={"window": "1d", "max_runs": 50},
+    )
+    made = fired(k, n=40)
+    k.clock.advance(600)
+    kernels = [Kernel.open(k.url, clock=k.clock) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    decided: list[dict[str, int]] = []
+
+    def beat(kernel: Kernel) -> None:
+        barrier.wait(timeout=30)
+        while True:
+            got = kernel.apply_approval_timeouts(limit=7)
+            decided.append(got)
+            if not any(got.values()):
+                return
+
+    threads = [threading.Thread(target=beat, args=(opened,)) for opened in kernels]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        for opened in kernels:
+            opened.close()
+    assert sum(d["rejected"] for d in decided) == len(made)
+    for occ in made:
+        assert k.kernel.get_occurrence(occ.id).skip_reason == "approval_timeout"
+        assert k.event_types(occ.id).count("occurrence_rejected") == 1
+        assert k.event_types(occ.id).count("budget_released") == 1
+    assert k.kernel.list_budgets()[0]["runs"] == 0
