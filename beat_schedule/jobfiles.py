@@ -2,7 +2,9 @@
 
 :func:`load_job_file` parses a file and checks its outer shape; :func:`validate_job_file`
 also validates every job with :func:`kernel.jobspec.validate_job_spec` and reports
-*every* invalid job at once. Whatever is wrong — unreadable file, a syntax error,
+*every* invalid job at once. :func:`read_job_file` returns the jobs and the file's
+optional top-level ``budgets: {NAME: {window, max_runs, max_units}}`` (shared run
+budgets jobs name with ``"budget": "NAME"``). Whatever is wrong — unreadable file, a syntax error,
 a duplicate key, an unknown field, a bad cron — the error is an
 :class:`~kernel.errors.InvalidArgument` that names the file and the line or the field
 (``jobs[2].schedule.timezone``); nothing raises anything else.
@@ -19,21 +21,43 @@ import json
 import re
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kernel import InvalidArgument
+from kernel.budgets import read_budget
+from kernel.durations import text
 from kernel.jobspec import JobSpec, validate_job_spec
 
-__all__ = ["JobFileInvalid", "MAX_FILE_BYTES", "MAX_JOBS", "load_job_file", "validate_job_file"]
+__all__ = [
+    "JobFile",
+    "JobFileInvalid",
+    "MAX_FILE_BYTES",
+    "MAX_JOBS",
+    "load_job_file",
+    "read_job_file",
+    "validate_job_file",
+]
 
 #: Larger files are refused before parsing (many jobs at the 64 KiB payload limit fit).
 MAX_FILE_BYTES = 16 * 1024 * 1024
 #: More jobs than this in one file is refused.
 MAX_JOBS = 10_000
 _WORD = re.compile(r"[A-Za-z0-9_-]+")
+# "$schema" points an editor at `kernel jobs schema`; the kernel ignores it.
+_TOP_LEVEL = ("jobs", "budgets", "$schema")
+_BUDGET_NAME = text(128, re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*"))
+
+
+@dataclass(frozen=True)
+class JobFile:
+    """A validated job file: its jobs and its shared budgets (name -> budget object)."""
+
+    jobs: list[JobSpec]
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class JobFileInvalid(InvalidArgument):
@@ -68,6 +92,10 @@ def load_job_file(path: str | Path) -> list[dict[str, Any]]:
             line), an unsupported extension, or not ``{"jobs": [object, ...]}``.
     """
     file = Path(path)
+    return _jobs(file, _load_document(file))
+
+
+def _load_document(file: Path) -> dict[str, Any]:
     parse = _PARSERS.get(file.suffix.lower())
     if parse is None:
         raise JobFileInvalid(file, "file", "use a .json, .toml, .yaml or .yml file")
@@ -90,7 +118,9 @@ def load_job_file(path: str | Path) -> list[dict[str, Any]]:
         raise JobFileInvalid(file, "file", "nests too deeply") from None
     except ValueError as exc:  # e.g. an integer past Python's digit limit
         raise JobFileInvalid(file, "file", f"syntax error: {exc}") from None
-    return _jobs(file, document)
+    if not isinstance(document, dict):
+        raise JobFileInvalid(file, "file", 'must hold an object: {"jobs": [ ... ]}')
+    return document
 
 
 def validate_job_file(path: str | Path) -> list[JobSpec]:
@@ -100,11 +130,23 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
         JobFileInvalid: the file does not load, ids repeat, or any job is invalid;
             ``details["errors"]`` lists each problem, ``field`` names the first.
     """
+    return read_job_file(path).jobs
+
+
+def read_job_file(path: str | Path) -> JobFile:
+    """Load a job file and validate its jobs and budgets; all errors reported together.
+
+    Raises:
+        JobFileInvalid: as :func:`validate_job_file`; a budget's errors have
+            ``index`` None and ``field`` ``budgets.NAME...``.
+    """
     file = Path(path)
+    document = _load_document(file)
     errors: list[dict[str, Any]] = []
+    budgets = _budgets(file, document.get("budgets", {}), errors)
     specs: list[JobSpec] = []
     seen: dict[str, int] = {}
-    for index, raw in enumerate(load_job_file(file)):
+    for index, raw in enumerate(_jobs(file, document)):
         raw_id = raw.get("id")
         label = raw_id if isinstance(raw_id, str) else None
         try:
@@ -138,26 +180,41 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
         specs.append(spec)
     if errors:
         lines = [
-            f"jobs[{e['index']}]" + (f" ({e['id']!r})" if e["id"] else "") + f": {e['message']}"
+            (
+                f"jobs[{e['index']}]" + (f" ({e['id']!r})" if e["id"] else "")
+                if e["index"] is not None
+                else e["field"]
+            )
+            + f": {e['message']}"
             for e in errors
         ]
-        invalid = len({e["index"] for e in errors})
-        summary = (
-            f"{invalid} invalid job(s), {len(errors)} problem(s), nothing applied:\n  "
-            + "\n  ".join(lines)
-        )
+        invalid = len({e["index"] for e in errors if e["index"] is not None})
+        what = f"{invalid} invalid job(s)" if invalid else "invalid budgets"
+        summary = f"{what}, {len(errors)} problem(s), nothing applied:\n  " + "\n  ".join(lines)
         raise JobFileInvalid(file, errors[0]["field"], summary, show_field=False, errors=errors)
-    return specs
+    return JobFile(jobs=specs, budgets=budgets)
 
 
-def _jobs(file: Path, document: object) -> list[dict[str, Any]]:
-    if not isinstance(document, dict):
-        raise JobFileInvalid(file, "file", 'must hold an object: {"jobs": [ ... ]}')
-    # "$schema" points an editor at `kernel jobs schema`; the kernel ignores it.
-    unknown = sorted(str(key) for key in document if key not in ("jobs", "$schema"))
+def _budgets(file: Path, section: object, errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``budgets`` section read; each invalid budget is added to ``errors``."""
+    if not isinstance(section, dict):
+        raise JobFileInvalid(file, "budgets", "must be an object: {NAME: {budget}, ...}")
+    budgets: dict[str, Any] = {}
+    for name, value in section.items():
+        try:
+            budgets[_BUDGET_NAME(name, "budgets")] = read_budget(value, f"budgets.{name}")
+        except InvalidArgument as exc:
+            errors.append({"index": None, "id": None, "field": exc.field, "message": exc.message})
+    return budgets
+
+
+def _jobs(file: Path, document: dict[str, Any]) -> list[dict[str, Any]]:
+    unknown = sorted(str(key) for key in document if key not in _TOP_LEVEL)
     if unknown:
         name = unknown[0] if _WORD.fullmatch(unknown[0]) else json.dumps(unknown[0])
-        raise JobFileInvalid(file, name, 'unknown field; a job file holds only "jobs"')
+        raise JobFileInvalid(
+            file, name, 'unknown field; a job file holds only "jobs" and "budgets"'
+        )
     if "jobs" not in document:
         raise JobFileInvalid(file, "jobs", "is required")
     jobs = document["jobs"]

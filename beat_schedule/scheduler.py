@@ -26,7 +26,7 @@ from celery.beat import Scheduler
 
 from adapters import load_adapters
 from beat_schedule import timing
-from beat_schedule.jobfiles import validate_job_file
+from beat_schedule.jobfiles import read_job_file
 from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
@@ -130,14 +130,17 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def _apply_jobs_file(self, kernel: Kernel, jobs_file: str) -> None:
         try:
-            specs = validate_job_file(jobs_file)
+            job_file = read_job_file(jobs_file)
+            specs = job_file.jobs
             check_kinds(
                 [(spec.id, spec.kind) for spec in specs],
                 load_adapters(self.app),
                 worker_only_kinds(self.app.conf),
                 file=jobs_file,
             )
-            applied = kernel.apply_jobs([spec.to_dict() for spec in specs])
+            applied = kernel.apply_jobs(
+                [spec.to_dict() for spec in specs], shared_budgets=job_file.budgets
+            )
         except KernelError as exc:  # refused whole; the jobs already defined keep running
             log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
         else:
@@ -162,7 +165,14 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         assert kernel is not None, "setup_schedule opens the kernel"
         self._ticking = True
         try:
-            for step in (self._heartbeat, self._expire, self._materialise, self._pump):
+            steps = (
+                self._heartbeat,
+                self._expire,
+                self._time_out_approvals,
+                self._materialise,
+                self._pump,
+            )
+            for step in steps:
                 try:
                     step(kernel)
                 except StorageUnavailable as exc:
@@ -254,6 +264,16 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
+
+    def _time_out_approvals(self, kernel: Kernel) -> None:
+        decided = kernel.apply_approval_timeouts()
+        if any(decided.values()):
+            log.info(
+                "approval timeouts applied: %d approved, %d rejected",
+                decided["approved"],
+                decided["rejected"],
+                extra={"action": "approval_timeouts", "beat_id": self.beat_id, **decided},
+            )
 
     def _materialise(self, kernel: Kernel) -> None:
         now = kernel.now()

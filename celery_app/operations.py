@@ -39,6 +39,7 @@ __all__ = [
     "STALE_BEAT_FACTOR",
     "act",
     "adjudicate",
+    "approve",
     "beat_health",
     "beat_warning",
     "cancel",
@@ -55,6 +56,7 @@ __all__ = [
     "preview",
     "refused_entries",
     "prune",
+    "reject",
     "requeue",
     "resume",
     "runtime_controls",
@@ -466,3 +468,17 @@ def cancel(kernel: Kernel, occurrence_id: int) -> Action:
 def run_now(kernel: Kernel, job_id: str) -> Action:
     """Create an occurrence of a job now (also for a disabled job)."""
     return lambda rid, who: kernel.run_now(job_id, request_id=rid, operator=who)
+
+
+def approve(kernel: Kernel, occurrence_id: int, reason: str | None = None) -> Action:
+    """Let an occurrence awaiting approval run (it is queued)."""
+    return lambda rid, who: kernel.approve(
+        occurrence_id, request_id=rid, operator=who, reason=reason
+    )
+
+
+def reject(kernel: Kernel, occurrence_id: int, reason: str | None = None) -> Action:
+    """Refuse an occurrence awaiting approval (it is skipped, reason ``approval_rejected``)."""
+    return lambda rid, who: kernel.reject(
+        occurrence_id, request_id=rid, operator=who, reason=reason
+    )

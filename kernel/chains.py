@@ -8,7 +8,7 @@ from typing import Any
 
 from kernel import statements as st
 from kernel.events import EventType
-from kernel.firing import create_occurrence
+from kernel.gates import create_gated
 from kernel.tx import Tx
 
 __all__ = ["MAX_CHAIN_DEPTH", "MAX_CHILDREN", "fire_children", "condition_matches"]
@@ -59,7 +59,7 @@ def fire_children(
             )
             continue
         delay_ms = int(float(after.get("delay") or 0) * 1000)
-        create_occurrence(
+        create_gated(
             tx,
             job_id=child.id,
             revision=child.revision,

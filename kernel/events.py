@@ -54,6 +54,12 @@ class EventType(StrEnum):
     BEAT_STOPPED = "beat_stopped"
     #: A Beat silent for longer than the retention was removed from the registry.
     BEAT_FORGOTTEN = "beat_forgotten"
+    #: An occurrence awaiting approval was approved (``auto``: by its timeout): queued.
+    OCCURRENCE_APPROVED = "occurrence_approved"
+    #: An occurrence awaiting approval was rejected (``auto``: by its timeout): skipped.
+    OCCURRENCE_REJECTED = "occurrence_rejected"
+    #: An occurrence ended without running: its budget reservation no longer counts.
+    BUDGET_RELEASED = "budget_released"
 
 
 _SETTLED = {

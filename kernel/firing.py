@@ -23,6 +23,7 @@ class Created:
     id: int | None
     created: bool
     status: OccurrenceStatus | None
+    skip_reason: str | None = None
 
 
 def idempotency_key(job_id: str, trigger_key: str, revision: int) -> str:
@@ -42,12 +43,14 @@ def create_occurrence(
     available_at: int | None = None,
     parent_id: int | None = None,
     chain_depth: int = 0,
+    extra: dict[str, Any] | None = None,
 ) -> Created:
     """Insert the occurrence unless its firing exists (under any revision).
 
     The unique keys decide, not a prior read: two Beats racing on one firing
-    both run this, and exactly one row results.
+    both run this, and exactly one row results. ``extra``: more data for the event.
     """
+    awaiting = status == OccurrenceStatus.AWAITING_APPROVAL
     values = {
         "job_id": job_id,
         "job_revision": revision,
@@ -72,6 +75,8 @@ def create_occurrence(
         "created_at": tx.now,
         "updated_at": tx.now,
         "settled_at": tx.now if status == OccurrenceStatus.SKIPPED else None,
+        "approval_due_at": tx.now + int(spec["approval"]["timeout"] * 1000) if awaiting else None,
+        "approval_auto": spec["approval"]["auto"] if awaiting else None,
     }
     new_id = tx.conn.execute(
         tx.insert_or_ignore(occurrences).values(**values).returning(occurrences.c.id)
@@ -101,5 +106,8 @@ def create_occurrence(
         data["reason"] = skip_reason
     if parent_id is not None:
         data["parent_id"] = parent_id
+    if awaiting:
+        data["awaiting_approval"] = True
+    data.update(extra or {})
     tx.emit(event, job_id=job_id, occurrence_id=new_id, **data)
-    return Created(id=new_id, created=True, status=status)
+    return Created(id=new_id, created=True, status=status, skip_reason=skip_reason)

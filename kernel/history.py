@@ -5,7 +5,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from kernel.events import EventType
-from kernel.schema import controls, events, occurrences, operator_requests, requeue_grants
+from kernel.schema import (
+    budget_reservations,
+    controls,
+    events,
+    occurrences,
+    operator_requests,
+    requeue_grants,
+)
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 
@@ -32,6 +39,8 @@ def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
     for table, column in (
         (controls, controls.c.occurrence_id),
         (requeue_grants, requeue_grants.c.occurrence_id),
+        # the window's counters keep what it counted; the row only named the occurrence
+        (budget_reservations, budget_reservations.c.occurrence_id),
     ):
         tx.conn.execute(sa.delete(table).where(column.in_(ids)))
     pruned_events = tx.conn.execute(

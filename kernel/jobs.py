@@ -8,11 +8,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.budgets import check_ref
 from kernel.chain_order import parents_first
 from kernel.chains import MAX_CHAIN_DEPTH, MAX_CHILDREN
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.firing import create_occurrence
+from kernel.gates import create_gated
 from kernel.jobspec import JobSpec, validate_job_spec
 from kernel.operator import record_request, request_cancel
 from kernel.records import dumps, job_from_row, loads
@@ -36,7 +38,12 @@ __all__ = [
 ]
 
 S = OccurrenceStatus
-_UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
+_UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION, S.AWAITING_APPROVAL)
+#: What ``skip`` sees as active. Awaiting approval is not: ``approval.max_pending``
+#: bounds those, and each runs only when a person (or the timeout) lets it.
+_ACTIVE_FOR_SKIP = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
+#: The ``queue`` backlog that ``max_queued`` bounds: awaiting approval is in it.
+_BACKLOG = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.AWAITING_APPROVAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +124,7 @@ def define_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, bool]:
             revision=existing.revision,
         )
     _check_chain(tx, spec)
+    check_ref(tx, spec.id, spec.to_dict().get("budget"))
     values = {"id": spec.id, "revision": 1, **_row_values(tx, spec)}
     inserted = tx.conn.execute(
         tx.insert_or_ignore(jobs).values(**values).returning(jobs.c.id)
@@ -147,6 +155,7 @@ def revise_job(tx: Tx, raw: Mapping[str, Any], expected_revision: int) -> tuple[
     if current.digest == spec.digest:
         return current, False
     _check_chain(tx, spec)
+    check_ref(tx, spec.id, spec.to_dict().get("budget"))
     values = _row_values(tx, spec)
     if current.enabled and spec.enabled:
         # While unplanned, next_fire_at is where Beat resumes planning: the old
@@ -332,18 +341,22 @@ def fire(
             skipped.append((key, missed_reason or "missed"))
     for key, at in firings:
         reason = _overlap(tx, job_id, spec)
-        made = create_occurrence(
-            tx,
-            job_id=job_id,
-            revision=expected_revision,
-            spec=spec,
-            trigger_key=key,
-            scheduled_for=at,
-            status=S.SKIPPED if reason else S.QUEUED,
-            skip_reason=reason,
-        )
+        firing: dict[str, Any] = {
+            "revision": expected_revision,
+            "trigger_key": key,
+            "scheduled_for": at,
+        }
+        if reason:
+            made = create_occurrence(
+                tx, job_id=job_id, spec=spec, status=S.SKIPPED, skip_reason=reason, **firing
+            )
+        else:
+            made = create_gated(tx, job_id=job_id, spec=spec, **firing)
         if made.created and made.id is not None:
-            (skipped.append((key, reason)) if reason else created.append(made.id))
+            if made.status == S.SKIPPED:
+                skipped.append((key, made.skip_reason or "skipped"))
+            else:
+                created.append(made.id)
     return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
 
 
@@ -355,7 +368,7 @@ def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
     o = occurrences
     # An at-most-once run awaiting adjudication may still be having its effect: a
     # `skip` job does not start another beside it.
-    statuses = _UNSETTLED if policy == "skip" else (S.QUEUED, S.RUNNING, S.RETRY_WAIT)
+    statuses = _ACTIVE_FOR_SKIP if policy == "skip" else _BACKLOG
     active = tx.conn.execute(
         sa.select(o.c.id, o.c.status, o.c.fence).where(
             o.c.job_id == job_id, o.c.status.in_(statuses)
@@ -382,13 +395,14 @@ def run_now(tx: Tx, job_id: str, request_id: str, operator: str) -> tuple[int, b
     """
     job = get_job(tx, job_id)
     replay = record_request(tx, request_id, "run_now", job_id, {}, operator)
-    made = create_occurrence(
+    made = create_gated(
         tx,
         job_id=job_id,
         revision=job.revision,
         spec=job.spec,
         trigger_key=f"manual:{request_id}",
         scheduled_for=tx.now,
+        hold_for_approval=False,
     )
     if made.id is None:
         raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)

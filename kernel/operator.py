@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel import budgets
 from kernel import statements as st
 from kernel.control import end_control
 from kernel.errors import (
@@ -100,6 +101,8 @@ def request_cancel(tx: Tx, occ_id: int, *, reason: str) -> bool:
         fence=moved.fence,
         reason=reason,
     )
+    if moved.status == S.CANCELLED and moved.attempt == 0:
+        budgets.release(tx, occ_id, job_id=moved.job_id)  # it never ran
     return True
 
 
@@ -246,8 +249,8 @@ def cancel(tx: Tx, occ_id: int, *, request_id: str, operator: str) -> bool:
     o = occurrence_row(tx, occ_id)  # zero rows: read once for the precise answer
     if o["status"] != S.RUNNING:
         raise StateConflict(
-            f"occurrence {occ_id} is {o['status']}; only queued, retry_wait or running "
-            "occurrences can be cancelled",
+            f"occurrence {occ_id} is {o['status']}; only queued, retry_wait, "
+            "awaiting_approval or running occurrences can be cancelled",
             occurrence_id=occ_id,
             status=o["status"],
         )

@@ -134,6 +134,7 @@ def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None
         checkpoint=checkpoint_data(control_row._mapping["checkpoint"])
         if control_row is not None
         else None,
+        approval_due_at=to_dt(m["approval_due_at"]),
     )
 
 

@@ -6,6 +6,7 @@ import hashlib
 import random
 from typing import Any
 
+from kernel import budgets
 from kernel import statements as st
 from kernel.chains import fire_children
 from kernel.control import end_control
@@ -155,6 +156,8 @@ def settle(
         **({"error": error} if error is not None else {}),
         **({"retry_at": available_at} if to_status == S.RETRY_WAIT else {}),
     )
+    if to_status == S.SUCCEEDED:
+        budgets.settle_units(tx, occ_id, result)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,

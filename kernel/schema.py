@@ -21,6 +21,8 @@ occurrences
     wait while another occurrence of the same job runs (overlap queue/replace);
     ``pool`` rows wait while the pool is full. ``cancel_requested`` is seen by
     the running worker on renew. ``chain_depth``/``parent_id`` give chain lineage.
+    ``approval_due_at``/``approval_auto``: while ``awaiting_approval``, when Beat
+    applies the job's auto action (``approve`` | ``reject``) (revision 0005).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -37,6 +39,17 @@ beats
     Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
 pools
     Concurrency limit per resource pool (absent: 1).
+budgets
+    Shared budgets by name, as the job files' ``budgets:`` section sets them:
+    ``window_s`` and the limits ``max_runs`` / ``max_units`` (NULL: unlimited).
+budget_windows
+    Usage of one budget in one fixed window (``window_start``: epoch ms, a multiple
+    of the window). ``budget`` is a shared budget's name or ``job:<id>`` for a
+    job's own. ``runs``/``units`` only grow by the guarded reserve (never past a
+    limit) and shrink when a reservation is released.
+budget_reservations
+    What one occurrence took from its budget window; ``released_at`` is set when
+    it ended without running (cancelled, rejected), its units given back.
 job_sources
     One row per job a declarative source owns (``source``: ``beat_schedule``;
     ``name``: the entry's own name, which the job id was derived from); ``retired_at``
@@ -65,6 +78,9 @@ __all__ = [
     "beats",
     "pools",
     "job_sources",
+    "budgets",
+    "budget_windows",
+    "budget_reservations",
 ]
 
 metadata = sa.MetaData()
@@ -73,7 +89,7 @@ OCCURRENCE_CHECKS: tuple[tuple[str, str], ...] = (
     (
         "ck_occurrences_status",
         "status IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead_letter',"
-        " 'needs_adjudication', 'cancelled', 'skipped')",
+        " 'needs_adjudication', 'cancelled', 'skipped', 'awaiting_approval')",
     ),
     (
         "ck_occurrences_lease_iff_running",
@@ -162,6 +178,8 @@ occurrences = sa.Table(
     sa.Column("created_at", Ms, nullable=False),
     sa.Column("updated_at", Ms, nullable=False),
     sa.Column("settled_at", Ms),
+    sa.Column("approval_due_at", Ms),
+    sa.Column("approval_auto", sa.String(8)),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
@@ -186,6 +204,12 @@ occurrences = sa.Table(
         postgresql_where=sa.text("status = 'running'"),
     ),
     sa.Index("occurrences_settled", "settled_at"),
+    sa.Index(
+        "occurrences_awaiting_approval",
+        "approval_due_at",
+        sqlite_where=sa.text("status = 'awaiting_approval'"),
+        postgresql_where=sa.text("status = 'awaiting_approval'"),
+    ),
     # One running exclusive occurrence per job (overlap queue/replace): the data
     # guard two claimers on PostgreSQL cannot both pass (revision 0002).
     sa.Index(
@@ -279,4 +303,35 @@ job_sources = sa.Table(
     sa.Column("source", sa.String(64), nullable=False),
     sa.Column("name", sa.String(1024), nullable=False),
     sa.Column("retired_at", Ms),
+)
+
+budgets = sa.Table(
+    "budgets",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("window_s", sa.Float, nullable=False),
+    sa.Column("max_runs", sa.Integer),
+    sa.Column("max_units", sa.Integer),
+    sa.Column("updated_at", Ms, nullable=False),
+)
+
+budget_windows = sa.Table(
+    "budget_windows",
+    metadata,
+    sa.Column("budget", sa.String(140), primary_key=True),
+    sa.Column("window_start", Ms, primary_key=True),
+    sa.Column("runs", sa.Integer, nullable=False),
+    sa.Column("units", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("runs >= 0 AND units >= 0", name="ck_budget_windows_counters"),
+)
+
+budget_reservations = sa.Table(
+    "budget_reservations",
+    metadata,
+    sa.Column("occurrence_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("budget", sa.String(140), nullable=False),
+    sa.Column("window_start", Ms, nullable=False),
+    sa.Column("units", sa.BigInteger, nullable=False),
+    sa.Column("reserved_at", Ms, nullable=False),
+    sa.Column("released_at", Ms),
 )

@@ -33,6 +33,9 @@ class OccurrenceStatus(StrEnum):
     CANCELLED = "cancelled"
     #: A planned firing that was not run; ``skip_reason`` says why.
     SKIPPED = "skipped"
+    #: Held for an operator's approve or reject (the job's ``approval`` gate); not
+    #: claimable. At ``approval_due_at`` Beat applies the job's ``approval.auto``.
+    AWAITING_APPROVAL = "awaiting_approval"
 
 
 class ControlState(StrEnum):

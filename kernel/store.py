@@ -8,7 +8,19 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from kernel import beats, claiming, dispatch, history, output, pausing, reads, runs, sources
+from kernel import (
+    approvals,
+    beats,
+    budgets,
+    claiming,
+    dispatch,
+    history,
+    output,
+    pausing,
+    reads,
+    runs,
+    sources,
+)
 from kernel import jobs as job_ops
 from kernel import operator as op
 from kernel.clock import Clock, default_clock
@@ -43,6 +55,10 @@ def _ms(seconds: float, field: str) -> int:
 
 def _lease_ms(lease: float | None) -> int | None:
     return None if lease is None else _ms(lease, "lease")
+
+
+def _checked_budgets(defined: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: budgets.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
 
 
 class Kernel:
@@ -122,9 +138,23 @@ class Kernel:
         """Upsert: ``created``, ``updated`` (revision + 1) or ``unchanged``."""
         return self._write(job_ops.apply_job, spec)
 
-    def apply_jobs(self, specs: Sequence[Mapping[str, Any]]) -> list[tuple[Job, str]]:
-        """Apply every spec in one transaction; any refusal leaves the kernel unchanged."""
-        return self._write(job_ops.apply_jobs, list(specs))
+    def apply_jobs(
+        self,
+        specs: Sequence[Mapping[str, Any]],
+        *,
+        shared_budgets: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[tuple[Job, str]]:
+        """Apply every spec in one transaction; any refusal leaves the kernel unchanged.
+
+        ``shared_budgets`` (a job file's ``budgets:``) are set first, so its jobs may name them.
+        """
+
+        def run(tx: Tx) -> list[tuple[Job, str]]:
+            if shared_budgets:
+                budgets.set_budgets(tx, _checked_budgets(shared_budgets))
+            return job_ops.apply_jobs(tx, list(specs))
+
+        return self._write(run)
 
     def set_job_enabled(self, job_id: str, enabled: bool) -> tuple[Job, bool]:
         return self._write(job_ops.set_enabled, job_id, enabled)
@@ -477,3 +507,60 @@ class Kernel:
     ) -> None:
         """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
         self._write(output.append_output, occurrence_id, owner, fence, chunks)
+
+    # -- gates: approvals and budgets (kernel/approvals.py, kernel/budgets.py) -------
+
+    def approve(
+        self, occurrence_id: int, *, request_id: str, operator: str, reason: str | None = None
+    ) -> ActionResult:
+        """Queue an occurrence awaiting approval (idempotent by request id).
+
+        Raises:
+            StateConflict: it is not awaiting approval.
+        """
+        return self._action(
+            approvals.decide,
+            occurrence_id,
+            request_id,
+            approved=True,
+            operator=operator,
+            reason=reason,
+        )
+
+    def reject(
+        self, occurrence_id: int, *, request_id: str, operator: str, reason: str | None = None
+    ) -> ActionResult:
+        """Skip an occurrence awaiting approval (reason ``approval_rejected``).
+
+        Raises:
+            StateConflict: it is not awaiting approval.
+        """
+        return self._action(
+            approvals.decide,
+            occurrence_id,
+            request_id,
+            approved=False,
+            operator=operator,
+            reason=reason,
+        )
+
+    def apply_approval_timeouts(self, limit: int = 200) -> dict[str, int]:
+        """Beat: apply ``approval.auto`` to occurrences whose approval timed out.
+
+        Returns:
+            ``{"approved": n, "rejected": m}``.
+        """
+        return self._write(approvals.apply_timeouts, limit)
+
+    def set_budgets(self, defined: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Create or update shared budgets: name -> ``{"window", "max_runs", "max_units"}``.
+
+        Raises:
+            InvalidArgument: a budget is invalid (``field`` names it); nothing is written.
+        """
+
+        return self._write(budgets.set_budgets, _checked_budgets(defined))
+
+    def list_budgets(self) -> list[dict[str, Any]]:
+        """Every budget with the runs and units counted in its latest window."""
+        return self._read(budgets.list_budgets)

@@ -36,9 +36,11 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     Transition(
         ("none",),
         "Beat fires (create)",
-        (S.QUEUED, S.SKIPPED),
+        (S.QUEUED, S.SKIPPED, S.AWAITING_APPROVAL),
         "create_occurrence",
-        "unique (job, trigger key) and idempotency key",
+        "unique (job, trigger key) and idempotency key; through the gates (kernel/gates.py): "
+        "approval hold (awaiting_approval, or skipped approval_backlog past max_pending) "
+        "and budget (RESERVE_BUDGET; skipped budget when spent)",
         (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
     ),
     Transition(
@@ -106,12 +108,12 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
         (E.OCCURRENCE_CANCELLED, E.OCCURRENCE_NEEDS_ADJUDICATION, E.OCCURRENCE_DEAD_LETTER),
     ),
     Transition(
-        (S.QUEUED, S.RETRY_WAIT),
+        (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL),
         "operator cancels (or overlap replace)",
         (S.CANCELLED,),
         "CANCEL",
-        "status waiting",
-        (E.OCCURRENCE_CANCELLED, E.CONTROL_TERMINAL),
+        "status waiting; a budget reservation of a run never begun is released",
+        (E.OCCURRENCE_CANCELLED, E.CONTROL_TERMINAL, E.BUDGET_RELEASED),
     ),
     Transition(
         (S.RUNNING,),
@@ -136,6 +138,30 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
         "ADJUDICATE",
         "needs_adjudication",
         (E.OCCURRENCE_ADJUDICATED,),
+    ),
+    Transition(
+        (S.AWAITING_APPROVAL,),
+        "operator approves",
+        (S.QUEUED,),
+        "APPROVE",
+        "awaiting_approval",
+        (E.OCCURRENCE_APPROVED,),
+    ),
+    Transition(
+        (S.AWAITING_APPROVAL,),
+        "operator rejects",
+        (S.SKIPPED,),
+        "REJECT",
+        "awaiting_approval; the budget reservation is released",
+        (E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
+    ),
+    Transition(
+        (S.AWAITING_APPROVAL,),
+        "Beat applies the approval timeout",
+        (S.QUEUED, S.SKIPPED),
+        "APPLY_APPROVAL_TIMEOUTS",
+        "awaiting_approval, approval_due_at passed; CASE approval_auto approve -> queued",
+        (E.OCCURRENCE_APPROVED, E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
     ),
     Transition(
         (S.RETRY_WAIT,),

@@ -113,6 +113,8 @@ class Occurrence:
     settled_at: datetime | None
     control: Control | None = None
     checkpoint: Any = None
+    #: While awaiting approval: when Beat applies the job's ``approval.auto``.
+    approval_due_at: datetime | None = None
 
     @property
     def kind(self) -> str:
@@ -128,7 +130,9 @@ class Occurrence:
         return payload
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON shape of SPEC §7 (``show`` adds checkpoint, result, events)."""
+        """The JSON shape of SPEC §7 (``show`` adds checkpoint, result, events); an
+        occurrence awaiting approval adds ``approval_due_at``."""
+        approval = {"approval_due_at": _iso(self.approval_due_at)} if self.approval_due_at else {}
         return {
             "id": self.id,
             "job_id": self.job_id,
@@ -148,6 +152,7 @@ class Occurrence:
             "control": self.control.to_dict() if self.control else None,
             "created_at": _iso(self.created_at),
             "settled_at": _iso(self.settled_at),
+            **approval,
         }
 
 

@@ -17,7 +17,15 @@ from kernel.testing import ManualClock
 LEASE_S = 30
 OWNERS = ("w1", "w2", "w3")
 SAFE_POINTS = ("before_execute", "adapter_checkpoint")
-JOBS = {"alo": "at-least-once", "amo": "at-most-once", "alo-b": "at-least-once"}
+JOBS = {
+    "alo": "at-least-once",
+    "amo": "at-most-once",
+    "alo-b": "at-least-once",
+    "gate": "at-least-once",
+}
+#: Jobs whose firings await approval; the timeout approves (run-now is never held).
+GATED = {"gate": {"required": True, "timeout": "60s", "auto": "approve", "max_pending": 10000}}
+APPROVAL_TIMEOUT_S = 60
 RUNNABLE = ("queued", "retry_wait")
 SETTLED = ("succeeded", "dead_letter", "cancelled", "skipped")
 #: After these an at-most-once occurrence may be claimed again: its holder reported
@@ -45,6 +53,7 @@ def job_spec(job_id: str, max_attempts: int, tag: int = 0) -> dict[str, Any]:
         "max_attempts": max_attempts,
         "lease": f"{LEASE_S}s",
         "retry": {"backoff": "10s", "factor": 2, "max": "1h", "jitter": 0},
+        **({"approval": GATED[job_id]} if job_id in GATED else {}),
     }
 
 
@@ -93,6 +102,8 @@ class MOcc:
     error: str | None = None
     control: MControl | None = None
     grant_fence: int | None = None  # an unused requeue/adjudication grant, valid at this fence
+    approval_due: int | None = None  # while awaiting approval: when the timeout approves
+    created_status: str = "queued"
 
 
 @dataclass
@@ -120,9 +131,14 @@ class Model:
         """Running under a lease that has not expired."""
         return o.lease_until is not None and o.lease_until > self.now
 
-    def add(self, occ_id: int, job_id: str, key: str) -> None:
+    def add(self, occ_id: int, job_id: str, key: str, *, fired: bool = True) -> None:
+        """A new occurrence; a fired one of a gated job awaits approval."""
         self.keys[job_id].append(key)
-        self.occs[occ_id] = MOcc(occ_id, JOBS[job_id], self.jobs[job_id].max_attempts, self.now)
+        o = MOcc(occ_id, JOBS[job_id], self.jobs[job_id].max_attempts, self.now)
+        if fired and job_id in GATED:
+            o.status = o.created_status = "awaiting_approval"
+            o.approval_due = self.now + APPROVAL_TIMEOUT_S * 1000
+        self.occs[occ_id] = o
 
     # -- claims -------------------------------------------------------------------------
 
@@ -382,12 +398,35 @@ class Model:
         def apply() -> None:
             if o.status == "running":
                 o.cancel_requested = True
-            elif o.status in RUNNABLE:
+            elif o.status in (*RUNNABLE, "awaiting_approval"):
+                o.approval_due = None
                 self._leave(o, "cancelled", o.error)
             else:
                 raise Refused("STATE_CONFLICT")
 
         return self._request(rid, "cancel", str(occ_id), {}, apply)
+
+    def decide_approval(self, occ_id: int, approved: bool, rid: str) -> bool:
+        o = self.occs[occ_id]
+
+        def apply() -> None:
+            if o.status != "awaiting_approval":
+                raise Refused("STATE_CONFLICT")
+            o.approval_due = None
+            if approved:
+                o.status, o.available_at = "queued", self.now
+            else:
+                self._leave(o, "skipped", o.error)
+
+        return self._request(rid, "approve" if approved else "reject", str(occ_id), {}, apply)
+
+    def approval_timeouts(self) -> dict[str, int]:
+        """Beat's pass: every overdue approval is approved (the gated job's auto action)."""
+        due = [o for o in self.occs.values() if o.approval_due is not None]
+        due = [o for o in due if o.approval_due is not None and o.approval_due <= self.now]
+        for o in due:
+            o.status, o.available_at, o.approval_due = "queued", self.now, None
+        return {"approved": len(due), "rejected": 0}
 
 
 def asked(o: MOcc) -> bool:

@@ -10,6 +10,7 @@ import click
 
 from celery_app.cli import (
     actions,
+    budgets,
     exporter,
     job_schema,  # noqa: F401 - registers `jobs schema`
     jobs,
@@ -37,6 +38,9 @@ for _command in (
     actions.requeue,
     actions.adjudicate,
     actions.cancel,
+    actions.approve,
+    actions.reject,
+    budgets.budgets,
     observe.status,
     observe.events,
     observe.doctor,

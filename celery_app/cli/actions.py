@@ -1,4 +1,5 @@
-"""Operator actions on one occurrence: pause, resume, requeue, adjudicate, cancel.
+"""Operator actions on one occurrence: pause, resume, requeue, adjudicate, cancel,
+approve, reject.
 
 Each takes ``--request-id`` (generated and printed when absent) so a script can
 retry it safely — the kernel answers a faithful replay ``deduplicated`` and refuses
@@ -26,9 +27,11 @@ from kernel import Decision
 __all__ = [
     "action_options",
     "adjudicate",
+    "approve",
     "cancel",
     "default_operator",
     "pause",
+    "reject",
     "requeue",
     "resume",
     "run_action",
@@ -156,3 +159,24 @@ def adjudicate(env: Env, occ_id: int, decision: str) -> Action:
 def cancel(env: Env, occ_id: int) -> Action:
     """Cancel a waiting occurrence, or ask a running one to stop."""
     return operations.cancel(env.kernel, occ_id)
+
+
+_REASON = click.option(
+    "--reason", default=None, metavar="TEXT", help="Why; recorded in the event (optional)."
+)
+
+
+@command("approve")
+@_occurrence_action
+@_REASON
+def approve(env: Env, occ_id: int, reason: str | None) -> Action:
+    """Let an occurrence awaiting approval run: it is queued and a worker takes it."""
+    return operations.approve(env.kernel, occ_id, reason)
+
+
+@command("reject")
+@_occurrence_action
+@_REASON
+def reject(env: Env, occ_id: int, reason: str | None) -> Action:
+    """Refuse an occurrence awaiting approval: it is skipped (reason approval_rejected)."""
+    return operations.reject(env.kernel, occ_id, reason)

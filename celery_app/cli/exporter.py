@@ -8,8 +8,13 @@ The tail starts at the oldest retained event, so after a restart the counters
 resume near their old values (Prometheus treats any drop as a reset).
 
 Claim latency is the time from when an occurrence became claimable (created and
-due, retry backoff over, resumed, requeued) to the claim that took it; reclaims
-after an expired lease count as lease expirations instead.
+due, retry backoff over, resumed, requeued, approved) to the claim that took it;
+reclaims after an expired lease count as lease expirations instead.
+
+Gates: ``celery_kernel_approvals`` counts approval decisions (by operator or by
+timeout), ``celery_kernel_skips`` skipped firings by reason (``budget``,
+``approval_backlog``, ``overlap`` ...), and the budget gauges show what each
+budget's latest window used.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -41,13 +47,16 @@ _CLAIMABLE_AT_EVENT = (
     EventType.OCCURRENCE_RESUMED,
     EventType.OCCURRENCE_REQUEUED,
     EventType.OCCURRENCE_HANDED_BACK,
+    EventType.OCCURRENCE_APPROVED,
 )
 _SETTLED = (
     EventType.OCCURRENCE_SUCCEEDED,
     EventType.OCCURRENCE_DEAD_LETTER,
     EventType.OCCURRENCE_CANCELLED,
     EventType.OCCURRENCE_SKIPPED,
+    EventType.OCCURRENCE_REJECTED,
 )
+_DECISIONS = {EventType.OCCURRENCE_APPROVED: "approved", EventType.OCCURRENCE_REJECTED: "rejected"}
 
 
 def _seconds(at: datetime) -> float:
@@ -77,6 +86,18 @@ class KernelCollector(Collector):
         self._dead = Counter(
             "celery_kernel_dead_letters", "Occurrences that became dead letters.", registry=None
         )
+        self._approvals = Counter(
+            "celery_kernel_approvals",
+            "Approval decisions (auto: applied by the approval timeout).",
+            labelnames=["decision", "auto"],
+            registry=None,
+        )
+        self._skips = Counter(
+            "celery_kernel_skips",
+            "Firings recorded as skipped, by reason (budget, approval_backlog, overlap...).",
+            labelnames=["reason"],
+            registry=None,
+        )
         self._latency = Histogram(
             "celery_kernel_claim_latency_seconds",
             "From claimable to claimed.",
@@ -90,6 +111,7 @@ class KernelCollector(Collector):
                 self._tail()
                 status = self._kernel.status()
                 beats = self._kernel.beats()
+                budgets = self._kernel.list_budgets()
             except KernelError:
                 yield _gauge(
                     "celery_kernel_up", "1 when the kernel database answered this scrape.", 0
@@ -97,7 +119,15 @@ class KernelCollector(Collector):
                 return
             counters = [
                 m
-                for c in (self._claims, self._expirations, self._pauses, self._dead, self._latency)
+                for c in (
+                    self._claims,
+                    self._expirations,
+                    self._pauses,
+                    self._dead,
+                    self._approvals,
+                    self._skips,
+                    self._latency,
+                )
                 for m in c.collect()
             ]
         yield _gauge("celery_kernel_up", "1 when the kernel database answered this scrape.", 1)
@@ -139,6 +169,7 @@ class KernelCollector(Collector):
             interval.add_metric([beat["id"], beat["host"]], beat["interval_s"])
         yield lag
         yield interval
+        yield from _budget_gauges(budgets)
         yield from counters
 
     def _tail(self) -> None:
@@ -165,7 +196,8 @@ class KernelCollector(Collector):
             elif since is not None:
                 self._latency.observe(max(0.0, at - since))
         elif event.type == EventType.OCCURRENCE_CREATED:
-            self._wait(occ, max(at, float(data.get("scheduled_for", 0)) / 1000))
+            if not data.get("awaiting_approval"):
+                self._wait(occ, max(at, float(data.get("scheduled_for", 0)) / 1000))
         elif event.type == EventType.OCCURRENCE_RETRY_WAIT:
             self._wait(occ, float(data.get("retry_at", at * 1000)) / 1000)
         elif event.type in _CLAIMABLE_AT_EVENT or (
@@ -178,6 +210,16 @@ class KernelCollector(Collector):
             self._waiting.pop(occ, None)
         if event.type == EventType.OCCURRENCE_DEAD_LETTER:
             self._dead.inc()
+        elif event.type == EventType.OCCURRENCE_SKIPPED:
+            self._skips.labels(str(data.get("reason") or "unknown")).inc()
+        elif event.type in _DECISIONS:
+            self._approvals.labels(
+                _DECISIONS[EventType(event.type)], str(bool(data.get("auto"))).lower()
+            ).inc()
+            if event.type == EventType.OCCURRENCE_REJECTED:
+                # not data["reason"]: an operator's free text is no label value
+                auto = bool(data.get("auto"))
+                self._skips.labels("approval_timeout" if auto else "approval_rejected").inc()
         if event.type in _SETTLED:
             self._waiting.pop(occ, None)
 
@@ -186,6 +228,22 @@ class KernelCollector(Collector):
         self._waiting[occ] = since
         if len(self._waiting) > _MAX_WAITING:
             del self._waiting[next(iter(self._waiting))]
+
+
+def _budget_gauges(budgets: list[dict[str, Any]]) -> Iterator[Metric]:
+    runs = GaugeMetricFamily(
+        "celery_kernel_budget_runs", "Runs counted in a budget's latest window.", labels=["budget"]
+    )
+    units = GaugeMetricFamily(
+        "celery_kernel_budget_units",
+        "Units counted in a budget's latest window.",
+        labels=["budget"],
+    )
+    for budget in budgets:
+        runs.add_metric([budget["name"]], budget["runs"])
+        units.add_metric([budget["name"]], budget["units"])
+    yield runs
+    yield units
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

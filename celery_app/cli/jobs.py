@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from adapters import load_adapters
-from beat_schedule.jobfiles import validate_job_file
+from beat_schedule.jobfiles import read_job_file
 from beat_schedule.kinds import check_kinds, worker_only_kinds
 from celery_app import operations
 from celery_app.cli.actions import action_options, run_action
@@ -52,7 +52,8 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
     Every job is validated first and all are applied in one transaction: if any is
     refused, nothing is written. A kind no installed adapter runs is refused.
     """
-    specs = validate_job_file(file)
+    job_file = read_job_file(file)
+    specs = job_file.jobs
     check_kinds(
         [(spec.id, spec.kind) for spec in specs],
         load_adapters(env.app),
@@ -67,7 +68,9 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
         ]
     else:
         try:
-            applied = env.kernel.apply_jobs([spec.to_dict() for spec in specs])
+            applied = env.kernel.apply_jobs(
+                [spec.to_dict() for spec in specs], shared_budgets=job_file.budgets
+            )
         except KernelError as exc:
             # Every job validated, so this refusal needs the database (a chain cycle, a
             # concurrent edit); the one transaction rolled back and nothing was applied.
@@ -76,7 +79,9 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
         results = [
             {"id": job.id, "change": change, "revision": job.revision} for job, change in applied
         ]
-    data = {"file": str(file), "dry_run": dry_run, "jobs": results}
+    data: dict[str, Any] = {"file": str(file), "dry_run": dry_run, "jobs": results}
+    if job_file.budgets:
+        data["budgets"] = sorted(job_file.budgets)
 
     def render() -> str:
         counts = {

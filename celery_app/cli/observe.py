@@ -49,6 +49,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
                     ("leases expiring within 10s", data["leases_expiring_10s"]),
                     ("dead letters", counts["dead_letter"]),
                     ("needs adjudication", counts["needs_adjudication"]),
+                    ("awaiting approval", counts["awaiting_approval"]),
                     (
                         "oldest claimable",
                         "-" if age_s is None else f"waiting {format_age(age_s)}",

@@ -35,7 +35,7 @@ OCCURRENCE_HEADERS = (
     "error",
 )
 _EVENT_PAGE = 1000
-_UNSETTLED = frozenset({"queued", "running", "retry_wait"})
+_UNSETTLED = frozenset({"queued", "running", "retry_wait", "awaiting_approval"})
 
 
 def occurrence_state(d: dict[str, Any]) -> str:

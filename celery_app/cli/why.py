@@ -3,7 +3,8 @@
 The answer's ``outcome`` is one of:
 
 * ``created`` — an occurrence exists; its status says how it went;
-* ``skipped`` — a skipped occurrence records why (overlap, queue full, catch-up policy);
+* ``skipped`` — a skipped occurrence records why (overlap, queue full, catch-up policy,
+  budget spent, approval rejected / timed out / too many awaiting);
 * ``not_due`` — the firing is still ahead, or the job did not exist yet at that time;
 * ``disabled`` — the job was disabled when the firing came due;
 * ``pending`` — the firing is due but no Beat has materialised it yet (is Beat running?);
@@ -40,6 +41,13 @@ _MAX_PAGES = 200
 _SKEW = timedelta(minutes=5)
 _MAX_LOOKBACK = timedelta(days=800)
 _TOGGLES = (EventType.JOB_ENABLED, EventType.JOB_DISABLED)
+#: What the gates' skip reasons mean, for people.
+_GATE_REASONS = {
+    "budget": "its budget ({budget}) had no runs or units left in the window",
+    "approval_rejected": "an operator rejected it while it awaited approval",
+    "approval_timeout": "nobody approved it within approval.timeout; the auto action rejected it",
+    "approval_backlog": "approval.max_pending occurrences of the job already awaited approval",
+}
 
 
 def nearest_firing(
@@ -116,13 +124,31 @@ def _nearest_occurrence(kernel: Kernel, job_id: str, at: datetime) -> Occurrence
     return min(page, key=lambda o: abs((o.scheduled_for - at).total_seconds()), default=None)
 
 
+def _skip_reason(job: Job, occ: Occurrence) -> str:
+    reason = occ.skip_reason or "skipped"
+    meaning = _GATE_REASONS.get(reason)
+    if meaning is None:
+        return reason
+    budget = occ.definition.get("budget")
+    name = budget if isinstance(budget, str) else f"job:{job.id}"
+    return f"{reason} ({meaning.format(budget=name)})"
+
+
 def _explain(
     kernel: Kernel, job: Job, firing: Firing, now: datetime
 ) -> tuple[str, str, Occurrence | None]:
     occ = _find(kernel, job.id, firing.trigger_key, firing.at)
     if occ is not None:
         if occ.status == OccurrenceStatus.SKIPPED:
-            return "skipped", f"recorded as skipped: {occ.skip_reason}", occ
+            return "skipped", f"recorded as skipped: {_skip_reason(job, occ)}", occ
+        if occ.status == OccurrenceStatus.AWAITING_APPROVAL:
+            auto = {"approve": "approved", "reject": "rejected"}[occ.definition["approval"]["auto"]]
+            return (
+                "created",
+                f"occurrence {occ.id} awaits approval (kernel approve|reject {occ.id}); at "
+                f"{iso(occ.approval_due_at)} it is {auto} automatically",
+                occ,
+            )
         return "created", f"occurrence {occ.id} was created; it is {occ.status.value}", occ
     if firing.at > now:
         return (

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from kernel.statements.gates import *  # noqa: F403
+from kernel.statements.gates import __all__ as _gates
 from kernel.statements.operator import *  # noqa: F403
 from kernel.statements.operator import __all__ as _operator
 from kernel.statements.worker import *  # noqa: F403
 from kernel.statements.worker import __all__ as _worker
 
-__all__ = [*_worker, *_operator]
+__all__ = [*_worker, *_operator, *_gates]

@@ -316,16 +316,24 @@ CANCEL = (
     sa.update(OCC)
     .where(
         OCC.c.id == p("occ_id"),
-        OCC.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"), sa.literal("running"))),
+        OCC.c.status.in_(
+            (
+                sa.literal("queued"),
+                sa.literal("retry_wait"),
+                sa.literal("running"),
+                sa.literal("awaiting_approval"),
+            )
+        ),
         sa.not_(sa.and_(_running, OCC.c.cancel_requested)),
     )
     .values(
         status=sa.case((_running, "running"), else_="cancelled"),
         cancel_requested=sa.case((_running, sa.true()), else_=OCC.c.cancel_requested),
         settled_at=sa.case((_running, None), else_=p("now")),
+        approval_due_at=None,
         updated_at=p("now"),
     )
-    .returning(OCC.c.status, OCC.c.job_id, OCC.c.fence)
+    .returning(OCC.c.status, OCC.c.job_id, OCC.c.fence, OCC.c.attempt)
 )
 
 #: A cancel pending on the occurrence wins over the pause (RELEASE cancels it).

@@ -2,7 +2,8 @@
 
 Hypothesis drives a memory kernel on a manual clock through claims, renewals,
 settles, lease expiry, pause/resume, hand backs, requeues, adjudications,
-cancels and request-id replays, by current and by stale (owner, fence) pairs.
+cancels, approvals (approve, reject, timeout) and request-id replays, by current
+and by stale (owner, fence) pairs.
 A plain-Python model of SPEC §4 predicts every answer. After each step the
 kernel's tables must equal the model and the event log must satisfy I1, I2, I4
 and I6; a refused or deduplicated call must leave every table unchanged (I2,
@@ -199,7 +200,7 @@ class KernelMachine(RuleBasedStateMachine):
             lambda: self.model.run_now(job, rid),
             lambda: self.kernel.run_now(job, request_id=rid, operator="op"),
         )
-        self.model.add(self.replays[rid][2], job, f"manual:{rid}")
+        self.model.add(self.replays[rid][2], job, f"manual:{rid}", fired=False)
 
     # -- claims --------------------------------------------------------------------------
 
@@ -409,6 +410,25 @@ class KernelMachine(RuleBasedStateMachine):
             lambda: self.kernel.cancel(occ_id, request_id=rid, operator="op"),
         )
 
+    @precondition(lambda self: self.model.occs)
+    @rule(data=st.data(), approved=st.booleans())
+    def decide_approval(self, data: st.DataObject, approved: bool) -> None:
+        occ_id = self._occ(data, lambda o: o.status == "awaiting_approval")
+        rid = self._next("approve" if approved else "reject")
+        decide = self.kernel.approve if approved else self.kernel.reject
+        self._operator(
+            rid,
+            lambda: self.model.decide_approval(occ_id, approved, rid),
+            lambda: decide(occ_id, request_id=rid, operator="op"),
+        )
+
+    @rule()
+    def approval_timeouts(self) -> None:
+        """Beat applies the auto action of every approval past its timeout."""
+        expected, got = self._act(self.model.approval_timeouts, self.kernel.apply_approval_timeouts)
+        assert got == expected
+        self._logged()
+
     @precondition(lambda self: self.replays)
     @rule(data=st.data(), changed=st.booleans())
     def replay(self, data: st.DataObject, changed: bool) -> None:
@@ -477,7 +497,7 @@ class KernelMachine(RuleBasedStateMachine):
             want_c = m and (m.state, m.revision, m.fence, m.pause_rid, m.checkpoint)
             assert got_c == want_c, f"occurrence {occ_id} control: kernel {got_c}, model {want_c}"
             assert grants.get(occ_id, []) == ([] if o.grant_fence is None else [o.grant_fence])
-            previous = self.statuses.get(occ_id, "queued")
+            previous = self.statuses.get(occ_id, o.created_status)
             assert previous == o.status or (previous, o.status) in TRANSITIONS
             self.statuses[occ_id] = o.status
         check_event_log(snap)

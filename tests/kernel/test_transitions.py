@@ -23,6 +23,11 @@ def test_rows_use_known_states_only() -> None:
 
 
 def test_a_cancel_can_end_every_unsettled_status() -> None:
-    for status in (OccurrenceStatus.QUEUED, OccurrenceStatus.RETRY_WAIT):
+    waiting = (
+        OccurrenceStatus.QUEUED,
+        OccurrenceStatus.RETRY_WAIT,
+        OccurrenceStatus.AWAITING_APPROVAL,
+    )
+    for status in waiting:
         assert (status, OccurrenceStatus.CANCELLED) in allowed_pairs()
     assert (OccurrenceStatus.RUNNING, OccurrenceStatus.CANCELLED) in allowed_pairs()
