@@ -4,18 +4,21 @@ Both surfaces look actions up here, so an action is refused to the same roles an
 validated by the same model whether it came as JSON or as a form. Actions on an
 occurrence and ``run-now`` are idempotent by request id exactly as on the CLI (a
 missing id is generated); the admin actions are idempotent by nature (enabling an
-enabled job changes nothing) or refuse a repeat (deleting a deleted job).
+enabled job or applying the same definition again changes nothing, a repeated revision
+with the same expected revision is refused) or refuse a repeat (deleting a deleted job).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from celery_app import operations
+from celery_app.definitions import apply_specs, web_spec
 from celery_app.web.users import Role, User
 from kernel import Decision, Kernel
 from kernel.durations import parse_duration
@@ -24,6 +27,7 @@ __all__ = [
     "ACTIONS",
     "ActionRequest",
     "AdjudicateRequest",
+    "ApplyRequest",
     "Empty",
     "PauseRequest",
     "PruneRequest",
@@ -82,6 +86,37 @@ class PruneRequest(Empty):
         min_length=1, max_length=32, description="Delete settled history older than this (30d)."
     )
     limit: int = Field(default=10_000, ge=1, le=1_000_000)
+
+
+class ApplyRequest(Empty):
+    spec: dict[str, Any] = Field(
+        description="The job definition, as one job of a job file (`kernel jobs schema`); "
+        "its id may be left out (the path names the job). JSON text is accepted too."
+    )
+    expected_revision: int | None = Field(
+        default=None,
+        ge=1,
+        le=_DB_INT_MAX,
+        description="Revise only if the job is still at this revision (REVISION_CONFLICT "
+        "otherwise); without it the definition is applied as `kernel jobs apply` does.",
+    )
+    dry_run: bool = Field(default=False, description="Validate and say what would change.")
+    allow_kinds: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Kinds installed only on the workers (`--allow-kind`).",
+    )
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        """The console's form sends the definition as JSON text."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +196,21 @@ ACTIONS = _actions(
         ActionRequest,
         "Create an occurrence now (also for a disabled job); the schedule is not disturbed.",
         _by_request(lambda k, app, job, p: operations.run_now(k, job)),
+    ),
+    WebAction(
+        "apply",
+        "job",
+        Role.ADMIN,
+        ApplyRequest,
+        "Create or revise a job definition (as `kernel jobs apply`).",
+        lambda k, app, job, p, user: apply_specs(
+            k,
+            app,
+            [web_spec(p.spec, job)],
+            dry_run=p.dry_run,
+            expected_revision=p.expected_revision,
+            allow_kinds=p.allow_kinds,
+        ),
     ),
     WebAction(
         "enable",

@@ -28,7 +28,7 @@ from celery_app.web.actions import ACTIONS, WebAction
 from celery_app.web.app import WebContext
 from celery_app.web.auth import SESSION_COOKIE, SESSION_TTL_S, Forbidden, Session, Unauthenticated
 from celery_app.web.users import User
-from kernel import OccurrenceStatus
+from kernel import Job, Kernel, OccurrenceStatus
 
 __all__ = ["STATIC_DIR", "LoginNeeded", "error_page", "login_redirect", "router"]
 
@@ -37,6 +37,7 @@ _LOGIN_COOKIE = "kernel_login"
 _UNSETTLED = {"queued", "running", "retry_wait"}
 _PAGE = 50
 _JOB_PREVIEW = 3
+_JOB_LATEST = 10
 
 router = APIRouter(include_in_schema=False)
 _templates = Environment(
@@ -220,13 +221,37 @@ def jobs(request: Request, context: Context, login: PageLogin) -> Response:
     rows = []
     for job in kernel.list_jobs():
         latest = kernel.list_occurrences(job_id=job.id, limit=1)
-        upcoming = (
-            operations.preview(kernel, job.id, _JOB_PREVIEW, None)["firings"]
-            if job.enabled and job.spec["schedule"]
-            else []
+        rows.append(
+            {"job": job, "last": latest[0] if latest else None, "upcoming": _upcoming(kernel, job)}
         )
-        rows.append({"job": job, "last": latest[0] if latest else None, "upcoming": upcoming})
     return render(request, "jobs.html", login=login, rows=rows, actions=_allowed(login, "job"))
+
+
+@router.get("/jobs/{job_id}")
+def job_page(job_id: JobPath, request: Request, context: Context, login: PageLogin) -> Response:
+    kernel = context.kernel
+    found = kernel.get_job(job_id)
+    latest = [o.to_dict() for o in kernel.list_occurrences(job_id=job_id, limit=_JOB_LATEST)]
+    return render(
+        request,
+        "job.html",
+        login=login,
+        job=operations.job_data(found),
+        upcoming=_upcoming(kernel, found),
+        latest=latest,
+        actions=_allowed(login, "job"),
+        live=any(o["status"] in _UNSETTLED for o in latest),
+    )
+
+
+def _upcoming(kernel: Kernel, job: Job) -> list[dict[str, Any]]:
+    """The job's next few firings; none while it is disabled or has no schedule."""
+    if not (job.enabled and job.spec["schedule"]):
+        return []
+    firings: list[dict[str, Any]] = operations.preview(kernel, job.id, _JOB_PREVIEW, None)[
+        "firings"
+    ]
+    return firings
 
 
 @router.get("/occurrences")
