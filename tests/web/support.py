@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from html import unescape
 import re
 import sys
 import time
 from dataclasses import dataclass, field
+from html import unescape
 from pathlib import Path
 from typing import Any
 
