@@ -103,8 +103,14 @@ def test_the_console_role_runs_every_action(owner: Kernel, pg_database_url: str)
         assert _act(console, "disable", once)["changed"] is True
         assert _act(console, "enable", once)["changed"] is True
         assert _act(console, "prune", None, older_than="1s")["occurrences"] == 0
-        idle = _job(owner)
-        assert _act(console, "delete", idle) == {"deleted": idle}
+        spec = {"kind": "callable", "payload": {"callable": "os.path:join"}}
+        made = _act(console, "apply", "made-by-console", spec=spec)
+        assert made["jobs"] == [{"id": "made-by-console", "change": "created", "revision": 1}]
+        revised = _act(
+            console, "apply", "made-by-console", spec={**spec, "queue": "q2"}, expected_revision=1
+        )
+        assert revised["jobs"][0]["revision"] == 2
+        assert _act(console, "delete", "made-by-console") == {"deleted": "made-by-console"}
         assert operations.status(console, celery)["counts"]["succeeded"] == 1
         for ddl in ("CREATE TABLE extra (id int)", "DROP TABLE events", "TRUNCATE jobs"):
             with console.engine.connect() as conn, pytest.raises(sa.exc.ProgrammingError):
@@ -135,6 +141,7 @@ def test_the_viewer_role_reads_everything_and_writes_nothing(
             ("cancel", occ, {}),
             ("run-now", job, {}),
             ("disable", job, {}),
+            ("apply", job, {"spec": {"kind": "callable", "payload": {"callable": "a:b"}}}),
             ("prune", None, {"older_than": "1s"}),
         ):
             with pytest.raises(PermissionDenied) as refused:
