@@ -29,8 +29,10 @@ def apply_specs(
     expected_revision: int | None = None,
     allow_kinds: Iterable[str] = (),
     file: str | None = None,
+    operator: str | None = None,
 ) -> dict[str, Any]:
-    """Create, update or leave each job (all in one transaction, or none).
+    """Create, update or leave each job (all in one transaction, or none), recording
+    ``operator`` as who changed it.
 
     With ``expected_revision`` exactly one spec is allowed and the job must exist at
     that revision (RevisionConflict otherwise, NotFound when it does not exist).
@@ -48,7 +50,9 @@ def apply_specs(
     if dry_run:
         results = [_would_change(kernel, spec, expected_revision) for spec in specs]
     elif expected_revision is not None:
-        job, changed = kernel.revise_job(specs[0].to_dict(), expected_revision=expected_revision)
+        job, changed = kernel.revise_job(
+            specs[0].to_dict(), expected_revision=expected_revision, operator=operator
+        )
         results = [
             {
                 "id": job.id,
@@ -57,7 +61,7 @@ def apply_specs(
             }
         ]
     else:
-        applied = kernel.apply_jobs([spec.to_dict() for spec in specs])
+        applied = kernel.apply_jobs([spec.to_dict() for spec in specs], operator=operator)
         results = [
             {"id": job.id, "change": change, "revision": job.revision} for job, change in applied
         ]

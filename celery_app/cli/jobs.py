@@ -9,7 +9,7 @@ import click
 
 from beat_schedule.jobfiles import validate_job_file
 from celery_app import operations
-from celery_app.cli.actions import action_options, run_action
+from celery_app.cli.actions import action_options, default_operator, run_action
 from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
 from celery_app.definitions import apply_specs
 from kernel import Job, KernelError
@@ -77,6 +77,7 @@ def _apply(
                 expected_revision=expected_revision,
                 allow_kinds=allow_kinds,
                 file=str(file),
+                operator=default_operator(),
             ),
         }
     except KernelError as exc:
@@ -159,7 +160,7 @@ def _show(env: Env, job_id: str) -> None:
 
 
 def _set_enabled(env: Env, job_id: str, enabled: bool) -> None:
-    data = operations.set_job_enabled(env.kernel, job_id, enabled)
+    data = operations.set_job_enabled(env.kernel, job_id, enabled, default_operator())
     word = "enabled" if enabled else "disabled"
     env.emit(
         data,
@@ -185,7 +186,8 @@ def _disable(env: Env, job_id: str) -> None:
 @click.argument("job_id", metavar="JOB")
 def _delete(env: Env, job_id: str) -> None:
     """Delete a job definition (refused while it has unsettled occurrences)."""
-    env.emit(operations.delete_job(env.kernel, job_id), lambda: f"job {job_id} deleted")
+    deleted = operations.delete_job(env.kernel, job_id, default_operator())
+    env.emit(deleted, lambda: f"job {job_id} deleted")
 
 
 @command("run-now", jobs)

@@ -210,6 +210,7 @@ ACTIONS = _actions(
             dry_run=p.dry_run,
             expected_revision=p.expected_revision,
             allow_kinds=p.allow_kinds,
+            operator=user.name,
         ),
     ),
     WebAction(
@@ -218,7 +219,7 @@ ACTIONS = _actions(
         Role.ADMIN,
         Empty,
         "Enable a job; Beat plans it from now.",
-        lambda k, app, job, p, user: operations.set_job_enabled(k, job, True),
+        lambda k, app, job, p, user: operations.set_job_enabled(k, job, True, user.name),
     ),
     WebAction(
         "disable",
@@ -226,7 +227,7 @@ ACTIONS = _actions(
         Role.ADMIN,
         Empty,
         "Disable a job: no new firings; run-now still works.",
-        lambda k, app, job, p, user: operations.set_job_enabled(k, job, False),
+        lambda k, app, job, p, user: operations.set_job_enabled(k, job, False, user.name),
     ),
     WebAction(
         "delete",
@@ -234,7 +235,7 @@ ACTIONS = _actions(
         Role.ADMIN,
         Empty,
         "Delete a job definition (refused while it has unsettled occurrences).",
-        lambda k, app, job, p, user: operations.delete_job(k, job),
+        lambda k, app, job, p, user: operations.delete_job(k, job, user.name),
     ),
     WebAction(
         "prune",

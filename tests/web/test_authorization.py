@@ -150,6 +150,7 @@ def _enabled_now(enabled: bool) -> Check:
     def check(web: Web, target: Target, who: str, data: Any) -> None:
         assert data["changed"] is True and data["job"]["enabled"] is enabled
         assert web.kernel.get_job(data["job"]["id"]).enabled is enabled
+        assert _last_change_by(web.kernel, data["job"]["id"]) == who
 
     return check
 
@@ -158,12 +159,19 @@ def _deleted(web: Web, target: Target, who: str, data: Any) -> None:
     job = target.path.split("/")[2]
     assert data == {"deleted": job}
     assert job not in {j.id for j in web.kernel.list_jobs()}
+    assert _last_change_by(web.kernel, job) == who
 
 
 def _revised(web: Web, target: Target, who: str, data: Any) -> None:
     job = target.path.split("/")[2]
     assert data["jobs"] == [{"id": job, "change": "updated", "revision": 2}]
     assert web.kernel.get_job(job).spec["schedule"] is None
+    assert _last_change_by(web.kernel, job) == who
+
+
+def _last_change_by(kernel: Kernel, job_id: str) -> Any:
+    """Who the job's latest event says made the change."""
+    return kernel.events(job_id=job_id, limit=100)[-1].data.get("operator")
 
 
 def _pruned(web: Web, target: Target, who: str, data: Any) -> None:

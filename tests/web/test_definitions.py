@@ -3,6 +3,7 @@ revision), and the same JSON and refusals as ``kernel jobs apply|disable|delete 
 
 from __future__ import annotations
 
+import getpass
 import html
 import json
 from pathlib import Path
@@ -82,8 +83,11 @@ def test_the_api_answers_what_the_cli_prints(web: Web, tmp_path: Path) -> None:
     file.write_text(json.dumps({"jobs": [{"id": "def-cli", **_spec()}]}))
     code, printed = _cli(web, tmp_path, "jobs", "apply", str(file))
     assert code == 0
+    # The CLI records the OS user as who changed the job; the API its user.
+    assert web.kernel.events(job_id="def-cli")[-1].data["operator"] == getpass.getuser()
     with web.api(web.tokens["admin"]) as api:
         answered = api.post("/api/jobs/def-api/apply", json={"spec": _spec()}).json()
+        assert web.kernel.events(job_id="def-api")[-1].data["operator"] == "admin"
         assert {**answered, "file": str(file)} == {
             **printed,
             "jobs": [{**printed["jobs"][0], "id": "def-api"}],
