@@ -224,7 +224,14 @@ def jobs(request: Request, context: Context, login: PageLogin) -> Response:
         rows.append(
             {"job": job, "last": latest[0] if latest else None, "upcoming": _upcoming(kernel, job)}
         )
-    return render(request, "jobs.html", login=login, rows=rows, actions=_allowed(login, "job"))
+    return render(
+        request,
+        "jobs.html",
+        login=login,
+        rows=rows,
+        actions=_allowed(login, "job"),
+        may_define=login[1].may(ACTIONS["apply"].role),
+    )
 
 
 @router.get("/jobs/{job_id}")
@@ -242,6 +249,12 @@ def job_page(job_id: JobPath, request: Request, context: Context, login: PageLog
         actions=_allowed(login, "job"),
         live=any(o["status"] in _UNSETTLED for o in latest),
     )
+
+
+@router.get("/define")
+def define(login: PageLogin, id: Annotated[str, Query(min_length=1, max_length=200)]) -> Response:
+    """The jobs page's "new job" form: on to the definition form of that id."""
+    return RedirectResponse(f"/jobs/{quote(id, safe='')}/apply", status_code=303)
 
 
 def _upcoming(kernel: Kernel, job: Job) -> list[dict[str, Any]]:

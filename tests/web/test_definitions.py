@@ -142,6 +142,24 @@ def test_the_console_edits_a_definition_after_a_check(web: Web) -> None:
     admin.close()
 
 
+def test_the_console_defines_a_new_job(web: Web) -> None:
+    admin = console_login(web.url, "admin", web.tokens["admin"])
+    assert 'action="/define"' in admin.get("/jobs").text
+    form = admin.get("/define", params={"id": "def-new"}, follow_redirects=True)
+    assert str(form.url).endswith("/jobs/def-new/apply") and "Check the definition" in form.text
+    fields = hidden_fields(form.text)
+    assert "expected_revision" not in fields
+    check = admin.post("/jobs/def-new/apply", data={**fields, "spec": json.dumps(_spec())})
+    assert "would be <strong>created</strong>" in check.text
+    done = admin.post("/jobs/def-new/apply", data=hidden_fields(check.text))
+    assert "apply: done" in done.text
+    assert web.kernel.get_job("def-new").revision == 1
+    operator = console_login(web.url, "operator", web.tokens["operator"])
+    assert 'action="/define"' not in operator.get("/jobs").text
+    admin.close()
+    operator.close()
+
+
 def test_a_viewer_sees_the_definition_but_no_forms(web: Web) -> None:
     job = web.fresh_job()
     viewer = console_login(web.url, "viewer", web.tokens["viewer"])
