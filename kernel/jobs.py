@@ -94,7 +94,7 @@ def _row_values(tx: Tx, spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _by(operator: str | None) -> dict[str, str]:
+def _by(operator: str | None) -> dict[str, Any]:
     """The event data naming who made a definition change, when known."""
     return {"operator": operator} if operator else {}
 
