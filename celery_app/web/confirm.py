@@ -2,7 +2,10 @@
 
 The confirmation page mints the request id, so submitting the same form twice is
 answered ``deduplicated``; the POST needs the session's CSRF token (see
-:mod:`.console`) and the role the action needs, and shows the result.
+:mod:`.console`) and the role the action needs, and shows the result. Applying a
+definition takes one step more: its form (the definition as JSON, with the revision it
+was read at) is first checked by a dry run, whose page confirms what would change; a
+job that moved on meanwhile is then refused REVISION_CONFLICT, not overwritten.
 """
 
 from __future__ import annotations
