@@ -6,6 +6,9 @@ occurrence and ``run-now`` are idempotent by request id exactly as on the CLI (a
 missing id is generated); the admin actions are idempotent by nature (enabling an
 enabled job or applying the same definition again changes nothing, a repeated revision
 with the same expected revision is refused) or refuse a repeat (deleting a deleted job).
+Adding an action is one row of :data:`ACTIONS` (its API route, console button and
+confirmation form follow; a parameter beyond ``request_id`` also needs its input in
+``confirm.html``) and one row of the authorization matrix test.
 """
 
 from __future__ import annotations
@@ -119,6 +122,10 @@ class ApplyRequest(Empty):
             raise ValueError(f"not JSON: {exc}") from None
 
 
+def _always(_: dict[str, Any]) -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class WebAction:
     """One action: who may run it, on what, with which parameters."""
@@ -130,6 +137,16 @@ class WebAction:
     summary: str
     # (kernel, celery app, target id, params, operator) -> the JSON answer
     run: Callable[[Kernel, Any, Any, Any, User], dict[str, Any]]
+    # Whether the console offers it for the target as shown (its JSON); the server
+    # decides whatever is posted.
+    offered: Callable[[dict[str, Any]], bool] = _always
+
+
+_UNSETTLED = frozenset({"queued", "running", "retry_wait"})
+
+
+def _control(occ: dict[str, Any]) -> Any:
+    return (occ["control"] or {}).get("state")
 
 
 def _by_request(
@@ -156,6 +173,7 @@ ACTIONS = _actions(
         PauseRequest,
         "Ask a running occurrence to pause at its next safe point.",
         _by_request(lambda k, app, occ, p: operations.pause(k, app, occ, p.fence)),
+        offered=lambda occ: occ["status"] == "running" and _control(occ) != "pause_requested",
     ),
     WebAction(
         "resume",
@@ -164,6 +182,7 @@ ACTIONS = _actions(
         ResumeRequest,
         "Make a paused occurrence claimable; it resumes from its checkpoint.",
         _by_request(lambda k, app, occ, p: operations.resume(k, occ, p.revision)),
+        offered=lambda occ: _control(occ) == "paused",
     ),
     WebAction(
         "requeue",
@@ -172,6 +191,7 @@ ACTIONS = _actions(
         RequeueRequest,
         "Give a dead letter one more run, consuming no attempt.",
         _by_request(lambda k, app, occ, p: operations.requeue(k, occ, p.fence, p.error_code)),
+        offered=lambda occ: occ["status"] == "dead_letter",
     ),
     WebAction(
         "adjudicate",
@@ -180,6 +200,7 @@ ACTIONS = _actions(
         AdjudicateRequest,
         "Decide an at-most-once occurrence whose outcome is unknown.",
         _by_request(lambda k, app, occ, p: operations.adjudicate(k, occ, p.decision.value)),
+        offered=lambda occ: occ["status"] == "needs_adjudication",
     ),
     WebAction(
         "cancel",
@@ -188,6 +209,7 @@ ACTIONS = _actions(
         ActionRequest,
         "Cancel a waiting occurrence, or ask a running one to stop.",
         _by_request(lambda k, app, occ, p: operations.cancel(k, occ)),
+        offered=lambda occ: occ["status"] in _UNSETTLED and not occ["cancel_requested"],
     ),
     WebAction(
         "run-now",
@@ -220,6 +242,7 @@ ACTIONS = _actions(
         Empty,
         "Enable a job; Beat plans it from now.",
         lambda k, app, job, p, user: operations.set_job_enabled(k, job, True, user.name),
+        offered=lambda job: not job["enabled"],
     ),
     WebAction(
         "disable",
@@ -228,6 +251,7 @@ ACTIONS = _actions(
         Empty,
         "Disable a job: no new firings; run-now still works.",
         lambda k, app, job, p, user: operations.set_job_enabled(k, job, False, user.name),
+        offered=lambda job: bool(job["enabled"]),
     ),
     WebAction(
         "delete",

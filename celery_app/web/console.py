@@ -218,18 +218,25 @@ def overview(request: Request, context: Context, login: PageLogin) -> Response:
 @router.get("/jobs")
 def jobs(request: Request, context: Context, login: PageLogin) -> Response:
     kernel = context.kernel
+    allowed = _allowed(login, "job")
     rows = []
     for job in kernel.list_jobs():
         latest = kernel.list_occurrences(job_id=job.id, limit=1)
+        shown = operations.job_data(job)
         rows.append(
-            {"job": job, "last": latest[0] if latest else None, "upcoming": _upcoming(kernel, job)}
+            {
+                "job": job,
+                "last": latest[0] if latest else None,
+                "upcoming": _upcoming(kernel, job),
+                "actions": [a for a in allowed if a.offered(shown)],
+            }
         )
     return render(
         request,
         "jobs.html",
         login=login,
         rows=rows,
-        actions=_allowed(login, "job"),
+        actions=allowed,
         may_define=login[1].may(ACTIONS["apply"].role),
     )
 
@@ -239,14 +246,15 @@ def job_page(job_id: JobPath, request: Request, context: Context, login: PageLog
     kernel = context.kernel
     found = kernel.get_job(job_id)
     latest = [o.to_dict() for o in kernel.list_occurrences(job_id=job_id, limit=_JOB_LATEST)]
+    shown = operations.job_data(found)
     return render(
         request,
         "job.html",
         login=login,
-        job=operations.job_data(found),
+        job=shown,
         upcoming=_upcoming(kernel, found),
         latest=latest,
-        actions=_allowed(login, "job"),
+        actions=[a for a in _allowed(login, "job") if a.offered(shown)],
         live=any(o["status"] in _UNSETTLED for o in latest),
     )
 
@@ -301,27 +309,13 @@ def occurrence(
     occurrence_id: OccurrencePath, request: Request, context: Context, login: PageLogin
 ) -> Response:
     detail = operations.occurrence_detail(context.kernel, occurrence_id)
-    offered = [a for a in _allowed(login, "occurrence") if _applies(a, detail)]
+    offered = [a for a in _allowed(login, "occurrence") if a.offered(detail)]
     live = detail["status"] in _UNSETTLED
     return render(request, "occurrence.html", login=login, occ=detail, actions=offered, live=live)
 
 
 def _allowed(login: tuple[Session, User], target: str) -> list[WebAction]:
     return [a for a in ACTIONS.values() if a.target == target and login[1].may(a.role)]
-
-
-def _applies(action: WebAction, occ: dict[str, Any]) -> bool:
-    """Whether offering ``action`` makes sense for the occurrence as it is now."""
-    status = occ["status"]
-    control = (occ["control"] or {}).get("state")
-    offered: dict[str, bool] = {
-        "pause": status == "running" and control != "pause_requested",
-        "resume": control == "paused",
-        "requeue": status == "dead_letter",
-        "adjudicate": status == "needs_adjudication",
-        "cancel": status in _UNSETTLED and not occ["cancel_requested"],
-    }
-    return offered.get(action.name, False)
 
 
 def login_redirect(request: Request, exc: Exception) -> Response:

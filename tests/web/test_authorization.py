@@ -307,6 +307,18 @@ def _shown_result(page: str) -> Any:
     return json.loads(html.unescape(found.group(1)))
 
 
+@pytest.mark.parametrize("action", list(CASES))
+def test_the_console_offers_each_action_where_it_applies(
+    web: Web, sessions: dict[str, httpx.Client], action: str
+) -> None:
+    """The page of the arranged target (the overview for kernel-wide actions) has the
+    action's button for an admin."""
+    target = CASES[action].arrange(web)
+    page = target.page or target.path
+    shown_on = page.rsplit("/", 1)[0] if page.startswith(("/occurrences/", "/jobs/")) else "/"
+    assert f'href="{page}"' in sessions["admin"].get(shown_on).text
+
+
 def test_a_form_without_its_csrf_token_is_refused(web: Web, sessions: dict[str, Any]) -> None:
     path = CASES["cancel"].arrange(web).path
     before = _snapshot(web.kernel)
