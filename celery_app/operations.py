@@ -317,15 +317,17 @@ def preview(kernel: Kernel, job_id: str, count: int, after: datetime | None) -> 
 # -- job administration ---------------------------------------------------------
 
 
-def set_job_enabled(kernel: Kernel, job_id: str, enabled: bool) -> dict[str, Any]:
+def set_job_enabled(
+    kernel: Kernel, job_id: str, enabled: bool, operator: str | None = None
+) -> dict[str, Any]:
     """Enable or disable a job; ``changed`` is false when it already was."""
-    job, changed = kernel.set_job_enabled(job_id, enabled)
+    job, changed = kernel.set_job_enabled(job_id, enabled, operator=operator)
     return {"job": job_data(job), "changed": changed}
 
 
-def delete_job(kernel: Kernel, job_id: str) -> dict[str, Any]:
+def delete_job(kernel: Kernel, job_id: str, operator: str | None = None) -> dict[str, Any]:
     """Delete a job definition (refused while it has unsettled occurrences)."""
-    kernel.delete_job(job_id)
+    kernel.delete_job(job_id, operator=operator)
     return {"deleted": job_id}
 
 

@@ -11,15 +11,16 @@ GRANT USAGE ON SCHEMA public TO kernel_console, kernel_viewer;
 
 -- Viewer: reads every table (the schema check reads alembic_version), writes nothing.
 GRANT SELECT ON alembic_version, jobs, occurrences, controls, requeue_grants,
-    operator_requests, events, beats, pools TO kernel_viewer;
+    operator_requests, events, beats, pools, job_sources TO kernel_viewer;
 
 -- Console: reads everything and makes the operator and admin actions' writes
--- (pause, resume, requeue, adjudicate, cancel, run-now, enable, disable, delete, prune).
+-- (pause, resume, requeue, adjudicate, cancel, run-now, apply, enable, disable, delete,
+-- prune).
 -- No CREATE, ALTER, DROP or TRUNCATE; of beats only DELETE (prune forgets silent
 -- Beats); no writes to pools.
 GRANT SELECT ON alembic_version, jobs, occurrences, controls, requeue_grants,
-    operator_requests, events, beats, pools TO kernel_console;
-GRANT UPDATE, DELETE ON jobs TO kernel_console;
+    operator_requests, events, beats, pools, job_sources TO kernel_console;
+GRANT INSERT, UPDATE, DELETE ON jobs TO kernel_console;
 GRANT INSERT, UPDATE, DELETE ON occurrences, controls, requeue_grants, operator_requests
     TO kernel_console;
 GRANT INSERT, DELETE ON events TO kernel_console;

@@ -16,6 +16,7 @@ __all__ = [
     "EvidenceConflict",
     "SchemaUnknown",
     "StorageUnavailable",
+    "PermissionDenied",
 ]
 
 CommitState = Literal["not_committed", "unknown"]
@@ -116,3 +117,10 @@ class StorageUnavailable(KernelError):
     def __init__(self, message: str, *, commit_state: CommitState, **details: Any) -> None:
         super().__init__(message, commit_state=commit_state, **details)
         self.commit_state = commit_state
+
+
+class PermissionDenied(KernelError):
+    """The database refused the kernel's statement to the role it connects as (PostgreSQL
+    SQLSTATE 42501); ``role`` and ``refused`` (the server's words) say who and what."""
+
+    code = "PERMISSION_DENIED"

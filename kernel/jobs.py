@@ -110,7 +110,12 @@ def _row_values(tx: Tx, spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def define_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, bool]:
+def _by(operator: str | None) -> dict[str, Any]:
+    """The event data naming who made a definition change, when known."""
+    return {"operator": operator} if operator else {}
+
+
+def define_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> tuple[Job, bool]:
     """Create a job; identical content again is a no-op; other content under the id is refused."""
     spec = validate_job_spec(raw)
     existing = tx.conn.execute(sa.select(jobs).where(jobs.c.id == spec.id)).first()
@@ -130,12 +135,14 @@ def define_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, bool]:
         tx.insert_or_ignore(jobs).values(**values).returning(jobs.c.id)
     ).scalar()
     if inserted is None:  # a concurrent definer won; compare with what it wrote
-        return define_job(tx, raw)
-    tx.emit(EventType.JOB_DEFINED, job_id=spec.id, revision=1, digest=spec.digest)
+        return define_job(tx, raw, operator)
+    tx.emit(EventType.JOB_DEFINED, job_id=spec.id, revision=1, digest=spec.digest, **_by(operator))
     return get_job(tx, spec.id), True
 
 
-def revise_job(tx: Tx, raw: Mapping[str, Any], expected_revision: int) -> tuple[Job, bool]:
+def revise_job(
+    tx: Tx, raw: Mapping[str, Any], expected_revision: int, operator: str | None = None
+) -> tuple[Job, bool]:
     """Replace a job's definition if its revision is still ``expected_revision``.
 
     Identical content is a no-op (no new revision). Occurrences already created
@@ -178,33 +185,38 @@ def revise_job(tx: Tx, raw: Mapping[str, Any], expected_revision: int) -> tuple[
         revision=expected_revision + 1,
         digest=spec.digest,
         previous_digest=current.digest,
+        **_by(operator),
     )
     return get_job(tx, spec.id), True
 
 
-def apply_job(tx: Tx, raw: Mapping[str, Any]) -> tuple[Job, str]:
+def apply_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> tuple[Job, str]:
     """Upsert from a declarative source: ``created``, ``updated`` or ``unchanged``."""
     spec = validate_job_spec(raw)
     current = tx.conn.execute(sa.select(jobs.c.revision).where(jobs.c.id == spec.id)).scalar()
     if current is None:
-        job, _ = define_job(tx, raw)
+        job, _ = define_job(tx, raw, operator)
         return job, "created"
-    job, changed = revise_job(tx, raw, current)
+    job, changed = revise_job(tx, raw, current, operator)
     return job, "updated" if changed else "unchanged"
 
 
-def apply_jobs(tx: Tx, raws: Sequence[Mapping[str, Any]]) -> list[tuple[Job, str]]:
+def apply_jobs(
+    tx: Tx, raws: Sequence[Mapping[str, Any]], operator: str | None = None
+) -> list[tuple[Job, str]]:
     """Apply several definitions in one transaction: all of them, or (on any refusal) none.
 
     A parent in the batch is applied before the jobs chained after it, wherever it is
     listed; the results come back in the order given.
     """
     order = parents_first(raws)
-    applied = {index: apply_job(tx, raws[index]) for index in order}
+    applied = {index: apply_job(tx, raws[index], operator) for index in order}
     return [applied[index] for index in range(len(raws))]
 
 
-def set_enabled(tx: Tx, job_id: str, enabled: bool) -> tuple[Job, bool]:
+def set_enabled(
+    tx: Tx, job_id: str, enabled: bool, operator: str | None = None
+) -> tuple[Job, bool]:
     """Enable or disable; enabling re-plans from now so a long pause does not burst."""
     current = get_job(tx, job_id)
     if current.enabled == enabled:
@@ -224,11 +236,12 @@ def set_enabled(tx: Tx, job_id: str, enabled: bool) -> tuple[Job, bool]:
         EventType.JOB_ENABLED if enabled else EventType.JOB_DISABLED,
         job_id=job_id,
         revision=current.revision,
+        **_by(operator),
     )
     return get_job(tx, job_id), True
 
 
-def delete_job(tx: Tx, job_id: str) -> None:
+def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
     """Delete a definition; refused while any of its occurrences is unsettled."""
     current = get_job(tx, job_id)
     active = tx.conn.execute(
@@ -252,7 +265,7 @@ def delete_job(tx: Tx, job_id: str) -> None:
             children=sorted(children),
         )
     tx.conn.execute(sa.delete(jobs).where(jobs.c.id == job_id))
-    tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=current.revision)
+    tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=current.revision, **_by(operator))
 
 
 def _index_predicate(name: str) -> sa.TextClause:

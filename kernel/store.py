@@ -121,27 +121,35 @@ class Kernel:
 
     # -- job definitions -----------------------------------------------------
 
-    def define_job(self, spec: Mapping[str, Any]) -> tuple[Job, bool]:
+    def define_job(
+        self, spec: Mapping[str, Any], *, operator: str | None = None
+    ) -> tuple[Job, bool]:
         """Create a job. Returns (job, created); identical content again is a no-op.
+
+        ``operator`` (here and in the other definition changes) is recorded in the
+        event as who made the change, when given.
 
         Raises:
             InvalidArgument: a field is invalid (``field`` names it).
             StateConflict: the id exists with other content.
         """
-        return self._write(job_ops.define_job, spec)
+        return self._write(job_ops.define_job, spec, operator)
 
-    def revise_job(self, spec: Mapping[str, Any], *, expected_revision: int) -> tuple[Job, bool]:
+    def revise_job(
+        self, spec: Mapping[str, Any], *, expected_revision: int, operator: str | None = None
+    ) -> tuple[Job, bool]:
         """Replace a definition by CAS on its revision. Raises RevisionConflict when stale."""
-        return self._write(job_ops.revise_job, spec, expected_revision)
+        return self._write(job_ops.revise_job, spec, expected_revision, operator)
 
-    def apply_job(self, spec: Mapping[str, Any]) -> tuple[Job, str]:
+    def apply_job(self, spec: Mapping[str, Any], *, operator: str | None = None) -> tuple[Job, str]:
         """Upsert: ``created``, ``updated`` (revision + 1) or ``unchanged``."""
-        return self._write(job_ops.apply_job, spec)
+        return self._write(job_ops.apply_job, spec, operator)
 
     def apply_jobs(
         self,
         specs: Sequence[Mapping[str, Any]],
         *,
+        operator: str | None = None,
         shared_budgets: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> list[tuple[Job, str]]:
         """Apply every spec in one transaction; any refusal leaves the kernel unchanged.
@@ -152,16 +160,18 @@ class Kernel:
         def run(tx: Tx) -> list[tuple[Job, str]]:
             if shared_budgets:
                 budgets.set_budgets(tx, _checked_budgets(shared_budgets))
-            return job_ops.apply_jobs(tx, list(specs))
+            return job_ops.apply_jobs(tx, list(specs), operator)
 
         return self._write(run)
 
-    def set_job_enabled(self, job_id: str, enabled: bool) -> tuple[Job, bool]:
-        return self._write(job_ops.set_enabled, job_id, enabled)
+    def set_job_enabled(
+        self, job_id: str, enabled: bool, *, operator: str | None = None
+    ) -> tuple[Job, bool]:
+        return self._write(job_ops.set_enabled, job_id, enabled, operator)
 
-    def delete_job(self, job_id: str) -> None:
+    def delete_job(self, job_id: str, *, operator: str | None = None) -> None:
         """Raises StateConflict while the job has unsettled occurrences."""
-        self._write(job_ops.delete_job, job_id)
+        self._write(job_ops.delete_job, job_id, operator)
 
     def get_job(self, job_id: str) -> Job:
         return self._read(job_ops.get_job, job_id)

@@ -14,7 +14,13 @@ from typing import Literal, TypeVar
 
 import sqlalchemy as sa
 
-from kernel.errors import CommitState, KernelError, StateConflict, StorageUnavailable
+from kernel.errors import (
+    CommitState,
+    KernelError,
+    PermissionDenied,
+    StateConflict,
+    StorageUnavailable,
+)
 
 __all__ = ["Phase", "guard", "translate", "connection_lost", "constraint_name"]
 
@@ -73,6 +79,8 @@ def translate(
     is ``unknown``. SQLite reports a COMMIT it refused synchronously, so it did not.
     """
     orig = getattr(exc, "orig", exc)
+    if getattr(orig, "sqlstate", None) == _INSUFFICIENT_PRIVILEGE:
+        return _permission_denied(orig, url)
     if isinstance(exc, sa.exc.IntegrityError):
         # The schema refused a state it makes unrepresentable (0002's CHECKs) or a
         # duplicate key: the change raced another one or would break an invariant.
@@ -120,6 +128,23 @@ def translate(
 
 
 _DOING = {"open": "opening it", "write": "writing", "commit": "committing"}
+_INSUFFICIENT_PRIVILEGE = "42501"
+
+
+def _permission_denied(orig: BaseException, url: sa.URL) -> PermissionDenied:
+    """A grant the connecting role lacks: the statement (and its transaction) did nothing."""
+    text = str(orig).strip()
+    refused = text.splitlines()[0] if text else "permission denied"
+    database = url.render_as_string(hide_password=True)
+    return PermissionDenied(
+        f"the database role {url.username!r} may not do this ({refused}); nothing was "
+        f"changed. Connect as a role granted it (docs/postgres-roles.sql) or ask the "
+        f"owner of {database} to grant it",
+        role=url.username,
+        refused=refused,
+        driver_code=_INSUFFICIENT_PRIVILEGE,
+        database=database,
+    )
 
 
 def guard(fn: Callable[[sa.Engine], R], engine: sa.Engine) -> R:

@@ -7,13 +7,12 @@ from typing import Any
 
 import click
 
-from adapters import load_adapters
 from beat_schedule.jobfiles import read_job_file
-from beat_schedule.kinds import check_kinds, worker_only_kinds
 from celery_app import operations
-from celery_app.cli.actions import action_options, run_action
+from celery_app.cli.actions import action_options, default_operator, run_action
 from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
-from kernel import Job, KernelError, NotFound
+from celery_app.definitions import apply_specs
+from kernel import Job, KernelError
 
 __all__ = ["jobs", "describe_schedule"]
 
@@ -46,42 +45,50 @@ def describe_schedule(spec: dict[str, Any]) -> str:
     metavar="KIND",
     help="Accept this kind though no adapter of it is installed here (only on the workers).",
 )
-def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) -> None:
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="Revise only if the job is still at revision N (the file holds one job); "
+    "REVISION_CONFLICT otherwise.",
+)
+def _apply(
+    env: Env,
+    file: Path,
+    dry_run: bool,
+    allow_kinds: tuple[str, ...],
+    expected_revision: int | None,
+) -> None:
     """Apply a job file (JSON, TOML or YAML): create, update or leave each job.
 
     Every job is validated first and all are applied in one transaction: if any is
     refused, nothing is written. A kind no installed adapter runs is refused.
     """
     job_file = read_job_file(file)
-    specs = job_file.jobs
-    check_kinds(
-        [(spec.id, spec.kind) for spec in specs],
-        load_adapters(env.app),
-        worker_only_kinds(env.app.conf) | set(allow_kinds),
-        file=str(file),
-    )
-    results: list[dict[str, Any]]
-    if dry_run:
-        results = [
-            {"id": spec.id, "change": _would_change(env, spec.id, spec.digest), "revision": None}
-            for spec in specs
-        ]
-    else:
-        try:
-            applied = env.kernel.apply_jobs(
-                [spec.to_dict() for spec in specs], shared_budgets=job_file.budgets
-            )
-        except KernelError as exc:
-            # Every job validated, so this refusal needs the database (a chain cycle, a
-            # concurrent edit); the one transaction rolled back and nothing was applied.
-            exc.details.update(file=str(file), applied=[])
-            raise
-        results = [
-            {"id": job.id, "change": change, "revision": job.revision} for job, change in applied
-        ]
-    data: dict[str, Any] = {"file": str(file), "dry_run": dry_run, "jobs": results}
+    try:
+        data = {
+            "file": str(file),
+            **apply_specs(
+                env.kernel,
+                env.app,
+                job_file.jobs,
+                dry_run=dry_run,
+                expected_revision=expected_revision,
+                allow_kinds=allow_kinds,
+                file=str(file),
+                operator=default_operator(),
+                shared_budgets=job_file.budgets,
+            ),
+        }
+    except KernelError as exc:
+        # Every job validated, so this refusal needs the database (a chain cycle, a
+        # concurrent edit); the one transaction rolled back and nothing was applied.
+        exc.details.update(file=str(file), applied=[])
+        raise
     if job_file.budgets:
         data["budgets"] = sorted(job_file.budgets)
+    results = data["jobs"]
 
     def render() -> str:
         counts = {
@@ -101,14 +108,6 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
         )
 
     env.emit(data, render)
-
-
-def _would_change(env: Env, job_id: str, digest: str) -> str:
-    try:
-        current = env.kernel.get_job(job_id)
-    except NotFound:
-        return "created"
-    return "unchanged" if current.digest == digest else "updated"
 
 
 @command("list", jobs)
@@ -164,7 +163,7 @@ def _show(env: Env, job_id: str) -> None:
 
 
 def _set_enabled(env: Env, job_id: str, enabled: bool) -> None:
-    data = operations.set_job_enabled(env.kernel, job_id, enabled)
+    data = operations.set_job_enabled(env.kernel, job_id, enabled, default_operator())
     word = "enabled" if enabled else "disabled"
     env.emit(
         data,
@@ -190,7 +189,8 @@ def _disable(env: Env, job_id: str) -> None:
 @click.argument("job_id", metavar="JOB")
 def _delete(env: Env, job_id: str) -> None:
     """Delete a job definition (refused while it has unsettled occurrences)."""
-    env.emit(operations.delete_job(env.kernel, job_id), lambda: f"job {job_id} deleted")
+    deleted = operations.delete_job(env.kernel, job_id, default_operator())
+    env.emit(deleted, lambda: f"job {job_id} deleted")
 
 
 @command("run-now", jobs)

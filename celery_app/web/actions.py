@@ -4,18 +4,24 @@ Both surfaces look actions up here, so an action is refused to the same roles an
 validated by the same model whether it came as JSON or as a form. Actions on an
 occurrence and ``run-now`` are idempotent by request id exactly as on the CLI (a
 missing id is generated); the admin actions are idempotent by nature (enabling an
-enabled job changes nothing) or refuse a repeat (deleting a deleted job).
+enabled job or applying the same definition again changes nothing, a repeated revision
+with the same expected revision is refused) or refuse a repeat (deleting a deleted job).
+Adding an action is one row of :data:`ACTIONS` (its API route, console button and
+confirmation form follow; a parameter beyond ``request_id`` also needs its input in
+``confirm.html``) and one row of the authorization matrix test.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from celery_app import operations
+from celery_app.definitions import apply_specs, web_spec
 from celery_app.web.users import Role, User
 from kernel import Decision, Kernel
 from kernel.durations import parse_duration
@@ -24,6 +30,7 @@ __all__ = [
     "ACTIONS",
     "ActionRequest",
     "AdjudicateRequest",
+    "ApplyRequest",
     "Empty",
     "PauseRequest",
     "PruneRequest",
@@ -84,6 +91,41 @@ class PruneRequest(Empty):
     limit: int = Field(default=10_000, ge=1, le=1_000_000)
 
 
+class ApplyRequest(Empty):
+    spec: dict[str, Any] = Field(
+        description="The job definition, as one job of a job file (`kernel jobs schema`); "
+        "its id may be left out (the path names the job). JSON text is accepted too."
+    )
+    expected_revision: int | None = Field(
+        default=None,
+        ge=1,
+        le=_DB_INT_MAX,
+        description="Revise only if the job is still at this revision (REVISION_CONFLICT "
+        "otherwise); without it the definition is applied as `kernel jobs apply` does.",
+    )
+    dry_run: bool = Field(default=False, description="Validate and say what would change.")
+    allow_kinds: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Kinds installed only on the workers (`--allow-kind`).",
+    )
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        """The console's form sends the definition as JSON text."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+
+
+def _always(_: dict[str, Any]) -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class WebAction:
     """One action: who may run it, on what, with which parameters."""
@@ -95,6 +137,16 @@ class WebAction:
     summary: str
     # (kernel, celery app, target id, params, operator) -> the JSON answer
     run: Callable[[Kernel, Any, Any, Any, User], dict[str, Any]]
+    # Whether the console offers it for the target as shown (its JSON); the server
+    # decides whatever is posted.
+    offered: Callable[[dict[str, Any]], bool] = _always
+
+
+_UNSETTLED = frozenset({"queued", "running", "retry_wait"})
+
+
+def _control(occ: dict[str, Any]) -> Any:
+    return (occ["control"] or {}).get("state")
 
 
 def _by_request(
@@ -121,6 +173,7 @@ ACTIONS = _actions(
         PauseRequest,
         "Ask a running occurrence to pause at its next safe point.",
         _by_request(lambda k, app, occ, p: operations.pause(k, app, occ, p.fence)),
+        offered=lambda occ: occ["status"] == "running" and _control(occ) != "pause_requested",
     ),
     WebAction(
         "resume",
@@ -129,6 +182,7 @@ ACTIONS = _actions(
         ResumeRequest,
         "Make a paused occurrence claimable; it resumes from its checkpoint.",
         _by_request(lambda k, app, occ, p: operations.resume(k, occ, p.revision)),
+        offered=lambda occ: _control(occ) == "paused",
     ),
     WebAction(
         "requeue",
@@ -137,6 +191,7 @@ ACTIONS = _actions(
         RequeueRequest,
         "Give a dead letter one more run, consuming no attempt.",
         _by_request(lambda k, app, occ, p: operations.requeue(k, occ, p.fence, p.error_code)),
+        offered=lambda occ: occ["status"] == "dead_letter",
     ),
     WebAction(
         "adjudicate",
@@ -145,6 +200,7 @@ ACTIONS = _actions(
         AdjudicateRequest,
         "Decide an at-most-once occurrence whose outcome is unknown.",
         _by_request(lambda k, app, occ, p: operations.adjudicate(k, occ, p.decision.value)),
+        offered=lambda occ: occ["status"] == "needs_adjudication",
     ),
     WebAction(
         "cancel",
@@ -153,6 +209,7 @@ ACTIONS = _actions(
         ActionRequest,
         "Cancel a waiting occurrence, or ask a running one to stop.",
         _by_request(lambda k, app, occ, p: operations.cancel(k, occ)),
+        offered=lambda occ: occ["status"] in _UNSETTLED and not occ["cancel_requested"],
     ),
     WebAction(
         "run-now",
@@ -163,12 +220,29 @@ ACTIONS = _actions(
         _by_request(lambda k, app, job, p: operations.run_now(k, job)),
     ),
     WebAction(
+        "apply",
+        "job",
+        Role.ADMIN,
+        ApplyRequest,
+        "Create or revise a job definition (as `kernel jobs apply`).",
+        lambda k, app, job, p, user: apply_specs(
+            k,
+            app,
+            [web_spec(p.spec, job)],
+            dry_run=p.dry_run,
+            expected_revision=p.expected_revision,
+            allow_kinds=p.allow_kinds,
+            operator=user.name,
+        ),
+    ),
+    WebAction(
         "enable",
         "job",
         Role.ADMIN,
         Empty,
         "Enable a job; Beat plans it from now.",
-        lambda k, app, job, p, user: operations.set_job_enabled(k, job, True),
+        lambda k, app, job, p, user: operations.set_job_enabled(k, job, True, user.name),
+        offered=lambda job: not job["enabled"],
     ),
     WebAction(
         "disable",
@@ -176,7 +250,8 @@ ACTIONS = _actions(
         Role.ADMIN,
         Empty,
         "Disable a job: no new firings; run-now still works.",
-        lambda k, app, job, p, user: operations.set_job_enabled(k, job, False),
+        lambda k, app, job, p, user: operations.set_job_enabled(k, job, False, user.name),
+        offered=lambda job: bool(job["enabled"]),
     ),
     WebAction(
         "delete",
@@ -184,7 +259,7 @@ ACTIONS = _actions(
         Role.ADMIN,
         Empty,
         "Delete a job definition (refused while it has unsettled occurrences).",
-        lambda k, app, job, p, user: operations.delete_job(k, job),
+        lambda k, app, job, p, user: operations.delete_job(k, job, user.name),
     ),
     WebAction(
         "prune",

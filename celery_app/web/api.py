@@ -42,7 +42,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for status, text in (
         (400, "The request body could not be parsed (not JSON)"),
         (401, "No valid bearer token"),
-        (403, "The token's role may not do this"),
+        (
+            403,
+            "The token's role may not do this (FORBIDDEN), or the database role the "
+            "server connects as lacks the grant (PERMISSION_DENIED)",
+        ),
         (404, "No such job or occurrence"),
         (409, "Refused by the kernel's current state (fence, revision, status)"),
         (422, "Invalid parameters"),

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 STATUS_BY_CODE = {
     "UNAUTHENTICATED": 401,
     "FORBIDDEN": 403,
+    "PERMISSION_DENIED": 403,
     "NOT_FOUND": 404,
     "INVALID_ARGUMENT": 422,
     "FENCE_CONFLICT": 409,

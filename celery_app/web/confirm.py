@@ -2,23 +2,28 @@
 
 The confirmation page mints the request id, so submitting the same form twice is
 answered ``deduplicated``; the POST needs the session's CSRF token (see
-:mod:`.console`) and the role the action needs, and shows the result.
+:mod:`.console`) and the role the action needs, and shows the result. Applying a
+definition takes one step more: its form (the definition as JSON, with the revision it
+was read at) is first checked by a dry run, whose page confirms what would change; a
+job that moved on meanwhile is then refused REVISION_CONFLICT, not overwritten.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from celery_app import operations
-from celery_app.web.actions import ACTIONS, WebAction
+from celery_app.cli.output import format_json
+from celery_app.web.actions import ACTIONS, ApplyRequest, WebAction
 from celery_app.web.auth import Forbidden, Session
 from celery_app.web.console import Context, FormLogin, JobPath, OccurrencePath, PageLogin, render
 from celery_app.web.users import User
-from kernel import InvalidArgument
+from kernel import InvalidArgument, NotFound
 
 __all__ = ["router"]
 
@@ -40,17 +45,36 @@ def _back(action: WebAction, target: Any) -> str:
     """The page an action was started from."""
     if action.target == "occurrence":
         return f"/occurrences/{target}"
-    return "/jobs" if action.target == "job" else "/"
+    if action.target == "job":
+        return "/jobs" if action.name == "delete" else f"/jobs/{quote(target, safe='')}"
+    return "/"
+
+
+def _subject(context: Context, action: WebAction, target: Any) -> dict[str, Any] | None:
+    """What the action is about, as shown."""
+    if action.target == "occurrence":
+        return context.kernel.get_occurrence(target).to_dict()
+    if action.target == "job":
+        try:
+            return operations.job_data(context.kernel.get_job(target))
+        except NotFound:
+            if action.name == "apply":  # a new job's definition
+                return None
+            raise
+    return None
 
 
 def _confirm(
-    request: Request, context: Context, login: tuple[Session, User], action: WebAction, target: Any
+    request: Request,
+    context: Context,
+    login: tuple[Session, User],
+    action: WebAction,
+    target: Any,
+    **shown: Any,
 ) -> Response:
-    subject: dict[str, Any] | None = None
-    if action.target == "occurrence":
-        subject = context.kernel.get_occurrence(target).to_dict()
-    elif action.target == "job":
-        subject = operations.job_data(context.kernel.get_job(target))
+    subject = _subject(context, action, target)
+    if action.name == "apply" and "spec_text" not in shown and subject:
+        shown["spec_text"] = format_json(subject["spec"], indent=2)
     return render(
         request,
         "confirm.html",
@@ -61,6 +85,7 @@ def _confirm(
         post_to=request.url.path,
         back=_back(action, target),
         request_id=operations.new_request_id(),
+        **shown,
     )
 
 
@@ -81,6 +106,12 @@ async def _perform(
     result = await run_in_threadpool(
         action.run, context.kernel, context.celery, target, params, login[1]
     )
+    if isinstance(params, ApplyRequest) and params.dry_run:
+        # The check was the first step: confirm what it found, then apply.
+        spec_text = format_json(params.spec, indent=2)
+        return await run_in_threadpool(
+            _confirm, request, context, login, action, target, checked=result, spec_text=spec_text
+        )
     back = _back(action, target)
     occ = result.get("occurrence")
     if action.name == "run-now" and occ:

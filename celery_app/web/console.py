@@ -28,7 +28,7 @@ from celery_app.web.actions import ACTIONS, WebAction
 from celery_app.web.app import WebContext
 from celery_app.web.auth import SESSION_COOKIE, SESSION_TTL_S, Forbidden, Session, Unauthenticated
 from celery_app.web.users import User
-from kernel import OccurrenceStatus
+from kernel import Job, Kernel, OccurrenceStatus
 
 __all__ = ["STATIC_DIR", "LoginNeeded", "error_page", "login_redirect", "router"]
 
@@ -37,6 +37,7 @@ _LOGIN_COOKIE = "kernel_login"
 _UNSETTLED = {"queued", "running", "retry_wait"}
 _PAGE = 50
 _JOB_PREVIEW = 3
+_JOB_LATEST = 10
 
 router = APIRouter(include_in_schema=False)
 _templates = Environment(
@@ -217,16 +218,61 @@ def overview(request: Request, context: Context, login: PageLogin) -> Response:
 @router.get("/jobs")
 def jobs(request: Request, context: Context, login: PageLogin) -> Response:
     kernel = context.kernel
+    allowed = _allowed(login, "job")
     rows = []
     for job in kernel.list_jobs():
         latest = kernel.list_occurrences(job_id=job.id, limit=1)
-        upcoming = (
-            operations.preview(kernel, job.id, _JOB_PREVIEW, None)["firings"]
-            if job.enabled and job.spec["schedule"]
-            else []
+        shown = operations.job_data(job)
+        rows.append(
+            {
+                "job": job,
+                "last": latest[0] if latest else None,
+                "upcoming": _upcoming(kernel, job),
+                "actions": [a for a in allowed if a.offered(shown)],
+            }
         )
-        rows.append({"job": job, "last": latest[0] if latest else None, "upcoming": upcoming})
-    return render(request, "jobs.html", login=login, rows=rows, actions=_allowed(login, "job"))
+    return render(
+        request,
+        "jobs.html",
+        login=login,
+        rows=rows,
+        actions=allowed,
+        may_define=login[1].may(ACTIONS["apply"].role),
+    )
+
+
+@router.get("/jobs/{job_id}")
+def job_page(job_id: JobPath, request: Request, context: Context, login: PageLogin) -> Response:
+    kernel = context.kernel
+    found = kernel.get_job(job_id)
+    latest = [o.to_dict() for o in kernel.list_occurrences(job_id=job_id, limit=_JOB_LATEST)]
+    shown = operations.job_data(found)
+    return render(
+        request,
+        "job.html",
+        login=login,
+        job=shown,
+        upcoming=_upcoming(kernel, found),
+        latest=latest,
+        actions=[a for a in _allowed(login, "job") if a.offered(shown)],
+        live=any(o["status"] in _UNSETTLED for o in latest),
+    )
+
+
+@router.get("/define")
+def define(login: PageLogin, id: Annotated[str, Query(min_length=1, max_length=200)]) -> Response:
+    """The jobs page's "new job" form: on to the definition form of that id."""
+    return RedirectResponse(f"/jobs/{quote(id, safe='')}/apply", status_code=303)
+
+
+def _upcoming(kernel: Kernel, job: Job) -> list[dict[str, Any]]:
+    """The job's next few firings; none while it is disabled or has no schedule."""
+    if not (job.enabled and job.spec["schedule"]):
+        return []
+    firings: list[dict[str, Any]] = operations.preview(kernel, job.id, _JOB_PREVIEW, None)[
+        "firings"
+    ]
+    return firings
 
 
 @router.get("/occurrences")
@@ -263,27 +309,13 @@ def occurrence(
     occurrence_id: OccurrencePath, request: Request, context: Context, login: PageLogin
 ) -> Response:
     detail = operations.occurrence_detail(context.kernel, occurrence_id)
-    offered = [a for a in _allowed(login, "occurrence") if _applies(a, detail)]
+    offered = [a for a in _allowed(login, "occurrence") if a.offered(detail)]
     live = detail["status"] in _UNSETTLED
     return render(request, "occurrence.html", login=login, occ=detail, actions=offered, live=live)
 
 
 def _allowed(login: tuple[Session, User], target: str) -> list[WebAction]:
     return [a for a in ACTIONS.values() if a.target == target and login[1].may(a.role)]
-
-
-def _applies(action: WebAction, occ: dict[str, Any]) -> bool:
-    """Whether offering ``action`` makes sense for the occurrence as it is now."""
-    status = occ["status"]
-    control = (occ["control"] or {}).get("state")
-    offered: dict[str, bool] = {
-        "pause": status == "running" and control != "pause_requested",
-        "resume": control == "paused",
-        "requeue": status == "dead_letter",
-        "adjudicate": status == "needs_adjudication",
-        "cancel": status in _UNSETTLED and not occ["cancel_requested"],
-    }
-    return offered.get(action.name, False)
 
 
 def login_redirect(request: Request, exc: Exception) -> Response:

@@ -8,13 +8,16 @@ only by ``celery -A celery_app kernel users ...`` with mode 0600::
 A token is ``<key>.<secret>``: the key finds the user without trying every hash, the
 secret is checked against its scrypt hash with a constant-time compare. Tokens are
 shown once, when made; the file never holds one. The web server re-reads the file
-when it changes, so a removed user is refused from the next request on.
+when it changes, so a removed user is refused from the next request on. Edits take
+an exclusive lock (``<file>.lock``) and replace the file atomically, so concurrent
+``users add``/``remove`` never lose an entry.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import fcntl
 import hashlib
 import hmac
 import json
@@ -23,6 +26,7 @@ import re
 import secrets
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,17 +128,23 @@ class UserStore:
         stamp = (stat.st_mtime_ns, stat.st_size)
         with self._lock:
             if stamp != self._seen:
-                try:
-                    document = json.loads(self.path.read_text(encoding="utf-8"))
-                    users = document["users"]
-                    if not isinstance(users, dict):
-                        raise TypeError("users is not an object")
-                except (OSError, ValueError, KeyError, TypeError) as exc:
-                    raise InvalidArgument(
-                        "KERNEL_USERS_FILE", f"{self.path} is not a users file: {exc}"
-                    ) from None
-                self._seen, self._users, self._verified = stamp, users, {}
+                self._seen, self._users, self._verified = stamp, self._read(), {}
             return self._users
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        """The file's users as stored now (none if it does not exist yet)."""
+        try:
+            document = json.loads(self.path.read_text(encoding="utf-8"))
+            users = document["users"]
+            if not isinstance(users, dict):
+                raise TypeError("users is not an object")
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgument(
+                "KERNEL_USERS_FILE", f"{self.path} is not a users file: {exc}"
+            ) from None
+        return users
 
     def list(self) -> list[User]:
         return [
@@ -183,24 +193,43 @@ class UserStore:
                 "name", f"{name!r}: 1-64 letters, digits, '_', '.', '@' or '-', not leading"
             )
         key, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
-        users = dict(self._load())
-        users[name] = {"role": role.label, "key": key, "hash": _encode(secret)}
-        self._write(users)
+        entry = {"role": role.label, "key": key, "hash": _encode(secret)}
+        with self._editing() as users:
+            users[name] = entry
         return User(name, role, key), f"{key}.{secret}"
 
     def remove(self, name: str) -> None:
-        users = dict(self._load())
-        if users.pop(name, None) is None:
-            raise NotFound(f"no user {name!r} in {self.path}", user=name)
-        self._write(users)
+        with self._editing() as users:
+            if users.pop(name, None) is None:
+                raise NotFound(f"no user {name!r} in {self.path}", user=name)
 
-    def _write(self, users: dict[str, dict[str, Any]]) -> None:
+    @contextlib.contextmanager
+    def _editing(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """The users as stored, to change in place; written back when the block ends.
+
+        Editors (any process) take turns on an exclusive lock of ``<file>.lock`` and
+        each reads the file afresh under it, so concurrent edits never lose one
+        another's entries; readers never wait, as the new file replaces the old one
+        atomically.
+        """
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            users = self._read()
+            yield users
+            self._replace(users)
+        finally:
+            os.close(lock)  # releases the lock
+
+    def _replace(self, users: dict[str, dict[str, Any]]) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".users-", suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 json.dump({"users": users}, out, indent=2, sort_keys=True)
                 out.write("\n")
+                out.flush()
+                os.fsync(out.fileno())
             os.chmod(tmp, 0o600)
             os.replace(tmp, self.path)
         except BaseException:

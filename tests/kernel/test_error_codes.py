@@ -6,9 +6,13 @@ Each refusal must carry its stable code and a message that names what it is abou
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
+from servers import libpq_url
+from sqlalchemy.engine import make_url
 
 from kernel import errors
 from kernel.errors import (
@@ -19,6 +23,7 @@ from kernel.errors import (
     LeaseLost,
     NotFound,
     PauseUnsupported,
+    PermissionDenied,
     RevisionConflict,
     SchemaUnknown,
     StateConflict,
@@ -42,6 +47,7 @@ PROVOKED = {
     "EVIDENCE_CONFLICT",
     "SCHEMA_UNKNOWN",
     "STORAGE_UNAVAILABLE",
+    "PERMISSION_DENIED",
 }
 
 
@@ -176,3 +182,28 @@ def test_storage_unavailable_on_a_read_only_database(k: Harness) -> None:
     finally:
         read_only.close()
     assert [j.id for j in k.kernel.list_jobs()] == ["kept"]
+
+
+@pytest.mark.postgres
+def test_permission_denied_names_the_role_and_what_it_may_not_do(pg_database_url: str) -> None:
+    """A login role granted only SELECT (SQLSTATE 42501 on its first write)."""
+    owner = Kernel.open(pg_database_url, migrate_schema=True)
+    role = f"reader_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(libpq_url(pg_database_url), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    url = make_url(pg_database_url).set(username=role, password="pw")
+    reader = Kernel.open(url.render_as_string(hide_password=False))
+    try:
+        with pytest.raises(PermissionDenied) as refused:
+            reader.define_job({"id": "new", "kind": "callable", "payload": {"callable": "a:b"}})
+        check(refused.value, "PERMISSION_DENIED", f"'{role}'", "permission denied for table jobs")
+        assert refused.value.details["role"] == role
+        assert "pw" not in str(refused.value.details["database"])
+        assert reader.list_jobs() == []
+    finally:
+        reader.close()
+        owner.close()
+        with psycopg.connect(libpq_url(pg_database_url), autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")

@@ -7,6 +7,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from html import unescape
 from pathlib import Path
 from typing import Any
 
@@ -129,4 +130,5 @@ class Web:
 
 def hidden_fields(html: str) -> dict[str, str]:
     """The hidden inputs of a page's forms (CSRF token, request id, evidence)."""
-    return dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', html))
+    found = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', html)
+    return {name: unescape(value) for name, value in found}

@@ -9,32 +9,50 @@ body, and leave every job, occurrence and event exactly as they were.
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 from web.support import CSRF, Web, console_login, hidden_fields, users_cli
 
+from celery_app.web.actions import ACTIONS
 from kernel import Kernel
 
 IDENTITIES = ("anonymous", "bad_token", "viewer", "operator", "admin")
-# The issue's roles, written out here rather than read from the code under test.
-NEEDS = {
-    "pause": "operator",
-    "resume": "operator",
-    "requeue": "operator",
-    "adjudicate": "operator",
-    "cancel": "operator",
-    "run-now": "operator",
-    "enable": "admin",
-    "disable": "admin",
-    "delete": "admin",
-    "prune": "admin",
-}
 _RANK = {"viewer": 1, "operator": 2, "admin": 3}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an action goes and with what: the API path under ``/api`` (also the console
+    page, unless ``page`` says otherwise), its JSON body and the console form's fields
+    beside the confirmation page's hidden ones (default: the body)."""
+
+    path: str
+    body: dict[str, Any] = field(default_factory=dict)
+    form: dict[str, str] | None = None
+    page: str | None = None
+
+
+Check = Callable[[Web, Target, str, Any], None]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the matrix: the role the issue gives the action (written out here,
+    not read from the code under test), a target in the state the action needs (so an
+    allowed action really succeeds), and what success looks like."""
+
+    needs: str
+    arrange: Callable[[Web], Target]
+    check: Check
 
 
 def _running(web: Web) -> int:
@@ -44,55 +62,148 @@ def _running(web: Web) -> int:
     return occ
 
 
-def _arrange(web: Web, action: str) -> tuple[str, dict[str, Any], str]:
-    """A target for ``action`` in the state it needs: (API path, JSON body, what to expect)."""
-    kernel = web.kernel
-    if action == "pause":
-        return f"/occurrences/{_running(web)}/pause", {}, "pause_requested"
-    if action == "resume":
-        occ = _running(web)
-        rid = uuid.uuid4().hex
-        kernel.request_pause(
-            occ, expected_fence=1, request_id=rid, safe_points=["adapter_checkpoint"], operator="t"
-        )
-        kernel.ack_pause(
-            occ,
-            owner="w1",
-            fence=1,
-            request_id=rid,
-            expected_revision=None,
-            safe_point="adapter_checkpoint",
-            checkpoint={"step": 1},
-        )
-        return f"/occurrences/{occ}/resume", {}, "resumed"
-    if action == "requeue":
-        occ = _running(web)
-        kernel.fail(occ, owner="w1", fence=1, code="BOOM", message="x", retryable=False)
-        return f"/occurrences/{occ}/requeue", {}, "retry_wait"
-    if action == "adjudicate":
-        job = web.fresh_job(delivery="at-most-once")
-        occ = kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
-        assert kernel.claim(occ, owner="w1", lease=0.01) is not None
-        time.sleep(0.05)
-        assert kernel.expire_leases()["needs_adjudication"] == 1
-        return f"/occurrences/{occ}/adjudicate", {"decision": "applied"}, "succeeded"
-    if action == "cancel":
-        job = web.fresh_job()
-        occ = kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
-        return f"/occurrences/{occ}/cancel", {}, "cancelled"
-    if action == "run-now":
-        return f"/jobs/{web.fresh_job()}/run-now", {}, "queued"
-    if action in ("enable", "disable", "delete"):
-        job = web.fresh_job()
-        if action == "enable":
-            kernel.set_job_enabled(job, False)
-        return f"/jobs/{job}/{action}", {}, action
-    assert action == "prune"
+def _queued(web: Web, **fields: Any) -> int:
+    job = web.fresh_job(**fields)
+    return web.kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+
+
+def _pausable(web: Web) -> Target:
+    return Target(f"/occurrences/{_running(web)}/pause")
+
+
+def _cancellable(web: Web) -> Target:
+    return Target(f"/occurrences/{_queued(web)}/cancel")
+
+
+def _paused(web: Web) -> Target:
+    occ = _running(web)
+    rid = uuid.uuid4().hex
+    web.kernel.request_pause(
+        occ, expected_fence=1, request_id=rid, safe_points=["adapter_checkpoint"], operator="t"
+    )
+    web.kernel.ack_pause(
+        occ,
+        owner="w1",
+        fence=1,
+        request_id=rid,
+        expected_revision=None,
+        safe_point="adapter_checkpoint",
+        checkpoint={"step": 1},
+    )
+    return Target(f"/occurrences/{occ}/resume")
+
+
+def _dead_letter(web: Web) -> Target:
+    occ = _running(web)
+    web.kernel.fail(occ, owner="w1", fence=1, code="BOOM", message="x", retryable=False)
+    return Target(f"/occurrences/{occ}/requeue")
+
+
+def _unknown_outcome(web: Web) -> Target:
+    occ = _queued(web, delivery="at-most-once")
+    assert web.kernel.claim(occ, owner="w1", lease=0.01) is not None
+    time.sleep(0.05)
+    assert web.kernel.expire_leases()["needs_adjudication"] == 1
+    return Target(f"/occurrences/{occ}/adjudicate", {"decision": "applied"})
+
+
+def _job(action: str, *, enabled: bool = True) -> Callable[[Web], Target]:
+    def arrange(web: Web) -> Target:
+        job = web.fresh_job(enabled=enabled)
+        return Target(f"/jobs/{job}/{action}")
+
+    return arrange
+
+
+def _revision(web: Web) -> Target:
+    job = web.fresh_job()
+    spec = {"kind": "callable", "payload": {"callable": "os.path:join"}, "schedule": None}
+    return Target(
+        f"/jobs/{job}/apply",
+        {"spec": spec, "expected_revision": 1},
+        form={"spec": json.dumps(spec), "dry_run": ""},  # skip the check step: confirm
+    )
+
+
+def _old_history(web: Web) -> Target:
     # A cancelled occurrence settled in January: always something for a prune to delete.
     job = web.fresh_job()
     occ = web.past.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
     web.past.cancel(occ, request_id=uuid.uuid4().hex, operator="t")
-    return "/prune", {"older_than": "30d"}, "pruned"
+    return Target("/prune", {"older_than": "30d"}, page="/kernel/prune")
+
+
+def _occurrence_now(expect: str) -> Check:
+    """The action's occurrence reached ``expect`` (status or control state), recorded
+    under the caller's name."""
+
+    def check(web: Web, target: Target, who: str, data: Any) -> None:
+        occ = data["occurrence"]
+        assert data["operator"] == who
+        assert expect in (occ["status"], (occ["control"] or {}).get("state")), data
+        assert _recorded_as(web.kernel, occ["id"], who)
+
+    return check
+
+
+def _enabled_now(enabled: bool) -> Check:
+    def check(web: Web, target: Target, who: str, data: Any) -> None:
+        assert data["changed"] is True and data["job"]["enabled"] is enabled
+        assert web.kernel.get_job(data["job"]["id"]).enabled is enabled
+        assert _last_change_by(web.kernel, data["job"]["id"]) == who
+
+    return check
+
+
+def _deleted(web: Web, target: Target, who: str, data: Any) -> None:
+    job = target.path.split("/")[2]
+    assert data == {"deleted": job}
+    assert job not in {j.id for j in web.kernel.list_jobs()}
+    assert _last_change_by(web.kernel, job) == who
+
+
+def _revised(web: Web, target: Target, who: str, data: Any) -> None:
+    job = target.path.split("/")[2]
+    assert data["jobs"] == [{"id": job, "change": "updated", "revision": 2}]
+    assert web.kernel.get_job(job).spec["schedule"] is None
+    assert _last_change_by(web.kernel, job) == who
+
+
+def _last_change_by(kernel: Kernel, job_id: str) -> Any:
+    """Who the job's latest event says made the change."""
+    return kernel.events(job_id=job_id, limit=100)[-1].data.get("operator")
+
+
+def _pruned(web: Web, target: Target, who: str, data: Any) -> None:
+    assert data["occurrences"] >= 1
+
+
+# Adding an action to the API and console is one row here.
+CASES = {
+    "pause": Case(
+        "operator",
+        lambda web: Target(f"/occurrences/{_running(web)}/pause"),
+        _occurrence_now("pause_requested"),
+    ),
+    "resume": Case("operator", _paused, _occurrence_now("resumed")),
+    "requeue": Case("operator", _dead_letter, _occurrence_now("retry_wait")),
+    "adjudicate": Case("operator", _unknown_outcome, _occurrence_now("succeeded")),
+    "cancel": Case(
+        "operator",
+        lambda web: Target(f"/occurrences/{_queued(web)}/cancel"),
+        _occurrence_now("cancelled"),
+    ),
+    "run-now": Case("operator", _job("run-now"), _occurrence_now("queued")),
+    "apply": Case("admin", _revision, _revised),
+    "enable": Case("admin", _job("enable", enabled=False), _enabled_now(True)),
+    "disable": Case("admin", _job("disable"), _enabled_now(False)),
+    "delete": Case("admin", _job("delete"), _deleted),
+    "prune": Case("admin", _old_history, _pruned),
+}
+
+
+def test_every_action_is_in_the_matrix() -> None:
+    assert sorted(CASES) == sorted(ACTIONS)
 
 
 def _snapshot(kernel: Kernel) -> Any:
@@ -110,23 +221,7 @@ def _snapshot(kernel: Kernel) -> Any:
 
 
 def _allowed(identity: str, action: str) -> bool:
-    return _RANK.get(identity, 0) >= _RANK[NEEDS[action]]
-
-
-def _check_done(web: Web, action: str, path: str, expect: str, who: str, data: Any) -> None:
-    if action in ("enable", "disable"):
-        assert data["job"]["enabled"] is (action == "enable")
-        assert data["changed"] is True
-    elif action == "delete":
-        assert data == {"deleted": path.split("/")[2]}
-    elif action == "prune":
-        assert data["occurrences"] >= 1
-    else:
-        occ = data["occurrence"]
-        assert data["operator"] == who
-        state = (occ["control"] or {}).get("state") if action in ("pause", "resume") else None
-        assert expect in (occ["status"], state), data
-        assert _recorded_as(web.kernel, occ["id"], who)
+    return _RANK.get(identity, 0) >= _RANK[CASES[action].needs]
 
 
 def _recorded_as(kernel: Kernel, occurrence_id: int, who: str) -> bool:
@@ -153,41 +248,36 @@ def sessions(web: Web) -> Iterator[dict[str, httpx.Client]]:
         client.close()
 
 
-@pytest.mark.parametrize("action", list(NEEDS))
+@pytest.mark.parametrize("action", list(CASES))
 @pytest.mark.parametrize("identity", IDENTITIES)
 def test_api(web: Web, identity: str, action: str) -> None:
-    path, body, expect = _arrange(web, action)
+    target = CASES[action].arrange(web)
     token = {"anonymous": None, "bad_token": "0123.not-a-token"}.get(
         identity, web.tokens.get(identity)
     )
     before = _snapshot(web.kernel)
     with web.api(token) as client:
-        answer = client.post(f"/api{path}", json=body)
+        answer = client.post(f"/api{target.path}", json=target.body)
     if _allowed(identity, action):
         assert answer.status_code == 200, answer.text
-        _check_done(web, action, path, expect, identity, answer.json())
+        CASES[action].check(web, target, identity, answer.json())
         return
-    status, code = (
-        (401, "UNAUTHENTICATED")
-        if identity in ("anonymous", "bad_token")
-        else (
-            403,
-            "FORBIDDEN",
-        )
-    )
+    anonymous = identity in ("anonymous", "bad_token")
+    status, code = (401, "UNAUTHENTICATED") if anonymous else (403, "FORBIDDEN")
     assert answer.status_code == status, answer.text
     assert answer.json()["error"]["code"] == code
     assert answer.json()["error"]["message"]
     assert _snapshot(web.kernel) == before
 
 
-@pytest.mark.parametrize("action", list(NEEDS))
+@pytest.mark.parametrize("action", list(CASES))
 @pytest.mark.parametrize("identity", IDENTITIES)
 def test_console_form(
     web: Web, sessions: dict[str, httpx.Client], identity: str, action: str
 ) -> None:
-    path, body, expect = _arrange(web, action)
-    page = "/kernel/prune" if action == "prune" else path
+    target = CASES[action].arrange(web)
+    page = target.page or target.path
+    form = target.form if target.form is not None else target.body
     client = sessions[identity]
     confirm = client.get(page)
     if not _allowed(identity, action):
@@ -196,31 +286,41 @@ def test_console_form(
         assert confirm.status_code == expected, confirm.text
         overview = client.get("/")
         token = CSRF.search(overview.text)
-        form = {"csrf": token.group(1) if token else "", **body}
         before = _snapshot(web.kernel)
-        answer = client.post(page, data=form)
+        answer = client.post(page, data={"csrf": token.group(1) if token else "", **form})
         assert answer.status_code == (401 if expected == 303 else 403), answer.text
         assert ("UNAUTHENTICATED" if expected == 303 else "FORBIDDEN") in answer.text
         assert _snapshot(web.kernel) == before
         return
     assert confirm.status_code == 200, confirm.text
-    assert f"Confirm {action}" in confirm.text
-    fields = hidden_fields(confirm.text)
-    answer = client.post(page, data={**fields, **body})
+    assert f"Confirm: {action}" in confirm.text
+    answer = client.post(page, data={**hidden_fields(confirm.text), **form})
     assert answer.status_code == 200, answer.text
     assert f"{action}: done" in answer.text
-    if action not in ("enable", "disable", "delete", "prune"):
-        occ_id = int(path.split("/")[2]) if path.startswith("/occurrences") else None
-        latest = (
-            web.kernel.get_occurrence(occ_id)
-            if occ_id
-            else web.kernel.list_occurrences(job_id=path.split("/")[2], limit=1)[0]
-        )
-        assert _recorded_as(web.kernel, latest.id, identity)
+    CASES[action].check(web, target, identity, _shown_result(answer.text))
+
+
+def _shown_result(page: str) -> Any:
+    """The action's JSON answer, as the result page shows it."""
+    found = re.search(r'<pre id="result">(.*?)</pre>', page, re.S)
+    assert found, page
+    return json.loads(html.unescape(found.group(1)))
+
+
+@pytest.mark.parametrize("action", list(CASES))
+def test_the_console_offers_each_action_where_it_applies(
+    web: Web, sessions: dict[str, httpx.Client], action: str
+) -> None:
+    """The page of the arranged target (the overview for kernel-wide actions) has the
+    action's button for an admin."""
+    target = CASES[action].arrange(web)
+    page = target.page or target.path
+    shown_on = page.rsplit("/", 1)[0] if page.startswith(("/occurrences/", "/jobs/")) else "/"
+    assert f'href="{page}"' in sessions["admin"].get(shown_on).text
 
 
 def test_a_form_without_its_csrf_token_is_refused(web: Web, sessions: dict[str, Any]) -> None:
-    path, _, _ = _arrange(web, "cancel")
+    path = CASES["cancel"].arrange(web).path
     before = _snapshot(web.kernel)
     for form in ({}, {"csrf": "guessed"}):
         answer = sessions["admin"].post(path, data=form)

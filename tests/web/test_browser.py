@@ -128,6 +128,9 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     page.screenshot(path=shots / "overview.png", full_page=True)
     page.goto(f"{base}/jobs")
     page.screenshot(path=shots / "jobs.png", full_page=True)
+    page.click("a:text-is('steps')")
+    expect(page.locator("#definition")).to_contain_text('"callable": "ledger_jobs:steps"')
+    page.screenshot(path=shots / "job.png", full_page=True)
 
     # A forged post without the session's CSRF token is refused and creates nothing.
     before = len(stack.occurrences("steps"))
@@ -144,6 +147,9 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     assert viewer.locator("p.actions, a.button").count() == 0
     viewer.goto(f"{base}/jobs")
     assert viewer.locator("td.actions, a.button").count() == 0
+    viewer.goto(f"{base}/jobs/steps")
+    expect(viewer.locator("#definition")).to_be_visible()
+    assert viewer.locator("p.actions, a.button, textarea").count() == 0
     refused = viewer.evaluate(
         "() => { const body = new URLSearchParams();"
         " body.set('csrf', document.querySelector('input[name=csrf]').value);"
@@ -158,5 +164,6 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     viewer.goto(f"{base}/occurrences/{occ_id}")
     assert viewer.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     viewer.screenshot(path=shots / "occurrence-narrow.png", full_page=True)
-    for name in ("overview", "jobs", "occurrences", "occurrence-paused", "occurrence-succeeded"):
+    pages = ("overview", "jobs", "job", "occurrences", "occurrence-paused", "occurrence-succeeded")
+    for name in pages:
         assert (shots / f"{name}.png").stat().st_size > 10_000

@@ -7,23 +7,29 @@ every write it tries is refused and changes nothing; neither may change the sche
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 import sqlalchemy as sa
 from servers import libpq_url
 from sqlalchemy.engine import make_url
+from web.support import make_users, start_web, stop
 
 from celery_app import app as celery
 from celery_app import operations
 from celery_app.web.actions import ACTIONS
 from celery_app.web.users import Role, User
-from kernel import Kernel
+from kernel import Kernel, PermissionDenied
 from kernel.testing import ManualClock
 
 pytestmark = pytest.mark.postgres
@@ -97,8 +103,14 @@ def test_the_console_role_runs_every_action(owner: Kernel, pg_database_url: str)
         assert _act(console, "disable", once)["changed"] is True
         assert _act(console, "enable", once)["changed"] is True
         assert _act(console, "prune", None, older_than="1s")["occurrences"] == 0
-        idle = _job(owner)
-        assert _act(console, "delete", idle) == {"deleted": idle}
+        spec = {"kind": "callable", "payload": {"callable": "os.path:join"}}
+        made = _act(console, "apply", "made-by-console", spec=spec)
+        assert made["jobs"] == [{"id": "made-by-console", "change": "created", "revision": 1}]
+        revised = _act(
+            console, "apply", "made-by-console", spec={**spec, "queue": "q2"}, expected_revision=1
+        )
+        assert revised["jobs"][0]["revision"] == 2
+        assert _act(console, "delete", "made-by-console") == {"deleted": "made-by-console"}
         assert operations.status(console, celery)["counts"]["succeeded"] == 1
         for ddl in ("CREATE TABLE extra (id int)", "DROP TABLE events", "TRUNCATE jobs"):
             with console.engine.connect() as conn, pytest.raises(sa.exc.ProgrammingError):
@@ -129,12 +141,73 @@ def test_the_viewer_role_reads_everything_and_writes_nothing(
             ("cancel", occ, {}),
             ("run-now", job, {}),
             ("disable", job, {}),
+            ("apply", job, {"spec": {"kind": "callable", "payload": {"callable": "a:b"}}}),
             ("prune", None, {"older_than": "1s"}),
         ):
-            # The kernel passes permission errors through untranslated (not a storage outage).
-            with pytest.raises(sa.exc.ProgrammingError, match="permission denied"):
+            with pytest.raises(PermissionDenied) as refused:
                 _act(viewer, name, target, **params)
+            assert refused.value.code == "PERMISSION_DENIED"
+            assert refused.value.details["role"] == "kernel_viewer"
+            assert "'kernel_viewer' may not do this (permission denied for table" in str(
+                refused.value
+            )
         assert ([o.to_dict() for o in owner.list_occurrences()], owner.last_event_id()) == before
         assert owner.get_job(job).enabled
     finally:
         viewer.close()
+
+
+def test_a_refused_grant_is_permission_denied_on_the_api_and_the_cli(
+    owner: Kernel, pg_database_url: str, tmp_path: Path
+) -> None:
+    """The console served over the viewer role: an admin's action is answered 403
+    PERMISSION_DENIED naming the role and the table, and so is the CLI's."""
+    job = _job(owner)
+    occ = _run(owner, job)
+    viewer_url = _as(pg_database_url, "kernel_viewer")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "KERNEL_"))}
+    env.update(
+        KERNEL_DATABASE_URL=viewer_url,
+        KERNEL_USERS_FILE=str(tmp_path / "users.json"),
+        KERNEL_VAR_DIR=str(tmp_path / "var"),
+    )
+    token = make_users(tmp_path / "users.json")["admin"]
+    proc, base = start_web("web-viewer-role", tmp_path, env)
+    try:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as api:
+            assert api.get(f"/api/occurrences/{occ}").json()["status"] == "queued"
+            answer = api.post(f"/api/occurrences/{occ}/cancel", json={})
+            disable = api.post(f"/api/jobs/{job}/disable")
+    finally:
+        stop(proc)
+    for refused in (answer, disable):
+        assert refused.status_code == 403, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "PERMISSION_DENIED"
+        assert (
+            "'kernel_viewer'" in error["message"]
+            and "permission denied for table" in (error["message"])
+        )
+        assert "change-me" not in refused.text
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "celery_app",
+            "kernel",
+            "cancel",
+            str(occ),
+            "--json",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 1, cli.stderr
+    assert json.loads(cli.stdout)["error"]["code"] == "PERMISSION_DENIED"
+    assert "Traceback" not in cli.stderr
+    assert owner.get_occurrence(occ).status == "queued" and owner.get_job(job).enabled

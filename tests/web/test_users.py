@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from celery.bin.celery import celery as celery_main
@@ -60,3 +63,58 @@ def test_bad_names_and_roles_are_refused(tmp_path: Path) -> None:
     code, out = _cli(users_file, "add", "carol", "--role", "root", "--json")
     assert code == 2 and json.loads(out)["error"]["code"] == "USAGE"
     assert not users_file.exists()
+
+
+# Each process loads the real CLI, says it is ready, waits for the go (a line on stdin)
+# and then runs its `kernel users ...` commands back to back.
+_EDITOR = """
+import sys
+from celery.bin.celery import celery
+print("ready", flush=True)
+sys.stdin.readline()
+for args in sys.argv[1:]:
+    try:
+        celery.main(["-A", "celery_app", "kernel", "users", *args.split(), "--json"])
+    except SystemExit as done:
+        assert not done.code, (args, done.code)
+"""
+
+
+def test_concurrent_edits_lose_no_entry(tmp_path: Path) -> None:
+    """Processes released together each add users (one also removes some it added
+    before): every add and remove survives, and the file stays a valid users file."""
+    users_file = tmp_path / "users.json"
+    for name in ("old0", "old1", "old2"):
+        _cli(users_file, "add", name, "--role", "viewer")
+    env = {**os.environ, "KERNEL_USERS_FILE": str(users_file)}
+    jobs = [[f"add p{p}u{n} --role operator" for n in range(3)] for p in range(3)]
+    jobs[0] += [f"remove old{n}" for n in range(3)]
+    editors = [
+        subprocess.Popen(
+            [sys.executable, "-c", _EDITOR, *commands],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        for commands in jobs
+    ]
+    try:
+        for editor in editors:
+            assert editor.stdout is not None and editor.stdout.readline() == "ready\n"
+        for editor in editors:
+            editor.stdin.write("go\n")  # type: ignore[union-attr]
+            editor.stdin.flush()  # type: ignore[union-attr]
+        for editor in editors:
+            _, err = editor.communicate(timeout=60)
+            assert editor.returncode == 0, err
+    finally:
+        for editor in editors:
+            if editor.poll() is None:
+                editor.kill()
+                editor.wait()
+    expected = {f"p{p}u{n}" for p in range(3) for n in range(3)}
+    assert {user.name for user in UserStore(users_file).list()} == expected
+    assert not list(tmp_path.glob(".users-*"))  # no temporary file left behind
