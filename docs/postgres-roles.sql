@@ -11,7 +11,8 @@ GRANT USAGE ON SCHEMA public TO kernel_console, kernel_viewer;
 
 -- Viewer: reads every table (the schema check reads alembic_version), writes nothing.
 GRANT SELECT ON alembic_version, jobs, occurrences, controls, requeue_grants,
-    operator_requests, events, beats, pools, job_sources TO kernel_viewer;
+    operator_requests, events, beats, pools, job_sources, budgets, budget_windows,
+    budget_reservations TO kernel_viewer;
 
 -- Console: reads everything and makes the operator and admin actions' writes
 -- (pause, resume, requeue, adjudicate, cancel, run-now, apply, enable, disable, delete,
@@ -19,10 +20,11 @@ GRANT SELECT ON alembic_version, jobs, occurrences, controls, requeue_grants,
 -- No CREATE, ALTER, DROP or TRUNCATE; of beats only DELETE (prune forgets silent
 -- Beats); no writes to pools.
 GRANT SELECT ON alembic_version, jobs, occurrences, controls, requeue_grants,
-    operator_requests, events, beats, pools, job_sources TO kernel_console;
+    operator_requests, events, beats, pools, job_sources, budgets, budget_windows,
+    budget_reservations TO kernel_console;
 GRANT INSERT, UPDATE, DELETE ON jobs TO kernel_console;
-GRANT INSERT, UPDATE, DELETE ON occurrences, controls, requeue_grants, operator_requests
-    TO kernel_console;
+GRANT INSERT, UPDATE, DELETE ON occurrences, controls, requeue_grants, operator_requests,
+    budgets, budget_windows, budget_reservations TO kernel_console;
 GRANT INSERT, DELETE ON events TO kernel_console;
 GRANT DELETE ON beats TO kernel_console;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO kernel_console;
