@@ -54,6 +54,12 @@ class EventType(StrEnum):
     BEAT_STOPPED = "beat_stopped"
     #: A Beat silent for longer than the retention was removed from the registry.
     BEAT_FORGOTTEN = "beat_forgotten"
+    #: A chained child was not fired: its parent's fan-out bound (``after.fanout``) was hit.
+    CHAIN_FANOUT_EXCEEDED = "chain_fanout_exceeded"
+    #: An operator cancelled a job (``kernel jobs cancel``): disabled, its work cancelled.
+    JOB_CANCELLED = "job_cancelled"
+    #: Retention deleted a finished job (``delete_after_run`` or ``ttl``).
+    JOB_EXPIRED = "job_expired"
 
 
 _SETTLED = {

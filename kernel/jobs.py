@@ -8,12 +8,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.chains import MAX_CHAIN_DEPTH, MAX_CHILDREN
+from kernel.admission import admit
+from kernel.chains import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.firing import create_occurrence
 from kernel.jobspec import JobSpec, validate_job_spec
-from kernel.operator import record_request, request_cancel
 from kernel.records import dumps, job_from_row, loads
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
@@ -31,7 +31,6 @@ __all__ = [
     "get_job",
     "due_jobs",
     "fire",
-    "run_now",
 ]
 
 S = OccurrenceStatus
@@ -71,12 +70,18 @@ def _check_chain(tx: Tx, spec: JobSpec) -> None:
         if depth > MAX_CHAIN_DEPTH:
             raise InvalidArgument("after.job", f"chain deeper than {MAX_CHAIN_DEPTH} jobs")
         parent = tx.conn.execute(sa.select(jobs.c.after_job).where(jobs.c.id == parent)).scalar()
-    siblings = tx.conn.execute(
-        sa.select(sa.func.count()).where(jobs.c.after_job == spec.after.job, jobs.c.id != spec.id)
-    ).scalar_one()
-    if siblings >= MAX_CHILDREN:
+    siblings = [
+        loads(spec)
+        for spec in tx.conn.execute(
+            sa.select(jobs.c.spec).where(jobs.c.after_job == spec.after.job, jobs.c.id != spec.id)
+        ).scalars()
+    ]
+    limit = fanout_limit([*siblings, spec.to_dict()])
+    if len(siblings) >= limit:
         raise InvalidArgument(
-            "after.job", f"job {spec.after.job!r} already has {MAX_CHILDREN} chained children"
+            "after.job",
+            f"job {spec.after.job!r} already has {len(siblings)} chained children and a "
+            f"fan-out bound of {limit} (after.fanout)",
         )
 
 
@@ -316,7 +321,7 @@ def fire(
         if made.created:
             skipped.append((key, missed_reason or "missed"))
     for key, at in firings:
-        reason = _overlap(tx, job_id, spec)
+        reason = admit(tx, job_id, spec)
         made = create_occurrence(
             tx,
             job_id=job_id,
@@ -330,59 +335,3 @@ def fire(
         if made.created and made.id is not None:
             (skipped.append((key, reason)) if reason else created.append(made.id))
     return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
-
-
-def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
-    """Apply the overlap policy before a new firing; return a skip reason or None."""
-    policy = spec["overlap"]
-    if policy == "allow":
-        return None
-    o = occurrences
-    # An at-most-once run awaiting adjudication may still be having its effect: a
-    # `skip` job does not start another beside it.
-    statuses = _UNSETTLED if policy == "skip" else (S.QUEUED, S.RUNNING, S.RETRY_WAIT)
-    active = tx.conn.execute(
-        sa.select(o.c.id, o.c.status, o.c.fence).where(
-            o.c.job_id == job_id, o.c.status.in_(statuses)
-        )
-    ).all()
-    if not active:
-        return None
-    if policy == "skip":
-        return "overlap"
-    if policy == "queue":
-        # Claims of a queue job are exclusive: one active occurrence runs (or runs
-        # next), the others wait behind it, and those are what max_queued bounds.
-        return "queue_full" if len(active) - 1 >= spec["max_queued"] else None
-    for row in active:  # replace: the new firing waits (exclusive) until these end
-        request_cancel(tx, row.id, reason="replaced")
-    return None
-
-
-def run_now(tx: Tx, job_id: str, request_id: str, operator: str) -> tuple[int, bool]:
-    """Create a ``manual:<request id>`` occurrence (also for a disabled job); the cursor stays.
-
-    Returns:
-        (occurrence id, deduplicated): a retried request id finds its first occurrence.
-    """
-    job = get_job(tx, job_id)
-    replay = record_request(tx, request_id, "run_now", job_id, {}, operator)
-    made = create_occurrence(
-        tx,
-        job_id=job_id,
-        revision=job.revision,
-        spec=job.spec,
-        trigger_key=f"manual:{request_id}",
-        scheduled_for=tx.now,
-    )
-    if made.id is None:
-        raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)
-    if made.created:
-        tx.emit(
-            EventType.JOB_RUN_NOW,
-            job_id=job_id,
-            occurrence_id=made.id,
-            request_id=request_id,
-            operator=operator,
-        )
-    return made.id, replay or not made.created

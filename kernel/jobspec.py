@@ -125,12 +125,31 @@ class DstPolicy(_Section):
 class After(_Section):
     """Chain trigger: fire when job ``job`` settles with outcome ``on`` (success, failure,
     complete), ``delay_s`` later, if ``condition`` (``contains:..``/``regex:..``) matches
-    the parent's result text."""
+    the parent's result text (on a failure: its error, ``CODE: message``)."""
 
     job: str
     on: str
     delay_s: float
     condition: str | None
+    #: At most this many children of ``job`` fire per parent outcome (the smallest
+    #: bound its children declare); omitted from the dict at its default.
+    fanout: int = 25
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if self.fanout == After.fanout:
+            del d["fanout"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Self:
+        return cls(
+            job=d["job"],
+            on=d["on"],
+            delay_s=d["delay"],
+            condition=d["condition"],
+            fanout=d.get("fanout", cls.fanout),
+        )
 
 
 @dataclass(frozen=True)
@@ -352,13 +371,14 @@ def _dst(value: object, field: str) -> DstPolicy:
 
 
 def _after(value: object, field: str) -> After:
-    spec = section(value, field, ("job", "on", "delay", "condition"))
+    spec = section(value, field, ("job", "on", "delay", "condition", "fanout"))
     require(spec, field, "job")
     return After(
         job=text(128, _ID)(spec["job"], f"{field}.job"),
         on=optional(spec, field, "on", "success", choice("success", "failure", "complete")),
         delay_s=optional(spec, field, "delay", 0.0, duration(allow_zero=True)),
         condition=optional(spec, field, "condition", None, nullable(_condition)),
+        fanout=optional(spec, field, "fanout", After.fanout, integer(1, 1000)),
     )
 
 

@@ -8,9 +8,22 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from kernel import beats, claiming, dispatch, history, output, pausing, reads, runs, sources
+from kernel import (
+    admission,
+    beats,
+    cancellation,
+    claiming,
+    dispatch,
+    history,
+    output,
+    pausing,
+    reads,
+    runs,
+    sources,
+)
 from kernel import jobs as job_ops
 from kernel import operator as op
+from kernel.cancellation import JobCancel
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument
@@ -172,9 +185,18 @@ class Kernel:
             next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
         )
 
-    def run_now(self, job_id: str, *, request_id: str, operator: str) -> ActionResult:
-        """Run a job now (also a disabled one); a retried request id never runs twice."""
-        occ_id, dedup = self._write(job_ops.run_now, job_id, request_id, operator)
+    def run_now(
+        self, job_id: str, *, request_id: str, operator: str, force: bool = False
+    ) -> ActionResult:
+        """Run a job now (also a disabled one); a retried request id never runs twice.
+
+        Admitted like a firing (overlap policy, ``max_queued``) unless ``force``.
+
+        Raises:
+            StateConflict: not admitted (``reason``: ``overlap`` or ``queue_full``).
+            RevisionConflict: a replay of ``request_id`` after the job was revised.
+        """
+        occ_id, dedup = self._write(admission.run_now, job_id, request_id, operator, force=force)
         return ActionResult(self.get_occurrence(occ_id), request_id, dedup)
 
     def dispatch_batch(self, *, limit: int = 200, rehint_after: float = 30.0) -> list[DispatchHint]:
@@ -477,3 +499,23 @@ class Kernel:
     ) -> None:
         """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
         self._write(output.append_output, occurrence_id, owner, fence, chunks)
+
+    # -- job cancel, retention (kernel/cancellation.py, kernel/retention.py) ---------
+
+    def cancel_job(
+        self, job_id: str, *, cascade: bool = False, request_id: str, operator: str
+    ) -> JobCancel:
+        """Disable a job, cancel its waiting occurrences and ask its running ones to stop;
+        ``cascade``: the same for every job chained after it. Idempotent by request id.
+
+        Raises:
+            NotFound: no such job.
+            EvidenceConflict: the request id was used for something else.
+        """
+        return self._write(
+            cancellation.cancel_job,
+            job_id,
+            cascade=cascade,
+            request_id=request_id,
+            operator=operator,
+        )
