@@ -35,10 +35,11 @@ _HELD = "running, owner and fence as held, lease live"
 OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     Transition(
         ("none",),
-        "Beat fires (create)",
+        "Beat fires, run-now, a chained child (create)",
         (S.QUEUED, S.SKIPPED),
         "create_occurrence",
-        "unique (job, trigger key) and idempotency key",
+        "unique (job, trigger key) and idempotency key; admitted (kernel.admission: overlap "
+        "policy, max_queued; job row held) unless run-now --force",
         (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
     ),
     Transition(
@@ -107,7 +108,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(
         (S.QUEUED, S.RETRY_WAIT),
-        "operator cancels (or overlap replace)",
+        "operator cancels (occurrence or job cancel, or overlap replace)",
         (S.CANCELLED,),
         "CANCEL",
         "status waiting",
@@ -115,7 +116,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(
         (S.RUNNING,),
-        "operator cancels (or overlap replace)",
+        "operator cancels (occurrence or job cancel, or overlap replace)",
         (S.RUNNING,),
         "CANCEL",
         "running, not already asked; sets cancel_requested",
