@@ -42,6 +42,7 @@ __all__ = [
     "beat_health",
     "beat_warning",
     "cancel",
+    "cancel_job",
     "delete_job",
     "events",
     "format_age",
@@ -463,6 +464,31 @@ def cancel(kernel: Kernel, occurrence_id: int) -> Action:
     return lambda rid, who: kernel.cancel(occurrence_id, request_id=rid, operator=who)
 
 
-def run_now(kernel: Kernel, job_id: str) -> Action:
-    """Create an occurrence of a job now (also for a disabled job)."""
-    return lambda rid, who: kernel.run_now(job_id, request_id=rid, operator=who)
+def run_now(kernel: Kernel, job_id: str, force: bool = False) -> Action:
+    """Create an occurrence of a job now (also for a disabled job), admitted like a firing
+    (overlap policy, ``max_queued``) unless ``force``."""
+    return lambda rid, who: kernel.run_now(job_id, request_id=rid, operator=who, force=force)
+
+
+def cancel_job(
+    kernel: Kernel, job_id: str, cascade: bool, request_id: str, operator: str
+) -> dict[str, Any]:
+    """Disable a job and cancel its work (``cascade``: also of the jobs chained after it)."""
+    rid = _IDENT(request_id, "request_id")
+    who = _IDENT(operator, "operator")
+    try:
+        done = kernel.cancel_job(job_id, cascade=cascade, request_id=rid, operator=who)
+    except KernelError as exc:
+        exc.details.setdefault("request_id", rid)
+        raise
+    return {
+        "request_id": done.request_id,
+        "deduplicated": done.deduplicated,
+        "operator": who,
+        "job_id": job_id,
+        "cascade": cascade,
+        "jobs": list(done.jobs),
+        "disabled": list(done.disabled),
+        "cancelled": list(done.cancelled),
+        "stopping": list(done.stopping),
+    }

@@ -13,7 +13,7 @@ from kernel.chains import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.firing import create_occurrence
-from kernel.jobspec import JobSpec, validate_job_spec
+from kernel.jobspec import ONE_SHOT, JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
@@ -334,4 +334,18 @@ def fire(
         )
         if made.created and made.id is not None:
             (skipped.append((key, reason)) if reason else created.append(made.id))
+    if next_cursor is None and ONE_SHOT & set(spec["schedule"] or ()):
+        _retire_one_shot(tx, job_id, expected_revision)
     return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
+
+
+def _retire_one_shot(tx: Tx, job_id: str, revision: int) -> None:
+    """A one-shot job that fired has no firings left: disabled, not "enabled with a null
+    cursor" (its ``ttl`` / ``delete_after_run`` count from here)."""
+    retired = tx.conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.revision == revision, jobs.c.enabled)
+        .values(enabled=False, updated_at=tx.now)
+    ).rowcount
+    if retired:
+        tx.emit(EventType.JOB_DISABLED, job_id=job_id, revision=revision, reason="one_shot_fired")

@@ -49,6 +49,7 @@ from kernel.states import Delivery, Overlap
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "ONE_SHOT",
     "SELF_FENCE_MARGIN_S",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
     "After",
@@ -71,12 +72,14 @@ SELF_FENCE_MARGIN_S = 1.0
 _RENEW_FRACTION = 3
 _OUTPUT_LIMIT_MAX = 1024 * 1024
 
+#: The schedules that fire once.
+ONE_SHOT = frozenset({"at", "in"})
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 _KIND = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 _TOP_FIELDS = (
     "id", "kind", "payload", "schedule", "enabled", "queue", "max_attempts", "retry", "lease",
     "timeout", "overlap", "max_queued", "catchup", "delivery", "pool", "dst", "after",
-    "kill_grace", "output",
+    "kill_grace", "output", "delete_after_run", "ttl",
 )  # fmt: skip
 
 
@@ -190,9 +193,19 @@ class JobSpec:
     after: After | None
     kill_grace_s: float = 2.0
     output: OutputPolicy = OutputPolicy()
+    #: A one-shot ``at`` job is deleted (by Beat's retention) once it ran and settled.
+    delete_after_run: bool = False
+    #: A finished one-shot or disabled job is deleted this long after it finished.
+    ttl_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The normalised spec as JSON-ready data, every field present, durations in seconds."""
+        """The normalised spec as JSON-ready data, durations in seconds; fields added later
+        (delete_after_run, ttl) only when set, so older jobs keep their digest."""
+        optional_fields: dict[str, Any] = {}
+        if self.delete_after_run:
+            optional_fields["delete_after_run"] = True
+        if self.ttl_s is not None:
+            optional_fields["ttl"] = self.ttl_s
         return {
             "id": self.id,
             "kind": self.kind,
@@ -213,6 +226,7 @@ class JobSpec:
             "after": None if self.after is None else self.after.to_dict(),
             "kill_grace": self.kill_grace_s,
             "output": self.output.to_dict(),
+            **optional_fields,
         }
 
     @classmethod
@@ -239,6 +253,8 @@ class JobSpec:
             # Snapshots stored before these fields existed take their defaults.
             kill_grace_s=d.get("kill_grace", cls.kill_grace_s),
             output=OutputPolicy.from_dict(d["output"]) if "output" in d else OutputPolicy(),
+            delete_after_run=d.get("delete_after_run", False),
+            ttl_s=d.get("ttl"),
         )
 
     @property
@@ -276,11 +292,17 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
             f"{kill_grace_s:g}s + {SELF_FENCE_MARGIN_S:g}s before its lease can expire; "
             f"use a lease of at least {needed:.3g}s or a shorter kill_grace",
         )
+    schedule = optional(spec, "", "schedule", None, nullable(_schedule))
+    delete_after_run = optional(spec, "", "delete_after_run", False, boolean)
+    if delete_after_run and not ONE_SHOT & set(schedule or ()):
+        raise InvalidArgument(
+            "delete_after_run", "applies only to a one-shot job (schedule 'at' or 'in')"
+        )
     return JobSpec(
         id=job_id,
         kind=kind,
         payload=validate_payload(kind, spec["payload"]),
-        schedule=optional(spec, "", "schedule", None, nullable(_schedule)),
+        schedule=schedule,
         enabled=optional(spec, "", "enabled", True, boolean),
         queue=optional(spec, "", "queue", "celery", text(64, _ID)),
         max_attempts=optional(spec, "", "max_attempts", 3, integer(1, 1000)),
@@ -298,6 +320,8 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
         after=after,
         kill_grace_s=kill_grace_s,
         output=optional(spec, "", "output", OutputPolicy(), _output),
+        delete_after_run=delete_after_run,
+        ttl_s=optional(spec, "", "ttl", None, nullable(duration())),
     )
 
 

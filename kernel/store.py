@@ -18,6 +18,7 @@ from kernel import (
     output,
     pausing,
     reads,
+    retention,
     runs,
     sources,
 )
@@ -519,3 +520,20 @@ class Kernel:
             request_id=request_id,
             operator=operator,
         )
+
+    def apply_retention(
+        self, ages: Mapping[str, float | None], *, limit: int = 500
+    ) -> dict[str, Any]:
+        """One bounded retention pass (see :mod:`kernel.retention`).
+
+        Args:
+            ages: seconds to keep each prunable status's history (``succeeded``,
+                ``cancelled``, ``skipped``); None keeps it.
+            limit: at most this many occurrences and this many jobs deleted.
+
+        Returns:
+            ``occurrences``, ``events`` (pruned), ``jobs`` (ids deleted) and ``more``.
+        """
+        if limit < 1:
+            raise InvalidArgument("limit", "must be at least 1")
+        return self._write(retention.apply_retention, dict(ages), limit)

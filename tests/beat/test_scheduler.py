@@ -103,7 +103,7 @@ def test_run_now_between_ticks_does_not_move_the_cursor(sqlite_beat: Beat) -> No
     beat.define(overlap="allow")
     beat.tick()
     beat.clock.set(beat.minute(0.75))
-    manual = beat.kernel.run_now("job", request_id="req-2", operator="ops")
+    manual = beat.kernel.run_now("job", request_id="req-2", operator="ops", force=True)
     job = beat.kernel.get_job("job")
     assert (job.next_trigger_key, job.next_fire_at) == (beat.key(1), beat.minute(1))
 

@@ -27,7 +27,10 @@ def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def _busy_kernel(kernel: Kernel) -> None:
     """One success, one dead letter, one pause, one expired lease, one queued; a Beat ticking."""
     define(kernel, "a")
-    occ = [kernel.run_now("a", request_id=f"r{n}", operator="t").occurrence.id for n in range(5)]
+    occ = [
+        kernel.run_now("a", request_id=f"r{n}", operator="t", force=True).occurrence.id
+        for n in range(5)
+    ]
     kernel.claim(occ[0], owner="w", lease=60)
     kernel.succeed(occ[0], owner="w", fence=1)
     kernel.claim(occ[1], owner="w", lease=60)

@@ -117,7 +117,7 @@ def test_disabled_pending_and_not_created(cli, kernel: Kernel) -> None:
 
 def test_a_job_without_schedule_shows_its_nearest_occurrence(cli, kernel: Kernel) -> None:
     define(kernel, "manual", schedule=None)
-    occ = kernel.run_now("manual", request_id="r", operator="t").occurrence
+    occ = kernel.run_now("manual", request_id="r", operator="t", force=True).occurrence
     data = _why(cli, "manual", occ.scheduled_for + timedelta(minutes=5))
     assert (data["outcome"], data["firing"], data["occurrence"]["id"]) == (
         "no_schedule",

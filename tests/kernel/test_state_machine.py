@@ -197,7 +197,7 @@ class KernelMachine(RuleBasedStateMachine):
         self._operator(
             rid,
             lambda: self.model.run_now(job, rid),
-            lambda: self.kernel.run_now(job, request_id=rid, operator="op"),
+            lambda: self.kernel.run_now(job, request_id=rid, operator="op", force=True),
         )
         self.model.add(self.replays[rid][2], job, f"manual:{rid}")
 

@@ -39,7 +39,9 @@ _RANK = {"viewer": 1, "operator": 2, "admin": 3}
 
 def _running(web: Web) -> int:
     job = web.fresh_job()
-    occ = web.kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+    occ = web.kernel.run_now(
+        job, request_id=uuid.uuid4().hex, operator="t", force=True
+    ).occurrence.id
     assert web.kernel.claim(occ, owner="w1", lease=600) is not None
     return occ
 
@@ -71,14 +73,18 @@ def _arrange(web: Web, action: str) -> tuple[str, dict[str, Any], str]:
         return f"/occurrences/{occ}/requeue", {}, "retry_wait"
     if action == "adjudicate":
         job = web.fresh_job(delivery="at-most-once")
-        occ = kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+        occ = kernel.run_now(
+            job, request_id=uuid.uuid4().hex, operator="t", force=True
+        ).occurrence.id
         assert kernel.claim(occ, owner="w1", lease=0.01) is not None
         time.sleep(0.05)
         assert kernel.expire_leases()["needs_adjudication"] == 1
         return f"/occurrences/{occ}/adjudicate", {"decision": "applied"}, "succeeded"
     if action == "cancel":
         job = web.fresh_job()
-        occ = kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+        occ = kernel.run_now(
+            job, request_id=uuid.uuid4().hex, operator="t", force=True
+        ).occurrence.id
         return f"/occurrences/{occ}/cancel", {}, "cancelled"
     if action == "run-now":
         return f"/jobs/{web.fresh_job()}/run-now", {}, "queued"
@@ -90,7 +96,7 @@ def _arrange(web: Web, action: str) -> tuple[str, dict[str, Any], str]:
     assert action == "prune"
     # A cancelled occurrence settled in January: always something for a prune to delete.
     job = web.fresh_job()
-    occ = web.past.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+    occ = web.past.run_now(job, request_id=uuid.uuid4().hex, operator="t", force=True).occurrence.id
     web.past.cancel(occ, request_id=uuid.uuid4().hex, operator="t")
     return "/prune", {"older_than": "30d"}, "pruned"
 
