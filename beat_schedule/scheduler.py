@@ -93,6 +93,7 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         self._stop_code: int | None = None
         self._unavailable_since: float | None = None
         self._next_forget = 0.0
+        self._next_retention = 0.0
         #: Job id -> ``send_task`` options from its beat_schedule entry's ``options``.
         self.hint_options: dict[str, dict[str, Any]] = {}
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -153,7 +154,7 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         return self.data
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """One pass: heartbeat, lease expiry, due firings, dispatch pump. Never raises.
+        """One pass: heartbeat, lease expiry, due firings, dispatch pump, retention. Never raises.
 
         While the kernel is unavailable the rest of a tick is skipped (each step would
         only fail the same way); a stop requested meanwhile takes effect at its end.
@@ -162,7 +163,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         assert kernel is not None, "setup_schedule opens the kernel"
         self._ticking = True
         try:
-            for step in (self._heartbeat, self._expire, self._materialise, self._pump):
+            steps = (self._heartbeat, self._expire, self._materialise, self._pump, self._retain)
+            for step in steps:
                 try:
                     step(kernel)
                 except StorageUnavailable as exc:
@@ -254,6 +256,33 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
+
+    def _retain(self, kernel: Kernel) -> None:
+        """One bounded retention pass every retention interval; the next tick goes on
+        at once while a pass hit its bound (so a backlog drains in steps, not one
+        long transaction)."""
+        if time.monotonic() < self._next_retention:
+            return
+        done = kernel.apply_retention(self.settings.retention, limit=self.settings.retention_batch)
+        self._next_retention = (
+            0.0 if done["more"] else time.monotonic() + self.settings.retention_interval
+        )
+        if done["occurrences"] or done["jobs"]:
+            log.info(
+                "retention pruned %d occurrence(s), %d event(s); deleted job(s): %s%s",
+                done["occurrences"],
+                done["events"],
+                ", ".join(done["jobs"]) or "none",
+                " (more to do)" if done["more"] else "",
+                extra={
+                    "action": "retention_applied",
+                    "beat_id": self.beat_id,
+                    "occurrences": done["occurrences"],
+                    "events": done["events"],
+                    "jobs": done["jobs"],
+                    "more": done["more"],
+                },
+            )
 
     def _materialise(self, kernel: Kernel) -> None:
         now = kernel.now()
