@@ -77,6 +77,30 @@ class KernelCollector(Collector):
         self._dead = Counter(
             "celery_kernel_dead_letters", "Occurrences that became dead letters.", registry=None
         )
+        self._skipped = Counter(
+            "celery_kernel_skipped",
+            "Occurrences recorded as skipped, by reason (overlap, queue_full: admission).",
+            ["reason"],
+            registry=None,
+        )
+        self._job_cancels = Counter(
+            "celery_kernel_job_cancels", "Jobs cancelled (kernel jobs cancel).", registry=None
+        )
+        self._pruned = Counter(
+            "celery_kernel_pruned_occurrences",
+            "Occurrences deleted by retention or kernel prune.",
+            registry=None,
+        )
+        self._jobs_expired = Counter(
+            "celery_kernel_jobs_expired",
+            "Finished jobs deleted by retention (delete_after_run, ttl).",
+            registry=None,
+        )
+        self._fanout_exceeded = Counter(
+            "celery_kernel_chain_fanout_exceeded",
+            "Chained children not fired: their parent's fan-out bound was hit.",
+            registry=None,
+        )
         self._latency = Histogram(
             "celery_kernel_claim_latency_seconds",
             "From claimable to claimed.",
@@ -97,7 +121,18 @@ class KernelCollector(Collector):
                 return
             counters = [
                 m
-                for c in (self._claims, self._expirations, self._pauses, self._dead, self._latency)
+                for c in (
+                    self._claims,
+                    self._expirations,
+                    self._pauses,
+                    self._dead,
+                    self._skipped,
+                    self._job_cancels,
+                    self._pruned,
+                    self._jobs_expired,
+                    self._fanout_exceeded,
+                    self._latency,
+                )
                 for m in c.collect()
             ]
         yield _gauge("celery_kernel_up", "1 when the kernel database answered this scrape.", 1)
@@ -153,6 +188,16 @@ class KernelCollector(Collector):
 
     def _count(self, event: Event) -> None:
         occ, at, data = event.occurrence_id, _seconds(event.at), event.data
+        if event.type == EventType.JOB_CANCELLED:
+            self._job_cancels.inc()
+        elif event.type == EventType.HISTORY_PRUNED:
+            self._pruned.inc(int(data.get("occurrences", 0)))
+        elif event.type == EventType.JOB_EXPIRED:
+            self._jobs_expired.inc()
+        elif event.type == EventType.CHAIN_FANOUT_EXCEEDED:
+            self._fanout_exceeded.inc()
+        elif event.type == EventType.OCCURRENCE_SKIPPED:
+            self._skipped.labels(str(data.get("reason", "unknown"))).inc()
         if occ is None:
             return
         if data.get("reason") == "lease_expired":

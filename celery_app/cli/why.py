@@ -40,6 +40,16 @@ _MAX_PAGES = 200
 _SKEW = timedelta(minutes=5)
 _MAX_LOOKBACK = timedelta(days=800)
 _TOGGLES = (EventType.JOB_ENABLED, EventType.JOB_DISABLED)
+#: What a skip reason means to a person (admission's, and the catch-up policy's).
+_SKIPPED_BECAUSE = {
+    "overlap": "the job's overlap policy is skip and another of its occurrences was active",
+    "queue_full": "max_queued occurrences of the job were already waiting (its backlog bound)",
+}
+#: Why a job was disabled, from its job_disabled event's reason.
+_DISABLED_BECAUSE = {
+    "cancelled": "it was cancelled (kernel jobs cancel)",
+    "one_shot_fired": "it is a one-shot job and had fired",
+}
 
 
 def nearest_firing(
@@ -65,6 +75,7 @@ class _History:
 
     defined_at: datetime | None = None
     enabled: bool | None = None
+    disabled_reason: str | None = None
     replanned: list[dict[str, Any]] = field(default_factory=list)
     truncated: bool = False
 
@@ -81,6 +92,7 @@ def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
                 history.defined_at = event.at
             elif event.type in _TOGGLES and event.at <= at:
                 history.enabled = event.type == EventType.JOB_ENABLED
+                history.disabled_reason = event.data.get("reason")
             elif event.type in _TOGGLES and history.enabled is None:
                 # The first toggle after `at` reveals the state before it.
                 history.enabled = event.type == EventType.JOB_DISABLED
@@ -122,7 +134,13 @@ def _explain(
     occ = _find(kernel, job.id, firing.trigger_key, firing.at)
     if occ is not None:
         if occ.status == OccurrenceStatus.SKIPPED:
-            return "skipped", f"recorded as skipped: {occ.skip_reason}", occ
+            reason = occ.skip_reason or "unknown"
+            because = _SKIPPED_BECAUSE.get(reason)
+            return (
+                "skipped",
+                f"recorded as skipped: {reason}" + (f" ({because})" if because else ""),
+                occ,
+            )
         return "created", f"occurrence {occ.id} was created; it is {occ.status.value}", occ
     if firing.at > now:
         return (
@@ -138,7 +156,12 @@ def _explain(
             None,
         )
     if not history.enabled:
-        return "disabled", "the job was disabled when this firing came due", None
+        because = _DISABLED_BECAUSE.get(history.disabled_reason or "")
+        return (
+            "disabled",
+            "the job was disabled when this firing came due" + (f": {because}" if because else ""),
+            None,
+        )
     if not job.planned or (job.next_fire_at is not None and job.next_fire_at <= firing.at):
         return "pending", "due, but no Beat has materialised it yet: is Beat running?", None
     if history.replanned:

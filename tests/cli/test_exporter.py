@@ -25,7 +25,8 @@ def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def _busy_kernel(kernel: Kernel) -> None:
-    """One success, one dead letter, one pause, one expired lease, one queued; a Beat ticking."""
+    """One success, one dead letter, one pause, one expired lease, one queued; a Beat ticking;
+    a job cancelled."""
     define(kernel, "a")
     occ = [
         kernel.run_now("a", request_id=f"r{n}", operator="t", force=True).occurrence.id
@@ -52,6 +53,9 @@ def _busy_kernel(kernel: Kernel) -> None:
     time.sleep(0.05)
     assert kernel.claim(occ[3], owner="w2", lease=60) is not None  # a reclaim after expiry
     kernel.record_beat("beat-1", host="h1", interval=5)
+    define(kernel, "b", overlap="skip")
+    kernel.run_now("b", request_id="rb", operator="t")
+    kernel.cancel_job("b", request_id="cb", operator="t")
 
 
 def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
@@ -76,6 +80,8 @@ def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
     assert m[("celery_kernel_lease_expirations_total", ())] == 1
     assert m[("celery_kernel_pauses_total", ())] == 1
     assert m[("celery_kernel_dead_letters_total", ())] == 1
+    assert m[("celery_kernel_job_cancels_total", ())] == 1
+    assert m[("celery_kernel_occurrences", (("status", "cancelled"),))] == 1
     # Four first claims waited from creation; the reclaim after expiry is not a latency.
     assert m[("celery_kernel_claim_latency_seconds_count", ())] == 4
     assert m[("celery_kernel_claim_latency_seconds_bucket", (("le", "+Inf"),))] == 4
