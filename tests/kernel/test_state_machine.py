@@ -428,6 +428,8 @@ class KernelMachine(RuleBasedStateMachine):
             )
             return
         dedup, got = self._act(predict, call)
+        if got is None:  # a run-now replayed after its job was revised: refused by both
+            return
         assert dedup and got.deduplicated and got.occurrence.id == occ_id
         self._unchanged()
 
