@@ -312,9 +312,9 @@ class Model:
 
     def run_now(self, job_id: str, rid: str) -> bool:
         revision = self.jobs[job_id].revision
-        if self.requests.get(rid) == ("run_now", job_id, {}):
-            if self.run_now_revisions[rid] != revision:
-                raise Refused("REVISION_CONFLICT")
+        replay = self.requests.get(rid) == ("run_now", job_id, {})
+        if replay and self.run_now_revisions[rid] != revision:
+            raise Refused("REVISION_CONFLICT")
         self.run_now_revisions.setdefault(rid, revision)
         return self._request(rid, "run_now", job_id, {}, lambda: None)
 
