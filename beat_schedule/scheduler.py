@@ -94,6 +94,7 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         self._unavailable_since: float | None = None
         self._next_forget = 0.0
         self._next_retention = 0.0
+        self._next_watch = 0.0
         #: Job id -> ``send_task`` options from its beat_schedule entry's ``options``.
         self.hint_options: dict[str, dict[str, Any]] = {}
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -154,7 +155,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         return self.data
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """One pass: heartbeat, lease expiry, due firings, dispatch pump, retention. Never raises.
+        """One pass: heartbeat, lease expiry, due firings, dispatch pump, retention, watchdog.
+        Never raises.
 
         While the kernel is unavailable the rest of a tick is skipped (each step would
         only fail the same way); a stop requested meanwhile takes effect at its end.
@@ -163,7 +165,14 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         assert kernel is not None, "setup_schedule opens the kernel"
         self._ticking = True
         try:
-            steps = (self._heartbeat, self._expire, self._materialise, self._pump, self._retain)
+            steps = (
+                self._heartbeat,
+                self._expire,
+                self._materialise,
+                self._pump,
+                self._retain,
+                self._watch,
+            )
             for step in steps:
                 try:
                     step(kernel)
@@ -256,6 +265,22 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
+
+    def _watch(self, kernel: Kernel) -> None:
+        """Every minute: record overdue firings and runs past their timeout as events."""
+        if time.monotonic() < self._next_watch:
+            return
+        self._next_watch = time.monotonic() + _FORGET_EVERY_S
+        found = kernel.record_watchdog(grace=self.settings.watchdog_grace)
+        if found["new_events"]:
+            log.warning(
+                "watchdog: %d overdue firing(s), %d run(s) past their timeout, "
+                "%d occurrence(s) awaiting adjudication",
+                found["overdue_firings"],
+                len(found["overrunning"]),
+                found["needs_adjudication"],
+                extra={"action": "watchdog_findings", "beat_id": self.beat_id},
+            )
 
     def _retain(self, kernel: Kernel) -> None:
         """One bounded retention pass every retention interval; the next tick goes on

@@ -153,6 +153,8 @@ class KernelSettings:
             ``cancelled``, ``skipped``: ``KERNEL_RETENTION_SUCCEEDED`` ...); None keeps it.
         retention_interval: seconds between Beat's retention passes.
         retention_batch: occurrences (and jobs) one retention pass deletes at most.
+        watchdog_grace: seconds a firing may be overdue, or a run past its timeout,
+            before the watchdog reports it.
         names: where each attribute came from (variable or key), for messages.
     """
 
@@ -169,6 +171,7 @@ class KernelSettings:
     retention: dict[str, float | None]
     retention_interval: float
     retention_batch: int
+    watchdog_grace: float
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -284,6 +287,14 @@ class KernelSettings:
                 500,
                 _integer(1, 100_000),
                 "a whole number from 1 to 100000",
+            ),
+            watchdog_grace=read(
+                "watchdog_grace",
+                "KERNEL_WATCHDOG_GRACE",
+                "kernel_watchdog_grace",
+                60.0,
+                _number(1, 86_400),
+                f"{seconds} from 1 to 86400",
             ),
             names=source.names,
         )

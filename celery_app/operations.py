@@ -65,6 +65,7 @@ __all__ = [
     "set_job_enabled",
     "status",
     "utc",
+    "watchdog_warnings",
 ]
 
 #: A Beat that has not ticked for this many of its intervals is considered stopped.
@@ -162,6 +163,7 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
     counts = counted["counts"]
     age_ms = counted["oldest_claimable_age_ms"]
     warning = beat_warning(beats, retention)
+    watch = kernel.watchdog(grace=KernelSettings.from_app(app).watchdog_grace)
     return {
         "now": iso(now),
         "counts": counts,
@@ -171,9 +173,35 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
         "needs_adjudication": counts["needs_adjudication"],
         "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
         "beats": beats,
-        "warnings": [warning] if warning else [],
+        "warnings": ([warning] if warning else []) + watchdog_warnings(watch),
+        "watchdog": watch,
         "refused_entries": refused_entries(app),
     }
+
+
+def watchdog_warnings(watch: dict[str, Any]) -> list[str]:
+    """What the watchdog's findings (:meth:`Kernel.watchdog`) ask of an operator."""
+    grace = format_age(watch["grace_ms"] / 1000)
+    warnings = []
+    if watch["overdue_firings"]:
+        jobs = ", ".join(o["job_id"] for o in watch["overdue"][:5])
+        warnings.append(
+            f"{watch['overdue_firings']} job(s) should have fired more than {grace} ago and "
+            f"did not ({jobs}): is Beat running and keeping up?"
+        )
+    if watch["overrunning"]:
+        runs = ", ".join(str(o["occurrence_id"]) for o in watch["overrunning"][:5])
+        warnings.append(
+            f"{len(watch['overrunning'])} run(s) are past their timeout by more than {grace} "
+            f"(occurrences {runs}): is their worker alive?"
+        )
+    if watch["needs_adjudication"]:
+        warnings.append(
+            f"{watch['needs_adjudication']} occurrence(s) await adjudication (oldest "
+            f"{format_age((watch['oldest_adjudication_age_ms'] or 0) / 1000)}): "
+            "`kernel occurrences list --status needs_adjudication`, then `kernel adjudicate`"
+        )
+    return warnings
 
 
 def events(

@@ -60,6 +60,10 @@ class EventType(StrEnum):
     JOB_CANCELLED = "job_cancelled"
     #: Retention deleted a finished job (``delete_after_run`` or ``ttl``).
     JOB_EXPIRED = "job_expired"
+    #: The watchdog found a job's fire cursor overdue (no Beat materialised it in time).
+    WATCHDOG_OVERDUE = "watchdog_overdue"
+    #: The watchdog found a run still going past its timeout.
+    WATCHDOG_OVERRUN = "watchdog_overrun"
 
 
 _SETTLED = {

@@ -21,6 +21,7 @@ from kernel import (
     retention,
     runs,
     sources,
+    watchdog,
 )
 from kernel import jobs as job_ops
 from kernel import operator as op
@@ -537,3 +538,15 @@ class Kernel:
         if limit < 1:
             raise InvalidArgument("limit", "must be at least 1")
         return self._write(retention.apply_retention, dict(ages), limit)
+
+    # -- the watchdog (kernel/watchdog.py) -----------------------------------------------
+
+    def watchdog(self, *, grace: float = 60.0) -> dict[str, Any]:
+        """Overdue firings, runs past their timeout (+ ``grace`` seconds) and the
+        adjudication backlog; reads only."""
+        return self._read(watchdog.findings, _ms(grace, "grace"))
+
+    def record_watchdog(self, *, grace: float = 60.0) -> dict[str, Any]:
+        """:meth:`watchdog`, appending ``watchdog_overdue`` / ``watchdog_overrun`` once per
+        finding (Beat calls it periodically); ``new_events`` counts those appended."""
+        return self._write(watchdog.record_findings, _ms(grace, "grace"))

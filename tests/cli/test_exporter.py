@@ -81,6 +81,9 @@ def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
     assert m[("celery_kernel_pauses_total", ())] == 1
     assert m[("celery_kernel_dead_letters_total", ())] == 1
     assert m[("celery_kernel_job_cancels_total", ())] == 1
+    assert m[("celery_kernel_overdue_firings", ())] == 0
+    assert m[("celery_kernel_runs_past_timeout", ())] == 0
+    assert m[("celery_kernel_oldest_adjudication_age_seconds", ())] == 0
     assert m[("celery_kernel_occurrences", (("status", "cancelled"),))] == 1
     # Four first claims waited from creation; the reclaim after expiry is not a latency.
     assert m[("celery_kernel_claim_latency_seconds_count", ())] == 4
