@@ -2,8 +2,9 @@
 
 Beat's firings, ``run-now`` and chained children all pass :func:`admit` (a retry
 reuses its occurrence and is not admitted again). It applies the job's overlap
-policy, then its backlog bound ``max_queued`` (waiting occurrences: queued or
-retry_wait), whatever the policy. Admissions of one job are serialised by its job
+policy, then its backlog bound ``max_queued``, whatever the policy: the occurrences
+waiting (queued or retry_wait) — under ``queue``, those waiting behind the one that
+runs or runs next. Admissions of one job are serialised by its job
 row (locked on PostgreSQL; SQLite's writer lock already serialises), so two
 concurrent ``run-now`` calls cannot both pass a bound that leaves room for one.
 """
@@ -78,15 +79,20 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
         for row in active:  # the new occurrence waits (exclusive) until these end
             request_cancel(tx, row.id, reason="replaced")
         return None
-    waiting = sum(1 for row in active if row.status in _WAITING)
-    return QUEUE_FULL if waiting >= spec["max_queued"] else None
+    if policy == "queue":
+        # Claims are exclusive: one active occurrence runs (or runs next) and the
+        # others wait behind it; those are what max_queued bounds.
+        backlog = len(active) - 1
+    else:  # allow: every waiting occurrence is backlog
+        backlog = sum(1 for row in active if row.status in _WAITING)
+    return QUEUE_FULL if backlog >= spec["max_queued"] else None
 
 
 def _refusal(job: Job, reason: str, active: list[int]) -> StateConflict:
     if reason == OVERLAP:
         why = f"its overlap policy is skip and occurrence(s) {active} are active"
     else:
-        why = f"{len(active)} occurrence(s) already wait (max_queued {job.spec['max_queued']})"
+        why = f"its backlog is full (max_queued {job.spec['max_queued']}; active {active})"
     return StateConflict(
         f"job {job.id!r} refuses a run now: {why}; wait for them, cancel them, or pass "
         "--force to run it anyway",
