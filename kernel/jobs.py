@@ -70,12 +70,10 @@ def _check_chain(tx: Tx, spec: JobSpec) -> None:
         if depth > MAX_CHAIN_DEPTH:
             raise InvalidArgument("after.job", f"chain deeper than {MAX_CHAIN_DEPTH} jobs")
         parent = tx.conn.execute(sa.select(jobs.c.after_job).where(jobs.c.id == parent)).scalar()
-    siblings = [
-        loads(spec)
-        for spec in tx.conn.execute(
-            sa.select(jobs.c.spec).where(jobs.c.after_job == spec.after.job, jobs.c.id != spec.id)
-        ).scalars()
-    ]
+    sibling_specs = tx.conn.execute(
+        sa.select(jobs.c.spec).where(jobs.c.after_job == spec.after.job, jobs.c.id != spec.id)
+    ).scalars()
+    siblings = [loads(stored) for stored in sibling_specs]
     limit = fanout_limit([*siblings, spec.to_dict()])
     if len(siblings) >= limit:
         raise InvalidArgument(
