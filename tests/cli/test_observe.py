@@ -42,6 +42,20 @@ def test_status_counts_and_a_fresh_beat(cli, kernel: Kernel) -> None:
     assert "beat-1" in text and "WARNING" not in text
 
 
+def test_status_warns_about_the_adjudication_backlog(cli, kernel: Kernel) -> None:
+    define(kernel, "once", delivery="at-most-once", lease="5s", kill_grace="0.5s")
+    occ = kernel.run_now("once", request_id="r", operator="t").occurrence.id
+    kernel.claim(occ, owner="w1", lease=0.05)
+    time.sleep(0.1)
+    kernel.expire_leases()
+    kernel.record_beat("beat-1", host="h1", interval=60)
+    data = cli("status", "--json").json()
+    assert data["watchdog"]["needs_adjudication"] == 1
+    [warning] = data["warnings"]
+    assert warning.startswith("1 occurrence(s) await adjudication")
+    assert "WARNING" in cli("status").out
+
+
 def test_status_warns_when_no_beat_ticked_within_three_intervals(cli, kernel: Kernel) -> None:
     empty = cli("status", "--json").json()
     assert "no Beat has ticked in the last 10m00s" in empty["warnings"][0]
