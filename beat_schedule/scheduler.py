@@ -93,6 +93,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         self._stop_code: int | None = None
         self._unavailable_since: float | None = None
         self._next_forget = 0.0
+        self._next_retention = 0.0
+        self._next_watch = 0.0
         #: Job id -> ``send_task`` options from its beat_schedule entry's ``options``.
         self.hint_options: dict[str, dict[str, Any]] = {}
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -156,7 +158,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         return self.data
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        """One pass: heartbeat, lease expiry, due firings, dispatch pump. Never raises.
+        """One pass: heartbeat, lease expiry, due firings, dispatch pump, retention, watchdog.
+        Never raises.
 
         While the kernel is unavailable the rest of a tick is skipped (each step would
         only fail the same way); a stop requested meanwhile takes effect at its end.
@@ -171,6 +174,8 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                 self._time_out_approvals,
                 self._materialise,
                 self._pump,
+                self._retain,
+                self._watch,
             )
             for step in steps:
                 try:
@@ -273,6 +278,49 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                 decided["approved"],
                 decided["rejected"],
                 extra={"action": "approval_timeouts", "beat_id": self.beat_id, **decided},
+            )
+
+    def _watch(self, kernel: Kernel) -> None:
+        """Every minute: record overdue firings and runs past their timeout as events."""
+        if time.monotonic() < self._next_watch:
+            return
+        self._next_watch = time.monotonic() + _FORGET_EVERY_S
+        found = kernel.record_watchdog(grace=self.settings.watchdog_grace)
+        if found["new_events"]:
+            log.warning(
+                "watchdog: %d overdue firing(s), %d run(s) past their timeout, "
+                "%d occurrence(s) awaiting adjudication",
+                found["overdue_firings"],
+                len(found["overrunning"]),
+                found["needs_adjudication"],
+                extra={"action": "watchdog_findings", "beat_id": self.beat_id},
+            )
+
+    def _retain(self, kernel: Kernel) -> None:
+        """One bounded retention pass every retention interval; the next tick goes on
+        at once while a pass hit its bound (so a backlog drains in steps, not one
+        long transaction)."""
+        if time.monotonic() < self._next_retention:
+            return
+        done = kernel.apply_retention(self.settings.retention, limit=self.settings.retention_batch)
+        self._next_retention = (
+            0.0 if done["more"] else time.monotonic() + self.settings.retention_interval
+        )
+        if done["occurrences"] or done["jobs"]:
+            log.info(
+                "retention pruned %d occurrence(s), %d event(s); deleted job(s): %s%s",
+                done["occurrences"],
+                done["events"],
+                ", ".join(done["jobs"]) or "none",
+                " (more to do)" if done["more"] else "",
+                extra={
+                    "action": "retention_applied",
+                    "beat_id": self.beat_id,
+                    "occurrences": done["occurrences"],
+                    "events": done["events"],
+                    "jobs": done["jobs"],
+                    "more": done["more"],
+                },
             )
 
     def _materialise(self, kernel: Kernel) -> None:

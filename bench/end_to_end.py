@@ -112,6 +112,7 @@ class Occurrences:
                 "kind": "callable",
                 "schedule": None,
                 "overlap": "allow",
+                "max_queued": 10000,  # admission bounds the backlog under every policy
                 "max_attempts": 1,
                 "payload": {"callable": "bench.counter:bump", "kwargs": {"key": counter_key}},
             }

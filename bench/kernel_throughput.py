@@ -127,6 +127,7 @@ def _prepare(url: str, n: int, synchronous: str) -> list[int]:
                 "kind": "task",
                 "payload": {"task": "bench.noop"},
                 "overlap": "allow",
+                "max_queued": 10000,  # admission bounds the backlog under every policy
                 "max_attempts": 1,
             }
         )

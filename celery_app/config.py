@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from kernel import InvalidArgument, Kernel, KernelError
+from kernel.durations import parse_duration
 from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, create_kernel_engine
 from kernel.redaction import masked_url
 
@@ -114,8 +115,22 @@ def _synchronous(value: Any) -> str:
     return mode
 
 
+def _age(value: Any) -> float | None:
+    """A retention age: a duration (``30d``, ``12h``, seconds) or ``off`` (kept forever)."""
+    if isinstance(value, str) and value.strip().lower() in ("off", "none", "never"):
+        return None
+    try:
+        return parse_duration(value, "retention")
+    except InvalidArgument:
+        raise ValueError(value) from None
+
+
 def _optional_text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
+
+
+#: How long Beat keeps finished history by default, per status (``off``: forever).
+RETENTION_DEFAULTS: dict[str, str] = {"succeeded": "30d", "cancelled": "30d", "skipped": "7d"}
 
 
 @dataclass(frozen=True)
@@ -134,6 +149,12 @@ class KernelSettings:
         connect_timeout: seconds to connect to PostgreSQL before STORAGE_UNAVAILABLE.
         statement_timeout: seconds one PostgreSQL statement may run.
         beat_retention: seconds after its last tick before a silent Beat is forgotten.
+        retention: seconds Beat keeps the history of each prunable status (``succeeded``,
+            ``cancelled``, ``skipped``: ``KERNEL_RETENTION_SUCCEEDED`` ...); None keeps it.
+        retention_interval: seconds between Beat's retention passes.
+        retention_batch: occurrences (and jobs) one retention pass deletes at most.
+        watchdog_grace: seconds a firing may be overdue, or a run past its timeout,
+            before the watchdog reports it.
         names: where each attribute came from (variable or key), for messages.
     """
 
@@ -147,6 +168,10 @@ class KernelSettings:
     connect_timeout: float
     statement_timeout: float
     beat_retention: float
+    retention: dict[str, float | None]
+    retention_interval: float
+    retention_batch: int
+    watchdog_grace: float
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -235,6 +260,41 @@ class KernelSettings:
                 600.0,
                 _number(1, 30 * 86_400),
                 f"{seconds} from 1 to 2592000",
+            ),
+            retention={
+                status: read(
+                    f"retention_{status}",
+                    f"KERNEL_RETENTION_{status.upper()}",
+                    f"kernel_retention_{status}",
+                    default,
+                    _age,
+                    "a duration (30d, 12h, seconds) or off",
+                )
+                for status, default in RETENTION_DEFAULTS.items()
+            },
+            retention_interval=read(
+                "retention_interval",
+                "KERNEL_RETENTION_INTERVAL",
+                "kernel_retention_interval",
+                60.0,
+                _number(1, 86_400),
+                f"{seconds} from 1 to 86400",
+            ),
+            retention_batch=read(
+                "retention_batch",
+                "KERNEL_RETENTION_BATCH",
+                "kernel_retention_batch",
+                500,
+                _integer(1, 100_000),
+                "a whole number from 1 to 100000",
+            ),
+            watchdog_grace=read(
+                "watchdog_grace",
+                "KERNEL_WATCHDOG_GRACE",
+                "kernel_watchdog_grace",
+                60.0,
+                _number(1, 86_400),
+                f"{seconds} from 1 to 86400",
             ),
             names=source.names,
         )

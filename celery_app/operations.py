@@ -43,6 +43,7 @@ __all__ = [
     "beat_health",
     "beat_warning",
     "cancel",
+    "cancel_job",
     "delete_job",
     "events",
     "format_age",
@@ -66,6 +67,7 @@ __all__ = [
     "set_job_enabled",
     "status",
     "utc",
+    "watchdog_warnings",
 ]
 
 #: A Beat that has not ticked for this many of its intervals is considered stopped.
@@ -163,6 +165,7 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
     counts = counted["counts"]
     age_ms = counted["oldest_claimable_age_ms"]
     warning = beat_warning(beats, retention)
+    watch = kernel.watchdog(grace=KernelSettings.from_app(app).watchdog_grace)
     return {
         "now": iso(now),
         "counts": counts,
@@ -172,9 +175,35 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
         "needs_adjudication": counts["needs_adjudication"],
         "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
         "beats": beats,
-        "warnings": [warning] if warning else [],
+        "warnings": ([warning] if warning else []) + watchdog_warnings(watch),
+        "watchdog": watch,
         "refused_entries": refused_entries(app),
     }
+
+
+def watchdog_warnings(watch: dict[str, Any]) -> list[str]:
+    """What the watchdog's findings (:meth:`Kernel.watchdog`) ask of an operator."""
+    grace = format_age(watch["grace_ms"] / 1000)
+    warnings = []
+    if watch["overdue_firings"]:
+        jobs = ", ".join(o["job_id"] for o in watch["overdue"][:5])
+        warnings.append(
+            f"{watch['overdue_firings']} job(s) should have fired more than {grace} ago and "
+            f"did not ({jobs}): is Beat running and keeping up?"
+        )
+    if watch["overrunning"]:
+        runs = ", ".join(str(o["occurrence_id"]) for o in watch["overrunning"][:5])
+        warnings.append(
+            f"{len(watch['overrunning'])} run(s) are past their timeout by more than {grace} "
+            f"(occurrences {runs}): is their worker alive?"
+        )
+    if watch["needs_adjudication"]:
+        warnings.append(
+            f"{watch['needs_adjudication']} occurrence(s) await adjudication (oldest "
+            f"{format_age((watch['oldest_adjudication_age_ms'] or 0) / 1000)}): "
+            "`kernel occurrences list --status needs_adjudication`, then `kernel adjudicate`"
+        )
+    return warnings
 
 
 def events(
@@ -467,9 +496,10 @@ def cancel(kernel: Kernel, occurrence_id: int) -> Action:
     return lambda rid, who: kernel.cancel(occurrence_id, request_id=rid, operator=who)
 
 
-def run_now(kernel: Kernel, job_id: str) -> Action:
-    """Create an occurrence of a job now (also for a disabled job)."""
-    return lambda rid, who: kernel.run_now(job_id, request_id=rid, operator=who)
+def run_now(kernel: Kernel, job_id: str, force: bool = False) -> Action:
+    """Create an occurrence of a job now (also for a disabled job), admitted like a firing
+    (overlap policy, ``max_queued``) unless ``force``."""
+    return lambda rid, who: kernel.run_now(job_id, request_id=rid, operator=who, force=force)
 
 
 def approve(kernel: Kernel, occurrence_id: int, reason: str | None = None) -> Action:
@@ -484,3 +514,27 @@ def reject(kernel: Kernel, occurrence_id: int, reason: str | None = None) -> Act
     return lambda rid, who: kernel.reject(
         occurrence_id, request_id=rid, operator=who, reason=reason
     )
+
+
+def cancel_job(
+    kernel: Kernel, job_id: str, cascade: bool, request_id: str, operator: str
+) -> dict[str, Any]:
+    """Disable a job and cancel its work (``cascade``: also of the jobs chained after it)."""
+    rid = _IDENT(request_id, "request_id")
+    who = _IDENT(operator, "operator")
+    try:
+        done = kernel.cancel_job(job_id, cascade=cascade, request_id=rid, operator=who)
+    except KernelError as exc:
+        exc.details.setdefault("request_id", rid)
+        raise
+    return {
+        "request_id": done.request_id,
+        "deduplicated": done.deduplicated,
+        "operator": who,
+        "job_id": job_id,
+        "cascade": cascade,
+        "jobs": list(done.jobs),
+        "disabled": list(done.disabled),
+        "cancelled": list(done.cancelled),
+        "stopping": list(done.stopping),
+    }

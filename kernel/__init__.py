@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kernel.cancellation import JobCancel
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -33,6 +34,7 @@ from kernel.types import (
 __all__ = [
     "Kernel",
     "FireReport",
+    "JobCancel",
     "KernelError",
     "InvalidArgument",
     "NotFound",

@@ -7,21 +7,42 @@ import re
 from typing import Any
 
 from kernel import statements as st
+from kernel.admission import admit, lock_job
 from kernel.events import EventType
 from kernel.gates import create_gated
 from kernel.tx import Tx
 
-__all__ = ["MAX_CHAIN_DEPTH", "MAX_CHILDREN", "fire_children", "condition_matches"]
+__all__ = [
+    "DEFAULT_FANOUT",
+    "MAX_CHAIN_DEPTH",
+    "fanout_limit",
+    "fire_children",
+    "condition_matches",
+    "outcome_text",
+]
 
 MAX_CHAIN_DEPTH = 10
-MAX_CHILDREN = 32
+#: A parent's fan-out bound when none of its children declares ``after.fanout``.
+DEFAULT_FANOUT = 25
 
 
-def condition_matches(condition: str | None, result: Any) -> bool:
-    """``contains:<text>`` or ``regex:<pattern>`` against the parent's result as text."""
+def fanout_limit(specs: list[dict[str, Any]]) -> int:
+    """How many children of one parent may fire: the smallest ``after.fanout`` they declare."""
+    return min((s["after"].get("fanout", DEFAULT_FANOUT) for s in specs), default=DEFAULT_FANOUT)
+
+
+def outcome_text(result: Any, error: dict[str, Any] | None) -> str:
+    """What a condition is matched against: the result as text, or the error
+    (``CODE: message``) of a failure."""
+    if error is not None:
+        return f"{error.get('code', '')}: {error.get('message', '')}"
+    return result if isinstance(result, str) else json.dumps(result, sort_keys=True, default=str)
+
+
+def condition_matches(condition: str | None, text: str) -> bool:
+    """``contains:<text>`` or ``regex:<pattern>`` against the parent's outcome text."""
     if condition is None:
         return True
-    text = result if isinstance(result, str) else json.dumps(result, sort_keys=True, default=str)
     kind, _, operand = condition.partition(":")
     if kind == "contains":
         return operand in text
@@ -35,15 +56,21 @@ def fire_children(
     parent_job: str,
     succeeded: bool,
     result: Any,
+    error: dict[str, Any] | None,
     parent_depth: int,
 ) -> None:
-    """Create an occurrence for each job chained after ``parent_job`` that this outcome triggers."""
+    """Create an occurrence for each job chained after ``parent_job`` that this outcome
+    triggers, at most the parents' fan-out bound, each admitted like any occurrence."""
     children = tx.conn.execute(st.CHILD_JOBS, {"job_id": parent_job}).all()
     if not children:
         return
     depth = parent_depth + 1
-    for child in children[:MAX_CHILDREN]:
-        spec = json.loads(child.spec)
+    specs = {child.id: json.loads(child.spec) for child in children}
+    limit = fanout_limit(list(specs.values()))
+    text = outcome_text(result, None if succeeded else error)
+    fired = 0
+    for child in sorted(children, key=lambda c: c.id):
+        spec = specs[child.id]
         after = spec["after"]
         wanted = after["on"]
         if wanted != "complete" and (wanted == "success") != succeeded:
@@ -51,13 +78,21 @@ def fire_children(
         # The column, not the spec: enable/disable flips only the column.
         if not child.enabled:
             continue
-        if succeeded and not condition_matches(after.get("condition"), result):
+        if not condition_matches(after.get("condition"), text):
             continue
         if depth > MAX_CHAIN_DEPTH:
             tx.emit(
                 EventType.CHAIN_DEPTH_EXCEEDED, job_id=child.id, parent_id=parent_id, depth=depth
             )
             continue
+        if fired >= limit:
+            tx.emit(
+                EventType.CHAIN_FANOUT_EXCEEDED, job_id=child.id, parent_id=parent_id, limit=limit
+            )
+            continue
+        fired += 1
+        lock_job(tx, child.id)
+        refused = admit(tx, child.id, spec)
         delay_ms = int(float(after.get("delay") or 0) * 1000)
         create_gated(
             tx,
@@ -67,6 +102,7 @@ def fire_children(
             trigger_key=f"chain:{parent_id}",
             scheduled_for=tx.now + delay_ms,
             available_at=tx.now + delay_ms,
+            refused=refused,
             parent_id=parent_id,
             chain_depth=depth,
         )

@@ -60,6 +60,16 @@ class EventType(StrEnum):
     OCCURRENCE_REJECTED = "occurrence_rejected"
     #: An occurrence ended without running: its budget reservation no longer counts.
     BUDGET_RELEASED = "budget_released"
+    #: A chained child was not fired: its parent's fan-out bound (``after.fanout``) was hit.
+    CHAIN_FANOUT_EXCEEDED = "chain_fanout_exceeded"
+    #: An operator cancelled a job (``kernel jobs cancel``): disabled, its work cancelled.
+    JOB_CANCELLED = "job_cancelled"
+    #: Retention deleted a finished job (``delete_after_run`` or ``ttl``).
+    JOB_EXPIRED = "job_expired"
+    #: The watchdog found a job's fire cursor overdue (no Beat materialised it in time).
+    WATCHDOG_OVERDUE = "watchdog_overdue"
+    #: The watchdog found a run still going past its timeout.
+    WATCHDOG_OVERRUN = "watchdog_overrun"
 
 
 _SETTLED = {

@@ -1,7 +1,8 @@
 """The gates a firing passes before it may run: the job's approval hold and its budget.
 
-Every way an occurrence is made by the schedule or a chain goes through
-:func:`create_gated`; an operator's run-now passes the budget but not the hold.
+Every way an occurrence is made (the schedule, a chain, run-now) goes through
+:func:`create_gated` after its admission; an operator's run-now passes the budget but
+not the hold.
 """
 
 from __future__ import annotations
@@ -24,17 +25,20 @@ def create_gated(
     job_id: str,
     spec: dict[str, Any],
     hold_for_approval: bool = True,
+    refused: str | None = None,
     **occurrence: Any,
 ) -> Created:
     """:func:`~kernel.firing.create_occurrence` of a firing the job's gates allow.
 
+    ``refused`` is the admission's skip reason (:func:`kernel.admission.admit`): such a
+    firing is recorded skipped and passes no gate (it reserves nothing).
     Held for approval when the job requires it (skipped, reason ``approval_backlog``,
     when ``max_pending`` already wait); skipped with reason ``budget`` when its budget's
     window is spent; else queued. The budget reservation belongs to the occurrence made,
     and is given back when the firing existed already.
     """
-    status, reason = S.QUEUED, None
-    if hold_for_approval and spec.get("approval"):
+    status, reason = (S.SKIPPED, refused) if refused else (S.QUEUED, None)
+    if status != S.SKIPPED and hold_for_approval and spec.get("approval"):
         status, reason = approvals.hold(tx, job_id, spec["approval"])
     reservation = None
     if status != S.SKIPPED and spec.get("budget") is not None:

@@ -16,19 +16,27 @@ from kernel.schema import (
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 
-__all__ = ["prune"]
+__all__ = ["PRUNABLE", "prune"]
 
 S = OccurrenceStatus
 OCC = occurrences
+#: Final and resolved: the statuses whose history may go (dead letters and
+#: adjudications are unresolved and stay).
+PRUNABLE: tuple[str, ...] = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
 
 
-def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
-    """Delete settled history older than ``settled_before``; dead letters and adjudications stay."""
-    prunable = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
+def prune(
+    tx: Tx, *, settled_before: int, limit: int, statuses: tuple[str, ...] = PRUNABLE
+) -> dict[str, int]:
+    """Delete history of ``statuses`` (some of PRUNABLE) settled before ``settled_before``."""
     ids = (
         tx.conn.execute(
             sa.select(OCC.c.id)
-            .where(OCC.c.status.in_(prunable), OCC.c.settled_at < settled_before)
+            .where(
+                OCC.c.status.in_([s for s in statuses if s in PRUNABLE]),
+                OCC.c.settled_at < settled_before,
+            )
+            .order_by(OCC.c.settled_at)
             .limit(limit)
         )
         .scalars()
@@ -58,5 +66,6 @@ def prune(tx: Tx, *, settled_before: int, limit: int) -> dict[str, int]:
         occurrences=pruned,
         events=pruned_events,
         settled_before=settled_before,
+        statuses=list(statuses),
     )
     return {"occurrences": pruned, "events": pruned_events}

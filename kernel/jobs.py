@@ -8,15 +8,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.admission import admit
 from kernel.budgets import check_ref
 from kernel.chain_order import parents_first
-from kernel.chains import MAX_CHAIN_DEPTH, MAX_CHILDREN
+from kernel.chains import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.firing import create_occurrence
 from kernel.gates import create_gated
-from kernel.jobspec import JobSpec, validate_job_spec
-from kernel.operator import record_request, request_cancel
+from kernel.jobspec import ONE_SHOT, JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
@@ -34,16 +34,10 @@ __all__ = [
     "get_job",
     "due_jobs",
     "fire",
-    "run_now",
 ]
 
 S = OccurrenceStatus
 _UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION, S.AWAITING_APPROVAL)
-#: What ``skip`` sees as active. Awaiting approval is not: ``approval.max_pending``
-#: bounds those, and each runs only when a person (or the timeout) lets it.
-_ACTIVE_FOR_SKIP = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
-#: The ``queue`` backlog that ``max_queued`` bounds: awaiting approval is in it.
-_BACKLOG = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.AWAITING_APPROVAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +81,16 @@ def _check_chain(tx: Tx, spec: JobSpec) -> None:
         if depth > MAX_CHAIN_DEPTH:
             raise InvalidArgument("after.job", f"chain deeper than {MAX_CHAIN_DEPTH} jobs")
         parent = tx.conn.execute(sa.select(jobs.c.after_job).where(jobs.c.id == parent)).scalar()
-    siblings = tx.conn.execute(
-        sa.select(sa.func.count()).where(jobs.c.after_job == spec.after.job, jobs.c.id != spec.id)
-    ).scalar_one()
-    if siblings >= MAX_CHILDREN:
+    sibling_specs = tx.conn.execute(
+        sa.select(jobs.c.spec).where(jobs.c.after_job == spec.after.job, jobs.c.id != spec.id)
+    ).scalars()
+    siblings = [loads(stored) for stored in sibling_specs]
+    limit = fanout_limit([*siblings, spec.to_dict()])
+    if len(siblings) >= limit:
         raise InvalidArgument(
-            "after.job", f"job {spec.after.job!r} already has {MAX_CHILDREN} chained children"
+            "after.job",
+            f"job {spec.after.job!r} already has {len(siblings)} chained children and a "
+            f"fan-out bound of {limit} (after.fanout)",
         )
 
 
@@ -353,78 +351,32 @@ def fire(
         if made.created:
             skipped.append((key, missed_reason or "missed"))
     for key, at in firings:
-        reason = _overlap(tx, job_id, spec)
-        firing: dict[str, Any] = {
-            "revision": expected_revision,
-            "trigger_key": key,
-            "scheduled_for": at,
-        }
-        if reason:
-            made = create_occurrence(
-                tx, job_id=job_id, spec=spec, status=S.SKIPPED, skip_reason=reason, **firing
-            )
-        else:
-            made = create_gated(tx, job_id=job_id, spec=spec, **firing)
+        made = create_gated(
+            tx,
+            job_id=job_id,
+            spec=spec,
+            refused=admit(tx, job_id, spec),
+            revision=expected_revision,
+            trigger_key=key,
+            scheduled_for=at,
+        )
         if made.created and made.id is not None:
             if made.status == S.SKIPPED:
                 skipped.append((key, made.skip_reason or "skipped"))
             else:
                 created.append(made.id)
+    if next_cursor is None and ONE_SHOT & set(spec["schedule"] or ()):
+        _retire_one_shot(tx, job_id, expected_revision)
     return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
 
 
-def _overlap(tx: Tx, job_id: str, spec: dict[str, Any]) -> str | None:
-    """Apply the overlap policy before a new firing; return a skip reason or None."""
-    policy = spec["overlap"]
-    if policy == "allow":
-        return None
-    o = occurrences
-    # An at-most-once run awaiting adjudication may still be having its effect: a
-    # `skip` job does not start another beside it.
-    statuses = _ACTIVE_FOR_SKIP if policy == "skip" else _BACKLOG
-    active = tx.conn.execute(
-        sa.select(o.c.id, o.c.status, o.c.fence).where(
-            o.c.job_id == job_id, o.c.status.in_(statuses)
-        )
-    ).all()
-    if not active:
-        return None
-    if policy == "skip":
-        return "overlap"
-    if policy == "queue":
-        # Claims of a queue job are exclusive: one active occurrence runs (or runs
-        # next), the others wait behind it, and those are what max_queued bounds.
-        return "queue_full" if len(active) - 1 >= spec["max_queued"] else None
-    for row in active:  # replace: the new firing waits (exclusive) until these end
-        request_cancel(tx, row.id, reason="replaced")
-    return None
-
-
-def run_now(tx: Tx, job_id: str, request_id: str, operator: str) -> tuple[int, bool]:
-    """Create a ``manual:<request id>`` occurrence (also for a disabled job); the cursor stays.
-
-    Returns:
-        (occurrence id, deduplicated): a retried request id finds its first occurrence.
-    """
-    job = get_job(tx, job_id)
-    replay = record_request(tx, request_id, "run_now", job_id, {}, operator)
-    made = create_gated(
-        tx,
-        job_id=job_id,
-        revision=job.revision,
-        spec=job.spec,
-        trigger_key=f"manual:{request_id}",
-        scheduled_for=tx.now,
-        hold_for_approval=False,
-    )
-    if made.id is None:
-        raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)
-    if made.created:
-        tx.emit(
-            EventType.JOB_RUN_NOW,
-            job_id=job_id,
-            occurrence_id=made.id,
-            request_id=request_id,
-            operator=operator,
-        )
-    return made.id, replay or not made.created
+def _retire_one_shot(tx: Tx, job_id: str, revision: int) -> None:
+    """A one-shot job that fired has no firings left: disabled, not "enabled with a null
+    cursor" (its ``ttl`` / ``delete_after_run`` count from here)."""
+    retired = tx.conn.execute(
+        sa.update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.revision == revision, jobs.c.enabled)
+        .values(enabled=False, updated_at=tx.now)
+    ).rowcount
+    if retired:
+        tx.emit(EventType.JOB_DISABLED, job_id=job_id, revision=revision, reason="one_shot_fired")

@@ -51,6 +51,7 @@ from kernel.states import Delivery, Overlap
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
+    "ONE_SHOT",
     "SELF_FENCE_MARGIN_S",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
     "After",
@@ -70,6 +71,8 @@ __all__ = [
 #: Seconds between a run's lease renewals never exceed this: pause and cancel requests
 #: arrive with the renewal's answer, so a long lease must not mean a long wait for them.
 MAX_RENEW_INTERVAL_S = 2.0
+#: Schedules that fire once.
+ONE_SHOT = frozenset({"at", "in"})
 #: Effects are gone this long before the lease can expire (clock rates, scheduling).
 SELF_FENCE_MARGIN_S = 1.0
 _RENEW_FRACTION = 3
@@ -141,7 +144,7 @@ class JobSpec(Section):
         default=None, description="Runs wait for an operator's approval."
     )
     delete_after_run: Annotated[bool, BOOLEAN] = Field(
-        default=False, description="A one-shot (at) job is deleted once its run finished."
+        default=False, description="A one-shot (at, in) job is deleted once its run finished."
     )
     ttl_s: Annotated[float, seconds()] | None = Field(
         default=None,
@@ -158,8 +161,11 @@ class JobSpec(Section):
                 "a chained job (after) fires when its parent settles; remove its schedule",
                 "schedule",
             )
-        if self.delete_after_run and (self.schedule is None or "at" not in self.schedule):
-            raise refuse("applies only to a one-shot job (schedule: {at: ...})", "delete_after_run")
+        if self.delete_after_run and not ONE_SHOT & set(self.schedule or ()):
+            raise refuse(
+                "applies only to a one-shot job (schedule: {at: ...} or {in: ...})",
+                "delete_after_run",
+            )
         lease, grace = self.lease_s, self.kill_grace_s
         needed = renew_interval(lease) + grace + SELF_FENCE_MARGIN_S
         if lease < needed:

@@ -165,6 +165,7 @@ def settle(
             parent_job=u["job_id"],
             succeeded=to_status == S.SUCCEEDED,
             result=result,
+            error=error,
             parent_depth=u["chain_depth"],
         )
     return to_status
@@ -348,6 +349,7 @@ def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
             parent_job=m["job_id"],
             succeeded=False,
             result=None,
+            error=error,
             parent_depth=m["chain_depth"],
         )
     return to_status

@@ -9,20 +9,25 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from kernel import (
+    admission,
     approvals,
     beats,
     budgets,
+    cancellation,
     claiming,
     dispatch,
     history,
     output,
     pausing,
     reads,
+    retention,
     runs,
     sources,
+    watchdog,
 )
 from kernel import jobs as job_ops
 from kernel import operator as op
+from kernel.cancellation import JobCancel
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument
@@ -212,9 +217,18 @@ class Kernel:
             next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
         )
 
-    def run_now(self, job_id: str, *, request_id: str, operator: str) -> ActionResult:
-        """Run a job now (also a disabled one); a retried request id never runs twice."""
-        occ_id, dedup = self._write(job_ops.run_now, job_id, request_id, operator)
+    def run_now(
+        self, job_id: str, *, request_id: str, operator: str, force: bool = False
+    ) -> ActionResult:
+        """Run a job now (also a disabled one); a retried request id never runs twice.
+
+        Admitted like a firing (overlap policy, ``max_queued``) unless ``force``.
+
+        Raises:
+            StateConflict: not admitted (``reason``: ``overlap`` or ``queue_full``).
+            RevisionConflict: a replay of ``request_id`` after the job was revised.
+        """
+        occ_id, dedup = self._write(admission.run_now, job_id, request_id, operator, force=force)
         return ActionResult(self.get_occurrence(occ_id), request_id, dedup)
 
     def dispatch_batch(self, *, limit: int = 200, rehint_after: float = 30.0) -> list[DispatchHint]:
@@ -574,3 +588,52 @@ class Kernel:
     def list_budgets(self) -> list[dict[str, Any]]:
         """Every budget with the runs and units counted in its latest window."""
         return self._read(budgets.list_budgets)
+
+    # -- job cancel, retention (kernel/cancellation.py, kernel/retention.py) ---------
+
+    def cancel_job(
+        self, job_id: str, *, cascade: bool = False, request_id: str, operator: str
+    ) -> JobCancel:
+        """Disable a job, cancel its waiting occurrences and ask its running ones to stop;
+        ``cascade``: the same for every job chained after it. Idempotent by request id.
+
+        Raises:
+            NotFound: no such job.
+            EvidenceConflict: the request id was used for something else.
+        """
+        return self._write(
+            cancellation.cancel_job,
+            job_id,
+            cascade=cascade,
+            request_id=request_id,
+            operator=operator,
+        )
+
+    def apply_retention(
+        self, ages: Mapping[str, float | None], *, limit: int = 500
+    ) -> dict[str, Any]:
+        """One bounded retention pass (see :mod:`kernel.retention`).
+
+        Args:
+            ages: seconds to keep each prunable status's history (``succeeded``,
+                ``cancelled``, ``skipped``); None keeps it.
+            limit: at most this many occurrences and this many jobs deleted.
+
+        Returns:
+            ``occurrences``, ``events`` (pruned), ``jobs`` (ids deleted) and ``more``.
+        """
+        if limit < 1:
+            raise InvalidArgument("limit", "must be at least 1")
+        return self._write(retention.apply_retention, dict(ages), limit)
+
+    # -- the watchdog (kernel/watchdog.py) -----------------------------------------------
+
+    def watchdog(self, *, grace: float = 60.0) -> dict[str, Any]:
+        """Overdue firings, runs past their timeout (+ ``grace`` seconds) and the
+        adjudication backlog; reads only."""
+        return self._read(watchdog.findings, _ms(grace, "grace"))
+
+    def record_watchdog(self, *, grace: float = 60.0) -> dict[str, Any]:
+        """:meth:`watchdog`, appending ``watchdog_overdue`` / ``watchdog_overrun`` once per
+        finding (Beat calls it periodically); ``new_events`` counts those appended."""
+        return self._write(watchdog.record_findings, _ms(grace, "grace"))

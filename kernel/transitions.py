@@ -35,12 +35,14 @@ _HELD = "running, owner and fence as held, lease live"
 OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     Transition(
         ("none",),
-        "Beat fires (create)",
+        "Beat fires, run-now, a chained child (create)",
         (S.QUEUED, S.SKIPPED, S.AWAITING_APPROVAL),
         "create_occurrence",
-        "unique (job, trigger key) and idempotency key; through the gates (kernel/gates.py): "
-        "approval hold (awaiting_approval, or skipped approval_backlog past max_pending) "
-        "and budget (RESERVE_BUDGET; skipped budget when spent)",
+        "unique (job, trigger key) and idempotency key; admitted (kernel.admission: overlap "
+        "policy, max_queued; job row held) unless run-now --force; then the gates "
+        "(kernel/gates.py): approval hold (awaiting_approval, or skipped approval_backlog "
+        "past max_pending; not for run-now) and budget (RESERVE_BUDGET; skipped budget "
+        "when spent)",
         (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
     ),
     Transition(
@@ -109,7 +111,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(
         (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL),
-        "operator cancels (or overlap replace)",
+        "operator cancels (occurrence or job cancel, or overlap replace)",
         (S.CANCELLED,),
         "CANCEL",
         "status waiting; a budget reservation of a run never begun is released",
@@ -117,7 +119,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     ),
     Transition(
         (S.RUNNING,),
-        "operator cancels (or overlap replace)",
+        "operator cancels (occurrence or job cancel, or overlap replace)",
         (S.RUNNING,),
         "CANCEL",
         "running, not already asked; sets cancel_requested",

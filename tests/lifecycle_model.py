@@ -49,6 +49,7 @@ def job_spec(job_id: str, max_attempts: int, tag: int = 0) -> dict[str, Any]:
         "kind": "callable",
         "payload": {"callable": "jobs.sample:run", "args": [tag]},
         "overlap": "allow",
+        "max_queued": 10000,  # the model does not track admission's backlog bound
         "delivery": JOBS[job_id],
         "max_attempts": max_attempts,
         "lease": f"{LEASE_S}s",
@@ -122,6 +123,8 @@ class Model:
         self.keys: dict[str, list[str]] = defaultdict(list)
         self.occs: dict[int, MOcc] = {}
         self.requests: dict[str, tuple[str, str, dict[str, Any]]] = {}
+        #: The job revision each run-now request ran (a replay after a revision is refused).
+        self.run_now_revisions: dict[str, int] = {}
 
     @property
     def now(self) -> int:
@@ -324,6 +327,11 @@ class Model:
         return seen is not None
 
     def run_now(self, job_id: str, rid: str) -> bool:
+        revision = self.jobs[job_id].revision
+        replay = self.requests.get(rid) == ("run_now", job_id, {})
+        if replay and self.run_now_revisions[rid] != revision:
+            raise Refused("REVISION_CONFLICT")
+        self.run_now_revisions.setdefault(rid, revision)
         return self._request(rid, "run_now", job_id, {}, lambda: None)
 
     def request_pause(self, occ_id: int, fence: int, rid: str, points: tuple[str, ...]) -> bool:

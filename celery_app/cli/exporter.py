@@ -1,6 +1,7 @@
 """``kernel exporter``: Prometheus metrics read from the kernel at scrape time.
 
-Gauges come from :meth:`Kernel.status` and :meth:`Kernel.beats` on every scrape.
+Gauges come from :meth:`Kernel.status`, :meth:`Kernel.beats` and :meth:`Kernel.watchdog`
+on every scrape.
 Counters and the claim-latency histogram come from tailing the event log: each
 scrape reads the events written since the last one (a bounded number per scrape), so
 they count what the kernel *recorded* — every worker's claims, not one process's.
@@ -66,8 +67,11 @@ def _seconds(at: datetime) -> float:
 class KernelCollector(Collector):
     """A prometheus_client collector over one kernel (thread-safe; scrapes serialise)."""
 
-    def __init__(self, kernel: Kernel, *, beat_retention_s: float) -> None:
+    def __init__(
+        self, kernel: Kernel, *, beat_retention_s: float, watchdog_grace_s: float = 60.0
+    ) -> None:
         self._kernel = kernel
+        self._watchdog_grace_s = watchdog_grace_s
         self._beat_retention_s = beat_retention_s
         self._lock = threading.Lock()
         self._after = 0
@@ -98,6 +102,24 @@ class KernelCollector(Collector):
             labelnames=["reason"],
             registry=None,
         )
+        self._job_cancels = Counter(
+            "celery_kernel_job_cancels", "Jobs cancelled (kernel jobs cancel).", registry=None
+        )
+        self._pruned = Counter(
+            "celery_kernel_pruned_occurrences",
+            "Occurrences deleted by retention or kernel prune.",
+            registry=None,
+        )
+        self._jobs_expired = Counter(
+            "celery_kernel_jobs_expired",
+            "Finished jobs deleted by retention (delete_after_run, ttl).",
+            registry=None,
+        )
+        self._fanout_exceeded = Counter(
+            "celery_kernel_chain_fanout_exceeded",
+            "Chained children not fired: their parent's fan-out bound was hit.",
+            registry=None,
+        )
         self._latency = Histogram(
             "celery_kernel_claim_latency_seconds",
             "From claimable to claimed.",
@@ -112,6 +134,7 @@ class KernelCollector(Collector):
                 status = self._kernel.status()
                 beats = self._kernel.beats()
                 budgets = self._kernel.list_budgets()
+                watch = self._kernel.watchdog(grace=self._watchdog_grace_s)
             except KernelError:
                 yield _gauge(
                     "celery_kernel_up", "1 when the kernel database answered this scrape.", 0
@@ -126,6 +149,10 @@ class KernelCollector(Collector):
                     self._dead,
                     self._approvals,
                     self._skips,
+                    self._job_cancels,
+                    self._pruned,
+                    self._jobs_expired,
+                    self._fanout_exceeded,
                     self._latency,
                 )
                 for m in c.collect()
@@ -152,6 +179,22 @@ class KernelCollector(Collector):
             "celery_kernel_oldest_claimable_age_seconds",
             "How long the oldest claimable occurrence has waited (0 when none).",
             0 if age_ms is None else age_ms / 1000,
+        )
+        yield _gauge(
+            "celery_kernel_overdue_firings",
+            "Enabled jobs whose next firing is overdue by more than the watchdog grace.",
+            watch["overdue_firings"],
+        )
+        yield _gauge(
+            "celery_kernel_runs_past_timeout",
+            "Running occurrences past their timeout by more than the watchdog grace.",
+            len(watch["overrunning"]),
+        )
+        oldest_verdict = watch["oldest_adjudication_age_ms"]
+        yield _gauge(
+            "celery_kernel_oldest_adjudication_age_seconds",
+            "How long the oldest occurrence awaiting adjudication has waited (0 when none).",
+            0 if oldest_verdict is None else oldest_verdict / 1000,
         )
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         lag = GaugeMetricFamily(
@@ -184,6 +227,14 @@ class KernelCollector(Collector):
 
     def _count(self, event: Event) -> None:
         occ, at, data = event.occurrence_id, _seconds(event.at), event.data
+        if event.type == EventType.JOB_CANCELLED:
+            self._job_cancels.inc()
+        elif event.type == EventType.HISTORY_PRUNED:
+            self._pruned.inc(int(data.get("occurrences", 0)))
+        elif event.type == EventType.JOB_EXPIRED:
+            self._jobs_expired.inc()
+        elif event.type == EventType.CHAIN_FANOUT_EXCEEDED:
+            self._fanout_exceeded.inc()
         if occ is None:
             return
         if data.get("reason") == "lease_expired":
@@ -264,9 +315,15 @@ def exporter(env: Env, port: int, host: str) -> None:
 
     SIGTERM stops it with exit 0, Ctrl-C with exit 130.
     """
-    retention = KernelSettings.from_app(env.app).beat_retention
+    settings = KernelSettings.from_app(env.app)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(KernelCollector(env.kernel, beat_retention_s=retention))
+    registry.register(
+        KernelCollector(
+            env.kernel,
+            beat_retention_s=settings.beat_retention,
+            watchdog_grace_s=settings.watchdog_grace,
+        )
+    )
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:

@@ -1,4 +1,5 @@
-"""``kernel jobs ...``: apply job files, list, show, enable, disable, run now, delete, preview."""
+"""``kernel jobs ...``: apply job files, list, show, enable, disable, run now, cancel, delete,
+preview."""
 
 from __future__ import annotations
 
@@ -196,9 +197,55 @@ def _delete(env: Env, job_id: str) -> None:
 @command("run-now", jobs)
 @click.argument("job_id", metavar="JOB")
 @action_options
-def _run_now(env: Env, job_id: str, request_id: str | None, operator: str | None) -> None:
-    """Create an occurrence now (also for a disabled job); the schedule is not disturbed."""
-    run_action(env, request_id, operator, operations.run_now(env.kernel, job_id))
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Run even if the job's overlap policy or max_queued refuses another occurrence.",
+)
+def _run_now(
+    env: Env, job_id: str, request_id: str | None, operator: str | None, force: bool
+) -> None:
+    """Create an occurrence now (also for a disabled job); the schedule is not disturbed.
+
+    It is admitted like a firing: refused while the overlap policy (skip) or the
+    backlog bound (max_queued) says no, unless --force.
+    """
+    run_action(env, request_id, operator, operations.run_now(env.kernel, job_id, force))
+
+
+@command("cancel", jobs)
+@click.argument("job_id", metavar="JOB")
+@click.option("--cascade", is_flag=True, help="Also cancel every job chained after it.")
+@action_options
+def _cancel(
+    env: Env, job_id: str, cascade: bool, request_id: str | None, operator: str | None
+) -> None:
+    """Disable a job, cancel its waiting occurrences and ask its running ones to stop.
+
+    With --cascade the same happens to the jobs chained after it (recursively). A retry
+    with the same --request-id is answered, not redone.
+    """
+    data = operations.cancel_job(
+        env.kernel,
+        job_id,
+        cascade,
+        request_id if request_id is not None else operations.new_request_id(),
+        operator if operator is not None else default_operator(),
+    )
+
+    def render() -> str:
+        replay = " (deduplicated: this request id was already applied)"
+        return fields(
+            [
+                ("request id", data["request_id"] + (replay if data["deduplicated"] else "")),
+                ("jobs", ", ".join(data["jobs"])),
+                ("disabled", ", ".join(data["disabled"]) or "-"),
+                ("cancelled", ", ".join(map(str, data["cancelled"])) or "-"),
+                ("asked to stop", ", ".join(map(str, data["stopping"])) or "-"),
+            ]
+        )
+
+    env.emit(data, render)
 
 
 @command("preview", jobs)

@@ -41,12 +41,19 @@ _MAX_PAGES = 200
 _SKEW = timedelta(minutes=5)
 _MAX_LOOKBACK = timedelta(days=800)
 _TOGGLES = (EventType.JOB_ENABLED, EventType.JOB_DISABLED)
-#: What the gates' skip reasons mean, for people.
-_GATE_REASONS = {
+#: What a skip reason means to a person (admission's and the gates').
+_SKIPPED_BECAUSE = {
+    "overlap": "the job's overlap policy is skip and another of its occurrences was active",
+    "queue_full": "max_queued occurrences of the job were already waiting (its backlog bound)",
     "budget": "its budget ({budget}) had no runs or units left in the window",
     "approval_rejected": "an operator rejected it while it awaited approval",
     "approval_timeout": "nobody approved it within approval.timeout; the auto action rejected it",
     "approval_backlog": "approval.max_pending occurrences of the job already awaited approval",
+}
+#: Why a job was disabled, from its job_disabled event's reason.
+_DISABLED_BECAUSE = {
+    "cancelled": "it was cancelled (kernel jobs cancel)",
+    "one_shot_fired": "it is a one-shot job and had fired",
 }
 
 
@@ -73,6 +80,7 @@ class _History:
 
     defined_at: datetime | None = None
     enabled: bool | None = None
+    disabled_reason: str | None = None
     replanned: list[dict[str, Any]] = field(default_factory=list)
     truncated: bool = False
 
@@ -89,6 +97,7 @@ def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
                 history.defined_at = event.at
             elif event.type in _TOGGLES and event.at <= at:
                 history.enabled = event.type == EventType.JOB_ENABLED
+                history.disabled_reason = event.data.get("reason")
             elif event.type in _TOGGLES and history.enabled is None:
                 # The first toggle after `at` reveals the state before it.
                 history.enabled = event.type == EventType.JOB_DISABLED
@@ -126,7 +135,7 @@ def _nearest_occurrence(kernel: Kernel, job_id: str, at: datetime) -> Occurrence
 
 def _skip_reason(job: Job, occ: Occurrence) -> str:
     reason = occ.skip_reason or "skipped"
-    meaning = _GATE_REASONS.get(reason)
+    meaning = _SKIPPED_BECAUSE.get(reason)
     if meaning is None:
         return reason
     budget = occ.definition.get("budget")
@@ -164,7 +173,12 @@ def _explain(
             None,
         )
     if not history.enabled:
-        return "disabled", "the job was disabled when this firing came due", None
+        because = _DISABLED_BECAUSE.get(history.disabled_reason or "")
+        return (
+            "disabled",
+            "the job was disabled when this firing came due" + (f": {because}" if because else ""),
+            None,
+        )
     if not job.planned or (job.next_fire_at is not None and job.next_fire_at <= firing.at):
         return "pending", "due, but no Beat has materialised it yet: is Beat running?", None
     if history.replanned:

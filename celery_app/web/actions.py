@@ -67,6 +67,12 @@ class PauseRequest(ActionRequest):
     fence: int | None = _db_int("Pause only the run under this fence (default: the current one).")
 
 
+class RunNowRequest(ActionRequest):
+    force: bool = Field(
+        default=False, description="Run even if the overlap policy or max_queued refuses it."
+    )
+
+
 class ResumeRequest(ActionRequest):
     revision: int | None = _db_int("Resume only if the control is still at this revision.")
 
@@ -215,9 +221,9 @@ ACTIONS = _actions(
         "run-now",
         "job",
         Role.OPERATOR,
-        ActionRequest,
+        RunNowRequest,
         "Create an occurrence now (also for a disabled job); the schedule is not disturbed.",
-        _by_request(lambda k, app, job, p: operations.run_now(k, job)),
+        _by_request(lambda k, app, job, p: operations.run_now(k, job, p.force)),
     ),
     WebAction(
         "apply",

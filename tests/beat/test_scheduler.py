@@ -103,7 +103,7 @@ def test_run_now_between_ticks_does_not_move_the_cursor(sqlite_beat: Beat) -> No
     beat.define(overlap="allow")
     beat.tick()
     beat.clock.set(beat.minute(0.75))
-    manual = beat.kernel.run_now("job", request_id="req-2", operator="ops")
+    manual = beat.kernel.run_now("job", request_id="req-2", operator="ops", force=True)
     job = beat.kernel.get_job("job")
     assert (job.next_trigger_key, job.next_fire_at) == (beat.key(1), beat.minute(1))
 
@@ -113,7 +113,7 @@ def test_run_now_between_ticks_does_not_move_the_cursor(sqlite_beat: Beat) -> No
     assert manual.occurrence.scheduled_for == beat.minute(0.75)
 
 
-def test_a_one_shot_fires_once_even_when_late_and_then_has_no_cursor(sqlite_beat: Beat) -> None:
+def test_a_one_shot_fires_once_even_when_late_and_then_is_disabled(sqlite_beat: Beat) -> None:
     beat = sqlite_beat
     beat.define("at", schedule={"at": beat.minute(3).isoformat()})
     beat.define("in", schedule={"in": "90s"})  # 12:02:00, from the definition at 12:00:30
@@ -124,7 +124,7 @@ def test_a_one_shot_fires_once_even_when_late_and_then_has_no_cursor(sqlite_beat
     assert beat.keys("in") == [beat.key(2, "at")]
     for job_id in ("at", "in"):
         job = beat.kernel.get_job(job_id)
-        assert job.planned and job.next_trigger_key is None
+        assert job.planned and job.next_trigger_key is None and not job.enabled
     beat.tick(beat.minute(20))
     assert len(beat.occurrences("at")) == len(beat.occurrences("in")) == 1
 

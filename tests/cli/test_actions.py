@@ -12,7 +12,7 @@ from kernel import Kernel
 
 def _running(kernel: Kernel, job_id: str = "a", **fields: object) -> int:
     define(kernel, job_id, **fields)
-    occ = kernel.run_now(job_id, request_id=f"run-{job_id}", operator="t").occurrence.id
+    occ = kernel.run_now(job_id, request_id=f"run-{job_id}", operator="t", force=True).occurrence.id
     kernel.claim(occ, owner="w1", lease=60)
     return occ
 
@@ -96,7 +96,7 @@ def test_requeue_a_dead_letter_with_its_evidence(cli, kernel: Kernel) -> None:
 
 def test_adjudicate_an_at_most_once_run(cli, kernel: Kernel) -> None:
     define(kernel, "once", delivery="at-most-once")
-    occ = kernel.run_now("once", request_id="r", operator="t").occurrence.id
+    occ = kernel.run_now("once", request_id="r", operator="t", force=True).occurrence.id
     kernel.claim(occ, owner="w1", lease=0.01)
     time.sleep(0.05)
     assert kernel.expire_leases()["needs_adjudication"] == 1
@@ -115,7 +115,7 @@ def test_adjudicate_an_at_most_once_run(cli, kernel: Kernel) -> None:
 
 def test_cancel_waiting_and_running(cli, kernel: Kernel) -> None:
     running = _running(kernel)
-    waiting = kernel.run_now("a", request_id="second", operator="t").occurrence.id
+    waiting = kernel.run_now("a", request_id="second", operator="t", force=True).occurrence.id
     done = cli("cancel", str(waiting), "--json").json()
     assert done["occurrence"]["status"] == "cancelled"
     assert done["operator"] == default_operator()

@@ -25,9 +25,13 @@ def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def _busy_kernel(kernel: Kernel) -> None:
-    """One success, one dead letter, one pause, one expired lease, one queued; a Beat ticking."""
+    """One success, one dead letter, one pause, one expired lease, one queued; a Beat ticking;
+    a job cancelled."""
     define(kernel, "a")
-    occ = [kernel.run_now("a", request_id=f"r{n}", operator="t").occurrence.id for n in range(5)]
+    occ = [
+        kernel.run_now("a", request_id=f"r{n}", operator="t", force=True).occurrence.id
+        for n in range(5)
+    ]
     kernel.claim(occ[0], owner="w", lease=60)
     kernel.succeed(occ[0], owner="w", fence=1)
     kernel.claim(occ[1], owner="w", lease=60)
@@ -49,6 +53,9 @@ def _busy_kernel(kernel: Kernel) -> None:
     time.sleep(0.05)
     assert kernel.claim(occ[3], owner="w2", lease=60) is not None  # a reclaim after expiry
     kernel.record_beat("beat-1", host="h1", interval=5)
+    define(kernel, "b", overlap="skip")
+    kernel.run_now("b", request_id="rb", operator="t")
+    kernel.cancel_job("b", request_id="cb", operator="t")
 
 
 def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
@@ -73,6 +80,11 @@ def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
     assert m[("celery_kernel_lease_expirations_total", ())] == 1
     assert m[("celery_kernel_pauses_total", ())] == 1
     assert m[("celery_kernel_dead_letters_total", ())] == 1
+    assert m[("celery_kernel_job_cancels_total", ())] == 1
+    assert m[("celery_kernel_overdue_firings", ())] == 0
+    assert m[("celery_kernel_runs_past_timeout", ())] == 0
+    assert m[("celery_kernel_oldest_adjudication_age_seconds", ())] == 0
+    assert m[("celery_kernel_occurrences", (("status", "cancelled"),))] == 1
     # Four first claims waited from creation; the reclaim after expiry is not a latency.
     assert m[("celery_kernel_claim_latency_seconds_count", ())] == 4
     assert m[("celery_kernel_claim_latency_seconds_bucket", (("le", "+Inf"),))] == 4

@@ -208,14 +208,14 @@ def test_delete(cli, kernel: Kernel) -> None:
 
 def test_delete_is_refused_while_occurrences_are_unsettled(cli, kernel: Kernel) -> None:
     define(kernel, "busy")
-    kernel.run_now("busy", request_id="r", operator="t")
+    kernel.run_now("busy", request_id="r", operator="t", force=True)
     result = cli("jobs", "delete", "busy", "--json")
     assert (result.code, result.json()["error"]["code"]) == (1, "STATE_CONFLICT")
     assert kernel.get_job("busy")
 
 
 def test_run_now_prints_request_id_and_a_retry_is_deduplicated(cli, kernel: Kernel) -> None:
-    define(kernel, "tick", enabled=False)
+    define(kernel, "tick", enabled=False, overlap="allow")
     text = cli("jobs", "run-now", "tick", "--operator", "alice")
     assert text.code == 0
     generated = text.out.split("request id", 1)[1].split()[0]
@@ -311,3 +311,30 @@ def test_apply_refuses_a_kind_no_installed_adapter_runs_unless_allowed(
     monkeypatch.setenv("KERNEL_WORKER_KINDS", "gpu, teleport")
     assert cli("jobs", "apply", str(path), "--json").code == 0
     assert [job.id for job in kernel.list_jobs()] == ["t", "u"]
+
+
+def test_run_now_follows_the_overlap_policy_unless_forced(cli, kernel: Kernel) -> None:
+    define(kernel, "tick", overlap="skip")
+    first = cli("jobs", "run-now", "tick", "--json").json()["occurrence"]["id"]
+    refused = cli("jobs", "run-now", "tick", "--request-id", "r2", "--json")
+    assert refused.code == 1
+    error = refused.json()["error"]
+    assert (error["code"], error["details"]["reason"]) == ("STATE_CONFLICT", "overlap")
+    assert error["details"]["active"] == [first] and error["details"]["request_id"] == "r2"
+    assert "--force" in cli("jobs", "run-now", "tick", "--request-id", "r2").err
+    forced = cli("jobs", "run-now", "tick", "--request-id", "r2", "--force", "--json").json()
+    assert forced["occurrence"]["status"] == "queued"
+
+
+def test_jobs_cancel_cascade(cli, kernel: Kernel) -> None:
+    define(kernel, "parent")
+    define(kernel, "child", schedule=None, after={"job": "parent"})
+    cli("jobs", "run-now", "child", "--request-id", "c1")
+    done = cli("jobs", "cancel", "parent", "--cascade", "--request-id", "x1", "--json").json()
+    assert (done["jobs"], done["disabled"]) == (["parent", "child"], ["parent", "child"])
+    assert len(done["cancelled"]) == 1 and done["deduplicated"] is False
+    text = cli("jobs", "cancel", "parent", "--cascade", "--request-id", "x1")
+    assert text.code == 0 and "deduplicated" in text.out
+    assert not kernel.get_job("child").enabled
+    missing = cli("jobs", "cancel", "ghost", "--json")
+    assert (missing.code, missing.json()["error"]["code"]) == (1, "NOT_FOUND")

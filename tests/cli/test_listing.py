@@ -19,7 +19,7 @@ from kernel import Kernel
 
 
 def _paused(kernel: Kernel, job_id: str) -> int:
-    occ = kernel.run_now(job_id, request_id=f"r-{job_id}", operator="t").occurrence.id
+    occ = kernel.run_now(job_id, request_id=f"r-{job_id}", operator="t", force=True).occurrence.id
     kernel.claim(occ, owner="w1", lease=30)
     kernel.request_pause(
         occ,
@@ -44,7 +44,7 @@ def test_occurrences_list_status_paused_and_the_state_column(cli, kernel: Kernel
     define(kernel, "a")
     define(kernel, "b")
     paused = _paused(kernel, "a")
-    queued = kernel.run_now("b", request_id="rb", operator="t").occurrence.id
+    queued = kernel.run_now("b", request_id="rb", operator="t", force=True).occurrence.id
     listed = cli("occurrences", "list", "--status", "paused", "--json").json()
     assert [o["id"] for o in listed] == [paused]
     both = cli("occurrences", "list", "--status", "paused", "--status", "queued", "--json").json()

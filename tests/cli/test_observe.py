@@ -21,7 +21,7 @@ CELERY = str(Path(sys.executable).with_name("celery"))
 def test_status_counts_and_a_fresh_beat(cli, kernel: Kernel) -> None:
     define(kernel, "a")
     for n in range(3):
-        kernel.run_now("a", request_id=f"r{n}", operator="t")
+        kernel.run_now("a", request_id=f"r{n}", operator="t", force=True)
     kernel.claim(1, owner="w1", lease=5)
     kernel.claim(2, owner="w1", lease=60)
     kernel.fail(2, owner="w1", fence=1, code="BOOM", message="x", retryable=False)
@@ -40,6 +40,20 @@ def test_status_counts_and_a_fresh_beat(cli, kernel: Kernel) -> None:
     text = cli("status").out
     assert "dead letters                1" in text
     assert "beat-1" in text and "WARNING" not in text
+
+
+def test_status_warns_about_the_adjudication_backlog(cli, kernel: Kernel) -> None:
+    define(kernel, "once", delivery="at-most-once", lease="5s", kill_grace="0.5s")
+    occ = kernel.run_now("once", request_id="r", operator="t").occurrence.id
+    kernel.claim(occ, owner="w1", lease=0.05)
+    time.sleep(0.1)
+    kernel.expire_leases()
+    kernel.record_beat("beat-1", host="h1", interval=60)
+    data = cli("status", "--json").json()
+    assert data["watchdog"]["needs_adjudication"] == 1
+    [warning] = data["warnings"]
+    assert warning.startswith("1 occurrence(s) await adjudication")
+    assert "WARNING" in cli("status").out
 
 
 def test_status_warns_when_no_beat_ticked_within_three_intervals(cli, kernel: Kernel) -> None:
@@ -62,8 +76,8 @@ def test_status_warns_when_no_beat_ticked_within_three_intervals(cli, kernel: Ke
 def test_events_page_by_id_and_filter(cli, kernel: Kernel) -> None:
     define(kernel, "a")
     define(kernel, "b")
-    kernel.run_now("a", request_id="r1", operator="t")
-    kernel.run_now("b", request_id="r2", operator="t")
+    kernel.run_now("a", request_id="r1", operator="t", force=True)
+    kernel.run_now("b", request_id="r2", operator="t", force=True)
     everything = cli("events", "--json").json()
     assert [e["type"] for e in everything["events"]] == [
         "job_defined",
@@ -94,7 +108,7 @@ def test_events_follow_streams_new_events_until_interrupted(spawn, kernel: Kerne
     for proc in (as_json, as_text):
         assert "following events after id 1" in Lines(proc.stderr).next()
     define(kernel, "new")
-    kernel.run_now("new", request_id="r", operator="t")
+    kernel.run_now("new", request_id="r", operator="t", force=True)
     first = json.loads(out_json.next())
     assert (first["type"], first["job_id"]) == ("job_defined", "new")
     assert json.loads(out_json.next())["type"] == "occurrence_created"
@@ -140,7 +154,7 @@ def test_doctor_fails_on_an_unmigrated_database(cli, db_url: str) -> None:
 
 def test_doctor_flags_jobs_without_an_adapter_and_stuck_work(cli, kernel: Kernel) -> None:
     kernel.define_job({"id": "exotic", "kind": "no-such-kind", "payload": {}})
-    occ = kernel.run_now("exotic", request_id="r", operator="t").occurrence.id
+    occ = kernel.run_now("exotic", request_id="r", operator="t", force=True).occurrence.id
     kernel.claim(occ, owner="w", lease=60)
     kernel.fail(occ, owner="w", fence=1, code="X", message="x", retryable=False)
     checks = {c["name"]: c for c in cli("doctor", "--json").json()["checks"]}
@@ -163,10 +177,10 @@ def test_commands_refuse_an_unmigrated_database_and_migrate_fixes_it(cli, db_url
 
 def test_prune_removes_old_settled_history_only(cli, kernel: Kernel) -> None:
     define(kernel, "a")
-    done = kernel.run_now("a", request_id="r1", operator="t").occurrence.id
+    done = kernel.run_now("a", request_id="r1", operator="t", force=True).occurrence.id
     kernel.claim(done, owner="w", lease=60)
     kernel.succeed(done, owner="w", fence=1)
-    dead = kernel.run_now("a", request_id="r2", operator="t").occurrence.id
+    dead = kernel.run_now("a", request_id="r2", operator="t", force=True).occurrence.id
     kernel.claim(dead, owner="w", lease=60)
     kernel.fail(dead, owner="w", fence=1, code="X", message="x", retryable=False)
     time.sleep(0.02)

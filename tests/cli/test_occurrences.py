@@ -24,8 +24,11 @@ def _three(kernel: Kernel) -> list[int]:
     """Occurrences 1..3 of job ``a`` (1 dead letter, 2 running, 3 queued) and 4 of job ``b``."""
     define(kernel, "a")
     define(kernel, "b")
-    ids = [kernel.run_now("a", request_id=f"r{n}", operator="t").occurrence.id for n in range(3)]
-    kernel.run_now("b", request_id="rb", operator="t")
+    ids = [
+        kernel.run_now("a", request_id=f"r{n}", operator="t", force=True).occurrence.id
+        for n in range(3)
+    ]
+    kernel.run_now("b", request_id="rb", operator="t", force=True)
     for occ_id in ids[:2]:
         kernel.claim(occ_id, owner="w1", lease=30)
     kernel.fail(ids[0], owner="w1", fence=1, code="BOOM", message="it broke", retryable=False)
@@ -75,7 +78,7 @@ def test_an_unknown_status_is_a_usage_error(cli, kernel: Kernel) -> None:
 
 def test_show_adds_checkpoint_result_and_events(cli, kernel: Kernel) -> None:
     define(kernel, "a")
-    occ = kernel.run_now("a", request_id="r", operator="t").occurrence.id
+    occ = kernel.run_now("a", request_id="r", operator="t", force=True).occurrence.id
     kernel.claim(occ, owner="w1", lease=30)
     kernel.succeed(occ, owner="w1", fence=1, result={"rows": 7})
     shown = cli("occurrences", "show", str(occ), "--json").json()
@@ -100,7 +103,7 @@ def test_show_adds_checkpoint_result_and_events(cli, kernel: Kernel) -> None:
 
 def test_show_of_a_paused_occurrence_carries_its_checkpoint(cli, kernel: Kernel) -> None:
     define(kernel, "a")
-    occ = kernel.run_now("a", request_id="r", operator="t").occurrence.id
+    occ = kernel.run_now("a", request_id="r", operator="t", force=True).occurrence.id
     kernel.claim(occ, owner="w1", lease=30)
     kernel.request_pause(
         occ, expected_fence=1, request_id="p", safe_points=["adapter_checkpoint"], operator="t"

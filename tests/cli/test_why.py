@@ -117,7 +117,7 @@ def test_disabled_pending_and_not_created(cli, kernel: Kernel) -> None:
 
 def test_a_job_without_schedule_shows_its_nearest_occurrence(cli, kernel: Kernel) -> None:
     define(kernel, "manual", schedule=None)
-    occ = kernel.run_now("manual", request_id="r", operator="t").occurrence
+    occ = kernel.run_now("manual", request_id="r", operator="t", force=True).occurrence
     data = _why(cli, "manual", occ.scheduled_for + timedelta(minutes=5))
     assert (data["outcome"], data["firing"], data["occurrence"]["id"]) == (
         "no_schedule",
@@ -137,3 +137,18 @@ def test_bad_input(cli, kernel: Kernel) -> None:
     assert (bad.code, bad.json()["error"]["code"]) == (2, "USAGE")
     assert "ISO 8601" in bad.json()["error"]["message"]
     assert cli("why", "a").code == 2
+
+
+def test_an_admission_skip_and_a_cancelled_job_are_explained(cli, kernel: Kernel) -> None:
+    define(kernel, "a", schedule={"every": "60s"}, overlap="allow", max_queued=1)
+    _fire(kernel, "a", fire=[T, T + MINUTE], cursor=T + 2 * MINUTE)
+    full = _why(cli, "a", T + MINUTE)
+    assert full["outcome"] == "skipped"
+    assert full["reason"].startswith("recorded as skipped: queue_full (max_queued")
+
+    define(kernel, "b", schedule={"every": "1s"})
+    kernel.cancel_job("b", request_id="c1", operator="t")
+    time.sleep(1.1)
+    off = _why(cli, "b", kernel.now() - timedelta(seconds=0.5))
+    assert off["outcome"] == "disabled"
+    assert off["reason"].endswith("it was cancelled (kernel jobs cancel)")

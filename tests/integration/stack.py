@@ -337,10 +337,11 @@ class Stack:
             self._kernel = kernel
         return self._kernel
 
-    def run_now(self, job_id: str) -> int:
-        """Create a manual occurrence of ``job_id``; returns its id."""
+    def run_now(self, job_id: str, *, force: bool = True) -> int:
+        """Create a manual occurrence of ``job_id``; returns its id. Forced by default:
+        the tests arrange occurrences beside active ones (admission has its own tests)."""
         return self.kernel.run_now(
-            job_id, request_id=uuid.uuid4().hex, operator="integration-test"
+            job_id, request_id=uuid.uuid4().hex, operator="integration-test", force=force
         ).occurrence.id
 
     def occurrence(self, occurrence_id: int) -> Occurrence:

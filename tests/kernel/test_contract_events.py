@@ -132,7 +132,7 @@ def test_runtime_controls_is_bounded_filtered_and_payload_free(k: Harness) -> No
 
 
 def test_runtime_controls_is_capped_at_200(k: Harness) -> None:
-    created = k.occurrences("many", 201)
+    created = k.occurrences("many", 201, max_queued=1000)
     for occ_id in created:
         assert k.kernel.claim(occ_id, owner="w1", lease=30) is not None
     assert len(k.kernel.runtime_controls(limit=100_000)) == 200

@@ -331,7 +331,7 @@ def _stage_for(stage: Stage, action: str, i: int) -> tuple[int | None, str]:
 def _operator_call(action: str, occ: int | None, rid: str, i: int) -> Callable[[Kernel], Any]:
     """``action`` on what :func:`_stage_for` staged, under request id ``rid``."""
     if action == "run_now":
-        return lambda k: k.run_now("alo", request_id=rid, operator="op")
+        return lambda k: k.run_now("alo", request_id=rid, operator="op", force=True)
     assert occ is not None
     if action == "pause":
         return lambda k: k.request_pause(

@@ -94,7 +94,7 @@ def test_the_schema_refuses_impossible_states_with_a_kernel_error(
     kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
     try:
         kernel.define_job({"id": "j", "kind": "callable", "payload": {"callable": "a:b"}})
-        occ = kernel.run_now("j", request_id="r", operator="t").occurrence
+        occ = kernel.run_now("j", request_id="r", operator="t", force=True).occurrence
         kernel.cancel(occ.id, request_id="c", operator="t")
 
         def write(tx: object) -> None:

@@ -37,7 +37,13 @@ def _materialise(url: str) -> None:
     clock = ManualClock()
     kernel = Kernel.open(url, migrate_schema=True, clock=clock)
     kernel.define_job(
-        {"id": "race", "kind": "callable", "payload": {"callable": "m:f"}, "overlap": "allow"}
+        {
+            "id": "race",
+            "kind": "callable",
+            "payload": {"callable": "m:f"},
+            "overlap": "allow",
+            "max_queued": 10000,
+        }
     )
     start = clock.now - timedelta(hours=1)
     cursor = None

@@ -110,7 +110,9 @@ def test_settle_by_id_stays_a_primary_key_lookup_with_many_rows_in_flight(
         kernel.define_job(
             {"id": "job", "kind": "callable", "payload": {"callable": "a:b"}, "overlap": "allow"}
         )
-        template = kernel.run_now("job", request_id="seed", operator="test").occurrence.id
+        template = kernel.run_now(
+            "job", request_id="seed", operator="test", force=True
+        ).occurrence.id
         with kernel.engine.begin() as conn:
             conn.execute(
                 sa.text(

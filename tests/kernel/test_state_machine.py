@@ -198,7 +198,7 @@ class KernelMachine(RuleBasedStateMachine):
         self._operator(
             rid,
             lambda: self.model.run_now(job, rid),
-            lambda: self.kernel.run_now(job, request_id=rid, operator="op"),
+            lambda: self.kernel.run_now(job, request_id=rid, operator="op", force=True),
         )
         self.model.add(self.replays[rid][2], job, f"manual:{rid}", fired=False)
 
@@ -448,6 +448,8 @@ class KernelMachine(RuleBasedStateMachine):
             )
             return
         dedup, got = self._act(predict, call)
+        if got is None:  # a run-now replayed after its job was revised: refused by both
+            return
         assert dedup and got.deduplicated and got.occurrence.id == occ_id
         self._unchanged()
 

@@ -17,7 +17,7 @@ def claim_and_kernel(tmp_path: Path) -> Iterator[tuple[Kernel, Claim]]:
     kernel = Kernel.open(f"sqlite:///{tmp_path / 'k.db'}", migrate_schema=True)
     try:
         kernel.define_job({"id": "j", "kind": "shell", "payload": {"argv": ["true"]}})
-        occ = kernel.run_now("j", request_id="r", operator="test").occurrence
+        occ = kernel.run_now("j", request_id="r", operator="test", force=True).occurrence
         claim = kernel.claim(occ.id, owner="w")
         assert claim is not None
         yield kernel, claim

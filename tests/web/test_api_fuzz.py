@@ -35,9 +35,11 @@ def _arrange(web: Web) -> None:
     kernel = web.kernel
     for _ in range(3):
         job = web.fresh_job()
-        running = kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+        running = kernel.run_now(
+            job, request_id=uuid.uuid4().hex, operator="t", force=True
+        ).occurrence.id
         kernel.claim(running, owner="w1", lease=600)
-        kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t")
+        kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t", force=True)
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])

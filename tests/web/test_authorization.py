@@ -57,7 +57,9 @@ class Case:
 
 def _running(web: Web) -> int:
     job = web.fresh_job()
-    occ = web.kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+    occ = web.kernel.run_now(
+        job, request_id=uuid.uuid4().hex, operator="t", force=True
+    ).occurrence.id
     assert web.kernel.claim(occ, owner="w1", lease=600) is not None
     return occ
 
@@ -128,7 +130,7 @@ def _revision(web: Web) -> Target:
 def _old_history(web: Web) -> Target:
     # A cancelled occurrence settled in January: always something for a prune to delete.
     job = web.fresh_job()
-    occ = web.past.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+    occ = web.past.run_now(job, request_id=uuid.uuid4().hex, operator="t", force=True).occurrence.id
     web.past.cancel(occ, request_id=uuid.uuid4().hex, operator="t")
     return Target("/prune", {"older_than": "30d"}, page="/kernel/prune")
 

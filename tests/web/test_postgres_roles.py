@@ -71,7 +71,7 @@ def _job(kernel: Kernel, **fields: object) -> str:
 
 
 def _run(kernel: Kernel, job: str) -> int:
-    return kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t").occurrence.id
+    return kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t", force=True).occurrence.id
 
 
 def _act(kernel: Kernel, name: str, target: object, **params: object) -> dict[str, object]:
@@ -125,7 +125,7 @@ def test_the_viewer_role_reads_everything_and_writes_nothing(
     job = _job(owner)
     past = Kernel.open(pg_database_url, clock=ManualClock(datetime(2026, 1, 2, tzinfo=UTC)))
     try:  # history settled in January, for a prune to delete
-        old = past.run_now(job, request_id="old", operator="t").occurrence.id
+        old = past.run_now(job, request_id="old", operator="t", force=True).occurrence.id
         past.cancel(old, request_id="old-cancel", operator="t")
     finally:
         past.close()

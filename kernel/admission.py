@@ -1,0 +1,170 @@
+"""Admission: whether a new occurrence of a job may be made, for every way one is made.
+
+Beat's firings, ``run-now`` and chained children all pass :func:`admit` (a retry
+reuses its occurrence and is not admitted again). It applies the job's overlap
+policy, then its backlog bound ``max_queued``, whatever the policy: the occurrences
+waiting (queued or retry_wait) — under ``queue``, those waiting behind the one that
+runs or runs next. Admissions of one job are serialised by its job
+row (locked on PostgreSQL; SQLite's writer lock already serialises), so two
+concurrent ``run-now`` calls cannot both pass a bound that leaves room for one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.errors import NotFound, RevisionConflict, StateConflict
+from kernel.events import EventType
+from kernel.gates import create_gated
+from kernel.operator import record_request, request_cancel
+from kernel.records import job_from_row
+from kernel.schema import jobs, occurrences
+from kernel.states import OccurrenceStatus
+from kernel.tx import Tx
+from kernel.types import Job
+
+__all__ = ["OVERLAP", "QUEUE_FULL", "admit", "lock_job", "run_now"]
+
+S = OccurrenceStatus
+OCC = occurrences
+#: Skip reasons of a refused admission.
+OVERLAP = "overlap"
+QUEUE_FULL = "queue_full"
+# Awaiting approval is backlog (waiting to run) but not active for `skip`:
+# `approval.max_pending` bounds those, and each runs only when a person lets it.
+_WAITING = (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL)
+_ACTIVE = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.AWAITING_APPROVAL)
+# An at-most-once run awaiting adjudication may still be having its effect: a
+# `skip` job does not start another beside it.
+_SKIP_ACTIVE = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
+
+
+def lock_job(tx: Tx, job_id: str) -> Job:
+    """Read a job, holding its row (PostgreSQL) until the transaction ends.
+
+    Raises:
+        NotFound: no such job.
+    """
+    query = sa.select(jobs).where(jobs.c.id == job_id)
+    if tx.is_postgres:
+        query = query.with_for_update()
+    row = tx.conn.execute(query).first()
+    if row is None:
+        raise NotFound(f"job {job_id!r} does not exist", job_id=job_id)
+    return job_from_row(row)
+
+
+def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> str | None:
+    """Apply the overlap policy and the backlog bound before a new occurrence.
+
+    The caller holds the job row (Beat's cursor CAS, or :func:`lock_job`).
+    ``force`` (an operator's ``run-now --force``) passes both. Under ``replace``
+    the active occurrences are cancelled (a running one is asked to stop).
+
+    Returns:
+        None to admit, else the skip reason (``overlap`` or ``queue_full``).
+    """
+    if force:
+        return None
+    policy = spec["overlap"]
+    active = tx.conn.execute(
+        sa.select(OCC.c.id, OCC.c.status).where(
+            OCC.c.job_id == job_id,
+            OCC.c.status.in_(_SKIP_ACTIVE if policy == "skip" else _ACTIVE),
+        )
+    ).all()
+    if policy == "skip" and active:
+        return OVERLAP
+    if policy == "replace":
+        for row in active:  # the new occurrence waits (exclusive) until these end
+            request_cancel(tx, row.id, reason="replaced")
+        return None
+    if policy == "queue":
+        # Claims are exclusive: one active occurrence runs (or runs next) and the
+        # others wait behind it; those are what max_queued bounds.
+        backlog = len(active) - 1
+    else:  # allow: every waiting occurrence is backlog
+        backlog = sum(1 for row in active if row.status in _WAITING)
+    return QUEUE_FULL if backlog >= spec["max_queued"] else None
+
+
+def _refusal(job: Job, reason: str, active: list[int]) -> StateConflict:
+    if reason == OVERLAP:
+        why = f"its overlap policy is skip and occurrence(s) {active} are active"
+    else:
+        why = f"its backlog is full (max_queued {job.spec['max_queued']}; active {active})"
+    return StateConflict(
+        f"job {job.id!r} refuses a run now: {why}; wait for them, cancel them, or pass "
+        "--force to run it anyway",
+        job_id=job.id,
+        reason=reason,
+        active=active,
+    )
+
+
+def run_now(
+    tx: Tx, job_id: str, request_id: str, operator: str, *, force: bool = False
+) -> tuple[int, bool]:
+    """Create a ``manual:<request id>`` occurrence (also for a disabled job); the cursor stays.
+
+    Admitted like a firing (overlap policy, ``max_queued``) unless ``force``.
+
+    Returns:
+        (occurrence id, deduplicated): a retried request id finds its first occurrence.
+
+    Raises:
+        StateConflict: not admitted (``reason`` ``overlap`` or ``queue_full``).
+        RevisionConflict: a replay after the job was revised; names the original occurrence.
+    """
+    job = lock_job(tx, job_id)
+    trigger_key = f"manual:{request_id}"
+    if record_request(tx, request_id, "run_now", job_id, {}, operator):
+        first = tx.conn.execute(
+            sa.select(OCC.c.id, OCC.c.job_revision).where(
+                OCC.c.job_id == job_id, OCC.c.trigger_key == trigger_key
+            )
+        ).first()
+        if first is None:
+            raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)
+        if first.job_revision != job.revision:
+            raise RevisionConflict(
+                f"run-now request {request_id!r} made occurrence {first.id} from revision "
+                f"{first.job_revision} of job {job_id!r}, which is now at revision "
+                f"{job.revision}; use a new request id to run the current definition",
+                job_id=job_id,
+                occurrence_id=first.id,
+                expected_revision=first.job_revision,
+                actual_revision=job.revision,
+            )
+        return first.id, True
+    reason = admit(tx, job_id, job.spec, force=force)
+    if reason is not None:
+        active = tx.conn.execute(
+            sa.select(OCC.c.id)
+            .where(OCC.c.job_id == job_id, OCC.c.status.in_(_SKIP_ACTIVE))
+            .order_by(OCC.c.id)
+        ).scalars()
+        raise _refusal(job, reason, list(active))
+    made = create_gated(
+        tx,
+        job_id=job_id,
+        revision=job.revision,
+        spec=job.spec,
+        trigger_key=trigger_key,
+        scheduled_for=tx.now,
+        hold_for_approval=False,
+    )
+    if made.id is None:
+        raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)
+    if made.created:
+        tx.emit(
+            EventType.JOB_RUN_NOW,
+            job_id=job_id,
+            occurrence_id=made.id,
+            request_id=request_id,
+            operator=operator,
+            **({"force": True} if force else {}),
+        )
+    return made.id, not made.created

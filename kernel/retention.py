@@ -1,0 +1,125 @@
+"""Retention: settled history and finished jobs deleted by age, in bounded batches.
+
+Beat applies it on its own (``KERNEL_RETENTION_*``); ``kernel prune`` is the manual
+form. Only finished history goes: succeeded, cancelled and skipped occurrences
+older than their status's age. Dead letters and occurrences needing adjudication
+are unresolved and never pruned. A job is deleted when it is finished and asked for
+it: ``delete_after_run`` (a one-shot job that ran) at once, ``ttl`` that long after
+it finished; finished means disabled (a one-shot job is disabled once it fired),
+every occurrence settled and resolved, and no job chained after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.errors import InvalidArgument
+from kernel.events import EventType
+from kernel.history import PRUNABLE, prune
+from kernel.records import loads
+from kernel.schema import job_sources, jobs, occurrences
+from kernel.tx import Tx
+
+__all__ = ["apply_retention", "expire_jobs"]
+
+OCC = occurrences
+_CHILD = jobs.alias("child")
+
+# Canonical JSON: a spec asking for deletion holds one of these exactly as written.
+_ASKS = sa.or_(jobs.c.spec.like('%"delete_after_run":true%'), jobs.c.spec.like('%"ttl":%'))
+
+#: Delete one finished job, deciding "finished" in the statement: disabled, unchanged
+#: since it was read (revision), idle since the cutoff, every occurrence settled with
+#: a final status and none settled after the cutoff, no child, and (delete_after_run)
+#: at least one run.
+_EXPIRE_JOB = (
+    sa.delete(jobs)
+    .where(
+        jobs.c.id == sa.bindparam("job_id"),
+        jobs.c.revision == sa.bindparam("revision"),
+        sa.not_(jobs.c.enabled),
+        jobs.c.updated_at <= sa.bindparam("cutoff"),
+        ~sa.exists().where(
+            OCC.c.job_id == jobs.c.id,
+            sa.or_(
+                OCC.c.status.not_in(PRUNABLE),
+                OCC.c.settled_at > sa.bindparam("cutoff"),
+            ),
+        ),
+        ~sa.exists().where(_CHILD.c.after_job == jobs.c.id),
+        sa.or_(
+            sa.not_(sa.bindparam("needs_run", type_=sa.Boolean)),
+            sa.exists().where(OCC.c.job_id == jobs.c.id),
+        ),
+    )
+    .returning(jobs.c.id)
+)
+
+
+def expire_jobs(tx: Tx, limit: int) -> list[str]:
+    """Delete up to ``limit`` finished jobs that asked for it (delete_after_run, ttl)."""
+    candidates = tx.conn.execute(
+        sa.select(jobs.c.id, jobs.c.revision, jobs.c.spec)
+        .where(sa.not_(jobs.c.enabled), _ASKS)
+        .order_by(jobs.c.updated_at, jobs.c.id)
+        .limit(limit)
+    ).all()
+    deleted: list[str] = []
+    for row in candidates:
+        spec = loads(row.spec)
+        after_run = bool(spec.get("delete_after_run"))
+        ttl = spec.get("ttl")
+        if not after_run and ttl is None:
+            continue  # the pattern matched inside a payload
+        age_ms = 0 if after_run else int(ttl * 1000)
+        gone = tx.conn.execute(
+            _EXPIRE_JOB,
+            {
+                "job_id": row.id,
+                "revision": row.revision,
+                "cutoff": tx.now - age_ms,
+                "needs_run": after_run,
+            },
+        ).scalar()
+        if gone is None:
+            continue
+        tx.conn.execute(sa.delete(job_sources).where(job_sources.c.job_id == row.id))
+        deleted.append(row.id)
+        tx.emit(
+            EventType.JOB_EXPIRED,
+            job_id=row.id,
+            revision=row.revision,
+            reason="delete_after_run" if after_run else "ttl",
+            **({} if after_run else {"ttl": ttl}),
+        )
+    return deleted
+
+
+def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, Any]:
+    """One bounded pass: prune each status's history older than its age (None: kept),
+    then delete finished jobs; at most ``limit`` occurrences and ``limit`` jobs.
+
+    Returns:
+        ``occurrences`` and ``events`` pruned, ``jobs`` deleted (ids), and ``more``: a
+        bound was hit, so another pass has work.
+
+    Raises:
+        InvalidArgument: an age for a status that is not prunable, or not positive.
+    """
+    pruned = {"occurrences": 0, "events": 0}
+    budget = limit
+    for status, age in ages.items():
+        if status not in PRUNABLE:
+            raise InvalidArgument("retention", f"{status!r} is not prunable ({PRUNABLE})")
+        if age is None or budget <= 0:
+            continue
+        if age <= 0:
+            raise InvalidArgument(f"retention.{status}", "must be positive")
+        done = prune(tx, settled_before=tx.now - int(age * 1000), limit=budget, statuses=(status,))
+        pruned = {key: pruned[key] + done[key] for key in pruned}
+        budget -= done["occurrences"]
+    deleted = expire_jobs(tx, limit)
+    return {**pruned, "jobs": deleted, "more": budget <= 0 or len(deleted) >= limit}

@@ -1,0 +1,137 @@
+"""Retention: per-status ages in bounded batches; delete_after_run and ttl jobs; one-shot
+jobs disabled once they fired. Unresolved work is never pruned."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+
+from kernel.errors import InvalidArgument, NotFound
+from kernel.states import OccurrenceStatus as S
+
+if TYPE_CHECKING:
+    from tests.kernel.conftest import Harness
+
+DAY = 86400.0
+
+
+def settle(k: Harness, job: str, *, succeed: bool) -> int:
+    claim = k.running(job)
+    occ = claim.occurrence.id
+    if succeed:
+        k.kernel.succeed(occ, owner="w1", fence=claim.fence)
+    else:
+        k.kernel.fail(occ, owner="w1", fence=claim.fence, code="BOOM", message="x", retryable=False)
+    return occ
+
+
+def test_each_status_is_kept_for_its_own_age_and_dead_letters_stay(k: Harness) -> None:
+    ok = settle(k, "job", succeed=True)
+    dead = settle(k, "job", succeed=False)
+    [waiting] = k.fire("job").created
+    k.kernel.cancel(waiting, request_id="c", operator="op")
+    k.clock.advance(2 * DAY)
+    ages = {"succeeded": 3 * DAY, "cancelled": DAY, "skipped": None}
+    first = k.kernel.apply_retention(ages)
+    assert (first["occurrences"], first["jobs"], first["more"]) == (1, [], False)
+    with pytest.raises(NotFound):
+        k.kernel.get_occurrence(waiting)
+    k.clock.advance(2 * DAY)
+    assert k.kernel.apply_retention(ages)["occurrences"] == 1
+    with pytest.raises(NotFound):
+        k.kernel.get_occurrence(ok)
+    k.clock.advance(400 * DAY)
+    assert k.kernel.apply_retention(ages)["occurrences"] == 0
+    assert k.kernel.get_occurrence(dead).status == S.DEAD_LETTER
+    pruned = [e for e in k.kernel.events(limit=1000) if e.type == "history_pruned"]
+    assert [e.data["statuses"] for e in pruned] == [["cancelled"], ["succeeded"]]
+
+
+def test_a_pass_is_bounded_and_says_when_more_is_left(k: Harness) -> None:
+    k.define("job")
+    for _ in range(5):
+        claim = k.running("job")
+        k.kernel.succeed(claim.occurrence.id, owner="w1", fence=claim.fence)
+    k.clock.advance(2 * DAY)
+    passes = []
+    while True:
+        done = k.kernel.apply_retention({"succeeded": DAY}, limit=2)
+        passes.append(done["occurrences"])
+        if not done["more"]:
+            break
+    assert passes == [2, 2, 1]
+    with pytest.raises(InvalidArgument):
+        k.kernel.apply_retention({"dead_letter": DAY})
+
+
+def test_a_one_shot_job_is_disabled_once_it_fired_and_delete_after_run_removes_it(
+    k: Harness,
+) -> None:
+    at = (k.clock.now + timedelta(minutes=1)).isoformat()
+    k.define("once", schedule={"at": at}, delete_after_run=True)
+    job = k.kernel.get_job("once")
+    assert job.spec["delete_after_run"] is True
+    report = k.kernel.fire(
+        "once",
+        expected_revision=job.revision,
+        expected_cursor=None,
+        firings=[("at:x", k.clock.now)],
+        next_cursor=None,
+    )
+    [occ] = report.created
+    job = k.kernel.get_job("once")
+    assert not job.enabled
+    assert [
+        e.data.get("reason") for e in k.kernel.events(job_id="once") if e.type == "job_disabled"
+    ] == ["one_shot_fired"]
+    # Not while its run is unsettled.
+    assert k.kernel.apply_retention({})["jobs"] == []
+    claim = k.kernel.claim(occ, owner="w1", lease=30)
+    assert claim is not None
+    k.kernel.succeed(occ, owner="w1", fence=claim.fence)
+    assert k.kernel.apply_retention({})["jobs"] == ["once"]
+    with pytest.raises(NotFound):
+        k.kernel.get_job("once")
+    # Its history stays (subject to the history ages).
+    assert k.kernel.get_occurrence(occ).status == S.SUCCEEDED
+    [expired] = [e for e in k.kernel.events(job_id="once") if e.type == "job_expired"]
+    assert expired.data["reason"] == "delete_after_run"
+
+
+def test_a_disabled_job_with_a_ttl_goes_that_long_after_it_finished(k: Harness) -> None:
+    k.define("temp", ttl="7d")
+    k.define("kept")
+    dead = settle(k, "kept", succeed=False)
+    settle(k, "temp", succeed=True)
+    k.kernel.set_job_enabled("temp", False)
+    k.kernel.set_job_enabled("kept", False)
+    k.clock.advance(6 * DAY)
+    assert k.kernel.apply_retention({})["jobs"] == []
+    k.clock.advance(2 * DAY)
+    assert k.kernel.apply_retention({})["jobs"] == ["temp"]
+    assert k.kernel.get_occurrence(dead).status == S.DEAD_LETTER
+
+
+def test_a_ttl_job_with_an_unresolved_dead_letter_or_a_child_is_kept(k: Harness) -> None:
+    k.define("failing", ttl="1d")
+    settle(k, "failing", succeed=False)
+    k.define("parent", ttl="1d")
+    k.define("child", after={"job": "parent"})
+    for job in ("failing", "parent"):
+        k.kernel.set_job_enabled(job, False)
+    k.clock.advance(30 * DAY)
+    assert k.kernel.apply_retention({})["jobs"] == []
+    assert {j.id for j in k.kernel.list_jobs()} == {"failing", "parent", "child"}
+
+
+def test_delete_after_run_needs_a_one_shot_schedule(k: Harness) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        k.define("cron", schedule={"every": "1m"}, delete_after_run=True)
+    assert refused.value.details["field"] == "delete_after_run"
+    # Jobs written before these fields keep their digest: absent means absent.
+    assert (
+        "ttl" not in k.define("plain").spec
+        and "delete_after_run" not in k.kernel.get_job("plain").spec
+    )
