@@ -188,6 +188,9 @@ def _spec(job_id: str, **fields: Any) -> dict[str, Any]:
         "kind": "callable",
         "payload": {"callable": "jobs.sample:run"},
         "overlap": "allow",
+        # Rounds stage many occurrences side by side; admission's backlog bound is not
+        # what they test.
+        "max_queued": 10000,
         "delivery": "at-least-once",
         "max_attempts": 3,
         "lease": f"{LEASE_S}s",
@@ -201,7 +204,7 @@ JOB_SPECS = {
     "alo": _spec("alo"),
     "amo": _spec("amo", delivery="at-most-once"),
     "once": _spec("once", max_attempts=1),
-    "queue": _spec("queue", overlap="queue", max_queued=1000),
+    "queue": _spec("queue", overlap="queue"),
     "pool-a": _spec("pool-a", pool="db"),
     "pool-b": _spec("pool-b", pool="db"),
 }
@@ -320,11 +323,15 @@ _STATUS_EVENTS = {
     "occurrence_handed_back": "retry_wait",
     "occurrence_paused": "retry_wait",
     "occurrence_requeued": "retry_wait",
+    "occurrence_approved": "queued",
+    "occurrence_rejected": "skipped",
 }
 
 
 def status_named_by(type_: str, data: dict[str, Any]) -> str | None:
     """The occurrence status an event says its transition left, or None (not a status event)."""
+    if type_ == "occurrence_created" and data.get("awaiting_approval"):
+        return "awaiting_approval"
     if type_ in _STATUS_EVENTS:
         return _STATUS_EVENTS[type_]
     if type_ == "occurrence_adjudicated":

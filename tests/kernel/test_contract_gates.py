@@ -274,6 +274,7 @@ def test_two_beats_applying_approval_timeouts_decide_each_once(k: Harness) -> No
     k.define(
         approval={**APPROVAL, "auto": "reject", "max_pending": 100},
         budget={"window": "1d", "max_runs": 50},
+        max_queued=100,  # awaiting approval is backlog too
     )
     made = fired(k, n=40)
     k.clock.advance(600)
