@@ -26,6 +26,7 @@ from kernel.types import (
     Event,
     Job,
     Occurrence,
+    Pool,
     RenewAnswer,
 )
 
@@ -57,5 +58,6 @@ __all__ = [
     "Event",
     "Job",
     "Occurrence",
+    "Pool",
     "RenewAnswer",
 ]

@@ -54,6 +54,8 @@ class EventType(StrEnum):
     BEAT_STOPPED = "beat_stopped"
     #: A Beat silent for longer than the retention was removed from the registry.
     BEAT_FORGOTTEN = "beat_forgotten"
+    #: A pool's limit was set (``kernel pools set``, or a job file's ``pools:``).
+    POOL_LIMIT_SET = "pool_limit_set"
 
 
 _SETTLED = {

@@ -6,6 +6,7 @@ import hashlib
 import random
 from typing import Any
 
+from kernel import pools
 from kernel import statements as st
 from kernel.chains import fire_children
 from kernel.control import end_control
@@ -140,6 +141,7 @@ def settle(
     if updated is None:
         raise lease_lost(tx, occ_id, owner, fence)
     u = updated._mapping
+    pools.give_back(tx, u["pool"])
     to_status = S(u["status"])
     # On PostgreSQL ``control_open`` is read from SETTLE's snapshot: a pause
     # request committed while SETTLE waited for the row lock is not in it, so the
@@ -221,6 +223,7 @@ def release(
     ).first()
     if released is None:
         raise lease_lost(tx, occ_id, owner, fence)
+    pools.give_back(tx, released.pool)
     if released.status == S.CANCELLED:
         # A pending cancel wins (decided by RELEASE): a handed-back cancel-requested
         # row would wait for ever, since no claim takes it.
@@ -326,6 +329,7 @@ def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
     ).first()
     if expired is None:
         return None
+    pools.give_back(tx, expired.pool)
     to_status = S(expired.status)
     if to_status != S.NEEDS_ADJUDICATION:
         end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from kernel import beats, claiming, dispatch, history, output, pausing, reads, runs, sources
 from kernel import jobs as job_ops
 from kernel import operator as op
+from kernel import pools as pool_ops
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.errors import InvalidArgument
@@ -26,6 +27,7 @@ from kernel.types import (
     Event,
     Job,
     Occurrence,
+    Pool,
     RenewAnswer,
 )
 
@@ -122,9 +124,12 @@ class Kernel:
         """Upsert: ``created``, ``updated`` (revision + 1) or ``unchanged``."""
         return self._write(job_ops.apply_job, spec)
 
-    def apply_jobs(self, specs: Sequence[Mapping[str, Any]]) -> list[tuple[Job, str]]:
-        """Apply every spec in one transaction; any refusal leaves the kernel unchanged."""
-        return self._write(job_ops.apply_jobs, list(specs))
+    def apply_jobs(
+        self, specs: Sequence[Mapping[str, Any]], *, pools: Mapping[str, int] | None = None
+    ) -> list[tuple[Job, str]]:
+        """Apply every spec, and the ``pools`` limits (a job file's ``pools:``), in one
+        transaction; any refusal leaves the kernel unchanged."""
+        return self._write(pool_ops.apply_job_file, list(specs), dict(pools or {}))
 
     def set_job_enabled(self, job_id: str, enabled: bool) -> tuple[Job, bool]:
         return self._write(job_ops.set_enabled, job_id, enabled)
@@ -477,3 +482,14 @@ class Kernel:
     ) -> None:
         """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
         self._write(output.append_output, occurrence_id, owner, fence, chunks)
+
+    # -- resource pools (kernel/pools.py) ---------------------------------------------
+
+    def set_pool_limit(self, name: str, limit: int) -> tuple[Pool, bool]:
+        """Define pool ``name`` or change its limit (event ``pool_limit_set``); ``changed``
+        is false when it already had ``limit``."""
+        return self._write(pool_ops.set_limit, name, limit)
+
+    def pools(self) -> list[Pool]:
+        """Every pool with its limit, running and waiting counts, by name."""
+        return self._read(pool_ops.list_pools)
