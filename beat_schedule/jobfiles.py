@@ -19,6 +19,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +27,25 @@ import yaml
 
 from kernel import InvalidArgument
 from kernel.jobspec import JobSpec, validate_job_spec
+from kernel.pools import check_limit
 
-__all__ = ["JobFileInvalid", "MAX_FILE_BYTES", "MAX_JOBS", "load_job_file", "validate_job_file"]
+__all__ = [
+    "JobFile",
+    "JobFileInvalid",
+    "MAX_FILE_BYTES",
+    "MAX_JOBS",
+    "load_job_file",
+    "read_job_file",
+    "validate_job_file",
+]
 
 #: Larger files are refused before parsing (many jobs at the 64 KiB payload limit fit).
 MAX_FILE_BYTES = 16 * 1024 * 1024
 #: More jobs than this in one file is refused.
 MAX_JOBS = 10_000
 _WORD = re.compile(r"[A-Za-z0-9_-]+")
+#: The top-level sections of a job file.
+_SECTIONS = ("jobs", "pools")
 
 
 class JobFileInvalid(InvalidArgument):
@@ -48,6 +60,14 @@ class JobFileInvalid(InvalidArgument):
         super().__init__(field, message, file=str(path), **details)
         self.message = f"{path}: {field}: {message}" if show_field else f"{path}: {message}"
         self.args = (self.message,)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFile:
+    """A validated job file: its jobs, and the limits of its top-level ``pools:``."""
+
+    specs: list[JobSpec]
+    pools: dict[str, int] = field(default_factory=dict)
 
 
 class _Syntax(Exception):
@@ -67,6 +87,10 @@ def load_job_file(path: str | Path) -> list[dict[str, Any]]:
             line), an unsupported extension, or not ``{"jobs": [object, ...]}``.
     """
     file = Path(path)
+    return _jobs(file, _load_document(file))
+
+
+def _load_document(file: Path) -> dict[str, Any]:
     parse = _PARSERS.get(file.suffix.lower())
     if parse is None:
         raise JobFileInvalid(file, "file", "use a .json, .toml, .yaml or .yml file")
@@ -89,7 +113,9 @@ def load_job_file(path: str | Path) -> list[dict[str, Any]]:
         raise JobFileInvalid(file, "file", "nests too deeply") from None
     except ValueError as exc:  # e.g. an integer past Python's digit limit
         raise JobFileInvalid(file, "file", f"syntax error: {exc}") from None
-    return _jobs(file, document)
+    if not isinstance(document, dict):
+        raise JobFileInvalid(file, "file", 'must hold an object: {"jobs": [ ... ]}')
+    return document
 
 
 def validate_job_file(path: str | Path) -> list[JobSpec]:
@@ -99,11 +125,24 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
         JobFileInvalid: the file does not load, ids repeat, or any job is invalid;
             ``details["errors"]`` lists each problem, ``field`` names the first.
     """
+    return read_job_file(path).specs
+
+
+def read_job_file(path: str | Path) -> JobFile:
+    """Load a job file and validate its jobs and its ``pools:`` section, all errors together.
+
+    Raises:
+        JobFileInvalid: as :func:`validate_job_file`; a bad pool is reported as
+            ``pools.NAME.limit`` beside the jobs' errors.
+    """
     file = Path(path)
+    document = _load_document(file)
+    raws = _jobs(file, document)
     errors: list[dict[str, Any]] = []
+    pools = _pools(document.get("pools", {}), errors)
     specs: list[JobSpec] = []
     seen: dict[str, int] = {}
-    for index, raw in enumerate(load_job_file(file)):
+    for index, raw in enumerate(raws):
         raw_id = raw.get("id")
         label = raw_id if isinstance(raw_id, str) else None
         try:
@@ -132,21 +171,45 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
         specs.append(spec)
     if errors:
         lines = [
-            f"jobs[{e['index']}]" + (f" ({e['id']!r})" if e["id"] else "") + f": {e['message']}"
+            (
+                f"jobs[{e['index']}]" + (f" ({e['id']!r})" if e["id"] else "")
+                if "index" in e
+                else e["field"]
+            )
+            + f": {e['message']}"
             for e in errors
         ]
-        summary = f"{len(errors)} invalid job(s), nothing applied:\n  " + "\n  ".join(lines)
+        what = "job(s)" if all("index" in e for e in errors) else "job(s) or pool(s)"
+        summary = f"{len(errors)} invalid {what}, nothing applied:\n  " + "\n  ".join(lines)
         raise JobFileInvalid(file, errors[0]["field"], summary, show_field=False, errors=errors)
-    return specs
+    return JobFile(specs, pools)
 
 
-def _jobs(file: Path, document: object) -> list[dict[str, Any]]:
-    if not isinstance(document, dict):
-        raise JobFileInvalid(file, "file", 'must hold an object: {"jobs": [ ... ]}')
-    unknown = sorted(str(key) for key in document if key != "jobs")
+def _pools(section: object, errors: list[dict[str, Any]]) -> dict[str, int]:
+    """``{"NAME": {"limit": N}}``; each problem appended to ``errors`` as ``{field, message}``."""
+    if not isinstance(section, dict):
+        errors.append({"field": "pools", "message": 'must be an object: {"NAME": {"limit": N}}'})
+        return {}
+    limits: dict[str, int] = {}
+    for name, pool in section.items():
+        where = f"pools.{name}" if _WORD.fullmatch(str(name)) else f"pools[{json.dumps(name)}]"
+        if not isinstance(pool, dict) or set(pool) != {"limit"}:
+            errors.append({"field": where, "message": 'must be {"limit": N}'})
+            continue
+        try:
+            check_limit(name, pool["limit"])
+        except InvalidArgument as exc:
+            errors.append({"field": f"{where}.{exc.field}", "message": exc.message})
+            continue
+        limits[name] = pool["limit"]
+    return limits
+
+
+def _jobs(file: Path, document: dict[str, Any]) -> list[dict[str, Any]]:
+    unknown = sorted(str(key) for key in document if key not in _SECTIONS)
     if unknown:
         name = unknown[0] if _WORD.fullmatch(unknown[0]) else json.dumps(unknown[0])
-        raise JobFileInvalid(file, name, 'unknown field; a job file holds only "jobs"')
+        raise JobFileInvalid(file, name, 'unknown field; a job file holds only "jobs" and "pools"')
     if "jobs" not in document:
         raise JobFileInvalid(file, "jobs", "is required")
     jobs = document["jobs"]

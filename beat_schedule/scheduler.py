@@ -26,7 +26,7 @@ from celery.beat import Scheduler
 
 from adapters import load_adapters
 from beat_schedule import timing
-from beat_schedule.jobfiles import validate_job_file
+from beat_schedule.jobfiles import read_job_file
 from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
@@ -130,14 +130,15 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
 
     def _apply_jobs_file(self, kernel: Kernel, jobs_file: str) -> None:
         try:
-            specs = validate_job_file(jobs_file)
+            job_file = read_job_file(jobs_file)
+            specs = job_file.specs
             check_kinds(
                 [(spec.id, spec.kind) for spec in specs],
                 load_adapters(self.app),
                 worker_only_kinds(self.app.conf),
                 file=jobs_file,
             )
-            applied = kernel.apply_jobs([spec.to_dict() for spec in specs])
+            applied = kernel.apply_jobs([spec.to_dict() for spec in specs], pools=job_file.pools)
         except KernelError as exc:  # refused whole; the jobs already defined keep running
             log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})
         else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import click
@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from celery_app.cli.output import Env, command
 from celery_app.config import KernelSettings
 from celery_app.operations import beat_health
-from kernel import Event, EventType, InvalidArgument, Kernel, KernelError, OccurrenceStatus
+from kernel import Event, EventType, InvalidArgument, Kernel, KernelError, OccurrenceStatus, Pool
 
 __all__ = ["KernelCollector", "exporter"]
 
@@ -47,6 +47,26 @@ _SETTLED = (
     EventType.OCCURRENCE_DEAD_LETTER,
     EventType.OCCURRENCE_CANCELLED,
     EventType.OCCURRENCE_SKIPPED,
+)
+
+
+#: Per pool: its limit, its running counter, its queued and retry_wait occurrences.
+_POOL_GAUGES: tuple[tuple[str, str, Callable[[Pool], int]], ...] = (
+    (
+        "celery_kernel_pool_limit",
+        "How many occurrences of each pool may run at once.",
+        lambda pool: pool.limit,
+    ),
+    (
+        "celery_kernel_pool_running",
+        "Occurrences of each pool running now.",
+        lambda pool: pool.running,
+    ),
+    (
+        "celery_kernel_pool_waiting",
+        "Occurrences of each pool waiting to run.",
+        lambda pool: pool.waiting,
+    ),
 )
 
 
@@ -90,6 +110,7 @@ class KernelCollector(Collector):
                 self._tail()
                 status = self._kernel.status()
                 beats = self._kernel.beats()
+                pools = self._kernel.pools()
             except KernelError:
                 yield _gauge(
                     "celery_kernel_up", "1 when the kernel database answered this scrape.", 0
@@ -139,6 +160,11 @@ class KernelCollector(Collector):
             interval.add_metric([beat["id"], beat["host"]], beat["interval_s"])
         yield lag
         yield interval
+        for metric, documentation, count in _POOL_GAUGES:
+            gauge = GaugeMetricFamily(metric, documentation, labels=["pool"])
+            for pool in pools:
+                gauge.add_metric([pool.name], count(pool))
+            yield gauge
         yield from counters
 
     def _tail(self) -> None:

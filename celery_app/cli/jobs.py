@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from adapters import load_adapters
-from beat_schedule.jobfiles import validate_job_file
+from beat_schedule.jobfiles import read_job_file
 from beat_schedule.kinds import check_kinds, worker_only_kinds
 from celery_app import operations
 from celery_app.cli.actions import action_options, run_action
@@ -49,10 +49,12 @@ def describe_schedule(spec: dict[str, Any]) -> str:
 def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) -> None:
     """Apply a job file (JSON, TOML or YAML): create, update or leave each job.
 
-    Every job is validated first and all are applied in one transaction: if any is
-    refused, nothing is written. A kind no installed adapter runs is refused.
+    Every job is validated first and all are applied in one transaction with the
+    file's ``pools:`` limits: if any is refused, nothing is written. A kind no
+    installed adapter runs is refused.
     """
-    specs = validate_job_file(file)
+    job_file = read_job_file(file)
+    specs = job_file.specs
     check_kinds(
         [(spec.id, spec.kind) for spec in specs],
         load_adapters(env.app),
@@ -67,7 +69,9 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
         ]
     else:
         try:
-            applied = env.kernel.apply_jobs([spec.to_dict() for spec in specs])
+            applied = env.kernel.apply_jobs(
+                [spec.to_dict() for spec in specs], pools=job_file.pools
+            )
         except KernelError as exc:
             # Every job validated, so this refusal needs the database (a chain cycle, a
             # concurrent edit); the one transaction rolled back and nothing was applied.
@@ -76,7 +80,7 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
         results = [
             {"id": job.id, "change": change, "revision": job.revision} for job, change in applied
         ]
-    data = {"file": str(file), "dry_run": dry_run, "jobs": results}
+    data = {"file": str(file), "dry_run": dry_run, "jobs": results, "pools": job_file.pools}
 
     def render() -> str:
         counts = {
@@ -86,6 +90,9 @@ def _apply(env: Env, file: Path, dry_run: bool, allow_kinds: tuple[str, ...]) ->
         summary = f"{len(results)} job(s): " + ", ".join(
             f"{n} {verb}{c}" for c, n in counts.items()
         )
+        if job_file.pools:
+            limits = ", ".join(f"{name} {limit}" for name, limit in sorted(job_file.pools.items()))
+            summary += f"\npool limits {verb}set: {limits}"
         return (
             table(
                 ("id", "change", "revision"),
