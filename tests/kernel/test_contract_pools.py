@@ -6,11 +6,12 @@ below ``limit``, and every way a run ends gives the slot back.
 
 from __future__ import annotations
 
-
 import pytest
 
 from kernel import InvalidArgument, Pool
 from tests.kernel.conftest import Harness
+
+SAFE = "before_execute"
 
 
 def _pool(k: Harness, name: str) -> Pool:
@@ -95,7 +96,7 @@ def test_every_end_of_a_run_gives_its_slot_back(k: Harness) -> None:
         fence=claim.fence,
         request_id="p",
         expected_revision=None,
-        safe_point="before_execute",
+        safe_point=SAFE,
         checkpoint={"n": 1},
     )
     free()

@@ -88,35 +88,18 @@ def test_claimers_at_a_barrier_never_exceed_the_pool_limit(
             for n in range(CLAIMERS)
         ]
         by_id = i % 2 == 0
-
-        def claimer(n: int, owner: str) -> Callable[[Kernel], Any]:
-            if by_id:
-                return lambda k: k.claim(occ[n], owner=owner, lease=LEASE_S)
-            return lambda k: k.claim_next(owner=owner, lease=LEASE_S)
-
-        first = _winners(actors.run(*(claimer(n, f"c{n}") for n in range(CLAIMERS))))
+        first = _winners(
+            actors.run(*(_claimer(occ[n] if by_id else None, f"c{n}") for n in range(CLAIMERS)))
+        )
         # Claims by id each try their own occurrence, so both slots are taken; claim_next
         # may pass over rows another claimer holds locked (SKIP LOCKED) and find none.
         took = [c.occurrence.id for c in first]
         assert len(first) == LIMIT if by_id else 1 <= len(first) <= LIMIT, f"round {i}: {took}"
         assert _check(kernel, f"round {i} claims") == len(first)
 
-        def end(claim: Any, how: int) -> Callable[[Kernel], Any]:
-            held = {"owner": claim.owner, "fence": claim.fence}
-            occ_id = claim.occurrence.id
-            if how == 0:
-                return lambda k: k.succeed(occ_id, **held)
-            if how == 1:
-                return lambda k: k.fail(occ_id, code="X", message="x", retryable=True, **held)
-            return lambda k: k.hand_back(
-                occ_id, safe_point="before_execute", checkpoint={"i": i}, **held
-            )
-
-        ends = [end(claim, (i + n) % 3) for n, claim in enumerate(first)]
+        ends = [_end(claim, (i + n) % 3) for n, claim in enumerate(first)]
         rest = CLAIMERS - len(ends)
-        second = actors.run(
-            *ends, *(lambda k, n=n: k.claim_next(owner=f"d{n}", lease=LEASE_S) for n in range(rest))
-        )
+        second = actors.run(*ends, *(_claimer(None, f"d{n}") for n in range(rest)))
         refusals_are_kernel_errors(second)
         assert all(o.ok for o in second[: len(ends)]), f"round {i}: {second}"
         _check(kernel, f"round {i} ends vs claims")
@@ -125,10 +108,7 @@ def test_claimers_at_a_barrier_never_exceed_the_pool_limit(
             clock.advance(LEASE_S + 1)
             third = actors.run(
                 lambda k: k.expire_leases(),
-                *(
-                    lambda k, n=n: k.claim_next(owner=f"e{n}", lease=LEASE_S)
-                    for n in range(CLAIMERS - 1)
-                ),
+                *(_claimer(None, f"e{n}") for n in range(CLAIMERS - 1)),
             )
             refusals_are_kernel_errors(third)
             _check(kernel, f"round {i} expiry vs claims")
@@ -136,6 +116,24 @@ def test_claimers_at_a_barrier_never_exceed_the_pool_limit(
         clock.advance(5)
         _drain(kernel, occ)
         assert _counted(kernel) == (0, 0), f"round {i}: a stuck counter"
+
+
+def _claimer(occ_id: int | None, owner: str) -> Callable[[Kernel], Any]:
+    """A claim of ``occ_id``, or claim_next when None."""
+    if occ_id is not None:
+        return lambda k: k.claim(occ_id, owner=owner, lease=LEASE_S)
+    return lambda k: k.claim_next(owner=owner, lease=LEASE_S)
+
+
+def _end(claim: Any, how: int) -> Callable[[Kernel], Any]:
+    """The holder ends its run: succeeds (0), fails retryably (1) or hands back (2)."""
+    held = {"owner": claim.owner, "fence": claim.fence}
+    occ_id = claim.occurrence.id
+    if how == 0:
+        return lambda k: k.succeed(occ_id, **held)
+    if how == 1:
+        return lambda k: k.fail(occ_id, code="X", message="x", retryable=True, **held)
+    return lambda k: k.hand_back(occ_id, safe_point="before_execute", checkpoint=None, **held)
 
 
 def _drain(kernel: Kernel, occ: list[int]) -> None:
