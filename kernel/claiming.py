@@ -8,6 +8,7 @@ import sqlalchemy as sa
 
 from kernel import pools, runs
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.events import EventType
 from kernel.records import loads, occurrence_from_row
 from kernel.schema import controls, occurrences
@@ -82,19 +83,18 @@ def claim(
         "owner": owner,
         "lease_until": tx.now + lease_ms,
     }
+    transition = T.WORKER_RECLAIMS if reclaiming else T.WORKER_CLAIMS
     if o["exclusive"] and tx.is_postgres:
-        claimed = _claim_exclusive(tx, params)
+        claimed = _claim_exclusive(tx, transition, params)
     else:
-        claimed = st.CLAIM.first(tx.conn, params)
+        claimed = T.run(tx, transition, params)
     if claimed is None:
         pools.give_back(tx, slot)
         # Moved since it was read (PostgreSQL): decide once more from what it is now.
         return claim(tx, occ_id, owner, lease_ms, again=False) if again else None
     fence = claimed._mapping["fence"]
     if state == ControlState.PAUSE_REQUESTED:
-        tx.conn.execute(
-            st.REBIND_PAUSE_REQUEST, {"occ_id": occ_id, "new_fence": fence, "now": tx.now}
-        )
+        T.run(tx, T.PAUSE_REQUEST_REBOUND, {"occ_id": occ_id, "new_fence": fence, "now": tx.now})
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
     tx.emit(
@@ -132,12 +132,14 @@ def _ends_on_expiry(o: Any, state: str | None) -> bool:
 _FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
 
 
-def _claim_exclusive(tx: Tx, params: dict[str, Any]) -> sa.Row[Any] | None:
+def _claim_exclusive(
+    tx: Tx, transition: T.Transition, params: dict[str, Any]
+) -> sa.Row[Any] | None:
     """CLAIM under a savepoint: two claimers on PostgreSQL may both count no runner,
     and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
     savepoint = tx.conn.begin_nested()
     try:
-        claimed = st.CLAIM.first(tx.conn, params)
+        claimed = T.run(tx, transition, params)
     except sa.exc.IntegrityError as exc:
         savepoint.rollback()
         if constraint_name(exc) != EXCLUSIVE_INDEX:

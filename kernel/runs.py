@@ -8,6 +8,7 @@ from typing import Any
 
 from kernel import pools
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.chains import fire_children
 from kernel.control import end_control
 from kernel.errors import (
@@ -67,8 +68,8 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
         "now": tx.now,
         "lease_until": tx.now + lease_ms,
     }
-    cancel = tx.conn.execute(st.RENEW, params).scalar()
-    if cancel is None:
+    renewed = T.run(tx, T.WORKER_RENEWS, params)
+    if renewed is None:
         raise lease_lost(tx, occ_id, owner, fence)
     control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     pause = None
@@ -80,7 +81,9 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
             )
     expires = to_dt(tx.now + lease_ms)
     assert expires is not None
-    return RenewAnswer(lease_expires_at=expires, pause=pause, cancel_requested=bool(cancel))
+    return RenewAnswer(
+        lease_expires_at=expires, pause=pause, cancel_requested=bool(renewed.cancel_requested)
+    )
 
 
 def settle(
@@ -124,8 +127,9 @@ def settle(
         available_at = tx.now + (int(decision.delay_s * 1000) if to_status == S.RETRY_WAIT else 0)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
-    updated = st.SETTLE.first(
-        tx.conn,
+    updated = T.run(
+        tx,
+        _SETTLES[outcome],
         {
             "occ_id": occ_id,
             "owner": owner,
@@ -169,6 +173,14 @@ def settle(
     return to_status
 
 
+#: The SETTLE row of each outcome a holder reports.
+_SETTLES = {
+    "succeeded": T.WORKER_SUCCEEDS,
+    "failed": T.WORKER_FAILS,
+    "cancelled": T.WORKER_STOPS_ON_CANCEL,
+}
+
+
 def release(
     tx: Tx,
     occ_id: int,
@@ -198,21 +210,23 @@ def release(
     if pause_request_id is not None:
         if tx.is_postgres:
             st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occ_id})
-        acked = tx.conn.execute(
-            st.ACK_PAUSE,
+        acked = T.run(
+            tx,
+            T.WORKER_ACKS_PAUSE,
             {
                 **params,
                 "request_id": pause_request_id,
                 "expected_revision": expected_revision,
                 "quoted_safe_point": dumps(safe_point),
             },
-        ).first()
+        )
         if acked is None:
             raise _ack_refused(
                 tx, occ_id, owner, fence, pause_request_id, expected_revision, safe_point
             )
-    released = tx.conn.execute(
-        st.RELEASE,
+    released = T.run(
+        tx,
+        T.WORKER_RELEASES,
         {
             "occ_id": occ_id,
             "owner": owner,
@@ -220,7 +234,7 @@ def release(
             "now": tx.now,
             "cancel_error": dumps({"code": "CANCELLED", "message": "cancelled at a safe point"}),
         },
-    ).first()
+    )
     if released is None:
         raise lease_lost(tx, occ_id, owner, fence)
     pools.give_back(tx, released.pool)
@@ -238,9 +252,7 @@ def release(
         )
         return
     if pause_request_id is None:
-        handed = tx.conn.execute(
-            st.HAND_BACK_CONTROL[tx.dialect], {**params, "safe_points": dumps([safe_point])}
-        ).first()
+        handed = T.run(tx, T.WORKER_HANDS_BACK, {**params, "safe_points": dumps([safe_point])})
         assert handed is not None  # an upsert always returns its row
         if handed.state == ControlState.PAUSED:
             # A warm hand back while this run's pause is pending honours the pause.
@@ -312,8 +324,9 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
 def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
     """Settle one expired lease (``m``: its occurrence row as read) if it decides its
     own end, with its events; None when it does not, or moved since it was read."""
-    expired = tx.conn.execute(
-        st.EXPIRE,
+    expired = T.run(
+        tx,
+        T.LEASE_EXPIRES,
         {
             "occ_id": m["id"],
             "held_fence": m["fence"],
@@ -326,7 +339,7 @@ def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
                 }
             ),
         },
-    ).first()
+    )
     if expired is None:
         return None
     pools.give_back(tx, expired.pool)

@@ -210,6 +210,7 @@ REBIND_PAUSE_REQUEST = (
     sa.update(CTL)
     .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state == "pause_requested")
     .values(expected_fence=p("new_fence"), revision=CTL.c.revision + 1, updated_at=p("now"))
+    .returning(CTL.c.revision)
 )
 
 #: The occurrence settled: its control is history. Returns the pause request

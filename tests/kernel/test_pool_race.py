@@ -144,10 +144,11 @@ def _drain(kernel: Kernel, occ: list[int]) -> None:
             return
         for o in left:
             current = kernel.get_occurrence(o)
-            if current.status == "running":
+            live = current.lease_expires_at is not None and current.lease_expires_at > kernel.now()
+            if live:
                 kernel.succeed(o, owner=current.lease_owner, fence=current.fence)  # type: ignore[arg-type]
-            else:
-                claim = kernel.claim(o, owner="drain", lease=LEASE_S)
-                if claim is not None:
-                    kernel.succeed(o, owner="drain", fence=claim.fence)
+                continue
+            claim = kernel.claim(o, owner="drain", lease=LEASE_S)  # a reclaim when expired
+            if claim is not None:
+                kernel.succeed(o, owner="drain", fence=claim.fence)
     raise AssertionError(f"occurrences left unsettled: {left}")
