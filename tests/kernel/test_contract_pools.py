@@ -6,9 +6,12 @@ below ``limit``, and every way a run ends gives the slot back.
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from kernel import InvalidArgument, Pool
+import pytest
+import sqlalchemy as sa
+
+from kernel import InvalidArgument, Pool, StateConflict
 from tests.kernel.conftest import Harness
 
 SAFE = "before_execute"
@@ -158,3 +161,17 @@ def test_a_disabled_jobs_occurrences_wait_but_a_run_now_runs(k: Harness) -> None
     assert k.kernel.get_occurrence(scheduled).status == "running"
     k.kernel.set_job_enabled("a", True)
     assert k.kernel.claim(scheduled, owner="w2", lease=30) is not None
+
+
+def test_a_constraint_refusal_says_what_the_constraint_stands_for(k: Harness) -> None:
+    k.kernel.set_pool_limit("db", 1)
+
+    def write(tx: Any) -> None:
+        tx.conn.execute(sa.text("UPDATE pools SET running = -1"))
+
+    with pytest.raises(StateConflict) as refused:
+        k.kernel._write(write)
+    assert refused.value.details["constraint"] == "ck_pools_counters"
+    assert "a pool's running count cannot go below 0 and its limit is at least 1" in str(
+        refused.value
+    )
