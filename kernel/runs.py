@@ -314,16 +314,25 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
     The EXPIRE statement makes that choice from the row as it is when it writes.
     """
     counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
+    freed: list[str] = []
     for row in tx.conn.execute(st.EXPIRED_LEASES, {"now": tx.now, "limit": limit}).all():
-        to_status = expire(tx, row._mapping)
+        to_status = expire(tx, row._mapping, give_back=False)
         if to_status is not None:
             counts[to_status.value] += 1
+            if row.pool is not None:
+                freed.append(row.pool)
+    # Slots given back last, in name order: holding a pool's row while waiting for the
+    # next expired occurrence's row would deadlock with a claim that settles that
+    # expiry itself (it locks the occurrence, then the pool).
+    for pool in sorted(freed):
+        pools.give_back(tx, pool)
     return counts
 
 
-def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
+def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None:
     """Settle one expired lease (``m``: its occurrence row as read) if it decides its
-    own end, with its events; None when it does not, or moved since it was read."""
+    own end, with its events; None when it does not, or moved since it was read.
+    ``give_back=False``: the caller gives the pool slot back (``m["pool"]``)."""
     expired = T.run(
         tx,
         T.LEASE_EXPIRES,
@@ -342,7 +351,8 @@ def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
     )
     if expired is None:
         return None
-    pools.give_back(tx, expired.pool)
+    if give_back:
+        pools.give_back(tx, expired.pool)
     to_status = S(expired.status)
     if to_status != S.NEEDS_ADJUDICATION:
         end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])

@@ -259,6 +259,7 @@ EXPIRED_LEASES = (
         OCC.c.delivery,
         OCC.c.cancel_requested,
         OCC.c.chain_depth,
+        OCC.c.pool,
     )
     .where(
         OCC.c.status == "running",
