@@ -31,6 +31,7 @@ from kernel import InvalidArgument
 from kernel.budgets import read_budget
 from kernel.durations import text
 from kernel.jobspec import JobSpec, validate_job_spec
+from kernel.pools import check_limit
 
 __all__ = [
     "JobFile",
@@ -48,16 +49,8 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 MAX_JOBS = 10_000
 _WORD = re.compile(r"[A-Za-z0-9_-]+")
 # "$schema" points an editor at `kernel jobs schema`; the kernel ignores it.
-_TOP_LEVEL = ("jobs", "budgets", "$schema")
+_TOP_LEVEL = ("jobs", "pools", "budgets", "$schema")
 _BUDGET_NAME = text(128, re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*"))
-
-
-@dataclass(frozen=True)
-class JobFile:
-    """A validated job file: its jobs and its shared budgets (name -> budget object)."""
-
-    jobs: list[JobSpec]
-    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class JobFileInvalid(InvalidArgument):
@@ -73,6 +66,16 @@ class JobFileInvalid(InvalidArgument):
         super().__init__(field, message, file=str(path), **details)
         self.message = f"{path}: {field}: {message}" if show_field else f"{path}: {message}"
         self.args = (self.message,)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFile:
+    """A validated job file: its jobs, the limits of its top-level ``pools:`` and its
+    shared ``budgets:`` (name -> budget object)."""
+
+    jobs: list[JobSpec]
+    pools: dict[str, int] = field(default_factory=dict)
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class _Syntax(Exception):
@@ -134,19 +137,22 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
 
 
 def read_job_file(path: str | Path) -> JobFile:
-    """Load a job file and validate its jobs and budgets; all errors reported together.
+    """Load a job file and validate its jobs, its ``pools:`` and its ``budgets:``; all
+    errors reported together.
 
     Raises:
-        JobFileInvalid: as :func:`validate_job_file`; a budget's errors have
-            ``index`` None and ``field`` ``budgets.NAME...``.
+        JobFileInvalid: as :func:`validate_job_file`; a pool's or budget's errors have
+            ``index`` None and ``field`` ``pools.NAME.limit`` / ``budgets.NAME...``.
     """
     file = Path(path)
     document = _load_document(file)
+    raws = _jobs(file, document)
     errors: list[dict[str, Any]] = []
+    pools = _pools(document.get("pools", {}), errors)
     budgets = _budgets(file, document.get("budgets", {}), errors)
     specs: list[JobSpec] = []
     seen: dict[str, int] = {}
-    for index, raw in enumerate(_jobs(file, document)):
+    for index, raw in enumerate(raws):
         raw_id = raw.get("id")
         label = raw_id if isinstance(raw_id, str) else None
         try:
@@ -189,10 +195,10 @@ def read_job_file(path: str | Path) -> JobFile:
             for e in errors
         ]
         invalid = len({e["index"] for e in errors if e["index"] is not None})
-        what = f"{invalid} invalid job(s)" if invalid else "invalid budgets"
+        what = f"{invalid} invalid job(s)" if invalid else "invalid pools or budgets"
         summary = f"{what}, {len(errors)} problem(s), nothing applied:\n  " + "\n  ".join(lines)
         raise JobFileInvalid(file, errors[0]["field"], summary, show_field=False, errors=errors)
-    return JobFile(jobs=specs, budgets=budgets)
+    return JobFile(jobs=specs, pools=pools, budgets=budgets)
 
 
 def _budgets(file: Path, section: object, errors: list[dict[str, Any]]) -> dict[str, Any]:
@@ -208,12 +214,43 @@ def _budgets(file: Path, section: object, errors: list[dict[str, Any]]) -> dict[
     return budgets
 
 
+def _pools(section: object, errors: list[dict[str, Any]]) -> dict[str, int]:
+    """``{"NAME": {"limit": N}}``; each problem appended to ``errors`` as ``{field, message}``."""
+    if not isinstance(section, dict):
+        errors.append(
+            {
+                "index": None,
+                "id": None,
+                "field": "pools",
+                "message": 'must be an object: {"NAME": {"limit": N}}',
+            }
+        )
+        return {}
+    limits: dict[str, int] = {}
+    for name, pool in section.items():
+        where = f"pools.{name}" if _WORD.fullmatch(str(name)) else f"pools[{json.dumps(name)}]"
+        if not isinstance(pool, dict) or set(pool) != {"limit"}:
+            errors.append(
+                {"index": None, "id": None, "field": where, "message": 'must be {"limit": N}'}
+            )
+            continue
+        try:
+            check_limit(name, pool["limit"])
+        except InvalidArgument as exc:
+            errors.append(
+                {"index": None, "id": None, "field": f"{where}.{exc.field}", "message": exc.message}
+            )
+            continue
+        limits[name] = pool["limit"]
+    return limits
+
+
 def _jobs(file: Path, document: dict[str, Any]) -> list[dict[str, Any]]:
     unknown = sorted(str(key) for key in document if key not in _TOP_LEVEL)
     if unknown:
         name = unknown[0] if _WORD.fullmatch(unknown[0]) else json.dumps(unknown[0])
         raise JobFileInvalid(
-            file, name, 'unknown field; a job file holds only "jobs" and "budgets"'
+            file, name, 'unknown field; a job file holds only "jobs", "pools" and "budgets"'
         )
     if "jobs" not in document:
         raise JobFileInvalid(file, "jobs", "is required")

@@ -141,7 +141,9 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
                 file=jobs_file,
             )
             applied = kernel.apply_jobs(
-                [spec.to_dict() for spec in specs], shared_budgets=job_file.budgets
+                [spec.to_dict() for spec in specs],
+                pools=job_file.pools,
+                shared_budgets=job_file.budgets,
             )
         except KernelError as exc:  # refused whole; the jobs already defined keep running
             log.error("job file not applied: %s", exc, extra={"action": "jobs_file_refused"})

@@ -30,10 +30,12 @@ def apply_specs(
     allow_kinds: Iterable[str] = (),
     file: str | None = None,
     operator: str | None = None,
+    pools: Mapping[str, int] | None = None,
     shared_budgets: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Create, update or leave each job (all in one transaction, or none, with the
-    job file's ``shared_budgets``), recording ``operator`` as who changed it.
+    job file's ``pools`` limits and ``shared_budgets``), recording ``operator`` as who
+    changed it.
 
     With ``expected_revision`` exactly one spec is allowed and the job must exist at
     that revision (RevisionConflict otherwise, NotFound when it does not exist).
@@ -63,7 +65,10 @@ def apply_specs(
         ]
     else:
         applied = kernel.apply_jobs(
-            [spec.to_dict() for spec in specs], operator=operator, shared_budgets=shared_budgets
+            [spec.to_dict() for spec in specs],
+            operator=operator,
+            pools=pools,
+            shared_budgets=shared_budgets,
         )
         results = [
             {"id": job.id, "change": change, "revision": job.revision} for job, change in applied

@@ -360,6 +360,20 @@ def delete_job(kernel: Kernel, job_id: str, operator: str | None = None) -> dict
     return {"deleted": job_id}
 
 
+# -- resource pools -------------------------------------------------------------
+
+
+def pools_set(kernel: Kernel, name: str, limit: int) -> dict[str, Any]:
+    """Define a pool or change its limit; ``changed`` is false when it already had it."""
+    pool, changed = kernel.set_pool_limit(name, limit)
+    return {"pool": pool.to_dict(), "changed": changed}
+
+
+def pools_list(kernel: Kernel) -> list[dict[str, Any]]:
+    """Every pool with its limit, running and waiting counts, by name."""
+    return [pool.to_dict() for pool in kernel.pools()]
+
+
 def prune(kernel: Kernel, app: Any, older_than_s: float, limit: int) -> dict[str, Any]:
     """Delete settled history older than ``older_than_s`` seconds, and forget Beats silent
     for longer than the Beat retention (``beats_forgotten``: their ids)."""

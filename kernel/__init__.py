@@ -28,6 +28,7 @@ from kernel.types import (
     Event,
     Job,
     Occurrence,
+    Pool,
     RenewAnswer,
 )
 
@@ -61,5 +62,6 @@ __all__ = [
     "Event",
     "Job",
     "Occurrence",
+    "Pool",
     "RenewAnswer",
 ]

@@ -16,6 +16,7 @@ from typing import Any
 
 from kernel import budgets
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.errors import StateConflict
 from kernel.events import EventType
 from kernel.operator import occurrence_row, record_request
@@ -72,10 +73,10 @@ def decide(
         return True
     params = {"occ_id": occ_id, "now": tx.now}
     moved = (
-        tx.conn.execute(st.APPROVE, params)
+        T.run(tx, T.OPERATOR_APPROVES, params)
         if approved
-        else tx.conn.execute(st.REJECT, {**params, "reason": "approval_rejected"})
-    ).first()
+        else T.run(tx, T.OPERATOR_REJECTS, {**params, "reason": "approval_rejected"})
+    )
     if moved is None:
         raise _not_awaiting(tx, occ_id, "approved" if approved else "rejected")
     tx.emit(
@@ -95,7 +96,7 @@ def decide(
 
 def apply_timeouts(tx: Tx, limit: int) -> dict[str, int]:
     """Apply the auto action of up to ``limit`` occurrences whose approval timed out."""
-    decided = tx.conn.execute(st.APPLY_APPROVAL_TIMEOUTS, {"now": tx.now, "limit": limit}).all()
+    decided = T.run_all(tx, T.APPROVAL_TIMES_OUT, {"now": tx.now, "limit": limit})
     counts = {"approved": 0, "rejected": 0}
     for row in decided:
         approved = row.status == S.QUEUED

@@ -6,8 +6,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel import runs
+from kernel import pools, runs
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.events import EventType
 from kernel.records import loads, occurrence_from_row
 from kernel.schema import controls, occurrences
@@ -64,7 +65,11 @@ def claim(
     free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
     if not free and o["attempt"] >= o["max_attempts"]:
         return None
-    if not _gates_open(tx, o):
+    if o["exclusive"] and _job_running(tx, o):
+        return None
+    # A reclaim runs in the slot its expired run took.
+    slot = o["pool"] if not reclaiming else None
+    if slot is not None and not pools.take_slot(tx, slot):
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
@@ -78,18 +83,18 @@ def claim(
         "owner": owner,
         "lease_until": tx.now + lease_ms,
     }
+    transition = T.WORKER_RECLAIMS if reclaiming else T.WORKER_CLAIMS
     if o["exclusive"] and tx.is_postgres:
-        claimed = _claim_exclusive(tx, params)
+        claimed = _claim_exclusive(tx, transition, params)
     else:
-        claimed = st.CLAIM.first(tx.conn, params)
+        claimed = T.run(tx, transition, params)
     if claimed is None:
+        pools.give_back(tx, slot)
         # Moved since it was read (PostgreSQL): decide once more from what it is now.
         return claim(tx, occ_id, owner, lease_ms, again=False) if again else None
     fence = claimed._mapping["fence"]
     if state == ControlState.PAUSE_REQUESTED:
-        tx.conn.execute(
-            st.REBIND_PAUSE_REQUEST, {"occ_id": occ_id, "new_fence": fence, "now": tx.now}
-        )
+        T.run(tx, T.PAUSE_REQUEST_REBOUND, {"occ_id": occ_id, "new_fence": fence, "now": tx.now})
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
     tx.emit(
@@ -127,12 +132,14 @@ def _ends_on_expiry(o: Any, state: str | None) -> bool:
 _FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
 
 
-def _claim_exclusive(tx: Tx, params: dict[str, Any]) -> sa.Row[Any] | None:
+def _claim_exclusive(
+    tx: Tx, transition: T.Transition, params: dict[str, Any]
+) -> sa.Row[Any] | None:
     """CLAIM under a savepoint: two claimers on PostgreSQL may both count no runner,
     and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
     savepoint = tx.conn.begin_nested()
     try:
-        claimed = st.CLAIM.first(tx.conn, params)
+        claimed = T.run(tx, transition, params)
     except sa.exc.IntegrityError as exc:
         savepoint.rollback()
         if constraint_name(exc) != EXCLUSIVE_INDEX:
@@ -142,30 +149,12 @@ def _claim_exclusive(tx: Tx, params: dict[str, Any]) -> sa.Row[Any] | None:
     return claimed
 
 
-def _gates_open(tx: Tx, o: Any) -> bool:
-    """Overlap (exclusive) and resource-pool gates: room to run one more?"""
-    if not o["exclusive"] and o["pool"] is None:
-        return True
-    if tx.is_postgres and o["pool"] is not None:
-        # READ COMMITTED lets two claimers count the same free slot of a pool;
-        # serialise its count-and-claim for the rest of this transaction.
-        tx.conn.execute(
-            sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"), {"k": f"pool:{o['pool']}"}
-        )
-    if o["exclusive"]:
-        busy = tx.conn.execute(
-            st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}
-        ).scalar_one()
-        if busy:
-            return False
-    if o["pool"] is not None:
-        limit = tx.conn.execute(st.POOL_LIMIT, {"pool": o["pool"]}).scalar() or 1
-        running = tx.conn.execute(
-            st.RUNNING_IN_POOL, {"pool": o["pool"], "occ_id": o["id"]}
-        ).scalar_one()
-        if running >= limit:
-            return False
-    return True
+def _job_running(tx: Tx, o: Any) -> bool:
+    """Overlap queue/replace: another occurrence of the job runs (the unique index
+    ``occurrences_one_running_exclusive`` refuses what this read cannot see)."""
+    return bool(
+        tx.conn.execute(st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}).scalar_one()
+    )
 
 
 def claim_next(
@@ -189,7 +178,11 @@ def claim_next(
         o.c.available_at <= tx.now,
         o.c.cancel_requested.is_(False),
         not_paused,
+        st.ROOM_IN_POOL,
+        st.JOB_ALLOWS_CLAIM,
     )
+    # Not filtered by JOB_ALLOWS_CLAIM: an expiry that settles the run does so whatever
+    # the job (CLAIM refuses the reclaim of a disabled job's run).
     expired = sa.and_(o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now)
     for condition in (waiting, expired):
         query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)

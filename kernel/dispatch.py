@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from kernel import statements as st
 from kernel.records import loads
 from kernel.schema import controls, occurrences
 from kernel.states import ControlState, OccurrenceStatus
@@ -35,6 +36,7 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
         OCC.c.available_at <= tx.now,
         free_to_start,
+        st.ROOM_IN_POOL,
         not_recent,
     )
     expired = sa.and_(
@@ -50,7 +52,7 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
             break
         query = (
             sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
-            .where(condition, not_paused, OCC.c.cancel_requested.is_(False))
+            .where(condition, not_paused, OCC.c.cancel_requested.is_(False), st.JOB_ALLOWS_CLAIM)
             .order_by(OCC.c.available_at, OCC.c.id)
             .limit(limit - len(hints))
         )

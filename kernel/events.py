@@ -70,6 +70,8 @@ class EventType(StrEnum):
     WATCHDOG_OVERDUE = "watchdog_overdue"
     #: The watchdog found a run still going past its timeout.
     WATCHDOG_OVERRUN = "watchdog_overrun"
+    #: A pool's limit was set (``kernel pools set``, or a job file's ``pools:``).
+    POOL_LIMIT_SET = "pool_limit_set"
 
 
 _SETTLED = {

@@ -7,6 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel import transitions as T
 from kernel.events import EventType
 from kernel.records import dumps
 from kernel.schema import occurrences
@@ -78,9 +79,8 @@ def create_occurrence(
         "approval_due_at": tx.now + int(spec["approval"]["timeout"] * 1000) if awaiting else None,
         "approval_auto": spec["approval"]["auto"] if awaiting else None,
     }
-    new_id = tx.conn.execute(
-        tx.insert_or_ignore(occurrences).values(**values).returning(occurrences.c.id)
-    ).scalar()
+    inserted = T.run(tx, T.BEAT_FIRES, values)
+    new_id = inserted.id if inserted is not None else None
     if new_id is None:
         existing = tx.conn.execute(
             sa.select(occurrences.c.id, occurrences.c.status).where(

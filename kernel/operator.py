@@ -13,6 +13,7 @@ from typing import Any
 
 from kernel import budgets
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.control import end_control
 from kernel.errors import (
     EvidenceConflict,
@@ -87,7 +88,7 @@ def control_row(tx: Tx, occ_id: int) -> Any:
 
 def request_cancel(tx: Tx, occ_id: int, *, reason: str) -> bool:
     """Cancel at once if waiting; flag a running one for its worker. False: nothing to do."""
-    moved = tx.conn.execute(st.CANCEL, {"occ_id": occ_id, "now": tx.now}).first()
+    moved = T.run(tx, T.OPERATOR_CANCELS, {"occ_id": occ_id, "now": tx.now})
     if moved is None:
         return False
     if moved.status == S.CANCELLED:
@@ -132,15 +133,16 @@ def requeue(
     evidence = {"fence": expected_fence, "error_code": expected_error_code}
     if record_request(tx, request_id, "requeue", str(occ_id), evidence, operator):
         return True
-    revived = tx.conn.execute(
-        st.REQUEUE,
+    revived = T.run(
+        tx,
+        T.OPERATOR_REQUEUES,
         {
             "occ_id": occ_id,
             "expected_fence": expected_fence,
             "code_pattern": st.error_code_pattern(expected_error_code),
             "now": tx.now,
         },
-    ).first()
+    )
     if revived is None:
         o = occurrence_row(tx, occ_id)
         actual_code = (loads(o["last_error"]) or {}).get("code")
@@ -206,8 +208,9 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
         ),
     }[verdict]
     settled = to_status != S.RETRY_WAIT
-    decided = tx.conn.execute(
-        st.ADJUDICATE,
+    decided = T.run(
+        tx,
+        T.OPERATOR_ADJUDICATES,
         {
             "occ_id": occ_id,
             "to_status": to_status.value,
@@ -215,7 +218,7 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
             "error_json": dumps(error) if error is not None else None,
             "now": tx.now,
         },
-    ).first()
+    )
     if decided is None:
         o = occurrence_row(tx, occ_id)
         raise StateConflict(

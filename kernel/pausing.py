@@ -11,6 +11,7 @@ import hashlib
 from collections.abc import Sequence
 
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.errors import (
     FenceConflict,
     InvalidArgument,
@@ -68,8 +69,9 @@ def request_pause(
             "declares no safe point; it cannot be paused (cancel it instead)",
             occurrence_id=occ_id,
         )
-    requested = tx.conn.execute(
-        st.REQUEST_PAUSE[tx.dialect],
+    requested = T.run(
+        tx,
+        T.OPERATOR_REQUESTS_PAUSE,
         {
             "occ_id": occ_id,
             "request_id": request_id,
@@ -78,7 +80,7 @@ def request_pause(
             "expected_fence": expected_fence,
             "expected_revision": expected_revision,
         },
-    ).first()
+    )
     if requested is None:
         raise _pause_refused(tx, occ_id, expected_fence, expected_revision)
     o = occurrence_row(tx, occ_id)
@@ -158,15 +160,16 @@ def resume(
         return True
     if tx.is_postgres:
         st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occ_id})
-    resumed = tx.conn.execute(
-        st.RESUME,
+    resumed = T.run(
+        tx,
+        T.CONTROL_RESUMES,
         {
             "occ_id": occ_id,
             "request_id": request_id,
             "expected_revision": expected_revision,
             "now": tx.now,
         },
-    ).first()
+    )
     if resumed is None:
         occurrence_row(tx, occ_id)
         c = control_row(tx, occ_id)
@@ -177,7 +180,7 @@ def resume(
                 state=c["state"] if c else None,
             )
         raise stale_revision(occ_id, expected_revision, c["revision"])
-    available = tx.conn.execute(st.MAKE_AVAILABLE, {"occ_id": occ_id, "now": tx.now}).first()
+    available = T.run(tx, T.OPERATOR_RESUMES, {"occ_id": occ_id, "now": tx.now})
     o = available._mapping if available is not None else occurrence_row(tx, occ_id)
     tx.emit(
         EventType.OCCURRENCE_RESUMED,

@@ -6,8 +6,9 @@ import hashlib
 import random
 from typing import Any
 
-from kernel import budgets
+from kernel import budgets, pools
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.chains import fire_children
 from kernel.control import end_control
 from kernel.errors import (
@@ -67,8 +68,8 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
         "now": tx.now,
         "lease_until": tx.now + lease_ms,
     }
-    cancel = tx.conn.execute(st.RENEW, params).scalar()
-    if cancel is None:
+    renewed = T.run(tx, T.WORKER_RENEWS, params)
+    if renewed is None:
         raise lease_lost(tx, occ_id, owner, fence)
     control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     pause = None
@@ -80,7 +81,9 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
             )
     expires = to_dt(tx.now + lease_ms)
     assert expires is not None
-    return RenewAnswer(lease_expires_at=expires, pause=pause, cancel_requested=bool(cancel))
+    return RenewAnswer(
+        lease_expires_at=expires, pause=pause, cancel_requested=bool(renewed.cancel_requested)
+    )
 
 
 def settle(
@@ -124,8 +127,9 @@ def settle(
         available_at = tx.now + (int(decision.delay_s * 1000) if to_status == S.RETRY_WAIT else 0)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
-    updated = st.SETTLE.first(
-        tx.conn,
+    updated = T.run(
+        tx,
+        _SETTLES[outcome],
         {
             "occ_id": occ_id,
             "owner": owner,
@@ -141,6 +145,7 @@ def settle(
     if updated is None:
         raise lease_lost(tx, occ_id, owner, fence)
     u = updated._mapping
+    pools.give_back(tx, u["pool"])
     to_status = S(u["status"])
     # On PostgreSQL ``control_open`` is read from SETTLE's snapshot: a pause
     # request committed while SETTLE waited for the row lock is not in it, so the
@@ -169,6 +174,14 @@ def settle(
             parent_depth=u["chain_depth"],
         )
     return to_status
+
+
+#: The SETTLE row of each outcome a holder reports.
+_SETTLES = {
+    "succeeded": T.WORKER_SUCCEEDS,
+    "failed": T.WORKER_FAILS,
+    "cancelled": T.WORKER_STOPS_ON_CANCEL,
+}
 
 
 def release(
@@ -200,21 +213,23 @@ def release(
     if pause_request_id is not None:
         if tx.is_postgres:
             st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occ_id})
-        acked = tx.conn.execute(
-            st.ACK_PAUSE,
+        acked = T.run(
+            tx,
+            T.WORKER_ACKS_PAUSE,
             {
                 **params,
                 "request_id": pause_request_id,
                 "expected_revision": expected_revision,
                 "quoted_safe_point": dumps(safe_point),
             },
-        ).first()
+        )
         if acked is None:
             raise _ack_refused(
                 tx, occ_id, owner, fence, pause_request_id, expected_revision, safe_point
             )
-    released = tx.conn.execute(
-        st.RELEASE,
+    released = T.run(
+        tx,
+        T.WORKER_RELEASES,
         {
             "occ_id": occ_id,
             "owner": owner,
@@ -222,9 +237,10 @@ def release(
             "now": tx.now,
             "cancel_error": dumps({"code": "CANCELLED", "message": "cancelled at a safe point"}),
         },
-    ).first()
+    )
     if released is None:
         raise lease_lost(tx, occ_id, owner, fence)
+    pools.give_back(tx, released.pool)
     if released.status == S.CANCELLED:
         # A pending cancel wins (decided by RELEASE): a handed-back cancel-requested
         # row would wait for ever, since no claim takes it.
@@ -239,9 +255,7 @@ def release(
         )
         return
     if pause_request_id is None:
-        handed = tx.conn.execute(
-            st.HAND_BACK_CONTROL[tx.dialect], {**params, "safe_points": dumps([safe_point])}
-        ).first()
+        handed = T.run(tx, T.WORKER_HANDS_BACK, {**params, "safe_points": dumps([safe_point])})
         assert handed is not None  # an upsert always returns its row
         if handed.state == ControlState.PAUSED:
             # A warm hand back while this run's pause is pending honours the pause.
@@ -303,18 +317,28 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
     The EXPIRE statement makes that choice from the row as it is when it writes.
     """
     counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
+    freed: list[str] = []
     for row in tx.conn.execute(st.EXPIRED_LEASES, {"now": tx.now, "limit": limit}).all():
-        to_status = expire(tx, row._mapping)
+        to_status = expire(tx, row._mapping, give_back=False)
         if to_status is not None:
             counts[to_status.value] += 1
+            if row.pool is not None:
+                freed.append(row.pool)
+    # Slots given back last, in name order: holding a pool's row while waiting for the
+    # next expired occurrence's row would deadlock with a claim that settles that
+    # expiry itself (it locks the occurrence, then the pool).
+    for pool in sorted(freed):
+        pools.give_back(tx, pool)
     return counts
 
 
-def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
+def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None:
     """Settle one expired lease (``m``: its occurrence row as read) if it decides its
-    own end, with its events; None when it does not, or moved since it was read."""
-    expired = tx.conn.execute(
-        st.EXPIRE,
+    own end, with its events; None when it does not, or moved since it was read.
+    ``give_back=False``: the caller gives the pool slot back (``m["pool"]``)."""
+    expired = T.run(
+        tx,
+        T.LEASE_EXPIRES,
         {
             "occ_id": m["id"],
             "held_fence": m["fence"],
@@ -327,9 +351,11 @@ def expire(tx: Tx, m: Any) -> OccurrenceStatus | None:
                 }
             ),
         },
-    ).first()
+    )
     if expired is None:
         return None
+    if give_back:
+        pools.give_back(tx, expired.pool)
     to_status = S(expired.status)
     if to_status != S.NEEDS_ADJUDICATION:
         end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])

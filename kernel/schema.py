@@ -38,7 +38,11 @@ events
 beats
     Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
 pools
-    Concurrency limit per resource pool (absent: 1).
+    A resource pool: ``limit`` occurrences of it may run at once; ``running`` counts
+    those that do. A claim takes a slot (``running + 1`` only while ``running <
+    limit``, one guarded statement) and every statement that ends a run gives it
+    back, in the same transaction (revision 0006). A pool a job names but nothing
+    defines gets a row with limit 1 at its first claim.
 budgets
     Shared budgets by name, as the job files' ``budgets:`` section sets them:
     ``window_s`` and the limits ``max_runs`` / ``max_units`` (NULL: unlimited).
@@ -60,7 +64,8 @@ OccurrenceStatus; a lease (owner + expiry) exists exactly while ``running``;
 no ``queued``/``retry_wait`` row carries ``cancel_requested`` (no claim would
 take it); ``settled_at`` is set exactly in the final states; counters are
 non-negative. A partial unique index allows one running exclusive occurrence
-per job. A control's state is one of ControlState.
+per job. A control's state is one of ControlState. A pool's running counter is never
+negative and its limit at least 1 (revision 0006).
 """
 
 from __future__ import annotations
@@ -112,6 +117,7 @@ OCCURRENCE_CHECKS: tuple[tuple[str, str], ...] = (
 CONTROL_CHECKS: tuple[tuple[str, str], ...] = (
     ("ck_controls_state", "state IN ('pause_requested', 'paused', 'resumed', 'terminal')"),
 )
+POOL_CHECKS: tuple[tuple[str, str], ...] = (("ck_pools_counters", 'running >= 0 AND "limit" >= 1'),)
 
 # SQLite only aliases the rowid (fast, monotonic) for exactly "INTEGER PRIMARY KEY".
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -293,7 +299,9 @@ pools = sa.Table(
     "pools",
     metadata,
     sa.Column("name", sa.String(128), primary_key=True),
-    sa.Column("concurrency", sa.Integer, nullable=False),
+    sa.Column("limit", sa.Integer, nullable=False),
+    sa.Column("running", sa.Integer, nullable=False, server_default="0"),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in POOL_CHECKS),
 )
 
 job_sources = sa.Table(

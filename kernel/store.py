@@ -27,6 +27,7 @@ from kernel import (
 )
 from kernel import jobs as job_ops
 from kernel import operator as op
+from kernel import pools as pool_ops
 from kernel.cancellation import JobCancel
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
@@ -43,6 +44,7 @@ from kernel.types import (
     Event,
     Job,
     Occurrence,
+    Pool,
     RenewAnswer,
 )
 
@@ -156,13 +158,17 @@ class Kernel:
         *,
         operator: str | None = None,
         shared_budgets: Mapping[str, Mapping[str, Any]] | None = None,
+        pools: Mapping[str, int] | None = None,
     ) -> list[tuple[Job, str]]:
         """Apply every spec in one transaction; any refusal leaves the kernel unchanged.
 
-        ``shared_budgets`` (a job file's ``budgets:``) are set first, so its jobs may name them.
+        A job file's ``pools:`` limits and ``shared_budgets`` (its ``budgets:``) are set
+        first, so its jobs may name them.
         """
 
         def run(tx: Tx) -> list[tuple[Job, str]]:
+            for name, limit in sorted((pools or {}).items()):
+                pool_ops.set_limit(tx, name, limit)
             if shared_budgets:
                 budgets.set_budgets(tx, _checked_budgets(shared_budgets))
             return job_ops.apply_jobs(tx, list(specs), operator)
@@ -637,3 +643,14 @@ class Kernel:
         """:meth:`watchdog`, appending ``watchdog_overdue`` / ``watchdog_overrun`` once per
         finding (Beat calls it periodically); ``new_events`` counts those appended."""
         return self._write(watchdog.record_findings, _ms(grace, "grace"))
+
+    # -- resource pools (kernel/pools.py) ---------------------------------------------
+
+    def set_pool_limit(self, name: str, limit: int) -> tuple[Pool, bool]:
+        """Define pool ``name`` or change its limit (event ``pool_limit_set``); ``changed``
+        is false when it already had ``limit``."""
+        return self._write(pool_ops.set_limit, name, limit)
+
+    def pools(self) -> list[Pool]:
+        """Every pool with its limit, running and waiting counts, by name."""
+        return self._read(pool_ops.list_pools)

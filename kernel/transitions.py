@@ -5,19 +5,44 @@ One row per (from states, trigger): the state it leads to, the statement in
 (what must still hold when it writes), and the events it appends. Where the
 outcome depends on the row (a cancel pending, attempts left), the statement
 decides it (``CASE``), and the row lists every state it can reach.
-tests/kernel/test_state_machine.py checks the kernel against these rows, and
-tests/kernel/test_transitions.py that each named statement exists.
+
+The kernel performs a transition only through its row: ``run(tx, WORKER_SUCCEEDS,
+params)`` executes the row's statement, and an occurrence or control event
+(any event a row lists) may be appended only in a transaction that ran a row
+listing it (``Tx.emit`` checks). tests/kernel/test_state_machine.py checks the kernel
+against these rows, tests/kernel/test_transitions.py the rows themselves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
+
+from kernel import statements as st
+from kernel.driver import DriverStatement
 from kernel.events import EventType as E
 from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
 
-__all__ = ["Transition", "OCCURRENCE_TRANSITIONS", "CONTROL_TRANSITIONS", "allowed_pairs"]
+if TYPE_CHECKING:
+    from kernel.tx import Tx
+
+__all__ = [
+    "Transition",
+    "OCCURRENCE_TRANSITIONS",
+    "CONTROL_TRANSITIONS",
+    "OPERATOR_CANCELS",
+    "TRANSITION_EVENTS",
+    "allowed_pairs",
+    "run",
+    "run_all",
+]
+
+#: What performs a transition: a Core statement, a driver-run one, or one per dialect.
+Statement = sa.Executable | DriverStatement | Mapping[str, sa.Executable]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,205 +50,266 @@ class Transition:
     from_states: tuple[str, ...]
     trigger: str
     to_states: tuple[str, ...]
-    statement: str
+    statement: Statement
     guard: str
     events: tuple[E, ...]
+
+    @property
+    def statement_name(self) -> str:
+        """The statement's name in :mod:`kernel.statements`."""
+        return next(name for name in st.__all__ if getattr(st, name) is self.statement)
+
+
+def run(
+    tx: Tx, transition: Transition | tuple[Transition, ...], params: Mapping[str, Any]
+) -> sa.Row[Any] | None:
+    """Perform ``transition``: run its statement; its first returned row, or None when
+    its guard held for no row. Its events may be appended in this transaction from now.
+
+    A tuple names the rows one statement decides between (they share it).
+    """
+    rows = transition if isinstance(transition, tuple) else (transition,)
+    statement = rows[0].statement
+    assert all(row.statement is statement for row in rows), "one statement per run"
+    for row in rows:
+        tx.allowed_events.update(row.events)
+    if isinstance(statement, DriverStatement):
+        return statement.first(tx.conn, params)
+    if isinstance(statement, Mapping):
+        statement = statement[tx.dialect]
+    return tx.conn.execute(statement, params).first()
+
+
+def run_all(tx: Tx, transition: Transition, params: Mapping[str, Any]) -> list[sa.Row[Any]]:
+    """Perform a batch ``transition`` (a Core statement moving many rows): every row it
+    returned. Its events may be appended in this transaction from now."""
+    tx.allowed_events.update(transition.events)
+    assert isinstance(transition.statement, sa.Executable), "a batch is one Core statement"
+    return list(tx.conn.execute(transition.statement, params).all())
 
 
 _HELD = "running, owner and fence as held, lease live"
 
+BEAT_FIRES = Transition(
+    ("none",),
+    "Beat fires, run-now or a chain (create)",
+    (S.QUEUED, S.SKIPPED, S.AWAITING_APPROVAL),
+    st.CREATE_OCCURRENCE,
+    "unique (job, trigger key) and idempotency key; admitted (kernel.admission: overlap "
+    "policy, max_queued; job row held) unless run-now --force; then the gates "
+    "(kernel/gates.py): approval hold (awaiting_approval, or skipped approval_backlog "
+    "past max_pending; not for run-now) and budget (RESERVE_BUDGET; skipped budget "
+    "when spent)",
+    (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
+)
+WORKER_CLAIMS = Transition(
+    (S.QUEUED, S.RETRY_WAIT),
+    "worker claims",
+    (S.RUNNING,),
+    st.CLAIM,
+    "fence as seen, available, no cancel, job enabled or the run manual; exclusive: "
+    "unique running index; pool: a slot taken first (TAKE_POOL_SLOT, running < limit)",
+    (E.OCCURRENCE_CLAIMED,),
+)
+WORKER_RECLAIMS = Transition(
+    (S.RUNNING,),
+    "worker reclaims an expired lease",
+    (S.RUNNING,),
+    st.CLAIM,
+    "fence as seen, lease expired, at-least-once, no cancel, job enabled or the run "
+    "manual; no attempt spent (nor needed) when a pause is requested or the run was "
+    "resumed; keeps its pool slot",
+    (E.OCCURRENCE_CLAIMED,),
+)
+WORKER_RENEWS = Transition((S.RUNNING,), "worker renews", (S.RUNNING,), st.RENEW, _HELD, ())
+WORKER_SUCCEEDS = Transition(
+    (S.RUNNING,),
+    "worker succeeds",
+    (S.SUCCEEDED,),
+    st.SETTLE,
+    _HELD + "; gives its pool slot back",
+    (E.OCCURRENCE_SUCCEEDED,),
+)
+WORKER_FAILS = Transition(
+    (S.RUNNING,),
+    "worker fails",
+    (S.RETRY_WAIT, S.DEAD_LETTER, S.CANCELLED),
+    st.SETTLE,
+    _HELD + "; CASE cancel_requested -> cancelled instead of retry_wait",
+    (E.OCCURRENCE_RETRY_WAIT, E.OCCURRENCE_DEAD_LETTER, E.OCCURRENCE_CANCELLED),
+)
+WORKER_STOPS_ON_CANCEL = Transition(
+    (S.RUNNING,),
+    "worker stops on cancel",
+    (S.CANCELLED,),
+    st.SETTLE,
+    _HELD,
+    (E.OCCURRENCE_CANCELLED,),
+)
+WORKER_RELEASES = Transition(
+    (S.RUNNING,),
+    "worker releases (pause ack / warm hand back)",
+    (S.RETRY_WAIT, S.CANCELLED),
+    st.RELEASE,
+    _HELD + "; CASE cancel_requested -> cancelled",
+    (E.OCCURRENCE_PAUSED, E.OCCURRENCE_HANDED_BACK, E.OCCURRENCE_CANCELLED),
+)
+LEASE_EXPIRES = Transition(
+    (S.RUNNING,),
+    "Beat expires a lease, or a claim meets one that its expiry settles",
+    (S.CANCELLED, S.NEEDS_ADJUDICATION, S.DEAD_LETTER),
+    st.EXPIRE,
+    "running, fence as read, lease expired; CASE cancel / at-most-once / exhausted "
+    "(not while a pause is requested or the run was resumed)",
+    (E.OCCURRENCE_CANCELLED, E.OCCURRENCE_NEEDS_ADJUDICATION, E.OCCURRENCE_DEAD_LETTER),
+)
+OPERATOR_CANCELS_WAITING = Transition(
+    (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL),
+    "operator cancels (occurrence or job cancel, or overlap replace)",
+    (S.CANCELLED,),
+    st.CANCEL,
+    "status waiting; a budget reservation of a run never begun is released",
+    (E.OCCURRENCE_CANCELLED, E.BUDGET_RELEASED),
+)
+OPERATOR_CANCELS_RUNNING = Transition(
+    (S.RUNNING,),
+    "operator cancels (occurrence or job cancel, or overlap replace)",
+    (S.RUNNING,),
+    st.CANCEL,
+    "running, not already asked; sets cancel_requested",
+    (E.OCCURRENCE_CANCEL_REQUESTED,),
+)
+#: One CANCEL statement decides between the two rows (``CASE`` on the status).
+OPERATOR_CANCELS = (OPERATOR_CANCELS_WAITING, OPERATOR_CANCELS_RUNNING)
+OPERATOR_REQUEUES = Transition(
+    (S.DEAD_LETTER,),
+    "operator requeues",
+    (S.RETRY_WAIT,),
+    st.REQUEUE,
+    "dead_letter; fence and error code when given",
+    (E.OCCURRENCE_REQUEUED,),
+)
+OPERATOR_ADJUDICATES = Transition(
+    (S.NEEDS_ADJUDICATION,),
+    "operator adjudicates",
+    (S.SUCCEEDED, S.RETRY_WAIT, S.DEAD_LETTER),
+    st.ADJUDICATE,
+    "needs_adjudication",
+    (E.OCCURRENCE_ADJUDICATED,),
+)
+OPERATOR_APPROVES = Transition(
+    (S.AWAITING_APPROVAL,),
+    "operator approves",
+    (S.QUEUED,),
+    st.APPROVE,
+    "awaiting_approval",
+    (E.OCCURRENCE_APPROVED,),
+)
+OPERATOR_REJECTS = Transition(
+    (S.AWAITING_APPROVAL,),
+    "operator rejects",
+    (S.SKIPPED,),
+    st.REJECT,
+    "awaiting_approval; the budget reservation is released",
+    (E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
+)
+APPROVAL_TIMES_OUT = Transition(
+    (S.AWAITING_APPROVAL,),
+    "Beat applies the approval timeout",
+    (S.QUEUED, S.SKIPPED),
+    st.APPLY_APPROVAL_TIMEOUTS,
+    "awaiting_approval, approval_due_at passed; CASE approval_auto approve -> queued",
+    (E.OCCURRENCE_APPROVED, E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
+)
+OPERATOR_RESUMES = Transition(
+    (S.RETRY_WAIT,),
+    "operator resumes",
+    (S.RETRY_WAIT,),
+    st.MAKE_AVAILABLE,
+    "retry_wait (control paused, see RESUME)",
+    (E.OCCURRENCE_RESUMED,),
+)
+
 OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
-    Transition(
-        ("none",),
-        "Beat fires, run-now, a chained child (create)",
-        (S.QUEUED, S.SKIPPED, S.AWAITING_APPROVAL),
-        "create_occurrence",
-        "unique (job, trigger key) and idempotency key; admitted (kernel.admission: overlap "
-        "policy, max_queued; job row held) unless run-now --force; then the gates "
-        "(kernel/gates.py): approval hold (awaiting_approval, or skipped approval_backlog "
-        "past max_pending; not for run-now) and budget (RESERVE_BUDGET; skipped budget "
-        "when spent)",
-        (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
-    ),
-    Transition(
-        (S.QUEUED, S.RETRY_WAIT),
-        "worker claims",
-        (S.RUNNING,),
-        "CLAIM",
-        "fence as seen, available, no cancel; exclusive: unique running index",
-        (E.OCCURRENCE_CLAIMED,),
-    ),
-    Transition(
-        (S.RUNNING,),
-        "worker reclaims an expired lease",
-        (S.RUNNING,),
-        "CLAIM",
-        "fence as seen, lease expired, at-least-once, no cancel; no attempt spent "
-        "(nor needed) when a pause is requested or the run was resumed",
-        (E.OCCURRENCE_CLAIMED,),
-    ),
-    Transition((S.RUNNING,), "worker renews", (S.RUNNING,), "RENEW", _HELD, ()),
-    Transition(
-        (S.RUNNING,),
-        "worker succeeds",
-        (S.SUCCEEDED,),
-        "SETTLE",
-        _HELD,
-        (E.OCCURRENCE_SUCCEEDED, E.CONTROL_TERMINAL),
-    ),
-    Transition(
-        (S.RUNNING,),
-        "worker fails",
-        (S.RETRY_WAIT, S.DEAD_LETTER, S.CANCELLED),
-        "SETTLE",
-        _HELD + "; CASE cancel_requested -> cancelled instead of retry_wait",
-        (
-            E.OCCURRENCE_RETRY_WAIT,
-            E.OCCURRENCE_DEAD_LETTER,
-            E.OCCURRENCE_CANCELLED,
-            E.CONTROL_TERMINAL,
-        ),
-    ),
-    Transition(
-        (S.RUNNING,),
-        "worker stops on cancel",
-        (S.CANCELLED,),
-        "SETTLE",
-        _HELD,
-        (E.OCCURRENCE_CANCELLED, E.CONTROL_TERMINAL),
-    ),
-    Transition(
-        (S.RUNNING,),
-        "worker releases (pause ack / warm hand back)",
-        (S.RETRY_WAIT, S.CANCELLED),
-        "RELEASE",
-        _HELD + "; CASE cancel_requested -> cancelled",
-        (E.OCCURRENCE_PAUSED, E.OCCURRENCE_HANDED_BACK, E.OCCURRENCE_CANCELLED),
-    ),
-    Transition(
-        (S.RUNNING,),
-        "Beat expires a lease, or a claim meets one that its expiry settles",
-        (S.CANCELLED, S.NEEDS_ADJUDICATION, S.DEAD_LETTER),
-        "EXPIRE",
-        "running, fence as read, lease expired; CASE cancel / at-most-once / exhausted "
-        "(not while a pause is requested or the run was resumed)",
-        (E.OCCURRENCE_CANCELLED, E.OCCURRENCE_NEEDS_ADJUDICATION, E.OCCURRENCE_DEAD_LETTER),
-    ),
-    Transition(
-        (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL),
-        "operator cancels (occurrence or job cancel, or overlap replace)",
-        (S.CANCELLED,),
-        "CANCEL",
-        "status waiting; a budget reservation of a run never begun is released",
-        (E.OCCURRENCE_CANCELLED, E.CONTROL_TERMINAL, E.BUDGET_RELEASED),
-    ),
-    Transition(
-        (S.RUNNING,),
-        "operator cancels (occurrence or job cancel, or overlap replace)",
-        (S.RUNNING,),
-        "CANCEL",
-        "running, not already asked; sets cancel_requested",
-        (E.OCCURRENCE_CANCEL_REQUESTED,),
-    ),
-    Transition(
-        (S.DEAD_LETTER,),
-        "operator requeues",
-        (S.RETRY_WAIT,),
-        "REQUEUE",
-        "dead_letter; fence and error code when given",
-        (E.OCCURRENCE_REQUEUED,),
-    ),
-    Transition(
-        (S.NEEDS_ADJUDICATION,),
-        "operator adjudicates",
-        (S.SUCCEEDED, S.RETRY_WAIT, S.DEAD_LETTER),
-        "ADJUDICATE",
-        "needs_adjudication",
-        (E.OCCURRENCE_ADJUDICATED,),
-    ),
-    Transition(
-        (S.AWAITING_APPROVAL,),
-        "operator approves",
-        (S.QUEUED,),
-        "APPROVE",
-        "awaiting_approval",
-        (E.OCCURRENCE_APPROVED,),
-    ),
-    Transition(
-        (S.AWAITING_APPROVAL,),
-        "operator rejects",
-        (S.SKIPPED,),
-        "REJECT",
-        "awaiting_approval; the budget reservation is released",
-        (E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
-    ),
-    Transition(
-        (S.AWAITING_APPROVAL,),
-        "Beat applies the approval timeout",
-        (S.QUEUED, S.SKIPPED),
-        "APPLY_APPROVAL_TIMEOUTS",
-        "awaiting_approval, approval_due_at passed; CASE approval_auto approve -> queued",
-        (E.OCCURRENCE_APPROVED, E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
-    ),
-    Transition(
-        (S.RETRY_WAIT,),
-        "operator resumes",
-        (S.RETRY_WAIT,),
-        "MAKE_AVAILABLE",
-        "retry_wait (control paused, see RESUME)",
-        (E.OCCURRENCE_RESUMED,),
-    ),
+    BEAT_FIRES,
+    WORKER_CLAIMS,
+    WORKER_RECLAIMS,
+    WORKER_RENEWS,
+    WORKER_SUCCEEDS,
+    WORKER_FAILS,
+    WORKER_STOPS_ON_CANCEL,
+    WORKER_RELEASES,
+    LEASE_EXPIRES,
+    *OPERATOR_CANCELS,
+    OPERATOR_REQUEUES,
+    OPERATOR_ADJUDICATES,
+    OPERATOR_APPROVES,
+    OPERATOR_REJECTS,
+    APPROVAL_TIMES_OUT,
+    OPERATOR_RESUMES,
+)
+
+OPERATOR_REQUESTS_PAUSE = Transition(
+    ("none", C.TERMINAL, C.RESUMED),
+    "operator requests a pause",
+    (C.PAUSE_REQUESTED,),
+    st.REQUEST_PAUSE,
+    "occurrence running (fence when given), lease live; revision when given",
+    (E.OCCURRENCE_PAUSE_REQUESTED,),
+)
+PAUSE_REQUEST_REBOUND = Transition(
+    (C.PAUSE_REQUESTED,),
+    "worker claims again",
+    (C.PAUSE_REQUESTED,),
+    st.REBIND_PAUSE_REQUEST,
+    "pause_requested",
+    (),
+)
+WORKER_ACKS_PAUSE = Transition(
+    (C.PAUSE_REQUESTED,),
+    "worker acknowledges at a safe point",
+    (C.PAUSED, C.TERMINAL),
+    st.ACK_PAUSE,
+    "request id, fence, revision when given, safe point; CASE cancel -> terminal",
+    (E.OCCURRENCE_PAUSED,),
+)
+WORKER_HANDS_BACK = Transition(
+    ("none", C.PAUSE_REQUESTED, C.RESUMED, C.TERMINAL),
+    "worker hands back (warm shutdown)",
+    (C.RESUMED, C.PAUSED),
+    st.HAND_BACK_CONTROL,
+    "upsert; CASE pause pending for this fence -> paused",
+    (E.OCCURRENCE_HANDED_BACK, E.OCCURRENCE_PAUSED),
+)
+CONTROL_RESUMES = Transition(
+    (C.PAUSED,),
+    "operator resumes",
+    (C.RESUMED,),
+    st.RESUME,
+    "paused; revision when given",
+    (E.OCCURRENCE_RESUMED,),
+)
+CONTROL_ENDS = Transition(
+    (C.PAUSE_REQUESTED, C.PAUSED, C.RESUMED),
+    "occurrence settles",
+    (C.TERMINAL,),
+    st.TERMINATE_CONTROL,
+    "not terminal",
+    (E.CONTROL_TERMINAL,),
 )
 
 CONTROL_TRANSITIONS: tuple[Transition, ...] = (
-    Transition(
-        ("none", C.TERMINAL, C.RESUMED),
-        "operator requests a pause",
-        (C.PAUSE_REQUESTED,),
-        "REQUEST_PAUSE",
-        "occurrence running (fence when given), lease live; revision when given",
-        (E.OCCURRENCE_PAUSE_REQUESTED,),
-    ),
-    Transition(
-        (C.PAUSE_REQUESTED,),
-        "worker claims again",
-        (C.PAUSE_REQUESTED,),
-        "REBIND_PAUSE_REQUEST",
-        "pause_requested",
-        (),
-    ),
-    Transition(
-        (C.PAUSE_REQUESTED,),
-        "worker acknowledges at a safe point",
-        (C.PAUSED, C.TERMINAL),
-        "ACK_PAUSE",
-        "request id, fence, revision when given, safe point; CASE cancel -> terminal",
-        (E.OCCURRENCE_PAUSED,),
-    ),
-    Transition(
-        ("none", C.PAUSE_REQUESTED, C.RESUMED, C.TERMINAL),
-        "worker hands back (warm shutdown)",
-        (C.RESUMED, C.PAUSED),
-        "HAND_BACK_CONTROL",
-        "upsert; CASE pause pending for this fence -> paused",
-        (E.OCCURRENCE_HANDED_BACK, E.OCCURRENCE_PAUSED),
-    ),
-    Transition(
-        (C.PAUSED,),
-        "operator resumes",
-        (C.RESUMED,),
-        "RESUME",
-        "paused; revision when given",
-        (E.OCCURRENCE_RESUMED,),
-    ),
-    Transition(
-        (C.PAUSE_REQUESTED, C.PAUSED, C.RESUMED),
-        "occurrence settles",
-        (C.TERMINAL,),
-        "TERMINATE_CONTROL",
-        "not terminal",
-        (E.CONTROL_TERMINAL,),
-    ),
+    OPERATOR_REQUESTS_PAUSE,
+    PAUSE_REQUEST_REBOUND,
+    WORKER_ACKS_PAUSE,
+    WORKER_HANDS_BACK,
+    CONTROL_RESUMES,
+    CONTROL_ENDS,
+)
+
+#: Every event some row appends: only a transaction that ran such a row may append one.
+TRANSITION_EVENTS: frozenset[str] = frozenset(
+    e for t in (*OCCURRENCE_TRANSITIONS, *CONTROL_TRANSITIONS) for e in t.events
 )
 
 
@@ -234,7 +320,7 @@ def allowed_pairs() -> frozenset[tuple[S, S]]:
         for t in OCCURRENCE_TRANSITIONS
         for a in t.from_states
         for b in t.to_states
-        if a in _STATUSES and (a != b or t.statement == "CLAIM")
+        if a in _STATUSES and (a != b or t.statement is st.CLAIM)
     )
 
 

@@ -46,6 +46,31 @@ _SQLITE_STORAGE = (
 _SQLITE_CONSTRAINT = re.compile(r"(?:CHECK|UNIQUE) constraint failed: (\S+)")
 
 
+#: What each constraint of the schema (kernel/schema.py) stands for, in words a person
+#: can act on; a name not listed is reported as it is.
+_CONSTRAINT_MEANINGS = {
+    "ck_occurrences_status": "an occurrence's status must be one the kernel knows",
+    "ck_occurrences_lease_iff_running": (
+        "exactly the running occurrences hold a lease (owner and expiry)"
+    ),
+    "ck_occurrences_no_waiting_cancel": (
+        "a queued or retry_wait occurrence cannot carry a pending cancel (it must end cancelled)"
+    ),
+    "ck_occurrences_settled_iff_final": (
+        "an occurrence has a settled time exactly when it succeeded, dead-lettered, was "
+        "cancelled or skipped"
+    ),
+    "ck_occurrences_counters": "fence and attempt cannot be negative, max_attempts is at least 1",
+    "ck_controls_state": "a runtime control's state must be one the kernel knows",
+    "ck_pools_counters": "a pool's running count cannot go below 0 and its limit is at least 1",
+    "occurrences_one_running_exclusive": (
+        "another occurrence of this job (overlap queue/replace) is already running"
+    ),
+    "occurrences_job_trigger": "this firing of the job already has an occurrence",
+    "occurrences_idempotency_key": "an occurrence with this idempotency key exists",
+}
+
+
 def connection_lost(exc: BaseException) -> bool:
     return isinstance(exc, sa.exc.DBAPIError) and bool(exc.connection_invalidated)
 
@@ -85,9 +110,11 @@ def translate(
         # The schema refused a state it makes unrepresentable (0002's CHECKs) or a
         # duplicate key: the change raced another one or would break an invariant.
         name = constraint_name(exc)
+        meaning = _CONSTRAINT_MEANINGS.get(name or "")
+        what = f"{name}: {meaning}" if meaning else (name or str(orig))
         return StateConflict(
-            f"the change was refused by the database constraint {name or orig}; "
-            "re-read the object and try again",
+            f"the change was refused by the database constraint {what}; another change "
+            "probably moved first: re-read the object and try again",
             constraint=name,
         )
     if isinstance(orig, sqlite3.Error):

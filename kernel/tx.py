@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,6 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kernel.driver import DriverStatement
 from kernel.records import dumps
 from kernel.schema import events
+from kernel.transitions import TRANSITION_EVENTS
 
 __all__ = ["Tx"]
 
@@ -28,6 +29,8 @@ class Tx:
     conn: sa.Connection
     now: int
     dialect: str
+    #: The events of the transitions this transaction ran (kernel.transitions.run).
+    allowed_events: set[str] = field(default_factory=set)
 
     @property
     def is_postgres(self) -> bool:
@@ -42,6 +45,9 @@ class Tx:
         fence: int | None = None,
         **data: Any,
     ) -> None:
+        if type_ in TRANSITION_EVENTS and type_ not in self.allowed_events:
+            # A programming error, not a refusal: a state change outside the table.
+            raise AssertionError(f"{type_} appended without a transition that lists it")
         _INSERT_EVENT.execute(
             self.conn,
             {

@@ -19,6 +19,7 @@ __all__ = [
     "DispatchHint",
     "ActionResult",
     "Beat",
+    "Pool",
 ]
 
 
@@ -238,6 +239,30 @@ class Beat:
     interval_s: float
     last_tick_at: datetime
     started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A resource pool: at most ``limit`` of its occurrences run at once.
+
+    ``running`` is the counter claims are admitted by; ``waiting`` counts its queued
+    and retry_wait occurrences; ``defined`` is false for a pool only jobs name (limit 1).
+    """
+
+    name: str
+    limit: int
+    running: int
+    waiting: int
+    defined: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "limit": self.limit,
+            "running": self.running,
+            "waiting": self.waiting,
+            "defined": self.defined,
+        }
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 from celery_app.cli.output import Env, command
 from celery_app.config import KernelSettings
 from celery_app.operations import beat_health
-from kernel import Event, EventType, InvalidArgument, Kernel, KernelError, OccurrenceStatus
+from kernel import Event, EventType, InvalidArgument, Kernel, KernelError, OccurrenceStatus, Pool
 
 __all__ = ["KernelCollector", "exporter"]
 
@@ -58,6 +58,26 @@ _SETTLED = (
     EventType.OCCURRENCE_REJECTED,
 )
 _DECISIONS = {EventType.OCCURRENCE_APPROVED: "approved", EventType.OCCURRENCE_REJECTED: "rejected"}
+
+
+#: Per pool: its limit, its running counter, its queued and retry_wait occurrences.
+_POOL_GAUGES: tuple[tuple[str, str, Callable[[Pool], int]], ...] = (
+    (
+        "celery_kernel_pool_limit",
+        "How many occurrences of each pool may run at once.",
+        lambda pool: pool.limit,
+    ),
+    (
+        "celery_kernel_pool_running",
+        "Occurrences of each pool running now.",
+        lambda pool: pool.running,
+    ),
+    (
+        "celery_kernel_pool_waiting",
+        "Occurrences of each pool waiting to run.",
+        lambda pool: pool.waiting,
+    ),
+)
 
 
 def _seconds(at: datetime) -> float:
@@ -135,6 +155,7 @@ class KernelCollector(Collector):
                 beats = self._kernel.beats()
                 budgets = self._kernel.list_budgets()
                 watch = self._kernel.watchdog(grace=self._watchdog_grace_s)
+                pools = self._kernel.pools()
             except KernelError:
                 yield _gauge(
                     "celery_kernel_up", "1 when the kernel database answered this scrape.", 0
@@ -213,6 +234,11 @@ class KernelCollector(Collector):
         yield lag
         yield interval
         yield from _budget_gauges(budgets)
+        for metric, documentation, count in _POOL_GAUGES:
+            gauge = GaugeMetricFamily(metric, documentation, labels=["pool"])
+            for pool in pools:
+                gauge.add_metric([pool.name], count(pool))
+            yield gauge
         yield from counters
 
     def _tail(self) -> None:

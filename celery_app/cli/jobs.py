@@ -63,8 +63,9 @@ def _apply(
 ) -> None:
     """Apply a job file (JSON, TOML or YAML): create, update or leave each job.
 
-    Every job is validated first and all are applied in one transaction: if any is
-    refused, nothing is written. A kind no installed adapter runs is refused.
+    Every job is validated first and all are applied in one transaction with the
+    file's ``pools:`` limits: if any is refused, nothing is written. A kind no
+    installed adapter runs is refused.
     """
     job_file = read_job_file(file)
     try:
@@ -79,8 +80,10 @@ def _apply(
                 allow_kinds=allow_kinds,
                 file=str(file),
                 operator=default_operator(),
+                pools=job_file.pools,
                 shared_budgets=job_file.budgets,
             ),
+            "pools": job_file.pools,
         }
     except KernelError as exc:
         # Every job validated, so this refusal needs the database (a chain cycle, a
@@ -99,6 +102,9 @@ def _apply(
         summary = f"{len(results)} job(s): " + ", ".join(
             f"{n} {verb}{c}" for c, n in counts.items()
         )
+        if job_file.pools:
+            limits = ", ".join(f"{name} {limit}" for name, limit in sorted(job_file.pools.items()))
+            summary += f"\npool limits {verb}set: {limits}"
         return (
             table(
                 ("id", "change", "revision"),

@@ -158,7 +158,12 @@ def _explain(
                 f"{iso(occ.approval_due_at)} it is {auto} automatically",
                 occ,
             )
-        return "created", f"occurrence {occ.id} was created; it is {occ.status.value}", occ
+        return (
+            "created",
+            f"occurrence {occ.id} was created; it is {occ.status.value}"
+            + (_waiting_for(kernel, job, occ)),
+            occ,
+        )
     if firing.at > now:
         return (
             "not_due",
@@ -193,6 +198,19 @@ def _explain(
         )
     note = " (job history truncated)" if history.truncated else ""
     return "not_created", f"Beat's cursor passed this firing without creating it{note}", None
+
+
+def _waiting_for(kernel: Kernel, job: Job, occ: Occurrence) -> str:
+    """What keeps a waiting occurrence from running: its pool full, its job disabled."""
+    if occ.status not in (OccurrenceStatus.QUEUED, OccurrenceStatus.RETRY_WAIT):
+        return ""
+    pool = occ.definition.get("pool")
+    full = [p for p in kernel.pools() if p.name == pool and p.running >= p.limit]
+    if full:
+        return f": pool {pool} full ({full[0].running} running, limit {full[0].limit})"
+    if not job.enabled and not occ.trigger_key.startswith("manual:"):
+        return ": the job is disabled (only run-now occurrences of a disabled job run)"
+    return ""
 
 
 def answer(kernel: Kernel, job_id: str, at: datetime) -> dict[str, Any]:

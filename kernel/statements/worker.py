@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.driver import DriverStatement
 from kernel.events import EventType
-from kernel.schema import controls, events, jobs, occurrences, pools, requeue_grants
+from kernel.schema import controls, events, jobs, occurrences, requeue_grants
 
 __all__ = [
     "LOCK_OCCURRENCE",
@@ -29,6 +29,7 @@ __all__ = [
     "CONTROL_BY_ID",
     "OCCURRENCE_FOR_CLAIM",
     "UNCLAIMED_GRANT",
+    "JOB_ALLOWS_CLAIM",
     "CLAIM",
     "RENEW",
     "SETTLE",
@@ -38,10 +39,8 @@ __all__ = [
     "USE_GRANT",
     "CHILD_JOBS",
     "RUNNING_IN_JOB",
-    "RUNNING_IN_POOL",
     "EXPIRED_LEASES",
     "EXPIRE",
-    "POOL_LIMIT",
     "CANCEL",
     "ACK_PAUSE",
     "HAND_BACK_CONTROL",
@@ -96,7 +95,13 @@ _claimable_now = sa.or_(
     ),
 )
 
-#: Claim by compare-and-set on the fence the claimer observed.
+#: A disabled job's occurrences wait (seed semantics) except manual ones: a run-now
+#: works for a disabled job (SPEC §6), retries of it included.
+JOB_ALLOWS_CLAIM = sa.or_(
+    OCC.c.trigger_key.like(sa.literal("manual:%")),
+    sa.exists().where(jobs.c.id == OCC.c.job_id, jobs.c.enabled),
+)
+
 #: Claim by compare-and-set on what the claimer decided from: the fence, status and
 #: control state it read (a hand back or an adjudication in between changes how the
 #: attempt counts, so the claim must be decided again).
@@ -113,6 +118,7 @@ CLAIM = DriverStatement(
         == p("seen_control_state"),
         OCC.c.cancel_requested.is_(False),
         _claimable_now,
+        JOB_ALLOWS_CLAIM,
     )
     .values(
         status="running",
@@ -172,6 +178,7 @@ SETTLE = DriverStatement(
         OCC.c.job_id,
         OCC.c.attempt,
         OCC.c.chain_depth,
+        OCC.c.pool,
         sa.exists()
         .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
         .label("control_open"),
@@ -196,13 +203,14 @@ RELEASE = (
         settled_at=sa.case((OCC.c.cancel_requested, p("now")), else_=None),
         updated_at=p("now"),
     )
-    .returning(OCC.c.job_id, OCC.c.status, OCC.c.attempt)
+    .returning(OCC.c.job_id, OCC.c.status, OCC.c.attempt, OCC.c.pool)
 )
 
 REBIND_PAUSE_REQUEST = (
     sa.update(CTL)
     .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state == "pause_requested")
     .values(expected_fence=p("new_fence"), revision=CTL.c.revision + 1, updated_at=p("now"))
+    .returning(CTL.c.revision)
 )
 
 #: The occurrence settled: its control is history. Returns the pause request
@@ -230,9 +238,6 @@ CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision, jobs.c.enabled).
 RUNNING_IN_JOB = sa.select(sa.func.count()).where(
     OCC.c.job_id == p("job_id"), OCC.c.status == "running", OCC.c.id != p("occ_id")
 )
-RUNNING_IN_POOL = sa.select(sa.func.count()).where(
-    OCC.c.pool == p("pool"), OCC.c.status == "running", OCC.c.id != p("occ_id")
-)
 
 #: Attempts left, or a pause requested / resumed: a reclaim of such a run is
 #: free (claiming.claim), so lease expiry never dead-letters it for exhaustion.
@@ -254,6 +259,7 @@ EXPIRED_LEASES = (
         OCC.c.delivery,
         OCC.c.cancel_requested,
         OCC.c.chain_depth,
+        OCC.c.pool,
     )
     .where(
         OCC.c.status == "running",
@@ -302,10 +308,8 @@ EXPIRE = (
         ),
         updated_at=p("now"),
     )
-    .returning(OCC.c.status, OCC.c.last_error)
+    .returning(OCC.c.status, OCC.c.last_error, OCC.c.pool)
 )
-
-POOL_LIMIT = sa.select(pools.c.concurrency).where(pools.c.name == p("pool"))
 
 _running = OCC.c.status == "running"
 

@@ -310,3 +310,16 @@ def test_beat_refuses_a_job_file_naming_a_kind_no_adapter_runs(
         "ok",
         "typo",
     }
+
+
+def test_beat_applies_a_job_files_pools_with_its_jobs(
+    open_beat: Callable[..., Beat], tmp_path: Path
+) -> None:
+    jobs_file = tmp_path / "jobs.json"
+    jobs_file.write_text(json.dumps({
+        "pools": {"db": {"limit": 2}},
+        "jobs": [{"id": "ok", "kind": "task", "payload": {"task": "tests.noop"}, "pool": "db"}],
+    }))  # fmt: skip
+    beat = open_beat(f"sqlite:///{tmp_path / 'kernel.db'}", kernel_jobs_file=str(jobs_file))
+    assert [(p.name, p.limit) for p in beat.kernel.pools()] == [("db", 2)]
+    assert [j.id for j in beat.kernel.list_jobs()] == ["ok"]

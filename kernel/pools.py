@@ -1,0 +1,70 @@
+"""Resource pools: their limits, and the slot a claim takes and a run's end gives back."""
+
+from __future__ import annotations
+
+import re
+
+from kernel import statements as st
+from kernel.errors import InvalidArgument
+from kernel.events import EventType
+from kernel.tx import Tx
+from kernel.types import Pool
+
+__all__ = ["take_slot", "give_back", "set_limit", "list_pools"]
+
+MAX_LIMIT = 1_000_000
+#: A pool name, as a job's ``pool`` field allows it.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def take_slot(tx: Tx, pool: str) -> bool:
+    """Take one running slot of ``pool``; False (nothing changed) when it is full."""
+    return tx.conn.execute(st.TAKE_POOL_SLOT[tx.dialect], {"pool": pool}).first() is not None
+
+
+def give_back(tx: Tx, pool: str | None) -> None:
+    """A run of ``pool`` ended (None: the occurrence is in no pool)."""
+    if pool is not None:
+        tx.conn.execute(st.GIVE_BACK_POOL_SLOT, {"pool": pool})
+
+
+def set_limit(tx: Tx, name: str, limit: int) -> tuple[Pool, bool]:
+    """Define ``name`` with ``limit``, or change it; ``changed`` is false when it had it.
+
+    Lowering a limit below the number running stops nothing: claims of the pool
+    wait until enough of its runs end.
+    """
+    check_limit(name, limit)
+    changed = tx.conn.execute(st.SET_POOL_LIMIT[tx.dialect], {"pool": name, "limit": limit})
+    if changed.first() is not None:
+        tx.emit(EventType.POOL_LIMIT_SET, pool=name, limit=limit)
+        return _pool(tx, name), True
+    return _pool(tx, name), False
+
+
+def list_pools(tx: Tx) -> list[Pool]:
+    """Every defined pool, and every pool waiting occurrences name without a row."""
+    waiting: dict[str, int] = {r.pool: r.waiting for r in tx.conn.execute(st.WAITING_IN_POOLS)}
+    found = [
+        Pool(r.name, r.limit, r.running, waiting.pop(r.name, 0)) for r in tx.conn.execute(st.POOLS)
+    ]
+    found += [Pool(name, st.DEFAULT_POOL_LIMIT, 0, n, defined=False) for name, n in waiting.items()]
+    return sorted(found, key=lambda pool: pool.name)
+
+
+def check_limit(name: object, limit: object) -> None:
+    """Refuse a pool name or limit the kernel would not store."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidArgument(
+            "pool", f"{name!r} is not a pool name (letters, digits and . _ : -, at most 128)"
+        )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidArgument(
+            "limit", f"must be a whole number from 1 to {MAX_LIMIT}, not {limit!r}"
+        )
+
+
+def _pool(tx: Tx, name: str) -> Pool:
+    row = tx.conn.execute(st.POOL_BY_NAME, {"pool": name}).one()
+    waiting = tx.conn.execute(st.WAITING_IN_POOL, {"pool": name}).scalar_one()
+    return Pool(row.name, row.limit, row.running, waiting)

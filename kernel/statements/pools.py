@@ -1,0 +1,88 @@
+"""A pool's slots: taken by a claim, given back by whatever ends the run.
+
+The limit is enforced by the data: ``running`` grows only while it is below
+``limit``, decided in the statement under the pool row's lock, so two claimers on
+PostgreSQL cannot both take the last slot (the second waits for the first's row
+and then sees its count).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam as p
+from sqlalchemy.dialects import postgresql, sqlite
+
+from kernel.schema import occurrences, pools
+
+__all__ = [
+    "DEFAULT_POOL_LIMIT",
+    "TAKE_POOL_SLOT",
+    "GIVE_BACK_POOL_SLOT",
+    "SET_POOL_LIMIT",
+    "POOLS",
+    "POOL_BY_NAME",
+    "WAITING_IN_POOLS",
+    "WAITING_IN_POOL",
+    "ROOM_IN_POOL",
+]
+
+#: The default limit of a pool a job names and nothing defines (SPEC §6).
+DEFAULT_POOL_LIMIT = 1
+
+
+def _take_slot(insert: Any) -> Any:
+    """One more running occurrence of the pool, if it has room: zero rows when full.
+    An undefined pool is created here at its default limit, with this slot taken."""
+    statement = insert(pools).values(name=p("pool"), limit=DEFAULT_POOL_LIMIT, running=1)
+    return statement.on_conflict_do_update(
+        index_elements=[pools.c.name],
+        set_={"running": pools.c.running + 1},
+        where=pools.c.running < pools.c.limit,
+    ).returning(pools.c.running)
+
+
+TAKE_POOL_SLOT = {"postgresql": _take_slot(postgresql.insert), "sqlite": _take_slot(sqlite.insert)}
+
+#: A run of the pool ended (settled, released, expired). Never below zero: a
+#: counter the CHECK refused would stop every settle of the pool.
+GIVE_BACK_POOL_SLOT = (
+    sa.update(pools)
+    .where(pools.c.name == p("pool"), pools.c.running > 0)
+    .values(running=pools.c.running - 1)
+)
+
+
+def _set_limit(insert: Any) -> Any:
+    """Define a pool or change its limit; zero rows when it already has this limit."""
+    statement = insert(pools).values(name=p("pool"), limit=p("limit"), running=0)
+    return statement.on_conflict_do_update(
+        index_elements=[pools.c.name],
+        set_={"limit": statement.excluded.limit},
+        where=pools.c.limit != statement.excluded.limit,
+    ).returning(pools.c.running)
+
+
+SET_POOL_LIMIT = {"postgresql": _set_limit(postgresql.insert), "sqlite": _set_limit(sqlite.insert)}
+
+POOLS = sa.select(pools.c.name, pools.c.limit, pools.c.running).order_by(pools.c.name)
+POOL_BY_NAME = POOLS.where(pools.c.name == p("pool"))
+
+_waiting = occurrences.c.status.in_((sa.literal("queued"), sa.literal("retry_wait")))
+
+#: Occurrences waiting to run, per pool (pools no row defines yet included).
+WAITING_IN_POOLS = (
+    sa.select(occurrences.c.pool, sa.func.count().label("waiting"))
+    .where(occurrences.c.pool.is_not(None), _waiting)
+    .group_by(occurrences.c.pool)
+)
+WAITING_IN_POOL = sa.select(sa.func.count()).where(occurrences.c.pool == p("pool"), _waiting)
+
+#: The occurrence is in no pool, or its pool has a free slot: a filter for what to
+#: hint and which candidates to try (TAKE_POOL_SLOT is the guard), so a full pool's
+#: backlog neither fills the pump's batches nor hides claimable work behind it.
+ROOM_IN_POOL = sa.or_(
+    occurrences.c.pool.is_(None),
+    ~sa.exists().where(pools.c.name == occurrences.c.pool, pools.c.running >= pools.c.limit),
+)
