@@ -99,6 +99,8 @@ _claimable_now = sa.or_(
 #: works for a disabled job (SPEC §6), retries of it included.
 JOB_ALLOWS_CLAIM = sa.or_(
     OCC.c.trigger_key.like(sa.literal("manual:%")),
+    # A one-shot job is disabled by its own firing (kernel.jobs.fire); that firing runs.
+    OCC.c.trigger_key.like(sa.literal("at:%")),
     sa.exists().where(jobs.c.id == OCC.c.job_id, jobs.c.enabled),
 )
 

@@ -23,7 +23,7 @@ def _limit_events(kernel: Kernel) -> list[dict[str, object]]:
 
 
 def test_set_and_list_with_running_and_waiting_counts(cli, kernel: Kernel) -> None:
-    define(kernel, "a", pool="db")
+    define(kernel, "a", pool="db", overlap="allow")
     define(kernel, "b", pool="gpu")
     occ = [kernel.run_now("a", request_id=f"a{n}", operator="t").occurrence.id for n in range(3)]
     kernel.run_now("b", request_id="b0", operator="t")
