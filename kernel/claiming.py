@@ -33,10 +33,11 @@ def claim(
     such a run, or one asked to pause, after its lease expired), or uses an
     operator's requeue grant.
     """
-    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id})
+    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id, "now": tx.now_param()})
     if row is None:
         return None
     o = row._mapping
+    tx.observe_now(o["now"])
     state = o["control_state"]
     if o["status"] == S.RUNNING and o["lease_expires_at"] <= tx.now and _ends_on_expiry(o, state):
         # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
@@ -72,6 +73,7 @@ def claim(
         "occ_id": occ_id,
         "seen_fence": o["fence"],
         "seen_status": o["status"],
+        "seen_attempt": o["attempt"],
         "seen_control_state": state or "",
         "now": tx.now,
         "attempt_inc": 0 if free else 1,

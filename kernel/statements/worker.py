@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel.clock import StatementNow
 from kernel.driver import DriverStatement
 from kernel.events import EventType
 from kernel.schema import controls, events, jobs, occurrences, pools, requeue_grants
@@ -53,12 +54,14 @@ CTL = controls
 OCCURRENCE_BY_ID = sa.select(OCC).where(OCC.c.id == p("occ_id"))
 CONTROL_BY_ID = sa.select(CTL).where(CTL.c.occurrence_id == p("occ_id"))
 
-#: A claim's one read: the occurrence and its control's state (NULL: no control row).
+#: A claim's one read: the occurrence, its control's state (NULL: no control row) and
+#: the transaction's instant (``now``: the server's clock on PostgreSQL, no round trip of
+#: its own).
 #: On PostgreSQL it locks the row, so what the claim decides from it (attempt spent or
 #: free, grant used, expiry settled) is what holds when CLAIM writes: a concurrent
 #: adjudicate or cancel is waited for, not overtaken. (SQLite: BEGIN IMMEDIATE already.)
 OCCURRENCE_FOR_CLAIM = DriverStatement(
-    sa.select(OCC, CTL.c.state.label("control_state"))
+    sa.select(OCC, CTL.c.state.label("control_state"), StatementNow().label("now"))
     .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
     .where(OCC.c.id == p("occ_id"))
     .with_for_update(of=OCC)
@@ -106,6 +109,7 @@ CLAIM = DriverStatement(
         OCC.c.id == p("occ_id"),
         OCC.c.fence == p("seen_fence"),
         OCC.c.status == p("seen_status"),
+        OCC.c.attempt == p("seen_attempt"),
         sa.func.coalesce(
             sa.select(CTL.c.state).where(CTL.c.occurrence_id == OCC.c.id).scalar_subquery(),
             "",
@@ -126,13 +130,18 @@ CLAIM = DriverStatement(
     .returning(*OCC.c)
 )
 
-_lease_held = sa.and_(
-    OCC.c.id == p("occ_id"),
-    OCC.c.status == "running",
-    OCC.c.lease_owner == p("owner"),
-    OCC.c.fence == p("held_fence"),
-    OCC.c.lease_expires_at > p("now"),
-)
+
+def _lease_held_at(now: Any) -> Any:
+    return sa.and_(
+        OCC.c.id == p("occ_id"),
+        OCC.c.status == "running",
+        OCC.c.lease_owner == p("owner"),
+        OCC.c.fence == p("held_fence"),
+        OCC.c.lease_expires_at > now,
+    )
+
+
+_lease_held = _lease_held_at(p("now"))
 
 RENEW = (
     sa.update(OCC)
@@ -149,33 +158,43 @@ _cancel_wins = sa.and_(
 )
 
 #: The holder ends its run: succeeded, retry_wait, dead_letter or cancelled;
-#: ``status`` returns what the statement decided.
+#: ``status`` returns what the statement decided, ``now`` the instant it ran at (the
+#: first statement of a settle: on PostgreSQL it reads the server's clock itself).
 #: ``control_open`` and ``has_children`` say whether the control and chain
 #: statements have anything to do, so a plain run skips them; read in the
 #: settling transaction (under SQLite's write lock), as those statements were.
+_settle_now = StatementNow()
 SETTLE = DriverStatement(
     sa.update(OCC)
-    .where(_lease_held)
+    .where(_lease_held_at(_settle_now))
     .values(
         status=sa.case((_cancel_wins, "cancelled"), else_=p("to_status")),
         lease_owner=None,
         lease_expires_at=None,
-        available_at=sa.case((_cancel_wins, p("now")), else_=p("next_available_at")),
+        available_at=sa.case(
+            (_cancel_wins, _settle_now), else_=_settle_now + p("retry_delay_ms", type_=sa.Integer)
+        ),
         dispatched_at=None,
         result=p("result_json"),
         last_error=p("error_json"),
-        settled_at=sa.case((_cancel_wins, p("now")), else_=p("settled")),
-        updated_at=p("now"),
+        settled_at=sa.case(
+            (_cancel_wins, _settle_now),
+            (p("to_status", type_=sa.String) == sa.literal("retry_wait"), None),
+            else_=_settle_now,
+        ),
+        updated_at=_settle_now,
     )
     .returning(
         OCC.c.status,
         OCC.c.job_id,
         OCC.c.attempt,
         OCC.c.chain_depth,
+        OCC.c.available_at,
         sa.exists()
         .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
         .label("control_open"),
         sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
+        _settle_now.label("now"),
     )
 )
 
