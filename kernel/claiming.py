@@ -8,8 +8,9 @@ import sqlalchemy as sa
 
 from kernel import runs
 from kernel import statements as st
+from kernel.driver import DriverStatement
 from kernel.events import EventType
-from kernel.records import loads, occurrence_from_row
+from kernel.records import dumps, loads, occurrence_from_row
 from kernel.schema import controls, occurrences
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.translate import constraint_name
@@ -69,6 +70,15 @@ def claim(
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
+    attempt_inc = 0 if free else 1
+    claimed_event = {
+        "owner": owner,
+        "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
+        "previous_status": o["status"],
+        "previous_owner": o["lease_owner"],
+        **({"resumed": True} if resuming else {}),
+        **({"requeue_request_id": grant} if grant is not None else {}),
+    }
     params = {
         "occ_id": occ_id,
         "seen_fence": o["fence"],
@@ -76,14 +86,17 @@ def claim(
         "seen_attempt": o["attempt"],
         "seen_control_state": state or "",
         "now": tx.now,
-        "attempt_inc": 0 if free else 1,
+        "attempt_inc": attempt_inc,
         "owner": owner,
         "lease_until": tx.now + lease_ms,
+        "event_data": dumps(claimed_event),
     }
+    # PostgreSQL writes the claim's event in CLAIM's own statement (CLAIM_AND_LOG).
+    statement = st.CLAIM_AND_LOG if tx.is_postgres else st.CLAIM
     if o["exclusive"] and tx.is_postgres:
-        claimed = _claim_exclusive(tx, params)
+        claimed = _claim_exclusive(tx, statement, params)
     else:
-        claimed = st.CLAIM.first(tx.conn, params)
+        claimed = statement.first(tx.conn, params)
     if claimed is None:
         # Moved since it was read (PostgreSQL): decide once more from what it is now.
         return claim(tx, occ_id, owner, lease_ms, again=False) if again else None
@@ -94,18 +107,14 @@ def claim(
         )
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
-    tx.emit(
-        EventType.OCCURRENCE_CLAIMED,
-        job_id=o["job_id"],
-        occurrence_id=occ_id,
-        fence=fence,
-        owner=owner,
-        attempt=claimed._mapping["attempt"],
-        previous_status=o["status"],
-        previous_owner=o["lease_owner"],
-        **({"resumed": True} if resuming else {}),
-        **({"requeue_request_id": grant} if grant is not None else {}),
-    )
+    if not tx.is_postgres:
+        tx.emit(
+            EventType.OCCURRENCE_CLAIMED,
+            job_id=o["job_id"],
+            occurrence_id=occ_id,
+            fence=fence,
+            **claimed_event,
+        )
     if control is not None and state != ControlState.TERMINAL:
         control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     occurrence = occurrence_from_row(claimed, control)
@@ -129,12 +138,14 @@ def _ends_on_expiry(o: Any, state: str | None) -> bool:
 _FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
 
 
-def _claim_exclusive(tx: Tx, params: dict[str, Any]) -> sa.Row[Any] | None:
+def _claim_exclusive(
+    tx: Tx, statement: DriverStatement, params: dict[str, Any]
+) -> sa.Row[Any] | None:
     """CLAIM under a savepoint: two claimers on PostgreSQL may both count no runner,
     and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
     savepoint = tx.conn.begin_nested()
     try:
-        claimed = st.CLAIM.first(tx.conn, params)
+        claimed = statement.first(tx.conn, params)
     except sa.exc.IntegrityError as exc:
         savepoint.rollback()
         if constraint_name(exc) != EXCLUSIVE_INDEX:

@@ -31,6 +31,7 @@ __all__ = [
     "OCCURRENCE_FOR_CLAIM",
     "UNCLAIMED_GRANT",
     "CLAIM",
+    "CLAIM_AND_LOG",
     "RENEW",
     "SETTLE",
     "RELEASE",
@@ -103,7 +104,7 @@ _claimable_now = sa.or_(
 #: Claim by compare-and-set on what the claimer decided from: the fence, status and
 #: control state it read (a hand back or an adjudication in between changes how the
 #: attempt counts, so the claim must be decided again).
-CLAIM = DriverStatement(
+_claim = (
     sa.update(OCC)
     .where(
         OCC.c.id == p("occ_id"),
@@ -129,6 +130,28 @@ CLAIM = DriverStatement(
     )
     .returning(*OCC.c)
 )
+CLAIM = DriverStatement(_claim)
+
+#: CLAIM and its ``occurrence_claimed`` event in one statement (PostgreSQL: a
+#: data-modifying CTE), one round trip less per claim; the event's data is built by
+#: the caller from what CLAIM compares (the attempt it writes is seen + increment).
+_claimed = _claim.cte("claimed")
+_claim_logged = (
+    sa.insert(events)
+    .from_select(
+        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
+        sa.select(
+            p("now", type_=sa.BigInteger),
+            sa.literal(EventType.OCCURRENCE_CLAIMED.value),
+            _claimed.c.job_id,
+            _claimed.c.id,
+            _claimed.c.fence,
+            p("event_data", type_=sa.Text),
+        ),
+    )
+    .cte("claim_logged")
+)
+CLAIM_AND_LOG = DriverStatement(sa.select(_claimed).add_cte(_claim_logged))
 
 
 def _lease_held_at(now: Any) -> Any:
