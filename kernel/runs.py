@@ -143,20 +143,36 @@ def settle(
     u = updated._mapping
     tx.observe_now(u["now"])
     to_status = S(u["status"])
-    # On PostgreSQL ``control_open`` is read from SETTLE's snapshot: a pause
-    # request committed while SETTLE waited for the row lock is not in it, so the
-    # control is ended unconditionally there (one more round trip per settle).
-    if u["control_open"] or tx.is_postgres:
-        end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
-    tx.emit(
-        settled_event(to_status),
-        job_id=u["job_id"],
-        occurrence_id=occ_id,
-        fence=fence,
-        attempt=u["attempt"],
+    settled = {
+        "attempt": u["attempt"],
         **({"error": error} if error is not None else {}),
         **({"retry_at": u["available_at"]} if to_status == S.RETRY_WAIT else {}),
-    )
+    }
+    if tx.is_postgres:
+        # ``control_open`` is read from SETTLE's snapshot: a pause request committed
+        # while SETTLE waited for the row lock is not in it, so the control is ended
+        # unconditionally, in the statement that also writes the events.
+        st.SETTLED_EVENTS.execute(
+            tx.conn,
+            {
+                "occ_id": occ_id,
+                "now": tx.now,
+                "job_id": u["job_id"],
+                "fence": fence,
+                "type": settled_event(to_status).value,
+                "data": dumps(settled),
+            },
+        )
+    else:
+        if u["control_open"]:
+            end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
+        tx.emit(
+            settled_event(to_status),
+            job_id=u["job_id"],
+            occurrence_id=occ_id,
+            fence=fence,
+            **settled,
+        )
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,

@@ -37,6 +37,7 @@ __all__ = [
     "RELEASE",
     "REBIND_PAUSE_REQUEST",
     "TERMINATE_CONTROL",
+    "SETTLED_EVENTS",
     "USE_GRANT",
     "CHILD_JOBS",
     "RUNNING_IN_JOB",
@@ -257,6 +258,61 @@ TERMINATE_CONTROL = DriverStatement(
         state="terminal", revision=CTL.c.revision + 1, terminal_at=p("now"), updated_at=p("now")
     )
     .returning(CTL.c.pause_request_id, CTL.c.paused_at, CTL.c.revision)
+)
+
+#: PostgreSQL's end of a settle, in one statement after SETTLE: the control made
+#: ``terminal`` (its own statement, so its snapshot sees a pause request that landed
+#: while SETTLE waited for the row), ``control_terminal`` for a pause still pending,
+#: then the settle's event (``type``, ``data``): the same rows, in the same order, as
+#: kernel/control.py ``end_control`` and ``Tx.emit`` write in two round trips.
+_ended = (
+    sa.update(CTL)
+    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
+    .values(
+        state="terminal", revision=CTL.c.revision + 1, terminal_at=p("now"), updated_at=p("now")
+    )
+    .returning(CTL.c.pause_request_id, CTL.c.paused_at, CTL.c.revision)
+    .cte("ended")
+)
+_EVENT_COLUMNS = ["at", "type", "job_id", "occurrence_id", "fence", "data"]
+_ended_logged = (
+    sa.insert(events)
+    .from_select(
+        _EVENT_COLUMNS,
+        sa.select(
+            p("now", type_=sa.BigInteger),
+            sa.literal(EventType.CONTROL_TERMINAL.value),
+            p("job_id", type_=sa.Text),
+            p("occ_id", type_=sa.BigInteger),
+            p("fence", type_=sa.Integer),
+            # records.dumps's canonical text: sorted keys, no spaces
+            sa.literal('{"request_id":')
+            + sa.cast(sa.func.to_json(_ended.c.pause_request_id), sa.Text)
+            + sa.literal(',"revision":')
+            + sa.cast(_ended.c.revision, sa.Text)
+            + sa.literal("}"),
+        ).where(_ended.c.pause_request_id.is_not(None), _ended.c.paused_at.is_(None)),
+    )
+    .returning(events.c.id)
+    .cte("ended_logged")
+)
+SETTLED_EVENTS = DriverStatement(
+    sa.insert(events)
+    .from_select(
+        _EVENT_COLUMNS,
+        sa.select(
+            p("now", type_=sa.BigInteger),
+            p("type", type_=sa.Text),
+            p("job_id", type_=sa.Text),
+            p("occ_id", type_=sa.BigInteger),
+            p("fence", type_=sa.Integer),
+            p("data", type_=sa.Text),
+        )
+        # Read after ended_logged ran to completion: its event comes first.
+        .where(sa.select(sa.func.count()).select_from(_ended_logged).scalar_subquery() >= 0),
+    )
+    .add_cte(_ended)
+    .add_cte(_ended_logged)
 )
 
 USE_GRANT = (
