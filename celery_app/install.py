@@ -27,10 +27,11 @@ KERNEL_DEFAULTS: dict[str, Any] = dict(
     # Results live in the kernel; a hint lost with its worker is re-published by the pump.
     task_ignore_result=True,
     task_acks_late=False,
-    worker_prefetch_multiplier=1,
-    # Flower shows each run under its job's name (the shadow) from the worker's events.
-    # No task-sent events: those carry the real task name and could overwrite the job's.
-    worker_send_task_events=True,
+    # Prefetch and task events are Celery's defaults (prefetch 4, events off unless -E):
+    # a hint is claimed when it runs, so prefetching loses nothing, and Flower turns the
+    # workers' task events on itself (its --enable_events, on by default). Flower shows
+    # each run under its job's name (the shadow). No task-sent events: those carry the
+    # real task name and could overwrite the job's.
     task_send_sent_event=False,
     beat_scheduler="beat_schedule.scheduler:KernelScheduler",
     beat_max_loop_interval=1,
