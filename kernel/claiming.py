@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -69,7 +70,7 @@ def claim(
     if not _gates_open(tx, o):
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
-        lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
+        lease_ms = _snapshot_lease_ms(o["definition"])
     attempt_inc = 0 if free else 1
     claimed_event = {
         "owner": owner,
@@ -126,6 +127,13 @@ def claim(
         resumed=resuming,
         checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _snapshot_lease_ms(definition: str) -> int:
+    """The lease of a snapshot, parsed once per distinct snapshot text (a job's runs share
+    one until it is revised), not once per claim."""
+    return int(float(loads(definition)["lease"]) * 1000)
 
 
 def _ends_on_expiry(o: Any, state: str | None) -> bool:
