@@ -28,10 +28,12 @@ KERNEL_DEFAULTS: dict[str, Any] = dict(
     task_ignore_result=True,
     task_acks_late=False,
     # Prefetch and task events are Celery's defaults (prefetch 4, events off unless -E):
-    # a hint is claimed when it runs, so prefetching loses nothing, and Flower turns the
-    # workers' task events on itself (its --enable_events, on by default). Flower shows
-    # each run under its job's name (the shadow). No task-sent events: those carry the
-    # real task name and could overwrite the job's.
+    # a hint is claimed when it runs, so a prefetched hint lost with its worker costs
+    # only the pump's re-hint; hints a process reserved behind a long run wait for it
+    # (Celery's advice for long tasks, worker_prefetch_multiplier=1, is the app's to set).
+    # Flower turns the workers' task events on itself (its --enable_events, on by
+    # default) and shows each run under its job's name (the shadow). No task-sent
+    # events: those carry the real task name and could overwrite the job's.
     task_send_sent_event=False,
     beat_scheduler="beat_schedule.scheduler:KernelScheduler",
     beat_max_loop_interval=1,
