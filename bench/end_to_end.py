@@ -294,7 +294,29 @@ def _table(samples: list[Sample]) -> str:
             )
         pair = median("pair")
         rows.append(f"{backend:<9} pair ms  {1000 / pair if pair else 0:>7.2f}")
+        kernel = median("kernel")
+        extra_mb = rss.get((backend, "kernel"), 0.0) - rss.get((backend, "stock"), 0.0)
+        verdicts = [
+            _verdict(
+                f"kernel >= {RATE_TARGET} x stock", bool(stock) and kernel / stock >= RATE_TARGET
+            ),
+            _verdict(
+                f"kernel >= {RATE_TARGET} x stock+E",
+                bool(events) and kernel / events >= RATE_TARGET,
+            ),
+            _verdict(f"kernel RSS <= stock + {RSS_TARGET_MB} MB", extra_mb <= RSS_TARGET_MB),
+        ]
+        rows.append(f"{backend:<9} targets  " + "; ".join(verdicts))
     return "\n".join(rows)
+
+
+#: Issue 12's targets: the kernel's rate against stock Celery, its worker's extra memory.
+RATE_TARGET = 0.95
+RSS_TARGET_MB = 20
+
+
+def _verdict(target: str, met: bool) -> str:
+    return f"{target}: {'met' if met else 'NOT met'}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

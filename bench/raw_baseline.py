@@ -2,7 +2,8 @@
 
 Per call, the statements the kernel sends, written for the bare driver (sqlite3,
 psycopg) on the kernel's schema, with the event JSON built the same way. Keep in
-step with kernel/runs.py (``claim``, ``settle``), kernel/statements.py and
+step with kernel/claiming.py (``claim``), kernel/runs.py (``settle``),
+kernel/statements/worker.py and
 kernel/tx.py (``Tx.emit``): the benchmark's ratio is only as honest as this mirror.
 """
 
@@ -22,42 +23,61 @@ _NAMES = [column.name for column in occurrences.c]
 _COLUMNS = ", ".join(f'"{name}"' for name in _NAMES)
 _O_COLUMNS = ", ".join(f'o."{name}"' for name in _NAMES)
 #: Where each column sits in a row of the raw read (the last is the control's state).
-_AT = {name: i for i, name in enumerate([*_NAMES, "control_state"])}
+_AT = {name: i for i, name in enumerate([*_NAMES, "control_state", "now"])}
 _SQL = {
-    "read": f"SELECT {_O_COLUMNS}, c.state AS control_state"
+    "read": f"SELECT {_O_COLUMNS}, c.state AS control_state, {{now}} AS now"
     " FROM occurrences AS o"
     " LEFT OUTER JOIN controls AS c ON c.occurrence_id = o.id WHERE o.id = :occ_id{lock}",
     "claim": "UPDATE occurrences SET status = 'running', attempt = attempt + :attempt_inc,"
     " fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_until,"
     " updated_at = :now, settled_at = NULL"
     " WHERE id = :occ_id AND fence = :seen_fence AND status = :seen_status"
+    " AND attempt = :seen_attempt"
     " AND coalesce((SELECT state FROM controls WHERE occurrence_id = occurrences.id), '')"
     " = :seen_control_state AND cancel_requested IS {false}"
     " AND (status IN ('queued', 'retry_wait') AND available_at <= :now"
     " OR status = 'running' AND lease_expires_at <= :now AND delivery = 'at-least-once')"
     f" RETURNING {_COLUMNS}",
+    # PostgreSQL: CLAIM and its event in one statement (kernel CLAIM_AND_LOG).
+    "claim_and_log": "WITH claimed AS ({claim}),"
+    " logged AS (INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
+    " SELECT :now, 'occurrence_claimed', job_id, id, fence, :event_data FROM claimed)"
+    f" SELECT {_COLUMNS} FROM claimed",
     "settle": "UPDATE occurrences SET status = CASE WHEN :to_status = 'retry_wait'"
     " AND cancel_requested THEN 'cancelled' ELSE :to_status END, lease_owner = NULL,"
     " lease_expires_at = NULL, available_at = CASE WHEN :to_status = 'retry_wait'"
-    " AND cancel_requested THEN :now ELSE :next_available_at END, dispatched_at = NULL,"
-    " last_error = :error_json, result = :result_json, updated_at = :now,"
-    " settled_at = CASE WHEN :to_status = 'retry_wait' AND cancel_requested"
-    " THEN :now ELSE :settled END"
+    " AND cancel_requested THEN {now} ELSE {now} + :retry_delay_ms END,"
+    " dispatched_at = NULL, last_error = :error_json, result = :result_json,"
+    " updated_at = {now}, settled_at = CASE WHEN :to_status = 'retry_wait'"
+    " AND cancel_requested THEN {now} WHEN :to_status = 'retry_wait' THEN NULL"
+    " ELSE {now} END"
     " WHERE id = :occ_id AND status = 'running' AND lease_owner = :owner"
-    " AND fence = :held_fence AND lease_expires_at > :now"
+    " AND fence = :held_fence AND lease_expires_at > {now}"
     " RETURNING status, job_id, attempt, chain_depth,"
     " EXISTS (SELECT * FROM controls WHERE controls.occurrence_id = :occ_id"
     " AND controls.state != 'terminal') AS control_open,"
-    " EXISTS (SELECT * FROM jobs WHERE jobs.after_job = occurrences.job_id) AS has_children",
-    # PostgreSQL: settle always ends an open control (kernel/runs.py ``settle``).
-    "terminate_control": "UPDATE controls SET state = 'terminal', revision = revision + 1,"
-    " terminal_at = :now, updated_at = :now"
+    " EXISTS (SELECT * FROM jobs WHERE jobs.after_job = occurrences.job_id) AS has_children,"
+    " {now} AS now",
+    # PostgreSQL: settle always ends an open control and writes its events in one
+    # statement (kernel SETTLED_EVENTS).
+    "settled_events": "WITH ended AS (UPDATE controls SET state = 'terminal',"
+    " revision = revision + 1, terminal_at = :now, updated_at = :now"
     " WHERE occurrence_id = :occ_id AND state != 'terminal'"
-    " RETURNING pause_request_id, paused_at, revision",
+    " RETURNING pause_request_id, paused_at, revision),"
+    " ended_logged AS (INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
+    " SELECT :now, 'control_terminal', :job_id, :occ_id, :fence,"
+    " '{\"request_id\":' || to_json(pause_request_id)::text || ',\"revision\":'"
+    " || revision::text || '}' FROM ended"
+    " WHERE pause_request_id IS NOT NULL AND paused_at IS NULL RETURNING id)"
+    " INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
+    " SELECT :now, :type, :job_id, :occ_id, :fence, :data"
+    " WHERE (SELECT count(*) FROM ended_logged) >= 0",
     "event": "INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
     " VALUES (:at, :type, :job_id, :occurrence_id, :fence, :data)",
-    "clock": "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint",
 }
+#: The transaction's instant: the server's, read inside the statement (kernel StatementNow).
+_PG_NOW = "(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint"
+_SQL["claim_and_log"] = _SQL["claim_and_log"].replace("{claim}", _SQL["claim"])
 
 
 def _dumps(value: Any) -> str:
@@ -89,7 +109,9 @@ class RawWorker:
             )
             self.sql = {
                 name: _pg_sql(
-                    text.replace("{false}", "false").replace("{lock}", " FOR UPDATE OF o")
+                    text.replace("{false}", "false")
+                    .replace("{lock}", " FOR UPDATE OF o")
+                    .replace("{now}", _PG_NOW)
                 )
                 for name, text in _SQL.items()
             }
@@ -100,17 +122,17 @@ class RawWorker:
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute(f"PRAGMA synchronous = {synchronous}")
             self.sql = {
-                name: text.replace("{false}", "0").replace("{lock}", "")
+                name: text.replace("{false}", "0").replace("{lock}", "").replace("{now}", ":now")
                 for name, text in _SQL.items()
             }
 
     def execute(self, name: str, params: dict[str, Any] | None = None) -> Any:
         return self.conn.execute(self.sql[name], params or {})
 
-    def begin(self) -> int:
-        """Open a transaction; return its clock (server time on PostgreSQL)."""
+    def begin(self) -> int | None:
+        """Open a transaction; return its clock, None on PostgreSQL (the statements read it)."""
         if self.postgres:
-            return int(self.execute("clock").fetchone()[0])
+            return None
         self.conn.execute("BEGIN IMMEDIATE")
         return time.time_ns() // 1_000_000
 
@@ -118,8 +140,9 @@ class RawWorker:
         self.conn.commit() if self.postgres else self.conn.execute("COMMIT")
 
     def claim(self, occ_id: int, owner: str, lease_ms: int) -> int:
-        now = self.begin()
-        o = self.execute("read", {"occ_id": occ_id}).fetchone()
+        clock = self.begin()
+        o = self.execute("read", {"occ_id": occ_id, "now": clock}).fetchone()
+        now = int(o[_AT["now"]])
         fence = o[_AT["fence"]]
         if (
             o[_AT["cancel_requested"]]
@@ -129,52 +152,64 @@ class RawWorker:
             or o[_AT["control_state"]] is not None
         ):
             raise AssertionError(f"occurrence {occ_id} is not plainly claimable")
-        row = self.execute(
-            "claim",
-            {
-                "occ_id": occ_id,
-                "seen_fence": fence,
-                "seen_status": o[_AT["status"]],
-                "seen_control_state": "",
-                "now": now,
-                "attempt_inc": 1,
-                "owner": owner,
-                "lease_until": now + lease_ms,
-            },
-        ).fetchone()
-        if row is None:
-            raise AssertionError(f"occurrence {occ_id} was not claimed")
         data = {
             "owner": owner,
-            "attempt": row[_AT["attempt"]],
+            "attempt": o[_AT["attempt"]] + 1,
             "previous_status": o[_AT["status"]],
             "previous_owner": o[_AT["lease_owner"]],
         }
-        self._emit(now, "occurrence_claimed", o[_AT["job_id"]], occ_id, row[_AT["fence"]], data)
+        params = {
+            "occ_id": occ_id,
+            "seen_fence": fence,
+            "seen_status": o[_AT["status"]],
+            "seen_attempt": o[_AT["attempt"]],
+            "seen_control_state": "",
+            "now": now,
+            "attempt_inc": 1,
+            "owner": owner,
+            "lease_until": now + lease_ms,
+            "event_data": _dumps(data),
+        }
+        row = self.execute("claim_and_log" if self.postgres else "claim", params).fetchone()
+        if row is None:
+            raise AssertionError(f"occurrence {occ_id} was not claimed")
+        if not self.postgres:
+            self._emit(now, "occurrence_claimed", o[_AT["job_id"]], occ_id, row[_AT["fence"]], data)
         self.commit()
         return int(row[_AT["fence"]])
 
     def succeed(self, occ_id: int, owner: str, fence: int) -> None:
-        now = self.begin()
+        clock = self.begin()
         row = self.execute(
             "settle",
             {
                 "occ_id": occ_id,
                 "owner": owner,
                 "held_fence": fence,
-                "now": now,
+                "now": clock,
                 "to_status": "succeeded",
-                "next_available_at": now,
+                "retry_delay_ms": 0,
                 "result_json": _dumps(None),
                 "error_json": None,
-                "settled": now,
             },
         ).fetchone()
         if row is None or row[4] or row[5]:
             raise AssertionError(f"occurrence {occ_id}: lease lost, or a control or a child")
+        now, data = int(row[6]), {"attempt": row[2]}
         if self.postgres:
-            self.execute("terminate_control", {"occ_id": occ_id, "now": now}).fetchall()
-        self._emit(now, "occurrence_succeeded", row[1], occ_id, fence, {"attempt": row[2]})
+            self.execute(
+                "settled_events",
+                {
+                    "occ_id": occ_id,
+                    "now": now,
+                    "job_id": row[1],
+                    "fence": fence,
+                    "type": "occurrence_succeeded",
+                    "data": _dumps(data),
+                },
+            )
+        else:
+            self._emit(now, "occurrence_succeeded", row[1], occ_id, fence, data)
         self.commit()
 
     def _emit(

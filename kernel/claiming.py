@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -10,7 +11,7 @@ from kernel import pools, runs
 from kernel import statements as st
 from kernel import transitions as T
 from kernel.events import EventType
-from kernel.records import loads, occurrence_from_row
+from kernel.records import dumps, loads, occurrence_from_row
 from kernel.schema import controls, occurrences
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.translate import constraint_name
@@ -34,10 +35,11 @@ def claim(
     such a run, or one asked to pause, after its lease expired), or uses an
     operator's requeue grant.
     """
-    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id})
+    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id, "now": tx.now_param()})
     if row is None:
         return None
     o = row._mapping
+    tx.observe_now(o["now"])
     state = o["control_state"]
     if o["status"] == S.RUNNING and o["lease_expires_at"] <= tx.now and _ends_on_expiry(o, state):
         # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
@@ -72,17 +74,29 @@ def claim(
     if slot is not None and not pools.take_slot(tx, slot):
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
-        lease_ms = int(float(loads(o["definition"])["lease"]) * 1000)
+        lease_ms = _snapshot_lease_ms(o["definition"])
+    attempt_inc = 0 if free else 1
+    claimed_event = {
+        "owner": owner,
+        "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
+        "previous_status": o["status"],
+        "previous_owner": o["lease_owner"],
+        **({"resumed": True} if resuming else {}),
+        **({"requeue_request_id": grant} if grant is not None else {}),
+    }
     params = {
         "occ_id": occ_id,
         "seen_fence": o["fence"],
         "seen_status": o["status"],
+        "seen_attempt": o["attempt"],
         "seen_control_state": state or "",
         "now": tx.now,
-        "attempt_inc": 0 if free else 1,
+        "attempt_inc": attempt_inc,
         "owner": owner,
         "lease_until": tx.now + lease_ms,
+        "event_data": dumps(claimed_event),
     }
+    # PostgreSQL writes the claim's event in CLAIM's own statement (CLAIM_AND_LOG).
     transition = T.WORKER_RECLAIMS if reclaiming else T.WORKER_CLAIMS
     if o["exclusive"] and tx.is_postgres:
         claimed = _claim_exclusive(tx, transition, params)
@@ -97,18 +111,14 @@ def claim(
         T.run(tx, T.PAUSE_REQUEST_REBOUND, {"occ_id": occ_id, "new_fence": fence, "now": tx.now})
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
-    tx.emit(
-        EventType.OCCURRENCE_CLAIMED,
-        job_id=o["job_id"],
-        occurrence_id=occ_id,
-        fence=fence,
-        owner=owner,
-        attempt=claimed._mapping["attempt"],
-        previous_status=o["status"],
-        previous_owner=o["lease_owner"],
-        **({"resumed": True} if resuming else {}),
-        **({"requeue_request_id": grant} if grant is not None else {}),
-    )
+    if not tx.is_postgres:
+        tx.emit(
+            EventType.OCCURRENCE_CLAIMED,
+            job_id=o["job_id"],
+            occurrence_id=occ_id,
+            fence=fence,
+            **claimed_event,
+        )
     if control is not None and state != ControlState.TERMINAL:
         control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
     occurrence = occurrence_from_row(claimed, control)
@@ -120,6 +130,13 @@ def claim(
         resumed=resuming,
         checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _snapshot_lease_ms(definition: str) -> int:
+    """The lease of a snapshot, parsed once per distinct snapshot text (a job's runs share
+    one until it is revised), not once per claim."""
+    return int(float(loads(definition)["lease"]) * 1000)
 
 
 def _ends_on_expiry(o: Any, state: str | None) -> bool:

@@ -103,10 +103,11 @@ def settle(
     A failure goes to retry_wait (backoff from the snapshot's retry policy) while
     attempts remain and the error is retryable, else to dead_letter.
     """
+    retry_delay_ms = 0
     if outcome == "succeeded":
-        to_status, available_at = S.SUCCEEDED, tx.now
+        to_status = S.SUCCEEDED
     elif outcome == "cancelled":
-        to_status, available_at = S.CANCELLED, tx.now
+        to_status = S.CANCELLED
     elif outcome == "failed":
         if error is None or not error.get("code"):
             raise InvalidArgument("error", "a failure needs an error with a code")
@@ -124,7 +125,8 @@ def settle(
         )
         # SETTLE turns a retry into a cancel when one is pending (decided in the statement).
         to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
-        available_at = tx.now + (int(decision.delay_s * 1000) if to_status == S.RETRY_WAIT else 0)
+        if to_status == S.RETRY_WAIT:
+            retry_delay_ms = int(decision.delay_s * 1000)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
     updated = T.run(
@@ -134,33 +136,49 @@ def settle(
             "occ_id": occ_id,
             "owner": owner,
             "held_fence": fence,
-            "now": tx.now,
+            "now": tx.now_param(),
             "to_status": to_status.value,
-            "next_available_at": available_at,
+            "retry_delay_ms": retry_delay_ms,
             "result_json": dumps(result) if outcome == "succeeded" else None,
             "error_json": dumps(error) if error is not None else None,
-            "settled": None if to_status == S.RETRY_WAIT else tx.now,
         },
     )
     if updated is None:
         raise lease_lost(tx, occ_id, owner, fence)
     u = updated._mapping
+    tx.observe_now(u["now"])
     pools.give_back(tx, u["pool"])
     to_status = S(u["status"])
-    # On PostgreSQL ``control_open`` is read from SETTLE's snapshot: a pause
-    # request committed while SETTLE waited for the row lock is not in it, so the
-    # control is ended unconditionally there (one more round trip per settle).
-    if u["control_open"] or tx.is_postgres:
-        end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
-    tx.emit(
-        settled_event(to_status),
-        job_id=u["job_id"],
-        occurrence_id=occ_id,
-        fence=fence,
-        attempt=u["attempt"],
+    settled = {
+        "attempt": u["attempt"],
         **({"error": error} if error is not None else {}),
-        **({"retry_at": available_at} if to_status == S.RETRY_WAIT else {}),
-    )
+        **({"retry_at": u["available_at"]} if to_status == S.RETRY_WAIT else {}),
+    }
+    if tx.is_postgres:
+        # ``control_open`` is read from SETTLE's snapshot: a pause request committed
+        # while SETTLE waited for the row lock is not in it, so the control is ended
+        # unconditionally, in the statement that also writes the events.
+        st.SETTLED_EVENTS.execute(
+            tx.conn,
+            {
+                "occ_id": occ_id,
+                "now": tx.now,
+                "job_id": u["job_id"],
+                "fence": fence,
+                "type": settled_event(to_status).value,
+                "data": dumps(settled),
+            },
+        )
+    else:
+        if u["control_open"]:
+            end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
+        tx.emit(
+            settled_event(to_status),
+            job_id=u["job_id"],
+            occurrence_id=occ_id,
+            fence=fence,
+            **settled,
+        )
     if to_status == S.SUCCEEDED:
         budgets.settle_units(tx, occ_id, result)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:

@@ -96,7 +96,7 @@ class Session:
             with self._connection(held, read_only) as conn:
                 with conn.begin() as trans:
                     phase = "write"
-                    tx = Tx(conn, self.clock.now_ms(conn), self.dialect)
+                    tx = Tx(conn, self.clock, self.dialect)
                     result = fn(tx, *args, **kwargs)
                     phase = "commit"
                     trans.commit()

@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 #: What performs a transition: a Core statement, a driver-run one, or one per dialect.
-Statement = sa.Executable | DriverStatement | Mapping[str, sa.Executable]
+Statement = sa.Executable | DriverStatement | Mapping[str, sa.Executable | DriverStatement]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +73,10 @@ def run(
     assert all(row.statement is statement for row in rows), "one statement per run"
     for row in rows:
         tx.allowed_events.update(row.events)
-    if isinstance(statement, DriverStatement):
-        return statement.first(tx.conn, params)
     if isinstance(statement, Mapping):
         statement = statement[tx.dialect]
+    if isinstance(statement, DriverStatement):
+        return statement.first(tx.conn, params)
     return tx.conn.execute(statement, params).first()
 
 
@@ -106,7 +106,7 @@ WORKER_CLAIMS = Transition(
     (S.QUEUED, S.RETRY_WAIT),
     "worker claims",
     (S.RUNNING,),
-    st.CLAIM,
+    st.CLAIM_BY_DIALECT,
     "fence as seen, available, no cancel, job enabled or the run manual; exclusive: "
     "unique running index; pool: a slot taken first (TAKE_POOL_SLOT, running < limit)",
     (E.OCCURRENCE_CLAIMED,),
@@ -115,7 +115,7 @@ WORKER_RECLAIMS = Transition(
     (S.RUNNING,),
     "worker reclaims an expired lease",
     (S.RUNNING,),
-    st.CLAIM,
+    st.CLAIM_BY_DIALECT,
     "fence as seen, lease expired, at-least-once, no cancel, job enabled or the run "
     "manual; no attempt spent (nor needed) when a pause is requested or the run was "
     "resumed; keeps its pool slot",
@@ -320,7 +320,7 @@ def allowed_pairs() -> frozenset[tuple[S, S]]:
         for t in OCCURRENCE_TRANSITIONS
         for a in t.from_states
         for b in t.to_states
-        if a in _STATUSES and (a != b or t.statement is st.CLAIM)
+        if a in _STATUSES and (a != b or t.statement is st.CLAIM_BY_DIALECT)
     )
 
 

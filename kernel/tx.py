@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel.clock import Clock, DatabaseClock
 from kernel.driver import DriverStatement
 from kernel.records import dumps
 from kernel.schema import events
@@ -22,19 +22,45 @@ _INSERT_EVENT = DriverStatement(
 )
 
 
-@dataclass(slots=True)
 class Tx:
-    """Everything a state change needs; every change writes its events through ``emit``."""
+    """Everything a state change needs; every change writes its events through ``emit``.
 
-    conn: sa.Connection
-    now: int
-    dialect: str
-    #: The events of the transitions this transaction ran (kernel.transitions.run).
-    allowed_events: set[str] = field(default_factory=set)
+    ``now`` is read from the clock once, on first use, and is the one instant of the
+    whole transaction. A statement built with :class:`~kernel.clock.StatementNow` can
+    read the database clock itself (``now_param`` is then None) and hand the reading
+    back (``observe_now``): on PostgreSQL that saves the clock's own round trip.
+    """
+
+    __slots__ = ("conn", "dialect", "allowed_events", "_clock", "_now")
+
+    def __init__(self, conn: sa.Connection, clock: Clock, dialect: str) -> None:
+        self.conn = conn
+        self.dialect = dialect
+        self._clock = clock
+        self._now: int | None = None
+        #: The events of the transitions this transaction ran (kernel.transitions.run).
+        self.allowed_events: set[str] = set()
 
     @property
     def is_postgres(self) -> bool:
         return self.dialect == "postgresql"
+
+    @property
+    def now(self) -> int:
+        if self._now is None:
+            self._now = self._clock.now_ms(self.conn)
+        return self._now
+
+    def now_param(self) -> int | None:
+        """``:now`` for a StatementNow statement: None lets the statement read the server."""
+        if self._now is None and self.is_postgres and isinstance(self._clock, DatabaseClock):
+            return None
+        return self.now
+
+    def observe_now(self, reading: int) -> None:
+        """The instant a StatementNow statement ran at (its ``now`` column)."""
+        if self._now is None:
+            self._now = int(reading)
 
     def emit(
         self,

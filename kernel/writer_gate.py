@@ -12,18 +12,89 @@ from __future__ import annotations
 
 import fcntl
 import os
+import queue
 import threading
-import time
 
 __all__ = ["WriterGate"]
 
-# Poll instead of blocking forever: a writer frozen while holding the gate (SIGSTOP)
-# must not hang the others past the busy timeout SQLite would have applied.
-_POLL_S = 0.0002
+
+class _Wait:
+    """One blocked ``flock`` on its own open file, so that the caller can give up.
+
+    ``flock`` has no timeout: the process's waiter thread blocks in it for the
+    caller. A caller that gives up leaves the wait to the thread, which closes the
+    file once the lock comes, releasing it. An abandoned wait owns its file
+    (``flock`` locks belong to the open file), so it can never release a lock a
+    later wait of this process was granted.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        self.granted = threading.Event()
+        self._decided = threading.Lock()
+        self._abandoned = False
+
+    def block(self) -> None:
+        """In the waiter thread: take the lock, or close the file if the caller left."""
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            os.close(self.fd)
+            return
+        with self._decided:
+            if self._abandoned:
+                os.close(self.fd)
+                return
+            self.granted.set()
+
+    def result(self, timeout_s: float) -> int | None:
+        """The file holding the lock, or None after ``timeout_s`` (the wait is abandoned)."""
+        if self.granted.wait(timeout_s):
+            return self.fd
+        with self._decided:
+            if self.granted.is_set():
+                return self.fd
+            self._abandoned = True
+        return None
+
+
+class _Waiter:
+    """The process's one thread that blocks in ``flock`` for callers, one wait at a time
+    (a thread per wait cost more CPU than the polling it replaced)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.waits: queue.SimpleQueue[_Wait] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="writer-gate", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self.waits.get().block()
+
+
+_waiter: _Waiter | None = None
+_waiter_lock = threading.Lock()
+
+
+def _wait_for(path: str, timeout_s: float) -> int | None:
+    global _waiter
+    with _waiter_lock:
+        if _waiter is None or _waiter.pid != os.getpid():  # threads do not survive a fork
+            _waiter = _Waiter()
+        waiter = _waiter
+    wait = _Wait(path)
+    waiter.waits.put(wait)
+    return wait.result(timeout_s)
 
 
 class WriterGate:
-    """One per Kernel: a thread lock plus an ``flock`` on ``<database>.writer-lock``."""
+    """One per Kernel: a thread lock plus an ``flock`` on ``<database>.writer-lock``.
+
+    Uncontended, the gate costs one non-blocking ``flock``. Contended, the caller
+    blocks (no polling) until the holder releases, or for at most ``timeout_s``: a
+    writer frozen while holding the gate (SIGSTOP) must not hang the others past
+    the busy timeout SQLite would have applied.
+    """
 
     def __init__(self, database_path: str, timeout_s: float) -> None:
         self.path = f"{database_path}.writer-lock"
@@ -46,19 +117,22 @@ class WriterGate:
             return False
         try:
             fd = self._file()
-        except OSError:  # no room or no write access beside the database: SQLite alone decides
-            self._thread_lock.release()
-            return False
-        deadline = time.monotonic() + self.timeout_s
-        while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return True
             except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    self._thread_lock.release()
-                    return False
-                time.sleep(_POLL_S)
+                pass
+            # Held elsewhere: block on a fresh open file, which becomes the gate's.
+            granted = _wait_for(self.path, self.timeout_s)
+        except OSError:  # no room or no write access beside the database: SQLite alone decides
+            self._thread_lock.release()
+            return False
+        if granted is None:
+            self._thread_lock.release()
+            return False
+        os.close(fd)
+        self._fd = granted
+        return True
 
     def close(self) -> None:
         if self._fd is not None and self._pid == os.getpid():

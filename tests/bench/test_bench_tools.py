@@ -1,11 +1,16 @@
-"""The benchmarks' own arithmetic: the two-schedulers ledger count, the profile split, RSS."""
+"""The benchmarks' own arithmetic: the two-schedulers ledger count, the profile split, RSS,
+and the round trips of a claim and a settle."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import pytest
 
 from bench.peers import _count
 from bench.profile_worker import classify
+from bench.round_trips import _measure
 from bench.support import process_tree_rss
 
 
@@ -32,3 +37,19 @@ def test_profile_split_takes_the_innermost_frame_with_a_category() -> None:
 def test_process_tree_rss_counts_this_process() -> None:
     assert process_tree_rss(os.getpid()) > 1_000_000
     assert process_tree_rss(2**22 + 12345) == 0  # no such process
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_claim_and_a_settle_send_the_fewest_statements(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """PostgreSQL: no clock round trip, the events in the statements that change state."""
+    if backend == "postgres":
+        url: str = request.getfixturevalue("pg_database_url")
+        claim = ["BEGIN", "SELECT occurrence", "WITH UPDATE+INSERT", "COMMIT"]
+        settle = ["BEGIN", "UPDATE occurrences", "WITH UPDATE+INSERT+INSERT", "COMMIT"]
+    else:
+        url = f"sqlite:///{tmp_path / 'kernel.db'}"
+        claim = ["BEGIN", "SELECT occurrence", "UPDATE occurrences", "INSERT events", "COMMIT"]
+        settle = ["BEGIN", "UPDATE occurrences", "INSERT events", "COMMIT"]
+    assert _measure(url, 3) == {"claim": claim, "settle": settle}

@@ -43,7 +43,7 @@ def test_an_occurrence_event_needs_a_row_that_ran_in_its_transaction() -> None:
     kernel = memory_kernel()
     try:
         with kernel.engine.begin() as conn:
-            tx = Tx(conn, 0, kernel.dialect)
+            tx = Tx(conn, kernel.clock, kernel.dialect)
             tx.emit(EventType.JOB_DEFINED, job_id="j")  # not a transition's event
             with pytest.raises(AssertionError, match="occurrence_succeeded appended without"):
                 tx.emit(EventType.OCCURRENCE_SUCCEEDED, occurrence_id=1)

@@ -54,3 +54,32 @@ def test_a_frozen_holder_costs_at_most_the_timeout(tmp_path: Path) -> None:
     assert gate.acquire() is True
     gate.release()
     gate.close()
+
+
+TRY = """
+import sys
+from kernel.writer_gate import WriterGate
+gate = WriterGate(sys.argv[1], timeout_s=0.3)
+print(gate.acquire())
+"""
+
+
+def _other_process_gets_the_gate(db: Path) -> bool:
+    tried = subprocess.run(
+        [sys.executable, "-c", TRY, str(db)], capture_output=True, text=True, timeout=30
+    )
+    return tried.stdout.strip() == "True"
+
+
+def test_a_wait_given_up_never_releases_the_gate_taken_later(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    holder = _holder(db, 1.0)
+    gate = WriterGate(str(db), timeout_s=0.2)
+    assert gate.acquire() is False  # its blocked flock stays behind, abandoned
+    holder.communicate(timeout=10)
+    assert gate.acquire() is True
+    time.sleep(0.2)  # the abandoned wait gets its turn and lets go of its own file
+    assert not _other_process_gets_the_gate(db)
+    gate.release()
+    assert _other_process_gets_the_gate(db)
+    gate.close()
