@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from multihost.checker import read_ledger
 from multihost.netns import Host, Network
 from multihost.services import Postgres, Redis
 
-from kernel import Kernel, KernelError
+from adapters.base import CHECKPOINT_V1
+from kernel import Kernel, KernelError, Occurrence
 
 __all__ = ["Cluster", "HostPlan", "faketime_library", "job_specs", "workload_env"]
 
@@ -72,7 +74,7 @@ def job_specs(ledger: Path) -> list[dict[str, Any]]:
         return {"callable": f"chaos_jobs:{function}", "kwargs": {"ledger": str(ledger), **kwargs}}
 
     shell = {
-        "argv": [sys.executable, str(MULTIHOST_DIR / "chaos_jobs.py"), str(ledger), "shell-alo"],
+        "argv": [sys.executable, str(MULTIHOST_DIR / "chaos_jobs.py"), str(ledger)],
         "env_allow": ["CHAOS_HOST"],
     }
     steps = {"total": 6, "step_s": 1.0}
@@ -131,6 +133,10 @@ class Cluster:
         self._kernel: Kernel | None = None
         self._generation = 0
         self.env: dict[str, str] = {}
+        #: Due time of each occurrence a shell run wrote about (its child is not told it).
+        self._due: dict[int, float] = {}
+        #: (job, due time) of the firings a fault paused or had handed back.
+        self.handed_back: set[tuple[str, float]] = set()
 
     @property
     def skews(self) -> dict[str, float]:
@@ -236,7 +242,16 @@ class Cluster:
         return self._kernel
 
     def ledger_lines(self) -> list[dict[str, Any]]:
-        return read_ledger(self.ledger)
+        """The ledger, each shell run's lines given their occurrence's due time."""
+        lines = read_ledger(self.ledger)
+        for line in lines:
+            occurrence_id = line.get("occurrence_id")
+            if line.get("scheduled_for") is None and occurrence_id is not None:
+                if occurrence_id not in self._due:
+                    occurrence = self.kernel.get_occurrence(occurrence_id)
+                    self._due[occurrence_id] = occurrence.scheduled_for.timestamp()
+                line["scheduled_for"] = self._due[occurrence_id]
+        return lines
 
     def adjudication(self) -> set[tuple[str, float]]:
         """(job, due time) of every firing waiting for an operator's decision."""
@@ -327,3 +342,85 @@ class Cluster:
             time.sleep(seconds)
         finally:
             self.network.heal(host)
+
+    def lossy_link(self, host: Host, percent: int, seconds: float) -> None:
+        """Drop ``percent`` % of ``host``'s packets both ways for ``seconds``."""
+        self.network.drop_packets(host, percent)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.network.stop_dropping(host)
+
+    def slow_link(self, host: Host, rate: str, seconds: float) -> None:
+        """Throttle ``host``'s link to ``rate`` for ``seconds``: its packets queue, some drop."""
+        self.network.throttle(host, rate)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.network.stop_throttling(host)
+
+    def _running_long(self) -> list[Occurrence]:
+        running = self.kernel.list_occurrences(statuses=["running"], limit=1000)
+        return [o for o in running if o.job_id.startswith("long-")]
+
+    def pause_and_resume(self, paused_s: float) -> str:
+        """An operator pauses a running checkpointing occurrence and resumes it ``paused_s`` later.
+
+        Through the kernel's Python API, which ``kernel pause`` / ``kernel resume`` call:
+        on this loaded machine the CLI takes longer to start than a run lasts. Returns
+        what happened, for the run's notes (a run may finish before the pause lands).
+        """
+        refused: list[str] = []
+        for _ in range(3):
+            target = self._newest_long_run()
+            if target is None:
+                time.sleep(1.0)
+                continue
+            try:
+                self.kernel.request_pause(
+                    target.id,
+                    request_id=uuid.uuid4().hex,
+                    safe_points=CHECKPOINT_V1.safe_points,
+                    operator="chaos-operator",
+                )
+            except KernelError as exc:  # it finished meanwhile
+                refused.append(f"{target.id}: {exc.code}")
+                continue
+
+            def paused(occurrence_id: int = target.id) -> bool:
+                control = self.kernel.get_occurrence(occurrence_id).control
+                return control is not None and control.state.value == "paused"
+
+            try:
+                wait_until(paused, timeout=LEASE_S + 3, what="the pause", interval=0.2)
+            except AssertionError:
+                return f"occurrence {target.id} did not pause (it finished first?)"
+            self.handed_back.add((target.job_id, target.scheduled_for.timestamp()))
+            time.sleep(paused_s)
+            self.kernel.resume(target.id, request_id=uuid.uuid4().hex, operator="chaos-operator")
+            return f"occurrence {target.id} paused and resumed"
+        return f"no run paused (refused: {', '.join(refused) or 'none running'})"
+
+    def _newest_long_run(self) -> Occurrence | None:
+        """The running checkpointing occurrence that started last (the most steps left)."""
+        running = {o.id: o for o in self._running_long()}
+        for line in reversed(self.ledger_lines()[-300:]):
+            if line.get("event") == "start" and line.get("occurrence_id") in running:
+                return running[line["occurrence_id"]]
+        return next(iter(running.values()), None)
+
+    def warm_shutdown(self, host: Host) -> str:
+        """SIGTERM the worker: its checkpointing runs hand back; start a new worker there."""
+        proc = self.workers[host.name]
+        pids = {proc.pid, *proc.children()}
+        handing = [
+            o
+            for o in self._running_long()
+            if o.lease_owner is not None and int(o.lease_owner.split(":")[1]) in pids
+        ]
+        proc.expected_exit = True
+        proc.popen.terminate()
+        proc.popen.wait(60)
+        self.handed_back |= {(o.job_id, o.scheduled_for.timestamp()) for o in handing}
+        self.start_worker(host)
+        return f"{len(handing)} checkpointing run(s) under way on {host.name}"
