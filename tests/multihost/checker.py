@@ -22,7 +22,8 @@ one) it was due in; firings due before the first fault belong to ``baseline``.
 * **resumed** / **rewinds**: runs that started from a checkpoint (``resumed_from`` k);
   a rewind is one whose checkpoint the ledger contradicts: no earlier run finished
   step k-1, the run that finished it went on past it (step k or ``end``) although it
-  handed the occurrence back there, or the resumed run wrote a step before k.
+  handed the occurrence back there, or the resumed run wrote a step before k. Both
+  are charged to the fault under way when the resumed run started.
 * **errors**: anything the harness saw go wrong outside the ledger (an API call that
   raised something other than a kernel error, a lease longer than the database allows).
 * **recovery**: the most seconds any every-second firing due in the window waited
@@ -147,10 +148,12 @@ def check(
             elif not ends:
                 row.lost += 1
                 row.notes.append(f"lost {expected.job_id} due {due:.0f}")
-            resumed, rewinds = _continuations(written)
-            row.resumed += resumed
-            row.rewinds += len(rewinds)
-            row.notes += [f"{expected.job_id} due {due:.0f}: {what}" for what in rewinds]
+            for index, rewind in _continuations(written):
+                resumed_in = row_at(real_time(lines[index]))  # the fault under way at the resume
+                resumed_in.resumed += 1
+                if rewind:
+                    resumed_in.rewinds += 1
+                    resumed_in.notes.append(f"{expected.job_id} due {due:.0f}: {rewind}")
             if ends and expected.every_s == 1:
                 row.recovery_s = max(row.recovery_s, real_time(ends[0]) - due)
             overlap, late, index = _fence_conflicts(written)
@@ -187,26 +190,27 @@ def _fence_conflicts(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, in
     return overlap, late, stale
 
 
-def _continuations(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, list[str]]:
-    """(runs of one occurrence resumed from a checkpoint, how the ledger contradicts them).
+def _continuations(written: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, str | None]]:
+    """Each run of one occurrence resumed from a checkpoint: (index of its ``start``, how the
+    ledger contradicts its checkpoint, if it does).
 
     A checkpoint ``{"done": k}`` is stored only when a run hands the occurrence back
     right after its step k-1 (pause or warm shutdown), so the last run to write step
     k-1 before the resumed one started is the one that handed it back: it must have
     written nothing past it, and the resumed run nothing before it.
     """
-    resumed = 0
-    rewinds: list[str] = []
+    resumed: list[tuple[int, str | None]] = []
     for index, line in written:
         k = int(line.get("resumed_from") or 0)
         if line["event"] != "start" or not k:
             continue
-        resumed += 1
         fence = line["fence"]
         earlier = [(i, x) for i, x in written if i < index and x["fence"] < fence]
         finished = [x["fence"] for _, x in earlier if x["event"] == "step" and x["step"] == k - 1]
         if not finished:
-            rewinds.append(f"fence {fence} resumed from step {k}, which no earlier run reached")
+            resumed.append(
+                (index, f"fence {fence} resumed from step {k}, no earlier run got there")
+            )
             continue
         past = [
             x
@@ -217,12 +221,12 @@ def _continuations(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, list
         before = [
             x for _, x in written if x["fence"] == fence and x["event"] == "step" and x["step"] < k
         ]
-        if past or before:
-            rewinds.append(
-                f"fence {fence} resumed from step {k}: fence {finished[-1]} went on past it"
-                f" {len(past)} time(s), fence {fence} re-ran {len(before)} earlier step(s)"
-            )
-    return resumed, rewinds
+        rewind = (
+            f"fence {fence} resumed from step {k}: fence {finished[-1]} went on past it"
+            f" {len(past)} time(s), fence {fence} re-ran {len(before)} earlier step(s)"
+        )
+        resumed.append((index, rewind if past or before else None))
+    return resumed
 
 
 def failed(rows: Sequence[Row]) -> bool:
