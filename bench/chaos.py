@@ -132,6 +132,7 @@ def wait_drained(cluster: Cluster, owed: list[Expectation], faults: list[FaultRe
     """Give late firings up to ``_DRAIN_S`` to finish before the ledger is judged."""
 
     def clean() -> bool:
+        cluster.revive_workers()
         rows = check(
             cluster.ledger_lines(),
             faults,
@@ -179,6 +180,7 @@ def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
         for name, action in FAULTS:
             if time.time() >= end - spacing and rounds:
                 break
+            cluster.revive_workers()
             at = time.time()
             faults.append(FaultRecord(name, at))
             print(f"{time.strftime('%H:%M:%S')} {name}", flush=True)
@@ -203,6 +205,12 @@ def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
     )
     for name, note in notes:
         next(row for row in rows if row.fault == name).notes.append(note)
+    # Found on the next look, so charged to the fault under way a moment before.
+    for found, _, why in cluster.worker_exits:
+        under_way = [f.name for f in faults if f.at <= found - 1.0] or ["baseline"]
+        row = next(row for row in rows if row.fault == under_way[-1])
+        row.exits += 1
+        row.notes.append(f"worker exited, started again: {why}")
     skew = Row("clock_skew", injected=len(cluster.skews), errors=len(sampler.overreach))
     skew.notes += [*sorted(set(sampler.overreach)), f"{sampler.samples} lease samples"]
     api = Row("kernel_api_reads", errors=len(sampler.api_errors))

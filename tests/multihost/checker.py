@@ -24,6 +24,8 @@ one) it was due in; firings due before the first fault belong to ``baseline``.
   step k-1, the run that finished it went on past it (step k or ``end``) although it
   handed the occurrence back there, or the resumed run wrote a step before k. Both
   are charged to the fault under way when the resumed run started.
+* **exits**: workers that exited on their own during the window (the harness starts
+  them again, as a supervisor would); filled in by the harness, not judged here.
 * **errors**: anything the harness saw go wrong outside the ledger (an API call that
   raised something other than a kernel error, a lease longer than the database allows).
 * **recovery**: the most seconds any every-second firing due in the window waited
@@ -81,6 +83,8 @@ class Row:
     adjudicate: int = 0
     resumed: int = 0
     rewinds: int = 0
+    #: Workers that exited on their own (the harness restarts them); reported, not judged.
+    exits: int = 0
     errors: int = 0
     recovery_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -241,7 +245,7 @@ def table(rows: Sequence[Row]) -> str:
     """The figures, one line per fault, as a fixed-width table."""
     header = (
         "fault", "injected", "firings", "lost", "duplicates", "overlaps", "late",
-        "reruns", "adjudicate", "resumed", "rewinds", "errors", "recovery s",
+        "reruns", "adjudicate", "resumed", "rewinds", "exits", "errors", "recovery s",
     )  # fmt: skip
     body = [
         (
@@ -259,6 +263,7 @@ def table(rows: Sequence[Row]) -> str:
                     row.adjudicate,
                     row.resumed,
                     row.rewinds,
+                    row.exits,
                     row.errors,
                 )  # fmt: skip
             ),

@@ -137,6 +137,9 @@ class Cluster:
         self._due: dict[int, float] = {}
         #: (job, due time) of the firings a fault paused or had handed back.
         self.handed_back: set[tuple[str, float]] = set()
+        #: (when it was found, host, its last CRITICAL line) of each worker that exited
+        #: on its own and was started again, as a supervisor (systemd) would.
+        self.worker_exits: list[tuple[float, str, str]] = []
 
     @property
     def skews(self) -> dict[str, float]:
@@ -160,6 +163,17 @@ class Cluster:
         for host in self.network.workers:
             if self.plans[host.name].beat:
                 self.start_beat(host)
+
+    def revive_workers(self) -> None:
+        """Start a worker again on each host whose worker exited unbidden; record why."""
+        for name, proc in list(self.workers.items()):
+            if proc.expected_exit or proc.popen.poll() is None:
+                continue
+            critical = [line for line in proc.log().splitlines() if "CRITICAL/MainProcess" in line]
+            why = critical[-1] if critical else f"exit status {proc.popen.returncode}"
+            self.worker_exits.append((time.time(), name, f"{proc.name}: {why}"[:300]))
+            proc.expected_exit = True
+            self.start_worker(self.host(name))
 
     def host(self, name: str) -> Host:
         return next(h for h in self.network.workers if h.name == name)
@@ -402,8 +416,16 @@ class Cluster:
         return f"no run paused (refused: {', '.join(refused) or 'none running'})"
 
     def _newest_long_run(self) -> Occurrence | None:
-        """The running checkpointing occurrence that started last (the most steps left)."""
-        running = {o.id: o for o in self._running_long()}
+        """The live checkpointing run that started last (the most steps left).
+
+        A run whose lease has expired (its worker is gone) cannot be paused: left out.
+        """
+        now = self.kernel.now()
+        running = {
+            o.id: o
+            for o in self._running_long()
+            if o.lease_expires_at is not None and o.lease_expires_at > now
+        }
         for line in reversed(self.ledger_lines()[-300:]):
             if line.get("event") == "start" and line.get("occurrence_id") in running:
                 return running[line["occurrence_id"]]
