@@ -386,10 +386,14 @@ class Cluster:
         """
         refused: list[str] = []
         for _ in range(3):
-            target = self._newest_long_run()
-            if target is None:
-                time.sleep(1.0)
-                continue
+            # The pause reaches the run with its next renewal (up to 2 s): pick one that
+            # has steps left, waiting a little for one to start if need be.
+            try:
+                target = wait_until(
+                    self._fresh_long_run, timeout=12.0, what="a fresh run", interval=0.5
+                )
+            except AssertionError:
+                return "no checkpointing run started within 12 s"
             try:
                 self.kernel.request_pause(
                     target.id,
@@ -415,21 +419,21 @@ class Cluster:
             return f"occurrence {target.id} paused and resumed"
         return f"no run paused (refused: {', '.join(refused) or 'none running'})"
 
-    def _newest_long_run(self) -> Occurrence | None:
-        """The live checkpointing run that started last (the most steps left).
-
-        A run whose lease has expired (its worker is gone) cannot be paused: left out.
-        """
+    def _fresh_long_run(self) -> Occurrence | None:
+        """A live checkpointing run that has done at most 2 of its 6 steps (lease live:
+        a run whose worker is gone cannot be paused)."""
         now = self.kernel.now()
         running = {
             o.id: o
             for o in self._running_long()
             if o.lease_expires_at is not None and o.lease_expires_at > now
         }
-        for line in reversed(self.ledger_lines()[-300:]):
-            if line.get("event") == "start" and line.get("occurrence_id") in running:
-                return running[line["occurrence_id"]]
-        return next(iter(running.values()), None)
+        steps: dict[int, int] = {}
+        for line in self.ledger_lines()[-300:]:
+            if line.get("occurrence_id") in running and line["event"] in ("start", "step"):
+                steps[line["occurrence_id"]] = line.get("step", -1) + 1
+        fresh = [running[i] for i, done in steps.items() if done <= 2]
+        return fresh[-1] if fresh else None
 
     def warm_shutdown(self, host: Host) -> str:
         """SIGTERM the worker: its checkpointing runs hand back; start a new worker there."""
