@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from celery.beat import Scheduler
+from kombu.exceptions import OperationalError
 
 from adapters import load_adapters
 from beat_schedule import timing
@@ -366,17 +367,28 @@ class KernelScheduler(Scheduler):  # type: ignore[misc]
         )
         if not hints:
             return
-        with self.app.producer_or_acquire() as producer:
-            for hint in hints:
-                self.app.send_task(
-                    RUN_OCCURRENCE,
-                    args=[hint.occurrence_id],
-                    queue=hint.queue,
-                    shadow=hint.job_id,
-                    producer=producer,
-                    **self.hint_options.get(hint.job_id, {}),
-                    **hint_time_limits(hint.kind, hint.timeout),
-                )
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for hint in hints:
+                    self.app.send_task(
+                        RUN_OCCURRENCE,
+                        args=[hint.occurrence_id],
+                        queue=hint.queue,
+                        shadow=hint.job_id,
+                        producer=producer,
+                        **self.hint_options.get(hint.job_id, {}),
+                        **hint_time_limits(hint.kind, hint.timeout),
+                    )
+        except OperationalError as exc:  # the broker is down: an outage, not a bad job
+            log.warning(
+                "broker unavailable, %d hint(s) not all published (%s); they are sent again "
+                "after %gs",
+                len(hints),
+                exc,
+                self.settings.rehint_after,
+                extra={"action": "pump_broker_unavailable", "beat_id": self.beat_id},
+            )
+            return
         log.debug(
             "published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id}
         )

@@ -6,11 +6,16 @@ Redis on the first, a worker on each of the others and Beats on two (one host's 
 5 minutes ahead, another's 5 minutes behind), and injects the faults in turn, one every
 ``--spacing`` seconds, until the time is up: kill -9 of a worker's main process, of a
 pool child and of a Beat; SIGSTOP past the lease; PostgreSQL immediate and fast
-restarts; Redis kill -9 with its queue lost and with it kept; a partition of one host.
-Then, on one host with SQLite on a small tmpfs, the disk is filled and freed again.
-Every job appends to an external ledger; the checker reads it afterwards and prints a
-table per fault. Exit status: 0 clean, 1 on any loss, at-most-once duplicate, overlap,
-late write or lease extended by a skewed clock, 3 when namespaces cannot be made here.
+restarts; Redis kill -9 with its queue lost and with it kept; a partition of one host,
+40 % packet loss on one host's link and a throttled (congested, high-latency) link,
+each healed later; an operator's ``kernel pause`` of a running checkpointing
+occurrence and its ``kernel resume``; a warm shutdown (SIGTERM) of a worker whose
+checkpointing runs hand back and resume elsewhere. Then, on one host with SQLite on a
+small tmpfs, the disk is filled and freed again. Every job appends to an external
+ledger; the checker reads it afterwards and prints a table per fault. Exit status: 0
+clean, 1 on any loss, at-most-once duplicate, overlap, late write, run resumed from a
+checkpoint the ledger contradicts, or lease extended by a skewed clock, 3 when
+namespaces cannot be made here.
 """
 
 from __future__ import annotations
@@ -60,7 +65,8 @@ _BASELINE_S = 8.0
 _DRAIN_S = 60.0
 _DISK_PHASE_S = 24.0
 
-Fault = tuple[str, Callable[[Cluster, int], None]]
+#: A fault's action may return a note (what it hit) for the run's report.
+Fault = tuple[str, Callable[[Cluster, int], str | None]]
 
 FAULTS: list[Fault] = [
     ("kill_worker_main", lambda c, i: c.kill_worker_main(c.busy_host(["h1", "h3"]))),
@@ -72,6 +78,10 @@ FAULTS: list[Fault] = [
     ("redis_kill_lost", lambda c, i: c.restart_redis(persistent=False)),
     ("redis_kill_kept", lambda c, i: c.restart_redis(persistent=True)),
     ("partition", lambda c, i: c.partition(c.busy_host(["h3", "h1"]), LEASE_S + 5)),
+    ("lossy_link", lambda c, i: c.lossy_link(c.busy_host(["h1", "h3"]), 40, LEASE_S + 5)),
+    ("slow_link", lambda c, i: c.slow_link(c.busy_host(["h3", "h2"]), "96kbit", LEASE_S + 5)),
+    ("pause_resume", lambda c, i: c.pause_and_resume(2.0)),
+    ("warm_shutdown", lambda c, i: c.warm_shutdown(c.busy_host(["h2", "h1", "h3"]))),
 ]
 
 
@@ -85,7 +95,6 @@ def expectations(first: float, last: float) -> list[Expectation]:
             every[spec["schedule"]["every"]],
             first,
             last,
-            counted_only=spec["kind"] == "shell",
         )
         for spec in job_specs(Path("unused"))
     ]
@@ -123,12 +132,14 @@ def wait_drained(cluster: Cluster, owed: list[Expectation], faults: list[FaultRe
     """Give late firings up to ``_DRAIN_S`` to finish before the ledger is judged."""
 
     def clean() -> bool:
+        cluster.revive_workers()
         rows = check(
             cluster.ledger_lines(),
             faults,
             owed,
             skews=cluster.skews,
             adjudication=cluster.adjudication(),
+            handed_back=frozenset(cluster.handed_back),
         )
         return not any(row.lost for row in rows)
 
@@ -162,16 +173,21 @@ def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
     print(f"workload running on {len(cluster.network.workers)} hosts; faults every {spacing:.0f}s")
     time.sleep(_BASELINE_S)
     faults: list[FaultRecord] = []
+    notes: list[tuple[str, str]] = []
     end = first + seconds
     rounds = 0
     while time.time() < end - spacing or not rounds:
         for name, action in FAULTS:
             if time.time() >= end - spacing and rounds:
                 break
+            cluster.revive_workers()
             at = time.time()
             faults.append(FaultRecord(name, at))
             print(f"{time.strftime('%H:%M:%S')} {name}", flush=True)
-            action(cluster, rounds)
+            note = action(cluster, rounds)
+            if note:
+                print(f"  {note}", flush=True)
+                notes.append((name, note))
             time.sleep(max(0.0, at + spacing - time.time()))
         rounds += 1
     last = time.time()
@@ -185,7 +201,16 @@ def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
         owed,
         skews=cluster.skews,
         adjudication=cluster.adjudication(),
+        handed_back=frozenset(cluster.handed_back),
     )
+    for name, note in notes:
+        next(row for row in rows if row.fault == name).notes.append(note)
+    # Found on the next look, so charged to the fault under way a moment before.
+    for found, _, why in cluster.worker_exits:
+        under_way = [f.name for f in faults if f.at <= found - 1.0] or ["baseline"]
+        row = next(row for row in rows if row.fault == under_way[-1])
+        row.exits += 1
+        row.notes.append(f"worker exited, started again: {why}")
     skew = Row("clock_skew", injected=len(cluster.skews), errors=len(sampler.overreach))
     skew.notes += [*sorted(set(sampler.overreach)), f"{sampler.samples} lease samples"]
     api = Row("kernel_api_reads", errors=len(sampler.api_errors))

@@ -91,7 +91,7 @@ class _Run:
         self.main_pid = main_pid
         self.cancelled = _FencedEvent(self.fence_at)
         self.finished = threading.Event()
-        # Held while the keeper renews, so that once finished is set no renewal follows.
+        # Held while the keeper renews: the run's end waits on it for a renewal in flight.
         self.renewing = threading.Lock()
         self.lease_lost = False
         self.self_fenced = False
@@ -142,6 +142,8 @@ class _Run:
                     lease=self.lease_s,
                 )
             except LeaseLost as exc:
+                if self.finished.is_set():
+                    return  # the run ended (settled, handed back, fenced off) meanwhile
                 # The message carries the code (LEASE_LOST) and the new fence: operators grep it.
                 self.log.warning(
                     "lease lost; the run is stopped and will not settle: %s",
@@ -262,8 +264,11 @@ class LeaseKeeper:
 
     def remove(self, run: _Run) -> None:
         """Stop renewing ``run``; returns once no renewal of it is in flight."""
+        # Finished before waiting: a renewal in flight that comes back LEASE_LOST (it
+        # lost to the settle, or hung through an outage) must not stop a run that ended.
+        run.finished.set()
         with run.renewing:
-            run.finished.set()
+            pass  # the renewal in flight, if any, has returned
         with self._lock:
             self._runs.discard(run)
 

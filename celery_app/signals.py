@@ -18,7 +18,7 @@ from celery.signals import celeryd_init, worker_process_init, worker_ready, work
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
-from kernel import KernelError
+from kernel import KernelError, StorageUnavailable
 
 __all__ = ["WarmShutdownHandBack", "connect"]
 
@@ -76,7 +76,14 @@ def connect(app: Any) -> None:
         parent = getattr(app, "_kernel_resources", None)
         if parent is not None:
             parent.kernel.engine.dispose(close=False)
-        process_resources(app, main_pid=os.getppid())
+        try:
+            process_resources(app, main_pid=os.getppid())
+        except StorageUnavailable as exc:  # a database restart: the first task opens it again
+            log.warning(
+                "new pool process could not open the kernel yet: %s",
+                exc,
+                extra={"action": "storage_unavailable"},
+            )
 
     def remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
         # The warm-shutdown marker ends with its worker (Celery calls no step's shutdown()).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -13,11 +14,13 @@ from adapters.registry import load_adapters
 from celery_app.config import open_kernel
 from celery_app.runtime import LeaseKeeper
 from celery_app.runtime import run_occurrence as run
-from kernel import Kernel
+from kernel import Kernel, StorageUnavailable
 
 __all__ = ["register", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
 
 RUN_OCCURRENCE = "kernel.run_occurrence"
+
+log = logging.getLogger("celery_kernel.worker")
 
 
 class OccurrenceFailed(Exception):
@@ -75,20 +78,35 @@ def run_occurrence(task: Any, occurrence_id: int) -> str:
     """Run occurrence ``occurrence_id`` if the kernel lets this worker claim it.
 
     Returns what happened (``succeeded``, ``handed_back``, ``cancelled``,
-    ``lease_lost``, ``not_claimable``).
+    ``lease_lost``, ``not_claimable``, ``storage_unavailable``).
+
+    The kernel being unreachable (a database restart) is an outage to ride out, not
+    a bug: it is logged in one line. The kernel's own recovery covers what the failed
+    call did not record: a claim is retried when the hint is sent again; a run whose
+    settle did not land is decided by its lease's expiry.
 
     Raises:
         OccurrenceFailed: the run failed; the message names the job, the error code
             and the kernel status.
     """
-    resources = process_resources(task.app)
-    outcome = run(
-        resources.kernel,
-        resources.adapters,
-        int(occurrence_id),
-        main_pid=resources.main_pid,
-        keeper=resources.keeper,
-    )
+    try:
+        resources = process_resources(task.app)
+        outcome = run(
+            resources.kernel,
+            resources.adapters,
+            int(occurrence_id),
+            main_pid=resources.main_pid,
+            keeper=resources.keeper,
+        )
+    except StorageUnavailable as exc:
+        log.warning(
+            "occurrence %s: %s; a claim is retried when its hint is sent again, a run whose "
+            "settle did not land is decided by its lease's expiry",
+            occurrence_id,
+            exc,
+            extra={"action": "storage_unavailable", "occurrence_id": occurrence_id},
+        )
+        return "storage_unavailable"
     if outcome.error_code is not None:
         raise OccurrenceFailed(
             f"job {outcome.job_id}: {outcome.error_code}, "

@@ -7,8 +7,10 @@ environment) and the host's own wall clock (skewed on a skewed host; the checker
 corrects it by the host's known offset). A careful job checks ``ctx.cancelled`` before
 each effect: the runtime sets it when the lease is lost.
 
-Run as a script it is the ``shell`` job: the child is not told its occurrence, so its
-lines carry only the job, the host and the time.
+Run as a script it is the ``shell`` job: its lines name the occurrence, fence and
+attempt from the ``KERNEL_*`` variables the shell adapter gives every child; the
+harness looks up each occurrence's due time (the child is not told it), so the checker
+judges shell runs like callable ones.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the shell job runs this file with no project on its path
     from adapters.base import ExecutionContext
 
-__all__ = ["append", "long_steps", "tick"]
+__all__ = ["append", "long_steps", "shell_run", "tick"]
 
 
 def append(ledger: str, event: str, **fields: Any) -> None:
@@ -76,7 +78,19 @@ def long_steps(ledger: str, ctx: ExecutionContext, total: int, step_s: float) ->
     return {"done": total}
 
 
-if __name__ == "__main__":  # the shell job: python chaos_jobs.py LEDGER JOB_ID
-    append(sys.argv[1], "start", job_id=sys.argv[2], pid=os.getpid())
+def shell_run(ledger: str) -> None:
+    """The shell job's body: ``start``, 0.2 s of work, ``end``."""
+    run = {
+        "job_id": os.environ["KERNEL_JOB_ID"],
+        "occurrence_id": int(os.environ["KERNEL_OCCURRENCE_ID"]),
+        "attempt": int(os.environ["KERNEL_ATTEMPT"]),
+        "fence": int(os.environ["KERNEL_FENCE"]),
+        "pid": os.getpid(),
+    }
+    append(ledger, "start", **run)
     time.sleep(0.2)
-    append(sys.argv[1], "end", job_id=sys.argv[2], pid=os.getpid())
+    append(ledger, "end", **run)
+
+
+if __name__ == "__main__":  # the shell job: python chaos_jobs.py LEDGER
+    shell_run(sys.argv[1])

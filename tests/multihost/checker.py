@@ -3,19 +3,29 @@
 Inputs are the ledger's lines in file order (the real order of the writes, whatever
 the hosts' clocks say), the faults as the harness injected them, what each job was
 expected to fire, each host's clock offset and the firings an operator must
-adjudicate. Every firing is attributed to the fault whose window (from its injection
-to the next one) it was due in; firings due before the first fault belong to
-``baseline``.
+adjudicate and the firings the harness paused or had handed back (warm shutdown).
+Every firing is attributed to the fault whose window (from its injection to the next
+one) it was due in; firings due before the first fault belong to ``baseline``.
 
 * **lost**: an at-least-once firing with no ``end`` line from any run; an
-  at-most-once firing with no ``start`` line that is not waiting for an operator.
-* **duplicates**: an at-most-once firing whose effect (``start``) was written twice.
+  at-most-once firing with no ``start`` line that is not waiting for an operator; a
+  paused or handed-back firing that never finished.
+* **duplicates**: an at-most-once firing whose effect (a fresh ``start``, not one
+  resuming from a checkpoint) was written twice.
 * **overlaps**: a run of an occurrence writing while a later run (higher fence) of
   the same occurrence was under way.
 * **late writes**: a run writing after a later run of its occurrence had started,
   i.e. after it had lost its lease.
-* **reruns** / **adjudicate**: at-least-once firings run under more than one fence, and
-  at-most-once firings left for an operator: evidence that a fault hit a running job.
+* **reruns** / **adjudicate**: at-least-once firings started afresh under more than one
+  fence, and at-most-once firings left for an operator: evidence that a fault hit a
+  running job.
+* **resumed** / **rewinds**: runs that started from a checkpoint (``resumed_from`` k);
+  a rewind is one whose checkpoint the ledger contradicts: no earlier run finished
+  step k-1, the run that finished it went on past it (step k or ``end``) although it
+  handed the occurrence back there, or the resumed run wrote a step before k. Both
+  are charged to the fault under way when the resumed run started.
+* **exits**: workers that exited on their own during the window (the harness starts
+  them again, as a supervisor would); filled in by the harness, not judged here.
 * **errors**: anything the harness saw go wrong outside the ledger (an API call that
   raised something other than a kernel error, a lease longer than the database allows).
 * **recovery**: the most seconds any every-second firing due in the window waited
@@ -54,8 +64,6 @@ class Expectation:
     every_s: int
     first: float
     last: float
-    #: ``shell`` runs are not told their occurrence: only their number can be checked.
-    counted_only: bool = False
 
     def due(self) -> list[float]:
         start = math.ceil(self.first / self.every_s) * self.every_s
@@ -73,6 +81,10 @@ class Row:
     late_writes: int = 0
     reruns: int = 0
     adjudicate: int = 0
+    resumed: int = 0
+    rewinds: int = 0
+    #: Workers that exited on their own (the harness restarts them); reported, not judged.
+    exits: int = 0
     errors: int = 0
     recovery_s: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -91,6 +103,7 @@ def check(
     *,
     skews: dict[str, float],
     adjudication: set[tuple[str, float]],
+    handed_back: frozenset[tuple[str, float]] = frozenset(),
 ) -> list[Row]:
     """One row per fault name (plus ``baseline``), in first-injection order."""
     ordered = sorted(faults, key=lambda f: f.at)
@@ -115,20 +128,22 @@ def check(
             by_firing[(line["job_id"], float(line["scheduled_for"]))].append((index, line))
 
     for expected in expectations:
-        if expected.counted_only:
-            _count_runs(lines, expected, rows)
-            continue
         for due in expected.due():
             row = row_at(due)
             row.firings += 1
-            written = by_firing.get((expected.job_id, due), [])
-            starts = {line["fence"] for _, line in written if line["event"] == "start"}
+            firing = (expected.job_id, due)
+            written = by_firing.get(firing, [])
+            starts = {
+                line["fence"]
+                for _, line in written
+                if line["event"] == "start" and not line.get("resumed_from")
+            }
             ends = [line for _, line in written if line["event"] == "end"]
-            waiting = (expected.job_id, due) in adjudication
+            waiting = firing in adjudication
             row.adjudicate += waiting
             row.reruns += expected.delivery == "at-least-once" and len(starts) > 1
             if expected.delivery == "at-most-once":
-                if not starts and not waiting:
+                if (not starts and not waiting) or (firing in handed_back and not ends):
                     row.lost += 1
                     row.notes.append(f"lost {expected.job_id} due {due:.0f}")
                 if len(starts) > 1:
@@ -137,6 +152,12 @@ def check(
             elif not ends:
                 row.lost += 1
                 row.notes.append(f"lost {expected.job_id} due {due:.0f}")
+            for index, rewind in _continuations(written):
+                resumed_in = row_at(real_time(lines[index]))  # the fault under way at the resume
+                resumed_in.resumed += 1
+                if rewind:
+                    resumed_in.rewinds += 1
+                    resumed_in.notes.append(f"{expected.job_id} due {due:.0f}: {rewind}")
             if ends and expected.every_s == 1:
                 row.recovery_s = max(row.recovery_s, real_time(ends[0]) - due)
             overlap, late, index = _fence_conflicts(written)
@@ -173,26 +194,50 @@ def _fence_conflicts(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, in
     return overlap, late, stale
 
 
-def _count_runs(
-    lines: Sequence[dict[str, Any]], expected: Expectation, rows: dict[str, Row]
-) -> None:
-    """A counted-only job: fewer finished runs than firings means at least that many lost."""
-    due = expected.due()
-    ended = [
-        line for line in lines if line["event"] == "end" and line.get("job_id") == expected.job_id
-    ]
-    missing = max(0, len(due) - len(ended))
-    row = rows[BASELINE]
-    row.firings += len(due)
-    if missing:
-        row.lost += missing
-        row.notes.append(f"{expected.job_id}: {len(ended)} runs finished for {len(due)} firings")
+def _continuations(written: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, str | None]]:
+    """Each run of one occurrence resumed from a checkpoint: (index of its ``start``, how the
+    ledger contradicts its checkpoint, if it does).
+
+    A checkpoint ``{"done": k}`` is stored only when a run hands the occurrence back
+    right after its step k-1 (pause or warm shutdown), so the last run to write step
+    k-1 before the resumed one started is the one that handed it back: it must have
+    written nothing past it, and the resumed run nothing before it.
+    """
+    resumed: list[tuple[int, str | None]] = []
+    for index, line in written:
+        k = int(line.get("resumed_from") or 0)
+        if line["event"] != "start" or not k:
+            continue
+        fence = line["fence"]
+        earlier = [(i, x) for i, x in written if i < index and x["fence"] < fence]
+        finished = [x["fence"] for _, x in earlier if x["event"] == "step" and x["step"] == k - 1]
+        if not finished:
+            resumed.append(
+                (index, f"fence {fence} resumed from step {k}, no earlier run got there")
+            )
+            continue
+        past = [
+            x
+            for _, x in earlier
+            if x["fence"] == finished[-1]
+            and (x["event"] == "end" or (x["event"] == "step" and x["step"] >= k))
+        ]
+        before = [
+            x for _, x in written if x["fence"] == fence and x["event"] == "step" and x["step"] < k
+        ]
+        rewind = (
+            f"fence {fence} resumed from step {k}: fence {finished[-1]} went on past it"
+            f" {len(past)} time(s), fence {fence} re-ran {len(before)} earlier step(s)"
+        )
+        resumed.append((index, rewind if past or before else None))
+    return resumed
 
 
 def failed(rows: Sequence[Row]) -> bool:
-    """Loss, an at-most-once duplicate, an overlap, a late write or an error fails the run."""
+    """Loss, an at-most-once duplicate, an overlap, a late write, a rewind or an error fails."""
     return any(
-        row.lost or row.duplicates or row.overlaps or row.late_writes or row.errors for row in rows
+        row.lost or row.duplicates or row.overlaps or row.late_writes or row.rewinds or row.errors
+        for row in rows
     )
 
 
@@ -200,7 +245,7 @@ def table(rows: Sequence[Row]) -> str:
     """The figures, one line per fault, as a fixed-width table."""
     header = (
         "fault", "injected", "firings", "lost", "duplicates", "overlaps", "late",
-        "reruns", "adjudicate", "errors", "recovery s",
+        "reruns", "adjudicate", "resumed", "rewinds", "exits", "errors", "recovery s",
     )  # fmt: skip
     body = [
         (
@@ -216,6 +261,9 @@ def table(rows: Sequence[Row]) -> str:
                     row.late_writes,
                     row.reruns,
                     row.adjudicate,
+                    row.resumed,
+                    row.rewinds,
+                    row.exits,
                     row.errors,
                 )  # fmt: skip
             ),

@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from multihost.checker import read_ledger
 from multihost.netns import Host, Network
 from multihost.services import Postgres, Redis
 
-from kernel import Kernel, KernelError
+from adapters.base import CHECKPOINT_V1
+from kernel import Kernel, KernelError, Occurrence
 
 __all__ = ["Cluster", "HostPlan", "faketime_library", "job_specs", "workload_env"]
 
@@ -72,7 +74,7 @@ def job_specs(ledger: Path) -> list[dict[str, Any]]:
         return {"callable": f"chaos_jobs:{function}", "kwargs": {"ledger": str(ledger), **kwargs}}
 
     shell = {
-        "argv": [sys.executable, str(MULTIHOST_DIR / "chaos_jobs.py"), str(ledger), "shell-alo"],
+        "argv": [sys.executable, str(MULTIHOST_DIR / "chaos_jobs.py"), str(ledger)],
         "env_allow": ["CHAOS_HOST"],
     }
     steps = {"total": 6, "step_s": 1.0}
@@ -131,6 +133,13 @@ class Cluster:
         self._kernel: Kernel | None = None
         self._generation = 0
         self.env: dict[str, str] = {}
+        #: Due time of each occurrence a shell run wrote about (its child is not told it).
+        self._due: dict[int, float] = {}
+        #: (job, due time) of the firings a fault paused or had handed back.
+        self.handed_back: set[tuple[str, float]] = set()
+        #: (when it was found, host, its last CRITICAL line) of each worker that exited
+        #: on its own and was started again, as a supervisor (systemd) would.
+        self.worker_exits: list[tuple[float, str, str]] = []
 
     @property
     def skews(self) -> dict[str, float]:
@@ -154,6 +163,17 @@ class Cluster:
         for host in self.network.workers:
             if self.plans[host.name].beat:
                 self.start_beat(host)
+
+    def revive_workers(self) -> None:
+        """Start a worker again on each host whose worker exited unbidden; record why."""
+        for name, proc in list(self.workers.items()):
+            if proc.expected_exit or proc.popen.poll() is None:
+                continue
+            critical = [line for line in proc.log().splitlines() if "CRITICAL/MainProcess" in line]
+            why = critical[-1] if critical else f"exit status {proc.popen.returncode}"
+            self.worker_exits.append((time.time(), name, f"{proc.name}: {why}"[:300]))
+            proc.expected_exit = True
+            self.start_worker(self.host(name))
 
     def host(self, name: str) -> Host:
         return next(h for h in self.network.workers if h.name == name)
@@ -236,7 +256,16 @@ class Cluster:
         return self._kernel
 
     def ledger_lines(self) -> list[dict[str, Any]]:
-        return read_ledger(self.ledger)
+        """The ledger, each shell run's lines given their occurrence's due time."""
+        lines = read_ledger(self.ledger)
+        for line in lines:
+            occurrence_id = line.get("occurrence_id")
+            if line.get("scheduled_for") is None and occurrence_id is not None:
+                if occurrence_id not in self._due:
+                    occurrence = self.kernel.get_occurrence(occurrence_id)
+                    self._due[occurrence_id] = occurrence.scheduled_for.timestamp()
+                line["scheduled_for"] = self._due[occurrence_id]
+        return lines
 
     def adjudication(self) -> set[tuple[str, float]]:
         """(job, due time) of every firing waiting for an operator's decision."""
@@ -327,3 +356,97 @@ class Cluster:
             time.sleep(seconds)
         finally:
             self.network.heal(host)
+
+    def lossy_link(self, host: Host, percent: int, seconds: float) -> None:
+        """Drop ``percent`` % of ``host``'s packets both ways for ``seconds``."""
+        self.network.drop_packets(host, percent)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.network.stop_dropping(host)
+
+    def slow_link(self, host: Host, rate: str, seconds: float) -> None:
+        """Throttle ``host``'s link to ``rate`` for ``seconds``: its packets queue, some drop."""
+        self.network.throttle(host, rate)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.network.stop_throttling(host)
+
+    def _running_long(self) -> list[Occurrence]:
+        running = self.kernel.list_occurrences(statuses=["running"], limit=1000)
+        return [o for o in running if o.job_id.startswith("long-")]
+
+    def pause_and_resume(self, paused_s: float) -> str:
+        """An operator pauses a running checkpointing occurrence and resumes it ``paused_s`` later.
+
+        Through the kernel's Python API, which ``kernel pause`` / ``kernel resume`` call:
+        on this loaded machine the CLI takes longer to start than a run lasts. Returns
+        what happened, for the run's notes (a run may finish before the pause lands).
+        """
+        refused: list[str] = []
+        for _ in range(3):
+            # The pause reaches the run with its next renewal (up to 2 s): pick one that
+            # has steps left, waiting a little for one to start if need be.
+            try:
+                target = wait_until(
+                    self._fresh_long_run, timeout=12.0, what="a fresh run", interval=0.5
+                )
+            except AssertionError:
+                return "no checkpointing run started within 12 s"
+            try:
+                self.kernel.request_pause(
+                    target.id,
+                    request_id=uuid.uuid4().hex,
+                    safe_points=CHECKPOINT_V1.safe_points,
+                    operator="chaos-operator",
+                )
+            except KernelError as exc:  # it finished meanwhile
+                refused.append(f"{target.id}: {exc.code}")
+                continue
+
+            def paused(occurrence_id: int = target.id) -> bool:
+                control = self.kernel.get_occurrence(occurrence_id).control
+                return control is not None and control.state.value == "paused"
+
+            try:
+                wait_until(paused, timeout=LEASE_S + 3, what="the pause", interval=0.2)
+            except AssertionError:
+                return f"occurrence {target.id} did not pause (it finished first?)"
+            self.handed_back.add((target.job_id, target.scheduled_for.timestamp()))
+            time.sleep(paused_s)
+            self.kernel.resume(target.id, request_id=uuid.uuid4().hex, operator="chaos-operator")
+            return f"occurrence {target.id} paused and resumed"
+        return f"no run paused (refused: {', '.join(refused) or 'none running'})"
+
+    def _fresh_long_run(self) -> Occurrence | None:
+        """A live checkpointing run that has done at most 2 of its 6 steps (lease live:
+        a run whose worker is gone cannot be paused)."""
+        now = self.kernel.now()
+        running = {
+            o.id: o
+            for o in self._running_long()
+            if o.lease_expires_at is not None and o.lease_expires_at > now
+        }
+        steps: dict[int, int] = {}
+        for line in self.ledger_lines()[-300:]:
+            if line.get("occurrence_id") in running and line["event"] in ("start", "step"):
+                steps[line["occurrence_id"]] = line.get("step", -1) + 1
+        fresh = [running[i] for i, done in steps.items() if done <= 2]
+        return fresh[-1] if fresh else None
+
+    def warm_shutdown(self, host: Host) -> str:
+        """SIGTERM the worker: its checkpointing runs hand back; start a new worker there."""
+        proc = self.workers[host.name]
+        pids = {proc.pid, *proc.children()}
+        handing = [
+            o
+            for o in self._running_long()
+            if o.lease_owner is not None and int(o.lease_owner.split(":")[1]) in pids
+        ]
+        proc.expected_exit = True
+        proc.popen.terminate()
+        proc.popen.wait(60)
+        self.handed_back |= {(o.job_id, o.scheduled_for.timestamp()) for o in handing}
+        self.start_worker(host)
+        return f"{len(handing)} checkpointing run(s) under way on {host.name}"

@@ -5,6 +5,12 @@ inside namespaces it creates: the services namespace holds a bridge (``.1``) and
 end per worker host; each worker host holds the other end as ``eth0`` (``.10`` and up).
 Nothing is routed anywhere else. Processes join a host with ``nsenter --net``, which
 execs the command, so the PID we hold is the process's own.
+
+A host's link can be cut (link down), made lossy (an nftables table in the host's
+namespace dropping a share of its packets both ways: ``numgen random``) or slow (a
+``tc`` token bucket on both ends of its veth, so packets queue for up to a second and
+more). ``tc netem`` would do both, but kernels built without ``sch_netem`` (this
+project's machines) have no such qdisc; nftables and ``tbf`` are built in.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 __all__ = ["Host", "Network", "NetworkUnavailable", "join_namespace"]
 
 _NETNS_DIR = Path("/run/netns")
+_LOSSY_TABLE = "chaos_loss"
 _CLONE_NEWNET = 0x40000000
 
 
@@ -47,6 +54,18 @@ def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise NetworkUnavailable(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def _in_namespace(namespace: str, argv: list[str], stdin: str | None = None) -> None:
+    done = subprocess.run(
+        ["ip", "netns", "exec", namespace, *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise NetworkUnavailable(f"{' '.join(argv)} in {namespace}: {done.stderr.strip()}")
 
 
 def join_namespace(namespace: str) -> None:
@@ -84,9 +103,11 @@ class Network:
     def _check() -> None:
         if os.geteuid() != 0:
             raise NetworkUnavailable("network namespaces need root (ip netns add)")
-        for tool in ("ip", "nsenter"):
+        for tool, package in (
+            ("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux"), ("nft", "nftables")
+        ):  # fmt: skip
             if shutil.which(tool) is None:
-                raise NetworkUnavailable(f"{tool} not found (apt-get install iproute2 util-linux)")
+                raise NetworkUnavailable(f"{tool} not found (apt-get install {package})")
 
     def _add_namespace(self, namespace: str) -> None:
         _ip("netns", "add", namespace)
@@ -120,6 +141,39 @@ class Network:
     def heal(self, host: Host) -> None:
         assert host.uplink is not None
         _ip("-n", self.services.namespace, "link", "set", host.uplink, "up")
+
+    def drop_packets(self, host: Host, percent: int) -> None:
+        """Drop ``percent`` % of the packets ``host`` sends and receives, at random."""
+        rule = f"numgen random mod 100 < {percent} drop;"
+        _in_namespace(
+            host.namespace,
+            ["nft", "-f", "-"],
+            stdin=f"table inet {_LOSSY_TABLE} {{\n"
+            f"  chain out {{ type filter hook output priority 0; {rule} }}\n"
+            f"  chain in {{ type filter hook input priority 0; {rule} }}\n"
+            "}\n",
+        )
+
+    def stop_dropping(self, host: Host) -> None:
+        _in_namespace(host.namespace, ["nft", "delete", "table", "inet", _LOSSY_TABLE])
+
+    def throttle(self, host: Host, rate: str) -> None:
+        """Limit ``host``'s link to ``rate`` (``"96kbit"``) each way; excess queues, then drops."""
+        for namespace, device in self._link_ends(host):
+            _in_namespace(
+                namespace,
+                ["tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate,
+                 "burst", "4kb", "latency", "1500ms"],
+            )  # fmt: skip
+
+    def stop_throttling(self, host: Host) -> None:
+        for namespace, device in self._link_ends(host):
+            _in_namespace(namespace, ["tc", "qdisc", "del", "dev", device, "root"])
+
+    def _link_ends(self, host: Host) -> list[tuple[str, str]]:
+        """Both ends of ``host``'s veth: a qdisc shapes only what leaves through its device."""
+        assert host.uplink is not None
+        return [(host.namespace, "eth0"), (self.services.namespace, host.uplink)]
 
     def remove(self) -> None:
         """Delete every namespace made (their veths and the bridge go with them)."""

@@ -1,9 +1,10 @@
 """The CI-sized chaos run: every fault once against namespaced hosts, judged by the ledger.
 
 ``bench/chaos.py --minutes 2`` builds the hosts, runs the workload and the faults, and
-exits 0 only when the ledger shows no loss, no at-most-once duplicate, no overlap and no
-late write. It needs root (network namespaces, a tmpfs): elsewhere the test is skipped,
-except under ``CI=true``, where CI runs as root and a skip would hide a broken harness.
+exits 0 only when the ledger shows no loss, no at-most-once duplicate, no overlap, no
+late write and no run resumed from a checkpoint the ledger contradicts. It needs root
+(network namespaces, a tmpfs): elsewhere the test is skipped, except under ``CI=true``,
+where CI runs as root and a skip would hide a broken harness.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def test_ci_sized_chaos_run_loses_nothing_and_runs_at_most_once_jobs_once() -> N
     # Every fault was injected and judged: one table row each.
     for fault in (
         "kill_worker_main", "kill_pool_child", "kill_beat", "freeze_worker", "pg_immediate",
-        "pg_fast", "redis_kill_lost", "redis_kill_kept", "partition", "clock_skew", "disk_full",
+        "pg_fast", "redis_kill_lost", "redis_kill_kept", "partition", "lossy_link", "slow_link",
+        "pause_resume", "warm_shutdown", "clock_skew", "disk_full",
     ):  # fmt: skip
         assert f"\n{fault} " in done.stdout, report

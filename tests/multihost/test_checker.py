@@ -31,7 +31,14 @@ def clean_runs(job: str, dues: range) -> list[dict[str, Any]]:
 def judge(lines: list[dict[str, Any]], delivery: str = "at-least-once", **kw: Any) -> list[Row]:
     owed = [Expectation("j", delivery, 1, T0, T0 + 9)]
     faults = [FaultRecord("kill", T0 + 5)]
-    return check(lines, faults, owed, skews=kw.get("skews", {}), adjudication=kw.get("adj", set()))
+    return check(
+        lines,
+        faults,
+        owed,
+        skews=kw.get("skews", {}),
+        adjudication=kw.get("adj", set()),
+        handed_back=kw.get("handed_back", frozenset()),
+    )
 
 
 def by_name(rows: list[Row]) -> dict[str, Row]:
@@ -104,3 +111,40 @@ def test_recovery_takes_the_hosts_clock_offset_out() -> None:
             line.update(host="ahead", t=line["t"] + 300 + 6)  # finished 6 s late, clock +300 s
     kill = by_name(judge(lines, skews={"ahead": 300.0}))["kill"]
     assert abs(kill.recovery_s - 6.4) < 1e-9
+
+
+def steps(due: float, fence: int, t: float, done: range, resumed_from: int = 0) -> list[Any]:
+    """A checkpointing run's lines: ``start`` (maybe resumed), then a ``step`` per done step."""
+    first = run("j", due, fence, "start", t) | (
+        {"resumed_from": resumed_from} if resumed_from else {}
+    )
+    return [
+        first,
+        *(run("j", due, fence, "step", t + 1 + i) | {"step": s} for i, s in enumerate(done)),
+    ]
+
+
+def test_a_run_resumed_from_its_checkpoint_is_counted_and_no_duplicate() -> None:
+    lines = [x for x in clean_runs("j", range(1000, 1010)) if x["scheduled_for"] != 1006]
+    lines += steps(1006, 1, 1006.1, range(0, 3))  # paused after step 2: checkpoint {"done": 3}
+    lines += [*steps(1006, 2, 1012.0, range(3, 6), resumed_from=3), run("j", 1006, 2, "end", 1016)]
+    rows = by_name(judge(lines, "at-most-once", handed_back=frozenset({("j", 1006.0)})))
+    kill = rows["kill"]
+    assert (kill.resumed, kill.rewinds, kill.duplicates, kill.lost) == (1, 0, 0, 0)
+    assert not failed(list(rows.values()))
+
+
+def test_a_resume_the_ledger_contradicts_is_a_rewind() -> None:
+    base = [x for x in clean_runs("j", range(1000, 1010)) if x["scheduled_for"] != 1006]
+    went_on = steps(1006, 1, 1006.1, range(0, 4))  # wrote step 3, yet resumed from 3
+    resumed = [*steps(1006, 2, 1012.0, range(3, 6), resumed_from=3), run("j", 1006, 2, "end", 1016)]
+    assert by_name(judge(base + went_on + resumed))["kill"].rewinds == 1
+    never = steps(1006, 1, 1006.1, range(0, 1))  # reached step 0 only: no checkpoint 3 exists
+    assert by_name(judge(base + never + resumed))["kill"].rewinds == 1
+
+
+def test_a_handed_back_firing_that_never_finishes_is_lost() -> None:
+    lines = [x for x in clean_runs("j", range(1000, 1010)) if x["scheduled_for"] != 1006]
+    lines += steps(1006, 1, 1006.1, range(0, 3))  # paused, never resumed
+    rows = by_name(judge(lines, "at-most-once", handed_back=frozenset({("j", 1006.0)})))
+    assert rows["kill"].lost == 1
