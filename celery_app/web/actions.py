@@ -148,7 +148,7 @@ class WebAction:
     offered: Callable[[dict[str, Any]], bool] = _always
 
 
-_UNSETTLED = frozenset({"queued", "running", "retry_wait"})
+_UNSETTLED = frozenset({"queued", "running", "retry_wait", "awaiting_approval"})
 
 
 def _control(occ: dict[str, Any]) -> Any:
@@ -216,6 +216,24 @@ ACTIONS = _actions(
         "Cancel a waiting occurrence, or ask a running one to stop.",
         _by_request(lambda k, app, occ, p: operations.cancel(k, occ)),
         offered=lambda occ: occ["status"] in _UNSETTLED and not occ["cancel_requested"],
+    ),
+    WebAction(
+        "approve",
+        "occurrence",
+        Role.OPERATOR,
+        ActionRequest,
+        "Let an occurrence awaiting approval run (it is queued).",
+        _by_request(lambda k, app, occ, p: operations.approve(k, occ)),
+        offered=lambda occ: occ["status"] == "awaiting_approval",
+    ),
+    WebAction(
+        "reject",
+        "occurrence",
+        Role.OPERATOR,
+        ActionRequest,
+        "Refuse an occurrence awaiting approval (it is skipped).",
+        _by_request(lambda k, app, occ, p: operations.reject(k, occ)),
+        offered=lambda occ: occ["status"] == "awaiting_approval",
     ),
     WebAction(
         "run-now",

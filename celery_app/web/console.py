@@ -34,7 +34,7 @@ __all__ = ["STATIC_DIR", "LoginNeeded", "error_page", "login_redirect", "router"
 
 STATIC_DIR = Path(__file__).with_name("static")
 _LOGIN_COOKIE = "kernel_login"
-_UNSETTLED = {"queued", "running", "retry_wait"}
+_UNSETTLED = {"queued", "running", "retry_wait", "awaiting_approval"}
 _PAGE = 50
 _JOB_PREVIEW = 3
 _JOB_LATEST = 10

@@ -109,6 +109,22 @@ def _unknown_outcome(web: Web) -> Target:
     return Target(f"/occurrences/{occ}/adjudicate", {"decision": "applied"})
 
 
+def _awaiting(action: str) -> Callable[[Web], Target]:
+    def arrange(web: Web) -> Target:
+        job = web.fresh_job(approval={"required": True})
+        report = web.kernel.fire(
+            job,
+            expected_revision=1,
+            expected_cursor=None,
+            firings=[(f"t-{uuid.uuid4().hex}", web.kernel.now())],
+            next_cursor=None,
+        )
+        (occ,) = report.created
+        return Target(f"/occurrences/{occ}/{action}")
+
+    return arrange
+
+
 def _job(action: str, *, enabled: bool = True) -> Callable[[Web], Target]:
     def arrange(web: Web) -> Target:
         job = web.fresh_job(enabled=enabled)
@@ -195,6 +211,8 @@ CASES = {
         lambda web: Target(f"/occurrences/{_queued(web)}/cancel"),
         _occurrence_now("cancelled"),
     ),
+    "approve": Case("operator", _awaiting("approve"), _occurrence_now("queued")),
+    "reject": Case("operator", _awaiting("reject"), _occurrence_now("skipped")),
     "run-now": Case("operator", _job("run-now"), _occurrence_now("queued")),
     "apply": Case("admin", _revision, _revised),
     "enable": Case("admin", _job("enable", enabled=False), _enabled_now(True)),

@@ -89,7 +89,7 @@ def test_the_console_role_runs_every_action(owner: Kernel, pg_database_url: str)
         assert _act(console, "pause", running)["occurrence"]["control"]["state"] == (
             "pause_requested"
         )
-        queued = _act(console, "run-now", job)["occurrence"]["id"]
+        queued = _act(console, "run-now", job, force=True)["occurrence"]["id"]
         assert _act(console, "cancel", queued)["occurrence"]["status"] == "cancelled"
         owner.fail(running, owner="w1", fence=1, code="BOOM", message="x", retryable=False)
         assert _act(console, "requeue", running)["occurrence"]["status"] == "retry_wait"
