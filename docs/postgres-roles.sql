@@ -26,5 +26,6 @@ GRANT INSERT, UPDATE, DELETE ON jobs TO kernel_console;
 GRANT INSERT, UPDATE, DELETE ON occurrences, controls, requeue_grants, operator_requests,
     budgets, budget_windows, budget_reservations TO kernel_console;
 GRANT INSERT, DELETE ON events TO kernel_console;
+GRANT INSERT, UPDATE ON pools TO kernel_console;
 GRANT DELETE ON beats TO kernel_console;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO kernel_console;

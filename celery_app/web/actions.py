@@ -34,6 +34,7 @@ __all__ = [
     "Empty",
     "PauseRequest",
     "PruneRequest",
+    "PoolLimitRequest",
     "RequeueRequest",
     "ResumeRequest",
     "WebAction",
@@ -95,6 +96,11 @@ class PruneRequest(Empty):
         min_length=1, max_length=32, description="Delete settled history older than this (30d)."
     )
     limit: int = Field(default=10_000, ge=1, le=1_000_000)
+
+
+class PoolLimitRequest(Empty):
+    name: str = Field(min_length=1, max_length=128, description="The pool's name.")
+    limit: int = Field(ge=1, description="Occurrences of the pool that may run at once.")
 
 
 class ApplyRequest(Empty):
@@ -294,5 +300,13 @@ ACTIONS = _actions(
         lambda k, app, _, p, user: operations.prune(
             k, app, parse_duration(p.older_than, "older_than"), p.limit
         ),
+    ),
+    WebAction(
+        "set-pool",
+        "kernel",
+        Role.ADMIN,
+        PoolLimitRequest,
+        "Define a resource pool or change its limit (as `kernel pools set`).",
+        lambda k, app, _, p, user: operations.pools_set(k, p.name, p.limit),
     ),
 )

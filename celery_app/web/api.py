@@ -161,6 +161,11 @@ def events(
     return operations.events(context.kernel, after, job, occurrence, limit, before_id=before)
 
 
+@router.get("/pools", summary="Resource pools: limit, running and waiting (`kernel pools list`)")
+def pools(context: Context, _: Viewer) -> list[dict[str, Any]]:
+    return operations.pools_list(context.kernel)
+
+
 @router.get("/controls", summary="Running, pause-requested and paused occurrences")
 def controls(
     context: Context, _: Viewer, limit: Annotated[int, Query(ge=1, le=200)] = 200

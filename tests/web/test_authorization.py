@@ -151,6 +151,16 @@ def _old_history(web: Web) -> Target:
     return Target("/prune", {"older_than": "30d"}, page="/kernel/prune")
 
 
+def _pool(web: Web) -> Target:
+    name = f"p{uuid.uuid4().hex[:8]}"
+    return Target("/set-pool", {"name": name, "limit": 3}, page="/kernel/set-pool")
+
+
+def _pool_set(web: Web, target: Target, who: str, data: Any) -> None:
+    assert data["pool"] == {**data["pool"], "name": target.body["name"], "limit": 3}
+    assert {p.name: p.limit for p in web.kernel.pools()}[target.body["name"]] == 3
+
+
 def _occurrence_now(expect: str) -> Check:
     """The action's occurrence reached ``expect`` (status or control state), recorded
     under the caller's name."""
@@ -219,6 +229,7 @@ CASES = {
     "disable": Case("admin", _job("disable"), _enabled_now(False)),
     "delete": Case("admin", _job("delete"), _deleted),
     "prune": Case("admin", _old_history, _pruned),
+    "set-pool": Case("admin", _pool, _pool_set),
 }
 
 
