@@ -39,9 +39,9 @@ if str(ROOT) not in sys.path:
 
 from celery import Celery  # noqa: E402
 
-from beat_schedule.scheduler import KernelScheduler  # noqa: E402
 from beat_schedule.timing import trigger_key  # noqa: E402
 from bench.support import fresh_database, server  # noqa: E402
+from celery_app.beat import KernelScheduler  # noqa: E402
 from kernel import Kernel  # noqa: E402
 from kernel.jobspec import validate_job_spec  # noqa: E402
 from kernel.records import dumps, from_dt  # noqa: E402

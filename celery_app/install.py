@@ -39,7 +39,7 @@ KERNEL_DEFAULTS: dict[str, Any] = dict(
     worker_send_task_events=True,
     # No task-sent events: those carry the real task name and could overwrite the job's.
     task_send_sent_event=False,
-    beat_scheduler="beat_schedule.scheduler:KernelScheduler",
+    beat_scheduler="celery_app.beat:KernelScheduler",
     beat_max_loop_interval=1,
     broker_connection_retry_on_startup=True,
 )

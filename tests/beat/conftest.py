@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from celery.beat import Service
 
-from beat_schedule.scheduler import KernelScheduler
+from celery_app.beat import KernelScheduler
 from celery_app.factory import create_app
 from kernel import Job, Kernel, Occurrence
 from kernel.testing import ManualClock

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from beat_schedule.scheduler import plan_job
+from celery_app.beat import plan_job
 
 if TYPE_CHECKING:
     from tests.beat.conftest import Beat

@@ -85,7 +85,7 @@ def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
     )
 
 
-class KernelScheduler(Scheduler):  # type: ignore[misc]
+class KernelScheduler(Scheduler):
     """Celery Beat scheduler backed by the kernel (``beat_scheduler`` or ``-S kernel``)."""
 
     def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
