@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -97,11 +98,24 @@ def _inspect_commands(database_url: str) -> list[str]:
     ]
 
 
+#: Set by Ctrl-C. The demo stops at its next wait rather than where the signal lands:
+#: inside a database call, SQLAlchemy would log the interrupt's traceback.
+_interrupted = threading.Event()
+
+
+def _pause(seconds: float) -> None:
+    """Wait ``seconds``; raises KeyboardInterrupt once Ctrl-C was pressed."""
+    if _interrupted.wait(seconds):
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25.0, help="how long to run (default 25)")
     options = parser.parse_args(argv)
     children: list[tuple[subprocess.Popen[bytes], str]] = []
+    _interrupted.clear()
+    signal.signal(signal.SIGINT, lambda *_: _interrupted.set())
     try:
         return _run(options.seconds, children)
     except KeyboardInterrupt:
@@ -157,7 +171,7 @@ def _run(seconds: float, children: list[tuple[subprocess.Popen[bytes], str]]) ->
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
-            time.sleep(0.5)
+            _pause(0.5)
             if any(process.poll() is not None for process, _ in children):
                 _say(f"a child process exited early; see the logs in {var}")
                 return 1
@@ -202,7 +216,7 @@ def _pause_and_resume(kernel: Any, occurrence_id: int) -> bool:
     )
     _say(f"pause requested for occurrence {occurrence_id}")
     for _ in range(40):
-        time.sleep(0.25)
+        _pause(0.25)
         occurrence = kernel.get_occurrence(occurrence_id)
         if occurrence.control is not None and occurrence.control.state.value == "paused":
             _say(f"paused with checkpoint {json.dumps(occurrence.checkpoint)}; resuming")

@@ -37,4 +37,6 @@ def create_app(main: str = "celery_app", **conf: Any) -> Celery:
         # The embedded broker's folders, unless the user's options name their own.
         options = celery.conf.broker_transport_options or {}
         celery.conf.broker_transport_options = {**embedded_broker_options(), **options}
+        if not celery.conf.broker_transport:
+            celery.conf.broker_transport = "celery_app.broker:Transport"
     return install(celery)

@@ -328,11 +328,20 @@ class Cluster:
         self.start_beat(host)
 
     def freeze_worker(self, host: Host, seconds: float) -> None:
-        """SIGSTOP the worker's whole tree for ``seconds`` (past its lease), then SIGCONT."""
+        """SIGSTOP the worker (its main and pool processes) for ``seconds``, past its
+        lease, then SIGCONT. A shell job's supervisor runs in a session of its own and
+        is not the worker: left running, it must stop the job at its deadline. (Freezing
+        it too would freeze the job with it, and on SIGCONT the job could write before
+        its supervisor kills it: a paused host, which no process on it can fence.)"""
         proc = self.workers[host.name]
-        proc.signal_tree(signal.SIGSTOP)
-        time.sleep(seconds)
-        proc.signal_tree(signal.SIGCONT)
+        session = _session(proc.pid)
+        worker = [pid for pid in (proc.pid, *proc.children()) if _session(pid) == session]
+        for sig in (signal.SIGSTOP, signal.SIGCONT):
+            for pid in worker:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if sig == signal.SIGSTOP:
+                time.sleep(seconds)
 
     def restart_postgres(self, mode: str) -> None:
         """``pg_ctl stop -m immediate|fast``, then start the same cluster again."""
@@ -450,3 +459,11 @@ class Cluster:
         self.handed_back |= {(o.job_id, o.scheduled_for.timestamp()) for o in handing}
         self.start_worker(host)
         return f"{len(handing)} checkpointing run(s) under way on {host.name}"
+
+
+def _session(pid: int) -> int | None:
+    """The session ``pid`` belongs to, or None once it is gone."""
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
