@@ -92,7 +92,7 @@ def steps():
 @app.task(name="myproj.plain")
 def plain():
     note(task="plain")
-    time.sleep(8)
+    time.sleep(20)  # long enough for a CLI to start and pause it on a busy machine
 """
 
 
