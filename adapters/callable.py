@@ -26,7 +26,10 @@ class CallableAdapter(BaseAdapter):
     runtime_control = CHECKPOINT_V1
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        payload = read_payload(ctx.occurrence.payload, CallablePayload)
+        return self.call(ctx, read_payload(ctx.occurrence.payload, CallablePayload))
+
+    def call(self, ctx: ExecutionContext, payload: CallablePayload) -> Any:
+        """Call ``payload``'s function; returns what it returns, raises what it raises."""
         target, args, kwargs = payload.callable, payload.args, payload.kwargs
         function = _resolve(target)
         if _takes_ctx(function):

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,7 +41,7 @@ from adapters.secrets import resolve_secrets, scrub
 from kernel.payloads import ShellPayload
 from kernel.redaction import is_sensitive_name
 
-__all__ = ["ShellAdapter", "BASE_ENV"]
+__all__ = ["ShellAdapter", "Finished", "BASE_ENV"]
 
 #: Worker environment variables every child inherits (when the worker has them).
 BASE_ENV = ("PATH", "HOME", "LANG")
@@ -63,6 +64,30 @@ class ShellAdapter(BaseAdapter):
 
     def execute(self, ctx: ExecutionContext) -> Any:
         payload = read_payload(ctx.occurrence.payload, ShellPayload)
+        finished = self.run(ctx, payload)
+        if finished.stopped == "cancelled":
+            raise Cancelled(
+                f"occurrence {ctx.occurrence.id} was cancelled; {payload.argv[0]!r} stopped"
+            )
+        problem = finished.problem(ctx.timeout_s)
+        if problem is not None:
+            code, message = problem
+            raise AdapterError(code, message + _stderr_note(finished.stderr), retryable=True)
+        return {
+            "exit_code": 0,
+            "stdout": finished.stdout,
+            "stderr": finished.stderr,
+            "truncated": finished.truncated,
+        }
+
+    def run(self, ctx: ExecutionContext, payload: ShellPayload) -> Finished:
+        """Run ``payload``'s command to its end (or until it must be stopped).
+
+        Raises:
+            Cancelled: the occurrence was cancelled before the command started.
+            AdapterError: non-retryable ``SHELL_NOT_FOUND`` or ``INVALID_PAYLOAD``: the
+                command could not be started.
+        """
         argv, env = payload.argv, payload.env
         secrets = resolve_secrets(payload.secrets)
         ctx.secrets.update(secrets.values(), (v for k, v in env.items() if is_sensitive_name(k)))
@@ -105,21 +130,7 @@ class ShellAdapter(BaseAdapter):
             )
         # No report: the supervisor was killed with its group (SIGKILL at the deadline).
         returncode = int(report.get("returncode", process.wait()))
-        if reason == "cancelled":
-            raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled; {argv[0]!r} stopped")
-        if reason == "timeout":
-            raise AdapterError(
-                "TIMEOUT",
-                f"{argv[0]!r} timed out after {ctx.timeout_s}s{_stderr_note(err)}",
-                retryable=True,
-            )
-        if returncode != 0:
-            raise AdapterError(
-                "SHELL_EXIT",
-                f"{argv[0]!r} {_exit_text(returncode)}{_stderr_note(err)}",
-                retryable=True,
-            )
-        return {"exit_code": 0, "stdout": out, "stderr": err, "truncated": out_cut or err_cut}
+        return Finished(argv[0], returncode, out, err, out_cut or err_cut, reason)
 
     def _wait(
         self, process: subprocess.Popen[bytes], control: socket.socket, ctx: ExecutionContext
@@ -154,6 +165,34 @@ class ShellAdapter(BaseAdapter):
                 return reason
             except subprocess.TimeoutExpired:
                 continue
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a command ended.
+
+    Attributes:
+        program: ``argv[0]``.
+        returncode: its exit code; negative when a signal killed it.
+        stdout, stderr: the kept tails, secrets masked.
+        truncated: whether either tail dropped output.
+        stopped: ``"timeout"`` or ``"cancelled"`` when the worker stopped it, else None.
+    """
+
+    program: str
+    returncode: int
+    stdout: str
+    stderr: str
+    truncated: bool
+    stopped: str | None
+
+    def problem(self, timeout_s: float | None) -> tuple[str, str] | None:
+        """The error code and sentence of a command that did not succeed; None for exit 0."""
+        if self.stopped == "timeout":
+            return "TIMEOUT", f"{self.program!r} timed out after {timeout_s}s"
+        if self.returncode != 0:
+            return "SHELL_EXIT", f"{self.program!r} {_exit_text(self.returncode)}"
+        return None
 
 
 class _Tail:

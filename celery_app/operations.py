@@ -203,6 +203,14 @@ def watchdog_warnings(watch: dict[str, Any]) -> list[str]:
             f"{format_age((watch['oldest_adjudication_age_ms'] or 0) / 1000)}): "
             "`kernel occurrences list --status needs_adjudication`, then `kernel adjudicate`"
         )
+    for failing in watch["failing_watchdogs"]:
+        exit_code = failing["exit_code"]
+        how = failing["reason"] if exit_code is None else f"exit code {exit_code}"
+        warnings.append(
+            f"watchdog {failing['job_id']} is failing ({how}, checked "
+            f"{format_age(failing['age_ms'] / 1000)} ago): {failing['message']}; "
+            f"`kernel occurrences show {failing['occurrence_id']}`"
+        )
     return warnings
 
 

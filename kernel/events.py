@@ -72,6 +72,10 @@ class EventType(StrEnum):
     WATCHDOG_OVERRUN = "watchdog_overrun"
     #: A pool's limit was set (``kernel pools set``, or a job file's ``pools:``).
     POOL_LIMIT_SET = "pool_limit_set"
+    #: A watchdog job's check failed (kernel.watchdog_jobs): the alert of record.
+    WATCHDOG_ALERT = "watchdog_alert"
+    #: A watchdog job disabled itself: its check passed, or its watch is over.
+    WATCHDOG_SELF_DESTRUCTED = "watchdog_self_destructed"
 
 
 _SETTLED = {

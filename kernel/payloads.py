@@ -15,6 +15,10 @@ rules and defaults live here only. Any other kind's payload is any JSON object.
 * ``http``: ``{"method": ..., "url": "http(s)://...", "headers": {name: value},
   "secret_headers": {name: SECRET}}`` plus either ``"json": <any JSON>`` or
   ``"body": str``, not both. ``method`` defaults to POST when there is a body, else GET.
+* ``watchdog``: ``{"check": <a shell or callable payload>, "target": label, "watch_for":
+  duration, "started_at": instant, "self_destruct": bool, "alert": {"channel": "http" |
+  "task", "target": URL or task name}}``; what a check's verdict does is in
+  :mod:`kernel.watchdog_jobs`.
 
 Secrets are referred to by name so that their values are never stored; values that
 are stored anyway (``env``, ``Authorization``-like headers) are masked wherever the
@@ -28,11 +32,11 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, ValidationError, model_validator
+from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, model_validator
 
 from kernel.durations import canonical_json, child_path, payload_json
 from kernel.errors import InvalidArgument
-from kernel.spec.fields import Check, integer, refuse, text
+from kernel.spec.fields import BOOLEAN, INSTANT, Check, choice, integer, refuse, seconds, text
 from kernel.spec.problems import Problem, problems_of, raise_problems
 from kernel.spec.sections import Section
 
@@ -45,6 +49,8 @@ __all__ = [
     "Payload",
     "ShellPayload",
     "TaskPayload",
+    "WatchdogAlert",
+    "WatchdogPayload",
     "check_payload",
     "validate_payload",
 ]
@@ -216,11 +222,84 @@ class HttpPayload(Payload):
         return shaped
 
 
+def _check_tag(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        return "<callable>" if "callable" in value else "<shell>"
+    if isinstance(value, CallablePayload | ShellPayload):
+        return "<callable>" if isinstance(value, CallablePayload) else "<shell>"
+    return None
+
+
+_CHECK_SHAPE = "must be a check: an object with argv (a command) or callable (a function)"
+#: A watchdog's check: a command run as the shell kind runs it, or a function called.
+WatchdogCheck = Annotated[
+    Annotated[ShellPayload, Tag("<shell>")] | Annotated[CallablePayload, Tag("<callable>")],
+    Discriminator(
+        _check_tag,
+        custom_error_type="spec",
+        custom_error_message=_CHECK_SHAPE,
+        custom_error_context={"message": _CHECK_SHAPE, "at": ""},
+    ),
+]
+#: The seed's watch limit is whole minutes, at least one.
+_MIN_WATCH_S = 60.0
+
+
+class WatchdogAlert(Section):
+    """Where a failing check's alert goes besides the kernel's ``watchdog_alert`` event."""
+
+    channel: Annotated[str, choice("http", "task")] = Field(
+        description="http: POST the alert as JSON to target; task: send the Celery task "
+        "named target with the alert as its one argument."
+    )
+    target: Annotated[str, text(2048)] = Field(description="The URL, or the task's name.")
+
+    @model_validator(mode="after")
+    def _target_fits_channel(self) -> Self:
+        if self.channel == "http":
+            try:
+                _url(self.target, "")
+            except InvalidArgument as exc:
+                raise refuse(exc.message.removeprefix(": "), "target") from None
+        return self
+
+
+class WatchdogPayload(Payload):
+    """Run a check on the job's schedule; a failing check raises an alert."""
+
+    check: WatchdogCheck = Field(
+        description="A command ({argv, ...} as the shell kind) or a function ({callable, ...}); "
+        "it fails by a non-zero exit, an exception, or the job's timeout."
+    )
+    target: Annotated[str, text(256)] | None = Field(
+        default=None, description="What is watched, named in the alert."
+    )
+    watch_for_s: Annotated[float, seconds(_MIN_WATCH_S)] | None = Field(
+        default=None,
+        alias="watch_for",
+        description="How long the watch lasts from started_at (null: no end).",
+    )
+    started_at: Annotated[str, INSTANT] | None = Field(
+        default=None, description="When the watch began (null: when the job was last defined)."
+    )
+    self_destruct: Annotated[bool, BOOLEAN] = Field(
+        default=True,
+        description="Disable the job once the check passes or the watch is over.",
+    )
+    alert: WatchdogAlert | None = Field(default=None, description="Also send each alert here.")
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body["check"] = self.check.to_dict()
+        return body
+
+
 PAYLOAD_MODELS: dict[str, type[Payload]] = {
     "task": TaskPayload,
     "callable": CallablePayload,
     "shell": ShellPayload,
     "http": HttpPayload,
+    "watchdog": WatchdogPayload,
 }
 
 

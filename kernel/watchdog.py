@@ -4,7 +4,8 @@
   in the past (no Beat materialised it);
 * runs past their timeout: running occurrences whose current claim is older than the
   job's ``timeout`` plus ``grace`` (the worker should have stopped them);
-* the adjudication backlog: occurrences waiting for an operator's verdict.
+* the adjudication backlog: occurrences waiting for an operator's verdict;
+* failing watchdog jobs: those whose latest check failed (:mod:`kernel.watchdog_jobs`).
 
 :func:`findings` only reads. :func:`record_findings` (Beat, periodically) appends one
 event per finding it has not recorded before — ``watchdog_overdue`` once per job and
@@ -24,6 +25,7 @@ from kernel.records import loads
 from kernel.schema import events, jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
+from kernel.watchdog_jobs import failing_watchdogs
 
 __all__ = ["MAX_FINDINGS", "findings", "record_findings"]
 
@@ -79,7 +81,8 @@ def _overrunning(tx: Tx, grace_ms: int) -> list[dict[str, Any]]:
 
 
 def findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
-    """Overdue firings, runs past their timeout and the adjudication backlog, now."""
+    """Overdue firings, runs past their timeout, the adjudication backlog and failing
+    watchdog jobs, now."""
     overdue_count, overdue = _overdue(tx, grace_ms)
     backlog = tx.conn.execute(
         sa.select(sa.func.count(), sa.func.min(OCC.c.updated_at)).where(
@@ -93,6 +96,7 @@ def findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
         "overrunning": _overrunning(tx, grace_ms),
         "needs_adjudication": backlog[0],
         "oldest_adjudication_age_ms": None if backlog[1] is None else tx.now - backlog[1],
+        "failing_watchdogs": failing_watchdogs(tx, MAX_FINDINGS),
     }
 
 

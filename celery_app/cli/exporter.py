@@ -140,6 +140,12 @@ class KernelCollector(Collector):
             "Chained children not fired: their parent's fan-out bound was hit.",
             registry=None,
         )
+        self._watchdog_alerts = Counter(
+            "celery_kernel_watchdog_alerts",
+            "Alerts raised by failing watchdog checks, by job.",
+            labelnames=["job"],
+            registry=None,
+        )
         self._latency = Histogram(
             "celery_kernel_claim_latency_seconds",
             "From claimable to claimed.",
@@ -174,6 +180,7 @@ class KernelCollector(Collector):
                     self._pruned,
                     self._jobs_expired,
                     self._fanout_exceeded,
+                    self._watchdog_alerts,
                     self._latency,
                 )
                 for m in c.collect()
@@ -210,6 +217,11 @@ class KernelCollector(Collector):
             "celery_kernel_runs_past_timeout",
             "Running occurrences past their timeout by more than the watchdog grace.",
             len(watch["overrunning"]),
+        )
+        yield _gauge(
+            "celery_kernel_failing_watchdogs",
+            "Watchdog jobs whose latest check failed.",
+            len(watch["failing_watchdogs"]),
         )
         oldest_verdict = watch["oldest_adjudication_age_ms"]
         yield _gauge(
@@ -261,6 +273,8 @@ class KernelCollector(Collector):
             self._jobs_expired.inc()
         elif event.type == EventType.CHAIN_FANOUT_EXCEEDED:
             self._fanout_exceeded.inc()
+        elif event.type == EventType.WATCHDOG_ALERT:
+            self._watchdog_alerts.labels(job=event.job_id or "").inc()
         if occ is None:
             return
         if data.get("reason") == "lease_expired":

@@ -65,8 +65,9 @@ def path_of(loc: Sequence[int | str], prefix: str = "") -> str:
     return path
 
 
-#: Our tags of the budget union's alternatives (kernel.spec.sections), not keys.
-TAGS = frozenset({"<object>", "<name>", "<none>"})
+#: Our tags of the unions' alternatives (a budget: kernel.spec.sections; a watchdog's
+#: check: kernel.payloads), not keys.
+TAGS = frozenset({"<object>", "<name>", "<none>", "<shell>", "<callable>"})
 
 
 def _is_marker(part: int | str) -> bool:

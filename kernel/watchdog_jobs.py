@@ -1,0 +1,139 @@
+"""Watchdog jobs: what a check's verdict does, in the transaction that settles its run.
+
+A ``watchdog`` run succeeds with ``{"watchdog": verdict}`` (``adapters.watchdog``).
+When it settles, :func:`record_verdict`:
+
+* appends ``watchdog_alert`` when the check failed (job, occurrence, the watched
+  ``target``, the check, ``reason``, ``exit_code``, ``message``, ``output_tail``,
+  whether the watch is over);
+* when the payload's ``self_destruct`` holds (the default) and the check passed (the
+  condition it watches for holds) or the watch is over (``watch_for`` elapsed since
+  ``started_at``, else since the job was last defined), disables the job through
+  :func:`kernel.jobs.set_enabled` after a ``watchdog_self_destructed`` event saying why.
+
+:func:`failing_watchdogs` lists the watchdog jobs whose latest check failed, for
+``kernel status`` and the exporter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.events import EventType
+from kernel.jobs import set_enabled
+from kernel.records import loads
+from kernel.schema import jobs, occurrences
+from kernel.states import OccurrenceStatus
+from kernel.tx import Tx
+
+__all__ = ["KIND", "OUTPUT_TAIL", "VERDICT_KEY", "failing_watchdogs", "record_verdict"]
+
+KIND = "watchdog"
+#: The key of a watchdog run's result that holds its verdict.
+VERDICT_KEY = "watchdog"
+#: Characters of a failing check's output kept in its verdict and alert.
+OUTPUT_TAIL = 1000
+OCC = occurrences
+#: How the spec's JSON (kernel.records.dumps) spells a watchdog job's kind.
+_KIND_JSON = f'%"kind":"{KIND}"%'
+
+
+def record_verdict(tx: Tx, occ_id: int, job_id: str, fence: int, result: Any) -> None:
+    """Alert and self-destruct as a settled watchdog run's verdict says (see the module)."""
+    if not isinstance(result, Mapping) or not isinstance(result.get(VERDICT_KEY), Mapping):
+        return
+    definition = tx.conn.execute(
+        sa.select(OCC.c.definition).where(OCC.c.id == occ_id, OCC.c.kind == KIND)
+    ).scalar_one_or_none()
+    if definition is None:
+        return  # another kind's result that happens to look like a verdict
+    payload: dict[str, Any] = loads(definition)["payload"]
+    verdict = result[VERDICT_KEY]
+    passed = verdict.get("passed") is True
+    over = _watch_over(tx, job_id, payload)
+    if not passed:
+        tx.emit(
+            EventType.WATCHDOG_ALERT,
+            job_id=job_id,
+            occurrence_id=occ_id,
+            fence=fence,
+            target=payload["target"],
+            check=_described(payload["check"]),
+            reason=verdict.get("reason"),
+            exit_code=verdict.get("exit_code"),
+            message=verdict.get("message"),
+            output_tail=verdict.get("output_tail"),
+            watch_over=over,
+            delivered=verdict.get("delivered"),
+        )
+    if payload["self_destruct"] and (passed or over):
+        tx.emit(
+            EventType.WATCHDOG_SELF_DESTRUCTED,
+            job_id=job_id,
+            occurrence_id=occ_id,
+            fence=fence,
+            why="check_passed" if passed else "watch_over",
+        )
+        set_enabled(tx, job_id, False)
+
+
+def _watch_over(tx: Tx, job_id: str, payload: Mapping[str, Any]) -> bool:
+    watch_for = payload["watch_for"]
+    if watch_for is None:
+        return False
+    started = payload["started_at"]
+    if started is None:
+        start_ms = tx.conn.execute(
+            sa.select(jobs.c.defined_at).where(jobs.c.id == job_id)
+        ).scalar_one()
+    else:
+        start_ms = int(datetime.fromisoformat(started).timestamp() * 1000)
+    return bool(tx.now >= start_ms + int(watch_for * 1000))
+
+
+def _described(check: Mapping[str, Any]) -> str:
+    """The check as a person reads it: the command line, or the function's path."""
+    if "callable" in check:
+        return str(check["callable"])
+    return " ".join(check["argv"])
+
+
+def failing_watchdogs(tx: Tx, limit: int) -> list[dict[str, Any]]:
+    """Watchdog jobs whose latest settled check failed (at most ``limit``), by job id."""
+    spec_rows = tx.conn.execute(
+        sa.select(jobs.c.id, jobs.c.spec).where(jobs.c.spec.like(_KIND_JSON)).order_by(jobs.c.id)
+    ).all()
+    watchdogs = [r.id for r in spec_rows if loads(r.spec).get("kind") == KIND]
+    if not watchdogs:
+        return []
+    latest = (
+        sa.select(sa.func.max(OCC.c.id).label("id"))
+        .where(OCC.c.job_id.in_(watchdogs), OCC.c.status == OccurrenceStatus.SUCCEEDED)
+        .group_by(OCC.c.job_id)
+        .subquery()
+    )
+    rows = tx.conn.execute(
+        sa.select(OCC.c.id, OCC.c.job_id, OCC.c.result, OCC.c.settled_at)
+        .join(latest, OCC.c.id == latest.c.id)
+        .order_by(OCC.c.job_id)
+    ).all()
+    failing = []
+    for r in rows:
+        result = loads(r.result)
+        verdict = result.get(VERDICT_KEY) if isinstance(result, Mapping) else None
+        if isinstance(verdict, Mapping) and verdict.get("passed") is False:
+            failing.append(
+                {
+                    "job_id": r.job_id,
+                    "occurrence_id": r.id,
+                    "reason": verdict.get("reason"),
+                    "exit_code": verdict.get("exit_code"),
+                    "message": verdict.get("message"),
+                    "age_ms": tx.now - r.settled_at,
+                }
+            )
+    return failing[:limit]
