@@ -89,7 +89,7 @@ class JobSpec(Section):
 
     id: Annotated[str, text(128, ID)] = Field(description="The job's id.")
     kind: Annotated[str, text(64, _KIND)] = Field(
-        description="Adapter: task, callable, shell, http, or one registered by a plugin."
+        description="Adapter: task, callable, shell, http, watchdog, or one registered by a plugin."
     )
     payload: Annotated[dict[str, Any], OBJECT] = Field(
         description="What the adapter runs; its shape depends on kind."

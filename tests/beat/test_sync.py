@@ -302,7 +302,7 @@ def test_beat_refuses_a_job_file_naming_a_kind_no_adapter_runs(
     beat = open_beat(url, kernel_jobs_file=str(jobs_file))
     assert beat.kernel.list_jobs() == []
     [refusal] = [r for r in beat.caplog.records if getattr(r, "action", "") == "jobs_file_refused"]
-    assert "'teleport'" in refusal.getMessage() and "callable, http, shell, task" in (
+    assert "'teleport'" in refusal.getMessage() and "callable, http, shell, task, watchdog" in (
         refusal.getMessage()
     )
     monkeypatch.setenv("KERNEL_WORKER_KINDS", "teleport")

@@ -303,7 +303,7 @@ def test_apply_refuses_a_kind_no_installed_adapter_runs_unless_allowed(
     assert refused.code == 1
     error = refused.json()["error"]
     assert error["code"] == "INVALID_ARGUMENT" and "'shel'" in error["message"]
-    assert "callable, http, shell, task" in error["message"]
+    assert "callable, http, shell, task, watchdog" in error["message"]
     assert kernel.list_jobs() == []
     # A kind installed only on the workers: by flag, or by setting.
     assert cli("jobs", "apply", str(path), "--allow-kind", "shel", "--json").code == 0

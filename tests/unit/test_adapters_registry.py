@@ -16,6 +16,7 @@ from adapters.http import HttpAdapter
 from adapters.registry import load_adapters
 from adapters.shell import ShellAdapter
 from adapters.task import TaskAdapter
+from adapters.watchdog import WatchdogAdapter
 from kernel.errors import InvalidArgument
 
 PLUGIN_SOURCE = """
@@ -62,7 +63,7 @@ def install_plugin(
     sys.modules.pop(module, None)
 
 
-def test_the_four_builtins_are_registered_with_their_declarations() -> None:
+def test_the_five_builtins_are_registered_with_their_declarations() -> None:
     app = object()
 
     adapters = load_adapters(app=app)
@@ -72,6 +73,7 @@ def test_the_four_builtins_are_registered_with_their_declarations() -> None:
         "callable": CallableAdapter,
         "shell": ShellAdapter,
         "http": HttpAdapter,
+        "watchdog": WatchdogAdapter,
     }
     assert all(isinstance(adapter, Adapter) for adapter in adapters.values())
     assert {kind: adapter.runtime_control for kind, adapter in adapters.items()} == {
@@ -79,6 +81,7 @@ def test_the_four_builtins_are_registered_with_their_declarations() -> None:
         "callable": CHECKPOINT_V1,
         "shell": NO_RUNTIME_CONTROL,
         "http": NO_RUNTIME_CONTROL,
+        "watchdog": NO_RUNTIME_CONTROL,
     }
     assert adapters["task"].app is app  # type: ignore[attr-defined]
 
@@ -90,7 +93,7 @@ def test_a_third_party_adapter_is_loaded_beside_the_builtins(
 
     adapters = load_adapters()
 
-    assert sorted(adapters) == ["callable", "echo", "http", "shell", "task"]
+    assert sorted(adapters) == ["callable", "echo", "http", "shell", "task", "watchdog"]
     assert adapters["echo"].runtime_control == NO_RUNTIME_CONTROL
 
 
@@ -102,7 +105,7 @@ def test_broken_third_party_entry_points_are_logged_and_skipped(
     with caplog.at_level(logging.ERROR, logger="adapters.registry"):
         adapters = load_adapters()
 
-    assert sorted(adapters) == ["callable", "http", "shell", "task"]
+    assert sorted(adapters) == ["callable", "http", "shell", "task", "watchdog"]
     skipped = {record.entry_point: record for record in caplog.records}  # type: ignore[attr-defined]
     assert sorted(skipped) == ["exploding", "missing", "odd"]
     assert {record.action for record in skipped.values()} == {"adapter_load_failed"}  # type: ignore[attr-defined]
