@@ -74,8 +74,6 @@ class EventType(StrEnum):
     POOL_LIMIT_SET = "pool_limit_set"
     #: A watchdog job's check failed (kernel.watchdog_jobs): the alert of record.
     WATCHDOG_ALERT = "watchdog_alert"
-    #: A watchdog job disabled itself: its check passed, or its watch is over.
-    WATCHDOG_SELF_DESTRUCTED = "watchdog_self_destructed"
 
 
 _SETTLED = {

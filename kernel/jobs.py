@@ -213,9 +213,10 @@ def apply_jobs(
 
 
 def set_enabled(
-    tx: Tx, job_id: str, enabled: bool, operator: str | None = None
+    tx: Tx, job_id: str, enabled: bool, operator: str | None = None, reason: str | None = None
 ) -> tuple[Job, bool]:
-    """Enable or disable; enabling re-plans from now so a long pause does not burst."""
+    """Enable or disable; enabling re-plans from now so a long pause does not burst.
+    ``reason`` goes into the event when the kernel itself makes the change."""
     current = get_job(tx, job_id)
     if current.enabled == enabled:
         return current, False
@@ -235,6 +236,7 @@ def set_enabled(
         job_id=job_id,
         revision=current.revision,
         **_by(operator),
+        **({"reason": reason} if reason else {}),
     )
     return get_job(tx, job_id), True
 

@@ -9,7 +9,8 @@ When it settles, :func:`record_verdict`:
 * when the payload's ``self_destruct`` holds (the default) and the check passed (the
   condition it watches for holds) or the watch is over (``watch_for`` elapsed since
   ``started_at``, else since the job was last defined), disables the job through
-  :func:`kernel.jobs.set_enabled` after a ``watchdog_self_destructed`` event saying why.
+  :func:`kernel.jobs.set_enabled` (event ``job_disabled``, ``reason`` one of
+  :data:`SELF_DESTRUCTED`).
 
 :func:`failing_watchdogs` lists the watchdog jobs whose latest check failed, for
 ``kernel status`` and the exporter.
@@ -30,13 +31,22 @@ from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 
-__all__ = ["KIND", "OUTPUT_TAIL", "VERDICT_KEY", "failing_watchdogs", "record_verdict"]
+__all__ = [
+    "KIND",
+    "OUTPUT_TAIL",
+    "SELF_DESTRUCTED",
+    "VERDICT_KEY",
+    "failing_watchdogs",
+    "record_verdict",
+]
 
 KIND = "watchdog"
 #: The key of a watchdog run's result that holds its verdict.
 VERDICT_KEY = "watchdog"
 #: Characters of a failing check's output kept in its verdict and alert.
 OUTPUT_TAIL = 1000
+#: The ``job_disabled`` reason of a self-destruct, by whether the check passed.
+SELF_DESTRUCTED = {True: "watchdog_check_passed", False: "watchdog_watch_over"}
 OCC = occurrences
 #: How the spec's JSON (kernel.records.dumps) spells a watchdog job's kind.
 _KIND_JSON = f'%"kind":"{KIND}"%'
@@ -71,14 +81,7 @@ def record_verdict(tx: Tx, occ_id: int, job_id: str, fence: int, result: Any) ->
             delivered=verdict.get("delivered"),
         )
     if payload["self_destruct"] and (passed or over):
-        tx.emit(
-            EventType.WATCHDOG_SELF_DESTRUCTED,
-            job_id=job_id,
-            occurrence_id=occ_id,
-            fence=fence,
-            why="check_passed" if passed else "watch_over",
-        )
-        set_enabled(tx, job_id, False)
+        set_enabled(tx, job_id, False, reason=SELF_DESTRUCTED[passed])
 
 
 def _watch_over(tx: Tx, job_id: str, payload: Mapping[str, Any]) -> bool:

@@ -54,6 +54,8 @@ _SKIPPED_BECAUSE = {
 _DISABLED_BECAUSE = {
     "cancelled": "it was cancelled (kernel jobs cancel)",
     "one_shot_fired": "it is a one-shot job and had fired",
+    "watchdog_check_passed": "it is a watchdog whose check passed (self_destruct)",
+    "watchdog_watch_over": "it is a watchdog whose watch_for was over (self_destruct)",
 }
 
 

@@ -83,7 +83,7 @@ def test_failing_checks_alert_and_passing_ones_self_destruct(
         _watchdog(
             stack,
             "expired",
-            {"in": "1s"},
+            {"every": "1s"},
             check={"callable": "json:loads", "args": ["not json"]},
             watch_for="1m",
             started_at="2020-01-01T00:00:00Z",
@@ -117,11 +117,11 @@ def test_failing_checks_alert_and_passing_ones_self_destruct(
     assert stack.kernel.get_job("disk").enabled  # failing: it keeps watching
     assert not stack.kernel.get_job("expired").enabled  # its watch is over
     destructed = {
-        e.job_id: e.data["why"]
+        e.job_id: e.data.get("reason")
         for e in stack.kernel.events(limit=1000)
-        if e.type == "watchdog_self_destructed"
+        if e.type == "job_disabled"
     }
-    assert destructed == {"healthy": "check_passed", "expired": "watch_over"}
+    assert destructed == {"healthy": "watchdog_check_passed", "expired": "watchdog_watch_over"}
 
     stack.wait(lambda: posted or None, timeout=30, what="the alert POSTed to its target")
     assert posted[0]["job_id"] == "disk" and posted[0]["exit_code"] == 3

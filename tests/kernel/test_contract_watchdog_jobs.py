@@ -61,11 +61,11 @@ def test_a_passing_check_self_destructs_the_watchdog(k: Harness) -> None:
     _watchdog(k, "until-up")
     occ = _settle(k, "until-up", passed=True)
     assert not k.kernel.get_job("until-up").enabled
-    types = [e.type for e in k.kernel.events(job_id="until-up", limit=100)]
-    assert types[-2:] == ["watchdog_self_destructed", "job_disabled"]
-    assert "watchdog_alert" not in types
-    [gone] = [e for e in k.kernel.events(occurrence_id=occ) if e.type.endswith("destructed")]
-    assert gone.data == {"why": "check_passed"}
+    events = k.kernel.events(job_id="until-up", limit=100)
+    assert "watchdog_alert" not in {e.type for e in events}
+    [gone] = [e for e in events if e.type == "job_disabled"]
+    assert gone.data == {"revision": 1, "reason": "watchdog_check_passed"}
+    assert gone.id > max(e.id for e in events if e.occurrence_id == occ)  # with the settle
 
 
 def test_a_watch_that_is_over_alerts_and_self_destructs(k: Harness) -> None:
@@ -78,8 +78,8 @@ def test_a_watch_that_is_over_alerts_and_self_destructs(k: Harness) -> None:
     [alert] = [e for e in k.kernel.events(occurrence_id=last) if e.type == "watchdog_alert"]
     assert alert.data["watch_over"] is True
     assert not k.kernel.get_job("deadline").enabled
-    assert [e.data["why"] for e in k.kernel.events(job_id="deadline", limit=100)
-            if e.type == "watchdog_self_destructed"] == ["watch_over"]  # fmt: skip
+    assert [e.data["reason"] for e in k.kernel.events(job_id="deadline", limit=100)
+            if e.type == "job_disabled"] == ["watchdog_watch_over"]  # fmt: skip
     # The failing state outlives the disabled job, for status to report.
     assert [f["job_id"] for f in k.kernel.watchdog()["failing_watchdogs"]] == ["deadline"]
 
