@@ -231,12 +231,13 @@ def set_enabled(
             updated_at=tx.now,
         )
     )
+    why: dict[str, Any] = {"reason": reason} if reason else {}
     tx.emit(
         EventType.JOB_ENABLED if enabled else EventType.JOB_DISABLED,
         job_id=job_id,
         revision=current.revision,
         **_by(operator),
-        **({"reason": reason} if reason else {}),
+        **why,
     )
     return get_job(tx, job_id), True
 
