@@ -35,7 +35,8 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
     counts = data["counts"]
     beats = data["beats"]
     age_s = data["oldest_claimable_age_s"]
-    warning = data["warnings"][0] if data["warnings"] else None
+    # The same test as operations.beat_warning: other warnings (the watchdog's) follow it.
+    beat_down = not beats or all(b["stale"] for b in beats)
     refused = data["refused_entries"]
 
     def render() -> str:
@@ -73,13 +74,12 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
                 empty="(no live Beat)",
             ),
         ]
-        if warning:
-            parts.append(f"WARNING: {warning}")
+        parts += [f"WARNING: {w}" for w in data["warnings"]]
         parts += [f"REFUSED: {r['reason']}" for r in refused]
         return "\n".join(parts)
 
     env.emit(data, render)
-    if fail_on_stale_beat and warning:
+    if fail_on_stale_beat and beat_down:
         raise SystemExit(3)
 
 

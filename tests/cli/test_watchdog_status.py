@@ -1,0 +1,36 @@
+"""``kernel status`` with a failing watchdog job: a warning in text and ``--json``, and
+``--fail-on-stale-beat`` still asks only about Beat."""
+
+from __future__ import annotations
+
+from kernel import Kernel
+
+
+def _settled_check(kernel: Kernel, job_id: str, *, passed: bool) -> int:
+    occ = kernel.run_now(job_id, request_id=f"{job_id}-{passed}", operator="t", force=True)
+    claim = kernel.claim(occ.occurrence.id, owner="w", lease=60)
+    assert claim is not None
+    verdict = {"passed": passed, "reason": None if passed else "exit", "message": "no",
+               "exit_code": None if passed else 1, "output_tail": "", "delivered": None}  # fmt: skip
+    kernel.succeed(claim.occurrence.id, owner="w", fence=claim.fence, result={"watchdog": verdict})
+    return claim.occurrence.id
+
+
+def test_status_warns_of_each_failing_watchdog(cli, kernel: Kernel) -> None:
+    for job_id in ("ok", "bad"):
+        payload = {"check": {"argv": ["check"]}, "self_destruct": False}
+        kernel.define_job({"id": job_id, "kind": "watchdog", "payload": payload})
+    _settled_check(kernel, "ok", passed=True)
+    failed = _settled_check(kernel, "bad", passed=False)
+    kernel.record_beat("beat-1", host="h1", interval=60)
+
+    data = cli("status", "--json").json()
+    [failing] = data["watchdog"]["failing_watchdogs"]
+    assert failing["job_id"] == "bad" and failing["occurrence_id"] == failed
+    [warning] = data["warnings"]
+    assert warning.startswith("watchdog bad is failing (exit code 1, checked ")
+    assert warning.endswith(f"ago): no; `kernel occurrences show {failed}`")
+    text = cli("status")
+    assert "WARNING: watchdog bad is failing (exit code 1" in text.out
+    assert "watchdog ok" not in text.out
+    assert cli("status", "--fail-on-stale-beat").code == 0
