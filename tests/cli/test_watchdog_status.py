@@ -10,8 +10,14 @@ def _settled_check(kernel: Kernel, job_id: str, *, passed: bool) -> int:
     occ = kernel.run_now(job_id, request_id=f"{job_id}-{passed}", operator="t", force=True)
     claim = kernel.claim(occ.occurrence.id, owner="w", lease=60)
     assert claim is not None
-    verdict = {"passed": passed, "reason": None if passed else "exit", "message": "no",
-               "exit_code": None if passed else 1, "output_tail": "", "delivered": None}  # fmt: skip
+    verdict = {
+        "passed": passed,
+        "reason": None if passed else "exit",
+        "exit_code": None if passed else 1,
+        "message": "no",
+        "output_tail": "",
+        "delivered": None,
+    }
     kernel.succeed(claim.occurrence.id, owner="w", fence=claim.fence, result={"watchdog": verdict})
     return claim.occurrence.id
 
