@@ -1,7 +1,11 @@
-"""``kernel status`` with a failing watchdog job: a warning in text and ``--json``, and
-``--fail-on-stale-beat`` still asks only about Beat."""
+"""Watchdog jobs on the command line: ``kernel status`` warns of a failing one (text and
+``--json``; ``--fail-on-stale-beat`` still asks only about Beat), ``kernel why`` explains
+a self-destructed one."""
 
 from __future__ import annotations
+
+import time
+from datetime import timedelta
 
 from kernel import Kernel
 
@@ -40,3 +44,15 @@ def test_status_warns_of_each_failing_watchdog(cli, kernel: Kernel) -> None:
     assert "WARNING: watchdog bad is failing (exit code 1" in text.out
     assert "watchdog ok" not in text.out
     assert cli("status", "--fail-on-stale-beat").code == 0
+
+
+def test_why_explains_a_self_destructed_watchdog(cli, kernel: Kernel) -> None:
+    payload = {"check": {"argv": ["check"]}}
+    spec = {"id": "until-up", "kind": "watchdog", "schedule": {"every": "1s"}, "payload": payload}
+    kernel.define_job(spec)
+    _settled_check(kernel, "until-up", passed=True)
+    time.sleep(1.1)
+    asked = (kernel.now() - timedelta(seconds=0.5)).isoformat()
+    off = cli("why", "until-up", "--at", asked, "--json").json()
+    assert off["outcome"] == "disabled"
+    assert off["reason"].endswith("it is a watchdog whose check passed (self_destruct)")
