@@ -223,11 +223,10 @@ class HttpPayload(Payload):
 
 
 def _check_tag(value: Any) -> str | None:
-    if isinstance(value, Mapping):
-        return "<callable>" if "callable" in value else "<shell>"
-    if isinstance(value, CallablePayload | ShellPayload):
-        return "<callable>" if isinstance(value, CallablePayload) else "<shell>"
-    return None
+    """A check naming ``callable`` is a function, any other object a command."""
+    if isinstance(value, CallablePayload) or (isinstance(value, Mapping) and "callable" in value):
+        return "<callable>"
+    return "<shell>" if isinstance(value, ShellPayload | Mapping) else None
 
 
 _CHECK_SHAPE = "must be a check: an object with argv (a command) or callable (a function)"
