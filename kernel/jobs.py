@@ -8,7 +8,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.admission import admit
+from kernel import statements as st
+from kernel.admission import admit, lock_job
 from kernel.budgets import check_ref
 from kernel.chain_order import parents_first
 from kernel.chains import MAX_CHAIN_DEPTH, fanout_limit
@@ -37,7 +38,6 @@ __all__ = [
 ]
 
 S = OccurrenceStatus
-_UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION, S.AWAITING_APPROVAL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,25 +217,16 @@ def set_enabled(
 ) -> tuple[Job, bool]:
     """Enable or disable; enabling re-plans from now so a long pause does not burst.
     ``reason`` goes into the event when the kernel itself makes the change."""
-    current = get_job(tx, job_id)
-    if current.enabled == enabled:
-        return current, False
-    tx.conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == job_id)
-        .values(
-            enabled=enabled,
-            planned=False,
-            next_fire_at=None,
-            next_trigger_key=None,
-            updated_at=tx.now,
-        )
-    )
+    changed = tx.conn.execute(
+        st.SET_ENABLED, {"job_id": job_id, "enabled": enabled, "now": tx.now}
+    ).first()
+    if changed is None:
+        return get_job(tx, job_id), False  # already so (or NotFound)
     why: dict[str, Any] = {"reason": reason} if reason else {}
     tx.emit(
         EventType.JOB_ENABLED if enabled else EventType.JOB_DISABLED,
         job_id=job_id,
-        revision=current.revision,
+        revision=changed.revision,
         **_by(operator),
         **why,
     )
@@ -244,10 +235,14 @@ def set_enabled(
 
 def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
     """Delete a definition; refused while any of its occurrences is unsettled."""
-    current = get_job(tx, job_id)
+    lock_job(tx, job_id)  # NotFound; on PostgreSQL no occurrence of it is made meanwhile
+    deleted = tx.conn.execute(st.DELETE_IDLE_JOB, {"job_id": job_id}).first()
+    if deleted is not None:
+        tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=deleted.revision, **_by(operator))
+        return
     active = tx.conn.execute(
         sa.select(sa.func.count()).where(
-            occurrences.c.job_id == job_id, occurrences.c.status.in_(_UNSETTLED)
+            occurrences.c.job_id == job_id, occurrences.c.status.in_(st.UNSETTLED)
         )
     ).scalar_one()
     if active:
@@ -256,17 +251,14 @@ def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
             job_id=job_id,
             active=active,
         )
-    children = (
-        tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.after_job == job_id)).scalars().all()
+    children = sorted(
+        tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.after_job == job_id)).scalars()
     )
-    if children:
-        raise StateConflict(
-            f"jobs {sorted(children)} are chained after {job_id!r}; delete them first",
-            job_id=job_id,
-            children=sorted(children),
-        )
-    tx.conn.execute(sa.delete(jobs).where(jobs.c.id == job_id))
-    tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=current.revision, **_by(operator))
+    raise StateConflict(
+        f"jobs {children} are chained after {job_id!r}; delete them first",
+        job_id=job_id,
+        children=children,
+    )
 
 
 def _index_predicate(name: str) -> sa.TextClause:

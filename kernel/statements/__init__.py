@@ -6,6 +6,8 @@ from kernel.statements.beat import *  # noqa: F403
 from kernel.statements.beat import __all__ as _beat
 from kernel.statements.gates import *  # noqa: F403
 from kernel.statements.gates import __all__ as _gates
+from kernel.statements.jobs import *  # noqa: F403
+from kernel.statements.jobs import __all__ as _jobs
 from kernel.statements.operator import *  # noqa: F403
 from kernel.statements.operator import __all__ as _operator
 from kernel.statements.pools import *  # noqa: F403
@@ -13,4 +15,4 @@ from kernel.statements.pools import __all__ as _pools
 from kernel.statements.worker import *  # noqa: F403
 from kernel.statements.worker import __all__ as _worker
 
-__all__ = [*_worker, *_operator, *_pools, *_beat, *_gates]
+__all__ = [*_worker, *_operator, *_pools, *_beat, *_gates, *_jobs]
