@@ -31,8 +31,7 @@ __all__ = [
     "adjudicate",
     "cancel",
     "run_now",
-    "approve",
-    "reject",
+    "decide_approval",
     "cancel_job",
 ]
 
@@ -166,18 +165,13 @@ def run_now(kernel: Kernel, job_id: str, force: bool = False) -> Action:
     return lambda rid, who: kernel.run_now(job_id, request_id=rid, operator=who, force=force)
 
 
-def approve(kernel: Kernel, occurrence_id: int, reason: str | None = None) -> Action:
-    """Let an occurrence awaiting approval run (it is queued)."""
-    return lambda rid, who: kernel.approve(
-        occurrence_id, request_id=rid, operator=who, reason=reason
-    )
-
-
-def reject(kernel: Kernel, occurrence_id: int, reason: str | None = None) -> Action:
-    """Refuse an occurrence awaiting approval (it is skipped, reason ``approval_rejected``)."""
-    return lambda rid, who: kernel.reject(
-        occurrence_id, request_id=rid, operator=who, reason=reason
-    )
+def decide_approval(
+    kernel: Kernel, occurrence_id: int, approved: bool, reason: str | None = None
+) -> Action:
+    """Let an occurrence awaiting approval run (``approved``: it is queued) or refuse it
+    (it is skipped, reason ``approval_rejected``)."""
+    decide = kernel.approve if approved else kernel.reject
+    return lambda rid, who: decide(occurrence_id, request_id=rid, operator=who, reason=reason)
 
 
 def cancel_job(

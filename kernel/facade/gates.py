@@ -8,12 +8,14 @@ from typing import Any
 from kernel import approvals, budgets
 from kernel import pools as pool_ops
 from kernel.facade.base import FacadeBase
+from kernel.spec.sections import Budget
 from kernel.types import ActionResult, Pool
 
 __all__ = ["GateFacade", "checked_budgets"]
 
 
-def checked_budgets(defined: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def checked_budgets(defined: Mapping[str, Mapping[str, Any] | Budget]) -> dict[str, Budget]:
+    """Each budget read by the spec's model (a :class:`Budget` is already read)."""
     return {name: budgets.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
 
 
@@ -26,14 +28,7 @@ class GateFacade(FacadeBase):
         Raises:
             StateConflict: it is not awaiting approval.
         """
-        return self._action(
-            approvals.decide,
-            occurrence_id,
-            request_id,
-            approved=True,
-            operator=operator,
-            reason=reason,
-        )
+        return self._decide(occurrence_id, True, request_id, operator, reason)
 
     def reject(
         self, occurrence_id: int, *, request_id: str, operator: str, reason: str | None = None
@@ -43,11 +38,21 @@ class GateFacade(FacadeBase):
         Raises:
             StateConflict: it is not awaiting approval.
         """
+        return self._decide(occurrence_id, False, request_id, operator, reason)
+
+    def _decide(
+        self,
+        occurrence_id: int,
+        approved: bool,
+        request_id: str,
+        operator: str,
+        reason: str | None,
+    ) -> ActionResult:
         return self._action(
             approvals.decide,
             occurrence_id,
             request_id,
-            approved=False,
+            approved=approved,
             operator=operator,
             reason=reason,
         )
@@ -60,7 +65,7 @@ class GateFacade(FacadeBase):
         """
         return self._write(approvals.apply_timeouts, limit)
 
-    def set_budgets(self, defined: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    def set_budgets(self, defined: Mapping[str, Mapping[str, Any] | Budget]) -> list[str]:
         """Create or update shared budgets: name -> ``{"window", "max_runs", "max_units"}``.
 
         Raises:

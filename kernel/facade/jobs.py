@@ -11,6 +11,7 @@ from kernel import pools as pool_ops
 from kernel.cancellation import JobCancel
 from kernel.facade.base import FacadeBase
 from kernel.facade.gates import checked_budgets
+from kernel.spec.sections import Budget
 from kernel.tx import Tx
 from kernel.types import Job
 
@@ -47,7 +48,7 @@ class JobFacade(FacadeBase):
         specs: Sequence[Mapping[str, Any]],
         *,
         operator: str | None = None,
-        shared_budgets: Mapping[str, Mapping[str, Any]] | None = None,
+        shared_budgets: Mapping[str, Mapping[str, Any] | Budget] | None = None,
         pools: Mapping[str, int] | None = None,
     ) -> list[tuple[Job, str]]:
         """Apply every spec in one transaction; any refusal leaves the kernel unchanged.

@@ -90,21 +90,28 @@ class WorkerFacade(FacadeBase):
         checkpoint: Any,
     ) -> None:
         """Acknowledge a pause at a declared safe point, storing the checkpoint (≤ 64 KiB)."""
-        self._write(
-            runs.release,
-            occurrence_id,
-            owner,
-            fence,
-            safe_point=safe_point,
-            checkpoint=checkpoint,
-            pause_request_id=request_id,
-            expected_revision=expected_revision,
+        self._release(
+            occurrence_id, owner, fence, safe_point, checkpoint, request_id, expected_revision
         )
 
     def hand_back(
         self, occurrence_id: int, *, owner: str, fence: int, safe_point: str, checkpoint: Any
     ) -> None:
         """Give the occurrence back for another worker to resume at once (warm shutdown)."""
+        self._release(occurrence_id, owner, fence, safe_point, checkpoint, None, None)
+
+    def _release(
+        self,
+        occurrence_id: int,
+        owner: str,
+        fence: int,
+        safe_point: str,
+        checkpoint: Any,
+        pause_request_id: str | None,
+        expected_revision: int | None,
+    ) -> None:
+        """Both acts are the kernel's one release at a safe point (:func:`kernel.runs.release`);
+        a pause request id makes it the pause's acknowledgement."""
         self._write(
             runs.release,
             occurrence_id,
@@ -112,8 +119,8 @@ class WorkerFacade(FacadeBase):
             fence,
             safe_point=safe_point,
             checkpoint=checkpoint,
-            pause_request_id=None,
-            expected_revision=None,
+            pause_request_id=pause_request_id,
+            expected_revision=expected_revision,
         )
 
     def append_output(
