@@ -30,7 +30,7 @@ import yaml
 from kernel import InvalidArgument
 from kernel.budgets import read_budget
 from kernel.durations import text
-from kernel.jobspec import JobSpec, validate_job_spec
+from kernel.jobspec import Budget, JobSpec, validate_job_spec
 from kernel.pools import check_limit
 
 __all__ = [
@@ -75,7 +75,7 @@ class JobFile:
 
     jobs: list[JobSpec]
     pools: dict[str, int] = field(default_factory=dict)
-    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    budgets: dict[str, Budget] = field(default_factory=dict)
 
 
 class _Syntax(Exception):
@@ -201,11 +201,11 @@ def read_job_file(path: str | Path) -> JobFile:
     return JobFile(jobs=specs, pools=pools, budgets=budgets)
 
 
-def _budgets(file: Path, section: object, errors: list[dict[str, Any]]) -> dict[str, Any]:
+def _budgets(file: Path, section: object, errors: list[dict[str, Any]]) -> dict[str, Budget]:
     """The ``budgets`` section read; each invalid budget is added to ``errors``."""
     if not isinstance(section, dict):
         raise JobFileInvalid(file, "budgets", "must be an object: {NAME: {budget}, ...}")
-    budgets: dict[str, Any] = {}
+    budgets: dict[str, Budget] = {}
     for name, value in section.items():
         try:
             budgets[_BUDGET_NAME(name, "budgets")] = read_budget(value, f"budgets.{name}")

@@ -13,8 +13,9 @@ from typing import Any
 
 from adapters import load_adapters
 from beat_schedule.kinds import check_kinds, worker_only_kinds
-from kernel import InvalidArgument, Kernel, NotFound, RevisionConflict
-from kernel.jobspec import JobSpec, validate_job_spec
+from kernel import InvalidArgument, Kernel, NotFound
+from kernel.jobs import check_revision
+from kernel.jobspec import Budget, JobSpec, validate_job_spec
 from kernel.redaction import MASK, is_sensitive_name
 
 __all__ = ["apply_specs", "web_spec"]
@@ -31,7 +32,7 @@ def apply_specs(
     file: str | None = None,
     operator: str | None = None,
     pools: Mapping[str, int] | None = None,
-    shared_budgets: Mapping[str, Mapping[str, Any]] | None = None,
+    shared_budgets: Mapping[str, Mapping[str, Any] | Budget] | None = None,
 ) -> dict[str, Any]:
     """Create, update or leave each job (all in one transaction, or none, with the
     job file's ``pools`` limits and ``shared_budgets``), recording ``operator`` as who
@@ -84,14 +85,8 @@ def _would_change(kernel: Kernel, spec: JobSpec, expected_revision: int | None) 
         if expected_revision is not None:
             raise
         return {"id": spec.id, "change": "created", "revision": None}
-    if expected_revision is not None and current.revision != expected_revision:
-        raise RevisionConflict(
-            f"job {spec.id!r} is at revision {current.revision}, not {expected_revision}; "
-            "re-read it and try again",
-            job_id=spec.id,
-            expected_revision=expected_revision,
-            actual_revision=current.revision,
-        )
+    if expected_revision is not None:
+        check_revision(current, expected_revision)
     change = "unchanged" if current.digest == spec.digest else "updated"
     return {"id": spec.id, "change": change, "revision": None}
 

@@ -51,11 +51,14 @@ _NAME = text(128)
 REPORTED_UNITS_KEY = "budget_units"
 
 
-def read_budget(value: object, field: str) -> dict[str, Any]:
-    """A shared budget (a job file's ``budgets.NAME``) checked by the spec's model:
-    ``{"window": seconds, "max_runs", "max_units"}``."""
+def read_budget(value: object, field: str) -> Budget:
+    """A shared budget (a job file's ``budgets.NAME``) checked by the spec's model; a
+    :class:`Budget` is already checked (frozen) and passes as it is, so a job file's
+    budgets, read by :mod:`beat_schedule.jobfiles`, are validated once."""
+    if isinstance(value, Budget):
+        return value
     try:
-        return Budget.model_validate(value).to_dict()
+        return Budget.model_validate(value)
     except ValidationError as exc:
         raise_problems(problems_of(exc, Budget, field))
         raise  # raise_problems raised: pydantic found at least one problem
@@ -147,9 +150,10 @@ def settle_units(tx: Tx, occ_id: int, result: Any) -> None:
     tx.conn.execute(st.SETTLE_RESERVATION_UNITS, params)
 
 
-def set_budgets(tx: Tx, defined: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Create or update shared budgets (already read by :func:`read_budget`)."""
-    for name, budget in defined.items():
+def set_budgets(tx: Tx, defined: Mapping[str, Budget]) -> list[str]:
+    """Create or update shared budgets (read by :func:`read_budget`)."""
+    for name, read in defined.items():
+        budget = read.to_dict()
         tx.conn.execute(
             st.SET_BUDGET[tx.dialect],
             {

@@ -171,7 +171,7 @@ _REASON = click.option(
 @_REASON
 def approve(env: Env, occ_id: int, reason: str | None) -> Action:
     """Let an occurrence awaiting approval run: it is queued and a worker takes it."""
-    return operations.approve(env.kernel, occ_id, reason)
+    return operations.decide_approval(env.kernel, occ_id, True, reason)
 
 
 @command("reject")
@@ -179,4 +179,4 @@ def approve(env: Env, occ_id: int, reason: str | None) -> Action:
 @_REASON
 def reject(env: Env, occ_id: int, reason: str | None) -> Action:
     """Refuse an occurrence awaiting approval: it is skipped (reason approval_rejected)."""
-    return operations.reject(env.kernel, occ_id, reason)
+    return operations.decide_approval(env.kernel, occ_id, False, reason)

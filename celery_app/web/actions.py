@@ -177,6 +177,19 @@ def _actions(*found: WebAction) -> dict[str, WebAction]:
     return {action.name: action for action in found}
 
 
+def _approval(name: str, approved: bool, description: str) -> WebAction:
+    """The approve or reject action: one decision on an occurrence awaiting approval."""
+    return WebAction(
+        name,
+        "occurrence",
+        Role.OPERATOR,
+        ActionRequest,
+        description,
+        _by_request(lambda k, app, occ, p: operations.decide_approval(k, occ, approved)),
+        offered=lambda occ: occ["status"] == "awaiting_approval",
+    )
+
+
 ACTIONS = _actions(
     WebAction(
         "pause",
@@ -223,24 +236,8 @@ ACTIONS = _actions(
         _by_request(lambda k, app, occ, p: operations.cancel(k, occ)),
         offered=lambda occ: occ["status"] in _UNSETTLED and not occ["cancel_requested"],
     ),
-    WebAction(
-        "approve",
-        "occurrence",
-        Role.OPERATOR,
-        ActionRequest,
-        "Let an occurrence awaiting approval run (it is queued).",
-        _by_request(lambda k, app, occ, p: operations.approve(k, occ)),
-        offered=lambda occ: occ["status"] == "awaiting_approval",
-    ),
-    WebAction(
-        "reject",
-        "occurrence",
-        Role.OPERATOR,
-        ActionRequest,
-        "Refuse an occurrence awaiting approval (it is skipped).",
-        _by_request(lambda k, app, occ, p: operations.reject(k, occ)),
-        offered=lambda occ: occ["status"] == "awaiting_approval",
-    ),
+    _approval("approve", True, "Let an occurrence awaiting approval run (it is queued)."),
+    _approval("reject", False, "Refuse an occurrence awaiting approval (it is skipped)."),
     WebAction(
         "run-now",
         "job",

@@ -1,0 +1,88 @@
+"""What the CLI and the HTTP API both do: resource shapes and operator actions.
+
+Every function takes an open :class:`~kernel.Kernel` and returns JSON-ready data,
+the shape ``kernel ... --json`` prints and ``/api/...`` answers. The kernel's
+operator calls are made here and nowhere else, so a change to their parameters is
+adapted in one module. Refusals are the kernel's :class:`~kernel.KernelError`;
+an action's refusal carries the request id it was made under.
+"""
+
+from __future__ import annotations
+
+from celery_app.operations.actions import (
+    Action,
+    act,
+    adjudicate,
+    cancel,
+    cancel_job,
+    decide_approval,
+    new_request_id,
+    pause,
+    requeue,
+    resume,
+    run_now,
+    safe_points,
+)
+from celery_app.operations.health import (
+    STALE_BEAT_FACTOR,
+    beat_health,
+    beat_warning,
+    refused_entries,
+    status,
+    watchdog_warnings,
+)
+from celery_app.operations.history import (
+    events,
+    occurrence_detail,
+    occurrence_events,
+    output_chunks,
+    prune,
+    runtime_controls,
+)
+from celery_app.operations.jobs import (
+    delete_job,
+    job_data,
+    pools_list,
+    pools_set,
+    preview,
+    schedule_kind,
+    set_job_enabled,
+)
+from celery_app.operations.times import format_age, iso, utc
+
+__all__ = [
+    "Action",
+    "STALE_BEAT_FACTOR",
+    "act",
+    "adjudicate",
+    "beat_health",
+    "beat_warning",
+    "cancel",
+    "cancel_job",
+    "decide_approval",
+    "delete_job",
+    "events",
+    "format_age",
+    "iso",
+    "job_data",
+    "new_request_id",
+    "occurrence_detail",
+    "occurrence_events",
+    "output_chunks",
+    "pause",
+    "pools_list",
+    "pools_set",
+    "preview",
+    "prune",
+    "refused_entries",
+    "requeue",
+    "resume",
+    "run_now",
+    "runtime_controls",
+    "safe_points",
+    "schedule_kind",
+    "set_job_enabled",
+    "status",
+    "utc",
+    "watchdog_warnings",
+]

@@ -1,0 +1,127 @@
+"""The kernel's health as operators see it: counts, Beats, watchdog warnings, refused entries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from beat_schedule.sync import read_beat_schedule
+from celery_app.config import KernelSettings
+from celery_app.operations.times import format_age, iso
+from kernel import Beat, Kernel
+
+__all__ = [
+    "STALE_BEAT_FACTOR",
+    "beat_health",
+    "beat_warning",
+    "refused_entries",
+    "status",
+    "watchdog_warnings",
+]
+
+
+#: A Beat that has not ticked for this many of its intervals is considered stopped.
+STALE_BEAT_FACTOR = 3
+
+
+def beat_health(beats: list[Beat], now: datetime, retention_s: float) -> list[dict[str, Any]]:
+    """Each Beat's last tick, its age and whether it is stale (> 3× its interval).
+
+    Beats silent for longer than ``retention_s`` are left out: they stopped long ago
+    (Beat and ``kernel prune`` remove them from the registry).
+    """
+    rows = []
+    for beat in beats:
+        age = (now - beat.last_tick_at).total_seconds()
+        if age > retention_s:
+            continue
+        rows.append(
+            {
+                "id": beat.id,
+                "host": beat.host,
+                "interval_s": beat.interval_s,
+                "last_tick_at": iso(beat.last_tick_at),
+                "age_s": round(age, 3),
+                "stale": age > STALE_BEAT_FACTOR * beat.interval_s,
+            }
+        )
+    return rows
+
+
+def beat_warning(beats: list[dict[str, Any]], retention_s: float) -> str | None:
+    """What to tell an operator when no Beat is ticking; None when one is."""
+    if not beats:
+        return (
+            f"no Beat has ticked in the last {format_age(retention_s)}: start "
+            "`celery -A celery_app beat`; nothing is scheduled"
+        )
+    if all(b["stale"] for b in beats):
+        return (
+            f"no Beat has ticked within {STALE_BEAT_FACTOR}x its interval: is Beat running? "
+            "due firings are not created and hints are not re-published"
+        )
+    return None
+
+
+def refused_entries(app: Any) -> list[dict[str, str]]:
+    """The app's ``beat_schedule`` entries Beat refuses, with why (the reason names the entry)."""
+    schedule = read_beat_schedule(app.conf, app.tasks)
+    return [{"entry": e.name, "reason": str(e.refused)} for e in schedule.entries if e.refused]
+
+
+def status(kernel: Kernel, app: Any) -> dict[str, Any]:
+    """Counts per status, pauses, expiring leases, dead letters, Beats and warnings."""
+    retention = KernelSettings.from_app(app).beat_retention
+    counted = kernel.status()
+    now = datetime.fromtimestamp(counted["now_ms"] / 1000, UTC)
+    beats = beat_health(kernel.beats(), now, retention)
+    counts = counted["counts"]
+    age_ms = counted["oldest_claimable_age_ms"]
+    warning = beat_warning(beats, retention)
+    watch = kernel.watchdog(grace=KernelSettings.from_app(app).watchdog_grace)
+    return {
+        "now": iso(now),
+        "counts": counts,
+        "paused": counted["paused"],
+        "leases_expiring_10s": counted["leases_expiring_10s"],
+        "dead_letters": counts["dead_letter"],
+        "needs_adjudication": counts["needs_adjudication"],
+        "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
+        "beats": beats,
+        "warnings": ([warning] if warning else []) + watchdog_warnings(watch),
+        "watchdog": watch,
+        "refused_entries": refused_entries(app),
+    }
+
+
+def watchdog_warnings(watch: dict[str, Any]) -> list[str]:
+    """What the watchdog's findings (:meth:`Kernel.watchdog`) ask of an operator."""
+    grace = format_age(watch["grace_ms"] / 1000)
+    warnings = []
+    if watch["overdue_firings"]:
+        jobs = ", ".join(o["job_id"] for o in watch["overdue"][:5])
+        warnings.append(
+            f"{watch['overdue_firings']} job(s) should have fired more than {grace} ago and "
+            f"did not ({jobs}): is Beat running and keeping up?"
+        )
+    if watch["overrunning"]:
+        runs = ", ".join(str(o["occurrence_id"]) for o in watch["overrunning"][:5])
+        warnings.append(
+            f"{len(watch['overrunning'])} run(s) are past their timeout by more than {grace} "
+            f"(occurrences {runs}): is their worker alive?"
+        )
+    if watch["needs_adjudication"]:
+        warnings.append(
+            f"{watch['needs_adjudication']} occurrence(s) await adjudication (oldest "
+            f"{format_age((watch['oldest_adjudication_age_ms'] or 0) / 1000)}): "
+            "`kernel occurrences list --status needs_adjudication`, then `kernel adjudicate`"
+        )
+    for failing in watch["failing_watchdogs"]:
+        exit_code = failing["exit_code"]
+        how = failing["reason"] if exit_code is None else f"exit code {exit_code}"
+        warnings.append(
+            f"watchdog {failing['job_id']} is failing ({how}, checked "
+            f"{format_age(failing['age_ms'] / 1000)} ago): {failing['message']}; "
+            f"`kernel occurrences show {failing['occurrence_id']}`"
+        )
+    return warnings

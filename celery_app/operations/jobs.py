@@ -1,0 +1,90 @@
+"""Job definitions and resource pools as shown and administered: data, previews, enable,
+delete, pool limits."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from beat_schedule.timing import preview as preview_firings
+from beat_schedule.timing import trigger_key
+from celery_app.operations.times import iso
+from kernel import Job, Kernel
+from kernel.redaction import redacted_spec
+
+__all__ = [
+    "job_data",
+    "schedule_kind",
+    "preview",
+    "set_job_enabled",
+    "delete_job",
+    "pools_set",
+    "pools_list",
+]
+
+
+def job_data(job: Job) -> dict[str, Any]:
+    """``job.to_dict()`` fit to show: stored secret-like values masked."""
+    return {**job.to_dict(), "spec": redacted_spec(job.spec)}
+
+
+def schedule_kind(schedule: dict[str, Any] | None) -> str | None:
+    """The trigger-key kind of a schedule: ``cron``, ``every`` or ``at`` (``in`` is ``at``)."""
+    if schedule is None:
+        return None
+    return next(
+        "at" if kind == "in" else kind for kind in ("cron", "every", "at", "in") if kind in schedule
+    )
+
+
+def preview(kernel: Kernel, job_id: str, count: int, after: datetime | None) -> dict[str, Any]:
+    """The next ``count`` firings of a job after ``after`` (default: now), DST policy applied."""
+    job = kernel.get_job(job_id)
+    schedule = job.spec["schedule"]
+    start = after or kernel.now()
+    kind = schedule_kind(schedule)
+    upcoming = preview_firings(schedule, job.spec["dst"], start, count, anchor=job.defined_at)
+    firings = (
+        [
+            {"utc": iso(utc), "local": local.isoformat(), "trigger_key": trigger_key(kind, utc)}
+            for utc, local in upcoming
+        ]
+        if kind
+        else []
+    )
+    return {
+        "job_id": job.id,
+        "enabled": job.enabled,
+        "schedule": schedule,
+        "dst": job.spec["dst"],
+        "after": iso(start),
+        "firings": firings,
+    }
+
+
+# -- job administration ---------------------------------------------------------
+
+
+def set_job_enabled(
+    kernel: Kernel, job_id: str, enabled: bool, operator: str | None = None
+) -> dict[str, Any]:
+    """Enable or disable a job; ``changed`` is false when it already was."""
+    job, changed = kernel.set_job_enabled(job_id, enabled, operator=operator)
+    return {"job": job_data(job), "changed": changed}
+
+
+def delete_job(kernel: Kernel, job_id: str, operator: str | None = None) -> dict[str, Any]:
+    """Delete a job definition (refused while it has unsettled occurrences)."""
+    kernel.delete_job(job_id, operator=operator)
+    return {"deleted": job_id}
+
+
+def pools_set(kernel: Kernel, name: str, limit: int) -> dict[str, Any]:
+    """Define a pool or change its limit; ``changed`` is false when it already had it."""
+    pool, changed = kernel.set_pool_limit(name, limit)
+    return {"pool": pool.to_dict(), "changed": changed}
+
+
+def pools_list(kernel: Kernel) -> list[dict[str, Any]]:
+    """Every pool with its limit, running and waiting counts, by name."""
+    return [pool.to_dict() for pool in kernel.pools()]

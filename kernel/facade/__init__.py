@@ -1,0 +1,28 @@
+"""The parts of the :class:`~kernel.store.Kernel` facade, one module a noun.
+
+Each part is a set of thin methods, each one transaction (``_write``) or read
+(``_read``) through the session of :class:`FacadeBase`; :mod:`kernel.store`
+composes them into ``Kernel``.
+"""
+
+from __future__ import annotations
+
+from kernel.facade.base import FacadeBase
+from kernel.facade.beat import BeatFacade
+from kernel.facade.gates import GateFacade
+from kernel.facade.jobs import JobFacade
+from kernel.facade.observe import ObserveFacade
+from kernel.facade.operators import OperatorFacade
+from kernel.facade.upkeep import UpkeepFacade
+from kernel.facade.workers import WorkerFacade
+
+__all__ = [
+    "FacadeBase",
+    "BeatFacade",
+    "GateFacade",
+    "JobFacade",
+    "ObserveFacade",
+    "OperatorFacade",
+    "UpkeepFacade",
+    "WorkerFacade",
+]

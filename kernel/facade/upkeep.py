@@ -1,0 +1,48 @@
+"""The facade's housekeeping: pruning history, retention passes, recording watchdog findings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from kernel import history, retention, watchdog
+from kernel.errors import InvalidArgument
+from kernel.facade.base import FacadeBase, ms
+from kernel.tx import Tx
+
+__all__ = ["UpkeepFacade"]
+
+
+class UpkeepFacade(FacadeBase):
+    def prune(self, *, older_than: timedelta, limit: int = 10_000) -> dict[str, int]:
+        """Delete settled history older than ``older_than``; unresolved work is never pruned."""
+
+        def run(tx: Tx) -> dict[str, int]:
+            return history.prune(
+                tx, settled_before=tx.now - int(older_than.total_seconds() * 1000), limit=limit
+            )
+
+        return self._write(run)
+
+    def apply_retention(
+        self, ages: Mapping[str, float | None], *, limit: int = 500
+    ) -> dict[str, Any]:
+        """One bounded retention pass (see :mod:`kernel.retention`).
+
+        Args:
+            ages: seconds to keep each prunable status's history (``succeeded``,
+                ``cancelled``, ``skipped``); None keeps it.
+            limit: at most this many occurrences and this many jobs deleted.
+
+        Returns:
+            ``occurrences``, ``events`` (pruned), ``jobs`` (ids deleted) and ``more``.
+        """
+        if limit < 1:
+            raise InvalidArgument("limit", "must be at least 1")
+        return self._write(retention.apply_retention, dict(ages), limit)
+
+    def record_watchdog(self, *, grace: float = 60.0) -> dict[str, Any]:
+        """:meth:`watchdog`, appending ``watchdog_overdue`` / ``watchdog_overrun`` once per
+        finding (Beat calls it periodically); ``new_events`` counts those appended."""
+        return self._write(watchdog.record_findings, ms(grace, "grace"))

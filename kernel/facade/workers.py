@@ -1,0 +1,130 @@
+"""The facade's worker side: claim, renew, settle, pause at a safe point, hand back, output."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kernel import claiming, output, runs
+from kernel.facade.base import FacadeBase, lease_ms, ms
+from kernel.types import Claim, RenewAnswer
+
+__all__ = ["WorkerFacade"]
+
+
+class WorkerFacade(FacadeBase):
+    def claim(self, occurrence_id: int, *, owner: str, lease: float | None = None) -> Claim | None:
+        """Claim one occurrence by id if claimable now (fence + 1); None changes nothing.
+
+        ``lease`` defaults to the job's own lease from the occurrence's snapshot.
+        """
+        return self._write(claiming.claim, occurrence_id, owner, lease_ms(lease))
+
+    def claim_next(
+        self,
+        *,
+        owner: str,
+        lease: float | None = None,
+        queues: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> Claim | None:
+        """Claim the oldest claimable occurrence (optionally of these queues/kinds)."""
+        return self._write(
+            claiming.claim_next,
+            owner,
+            lease_ms(lease),
+            queues=tuple(queues) if queues else None,
+            kinds=tuple(kinds) if kinds else None,
+        )
+
+    def renew(self, occurrence_id: int, *, owner: str, fence: int, lease: float) -> RenewAnswer:
+        """Extend the lease. Raises LeaseLost when (owner, fence) no longer holds it."""
+        return self._write(runs.renew, occurrence_id, owner, fence, ms(lease, "lease"))
+
+    def succeed(self, occurrence_id: int, *, owner: str, fence: int, result: Any = None) -> None:
+        """Settle as succeeded (fenced); chained children fire in the same transaction."""
+        self._write(runs.settle, occurrence_id, owner, fence, outcome="succeeded", result=result)
+
+    def fail(
+        self,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        code: str,
+        message: str,
+        retryable: bool = True,
+    ) -> str:
+        """Settle a failure (fenced): retry_wait with backoff, or dead_letter; returns which."""
+        error = {"code": code, "message": message[:2000]}
+        return self._write(
+            runs.settle,
+            occurrence_id,
+            owner,
+            fence,
+            outcome="failed",
+            error=error,
+            retryable=retryable,
+        ).value
+
+    def cancelled(self, occurrence_id: int, *, owner: str, fence: int) -> None:
+        """The holder stopped on a cancel request (fenced)."""
+        self._write(
+            runs.settle,
+            occurrence_id,
+            owner,
+            fence,
+            outcome="cancelled",
+            error={"code": "CANCELLED", "message": "cancelled while running"},
+        )
+
+    def ack_pause(
+        self,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        request_id: str,
+        expected_revision: int | None,
+        safe_point: str,
+        checkpoint: Any,
+    ) -> None:
+        """Acknowledge a pause at a declared safe point, storing the checkpoint (≤ 64 KiB)."""
+        self._release(
+            occurrence_id, owner, fence, safe_point, checkpoint, request_id, expected_revision
+        )
+
+    def hand_back(
+        self, occurrence_id: int, *, owner: str, fence: int, safe_point: str, checkpoint: Any
+    ) -> None:
+        """Give the occurrence back for another worker to resume at once (warm shutdown)."""
+        self._release(occurrence_id, owner, fence, safe_point, checkpoint, None, None)
+
+    def _release(
+        self,
+        occurrence_id: int,
+        owner: str,
+        fence: int,
+        safe_point: str,
+        checkpoint: Any,
+        pause_request_id: str | None,
+        expected_revision: int | None,
+    ) -> None:
+        """Both acts are the kernel's one release at a safe point (:func:`kernel.runs.release`);
+        a pause request id makes it the pause's acknowledgement."""
+        self._write(
+            runs.release,
+            occurrence_id,
+            owner,
+            fence,
+            safe_point=safe_point,
+            checkpoint=checkpoint,
+            pause_request_id=pause_request_id,
+            expected_revision=expected_revision,
+        )
+
+    def append_output(
+        self, occurrence_id: int, *, owner: str, fence: int, chunks: Sequence[tuple[str, str]]
+    ) -> None:
+        """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
+        self._write(output.append_output, occurrence_id, owner, fence, chunks)
