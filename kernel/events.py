@@ -72,6 +72,10 @@ class EventType(StrEnum):
     WATCHDOG_OVERRUN = "watchdog_overrun"
     #: A pool's limit was set (``kernel pools set``, or a job file's ``pools:``).
     POOL_LIMIT_SET = "pool_limit_set"
+    #: A worker asked the occurrence's adapter whether its uncertain run took effect.
+    OCCURRENCE_ADAPTER_ASKED = "occurrence_adapter_asked"
+    #: The adapter could not tell (``reason``): the occurrence waits for an operator.
+    OCCURRENCE_ADAPTER_UNDECIDED = "occurrence_adapter_undecided"
 
 
 _SETTLED = {

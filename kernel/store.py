@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from kernel import (
+    adapter_verdicts,
     admission,
     approvals,
     beats,
@@ -38,6 +39,8 @@ from kernel.translate import guard
 from kernel.tx import Tx
 from kernel.types import (
     ActionResult,
+    AdapterAsk,
+    Adjudication,
     Beat,
     Claim,
     DispatchHint,
@@ -46,6 +49,7 @@ from kernel.types import (
     Occurrence,
     Pool,
     RenewAnswer,
+    Verdict,
 )
 
 __all__ = ["Kernel", "FireReport"]
@@ -654,3 +658,46 @@ class Kernel:
     def pools(self) -> list[Pool]:
         """Every pool with its limit, running and waiting counts, by name."""
         return self._read(pool_ops.list_pools)
+
+    # -- adapter adjudication (kernel/adapter_verdicts.py; s3-adjudge) -----------------
+
+    def adapter_asks_due(
+        self, *, limit: int = 200, rehint_after: float = 30.0
+    ) -> list[DispatchHint]:
+        """Occurrences needing adjudication whose adapter a worker should ask now (Beat
+        hints them); each is marked hinted."""
+        return self._write(
+            adapter_verdicts.asks_due,
+            limit=limit,
+            rehint_after_ms=_ms(rehint_after, "rehint_after"),
+        )
+
+    def ask_adapter(self, occurrence_id: int, *, asker: str, window: float) -> AdapterAsk | None:
+        """Take the one live ask of the occurrence's uncertain run for ``window`` seconds
+        (event ``occurrence_adapter_asked``); None when it is not to be asked now."""
+        return self._write(
+            adapter_verdicts.ask, occurrence_id, asker=asker, window_ms=_ms(window, "window")
+        )
+
+    def adapter_adjudicates(
+        self, occurrence_id: int, *, token: str, verdict: Verdict
+    ) -> Occurrence:
+        """Apply the adapter's verdict of ask ``token`` (``occurrence_adjudicated``,
+        ``authority: adapter``).
+
+        Raises:
+            StateConflict: an operator decided first; the answer changes nothing.
+            LeaseLost: the ask expired or another worker asks now.
+            InvalidArgument: not applied/not_applied, or evidence too large.
+        """
+        return self._write(adapter_verdicts.answer, occurrence_id, token=token, verdict=verdict)
+
+    def adapter_cannot_tell(self, occurrence_id: int, *, token: str, reason: str) -> None:
+        """The adapter of ask ``token`` could not tell (``occurrence_adapter_undecided``):
+        nobody asks again for this run; the operator decides. Raises as
+        :meth:`adapter_adjudicates`."""
+        self._write(adapter_verdicts.cannot_tell, occurrence_id, token=token, reason=reason)
+
+    def last_adjudication(self, occurrence_id: int) -> Adjudication | None:
+        """The last verdict (operator's or adapter's) on an uncertain run of the occurrence."""
+        return self._read(adapter_verdicts.last_adjudication, occurrence_id)
