@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -178,6 +178,37 @@ def test_the_adapter_may_not_abandon_nor_record_much_evidence(k: Harness) -> Non
     assert k.kernel.get_occurrence(occ_id).status == S.NEEDS_ADJUDICATION
 
 
+def race(adapter_side: Kernel, operator_side: Kernel, occ_id: int, token: str) -> dict[str, str]:
+    """The adapter's answer and an operator's abandon, released together on two connections."""
+    outcomes: dict[str, str] = {}
+    start = threading.Barrier(2)
+
+    def adapter() -> None:
+        start.wait()
+        try:
+            done = adapter_side.adapter_adjudicates(occ_id, token=token, verdict=APPLIED)
+            outcomes["adapter"] = done.status.value
+        except StateConflict as exc:
+            outcomes["adapter"] = exc.code
+
+    def operator() -> None:
+        start.wait()
+        try:
+            result = operator_side.adjudicate(
+                occ_id, decision="abandon", request_id=f"race-{occ_id}", operator="ops"
+            )
+            outcomes["operator"] = result.occurrence.status.value
+        except StateConflict as exc:
+            outcomes["operator"] = exc.code
+
+    threads = [threading.Thread(target=adapter), threading.Thread(target=operator)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return outcomes
+
+
 def test_operator_and_adapter_racing_decide_once(k: Harness) -> None:
     """Both writers at once, on their own connections: exactly one verdict applies."""
     if k.backend != "postgres":
@@ -188,43 +219,19 @@ def test_operator_and_adapter_racing_decide_once(k: Harness) -> None:
             occ_id = uncertain(k, f"race-{round_}")
             asked = k.kernel.ask_adapter(occ_id, asker="w2", window=WINDOW)
             assert asked is not None
-            outcomes: dict[str, Any] = {}
-            start = threading.Barrier(2)
-
-            def adapter(token: str = asked.token, occ: int = occ_id) -> None:
-                start.wait()
-                try:
-                    outcomes["adapter"] = k.kernel.adapter_adjudicates(
-                        occ, token=token, verdict=APPLIED
-                    ).status
-                except StateConflict as exc:
-                    outcomes["adapter"] = exc.code
-
-            def operator(occ: int = occ_id, n: int = round_) -> None:
-                start.wait()
-                try:
-                    outcomes["operator"] = other.adjudicate(
-                        occ, decision="abandon", request_id=f"race-{n}", operator="ops"
-                    ).occurrence.status
-                except StateConflict as exc:
-                    outcomes["operator"] = exc.code
-
-            threads = [threading.Thread(target=adapter), threading.Thread(target=operator)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(10)
-            assert sorted(map(str, outcomes.values())) in (
+            outcomes = race(k.kernel, other, occ_id, asked.token)
+            assert sorted(outcomes.values()) in (
                 ["STATE_CONFLICT", "succeeded"],
                 ["STATE_CONFLICT", "dead_letter"],
             ), outcomes
+            winner = next(side for side, what in outcomes.items() if what != "STATE_CONFLICT")
             decided = [
                 e
                 for e in k.kernel.events(occurrence_id=occ_id)
                 if e.type == "occurrence_adjudicated"
             ]
-            assert len(decided) == 1
+            assert [e.data["authority"] for e in decided] == [winner]
             final = k.kernel.get_occurrence(occ_id).status
-            assert final == (S.SUCCEEDED if outcomes["adapter"] == S.SUCCEEDED else S.DEAD_LETTER)
+            assert final == (S.SUCCEEDED if winner == "adapter" else S.DEAD_LETTER)
     finally:
         other.close()
