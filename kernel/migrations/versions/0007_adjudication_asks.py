@@ -28,7 +28,7 @@ def upgrade() -> None:
         sa.Column("asked_at", sa.BigInteger(), nullable=False),
         sa.Column("ask_deadline", sa.BigInteger(), nullable=False),
         sa.CheckConstraint(
-            "state IN ('asking', 'undecided', 'answered')", name="ck_adjudication_asks_state"
+            "state IN ('asking', 'undecided')", name="ck_adjudication_asks_state"
         ),
     )
 
