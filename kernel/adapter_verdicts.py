@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel import transitions as T
 from kernel.control import end_control
+from kernel.dispatch import mark_hinted
 from kernel.durations import canonical_json
 from kernel.errors import InvalidArgument, LeaseLost, NotFound, StateConflict
 from kernel.events import EventType
@@ -223,12 +224,7 @@ def asks_due(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
     if tx.is_postgres:
         query = query.with_for_update(skip_locked=True, of=OCC)
     hints = [DispatchHint(r.id, r.job_id, r.queue, r.kind) for r in tx.conn.execute(query)]
-    if hints:
-        tx.conn.execute(
-            sa.update(OCC)
-            .where(OCC.c.id.in_([h.occurrence_id for h in hints]))
-            .values(dispatched_at=tx.now)
-        )
+    mark_hinted(tx, hints)
     return hints
 
 
