@@ -140,6 +140,13 @@ class KernelCollector(Collector):
             "Chained children not fired: their parent's fan-out bound was hit.",
             registry=None,
         )
+        self._adjudications = Counter(
+            "celery_kernel_adjudications",
+            "Verdicts on unknown outcomes by authority (operator, adapter) and decision "
+            "(an adapter's cannot_tell too).",
+            labelnames=["authority", "decision"],
+            registry=None,
+        )
         self._latency = Histogram(
             "celery_kernel_claim_latency_seconds",
             "From claimable to claimed.",
@@ -174,6 +181,7 @@ class KernelCollector(Collector):
                     self._pruned,
                     self._jobs_expired,
                     self._fanout_exceeded,
+                    self._adjudications,
                     self._latency,
                 )
                 for m in c.collect()
@@ -261,6 +269,11 @@ class KernelCollector(Collector):
             self._jobs_expired.inc()
         elif event.type == EventType.CHAIN_FANOUT_EXCEEDED:
             self._fanout_exceeded.inc()
+        elif event.type == EventType.OCCURRENCE_ADJUDICATED:
+            authority = str(data.get("authority") or "operator")
+            self._adjudications.labels(authority, str(data.get("decision"))).inc()
+        elif event.type == EventType.OCCURRENCE_ADAPTER_UNDECIDED:
+            self._adjudications.labels("adapter", "cannot_tell").inc()
         if occ is None:
             return
         if data.get("reason") == "lease_expired":
