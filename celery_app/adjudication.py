@@ -67,7 +67,7 @@ def adjudicate_occurrence(task: Any, occurrence_id: int, kind: str) -> str:
 def ask_adapter(kernel: Kernel, adapters: dict[str, Adapter], occurrence_id: int, kind: str) -> str:
     """Take the ask, ask the adapter, record its answer.
 
-    Returns ``decided`` (the adapter's verdict was applied), ``undecided`` (it could not
+    Returns ``decided`` (the adapter's verdict was applied), ``cannot_tell`` (it could not
     tell), ``not_asked`` (decided, or asked by another worker), ``no_adapter`` (this
     worker has no adapter of ``kind``: left for one that has) or ``refused`` (an
     operator decided first, or the ask expired, while the adapter was asked).
@@ -105,8 +105,8 @@ def ask_adapter(kernel: Kernel, adapters: dict[str, Adapter], occurrence_id: int
         if verdict is None:
             reason = scrub(reason, ctx.secrets)
             kernel.adapter_cannot_tell(occurrence_id, token=asked.token, reason=reason)
-            logger.info("%s; an operator decides", reason, extra={"action": "adapter_undecided"})
-            return "undecided"
+            logger.info("%s; an operator decides", reason, extra={"action": "adapter_cannot_tell"})
+            return "cannot_tell"
         decided = kernel.adapter_adjudicates(occurrence_id, token=asked.token, verdict=verdict)
     except StorageUnavailable:
         raise

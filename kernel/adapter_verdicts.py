@@ -2,12 +2,13 @@
 
 An at-most-once run whose lease expired after execution may have begun waits in
 ``needs_adjudication`` (I6). Beat's pump hints such an occurrence to a worker of its
-queue (:func:`asks_due`); the worker takes the ask (:func:`ask`, one live ask per
-uncertain run: a token with a deadline, like a lease), asks its adapter, and brings
-back a verdict (:func:`answer`) or "cannot tell" (:func:`cannot_tell`). An ask whose
-asker crashed expires and is hinted again, at most :data:`MAX_ASKS` times; after that,
-or after "cannot tell", only an operator decides. An operator's verdict always wins:
-the adapter's answer then changes nothing and is refused with ``STATE_CONFLICT``.
+queue (:func:`adapter_asks_due`); the worker takes the ask (:func:`ask_adapter`: one
+live ask per uncertain run, a token with a deadline, like a lease), asks its adapter,
+and brings back a verdict (:func:`adapter_adjudicates`) or "cannot tell"
+(:func:`adapter_cannot_tell`). An ask whose asker crashed expires and is hinted again,
+at most :data:`MAX_ASKS` times; after that, or after "cannot tell", only an operator
+decides. An operator's verdict always wins: the adapter's answer then changes nothing
+and is refused with ``STATE_CONFLICT``.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ __all__ = [
     "MAX_EVIDENCE_BYTES",
     "OPERATOR",
     "ADAPTER",
-    "ask",
-    "answer",
-    "cannot_tell",
-    "asks_due",
+    "ask_adapter",
+    "adapter_adjudicates",
+    "adapter_cannot_tell",
+    "adapter_asks_due",
     "last_adjudication",
 ]
 
@@ -57,7 +58,7 @@ ADAPTER = "adapter"
 _EXPIRED = "LEASE_EXPIRED"
 
 
-def ask(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAsk | None:
+def ask_adapter(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAsk | None:
     """Take the one live ask of ``occ_id``'s uncertain run; None when it is not to be asked
     (decided, asked by another worker now, left to the operator, or gone)."""
     token = uuid.uuid4().hex
@@ -89,7 +90,7 @@ def ask(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAsk | None
     return AdapterAsk(occurrence, token, to_dt(deadline))  # type: ignore[arg-type]
 
 
-def answer(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) -> Occurrence:
+def adapter_adjudicates(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) -> Occurrence:
     """Apply the adapter's verdict of the ask ``token``.
 
     Raises:
@@ -146,24 +147,22 @@ def answer(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) -> Occurrence:
     return get_occurrence(tx, occ_id)
 
 
-def cannot_tell(tx: Tx, occ_id: int, *, token: str, reason: str) -> None:
+def adapter_cannot_tell(tx: Tx, occ_id: int, *, token: str, reason: str) -> None:
     """Record that the adapter of the ask ``token`` could not tell; the operator decides.
 
     Raises:
         StateConflict: the occurrence no longer needs adjudication (an operator decided).
         LeaseLost: the ask expired or another worker asks now.
     """
-    undecided = T.run(
-        tx, T.ADAPTER_CANNOT_TELL, {"occ_id": occ_id, "ask_token": token, "now": tx.now}
-    )
-    if undecided is None:
+    marked = T.run(tx, T.ADAPTER_CANNOT_TELL, {"occ_id": occ_id, "ask_token": token, "now": tx.now})
+    if marked is None:
         _refuse(tx, occ_id, token)
     occurrence = get_occurrence(tx, occ_id)
     tx.emit(
-        EventType.OCCURRENCE_ADAPTER_UNDECIDED,
+        EventType.OCCURRENCE_ADAPTER_CANNOT_TELL,
         job_id=occurrence.job_id,
         occurrence_id=occ_id,
-        fence=undecided.fence,
+        fence=marked.fence,
         reason=reason[:500],
     )
 
@@ -198,7 +197,7 @@ def _refuse(tx: Tx, occ_id: int, token: str) -> NoReturn:
     )
 
 
-def asks_due(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
+def adapter_asks_due(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
     """Occurrences needing adjudication whose adapter is to be asked now, not hinted
     recently (or not since their run's expiry); marks them hinted now."""
     answered = sa.exists().where(

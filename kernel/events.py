@@ -75,7 +75,7 @@ class EventType(StrEnum):
     #: A worker asked the occurrence's adapter whether its uncertain run took effect.
     OCCURRENCE_ADAPTER_ASKED = "occurrence_adapter_asked"
     #: The adapter could not tell (``reason``): the occurrence waits for an operator.
-    OCCURRENCE_ADAPTER_UNDECIDED = "occurrence_adapter_undecided"
+    OCCURRENCE_ADAPTER_CANNOT_TELL = "occurrence_adapter_cannot_tell"
 
 
 _SETTLED = {

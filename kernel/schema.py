@@ -63,7 +63,7 @@ adjudication_asks
     0007): one row per occurrence, for the uncertain run at ``fence``. ``token`` names
     the live ask, which holds until ``ask_deadline``; ``asks`` counts the asks at this
     fence (an expired ask may be asked again while ``asks`` < the limit). ``state``:
-    ``asking``, or ``undecided`` (the adapter could not tell: only the operator
+    ``asking``, or ``cannot_tell`` (the adapter could not tell: only the operator
     decides). The verdicts themselves are ``occurrence_adjudicated`` events.
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of
@@ -127,7 +127,7 @@ CONTROL_CHECKS: tuple[tuple[str, str], ...] = (
 )
 POOL_CHECKS: tuple[tuple[str, str], ...] = (("ck_pools_counters", 'running >= 0 AND "limit" >= 1'),)
 ADJUDICATION_ASK_CHECKS: tuple[tuple[str, str], ...] = (
-    ("ck_adjudication_asks_state", "state IN ('asking', 'undecided')"),
+    ("ck_adjudication_asks_state", "state IN ('asking', 'cannot_tell')"),
 )
 
 # SQLite only aliases the rowid (fast, monotonic) for exactly "INTEGER PRIMARY KEY".

@@ -667,7 +667,7 @@ class Kernel:
         """Occurrences needing adjudication whose adapter a worker should ask now (Beat
         hints them); each is marked hinted."""
         return self._write(
-            adapter_verdicts.asks_due,
+            adapter_verdicts.adapter_asks_due,
             limit=limit,
             rehint_after_ms=_ms(rehint_after, "rehint_after"),
         )
@@ -676,7 +676,10 @@ class Kernel:
         """Take the one live ask of the occurrence's uncertain run for ``window`` seconds
         (event ``occurrence_adapter_asked``); None when it is not to be asked now."""
         return self._write(
-            adapter_verdicts.ask, occurrence_id, asker=asker, window_ms=_ms(window, "window")
+            adapter_verdicts.ask_adapter,
+            occurrence_id,
+            asker=asker,
+            window_ms=_ms(window, "window"),
         )
 
     def adapter_adjudicates(
@@ -690,13 +693,15 @@ class Kernel:
             LeaseLost: the ask expired or another worker asks now.
             InvalidArgument: not applied/not_applied, or evidence too large.
         """
-        return self._write(adapter_verdicts.answer, occurrence_id, token=token, verdict=verdict)
+        return self._write(
+            adapter_verdicts.adapter_adjudicates, occurrence_id, token=token, verdict=verdict
+        )
 
     def adapter_cannot_tell(self, occurrence_id: int, *, token: str, reason: str) -> None:
-        """The adapter of ask ``token`` could not tell (``occurrence_adapter_undecided``):
+        """The adapter of ask ``token`` could not tell (``occurrence_adapter_cannot_tell``):
         nobody asks again for this run; the operator decides. Raises as
         :meth:`adapter_adjudicates`."""
-        self._write(adapter_verdicts.cannot_tell, occurrence_id, token=token, reason=reason)
+        self._write(adapter_verdicts.adapter_cannot_tell, occurrence_id, token=token, reason=reason)
 
     def last_adjudication(self, occurrence_id: int) -> Adjudication | None:
         """The last verdict (operator's or adapter's) on an uncertain run of the occurrence."""

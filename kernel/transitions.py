@@ -219,9 +219,9 @@ ADAPTER_CANNOT_TELL = Transition(
     (S.NEEDS_ADJUDICATION,),
     "the adapter cannot tell",
     (S.NEEDS_ADJUDICATION,),
-    st.ADAPTER_UNDECIDED,
+    st.ADAPTER_CANNOT_TELL,
     "needs_adjudication at the asked fence, ask token live; no ask again at this fence",
-    (E.OCCURRENCE_ADAPTER_UNDECIDED,),
+    (E.OCCURRENCE_ADAPTER_CANNOT_TELL,),
 )
 OPERATOR_APPROVES = Transition(
     (S.AWAITING_APPROVAL,),

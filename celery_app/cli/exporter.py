@@ -272,7 +272,7 @@ class KernelCollector(Collector):
         elif event.type == EventType.OCCURRENCE_ADJUDICATED:
             authority = str(data.get("authority") or "operator")
             self._adjudications.labels(authority, str(data.get("decision"))).inc()
-        elif event.type == EventType.OCCURRENCE_ADAPTER_UNDECIDED:
+        elif event.type == EventType.OCCURRENCE_ADAPTER_CANNOT_TELL:
             self._adjudications.labels("adapter", "cannot_tell").inc()
         if occ is None:
             return

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import adjudication_asks, occurrences
 
-__all__ = ["ASK_ADAPTER", "ADAPTER_ADJUDICATE", "ADAPTER_UNDECIDED", "ASK_BY_ID"]
+__all__ = ["ASK_ADAPTER", "ADAPTER_ADJUDICATE", "ADAPTER_CANNOT_TELL", "ASK_BY_ID"]
 
 OCC = occurrences
 ASK = adjudication_asks
@@ -105,7 +105,7 @@ ADAPTER_ADJUDICATE = (
 )
 
 #: The adapter could not tell: nobody asks again at this fence; the operator decides.
-ADAPTER_UNDECIDED = (
+ADAPTER_CANNOT_TELL = (
     sa.update(ASK)
     .where(
         ASK.c.occurrence_id == p("occ_id"),
@@ -116,7 +116,7 @@ ADAPTER_UNDECIDED = (
             OCC.c.id == ASK.c.occurrence_id, OCC.c.status == _NEEDS, OCC.c.fence == ASK.c.fence
         ),
     )
-    .values(state="undecided")
+    .values(state="cannot_tell")
     .returning(ASK.c.fence)
 )
 

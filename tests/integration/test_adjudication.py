@@ -121,7 +121,7 @@ def test_the_adapter_settles_what_it_can_tell_and_leaves_the_rest(
 
     stack.wait(lambda: stack.occurrence(told).status.value == "succeeded", timeout=40, what="told")
     stack.wait(
-        lambda: "occurrence_adapter_undecided" in [t for t, _ in stack.event_types(unsure)],
+        lambda: "occurrence_adapter_cannot_tell" in [t for t, _ in stack.event_types(unsure)],
         timeout=30,
         what="unsure: the adapter could not tell",
     )
@@ -170,12 +170,12 @@ def test_the_run_after_a_not_applied_verdict_sees_it(tmp_path: Path) -> None:
         clock.advance(30)
         assert kernel.expire_leases()["needs_adjudication"] == 1
         assert ask_adapter(kernel, adapters, occ_id, "shell") == "no_adapter"
-        assert ask_adapter(kernel, adapters, occ_id, "callable") == "undecided"
+        assert ask_adapter(kernel, adapters, occ_id, "callable") == "cannot_tell"
         assert ask_adapter(kernel, adapters, occ_id, "callable") == "not_asked"
-        [undecided] = [
-            e for e in kernel.events(occurrence_id=occ_id) if e.type.endswith("undecided")
+        [cannot_tell] = [
+            e for e in kernel.events(occurrence_id=occ_id) if e.type.endswith("cannot_tell")
         ]
-        assert undecided.data == {"reason": "the callable adapter could not tell"}
+        assert cannot_tell.data == {"reason": "the callable adapter could not tell"}
         kernel.adjudicate(occ_id, decision="not_applied", request_id="a1", operator="ops")
         outcome = run_occurrence(kernel, adapters, occ_id, main_pid=0, keeper=LeaseKeeper())
         assert outcome.result == "succeeded"

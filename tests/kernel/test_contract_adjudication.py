@@ -139,7 +139,7 @@ def test_after_max_asks_or_cannot_tell_only_the_operator_decides(k: Harness) -> 
     asked = k.kernel.ask_adapter(unsure, asker="w2", window=WINDOW)
     assert asked is not None
     k.kernel.adapter_cannot_tell(unsure, token=asked.token, reason="lookup answered 503")
-    assert k.event_types(unsure)[-1] == "occurrence_adapter_undecided"
+    assert k.event_types(unsure)[-1] == "occurrence_adapter_cannot_tell"
     assert k.kernel.events(occurrence_id=unsure)[-1].data == {"reason": "lookup answered 503"}
     k.clock.advance(WINDOW)
     assert k.kernel.ask_adapter(unsure, asker="w3", window=WINDOW) is None

@@ -27,7 +27,7 @@ def upgrade() -> None:
         sa.Column("asks", sa.Integer(), nullable=False),
         sa.Column("asked_at", sa.BigInteger(), nullable=False),
         sa.Column("ask_deadline", sa.BigInteger(), nullable=False),
-        sa.CheckConstraint("state IN ('asking', 'undecided')", name="ck_adjudication_asks_state"),
+        sa.CheckConstraint("state IN ('asking', 'cannot_tell')", name="ck_adjudication_asks_state"),
     )
 
 
