@@ -16,12 +16,12 @@ from typing import Any
 
 from kombu.exceptions import OperationalError
 
-from adapters.base import Adapter, AdjudicationContext
+from adapters.base import Adapter, AdjudicationContext, BaseAdapter
 from adapters.secrets import scrub
 from celery_app.runtime import new_owner
 from celery_app.tasks import process_resources
 from kernel import Kernel, KernelError, StorageUnavailable
-from kernel.types import DispatchHint
+from kernel.types import DispatchHint, Verdict
 
 __all__ = [
     "ADJUDICATE_OCCURRENCE",
@@ -93,14 +93,7 @@ def ask_adapter(kernel: Kernel, adapters: dict[str, Adapter], occurrence_id: int
     ids["fence"] = asked.occurrence.fence
     logger = logging.LoggerAdapter(log, ids)
     ctx = AdjudicationContext(asked.occurrence, logger, ANSWER_TIMEOUT_S, set())
-    hook = getattr(adapter, "adjudicate", None)
-    try:
-        if hook is None:
-            verdict, reason = None, f"the {kind} adapter has no adjudicate hook"
-        else:
-            verdict, reason = hook(ctx), f"the {kind} adapter could not tell"
-    except Exception as exc:  # adapter code may raise anything: it then cannot tell
-        verdict, reason = None, f"the {kind} adapter failed: {type(exc).__name__}: {exc}"
+    verdict, reason = _verdict_of(adapter, ctx)
     try:
         if verdict is None:
             reason = scrub(reason, ctx.secrets)
@@ -122,6 +115,19 @@ def ask_adapter(kernel: Kernel, adapters: dict[str, Adapter], occurrence_id: int
         extra={"action": "adapter_adjudicated"},
     )
     return "decided"
+
+
+def _verdict_of(adapter: Adapter, ctx: AdjudicationContext) -> tuple[Verdict | None, str]:
+    """The adapter's verdict, or None and why it has none."""
+    kind = ctx.occurrence.kind
+    hook = getattr(adapter, "adjudicate", None)
+    if hook is None or getattr(type(adapter), "adjudicate", None) is BaseAdapter.adjudicate:
+        return None, f"the {kind} adapter cannot answer unknown outcomes (no adjudicate hook)"
+    try:
+        verdict: Verdict | None = hook(ctx)
+    except Exception as exc:  # adapter code may raise anything: it then cannot tell
+        return None, f"the {kind} adapter failed: {type(exc).__name__}: {exc}"
+    return verdict, f"the {kind} adapter could not tell"
 
 
 def hint_adapter_asks(

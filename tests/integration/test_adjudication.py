@@ -175,7 +175,9 @@ def test_the_run_after_a_not_applied_verdict_sees_it(tmp_path: Path) -> None:
         [cannot_tell] = [
             e for e in kernel.events(occurrence_id=occ_id) if e.type.endswith("cannot_tell")
         ]
-        assert cannot_tell.data == {"reason": "the callable adapter could not tell"}
+        assert cannot_tell.data == {
+            "reason": "the callable adapter cannot answer unknown outcomes (no adjudicate hook)"
+        }
         kernel.adjudicate(occ_id, decision="not_applied", request_id="a1", operator="ops")
         outcome = run_occurrence(kernel, adapters, occ_id, main_pid=0, keeper=LeaseKeeper())
         assert outcome.result == "succeeded"
