@@ -214,7 +214,8 @@ class AdjudicationContext:
         logger: where the adapter logs what it found.
         timeout_s: seconds the adapter has to answer; a later answer is discarded.
         secrets: values that must never appear in logs or evidence; the adapter adds
-            the secret values it uses.
+            the secret values it uses (they are masked in the recorded reason; evidence
+            is recorded as given, so it must hold none).
     """
 
     occurrence: Occurrence
