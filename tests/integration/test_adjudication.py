@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from integration.stack import Stack
 
-from adapters.base import Adapter, ExecutionContext
+from adapters.base import Adapter, AdjudicationContext, ExecutionContext
 from adapters.callable import CallableAdapter
 from celery_app.adjudication import ask_adapter
 from celery_app.runtime import LeaseKeeper, run_occurrence
-from kernel import Kernel
+from kernel import Decision, Kernel, Verdict
 from kernel.testing import ManualClock
 
 
@@ -149,44 +149,85 @@ def verdict_seen(ctx: ExecutionContext) -> dict[str, Any] | None:
     return None if ctx.adjudication is None else ctx.adjudication.to_dict()
 
 
-def test_the_run_after_a_not_applied_verdict_sees_it(tmp_path: Path) -> None:
-    """In-process: the worker's ask (an adapter that cannot tell), the operator's verdict,
-    and the next run's ``ctx.adjudication``."""
+class Ledgered(CallableAdapter):
+    """A callable adapter that looks its runs up in a ledger: none found (not_applied); the
+    job ``raises`` finds the ledger offline."""
+
+    def adjudicate(self, ctx: AdjudicationContext) -> Verdict | None:
+        if ctx.occurrence.job_id == "raises":
+            raise RuntimeError("ledger offline")
+        return Verdict(Decision.NOT_APPLIED, {"ledger": "no entry"})
+
+
+@pytest.fixture
+def kernel(tmp_path: Path) -> Iterator[tuple[Kernel, ManualClock]]:
     clock = ManualClock()
-    kernel = Kernel.open(f"sqlite:///{tmp_path / 'k.db'}", migrate_schema=True, clock=clock)
+    opened = Kernel.open(f"sqlite:///{tmp_path / 'k.db'}", migrate_schema=True, clock=clock)
+    yield opened, clock
+    opened.close()
+
+
+def uncertain(kernel: Kernel, clock: ManualClock, job_id: str) -> int:
+    """An occurrence of a new at-most-once ``verdict_seen`` job whose run's lease expired."""
+    kernel.define_job(
+        {
+            "id": job_id,
+            "kind": "callable",
+            "payload": {"callable": "integration.test_adjudication:verdict_seen"},
+            "delivery": "at-most-once",
+            "max_attempts": 1,
+        }
+    )
+    occ_id = kernel.run_now(job_id, request_id=job_id, operator="ops").occurrence.id
+    assert kernel.claim(occ_id, owner="gone", lease=30) is not None
+    clock.advance(30)
+    assert kernel.expire_leases()["needs_adjudication"] == 1
+    return occ_id
+
+
+def seen_by_next_run(kernel: Kernel, adapters: dict[str, Adapter], occ_id: int) -> Any:
+    outcome = run_occurrence(kernel, adapters, occ_id, main_pid=0, keeper=LeaseKeeper())
+    assert outcome.result == "succeeded"
+    seen = kernel.get_occurrence(occ_id).result
+    return {k: seen[k] for k in ("decision", "authority", "evidence", "fence")}
+
+
+def reasons(kernel: Kernel, occ_id: int) -> list[str]:
+    events = kernel.events(occurrence_id=occ_id)
+    return [e.data["reason"] for e in events if e.type == "occurrence_adapter_cannot_tell"]
+
+
+def test_the_run_after_an_operator_verdict_sees_it(kernel: tuple[Kernel, ManualClock]) -> None:
+    """In-process: the worker's ask (an adapter without a hook), the operator's verdict,
+    and the next run's ``ctx.adjudication``."""
+    k, clock = kernel
     adapters: dict[str, Adapter] = {"callable": CallableAdapter()}
-    try:
-        kernel.define_job(
-            {
-                "id": "seen",
-                "kind": "callable",
-                "payload": {"callable": "integration.test_adjudication:verdict_seen"},
-                "delivery": "at-most-once",
-                "max_attempts": 1,
-            }
-        )
-        occ_id = kernel.run_now("seen", request_id="r1", operator="ops").occurrence.id
-        assert kernel.claim(occ_id, owner="gone", lease=30) is not None
-        clock.advance(30)
-        assert kernel.expire_leases()["needs_adjudication"] == 1
-        assert ask_adapter(kernel, adapters, occ_id, "shell") == "no_adapter"
-        assert ask_adapter(kernel, adapters, occ_id, "callable") == "cannot_tell"
-        assert ask_adapter(kernel, adapters, occ_id, "callable") == "not_asked"
-        [cannot_tell] = [
-            e for e in kernel.events(occurrence_id=occ_id) if e.type.endswith("cannot_tell")
-        ]
-        assert cannot_tell.data == {
-            "reason": "the callable adapter cannot answer unknown outcomes (no adjudicate hook)"
-        }
-        kernel.adjudicate(occ_id, decision="not_applied", request_id="a1", operator="ops")
-        outcome = run_occurrence(kernel, adapters, occ_id, main_pid=0, keeper=LeaseKeeper())
-        assert outcome.result == "succeeded"
-        seen = kernel.get_occurrence(occ_id).result
-        assert {k: seen[k] for k in ("decision", "authority", "evidence", "fence")} == {
-            "decision": "not_applied",
-            "authority": "operator",
-            "evidence": {"operator": "ops", "request_id": "a1"},
-            "fence": 1,
-        }
-    finally:
-        kernel.close()
+    occ_id = uncertain(k, clock, "seen")
+    assert ask_adapter(k, adapters, occ_id, "shell") == "no_adapter"
+    assert ask_adapter(k, adapters, occ_id, "callable") == "cannot_tell"
+    assert ask_adapter(k, adapters, occ_id, "callable") == "not_asked"
+    assert reasons(k, occ_id) == [
+        "the callable adapter cannot answer unknown outcomes (no adjudicate hook)"
+    ]
+    k.adjudicate(occ_id, decision="not_applied", request_id="a1", operator="ops")
+    assert seen_by_next_run(k, adapters, occ_id) == {
+        "decision": "not_applied",
+        "authority": "operator",
+        "evidence": {"operator": "ops", "request_id": "a1"},
+        "fence": 1,
+    }
+
+
+def test_the_run_after_an_adapter_verdict_sees_it(kernel: tuple[Kernel, ManualClock]) -> None:
+    k, clock = kernel
+    adapters: dict[str, Adapter] = {"callable": Ledgered()}
+    told, raises = uncertain(k, clock, "told"), uncertain(k, clock, "raises")
+    assert ask_adapter(k, adapters, raises, "callable") == "cannot_tell"
+    assert reasons(k, raises) == ["the callable adapter failed: RuntimeError: ledger offline"]
+    assert ask_adapter(k, adapters, told, "callable") == "decided"
+    assert seen_by_next_run(k, adapters, told) == {
+        "decision": "not_applied",
+        "authority": "adapter",
+        "evidence": {"ledger": "no entry"},
+        "fence": 1,
+    }
