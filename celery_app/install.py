@@ -3,8 +3,9 @@
 An existing project keeps its own ``Celery()`` instance, its tasks and its
 ``beat_schedule`` and runs ``celery -A myproj worker|beat|kernel`` as before; one
 call adds what celery-kernel needs: the Beat scheduler, the
-``kernel.run_occurrence`` task, the worker's signal handlers and warm-shutdown
-step. The ``kernel`` command is a Celery CLI plug-in and works with any app.
+``kernel.run_occurrence`` and ``kernel.adjudicate_occurrence`` tasks, the worker's
+signal handlers and warm-shutdown step. The ``kernel`` command is a Celery CLI
+plug-in and works with any app.
 """
 
 from __future__ import annotations
