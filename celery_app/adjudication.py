@@ -137,6 +137,8 @@ def hint_adapter_asks(
     be asked now (Beat's pump); the hints published. A broker outage is logged: the
     hints go out again after ``rehint_after``."""
     hints = kernel.adapter_asks_due(limit=limit, rehint_after=rehint_after)
+    if not hints:
+        return hints
     try:
         with app.producer_or_acquire() as producer:
             for hint in hints:
