@@ -1,8 +1,8 @@
 """The adapter contract: what an occurrence runs and the context it runs with.
 
 An adapter is a narrow protocol (``kind``, ``runtime_control``, ``execute``,
-``resume``, ``classify_error``); :class:`BaseAdapter` gives the defaults so a
-third-party adapter needs only ``kind`` and ``execute``. The Celery runtime
+``resume``, ``classify_error``, and optionally ``adjudicate``); :class:`BaseAdapter`
+gives the defaults so a third-party adapter needs only ``kind`` and ``execute``. The Celery runtime
 builds one :class:`ExecutionContext` per claim and owns the ``before_execute``
 safe point; adapters and job code reach ``adapter_checkpoint`` through
 :meth:`ExecutionContext.checkpoint`.
@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from kernel.errors import InvalidArgument
 from kernel.payloads import Payload
 from kernel.states import SafePoint
-from kernel.types import Occurrence
+from kernel.types import Adjudication, Occurrence, Verdict
 
 __all__ = [
     "RuntimeControl",
@@ -31,6 +31,7 @@ __all__ = [
     "AdapterError",
     "ErrorClass",
     "ExecutionContext",
+    "AdjudicationContext",
     "Adapter",
     "BaseAdapter",
     "read_payload",
@@ -137,6 +138,10 @@ class ExecutionContext:
             and SIGKILL (or the pool process exiting).
         secrets: values that must never appear in the run's output or errors; an
             adapter adds the secret values it hands to the job.
+        adjudication: the last verdict on an earlier run of this occurrence whose
+            outcome was unknown (``decision``, ``authority``, ``evidence``), else
+            ``None``; after a ``not_applied`` verdict this run is the one the verdict
+            allowed. Read from the kernel on first use.
     """
 
     def __init__(
@@ -151,6 +156,7 @@ class ExecutionContext:
         kill_grace_s: float = 2.0,
         effects_deadline: Callable[[], float | None] = lambda: None,
         on_output: Callable[[str, str], None] = lambda stream, text: None,
+        adjudication: Callable[[], Adjudication | None] = lambda: None,
     ) -> None:
         self.occurrence = occurrence
         self.resumed = resumed
@@ -162,6 +168,14 @@ class ExecutionContext:
         self._on_safe_point = on_safe_point
         self._effects_deadline = effects_deadline
         self._on_output = on_output
+        self._read_adjudication = adjudication
+        self._adjudication: tuple[Adjudication | None] | None = None
+
+    @property
+    def adjudication(self) -> Adjudication | None:
+        if self._adjudication is None:
+            self._adjudication = (self._read_adjudication(),)
+        return self._adjudication[0]
 
     def effects_deadline(self) -> float | None:
         """The ``time.monotonic()`` by which every effect of this run must have stopped.
@@ -190,6 +204,26 @@ class ExecutionContext:
         self._on_safe_point(SafePoint.ADAPTER_CHECKPOINT.value, data)
 
 
+@dataclass
+class AdjudicationContext:
+    """What an adapter sees when asked about an uncertain run (:meth:`BaseAdapter.adjudicate`).
+
+    Attributes:
+        occurrence: the occurrence in ``needs_adjudication``; ``fence`` names the run
+            whose outcome is unknown.
+        logger: where the adapter logs what it found.
+        timeout_s: seconds the adapter has to answer; a later answer is discarded.
+        secrets: values that must never appear in logs or evidence; the adapter adds
+            the secret values it uses (they are masked in the recorded reason; evidence
+            is recorded as given, so it must hold none).
+    """
+
+    occurrence: Occurrence
+    logger: logging.Logger | logging.LoggerAdapter[Any]
+    timeout_s: float
+    secrets: set[str]
+
+
 @runtime_checkable
 class Adapter(Protocol):
     """What the runtime calls; see :class:`BaseAdapter` for the defaults."""
@@ -208,6 +242,9 @@ class Adapter(Protocol):
     def classify_error(self, exc: BaseException) -> ErrorClass:
         """Say whether ``exc`` raised by execute/resume is retryable, and its code."""
         ...
+
+    # Optional (not part of the protocol's check): ``adjudicate(ctx) -> Verdict | None``,
+    # see BaseAdapter.adjudicate. An adapter without it cannot tell.
 
 
 class BaseAdapter(ABC):
@@ -231,6 +268,14 @@ class BaseAdapter(ABC):
     def resume(self, ctx: ExecutionContext) -> Any:
         """Run again from the start; job code reads ``ctx.resumed`` to skip done work."""
         return self.execute(ctx)
+
+    def adjudicate(self, ctx: AdjudicationContext) -> Verdict | None:
+        """Say whether the uncertain run of ``ctx.occurrence`` took effect, if the adapter
+        can find out: ``Verdict(Decision.APPLIED | Decision.NOT_APPLIED, evidence)``, or
+        ``None`` ("cannot tell": an operator decides). Called by a worker for an
+        at-most-once occurrence whose lease expired mid-run; must not repeat the effect.
+        The default cannot tell."""
+        return None
 
     def classify_error(self, exc: BaseException) -> ErrorClass:
         """Classify ``exc``: unknown failures are retryable ``ADAPTER_ERROR``."""

@@ -2,7 +2,9 @@
 
 A retried or reclaimed occurrence sends the same ``Idempotency-Key`` (the
 occurrence id), so a server that honours the header applies the effect once
-however often the kernel has to try.
+however often the kernel has to try. When an at-most-once run's outcome is unknown
+(its lease expired mid-request), the payload's ``lookup`` asks the server by that key
+whether the request took effect (:meth:`HttpAdapter.adjudicate`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from urllib.parse import quote, urlsplit
 from adapters.base import (
     NO_RUNTIME_CONTROL,
     AdapterError,
+    AdjudicationContext,
     BaseAdapter,
     Cancelled,
     ExecutionContext,
@@ -28,7 +31,8 @@ from adapters.base import (
 from adapters.secrets import resolve_secrets
 from kernel.payloads import HttpPayload
 from kernel.redaction import is_sensitive_name
-from kernel.types import Occurrence
+from kernel.states import Decision
+from kernel.types import Occurrence, Verdict
 
 __all__ = ["HttpAdapter", "BODY_LIMIT"]
 
@@ -81,19 +85,48 @@ class HttpAdapter(BaseAdapter):
         except (ConnectionError, http.client.HTTPException) as exc:
             raise _connection_error(target, exc) from exc
 
+    def adjudicate(self, ctx: AdjudicationContext) -> Verdict | None:
+        """Ask the payload's ``lookup`` about the uncertain run, by its Idempotency-Key.
 
-def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[str]]:
-    """The request the validated payload describes, and the secret values it carries."""
-    payload = read_payload(occurrence.payload, HttpPayload)
+        A status in ``lookup.applied`` / ``lookup.not_applied`` decides, with the lookup
+        and its status as evidence; no ``lookup``, another status, or no answer within
+        ``ctx.timeout_s``: cannot tell (None).
+        """
+        payload = read_payload(ctx.occurrence.payload, HttpPayload)
+        lookup = payload.lookup
+        if lookup is None:
+            return None
+        headers, secrets = _headers(ctx.occurrence, payload)
+        ctx.secrets.update(secrets)
+        request = urllib.request.Request(lookup.url, headers=headers, method=lookup.method)
+        target = _describe(request)
+        try:
+            with self._opener.open(request, timeout=ctx.timeout_s) as response:
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            with exc:
+                status = exc.code
+        except (
+            urllib.error.URLError,
+            TimeoutError,
+            ConnectionError,
+            http.client.HTTPException,
+        ) as exc:
+            ctx.logger.warning("lookup %s failed: %s; cannot tell", target, exc)
+            return None
+        evidence = {"lookup": target, "status": status}
+        if status in lookup.applied:
+            return Verdict(Decision.APPLIED, evidence)
+        if status in lookup.not_applied:
+            return Verdict(Decision.NOT_APPLIED, evidence)
+        ctx.logger.warning("lookup %s answered %s, which decides nothing", target, status)
+        return None
+
+
+def _headers(occurrence: Occurrence, payload: HttpPayload) -> tuple[dict[str, str], set[str]]:
+    """The headers of the occurrence's request (the lookup's too), and their secret values."""
     secrets = resolve_secrets(payload.secret_headers)
     headers = {**payload.headers, **secrets}
-    data = None
-    if payload.has_json:
-        data = json.dumps(payload.json_, separators=(",", ":")).encode()
-        if not any(name.lower() == "content-type" for name in headers):
-            headers["Content-Type"] = "application/json"
-    elif payload.has_body:
-        data = payload.body.encode()
     # Ours go last so a job's own headers cannot replace the kernel's identity.
     headers.update(
         {
@@ -103,9 +136,23 @@ def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[
             "X-Kernel-Attempt": str(occurrence.attempt),
         }
     )
-    request = urllib.request.Request(payload.url, data=data, headers=headers, method=payload.method)
     stored = {v for name, v in payload.headers.items() if is_sensitive_name(name)}
-    return request, {*secrets.values(), *stored}
+    return headers, {*secrets.values(), *stored}
+
+
+def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[str]]:
+    """The request the validated payload describes, and the secret values it carries."""
+    payload = read_payload(occurrence.payload, HttpPayload)
+    headers, secrets = _headers(occurrence, payload)
+    data = None
+    if payload.has_json:
+        data = json.dumps(payload.json_, separators=(",", ":")).encode()
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = "application/json"
+    elif payload.has_body:
+        data = payload.body.encode()
+    request = urllib.request.Request(payload.url, data=data, headers=headers, method=payload.method)
+    return request, secrets
 
 
 def _describe(request: urllib.request.Request) -> str:

@@ -30,6 +30,7 @@ from beat_schedule import timing
 from beat_schedule.jobfiles import read_job_file
 from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
+from celery_app.adjudication import hint_adapter_asks
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from kernel import Job, Kernel, KernelError, StorageUnavailable
 from kernel.redaction import masked_url
@@ -177,6 +178,7 @@ class KernelScheduler(Scheduler):
                 self._time_out_approvals,
                 self._materialise,
                 self._pump,
+                self._ask_adapters,
                 self._retain,
                 self._watch,
             )
@@ -391,6 +393,15 @@ class KernelScheduler(Scheduler):
             return
         log.debug(
             "published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id}
+        )
+
+    def _ask_adapters(self, kernel: Kernel) -> None:
+        """Hint workers to ask adapters about uncertain runs (celery_app/adjudication.py)."""
+        hint_adapter_asks(
+            self.app,
+            kernel,
+            limit=self.settings.dispatch_batch,
+            rehint_after=self.settings.rehint_after,
         )
 
 

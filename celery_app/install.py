@@ -3,15 +3,16 @@
 An existing project keeps its own ``Celery()`` instance, its tasks and its
 ``beat_schedule`` and runs ``celery -A myproj worker|beat|kernel`` as before; one
 call adds what celery-kernel needs: the Beat scheduler, the
-``kernel.run_occurrence`` task, the worker's signal handlers and warm-shutdown
-step. The ``kernel`` command is a Celery CLI plug-in and works with any app.
+``kernel.run_occurrence`` and ``kernel.adjudicate_occurrence`` tasks, the worker's
+signal handlers and warm-shutdown step. The ``kernel`` command is a Celery CLI
+plug-in and works with any app.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from celery_app import signals, tasks
+from celery_app import adjudication, signals, tasks
 
 __all__ = ["KERNEL_DEFAULTS", "install"]
 
@@ -50,14 +51,16 @@ def install(app: Any) -> Any:
 
     Adds :data:`KERNEL_DEFAULTS` as defaults (so ``celery -A yourproj beat`` uses the
     kernel's scheduler unless your configuration names another), registers
-    ``kernel.run_occurrence``, connects the worker's per-process kernel and
-    warm-shutdown hand-back. The kernel is configured by the app's ``kernel_*``
-    settings or ``KERNEL_*`` environment variables (``kernel_database_url``).
+    ``kernel.run_occurrence`` and ``kernel.adjudicate_occurrence``, connects the
+    worker's per-process kernel and warm-shutdown hand-back. The kernel is configured
+    by the app's ``kernel_*`` settings or ``KERNEL_*`` environment variables
+    (``kernel_database_url``).
     """
     if getattr(app, "_kernel_installed", False):
         return app
     app.add_defaults(KERNEL_DEFAULTS)
     tasks.register(app)
+    adjudication.register(app)
     signals.connect(app)
     app._kernel_installed = True
     return app

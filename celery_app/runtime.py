@@ -368,6 +368,7 @@ def _execute(run: _Run) -> RunOutcome:
         kill_grace_s=run.kill_grace_s,
         effects_deadline=run.effects_deadline,
         on_output=run.output.write,
+        adjudication=lambda: kernel.last_adjudication(occurrence.id),
     )
     run.output.secrets = ctx.secrets
     owner, fence = claim.owner, claim.fence

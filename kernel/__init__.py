@@ -22,6 +22,8 @@ from kernel.states import ControlState, Decision, Delivery, OccurrenceStatus, Ov
 from kernel.store import FireReport, Kernel
 from kernel.types import (
     ActionResult,
+    AdapterAsk,
+    Adjudication,
     Beat,
     Claim,
     DispatchHint,
@@ -30,6 +32,7 @@ from kernel.types import (
     Occurrence,
     Pool,
     RenewAnswer,
+    Verdict,
 )
 
 __all__ = [
@@ -64,4 +67,7 @@ __all__ = [
     "Occurrence",
     "Pool",
     "RenewAnswer",
+    "AdapterAsk",
+    "Adjudication",
+    "Verdict",
 ]

@@ -11,7 +11,7 @@ from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import DispatchHint
 
-__all__ = ["dispatch_batch"]
+__all__ = ["dispatch_batch", "mark_hinted"]
 
 S = OccurrenceStatus
 OCC = occurrences
@@ -62,10 +62,15 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
             DispatchHint(r.id, r.job_id, r.queue, r.kind, loads(r.definition).get("timeout"))
             for r in tx.conn.execute(query)
         )
+    mark_hinted(tx, hints)
+    return hints
+
+
+def mark_hinted(tx: Tx, hints: list[DispatchHint]) -> None:
+    """Record that ``hints`` were published now (``dispatched_at``)."""
     if hints:
         tx.conn.execute(
             sa.update(OCC)
             .where(OCC.c.id.in_([h.occurrence_id for h in hints]))
             .values(dispatched_at=tx.now)
         )
-    return hints

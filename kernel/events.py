@@ -74,6 +74,10 @@ class EventType(StrEnum):
     POOL_LIMIT_SET = "pool_limit_set"
     #: A watchdog job's check failed (kernel.watchdog_jobs): the alert of record.
     WATCHDOG_ALERT = "watchdog_alert"
+    #: A worker asked the occurrence's adapter whether its uncertain run took effect.
+    OCCURRENCE_ADAPTER_ASKED = "occurrence_adapter_asked"
+    #: The adapter could not tell (``reason``): the occurrence waits for an operator.
+    OCCURRENCE_ADAPTER_CANNOT_TELL = "occurrence_adapter_cannot_tell"
 
 
 _SETTLED = {

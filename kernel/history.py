@@ -6,6 +6,7 @@ import sqlalchemy as sa
 
 from kernel.events import EventType
 from kernel.schema import (
+    adjudication_asks,
     budget_reservations,
     controls,
     events,
@@ -47,6 +48,7 @@ def prune(
     for table, column in (
         (controls, controls.c.occurrence_id),
         (requeue_grants, requeue_grants.c.occurrence_id),
+        (adjudication_asks, adjudication_asks.c.occurrence_id),
         # the window's counters keep what it counted; the row only named the occurrence
         (budget_reservations, budget_reservations.c.occurrence_id),
     ):

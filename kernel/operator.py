@@ -239,6 +239,7 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
         request_id=request_id,
         operator=operator,
         status=to_status.value,
+        authority="operator",
     )
     return False
 

@@ -45,6 +45,7 @@ __all__ = [
     "PAYLOAD_MODELS",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
     "CallablePayload",
+    "HttpLookup",
     "HttpPayload",
     "Payload",
     "ShellPayload",
@@ -168,6 +169,33 @@ def _url(value: object, field: str) -> str:
     return url
 
 
+Status = Annotated[int, integer(100, 599)]
+
+
+class HttpLookup(Payload):
+    """How to ask the remote side whether the request with this Idempotency-Key took effect."""
+
+    method: Annotated[str, text(16), AfterValidator(_method)] = Field(
+        default="GET", description="The lookup's method."
+    )
+    url: Annotated[str, Check(_url, {"type": "string", "format": "uri"})] = Field(
+        description="An http:// or https:// URL; the request's headers are sent with it."
+    )
+    applied: list[Status] = Field(
+        default_factory=lambda: [200], description="Statuses meaning the request took effect."
+    )
+    not_applied: list[Status] = Field(
+        default_factory=lambda: [404], description="Statuses meaning it did not."
+    )
+
+    @model_validator(mode="after")
+    def _each_status_means_one_thing(self) -> Self:
+        both = sorted(set(self.applied) & set(self.not_applied))
+        if both:
+            raise refuse(f"{both} cannot mean both applied and not applied", "not_applied")
+        return self
+
+
 class HttpPayload(Payload):
     """Send one HTTP request; a 2xx answer is success."""
 
@@ -185,6 +213,9 @@ class HttpPayload(Payload):
     )
     json_: Any = Field(default=None, alias="json", description="A JSON body (not with body).")
     body: str = Field(default="", description="A text body (not with json).")
+    lookup: HttpLookup | None = Field(
+        default=None, description="Ask the remote side about an uncertain run (at-most-once)."
+    )
 
     @model_validator(mode="after")
     def _one_body_each_header_once(self) -> Self:
@@ -219,6 +250,8 @@ class HttpPayload(Payload):
             shaped["body"] = self.body
         if has_json:
             shaped["json"] = self.json_
+        if self.lookup is not None:  # absent, not null: digests of jobs without one stay
+            shaped["lookup"] = self.lookup.to_dict()
         return shaped
 
 

@@ -58,6 +58,13 @@ job_sources
     One row per job a declarative source owns (``source``: ``beat_schedule``;
     ``name``: the entry's own name, which the job id was derived from); ``retired_at``
     is set while the source no longer lists it (the job is then disabled).
+adjudication_asks
+    A worker asking the adapter about an occurrence in ``needs_adjudication`` (revision
+    0007): one row per occurrence, for the uncertain run at ``fence``. ``token`` names
+    the live ask, which holds until ``ask_deadline``; ``asks`` counts the asks at this
+    fence (an expired ask may be asked again while ``asks`` < the limit). ``state``:
+    ``asking``, or ``cannot_tell`` (the adapter could not tell: only the operator
+    decides). The verdicts themselves are ``occurrence_adjudicated`` events.
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of
 OccurrenceStatus; a lease (owner + expiry) exists exactly while ``running``;
@@ -86,6 +93,7 @@ __all__ = [
     "budgets",
     "budget_windows",
     "budget_reservations",
+    "adjudication_asks",
 ]
 
 metadata = sa.MetaData()
@@ -118,6 +126,9 @@ CONTROL_CHECKS: tuple[tuple[str, str], ...] = (
     ("ck_controls_state", "state IN ('pause_requested', 'paused', 'resumed', 'terminal')"),
 )
 POOL_CHECKS: tuple[tuple[str, str], ...] = (("ck_pools_counters", 'running >= 0 AND "limit" >= 1'),)
+ADJUDICATION_ASK_CHECKS: tuple[tuple[str, str], ...] = (
+    ("ck_adjudication_asks_state", "state IN ('asking', 'cannot_tell')"),
+)
 
 # SQLite only aliases the rowid (fast, monotonic) for exactly "INTEGER PRIMARY KEY".
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -342,4 +353,18 @@ budget_reservations = sa.Table(
     sa.Column("units", sa.BigInteger, nullable=False),
     sa.Column("reserved_at", Ms, nullable=False),
     sa.Column("released_at", Ms),
+)
+
+adjudication_asks = sa.Table(
+    "adjudication_asks",
+    metadata,
+    sa.Column("occurrence_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("fence", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("token", sa.String(64), nullable=False),
+    sa.Column("asker", sa.String(200), nullable=False),
+    sa.Column("asks", sa.Integer, nullable=False),
+    sa.Column("asked_at", Ms, nullable=False),
+    sa.Column("ask_deadline", Ms, nullable=False),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in ADJUDICATION_ASK_CHECKS),
 )

@@ -62,7 +62,8 @@ class Overlap(StrEnum):
 
 
 class Decision(StrEnum):
-    """An operator's verdict on an occurrence in ``needs_adjudication``."""
+    """A verdict on an occurrence in ``needs_adjudication``: an operator's, or an adapter's
+    (``applied`` or ``not_applied`` only, see kernel/adapter_verdicts.py)."""
 
     #: The effect happened: record success.
     APPLIED = "applied"

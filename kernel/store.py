@@ -1,7 +1,7 @@
 """The Kernel facade: one method per operation, each one transaction with its events.
 
 ``Kernel`` is composed of the parts in :mod:`kernel.facade`, one a noun (jobs, Beat,
-workers, operators, gates, reads, upkeep); this module opens and closes it.
+workers, operators, gates, reads, upkeep, adapter verdicts); this module opens and closes it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from kernel.facade import (
     ObserveFacade,
     OperatorFacade,
     UpkeepFacade,
+    VerdictFacade,
     WorkerFacade,
 )
 from kernel.records import to_dt
@@ -40,6 +41,7 @@ class Kernel(
     GateFacade,
     ObserveFacade,
     UpkeepFacade,
+    VerdictFacade,
 ):
     """The durable authority for occurrences, fences, leases, controls and retries.
 

@@ -197,6 +197,32 @@ OPERATOR_ADJUDICATES = Transition(
     "needs_adjudication",
     (E.OCCURRENCE_ADJUDICATED,),
 )
+WORKER_ASKS_ADAPTER = Transition(
+    (S.NEEDS_ADJUDICATION,),
+    "worker asks the adapter (kernel/adapter_verdicts.py)",
+    (S.NEEDS_ADJUDICATION,),
+    st.ASK_ADAPTER,
+    "needs_adjudication; no ask at this fence yet, or the last one expired unanswered "
+    "with asks left (MAX_ASKS); a new token and deadline",
+    (E.OCCURRENCE_ADAPTER_ASKED,),
+)
+ADAPTER_ADJUDICATES = Transition(
+    (S.NEEDS_ADJUDICATION,),
+    "the adapter's verdict (applied / not_applied)",
+    (S.SUCCEEDED, S.RETRY_WAIT),
+    st.ADAPTER_ADJUDICATE,
+    "needs_adjudication at the asked fence, ask token live (an operator's verdict "
+    "first: refused STATE_CONFLICT; ask expired or replaced: LEASE_LOST)",
+    (E.OCCURRENCE_ADJUDICATED,),
+)
+ADAPTER_CANNOT_TELL = Transition(
+    (S.NEEDS_ADJUDICATION,),
+    "the adapter cannot tell",
+    (S.NEEDS_ADJUDICATION,),
+    st.ADAPTER_CANNOT_TELL,
+    "needs_adjudication at the asked fence, ask token live; no ask again at this fence",
+    (E.OCCURRENCE_ADAPTER_CANNOT_TELL,),
+)
 OPERATOR_APPROVES = Transition(
     (S.AWAITING_APPROVAL,),
     "operator approves",
@@ -243,6 +269,9 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     *OPERATOR_CANCELS,
     OPERATOR_REQUEUES,
     OPERATOR_ADJUDICATES,
+    WORKER_ASKS_ADAPTER,
+    ADAPTER_ADJUDICATES,
+    ADAPTER_CANNOT_TELL,
     OPERATOR_APPROVES,
     OPERATOR_REJECTS,
     APPROVAL_TIMES_OUT,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kernel.states import ControlState, OccurrenceStatus
+from kernel.states import ControlState, Decision, OccurrenceStatus
 
 __all__ = [
     "Job",
@@ -20,6 +20,9 @@ __all__ = [
     "ActionResult",
     "Beat",
     "Pool",
+    "Verdict",
+    "Adjudication",
+    "AdapterAsk",
 ]
 
 
@@ -267,3 +270,48 @@ class Pool:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
+
+
+# -- adapter adjudication (kernel/adapter_verdicts.py) ------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """An adapter's answer about an uncertain run: ``applied`` or ``not_applied``, and the
+    evidence it rests on (a small JSON object, recorded in the event)."""
+
+    decision: Decision
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Adjudication:
+    """The last verdict on an earlier run of an occurrence whose outcome was unknown.
+
+    ``authority`` is ``operator`` or ``adapter``; ``evidence`` is what the adapter
+    reported, or the operator's name and request id; ``fence`` names the uncertain run.
+    """
+
+    decision: Decision
+    authority: str
+    evidence: dict[str, Any]
+    fence: int | None
+    decided_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision.value,
+            "authority": self.authority,
+            "evidence": self.evidence,
+            "fence": self.fence,
+            "decided_at": _iso(self.decided_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterAsk:
+    """A worker's live ask of an occurrence's adapter: answer with ``token`` by ``deadline``."""
+
+    occurrence: Occurrence
+    token: str
+    deadline: datetime

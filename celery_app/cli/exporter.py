@@ -146,6 +146,13 @@ class KernelCollector(Collector):
             labelnames=["job"],
             registry=None,
         )
+        self._adjudications = Counter(
+            "celery_kernel_adjudications",
+            "Verdicts on unknown outcomes by authority (operator, adapter) and decision "
+            "(an adapter's cannot_tell too).",
+            labelnames=["authority", "decision"],
+            registry=None,
+        )
         self._latency = Histogram(
             "celery_kernel_claim_latency_seconds",
             "From claimable to claimed.",
@@ -181,6 +188,7 @@ class KernelCollector(Collector):
                     self._jobs_expired,
                     self._fanout_exceeded,
                     self._watchdog_alerts,
+                    self._adjudications,
                     self._latency,
                 )
                 for m in c.collect()
@@ -275,6 +283,11 @@ class KernelCollector(Collector):
             self._fanout_exceeded.inc()
         elif event.type == EventType.WATCHDOG_ALERT:
             self._watchdog_alerts.labels(job=event.job_id or "").inc()
+        elif event.type == EventType.OCCURRENCE_ADJUDICATED:
+            authority = str(data.get("authority") or "operator")
+            self._adjudications.labels(authority, str(data.get("decision"))).inc()
+        elif event.type == EventType.OCCURRENCE_ADAPTER_CANNOT_TELL:
+            self._adjudications.labels("adapter", "cannot_tell").inc()
         if occ is None:
             return
         if data.get("reason") == "lease_expired":

@@ -14,6 +14,7 @@ from kernel.facade.jobs import JobFacade
 from kernel.facade.observe import ObserveFacade
 from kernel.facade.operators import OperatorFacade
 from kernel.facade.upkeep import UpkeepFacade
+from kernel.facade.verdicts import VerdictFacade
 from kernel.facade.workers import WorkerFacade
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "ObserveFacade",
     "OperatorFacade",
     "UpkeepFacade",
+    "VerdictFacade",
     "WorkerFacade",
 ]

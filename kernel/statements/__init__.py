@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kernel.statements.adjudication import *  # noqa: F403
+from kernel.statements.adjudication import __all__ as _adjudication
 from kernel.statements.beat import *  # noqa: F403
 from kernel.statements.beat import __all__ as _beat
 from kernel.statements.gates import *  # noqa: F403
@@ -15,4 +17,4 @@ from kernel.statements.pools import __all__ as _pools
 from kernel.statements.worker import *  # noqa: F403
 from kernel.statements.worker import __all__ as _worker
 
-__all__ = [*_worker, *_operator, *_pools, *_beat, *_gates, *_jobs]
+__all__ = [*_worker, *_operator, *_pools, *_beat, *_gates, *_jobs, *_adjudication]

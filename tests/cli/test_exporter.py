@@ -11,7 +11,8 @@ import urllib.request
 from cli.support import Lines, define
 from prometheus_client.parser import text_string_to_metric_families
 
-from kernel import Kernel
+from celery_app.cli.exporter import KernelCollector
+from kernel import Decision, Kernel, Verdict
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -114,3 +115,32 @@ def test_a_busy_port_is_refused_with_a_code(cli, kernel: Kernel) -> None:
         result = cli("exporter", "--port", port, "--json")
         assert (result.code, result.json()["error"]["code"]) == (1, "INVALID_ARGUMENT")
         assert f"cannot listen on 127.0.0.1:{port}" in cli("exporter", "--port", port).err
+
+
+def test_verdicts_are_counted_by_authority_and_decision(kernel: Kernel) -> None:
+    define(kernel, "once", delivery="at-most-once", max_attempts=1)
+    occ = [
+        kernel.run_now("once", request_id=f"r{n}", operator="t", force=True).occurrence.id
+        for n in range(2)
+    ]
+    for occ_id in occ:
+        kernel.claim(occ_id, owner="w", lease=0.01)
+    time.sleep(0.05)
+    assert kernel.expire_leases()["needs_adjudication"] == 2
+    told, unsure = (kernel.ask_adapter(occ_id, asker="w2", window=30) for occ_id in occ)
+    assert told is not None and unsure is not None
+    kernel.adapter_adjudicates(occ[0], token=told.token, verdict=Verdict(Decision.APPLIED, {}))
+    kernel.adapter_cannot_tell(occ[1], token=unsure.token, reason="no record")
+    kernel.adjudicate(occ[1], decision="abandon", request_id="a", operator="t")
+    families = list(KernelCollector(kernel, beat_retention_s=600).collect())
+    counted = {
+        tuple(sorted(s.labels.items())): s.value
+        for f in families
+        for s in f.samples
+        if s.name == "celery_kernel_adjudications_total"
+    }
+    assert counted == {
+        (("authority", "adapter"), ("decision", "applied")): 1,
+        (("authority", "adapter"), ("decision", "cannot_tell")): 1,
+        (("authority", "operator"), ("decision", "abandon")): 1,
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -11,11 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from unit.adapter_support import make_context
+from unit.adapter_support import make_context, make_occurrence
 
-from adapters.base import AdapterError, Cancelled, ErrorClass
+from adapters.base import AdapterError, AdjudicationContext, Cancelled, ErrorClass
 from adapters.http import HttpAdapter
 from kernel.errors import InvalidArgument
+from kernel.states import Decision
+from kernel.types import Verdict
 
 
 class Recorder(ThreadingHTTPServer):
@@ -236,3 +239,57 @@ def test_secret_headers_are_sent_from_the_worker_and_never_stored(
     assert server.received[0]["headers"]["Authorization"] == "Bearer canary-9f2c"
     assert "canary-9f2c" not in json.dumps(ctx.occurrence.definition)
     assert "Bearer canary-9f2c" in ctx.secrets  # the runtime masks it in output and errors
+
+
+def ask(payload: dict[str, Any]) -> Verdict | None:
+    occurrence = make_occurrence("http", payload)
+    ctx = AdjudicationContext(occurrence, logging.getLogger("test"), 2.0, set())
+    return HttpAdapter().adjudicate(ctx)
+
+
+@pytest.mark.parametrize(
+    ("status", "decision"),
+    [(200, Decision.APPLIED), (404, Decision.NOT_APPLIED), (503, None), (409, None)],
+)
+def test_the_lookup_asks_by_idempotency_key(
+    server: Recorder, status: int, decision: Decision | None
+) -> None:
+    payload = {
+        "url": f"{server.url}/charge",
+        "json": {"amount": 5},
+        "headers": {"X-Team": "data"},
+        "lookup": {"url": f"{server.url}/status/{status}?token=hidden"},
+    }
+    verdict = ask(payload)
+    assert (verdict.decision if verdict else None) == decision
+    if verdict is not None:
+        assert verdict.evidence == {"lookup": f"GET {server.url}/status/{status}", "status": status}
+    [request] = server.received
+    assert (request["method"], request["body"]) == ("GET", "")
+    assert request["headers"]["Idempotency-Key"] == "7"
+    assert request["headers"]["X-Team"] == "data"
+
+
+def test_the_lookup_maps_the_statuses_it_is_given(server: Recorder) -> None:
+    lookup = {"url": f"{server.url}/status/410", "method": "post", "not_applied": [410]}
+    verdict = ask({"url": f"{server.url}/charge", "lookup": lookup})
+    assert verdict is not None and verdict.decision == Decision.NOT_APPLIED
+    assert server.received[0]["method"] == "POST"
+
+
+def test_without_a_lookup_or_an_answer_it_cannot_tell(server: Recorder) -> None:
+    assert ask({"url": f"{server.url}/charge"}) is None
+    assert server.received == []
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert (
+        ask({"url": f"{server.url}/charge", "lookup": {"url": f"http://127.0.0.1:{port}/"}}) is None
+    )
+
+
+def test_a_status_cannot_mean_both() -> None:
+    lookup = {"url": "http://127.0.0.1/s", "applied": [200], "not_applied": [200]}
+    with pytest.raises(InvalidArgument) as refused:
+        make_occurrence("http", {"url": "http://127.0.0.1/a", "lookup": lookup})
+    assert refused.value.field == "payload.lookup.not_applied"
