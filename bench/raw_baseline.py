@@ -3,7 +3,7 @@
 Per call, the statements the kernel sends, written for the bare driver (sqlite3,
 psycopg) on the kernel's schema, with the event JSON built the same way. Keep in
 step with kernel/claiming.py (``claim``), kernel/runs.py (``settle``),
-kernel/statements/worker.py and
+kernel/statements/claims.py and settles.py, and
 kernel/tx.py (``Tx.emit``): the benchmark's ratio is only as honest as this mirror.
 """
 
