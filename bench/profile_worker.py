@@ -90,6 +90,8 @@ def _category(frame: str) -> str:
     """The category of one frame by its own file and function, or ``""`` when unknown."""
     file, func = "/" + _frame_file(frame).replace("\\", "/"), _frame_func(frame)
     name = func.split(".")[-1]
+    if "/redis/" in file:
+        return ""  # the broker or the body's counter: its caller says which
     if "sqlite3." in func or "/psycopg" in file or "/socket" in file:
         return "SQL/driver"
     if "/sqlalchemy/" in file:
