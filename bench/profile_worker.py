@@ -8,7 +8,9 @@ durable defaults) this starts the product's ``celery worker -c 2`` on Redis as
 * the split of the pool processes' wall time: waiting for a message (idle), SQL
   round trips / driver, commit (fsync on SQLite, the WAL flush on PostgreSQL),
   kernel Python, the runtime (``celery_app/``, ``adapters/``), the body, Celery;
-* the top functions by own time (py-spy samples, leaf frame).
+* the top functions by own time (py-spy samples, leaf frame);
+* the same for the worker's main process, which receives each message, hands it to
+  a pool process and acknowledges it.
 
 Then cProfile on ``--pairs`` one-process ``Kernel.claim`` + ``Kernel.succeed`` pairs
 in this process (no Celery): the same split by function and the top functions by
@@ -88,6 +90,8 @@ def _category(frame: str) -> str:
     """The category of one frame by its own file and function, or ``""`` when unknown."""
     file, func = "/" + _frame_file(frame).replace("\\", "/"), _frame_func(frame)
     name = func.split(".")[-1]
+    if "/redis/" in file:
+        return ""  # the broker or the body's counter: its caller says which
     if "sqlite3." in func or "/psycopg" in file or "/socket" in file:
         return "SQL/driver"
     if "/sqlalchemy/" in file:
@@ -177,9 +181,13 @@ def _spy(pids: list[int], workdir: Path) -> tuple[list[subprocess.Popen[bytes]],
     return procs, outputs
 
 
-def profile_pool(runs: KernelRuns, n: int, workdir: Path) -> list[tuple[list[str], float]]:
-    """py-spy samples of every pool process while ``n`` occurrences run."""
-    procs, outputs = _spy(_children(runs.worker.pid), workdir)
+def profile_pool(
+    runs: KernelRuns, n: int, workdir: Path
+) -> tuple[list[tuple[list[str], float]], list[tuple[list[str], float]]]:
+    """py-spy samples of every pool process, and of the worker's main process (the
+    consumer that receives, dispatches and acknowledges), while ``n`` occurrences run."""
+    main = runs.worker.pid
+    procs, outputs = _spy([main, *_children(main)], workdir)
     try:
         runs.run(n)
     finally:
@@ -189,7 +197,9 @@ def profile_pool(runs: KernelRuns, n: int, workdir: Path) -> list[tuple[list[str
             _, err = proc.communicate(timeout=60)
             if proc.returncode not in (0, -signal.SIGINT) and err:
                 print(f"py-spy: {err.decode(errors='replace').strip()[-500:]}", file=sys.stderr)
-    return [sample for out in outputs if out.exists() for sample in _read_raw(out)]
+    main_out, pool_outs = outputs[0], outputs[1:]
+    pool = [sample for out in pool_outs if out.exists() for sample in _read_raw(out)]
+    return pool, _read_raw(main_out) if main_out.exists() else []
 
 
 def _top_leaves(samples: list[tuple[list[str], float]]) -> list[str]:
@@ -236,11 +246,20 @@ def _pstats_rows(
     return split, own
 
 
-def _report(backend: str, pool: list[tuple[list[str], float]], stats: pstats.Stats) -> None:
+def _report(
+    backend: str,
+    pool: list[tuple[list[str], float]],
+    main: list[tuple[list[str], float]],
+    stats: pstats.Stats,
+) -> None:
     print(f"\n== {backend}: pool processes (py-spy, wall time incl. idle)")
     print("split:", _format_split(_split(pool), "samples"))
     print("top functions by own time:")
     print("\n".join(_top_leaves(pool)))
+    print(f"\n== {backend}: the worker's main process (py-spy, its main thread)")
+    print("split:", _format_split(_split(main), "samples"))
+    print("top functions by own time:")
+    print("\n".join(_top_leaves(main)))
     split_rows, own = _pstats_rows(stats)
     print(f"\n== {backend}: one-process claim+succeed pairs (cProfile)")
     split = _split((frames, seconds * 1000) for frames, seconds in split_rows)
@@ -279,9 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 runs = KernelRuns(kernel, publisher, broker_url, worker)
                 runs.run(min(300, n))  # warm: the pool is up and has run the job before
-                pool = profile_pool(runs, n, workdir)
+                pool, consumer = profile_pool(runs, n, workdir)
                 stats = profile_pairs(runs, pairs)
-                _report(backend, pool, stats)
+                _report(backend, pool, consumer, stats)
     return 0
 
 

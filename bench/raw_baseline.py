@@ -3,7 +3,7 @@
 Per call, the statements the kernel sends, written for the bare driver (sqlite3,
 psycopg) on the kernel's schema, with the event JSON built the same way. Keep in
 step with kernel/claiming.py (``claim``), kernel/runs.py (``settle``),
-kernel/statements/worker.py and
+kernel/statements/claims.py and settles.py, and
 kernel/tx.py (``Tx.emit``): the benchmark's ratio is only as honest as this mirror.
 """
 
@@ -37,6 +37,9 @@ _SQL = {
     " = :seen_control_state AND cancel_requested IS {false}"
     " AND (status IN ('queued', 'retry_wait') AND available_at <= :now"
     " OR status = 'running' AND lease_expires_at <= :now AND delivery = 'at-least-once')"
+    # The disabled-job guard (kernel JOB_ALLOWS_CLAIM); {any} is LIKE's wildcard.
+    " AND (trigger_key LIKE 'manual:{any}' OR trigger_key LIKE 'at:{any}'"
+    " OR EXISTS (SELECT * FROM jobs WHERE jobs.id = occurrences.job_id AND jobs.enabled))"
     f" RETURNING {_COLUMNS}",
     # PostgreSQL: CLAIM and its event in one statement (kernel CLAIM_AND_LOG).
     "claim_and_log": "WITH claimed AS ({claim}),"
@@ -110,6 +113,7 @@ class RawWorker:
             self.sql = {
                 name: _pg_sql(
                     text.replace("{false}", "false")
+                    .replace("{any}", "%%")
                     .replace("{lock}", " FOR UPDATE OF o")
                     .replace("{now}", _PG_NOW)
                 )
@@ -122,7 +126,10 @@ class RawWorker:
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute(f"PRAGMA synchronous = {synchronous}")
             self.sql = {
-                name: text.replace("{false}", "0").replace("{lock}", "").replace("{now}", ":now")
+                name: text.replace("{false}", "0")
+                .replace("{any}", "%")
+                .replace("{lock}", "")
+                .replace("{now}", ":now")
                 for name, text in _SQL.items()
             }
 

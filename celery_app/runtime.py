@@ -1,27 +1,25 @@
-"""Running one claimed occurrence: the lease keeper, safe points, and the settle that ends it."""
+"""Running one claimed occurrence: claim, execute through its adapter, and the settle that ends it.
+
+The run's lease keeping and safe points are :mod:`celery_app.held_run`; the warm-shutdown
+marker is :mod:`celery_app.warm_shutdown` (both importable from here, as before).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
-import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from billiard.exceptions import SoftTimeLimitExceeded
 
 from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
 from adapters.secrets import scrub
-from celery_app.run_output import RunLogger, RunOutput
-from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
-from kernel.jobspec import SELF_FENCE_MARGIN_S, renew_interval
-from kernel.types import PendingPause
+from celery_app.held_run import HeldRun, LeaseKeeper
+from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
+from kernel import Kernel, LeaseLost, SafePoint
 
 __all__ = [
     "LeaseKeeper",
@@ -33,253 +31,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("celery_kernel.runtime")
-
-# How often the keeper renews due leases and checks every run's deadlines.
-_POLL_S = 0.25
-#: Exit status of a pool process that ended itself because a run would not stop.
-SELF_FENCE_EXIT = 70
-
-
-def shutdown_marker(main_pid: int) -> Path:
-    """A file whose presence tells a worker's pool processes that a warm shutdown began.
-
-    The worker's main process and its pool children share a host, so a file is
-    the simplest signal that reaches every child whatever the pool type.
-    """
-    return Path(tempfile.gettempdir()) / "celery-kernel" / f"warm-shutdown-{main_pid}"
-
-
-def request_warm_shutdown(main_pid: int) -> None:
-    marker = shutdown_marker(main_pid)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-
-
-def clear_warm_shutdown(main_pid: int) -> None:
-    shutdown_marker(main_pid).unlink(missing_ok=True)
-
-
-class _FencedEvent(threading.Event):
-    """``ctx.cancelled``: set on cancel or lost lease, and also once the run's self-fencing
-    moment has passed, read when asked. A worker frozen (SIGSTOP, a stalled VM) past its
-    lease wakes with its job thread and its lease keeper racing; the job must see that its
-    time is up before its next effect, not after the keeper's next turn."""
-
-    def __init__(self, fence_at: Callable[[], float]) -> None:
-        super().__init__()
-        self._fence_at = fence_at
-
-    def is_set(self) -> bool:
-        return super().is_set() or time.monotonic() >= self._fence_at()
-
-
-class _Run:
-    """State shared by the executing thread and the lease keeper of one claim.
-
-    The self-fencing rule (see :mod:`kernel.jobspec`): effects must be gone by
-    :meth:`effects_deadline`, ``SELF_FENCE_MARGIN_S`` before the lease could expire
-    as measured from the start of the last renewal that succeeded. ``kill_grace``
-    before it the run is cancelled; at it, a run still executing ends its process.
-    """
-
-    def __init__(
-        self, kernel: Kernel, claim: Claim, adapter: Adapter, main_pid: int, claimed_at: float
-    ) -> None:
-        self.kernel = kernel
-        self.claim = claim
-        self.adapter = adapter
-        self.main_pid = main_pid
-        self.cancelled = _FencedEvent(self.fence_at)
-        self.finished = threading.Event()
-        # Held while the keeper renews: the run's end waits on it for a renewal in flight.
-        self.renewing = threading.Lock()
-        self.lease_lost = False
-        self.self_fenced = False
-        self.timed_out = False
-        self.pause: PendingPause | None = claim_pause(claim)
-        occurrence = claim.occurrence
-        definition = occurrence.definition
-        self.lease_s = float(definition["lease"])
-        self.kill_grace_s = float(definition.get("kill_grace", 2.0))
-        self.timeout_s: float | None = definition.get("timeout")
-        self.started_at = claimed_at
-        self.renewed_at = claimed_at
-        self.hard_stop_at: float | None = None
-        self.renew_interval = renew_interval(self.lease_s)
-        self.next_renew = time.monotonic() + self.renew_interval
-        self.log = RunLogger(
-            log, {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
-        )
-        self.output = RunOutput(kernel, claim, definition.get("output", {}))
-        self.log.output = self.output
-
-    def effects_deadline(self) -> float:
-        return self.renewed_at + self.lease_s - SELF_FENCE_MARGIN_S
-
-    def fence_at(self) -> float:
-        """When the run must stop its effects: ``kill_grace`` before the effects deadline."""
-        return self.effects_deadline() - self.kill_grace_s
-
-    @property
-    def fenced(self) -> bool:
-        """The run may no longer act or settle: its lease is lost or its time is up."""
-        return self.lease_lost or self.self_fenced or time.monotonic() >= self.fence_at()
-
-    # -- lease keeper thread --------------------------------------------------
-
-    def renew_if_due(self) -> None:
-        """Renew once ``renew_interval`` has passed since the claim or the last renewal."""
-        with self.renewing:
-            if self.finished.is_set() or self.lease_lost or time.monotonic() < self.next_renew:
-                return
-            started = time.monotonic()
-            self.next_renew = started + self.renew_interval
-            try:
-                answer = self.kernel.renew(
-                    self.claim.occurrence.id,
-                    owner=self.claim.owner,
-                    fence=self.claim.fence,
-                    lease=self.lease_s,
-                )
-            except LeaseLost as exc:
-                if self.finished.is_set():
-                    return  # the run ended (settled, handed back, fenced off) meanwhile
-                # The message carries the code (LEASE_LOST) and the new fence: operators grep it.
-                self.log.warning(
-                    "lease lost; the run is stopped and will not settle: %s",
-                    exc,
-                    extra={"action": "lease_lost"},
-                )
-                self.lease_lost = True
-                self._stop_effects()
-                return
-            except KernelError as exc:  # storage trouble: keep trying until the lease is gone
-                self.log.warning("lease renewal failed: %s", exc, extra={"action": "renew_failed"})
-                return
-            if not self.self_fenced:
-                self.renewed_at = started
-            self.pause = answer.pause
-            if answer.cancel_requested:
-                self.cancelled.set()
-            self.output.flush()
-
-    def enforce_deadlines(self) -> None:
-        """Stop the run at its self-fencing or timeout deadline; exit if it will not stop."""
-        if self.finished.is_set():
-            return
-        now = time.monotonic()
-        if not self.self_fenced and not self.lease_lost:
-            if now >= self.fence_at():
-                self.log.warning(
-                    "no lease renewal for %.1fs: stopping the run's effects before the lease "
-                    "can expire (SELF_FENCED)",
-                    now - self.renewed_at,
-                    extra={"action": "self_fenced"},
-                )
-                self.self_fenced = True
-                self._stop_effects()
-            elif (
-                self.timeout_s is not None
-                and not self.timed_out
-                and now >= self.started_at + self.timeout_s
-            ):
-                self.timed_out = True
-                self.cancelled.set()
-                # An adapter that enforces its own timeout stops within the grace; slack for it.
-                self.hard_stop_at = now + self.kill_grace_s + SELF_FENCE_MARGIN_S
-        if self.hard_stop_at is not None and now >= self.hard_stop_at:
-            self.log.critical(
-                "the run did not stop within kill_grace %ss; this pool process exits so that "
-                "its effects end (Celery starts a new one)",
-                self.kill_grace_s,
-                extra={"action": "self_fence_exit"},
-            )
-            logging.shutdown()
-            os._exit(SELF_FENCE_EXIT)
-
-    def _stop_effects(self) -> None:
-        self.cancelled.set()
-        self.hard_stop_at = min(
-            time.monotonic() + self.kill_grace_s, self.effects_deadline(), self.hard_stop_at or 1e18
-        )
-
-    # -- safe points ------------------------------------------------------------
-
-    def shutting_down(self) -> bool:
-        return shutdown_marker(self.main_pid).exists()
-
-    def on_safe_point(self, safe_point: str, data: Any) -> None:
-        """Hand the occurrence back here if a pause or a warm shutdown is pending."""
-        if self.lease_lost:
-            raise HandBack()
-        if safe_point not in self.adapter.runtime_control.safe_points:
-            return
-        occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
-        if (self.pause is not None and safe_point in self.pause.safe_points) or (
-            self.shutting_down()
-        ):
-            self.output.flush(final=True)  # a hand-back releases the lease: store it first
-        if self.pause is not None and safe_point in self.pause.safe_points:
-            self.kernel.ack_pause(
-                occurrence_id,
-                owner=owner,
-                fence=fence,
-                request_id=self.pause.request_id,
-                expected_revision=self.pause.revision,
-                safe_point=safe_point,
-                checkpoint=data,
-            )
-            self.log.info("paused at %s", safe_point, extra={"action": "paused"})
-            raise HandBack()
-        if self.shutting_down():
-            self.kernel.hand_back(
-                occurrence_id, owner=owner, fence=fence, safe_point=safe_point, checkpoint=data
-            )
-            self.log.info(
-                "handed back at %s for a warm shutdown", safe_point, extra={"action": "handed_back"}
-            )
-            raise HandBack()
-
-
-class LeaseKeeper:
-    """One thread per process that renews the lease of every run in that process.
-
-    A keeper thread started and joined per run cost more than a no-op run's claim
-    and settle together (two thread hand-offs per run); runs register here instead.
-    The thread starts with the first run, so a process forked before that owns none.
-    Renewals of concurrent runs (thread pools) take turns on this one thread.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runs: set[_Run] = set()
-        self._thread: threading.Thread | None = None
-
-    def add(self, run: _Run) -> None:
-        with self._lock:
-            self._runs.add(run)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
-                self._thread.start()
-
-    def remove(self, run: _Run) -> None:
-        """Stop renewing ``run``; returns once no renewal of it is in flight."""
-        # Finished before waiting: a renewal in flight that comes back LEASE_LOST (it
-        # lost to the settle, or hung through an outage) must not stop a run that ended.
-        run.finished.set()
-        with run.renewing:
-            pass  # the renewal in flight, if any, has returned
-        with self._lock:
-            self._runs.discard(run)
-
-    def _loop(self) -> None:
-        while True:
-            time.sleep(_POLL_S)
-            with self._lock:
-                runs = list(self._runs)
-            for run in runs:
-                run.renew_if_due()
-                run.enforce_deadlines()
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,14 +50,6 @@ class RunOutcome:
     job_id: str | None = None
     error_code: str | None = None
     status: str | None = None
-
-
-def claim_pause(claim: Claim) -> PendingPause | None:
-    """A pause request already pending when the claim was made (it was rebound to this fence)."""
-    control = claim.occurrence.control
-    if control is None or control.state != "pause_requested":
-        return None
-    return PendingPause(control.pause_request_id or "", control.revision, control.safe_points)
 
 
 def new_owner() -> str:
@@ -347,7 +90,7 @@ def run_occurrence(
             retryable=True,
         )
         return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status)
-    run = _Run(kernel, claim, adapter, main_pid, claimed_at)
+    run = HeldRun(kernel, claim, adapter, main_pid, claimed_at)
     keeper.add(run)
     try:
         return _execute(run)
@@ -355,7 +98,7 @@ def run_occurrence(
         keeper.remove(run)
 
 
-def _execute(run: _Run) -> RunOutcome:
+def _execute(run: HeldRun) -> RunOutcome:
     claim, adapter, kernel = run.claim, run.adapter, run.kernel
     occurrence = claim.occurrence
     ctx = ExecutionContext(
@@ -423,7 +166,7 @@ def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None
     return ErrorClass(True, "TIMEOUT", f"the run exceeded its timeout of {limit}")
 
 
-def _fenced_off(run: _Run) -> RunOutcome:
+def _fenced_off(run: HeldRun) -> RunOutcome:
     """No settle after a lost or self-fenced lease: the lease's expiry decides (I6)."""
     occurrence = run.claim.occurrence
     run.log.warning(
@@ -436,7 +179,7 @@ def _fenced_off(run: _Run) -> RunOutcome:
     return RunOutcome("lease_lost", occurrence.job_id)
 
 
-def _settle_refused(run: _Run, exc: LeaseLost) -> RunOutcome:
+def _settle_refused(run: HeldRun, exc: LeaseLost) -> RunOutcome:
     run.log.warning(
         "finished after losing the lease; outcome discarded: %s",
         exc,

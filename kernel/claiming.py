@@ -84,6 +84,7 @@ def claim(
         **({"resumed": True} if resuming else {}),
         **({"requeue_request_id": grant} if grant is not None else {}),
     }
+    event_data = dumps(claimed_event)
     params = {
         "occ_id": occ_id,
         "seen_fence": o["fence"],
@@ -94,7 +95,7 @@ def claim(
         "attempt_inc": attempt_inc,
         "owner": owner,
         "lease_until": tx.now + lease_ms,
-        "event_data": dumps(claimed_event),
+        "event_data": event_data,
     }
     # PostgreSQL writes the claim's event in CLAIM's own statement (CLAIM_AND_LOG).
     transition = T.WORKER_RECLAIMS if reclaiming else T.WORKER_CLAIMS
@@ -112,12 +113,12 @@ def claim(
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
     if not tx.is_postgres:
-        tx.emit(
+        tx.emit_json(
             EventType.OCCURRENCE_CLAIMED,
+            event_data,
             job_id=o["job_id"],
             occurrence_id=occ_id,
             fence=fence,
-            **claimed_event,
         )
     if control is not None and state != ControlState.TERMINAL:
         control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()

@@ -37,11 +37,16 @@ def from_dt(value: datetime) -> int:
     return int(value.timestamp() * 1000)
 
 
+#: Built once: ``json.dumps`` with options builds an encoder per call, and every
+#: claim and settle writes JSON.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON: the same value always gives the same text."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _CANONICAL.encode(value)
 
 
 def loads(text: str | None) -> Any:

@@ -71,6 +71,19 @@ class Tx:
         fence: int | None = None,
         **data: Any,
     ) -> None:
+        self.emit_json(type_, dumps(data), job_id=job_id, occurrence_id=occurrence_id, fence=fence)
+
+    def emit_json(
+        self,
+        type_: str,
+        data: str,
+        *,
+        job_id: str | None = None,
+        occurrence_id: int | None = None,
+        fence: int | None = None,
+    ) -> None:
+        """``emit`` with its data already in canonical JSON (``records.dumps``), for a
+        caller that built that text for a statement too."""
         if type_ in TRANSITION_EVENTS and type_ not in self.allowed_events:
             # A programming error, not a refusal: a state change outside the table.
             raise AssertionError(f"{type_} appended without a transition that lists it")
@@ -82,7 +95,7 @@ class Tx:
                 "job_id": job_id,
                 "occurrence_id": occurrence_id,
                 "fence": fence,
-                "data": dumps(data),
+                "data": data,
             },
         )
 

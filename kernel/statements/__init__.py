@@ -6,6 +6,8 @@ from kernel.statements.adjudication import *  # noqa: F403
 from kernel.statements.adjudication import __all__ as _adjudication
 from kernel.statements.beat import *  # noqa: F403
 from kernel.statements.beat import __all__ as _beat
+from kernel.statements.claims import *  # noqa: F403
+from kernel.statements.claims import __all__ as _claims
 from kernel.statements.gates import *  # noqa: F403
 from kernel.statements.gates import __all__ as _gates
 from kernel.statements.jobs import *  # noqa: F403
@@ -14,7 +16,19 @@ from kernel.statements.operator import *  # noqa: F403
 from kernel.statements.operator import __all__ as _operator
 from kernel.statements.pools import *  # noqa: F403
 from kernel.statements.pools import __all__ as _pools
+from kernel.statements.settles import *  # noqa: F403
+from kernel.statements.settles import __all__ as _settles
 from kernel.statements.worker import *  # noqa: F403
 from kernel.statements.worker import __all__ as _worker
 
-__all__ = [*_worker, *_operator, *_pools, *_beat, *_gates, *_jobs, *_adjudication]
+__all__ = [
+    *_claims,
+    *_settles,
+    *_worker,
+    *_operator,
+    *_pools,
+    *_beat,
+    *_gates,
+    *_jobs,
+    *_adjudication,
+]

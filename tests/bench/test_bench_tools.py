@@ -31,6 +31,9 @@ def test_profile_split_takes_the_innermost_frame_with_a_category() -> None:
     assert classify([kernel, "dumps (json/__init__.py:231)"]) == "kernel Python"
     assert classify(["Connection._recv (billiard/connection.py:425)"]) == "idle"
     assert classify(["bump (bench/counter.py:34)", "incr (redis/commands/core.py:1)"]) == "body"
+    # A Redis socket read is the broker's under kombu, not SQL.
+    kombu = "Channel._brpop_read (kombu/transport/redis.py:1)"
+    assert classify([kombu, "SocketBuffer._read (redis/_parsers/socket.py:64)"]) == "Celery"
     assert classify(["main (somewhere/else.py:1)"]) == "other"
 
 

@@ -1,0 +1,145 @@
+"""A claim's statements: the read it decides from, and the compare-and-set that takes the run.
+
+Built once and run on the driver (kernel.driver.DriverStatement) where they are on
+every task's path (why: kernel/statements/worker.py).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy import bindparam as p
+
+from kernel.clock import StatementNow
+from kernel.driver import DriverStatement
+from kernel.events import EventType
+from kernel.schema import controls, events, jobs, occurrences, requeue_grants
+
+__all__ = [
+    "OCCURRENCE_FOR_CLAIM",
+    "UNCLAIMED_GRANT",
+    "JOB_ALLOWS_CLAIM",
+    "CLAIM",
+    "CLAIM_AND_LOG",
+    "CLAIM_BY_DIALECT",
+    "USE_GRANT",
+    "RUNNING_IN_JOB",
+]
+
+OCC = occurrences
+CTL = controls
+
+#: A claim's one read: the occurrence, its control's state (NULL: no control row) and
+#: the transaction's instant (``now``: the server's clock on PostgreSQL, no round trip of
+#: its own).
+#: On PostgreSQL it locks the row, so what the claim decides from it (attempt spent or
+#: free, grant used, expiry settled) is what holds when CLAIM writes: a concurrent
+#: adjudicate or cancel is waited for, not overtaken. (SQLite: BEGIN IMMEDIATE already.)
+OCCURRENCE_FOR_CLAIM = DriverStatement(
+    sa.select(OCC, CTL.c.state.label("control_state"), StatementNow().label("now"))
+    .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
+    .where(OCC.c.id == p("occ_id"))
+    .with_for_update(of=OCC)
+)
+
+#: A requeue grant not yet used by a claim, valid for the fence it was made on.
+UNCLAIMED_GRANT = (
+    sa.select(requeue_grants.c.request_id)
+    .where(
+        requeue_grants.c.occurrence_id == p("occ_id"),
+        requeue_grants.c.claimed_at.is_(None),
+        requeue_grants.c.expected_fence == p("fence"),
+    )
+    .order_by(requeue_grants.c.created_at)
+    .limit(1)
+)
+
+_claimable_now = sa.or_(
+    # Literals, not an expanding IN, so the driver form is rendered once.
+    sa.and_(
+        OCC.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"))),
+        OCC.c.available_at <= p("now"),
+    ),
+    sa.and_(
+        OCC.c.status == "running",
+        OCC.c.lease_expires_at <= p("now"),
+        OCC.c.delivery == "at-least-once",
+    ),
+)
+
+#: A disabled job's occurrences wait (seed semantics) except manual ones: a run-now
+#: works for a disabled job (SPEC §6), retries of it included.
+#: The patterns are SQL literals, not binds: SQLite re-prepares a statement whose LIKE
+#: pattern is a bound parameter at every run (its LIKE optimisation plans for the
+#: value), which cost the claim three times its UPDATE (bench/README.md).
+JOB_ALLOWS_CLAIM = sa.or_(
+    OCC.c.trigger_key.like(sa.literal_column("'manual:%'")),
+    # A one-shot job is disabled by its own firing (kernel.jobs.fire); that firing runs.
+    OCC.c.trigger_key.like(sa.literal_column("'at:%'")),
+    sa.exists().where(jobs.c.id == OCC.c.job_id, jobs.c.enabled),
+)
+
+#: Claim by compare-and-set on what the claimer decided from: the fence, status and
+#: control state it read (a hand back or an adjudication in between changes how the
+#: attempt counts, so the claim must be decided again).
+_claim = (
+    sa.update(OCC)
+    .where(
+        OCC.c.id == p("occ_id"),
+        OCC.c.fence == p("seen_fence"),
+        OCC.c.status == p("seen_status"),
+        OCC.c.attempt == p("seen_attempt"),
+        sa.func.coalesce(
+            sa.select(CTL.c.state).where(CTL.c.occurrence_id == OCC.c.id).scalar_subquery(),
+            "",
+        )
+        == p("seen_control_state"),
+        OCC.c.cancel_requested.is_(False),
+        _claimable_now,
+        JOB_ALLOWS_CLAIM,
+    )
+    .values(
+        status="running",
+        fence=OCC.c.fence + 1,
+        attempt=OCC.c.attempt + p("attempt_inc"),
+        lease_owner=p("owner"),
+        lease_expires_at=p("lease_until"),
+        updated_at=p("now"),
+        settled_at=None,
+    )
+    .returning(*OCC.c)
+)
+CLAIM = DriverStatement(_claim)
+
+#: CLAIM and its ``occurrence_claimed`` event in one statement (PostgreSQL: a
+#: data-modifying CTE), one round trip less per claim; the event's data is built by
+#: the caller from what CLAIM compares (the attempt it writes is seen + increment).
+_claimed = _claim.cte("claimed")
+_claim_logged = (
+    sa.insert(events)
+    .from_select(
+        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
+        sa.select(
+            p("now", type_=sa.BigInteger),
+            sa.literal(EventType.OCCURRENCE_CLAIMED.value),
+            _claimed.c.job_id,
+            _claimed.c.id,
+            _claimed.c.fence,
+            p("event_data", type_=sa.Text),
+        ),
+    )
+    .cte("claim_logged")
+)
+CLAIM_AND_LOG = DriverStatement(sa.select(_claimed).add_cte(_claim_logged))
+#: The claim a worker runs on each back end: PostgreSQL writes its event in the same
+#: statement; SQLite (no data-modifying CTE) appends it after.
+CLAIM_BY_DIALECT = {"postgresql": CLAIM_AND_LOG, "sqlite": CLAIM}
+
+USE_GRANT = (
+    sa.update(requeue_grants)
+    .where(requeue_grants.c.request_id == p("grant_id"), requeue_grants.c.claimed_at.is_(None))
+    .values(claimed_at=p("now"))
+)
+
+RUNNING_IN_JOB = sa.select(sa.func.count()).where(
+    OCC.c.job_id == p("job_id"), OCC.c.status == "running", OCC.c.id != p("occ_id")
+)
