@@ -185,7 +185,14 @@ class Actors:
             me = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
 
             def waiting() -> int:
-                """Sessions of this database queued on a lock (behind ours, or behind those)."""
+                """Sessions of this database queued on a lock (behind ours, or behind those).
+
+                PostgreSQL reads the list of sessions once per transaction and shows that
+                list ever after: without the clear, a session that connected since the
+                first count (an actor's new connection) is never counted, and the round
+                holds the row for all of ``_HOLD_LIMIT_S``.
+                """
+                conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
                 return int(
                     conn.execute(
                         sa.text(
