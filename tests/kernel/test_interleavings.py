@@ -25,7 +25,7 @@ import pytest
 
 from kernel.store import Kernel
 from kernel.types import Claim
-from tests.kernel.interleave import LEASE_S, SAFE_POINTS, Outcome, Stage
+from tests.kernel.interleave import LEASE_S, SAFE_POINTS, Outcome, Stage, counter_problems
 from tests.kernel.race_world import World, world, world_factory
 
 #: The race fixtures this module's tests take (imported, so listed as used).
@@ -406,7 +406,9 @@ def test_gates_admit_one_of_two_claimers(world: World, gate: str, mode: str) -> 
         assert len(winners) == 1, f"round {i}: {gate} admitted {outcomes}"
         for occ in pair:
             world.state(occ)
+        assert not counter_problems(world.stage.kernel), f"round {i}: {outcomes}"
         world.stage.kernel.succeed(winners[0].occurrence.id, owner=winners[0].owner, fence=1)
+        assert not counter_problems(world.stage.kernel), f"round {i}: after the settle"
         for occ in pair:
             if occ != winners[0].occurrence.id:
                 world.stage.kernel.cancel(occ, request_id=world.stage.next_id("c"), operator="op")
