@@ -304,3 +304,27 @@ def test_run_now_vs_a_firing_with_room_for_one(world: World) -> None:
         world.stage.kernel.cancel(waiting[0], request_id=world.stage.next_id("c"), operator="op")
 
     world.repeat(round_, rounds=ROUNDS)
+
+
+def test_job_cancel_of_a_child_vs_its_parent_settling(world: World) -> None:
+    """The child job alone is cancelled as its parent's run succeeds: the parent's chain
+    fires the child only if the settle came first (the cancel then cancels that run); a
+    child disabled first gets no run."""
+
+    def round_(i: int) -> None:
+        parent, child = _chain(world, i)
+        claim = world.stage.running(parent)
+        occ, owner, fence = claim.occurrence.id, claim.owner, claim.fence
+        rid = world.stage.next_id("cancel-job")
+        cancelled, settled = world.race(
+            i,
+            lambda k: k.cancel_job(child, request_id=rid, operator="op"),
+            lambda k: k.succeed(occ, owner=owner, fence=fence),
+            hold=None,
+        )
+        where = f"round {i}: cancel {cancelled}, succeed {settled}"
+        assert cancelled.ok and settled.ok, where
+        assert world.status(occ) == "succeeded", where
+        _nothing_waits(world, child)
+
+    world.repeat(round_, rounds=ROUNDS)
