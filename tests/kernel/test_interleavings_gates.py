@@ -157,6 +157,34 @@ def _nothing_waits(world: World, *job_ids: str) -> None:
         assert not live, f"{job_id}: {live} after the job cancel"
 
 
+def test_job_cancel_vs_an_occurrence_cancel(world: World) -> None:
+    """One of them cancels the waiting occurrence and only that one says so: the job
+    cancel lists it as cancelled, or the occurrence cancel is accepted and the job cancel
+    does not list it; one ``occurrence_cancelled`` event either way."""
+
+    def round_(i: int) -> None:
+        parent, _ = _chain(world, i)
+        (occ,) = world.stage.fresh(parent)
+        rid = world.stage.next_id("cancel")
+        by_job, by_occurrence = world.race(
+            i,
+            _cancel_tree(world, parent),
+            lambda k: k.cancel(occ, request_id=rid, operator="op"),
+            hold=occ,
+        )
+        where = f"round {i}: job cancel {by_job}, cancel {by_occurrence}"
+        assert by_job.ok, where
+        if by_occurrence.ok:
+            assert by_job.value.cancelled == (), where
+        else:
+            _refused(by_occurrence, "STATE_CONFLICT", where)
+            assert by_job.value.cancelled == (occ,), where
+        assert len(_events(world, occ, "occurrence_cancelled")) == 1, where
+        _nothing_waits(world, parent)
+
+    world.repeat(round_, rounds=ROUNDS)
+
+
 def test_job_cancel_cascade_vs_claim_of_a_child_run(world: World) -> None:
     """Claim first: the child's run is asked to stop and its holder ends it cancelled.
     Cancel first: the child's run is cancelled waiting and the claim takes nothing."""
