@@ -26,6 +26,9 @@ __all__ = ["JobCancel", "cancel_job"]
 
 S = OccurrenceStatus
 OCC = occurrences
+#: What a job cancel ends or stops. Awaiting approval is waiting too: left, an approval
+#: (or the timeout's auto approve) would queue a run of the job that was cancelled.
+_ACTIVE = (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL, S.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,15 +103,20 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
             tx.emit(EventType.JOB_DISABLED, job_id=each, revision=revision, reason="cancelled")
         active = tx.conn.execute(
             sa.select(OCC.c.id)
-            .where(OCC.c.job_id == each, OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT, S.RUNNING)))
+            .where(OCC.c.job_id == each, OCC.c.status.in_(_ACTIVE))
             .order_by(OCC.c.id)
         ).scalars()
         mine: list[int] = []
         asked: list[int] = []
         for occ_id in active:
-            request_cancel(tx, occ_id, reason=f"job_cancel:{operator}")
-            status = tx.conn.execute(sa.select(OCC.c.status).where(OCC.c.id == occ_id)).scalar()
-            (asked if status == S.RUNNING else mine).append(occ_id)
+            moved = request_cancel(tx, occ_id, reason=f"job_cancel:{operator}")
+            if moved is None:
+                # Nothing moved: running and asked already (it is stopping), or it ended
+                # since it was listed (an occurrence cancel, a settle): not ours to report.
+                status = tx.conn.execute(sa.select(OCC.c.status).where(OCC.c.id == occ_id)).scalar()
+                moved = S.RUNNING if status == S.RUNNING else None
+            if moved is not None:
+                (asked if moved == S.RUNNING else mine).append(occ_id)
         cancelled.extend(mine)
         stopping.extend(asked)
         tx.emit(

@@ -90,8 +90,11 @@ def fire_children(
                 EventType.CHAIN_FANOUT_EXCEEDED, job_id=child.id, parent_id=parent_id, limit=limit
             )
             continue
+        # Read from the locked row: a job cancel that held it meanwhile disabled it
+        # (READ COMMITTED: CHILD_JOBS saw the job before that commit).
+        if not lock_job(tx, child.id).enabled:
+            continue
         fired += 1
-        lock_job(tx, child.id)
         refused = admit(tx, child.id, spec)
         delay_ms = int(float(after.get("delay") or 0) * 1000)
         create_gated(

@@ -86,11 +86,13 @@ def control_row(tx: Tx, occ_id: int) -> Any:
     return row._mapping if row is not None else None
 
 
-def request_cancel(tx: Tx, occ_id: int, *, reason: str) -> bool:
-    """Cancel at once if waiting; flag a running one for its worker. False: nothing to do."""
+def request_cancel(tx: Tx, occ_id: int, *, reason: str) -> OccurrenceStatus | None:
+    """Cancel at once if waiting; flag a running one for its worker. Returns the status
+    this left (``cancelled``, or ``running`` when flagged); None: nothing to do (already
+    asked, or it ended, perhaps just now)."""
     moved = T.run(tx, T.OPERATOR_CANCELS, {"occ_id": occ_id, "now": tx.now})
     if moved is None:
-        return False
+        return None
     if moved.status == S.CANCELLED:
         end_control(tx, occ_id, job_id=moved.job_id, fence=moved.fence)
     tx.emit(
@@ -104,7 +106,7 @@ def request_cancel(tx: Tx, occ_id: int, *, reason: str) -> bool:
     )
     if moved.status == S.CANCELLED and moved.attempt == 0:
         budgets.release(tx, occ_id, job_id=moved.job_id)  # it never ran
-    return True
+    return S(moved.status)
 
 
 def _grant(tx: Tx, occ_id: int, request_id: str, fence: int, error_code: str | None) -> None:
@@ -248,7 +250,7 @@ def cancel(tx: Tx, occ_id: int, *, request_id: str, operator: str) -> bool:
     """Cancel: at once when waiting; a running one is asked and its worker stops."""
     if record_request(tx, request_id, "cancel", str(occ_id), {}, operator):
         return True
-    if request_cancel(tx, occ_id, reason=f"operator:{operator}"):
+    if request_cancel(tx, occ_id, reason=f"operator:{operator}") is not None:
         return False
     o = occurrence_row(tx, occ_id)  # zero rows: read once for the precise answer
     if o["status"] != S.RUNNING:

@@ -105,6 +105,12 @@ class MOcc:
     grant_fence: int | None = None  # an unused requeue/adjudication grant, valid at this fence
     approval_due: int | None = None  # while awaiting approval: when the timeout approves
     created_status: str = "queued"
+    job_id: str = ""
+    manual: bool = False  # made by run-now: claimable while its job is disabled
+
+
+#: What a job cancel ends (waiting) or asks to stop (running).
+JOB_CANCEL_ENDS = (*RUNNABLE, "awaiting_approval", "running")
 
 
 @dataclass
@@ -112,6 +118,7 @@ class MJob:
     max_attempts: int
     revision: int = 1
     cursor: str | None = None
+    enabled: bool = True
 
 
 class Model:
@@ -138,6 +145,7 @@ class Model:
         """A new occurrence; a fired one of a gated job awaits approval."""
         self.keys[job_id].append(key)
         o = MOcc(occ_id, JOBS[job_id], self.jobs[job_id].max_attempts, self.now)
+        o.job_id, o.manual = job_id, not fired
         if fired and job_id in GATED:
             o.status = o.created_status = "awaiting_approval"
             o.approval_due = self.now + APPROVAL_TIMEOUT_S * 1000
@@ -150,6 +158,8 @@ class Model:
         c = o.control
         if (c is not None and c.state == "paused") or o.cancel_requested:
             return None
+        if not (self.jobs[o.job_id].enabled or o.manual):
+            return None  # a disabled job's runs wait (run-now's excepted)
         if o.status in RUNNABLE:
             due = o.available_at <= self.now
         else:
@@ -413,6 +423,30 @@ class Model:
                 raise Refused("STATE_CONFLICT")
 
         return self._request(rid, "cancel", str(occ_id), {}, apply)
+
+    def cancel_job(self, job_id: str, rid: str) -> tuple[bool, list[int], list[int]]:
+        """Disable the job, end its waiting occurrences, ask its running ones to stop:
+        (deduplicated, cancelled, stopping). The model's jobs are not chained, so a
+        cascade is the job alone."""
+        cancelled: list[int] = []
+        stopping: list[int] = []
+
+        def apply() -> None:
+            job = self.jobs[job_id]
+            job.enabled, job.cursor = False, None
+            for o in sorted(self.occs.values(), key=lambda o: o.id):
+                if o.job_id != job_id or o.status not in JOB_CANCEL_ENDS:
+                    continue
+                if o.status == "running":
+                    o.cancel_requested = True
+                    stopping.append(o.id)
+                else:
+                    o.approval_due = None
+                    self._leave(o, "cancelled", o.error)
+                    cancelled.append(o.id)
+
+        dedup = self._request(rid, "cancel_job", job_id, {"cascade": True}, apply)
+        return dedup, cancelled, stopping
 
     def decide_approval(self, occ_id: int, approved: bool, rid: str) -> bool:
         o = self.occs[occ_id]

@@ -38,6 +38,8 @@ __all__ = [
     "Actors",
     "Stage",
     "JOB_SPECS",
+    "counter_problems",
+    "job_spec",
     "LEASE_S",
     "SAFE_POINTS",
     "SETTLED",
@@ -51,6 +53,8 @@ SAFE_POINTS = ("before_execute", "adapter_checkpoint")
 SETTLED = ("succeeded", "dead_letter", "cancelled", "skipped")
 #: How long a held row lock waits for the actors to queue behind it before letting go.
 _HOLD_LIMIT_S = 5.0
+#: A round whose actors have not all answered by then is stuck (the statement timeout is 30 s).
+_STUCK_AFTER_S = 10.0
 
 Op = Callable[[Kernel], Any]
 
@@ -134,9 +138,33 @@ class Actors:
                 deadline = time.monotonic() + _HOLD_LIMIT_S
                 while waiting_for() + len(got) < len(ops) and time.monotonic() < deadline:
                     self._collect(got, timeout=0.0005)
-        while len(got) < len(ops):
-            self._collect(got, timeout=60)
+        deadline = time.monotonic() + _STUCK_AFTER_S
+        while len(got) < len(ops) and time.monotonic() < deadline:
+            self._collect(got, timeout=0.5)
+        if len(got) < len(ops):
+            # Stuck: say who waits on whom (shown with the test's failure, which a
+            # statement timeout then causes) while it still can be seen.
+            print(f"actors stuck for {_STUCK_AFTER_S} s; sessions: {self.lock_waits()}")
+            while len(got) < len(ops):
+                self._collect(got, timeout=60)
         return [got[i] for i in range(len(ops))]
+
+    def lock_waits(self) -> list[dict[str, Any]]:
+        """Every session of this database: whom it waits for, its row and transaction locks."""
+        if self._side is None:
+            return []
+        query = sa.text(
+            "SELECT a.pid, pg_blocking_pids(a.pid) AS blocked_by, a.state, a.wait_event_type,"
+            " a.wait_event, a.xact_start, left(a.query, 300) AS query,"
+            " (SELECT array_agg(l.locktype || ':' || l.mode || ':' || coalesce(l.relation::regclass"
+            "::text, l.transactionid::text, l.objid::text, '') || ':' || l.granted)"
+            " FROM pg_locks l WHERE l.pid = a.pid AND (NOT l.granted OR l.locktype NOT IN"
+            " ('relation', 'virtualxid'))) AS locks"
+            " FROM pg_stat_activity a WHERE a.datname = current_database()"
+            " AND a.pid <> pg_backend_pid()"
+        )
+        with self._side.connect() as conn:
+            return [dict(row) for row in conn.execute(query).mappings()]
 
     def _collect(self, got: dict[int, Outcome], timeout: float) -> None:
         try:
@@ -158,7 +186,14 @@ class Actors:
             me = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
 
             def waiting() -> int:
-                """Sessions of this database queued on a lock (behind ours, or behind those)."""
+                """Sessions of this database queued on a lock (behind ours, or behind those).
+
+                PostgreSQL reads the list of sessions once per transaction and shows that
+                list ever after: without the clear, a session that connected since the
+                first count (an actor's new connection) is never counted, and the round
+                holds the row for all of ``_HOLD_LIMIT_S``.
+                """
+                conn.execute(sa.text("SELECT pg_stat_clear_snapshot()"))
                 return int(
                     conn.execute(
                         sa.text(
@@ -182,7 +217,8 @@ class Actors:
             self._side.dispose()
 
 
-def _spec(job_id: str, **fields: Any) -> dict[str, Any]:
+def job_spec(job_id: str, **fields: Any) -> dict[str, Any]:
+    """A callable job every race can stage many occurrences of; ``fields`` override."""
     return {
         "id": job_id,
         "kind": "callable",
@@ -201,12 +237,12 @@ def _spec(job_id: str, **fields: Any) -> dict[str, Any]:
 
 #: The jobs every Stage defines: plain, at-most-once, one attempt only, exclusive, pooled.
 JOB_SPECS = {
-    "alo": _spec("alo"),
-    "amo": _spec("amo", delivery="at-most-once"),
-    "once": _spec("once", max_attempts=1),
-    "queue": _spec("queue", overlap="queue"),
-    "pool-a": _spec("pool-a", pool="db"),
-    "pool-b": _spec("pool-b", pool="db"),
+    "alo": job_spec("alo"),
+    "amo": job_spec("amo", delivery="at-most-once"),
+    "once": job_spec("once", max_attempts=1),
+    "queue": job_spec("queue", overlap="queue"),
+    "pool-a": job_spec("pool-a", pool="db"),
+    "pool-b": job_spec("pool-b", pool="db"),
 }
 
 
@@ -224,16 +260,22 @@ class Stage:
         self._seq += 1
         return f"{prefix}-{self._seq}"
 
-    def fresh(self, job_id: str = "alo", n: int = 1) -> list[int]:
-        """``n`` new queued occurrences of ``job_id``, materialised as Beat does."""
+    def firing(self, job_id: str = "alo", n: int = 1) -> Op:
+        """Beat's next firing of ``job_id`` (``n`` trigger keys), planned from the cursor now."""
         job = self.kernel.get_job(job_id)
-        report = self.kernel.fire(
+        firings = [(self.next_id(f"{job_id}:t"), self.clock.now) for _ in range(n)]
+        after = (self.next_id(f"{job_id}:c"), self.clock.now + timedelta(hours=1))
+        return lambda k: k.fire(
             job_id,
             expected_revision=job.revision,
             expected_cursor=job.next_trigger_key if job.planned else None,
-            firings=[(self.next_id(f"{job_id}:t"), self.clock.now) for _ in range(n)],
-            next_cursor=(self.next_id(f"{job_id}:c"), self.clock.now + timedelta(hours=1)),
+            firings=firings,
+            next_cursor=after,
         )
+
+    def fresh(self, job_id: str = "alo", n: int = 1) -> list[int]:
+        """``n`` new queued occurrences of ``job_id``, materialised as Beat does."""
+        report = self.firing(job_id, n)(self.kernel)
         assert not report.stale and len(report.created) == n, report
         return list(report.created)
 
@@ -389,4 +431,41 @@ def problems(state: dict[str, Any], now_ms: int) -> list[str]:
     claims = [d["fence"] for t, d in state["events"] if t == "occurrence_claimed"]
     if claims != list(range(1, o["fence"] + 1)):
         found.append(f"fence {o['fence']}, claims logged at fences {claims}")
+    return found
+
+
+def counter_problems(kernel: Kernel) -> list[str]:
+    """Counters that disagree with the rows they count: a pool's ``running`` and its
+    running occurrences (at most its limit), a budget window's runs and units and its
+    unreleased reservations (at most a shared budget's limits)."""
+    found = []
+    with kernel.engine.connect() as conn:
+        pools = conn.execute(
+            sa.text(
+                'SELECT p.name, p.running, p."limit", (SELECT count(*) FROM occurrences o'
+                " WHERE o.pool = p.name AND o.status = 'running') AS counted FROM pools p"
+            )
+        ).all()
+        windows = conn.execute(
+            sa.text(
+                "SELECT w.budget, w.window_start, w.runs, w.units, b.max_runs, b.max_units,"
+                " (SELECT count(*) FROM budget_reservations r WHERE r.budget = w.budget AND"
+                "  r.window_start = w.window_start AND r.released_at IS NULL) AS held,"
+                " (SELECT coalesce(sum(r.units), 0) FROM budget_reservations r WHERE"
+                "  r.budget = w.budget AND r.window_start = w.window_start AND"
+                "  r.released_at IS NULL) AS held_units"
+                " FROM budget_windows w LEFT JOIN budgets b ON b.name = w.budget"
+            )
+        ).all()
+    for name, running, limit, counted in pools:
+        if not running == counted <= limit:
+            found.append(f"pool {name}: running {running}, counted {counted}, limit {limit}")
+    for w in windows:
+        where = f"budget {w.budget} window {w.window_start}"
+        if (w.runs, w.units) != (w.held, w.held_units):
+            found.append(f"{where}: runs/units {w.runs}/{w.units}, held {w.held}/{w.held_units}")
+        if w.max_runs is not None and w.runs > w.max_runs:
+            found.append(f"{where}: {w.runs} runs past max_runs {w.max_runs}")
+        if w.max_units is not None and w.units > w.max_units:
+            found.append(f"{where}: {w.units} units past max_units {w.max_units}")
     return found

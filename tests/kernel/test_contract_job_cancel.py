@@ -32,6 +32,22 @@ def test_cancel_disables_the_job_cancels_waiting_and_asks_running_to_stop(k: Har
     assert k.kernel.due_jobs() == []
 
 
+def test_cancel_ends_occurrences_awaiting_approval_and_releases_their_budget(
+    k: Harness,
+) -> None:
+    approval = {"required": True, "timeout": "10m", "auto": "approve"}
+    k.define("job", approval=approval, budget={"window": "1h", "max_runs": 5})
+    [awaiting] = k.fire("job").created
+    assert k.kernel.get_occurrence(awaiting).status == S.AWAITING_APPROVAL
+    done = k.kernel.cancel_job("job", request_id="r1", operator="op")
+    assert done.cancelled == (awaiting,)
+    assert k.kernel.get_occurrence(awaiting).status == S.CANCELLED
+    assert k.event_types(awaiting)[-1] == "budget_released"
+    # The timeout's auto approve finds nothing to queue for the cancelled job.
+    k.clock.advance(601)
+    assert k.kernel.apply_approval_timeouts() == {"approved": 0, "rejected": 0}
+
+
 def test_cancel_is_idempotent_by_request_id(k: Harness) -> None:
     k.occurrences("job")
     first = k.kernel.cancel_job("job", request_id="r1", operator="op")

@@ -18,92 +18,18 @@ few-hundred-round run.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from kernel.store import Kernel
-from kernel.testing import ManualClock
 from kernel.types import Claim
-from tests.kernel.interleave import (
-    LEASE_S,
-    SAFE_POINTS,
-    Actors,
-    Outcome,
-    Stage,
-    occurrence_state,
-    problems,
-    refusals_are_kernel_errors,
-)
+from tests.kernel.interleave import LEASE_S, SAFE_POINTS, Outcome, Stage, counter_problems
+from tests.kernel.race_world import World, world, world_factory
 
-
-class Ahead(ManualClock):
-    """A clock ``seconds`` ahead of ``base``: a transaction that began later (Beat's expiry)."""
-
-    def __init__(self, base: ManualClock, seconds: float) -> None:
-        super().__init__()
-        self.base, self.offset_ms = base, int(seconds * 1000)
-
-    def now_ms(self, conn: sa.Connection) -> int:
-        return self.base.ms + self.offset_ms
-
-
-@dataclass
-class World:
-    stage: Stage
-    actors: Actors
-    clock: ManualClock
-    postgres: bool
-
-    def repeat(self, round_: Callable[[int], None], rounds: int = 100) -> None:
-        """Run ``round_`` with 0, 1, 2, ...: ``rounds`` times on PostgreSQL, 5 on SQLite."""
-        configured = int(os.environ.get("KERNEL_RACE_ROUNDS", "0"))
-        for i in range(configured or (rounds if self.postgres else 5)):
-            round_(i)
-
-    def race(self, round_: int, *ops: Callable[[Kernel], Any], hold: int | None) -> list[Outcome]:
-        """Run ``ops`` at once; on even rounds hold ``hold``'s row lock until all have read."""
-        outcomes = self.actors.run(*ops, hold=hold if round_ % 2 == 0 else None)
-        refusals_are_kernel_errors(outcomes)
-        return outcomes
-
-    def state(self, occ_id: int) -> dict[str, Any]:
-        """The occurrence's rows, checked: nothing stuck, the log names the state."""
-        state = occurrence_state(self.stage.kernel, occ_id)
-        found = problems(state, self.clock.ms)
-        assert not found, f"occurrence {occ_id}: {found}; events {state['events']}"
-        return state
-
-    def status(self, occ_id: int) -> str:
-        return str(self.state(occ_id)["occurrence"]["status"])
-
-
-@pytest.fixture
-def world_factory(kernel_url: str) -> Iterator[Callable[..., World]]:
-    opened: list[tuple[Kernel, Actors]] = []
-
-    def make(ahead_s: float | None = None) -> World:
-        """Two actors; with ``ahead_s`` the second one's clock runs that far ahead."""
-        clock = ManualClock()
-        kernel = Kernel.open(kernel_url, migrate_schema=True, clock=clock)
-        second = clock if ahead_s is None else Ahead(clock, ahead_s)
-        actors = Actors(kernel_url, [clock, second])
-        opened.append((kernel, actors))
-        return World(Stage(kernel, clock), actors, clock, kernel_url.startswith("postgresql"))
-
-    yield make
-    for kernel, actors in opened:
-        actors.close()
-        kernel.close()
-
-
-@pytest.fixture
-def world(world_factory: Callable[..., World]) -> World:
-    return world_factory()
+#: The race fixtures this module's tests take (imported, so listed as used).
+__all__ = ["world", "world_factory"]
 
 
 def _held(claim: Claim) -> dict[str, Any]:
@@ -480,7 +406,9 @@ def test_gates_admit_one_of_two_claimers(world: World, gate: str, mode: str) -> 
         assert len(winners) == 1, f"round {i}: {gate} admitted {outcomes}"
         for occ in pair:
             world.state(occ)
+        assert not counter_problems(world.stage.kernel), f"round {i}: {outcomes}"
         world.stage.kernel.succeed(winners[0].occurrence.id, owner=winners[0].owner, fence=1)
+        assert not counter_problems(world.stage.kernel), f"round {i}: after the settle"
         for occ in pair:
             if occ != winners[0].occurrence.id:
                 world.stage.kernel.cancel(occ, request_id=world.stage.next_id("c"), operator="op")

@@ -1,9 +1,11 @@
 """The lifecycle model with writers that really run at once, on PostgreSQL and SQLite (issue 8).
 
-A seeded random walk over a few occurrences of three jobs (tests/lifecycle_model.py). Each
-step picks two or three operations, mostly on one occurrence (worker renew, settle, hand
-back, pause ack; operator cancel, pause, resume, requeue, adjudicate, sometimes under one
-request id; Beat lease expiry, fire, dispatch; claims), and runs them at once through
+A seeded random walk over a few occurrences of four jobs, one of them approval-gated
+(tests/lifecycle_model.py). Each step picks two or three operations, mostly on one
+occurrence (worker renew, settle, hand back, pause ack; operator cancel, pause, resume,
+requeue, adjudicate, approve, reject, and now and then a job cancel of its job, sometimes
+under one request id; Beat lease expiry, approval timeouts, fire, dispatch; claims), and
+runs them at once through
 :class:`interleave.Actors` (on PostgreSQL every other step holds the occurrence's row lock
 until each has read). After every step:
 
@@ -114,7 +116,7 @@ class Walk:
         now = self.clock.now
 
         def predict(m: Model, outcome: Outcome) -> Any:
-            if m.jobs[job_id].cursor != seen:
+            if m.jobs[job_id].cursor != seen or not m.jobs[job_id].enabled:
                 return (True, 0)
             created = outcome.value.created if outcome.ok else ()
             if len(created) != n:
@@ -256,6 +258,37 @@ class Walk:
             dedup,
         )
 
+    def cancel_job(self, job_id: str) -> Op:
+        """``jobs cancel JOB --cascade`` (the model's jobs have no children)."""
+        rid = self._next("cancel_job")
+        self.rids[rid] = "cancel_job"
+        return Op(
+            f"cancel_job({job_id}, {rid})",
+            lambda k: k.cancel_job(job_id, cascade=True, request_id=rid, operator="op"),
+            lambda m, _: m.cancel_job(job_id, rid),
+            lambda got: (got.deduplicated, list(got.cancelled), list(got.stopping)),
+        )
+
+    def decide(self, occ_id: int, approved: bool) -> Op:
+        """An operator approves or rejects an occurrence awaiting approval."""
+        action = "approve" if approved else "reject"
+        rid = self._next(action)
+        self.rids[rid] = action
+        return Op(
+            f"{action}({occ_id}, {rid})",
+            lambda k: getattr(k, action)(occ_id, request_id=rid, operator="op"),
+            lambda m, _: m.decide_approval(occ_id, approved, rid),
+            lambda got: got.deduplicated,
+        )
+
+    def approval_timeouts(self) -> Op:
+        """Beat's pass over approvals past their timeout (the gated job's auto approves)."""
+        return Op(
+            "approval_timeouts",
+            lambda k: k.apply_approval_timeouts(),
+            lambda m, _: m.approval_timeouts(),
+        )
+
     def expire(self) -> Op:
         return Op("expire_leases", lambda k: k.expire_leases(), lambda m, _: m.expire())
 
@@ -270,6 +303,11 @@ class Walk:
         ops = [self.claim(o.id, self.rnd.choice(OWNERS))]
         if self.rnd.random() < 0.3:  # often enough to race everything, not to end every walk
             ops.append(self.operator("cancel", o.id))
+        enabled = [j for j, mj in self.model.jobs.items() if mj.enabled]
+        if o.job_id in enabled and len(enabled) > 2 and self.rnd.random() < 0.1:
+            ops.append(self.cancel_job(o.job_id))  # two jobs stay enabled to keep work coming
+        if o.status == "awaiting_approval":
+            ops.append(self.decide(o.id, self.rnd.random() < 0.7))
         if o.owner is not None:
             held = (o.id, o.owner, o.fence)
             ops += [self.renew(*held), self.release(*held, None)]
@@ -295,19 +333,22 @@ class Walk:
         unsettled = [
             o
             for o in self.model.occs.values()
-            if o.status in (*RUNNABLE, "running", "needs_adjudication", "dead_letter")
+            if o.status
+            in (*RUNNABLE, "running", "needs_adjudication", "dead_letter", "awaiting_approval")
         ]
         target = self.rnd.choice(unsettled or list(self.model.occs.values()))
         pool = self.candidates(target)
         ops = self.rnd.sample(pool, min(len(pool), self.rnd.choice([2, 2, 3])))
         extra: list[Callable[[], Op]] = [
             self.expire,
+            self.approval_timeouts,
             self.dispatch,
             lambda: self.claim_next(self.rnd.choice(OWNERS)),
             lambda: self.fire(self.rnd.choice(list(JOBS))),
         ]
         if len(unsettled) < 4:  # keep work flowing in
-            ops[-1:] = [self.fire(self.rnd.choice(list(JOBS)))]
+            enabled = [j for j, mj in self.model.jobs.items() if mj.enabled]
+            ops[-1:] = [self.fire(self.rnd.choice(enabled))]
         while len(ops) < 2 or self.rnd.random() < 0.3 and len(ops) < 3:
             ops.append(self.rnd.choice(extra)())
         if self.rnd.random() < 0.15:  # one request id used twice at once
