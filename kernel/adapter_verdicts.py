@@ -20,7 +20,6 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel import transitions as T
-from kernel.control import end_control
 from kernel.dispatch import mark_hinted
 from kernel.durations import canonical_json
 from kernel.errors import InvalidArgument, LeaseLost, NotFound, StateConflict
@@ -31,6 +30,7 @@ from kernel.schema import adjudication_asks, events, occurrences
 from kernel.states import Decision, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import AdapterAsk, Adjudication, DispatchHint, Occurrence, Verdict
+from kernel.verdicts import apply_verdict
 
 __all__ = [
     "MAX_ASKS",
@@ -54,8 +54,6 @@ MAX_EVIDENCE_BYTES = 4096
 #: Who decided (``authority`` in ``occurrence_adjudicated``).
 OPERATOR = "operator"
 ADAPTER = "adapter"
-#: The error code an uncertain run's expiry recorded; a not_applied grant names it.
-_EXPIRED = "LEASE_EXPIRED"
 
 
 def ask_adapter(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAsk | None:
@@ -119,20 +117,6 @@ def adapter_adjudicates(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) ->
     if decided is None:
         _refuse(tx, occ_id, token)
     asker = tx.conn.execute(st.ASK_BY_ID, {"occ_id": occ_id}).one().asker
-    if settled:
-        end_control(tx, occ_id, job_id=decided.job_id, fence=decided.fence)
-    else:
-        # The uncertain run used an attempt; the adapter's evidence earns it back.
-        tx.conn.execute(
-            st.GRANT[tx.dialect],
-            {
-                "request_id": f"adapter:{token}",
-                "occ_id": occ_id,
-                "fence": decided.fence,
-                "error_code": _EXPIRED,
-                "now": tx.now,
-            },
-        )
     tx.emit(
         EventType.OCCURRENCE_ADJUDICATED,
         job_id=decided.job_id,
@@ -144,6 +128,7 @@ def adapter_adjudicates(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) ->
         asker=asker,
         evidence=evidence,
     )
+    apply_verdict(tx, occ_id, decided, to_status, grant_id=f"adapter:{token}")
     return get_occurrence(tx, occ_id)
 
 

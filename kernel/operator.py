@@ -1,4 +1,4 @@
-"""Operator actions on occurrences: cancel, requeue, adjudicate; and request-id bookkeeping.
+"""Operator actions on occurrences: cancel, requeue; and request-id bookkeeping.
 
 Each is idempotent by request id (SPEC I7): the first call records the request
 and the evidence the caller gave; a replay answers ``deduplicated``. Evidence a
@@ -24,7 +24,7 @@ from kernel.errors import (
 )
 from kernel.events import EventType
 from kernel.records import dumps, loads
-from kernel.states import Decision, OccurrenceStatus
+from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
     "control_row",
     "request_cancel",
     "requeue",
-    "adjudicate",
+    "grant",
     "cancel",
 ]
 
@@ -109,7 +109,7 @@ def request_cancel(tx: Tx, occ_id: int, *, reason: str) -> OccurrenceStatus | No
     return S(moved.status)
 
 
-def _grant(tx: Tx, occ_id: int, request_id: str, fence: int, error_code: str | None) -> None:
+def grant(tx: Tx, occ_id: int, request_id: str, fence: int, error_code: str | None) -> None:
     tx.conn.execute(
         st.GRANT[tx.dialect],
         {
@@ -177,7 +177,7 @@ def requeue(
             actual_error_code=actual_code,
         )
     actual_code = (loads(revived.last_error) or {}).get("code")
-    _grant(tx, occ_id, request_id, revived.fence, actual_code)
+    grant(tx, occ_id, request_id, revived.fence, actual_code)
     tx.emit(
         EventType.OCCURRENCE_REQUEUED,
         job_id=revived.job_id,
@@ -186,62 +186,6 @@ def requeue(
         request_id=request_id,
         operator=operator,
         previous_error=actual_code,
-    )
-    return False
-
-
-def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator: str) -> bool:
-    """Decide an at-most-once occurrence whose outcome is unknown (I6)."""
-    try:
-        verdict = Decision(decision)
-    except ValueError:
-        raise InvalidArgument("decision", "must be applied, not_applied or abandon") from None
-    if record_request(
-        tx, request_id, "adjudicate", str(occ_id), {"decision": verdict.value}, operator
-    ):
-        return True
-    to_status, error = {
-        Decision.APPLIED: (S.SUCCEEDED, None),
-        # The uncertain run used an attempt; the operator's word earns it back (a grant).
-        Decision.NOT_APPLIED: (S.RETRY_WAIT, None),
-        Decision.ABANDON: (
-            S.DEAD_LETTER,
-            {"code": "ABANDONED", "message": f"abandoned by {operator}"},
-        ),
-    }[verdict]
-    settled = to_status != S.RETRY_WAIT
-    decided = T.run(
-        tx,
-        T.OPERATOR_ADJUDICATES,
-        {
-            "occ_id": occ_id,
-            "to_status": to_status.value,
-            "settled": tx.now if settled else None,
-            "error_json": dumps(error) if error is not None else None,
-            "now": tx.now,
-        },
-    )
-    if decided is None:
-        o = occurrence_row(tx, occ_id)
-        raise StateConflict(
-            f"occurrence {occ_id} is {o['status']}, not needs_adjudication",
-            occurrence_id=occ_id,
-            status=o["status"],
-        )
-    if not settled:
-        _grant(tx, occ_id, request_id, decided.fence, "LEASE_EXPIRED")
-    else:
-        end_control(tx, occ_id, job_id=decided.job_id, fence=decided.fence)
-    tx.emit(
-        EventType.OCCURRENCE_ADJUDICATED,
-        job_id=decided.job_id,
-        occurrence_id=occ_id,
-        fence=decided.fence,
-        decision=verdict.value,
-        request_id=request_id,
-        operator=operator,
-        status=to_status.value,
-        authority="operator",
     )
     return False
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kernel import admission, pausing
+from kernel import admission, pausing, verdicts
 from kernel import operator as op
 from kernel.facade.base import FacadeBase
 from kernel.types import ActionResult
@@ -95,7 +95,7 @@ class OperatorFacade(FacadeBase):
         self, occurrence_id: int, *, decision: str, request_id: str, operator: str
     ) -> ActionResult:
         return self._action(
-            op.adjudicate, occurrence_id, request_id, decision=decision, operator=operator
+            verdicts.adjudicate, occurrence_id, request_id, decision=decision, operator=operator
         )
 
     def cancel(self, occurrence_id: int, *, request_id: str, operator: str) -> ActionResult:

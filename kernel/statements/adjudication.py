@@ -16,6 +16,7 @@ from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import adjudication_asks, occurrences
+from kernel.statements.operator import VERDICT_RETURNS
 
 __all__ = ["ASK_ADAPTER", "ADAPTER_ADJUDICATE", "ADAPTER_CANNOT_TELL", "ASK_BY_ID"]
 
@@ -101,7 +102,7 @@ ADAPTER_ADJUDICATE = (
         settled_at=p("settled"),
         updated_at=p("now"),
     )
-    .returning(OCC.c.job_id, OCC.c.fence)
+    .returning(*VERDICT_RETURNS)
 )
 
 #: The adapter could not tell: nobody asks again at this fence; the operator decides.

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.schema import controls, occurrences, operator_requests, requeue_grants
+from kernel.schema import controls, jobs, occurrences, operator_requests, requeue_grants
 
 __all__ = [
     "RECORD_REQUEST",
@@ -25,11 +25,21 @@ __all__ = [
     "REQUEUE",
     "ADJUDICATE",
     "GRANT",
+    "VERDICT_RETURNS",
     "error_code_pattern",
 ]
 
 OCC = occurrences
 CTL = controls
+
+#: What a verdict on an uncertain run (operator's or adapter's) returns: enough to end
+#: its control and fire the chained children its outcome triggers, as a settle does.
+VERDICT_RETURNS = (
+    OCC.c.job_id,
+    OCC.c.fence,
+    OCC.c.chain_depth,
+    sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
+)
 
 
 def _unless_given(name: str, column: Any) -> Any:
@@ -193,7 +203,7 @@ ADJUDICATE = (
         last_error=sa.func.coalesce(sa.cast(p("error_json"), sa.Text), OCC.c.last_error),
         updated_at=p("now"),
     )
-    .returning(OCC.c.job_id, OCC.c.fence)
+    .returning(*VERDICT_RETURNS)
 )
 
 #: One more claim without consuming an attempt; a replayed request adds nothing.

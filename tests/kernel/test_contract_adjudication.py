@@ -235,3 +235,32 @@ def test_operator_and_adapter_racing_decide_once(k: Harness) -> None:
             assert final == (S.SUCCEEDED if winner == "adapter" else S.DEAD_LETTER)
     finally:
         other.close()
+
+
+def _children(k: Harness, job_id: str) -> list[str]:
+    return [o.status for o in k.kernel.list_occurrences(job_id=job_id, limit=10)]
+
+
+@pytest.mark.parametrize("authority", ["operator", "adapter"])
+def test_a_verdict_that_settles_fires_the_chained_children(k: Harness, authority: str) -> None:
+    """applied settles succeeded and abandon dead_letter: the children chained on that
+    outcome fire as after a holder's settle; not_applied settles nothing and fires none."""
+    k.define("job", delivery="at-most-once", max_attempts=1)
+    k.define("on-success", after={"job": "job", "on": "success"})
+    k.define("on-failure", after={"job": "job", "on": "failure"})
+    claims = [k.running("job") for _ in range(3)]
+    k.clock.advance(30)
+    assert k.kernel.expire_leases()["needs_adjudication"] == 3
+    applied, abandoned, retried = (c.occurrence.id for c in claims)
+    if authority == "adapter":
+        for occ_id, verdict in ((applied, APPLIED), (retried, NOT_APPLIED)):
+            asked = k.kernel.ask_adapter(occ_id, asker="w2", window=WINDOW)
+            assert asked is not None
+            k.kernel.adapter_adjudicates(occ_id, token=asked.token, verdict=verdict)
+    else:
+        k.kernel.adjudicate(applied, decision="applied", request_id="r1", operator="ops")
+        k.kernel.adjudicate(retried, decision="not_applied", request_id="r3", operator="ops")
+    # An adapter never abandons: that verdict is the operator's in both cases.
+    k.kernel.adjudicate(abandoned, decision="abandon", request_id="r2", operator="ops")
+    assert _children(k, "on-success") == ["queued"]
+    assert _children(k, "on-failure") == ["queued"]
