@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernel.adapter_verdicts import MAX_ASKS
 from kernel.store import Kernel
 from kernel.testing import ManualClock
 
@@ -107,6 +108,18 @@ class MOcc:
     created_status: str = "queued"
     job_id: str = ""
     manual: bool = False  # made by run-now: claimable while its job is disabled
+    ask: MAsk | None = None  # the adapter's ask about an uncertain run
+
+
+@dataclass
+class MAsk:
+    """A worker's ask of the adapter about the uncertain run at ``fence``."""
+
+    fence: int
+    token: str
+    asks: int
+    deadline: int
+    state: str = "asking"  # or cannot_tell
 
 
 #: What a job cancel ends (waiting) or asks to stop (running).
@@ -409,6 +422,48 @@ class Model:
                 )
 
         return self._request(rid, "adjudicate", str(occ_id), {"decision": decision}, apply)
+
+    # -- the adapter, asked by a worker about an uncertain run ----------------------------------
+
+    def ask_adapter(self, occ_id: int, token: str, window_ms: int) -> bool:
+        """Take the run's one live ask: its first, or again once the last expired
+        unanswered (at most MAX_ASKS); False when it is not to be asked now."""
+        o = self.occs[occ_id]
+        a = o.ask
+        if o.status != "needs_adjudication":
+            return False
+        if a is not None and a.fence == o.fence:
+            if not (a.state == "asking" and a.deadline <= self.now and a.asks < MAX_ASKS):
+                return False
+            asks = a.asks + 1
+        else:
+            asks = 1
+        o.ask = MAsk(o.fence, token, asks, self.now + window_ms)
+        return True
+
+    def _live_ask(self, o: MOcc, token: str) -> MAsk:
+        """The ask ``token`` while it may answer, else the refusal an answer gets."""
+        if o.status != "needs_adjudication":
+            raise Refused("STATE_CONFLICT")  # decided first (an operator, another answer)
+        a = o.ask
+        if a is None:
+            raise Refused("NOT_FOUND")
+        if (a.token, a.state, a.fence) != (token, "asking", o.fence) or a.deadline <= self.now:
+            raise Refused("LEASE_LOST")
+        return a
+
+    def adapter_adjudicates(self, occ_id: int, token: str, decision: str) -> None:
+        o = self.occs[occ_id]
+        self._live_ask(o, token)
+        o.available_at = self.now
+        if decision == "not_applied":  # as an operator's: runnable, the next claim is free
+            o.status, o.grant_fence = "retry_wait", o.fence
+        else:
+            self._leave(o, "succeeded", o.error)
+
+    def adapter_cannot_tell(self, occ_id: int, token: str) -> None:
+        """Nobody asks again about this run; the operator decides."""
+        self._live_ask(self.occs[occ_id], token).state = "cannot_tell"
 
     def cancel(self, occ_id: int, rid: str) -> bool:
         o = self.occs[occ_id]

@@ -4,10 +4,10 @@ A seeded random walk over a few occurrences of four jobs, one of them approval-g
 (tests/lifecycle_model.py). Each step picks two or three operations, mostly on one
 occurrence (worker renew, settle, hand back, pause ack; operator cancel, pause, resume,
 requeue, adjudicate, approve, reject, and now and then a job cancel of its job, sometimes
-under one request id; Beat lease expiry, approval timeouts, fire, dispatch; claims), and
-runs them at once through
-:class:`interleave.Actors` (on PostgreSQL every other step holds the occurrence's row lock
-until each has read). After every step:
+under one request id; a worker's ask of the adapter about an uncertain run and the
+adapter's answer, a stale ask's too; Beat lease expiry, approval timeouts, fire,
+dispatch; claims), and runs them at once through :class:`interleave.Actors` (on PostgreSQL
+every other step holds the occurrence's row lock until each has read). After every step:
 
 - linearizability: the answers and the tables equal what the model gives for the same
   operations applied in SOME serial order (the model then continues from that order);
@@ -48,11 +48,15 @@ from lifecycle_model import (
     snapshot,
 )
 
+from kernel.states import Decision
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from kernel.types import Verdict
 from tests.kernel.interleave import Actors, Outcome, problems, refusals_are_kernel_errors
 
 STEPS = 60
+#: How long a taken adapter ask may answer; steps advance the clock by up to LEASE_S + 1.
+ASK_WINDOW_S = 20
 SEEDS = range(3)
 
 
@@ -88,6 +92,7 @@ class Walk:
         self.seq = 0
         self.claims: list[tuple[int, str, int]] = []
         self.rids: dict[str, str] = {}  # request id -> the action it was made for
+        self.tokens: dict[int, list[str]] = defaultdict(list)  # the adapter asks taken
         for job_id in JOBS:
             attempts = self.rnd.randint(1, 3)
             self.kernel.define_job(job_spec(job_id, attempts))
@@ -289,6 +294,37 @@ class Walk:
             lambda m, _: m.approval_timeouts(),
         )
 
+    def ask_adapter(self, occ_id: int) -> Op:
+        """A worker takes the ask about an uncertain run (the kernel makes its token)."""
+
+        def predict(m: Model, outcome: Outcome) -> Any:
+            got = outcome.value if outcome.ok else None
+            return m.ask_adapter(occ_id, got.token if got else "-", ASK_WINDOW_S * 1000)
+
+        return Op(
+            f"ask_adapter({occ_id})",
+            lambda k: k.ask_adapter(occ_id, asker="w-ask", window=ASK_WINDOW_S),
+            predict,
+            lambda got: got is not None,
+        )
+
+    def adapter_answers(self, occ_id: int, token: str) -> Op:
+        """The asked adapter's answer: applied, not_applied, or cannot tell."""
+        answer = self.rnd.choice(["applied", "not_applied", "cannot_tell"])
+        if answer == "cannot_tell":
+            return Op(
+                f"adapter_cannot_tell({occ_id}, {token[:6]})",
+                lambda k: k.adapter_cannot_tell(occ_id, token=token, reason="unknown"),
+                lambda m, _: m.adapter_cannot_tell(occ_id, token),
+            )
+        verdict = Verdict(Decision(answer), {"asked": token[:6]})
+        return Op(
+            f"adapter_adjudicates({occ_id}, {token[:6]}, {answer})",
+            lambda k: k.adapter_adjudicates(occ_id, token=token, verdict=verdict),
+            lambda m, _: m.adapter_adjudicates(occ_id, token, answer),
+            lambda _: None,
+        )
+
     def expire(self) -> Op:
         return Op("expire_leases", lambda k: k.expire_leases(), lambda m, _: m.expire())
 
@@ -322,7 +358,11 @@ class Walk:
         if o.status == "dead_letter":
             ops.append(self.operator("requeue", o.id))
         if o.status == "needs_adjudication":
-            ops.append(self.operator("adjudicate", o.id))
+            # Two workers may ask at once (a hint delivered twice); answers race the operator.
+            ops += [self.operator("adjudicate", o.id), self.ask_adapter(o.id)]
+            ops += [self.ask_adapter(o.id)] * (self.rnd.random() < 0.5)
+        for _ in range(2 if self.tokens[o.id] else 0):  # the latest ask's answer, or a stale one's
+            ops.append(self.adapter_answers(o.id, self.rnd.choice(self.tokens[o.id][-2:])))
         stale = [c for c in self.claims if c[0] == o.id and c[1:] != (o.owner, o.fence)]
         if stale:  # a holder that lost its claim still writes
             ops.append(self.settle(*self.rnd.choice(stale), "succeeded"))
@@ -379,6 +419,8 @@ class Walk:
             got = outcome.value
             if outcome.ok and op.name.startswith("claim") and got is not None:
                 self.claims.append((got.occurrence.id, got.owner, got.fence))
+            if outcome.ok and op.name.startswith("ask_adapter") and got is not None:
+                self.tokens[got.occurrence.id].append(got.token)
         for state in _states(snap):
             found = problems(state, self.clock.ms)
             assert not found, f"step {number}: occurrence {state['occurrence']['id']}: {found}"
