@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -98,14 +97,21 @@ def _inspect_commands(database_url: str) -> list[str]:
     ]
 
 
-#: Set by Ctrl-C. The demo stops at its next wait rather than where the signal lands:
-#: inside a database call, SQLAlchemy would log the interrupt's traceback.
-_interrupted = threading.Event()
+class _CtrlC:
+    """Set by Ctrl-C's handler. The demo stops at its next wait rather than where the
+    signal lands: inside a database call, SQLAlchemy would log the interrupt's traceback.
+    A plain flag, not a ``threading.Event``: its ``set()`` in the handler could wait for
+    ever on the lock the interrupted ``wait()`` of the same thread held."""
+
+    pressed = False
 
 
 def _pause(seconds: float) -> None:
     """Wait ``seconds``; raises KeyboardInterrupt once Ctrl-C was pressed."""
-    if _interrupted.wait(seconds):
+    end = time.monotonic() + seconds
+    while not _CtrlC.pressed and (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, 0.05))
+    if _CtrlC.pressed:
         raise KeyboardInterrupt
 
 
@@ -114,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=25.0, help="how long to run (default 25)")
     options = parser.parse_args(argv)
     children: list[tuple[subprocess.Popen[bytes], str]] = []
-    _interrupted.clear()
-    signal.signal(signal.SIGINT, lambda *_: _interrupted.set())
+    _CtrlC.pressed = False
+    signal.signal(signal.SIGINT, lambda *_: setattr(_CtrlC, "pressed", True))
     try:
         return _run(options.seconds, children)
     except KeyboardInterrupt:
