@@ -30,13 +30,11 @@ from kernel.schema import adjudication_asks, events, occurrences
 from kernel.states import Decision, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import AdapterAsk, Adjudication, DispatchHint, Occurrence, Verdict
-from kernel.verdicts import apply_verdict
+from kernel.verdicts import ADAPTER, OPERATOR, apply_verdict
 
 __all__ = [
     "MAX_ASKS",
     "MAX_EVIDENCE_BYTES",
-    "OPERATOR",
-    "ADAPTER",
     "ask_adapter",
     "adapter_adjudicates",
     "adapter_cannot_tell",
@@ -51,9 +49,6 @@ ASK = adjudication_asks
 MAX_ASKS = 3
 #: Evidence an adapter may record with its verdict, as canonical JSON.
 MAX_EVIDENCE_BYTES = 4096
-#: Who decided (``authority`` in ``occurrence_adjudicated``).
-OPERATOR = "operator"
-ADAPTER = "adapter"
 
 
 def ask_adapter(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAsk | None:

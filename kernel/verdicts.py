@@ -21,9 +21,12 @@ from kernel.records import dumps
 from kernel.states import Decision, OccurrenceStatus
 from kernel.tx import Tx
 
-__all__ = ["adjudicate", "apply_verdict"]
+__all__ = ["OPERATOR", "ADAPTER", "adjudicate", "apply_verdict"]
 
 S = OccurrenceStatus
+#: Who decided (``authority`` in ``occurrence_adjudicated``).
+OPERATOR = "operator"
+ADAPTER = "adapter"
 
 
 def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator: str) -> bool:
@@ -73,7 +76,7 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
         request_id=request_id,
         operator=operator,
         status=to_status.value,
-        authority="operator",
+        authority=OPERATOR,
     )
     apply_verdict(tx, occ_id, decided, to_status, grant_id=request_id, error=error)
     return False
