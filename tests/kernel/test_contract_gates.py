@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +10,7 @@ import pytest
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.states import OccurrenceStatus as S
 from kernel.store import Kernel
+from tests.kernel.interleave import Actors
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
@@ -224,34 +224,25 @@ def test_two_beats_firing_at_once_never_exceed_a_shared_budget(k: Harness) -> No
     k.kernel.set_budgets({"shared": {"window": "1d", "max_runs": limit}})
     for n in range(jobs):
         k.define(f"j{n}", budget="shared")
-    kernels = [Kernel.open(k.url, clock=k.clock) for _ in range(jobs)]
-    barrier = threading.Barrier(jobs)
-    errors: list[BaseException] = []
-
-    def beat(n: int) -> None:
-        try:
-            job = kernels[n].get_job(f"j{n}")
-            barrier.wait(timeout=30)
-            kernels[n].fire(
-                job.id,
-                expected_revision=job.revision,
-                expected_cursor=None,
-                firings=[(k.cron_key(k.clock.now), k.clock.now)],
-                next_cursor=None,
-            )
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=beat, args=(n,)) for n in range(jobs)]
+    revisions = [k.kernel.get_job(f"j{n}").revision for n in range(jobs)]
+    key, now = k.cron_key(k.clock.now), k.clock.now
+    actors = Actors(k.url, [k.clock] * jobs)
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
+        outcomes = actors.run(
+            *(
+                lambda kernel, n=n: kernel.fire(
+                    f"j{n}",
+                    expected_revision=revisions[n],
+                    expected_cursor=None,
+                    firings=[(key, now)],
+                    next_cursor=None,
+                )
+                for n in range(jobs)
+            )
+        )
     finally:
-        for opened in kernels:
-            opened.close()
-    assert errors == []
+        actors.close()
+    assert all(o.ok for o in outcomes), outcomes
     made = [o for n in range(jobs) for o in k.kernel.list_occurrences(job_id=f"j{n}")]
     assert len(made) == jobs
     assert sum(o.status == S.QUEUED for o in made) == limit
@@ -278,27 +269,21 @@ def test_two_beats_applying_approval_timeouts_decide_each_once(k: Harness) -> No
     )
     made = fired(k, n=40)
     k.clock.advance(600)
-    kernels = [Kernel.open(k.url, clock=k.clock) for _ in range(2)]
-    barrier = threading.Barrier(2)
     decided: list[dict[str, int]] = []
 
     def beat(kernel: Kernel) -> None:
-        barrier.wait(timeout=30)
         while True:
             got = kernel.apply_approval_timeouts(limit=7)
             decided.append(got)
             if not any(got.values()):
                 return
 
-    threads = [threading.Thread(target=beat, args=(opened,)) for opened in kernels]
+    actors = Actors(k.url, [k.clock] * 2)
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
+        outcomes = actors.run(beat, beat)
     finally:
-        for opened in kernels:
-            opened.close()
+        actors.close()
+    assert all(o.ok for o in outcomes), outcomes
     assert sum(d["rejected"] for d in decided) == len(made)
     for occ in made:
         assert k.kernel.get_occurrence(occ.id).skip_reason == "approval_timeout"
