@@ -17,13 +17,15 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import HTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import redis
@@ -38,6 +40,7 @@ __all__ = [
     "free_port",
     "fresh_database",
     "libpq_url",
+    "serving",
     "start_postgres",
     "start_redis",
 ]
@@ -355,3 +358,21 @@ def _tail(path: Path) -> str:
     except OSError as exc:
         return f"(no log: {exc})"
     return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+
+HTTPServerT = TypeVar("HTTPServerT", bound=HTTPServer)
+
+
+@contextmanager
+def serving(server: HTTPServerT) -> Iterator[HTTPServerT]:
+    """Serve ``server`` (a loopback HTTP server a test made) from a thread while in the block."""
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from integration.stack import Stack
+from servers import serving
 
 from adapters.base import Adapter, AdjudicationContext, ExecutionContext
 from adapters.callable import CallableAdapter
@@ -74,14 +75,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def remote() -> Iterator[Remote]:
-    server = Remote()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    yield server
-    server.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join(10)
+    with serving(Remote()) as server:
+        yield server
+        server.release.set()
 
 
 def charge(stack: Stack, remote: Remote, job_id: str, lookup_status: int) -> dict[str, Any]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from integration.stack import Stack
+from servers import serving
 
 from celery_app.cli.exporter import KernelCollector
 
@@ -41,15 +41,8 @@ def alert_url() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A loopback HTTP server recording the alerts POSTed to it."""
     received: list[dict[str, Any]] = []
     handler = type("Alerts", (_Alerts,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), handler)) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}/alerts", received
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
 
 
 def _watchdog(stack: Stack, job_id: str, schedule: dict[str, Any], **payload: Any) -> dict:

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from servers import serving
 from unit.adapter_support import make_context, make_occurrence
 
 from adapters.base import AdapterError, AdjudicationContext, Cancelled, ErrorClass
@@ -76,14 +77,9 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def running_server() -> Iterator[Recorder]:
-    server = Recorder()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    yield server
-    server.release.set()
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(Recorder()) as server:
+        yield server
+        server.release.set()
 
 
 @pytest.fixture
