@@ -1,23 +1,29 @@
 """Kernel occurrences against plain Celery tasks, through the same real workers on Redis.
 
-For each kernel back end one ``celery -A celery_app worker -c 2 -P prefork`` serves
-both sides of the comparison, alternating:
+For each kernel back end the product's ``celery -A celery_app worker -c 2 -P prefork``
+(its settings, task events off as in Celery) serves these sides, taking turns:
 
 * **kernel**: ``--n`` queued occurrences of a ``callable`` job are created up front
   (``Kernel.fire`` in batches), then ``--n`` ``kernel.run_occurrence`` hints are
   published; the clock runs from the first publish until ``Kernel.status()`` counts
   them all succeeded.
-* **plain**: ``--n`` ``bench.noop`` tasks on the same broker and pool, timed until
+* **kernel+E**: the same through a second product worker started with ``-E`` (task
+  events on, as when Flower runs), on the same kernel.
+* **plain**: ``--n`` ``bench.noop`` tasks on the first worker, no kernel, timed until
   their Redis counter reaches ``--n`` (no result backend).
 
 * **stock** / **stock+E**: the same ``--n`` no-op tasks through a stock Celery app
   (``bench/stock_app.py``: Celery's defaults), without and with task events (``-E``,
-  as Flower needs): what a user runs today, and the baseline of the ratios.
+  as Flower needs): what a user runs today, and the baseline of the ratios
+  (kernel against stock, kernel+E against stock+E).
 
 All bodies are the same single Redis ``INCR`` (``bench/counter.py``), so
 ``kernel/stock`` is the share of stock Celery's throughput the kernel keeps. Beside
 each rate, the peak RSS of the worker serving it (main process and pool children,
-VmRSS sampled every 0.2 s during the timed runs). Each side
+VmRSS sampled every 0.2 s during the timed runs), and per run the CPU time of that
+worker's main process, of its pool, of this process and of the rest of the machine
+(``/proc``): on a machine whose cores are busy, the rate follows the CPU a run costs
+in all. Each side
 is warmed up first; the table shows the median of ``--repeat`` runs. Beside it,
 ``pair ms`` is what the kernel adds per run, measured with the worker idle: one
 ``Kernel.claim`` + ``Kernel.succeed`` in this process, no Celery.
@@ -58,7 +64,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.stock_app import STOCK_TASK  # noqa: E402
-from bench.support import RssSampler, fresh_database, postgres_durability, server  # noqa: E402
+from bench.support import CpuMeter, RssSampler, fresh_database, postgres_durability, server  # noqa: E402
 from bench.workers import (  # noqa: E402
     CeleryTasks,
     Worker,
@@ -73,7 +79,7 @@ from kernel import Kernel  # noqa: E402
 __all__ = ["KernelRuns", "kernel_worker", "main", "stock_sides"]
 
 BACKENDS = ("sqlite", "postgres")
-SIDES = ("stock", "stock+E", "plain", "kernel")
+SIDES = ("stock", "stock+E", "plain", "kernel", "kernel+E")
 JOB_ID = "bench-noop"
 PAIR_OWNER = "bench-inline"
 PAIRS = 1000
@@ -82,8 +88,9 @@ PLAIN_TASK = "bench.noop"  # bench/noop.py; not imported here, it registers on t
 FIRE_BATCH = 1000
 WARMUP = 300
 SETTINGS_MODULE = "bench_end_to_end_settings"
-# Each worker its own Redis database: the product's (plain and kernel), stock, stock -E.
-PRODUCT_DB, STOCK_DB, STOCK_EVENTS_DB = 0, 1, 2
+# Each worker its own Redis database: the product's (plain and kernel), stock, stock -E,
+# the product's with -E (kernel+E).
+PRODUCT_DB, STOCK_DB, STOCK_EVENTS_DB, PRODUCT_EVENTS_DB = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ class Sample:
     n: int
     seconds: float
     rss_mb: float = 0.0
+    cpu: CpuMeter | None = None
 
     @property
     def rate(self) -> float:
@@ -104,6 +112,7 @@ class Occurrences:
 
     def __init__(self, kernel: Kernel, counter_key: str) -> None:
         self.kernel = kernel
+        self.counter_key = counter_key
         self.cursor: str | None = None
         self.made = 0
         kernel.define_job(
@@ -139,30 +148,41 @@ class Occurrences:
 
 
 class KernelRuns:
-    """Queued occurrences run through the product's worker, timed until the kernel settled them."""
+    """Queued occurrences run through the product's worker, timed until the kernel settled them.
 
-    def __init__(self, kernel: Kernel, publisher: Celery, broker_url: str, worker: Worker) -> None:
+    Two sides on one kernel (with and without task events) share ``occurrences``, so
+    that one job's cursor moves on; each counts its own bodies.
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        publisher: Celery,
+        broker_url: str,
+        worker: Worker,
+        occurrences: Occurrences | None = None,
+    ) -> None:
         self.kernel = kernel
         self.publisher = publisher
         self.broker = redis.Redis.from_url(broker_url)
         self.worker = worker
-        self.counter = f"bench:kernel:{uuid.uuid4().hex}"
-        self.occurrences = Occurrences(kernel, self.counter)
-        self.ran = 0
+        self.occurrences = occurrences or Occurrences(kernel, f"bench:kernel:{uuid.uuid4().hex}")
         self.rss_mb = 0.0
+        self.cpu = CpuMeter(worker.pid)
 
     def run(self, n: int) -> float:
         before = self._counts()["succeeded"]
+        before_bodies = self._bodies()
         ids = self.occurrences.create(n)
-        self.ran += n
-        with RssSampler([self.worker.pid]) as rss:
+        self.cpu = CpuMeter(self.worker.pid)
+        with RssSampler([self.worker.pid]) as rss, self.cpu:
             # As Beat's pump publishes hints: the job's name as the shadow.
             started = publish(self.publisher, KERNEL_TASK, [[i] for i in ids], shadow=JOB_ID)
             # Kernel.status() scans the table: polling it all along would steal a core
             # from the workers. The body's counter is cheap and only runs ahead of the
             # settles by the runs in flight, so it says when to start asking the kernel.
             wait_until(
-                lambda: self._bodies() >= self.ran,
+                lambda: self._bodies() - before_bodies >= n,
                 self.worker.check_alive,
                 timeout_for(n),
                 f"{n} occurrences to run",
@@ -176,8 +196,9 @@ class KernelRuns:
                 detail=lambda: f"kernel status: {self._counts()}\n{self.worker.tail()}",
             )
         self.rss_mb = max(self.rss_mb, rss.peak_mb)
-        if self._bodies() != self.ran:  # every occurrence's body ran exactly once
-            raise RuntimeError(f"{self.ran} occurrences succeeded; the body ran {self._bodies()}")
+        ran = self._bodies() - before_bodies
+        if ran != n:  # every occurrence's body ran exactly once
+            raise RuntimeError(f"{n} occurrences succeeded; the body ran {ran} times")
         return ended - started
 
     def pairs(self, n: int) -> float:
@@ -195,7 +216,7 @@ class KernelRuns:
             self.kernel.succeed(occ_id, owner=PAIR_OWNER, fence=claim.fence)
 
     def _bodies(self) -> int:
-        return int(self.broker.get(self.counter) or 0)
+        return int(self.broker.get(self.occurrences.counter_key) or 0)
 
     def _counts(self) -> dict[str, int]:
         counts: dict[str, int] = self.kernel.status()["counts"]
@@ -203,9 +224,14 @@ class KernelRuns:
 
 
 def kernel_worker(
-    stack: ExitStack, broker_url: str, database_url: str, concurrency: int
+    stack: ExitStack,
+    broker_url: str,
+    database_url: str,
+    concurrency: int,
+    extra: Sequence[str] = (),
 ) -> tuple[Kernel, Worker, Celery]:
-    """The product's worker on ``database_url`` (SQLite FULL), its kernel and a publisher."""
+    """The product's worker on ``database_url`` (SQLite FULL), its kernel and a publisher;
+    ``extra`` are more worker options (``-E``)."""
     from celery_app.factory import create_app
 
     kernel = Kernel.open(database_url, migrate_schema=True, sqlite_synchronous="FULL")
@@ -220,7 +246,7 @@ def kernel_worker(
         KERNEL_SQLITE_SYNCHRONOUS="FULL",
         KERNEL_VAR_DIR=str(workdir / "var"),
     )
-    worker = Worker(workdir, env, concurrency)
+    worker = Worker(workdir, env, concurrency, extra=extra)
     stack.callback(worker.stop)
     # The product's settings (serializers, events), publishing to the worker's broker.
     return kernel, worker, create_app("bench-publisher", broker_url=broker_url)
@@ -251,10 +277,17 @@ def _measure(
         url = broker_db(broker_url, PRODUCT_DB)
         kernel, worker, publisher = kernel_worker(stack, url, database_url, args.concurrency)
         kernel_runs = KernelRuns(kernel, publisher, url, worker)
+        events_url = broker_db(broker_url, PRODUCT_EVENTS_DB)
+        _, events_worker, events_publisher = kernel_worker(
+            stack, events_url, database_url, args.concurrency, ("-E",)
+        )
         sides: dict[str, Any] = {
             **stock_sides(stack, broker_url, args.concurrency),
             "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK),
             "kernel": kernel_runs,
+            "kernel+E": KernelRuns(
+                kernel, events_publisher, events_url, events_worker, kernel_runs.occurrences
+            ),
         }
         for side in SIDES:  # the first messages also wait for the workers to come up
             sides[side].run(args.warmup)
@@ -262,7 +295,8 @@ def _measure(
             # Rotate which side goes first, so a drift in the machine hits all of them.
             for side in SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]:
                 seconds = sides[side].run(args.n)
-                report(Sample(backend, side, args.n, seconds, sides[side].rss_mb))
+                run = sides[side]
+                report(Sample(backend, side, args.n, seconds, run.rss_mb, run.cpu))
             pairs = min(PAIRS, args.n)
             report(Sample(backend, "pair", pairs, kernel_runs.pairs(pairs)))
 
@@ -294,19 +328,45 @@ def _table(samples: list[Sample]) -> str:
             )
         pair = median("pair")
         rows.append(f"{backend:<9} pair ms  {1000 / pair if pair else 0:>7.2f}")
-        kernel = median("kernel")
+        kernel, kernel_events = median("kernel"), median("kernel+E")
         extra_mb = rss.get((backend, "kernel"), 0.0) - rss.get((backend, "stock"), 0.0)
         verdicts = [
             _verdict(
                 f"kernel >= {RATE_TARGET} x stock", bool(stock) and kernel / stock >= RATE_TARGET
             ),
             _verdict(
-                f"kernel >= {RATE_TARGET} x stock+E",
-                bool(events) and kernel / events >= RATE_TARGET,
+                f"kernel+E >= {RATE_TARGET} x stock+E",
+                bool(events) and kernel_events / events >= RATE_TARGET,
             ),
             _verdict(f"kernel RSS <= stock + {RSS_TARGET_MB} MB", extra_mb <= RSS_TARGET_MB),
         ]
         rows.append(f"{backend:<9} targets  " + "; ".join(verdicts))
+    return "\n".join(rows)
+
+
+CPU_PARTS = ("main", "pool", "bench", "others")
+
+
+def _cpu_table(samples: list[Sample]) -> str:
+    """Median CPU ms per run by part, and how busy the machine was, per (backend, side)."""
+    rows = [
+        f"{'backend':<9} {'side':<8} "
+        + " ".join(f"{part:>7}" for part in CPU_PARTS)
+        + f" {'total':>7} {'busy':>6}"
+    ]
+    keys = dict.fromkeys((s.backend, s.side) for s in samples if s.cpu and s.cpu.parts)
+    for backend, side in keys:
+        runs = [s for s in samples if (s.backend, s.side) == (backend, side) and s.cpu]
+        per_run = {
+            part: statistics.median(1000 * s.cpu.parts[part] / s.n for s in runs if s.cpu)
+            for part in CPU_PARTS
+        }
+        busy = statistics.median(s.cpu.busy_share for s in runs if s.cpu)
+        rows.append(
+            f"{backend:<9} {side:<8} "
+            + " ".join(f"{per_run[part]:>7.2f}" for part in CPU_PARTS)
+            + f" {sum(per_run.values()):>7.2f} {busy:>6.0%}"
+        )
     return "\n".join(rows)
 
 
@@ -369,6 +429,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("stock = Celery's defaults (bench/stock_app.py), stock+E = the same with -E;")
     print("plain = the product's app without the kernel; RSS = worker peak, main + pool")
     print(_table(samples))
+    print()
+    print("CPU ms per run: the worker's main process (consumer), its pool, this process")
+    print("(publishing, polling), the rest of the machine (Redis, PostgreSQL); busy = the")
+    print("machine's busy share of its cores over the timed run")
+    print(_cpu_table(samples))
     return 0
 
 

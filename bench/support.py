@@ -7,6 +7,7 @@ as root, on 127.0.0.1 and ephemeral ports) unless the caller names a running ser
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import tempfile
 import threading
@@ -17,6 +18,7 @@ from types import ModuleType
 from typing import Literal
 
 __all__ = [
+    "CpuMeter",
     "RssSampler",
     "fresh_database",
     "postgres_durability",
@@ -147,3 +149,65 @@ class RssSampler:
     @property
     def peak_mb(self) -> float:
         return max(self.samples, default=0) / 2**20
+
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu_s(pid: int) -> tuple[float, float]:
+    """(own, reaped children's) user+system CPU seconds of ``pid``; zeros once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0, 0.0
+    # After the command's ")": state is field 3, so utime..cstime (14..17) sit at 11..14.
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime) * _TICK_S, (cutime + cstime) * _TICK_S
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+def _machine_cpu_s() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot, summed over its cores."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return (sum(values[:8]) - idle) * _TICK_S, sum(values[:8]) * _TICK_S
+
+
+class CpuMeter:
+    """CPU seconds spent inside a ``with``: by a worker's main process, by its pool, by this
+    process (publishing and polling), and by everything else on the machine.
+
+    ``others`` (Redis, PostgreSQL, any other load) is the machine's busy time less the
+    three measured parts; ``busy_share`` is the machine's busy time over its capacity
+    (cores x wall time): near 1.0 the run was bound by CPU, well below by waiting.
+    """
+
+    def __init__(self, worker_pid: int) -> None:
+        self.worker_pid = worker_pid
+        self.parts: dict[str, float] = {}
+        self.busy_share = 0.0
+
+    def _read(self) -> tuple[float, float, float, float, float]:
+        own, reaped = _process_cpu_s(self.worker_pid)
+        pool = reaped + sum(sum(_process_cpu_s(c)) for c in _children(self.worker_pid))
+        busy, total = _machine_cpu_s()
+        return own, pool, sum(os.times()[:2]), busy, total
+
+    def __enter__(self) -> CpuMeter:
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        main, pool, bench, busy, total = (
+            end - start for end, start in zip(self._read(), self._start, strict=True)
+        )
+        self.parts = {"main": main, "pool": pool, "bench": bench}
+        self.parts["others"] = max(0.0, busy - main - pool - bench)
+        self.busy_share = busy / total if total else 0.0

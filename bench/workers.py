@@ -23,7 +23,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from bench.support import RssSampler
+from bench.support import CpuMeter, RssSampler
 
 __all__ = [
     "ROOT",
@@ -163,11 +163,14 @@ class CeleryTasks:
         self.task = task
         self.broker = redis.Redis.from_url(broker_url)
         self.rss_mb = 0.0
+        self.cpu = CpuMeter(worker.pid)
 
     def run(self, n: int) -> float:
-        """Seconds from the first publish until ``n`` bodies ran; the worker's peak RSS kept."""
+        """Seconds from the first publish until ``n`` bodies ran; the worker's peak RSS and
+        the run's CPU (``self.cpu``) kept."""
         key = f"bench:{self.task}:{uuid.uuid4().hex}"
-        with RssSampler([self.worker.pid]) as rss:
+        self.cpu = CpuMeter(self.worker.pid)
+        with RssSampler([self.worker.pid]) as rss, self.cpu:
             started = publish(self.publisher, self.task, [[key]] * n)
             ended = wait_until(
                 lambda: int(self.broker.get(key) or 0) >= n,
