@@ -32,10 +32,10 @@ KERNEL_DEFAULTS: dict[str, Any] = dict(
     # hint lost with its worker costs only the pump's re-hint; hints a process reserved
     # behind a long run wait for it (Celery's advice for long tasks,
     # worker_prefetch_multiplier=1, is the app's to set).
-    # Task events stay on although Celery's default is off: Flower shows each run under
-    # its job's name (the shadow) from these events alone. What they cost is measured
-    # beside stock Celery with and without -E (bench/end_to_end.py: stock+E / stock).
-    worker_send_task_events=True,
+    # Task events are left at Celery's default (off): they cost a third of a no-op
+    # task's throughput (bench/end_to_end.py, stock+E / stock), and Flower turns them on
+    # in every worker itself (its enable_events broadcast, every 5 s), so each run shows
+    # there under its job's name (the shadow) whenever Flower runs. -E turns them on too.
     # No task-sent events: those carry the real task name and could overwrite the job's.
     task_send_sent_event=False,
     beat_scheduler="celery_app.beat:KernelScheduler",

@@ -1,7 +1,8 @@
 """A real Flower shows each run under its job's name, in a state that says how the run ended.
 
-Beat publishes every hint with ``shadow=<job id>`` and workers send task events, so
-Flower's ``/api/tasks`` (built from those events alone) names the job; a failed run
+Beat publishes every hint with ``shadow=<job id>``, and Flower turns on the workers' task
+events (off by default, as in Celery), so Flower's ``/api/tasks`` (built from those events
+alone) names the job; a failed run
 ends the Celery task in FAILURE. This module is also the job code of the failing job:
 the worker imports it as ``test_flower`` from the stack's ``PYTHONPATH``, so its top
 level imports nothing from the test tree.
@@ -98,6 +99,12 @@ def test_flower_shows_each_run_under_its_job_and_outcome(stack: Stack, flower: s
         lambda: node in (get(f"{flower}/metrics") or ""),
         timeout=20,
         what="flower receiving the worker's events",
+    )
+    # Task events are off by default (Celery's default); Flower turns them on itself.
+    stack.wait(
+        lambda: worker.logged("Events of group {task} enabled by remote."),
+        timeout=20,
+        what="flower enabling the worker's task events",
     )
     stack.start_beat("beat")
 
