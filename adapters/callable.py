@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Callable
@@ -63,6 +64,7 @@ def _resolve(target: str) -> Callable[..., Any]:
     return function
 
 
+@functools.cache  # a signature per run cost as much as the kernel's own Python
 def _takes_ctx(function: Callable[..., Any]) -> bool:
     try:
         parameters = inspect.signature(function).parameters

@@ -80,6 +80,8 @@ class HeldRun:
         )
         self.output = RunOutput(kernel, claim, definition.get("output", {}))
         self.log.output = self.output
+        # Built once: a safe point is checked on every run, before the body too.
+        self._shutdown_marker = os.fspath(shutdown_marker(main_pid))
 
     def effects_deadline(self) -> float:
         return self.renewed_at + self.lease_s - SELF_FENCE_MARGIN_S
@@ -174,7 +176,7 @@ class HeldRun:
     # -- safe points ------------------------------------------------------------
 
     def shutting_down(self) -> bool:
-        return shutdown_marker(self.main_pid).exists()
+        return os.path.exists(self._shutdown_marker)
 
     def on_safe_point(self, safe_point: str, data: Any) -> None:
         """Hand the occurrence back here if a pause or a warm shutdown is pending."""
@@ -183,23 +185,24 @@ class HeldRun:
         if safe_point not in self.adapter.runtime_control.safe_points:
             return
         occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
-        if (self.pause is not None and safe_point in self.pause.safe_points) or (
-            self.shutting_down()
-        ):
+        pending = self.pause
+        pause = pending if pending is not None and safe_point in pending.safe_points else None
+        shutting_down = pause is None and self.shutting_down()
+        if pause is not None or shutting_down:
             self.output.flush(final=True)  # a hand-back releases the lease: store it first
-        if self.pause is not None and safe_point in self.pause.safe_points:
+        if pause is not None:
             self.kernel.ack_pause(
                 occurrence_id,
                 owner=owner,
                 fence=fence,
-                request_id=self.pause.request_id,
-                expected_revision=self.pause.revision,
+                request_id=pause.request_id,
+                expected_revision=pause.revision,
                 safe_point=safe_point,
                 checkpoint=data,
             )
             self.log.info("paused at %s", safe_point, extra={"action": "paused"})
             raise HandBack()
-        if self.shutting_down():
+        if shutting_down:
             self.kernel.hand_back(
                 occurrence_id, owner=owner, fence=fence, safe_point=safe_point, checkpoint=data
             )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 
 __all__ = ["shutdown_marker", "request_warm_shutdown", "clear_warm_shutdown"]
 
 
+@functools.cache  # asked at every run's safe points
 def shutdown_marker(main_pid: int) -> Path:
     """A file whose presence tells a worker's pool processes that a warm shutdown began.
 
