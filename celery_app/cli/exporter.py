@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -205,11 +206,13 @@ def exporter(env: Env, port: int, host: str) -> None:
         lambda: f"serving kernel metrics on {url}",
         one_line=True,
     )
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # A plain list, not a threading.Event: Event.set() in the handler could wait for ever
+    # on the lock the interrupted Event.wait() of this same thread held.
+    terminated: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: terminated.append(signum))
     try:  # Ctrl-C raises KeyboardInterrupt here; the command ends with exit 130
-        while not stop.wait(0.5):
-            pass
+        while not terminated:
+            time.sleep(0.5)
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.shutdown()
