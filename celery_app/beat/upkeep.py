@@ -1,9 +1,8 @@
 """Beat's upkeep steps: the passes of a tick that keep the kernel tidy, apart from firing.
 
 Heartbeat (and forgetting long-silent Beats), lease expiry, approval timeouts, the
-watchdog and retention. The slow ones run at most once per their interval, timed on
-this Beat's monotonic clock; every Beat runs them, and the kernel's guarded
-statements make a second Beat's pass find nothing left to do.
+watchdog and retention. Every Beat runs them; forgetting Beats, the watchdog and
+retention at most once per their interval, timed on this Beat's monotonic clock.
 """
 
 from __future__ import annotations
