@@ -141,7 +141,7 @@ def requeue(
         {
             "occ_id": occ_id,
             "expected_fence": expected_fence,
-            "code_pattern": st.error_code_pattern(expected_error_code),
+            "expected_error_code": expected_error_code,
             "now": tx.now,
         },
     )

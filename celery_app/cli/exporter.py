@@ -2,15 +2,8 @@
 
 Gauges come from :meth:`Kernel.status`, :meth:`Kernel.beats` and :meth:`Kernel.watchdog`
 on every scrape.
-Counters and the claim-latency histogram come from tailing the event log: each
-scrape reads the events written since the last one (a bounded number per scrape), so
-they count what the kernel *recorded* — every worker's claims, not one process's.
-The tail starts at the oldest retained event, so after a restart the counters
-resume near their old values (Prometheus treats any drop as a reset).
-
-Claim latency is the time from when an occurrence became claimable (created and
-due, retry backoff over, resumed, requeued, approved) to the claim that took it;
-reclaims after an expired lease count as lease expirations instead.
+Counters and the claim-latency histogram come from tailing the event log
+(:mod:`celery_app.cli.event_counters`, which says what each counts).
 
 Gates: ``celery_kernel_approvals`` counts approval decisions (by operator or by
 timeout), ``celery_kernel_skips`` skipped firings by reason (``budget``,
@@ -22,43 +15,24 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import click
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from celery_app.cli.event_counters import EventCounters
 from celery_app.cli.output import Env, command
 from celery_app.config import KernelSettings
 from celery_app.operations import beat_health
-from kernel import Event, EventType, InvalidArgument, Kernel, KernelError, OccurrenceStatus, Pool
+from kernel import InvalidArgument, Kernel, KernelError, Pool
 
 __all__ = ["KernelCollector", "exporter"]
-
-_PAGE = 1000
-_MAX_PAGES_PER_SCRAPE = 100
-#: Occurrences remembered as waiting for a claim; the oldest are forgotten beyond this.
-_MAX_WAITING = 100_000
-_LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-_CLAIMABLE_AT_EVENT = (
-    EventType.OCCURRENCE_RESUMED,
-    EventType.OCCURRENCE_REQUEUED,
-    EventType.OCCURRENCE_HANDED_BACK,
-    EventType.OCCURRENCE_APPROVED,
-)
-_SETTLED = (
-    EventType.OCCURRENCE_SUCCEEDED,
-    EventType.OCCURRENCE_DEAD_LETTER,
-    EventType.OCCURRENCE_CANCELLED,
-    EventType.OCCURRENCE_SKIPPED,
-    EventType.OCCURRENCE_REJECTED,
-)
-_DECISIONS = {EventType.OCCURRENCE_APPROVED: "approved", EventType.OCCURRENCE_REJECTED: "rejected"}
-
 
 #: Per pool: its limit, its running counter, its queued and retry_wait occurrences.
 _POOL_GAUGES: tuple[tuple[str, str, Callable[[Pool], int]], ...] = (
@@ -80,10 +54,6 @@ _POOL_GAUGES: tuple[tuple[str, str, Callable[[Pool], int]], ...] = (
 )
 
 
-def _seconds(at: datetime) -> float:
-    return at.timestamp()
-
-
 class KernelCollector(Collector):
     """A prometheus_client collector over one kernel (thread-safe; scrapes serialise)."""
 
@@ -94,76 +64,12 @@ class KernelCollector(Collector):
         self._watchdog_grace_s = watchdog_grace_s
         self._beat_retention_s = beat_retention_s
         self._lock = threading.Lock()
-        self._after = 0
-        self._waiting: dict[int, float] = {}
-        self._claims = Counter(
-            "celery_kernel_claims", "Claims recorded by the kernel.", registry=None
-        )
-        self._expirations = Counter(
-            "celery_kernel_lease_expirations",
-            "Leases that expired (reclaimed, dead-lettered or sent to adjudication).",
-            registry=None,
-        )
-        self._pauses = Counter(
-            "celery_kernel_pauses", "Pauses acknowledged at a safe point.", registry=None
-        )
-        self._dead = Counter(
-            "celery_kernel_dead_letters", "Occurrences that became dead letters.", registry=None
-        )
-        self._approvals = Counter(
-            "celery_kernel_approvals",
-            "Approval decisions (auto: applied by the approval timeout).",
-            labelnames=["decision", "auto"],
-            registry=None,
-        )
-        self._skips = Counter(
-            "celery_kernel_skips",
-            "Firings recorded as skipped, by reason (budget, approval_backlog, overlap...).",
-            labelnames=["reason"],
-            registry=None,
-        )
-        self._job_cancels = Counter(
-            "celery_kernel_job_cancels", "Jobs cancelled (kernel jobs cancel).", registry=None
-        )
-        self._pruned = Counter(
-            "celery_kernel_pruned_occurrences",
-            "Occurrences deleted by retention or kernel prune.",
-            registry=None,
-        )
-        self._jobs_expired = Counter(
-            "celery_kernel_jobs_expired",
-            "Finished jobs deleted by retention (delete_after_run, ttl).",
-            registry=None,
-        )
-        self._fanout_exceeded = Counter(
-            "celery_kernel_chain_fanout_exceeded",
-            "Chained children not fired: their parent's fan-out bound was hit.",
-            registry=None,
-        )
-        self._watchdog_alerts = Counter(
-            "celery_kernel_watchdog_alerts",
-            "Alerts raised by failing watchdog checks, by job.",
-            labelnames=["job"],
-            registry=None,
-        )
-        self._adjudications = Counter(
-            "celery_kernel_adjudications",
-            "Verdicts on unknown outcomes by authority (operator, adapter) and decision "
-            "(an adapter's cannot_tell too).",
-            labelnames=["authority", "decision"],
-            registry=None,
-        )
-        self._latency = Histogram(
-            "celery_kernel_claim_latency_seconds",
-            "From claimable to claimed.",
-            buckets=_LATENCY_BUCKETS,
-            registry=None,
-        )
+        self._counters = EventCounters()
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             try:
-                self._tail()
+                self._counters.tail(self._kernel)
                 status = self._kernel.status()
                 beats = self._kernel.beats()
                 budgets = self._kernel.list_budgets()
@@ -174,25 +80,7 @@ class KernelCollector(Collector):
                     "celery_kernel_up", "1 when the kernel database answered this scrape.", 0
                 )
                 return
-            counters = [
-                m
-                for c in (
-                    self._claims,
-                    self._expirations,
-                    self._pauses,
-                    self._dead,
-                    self._approvals,
-                    self._skips,
-                    self._job_cancels,
-                    self._pruned,
-                    self._jobs_expired,
-                    self._fanout_exceeded,
-                    self._watchdog_alerts,
-                    self._adjudications,
-                    self._latency,
-                )
-                for m in c.collect()
-            ]
+            counters = self._counters.metrics()
         yield _gauge("celery_kernel_up", "1 when the kernel database answered this scrape.", 1)
         by_status = GaugeMetricFamily(
             "celery_kernel_occurrences", "Occurrences by status.", labels=["status"]
@@ -261,78 +149,6 @@ class KernelCollector(Collector):
             yield gauge
         yield from counters
 
-    def _tail(self) -> None:
-        for _ in range(_MAX_PAGES_PER_SCRAPE):
-            page = self._kernel.events(after_id=self._after, limit=_PAGE)
-            for event in page:
-                self._count(event)
-            if page:
-                self._after = page[-1].id
-            if len(page) < _PAGE:
-                return
-
-    def _count(self, event: Event) -> None:
-        occ, at, data = event.occurrence_id, _seconds(event.at), event.data
-        if event.type == EventType.JOB_CANCELLED:
-            self._job_cancels.inc()
-        elif event.type == EventType.HISTORY_PRUNED:
-            self._pruned.inc(int(data.get("occurrences", 0)))
-        elif event.type == EventType.JOB_EXPIRED:
-            self._jobs_expired.inc()
-        elif event.type == EventType.CHAIN_FANOUT_EXCEEDED:
-            self._fanout_exceeded.inc()
-        elif event.type == EventType.WATCHDOG_ALERT:
-            self._watchdog_alerts.labels(job=event.job_id or "").inc()
-        elif event.type == EventType.OCCURRENCE_ADJUDICATED:
-            authority = str(data.get("authority") or "operator")
-            self._adjudications.labels(authority, str(data.get("decision"))).inc()
-        elif event.type == EventType.OCCURRENCE_ADAPTER_CANNOT_TELL:
-            self._adjudications.labels("adapter", "cannot_tell").inc()
-        if occ is None:
-            return
-        if data.get("reason") == "lease_expired":
-            self._expirations.inc()
-        if event.type == EventType.OCCURRENCE_CLAIMED:
-            self._claims.inc()
-            since = self._waiting.pop(occ, None)
-            if data.get("previous_status") == OccurrenceStatus.RUNNING.value:
-                self._expirations.inc()
-            elif since is not None:
-                self._latency.observe(max(0.0, at - since))
-        elif event.type == EventType.OCCURRENCE_CREATED:
-            if not data.get("awaiting_approval"):
-                self._wait(occ, max(at, float(data.get("scheduled_for", 0)) / 1000))
-        elif event.type == EventType.OCCURRENCE_RETRY_WAIT:
-            self._wait(occ, float(data.get("retry_at", at * 1000)) / 1000)
-        elif event.type in _CLAIMABLE_AT_EVENT or (
-            event.type == EventType.OCCURRENCE_ADJUDICATED
-            and data.get("status") == OccurrenceStatus.RETRY_WAIT.value
-        ):
-            self._wait(occ, at)
-        elif event.type == EventType.OCCURRENCE_PAUSED:
-            self._pauses.inc()
-            self._waiting.pop(occ, None)
-        if event.type == EventType.OCCURRENCE_DEAD_LETTER:
-            self._dead.inc()
-        elif event.type == EventType.OCCURRENCE_SKIPPED:
-            self._skips.labels(str(data.get("reason") or "unknown")).inc()
-        elif event.type in _DECISIONS:
-            self._approvals.labels(
-                _DECISIONS[EventType(event.type)], str(bool(data.get("auto"))).lower()
-            ).inc()
-            if event.type == EventType.OCCURRENCE_REJECTED:
-                # not data["reason"]: an operator's free text is no label value
-                auto = bool(data.get("auto"))
-                self._skips.labels("approval_timeout" if auto else "approval_rejected").inc()
-        if event.type in _SETTLED:
-            self._waiting.pop(occ, None)
-
-    def _wait(self, occ: int, since: float) -> None:
-        self._waiting.pop(occ, None)
-        self._waiting[occ] = since
-        if len(self._waiting) > _MAX_WAITING:
-            del self._waiting[next(iter(self._waiting))]
-
 
 def _budget_gauges(budgets: list[dict[str, Any]]) -> Iterator[Metric]:
     runs = GaugeMetricFamily(
@@ -390,11 +206,13 @@ def exporter(env: Env, port: int, host: str) -> None:
         lambda: f"serving kernel metrics on {url}",
         one_line=True,
     )
-    stop = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # A plain list, not a threading.Event: Event.set() in the handler could wait for ever
+    # on the lock the interrupted Event.wait() of this same thread held.
+    terminated: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: terminated.append(signum))
     try:  # Ctrl-C raises KeyboardInterrupt here; the command ends with exit 130
-        while not stop.wait(0.5):
-            pass
+        while not terminated:
+            time.sleep(0.5)
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.shutdown()

@@ -7,12 +7,14 @@ none (SPEC I7): the guard then does not compare it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from kernel.schema import controls, jobs, occurrences, operator_requests, requeue_grants
 
@@ -26,7 +28,6 @@ __all__ = [
     "ADJUDICATE",
     "GRANT",
     "VERDICT_RETURNS",
-    "error_code_pattern",
 ]
 
 OCC = occurrences
@@ -156,20 +157,39 @@ MAKE_AVAILABLE = (
     .returning(OCC.c.job_id, OCC.c.fence)
 )
 
-#: Revive a dead letter for one more claim. ``last_error`` is canonical JSON, so
-#: the error code appears exactly as ``"code":"<code>"`` (``code_pattern``, see
-#: :func:`error_code_pattern`). The operator revives it:
-#: a cancel request of the dead run is spent (no claim takes a flagged row).
+
+class _last_error_code(FunctionElement[str]):
+    """The ``code`` of an occurrence's ``last_error`` (canonical JSON text), as text.
+
+    A JSON extraction on each back end, not a LIKE: SQLite plans a LIKE for its bound
+    pattern, so it re-prepared the statement on every call with a new one.
+    """
+
+    type = sa.Text()
+    name = "last_error_code"
+    inherit_cache = True
+
+
+@compiles(_last_error_code)
+def _last_error_code_sqlite(element: _last_error_code, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"json_extract({compiler.process(element.clauses, **kw)}, '$.code')"
+
+
+@compiles(_last_error_code, "postgresql")
+def _last_error_code_postgresql(element: _last_error_code, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"(CAST({compiler.process(element.clauses, **kw)} AS JSONB) ->> 'code')"
+
+
+#: Revive a dead letter for one more claim (its error code ``expected_error_code``, when
+#: given). The operator revives it: a cancel request of the dead run is spent (no claim
+#: takes a flagged row).
 REQUEUE = (
     sa.update(OCC)
     .where(
         OCC.c.id == p("occ_id"),
         OCC.c.status == "dead_letter",
         _unless_given("expected_fence", OCC.c.fence),
-        sa.or_(
-            sa.cast(p("code_pattern"), sa.Text).is_(None),
-            OCC.c.last_error.like(p("code_pattern"), escape="/"),
-        ),
+        _unless_given("expected_error_code", _last_error_code(OCC.c.last_error)),
     )
     .values(
         status="retry_wait",
@@ -181,14 +201,6 @@ REQUEUE = (
     )
     .returning(OCC.c.job_id, OCC.c.fence, OCC.c.last_error)
 )
-
-
-def error_code_pattern(code: str | None) -> str | None:
-    """The LIKE pattern (escape ``/``) matching canonical JSON that has this error code."""
-    if code is None:
-        return None
-    quoted = '"code":' + json.dumps(code, ensure_ascii=False)
-    return "%" + quoted.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
 
 
 #: An operator's verdict on an at-most-once run whose outcome is unknown.

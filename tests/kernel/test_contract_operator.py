@@ -79,6 +79,21 @@ def test_requeue_needs_its_evidence_to_hold(k: Harness) -> None:
     assert not again.deduplicated and again.occurrence.status == S.RETRY_WAIT
 
 
+def test_requeue_compares_the_error_code_exactly(k: Harness) -> None:
+    # SQLite's LIKE ignores ASCII case: the old pattern guard revived a BOOM for "boom".
+    occ_id = dead_letter(k, code="A_B%")
+    for other in ("a_b%", "AxB%", "A_B"):
+        with pytest.raises(EvidenceConflict):
+            k.kernel.requeue(
+                occ_id, expected_fence=1, expected_error_code=other, request_id=other, operator="o"
+            )
+    assert k.kernel.get_occurrence(occ_id).status == S.DEAD_LETTER
+    again = k.kernel.requeue(
+        occ_id, expected_fence=1, expected_error_code="A_B%", request_id="rq", operator="o"
+    )
+    assert again.occurrence.status == S.RETRY_WAIT
+
+
 def test_adjudicate_applied_not_applied_and_abandon(k: Harness) -> None:
     applied = needs_adjudication(k, "applied")
     not_applied = needs_adjudication(k, "not-applied")

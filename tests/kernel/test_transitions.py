@@ -57,4 +57,4 @@ def test_an_occurrence_event_needs_a_row_that_ran_in_its_transaction() -> None:
 
 
 def _requeue_params() -> dict[str, object]:
-    return {"occ_id": 1, "expected_fence": None, "code_pattern": "%", "now": 0}
+    return {"occ_id": 1, "expected_fence": None, "expected_error_code": None, "now": 0}

@@ -3,7 +3,7 @@
 During ``redis_kill_lost`` / ``redis_kill_kept`` the Beat logs showed ``beat step _pump
 failed; the tick goes on`` with a chained redis/kombu traceback: a broker outage was
 reported as a bug. The hints stay marked and are sent again after ``rehint_after``, so
-the pump now says that in one warning (``celery_app/beat.py``).
+the pump now says that in one warning (``celery_app/beat/firings.py``).
 """
 
 from __future__ import annotations

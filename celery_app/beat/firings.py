@@ -1,0 +1,153 @@
+"""Beat's firing steps: materialise due firings into occurrences, pump their hints.
+
+``plan_job`` decides which firings are due (pure, by the job's catch-up policy); the
+kernel's ``fire`` records them with a cursor compare-and-set, so a second Beat's plan
+for the same firings is a no-op. The pump publishes one ``run_occurrence`` hint per
+claimable occurrence the kernel hands out; a lost hint is sent again after
+``kernel_rehint_after``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from kombu.exceptions import OperationalError
+
+from beat_schedule import timing
+from celery_app.adjudication import hint_adapter_asks
+from celery_app.config import KernelSettings
+from celery_app.tasks import RUN_OCCURRENCE
+from kernel import Job, Kernel, KernelError, StorageUnavailable
+
+__all__ = ["FiringSteps", "RUN_OCCURRENCE", "hint_time_limits", "plan_job"]
+
+log = logging.getLogger("celery_kernel.beat")
+
+#: Kinds whose job code runs in the worker's own process, where Celery's time limits
+#: stop it; shell and http enforce their timeout themselves.
+_TIME_LIMITED_KINDS = frozenset({"task", "callable"})
+#: The hard time limit's margin over the soft one: time for the body to unwind and the
+#: run to settle as TIMEOUT before Celery kills the process.
+_HARD_LIMIT_MARGIN_S = 5.0
+
+
+def hint_time_limits(kind: str, timeout: float | None) -> dict[str, float]:
+    """``send_task`` time limits enforcing a job's ``timeout`` (none for other kinds)."""
+    if timeout is None or kind not in _TIME_LIMITED_KINDS:
+        return {}
+    return {"soft_time_limit": timeout, "time_limit": timeout + _HARD_LIMIT_MARGIN_S}
+
+
+def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
+    """Which firings of ``job`` are due at ``now``, by its catch-up policy."""
+    spec = job.spec
+    cursor = None
+    if job.planned and job.next_trigger_key is not None and job.next_fire_at is not None:
+        cursor = timing.Firing(job.next_fire_at, job.next_trigger_key)
+    schedule = spec["schedule"]
+    # `in` counts from the definition. Anything else starts when the job was last
+    # (re)defined or enabled, so nothing from before it existed is owed; a revision
+    # leaves in next_fire_at where its planning resumes (see Kernel.revise_job).
+    if schedule and "in" in schedule:
+        anchor = job.defined_at
+    elif not job.planned and job.next_fire_at is not None:
+        anchor = job.next_fire_at
+    else:
+        anchor = job.updated_at
+    return timing.plan_due(
+        schedule,
+        spec["dst"],
+        spec["catchup"]["policy"],
+        spec["catchup"]["window"],
+        cursor=cursor,
+        now=now,
+        anchor=anchor,
+    )
+
+
+class FiringSteps:
+    """The tick's materialise, pump and adapter-ask steps (a part of KernelScheduler)."""
+
+    app: Any
+    settings: KernelSettings
+    beat_id: str
+    #: Job id -> ``send_task`` options from its beat_schedule entry's ``options``.
+    hint_options: dict[str, dict[str, Any]]
+
+    def _materialise(self, kernel: Kernel) -> None:
+        now = kernel.now()
+        for job in kernel.due_jobs():
+            try:
+                plan = plan_job(kernel, job, now)
+                report = kernel.fire(
+                    job.id,
+                    expected_revision=job.revision,
+                    expected_cursor=job.next_trigger_key if job.planned else None,
+                    firings=[(f.trigger_key, f.at) for f in plan.fire],
+                    missed=[(f.trigger_key, f.at) for f in plan.missed],
+                    missed_reason=plan.missed_reason,
+                    next_cursor=(plan.next_cursor.trigger_key, plan.next_cursor.at)
+                    if plan.next_cursor
+                    else None,
+                )
+            except StorageUnavailable:
+                raise
+            except KernelError as exc:
+                log.error(
+                    "job %s not materialised: %s",
+                    job.id,
+                    exc,
+                    extra={"action": "materialise_failed", "job_id": job.id},
+                )
+                continue
+            if report.created or report.skipped:
+                log.info(
+                    "job %s: %d created, %d skipped",
+                    job.id,
+                    len(report.created),
+                    len(report.skipped),
+                    extra={"action": "materialised", "job_id": job.id},
+                )
+
+    def _pump(self, kernel: Kernel) -> None:
+        hints = kernel.dispatch_batch(
+            limit=self.settings.dispatch_batch, rehint_after=self.settings.rehint_after
+        )
+        if not hints:
+            return
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for hint in hints:
+                    self.app.send_task(
+                        RUN_OCCURRENCE,
+                        args=[hint.occurrence_id],
+                        queue=hint.queue,
+                        shadow=hint.job_id,
+                        producer=producer,
+                        **self.hint_options.get(hint.job_id, {}),
+                        **hint_time_limits(hint.kind, hint.timeout),
+                    )
+        except OperationalError as exc:  # the broker is down: an outage, not a bad job
+            log.warning(
+                "broker unavailable, %d hint(s) not all published (%s); they are sent again "
+                "after %gs",
+                len(hints),
+                exc,
+                self.settings.rehint_after,
+                extra={"action": "pump_broker_unavailable", "beat_id": self.beat_id},
+            )
+            return
+        log.debug(
+            "published %d hints", len(hints), extra={"action": "pumped", "beat_id": self.beat_id}
+        )
+
+    def _ask_adapters(self, kernel: Kernel) -> None:
+        """Hint workers to ask adapters about uncertain runs (celery_app/adjudication.py)."""
+        hint_adapter_asks(
+            self.app,
+            kernel,
+            limit=self.settings.dispatch_batch,
+            rehint_after=self.settings.rehint_after,
+        )
