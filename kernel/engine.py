@@ -13,10 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from kernel.driver import DriverStatement
 from kernel.errors import InvalidArgument, SchemaUnknown
@@ -44,13 +40,19 @@ _BEGIN_READ = DriverStatement(sa.text("BEGIN"))
 _BEGIN_WRITE = DriverStatement(sa.text("BEGIN IMMEDIATE"))
 
 
-def _alembic_config() -> Config:
+#: The schema revision this code needs: the newest in kernel/migrations/versions (a test
+#: holds it to alembic's head). alembic itself is imported only to migrate or to name an
+#: unknown revision: a worker on a current schema never loads it (~9 MB per process).
+HEAD_REVISION = "0007"
+_VERSION_TABLE = "alembic_version"
+
+
+def _alembic_config() -> Any:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", "kernel:migrations")
     return cfg
-
-
-HEAD_REVISION: str = ScriptDirectory.from_config(_alembic_config()).get_current_head() or ""
 
 
 def create_kernel_engine(
@@ -174,7 +176,10 @@ def _sqlite_engine(
 
 def schema_revision(conn: sa.Connection) -> str | None:
     """The alembic revision stamped in the database, or None for an empty database."""
-    return MigrationContext.configure(conn).get_current_revision()
+    if not sa.inspect(conn).has_table(_VERSION_TABLE):
+        return None
+    revision = conn.execute(sa.text(f"SELECT version_num FROM {_VERSION_TABLE}")).scalar()
+    return None if revision is None else str(revision)
 
 
 def check_schema(engine: sa.Engine) -> None:
@@ -185,7 +190,7 @@ def check_schema(engine: sa.Engine) -> None:
     """
     with engine.connect().execution_options(kernel_read_only=True) as conn:
         current = schema_revision(conn)
-        has_tables = bool(sa.inspect(conn).get_table_names())
+        has_tables = current is None and bool(sa.inspect(conn).get_table_names())
     if current == HEAD_REVISION:
         return
     hint = "run `celery -A celery_app kernel migrate`"
@@ -203,6 +208,8 @@ def check_schema(engine: sa.Engine) -> None:
 
 
 def _is_known(revision: str) -> bool:
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(_alembic_config())
     return revision in {rev.revision for rev in script.walk_revisions()}
 
@@ -225,16 +232,20 @@ def migrate(engine: sa.Engine) -> tuple[str | None, str]:
     Raises:
         SchemaUnknown: the database is at a revision this release does not know.
     """
-    cfg = _alembic_config()
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # Workers and Beats starting together all migrate; one at a time, the
             # rest find the schema current. (SQLite's BEGIN IMMEDIATE already serialises.)
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
         before = schema_revision(conn)
+        if before == HEAD_REVISION:
+            return before, HEAD_REVISION
         if before is not None and not _is_known(before):
             # alembic would fail with its own CommandError; say what it means instead.
             raise _unknown_revision(before)
+        from alembic import command
+
+        cfg = _alembic_config()
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
     return before, HEAD_REVISION

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -9,13 +11,14 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from psycopg import sql
 from servers import libpq_url
 from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from kernel import statements as st
-from kernel.engine import HEAD_REVISION, create_kernel_engine
+from kernel.engine import HEAD_REVISION, _alembic_config, create_kernel_engine
 from kernel.errors import SchemaUnknown
 from kernel.schema import metadata
 from kernel.store import Kernel
@@ -55,6 +58,29 @@ def test_a_newer_unknown_revision_is_refused(k: Harness) -> None:
     assert refused.value.details == {"revision": "ffff", "expected": HEAD_REVISION}
     with pytest.raises(SchemaUnknown):
         Kernel.open(k.url, migrate_schema=True, clock=ManualClock())
+
+
+def test_head_revision_is_alembic_head() -> None:
+    assert ScriptDirectory.from_config(_alembic_config()).get_current_head() == HEAD_REVISION
+
+
+OPEN_AND_CLAIM = """
+import sys
+from kernel import Kernel
+kernel = Kernel.open(sys.argv[1], migrate_schema=True)
+kernel.claim(1, owner="probe")
+kernel.close()
+print("alembic" in sys.modules)
+"""
+
+
+def test_opening_a_current_schema_does_not_load_alembic(k: Harness) -> None:
+    """A worker's processes open the kernel at every start: alembic costs ~9 MB in each."""
+    opened = subprocess.run(
+        [sys.executable, "-c", OPEN_AND_CLAIM, k.url], capture_output=True, text=True, timeout=60
+    )
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == "False"
 
 
 def test_migrating_twice_is_a_no_op_and_matches_the_tables(k: Harness) -> None:
