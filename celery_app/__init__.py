@@ -9,21 +9,35 @@ creates no app and reads no configuration module.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from celery_app.factory import create_app
-from celery_app.install import install
-from celery_app.run_context import current_run
+if TYPE_CHECKING:
+    from celery_app.factory import create_app
+    from celery_app.install import install
+    from celery_app.run_context import current_run
 
 __all__ = ["app", "create_app", "current_run", "install"]
 
 #: The ready-made app, built by :func:`__getattr__` when first asked for.
 app: Any
 
+# Imported when first used: Celery imports the ``kernel`` CLI plug-in, and so this
+# package, at the start of every ``celery`` command, of any app.
+_LAZY = {
+    "create_app": "celery_app.factory",
+    "install": "celery_app.install",
+    "current_run": "celery_app.run_context",
+}
+
 
 def __getattr__(name: str) -> Any:
     if name == "app":
         global app
-        app = create_app()
+        app = importlib.import_module("celery_app.factory").create_app()
         return app
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'celery_app' has no attribute {name!r}")
