@@ -56,6 +56,7 @@ CATEGORIES = (
     "SQL/driver",
     "commit",
     "SQLAlchemy",
+    "lock wait",
     "kernel Python",
     "runtime",
     "body",
@@ -95,6 +96,8 @@ def _category(frame: str) -> str:
         return "SQL/driver"
     if "/sqlalchemy/" in file:
         return "SQLAlchemy"
+    if "WriterGate" in func:
+        return "lock wait"
     if "/kernel/" in file and "site-packages" not in file:
         return "kernel Python"
     if ("/celery_app/" in file or "/adapters/" in file) and "site-packages" not in file:

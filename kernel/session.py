@@ -1,11 +1,4 @@
-"""Transactions: the held connection, and where errors are translated.
-
-SQLite writers line up on SQLite's own lock (``BEGIN IMMEDIATE`` and its busy
-timeout). A gate that made them take turns (an ``flock`` beside the database) cost
-more than it saved: with two processes claiming and settling back to back each
-hand-over is a context switch, and kernel claim+settle pairs/s at 2 and 4 processes
-were 12-45 % lower with it (``bench/kernel_throughput.py``).
-"""
+"""Transactions: the held connection, the SQLite writer gate, and where errors are translated."""
 
 from __future__ import annotations
 
@@ -21,6 +14,7 @@ from kernel.clock import Clock
 from kernel.errors import KernelError
 from kernel.translate import Phase, connection_lost, translate
 from kernel.tx import Tx
+from kernel.writer_gate import WriterGate
 
 __all__ = ["Session"]
 
@@ -52,12 +46,20 @@ class Session:
         self.clock = clock
         self.dialect = engine.dialect.name
         self._held = _Held()
+        database = engine.url.database if self.dialect == "sqlite" else None
+        self._gate = (
+            WriterGate(database, timeout_s=5.0)
+            if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
 
     def close(self) -> None:
         held = self._held
         if held.pid == os.getpid():
             with held.lock:
                 self._release(held)
+        if self._gate is not None:
+            self._gate.close()
 
     def run(self, fn: Callable[..., R], *args: Any, read_only: bool = False, **kwargs: Any) -> R:
         held = self._held
@@ -89,6 +91,7 @@ class Session:
     ) -> R:
         """One transaction on the held connection (``held``) or a pooled one (None)."""
         phase: Phase = "open"
+        gated = not read_only and self._gate is not None and self._gate.acquire()
         try:
             with self._connection(held, read_only) as conn:
                 with conn.begin() as trans:
@@ -113,6 +116,9 @@ class Session:
             if held is not None:
                 self._release(held)
             raise
+        finally:
+            if gated:
+                self._gate.release()  # type: ignore[union-attr]
 
     def _connection(
         self, held: _Held | None, read_only: bool

@@ -1,0 +1,85 @@
+"""The SQLite writer gate lines writers up across processes and never hangs them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kernel.writer_gate import WriterGate
+
+HOLD = """
+import sys, time
+from kernel.writer_gate import WriterGate
+gate = WriterGate(sys.argv[1], timeout_s=5)
+assert gate.acquire()
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+gate.release()
+"""
+
+
+def _holder(db: Path, seconds: float) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(db), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_process_waits_until_the_holder_releases(tmp_path: Path) -> None:
+    holder = _holder(tmp_path / "k.db", 0.5)
+    gate = WriterGate(str(tmp_path / "k.db"), timeout_s=5)
+    started = time.monotonic()
+    assert gate.acquire()
+    waited = time.monotonic() - started
+    gate.release()
+    gate.close()
+    holder.communicate(timeout=10)
+    assert 0.3 < waited < 4
+
+
+def test_a_frozen_holder_costs_at_most_the_timeout(tmp_path: Path) -> None:
+    holder = _holder(tmp_path / "k.db", 30)
+    try:
+        gate = WriterGate(str(tmp_path / "k.db"), timeout_s=0.3)
+        assert gate.acquire() is False
+        # The thread lock was given back: a later attempt is not stuck behind this one.
+        assert gate._thread_lock.acquire(blocking=False)
+        gate._thread_lock.release()
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert gate.acquire() is True
+    gate.release()
+    gate.close()
+
+
+TRY = """
+import sys
+from kernel.writer_gate import WriterGate
+gate = WriterGate(sys.argv[1], timeout_s=0.3)
+print(gate.acquire())
+"""
+
+
+def _other_process_gets_the_gate(db: Path) -> bool:
+    tried = subprocess.run(
+        [sys.executable, "-c", TRY, str(db)], capture_output=True, text=True, timeout=30
+    )
+    return tried.stdout.strip() == "True"
+
+
+def test_a_wait_given_up_never_releases_the_gate_taken_later(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    holder = _holder(db, 1.0)
+    gate = WriterGate(str(db), timeout_s=0.2)
+    assert gate.acquire() is False  # its blocked flock stays behind, abandoned
+    holder.communicate(timeout=10)
+    assert gate.acquire() is True
+    time.sleep(0.2)  # the abandoned wait gets its turn and lets go of its own file
+    assert not _other_process_gets_the_gate(db)
+    gate.release()
+    assert _other_process_gets_the_gate(db)
+    gate.close()
