@@ -168,14 +168,14 @@ class KernelRuns:
         self.worker = worker
         self.occurrences = occurrences or Occurrences(kernel, f"bench:kernel:{uuid.uuid4().hex}")
         self.rss_mb = 0.0
-        self.cpu = CpuMeter(worker.pid)
+        self.cpu: CpuMeter | None = None  # the last run's
 
     def run(self, n: int) -> float:
         before = self._counts()["succeeded"]
         before_bodies = self._bodies()
         ids = self.occurrences.create(n)
-        self.cpu = CpuMeter(self.worker.pid)
-        with RssSampler([self.worker.pid]) as rss, self.cpu:
+        cpu = self.cpu = CpuMeter(self.worker.pid)
+        with RssSampler([self.worker.pid]) as rss, cpu:
             # As Beat's pump publishes hints: the job's name as the shadow.
             started = publish(self.publisher, KERNEL_TASK, [[i] for i in ids], shadow=JOB_ID)
             # Kernel.status() scans the table: polling it all along would steal a core

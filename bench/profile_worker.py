@@ -44,7 +44,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.end_to_end import KernelRuns, kernel_worker  # noqa: E402
-from bench.support import fresh_database, postgres_durability, server  # noqa: E402
+from bench.support import children, fresh_database, postgres_durability, server  # noqa: E402
 from bench.workers import broker_db  # noqa: E402
 
 __all__ = ["classify", "main"]
@@ -148,13 +148,6 @@ def _format_split(split: dict[str, float], unit: str) -> str:
 # -- py-spy on the pool ---------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found.extend(int(c) for c in (task / "children").read_text().split())
-    return found
-
-
 def _read_raw(path: Path) -> list[tuple[list[str], float]]:
     """py-spy's ``--format raw`` (collapsed stacks): ``frame;frame;... count`` per line."""
     samples = []
@@ -187,7 +180,7 @@ def profile_pool(
     """py-spy samples of every pool process, and of the worker's main process (the
     consumer that receives, dispatches and acknowledges), while ``n`` occurrences run."""
     main = runs.worker.pid
-    procs, outputs = _spy([main, *_children(main)], workdir)
+    procs, outputs = _spy([main, *children(main)], workdir)
     try:
         runs.run(n)
     finally:

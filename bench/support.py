@@ -20,6 +20,7 @@ from typing import Literal
 __all__ = [
     "CpuMeter",
     "RssSampler",
+    "children",
     "fresh_database",
     "postgres_durability",
     "process_tree_rss",
@@ -95,6 +96,16 @@ def postgres_durability(server_url: str) -> str:
     return " ".join(f"{name}={row[0] if row else '?'}" for name, row in pairs)
 
 
+def children(pid: int) -> list[int]:
+    """``pid``'s child processes (a prefork pool's children), from
+    ``/proc/PID/task/TID/children``; none once it is gone."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
 def process_tree_rss(pid: int) -> int:
     """Resident memory in bytes of ``pid`` and all its descendants (VmRSS from /proc).
 
@@ -107,10 +118,9 @@ def process_tree_rss(pid: int) -> int:
         current = pending.pop()
         try:
             status = Path(f"/proc/{current}/status").read_text()
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pending.extend(int(c) for c in (task / "children").read_text().split())
         except (FileNotFoundError, ProcessLookupError):
             continue
+        pending.extend(children(current))
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1]) * 1024
@@ -165,14 +175,6 @@ def _process_cpu_s(pid: int) -> tuple[float, float]:
     return (utime + stime) * _TICK_S, (cutime + cstime) * _TICK_S
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        return []
-
-
 def _machine_cpu_s() -> tuple[float, float]:
     """(busy, all) CPU seconds of the whole machine since boot, summed over its cores."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -196,7 +198,7 @@ class CpuMeter:
 
     def _read(self) -> tuple[float, float, float, float, float]:
         own, reaped = _process_cpu_s(self.worker_pid)
-        pool = reaped + sum(sum(_process_cpu_s(c)) for c in _children(self.worker_pid))
+        pool = reaped + sum(sum(_process_cpu_s(c)) for c in children(self.worker_pid))
         busy, total = _machine_cpu_s()
         return own, pool, sum(os.times()[:2]), busy, total
 

@@ -163,14 +163,14 @@ class CeleryTasks:
         self.task = task
         self.broker = redis.Redis.from_url(broker_url)
         self.rss_mb = 0.0
-        self.cpu = CpuMeter(worker.pid)
+        self.cpu: CpuMeter | None = None  # the last run's
 
     def run(self, n: int) -> float:
         """Seconds from the first publish until ``n`` bodies ran; the worker's peak RSS and
         the run's CPU (``self.cpu``) kept."""
         key = f"bench:{self.task}:{uuid.uuid4().hex}"
-        self.cpu = CpuMeter(self.worker.pid)
-        with RssSampler([self.worker.pid]) as rss, self.cpu:
+        cpu = self.cpu = CpuMeter(self.worker.pid)
+        with RssSampler([self.worker.pid]) as rss, cpu:
             started = publish(self.publisher, self.task, [[key]] * n)
             ended = wait_until(
                 lambda: int(self.broker.get(key) or 0) >= n,
