@@ -80,8 +80,6 @@ class HeldRun:
         )
         self.output = RunOutput(kernel, claim, definition.get("output", {}))
         self.log.output = self.output
-        # Built once: a safe point is checked on every run, before the body too.
-        self._shutdown_marker = os.fspath(shutdown_marker(main_pid))
 
     def effects_deadline(self) -> float:
         return self.renewed_at + self.lease_s - SELF_FENCE_MARGIN_S
@@ -176,7 +174,7 @@ class HeldRun:
     # -- safe points ------------------------------------------------------------
 
     def shutting_down(self) -> bool:
-        return os.path.exists(self._shutdown_marker)
+        return shutdown_marker(self.main_pid).exists()
 
     def on_safe_point(self, safe_point: str, data: Any) -> None:
         """Hand the occurrence back here if a pause or a warm shutdown is pending."""
