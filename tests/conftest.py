@@ -48,6 +48,13 @@ def _server_url(env_var: str, start: Callable[[], RunningServer]) -> Iterator[st
         server.stop()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``long`` first. xdist hands files to its workers in this order
+    (``--no-loadscope-reorder``; by default it puts files with few tests last), and a
+    long file handed out last leaves the other CI worker idle until it ends."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """SQLAlchemy URL (``postgresql+psycopg://...``) of the session's PostgreSQL database.

@@ -11,9 +11,12 @@ import signal
 import time
 from typing import Any
 
+import pytest
 from integration.stack import Stack
 
 from kernel import Occurrence
+
+pytestmark = pytest.mark.long
 
 STEPS = 40
 STEP_S = 0.25

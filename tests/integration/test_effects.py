@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from integration.stack import Proc, Stack
 
+pytestmark = pytest.mark.long
+
 # sleep 300 in the background, and a ledger line per second in the foreground.
 _SCRIPT = (
     'sleep 300 & while [ ! -e "$2" ]; do '

@@ -10,6 +10,8 @@ from integration.stack import Stack
 
 from kernel import Occurrence
 
+pytestmark = pytest.mark.long
+
 
 def firing_time(trigger_key: str) -> datetime:
     """``every:2026-11-29T13:39:30Z`` -> that instant (naive UTC)."""

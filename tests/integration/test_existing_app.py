@@ -19,7 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from integration.stack import Proc, Stack
+
+pytestmark = pytest.mark.long
 
 APP = """\
 from celery import Celery
@@ -84,10 +87,12 @@ def flaky():
 def steps():
     start = (current_run.resumed or {}).get("done", 0)
     note(task="steps", start=start)
-    for done in range(start, 200):
+    # 1,200 steps of 0.1 s: it is paused and cancelled long before it could finish,
+    # however slowly the CLIs start on a busy machine.
+    for done in range(start, 1200):
         current_run.checkpoint({"done": done})
         time.sleep(0.1)
-    return {"done": 200, "resumed_from": start}
+    return {"done": 1200, "resumed_from": start}
 
 @app.task(name="myproj.plain")
 def plain():
@@ -186,23 +191,23 @@ def test_an_existing_app_keeps_its_meaning_on_the_kernel(stack: Stack) -> None:
 
     # A task body that never reaches a safe point cannot be paused while it runs ...
     code, refused = project.kernel_cli("pause", str(plain), "--json")
-    assert code == 1 and refused["error"]["code"] == "PAUSE_UNSUPPORTED"
+    assert code == 1 and refused["error"]["code"] == "PAUSE_UNSUPPORTED", refused
     assert "myproj.plain" in refused["error"]["message"]
     # ... one that checkpoints is paused there and resumes from its checkpoint.
     code, asked = project.kernel_cli("pause", str(steps), "--json")
-    assert code == 0 and asked["occurrence"]["control"]["state"] == "pause_requested"
+    assert code == 0 and asked["occurrence"]["control"]["state"] == "pause_requested", asked
     paused = stack.wait(
         lambda: (o := stack.occurrence(steps)).control and o.control.state.value == "paused" and o,
         timeout=15,
         what="steps paused",
     )
     handed_at = paused.checkpoint["done"]
-    code, _ = project.kernel_cli("resume", str(steps), "--json")
-    assert code == 0
+    code, resumed = project.kernel_cli("resume", str(steps), "--json")
+    assert code == 0, resumed
     stack.wait(lambda: len(project.ledger("steps")) == 2, timeout=15, what="steps resumed")
     assert project.ledger("steps")[1]["start"] == handed_at
     code, cancelled = project.kernel_cli("cancel", str(steps), "--json")
-    assert code == 0 and "next safe point" in cancelled["note"]
+    assert code == 0 and "next safe point" in cancelled["note"], cancelled
     stack.wait(lambda: stack.occurrence(steps).status.value == "cancelled", timeout=15,
                what="steps cancelled at a safe point")  # fmt: skip
 

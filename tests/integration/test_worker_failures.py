@@ -13,6 +13,8 @@ from functools import partial
 import pytest
 from integration.stack import Stack
 
+pytestmark = pytest.mark.long
+
 
 def status(stack: Stack, occurrence_id: int) -> str:
     return stack.occurrence(occurrence_id).status.value

@@ -28,6 +28,8 @@ from kernel.types import Claim
 from tests.kernel.interleave import LEASE_S, SAFE_POINTS, Outcome, Stage, counter_problems
 from tests.kernel.race_world import World, world, world_factory
 
+pytestmark = pytest.mark.long
+
 #: The race fixtures this module's tests take (imported, so listed as used).
 __all__ = ["world", "world_factory"]
 

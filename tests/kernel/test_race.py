@@ -19,6 +19,8 @@ import pytest
 from kernel import Kernel
 from kernel.testing import ManualClock
 
+pytestmark = pytest.mark.long
+
 OCCURRENCES = 2_000
 WORKERS = 4
 WORKER = Path(__file__).with_name("race_worker.py")

@@ -55,6 +55,8 @@ from kernel.store import Kernel
 from kernel.testing import ManualClock, memory_kernel
 from kernel.transitions import allowed_pairs
 
+pytestmark = pytest.mark.long
+
 TRANSITIONS = allowed_pairs()
 
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.long
+
 CHAOS = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
 UNAVAILABLE = 3
 

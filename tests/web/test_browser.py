@@ -29,9 +29,12 @@ CHROMIUM_ARGS = [
 STEPS = 60
 STEP_S = 0.25
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install chromium)"
+    ),
+    pytest.mark.long,
+]
 
 
 @pytest.fixture(scope="module")
