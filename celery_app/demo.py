@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from adapters.base import CHECKPOINT_V1, ExecutionContext
+from celery_app.settings import INTERRUPTED_EXIT
 from kernel import Event, KernelError
 
 __all__ = ["heartbeat", "count_slowly", "main"]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "jobs.yaml"
-INTERRUPTED_EXIT = 130
 _STOP_GRACE_S = 20.0
 
 

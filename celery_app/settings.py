@@ -17,10 +17,19 @@ from kernel import InvalidArgument, KernelError
 from kernel.durations import parse_duration
 from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S
 
-__all__ = ["CONFIG_EXIT", "ConfigInvalid", "KernelSettings", "RETENTION_DEFAULTS", "var_dir"]
+__all__ = [
+    "CONFIG_EXIT",
+    "INTERRUPTED_EXIT",
+    "ConfigInvalid",
+    "KernelSettings",
+    "RETENTION_DEFAULTS",
+    "var_dir",
+]
 
 #: The exit code of every entry point refusing its configuration.
 CONFIG_EXIT = 2
+#: The exit code of every entry point stopped by Ctrl-C (128 + SIGINT, as shells report it).
+INTERRUPTED_EXIT = 130
 T = TypeVar("T")
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True}
 _FLAGS.update({"0": False, "false": False, "no": False, "off": False})

@@ -25,15 +25,13 @@ from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.beat.firings import FiringSteps
 from celery_app.beat.upkeep import UpkeepSteps
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
+from celery_app.settings import INTERRUPTED_EXIT
 from kernel import Kernel, KernelError, StorageUnavailable
 from kernel.redaction import masked_url
 
 __all__ = ["KernelScheduler"]
 
 log = logging.getLogger("celery_kernel.beat")
-
-#: Exit code after Ctrl-C (128 + SIGINT, as shells report it).
-INTERRUPTED_EXIT = 130
 
 
 class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):

@@ -30,6 +30,7 @@ import click
 
 from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
 from celery_app.operations import format_age, iso, utc
+from celery_app.settings import INTERRUPTED_EXIT
 from kernel import InvalidArgument, Kernel, KernelError
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
 
 USAGE_EXIT = 2
 ERROR_EXIT = 1
-INTERRUPTED_EXIT = 130  # 128 + SIGINT, as shells report it
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 _MAX_CELL = 120
 
