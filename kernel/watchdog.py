@@ -10,7 +10,9 @@
 :func:`findings` only reads. :func:`record_findings` (Beat, periodically) appends one
 event per finding it has not recorded before — ``watchdog_overdue`` once per job and
 cursor, ``watchdog_overrun`` once per occurrence and fence — so a stuck state is
-reported once, not every tick.
+reported once, not every tick. Every Beat records: on PostgreSQL the recorders take
+turns under one transaction-scoped advisory lock, so two Beats at the same instant do
+not both find a finding new (SQLite's ``BEGIN IMMEDIATE`` already serialises them).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ S = OccurrenceStatus
 OCC = occurrences
 #: Findings listed per kind at most (the counts are exact).
 MAX_FINDINGS = 100
+#: The advisory lock key watchdog recorders take on PostgreSQL ("WDOG").
+_RECORDING_LOCK = 0x57444F47
 
 
 def _overdue(tx: Tx, grace_ms: int) -> tuple[int, list[dict[str, Any]]]:
@@ -115,6 +119,10 @@ def _holds(key: str, value: str) -> Any:
 def record_findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
     """:func:`findings`, with an event for each overdue cursor or overrunning run seen
     for the first time; ``new_events`` counts them."""
+    if tx.is_postgres:
+        # Taken before the reads: under READ COMMITTED each later statement then sees
+        # what a recorder that held the lock first committed.
+        tx.conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _RECORDING_LOCK})
     found = findings(tx, grace_ms)
     new = 0
     for late in found["overdue"]:
