@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from kernel.clock import Clock
+from kernel.engine import begin_sqlite_write, end_sqlite_write
 from kernel.errors import KernelError
 from kernel.translate import Phase, connection_lost, translate
 from kernel.tx import Tx
@@ -94,12 +95,23 @@ class Session:
         gated = not read_only and self._gate is not None and self._gate.acquire()
         try:
             with self._connection(held, read_only) as conn:
-                with conn.begin() as trans:
-                    phase = "write"
-                    tx = Tx(conn, self.clock, self.dialect)
-                    result = fn(tx, *args, **kwargs)
+                if read_only or self.dialect != "sqlite":
+                    with conn.begin() as trans:
+                        phase = "write"
+                        result = fn(Tx(conn, self.clock, self.dialect), *args, **kwargs)
+                        phase = "commit"
+                        trans.commit()
+                    return result
+                begin_sqlite_write(conn)
+                phase = "write"
+                try:
+                    result = fn(Tx(conn, self.clock, self.dialect), *args, **kwargs)
                     phase = "commit"
-                    trans.commit()
+                    end_sqlite_write(conn, commit=True)
+                except BaseException:
+                    with contextlib.suppress(sa.exc.DBAPIError):  # the first error is the one
+                        end_sqlite_write(conn, commit=False)
+                    raise
                 return result
         except KernelError:
             raise

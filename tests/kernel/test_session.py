@@ -1,0 +1,52 @@
+"""A kernel write is one transaction whichever layer runs its statements.
+
+On SQLite a write begins and commits on the driver (``kernel.engine.begin_sqlite_write``);
+a Core statement inside it makes SQLAlchemy begin a transaction that joins the driver's.
+Either way everything the write did commits together, and a refusal undoes all of it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from kernel.errors import NotFound
+from kernel.events import EventType
+from kernel.schema import events
+from kernel.session import Session
+from kernel.store import Kernel
+from kernel.tx import Tx
+
+
+def _write(tx: Tx, *, core: bool, driver: bool, refuse: bool) -> None:
+    if core:  # through SQLAlchemy's Connection.execute
+        tx.conn.execute(
+            sa.insert(events).values(at=tx.now, type=EventType.WATCHDOG_OVERDUE, data="{}")
+        )
+    if driver:  # through a DriverStatement, on the driver's cursor
+        tx.emit(EventType.WATCHDOG_OVERDUE)
+    if refuse:
+        raise NotFound("refused after writing")
+
+
+@pytest.mark.parametrize("core", [False, True], ids=["driver-only", "core-and-driver"])
+def test_a_write_commits_or_refuses_as_one_transaction(kernel_url: str, core: bool) -> None:
+    kernel = Kernel.open(kernel_url, migrate_schema=True)
+    session = Session(kernel.engine, kernel.clock)
+
+    def count() -> int:
+        with kernel.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one())
+
+    before = count()
+    with pytest.raises(NotFound):
+        session.run(_write, core=core, driver=True, refuse=True)
+    assert count() == before  # nothing of the refused write stayed
+    session.run(_write, core=core, driver=True, refuse=False)
+    assert count() == before + (2 if core else 1)
+    # The held connection is clean for the next write, in either order of layers.
+    session.run(_write, core=True, driver=False, refuse=False)
+    session.run(_write, core=False, driver=True, refuse=False)
+    assert count() == before + (4 if core else 3)
+    session.close()
+    kernel.close()
