@@ -19,7 +19,10 @@ from kernel.errors import InvalidArgument, SchemaUnknown
 from kernel.redaction import masked_url
 
 __all__ = [
+    "advisory_xact_lock",
+    "begin_sqlite_write",
     "create_kernel_engine",
+    "end_sqlite_write",
     "migrate",
     "schema_revision",
     "check_schema",
@@ -202,6 +205,11 @@ def end_sqlite_write(conn: sa.Connection, *, commit: bool) -> None:
         _ROLLBACK.execute(conn)
 
 
+def advisory_xact_lock(conn: sa.Connection, key: int) -> None:
+    """Wait for PostgreSQL's advisory lock ``key``, held until the transaction ends."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+
+
 def schema_revision(conn: sa.Connection) -> str | None:
     """The alembic revision stamped in the database, or None for an empty database."""
     if not sa.inspect(conn).has_table(_VERSION_TABLE):
@@ -264,7 +272,7 @@ def migrate(engine: sa.Engine) -> tuple[str | None, str]:
         if conn.dialect.name == "postgresql":
             # Workers and Beats starting together all migrate; one at a time, the
             # rest find the schema current. (SQLite's BEGIN IMMEDIATE already serialises.)
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK})
+            advisory_xact_lock(conn, _MIGRATION_LOCK)
         before = schema_revision(conn)
         if before == HEAD_REVISION:
             return before, HEAD_REVISION

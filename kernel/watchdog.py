@@ -22,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.engine import advisory_xact_lock
 from kernel.events import EventType
 from kernel.records import loads
 from kernel.schema import events, jobs, occurrences
@@ -122,7 +123,7 @@ def record_findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
     if tx.is_postgres:
         # Taken before the reads: under READ COMMITTED each later statement then sees
         # what a recorder that held the lock first committed.
-        tx.conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _RECORDING_LOCK})
+        advisory_xact_lock(tx.conn, _RECORDING_LOCK)
     found = findings(tx, grace_ms)
     new = 0
     for late in found["overdue"]:
