@@ -16,6 +16,7 @@ naming the state.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 import time
@@ -41,6 +42,7 @@ __all__ = [
     "counter_problems",
     "job_spec",
     "LEASE_S",
+    "race_rounds",
     "SAFE_POINTS",
     "SETTLED",
     "occurrence_state",
@@ -57,6 +59,12 @@ _HOLD_LIMIT_S = 5.0
 _STUCK_AFTER_S = 10.0
 
 Op = Callable[[Kernel], Any]
+
+
+def race_rounds(postgres: bool, rounds: int) -> int:
+    """Rounds of a race test: ``rounds`` on PostgreSQL, 5 on SQLite (which serialises
+    writers, so its rounds only prove the same answers), or ``KERNEL_RACE_ROUNDS``."""
+    return int(os.environ.get("KERNEL_RACE_ROUNDS", "0")) or (rounds if postgres else 5)
 
 
 @dataclass(frozen=True)

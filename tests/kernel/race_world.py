@@ -7,7 +7,6 @@ SQLite and on PostgreSQL. ``KERNEL_RACE_ROUNDS`` overrides every test's rounds.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from tests.kernel.interleave import (
     counter_problems,
     occurrence_state,
     problems,
+    race_rounds,
     refusals_are_kernel_errors,
 )
 
@@ -50,8 +50,7 @@ class World:
 
     def repeat(self, round_: Callable[[int], None], rounds: int = 100) -> None:
         """Run ``round_`` with 0, 1, 2, ...: ``rounds`` times on PostgreSQL, 5 on SQLite."""
-        configured = int(os.environ.get("KERNEL_RACE_ROUNDS", "0"))
-        for i in range(configured or (rounds if self.postgres else 5)):
+        for i in range(race_rounds(self.postgres, rounds)):
             round_(i)
 
     def race(self, round_: int, *ops: Callable[[Kernel], Any], hold: int | None) -> list[Outcome]:

@@ -8,7 +8,6 @@ run. Two disables flip the flag once: one ``job_disabled`` event, one ``changed`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,13 +16,9 @@ import sqlalchemy as sa
 
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.interleave import Actors, refusals_are_kernel_errors
+from tests.kernel.interleave import Actors, race_rounds, refusals_are_kernel_errors
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _rounds(postgres: bool) -> int:
-    return int(os.environ.get("KERNEL_RACE_ROUNDS", "0")) or (40 if postgres else 5)
 
 
 def _spec(job_id: str) -> dict[str, Any]:
@@ -61,7 +56,7 @@ def _unsettled(kernel: Kernel, job_id: str) -> int:
 
 def test_delete_vs_run_now(pair: tuple[Kernel, Actors, bool]) -> None:
     kernel, actors, postgres = pair
-    for i in range(_rounds(postgres)):
+    for i in range(race_rounds(postgres, 40)):
         job_id = f"race-{i}"
         kernel.define_job(_spec(job_id))
         deleted, ran = actors.run(
@@ -80,7 +75,7 @@ def test_delete_vs_run_now(pair: tuple[Kernel, Actors, bool]) -> None:
 
 def test_two_disables_flip_once(pair: tuple[Kernel, Actors, bool]) -> None:
     kernel, actors, postgres = pair
-    for i in range(_rounds(postgres)):
+    for i in range(race_rounds(postgres, 40)):
         job_id = f"flip-{i}"
         kernel.define_job(_spec(job_id))
         outcomes = actors.run(

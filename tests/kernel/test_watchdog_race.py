@@ -7,7 +7,6 @@ each both read "not recorded yet" and both append.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -15,13 +14,9 @@ import pytest
 
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.interleave import Actors, refusals_are_kernel_errors
+from tests.kernel.interleave import Actors, race_rounds, refusals_are_kernel_errors
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _rounds(postgres: bool) -> int:
-    return int(os.environ.get("KERNEL_RACE_ROUNDS", "0")) or (30 if postgres else 5)
 
 
 @pytest.fixture
@@ -38,7 +33,7 @@ def test_two_recorders_append_each_finding_once(
     beats: tuple[Kernel, Actors, ManualClock, bool],
 ) -> None:
     kernel, actors, clock, postgres = beats
-    for i in range(_rounds(postgres)):
+    for i in range(race_rounds(postgres, 30)):
         # A new overdue cursor and a new run past its timeout each round.
         late, slow = f"late-{i}", f"slow-{i}"
         kernel.define_job(
