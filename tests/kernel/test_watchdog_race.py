@@ -7,33 +7,21 @@ each both read "not recorded yet" and both append.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
 
-from kernel.store import Kernel
-from kernel.testing import ManualClock
-from tests.kernel.interleave import Actors, race_rounds, refusals_are_kernel_errors
+from tests.kernel.race_world import World, world, world_factory
+
+__all__ = ["world", "world_factory"]  # fixtures
 
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
-def beats(kernel_url: str) -> Iterator[tuple[Kernel, Actors, ManualClock, bool]]:
-    clock = ManualClock()
-    kernel = Kernel.open(kernel_url, migrate_schema=True, clock=clock)
-    actors = Actors(kernel_url, [clock, clock])
-    yield kernel, actors, clock, kernel_url.startswith("postgresql")
-    actors.close()
-    kernel.close()
+def test_two_recorders_append_each_finding_once(world: World) -> None:
+    kernel, clock = world.stage.kernel, world.clock
 
-
-def test_two_recorders_append_each_finding_once(
-    beats: tuple[Kernel, Actors, ManualClock, bool],
-) -> None:
-    kernel, actors, clock, postgres = beats
-    for i in range(race_rounds(postgres, 30)):
+    def round_(i: int) -> None:
         # A new overdue cursor and a new run past its timeout each round.
         late, slow = f"late-{i}", f"slow-{i}"
         kernel.define_job(
@@ -53,10 +41,12 @@ def test_two_recorders_append_each_finding_once(
         claim = kernel.claim(occ_id, owner="w")
         assert claim is not None
         clock.advance(120)  # 30 s past both the cursor and the timeout, with their grace
-        first, second = actors.run(
-            lambda k: k.record_watchdog(grace=30), lambda k: k.record_watchdog(grace=30)
+        first, second = world.race(
+            i,
+            lambda k: k.record_watchdog(grace=30),
+            lambda k: k.record_watchdog(grace=30),
+            hold=None,
         )
-        refusals_are_kernel_errors([first, second])
         assert first.ok and second.ok, (i, first, second)
         assert first.value["new_events"] + second.value["new_events"] == 2, (i, first, second)
         overdue = [e for e in kernel.events(job_id=late) if e.type == "watchdog_overdue"]
@@ -65,3 +55,5 @@ def test_two_recorders_append_each_finding_once(
         # Settled, so that the next round's findings are the only new ones.
         kernel.set_job_enabled(late, False)
         kernel.succeed(occ_id, owner="w", fence=claim.fence)
+
+    world.repeat(round_, rounds=30)
