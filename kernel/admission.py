@@ -69,25 +69,36 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
     if force:
         return None
     policy = spec["overlap"]
-    active = tx.conn.execute(
-        sa.select(OCC.c.id, OCC.c.status).where(
-            OCC.c.job_id == job_id,
-            OCC.c.status.in_(_SKIP_ACTIVE if policy == "skip" else _ACTIVE),
-        )
-    ).all()
-    if policy == "skip" and active:
-        return OVERLAP
+    if policy == "skip":
+        return OVERLAP if _count(tx, job_id, _SKIP_ACTIVE, up_to=1) else None
     if policy == "replace":
-        for row in active:  # the new occurrence waits (exclusive) until these end
-            request_cancel(tx, row.id, reason="replaced")
+        active = tx.conn.execute(
+            sa.select(OCC.c.id).where(OCC.c.job_id == job_id, OCC.c.status.in_(_ACTIVE))
+        ).scalars()
+        for occ_id in active:  # the new occurrence waits (exclusive) until these end
+            request_cancel(tx, occ_id, reason="replaced")
         return None
+    max_queued = spec["max_queued"]
     if policy == "queue":
         # Claims are exclusive: one active occurrence runs (or runs next) and the
         # others wait behind it; those are what max_queued bounds.
-        backlog = len(active) - 1
+        full = _count(tx, job_id, _ACTIVE, up_to=max_queued + 1) > max_queued
     else:  # allow: every waiting occurrence is backlog
-        backlog = sum(1 for row in active if row.status in _WAITING)
-    return QUEUE_FULL if backlog >= spec["max_queued"] else None
+        full = _count(tx, job_id, _WAITING, up_to=max_queued) >= max_queued
+    return QUEUE_FULL if full else None
+
+
+def _count(tx: Tx, job_id: str, statuses: tuple[str, ...], *, up_to: int) -> int:
+    """How many of the job's occurrences are in ``statuses``, counted no further than
+    ``up_to``: admission only asks whether a bound is reached, and a firing of a job
+    with a large backlog must not read the whole backlog (index ``occurrences_job``)."""
+    counted = (
+        sa.select(OCC.c.id)
+        .where(OCC.c.job_id == job_id, OCC.c.status.in_(statuses))
+        .limit(up_to)
+        .subquery()
+    )
+    return int(tx.conn.execute(sa.select(sa.func.count()).select_from(counted)).scalar_one())
 
 
 def _refusal(job: Job, reason: str, active: list[int]) -> StateConflict:
