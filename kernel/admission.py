@@ -70,7 +70,7 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
         return None
     policy = spec["overlap"]
     if policy == "skip":
-        return OVERLAP if _count(tx, job_id, _SKIP_ACTIVE, up_to=1) else None
+        return OVERLAP if _reaches(tx, job_id, _SKIP_ACTIVE, 1) else None
     if policy == "replace":
         active = tx.conn.execute(
             sa.select(OCC.c.id).where(OCC.c.job_id == job_id, OCC.c.status.in_(_ACTIVE))
@@ -78,27 +78,26 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
         for occ_id in active:  # the new occurrence waits (exclusive) until these end
             request_cancel(tx, occ_id, reason="replaced")
         return None
-    max_queued = spec["max_queued"]
     if policy == "queue":
         # Claims are exclusive: one active occurrence runs (or runs next) and the
         # others wait behind it; those are what max_queued bounds.
-        full = _count(tx, job_id, _ACTIVE, up_to=max_queued + 1) > max_queued
+        full = _reaches(tx, job_id, _ACTIVE, spec["max_queued"] + 1)
     else:  # allow: every waiting occurrence is backlog
-        full = _count(tx, job_id, _WAITING, up_to=max_queued) >= max_queued
+        full = _reaches(tx, job_id, _WAITING, spec["max_queued"])
     return QUEUE_FULL if full else None
 
 
-def _count(tx: Tx, job_id: str, statuses: tuple[str, ...], *, up_to: int) -> int:
-    """How many of the job's occurrences are in ``statuses``, counted no further than
-    ``up_to``: admission only asks whether a bound is reached, and a firing of a job
-    with a large backlog must not read the whole backlog (index ``occurrences_job``)."""
+def _reaches(tx: Tx, job_id: str, statuses: tuple[str, ...], bound: int) -> bool:
+    """Whether the job has at least ``bound`` occurrences in ``statuses``, counted no
+    further than that: a firing of a job with a large backlog must not read the whole
+    backlog (index ``occurrences_job``)."""
     counted = (
         sa.select(OCC.c.id)
         .where(OCC.c.job_id == job_id, OCC.c.status.in_(statuses))
-        .limit(up_to)
+        .limit(bound)
         .subquery()
     )
-    return int(tx.conn.execute(sa.select(sa.func.count()).select_from(counted)).scalar_one())
+    return tx.conn.execute(sa.select(sa.func.count()).select_from(counted)).scalar_one() >= bound
 
 
 def _refusal(job: Job, reason: str, active: list[int]) -> StateConflict:
