@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -86,7 +87,12 @@ def test_a_canary_secret_appears_nowhere(stack: Stack, monkeypatch: pytest.Monke
     secrets_file.write_text(json.dumps({"REPORT_TOKEN": canary}))
     stack.env["KERNEL_SECRETS_FILE"] = str(secrets_file)
     leaky = (
-        'echo "token=$TOKEN pw=$API_PASSWORD"; echo "failed with $TOKEN $API_PASSWORD" >&2; exit 3'
+        'echo "token=$TOKEN pw=$API_PASSWORD"; '
+        # printed in two pieces, read by the worker in two reads
+        'first=${TOKEN%????????????????}; printf "split=%s" "$first"; sleep 0.5; '
+        'printf "%s\\n" "${TOKEN#"$first"}"; '
+        'printf %s "$TOKEN" | base64; printf "user:%s" "$TOKEN" | base64; '
+        'echo "failed with $TOKEN $API_PASSWORD" >&2; exit 3'
     )
     stack.use_jobs(
         {
@@ -143,6 +149,7 @@ def test_a_canary_secret_appears_nowhere(stack: Stack, monkeypatch: pytest.Monke
             seen[" ".join(args + mode)] = run_cli_in_process(*args, *mode)
     seen["exporter"] = exporter_page(stack)
     assert "token=*** pw=***" in seen[f"occurrences logs {shell_occ}"]
+    assert "split=***" in seen[f"occurrences logs {shell_occ}"]
     assert "***" in seen["jobs show secret-hook"]
     stack.stop_all()
     for proc in stack.procs:
@@ -160,9 +167,13 @@ def test_a_canary_secret_appears_nowhere(stack: Stack, monkeypatch: pytest.Monke
         engine.dispose()
     database = "\n".join(rows)
 
+    printed_forms = (
+        base64.b64encode(canary.encode()).decode(),
+        base64.b64encode(f"user:{canary}".encode()).decode(),
+    )
     assert canary not in database
     for where, text in seen.items():
-        for value in (canary, legacy, db_password):
+        for value in (canary, legacy, db_password, *printed_forms):
             assert value not in text, f"{value[:6]}... appears in `{where}`"
 
 
