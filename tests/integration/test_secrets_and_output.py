@@ -221,3 +221,45 @@ def test_shell_output_is_captured_and_bounded_for_failures_and_successes(stack: 
     assert kept.startswith("line 0 of chatter\n") and kept.endswith("line 1999 of chatter\n")
     assert any("bytes of output not kept" in c["text"] for c in chatter if c["stream"] == "note")
     assert stack.occurrence(chats).result["exit_code"] == 0
+
+
+def test_a_secret_printed_in_pieces_is_in_no_byte_of_the_database(stack: Stack) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    (stack.root / "secrets.json").write_text(json.dumps({"REPORT_TOKEN": canary}))
+    stack.env["KERNEL_SECRETS_FILE"] = str(stack.root / "secrets.json")
+    pieces = (
+        'first=${TOKEN%????????????????}; printf "split=%s" "$first"; sleep 0.5; '
+        'printf "%s\\n" "${TOKEN#"$first"}"; '
+        # across the worker's 64 KiB pipe reads, and in the kept tail
+        "head -c 65530 /dev/zero | tr '\\0' x; printf %s \"$TOKEN\"; "
+        'printf "%s" "$TOKEN" | base64'
+    )
+    stack.use_jobs(
+        {
+            "id": "pieces",
+            "kind": "shell",
+            "queue": stack.queue,
+            "max_attempts": 1,
+            "payload": {"argv": ["sh", "-c", pieces], "secrets": {"TOKEN": "REPORT_TOKEN"}},
+        }
+    )
+    stack.start_worker("worker")
+    stack.start_beat("beat")
+    occ = stack.run_now("pieces")
+    settle(stack, occ)
+    assert stack.occurrence(occ).status.value == "succeeded"
+    seen = {
+        "logs": run_cli(stack, "occurrences", "logs", str(occ)),
+        "show": json.dumps(stack.cli("occurrences", "show", str(occ))),
+        "events": json.dumps(stack.cli("events", "--limit", "1000")),
+    }
+    assert "split=***" in seen["logs"]
+    stack.stop_all()
+    seen.update({f"{proc.name} log": proc.log() for proc in stack.procs})
+    stack.kernel.close()
+    for path in (stack.root / "var").glob("kernel.db*"):
+        seen[path.name] = path.read_bytes().decode("latin-1")
+    assert "kernel.db" in seen
+    for where, text in seen.items():
+        for value in (canary, base64.b64encode(canary.encode()).decode()):
+            assert value not in text, f"{value[:6]}... appears in `{where}`"
