@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from kernel import InvalidArgument, KernelError
 from kernel.durations import parse_duration
 from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S
+from kernel.redaction import masked_url
 
 __all__ = [
     "CONFIG_EXIT",
@@ -42,8 +43,9 @@ class ConfigInvalid(InvalidArgument):
     """
 
     def __init__(self, name: str, value: Any, expected: str, *, problem: str | None = None) -> None:
+        shown = masked_url(value) if isinstance(value, str) else value  # a URL's password
         KernelError.__init__(
-            self, f"{name}={value!r}: {problem or 'expected ' + expected}", field=name, value=value
+            self, f"{name}={shown!r}: {problem or 'expected ' + expected}", field=name, value=shown
         )
         self.field = name
 
@@ -76,7 +78,7 @@ class _Source:
         self.names[attr] = name or key
         try:
             return convert(value)
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, OverflowError):  # Overflow: int(inf)
             raise ConfigInvalid(name or key, value, allowed) from None
 
 

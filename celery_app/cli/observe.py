@@ -283,9 +283,9 @@ def _broker_check(app: Any) -> dict[str, str]:
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0.5, timeout=5)
-            return _check("broker", "ok", conn.as_uri())
+            return _check("broker", "ok", masked_url(conn.as_uri()))
     except Exception as exc:  # any transport's failure is a finding, not a crash
-        return _check("broker", "fail", f"{type(exc).__name__}: {exc}")
+        return _check("broker", "fail", masked_url(f"{type(exc).__name__}: {exc}"))
 
 
 @command("doctor")
