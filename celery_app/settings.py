@@ -127,6 +127,17 @@ def _optional_text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
 
+def _patterns(value: Any) -> tuple[str, ...] | None:
+    """Glob patterns, comma-separated or a list; unset (None) allows everything."""
+    if value is None:
+        return None
+    names = value.split(",") if isinstance(value, str) else list(value)
+    patterns = tuple(str(name).strip() for name in names if str(name).strip())
+    if not patterns:
+        raise ValueError(value)
+    return patterns
+
+
 #: How long Beat keeps finished history by default, per status (``off``: forever).
 RETENTION_DEFAULTS: dict[str, str] = {"succeeded": "30d", "cancelled": "30d", "skipped": "7d"}
 
@@ -153,6 +164,9 @@ class KernelSettings:
         retention_batch: occurrences (and jobs) one retention pass deletes at most.
         watchdog_grace: seconds a firing may be overdue, or a run past its timeout,
             before the watchdog reports it.
+        allowed_kinds: glob patterns of the adapter kinds jobs may use; None: any.
+        allowed_callables: glob patterns of the ``pkg.module:function`` a ``callable`` job
+            (or a watchdog's function check) may call; None: any.
         names: where each attribute came from (variable or key), for messages.
     """
 
@@ -170,6 +184,8 @@ class KernelSettings:
     retention_interval: float
     retention_batch: int
     watchdog_grace: float
+    allowed_kinds: tuple[str, ...] | None
+    allowed_callables: tuple[str, ...] | None
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -293,6 +309,22 @@ class KernelSettings:
                 60.0,
                 _number(1, 86_400),
                 f"{seconds} from 1 to 86400",
+            ),
+            allowed_kinds=read(
+                "allowed_kinds",
+                "KERNEL_ALLOWED_KINDS",
+                "kernel_allowed_kinds",
+                None,
+                _patterns,
+                "glob patterns of adapter kinds, comma-separated (e.g. callable,http)",
+            ),
+            allowed_callables=read(
+                "allowed_callables",
+                "KERNEL_ALLOWED_CALLABLES",
+                "kernel_allowed_callables",
+                None,
+                _patterns,
+                "glob patterns of pkg.module:function, comma-separated (e.g. myproj.jobs:*)",
             ),
             names=source.names,
         )

@@ -31,6 +31,7 @@ from celery_app.config import (
     open_kernel,
     refuse_start,
 )
+from celery_app.scope import Scope
 from celery_app.settings import INTERRUPTED_EXIT
 from kernel import Kernel, KernelError, StorageUnavailable
 from kernel.redaction import masked_url
@@ -93,6 +94,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
                 worker_only_kinds(self.app.conf),
                 file=jobs_file,
             )
+            Scope.of(self.settings).check(specs)
             applied = kernel.apply_jobs(
                 [spec.to_dict() for spec in specs],
                 pools=job_file.pools,

@@ -263,3 +263,31 @@ def test_a_secret_printed_in_pieces_is_in_no_byte_of_the_database(stack: Stack) 
     for where, text in seen.items():
         for value in (canary, base64.b64encode(canary.encode()).decode()):
             assert value not in text, f"{value[:6]}... appears in `{where}`"
+
+
+def test_a_worker_runs_only_what_its_deployment_allows(stack: Stack) -> None:
+    marker = stack.root / "shell-ran"
+    stack.env.update(KERNEL_ALLOWED_KINDS="callable", KERNEL_ALLOWED_CALLABLES="ledger_jobs:rec*")
+    stack.start_worker("worker")  # migrates; the definitions below never went through apply
+    stack.define(
+        {
+            "id": "cmd",
+            "kind": "shell",
+            "queue": stack.queue,
+            "max_attempts": 3,
+            "payload": {"argv": ["touch", str(marker)]},
+        },
+        stack.job("stubborn", "stubborn", max_attempts=3),
+        stack.job("record", "record"),
+    )
+    stack.start_beat("beat")
+    runs = {job_id: stack.run_now(job_id) for job_id in ("cmd", "stubborn", "record")}
+    settle(stack, *runs.values())
+
+    assert stack.occurrence(runs["record"]).status.value == "succeeded"
+    for job_id in ("cmd", "stubborn"):
+        refused = stack.occurrence(runs[job_id])
+        assert refused.status.value == "dead_letter" and refused.attempt == 1  # not retried
+        assert refused.last_error is not None and refused.last_error["code"] == "NOT_ALLOWED"
+    assert "KERNEL_ALLOWED_KINDS" in (stack.occurrence(runs["cmd"]).last_error or {})["message"]
+    assert not marker.exists()
