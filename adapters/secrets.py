@@ -17,11 +17,19 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 from adapters.base import AdapterError
 
-__all__ = ["SECRETS_FILE_ENV", "resolve_secrets", "scrub", "secret_forms", "StreamScrubber"]
+__all__ = [
+    "SECRETS_FILE_ENV",
+    "resolve_secrets",
+    "scrub",
+    "scrub_value",
+    "secret_forms",
+    "StreamScrubber",
+]
 
 SECRETS_FILE_ENV = "KERNEL_SECRETS_FILE"
 MASK = "***"
@@ -60,6 +68,17 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every form (:func:`secret_forms`) of each secret value replaced by ``***``."""
     found = _forms_pattern(frozenset(secrets))
     return text if found is None else found[0].sub(MASK, text)
+
+
+def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
+    """A JSON-like ``value`` (a run's result) with every string in it scrubbed, keys too."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {scrub_value(k, secrets): scrub_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_value(item, secrets) for item in value]
+    return value
 
 
 def secret_forms(value: str) -> set[str]:

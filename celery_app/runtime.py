@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from billiard.exceptions import SoftTimeLimitExceeded
 
 from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
-from adapters.secrets import scrub
+from adapters.secrets import scrub, scrub_value
 from celery_app.held_run import HeldRun, LeaseKeeper
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
@@ -162,6 +162,8 @@ def _execute(run: HeldRun) -> RunOutcome:
         return _fenced_off(run)
     try:
         run.output.flush(final=True)
+        if ctx.secrets:  # a reply or return value may echo a secret the run was handed
+            result = scrub_value(result, ctx.secrets)
         kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
     except LeaseLost as exc:
         return _settle_refused(run, exc)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import urllib.request
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +17,12 @@ import sqlalchemy as sa
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
 from integration.stack import Stack
+from servers import serving
 from sqlalchemy.engine import make_url
 
+from adapters.registry import load_adapters
+from celery_app.runtime import LeaseKeeper, run_occurrence
+from kernel import Kernel
 from kernel.schema import metadata
 
 _TERMINAL = ("succeeded", "dead_letter")
@@ -291,3 +297,45 @@ def test_a_worker_runs_only_what_its_deployment_allows(stack: Stack) -> None:
         assert refused.last_error is not None and refused.last_error["code"] == "NOT_ALLOWED"
     assert "KERNEL_ALLOWED_KINDS" in (stack.occurrence(runs["cmd"]).last_error or {})["message"]
     assert not marker.exists()
+
+
+class _EchoHeaders(BaseHTTPRequestHandler):
+    """Answers every request with the headers it received, as many debugging endpoints do."""
+
+    def do_GET(self) -> None:
+        body = json.dumps(dict(self.headers)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_reply_echoing_a_secret_is_stored_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    monkeypatch.setenv("HOOK_TOKEN", canary)
+    kernel = Kernel.open(f"sqlite:///{tmp_path / 'kernel.db'}", migrate_schema=True)
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _EchoHeaders)) as server:
+        kernel.define_job(
+            {
+                "id": "echo",
+                "kind": "http",
+                "payload": {
+                    "url": f"http://127.0.0.1:{server.server_address[1]}/headers",
+                    "secret_headers": {"X-Token": "HOOK_TOKEN"},
+                },
+            }
+        )
+        occ_id = kernel.run_now("echo", request_id="r", operator="test").occurrence.id
+        outcome = run_occurrence(kernel, load_adapters(), occ_id, main_pid=0, keeper=LeaseKeeper())
+    try:
+        assert outcome.result == "succeeded"
+        result = kernel.get_occurrence(occ_id).result
+        assert result is not None and '"X-Token": "***"' in result["body"]
+    finally:
+        kernel.close()
+    assert canary.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("kernel.db*"))
