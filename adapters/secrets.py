@@ -5,18 +5,31 @@ A job holds only the secret's name (shell ``payload.secrets``, http
 looked up in the JSON object of the file named by ``KERNEL_SECRETS_FILE`` (``{"NAME":
 "value"}``, read at each lookup so a rotated secret needs no restart), then in the
 worker's environment. The values found are also what :func:`scrub` removes from a
-run's captured output and error messages.
+run's error messages and :class:`StreamScrubber` from its captured output, each in the
+forms a program commonly prints it (:func:`secret_forms`).
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 from adapters.base import AdapterError
 
-__all__ = ["SECRETS_FILE_ENV", "resolve_secrets", "scrub"]
+__all__ = [
+    "SECRETS_FILE_ENV",
+    "resolve_secrets",
+    "scrub",
+    "scrub_value",
+    "secret_forms",
+    "StreamScrubber",
+]
 
 SECRETS_FILE_ENV = "KERNEL_SECRETS_FILE"
 MASK = "***"
@@ -47,12 +60,98 @@ def resolve_secrets(names: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
+# An encoded form shorter than this would mask unrelated text while hiding little.
+_MIN_ENCODED = 6
+
+
 def scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of each secret value replaced by ``***``."""
-    for value in sorted(set(secrets), key=len, reverse=True):
-        if value:
-            text = text.replace(value, MASK)
-    return text
+    """``text`` with every form (:func:`secret_forms`) of each secret value replaced by ``***``."""
+    found = _forms_pattern(frozenset(secrets))
+    return text if found is None else found[0].sub(MASK, text)
+
+
+def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
+    """A JSON-like ``value`` (a run's result) with every string in it scrubbed, keys too."""
+    if isinstance(value, str):
+        return scrub(value, secrets)
+    if isinstance(value, dict):
+        return {scrub_value(k, secrets): scrub_value(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub_value(item, secrets) for item in value]
+    return value
+
+
+def secret_forms(value: str) -> set[str]:
+    """``value`` as a program commonly prints it: itself, URL-encoded, and base64.
+
+    Base64 is matched wherever the value sits in the encoded bytes: for each of the three
+    alignments, the characters that depend on the value alone (so ``user:secret`` encoded
+    for a Basic header is caught too), standard and URL-safe alphabets.
+    """
+    if not value:
+        return set()
+    encoded = {quote(value, safe=""), quote(value), quote_plus(value)}
+    data = value.encode()
+    exact = base64.b64encode(data).decode()
+    encoded |= {exact, exact.rstrip("=")}
+    for skipped, lead in ((0, 0), (1, 2), (2, 3)):
+        # ``skipped`` bytes before the value share its first 3-byte group; the first
+        # ``lead`` characters mix them in, and a trailing character may mix what follows.
+        text = base64.b64encode(bytes(skipped) + data).decode()
+        encoded.add(text[lead : (8 * (skipped + len(data))) // 6])
+    encoded |= {form.replace("+", "-").replace("/", "_") for form in encoded}
+    return {value} | {form for form in encoded if len(form) >= _MIN_ENCODED}
+
+
+class StreamScrubber:
+    """Masks secrets in one output stream that arrives in pieces of any size.
+
+    A secret may be split across pipe reads or writes, so the last characters of each
+    piece (one fewer than the longest secret form) are held back until the next piece
+    or :meth:`close` shows whether they start a secret; nothing returned ever holds a
+    secret or a piece of one that a later piece completes.
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, text: str, secrets: Iterable[str]) -> str:
+        """The masked text that can be released now that ``text`` has arrived."""
+        held = self._held + text
+        found = _forms_pattern(frozenset(secrets))
+        if found is None:
+            self._held = ""
+            return held
+        pattern, longest = found
+        # A form starting before ``settled`` lies wholly inside ``held``.
+        settled = len(held) - (longest - 1)
+        released: list[str] = []
+        at = 0
+        for match in pattern.finditer(held):
+            if match.start() >= settled:
+                break
+            released += [held[at : match.start()], MASK]
+            at = match.end()
+        cut = max(at, settled)
+        released.append(held[at:cut])
+        self._held = held[cut:]
+        return "".join(released)
+
+    def close(self, secrets: Iterable[str]) -> str:
+        """The rest of the stream, masked: the stream has ended."""
+        held, self._held = self._held, ""
+        return scrub(held, secrets)
+
+
+@functools.lru_cache(maxsize=64)
+def _forms_pattern(secrets: frozenset[str]) -> tuple[re.Pattern[str], int] | None:
+    """One pattern matching every form of every secret (longest first), and the longest's length."""
+    forms = sorted(
+        {form for value in secrets for form in secret_forms(value)}, key=len, reverse=True
+    )
+    if not forms:
+        return None
+    return re.compile("|".join(map(re.escape, forms))), len(forms[0])
 
 
 def _secrets_file() -> dict[str, str]:

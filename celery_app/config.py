@@ -22,6 +22,7 @@ __all__ = [
     "ConfigInvalid",
     "KernelSettings",
     "var_dir",
+    "check_broker_url",
     "embedded_broker_options",
     "ensure_broker_folders",
     "kernel_engine",
@@ -73,6 +74,28 @@ def ensure_broker_folders(app: Any) -> None:
             raise ConfigInvalid(
                 name, value, "a folder this process can write", problem=f"{folder}: {reason}"
             )
+
+
+def check_broker_url(app: Any) -> None:
+    """Refuse a broker URL kombu cannot parse or has no transport for, before Celery builds
+    its banner or connection from it and fails with a traceback.
+
+    Raises:
+        ConfigInvalid: naming ``CELERY_BROKER_URL`` (or ``broker_url``), password masked.
+    """
+    try:
+        with app.connection_for_write() as conn:
+            conn.get_transport_cls()
+    except (ValueError, KeyError, ImportError, TypeError) as exc:
+        name = "CELERY_BROKER_URL" if os.environ.get("CELERY_BROKER_URL") else "broker_url"
+        reason = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        raise ConfigInvalid(
+            name,
+            str(app.conf.broker_url),
+            "",
+            problem=f"not a usable broker URL ({masked_url(str(reason))}); e.g. "
+            "redis://host:6379/0, amqp://user@host//, or unset for the embedded broker",
+        ) from None
 
 
 def kernel_engine_options(settings: KernelSettings, *, must_exist: bool) -> dict[str, Any]:
@@ -131,7 +154,7 @@ def _configured(settings: KernelSettings, make: Callable[[], T]) -> T:
         if exc.field != "database_url":
             raise
         name = settings.names.get("database_url", "KERNEL_DATABASE_URL")
-        value = str(var_dir()) if name == "KERNEL_VAR_DIR" else masked_url(settings.database_url)
+        value = str(var_dir()) if name == "KERNEL_VAR_DIR" else settings.database_url
         problem = exc.message.removeprefix(f"{exc.field}: ")
         raise ConfigInvalid(name, value, "", problem=problem) from None
 

@@ -1,6 +1,7 @@
 """Applying job definitions: what ``kernel jobs apply`` and the web's ``apply`` share.
 
-Both check kinds against the installed adapters, support a dry run, and answer
+Both check kinds against the installed adapters and the deployment's scope
+(:mod:`celery_app.scope`), support a dry run, and answer
 ``{"dry_run", "jobs": [{"id", "change", "revision"}]}`` (the CLI adds ``file``).
 With an expected revision a single definition is revised by compare-and-set on its
 revision: stale is REVISION_CONFLICT, so two editors never overwrite each other.
@@ -13,6 +14,8 @@ from typing import Any
 
 from adapters import load_adapters
 from beat_schedule.kinds import check_kinds, worker_only_kinds
+from celery_app.scope import Scope
+from celery_app.settings import KernelSettings
 from kernel import InvalidArgument, Kernel, NotFound
 from kernel.jobs import check_revision
 from kernel.jobspec import Budget, JobSpec, validate_job_spec
@@ -51,6 +54,7 @@ def apply_specs(
         worker_only_kinds(app.conf) | set(allow_kinds),
         file=file,
     )
+    Scope.of(KernelSettings.from_app(app)).check(specs)
     if dry_run:
         results = [_would_change(kernel, spec, expected_revision) for spec in specs]
     elif expected_revision is not None:

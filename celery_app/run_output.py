@@ -6,7 +6,9 @@ settle, each flush one fenced write (:meth:`kernel.Kernel.append_output`). The f
 half of ``output.limit`` bytes is stored as it comes, so ``occurrences logs --follow``
 shows a run live; past that only the last half is kept, stored at the end after a line
 saying how much was dropped. Secret values the adapter handed to the job are masked
-before anything leaves the worker.
+per stream as the output arrives, before the head/tail split, and across the pieces a
+program wrote them in (:class:`adapters.secrets.StreamScrubber`), so no secret is ever
+stored, whole or in pieces.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from adapters.secrets import scrub
+from adapters.secrets import StreamScrubber
 from kernel import Claim, Kernel, KernelError
 
 __all__ = ["RunOutput", "RunLogger", "DEFAULT_OUTPUT_LIMIT"]
@@ -44,20 +46,25 @@ class RunOutput:
         self._tail_bytes = 0
         self._dropped = 0
         self._head_full = False
+        self._scrubbers: dict[str, StreamScrubber] = {}
 
     def write(self, stream: str, text: str) -> None:
         if not text:
             return
         with self._lock:
-            if not self._head_full:
-                head = text.encode()[: self._head_room].decode(errors="ignore")
-                if head:
-                    self._pending.append((stream, head))
-                    self._head_room -= len(head.encode())
-                text = text[len(head) :]
-                if not text:
-                    return
-                self._head_full = True
+            scrubber = self._scrubbers.setdefault(stream, StreamScrubber())
+            self._keep(stream, scrubber.feed(text, self.secrets))
+
+    def _keep(self, stream: str, text: str) -> None:
+        """Add masked ``text`` to the head while it has room, else to the tail."""
+        if text and not self._head_full:
+            head = text.encode()[: self._head_room].decode(errors="ignore")
+            if head:
+                self._pending.append((stream, head))
+                self._head_room -= len(head.encode())
+            text = text[len(head) :]
+            self._head_full = bool(text)
+        if text:
             self._tail.append((stream, text))
             self._tail_bytes += len(text.encode())
             self._trim_tail()
@@ -80,6 +87,9 @@ class RunOutput:
     def flush(self, *, final: bool = False) -> None:
         """Store what arrived since the last flush (and, when ``final``, the kept tail)."""
         with self._lock:
+            if final:
+                for stream, scrubber in self._scrubbers.items():
+                    self._keep(stream, scrubber.close(self.secrets))
             chunks, self._pending = self._pending, []
             if final:
                 if self._dropped:
@@ -95,7 +105,7 @@ class RunOutput:
                 occurrence_id,
                 owner=owner,
                 fence=fence,
-                chunks=[(stream, scrub(text, self.secrets)) for stream, text in chunks],
+                chunks=chunks,
             )
         except KernelError as exc:  # output is evidence, not state: the run goes on without it
             log.warning(

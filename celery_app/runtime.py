@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from billiard.exceptions import SoftTimeLimitExceeded
 
 from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
-from adapters.secrets import scrub
+from adapters.secrets import scrub, scrub_value
 from celery_app.held_run import HeldRun, LeaseKeeper
+from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
 from kernel import Kernel, LeaseLost, SafePoint
 
@@ -63,6 +64,7 @@ def run_occurrence(
     *,
     main_pid: int,
     keeper: LeaseKeeper,
+    scope: Scope = UNSCOPED,
 ) -> RunOutcome:
     """Claim, execute and settle one occurrence. Returns what happened, for the task.
 
@@ -90,6 +92,17 @@ def run_occurrence(
             retryable=True,
         )
         return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status)
+    refused = scope.refusal(occurrence.kind, occurrence.payload)
+    if refused is not None:  # this worker's own settings: the definition may predate them
+        status = kernel.fail(
+            occurrence.id,
+            owner=claim.owner,
+            fence=claim.fence,
+            code=NOT_ALLOWED,
+            message=f"{refused[1]}; not run",
+            retryable=False,
+        )
+        return RunOutcome("failed", occurrence.job_id, NOT_ALLOWED, status)
     run = HeldRun(kernel, claim, adapter, main_pid, claimed_at)
     keeper.add(run)
     try:
@@ -149,6 +162,8 @@ def _execute(run: HeldRun) -> RunOutcome:
         return _fenced_off(run)
     try:
         run.output.flush(final=True)
+        if ctx.secrets:  # a reply or return value may echo a secret the run was handed
+            result = scrub_value(result, ctx.secrets)
         kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
     except LeaseLost as exc:
         return _settle_refused(run, exc)

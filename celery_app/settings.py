@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from kernel import InvalidArgument, KernelError
 from kernel.durations import parse_duration
 from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S
+from kernel.redaction import masked_url
 
 __all__ = [
     "CONFIG_EXIT",
@@ -42,8 +43,9 @@ class ConfigInvalid(InvalidArgument):
     """
 
     def __init__(self, name: str, value: Any, expected: str, *, problem: str | None = None) -> None:
+        shown = masked_url(value) if isinstance(value, str) else value  # a URL's password
         KernelError.__init__(
-            self, f"{name}={value!r}: {problem or 'expected ' + expected}", field=name, value=value
+            self, f"{name}={shown!r}: {problem or 'expected ' + expected}", field=name, value=shown
         )
         self.field = name
 
@@ -76,7 +78,7 @@ class _Source:
         self.names[attr] = name or key
         try:
             return convert(value)
-        except (TypeError, ValueError, KeyError):
+        except (TypeError, ValueError, KeyError, OverflowError):  # Overflow: int(inf)
             raise ConfigInvalid(name or key, value, allowed) from None
 
 
@@ -125,6 +127,17 @@ def _optional_text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
 
+def _patterns(value: Any) -> tuple[str, ...] | None:
+    """Glob patterns, comma-separated or a list; unset (None) allows everything."""
+    if value is None:
+        return None
+    names = value.split(",") if isinstance(value, str) else list(value)
+    patterns = tuple(str(name).strip() for name in names if str(name).strip())
+    if not patterns:
+        raise ValueError(value)
+    return patterns
+
+
 #: How long Beat keeps finished history by default, per status (``off``: forever).
 RETENTION_DEFAULTS: dict[str, str] = {"succeeded": "30d", "cancelled": "30d", "skipped": "7d"}
 
@@ -151,6 +164,9 @@ class KernelSettings:
         retention_batch: occurrences (and jobs) one retention pass deletes at most.
         watchdog_grace: seconds a firing may be overdue, or a run past its timeout,
             before the watchdog reports it.
+        allowed_kinds: glob patterns of the adapter kinds jobs may use; None: any.
+        allowed_callables: glob patterns of the ``pkg.module:function`` a ``callable`` job
+            (or a watchdog's function check) may call; None: any.
         names: where each attribute came from (variable or key), for messages.
     """
 
@@ -168,6 +184,8 @@ class KernelSettings:
     retention_interval: float
     retention_batch: int
     watchdog_grace: float
+    allowed_kinds: tuple[str, ...] | None
+    allowed_callables: tuple[str, ...] | None
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -291,6 +309,22 @@ class KernelSettings:
                 60.0,
                 _number(1, 86_400),
                 f"{seconds} from 1 to 86400",
+            ),
+            allowed_kinds=read(
+                "allowed_kinds",
+                "KERNEL_ALLOWED_KINDS",
+                "kernel_allowed_kinds",
+                None,
+                _patterns,
+                "glob patterns of adapter kinds, comma-separated (e.g. callable,http)",
+            ),
+            allowed_callables=read(
+                "allowed_callables",
+                "KERNEL_ALLOWED_CALLABLES",
+                "kernel_allowed_callables",
+                None,
+                _patterns,
+                "glob patterns of pkg.module:function, comma-separated (e.g. myproj.jobs:*)",
             ),
             names=source.names,
         )

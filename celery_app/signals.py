@@ -15,7 +15,13 @@ from typing import Any
 from celery import bootsteps
 from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
 
-from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
+from celery_app.config import (
+    KernelSettings,
+    check_broker_url,
+    ensure_broker_folders,
+    open_kernel,
+    refuse_start,
+)
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
 from kernel import KernelError, StorageUnavailable
@@ -67,6 +73,7 @@ def connect(app: Any) -> None:
             return
         try:
             KernelSettings.from_app(app)
+            check_broker_url(app)
             ensure_broker_folders(app)
         except KernelError as exc:
             refuse_start("worker", exc)

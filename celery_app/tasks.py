@@ -11,9 +11,10 @@ from billiard.process import current_process
 
 from adapters.base import Adapter
 from adapters.registry import load_adapters
-from celery_app.config import open_kernel
+from celery_app.config import KernelSettings, open_kernel
 from celery_app.runtime import LeaseKeeper
 from celery_app.runtime import run_occurrence as run
+from celery_app.scope import Scope
 from kernel import Kernel, StorageUnavailable
 
 __all__ = ["register", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
@@ -41,6 +42,7 @@ class ProcessResources:
     adapters: dict[str, Adapter]
     main_pid: int
     keeper: LeaseKeeper
+    scope: Scope
 
 
 def process_resources(celery_app: Any, *, main_pid: int | None = None) -> ProcessResources:
@@ -54,6 +56,7 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
         adapters=load_adapters(celery_app),
         main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),
         keeper=LeaseKeeper(),
+        scope=Scope.of(KernelSettings.from_app(celery_app)),
     )
     celery_app._kernel_resources = resources
     return resources
@@ -97,6 +100,7 @@ def run_occurrence(task: Any, occurrence_id: int) -> str:
             int(occurrence_id),
             main_pid=resources.main_pid,
             keeper=resources.keeper,
+            scope=resources.scope,
         )
     except StorageUnavailable as exc:
         log.warning(

@@ -88,11 +88,18 @@ def create_kernel_engine(
     """
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
         raise InvalidArgument(
             "database_url",
             f"not a SQLAlchemy URL: {masked_url(url)!r} "
             "(e.g. sqlite:///var/kernel.db or postgresql+psycopg://user@host/db)",
+        ) from exc
+    try:
+        parsed.get_dialect()
+    except sa.exc.NoSuchModuleError as exc:
+        raise InvalidArgument(
+            "database_url",
+            f"no SQLAlchemy driver {parsed.drivername!r}: use sqlite or postgresql+psycopg",
         ) from exc
     for name, seconds in (
         ("connect_timeout", connect_timeout),

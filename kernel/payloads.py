@@ -10,7 +10,9 @@ rules and defaults live here only. Any other kind's payload is any JSON object.
   "env_allow": [NAME, ...], "secrets": {NAME: SECRET}, "output_limit": bytes}``. The
   child process sees only ``env``, the worker's own values of the names in
   ``env_allow``, and each ``secrets`` entry's value looked up on the worker by secret
-  name (see ``adapters.secrets``); nothing else of the worker's environment.
+  name (see ``adapters.secrets``); nothing else of the worker's environment, and never
+  the worker's own settings (:func:`is_worker_setting`), refused here, so again by the
+  adapter that reads the payload on the worker.
   ``output_limit`` (default 64 KiB, at most 10 MiB) bounds each stream kept in the result.
 * ``http``: ``{"method": ..., "url": "http(s)://...", "headers": {name: value},
   "secret_headers": {name: SECRET}}`` plus either ``"json": <any JSON>`` or
@@ -53,6 +55,7 @@ __all__ = [
     "WatchdogAlert",
     "WatchdogPayload",
     "check_payload",
+    "is_worker_setting",
     "validate_payload",
 ]
 
@@ -69,6 +72,26 @@ _HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
 #: An environment variable's name, or a secret's name on the worker.
 EnvName = Annotated[str, text(128, re.compile(_PY_NAME))]
 HeaderName = Annotated[str, text(256, re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"))]
+
+
+def is_worker_setting(name: str) -> bool:
+    """Whether ``name`` is one of the worker's own settings: its kernel database, secrets
+    file and other ``KERNEL_*`` settings, its broker (``CELERY_*``, ``BROKER_URL``)."""
+    return name.startswith(("KERNEL_", "CELERY_")) or name == "BROKER_URL"
+
+
+def _not_a_worker_setting(name: str) -> str:
+    if is_worker_setting(name):
+        raise refuse(
+            f"{name} is one of the worker's own settings (KERNEL_*, CELERY_*, BROKER_URL), "
+            "which no job may see"
+        )
+    return name
+
+
+#: A variable of the worker's environment a job may be given: passed on (``env_allow``) or
+#: looked up as a secret's name.
+PassedName = Annotated[EnvName, AfterValidator(_not_a_worker_setting)]
 
 
 class Payload(Section):
@@ -125,10 +148,10 @@ class ShellPayload(Payload):
     )
     cwd: Annotated[str, text(1024)] | None = Field(default=None, description="Working directory.")
     env: dict[EnvName, str] = Field(default_factory=dict, description="Variables set.")
-    env_allow: list[EnvName] = Field(
+    env_allow: list[PassedName] = Field(
         default_factory=list, description="Variables passed on from the worker."
     )
-    secrets: dict[EnvName, EnvName] = Field(
+    secrets: dict[EnvName, PassedName] = Field(
         default_factory=dict, description="Variable: name of the worker's secret it holds."
     )
     output_limit: Annotated[int, integer(1, _SHELL_OUTPUT_LIMIT_MAX)] = Field(
@@ -208,7 +231,7 @@ class HttpPayload(Payload):
     headers: dict[HeaderName, Annotated[str, text(8192, empty=True)]] = Field(
         default_factory=dict, description="Headers sent as written."
     )
-    secret_headers: dict[HeaderName, EnvName] = Field(
+    secret_headers: dict[HeaderName, PassedName] = Field(
         default_factory=dict, description="Header: name of the worker's secret it holds."
     )
     json_: Any = Field(default=None, alias="json", description="A JSON body (not with body).")

@@ -1,4 +1,4 @@
-"""Masking what must not be shown: database URL passwords and stored secret-like values.
+"""Masking what must not be shown: credentials in URLs and DSNs, stored secret-like values.
 
 Secrets should be referred to by name (``payload.secrets``, ``payload.secret_headers``)
 so their values are never stored. Values stored anyway are masked wherever kernel
@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["MASK", "masked_url", "is_sensitive_name", "redacted_spec"]
 
@@ -22,22 +21,33 @@ _SENSITIVE = re.compile(
 )
 
 
-def masked_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``; anything else unchanged.
+def masked_url(text: str) -> str:
+    """``text`` with every credential it holds replaced by ``***``; anything else unchanged.
 
-    ``postgresql://kernel:s3cret@db/kernel`` → ``postgresql://kernel:***@db/kernel``.
-    Text that does not parse as a URL is masked after its last ``:`` before an ``@``.
+    ``text`` is a database or broker URL, a libpq key-value DSN, or a message quoting
+    them. Masked: the password of each URL's userinfo (``amqp://guest:***@rabbit//``,
+    ``redis://:***@cache:6379/0``, each URL of a ``;``-separated failover list) and the
+    value of every ``name=value`` whose name says it carries a credential, in a query or
+    in a DSN (``?password=***``, ``?sslpassword=***``, ``host=db password=***``, quoted
+    values too).
     """
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return re.sub(r":[^:/@]*@", f":{MASK}@", url)
-    if not password:
-        return url
-    user, _, host = parts.netloc.rpartition("@")
-    name = user.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{name}:{MASK}@{host}"))
+    text = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    return _KEY_VALUE.sub(
+        lambda m: f"{m['key']}{m['eq']}{MASK}" if is_sensitive_name(m["key"]) else m[0], text
+    )
+
+
+# ``scheme://user:password@``: the password runs to the URL's last ``@`` (an unescaped
+# ``@``, ``/`` or quote in it must not leave a piece showing); a URL ends at a space or
+# the ``;`` of a failover list.
+_USERINFO = re.compile(
+    r"(?P<scheme>[A-Za-z][\w+.-]*://)(?P<user>[^\s;:/@'\"]*):[^\s;]*@(?=[^\s;@]*(?:[\s;]|$))"
+)
+# ``name=value`` in a query (``&``-separated) or a DSN (space-separated, maybe quoted).
+_KEY_VALUE = re.compile(
+    r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*=\s*)"
+    r"(?:'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;]*)"
+)
 
 
 def is_sensitive_name(name: str) -> bool:
@@ -61,18 +71,5 @@ def redacted_spec(spec: dict[str, Any]) -> dict[str, Any]:
         }
     url = payload.get("url")
     if isinstance(url, str):
-        payload["url"] = _masked_query(masked_url(url))
+        payload["url"] = masked_url(url)
     return shown
-
-
-def _masked_query(url: str) -> str:
-    """``url`` with the values of its secret-like query parameters (``?token=``) masked."""
-    parts = urlsplit(url)
-    if not parts.query:
-        return url
-    pairs = [pair.partition("=") for pair in parts.query.split("&")]
-    query = "&".join(
-        f"{name}{sep}{MASK if sep and is_sensitive_name(name) else value}"
-        for name, sep, value in pairs
-    )
-    return urlunsplit(parts._replace(query=query))

@@ -21,6 +21,7 @@ from kernel.errors import (
     StateConflict,
     StorageUnavailable,
 )
+from kernel.redaction import masked_url
 
 __all__ = ["Phase", "guard", "translate", "connection_lost", "constraint_name"]
 
@@ -138,9 +139,10 @@ def translate(
     commit_state: CommitState = "not_committed"
     if phase == "commit" and (dialect != "sqlite" or connection_lost(exc)):
         commit_state = "unknown"
-    database = url.render_as_string(hide_password=True)
+    database = masked_url(url.render_as_string(hide_password=False))
     return StorageUnavailable(
-        f"the kernel database {database} is unavailable while {_DOING[phase]} ({detail}); "
+        f"the kernel database {database} is unavailable while {_DOING[phase]} "
+        f"({masked_url(detail)}); "
         "the change was "
         + (
             "not committed"
@@ -161,8 +163,8 @@ _INSUFFICIENT_PRIVILEGE = "42501"
 def _permission_denied(orig: BaseException, url: sa.URL) -> PermissionDenied:
     """A grant the connecting role lacks: the statement (and its transaction) did nothing."""
     text = str(orig).strip()
-    refused = text.splitlines()[0] if text else "permission denied"
-    database = url.render_as_string(hide_password=True)
+    refused = masked_url(text.splitlines()[0]) if text else "permission denied"
+    database = masked_url(url.render_as_string(hide_password=False))
     return PermissionDenied(
         f"the database role {url.username!r} may not do this ({refused}); nothing was "
         f"changed. Connect as a role granted it (docs/postgres-roles.sql) or ask the "

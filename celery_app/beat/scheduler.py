@@ -24,7 +24,14 @@ from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.beat.firings import FiringSteps
 from celery_app.beat.upkeep import UpkeepSteps
-from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
+from celery_app.config import (
+    KernelSettings,
+    check_broker_url,
+    ensure_broker_folders,
+    open_kernel,
+    refuse_start,
+)
+from celery_app.scope import Scope
 from celery_app.settings import INTERRUPTED_EXIT
 from kernel import Kernel, KernelError, StorageUnavailable
 from kernel.redaction import masked_url
@@ -47,6 +54,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
         try:  # before anything else: Celery builds a scheduler for its banner first
             self.settings = KernelSettings.from_app(app)
             self.jobs_file = self.settings.require_jobs_file()
+            check_broker_url(app)
         except KernelError as exc:
             refuse_start("beat", exc)
         super().__init__(app, *args, **kwargs)
@@ -86,6 +94,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
                 worker_only_kinds(self.app.conf),
                 file=jobs_file,
             )
+            Scope.of(self.settings).check(specs)
             applied = kernel.apply_jobs(
                 [spec.to_dict() for spec in specs],
                 pools=job_file.pools,

@@ -15,8 +15,8 @@ from celery_app import operations
 from celery_app.cli.output import Env, command, fields, format_age, format_json, line, table
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.operations import beat_health, beat_warning
-from kernel import Event, Kernel, KernelError
-from kernel.redaction import masked_url
+from kernel import Event, Job, Kernel, KernelError
+from kernel.redaction import is_sensitive_name, masked_url
 
 __all__ = ["doctor", "events", "status"]
 
@@ -254,6 +254,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
             if missing
             else _check("job kinds", "ok", "every job's kind has an adapter")
         )
+        checks.append(_passed_secrets_check(kernel.list_jobs()))
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         retention = settings.beat_retention
@@ -279,13 +280,34 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
     return checks
 
 
+def _passed_secrets_check(jobs: list[Job]) -> dict[str, str]:
+    """Jobs whose command gets a worker variable that looks secret (``env_allow``)."""
+    passing = []
+    for job in jobs:
+        payload = job.spec["payload"]
+        if job.kind == "watchdog":
+            payload = payload.get("check")
+        names = payload.get("env_allow", []) if isinstance(payload, dict) else []
+        secret = sorted(name for name in names if is_sensitive_name(name))
+        if secret:
+            passing.append(f"{job.id} ({', '.join(secret)})")
+    if not passing:
+        return _check("job env", "ok", "no job passes a secret-looking worker variable")
+    return _check(
+        "job env",
+        "warn",
+        f"jobs pass worker variables that look secret to their commands: {'; '.join(passing)}; "
+        "refer to secrets by name instead (payload.secrets, KERNEL_SECRETS_FILE)",
+    )
+
+
 def _broker_check(app: Any) -> dict[str, str]:
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0.5, timeout=5)
-            return _check("broker", "ok", conn.as_uri())
+            return _check("broker", "ok", masked_url(conn.as_uri()))
     except Exception as exc:  # any transport's failure is a finding, not a crash
-        return _check("broker", "fail", f"{type(exc).__name__}: {exc}")
+        return _check("broker", "fail", masked_url(f"{type(exc).__name__}: {exc}"))
 
 
 @command("doctor")

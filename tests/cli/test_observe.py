@@ -132,6 +132,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "schedule": "ok",
         "database": "ok",
         "job kinds": "ok",
+        "job env": "ok",
         "beat": "ok",
         "attention": "ok",
         "broker": "ok",

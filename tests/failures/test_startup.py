@@ -4,14 +4,18 @@ Beat as processes, a PostgreSQL that never answers, SQLite files that do not exi
 from __future__ import annotations
 
 import json
+import signal
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from celery import Celery
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
-from failures.support import Done, clean_env, hanging_server, run
+from failures.support import Done, clean_env, hanging_server, run, start, stop
 
+from celery_app.settings import ConfigInvalid, KernelSettings
 from kernel import Kernel
 
 CELERY = ["celery", "-A", "celery_app"]
@@ -27,7 +31,7 @@ def test_a_postgresql_that_never_answers_gives_storage_unavailable_in_bounded_ti
     tmp_path: Path,
 ) -> None:
     with hanging_server() as server:
-        url = f"postgresql+psycopg://kernel:secret@127.0.0.1:{server.port}/kernel"
+        url = f"postgresql+psycopg://kernel:secret@127.0.0.1:{server.port}/kernel?sslpassword=key"
         env = clean_env(KERNEL_DATABASE_URL=url, KERNEL_CONNECT_TIMEOUT="1")
         status, beat, worker = _all(
             [
@@ -39,8 +43,8 @@ def test_a_postgresql_that_never_answers_gives_storage_unavailable_in_bounded_ti
         )
     error = json.loads(status.out)["error"]
     assert status.code == 1 and error["code"] == "STORAGE_UNAVAILABLE"
-    masked = f"postgresql+psycopg://kernel:***@127.0.0.1:{server.port}/kernel"
-    assert masked in error["message"] and "secret" not in status.out
+    masked = f"postgresql+psycopg://kernel:***@127.0.0.1:{server.port}/kernel?sslpassword=***"
+    assert masked in error["message"] and "secret" not in status.out and "=key" not in status.out
     for done in (beat, worker):
         assert done.code == 1, done.out + done.err
         assert "STORAGE_UNAVAILABLE" in done.err and masked in done.err
@@ -82,6 +86,8 @@ _BAD_SETTINGS = [
     ("KERNEL_BEAT_RETENTION", "x", "a number of seconds from 1 to 2592000"),
     ("KERNEL_DATABASE_URL", "mysql://db/x", "unsupported database 'mysql'"),
     ("KERNEL_DATABASE_URL", "not a url", "not a SQLAlchemy URL"),
+    ("KERNEL_DATABASE_URL", "postgresql://db:port/x", "not a SQLAlchemy URL"),
+    ("KERNEL_DATABASE_URL", "postgresql+nodriver://db/x", "no SQLAlchemy driver"),
 ]
 
 
@@ -128,3 +134,58 @@ def test_worker_and_beat_refuse_a_bad_environment_with_exit_2_and_status_still_w
     assert status.code == 0, status.out + status.err
     for done in (beat, worker, bad_interval, status):
         done.assert_no_traceback()
+
+
+def test_worker_and_beat_refuse_a_malformed_broker_or_database_url_in_one_line(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    Kernel.open(url, migrate_schema=True).close()
+    worker = [*CELERY, "worker", "-c", "1", "--without-mingle", "--without-gossip"]
+    beat = [*CELERY, "beat", "-s", str(tmp_path / "schedule")]
+    no_port = "redis://:hunter2@cache:port/0"
+    runs = _all(
+        [
+            (worker, clean_env(KERNEL_DATABASE_URL=url, CELERY_BROKER_URL=no_port)),
+            (beat, clean_env(KERNEL_DATABASE_URL=url, CELERY_BROKER_URL="nosuch://cache")),
+            (worker, clean_env(KERNEL_DATABASE_URL="postgresql://u:hunter2@db:port/x")),
+            (beat, clean_env(KERNEL_DATABASE_URL="postgresql://u:hunter2@db:port/x")),
+        ],
+        tmp_path,
+    )
+    named_each = ["CELERY_BROKER_URL"] * 2 + ["KERNEL_DATABASE_URL"] * 2
+    for done, named in zip(runs, named_each, strict=True):
+        done.assert_no_traceback()
+        assert done.code == 2, done.out + done.err
+        refusal = [line for line in done.err.splitlines() if "cannot start" in line]
+        assert len(refusal) == 1 and f"{named}=" in refusal[0], done.err
+        assert "hunter2" not in done.out + done.err
+
+
+def test_settings_past_the_range_of_a_number_are_refused(tmp_path: Path) -> None:
+    app = Celery("settings", set_as_current=False)
+    app.conf.kernel_dispatch_batch = float("inf")  # int() of it overflows
+    with pytest.raises(ConfigInvalid, match="kernel_dispatch_batch=inf"):
+        KernelSettings.from_app(app)
+
+
+def test_a_password_in_the_query_is_masked_by_beat_and_doctor(
+    tmp_path: Path, pg_database_url: str
+) -> None:
+    url = f"{pg_database_url}?password=hunter2"  # trust auth: accepted and ignored
+    env = clean_env(KERNEL_DATABASE_URL=url)
+    log = tmp_path / "beat.log"
+    beat = start(
+        [*CELERY, "beat", "-s", str(tmp_path / "schedule")], cwd=tmp_path, env=env, log=log
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "kernel -> " not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        doctor = run([*CELERY, "kernel", "doctor"], cwd=tmp_path, env=env)
+    finally:
+        stop(beat, signal.SIGTERM, 30)
+    banner = log.read_text()
+    assert "?password=***" in banner, banner
+    assert "?password=***" in doctor.out, doctor.out + doctor.err
+    assert "hunter2" not in banner + doctor.out + doctor.err

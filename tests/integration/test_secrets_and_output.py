@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
 import urllib.request
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +17,12 @@ import sqlalchemy as sa
 from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
 from integration.stack import Stack
+from servers import serving
 from sqlalchemy.engine import make_url
 
+from adapters.registry import load_adapters
+from celery_app.runtime import LeaseKeeper, run_occurrence
+from kernel import Kernel
 from kernel.schema import metadata
 
 _TERMINAL = ("succeeded", "dead_letter")
@@ -86,7 +93,12 @@ def test_a_canary_secret_appears_nowhere(stack: Stack, monkeypatch: pytest.Monke
     secrets_file.write_text(json.dumps({"REPORT_TOKEN": canary}))
     stack.env["KERNEL_SECRETS_FILE"] = str(secrets_file)
     leaky = (
-        'echo "token=$TOKEN pw=$API_PASSWORD"; echo "failed with $TOKEN $API_PASSWORD" >&2; exit 3'
+        'echo "token=$TOKEN pw=$API_PASSWORD"; '
+        # printed in two pieces, read by the worker in two reads
+        'first=${TOKEN%????????????????}; printf "split=%s" "$first"; sleep 0.5; '
+        'printf "%s\\n" "${TOKEN#"$first"}"; '
+        'printf %s "$TOKEN" | base64; printf "user:%s" "$TOKEN" | base64; '
+        'echo "failed with $TOKEN $API_PASSWORD" >&2; exit 3'
     )
     stack.use_jobs(
         {
@@ -143,6 +155,7 @@ def test_a_canary_secret_appears_nowhere(stack: Stack, monkeypatch: pytest.Monke
             seen[" ".join(args + mode)] = run_cli_in_process(*args, *mode)
     seen["exporter"] = exporter_page(stack)
     assert "token=*** pw=***" in seen[f"occurrences logs {shell_occ}"]
+    assert "split=***" in seen[f"occurrences logs {shell_occ}"]
     assert "***" in seen["jobs show secret-hook"]
     stack.stop_all()
     for proc in stack.procs:
@@ -160,9 +173,13 @@ def test_a_canary_secret_appears_nowhere(stack: Stack, monkeypatch: pytest.Monke
         engine.dispose()
     database = "\n".join(rows)
 
+    printed_forms = (
+        base64.b64encode(canary.encode()).decode(),
+        base64.b64encode(f"user:{canary}".encode()).decode(),
+    )
     assert canary not in database
     for where, text in seen.items():
-        for value in (canary, legacy, db_password):
+        for value in (canary, legacy, db_password, *printed_forms):
             assert value not in text, f"{value[:6]}... appears in `{where}`"
 
 
@@ -210,3 +227,115 @@ def test_shell_output_is_captured_and_bounded_for_failures_and_successes(stack: 
     assert kept.startswith("line 0 of chatter\n") and kept.endswith("line 1999 of chatter\n")
     assert any("bytes of output not kept" in c["text"] for c in chatter if c["stream"] == "note")
     assert stack.occurrence(chats).result["exit_code"] == 0
+
+
+def test_a_secret_printed_in_pieces_is_in_no_byte_of_the_database(stack: Stack) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    (stack.root / "secrets.json").write_text(json.dumps({"REPORT_TOKEN": canary}))
+    stack.env["KERNEL_SECRETS_FILE"] = str(stack.root / "secrets.json")
+    pieces = (
+        'first=${TOKEN%????????????????}; printf "split=%s" "$first"; sleep 0.5; '
+        'printf "%s\\n" "${TOKEN#"$first"}"; '
+        # across the worker's 64 KiB pipe reads, and in the kept tail
+        "head -c 65530 /dev/zero | tr '\\0' x; printf %s \"$TOKEN\"; "
+        'printf "%s" "$TOKEN" | base64'
+    )
+    stack.use_jobs(
+        {
+            "id": "pieces",
+            "kind": "shell",
+            "queue": stack.queue,
+            "max_attempts": 1,
+            "payload": {"argv": ["sh", "-c", pieces], "secrets": {"TOKEN": "REPORT_TOKEN"}},
+        }
+    )
+    stack.start_worker("worker")
+    stack.start_beat("beat")
+    occ = stack.run_now("pieces")
+    settle(stack, occ)
+    assert stack.occurrence(occ).status.value == "succeeded"
+    seen = {
+        "logs": run_cli(stack, "occurrences", "logs", str(occ)),
+        "show": json.dumps(stack.cli("occurrences", "show", str(occ))),
+        "events": json.dumps(stack.cli("events", "--limit", "1000")),
+    }
+    assert "split=***" in seen["logs"]
+    stack.stop_all()
+    seen.update({f"{proc.name} log": proc.log() for proc in stack.procs})
+    stack.kernel.close()
+    for path in (stack.root / "var").glob("kernel.db*"):
+        seen[path.name] = path.read_bytes().decode("latin-1")
+    assert "kernel.db" in seen
+    for where, text in seen.items():
+        for value in (canary, base64.b64encode(canary.encode()).decode()):
+            assert value not in text, f"{value[:6]}... appears in `{where}`"
+
+
+def test_a_worker_runs_only_what_its_deployment_allows(stack: Stack) -> None:
+    marker = stack.root / "shell-ran"
+    stack.env.update(KERNEL_ALLOWED_KINDS="callable", KERNEL_ALLOWED_CALLABLES="ledger_jobs:rec*")
+    stack.start_worker("worker")  # migrates; the definitions below never went through apply
+    stack.define(
+        {
+            "id": "cmd",
+            "kind": "shell",
+            "queue": stack.queue,
+            "max_attempts": 3,
+            "payload": {"argv": ["touch", str(marker)]},
+        },
+        stack.job("stubborn", "stubborn", max_attempts=3),
+        stack.job("record", "record"),
+    )
+    stack.start_beat("beat")
+    runs = {job_id: stack.run_now(job_id) for job_id in ("cmd", "stubborn", "record")}
+    settle(stack, *runs.values())
+
+    assert stack.occurrence(runs["record"]).status.value == "succeeded"
+    for job_id in ("cmd", "stubborn"):
+        refused = stack.occurrence(runs[job_id])
+        assert refused.status.value == "dead_letter" and refused.attempt == 1  # not retried
+        assert refused.last_error is not None and refused.last_error["code"] == "NOT_ALLOWED"
+    assert "KERNEL_ALLOWED_KINDS" in (stack.occurrence(runs["cmd"]).last_error or {})["message"]
+    assert not marker.exists()
+
+
+class _EchoHeaders(BaseHTTPRequestHandler):
+    """Answers every request with the headers it received, as many debugging endpoints do."""
+
+    def do_GET(self) -> None:
+        body = json.dumps(dict(self.headers)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_reply_echoing_a_secret_is_stored_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    monkeypatch.setenv("HOOK_TOKEN", canary)
+    kernel = Kernel.open(f"sqlite:///{tmp_path / 'kernel.db'}", migrate_schema=True)
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), _EchoHeaders)) as server:
+        kernel.define_job(
+            {
+                "id": "echo",
+                "kind": "http",
+                "payload": {
+                    "url": f"http://127.0.0.1:{server.server_address[1]}/headers",
+                    "secret_headers": {"X-Token": "HOOK_TOKEN"},
+                },
+            }
+        )
+        occ_id = kernel.run_now("echo", request_id="r", operator="test").occurrence.id
+        outcome = run_occurrence(kernel, load_adapters(), occ_id, main_pid=0, keeper=LeaseKeeper())
+    try:
+        assert outcome.result == "succeeded"
+        result = kernel.get_occurrence(occ_id).result
+        assert result is not None and '"X-Token": "***"' in result["body"]
+    finally:
+        kernel.close()
+    assert canary.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("kernel.db*"))

@@ -249,12 +249,35 @@ def test_a_missing_executable_or_directory_is_not_retryable(tmp_path: Path) -> N
         {"argv": ["ls"], "env": {"N": 1}},
         {"argv": ["ls"], "output_limit": -1},
         {"argv": ["ls"], "env": {"BAD=NAME": "x"}},
+        {"argv": ["env"], "env_allow": ["KERNEL_DATABASE_URL"]},
+        {"argv": ["env"], "env_allow": ["CELERY_BROKER_URL"]},
+        {"argv": ["env"], "secrets": {"FILE": "KERNEL_SECRETS_FILE"}},
     ],
 )
 def test_an_unusable_payload_is_refused_when_the_job_is_defined(payload: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgument) as caught:
         make_context("shell", payload)
     assert caught.value.field.startswith("payload")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("env_allow", ["KERNEL_DATABASE_URL"]), ("secrets", {"DB": "KERNEL_DATABASE_URL"})],
+)
+def test_a_stored_payload_passing_a_worker_setting_is_refused_on_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, field: str, value: Any
+) -> None:
+    monkeypatch.setenv("KERNEL_DATABASE_URL", "postgresql://kernel:s3cret@db/kernel")
+    ran = tmp_path / "ran"
+    ctx = make_context("shell", {"argv": ["touch", str(ran)]})
+    ctx.occurrence.payload[field] = value  # stored before apply refused it
+
+    with pytest.raises(AdapterError) as caught:
+        ShellAdapter().execute(ctx)
+
+    assert (caught.value.code, caught.value.retryable) == ("INVALID_PAYLOAD", False)
+    assert f"payload.{field}" in caught.value.message and "worker's own" in caught.value.message
+    assert not ran.exists()
 
 
 def test_secrets_come_from_the_secrets_file_or_the_worker_environment(
