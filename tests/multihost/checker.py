@@ -13,6 +13,8 @@ Violations (each column fails the run when non-zero):
 * **lost**: a firing the schedule owes that is neither run (at-least-once: an ``end``
   line; at-most-once: a ``start`` line or an operator's adjudication pending) nor
   recorded by the kernel as skipped with a reason.
+* **extra**: an occurrence of a judged job at a time its schedule does not owe (between
+  its first and last owed firing).
 * **double**: more than one occurrence for one firing (by the kernel's rows or by the
   occurrence ids the ledger names for it), or for one (job, trigger key).
 * **duplicate**: an at-most-once occurrence whose effect (a fresh ``start``, not a resume
@@ -30,7 +32,8 @@ Violations (each column fails the run when non-zero):
   run re-ran a step before it).
 * **handback**: a pause/resume or warm shutdown that hit no run, or whose run was not
   handed back (``occurrence_paused`` and ``occurrence_resumed`` / ``occurrence_handed_back``)
-  and resumed from its checkpoint by a later fence that finished.
+  and finished by a later fence (from its checkpoint or, when the run stopped before a
+  safe point, from the start: ``rewind`` judges the checkpoint).
 * **exit**: a process that exited when it should not have (seen by the harness).
 * **stuck**: an occurrence not settled ``stuck_after_s`` after its due time (and not
   waiting for an operator) whose settle the kernel never acknowledged.
@@ -60,7 +63,7 @@ EARLY_TOLERANCE_S = 1.0
 STUCK_AFTER_S = 90.0
 
 VIOLATIONS = (
-    "lost", "double", "duplicate", "overlap", "late", "early", "lost_update", "rewind",
+    "lost", "extra", "double", "duplicate", "overlap", "late", "early", "lost_update", "rewind",
     "handback", "exit", "stuck", "errors",
 )  # fmt: skip
 INFO = ("reruns", "adjudicate", "resumed")
@@ -190,6 +193,15 @@ class _Judge:
                 firing = (expected.job_id, round(due, 3))
                 ids = {r.id for r in rows_at[firing]} | named[firing]
                 self._firing(expected, due, [self.row_of.get(i) for i in sorted(ids)])
+            owed = {round(due, 3) for due in expected.dues}
+            span = (min(owed), max(owed)) if owed else (0.0, -1.0)
+            for row in self.ev.rows:
+                due = round(row.scheduled_for, 3)
+                if row.job_id == expected.job_id and span[0] <= due <= span[1] and due not in owed:
+                    self.windows.at(due).add(
+                        "extra",
+                        f"{row.job_id} occurrence {row.id} at {due:.3f}, not on its schedule",
+                    )
         for (job_id, trigger), ids in by_trigger.items():
             if len(ids) > 1 and job_id in self.delivery:
                 first = self.row_of[min(ids)]
@@ -327,13 +339,11 @@ class _Judge:
         )
         missing = [t for t in needed if t not in types]
         if missing:
-            return f"no {' / '.join(missing)} event"
+            return f"no {' / '.join(missing)} event (events: {', '.join(types)})"
+        handed = max(e.fence or 0 for e in self.events_of[occurrence_id] if e.type == needed[0])
         written = [line for _, line in self.lines_of.get(occurrence_id, [])]
-        resumed = [x for x in written if x["event"] == "start" and x.get("resumed_from")]
-        if not resumed:
-            return "no run resumed from its checkpoint"
-        if not any(x["event"] == "end" and x["fence"] >= resumed[-1]["fence"] for x in written):
-            return f"the resumed run (fence {resumed[-1]['fence']}) never finished"
+        if not any(x["event"] == "end" and x["fence"] > handed for x in written):
+            return f"no later run than fence {handed} finished (events: {', '.join(types)})"
         return None
 
 

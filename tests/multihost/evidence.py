@@ -124,6 +124,20 @@ def read_kernel(
 ) -> tuple[list[KernelRow], list[KernelEvent]]:
     """Every occurrence of ``job_ids`` and every event about an occurrence, oldest first."""
     wanted = set(job_ids)
+    # The log first: a row read after it is at least as new, so a settle the log holds
+    # and the row lacks is one the kernel did not keep, not one that came in between.
+    events: list[KernelEvent] = []
+    after = 0
+    while True:
+        logged = kernel.events(after_id=after, limit=1000)
+        events += [
+            KernelEvent(e.type, e.occurrence_id, e.fence, e.at.timestamp())
+            for e in logged
+            if e.occurrence_id is not None and e.job_id in wanted
+        ]
+        if len(logged) < 1000:
+            break
+        after = logged[-1].id
     rows: list[KernelRow] = []
     for job_id in sorted(wanted):
         before: int | None = None
@@ -144,18 +158,6 @@ def read_kernel(
             if len(page) < 1000:
                 break
             before = min(o.id for o in page)
-    events: list[KernelEvent] = []
-    after = 0
-    while True:
-        logged = kernel.events(after_id=after, limit=1000)
-        events += [
-            KernelEvent(e.type, e.occurrence_id, e.fence, e.at.timestamp())
-            for e in logged
-            if e.occurrence_id is not None and e.job_id in wanted
-        ]
-        if len(logged) < 1000:
-            break
-        after = logged[-1].id
     return sorted(rows, key=lambda r: r.id), events
 
 

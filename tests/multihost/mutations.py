@@ -51,7 +51,7 @@ class _Run:
         reason: str | None = None,
     ) -> int:
         oid = occurrence_id or int(due - T0) * 10 + _JOBS.index(job)
-        self.rows.append(KernelRow(oid, job, f"every:{due:.0f}", due, status, fence, reason))
+        self.rows.append(KernelRow(oid, job, f"every:{due:.1f}", due, status, fence, reason))
         return oid
 
     def event(self, kind: str, oid: int, fence: int | None, at: float) -> None:
@@ -186,6 +186,23 @@ def _rewrite(
     _replace_row(ev, job, due, fence=fence)
 
 
+def _extra(ev: Evidence) -> None:
+    """An occurrence half-way between two firings of an every-second job, run once."""
+    run = _Run()
+    oid = run.occurrence("alo", T0 + 4.5, occurrence_id=555)
+    run.event("claimed", oid, 1, T0 + 4.6)
+    run.write("start", "alo", T0 + 4.5, oid, 1, T0 + 4.7)
+    run.write("end", "alo", T0 + 4.5, oid, 1, T0 + 4.9)
+    run.event("succeeded", oid, 1, T0 + 5.0)
+    _add(ev, run)
+
+
+def _add(ev: Evidence, run: _Run) -> None:
+    ev.rows = [*ev.rows, *run.rows]
+    ev.lines = [*ev.lines, *run.lines]
+    ev.events = sorted([*ev.events, *run.events], key=lambda e: e.at)
+
+
 def _double(ev: Evidence) -> None:
     """A second occurrence (another trigger key) for one firing, each run once."""
     run = _Run()
@@ -195,9 +212,7 @@ def _double(ev: Evidence) -> None:
     run.write("start", "amo", T0 + 1, oid, 1, T0 + 1.3)
     run.write("end", "amo", T0 + 1, oid, 1, T0 + 1.6)
     run.event("succeeded", oid, 1, T0 + 1.7)
-    ev.rows = [*ev.rows, *run.rows]
-    ev.lines = [*ev.lines, *run.lines]
-    ev.events = sorted([*ev.events, *run.events], key=lambda e: e.at)
+    _add(ev, run)
 
 
 def _reclaimed(ev: Evidence, job: str, due: float, lines: list[tuple[str, int, float]]) -> None:
@@ -240,6 +255,7 @@ def _stuck(ev: Evidence) -> None:
 
 MUTANTS: dict[str, Callable[[Evidence], None]] = {
     "lost": lambda ev: _drop(ev, "alo", T0 + 7),
+    "extra": _extra,
     "double": _double,
     # An at-most-once occurrence claimed again after a lost lease: its effect twice.
     "duplicate": lambda ev: _reclaimed(
