@@ -1,21 +1,23 @@
 """Chaos run: faults injected into a multi-host deployment while a mixed workload runs.
 
-``.venv/bin/python bench/chaos.py --minutes N`` (as root) makes a services host and three
-worker hosts from network namespaces (``tests/multihost/netns.py``), runs PostgreSQL and
-Redis on the first, a worker on each of the others and Beats on two (one host's clock
-5 minutes ahead, another's 5 minutes behind), and injects the faults in turn, one every
-``--spacing`` seconds, until the time is up: kill -9 of a worker's main process, of a
-pool child and of a Beat; SIGSTOP past the lease; PostgreSQL immediate and fast
-restarts; Redis kill -9 with its queue lost and with it kept; a partition of one host,
-40 % packet loss on one host's link and a throttled (congested, high-latency) link,
-each healed later; an operator's ``kernel pause`` of a running checkpointing
-occurrence and its ``kernel resume``; a warm shutdown (SIGTERM) of a worker whose
-checkpointing runs hand back and resume elsewhere. Then, on one host with SQLite on a
-small tmpfs, the disk is filled and freed again. Every job appends to an external
-ledger; the checker reads it afterwards and prints a table per fault. Exit status: 0
-clean, 1 on any loss, at-most-once duplicate, overlap, late write, run resumed from a
-checkpoint the ledger contradicts, or lease extended by a skewed clock, 3 when
-namespaces cannot be made here.
+``.venv/bin/python bench/chaos.py --minutes N [--broker redis|rabbitmq]`` (as root) makes
+a services host and three worker hosts from network namespaces
+(``tests/multihost/netns.py``), runs PostgreSQL and the broker (Redis, or Debian's
+RabbitMQ with durable queues and ``task_acks_late``) on the first, a worker on each of
+the others and Beats on two (one host's clock 5 minutes ahead, another's 5 minutes
+behind), and injects the faults in turn, one every ``--spacing`` seconds, until the
+time is up: kill -9 of a worker's main process, of a pool child and of a Beat; SIGSTOP
+past the lease; PostgreSQL immediate and fast restarts; the broker killed with -9 and
+restarted with its queue lost and with it kept; a partition of one host, 40 % packet
+loss on one host's link and a throttled (congested, high-latency) link, each healed
+later; an operator's ``kernel pause`` of a running checkpointing occurrence and its
+``kernel resume``; a warm shutdown (SIGTERM) of a worker whose checkpointing runs hand
+back and resume elsewhere. Then, on one host with SQLite on a small tmpfs, the disk is
+filled and freed again. Every job appends to an external ledger; the checker
+(``tests/multihost/checker.py``) judges it with the kernel's rows and events and
+prints what each injection did and saw, then a table per fault. Exit status: 0 clean,
+1 on any violation, 3 when namespaces cannot be made here. ``--self-test`` judges a
+made-up clean run and one mutant per violation instead (no root needed).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ _DISK_PHASE_S = 24.0
 #: A fault's action returns what it injected, for the run's report.
 Fault = tuple[str, Callable[[Cluster, int], str]]
 
+#: The broker's crash faults are named after it: ``redis_kill_lost``, ``rabbitmq_kill_kept``...
 FAULTS: list[Fault] = [
     ("kill_worker_main", lambda c, i: c.kill_worker_main(c.busy_host(["h1", "h3"]))),
     ("kill_pool_child", lambda c, i: c.kill_pool_child(c.busy_host(["h3", "h1", "h2"]))),
@@ -77,8 +80,8 @@ FAULTS: list[Fault] = [
     ("freeze_worker", lambda c, i: c.freeze_worker(c.busy_host(["h2", "h1"]), LEASE_S + 3)),
     ("pg_immediate", lambda c, i: c.restart_postgres("immediate")),
     ("pg_fast", lambda c, i: c.restart_postgres("fast")),
-    ("redis_kill_lost", lambda c, i: c.restart_redis(persistent=False)),
-    ("redis_kill_kept", lambda c, i: c.restart_redis(persistent=True)),
+    ("{broker}_kill_lost", lambda c, i: c.broker.crash_and_restart(kept=False)),
+    ("{broker}_kill_kept", lambda c, i: c.broker.crash_and_restart(kept=True)),
     ("partition", lambda c, i: c.partition(c.busy_host(["h3", "h1"]), LEASE_S + 5)),
     ("lossy_link", lambda c, i: c.lossy_link(c.busy_host(["h1", "h3"]), 40, LEASE_S + 5)),
     ("slow_link", lambda c, i: c.slow_link(c.busy_host(["h3", "h2"]), "96kbit", LEASE_S + 5)),
@@ -160,7 +163,7 @@ def wait_drained(judged: Callable[[], list[Row]], revive: Callable[[], None]) ->
         wait_until(settled, timeout=_DRAIN_S, what="late firings", interval=2.0)
 
 
-def multi_host_phase(seconds: float, spacing: float, run_dir: Path) -> list[Row]:
+def multi_host_phase(seconds: float, spacing: float, run_dir: Path, broker: str) -> list[Row]:
     network = Network(workers=3)
     try:
         join_namespace(network.services.namespace)  # the harness sits on the services host
@@ -169,17 +172,17 @@ def multi_host_phase(seconds: float, spacing: float, run_dir: Path) -> list[Row]
             HostPlan(beat=True, skew_s=SKEW_S),
             HostPlan(beat=False, skew_s=-SKEW_S),
         ]
-        cluster = Cluster(network, run_dir, plans)
+        cluster = Cluster(network, run_dir, plans, broker)
         try:
             cluster.start()
-            return _inject(cluster, seconds, spacing)
+            return _inject(cluster, seconds, spacing, broker)
         finally:
             cluster.stop()
     finally:
         network.remove()
 
 
-def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
+def _inject(cluster: Cluster, seconds: float, spacing: float, broker: str) -> list[Row]:
     first = time.time()
     sampler = LeaseSampler(cluster)
     sampler.start()
@@ -194,10 +197,10 @@ def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
                 break
             cluster.revive()
             at = time.time()
-            print(f"{time.strftime('%H:%M:%S')} {name}", flush=True)
+            print(f"{time.strftime('%H:%M:%S')} {name.format(broker=broker)}", flush=True)
             injected = action(cluster, rounds)
             print(f"  {injected}", flush=True)
-            faults.append(FaultRecord(name, at, injected))
+            faults.append(FaultRecord(name.format(broker=broker), at, injected))
             time.sleep(max(0.0, at + spacing - time.time()))
         rounds += 1
     owed = expectations(first, time.time())
@@ -319,6 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=2.0, help="length of the whole run")
     parser.add_argument("--spacing", type=float, default=10.0, help="seconds between faults")
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "rabbitmq"),
+        default="redis",
+        help="the Celery broker on the services host (RabbitMQ: Debian's rabbitmq-server)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
     parser.add_argument("--verbose", action="store_true", help="print every note")
     parser.add_argument(
@@ -335,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="kernel-chaos-"))
     seconds = max(args.minutes * 60 - _DISK_PHASE_S - 30, args.spacing * len(FAULTS) + _BASELINE_S)
     try:
-        rows = multi_host_phase(seconds, args.spacing, run_dir) + disk_full_phase(run_dir)
+        rows = multi_host_phase(seconds, args.spacing, run_dir, args.broker)
+        rows += disk_full_phase(run_dir)
     except NetworkUnavailable as exc:
         print(f"chaos run not possible here: {exc}", file=sys.stderr)
         return UNAVAILABLE
@@ -344,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run directory (logs, ledger): {run_dir}")
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
-    print("FAILED: see the violations above" if bad else "no violation")
+    print("FAILED: see the violations below" if bad else "no violation")
     print(report(rows, verbose=args.verbose))
     return 1 if bad else 0
 

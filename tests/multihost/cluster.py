@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from integration.stack import Proc, wait_until
+from integration.stack import ACKS_LATE, Proc, wait_until
 from multihost.evidence import (
     Handback,
     KernelEvent,
@@ -32,7 +32,7 @@ from multihost.evidence import (
     stamp_due_times,
 )
 from multihost.netns import Host, Network
-from multihost.services import Postgres, Redis
+from multihost.services import Postgres, RabbitMQ, Redis
 
 from adapters.base import CHECKPOINT_V1
 from kernel import Kernel, KernelError, Occurrence
@@ -46,6 +46,10 @@ LEASE_S = 5
 SETTINGS_MODULE = "chaos_settings"
 _SETTINGS = "kernel_rehint_after = 2.0\n"
 _READY_TIMEOUT = 60.0
+
+
+#: What puts a process on a skewed host's clock (see ``Cluster._spawn``).
+_SKEWED_CLOCK_ENV = ("LD_PRELOAD", "FAKETIME", "FAKETIME_DONT_FAKE_MONOTONIC", "PYTHONPATH")
 
 
 def faketime_library() -> str | None:
@@ -82,7 +86,9 @@ def job_specs(ledger: Path) -> list[dict[str, Any]]:
 
     shell = {
         "argv": [sys.executable, str(MULTIHOST_DIR / "chaos_jobs.py"), str(ledger)],
-        "env_allow": ["CHAOS_HOST"],
+        # The child keeps its host's clock (libfaketime and its settings), as any
+        # process on a skewed host would: the checker corrects the host's offset.
+        "env_allow": ["CHAOS_HOST", *_SKEWED_CLOCK_ENV],
     }
     steps = {"total": 6, "step_s": 1.0}
     return [
@@ -112,7 +118,8 @@ def workload_env(run_dir: Path, *, broker_url: str | None, database_url: str) ->
     )
     if broker_url:
         env["CELERY_BROKER_URL"] = broker_url
-    (run_dir / f"{SETTINGS_MODULE}.py").write_text(_SETTINGS)
+    acks_late = broker_url is not None and broker_url.startswith("amqp")
+    (run_dir / f"{SETTINGS_MODULE}.py").write_text(_SETTINGS + (ACKS_LATE if acks_late else ""))
     return env
 
 
@@ -127,13 +134,17 @@ class HostPlan:
 class Cluster:
     """Services, hosts and their processes; every ``start_*`` can be called again after a kill."""
 
-    def __init__(self, network: Network, run_dir: Path, plans: list[HostPlan]) -> None:
+    def __init__(
+        self, network: Network, run_dir: Path, plans: list[HostPlan], broker: str = "redis"
+    ) -> None:
         self.network = network
         self.run_dir = run_dir
         self.plans = dict(zip((h.name for h in network.workers), plans, strict=True))
         self.ledger = run_dir / "ledger.jsonl"
         self.postgres = Postgres(network.services)
-        self.redis = Redis(network.services)
+        self.broker = (
+            RabbitMQ(network.services) if broker == "rabbitmq" else Redis(network.services)
+        )
         self.procs: list[Proc] = []
         self.workers: dict[str, Proc] = {}
         self.beats: dict[str, Proc] = {}
@@ -158,9 +169,9 @@ class Cluster:
         """Servers and schema, the workers, the jobs (defined by the harness), then the Beats."""
         self.postgres.start()
         self.postgres.create_database()
-        self.redis.start()
+        self.broker.start()
         self.env = workload_env(
-            self.run_dir, broker_url=self.redis.url, database_url=self.postgres.url
+            self.run_dir, broker_url=self.broker.url, database_url=self.postgres.url
         )
         Kernel.open(self.postgres.url, migrate_schema=True).close()
         for host in self.network.workers:
@@ -252,7 +263,7 @@ class Cluster:
             proc.reap(deadline)
         if self._kernel is not None:
             self._kernel.close()
-        self.redis.remove()
+        self.broker.remove()
         self.postgres.remove()
 
     # -- what the harness reads ------------------------------------------------------------
@@ -364,16 +375,6 @@ class Cluster:
         time.sleep(1.0)
         self.postgres.start()
         return f"pg_ctl stop -m {mode}, PostgreSQL down {time.monotonic() - down:.1f} s"
-
-    def restart_redis(self, *, persistent: bool) -> str:
-        """SIGKILL Redis and start it again, with its queue kept (append-only file) or lost."""
-        if persistent:
-            self.redis.turn_on_persistence()
-        self.redis.kill()
-        self.redis.persistent = persistent
-        time.sleep(1.0)
-        self.redis.start()
-        return f"kill -9 redis-server, restarted with its queue {'kept' if persistent else 'lost'}"
 
     def partition(self, host: Host, seconds: float) -> str:
         """Take ``host``'s link down for ``seconds``, then heal it."""
