@@ -65,4 +65,5 @@ def _table(stdout: str) -> dict[str, dict[str, str]]:
     return {
         cells[0]: dict(zip(header, cells, strict=True))
         for cells in (line.split() for line in lines[start + 1 :])
+        if len(cells) == len(header)
     }
