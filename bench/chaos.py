@@ -295,7 +295,7 @@ def disk_full_phase(run_dir: Path) -> list[Row]:
                 rows, events = read_kernel(kernel, [e.job_id for e in owed])
                 # The full disk must not stop the worker or the Beat (I8: they carry on).
                 exits = [
-                    (time.time(), f"{p.name} exit status {p.popen.returncode}")
+                    (p.log_path.stat().st_mtime, f"{p.name} exit status {p.popen.returncode}")
                     for p in procs
                     if p.popen.poll() is not None
                 ]

@@ -152,7 +152,7 @@ def check(
     judge.settles(stuck_after_s)
     judge.handbacks()
     for when, what in evidence.exits:
-        judge.windows.at(when - 1.0).add("exit", what)  # found on the next look
+        judge.windows.at(when).add("exit", what)
     for when, what in evidence.errors:
         judge.windows.at(when).add("errors", what)
     return judge.windows.by_fault()

@@ -155,7 +155,7 @@ class Cluster:
         self._due: dict[int, float] = {}
         #: Each pause/resume and warm shutdown, with the runs it was aimed at.
         self.handbacks: list[Handback] = []
-        #: (when it was found, which process and its last CRITICAL line) of each worker or
+        #: (when it exited, which process and its last CRITICAL line) of each worker or
         #: Beat that exited on its own and was started again, as a supervisor would.
         self.exits: list[tuple[float, str]] = []
 
@@ -190,7 +190,10 @@ class Cluster:
                     continue
                 critical = [line for line in proc.log().splitlines() if "CRITICAL/" in line]
                 why = critical[-1] if critical else f"exit status {proc.popen.returncode}"
-                self.exits.append((time.time(), f"{proc.name}: {why}"[:300]))
+                # Its log's last write (the filesystem's clock, never skewed) is when it
+                # went, which may be a fault or two before this look found it.
+                went = proc.log_path.stat().st_mtime
+                self.exits.append((went, f"{proc.name}: {why}"[:300]))
                 proc.expected_exit = True
                 start(self.host(name))
 

@@ -107,7 +107,7 @@ class Evidence:
     #: Each host's known clock offset (seconds ahead of real time).
     skews: dict[str, float] = field(default_factory=dict)
     handbacks: Sequence[Handback] = ()
-    #: (when it was found, what) of each process that exited when it should not have.
+    #: (when it exited, what) of each process that exited when it should not have.
     exits: Sequence[tuple[float, str]] = ()
     #: (when, what) of anything the harness saw go wrong outside the ledger.
     errors: Sequence[tuple[float, str]] = ()
