@@ -1,21 +1,23 @@
 """Chaos run: faults injected into a multi-host deployment while a mixed workload runs.
 
-``.venv/bin/python bench/chaos.py --minutes N`` (as root) makes a services host and three
-worker hosts from network namespaces (``tests/multihost/netns.py``), runs PostgreSQL and
-Redis on the first, a worker on each of the others and Beats on two (one host's clock
-5 minutes ahead, another's 5 minutes behind), and injects the faults in turn, one every
-``--spacing`` seconds, until the time is up: kill -9 of a worker's main process, of a
-pool child and of a Beat; SIGSTOP past the lease; PostgreSQL immediate and fast
-restarts; Redis kill -9 with its queue lost and with it kept; a partition of one host,
-40 % packet loss on one host's link and a throttled (congested, high-latency) link,
-each healed later; an operator's ``kernel pause`` of a running checkpointing
-occurrence and its ``kernel resume``; a warm shutdown (SIGTERM) of a worker whose
-checkpointing runs hand back and resume elsewhere. Then, on one host with SQLite on a
-small tmpfs, the disk is filled and freed again. Every job appends to an external
-ledger; the checker reads it afterwards and prints a table per fault. Exit status: 0
-clean, 1 on any loss, at-most-once duplicate, overlap, late write, run resumed from a
-checkpoint the ledger contradicts, or lease extended by a skewed clock, 3 when
-namespaces cannot be made here.
+``.venv/bin/python bench/chaos.py --minutes N [--broker redis|rabbitmq]`` (as root) makes
+a services host and three worker hosts from network namespaces
+(``tests/multihost/netns.py``), runs PostgreSQL and the broker (Redis, or Debian's
+RabbitMQ with durable queues and ``task_acks_late``) on the first, a worker on each of
+the others and Beats on two (one host's clock 5 minutes ahead, another's 5 minutes
+behind), and injects the faults in turn, one every ``--spacing`` seconds, until the
+time is up: kill -9 of a worker's main process, of a pool child and of a Beat; SIGSTOP
+past the lease; PostgreSQL immediate and fast restarts; the broker killed with -9 and
+restarted with its queue lost and with it kept; a partition of one host, 40 % packet
+loss on one host's link and a throttled (congested, high-latency) link, each healed
+later; an operator's ``kernel pause`` of a running checkpointing occurrence and its
+``kernel resume``; a warm shutdown (SIGTERM) of a worker whose checkpointing runs hand
+back and resume elsewhere. Then, on one host with SQLite on a small tmpfs, the disk is
+filled and freed again. Every job appends to an external ledger; the checker
+(``tests/multihost/checker.py``) judges it with the kernel's rows and events and
+prints what each injection did and saw, then a table per fault. Exit status: 0 clean,
+1 on any violation, 3 when namespaces cannot be made here. ``--self-test`` judges a
+made-up clean run and one mutant per violation instead (no root needed).
 """
 
 from __future__ import annotations
@@ -37,15 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from integration.stack import Proc, wait_until  # noqa: E402
-from multihost.checker import (  # noqa: E402
-    Expectation,
-    FaultRecord,
-    Row,
-    check,
-    failed,
-    read_ledger,
-    table,
-)
+from multihost.checker import Row, check  # noqa: E402
 from multihost.cluster import (  # noqa: E402
     LEASE_S,
     QUEUE,
@@ -54,7 +48,17 @@ from multihost.cluster import (  # noqa: E402
     job_specs,
     workload_env,
 )
+from multihost.evidence import (  # noqa: E402
+    Evidence,
+    Expectation,
+    FaultRecord,
+    every,
+    read_kernel,
+    read_ledger,
+)
+from multihost.mutations import self_test  # noqa: E402
 from multihost.netns import Network, NetworkUnavailable, join_namespace  # noqa: E402
+from multihost.report import failed, report  # noqa: E402
 
 from kernel import Kernel  # noqa: E402
 
@@ -65,9 +69,10 @@ _BASELINE_S = 8.0
 _DRAIN_S = 60.0
 _DISK_PHASE_S = 24.0
 
-#: A fault's action may return a note (what it hit) for the run's report.
-Fault = tuple[str, Callable[[Cluster, int], str | None]]
+#: A fault's action returns what it injected, for the run's report.
+Fault = tuple[str, Callable[[Cluster, int], str]]
 
+#: The broker's crash faults are named after it: ``redis_kill_lost``, ``rabbitmq_kill_kept``...
 FAULTS: list[Fault] = [
     ("kill_worker_main", lambda c, i: c.kill_worker_main(c.busy_host(["h1", "h3"]))),
     ("kill_pool_child", lambda c, i: c.kill_pool_child(c.busy_host(["h3", "h1", "h2"]))),
@@ -75,27 +80,21 @@ FAULTS: list[Fault] = [
     ("freeze_worker", lambda c, i: c.freeze_worker(c.busy_host(["h2", "h1"]), LEASE_S + 3)),
     ("pg_immediate", lambda c, i: c.restart_postgres("immediate")),
     ("pg_fast", lambda c, i: c.restart_postgres("fast")),
-    ("redis_kill_lost", lambda c, i: c.restart_redis(persistent=False)),
-    ("redis_kill_kept", lambda c, i: c.restart_redis(persistent=True)),
+    ("{broker}_kill_lost", lambda c, i: c.broker.crash_and_restart(kept=False)),
+    ("{broker}_kill_kept", lambda c, i: c.broker.crash_and_restart(kept=True)),
     ("partition", lambda c, i: c.partition(c.busy_host(["h3", "h1"]), LEASE_S + 5)),
     ("lossy_link", lambda c, i: c.lossy_link(c.busy_host(["h1", "h3"]), 40, LEASE_S + 5)),
     ("slow_link", lambda c, i: c.slow_link(c.busy_host(["h3", "h2"]), "96kbit", LEASE_S + 5)),
     ("pause_resume", lambda c, i: c.pause_and_resume(2.0)),
-    ("warm_shutdown", lambda c, i: c.warm_shutdown(c.busy_host(["h2", "h1", "h3"]))),
+    ("warm_shutdown", lambda c, i: c.warm_shutdown(["h2", "h1", "h3"])),
 ]
 
 
 def expectations(first: float, last: float) -> list[Expectation]:
     """What each workload job owes between ``first`` and ``last`` (see ``job_specs``)."""
-    every = {"1s": 1, "2s": 2, "10s": 10}
+    seconds = {"1s": 1, "2s": 2, "10s": 10}
     return [
-        Expectation(
-            spec["id"],
-            spec["delivery"],
-            every[spec["schedule"]["every"]],
-            first,
-            last,
-        )
+        every(spec["id"], spec["delivery"], seconds[spec["schedule"]["every"]], first, last)
         for spec in job_specs(Path("unused"))
     ]
 
@@ -110,8 +109,8 @@ class LeaseSampler(threading.Thread):
     def __init__(self, cluster: Cluster) -> None:
         super().__init__(name="lease-sampler", daemon=True)
         self.cluster = cluster
-        self.overreach: list[str] = []
-        self.api_errors: list[str] = []
+        #: (when, what): leases beyond the database clock, kernel reads that raised.
+        self.errors: list[tuple[float, str]] = []
         self.samples = 0
         self.done = threading.Event()
 
@@ -120,34 +119,51 @@ class LeaseSampler(threading.Thread):
         try:
             while not self.done.wait(1.0):
                 try:
-                    self.overreach += self.cluster.lease_overreach(kernel)
+                    found = self.cluster.lease_overreach(kernel)
                 except Exception as exc:  # the finding is the exception itself
-                    self.api_errors.append(f"{type(exc).__name__}: {exc}"[:240])
+                    found = [f"kernel read raised {type(exc).__name__}: {exc}"[:240]]
+                self.errors += [(time.time(), what) for what in found]
                 self.samples += 1
         finally:
             kernel.close()
 
 
-def wait_drained(cluster: Cluster, owed: list[Expectation], faults: list[FaultRecord]) -> None:
-    """Give late firings up to ``_DRAIN_S`` to finish before the ledger is judged."""
-
-    def clean() -> bool:
-        cluster.revive_workers()
-        rows = check(
-            cluster.ledger_lines(),
-            faults,
-            owed,
+def judge(
+    cluster: Cluster,
+    faults: list[FaultRecord],
+    owed: list[Expectation],
+    errors: list[tuple[float, str]],
+) -> list[Row]:
+    """The checker's rows for the multi-host phase as the ledger and the kernel stand now."""
+    lines, rows, events = cluster.kernel_state()
+    return check(
+        Evidence(
+            lines=lines,
+            rows=rows,
+            events=events,
+            faults=faults,
+            expectations=owed,
+            judged_at=time.time(),
             skews=cluster.skews,
-            adjudication=cluster.adjudication(),
-            handed_back=frozenset(cluster.handed_back),
+            handbacks=cluster.handbacks,
+            exits=cluster.exits,
+            errors=errors,
         )
-        return not any(row.lost for row in rows)
+    )
+
+
+def wait_drained(judged: Callable[[], list[Row]], revive: Callable[[], None]) -> None:
+    """Give late firings up to ``_DRAIN_S`` to finish before the run is judged."""
+
+    def settled() -> bool:
+        revive()
+        return not any(row.counts["lost"] or row.counts["stuck"] for row in judged())
 
     with contextlib.suppress(AssertionError):
-        wait_until(clean, timeout=_DRAIN_S, what="late firings", interval=2.0)
+        wait_until(settled, timeout=_DRAIN_S, what="late firings", interval=2.0)
 
 
-def multi_host_phase(seconds: float, spacing: float, run_dir: Path) -> list[Row]:
+def multi_host_phase(seconds: float, spacing: float, run_dir: Path, broker: str) -> list[Row]:
     network = Network(workers=3)
     try:
         join_namespace(network.services.namespace)  # the harness sits on the services host
@@ -156,66 +172,61 @@ def multi_host_phase(seconds: float, spacing: float, run_dir: Path) -> list[Row]
             HostPlan(beat=True, skew_s=SKEW_S),
             HostPlan(beat=False, skew_s=-SKEW_S),
         ]
-        cluster = Cluster(network, run_dir, plans)
+        cluster = Cluster(network, run_dir, plans, broker)
         try:
             cluster.start()
-            return _inject(cluster, seconds, spacing)
+            return _inject(cluster, seconds, spacing, broker)
         finally:
             cluster.stop()
     finally:
         network.remove()
 
 
-def _inject(cluster: Cluster, seconds: float, spacing: float) -> list[Row]:
+def _inject(cluster: Cluster, seconds: float, spacing: float, broker: str) -> list[Row]:
     first = time.time()
     sampler = LeaseSampler(cluster)
     sampler.start()
     print(f"workload running on {len(cluster.network.workers)} hosts; faults every {spacing:.0f}s")
     time.sleep(_BASELINE_S)
     faults: list[FaultRecord] = []
-    notes: list[tuple[str, str]] = []
     end = first + seconds
     rounds = 0
     while time.time() < end - spacing or not rounds:
         for name, action in FAULTS:
             if time.time() >= end - spacing and rounds:
                 break
-            cluster.revive_workers()
+            cluster.revive()
             at = time.time()
-            faults.append(FaultRecord(name, at))
-            print(f"{time.strftime('%H:%M:%S')} {name}", flush=True)
-            note = action(cluster, rounds)
-            if note:
-                print(f"  {note}", flush=True)
-                notes.append((name, note))
+            print(f"{time.strftime('%H:%M:%S')} {name.format(broker=broker)}", flush=True)
+            injected = action(cluster, rounds)
+            print(f"  {injected}", flush=True)
+            faults.append(FaultRecord(name.format(broker=broker), at, injected))
             time.sleep(max(0.0, at + spacing - time.time()))
         rounds += 1
-    last = time.time()
-    owed = expectations(first, last)
-    wait_drained(cluster, owed, faults)
+    owed = expectations(first, time.time())
+    wait_drained(lambda: judge(cluster, faults, owed, sampler.errors), cluster.revive)
     sampler.done.set()
     sampler.join()
-    rows = check(
-        cluster.ledger_lines(),
-        faults,
-        owed,
-        skews=cluster.skews,
-        adjudication=cluster.adjudication(),
-        handed_back=frozenset(cluster.handed_back),
-    )
-    for name, note in notes:
-        next(row for row in rows if row.fault == name).notes.append(note)
-    # Found on the next look, so charged to the fault under way a moment before.
-    for found, _, why in cluster.worker_exits:
-        under_way = [f.name for f in faults if f.at <= found - 1.0] or ["baseline"]
-        row = next(row for row in rows if row.fault == under_way[-1])
-        row.exits += 1
-        row.notes.append(f"worker exited, started again: {why}")
-    skew = Row("clock_skew", injected=len(cluster.skews), errors=len(sampler.overreach))
-    skew.notes += [*sorted(set(sampler.overreach)), f"{sampler.samples} lease samples"]
-    api = Row("kernel_api_reads", errors=len(sampler.api_errors))
-    api.notes += sorted(set(sampler.api_errors))
-    return [*rows, skew, api]
+    rows = judge(cluster, faults, owed, sampler.errors)
+    skew = Row("clock_skew", injected=len(cluster.skews))
+    skew.observed.append(_clock_skew_observed(cluster, sampler.samples))
+    return [*rows, skew]
+
+
+def _clock_skew_observed(cluster: Cluster, samples: int) -> str:
+    """Per skewed host: its offset and how its runs started against their due times
+    (the early column judges them); how many lease samples found none too long."""
+    lines = cluster.ledger_lines()
+    seen = []
+    for host, skew in sorted(cluster.skews.items()):
+        lags = [
+            float(x["t"]) - skew - float(x["scheduled_for"])
+            for x in lines
+            if x.get("host") == host and x["event"] == "start" and x.get("scheduled_for")
+        ]
+        earliest = f", earliest {min(lags):+.1f} s from due" if lags else ""
+        seen.append(f"{host} clock {skew:+.0f} s: {len(lags)} runs started{earliest}")
+    return f"{'; '.join(seen)}; {samples} lease samples against the database clock"
 
 
 @contextlib.contextmanager
@@ -269,30 +280,32 @@ def disk_full_phase(run_dir: Path) -> list[Row]:
             at = time.time()
             print(f"{time.strftime('%H:%M:%S')} disk_full", flush=True)
             filler = fill(disk)
+            size = filler.stat().st_size
             time.sleep(_DISK_PHASE_S / 3)
             filler.unlink()
             time.sleep(_DISK_PHASE_S / 3)
-            last = time.time()
-            owed = [e for e in expectations(first, last) if e.job_id.startswith("tick-")]
-
-            faults = [FaultRecord("disk_full", at)]
+            owed = [e for e in expectations(first, time.time()) if e.job_id.startswith("tick-")]
+            faults = [
+                FaultRecord(
+                    "disk_full", at, f"8 MiB tmpfs filled ({size >> 10} KiB), freed 8 s later"
+                )
+            ]
 
             def judged() -> list[Row]:
-                waiting = kernel.list_occurrences(statuses=["needs_adjudication"], limit=1000)
-                return check(
-                    read_ledger(ledger),
-                    faults,
-                    owed,
-                    skews={},
-                    adjudication={(o.job_id, o.scheduled_for.timestamp()) for o in waiting},
+                rows, events = read_kernel(kernel, [e.job_id for e in owed])
+                # The full disk must not stop the worker or the Beat (I8: they carry on).
+                exits = [
+                    (p.log_path.stat().st_mtime, f"{p.name} exit status {p.popen.returncode}")
+                    for p in procs
+                    if p.popen.poll() is not None
+                ]
+                evidence = Evidence(
+                    read_ledger(ledger), rows, events, faults, owed, time.time(), exits=exits
                 )
+                return check(evidence)
 
-            with contextlib.suppress(AssertionError):
-                wait_until(lambda: not any(r.lost for r in judged()), timeout=_DRAIN_S,
-                           what="late firings", interval=2.0)  # fmt: skip
+            wait_drained(judged, lambda: None)
             rows = judged()
-            # The full disk must not have killed the worker or the Beat (I8: they carry on).
-            rows[-1].errors += sum(proc.popen.poll() is not None for proc in procs)
         finally:
             kernel.close()
             for proc in procs:
@@ -309,26 +322,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=2.0, help="length of the whole run")
     parser.add_argument("--spacing", type=float, default=10.0, help="seconds between faults")
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "rabbitmq"),
+        default="redis",
+        help="the Celery broker on the services host (RabbitMQ: Debian's rabbitmq-server)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
-    parser.add_argument("--verbose", action="store_true", help="print each violation")
+    parser.add_argument("--verbose", action="store_true", help="print every note")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="judge a clean made-up run and one mutant per violation; no hosts needed",
+    )
     args = parser.parse_args(argv)
+    if args.self_test:
+        shown, ok = self_test()
+        print(shown)
+        print("each violation flagged in its own column only" if ok else "FAILED: see WRONG rows")
+        return 0 if ok else 1
     run_dir = Path(tempfile.mkdtemp(prefix="kernel-chaos-"))
     seconds = max(args.minutes * 60 - _DISK_PHASE_S - 30, args.spacing * len(FAULTS) + _BASELINE_S)
     try:
-        rows = multi_host_phase(seconds, args.spacing, run_dir) + disk_full_phase(run_dir)
+        rows = multi_host_phase(seconds, args.spacing, run_dir, args.broker)
+        rows += disk_full_phase(run_dir)
     except NetworkUnavailable as exc:
         print(f"chaos run not possible here: {exc}", file=sys.stderr)
         return UNAVAILABLE
-    print(table(rows))
     bad = failed(rows)
-    for row in rows:
-        for note in row.notes if args.verbose or failed([row]) else []:
-            print(f"  {row.fault}: {note}")
     if args.keep or bad:
         print(f"run directory (logs, ledger): {run_dir}")
     else:
         shutil.rmtree(run_dir, ignore_errors=True)
-    print("FAILED: see the rows above" if bad else "no loss, no duplicate, no overlap, no error")
+    print("FAILED: see the violations below" if bad else "no violation")
+    print(report(rows, verbose=args.verbose))
     return 1 if bad else 0
 
 

@@ -1,6 +1,7 @@
-"""Suite-wide fixtures: real PostgreSQL and Redis servers, started once per session.
+"""Suite-wide fixtures: real PostgreSQL, Redis and RabbitMQ servers, started once per session.
 
-``KERNEL_TEST_POSTGRES_URL`` / ``KERNEL_TEST_REDIS_URL`` point the suite at servers
+``KERNEL_TEST_POSTGRES_URL`` / ``KERNEL_TEST_REDIS_URL`` / ``KERNEL_TEST_RABBITMQ_URL``
+point the suite at servers
 someone else runs. Without them the servers are started here on first use. A server
 that cannot start skips the tests that need it on a workstation, and fails them when
 ``CI=true``: CI installs both, so a missing server there is a broken build, not a skip.
@@ -18,6 +19,7 @@ from servers import (
     ServerUnavailable,
     fresh_database,
     start_postgres,
+    start_rabbitmq,
     start_redis,
 )
 
@@ -69,6 +71,12 @@ def postgres_url() -> Iterator[str]:
 def redis_url() -> Iterator[str]:
     """``redis://127.0.0.1:PORT/0`` of the session's Redis server (shared; not flushed)."""
     yield from _server_url("KERNEL_TEST_REDIS_URL", start_redis)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> Iterator[str]:
+    """``amqp://guest:guest@127.0.0.1:PORT//`` of the session's RabbitMQ node (shared)."""
+    yield from _server_url("KERNEL_TEST_RABBITMQ_URL", start_rabbitmq)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Real PostgreSQL and Redis servers for the test suite.
+"""Real PostgreSQL, Redis and RabbitMQ servers for the test suite.
 
 Each server runs from its own temporary directory, listens only on 127.0.0.1 on an
 ephemeral port, and is stopped by the PID we started. PostgreSQL refuses to run as
@@ -42,6 +42,7 @@ __all__ = [
     "libpq_url",
     "serving",
     "start_postgres",
+    "start_rabbitmq",
     "start_redis",
 ]
 
@@ -72,6 +73,7 @@ class RunningServer:
         workdir: temporary directory with data, sockets and the log; removed on stop.
         log_path: the server's combined stdout and stderr.
         stop_signal: the signal that asks this server for a fast, clean shutdown.
+        helpers: processes the server needs (RabbitMQ's epmd), stopped after it.
     """
 
     url: str
@@ -80,16 +82,21 @@ class RunningServer:
     workdir: Path
     log_path: Path
     stop_signal: signal.Signals
+    helpers: tuple[subprocess.Popen[bytes], ...] = ()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server by PID (SIGKILL if it outlives ``timeout``), then remove its files."""
-        if self.process.poll() is None:
-            self.process.send_signal(self.stop_signal)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        """Stop the server by PID (SIGKILL if it outlives ``timeout``), then its helpers,
+        then remove its files."""
+        for process, sig in [(self.process, self.stop_signal)] + [
+            (helper, signal.SIGTERM) for helper in self.helpers
+        ]:
+            if process.poll() is None:
+                process.send_signal(sig)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -199,6 +206,111 @@ def start_redis(timeout: float = 10.0) -> RunningServer:
         return f"redis://127.0.0.1:{port}/0"
 
     return _launch(argv, ready, url, workdir, account, timeout, signal.SIGTERM)
+
+
+def start_rabbitmq(timeout: float = 90.0) -> RunningServer:
+    """Start a RabbitMQ node (Debian's ``rabbitmq-server``) with no plugins.
+
+    Its Erlang port mapper (epmd) is started first, by us, on a port of its own (a
+    node would otherwise start a shared one on 4369 that outlives it); the node runs
+    ``erl`` in the foreground, so the PID we hold is the broker's VM. The ``guest``
+    account may connect from any address (the chaos run's hosts are not loopback).
+
+    Returns:
+        The running server; ``url`` is ``amqp://guest:guest@127.0.0.1:PORT//``.
+
+    Raises:
+        ServerUnavailable: ``rabbitmq-server`` is not installed or did not accept
+            connections within ``timeout`` seconds.
+    """
+    account = _server_account()
+    workdir = _make_workdir("kernel-rabbitmq-", account)
+    epmd_port = free_port()
+    try:
+        epmd = rabbitmq_epmd(workdir, account, "127.0.0.1", epmd_port)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    try:
+        server = _launch(
+            lambda port: rabbitmq_argv(workdir, "127.0.0.1", port),
+            lambda port: _accepts("127.0.0.1", port),
+            lambda port: f"amqp://guest:guest@127.0.0.1:{port}//",
+            workdir,
+            account,
+            timeout,
+            signal.SIGTERM,
+            env=lambda port: rabbitmq_env(workdir, "127.0.0.1", port, epmd_port),
+        )
+    except BaseException:
+        epmd.kill()
+        epmd.wait()
+        raise
+    server.helpers = (epmd,)
+    return server
+
+
+#: The RabbitMQ scripts Debian installs; ``rabbitmq-server`` there runs the node itself
+#: (``/usr/sbin/rabbitmq-server`` would switch to the ``rabbitmq`` account).
+RABBITMQ_SCRIPTS = Path("/usr/lib/rabbitmq/bin")
+
+
+def rabbitmq_epmd(
+    workdir: Path, account: pwd.struct_passwd | None, address: str, port: int
+) -> subprocess.Popen[bytes]:
+    """The port mapper a RabbitMQ node in ``workdir`` registers with, in the foreground."""
+    binary = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+    if not (RABBITMQ_SCRIPTS / "rabbitmq-server").exists() or not Path(binary).exists():
+        raise ServerUnavailable("rabbitmq-server not installed (apt-get install rabbitmq-server)")
+    with (workdir / "epmd.log").open("wb") as log:
+        return subprocess.Popen(
+            [binary, "-port", str(port), "-address", address],
+            cwd=workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            **_as_account(account),
+        )
+
+
+def rabbitmq_argv(workdir: Path, address: str, port: int) -> list[str]:
+    (workdir / "rabbitmq.conf").write_text(
+        f"listeners.tcp.default = {address}:{port}\nloopback_users = none\n"
+    )
+    (workdir / "enabled_plugins").write_text("[].\n")
+    return [str(RABBITMQ_SCRIPTS / "rabbitmq-server")]
+
+
+def rabbitmq_env(workdir: Path, address: str, port: int, epmd_port: int) -> dict[str, str]:
+    """The node's whole environment: its files in ``workdir``, its ports, no input shell."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(workdir),  # the Erlang cookie
+        "LANG": "C.UTF-8",
+        "ERL_EPMD_PORT": str(epmd_port),
+        "RABBITMQ_NODENAME": f"rabbit-{port}@localhost",
+        "RABBITMQ_NODE_IP_ADDRESS": address,
+        "RABBITMQ_NODE_PORT": str(port),
+        "RABBITMQ_DIST_PORT": str(free_port()),
+        "RABBITMQ_MNESIA_BASE": str(workdir / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(workdir / "log"),
+        "RABBITMQ_LOGS": "-",
+        "RABBITMQ_CONFIG_FILE": str(workdir / "rabbitmq"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(workdir / "enabled_plugins"),
+        "RABBITMQ_PID_FILE": str(workdir / "rabbitmq.pid"),
+        # Run erl in the foreground (no signal-forwarding shell), without its shell.
+        "RABBITMQ_ALLOW_INPUT": "1",
+        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-noinput",
+    }
+
+
+def _accepts(address: str, port: int) -> bool:
+    """Whether ``address:port`` takes an AMQP connection (the node listens only when ready)."""
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 @contextmanager
@@ -311,8 +423,10 @@ def _launch(
     account: pwd.struct_passwd | None,
     timeout: float,
     stop_signal: signal.Signals,
+    env: Callable[[int], dict[str, str]] | None = None,
 ) -> RunningServer:
-    """Start ``argv(port)`` on a free port and wait until ``ready(port)``.
+    """Start ``argv(port)`` (in ``env(port)`` if given) on a free port and wait until
+    ``ready(port)``.
 
     Removes ``workdir`` when it gives up.
     """
@@ -329,6 +443,7 @@ def _launch(
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
+                    env=env(port) if env is not None else None,
                     **_as_account(account),
                 )
             server = RunningServer(url(port), port, process, workdir, log_path, stop_signal)

@@ -2,7 +2,9 @@
 
 ``stack`` is the embedded default (``filesystem://`` broker, SQLite under
 ``./var``); parametrise it indirectly with ``"redis"`` (the session's Redis
-broker, SQLite) or ``"redis+postgres"`` (Redis, and a fresh PostgreSQL database).
+broker, SQLite) or ``"redis+postgres"`` (Redis, and a fresh PostgreSQL database),
+or the same with ``"rabbitmq"`` (the session's RabbitMQ node: durable queues, as
+kombu declares them, and ``task_acks_late``, as RabbitMQ users run Celery).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 from integration.stack import LOG_TAIL, Stack
 
-BACKENDS = ("embedded", "redis", "redis+postgres")
+BACKENDS = ("embedded", "redis", "redis+postgres", "rabbitmq", "rabbitmq+postgres")
 
 
 @pytest.fixture
@@ -22,9 +24,10 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
     backend = getattr(request, "param", "embedded")
     if backend not in BACKENDS:
         raise ValueError(f"unknown back end {backend!r}; one of {BACKENDS}")
-    broker_url = request.getfixturevalue("redis_url") if backend != "embedded" else None
+    broker = backend.split("+")[0]
+    broker_url = request.getfixturevalue(f"{broker}_url") if broker != "embedded" else None
     database_url = (
-        request.getfixturevalue("pg_database_url") if backend == "redis+postgres" else None
+        request.getfixturevalue("pg_database_url") if backend.endswith("+postgres") else None
     )
     made = Stack(tmp_path, broker_url=broker_url, database_url=database_url)
     try:

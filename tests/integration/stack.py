@@ -37,6 +37,9 @@ INTEGRATION_DIR = Path(__file__).resolve().parent
 #: purge, cost seconds.
 SETTINGS_MODULE = "kernel_it_settings"
 _SETTINGS = "kernel_rehint_after = 1.0\n"
+#: How RabbitMQ users run Celery: a message is acknowledged when its task ends, and
+#: given back if its worker process dies (queues are durable by kombu's default).
+ACKS_LATE = "task_acks_late = True\ntask_reject_on_worker_lost = True\n"
 _TERMINAL = frozenset({"succeeded", "dead_letter", "cancelled", "skipped", "needs_adjudication"})
 _READY_TIMEOUT = 30.0
 _STOP_GRACE = 20.0
@@ -177,7 +180,8 @@ class Stack:
         if database_url:  # else the product's default: ./var/kernel.db in the working directory
             env["KERNEL_DATABASE_URL"] = database_url
         self.env = env
-        (root / f"{SETTINGS_MODULE}.py").write_text(_SETTINGS)
+        acks_late = broker_url is not None and broker_url.startswith("amqp")
+        (root / f"{SETTINGS_MODULE}.py").write_text(_SETTINGS + (ACKS_LATE if acks_late else ""))
 
     # -- set-up ----------------------------------------------------------------
 

@@ -62,7 +62,9 @@ EVERY_SECOND: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("stack", ["embedded", "redis", "redis+postgres"], indirect=True)
+@pytest.mark.parametrize(
+    "stack", ["embedded", "redis", "redis+postgres", "rabbitmq+postgres"], indirect=True
+)
 def test_every_job_runs_each_firing_exactly_once(stack: Stack) -> None:
     stack.use_jobs(
         stack.job(

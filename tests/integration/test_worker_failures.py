@@ -20,6 +20,7 @@ def status(stack: Stack, occurrence_id: int) -> str:
     return stack.occurrence(occurrence_id).status.value
 
 
+@pytest.mark.parametrize("stack", ["embedded", "rabbitmq"], indirect=True)
 def test_killed_worker_is_reclaimed_with_a_higher_fence(stack: Stack) -> None:
     stack.use_jobs(stack.job("slow", "record", kwargs={"sleep": 8}, lease="5s", max_attempts=3))
     doomed = stack.start_worker("doomed")
@@ -45,9 +46,9 @@ def test_killed_worker_is_reclaimed_with_a_higher_fence(stack: Stack) -> None:
     ]
 
 
-@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+@pytest.mark.parametrize("stack", ["redis", "rabbitmq"], indirect=True)
 def test_frozen_worker_is_fenced_off_after_its_lease(stack: Stack) -> None:
-    # Redis, not the filesystem broker: a process frozen while it holds a queue
+    # A network broker, not the filesystem one: a process frozen while it holds a queue
     # file's lock would stall every other consumer of that folder.
     sleepy = {"sleep": 5}
     stack.use_jobs(

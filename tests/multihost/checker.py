@@ -1,197 +1,388 @@
-"""Reads the external ledger after a chaos run and says, per fault, what went wrong.
+"""Judges a chaos run or a soak from its evidence (``evidence.py``): one row per fault.
 
-Inputs are the ledger's lines in file order (the real order of the writes, whatever
-the hosts' clocks say), the faults as the harness injected them, what each job was
-expected to fire, each host's clock offset and the firings an operator must
-adjudicate and the firings the harness paused or had handed back (warm shutdown).
-Every firing is attributed to the fault whose window (from its injection to the next
-one) it was due in; firings due before the first fault belong to ``baseline``.
+Every figure is computed from the external ledger (its lines in file order: the real
+order of the writes, whatever the hosts' clocks say; each line's time is its host's
+clock, corrected by that host's known offset), the kernel's own rows and events, the
+schedules' expected firings and what the harness did. Each violation is charged to
+the fault window (an injection until the next one; ``baseline`` before the first)
+in which its effect happened: a lost firing at its due time, a stale write when it
+was written, a rerun when it started, a lost settle when the kernel acknowledged it.
 
-* **lost**: an at-least-once firing with no ``end`` line from any run; an
-  at-most-once firing with no ``start`` line that is not waiting for an operator; a
-  paused or handed-back firing that never finished.
-* **duplicates**: an at-most-once firing whose effect (a fresh ``start``, not one
-  resuming from a checkpoint) was written twice.
-* **overlaps**: a run of an occurrence writing while a later run (higher fence) of
-  the same occurrence was under way.
-* **late writes**: a run writing after a later run of its occurrence had started,
-  i.e. after it had lost its lease.
-* **reruns** / **adjudicate**: at-least-once firings started afresh under more than one
-  fence, and at-most-once firings left for an operator: evidence that a fault hit a
-  running job.
-* **resumed** / **rewinds**: runs that started from a checkpoint (``resumed_from`` k);
-  a rewind is one whose checkpoint the ledger contradicts: no earlier run finished
-  step k-1, the run that finished it went on past it (step k or ``end``) although it
-  handed the occurrence back there, or the resumed run wrote a step before k. Both
-  are charged to the fault under way when the resumed run started.
-* **exits**: workers that exited on their own during the window (the harness starts
-  them again, as a supervisor would); filled in by the harness, not judged here.
-* **errors**: anything the harness saw go wrong outside the ledger (an API call that
-  raised something other than a kernel error, a lease longer than the database allows).
-* **recovery**: the most seconds any every-second firing due in the window waited
-  from its due time to its ``end`` line (the host's clock offset taken out).
+Violations (each column fails the run when non-zero):
+
+* **lost**: a firing the schedule owes that is neither run (at-least-once: an ``end``
+  line; at-most-once: a ``start`` line or an operator's adjudication pending) nor
+  recorded by the kernel as skipped with a reason.
+* **extra**: an occurrence of a judged job at a time its schedule does not owe (between
+  its first and last owed firing).
+* **double**: more than one occurrence for one firing (by the kernel's rows or by the
+  occurrence ids the ledger names for it), or for one (job, trigger key).
+* **duplicate**: an at-most-once occurrence whose effect (a fresh ``start``, not a resume
+  from a checkpoint) was written more than once.
+* **overlap** / **late**: a run writing after its lease was lost (a later fence claimed
+  the occurrence, or it was sent for adjudication, by the kernel's events; or a later
+  fence had written, by the ledger): an overlap when a later fence of the occurrence
+  was writing at that moment, else a late write. The two partition the stale writes.
+* **early**: a run that started more than ``early_tolerance_s`` before its due time.
+* **lost update**: a settle the kernel acknowledged (its event is in the log) that the
+  row does not keep: the occurrence's last event is a terminal settle its row
+  contradicts, or it was claimed again after it succeeded.
+* **rewind**: a run resumed from a checkpoint the ledger contradicts (no earlier run
+  finished the step before it; the run that handed back went on past it; the resumed
+  run re-ran a step before it).
+* **handback**: a pause/resume or warm shutdown that hit no run, or whose run was not
+  handed back (``occurrence_paused`` and ``occurrence_resumed`` / ``occurrence_handed_back``)
+  and finished by a later fence (from its checkpoint or, when the run stopped before a
+  safe point, from the start: ``rewind`` judges the checkpoint).
+* **exit**: a process that exited when it should not have (seen by the harness).
+* **stuck**: an occurrence not settled ``stuck_after_s`` after its due time (and not
+  waiting for an operator) whose settle the kernel never acknowledged.
+* **errors**: anything else the harness saw go wrong (a kernel call raising something
+  other than a kernel error, a lease longer than the database clock allows).
+
+Information, not judged: ``expected`` firings, ``skipped`` (each reason in the notes),
+``reruns`` (a fresh start under a later fence), ``adjudicate``, ``resumed`` and
+``recovery_s`` (the longest an every-second firing waited from due time to ``end``).
 """
 
 from __future__ import annotations
 
-import json
-import math
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-__all__ = ["Expectation", "FaultRecord", "Row", "check", "failed", "read_ledger", "table"]
+from multihost.evidence import Evidence, Expectation, Handback, KernelEvent, KernelRow
+
+__all__ = ["INFO", "VIOLATIONS", "Row", "check"]
 
 BASELINE = "baseline"
+#: How far before its due time a run may start (clock granularity, not a licence).
+EARLY_TOLERANCE_S = 1.0
+#: How long after its due time an occurrence may remain unsettled.
+STUCK_AFTER_S = 90.0
 
-
-@dataclass(frozen=True)
-class FaultRecord:
-    """One injection: ``name`` and when it began (real epoch seconds)."""
-
-    name: str
-    at: float
-
-
-@dataclass(frozen=True)
-class Expectation:
-    """A scheduled job the run expects firings of: every ``every_s`` from ``first`` to ``last``."""
-
-    job_id: str
-    delivery: str
-    every_s: int
-    first: float
-    last: float
-
-    def due(self) -> list[float]:
-        start = math.ceil(self.first / self.every_s) * self.every_s
-        return [float(t) for t in range(int(start), int(self.last) + 1, self.every_s)]
+VIOLATIONS = (
+    "lost", "extra", "double", "duplicate", "overlap", "late", "early", "lost_update", "rewind",
+    "handback", "exit", "stuck", "errors",
+)  # fmt: skip
+INFO = ("reruns", "adjudicate", "resumed")
+_TERMINAL = {
+    "occurrence_succeeded": "succeeded",
+    "occurrence_dead_letter": "dead_letter",
+    "occurrence_cancelled": "cancelled",
+    "occurrence_skipped": "skipped",
+}
+_UNSETTLED = {"queued", "running", "retry_wait"}
 
 
 @dataclass
 class Row:
+    """One fault (all its injections) or one injection's window."""
+
     fault: str
     injected: int = 0
-    firings: int = 0
-    lost: int = 0
-    duplicates: int = 0
-    overlaps: int = 0
-    late_writes: int = 0
-    reruns: int = 0
-    adjudicate: int = 0
-    resumed: int = 0
-    rewinds: int = 0
-    #: Workers that exited on their own (the harness restarts them); reported, not judged.
-    exits: int = 0
-    errors: int = 0
+    expected: int = 0
+    skipped: int = 0
+    #: Why the kernel skipped the firings counted in ``skipped``.
+    skip_reasons: Counter[str] = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
     recovery_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    #: Per injection: what was injected and what was observed in its window.
+    observed: list[str] = field(default_factory=list)
+
+    def add(self, column: str, note: str | None = None) -> None:
+        self.counts[column] += 1
+        if note:
+            self.notes.append(f"{column}: {note}")
+
+    def merge(self, other: Row) -> None:
+        self.injected += other.injected
+        self.expected += other.expected
+        self.skipped += other.skipped
+        self.skip_reasons.update(other.skip_reasons)
+        self.counts.update(other.counts)
+        self.recovery_s = max(self.recovery_s, other.recovery_s)
+        self.notes += other.notes
 
 
-def read_ledger(path: Path) -> list[dict[str, Any]]:
-    """The ledger's lines in file order (none before the first job wrote)."""
-    text = path.read_text() if path.exists() else ""
-    return [json.loads(line) for line in text.splitlines() if line]
+class _Windows:
+    """Injection windows by time: ``at(t)`` is the window's row under way at ``t``."""
+
+    def __init__(self, evidence: Evidence) -> None:
+        self.faults = sorted(evidence.faults, key=lambda f: f.at)
+        self.starts = [f.at for f in self.faults]
+        self.baseline = Row(BASELINE)
+        self.rows = [Row(f.name, injected=1) for f in self.faults]
+
+    def at(self, t: float) -> Row:
+        i = bisect_right(self.starts, t)
+        return self.rows[i - 1] if i else self.baseline
+
+    def by_fault(self) -> list[Row]:
+        """One row per fault name (first-injection order), ``baseline`` first; each row's
+        ``observed`` lists its injections."""
+        merged: dict[str, Row] = {BASELINE: Row(BASELINE)}
+        merged[BASELINE].merge(self.baseline)
+        for fault, row in zip(self.faults, self.rows, strict=True):
+            total = merged.setdefault(fault.name, Row(fault.name))
+            total.merge(row)
+            total.observed.append(f"{fault.injected or fault.name}; {_observed(row)}")
+        return list(merged.values())
+
+
+def _observed(row: Row) -> str:
+    seen = [f"{row.counts[c]} {c.replace('_', ' ')}" for c in INFO if row.counts[c]]
+    seen += [f"{row.counts['late']} late writes", f"{row.counts['overlap']} overlaps"]
+    seen += [f"{row.counts[c]} {c.replace('_', ' ')}" for c in VIOLATIONS if row.counts[c]]
+    return ", ".join(dict.fromkeys(seen))
 
 
 def check(
-    lines: Sequence[dict[str, Any]],
-    faults: Sequence[FaultRecord],
-    expectations: Iterable[Expectation],
+    evidence: Evidence,
     *,
-    skews: dict[str, float],
-    adjudication: set[tuple[str, float]],
-    handed_back: frozenset[tuple[str, float]] = frozenset(),
+    early_tolerance_s: float = EARLY_TOLERANCE_S,
+    stuck_after_s: float = STUCK_AFTER_S,
 ) -> list[Row]:
-    """One row per fault name (plus ``baseline``), in first-injection order."""
-    ordered = sorted(faults, key=lambda f: f.at)
-    rows: dict[str, Row] = {BASELINE: Row(BASELINE)}
-    for fault in ordered:
-        rows.setdefault(fault.name, Row(fault.name)).injected += 1
+    """One row per fault name, ``baseline`` first, in first-injection order."""
+    judge = _Judge(evidence)
+    judge.firings()
+    judge.runs(early_tolerance_s)
+    judge.settles(stuck_after_s)
+    judge.handbacks()
+    for when, what in evidence.exits:
+        judge.windows.at(when).add("exit", what)
+    for when, what in evidence.errors:
+        judge.windows.at(when).add("errors", what)
+    return judge.windows.by_fault()
 
-    def row_at(t: float) -> Row:
-        name = BASELINE
-        for fault in ordered:
-            if fault.at > t:
-                break
-            name = fault.name
-        return rows[name]
 
-    def real_time(line: dict[str, Any]) -> float:
-        return float(line["t"]) - skews.get(line.get("host") or "", 0.0)
+class _Judge:
+    def __init__(self, evidence: Evidence) -> None:
+        self.ev = evidence
+        self.windows = _Windows(evidence)
+        self.delivery = {e.job_id: e.delivery for e in evidence.expectations}
+        self.lines_of: dict[int, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
+        for index, line in enumerate(evidence.lines):
+            if line.get("occurrence_id") is not None:
+                self.lines_of[int(line["occurrence_id"])].append((index, line))
+        self.events_of: dict[int, list[KernelEvent]] = defaultdict(list)
+        for event in evidence.events:
+            self.events_of[event.occurrence_id].append(event)
+        self.row_of = {row.id: row for row in evidence.rows}
 
-    by_firing: dict[tuple[str, float], list[tuple[int, dict[str, Any]]]] = defaultdict(list)
-    for index, line in enumerate(lines):
-        if line.get("scheduled_for") is not None:
-            by_firing[(line["job_id"], float(line["scheduled_for"]))].append((index, line))
+    def real(self, line: dict[str, Any]) -> float:
+        return float(line["t"]) - float(self.ev.skews.get(line.get("host") or "", 0.0))
 
-    for expected in expectations:
-        for due in expected.due():
-            row = row_at(due)
-            row.firings += 1
-            firing = (expected.job_id, due)
-            written = by_firing.get(firing, [])
-            starts = {
-                line["fence"]
-                for _, line in written
-                if line["event"] == "start" and not line.get("resumed_from")
-            }
-            ends = [line for _, line in written if line["event"] == "end"]
-            waiting = firing in adjudication
-            row.adjudicate += waiting
-            row.reruns += expected.delivery == "at-least-once" and len(starts) > 1
-            if expected.delivery == "at-most-once":
-                if (not starts and not waiting) or (firing in handed_back and not ends):
-                    row.lost += 1
-                    row.notes.append(f"lost {expected.job_id} due {due:.0f}")
-                if len(starts) > 1:
-                    row.duplicates += 1
-                    row.notes.append(f"duplicate {expected.job_id} due {due:.0f}: {sorted(starts)}")
-            elif not ends:
-                row.lost += 1
-                row.notes.append(f"lost {expected.job_id} due {due:.0f}")
-            for index, rewind in _continuations(written):
-                resumed_in = row_at(real_time(lines[index]))  # the fault under way at the resume
-                resumed_in.resumed += 1
-                if rewind:
-                    resumed_in.rewinds += 1
-                    resumed_in.notes.append(f"{expected.job_id} due {due:.0f}: {rewind}")
-            if ends and expected.every_s == 1:
-                row.recovery_s = max(row.recovery_s, real_time(ends[0]) - due)
-            overlap, late, index = _fence_conflicts(written)
-            if index is not None:  # charged to the fault under way when the stale write came
-                culprit = row_at(real_time(lines[index]))
-                culprit.overlaps += overlap
-                culprit.late_writes += late
-                culprit.notes.append(
-                    f"{expected.job_id} due {due:.0f}: fence {lines[index]['fence']} on"
-                    f" {lines[index].get('host')} wrote after a later fence had started"
+    def firings(self) -> None:
+        """Each expected firing: found, skipped with a reason, run or lost; doubles."""
+        rows_at: dict[tuple[str, float], list[KernelRow]] = defaultdict(list)
+        by_trigger: dict[tuple[str, str], set[int]] = defaultdict(set)
+        for row in self.ev.rows:
+            rows_at[(row.job_id, round(row.scheduled_for, 3))].append(row)
+            by_trigger[(row.job_id, row.trigger_key)].add(row.id)
+        named: dict[tuple[str, float], set[int]] = defaultdict(set)
+        for line in self.ev.lines:
+            if line.get("scheduled_for") is not None and line.get("occurrence_id") is not None:
+                named[(line["job_id"], round(float(line["scheduled_for"]), 3))].add(
+                    int(line["occurrence_id"])
                 )
-    return list(rows.values())
+        for expected in self.ev.expectations:
+            for due in expected.dues:
+                firing = (expected.job_id, round(due, 3))
+                ids = {r.id for r in rows_at[firing]} | named[firing]
+                self._firing(expected, due, [self.row_of.get(i) for i in sorted(ids)])
+            owed = {round(due, 3) for due in expected.dues}
+            span = (min(owed), max(owed)) if owed else (0.0, -1.0)
+            for row in self.ev.rows:
+                due = round(row.scheduled_for, 3)
+                if row.job_id == expected.job_id and span[0] <= due <= span[1] and due not in owed:
+                    self.windows.at(due).add(
+                        "extra",
+                        f"{row.job_id} occurrence {row.id} at {due:.3f}, not on its schedule",
+                    )
+        for (job_id, trigger), ids in by_trigger.items():
+            if len(ids) > 1 and job_id in self.delivery:
+                first = self.row_of[min(ids)]
+                self.windows.at(first.scheduled_for).add(
+                    "double", f"{job_id} trigger {trigger}: occurrences {sorted(ids)}"
+                )
+
+    def _firing(self, expected: Expectation, due: float, found: list[KernelRow | None]) -> None:
+        window = self.windows.at(due)
+        window.expected += 1
+        what = f"{expected.job_id} due {due:.0f}"
+        if len(found) > 1:
+            window.add("double", f"{what}: occurrences {[r.id for r in found if r]}")
+        if not found:
+            window.add("lost", f"{what}: no occurrence")
+            return
+        skipped = [r for r in found if r is not None and r.status == "skipped"]
+        if skipped and len(skipped) == len(found):
+            if all(r.skip_reason for r in skipped):
+                window.skipped += 1
+                window.skip_reasons[str(skipped[0].skip_reason)] += 1
+            else:
+                window.add("lost", f"{what}: skipped without a reason")
+            return
+        ids = [r.id for r in found if r is not None]
+        written = [line for i in ids for _, line in self.lines_of.get(i, [])]
+        waiting = any(r is not None and r.status == "needs_adjudication" for r in found)
+        window.counts["adjudicate"] += waiting
+        ends = [line for line in written if line["event"] == "end"]
+        if expected.delivery == "at-most-once":
+            if not any(line["event"] == "start" for line in written) and not waiting:
+                window.add("lost", f"{what}: no effect, no adjudication pending")
+        elif not ends:
+            window.add("lost", f"{what}: never finished")
+        if ends and expected.timed:
+            window.recovery_s = max(window.recovery_s, min(map(self.real, ends)) - due)
+
+    def runs(self, early_tolerance_s: float) -> None:
+        """Each occurrence's runs against each other and against the kernel's events."""
+        for occurrence_id, written in self.lines_of.items():
+            first = written[0][1]
+            job, due = first["job_id"], float(first.get("scheduled_for") or 0.0)
+            what = f"{job} due {due:.0f} (occurrence {occurrence_id})"
+            fresh = [
+                (i, x) for i, x in written if x["event"] == "start" and not x.get("resumed_from")
+            ]
+            if self.delivery.get(job) == "at-most-once" and len(fresh) > 1:
+                self._at(fresh[1][1]).add(
+                    "duplicate",
+                    f"{what}: effect written by fences {[x['fence'] for _, x in fresh]}",
+                )
+            for _, line in fresh[1:]:
+                if line["fence"] > fresh[0][1]["fence"]:
+                    self._at(line).counts["reruns"] += 1
+            early = [
+                x
+                for _, x in written
+                if x["event"] == "start" and self.real(x) < due - early_tolerance_s
+            ]
+            if early:
+                x = early[0]
+                self._at(x).add(
+                    "early",
+                    f"{what}: fence {x['fence']} started on {x.get('host')}"
+                    f" {due - self.real(x):.1f} s before its due time",
+                )
+            self._stale(occurrence_id, what, written)
+            for index, rewind in _continuations(written):
+                window = self._at(self.ev.lines[index])
+                window.counts["resumed"] += 1
+                if rewind:
+                    window.add("rewind", f"{what}: {rewind}")
+
+    def _at(self, line: dict[str, Any]) -> Row:
+        return self.windows.at(self.real(line))
+
+    def _stale(
+        self, occurrence_id: int, what: str, written: list[tuple[int, dict[str, Any]]]
+    ) -> None:
+        """Overlaps and late writes of one occurrence, each counted once, at its first line."""
+        spans: dict[int, tuple[int, int]] = {}
+        for index, line in written:
+            first, last = spans.get(line["fence"], (index, index))
+            spans[line["fence"]] = (min(first, index), max(last, index))
+        lost_at = _lease_lost_at(self.events_of[occurrence_id])
+        found: dict[str, dict[str, Any]] = {}
+        for index, line in written:
+            fence = line["fence"]
+            later = [span for other, span in spans.items() if other > fence]
+            after_event = self.real(line) > lost_at.get(fence, float("inf"))
+            if not (after_event or any(start < index for start, _ in later)):
+                continue
+            column = "overlap" if any(start < index < end for start, end in later) else "late"
+            found.setdefault(column, line)
+        for column, line in found.items():
+            self._at(line).add(
+                column,
+                f"{what}: fence {line['fence']} on {line.get('host')} wrote"
+                f" {line['event']} after its lease was lost",
+            )
+
+    def settles(self, stuck_after_s: float) -> None:
+        """Lost updates and stuck occurrences, from the kernel's rows and events."""
+        for row in self.ev.rows:
+            if row.job_id not in self.delivery:
+                continue
+            events = self.events_of[row.id]
+            what = f"{row.job_id} due {row.scheduled_for:.0f} (occurrence {row.id})"
+            lost = _lost_update(row, events)
+            if lost is not None:
+                at, why = lost
+                self.windows.at(at).add("lost_update", f"{what}: {why}")
+            elif row.status in _UNSETTLED and row.scheduled_for < self.ev.judged_at - stuck_after_s:
+                self.windows.at(row.scheduled_for).add(
+                    "stuck",
+                    f"{what}: {row.status} {self.ev.judged_at - row.scheduled_for:.0f} s after due",
+                )
+
+    def handbacks(self) -> None:
+        for handback in self.ev.handbacks:
+            window = self.windows.at(handback.at)
+            if not handback.occurrence_ids:
+                window.add("handback", f"{handback.kind} at {handback.at:.0f} hit no run")
+            for occurrence_id in handback.occurrence_ids:
+                why = self._not_handed_back(handback, occurrence_id)
+                if why:
+                    window.add("handback", f"{handback.kind} of occurrence {occurrence_id}: {why}")
+
+    def _not_handed_back(self, handback: Handback, occurrence_id: int) -> str | None:
+        types = [e.type for e in self.events_of[occurrence_id]]
+        needed = (
+            ("occurrence_paused", "occurrence_resumed")
+            if handback.kind == "pause"
+            else ("occurrence_handed_back",)
+        )
+        missing = [t for t in needed if t not in types]
+        if missing:
+            return f"no {' / '.join(missing)} event (events: {', '.join(types)})"
+        handed = max(e.fence or 0 for e in self.events_of[occurrence_id] if e.type == needed[0])
+        written = [line for _, line in self.lines_of.get(occurrence_id, [])]
+        if not any(x["event"] == "end" and x["fence"] > handed for x in written):
+            return f"no later run than fence {handed} finished (events: {', '.join(types)})"
+        return None
 
 
-def _fence_conflicts(written: list[tuple[int, dict[str, Any]]]) -> tuple[int, int, int | None]:
-    """(overlap, late write, index of the first stale line) between one occurrence's fences.
+def _lease_lost_at(events: list[KernelEvent]) -> dict[int, float]:
+    """When each fence lost its lease, by the kernel's log: the first claim by a later
+    fence, or its own run sent for adjudication (an expired at-most-once lease)."""
+    lost: dict[int, float] = {}
+    fences = sorted({e.fence for e in events if e.fence is not None})
+    for fence in fences:
+        taken = [
+            e.at
+            for e in events
+            if e.fence is not None
+            and (
+                (e.type == "occurrence_claimed" and e.fence > fence)
+                or (e.type == "occurrence_needs_adjudication" and e.fence == fence)
+            )
+        ]
+        if taken:
+            lost[fence] = min(taken)
+    return lost
 
-    By file order: a line of fence f after the first line of a higher fence is late; if
-    it also comes before that fence's last line, the two runs overlapped.
-    """
-    spans: dict[int, tuple[int, int]] = {}
-    for index, line in written:
-        first, last = spans.get(line["fence"], (index, index))
-        spans[line["fence"]] = (min(first, index), max(last, index))
-    overlap = late = 0
-    stale: int | None = None
-    for index, line in written:
-        later = [span for other, span in spans.items() if other > line["fence"]]
-        if any(start < index for start, _ in later):
-            late = 1
-            stale = index if stale is None else stale
-        if any(start < index < end for start, end in later):
-            overlap = 1
-    return overlap, late, stale
+
+def _lost_update(row: KernelRow, events: list[KernelEvent]) -> tuple[float, str] | None:
+    """(when it was acknowledged, why) if the row does not keep a settle the kernel logged."""
+    succeeded = [e for e in events if e.type == "occurrence_succeeded"]
+    if succeeded:
+        again = [e for e in events if e.type == "occurrence_claimed" and e.at > succeeded[0].at]
+        if again:
+            return succeeded[0].at, f"claimed again at fence {again[0].fence} after it succeeded"
+    last = events[-1] if events else None
+    if last is not None and last.type in _TERMINAL:
+        kept = _TERMINAL[last.type]
+        if row.status != kept or (last.fence is not None and row.fence != last.fence):
+            return (
+                last.at,
+                f"{last.type} at fence {last.fence}, row {row.status} at fence {row.fence}",
+            )
+    return None
 
 
 def _continuations(written: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, str | None]]:
@@ -231,51 +422,3 @@ def _continuations(written: list[tuple[int, dict[str, Any]]]) -> list[tuple[int,
         )
         resumed.append((index, rewind if past or before else None))
     return resumed
-
-
-def failed(rows: Sequence[Row]) -> bool:
-    """Loss, an at-most-once duplicate, an overlap, a late write, a rewind or an error fails."""
-    return any(
-        row.lost or row.duplicates or row.overlaps or row.late_writes or row.rewinds or row.errors
-        for row in rows
-    )
-
-
-def table(rows: Sequence[Row]) -> str:
-    """The figures, one line per fault, as a fixed-width table."""
-    header = (
-        "fault", "injected", "firings", "lost", "duplicates", "overlaps", "late",
-        "reruns", "adjudicate", "resumed", "rewinds", "exits", "errors", "recovery s",
-    )  # fmt: skip
-    body = [
-        (
-            row.fault,
-            *(
-                str(n)
-                for n in (
-                    row.injected,
-                    row.firings,
-                    row.lost,
-                    row.duplicates,
-                    row.overlaps,
-                    row.late_writes,
-                    row.reruns,
-                    row.adjudicate,
-                    row.resumed,
-                    row.rewinds,
-                    row.exits,
-                    row.errors,
-                )  # fmt: skip
-            ),
-            f"{row.recovery_s:.1f}",
-        )
-        for row in rows
-    ]
-    widths = [max(len(r[i]) for r in (header, *body)) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(line, widths, strict=True))
-        )
-        for line in (header, *body)
-    )

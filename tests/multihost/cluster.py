@@ -22,10 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from integration.stack import Proc, wait_until
-from multihost.checker import read_ledger
+from integration.stack import ACKS_LATE, Proc, wait_until
+from multihost.evidence import (
+    Handback,
+    KernelEvent,
+    KernelRow,
+    read_kernel,
+    read_ledger,
+    stamp_due_times,
+)
 from multihost.netns import Host, Network
-from multihost.services import Postgres, Redis
+from multihost.services import Postgres, RabbitMQ, Redis
 
 from adapters.base import CHECKPOINT_V1
 from kernel import Kernel, KernelError, Occurrence
@@ -39,6 +46,10 @@ LEASE_S = 5
 SETTINGS_MODULE = "chaos_settings"
 _SETTINGS = "kernel_rehint_after = 2.0\n"
 _READY_TIMEOUT = 60.0
+
+
+#: What puts a process on a skewed host's clock (see ``Cluster._spawn``).
+_SKEWED_CLOCK_ENV = ("LD_PRELOAD", "FAKETIME", "FAKETIME_DONT_FAKE_MONOTONIC", "PYTHONPATH")
 
 
 def faketime_library() -> str | None:
@@ -75,7 +86,9 @@ def job_specs(ledger: Path) -> list[dict[str, Any]]:
 
     shell = {
         "argv": [sys.executable, str(MULTIHOST_DIR / "chaos_jobs.py"), str(ledger)],
-        "env_allow": ["CHAOS_HOST"],
+        # The child keeps its host's clock (libfaketime and its settings), as any
+        # process on a skewed host would: the checker corrects the host's offset.
+        "env_allow": ["CHAOS_HOST", *_SKEWED_CLOCK_ENV],
     }
     steps = {"total": 6, "step_s": 1.0}
     return [
@@ -105,7 +118,8 @@ def workload_env(run_dir: Path, *, broker_url: str | None, database_url: str) ->
     )
     if broker_url:
         env["CELERY_BROKER_URL"] = broker_url
-    (run_dir / f"{SETTINGS_MODULE}.py").write_text(_SETTINGS)
+    acks_late = broker_url is not None and broker_url.startswith("amqp")
+    (run_dir / f"{SETTINGS_MODULE}.py").write_text(_SETTINGS + (ACKS_LATE if acks_late else ""))
     return env
 
 
@@ -120,13 +134,17 @@ class HostPlan:
 class Cluster:
     """Services, hosts and their processes; every ``start_*`` can be called again after a kill."""
 
-    def __init__(self, network: Network, run_dir: Path, plans: list[HostPlan]) -> None:
+    def __init__(
+        self, network: Network, run_dir: Path, plans: list[HostPlan], broker: str = "redis"
+    ) -> None:
         self.network = network
         self.run_dir = run_dir
         self.plans = dict(zip((h.name for h in network.workers), plans, strict=True))
         self.ledger = run_dir / "ledger.jsonl"
         self.postgres = Postgres(network.services)
-        self.redis = Redis(network.services)
+        self.broker = (
+            RabbitMQ(network.services) if broker == "rabbitmq" else Redis(network.services)
+        )
         self.procs: list[Proc] = []
         self.workers: dict[str, Proc] = {}
         self.beats: dict[str, Proc] = {}
@@ -135,11 +153,11 @@ class Cluster:
         self.env: dict[str, str] = {}
         #: Due time of each occurrence a shell run wrote about (its child is not told it).
         self._due: dict[int, float] = {}
-        #: (job, due time) of the firings a fault paused or had handed back.
-        self.handed_back: set[tuple[str, float]] = set()
-        #: (when it was found, host, its last CRITICAL line) of each worker that exited
-        #: on its own and was started again, as a supervisor (systemd) would.
-        self.worker_exits: list[tuple[float, str, str]] = []
+        #: Each pause/resume and warm shutdown, with the runs it was aimed at.
+        self.handbacks: list[Handback] = []
+        #: (when it exited, which process and its last CRITICAL line) of each worker or
+        #: Beat that exited on its own and was started again, as a supervisor would.
+        self.exits: list[tuple[float, str]] = []
 
     @property
     def skews(self) -> dict[str, float]:
@@ -151,9 +169,9 @@ class Cluster:
         """Servers and schema, the workers, the jobs (defined by the harness), then the Beats."""
         self.postgres.start()
         self.postgres.create_database()
-        self.redis.start()
+        self.broker.start()
         self.env = workload_env(
-            self.run_dir, broker_url=self.redis.url, database_url=self.postgres.url
+            self.run_dir, broker_url=self.broker.url, database_url=self.postgres.url
         )
         Kernel.open(self.postgres.url, migrate_schema=True).close()
         for host in self.network.workers:
@@ -164,16 +182,20 @@ class Cluster:
             if self.plans[host.name].beat:
                 self.start_beat(host)
 
-    def revive_workers(self) -> None:
-        """Start a worker again on each host whose worker exited unbidden; record why."""
-        for name, proc in list(self.workers.items()):
-            if proc.expected_exit or proc.popen.poll() is None:
-                continue
-            critical = [line for line in proc.log().splitlines() if "CRITICAL/MainProcess" in line]
-            why = critical[-1] if critical else f"exit status {proc.popen.returncode}"
-            self.worker_exits.append((time.time(), name, f"{proc.name}: {why}"[:300]))
-            proc.expected_exit = True
-            self.start_worker(self.host(name))
+    def revive(self) -> None:
+        """Start a worker or Beat again wherever one exited unbidden; record why."""
+        for started, start in ((self.workers, self.start_worker), (self.beats, self.start_beat)):
+            for name, proc in list(started.items()):
+                if proc.expected_exit or proc.popen.poll() is None:
+                    continue
+                critical = [line for line in proc.log().splitlines() if "CRITICAL/" in line]
+                why = critical[-1] if critical else f"exit status {proc.popen.returncode}"
+                # Its log's last write (the filesystem's clock, never skewed) is when it
+                # went, which may be a fault or two before this look found it.
+                went = proc.log_path.stat().st_mtime
+                self.exits.append((went, f"{proc.name}: {why}"[:300]))
+                proc.expected_exit = True
+                start(self.host(name))
 
     def host(self, name: str) -> Host:
         return next(h for h in self.network.workers if h.name == name)
@@ -244,7 +266,7 @@ class Cluster:
             proc.reap(deadline)
         if self._kernel is not None:
             self._kernel.close()
-        self.redis.remove()
+        self.broker.remove()
         self.postgres.remove()
 
     # -- what the harness reads ------------------------------------------------------------
@@ -267,10 +289,12 @@ class Cluster:
                 line["scheduled_for"] = self._due[occurrence_id]
         return lines
 
-    def adjudication(self) -> set[tuple[str, float]]:
-        """(job, due time) of every firing waiting for an operator's decision."""
-        waiting = self.kernel.list_occurrences(statuses=["needs_adjudication"], limit=1000)
-        return {(o.job_id, o.scheduled_for.timestamp()) for o in waiting}
+    def kernel_state(self) -> tuple[list[dict[str, Any]], list[KernelRow], list[KernelEvent]]:
+        """The ledger, and the workload's occurrences and their events as the kernel keeps them."""
+        rows, events = read_kernel(self.kernel, [spec["id"] for spec in job_specs(self.ledger)])
+        lines = read_ledger(self.ledger)
+        stamp_due_times(lines, rows)
+        return lines, rows, events
 
     def lease_overreach(self, kernel: Kernel) -> list[str]:
         """Running occurrences whose lease ends later than the database clock allows.
@@ -304,30 +328,33 @@ class Cluster:
                 return self.host(line["host"])
         return self.host(candidates[0])
 
-    def kill_worker_main(self, host: Host) -> None:
+    def kill_worker_main(self, host: Host) -> str:
         """SIGKILL the worker's main process only; start a new worker on the host."""
         proc = self.workers[host.name]
         proc.expected_exit = True
         os.kill(proc.pid, signal.SIGKILL)
         proc.popen.wait()
         self.start_worker(host)
+        return f"kill -9 {proc.name} main process"
 
-    def kill_pool_child(self, host: Host) -> None:
+    def kill_pool_child(self, host: Host) -> str:
         """SIGKILL one pool child, preferring one that is running a job; Celery replaces it."""
         proc = self.workers[host.name]
         children = proc.children()
         busy = [line["pid"] for line in self.ledger_lines()[-50:] if line.get("pid") in children]
         os.kill(busy[-1] if busy else children[0], signal.SIGKILL)
+        return f"kill -9 {'busy' if busy else 'idle'} pool child of {proc.name}"
 
-    def kill_beat(self, host: Host) -> None:
+    def kill_beat(self, host: Host) -> str:
         """SIGKILL a Beat; start it again a moment later."""
         proc = self.beats[host.name]
         proc.crash()
         proc.popen.wait()
         time.sleep(1.0)
         self.start_beat(host)
+        return f"kill -9 {proc.name}, restarted 1 s later"
 
-    def freeze_worker(self, host: Host, seconds: float) -> None:
+    def freeze_worker(self, host: Host, seconds: float) -> str:
         """SIGSTOP the worker (its main and pool processes) for ``seconds``, past its
         lease, then SIGCONT. A shell job's supervisor runs in a session of its own and
         is not the worker: left running, it must stop the job at its deadline. (Freezing
@@ -342,45 +369,42 @@ class Cluster:
                     os.kill(pid, sig)
             if sig == signal.SIGSTOP:
                 time.sleep(seconds)
+        return f"SIGSTOP {proc.name} {seconds:.0f} s > lease {LEASE_S} s"
 
-    def restart_postgres(self, mode: str) -> None:
+    def restart_postgres(self, mode: str) -> str:
         """``pg_ctl stop -m immediate|fast``, then start the same cluster again."""
+        down = time.monotonic()
         self.postgres.pg_ctl_stop(mode)
         time.sleep(1.0)
         self.postgres.start()
+        return f"pg_ctl stop -m {mode}, PostgreSQL down {time.monotonic() - down:.1f} s"
 
-    def restart_redis(self, *, persistent: bool) -> None:
-        """SIGKILL Redis and start it again, with its queue kept (append-only file) or lost."""
-        if persistent:
-            self.redis.turn_on_persistence()
-        self.redis.kill()
-        self.redis.persistent = persistent
-        time.sleep(1.0)
-        self.redis.start()
-
-    def partition(self, host: Host, seconds: float) -> None:
+    def partition(self, host: Host, seconds: float) -> str:
         """Take ``host``'s link down for ``seconds``, then heal it."""
         self.network.partition(host)
         try:
             time.sleep(seconds)
         finally:
             self.network.heal(host)
+        return f"{host.name} link down {seconds:.0f} s > lease {LEASE_S} s"
 
-    def lossy_link(self, host: Host, percent: int, seconds: float) -> None:
+    def lossy_link(self, host: Host, percent: int, seconds: float) -> str:
         """Drop ``percent`` % of ``host``'s packets both ways for ``seconds``."""
         self.network.drop_packets(host, percent)
         try:
             time.sleep(seconds)
         finally:
             self.network.stop_dropping(host)
+        return f"{host.name} link drops {percent} % for {seconds:.0f} s"
 
-    def slow_link(self, host: Host, rate: str, seconds: float) -> None:
+    def slow_link(self, host: Host, rate: str, seconds: float) -> str:
         """Throttle ``host``'s link to ``rate`` for ``seconds``: its packets queue, some drop."""
         self.network.throttle(host, rate)
         try:
             time.sleep(seconds)
         finally:
             self.network.stop_throttling(host)
+        return f"{host.name} link throttled to {rate} for {seconds:.0f} s"
 
     def _running_long(self) -> list[Occurrence]:
         running = self.kernel.list_occurrences(statuses=["running"], limit=1000)
@@ -390,47 +414,49 @@ class Cluster:
         """An operator pauses a running checkpointing occurrence and resumes it ``paused_s`` later.
 
         Through the kernel's Python API, which ``kernel pause`` / ``kernel resume`` call:
-        on this loaded machine the CLI takes longer to start than a run lasts. Returns
-        what happened, for the run's notes (a run may finish before the pause lands).
+        on this loaded machine the CLI takes longer to start than a run lasts. The
+        pause is recorded for the checker as soon as the kernel accepts it (a run that
+        does not hand back is a violation); one that found no run to pause is too.
         """
         refused: list[str] = []
         for _ in range(3):
             # The pause reaches the run with its next renewal (up to 2 s): pick one that
             # has steps left, waiting a little for one to start if need be.
-            try:
+            with contextlib.suppress(AssertionError):
                 target = wait_until(
                     self._fresh_long_run, timeout=12.0, what="a fresh run", interval=0.5
                 )
-            except AssertionError:
-                return "no checkpointing run started within 12 s"
-            try:
-                self.kernel.request_pause(
-                    target.id,
-                    request_id=uuid.uuid4().hex,
-                    safe_points=CHECKPOINT_V1.safe_points,
-                    operator="chaos-operator",
+                try:
+                    self.kernel.request_pause(
+                        target.id,
+                        request_id=uuid.uuid4().hex,
+                        safe_points=CHECKPOINT_V1.safe_points,
+                        operator="chaos-operator",
+                    )
+                except KernelError as exc:  # it finished meanwhile
+                    refused.append(f"{target.id}: {exc.code}")
+                    continue
+                self.handbacks.append(Handback("pause", time.time(), (target.id,)))
+
+                def paused(occurrence_id: int = target.id) -> bool:
+                    control = self.kernel.get_occurrence(occurrence_id).control
+                    return control is not None and control.state.value == "paused"
+
+                try:
+                    wait_until(paused, timeout=LEASE_S + 3, what="the pause", interval=0.2)
+                except AssertionError:
+                    return f"pause of occurrence {target.id} requested; it did not pause"
+                time.sleep(paused_s)
+                self.kernel.resume(
+                    target.id, request_id=uuid.uuid4().hex, operator="chaos-operator"
                 )
-            except KernelError as exc:  # it finished meanwhile
-                refused.append(f"{target.id}: {exc.code}")
-                continue
+                return f"pause occurrence {target.id}, resume {paused_s:.0f} s after it paused"
+        self.handbacks.append(Handback("pause", time.time(), ()))
+        return f"no run to pause (refused: {', '.join(refused) or 'none running'})"
 
-            def paused(occurrence_id: int = target.id) -> bool:
-                control = self.kernel.get_occurrence(occurrence_id).control
-                return control is not None and control.state.value == "paused"
-
-            try:
-                wait_until(paused, timeout=LEASE_S + 3, what="the pause", interval=0.2)
-            except AssertionError:
-                return f"occurrence {target.id} did not pause (it finished first?)"
-            self.handed_back.add((target.job_id, target.scheduled_for.timestamp()))
-            time.sleep(paused_s)
-            self.kernel.resume(target.id, request_id=uuid.uuid4().hex, operator="chaos-operator")
-            return f"occurrence {target.id} paused and resumed"
-        return f"no run paused (refused: {', '.join(refused) or 'none running'})"
-
-    def _fresh_long_run(self) -> Occurrence | None:
-        """A live checkpointing run that has done at most 2 of its 6 steps (lease live:
-        a run whose worker is gone cannot be paused)."""
+    def _fresh_long_runs(self) -> list[Occurrence]:
+        """Live checkpointing runs that have done at most 2 of their 6 steps, oldest first
+        (lease live: a run whose worker is gone cannot be paused or handed back)."""
         now = self.kernel.now()
         running = {
             o.id: o
@@ -441,24 +467,41 @@ class Cluster:
         for line in self.ledger_lines()[-300:]:
             if line.get("occurrence_id") in running and line["event"] in ("start", "step"):
                 steps[line["occurrence_id"]] = line.get("step", -1) + 1
-        fresh = [running[i] for i, done in steps.items() if done <= 2]
+        return [running[i] for i, done in steps.items() if done <= 2]
+
+    def _fresh_long_run(self) -> Occurrence | None:
+        fresh = self._fresh_long_runs()
         return fresh[-1] if fresh else None
 
-    def warm_shutdown(self, host: Host) -> str:
-        """SIGTERM the worker: its checkpointing runs hand back; start a new worker there."""
+    def warm_shutdown(self, candidates: list[str]) -> str:
+        """SIGTERM a worker running a checkpointing run (waiting up to 12 s for one): its
+        runs hand back; start a new worker there. Recorded for the checker with the runs
+        it held; one that held none is recorded too (it tested nothing)."""
+
+        def holding() -> tuple[Host, list[Occurrence]] | None:
+            for name in candidates:
+                proc = self.workers[name]
+                pids = {proc.pid, *proc.children()}
+                held = [
+                    o
+                    for o in self._fresh_long_runs()
+                    if o.lease_owner is not None and int(o.lease_owner.split(":")[1]) in pids
+                ]
+                if held:
+                    return self.host(name), held
+            return None
+
+        try:
+            host, handing = wait_until(holding, timeout=12.0, what="a busy worker", interval=0.5)
+        except AssertionError:
+            host, handing = self.host(candidates[0]), []
         proc = self.workers[host.name]
-        pids = {proc.pid, *proc.children()}
-        handing = [
-            o
-            for o in self._running_long()
-            if o.lease_owner is not None and int(o.lease_owner.split(":")[1]) in pids
-        ]
         proc.expected_exit = True
+        self.handbacks.append(Handback("warm", time.time(), tuple(o.id for o in handing)))
         proc.popen.terminate()
         proc.popen.wait(60)
-        self.handed_back |= {(o.job_id, o.scheduled_for.timestamp()) for o in handing}
         self.start_worker(host)
-        return f"{len(handing)} checkpointing run(s) under way on {host.name}"
+        return f"SIGTERM {proc.name} holding {len(handing)} checkpointing run(s)"
 
 
 def _session(pid: int) -> int | None:

@@ -1,4 +1,5 @@
-"""PostgreSQL and Redis on the services host, listening on its bridge address, restartable.
+"""PostgreSQL, Redis and RabbitMQ on the services host, listening on its bridge address,
+restartable.
 
 Unlike ``tests/servers.py`` (one start, one stop), a chaos run kills and restarts these
 servers on the same data directory, so each keeps its argv and is started again by it.
@@ -20,19 +21,25 @@ from multihost.netns import Host
 from servers import (
     POSTGRES_DATABASE,
     ServerUnavailable,
+    _accepts,
     _as_account,
     _make_workdir,
     _postgres_bindir,
     _run_initdb,
     _server_account,
     _tail,
+    rabbitmq_argv,
+    rabbitmq_env,
+    rabbitmq_epmd,
 )
 
-__all__ = ["Postgres", "Redis", "Service"]
+__all__ = ["Postgres", "RabbitMQ", "Redis", "Service"]
 
 _ROLE = "kernel"
 _PG_PORT = 5432
 _REDIS_PORT = 6379
+_AMQP_PORT = 5672
+_EPMD_PORT = 4369
 
 
 class Service:
@@ -55,6 +62,10 @@ class Service:
     def ready(self) -> bool:
         raise NotImplementedError
 
+    def env(self) -> dict[str, str] | None:
+        """The server's environment (None: ours)."""
+        return None
+
     def start(self, timeout: float = 30.0) -> None:
         """Start the server and wait until it answers."""
         owner: list[str] = []
@@ -64,7 +75,12 @@ class Service:
         argv[1:1] = owner  # nsenter's options go before its "--"
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                argv, cwd=self.workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                argv,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self.env(),
             )
         deadline = time.monotonic() + timeout
         while not self.ready():
@@ -195,3 +211,58 @@ class Redis(Service):
                     break
                 time.sleep(0.1)
         self.persistent = True  # the restart keeps the append-only file on
+
+    def crash_and_restart(self, *, kept: bool) -> str:
+        """SIGKILL Redis and start it again, with its queue kept (append-only file) or lost."""
+        if kept:
+            self.turn_on_persistence()
+        self.kill()
+        self.persistent = kept
+        time.sleep(1.0)
+        self.start()
+        return f"kill -9 redis-server, restarted with its queue {'kept' if kept else 'lost'}"
+
+
+class RabbitMQ(Service):
+    """The broker on RabbitMQ, with its own port mapper (epmd), kept across the node's
+    restarts as a host's would be. Celery declares its queues durable and publishes
+    persistent messages, so a node restarted on its data keeps them."""
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(
+            "rabbitmq", host, _make_workdir("kernel-chaos-rabbitmq-", _server_account())
+        )
+        self.url = f"amqp://guest:guest@{host.address}:{_AMQP_PORT}//"
+        self.epmd: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        return rabbitmq_argv(self.workdir, self.host.address, _AMQP_PORT)
+
+    def env(self) -> dict[str, str]:
+        return rabbitmq_env(self.workdir, self.host.address, _AMQP_PORT, _EPMD_PORT)
+
+    def ready(self) -> bool:
+        return _accepts(self.host.address, _AMQP_PORT)
+
+    def start(self, timeout: float = 120.0) -> None:
+        if self.epmd is None:  # the harness runs in this host's namespace; so does epmd
+            self.epmd = rabbitmq_epmd(self.workdir, self.account, "127.0.0.1", _EPMD_PORT)
+        super().start(timeout)
+
+    def remove(self) -> None:
+        super().remove()
+        if self.epmd is not None:
+            self.epmd.terminate()
+            self.epmd.wait()
+
+    def crash_and_restart(self, *, kept: bool) -> str:
+        """SIGKILL the node and start it again on its data (queues kept) or on none."""
+        self.kill()
+        if not kept:
+            shutil.rmtree(self.workdir / "mnesia", ignore_errors=True)
+        down = time.monotonic()
+        self.start()
+        return (
+            f"kill -9 rabbitmq node, restarted with its queues {'kept' if kept else 'lost'}"
+            f" (down {time.monotonic() - down:.0f} s)"
+        )

@@ -1,8 +1,11 @@
 """The CI-sized chaos run: every fault once against namespaced hosts, judged by the ledger.
 
 ``bench/chaos.py --minutes 2`` builds the hosts, runs the workload and the faults, and
-exits 0 only when the ledger shows no loss, no at-most-once duplicate, no overlap, no
-late write and no run resumed from a checkpoint the ledger contradicts. It needs root
+exits 0 only when no violation column of its checker (``tests/multihost/checker.py``)
+is non-zero. The table must also show that the pause/resume and the warm shutdown
+were injected and each handed a run back that a later run finished (its ``handback``
+column): a control fault that did nothing proves nothing.
+It needs root
 (network namespaces, a tmpfs): elsewhere the test is skipped, except under ``CI=true``,
 where CI runs as root and a skip would hide a broken harness.
 """
@@ -49,3 +52,18 @@ def test_ci_sized_chaos_run_loses_nothing_and_runs_at_most_once_jobs_once() -> N
         "pause_resume", "warm_shutdown", "clock_skew", "disk_full",
     ):  # fmt: skip
         assert f"\n{fault} " in done.stdout, report
+    table = _table(done.stdout)
+    for fault in ("pause_resume", "warm_shutdown"):
+        assert table[fault]["handback"] == "0" and int(table[fault]["injected"]) >= 1, report
+
+
+def _table(stdout: str) -> dict[str, dict[str, str]]:
+    """The checker's table (the last lines of the output, from its header): row by fault."""
+    lines = stdout.splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("fault "))
+    header = lines[start].split()
+    return {
+        cells[0]: dict(zip(header, cells, strict=True))
+        for cells in (line.split() for line in lines[start + 1 :])
+        if len(cells) == len(header)
+    }
