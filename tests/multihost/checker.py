@@ -34,7 +34,12 @@ Violations (each column fails the run when non-zero):
   handed back (``occurrence_paused`` and ``occurrence_resumed`` / ``occurrence_handed_back``)
   and finished by a later fence (from its checkpoint or, when the run stopped before a
   safe point, from the start: ``rewind`` judges the checkpoint).
-* **exit**: a process that exited when it should not have (seen by the harness).
+* **exit**: a process that exited when it should not have (seen by the harness), except
+  the transport failures in ``TRANSPORT_EXITS``: Celery's own broker transports end a
+  worker so when the broker goes away, the README tells users to supervise workers for
+  them, and the harness restarts the worker as a supervisor would. They are counted as
+  ``transport_exit`` (information); what they could cost (a lost, stuck or duplicated
+  run) is still judged by those columns.
 * **stuck**: an occurrence not settled ``stuck_after_s`` after its due time (and not
   waiting for an operator) whose settle the kernel never acknowledged.
 * **errors**: anything else the harness saw go wrong (a kernel call raising something
@@ -66,7 +71,14 @@ VIOLATIONS = (
     "lost", "extra", "double", "duplicate", "overlap", "late", "early", "lost_update", "rewind",
     "handback", "exit", "stuck", "errors",
 )  # fmt: skip
-INFO = ("reruns", "adjudicate", "resumed")
+INFO = ("reruns", "adjudicate", "resumed", "transport_exit")
+#: The last CRITICAL line of a worker that kombu ended when its broker went away (the
+#: README's "Supervise workers" names both): Redis restoring unacknowledged messages
+#: without a connection, and RabbitMQ refusing a reject on a closed connection.
+TRANSPORT_EXITS = (
+    "Unrecoverable error: AttributeError(\"'NoneType' object has no attribute 'hostname'\")",
+    "Couldn't reject",
+)
 _TERMINAL = {
     "occurrence_succeeded": "succeeded",
     "occurrence_dead_letter": "dead_letter",
@@ -152,7 +164,8 @@ def check(
     judge.settles(stuck_after_s)
     judge.handbacks()
     for when, what in evidence.exits:
-        judge.windows.at(when).add("exit", what)
+        known = any(failure in what for failure in TRANSPORT_EXITS)
+        judge.windows.at(when).add("transport_exit" if known else "exit", what)
     for when, what in evidence.errors:
         judge.windows.at(when).add("errors", what)
     return judge.windows.by_fault()

@@ -81,3 +81,17 @@ def test_a_pause_or_warm_shutdown_that_hit_no_run_fails_the_run() -> None:
     rows = by_name(check(evidence))
     assert rows["kill"].counts["handback"] == 1
     assert failed(list(rows.values()))
+
+
+def test_a_worker_ended_by_its_broker_transport_is_information_any_other_exit_fails() -> None:
+    evidence = clean_run()
+    kombu = "Unrecoverable error: AttributeError(\"'NoneType' object has no attribute 'hostname'\")"
+    evidence.exits = [(T0 + 7, f"worker-h1-4: [CRITICAL/MainProcess] {kombu}")]
+    rows = list(check(evidence))
+    assert sum(row.counts["transport_exit"] for row in rows) == 1
+    assert not failed(rows)
+
+    evidence.exits = [*evidence.exits, (T0 + 8, "worker-h2-1: exit status 1")]
+    rows = list(check(evidence))
+    assert sum(row.counts["exit"] for row in rows) == 1
+    assert failed(rows)
