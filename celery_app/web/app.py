@@ -25,7 +25,7 @@ from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore
 from kernel import Kernel, KernelError
 
-__all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status", "is_api", "refusal"]
+__all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status", "refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def error_status(code: str) -> int:
     return STATUS_BY_CODE.get(code, 400)
 
 
-def is_api(request: Request) -> bool:
+def _is_api(request: Request) -> bool:
     return request.url.path.startswith("/api/") or request.url.path == "/openapi.json"
 
 
@@ -102,11 +102,11 @@ def refusal(request: Request, exc: KernelError) -> Response:
 
     status = error_status(exc.code)
     headers = {}
-    if status == 401 and is_api(request):
+    if status == 401 and _is_api(request):
         headers["WWW-Authenticate"] = "Bearer"
     if "retry_after" in exc.details:
         headers["Retry-After"] = str(exc.details["retry_after"])
-    if is_api(request):
+    if _is_api(request):
         response: Response = JSONResponse(
             error_body(exc.code, exc.message, exc.details), status, headers=headers
         )
@@ -168,14 +168,14 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
             for e in exc.errors()
         )
-        if is_api(request):
+        if _is_api(request):
             return JSONResponse(error_body("INVALID_ARGUMENT", problems), 422)
         return console.error_page(request, "INVALID_ARGUMENT", problems, 422)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
         code = _CODE_BY_HTTP.get(exc.status_code, "BAD_REQUEST")
-        if is_api(request):
+        if _is_api(request):
             return JSONResponse(
                 error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers
             )
@@ -185,7 +185,7 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error answering %s %s", request.method, request.url.path)
         message = f"unexpected {type(exc).__name__}; the server log has the details"
-        if is_api(request):
+        if _is_api(request):
             return JSONResponse(error_body("INTERNAL", message), 500)
         return console.error_page(request, "INTERNAL", message, 500)
 
