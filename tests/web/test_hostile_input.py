@@ -14,6 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from celery.bin.celery import celery as celery_main
+from click.testing import CliRunner
 from web.support import CSRF, Web, console_login, serve
 
 from celery_app.settings import ConfigInvalid, WebSettings
@@ -273,3 +275,23 @@ def test_a_malformed_web_setting_names_its_variable(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("KERNEL_WEB_MAX_BODY", "1e400")
     with pytest.raises(ConfigInvalid, match="KERNEL_WEB_MAX_BODY='1e400'"):
         WebSettings.from_app(_Conf(), "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("KERNEL_DATABASE_URL", "notaurl"),
+        ("KERNEL_DATABASE_URL", "mysql://x/y"),
+        ("KERNEL_WEB_MAX_BODY", "lots"),
+        ("KERNEL_WEB_SECURE_COOKIES", "maybe"),
+    ],
+)
+def test_kernel_web_refuses_a_malformed_setting_in_one_line(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    env = {"KERNEL_DATABASE_URL": f"sqlite:///{tmp_path / 'kernel.db'}", variable: value}
+    runner = CliRunner(env={**env, "KERNEL_USERS_FILE": str(tmp_path / "users.json")})
+    done = runner.invoke(celery_main, ["-A", "celery_app", "kernel", "web", "--port", "0"])
+    assert done.exit_code == 2, (done.output, done.exception)
+    assert done.stderr.startswith("Error INVALID_ARGUMENT") and variable in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
