@@ -7,6 +7,7 @@ allowed. Entry points turn it into exit code 2 (:data:`CONFIG_EXIT`) and one lin
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigInvalid",
     "KernelSettings",
     "RETENTION_DEFAULTS",
+    "WebSettings",
     "var_dir",
 ]
 
@@ -345,3 +347,67 @@ class KernelSettings:
                 "an existing job file (JSON, TOML or YAML), or no value",
             )
         return self.jobs_file
+
+
+def _loopback(host: str) -> bool:
+    """Whether only this machine can reach ``host`` (cookies need no TLS there)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """``kernel web``'s settings (Celery ``kernel_web_*`` keys; environment variables win).
+
+    Attributes:
+        max_body: bytes a request body may have (``KERNEL_WEB_MAX_BODY``, default 1 MiB);
+            a larger one is answered 413 before it is read.
+        secure_cookies: mark the console's cookies ``Secure`` (``KERNEL_WEB_SECURE_COOKIES``):
+            on by default when the server binds anything but loopback, as it is then
+            meant to sit behind a TLS-terminating proxy.
+        sign_in_limit: failed sign-ins (bad token or login) allowed per client address and
+            per user name in a minute (``KERNEL_WEB_SIGN_IN_LIMIT``); more are answered 429.
+    """
+
+    max_body: int
+    secure_cookies: bool
+    sign_in_limit: int
+
+    @classmethod
+    def from_app(cls, app: Any, host: str) -> WebSettings:
+        """Read and check the web settings of a server bound to ``host``.
+
+        Raises:
+            ConfigInvalid: a value cannot work; the message names its variable or key.
+        """
+        read = _Source(app.conf).read
+        return cls(
+            max_body=read(
+                "max_body",
+                "KERNEL_WEB_MAX_BODY",
+                "kernel_web_max_body",
+                1024 * 1024,
+                _integer(1024, 1024**3),
+                "a number of bytes from 1024 to 1073741824",
+            ),
+            secure_cookies=read(
+                "secure_cookies",
+                "KERNEL_WEB_SECURE_COOKIES",
+                "kernel_web_secure_cookies",
+                not _loopback(host),
+                _flag,
+                "true or false (1/0, yes/no, on/off)",
+            ),
+            sign_in_limit=read(
+                "sign_in_limit",
+                "KERNEL_WEB_SIGN_IN_LIMIT",
+                "kernel_web_sign_in_limit",
+                20,
+                _integer(1, 100_000),
+                "a whole number from 1 to 100000",
+            ),
+        )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from typing import NoReturn
 
 import pytest
 from servers import (
@@ -21,17 +20,8 @@ from servers import (
     start_postgres,
     start_rabbitmq,
     start_redis,
+    unavailable,
 )
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
-
-
-def _unavailable(reason: str) -> NoReturn:
-    if _in_ci():
-        pytest.fail(f"{reason}\n(CI=true: test servers must run in CI)", pytrace=False)
-    pytest.skip(reason)
 
 
 def _server_url(env_var: str, start: Callable[[], RunningServer]) -> Iterator[str]:
@@ -43,7 +33,7 @@ def _server_url(env_var: str, start: Callable[[], RunningServer]) -> Iterator[st
     try:
         server = start()
     except ServerUnavailable as exc:
-        _unavailable(f"{start.__name__}: {exc}")
+        unavailable(f"{start.__name__}: {exc}")
     try:
         yield server.url
     finally:

@@ -25,9 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import HTTPServer
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
+import pytest
 import redis
 from psycopg import sql
 from sqlalchemy.engine import make_url
@@ -39,11 +40,13 @@ __all__ = [
     "ServerUnavailable",
     "free_port",
     "fresh_database",
+    "in_ci",
     "libpq_url",
     "serving",
     "start_postgres",
     "start_rabbitmq",
     "start_redis",
+    "unavailable",
 ]
 
 #: The unprivileged account ``.ci/run`` creates for servers started by root.
@@ -56,6 +59,20 @@ _LOG_TAIL_LINES = 30
 # A port from free_port() can be taken by another process before the server binds
 # it; retrying on a fresh port makes that race harmless.
 _LAUNCH_ATTEMPTS = 3
+
+
+def in_ci() -> bool:
+    """Whether the suite runs in CI (``CI=true``), where every server must start."""
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def unavailable(reason: str) -> NoReturn:
+    """What a test does when a server (or browser) it needs cannot start: skip on a
+    workstation, fail under ``CI=true``, since CI installs them all and a skip there
+    would hide a broken build."""
+    if in_ci():
+        pytest.fail(f"{reason}\n(CI=true: CI installs what the tests need)", pytrace=False)
+    pytest.skip(reason)
 
 
 class ServerUnavailable(RuntimeError):

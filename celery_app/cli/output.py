@@ -170,7 +170,10 @@ class Instant(click.ParamType):  # type: ignore[type-arg]
                     param,
                     ctx,
                 )
-        return utc(moment)
+        try:
+            return utc(moment)
+        except InvalidArgument as exc:
+            self.fail(exc.message, param, ctx)
 
 
 def format_json(data: Any, *, indent: int | None = None) -> str:

@@ -6,8 +6,9 @@ import click
 import uvicorn
 
 from celery_app.cli.output import Env
+from celery_app.settings import WebSettings
 from celery_app.web.app import WebContext, create_app
-from celery_app.web.auth import Sessions
+from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore, users_file
 from kernel import KernelError
 
@@ -22,10 +23,12 @@ def web(ctx: click.Context, host: str, port: int) -> None:
     """Serve the console (/) and the JSON API (/api/, contract at /openapi.json).
 
     Users and tokens come from KERNEL_USERS_FILE (`kernel users add`). Put it behind
-    a TLS-terminating proxy before binding anything but loopback.
+    a TLS-terminating proxy before binding anything but loopback (cookies are then
+    marked Secure unless KERNEL_WEB_SECURE_COOKIES=false).
     """
     env = Env(ctx, as_json=False)
     try:
+        settings = WebSettings.from_app(env.app, host)
         kernel = env.kernel
         users = UserStore(users_file())
         known = users.list()
@@ -37,6 +40,7 @@ def web(ctx: click.Context, host: str, port: int) -> None:
             "NAME --role admin`",
             err=True,
         )
-    app = create_app(WebContext(env.app, kernel, users, Sessions()))
+    limiter = SignInLimiter(settings.sign_in_limit)
+    app = create_app(WebContext(env.app, kernel, users, Sessions(), settings, limiter))
     click.echo(f"console and API on http://{host}:{port}/ (users: {users.path})", err=True)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()

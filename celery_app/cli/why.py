@@ -29,7 +29,7 @@ from beat_schedule.timing import Firing, firings_between, next_firing
 from celery_app.cli.jobs import describe_schedule
 from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows
 from celery_app.cli.output import Env, Instant, command, fields, iso, table
-from celery_app.operations import occurrence_events
+from celery_app.operations import occurrence_events, within_calendar
 from kernel import EventType, Job, Kernel, Occurrence, OccurrenceStatus
 
 __all__ = ["answer", "why", "nearest_firing"]
@@ -220,9 +220,12 @@ def answer(kernel: Kernel, job_id: str, at: datetime) -> dict[str, Any]:
     job = kernel.get_job(job_id)
     now = kernel.now()
     schedule = job.spec["schedule"]
-    firing = (
-        nearest_firing(schedule, job.spec["dst"], at, anchor=job.defined_at) if schedule else None
-    )
+    with within_calendar("at", f"the firing nearest {iso(at)}"):
+        firing = (
+            nearest_firing(schedule, job.spec["dst"], at, anchor=job.defined_at)
+            if schedule
+            else None
+        )
     if firing is None:
         occ = _nearest_occurrence(kernel, job.id, at)
         outcome, reason = "no_schedule", f"the job has no schedule ({describe_schedule(job.spec)})"

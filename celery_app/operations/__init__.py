@@ -48,7 +48,7 @@ from celery_app.operations.jobs import (
     schedule_kind,
     set_job_enabled,
 )
-from celery_app.operations.times import format_age, iso, utc
+from celery_app.operations.times import format_age, iso, utc, within_calendar
 
 __all__ = [
     "Action",
@@ -84,5 +84,6 @@ __all__ = [
     "set_job_enabled",
     "status",
     "utc",
+    "within_calendar",
     "watchdog_warnings",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 from beat_schedule.timing import preview as preview_firings
 from beat_schedule.timing import trigger_key
-from celery_app.operations.times import iso
+from celery_app.operations.times import iso, within_calendar
 from kernel import Job, Kernel
 from kernel.redaction import redacted_spec
 
@@ -43,7 +43,8 @@ def preview(kernel: Kernel, job_id: str, count: int, after: datetime | None) -> 
     schedule = job.spec["schedule"]
     start = after or kernel.now()
     kind = schedule_kind(schedule)
-    upcoming = preview_firings(schedule, job.spec["dst"], start, count, anchor=job.defined_at)
+    with within_calendar("next", f"a firing among the next {count} after {iso(start)}"):
+        upcoming = preview_firings(schedule, job.spec["dst"], start, count, anchor=job.defined_at)
     firings = (
         [
             {"utc": iso(utc), "local": local.isoformat(), "trigger_key": trigger_key(kind, utc)}

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
-__all__ = ["utc", "iso", "format_age"]
+from kernel import InvalidArgument
+
+__all__ = ["utc", "iso", "format_age", "within_calendar"]
+
+
+@contextmanager
+def within_calendar(field: str, what: str) -> Iterator[None]:
+    """Refuse as INVALID_ARGUMENT on ``field`` a time computed past the calendar's ends
+    (Python's dates run from year 1 to 9999; arithmetic beyond raises OverflowError)."""
+    try:
+        yield
+    except OverflowError:
+        raise InvalidArgument(field, f"{what} falls outside years 1 to 9999") from None
 
 
 def utc(moment: datetime) -> datetime:
-    """``moment`` in UTC; a naive one is read as UTC."""
-    return moment.replace(tzinfo=UTC) if moment.utcoffset() is None else moment.astimezone(UTC)
+    """``moment`` in UTC; a naive one is read as UTC.
+
+    Raises:
+        InvalidArgument: ``moment`` in UTC falls outside years 1 to 9999.
+    """
+    if moment.utcoffset() is None:
+        return moment.replace(tzinfo=UTC)
+    with within_calendar("time", f"{moment.isoformat()} in UTC"):
+        return moment.astimezone(UTC)
 
 
 def iso(value: datetime | None) -> str | None:

@@ -20,7 +20,7 @@ from celery_app import operations
 from celery_app.cli.why import answer as why_answer
 from celery_app.web.actions import ACTIONS, Empty, WebAction
 from celery_app.web.app import WebContext
-from celery_app.web.auth import bearer_user, refuse_unless
+from celery_app.web.auth import refuse_unless
 from celery_app.web.users import Role, User
 from kernel import OccurrenceStatus
 
@@ -49,7 +49,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         ),
         (404, "No such job or occurrence"),
         (409, "Refused by the kernel's current state (fence, revision, status)"),
+        (413, "The request body is larger than the server accepts (kernel_web_max_body)"),
         (422, "Invalid parameters"),
+        (429, "Too many failed sign-ins from this address or for this user: see Retry-After"),
         (503, "The database is unavailable"),
     )
 }
@@ -71,12 +73,12 @@ Context = Annotated[WebContext, Depends(_context)]
 
 
 def _authorized(needed: Role, what: str) -> Any:
-    """A dependency answering the bearer token's user, refused unless their role covers
-    ``needed``; it runs before the parameters are validated, so an anonymous caller
-    learns nothing but 401."""
+    """A dependency answering the bearer token's user (authenticated by the
+    :class:`~celery_app.web.door.Door` before anything else), refused unless their role
+    covers ``needed``."""
 
-    def user(request: Request, context: Context) -> User:
-        found = bearer_user(request, context.users)
+    def user(request: Request) -> User:
+        found: User = request.state.user
         refuse_unless(found, needed, what)
         return found
 

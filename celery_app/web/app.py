@@ -20,11 +20,12 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from celery_app.web.auth import Sessions
+from celery_app.settings import WebSettings
+from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore
 from kernel import Kernel, KernelError
 
-__all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status"]
+__all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status", "refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ STATUS_BY_CODE = {
     "EVIDENCE_CONFLICT": 409,
     "PAUSE_UNSUPPORTED": 409,
     "LEASE_LOST": 409,
+    "PAYLOAD_TOO_LARGE": 413,
+    "TOO_MANY_SIGN_INS": 429,
     "SCHEMA_UNKNOWN": 503,
     "STORAGE_UNAVAILABLE": 503,
 }
@@ -48,6 +51,7 @@ _CODE_BY_HTTP = {
     401: "UNAUTHENTICATED",
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
 }
 
 # Same-origin only, no inline script or style, never framed.
@@ -72,6 +76,8 @@ class WebContext:
     kernel: Kernel
     users: UserStore
     sessions: Sessions
+    settings: WebSettings
+    sign_ins: SignInLimiter
 
 
 def error_status(code: str) -> int:
@@ -89,11 +95,33 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
     return {"error": error}
 
 
+def refusal(request: Request, exc: KernelError) -> Response:
+    """The answer to a refused request: the error shape under ``/api/``, else a page."""
+    # The console's pages need the names defined here.
+    from celery_app.web import console
+
+    status = error_status(exc.code)
+    headers = {}
+    if status == 401 and _is_api(request):
+        headers["WWW-Authenticate"] = "Bearer"
+    if "retry_after" in exc.details:
+        headers["Retry-After"] = str(exc.details["retry_after"])
+    if _is_api(request):
+        response: Response = JSONResponse(
+            error_body(exc.code, exc.message, exc.details), status, headers=headers
+        )
+    else:
+        response = console.error_page(request, exc.code, exc.message, status)
+        response.headers.update(headers)
+    return response
+
+
 def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     """The web application over ``context``; with ``close_kernel`` it closes the kernel
     when the server stops."""
     # The routers need the names defined above.
     from celery_app.web import api, confirm, console
+    from celery_app.web.door import Door
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -119,6 +147,7 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     app.include_router(confirm.router)
     app.mount("/static", StaticFiles(directory=console.STATIC_DIR), name="static")
     app.add_exception_handler(console.LoginNeeded, console.login_redirect)
+    app.add_middleware(Door, context=context)  # innermost: the headers below cover it too
 
     @app.middleware("http")
     async def security_headers(
@@ -131,13 +160,7 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
 
     @app.exception_handler(KernelError)
     async def kernel_error(request: Request, exc: KernelError) -> Response:
-        status = error_status(exc.code)
-        if _is_api(request):
-            headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-            return JSONResponse(
-                error_body(exc.code, exc.message, exc.details), status, headers=headers
-            )
-        return console.error_page(request, exc.code, exc.message, status)
+        return refusal(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:

@@ -10,7 +10,6 @@ whatever is posted.
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,8 +25,15 @@ from celery_app.cli.jobs import describe_schedule
 from celery_app.cli.output import format_age, format_json
 from celery_app.web.actions import ACTIONS, WebAction
 from celery_app.web.app import WebContext
-from celery_app.web.auth import SESSION_COOKIE, SESSION_TTL_S, Forbidden, Session, Unauthenticated
-from celery_app.web.users import User
+from celery_app.web.auth import (
+    SESSION_COOKIE,
+    SESSION_TTL_S,
+    Forbidden,
+    Session,
+    Unauthenticated,
+    client_address,
+)
+from celery_app.web.users import User, same_secret
 from kernel import Job, Kernel, OccurrenceStatus
 
 __all__ = ["STATIC_DIR", "LoginNeeded", "error_page", "login_redirect", "router"]
@@ -118,7 +124,7 @@ async def _form_login(request: Request, context: Context) -> tuple[Session, User
         raise Unauthenticated("log in first: the session is missing or has ended")
     form = await request.form()
     token = form.get("csrf")
-    if not isinstance(token, str) or not hmac.compare_digest(token, found[0].csrf):
+    if not isinstance(token, str) or not same_secret(token, found[0].csrf):
         raise Forbidden("the form's CSRF token is missing or wrong: reload the page and retry")
     return found
 
@@ -155,10 +161,13 @@ def login(
 ) -> Response:
     _same_origin(request)
     expected = request.cookies.get(_LOGIN_COOKIE, "")
-    if not expected or not hmac.compare_digest(nonce, expected):
+    if not expected or not same_secret(nonce, expected):
         raise Forbidden("the login form expired: reload it and try again")
+    address = client_address(request)
+    context.sign_ins.check(address, name)
     user = context.users.login(name, token)
     if user is None:
+        context.sign_ins.failed(address, name)
         retry = secrets.token_urlsafe(32)
         response = render(
             request,
@@ -193,7 +202,7 @@ def _set_cookie(request: Request, response: Response, name: str, value: str, age
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_context(request).settings.secure_cookies or request.url.scheme == "https",
     )
 
 
@@ -290,7 +299,9 @@ def occurrences(
     )
     query = [("job", job)] if job else []
     query += [("status", s) for s in wanted]
-    older = "&".join(f"{k}={quote(v)}" for k, v in [*query, ("before", str(found[-1].id))])
+    older = None
+    if len(found) == _PAGE:
+        older = "&".join(f"{k}={quote(v)}" for k, v in [*query, ("before", str(found[-1].id))])
     return render(
         request,
         "occurrences.html",
@@ -299,7 +310,7 @@ def occurrences(
         job=job or "",
         wanted=wanted,
         statuses=[s.value for s in OccurrenceStatus],
-        older=older if len(found) == _PAGE else None,
+        older=older,
         live=any(occ.status.value in _UNSETTLED for occ in found),
     )
 

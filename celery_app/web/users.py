@@ -34,7 +34,7 @@ from typing import Any
 from celery_app.config import var_dir
 from kernel import InvalidArgument, NotFound
 
-__all__ = ["Role", "User", "UserStore", "users_file"]
+__all__ = ["Role", "User", "UserStore", "same_secret", "users_file"]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 # scrypt at n=2**14, r=8 costs ~16 MiB and tens of ms: a stolen file resists guessing,
@@ -79,6 +79,15 @@ class User:
 def users_file() -> Path:
     """``KERNEL_USERS_FILE``, else ``users.json`` under ``KERNEL_VAR_DIR``."""
     return Path(os.environ.get("KERNEL_USERS_FILE") or var_dir() / "users.json")
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Whether ``given`` is ``expected`` (ASCII: keys, tokens, ids), in constant time.
+
+    Whatever a client sends is only compared: a non-ASCII value is simply not the
+    secret (``hmac.compare_digest`` would raise on it).
+    """
+    return given.isascii() and hmac.compare_digest(given, expected)
 
 
 def _hash(secret: str, salt: bytes) -> bytes:
@@ -156,21 +165,26 @@ class UserStore:
         entry = self._load().get(name)
         return None if entry is None else User(name, Role.parse(entry["role"]), entry["key"])
 
+    def owner(self, token: str) -> str | None:
+        """The name of the user whose key ``token`` starts with (the token unverified)."""
+        key = token.partition(".")[0]
+        users = self._load()
+        return next((name for name, entry in users.items() if same_secret(key, entry["key"])), None)
+
     def authenticate(self, token: str) -> User | None:
         """The user whose token this is, or None."""
+        if not token.isascii():
+            return None  # tokens are ASCII: this one was never issued
         users = self._load()
         digest = hashlib.sha256(token.encode()).hexdigest()
         with self._lock:
             known = self._verified.get(digest)
         if known is not None and known in users:
             return self.get(known)
-        key, _, secret = token.partition(".")
-        match = next(
-            (name for name, entry in users.items() if hmac.compare_digest(entry["key"], key)),
-            None,
-        )
-        stored = users[match]["hash"] if match else _DECOY
-        if not _matches(secret, stored) or match is None:
+        match = self.owner(token)
+        entry = users.get(match) if match is not None else None
+        stored = entry["hash"] if entry is not None else _DECOY
+        if not _matches(token.partition(".")[2], stored) or match is None or entry is None:
             return None
         with self._lock:
             self._verified[digest] = match
@@ -179,7 +193,7 @@ class UserStore:
     def login(self, name: str, token: str) -> User | None:
         """The user ``name`` if ``token`` is theirs (the console's login form)."""
         user = self.authenticate(token)
-        return user if user is not None and hmac.compare_digest(user.name, name) else None
+        return user if user is not None and same_secret(name, user.name) else None
 
     # -- editing (the CLI) -------------------------------------------------------
 

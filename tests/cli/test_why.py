@@ -152,3 +152,25 @@ def test_an_admission_skip_and_a_cancelled_job_are_explained(cli, kernel: Kernel
     off = _why(cli, "b", kernel.now() - timedelta(seconds=0.5))
     assert off["outcome"] == "disabled"
     assert off["reason"].endswith("it was cancelled (kernel jobs cancel)")
+
+
+def test_a_time_past_the_calendar_is_one_line_not_a_traceback(cli, kernel: Kernel) -> None:
+    """Issue 24: ``why``/``preview`` near year 1 or 9999 raised OverflowError."""
+    define(kernel, "edge", schedule={"every": "60s"})
+    define(kernel, "decade", schedule={"every": "3650d"})
+    for args in (
+        ("why", "edge", "--at", "9999-12-31T23:59:59"),
+        ("why", "edge", "--at", "0001-01-01T00:00:00"),
+        ("jobs", "preview", "edge", "--after", "9999-12-31T23:59:59"),
+        ("jobs", "preview", "decade", "--next", "1000"),
+    ):
+        result = cli(*args)
+        assert result.code == 1, (args, result.out, result.err)
+        assert "INVALID_ARGUMENT" in result.err and "years 1 to 9999" in result.err, args
+    for args in (
+        ("why", "edge", "--at", "0001-01-01T00:00:00+14:00"),
+        ("jobs", "preview", "edge", "--after", "0001-01-01T00:00:00+14:00"),
+    ):
+        result = cli(*args)
+        assert result.code == 2, (args, result.out, result.err)
+        assert "years 1 to 9999" in result.err and "Traceback" not in result.err, args

@@ -9,7 +9,7 @@ outage showed there as a traceback. Pinned here since the fix (kernel/session.py
 from __future__ import annotations
 
 import pytest
-from servers import ServerUnavailable, start_postgres
+from servers import ServerUnavailable, start_postgres, unavailable
 
 from kernel import Kernel, StorageUnavailable
 
@@ -18,7 +18,7 @@ def test_now_on_a_stopped_server_is_storage_unavailable() -> None:
     try:
         server = start_postgres()
     except ServerUnavailable as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     try:
         kernel = Kernel.open(server.url, migrate_schema=True)
         try:

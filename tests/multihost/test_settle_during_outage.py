@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from integration.stack import Stack
-from servers import ServerUnavailable, start_postgres
+from servers import ServerUnavailable, start_postgres, unavailable
 
 from kernel import Kernel
 
@@ -26,7 +26,7 @@ def test_a_settle_during_a_database_outage_is_one_warning_and_no_traceback(
     try:
         server = start_postgres()
     except ServerUnavailable as exc:
-        pytest.skip(str(exc))
+        unavailable(str(exc))
     stack = Stack(tmp_path, broker_url=redis_url, database_url=server.url)
     try:
         Kernel.open(server.url, migrate_schema=True).close()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from click.testing import CliRunner
 from integration.stack import Proc, wait_until
 
 from kernel import Kernel
+from kernel.testing import ManualClock
 
 __all__ = [
     "CSRF",
@@ -26,6 +31,7 @@ __all__ = [
     "console_login",
     "hidden_fields",
     "make_users",
+    "serve",
     "start_web",
     "stop",
 ]
@@ -132,3 +138,27 @@ def hidden_fields(html: str) -> dict[str, str]:
     """The hidden inputs of a page's forms (CSRF token, request id, evidence)."""
     found = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', html)
     return {name: unescape(value) for name, value in found}
+
+
+@contextmanager
+def serve(root: Path, **settings: str) -> Iterator[Web]:
+    """A migrated SQLite kernel under ``root``, a user per role and ``kernel web`` over
+    them, started with the extra environment ``settings`` (``KERNEL_WEB_...``)."""
+    url = f"sqlite:///{root / 'kernel.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "KERNEL_"))}
+    env.update(
+        KERNEL_DATABASE_URL=url,
+        KERNEL_USERS_FILE=str(root / "users.json"),
+        KERNEL_VAR_DIR=str(root / "var"),
+        **settings,
+    )
+    kernel = Kernel.open(url, migrate_schema=True)
+    past = Kernel.open(url, clock=ManualClock(datetime(2026, 1, 2, tzinfo=UTC)))
+    tokens = make_users(root / "users.json")
+    proc, base = start_web("web", root, env)
+    try:
+        yield Web(base, kernel, past, tokens, root / "users.json", proc)
+    finally:
+        stop(proc)
+        past.close()
+        kernel.close()

@@ -3,12 +3,27 @@
 The document is fetched from the running server's ``/openapi.json``, so the fuzz
 follows the contract exactly as clients see it. Requests carry the admin token, so
 every action is really attempted against a kernel holding jobs and occurrences in
-several states; the examples per operation are bounded to keep the run short.
+several states. Each operation gets its own examples (valid and invalid input), then a
+stateful run chains operations along the links schemathesis infers (a job listed, then
+previewed, run now, its occurrence paused ...).
+
+The suite's budget is about a minute: ``KERNEL_FUZZ_EXAMPLES`` (default 40, enough to
+find an out-of-range date in ``/why``, issue 24) valid examples per operation, a quarter
+as many invalid ones, and an eighth as many stateful runs of up to 10 calls. A longer
+fuzz is the same test with more (about ten minutes on two cores)::
+
+    KERNEL_FUZZ_EXAMPLES=400 .venv/bin/python -m pytest -p no:randomly --timeout 0 -s \\
+        tests/web/test_api_fuzz.py
+
+Without KERNEL_FUZZ_EXAMPLES the examples are derandomized: the suite sees the same cases
+each run; with it, each run draws new ones.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
+from typing import Any
 
 import pytest
 import schemathesis
@@ -28,6 +43,14 @@ _CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
+#: Set, it also draws new examples each run; unset, the suite sees the same ones each time.
+EXAMPLES = int(os.environ.get("KERNEL_FUZZ_EXAMPLES", "40"))
+_SETTINGS = settings(
+    deadline=None,
+    database=None,
+    derandomize="KERNEL_FUZZ_EXAMPLES" not in os.environ,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 def _arrange(web: Web) -> None:
@@ -42,29 +65,62 @@ def _arrange(web: Web) -> None:
         kernel.run_now(job, request_id=uuid.uuid4().hex, operator="t", force=True)
 
 
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-def test_the_api_answers_every_request_without_a_server_error(
-    web: Web, mode: GenerationMode
-) -> None:
+def _check(response: Any, case: schemathesis.Case) -> None:
+    case.validate_response(response, checks=_CHECKS)
+    if response.status_code >= 400:
+        error = response.json()["error"]
+        assert error["code"] and error["message"], response.text
+
+
+@pytest.fixture(scope="module")
+def schema(web: Web) -> Any:
     _arrange(web)
-    schema = schemathesis.openapi.from_url(f"{web.url}/openapi.json")
+    return schemathesis.openapi.from_url(f"{web.url}/openapi.json")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("mode", "examples"),
+    [(GenerationMode.POSITIVE, EXAMPLES), (GenerationMode.NEGATIVE, max(EXAMPLES // 4, 2))],
+    ids=["positive", "negative"],
+)
+def test_every_operation_answers_without_a_server_error(
+    web: Web, schema: Any, mode: GenerationMode, examples: int
+) -> None:
     headers = {"Authorization": f"Bearer {web.tokens['admin']}"}
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 20, [op.label for op in operations]
+    cases = 0
     for operation in operations:
 
         @given(case=operation.as_strategy(generation_mode=mode))
-        @settings(
-            max_examples=8,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @settings(_SETTINGS, max_examples=examples)
         def exchange(case: schemathesis.Case) -> None:
-            response = case.call(headers=headers)
-            case.validate_response(response, checks=_CHECKS)
-            if response.status_code >= 400:
-                error = response.json()["error"]
-                assert error["code"] and error["message"], response.text
+            nonlocal cases
+            cases += 1
+            _check(case.call(headers=headers), case)
 
         exchange()
+    print(f"{mode.value}: {len(operations)} operations, {cases} cases, no failure")
+
+
+@pytest.mark.timeout(600)
+def test_chained_operations_answer_without_a_server_error(web: Web, schema: Any) -> None:
+    headers = {"Authorization": f"Bearer {web.tokens['admin']}"}
+    machine = schema.as_state_machine()
+    assert schema.statistic.transitions.total >= 10, "schemathesis inferred too few links"
+
+    calls = 0
+
+    class Operator(machine):  # type: ignore[misc, valid-type]
+        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
+            nonlocal calls
+            calls += 1
+            return {"headers": headers}
+
+        def validate_response(self, response: Any, case: schemathesis.Case, **kwargs: Any) -> None:
+            _check(response, case)
+
+    runs = max(EXAMPLES // 8, 3)
+    Operator.run(settings=settings(_SETTINGS, max_examples=runs, stateful_step_count=10))
+    print(f"stateful: {runs} runs, {calls} calls, no failure")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from integration.stack import Stack
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from servers import unavailable
 from web.support import make_users, start_web
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -29,16 +30,13 @@ CHROMIUM_ARGS = [
 STEPS = 60
 STEP_S = 0.25
 
-pytestmark = [
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="needs Debian's chromium (apt-get install chromium)"
-    ),
-    pytest.mark.long,
-]
+pytestmark = pytest.mark.long
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        unavailable(f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)")
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
