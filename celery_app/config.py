@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from celery_app.settings import CONFIG_EXIT, ConfigInvalid, KernelSettings, var_dir
-from kernel import InvalidArgument, Kernel, KernelError
-from kernel.engine import create_kernel_engine
+from celery_app.shell import celery_command
+from kernel import InvalidArgument, Kernel, KernelError, SchemaUnknown
+from kernel.engine import MIGRATE_COMMAND, create_kernel_engine
 from kernel.redaction import masked_url
 
 __all__ = [
@@ -33,9 +34,9 @@ __all__ = [
 T = TypeVar("T")
 
 
-def embedded_broker_options() -> dict[str, Any]:
+def embedded_broker_options(app: Any = None) -> dict[str, Any]:
     """kombu ``filesystem://`` folders: a serverless broker shared by the processes of one host."""
-    broker = var_dir().absolute() / "broker"
+    broker = var_dir(app) / "broker"
     return {
         "data_folder_in": str(broker / "queue"),
         "data_folder_out": str(broker / "queue"),
@@ -52,7 +53,7 @@ def ensure_broker_folders(app: Any) -> None:
             when the folder is one of its defaults).
     """
     options = app.conf.broker_transport_options or {}
-    defaults = embedded_broker_options()
+    defaults = embedded_broker_options(app)
     for key in ("data_folder_in", "data_folder_out", "control_folder"):
         folder = options.get(key)
         if not folder:
@@ -66,7 +67,7 @@ def ensure_broker_folders(app: Any) -> None:
             reason = "not writable"
         if not writable:
             name, value = (
-                ("KERNEL_VAR_DIR", str(var_dir()))
+                ("KERNEL_VAR_DIR", str(var_dir(app)))
                 if folder == defaults[key]
                 else (f"broker_transport_options[{key!r}]", folder)
             )
@@ -111,14 +112,18 @@ def open_kernel(app: Any, *, migrate: bool | None = None) -> Kernel:
     """
     settings = KernelSettings.from_app(app)
     migrating = settings.auto_migrate if migrate is None else migrate
-    return _configured(
-        settings,
-        lambda: Kernel.open(
-            settings.database_url,
-            migrate_schema=migrating,
-            **kernel_engine_options(settings, must_exist=not migrating),
-        ),
-    )
+    try:
+        return _configured(
+            settings,
+            lambda: Kernel.open(
+                settings.database_url,
+                migrate_schema=migrating,
+                **kernel_engine_options(settings, must_exist=not migrating),
+            ),
+        )
+    except SchemaUnknown as exc:  # the migrate command of this app, as it runs from here
+        message = exc.message.replace(MIGRATE_COMMAND, celery_command(app, "kernel", "migrate"))
+        raise SchemaUnknown(message, **exc.details) from None
 
 
 def _configured(settings: KernelSettings, make: Callable[[], T]) -> T:

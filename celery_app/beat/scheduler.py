@@ -24,6 +24,7 @@ from beat_schedule.kinds import check_kinds, worker_only_kinds
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.beat.firings import FiringSteps
 from celery_app.beat.upkeep import UpkeepSteps
+from celery_app.broker import use_embedded_broker
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.settings import INTERRUPTED_EXIT
 from kernel import Kernel, KernelError, StorageUnavailable
@@ -47,6 +48,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
         try:  # before anything else: Celery builds a scheduler for its banner first
             self.settings = KernelSettings.from_app(app)
             self.jobs_file = self.settings.require_jobs_file()
+            use_embedded_broker(app)  # the URL in the banner and the pump's
         except KernelError as exc:
             refuse_start("beat", exc)
         super().__init__(app, *args, **kwargs)

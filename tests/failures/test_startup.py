@@ -4,6 +4,7 @@ Beat as processes, a PostgreSQL that never answers, SQLite files that do not exi
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -65,11 +66,19 @@ def test_read_only_commands_create_nothing_and_name_the_missing_database(
 
 
 def test_the_default_location_is_not_created_by_a_read(tmp_path: Path) -> None:
-    done = run([*CELERY, "kernel", "status", "--json"], cwd=tmp_path, env=clean_env())
+    # The default kernel is under the project's directory: here, the settings module's.
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "project_settings.py").write_text("")
+    env = clean_env(CELERY_CONFIG_MODULE="project_settings", PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] += os.pathsep + str(project)
+    done = run([*CELERY, "kernel", "status", "--json"], cwd=elsewhere, env=env)
     assert done.code == 1
     assert json.loads(done.out)["error"]["code"] == "SCHEMA_UNKNOWN"
-    assert str(tmp_path / "var" / "kernel.db") in done.out
-    assert list(tmp_path.iterdir()) == []
+    assert str(project / "var" / "kernel.db") in done.out
+    assert sorted(p.name for p in project.iterdir()) == ["project_settings.py"]
+    assert list(elsewhere.iterdir()) == []
 
 
 _BAD_SETTINGS = [
