@@ -260,7 +260,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         retention = settings.beat_retention
-        warning = beat_warning(beat_health(kernel.beats(), now, retention), retention)
+        warning = beat_warning(beat_health(kernel.beats(), now, retention), retention, app)
         checks.append(
             _check("beat", "warn", warning) if warning else _check("beat", "ok", "ticking")
         )

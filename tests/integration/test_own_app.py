@@ -9,6 +9,8 @@ kernel, and every process prints its absolute path.
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,11 +43,24 @@ def _project(stack: Stack, broker_url: str | None) -> tuple[Path, Path, dict[str
     elsewhere.mkdir()
     (project / "shop.py").write_text(APP)
     env = {k: v for k, v in stack.env.items() if k not in ("CELERY_CONFIG_MODULE",)}
-    env.update(PYTHONPATH=str(project), SHOP_LEDGER=str(stack.ledger_path))
+    env.update(PYTHONPATH=str(project), SHOP_LEDGER=str(stack.ledger_path), PATH=_PATH)
     if broker_url:
         env["CELERY_BROKER_URL"] = broker_url
     stack.database_url = f"sqlite:///{project / 'var' / 'kernel.db'}"
     return project, elsewhere, env
+
+
+#: PATH with no ``celery`` on it (as outside an activated virtualenv): hints must still run.
+_PATH = os.pathsep.join(
+    d for d in os.environ.get("PATH", os.defpath).split(os.pathsep)
+    if d and not Path(d, "celery").exists()
+)  # fmt: skip
+
+
+def _run_printed(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a command exactly as a hint printed it, through a shell."""
+    return subprocess.run(["/bin/sh", "-c", command], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
 
 
 def _celery(*args: str) -> list[str]:
@@ -72,8 +87,13 @@ def test_own_app_runs_on_the_embedded_defaults_from_any_directory(
     code, refused = _kernel_json(elsewhere, env, "status")
     assert code == 1 and refused["error"]["code"] == "SCHEMA_UNKNOWN", refused
     assert str(database) in refused["error"]["message"]
-    assert "-A shop kernel migrate" in refused["error"]["message"], refused
     assert not database.exists() and not (elsewhere / "var").exists()
+    # The hint runs as printed, from anywhere, with this virtualenv not on PATH.
+    hint = re.search(r"`([^`]*-A shop kernel migrate)`", refused["error"]["message"])
+    assert hint, refused
+    migrated = _run_printed(hint.group(1), elsewhere, env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert database.is_file() and not (elsewhere / "var").exists()
 
     worker = Proc("worker", _celery("worker", "-l", "INFO", "-c", "1"), cwd=project, env=env)
     stack.procs.append(worker)
@@ -93,3 +113,19 @@ def test_own_app_runs_on_the_embedded_defaults_from_any_directory(
     code, doctor = _kernel_json(elsewhere, env, "doctor")
     settings = next(c for c in doctor["checks"] if c["name"] == "settings")
     assert str(database) in settings["detail"], doctor
+
+
+def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "KERNEL_"))}
+    env["PATH"] = _PATH
+    demo = subprocess.run(
+        [sys.executable, "-m", "celery_app.demo", "--seconds", "3"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    printed = demo.stdout.partition("inspect this kernel with:")[2].strip().splitlines()
+    assert len(printed) == 3, demo.stdout + demo.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for command in printed:
+        done = _run_printed(command.strip(), elsewhere, env)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
