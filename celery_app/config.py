@@ -141,8 +141,11 @@ def _configured(settings: KernelSettings, make: Callable[[], T]) -> T:
         raise ConfigInvalid(name, value, "", problem=problem) from None
 
 
-def refuse_start(process: str, exc: KernelError) -> NoReturn:
-    """End a worker or Beat that cannot start: one line on stderr, exit 2 for configuration."""
+def refuse_start(process: str, exc: KernelError, *, exit_code: int | None = None) -> NoReturn:
+    """End a worker or Beat that cannot start: one line on stderr (the CLI's words), exit
+    ``exit_code``, else 2 for configuration and 1 otherwise."""
     sys.stderr.write(f"celery-kernel {process} cannot start: Error {exc.code}: {exc.message}\n")
     sys.stderr.flush()
-    raise SystemExit(CONFIG_EXIT if isinstance(exc, ConfigInvalid) else 1)
+    if exit_code is None:
+        exit_code = CONFIG_EXIT if isinstance(exc, ConfigInvalid) else 1
+    raise SystemExit(exit_code)

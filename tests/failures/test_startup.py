@@ -131,9 +131,37 @@ def test_worker_and_beat_refuse_a_bad_environment_with_exit_2_and_status_still_w
         ],
         tmp_path,
     )
-    assert beat.code == 2 and f"KERNEL_JOBS_FILE='{tmp_path / 'nope.yaml'}'" in beat.err
+    missing = f"{tmp_path / 'nope.yaml'}: file: cannot be read: No such file or directory"
+    assert beat.code == 2 and f"Error INVALID_ARGUMENT: {missing}" in beat.err, beat.err
     assert worker.code == 2 and f"KERNEL_VAR_DIR='{blocked / 'var'}'" in worker.err
     assert bad_interval.code == 2 and "KERNEL_BEAT_INTERVAL='abc'" in bad_interval.err
     assert status.code == 0, status.out + status.err
     for done in (beat, worker, bad_interval, status):
         done.assert_no_traceback()
+
+
+def test_beat_refuses_an_invalid_jobs_file_with_the_clis_message(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    Kernel.open(url, migrate_schema=True).close()
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n"
+        "  - {id: first, kind: shell, schedule: {every: -5s}, payload: {argv: 'true'}}\n"
+        "  - {id: second, kind: shel, payload: {argv: ['true']}}\n"
+    )
+    env = clean_env(KERNEL_DATABASE_URL=url, KERNEL_JOBS_FILE=str(jobs))
+    beat, apply = _all(
+        [
+            ([*CELERY, "beat", "-s", str(tmp_path / "schedule")], env),
+            ([*CELERY, "kernel", "jobs", "apply", str(jobs)], env),
+        ],
+        tmp_path,
+    )
+    cli_message = apply.err.strip()
+    assert apply.code == 1 and "jobs[1] ('second'): kind:" in cli_message, apply.err
+    assert beat.code == 2 and f"cannot start: {cli_message}" in beat.err, beat.err
+    for done in (beat, apply):
+        done.assert_no_traceback()
+    kernel = Kernel.open(url)
+    assert kernel.list_jobs() == []
+    kernel.close()
