@@ -74,10 +74,11 @@ def _retry(data: dict[str, Any], story: list[dict[str, Any]]) -> str:
 def _settled(verb: str) -> Callable[[dict[str, Any], list[dict[str, Any]]], str]:
     def describe(data: dict[str, Any], story: list[dict[str, Any]]) -> str:
         claims = [s for s in story if s["type"] == "occurrence_claimed"]
-        ran = f", {format_age(story[-1]['at_s'] - claims[-1]['at_s'])} after its claim"
         error = data.get("error") or {}
         why = f": {error.get('code')} {error.get('message', '')}".rstrip() if error else ""
-        return f"{verb}{why}" + (ran if claims and story else "")
+        if not claims:  # settled before any run (a cancel while queued)
+            return f"{verb}{why}"
+        return f"{verb}{why}, {format_age(story[-1]['at_s'] - claims[-1]['at_s'])} after its claim"
 
     return describe
 

@@ -183,6 +183,12 @@ def test_an_occurrence_tells_its_whole_story(cli, kernel: Kernel) -> None:
     text = cli("why", str(occ)).out
     assert "claimed by w2 (attempt 1), resuming from its checkpoint" in text
 
+    # Settled without a run: cancelled while queued.
+    other = kernel.run_now("story", request_id="r2", operator="alice", force=True).occurrence.id
+    kernel.cancel(other, request_id="c2", operator="carol")
+    told = [s["text"] for s in cli("why", str(other), "--json").json()["story"]]
+    assert told[-1] == "cancelled", told
+
     missing = cli("why", "999999", "--json")
     assert (missing.code, missing.json()["error"]["code"]) == (1, "NOT_FOUND")
     job_without_at = cli("why", "story", "--json")
