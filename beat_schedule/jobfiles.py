@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from beat_schedule.kinds import KindCheck
 from kernel import InvalidArgument
 from kernel.budgets import read_budget
 from kernel.durations import text
@@ -136,9 +137,10 @@ def validate_job_file(path: str | Path) -> list[JobSpec]:
     return read_job_file(path).jobs
 
 
-def read_job_file(path: str | Path) -> JobFile:
+def read_job_file(path: str | Path, *, check_kind: KindCheck | None = None) -> JobFile:
     """Load a job file and validate its jobs, its ``pools:`` and its ``budgets:``; all
-    errors reported together.
+    errors reported together, for every job (with ``check_kind``, a kind no adapter
+    runs is one of them).
 
     Raises:
         JobFileInvalid: as :func:`validate_job_file`; a pool's or budget's errors have
@@ -155,6 +157,17 @@ def read_job_file(path: str | Path) -> JobFile:
     for index, raw in enumerate(raws):
         raw_id = raw.get("id")
         label = raw_id if isinstance(raw_id, str) else None
+        kind = raw.get("kind")
+        kind_problem = check_kind(kind) if check_kind and isinstance(kind, str) else None
+        if kind_problem is not None:
+            errors.append(
+                {
+                    "index": index,
+                    "id": label,
+                    "field": f"jobs[{index}].kind",
+                    "message": f"kind: {kind_problem}",
+                }
+            )
         try:
             spec = validate_job_spec(raw)
         except InvalidArgument as exc:
@@ -171,6 +184,8 @@ def read_job_file(path: str | Path) -> JobFile:
                 }
                 for p in found
             )
+            continue
+        if kind_problem is not None:
             continue
         if spec.id in seen:
             errors.append(

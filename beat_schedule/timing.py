@@ -126,10 +126,11 @@ def plan_due(
 ) -> Plan:
     """Split the due firings (``cursor.at <= at <= now``) into fire and missed.
 
-    On-time firings (``now - at <= grace_s``) always fire. Late ones follow the
-    policy: ``all`` fires those within ``catchup_window_s`` (None: all) and misses
-    older ones; ``latest`` fires the most recent due firing if none is on time and
-    misses the rest; ``none`` misses them all.
+    On-time firings (``now - at <= grace_s``) fire. Late ones follow the policy:
+    ``all`` fires those within ``catchup_window_s`` (None: all) and misses older ones;
+    ``latest`` fires only the most recent due firing and misses every other, those
+    within the grace included, once any was late (Beat was down); ``none`` misses the
+    late ones.
 
     ``cursor`` None means never planned: a recurring schedule starts at its first
     firing at or after ``anchor`` (nothing from before the job existed is owed); a
@@ -184,6 +185,11 @@ def plan_due(
         latest = latest_before(sched, head, start)
         fire.append(latest)
         missed_until = latest.at
+    elif catchup_policy == "latest" and head.at < start and len(fire) > 1 and len(fire) < max_fire:
+        # Beat was down: the firings inside the grace are late too, and "latest" runs
+        # only the most recent of them (each earlier one would overlap it).
+        missed_until = fire[-1].at
+        fire = fire[-1:]
     if missed_until <= head.at:
         return Plan(fire, [], reason, 0, next_cursor)
     missed = takewhile(lambda f: f.at < missed_until, firings(sched, head.at - MICROSECOND))

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from celery_app.settings import CONFIG_EXIT, ConfigInvalid, KernelSettings, var_dir
-from kernel import InvalidArgument, Kernel, KernelError
-from kernel.engine import create_kernel_engine
+from celery_app.shell import celery_command
+from kernel import InvalidArgument, Kernel, KernelError, SchemaUnknown
+from kernel.engine import MIGRATE_COMMAND, create_kernel_engine
 from kernel.redaction import masked_url
 
 __all__ = [
@@ -34,9 +35,9 @@ __all__ = [
 T = TypeVar("T")
 
 
-def embedded_broker_options() -> dict[str, Any]:
+def embedded_broker_options(app: Any = None) -> dict[str, Any]:
     """kombu ``filesystem://`` folders: a serverless broker shared by the processes of one host."""
-    broker = var_dir().absolute() / "broker"
+    broker = var_dir(app) / "broker"
     return {
         "data_folder_in": str(broker / "queue"),
         "data_folder_out": str(broker / "queue"),
@@ -53,7 +54,7 @@ def ensure_broker_folders(app: Any) -> None:
             when the folder is one of its defaults).
     """
     options = app.conf.broker_transport_options or {}
-    defaults = embedded_broker_options()
+    defaults = embedded_broker_options(app)
     for key in ("data_folder_in", "data_folder_out", "control_folder"):
         folder = options.get(key)
         if not folder:
@@ -67,7 +68,7 @@ def ensure_broker_folders(app: Any) -> None:
             reason = "not writable"
         if not writable:
             name, value = (
-                ("KERNEL_VAR_DIR", str(var_dir()))
+                ("KERNEL_VAR_DIR", str(var_dir(app)))
                 if folder == defaults[key]
                 else (f"broker_transport_options[{key!r}]", folder)
             )
@@ -134,14 +135,18 @@ def open_kernel(app: Any, *, migrate: bool | None = None) -> Kernel:
     """
     settings = KernelSettings.from_app(app)
     migrating = settings.auto_migrate if migrate is None else migrate
-    return _configured(
-        settings,
-        lambda: Kernel.open(
-            settings.database_url,
-            migrate_schema=migrating,
-            **kernel_engine_options(settings, must_exist=not migrating),
-        ),
-    )
+    try:
+        return _configured(
+            settings,
+            lambda: Kernel.open(
+                settings.database_url,
+                migrate_schema=migrating,
+                **kernel_engine_options(settings, must_exist=not migrating),
+            ),
+        )
+    except SchemaUnknown as exc:  # the migrate command of this app, as it runs from here
+        message = exc.message.replace(MIGRATE_COMMAND, celery_command(app, "kernel", "migrate"))
+        raise SchemaUnknown(message, **exc.details) from None
 
 
 def _configured(settings: KernelSettings, make: Callable[[], T]) -> T:
@@ -159,8 +164,11 @@ def _configured(settings: KernelSettings, make: Callable[[], T]) -> T:
         raise ConfigInvalid(name, value, "", problem=problem) from None
 
 
-def refuse_start(process: str, exc: KernelError) -> NoReturn:
-    """End a worker or Beat that cannot start: one line on stderr, exit 2 for configuration."""
+def refuse_start(process: str, exc: KernelError, *, exit_code: int | None = None) -> NoReturn:
+    """End a worker or Beat that cannot start: one line on stderr (the CLI's words), exit
+    ``exit_code``, else 2 for configuration and 1 otherwise."""
     sys.stderr.write(f"celery-kernel {process} cannot start: Error {exc.code}: {exc.message}\n")
     sys.stderr.flush()
-    raise SystemExit(CONFIG_EXIT if isinstance(exc, ConfigInvalid) else 1)
+    if exit_code is None:
+        exit_code = CONFIG_EXIT if isinstance(exc, ConfigInvalid) else 1
+    raise SystemExit(exit_code)

@@ -10,10 +10,12 @@ revision: stale is REVISION_CONFLICT, so two editors never overwrite each other.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from adapters import load_adapters
-from beat_schedule.kinds import check_kinds, worker_only_kinds
+from beat_schedule.jobfiles import JobFile, read_job_file
+from beat_schedule.kinds import check_kinds, kind_check, worker_only_kinds
 from celery_app.scope import Scope
 from celery_app.settings import KernelSettings
 from kernel import InvalidArgument, Kernel, NotFound
@@ -21,7 +23,18 @@ from kernel.jobs import check_revision
 from kernel.jobspec import Budget, JobSpec, validate_job_spec
 from kernel.redaction import MASK, is_sensitive_name
 
-__all__ = ["apply_specs", "web_spec"]
+__all__ = ["apply_specs", "read_app_job_file", "web_spec"]
+
+
+def read_app_job_file(app: Any, path: str | Path, allow_kinds: Iterable[str] = ()) -> JobFile:
+    """Read a job file for ``app``: every problem of every job at once, including kinds
+    no adapter of ``app`` runs (``kernel jobs apply`` and Beat's ``KERNEL_JOBS_FILE``).
+
+    Raises:
+        JobFileInvalid: as :func:`beat_schedule.jobfiles.read_job_file`.
+    """
+    allowed = worker_only_kinds(app.conf) | set(allow_kinds)
+    return read_job_file(path, check_kind=kind_check(load_adapters(app), allowed))
 
 
 def apply_specs(

@@ -27,6 +27,7 @@ from typing import Any
 
 from adapters.base import CHECKPOINT_V1, ExecutionContext
 from celery_app.settings import INTERRUPTED_EXIT
+from celery_app.shell import celery_command
 from kernel import Event, KernelError
 
 __all__ = ["heartbeat", "count_slowly", "main"]
@@ -89,7 +90,7 @@ def _describe(event: Event) -> str:
 
 
 def _inspect_commands(database_url: str) -> list[str]:
-    prefix = f"KERNEL_DATABASE_URL={shlex.quote(database_url)} celery -A celery_app kernel"
+    prefix = f"KERNEL_DATABASE_URL={shlex.quote(database_url)} {celery_command(None, 'kernel')}"
     return [
         f"{prefix} status",
         f"{prefix} occurrences list",

@@ -14,7 +14,6 @@ from typing import Any
 from celery import Celery
 from celery.utils.imports import import_from_cwd
 
-from celery_app.config import embedded_broker_options
 from celery_app.install import install
 
 __all__ = ["create_app"]
@@ -23,8 +22,6 @@ __all__ = ["create_app"]
 def create_app(main: str = "celery_app", **conf: Any) -> Celery:
     """Build a Celery app wired to the kernel; keyword arguments override configuration."""
     celery = Celery(main)
-    if not os.environ.get("CELERY_BROKER_URL"):
-        celery.conf.broker_url = "filesystem://"
     user_module = os.environ.get("CELERY_CONFIG_MODULE")
     if user_module:
         # Found from the working directory, as `celery worker` finds the -A module.
@@ -33,10 +30,4 @@ def create_app(main: str = "celery_app", **conf: Any) -> Celery:
             {k: v for k, v in vars(module).items() if k.islower() and not k.startswith("_")}
         )
     celery.conf.update(conf)
-    if str(celery.conf.broker_url).startswith("filesystem://"):
-        # The embedded broker's folders, unless the user's options name their own.
-        options = celery.conf.broker_transport_options or {}
-        celery.conf.broker_transport_options = {**embedded_broker_options(), **options}
-        if not celery.conf.broker_transport:
-            celery.conf.broker_transport = "celery_app.broker:Transport"
-    return install(celery)
+    return install(celery)  # with the embedded broker unless the configuration names one

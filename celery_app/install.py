@@ -4,8 +4,8 @@ An existing project keeps its own ``Celery()`` instance, its tasks and its
 ``beat_schedule`` and runs ``celery -A myproj worker|beat|kernel`` as before; one
 call adds what celery-kernel needs: the Beat scheduler, the
 ``kernel.run_occurrence`` and ``kernel.adjudicate_occurrence`` tasks, the worker's
-signal handlers and warm-shutdown step. The ``kernel`` command is a Celery CLI
-plug-in and works with any app.
+signal handlers and warm-shutdown step, and the embedded broker when the app names no
+other. The ``kernel`` command is a Celery CLI plug-in and works with any app.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery_app import adjudication, signals, tasks
+from celery_app.broker import use_embedded_broker
 
 __all__ = ["KERNEL_DEFAULTS", "install"]
 
@@ -50,13 +51,23 @@ def install(app: Any) -> Any:
     Adds :data:`KERNEL_DEFAULTS` as defaults (so ``celery -A yourproj beat`` uses the
     kernel's scheduler unless your configuration names another), registers
     ``kernel.run_occurrence`` and ``kernel.adjudicate_occurrence``, connects the
-    worker's per-process kernel and warm-shutdown hand-back. The kernel is configured
-    by the app's ``kernel_*`` settings or ``KERNEL_*`` environment variables
-    (``kernel_database_url``).
+    worker's per-process kernel and warm-shutdown hand-back, and gives an app with no
+    broker the embedded one (:func:`celery_app.broker.use_embedded_broker`). The
+    kernel is configured by the app's ``kernel_*`` settings or ``KERNEL_*``
+    environment variables (``kernel_database_url``).
     """
     if getattr(app, "_kernel_installed", False):
         return app
     app.add_defaults(KERNEL_DEFAULTS)
+    if app.configured:
+        use_embedded_broker(app)
+
+    def embedded_broker(sender: Any = None, **_: Any) -> None:
+        use_embedded_broker(sender)
+
+    # Each time the configuration is loaded (config_from_object reloads it); weak=False:
+    # nothing else keeps the closure alive.
+    app.on_after_configure.connect(embedded_broker, weak=False)
     tasks.register(app)
     adjudication.register(app)
     signals.connect(app)

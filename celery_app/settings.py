@@ -7,16 +7,18 @@ allowed. Entry points turn it into exit code 2 (:data:`CONFIG_EXIT`) and one lin
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kernel import InvalidArgument, KernelError
 from kernel.durations import parse_duration
-from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S
+from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, anchored_sqlite_url
 from kernel.redaction import masked_url
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "KernelSettings",
     "RETENTION_DEFAULTS",
     "WebSettings",
+    "project_dir",
     "var_dir",
 ]
 
@@ -52,9 +55,52 @@ class ConfigInvalid(InvalidArgument):
         self.field = name
 
 
-def var_dir() -> Path:
-    """Where the embedded defaults keep their files: ``KERNEL_VAR_DIR``, else ``./var``."""
-    return Path(os.environ.get("KERNEL_VAR_DIR") or "var")
+def project_dir(app: Any = None) -> Path:
+    """The directory relative kernel paths are anchored at, whatever the current directory.
+
+    It is the directory holding the module that defines the app: ``CELERY_CONFIG_MODULE``
+    when set (the settings of ``celery -A celery_app``), else the module the app is named
+    after (``Celery("myproj")``: the folder of ``myproj.py``, or the one holding the
+    package ``myproj/``). An app named after no module on disk falls back to the
+    current directory. ``app`` defaults to Celery's current app.
+    """
+    if app is None:
+        from celery import current_app
+
+        app = current_app
+    for name in (os.environ.get("CELERY_CONFIG_MODULE"), getattr(app, "main", None)):
+        folder = _module_root(name) if name else None
+        if folder is not None:
+            return folder
+    return Path.cwd()
+
+
+def _module_root(name: str) -> Path | None:
+    """The folder holding the top-level module or package of ``name``, if it is a file."""
+    top = name.partition(".")[0]
+    # Imported already, most often (celery imports -A and its config from the current
+    # directory, which it then takes off sys.path again).
+    module = sys.modules.get(top)
+    if module is not None:
+        origin, package = getattr(module, "__file__", None), hasattr(module, "__path__")
+    else:
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):  # ValueError: a module without a spec
+            spec = None
+        origin = spec.origin if spec is not None and spec.has_location else None
+        package = bool(spec and spec.submodule_search_locations)
+    if not origin:
+        return None
+    path = Path(origin).absolute()
+    return path.parent.parent if package else path.parent
+
+
+def var_dir(app: Any = None) -> Path:
+    """Where the embedded defaults keep their files: ``KERNEL_VAR_DIR``, else ``var``, in
+    :func:`project_dir` when relative (absolute either way)."""
+    folder = Path(os.environ.get("KERNEL_VAR_DIR") or "var")
+    return folder if folder.is_absolute() else project_dir(app) / folder
 
 
 class _Source:
@@ -149,8 +195,9 @@ class KernelSettings:
     """celery-kernel's settings (Celery ``kernel_*`` keys; environment variables win).
 
     Attributes:
-        database_url: ``KERNEL_DATABASE_URL`` / ``kernel_database_url``; default a
-            SQLite file under ``KERNEL_VAR_DIR`` (default ``./var/``).
+        database_url: ``KERNEL_DATABASE_URL`` / ``kernel_database_url``; default
+            ``kernel.db`` under :func:`var_dir`. A relative SQLite path is made absolute
+            against :func:`project_dir`.
         jobs_file: ``KERNEL_JOBS_FILE`` / ``kernel_jobs_file``: a job file Beat applies at start.
         sqlite_synchronous: ``FULL`` (default, survives power loss) or ``NORMAL`` (opt-in).
         auto_migrate: create/upgrade the schema when a worker or Beat starts.
@@ -199,7 +246,7 @@ class KernelSettings:
         """
         source = _Source(app.conf)
         read = source.read
-        default_url = f"sqlite:///{var_dir() / 'kernel.db'}"
+        default_url = f"sqlite:///{var_dir(app) / 'kernel.db'}"
         seconds = "a number of seconds"
         settings = cls(
             database_url=read(
@@ -332,7 +379,11 @@ class KernelSettings:
         )
         if settings.database_url == default_url:
             settings.names["database_url"] = "KERNEL_VAR_DIR"
-        return settings
+            return settings
+        # One kernel per deployment: a relative SQLite path means the same file from
+        # any directory a worker, Beat or command starts in.
+        anchored = anchored_sqlite_url(settings.database_url, project_dir(app))
+        return replace(settings, database_url=anchored, names=settings.names)
 
     def require_jobs_file(self) -> str | None:
         """The job file Beat applies, which must exist (only Beat reads it).

@@ -15,6 +15,7 @@ from typing import Any
 from celery import bootsteps
 from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
 
+from celery_app.broker import use_embedded_broker
 from celery_app.config import (
     KernelSettings,
     check_broker_url,
@@ -25,6 +26,7 @@ from celery_app.config import (
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
 from kernel import KernelError, StorageUnavailable
+from kernel.redaction import masked_url
 
 __all__ = ["WarmShutdownHandBack", "connect"]
 
@@ -73,6 +75,7 @@ def connect(app: Any) -> None:
             return
         try:
             KernelSettings.from_app(app)
+            use_embedded_broker(app)  # before the consumer connects: the final broker URL
             check_broker_url(app)
             ensure_broker_folders(app)
         except KernelError as exc:
@@ -98,7 +101,11 @@ def connect(app: Any) -> None:
 
     def announce(sender: Any = None, **_: Any) -> None:
         if sender is None or sender.app is app:
-            log.info("celery-kernel worker ready", extra={"action": "worker_ready"})
+            # The absolute database, so a second kernel cannot go unnoticed.
+            url = masked_url(KernelSettings.from_app(app).database_url)
+            log.info(
+                "celery-kernel worker ready: kernel -> %s", url, extra={"action": "worker_ready"}
+            )
 
     # weak=False: the handlers are closures that nothing else keeps alive.
     celeryd_init.connect(check_start, weak=False)

@@ -73,7 +73,11 @@ def _worker_main_pid() -> int:
 def register(celery_app: Any) -> Any:
     """Register ``kernel.run_occurrence`` with ``celery_app``; returns the task."""
     return celery_app.task(
-        name=RUN_OCCURRENCE, bind=True, ignore_result=True, throws=(OccurrenceFailed,)
+        name=RUN_OCCURRENCE,
+        bind=True,
+        ignore_result=True,
+        throws=(OccurrenceFailed,),
+        Request="celery_app.task_events:NamedEventsRequest",  # Flower names in-flight runs
     )(run_occurrence)
 
 

@@ -20,6 +20,7 @@ from kernel.redaction import masked_url
 
 __all__ = [
     "advisory_xact_lock",
+    "anchored_sqlite_url",
     "begin_sqlite_write",
     "create_kernel_engine",
     "end_sqlite_write",
@@ -27,6 +28,7 @@ __all__ = [
     "schema_revision",
     "check_schema",
     "HEAD_REVISION",
+    "MIGRATE_COMMAND",
     "CONNECT_TIMEOUT_S",
     "STATEMENT_TIMEOUT_S",
 ]
@@ -35,6 +37,8 @@ SQLITE_SYNCHRONOUS = ("FULL", "NORMAL")
 #: Defaults for PostgreSQL: seconds to establish a connection, and to run one statement.
 CONNECT_TIMEOUT_S = 5.0
 STATEMENT_TIMEOUT_S = 30.0
+#: The command a schema refusal names; an application's CLI puts its own in its place.
+MIGRATE_COMMAND = "celery -A celery_app kernel migrate"
 _MIGRATION_LOCK = 0x4B45524E  # "KERN": the advisory lock key migrations take on PostgreSQL
 
 # Each kernel transaction starts with one of these: on the driver, not through
@@ -132,8 +136,8 @@ def _require_sqlite_file(url: sa.URL) -> None:
     path = sqlite_file(url)
     if path is not None and not os.path.isfile(path):
         raise SchemaUnknown(
-            f"no kernel database at {path}; create it with `celery -A celery_app kernel "
-            "migrate`, or point KERNEL_DATABASE_URL at an existing kernel",
+            f"no kernel database at {path}; create it with `{MIGRATE_COMMAND}`, "
+            "or point KERNEL_DATABASE_URL at an existing kernel",
             revision=None,
             expected=HEAD_REVISION,
             path=path,
@@ -146,6 +150,25 @@ def sqlite_file(url: sa.URL) -> str | None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
     return os.path.abspath(database)
+
+
+def anchored_sqlite_url(url: str, base: Path) -> str:
+    """``url`` with a relative SQLite path made absolute against ``base``; any other URL
+    (PostgreSQL, in memory, a ``file:`` URI, unparsable) unchanged."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return url  # refused, with its reason, when an engine is made from it
+    database = parsed.database
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or not database
+        or database == ":memory:"
+        or database.startswith("file:")
+        or os.path.isabs(database)
+    ):
+        return url
+    return parsed.set(database=str(base / database)).render_as_string(hide_password=False)
 
 
 def _sqlite_engine(
@@ -236,7 +259,7 @@ def check_schema(engine: sa.Engine) -> None:
         has_tables = current is None and bool(sa.inspect(conn).get_table_names())
     if current == HEAD_REVISION:
         return
-    hint = "run `celery -A celery_app kernel migrate`"
+    hint = f"run `{MIGRATE_COMMAND}`"
     if current is None:
         what = "holds tables of something else" if has_tables else "has no kernel schema yet"
         raise SchemaUnknown(f"the database {what}; {hint}", revision=None, expected=HEAD_REVISION)

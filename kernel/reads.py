@@ -210,15 +210,23 @@ def runtime_controls(
 
 
 def status_counts(tx: Tx) -> dict[str, Any]:
-    """Counts per status, leases about to expire, paused, oldest claimable age (ms)."""
+    """Counts per status, leases about to expire, paused, oldest claimable age (ms).
+
+    A paused occurrence is counted once, under ``paused`` (``counts`` has that key after
+    the statuses), not also under the status its row keeps (retry_wait).
+    """
+    is_paused = sa.exists().where(
+        controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
+    )
     counts = {s.value: 0 for s in S}
     for status, n in tx.conn.execute(
-        sa.select(OCC.c.status, sa.func.count()).group_by(OCC.c.status)
+        sa.select(OCC.c.status, sa.func.count()).where(~is_paused).group_by(OCC.c.status)
     ):
         counts[status] = n
     paused = tx.conn.execute(
         sa.select(sa.func.count()).where(controls.c.state == ControlState.PAUSED)
     ).scalar_one()
+    counts[ControlState.PAUSED.value] = paused
     expiring = tx.conn.execute(
         sa.select(sa.func.count()).where(
             OCC.c.status == S.RUNNING, OCC.c.lease_expires_at <= tx.now + 10_000
@@ -228,9 +236,7 @@ def status_counts(tx: Tx) -> dict[str, Any]:
         sa.select(sa.func.min(OCC.c.available_at)).where(
             OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
             OCC.c.available_at <= tx.now,
-            ~sa.exists().where(
-                controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
-            ),
+            ~is_paused,
         )
     ).scalar()
     return {

@@ -18,12 +18,11 @@ from typing import Any
 
 from celery.beat import Scheduler
 
-from adapters import load_adapters
-from beat_schedule.jobfiles import read_job_file
-from beat_schedule.kinds import check_kinds, worker_only_kinds
+from beat_schedule.jobfiles import JobFile
 from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.beat.firings import FiringSteps
 from celery_app.beat.upkeep import UpkeepSteps
+from celery_app.broker import use_embedded_broker
 from celery_app.config import (
     KernelSettings,
     check_broker_url,
@@ -31,8 +30,9 @@ from celery_app.config import (
     open_kernel,
     refuse_start,
 )
+from celery_app.definitions import read_app_job_file
 from celery_app.scope import Scope
-from celery_app.settings import INTERRUPTED_EXIT
+from celery_app.settings import CONFIG_EXIT, INTERRUPTED_EXIT
 from kernel import Kernel, KernelError, StorageUnavailable
 from kernel.redaction import masked_url
 
@@ -53,7 +53,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         try:  # before anything else: Celery builds a scheduler for its banner first
             self.settings = KernelSettings.from_app(app)
-            self.jobs_file = self.settings.require_jobs_file()
+            use_embedded_broker(app)  # the URL in the banner and the pump's
             check_broker_url(app)
         except KernelError as exc:
             refuse_start("beat", exc)
@@ -69,34 +69,39 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
             # scheduler is being built, would build a second one to close it.
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, self._on_stop_signal)
+        # As the worker does: the modules in `imports`/`include`, so each entry's task,
+        # with its time limits and retry settings, and each adapter is registered here.
+        self.app.loader.import_default_modules()
+        try:
+            # An invalid or missing KERNEL_JOBS_FILE stops Beat with `jobs apply`'s words
+            # (exit 2, a setting), before anything is created.
+            job_file = self._read_jobs_file()
+        except KernelError as exc:
+            refuse_start("beat", exc, exit_code=CONFIG_EXIT)
         try:
             ensure_broker_folders(self.app)  # the pump publishes from this process
             self.kernel = open_kernel(self.app)
-            # As the worker does: the modules in `imports`/`include`, so each entry's task,
-            # with its time limits and retry settings, is registered here.
-            self.app.loader.import_default_modules()
             beat_schedule = read_beat_schedule(self.app.conf, self.app.tasks)
             sync_beat_schedule(self.kernel, beat_schedule)
         except KernelError as exc:
             refuse_start("beat", exc)
         self.hint_options = beat_schedule.hints
-        if self.jobs_file:
-            self._apply_jobs_file(self.kernel, self.jobs_file)
+        if job_file is not None:
+            self._apply_jobs_file(self.kernel, job_file)
         self.data: dict[str, Any] = {}
 
-    def _apply_jobs_file(self, kernel: Kernel, jobs_file: str) -> None:
+    def _read_jobs_file(self) -> JobFile | None:
+        jobs_file = self.settings.jobs_file
+        if jobs_file is None:
+            return None
+        job_file = read_app_job_file(self.app, jobs_file)
+        Scope.of(self.settings).check(job_file.jobs)
+        return job_file
+
+    def _apply_jobs_file(self, kernel: Kernel, job_file: JobFile) -> None:
         try:
-            job_file = read_job_file(jobs_file)
-            specs = job_file.jobs
-            check_kinds(
-                [(spec.id, spec.kind) for spec in specs],
-                load_adapters(self.app),
-                worker_only_kinds(self.app.conf),
-                file=jobs_file,
-            )
-            Scope.of(self.settings).check(specs)
             applied = kernel.apply_jobs(
-                [spec.to_dict() for spec in specs],
+                [spec.to_dict() for spec in job_file.jobs],
                 pools=job_file.pools,
                 shared_budgets=job_file.budgets,
             )
@@ -105,7 +110,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
         else:
             log.info(
                 "%s: %s",
-                jobs_file,
+                self.settings.jobs_file,
                 ", ".join(f"{job.id} {change}" for job, change in applied),
                 extra={"action": "jobs_file_applied"},
             )

@@ -8,11 +8,10 @@ from typing import Any
 
 import click
 
-from beat_schedule.jobfiles import read_job_file
 from celery_app import operations
 from celery_app.cli.actions import action_options, default_operator, run_action
 from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
-from celery_app.definitions import apply_specs
+from celery_app.definitions import apply_specs, read_app_job_file
 from kernel import Job, KernelError
 
 __all__ = ["jobs", "describe_schedule"]
@@ -67,7 +66,7 @@ def _apply(
     file's ``pools:`` limits: if any is refused, nothing is written. A kind no
     installed adapter runs is refused.
     """
-    job_file = read_job_file(file)
+    job_file = read_app_job_file(env.app, file, allow_kinds)
     try:
         data = {
             "file": str(file),

@@ -31,7 +31,10 @@ _PAGE = 1000
 )
 def status(env: Env, fail_on_stale_beat: bool) -> None:
     """Counts per status, expiring leases, pauses, dead letters, and each Beat's last tick."""
-    data = operations.status(env.kernel, env.app)
+    data = {
+        "database": masked_url(KernelSettings.from_app(env.app).database_url),
+        **operations.status(env.kernel, env.app),
+    }
     counts = data["counts"]
     beats = data["beats"]
     age_s = data["oldest_claimable_age_s"]
@@ -41,7 +44,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
 
     def render() -> str:
         parts = [
-            f"kernel status at {data['now']}",
+            f"kernel {data['database']} status at {data['now']}",
             table(("status", "count"), counts.items()),
             "",
             fields(
@@ -258,7 +261,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         retention = settings.beat_retention
-        warning = beat_warning(beat_health(kernel.beats(), now, retention), retention)
+        warning = beat_warning(beat_health(kernel.beats(), now, retention), retention, app)
         checks.append(
             _check("beat", "warn", warning) if warning else _check("beat", "ok", "ticking")
         )

@@ -115,12 +115,7 @@ def _show(env: Env, occurrence_id: int) -> None:
             [
                 ("id", d["id"]),
                 ("job", f"{d['job_id']} (revision {d['job_revision']})"),
-                (
-                    "status",
-                    d["status"]
-                    if occurrence_state(d) == d["status"]
-                    else f"{occurrence_state(d)} ({d['status']})",
-                ),
+                ("status", occurrence_state(d)),
                 ("attempt", f"{d['attempt']}/{d['max_attempts']}"),
                 ("fence", d["fence"]),
                 ("trigger key", d["trigger_key"]),

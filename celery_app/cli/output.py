@@ -23,7 +23,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 import click
@@ -32,6 +32,7 @@ from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
 from celery_app.operations import format_age, iso, utc
 from celery_app.settings import INTERRUPTED_EXIT
 from kernel import InvalidArgument, Kernel, KernelError
+from kernel.durations import parse_duration
 
 __all__ = [
     "Env",
@@ -93,6 +94,12 @@ class Env:
         """
         click.echo(format_json(data, indent=None if one_line else 2) if self.json else text())
 
+    def usage(self, message: str) -> NoReturn:
+        """Refuse the command's arguments as click's usage errors are refused (exit 2)."""
+        if self.json:
+            _usage_json(message)
+        raise click.UsageError(message, ctx=self._ctx)
+
     def fail(self, exc: KernelError) -> NoReturn:
         """Print a refusal with its stable code and exit 1 (2 for a configuration error)."""
         if self.json:
@@ -115,9 +122,12 @@ class KernelCommand(click.Command):
         except click.UsageError as exc:
             if not wants_json:
                 raise
-            message = exc.format_message()
-            click.echo(format_json({"error": {"code": "USAGE", "message": message}}, indent=2))
-            raise click.exceptions.Exit(USAGE_EXIT) from None
+            _usage_json(exc.format_message())
+
+
+def _usage_json(message: str) -> NoReturn:
+    click.echo(format_json({"error": {"code": "USAGE", "message": message}}, indent=2))
+    raise click.exceptions.Exit(USAGE_EXIT) from None
 
 
 def command(
@@ -152,7 +162,8 @@ def command(
 
 
 class Instant(click.ParamType):  # type: ignore[type-arg]
-    """An ISO 8601 date-time; without an offset it is read as UTC."""
+    """An ISO 8601 date-time (without an offset it is read as UTC), ``now``, or a time
+    relative to now: ``-5m``, ``+1h30m``, ``-90`` (seconds)."""
 
     name = "TIME"
 
@@ -160,16 +171,30 @@ class Instant(click.ParamType):  # type: ignore[type-arg]
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> datetime:
         if isinstance(value, datetime):
-            moment = value
-        else:
+            return utc(value)
+        given = str(value).strip()
+        if given.lower() == "now":
+            return datetime.now(UTC)
+        if given[:1] in ("-", "+"):
             try:
-                moment = datetime.fromisoformat(str(value).strip())
-            except ValueError:
-                self.fail(
-                    f"{value!r} is not an ISO 8601 date-time (e.g. 2026-11-29T12:00:00Z)",
-                    param,
-                    ctx,
-                )
+                seconds = parse_duration(given[1:], "time")
+            except InvalidArgument:
+                pass
+            else:
+                sign = -1 if given[0] == "-" else 1
+                try:
+                    return datetime.now(UTC) + timedelta(seconds=sign * seconds)
+                except OverflowError:
+                    self.fail(f"{value!r} is outside the calendar (years 1-9999)", param, ctx)
+        try:
+            moment = datetime.fromisoformat(given)
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a time: ISO 8601 (e.g. 2026-11-29T12:00:00Z), now, "
+                "or relative to now (-5m, +1h)",
+                param,
+                ctx,
+            )
         try:
             return utc(moment)
         except InvalidArgument as exc:

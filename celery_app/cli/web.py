@@ -7,6 +7,7 @@ import uvicorn
 
 from celery_app.cli.output import Env
 from celery_app.settings import WebSettings
+from celery_app.shell import celery_command
 from celery_app.web.app import WebContext, create_app
 from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore, users_file
@@ -36,8 +37,8 @@ def web(ctx: click.Context, host: str, port: int) -> None:
         env.fail(exc)
     if not known:
         click.echo(
-            f"no users in {users.path}: add one with `celery -A celery_app kernel users add "
-            "NAME --role admin`",
+            f"no users in {users.path}: add one with "
+            f"`{celery_command(env.app, 'kernel', 'users', 'add')} NAME --role admin`",
             err=True,
         )
     limiter = SignInLimiter(settings.sign_in_limit)

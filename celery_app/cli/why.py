@@ -28,7 +28,8 @@ import click
 from beat_schedule.timing import Firing, firings_between, next_firing
 from celery_app.cli.jobs import describe_schedule
 from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows
-from celery_app.cli.output import Env, Instant, command, fields, iso, table
+from celery_app.cli.output import Env, Instant, command, fields, format_age, iso, table
+from celery_app.cli.story import SKIPPED_BECAUSE, occurrence_story, render_story
 from celery_app.operations import occurrence_events, within_calendar
 from kernel import EventType, Job, Kernel, Occurrence, OccurrenceStatus
 
@@ -41,15 +42,6 @@ _MAX_PAGES = 200
 _SKEW = timedelta(minutes=5)
 _MAX_LOOKBACK = timedelta(days=800)
 _TOGGLES = (EventType.JOB_ENABLED, EventType.JOB_DISABLED)
-#: What a skip reason means to a person (admission's and the gates').
-_SKIPPED_BECAUSE = {
-    "overlap": "the job's overlap policy is skip and another of its occurrences was active",
-    "queue_full": "max_queued occurrences of the job were already waiting (its backlog bound)",
-    "budget": "its budget ({budget}) had no runs or units left in the window",
-    "approval_rejected": "an operator rejected it while it awaited approval",
-    "approval_timeout": "nobody approved it within approval.timeout; the auto action rejected it",
-    "approval_backlog": "approval.max_pending occurrences of the job already awaited approval",
-}
 #: Why a job was disabled, from its job_disabled event's reason.
 _DISABLED_BECAUSE = {
     "cancelled": "it was cancelled (kernel jobs cancel)",
@@ -137,7 +129,7 @@ def _nearest_occurrence(kernel: Kernel, job_id: str, at: datetime) -> Occurrence
 
 def _skip_reason(job: Job, occ: Occurrence) -> str:
     reason = occ.skip_reason or "skipped"
-    meaning = _SKIPPED_BECAUSE.get(reason)
+    meaning = SKIPPED_BECAUSE.get(reason)
     if meaning is None:
         return reason
     budget = occ.definition.get("budget")
@@ -169,7 +161,7 @@ def _explain(
     if firing.at > now:
         return (
             "not_due",
-            f"the firing is still ahead (in {int((firing.at - now).total_seconds())}s)",
+            f"the firing is still ahead (in {format_age((firing.at - now).total_seconds())})",
             None,
         )
     history = _history(kernel, job, firing.at)
@@ -244,16 +236,25 @@ def answer(kernel: Kernel, job_id: str, at: datetime) -> dict[str, Any]:
 
 
 @command("why")
-@click.argument("job_id", metavar="JOB")
+@click.argument("target", metavar="JOB|OCCURRENCE")
 @click.option(
     "--at",
     "at",
     type=Instant(),
-    required=True,
-    help="The time to ask about (ISO 8601; UTC when no offset is given).",
+    default=None,
+    help="With JOB: the time to ask about (ISO 8601, UTC when no offset is given; "
+    "now; or relative to now: -5m, +1h).",
 )
-def why(env: Env, job_id: str, at: datetime) -> None:
-    """What became of a job's firing nearest TIME: created, skipped, not due, disabled."""
+def why(env: Env, target: str, at: datetime | None) -> None:
+    """Why: JOB --at TIME, what became of the job's firing nearest TIME (created,
+    skipped, not due, disabled); OCCURRENCE (an id), that occurrence's whole story."""
+    if at is None:
+        if not target.isdigit():
+            env.usage(f"{target!r}: give a JOB with --at TIME, or an OCCURRENCE id for its story")
+        story = occurrence_story(env.kernel, int(target))
+        env.emit(story, lambda: render_story(story))
+        return
+    job_id = target
     data = answer(env.kernel, job_id, at)
     firing = data["firing"]
 

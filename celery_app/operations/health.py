@@ -8,6 +8,7 @@ from typing import Any
 from beat_schedule.sync import read_beat_schedule
 from celery_app.config import KernelSettings
 from celery_app.operations.times import format_age, iso
+from celery_app.shell import celery_command
 from kernel import Beat, Kernel
 
 __all__ = [
@@ -48,12 +49,12 @@ def beat_health(beats: list[Beat], now: datetime, retention_s: float) -> list[di
     return rows
 
 
-def beat_warning(beats: list[dict[str, Any]], retention_s: float) -> str | None:
+def beat_warning(beats: list[dict[str, Any]], retention_s: float, app: Any) -> str | None:
     """What to tell an operator when no Beat is ticking; None when one is."""
     if not beats:
         return (
             f"no Beat has ticked in the last {format_age(retention_s)}: start "
-            "`celery -A celery_app beat`; nothing is scheduled"
+            f"`{celery_command(app, 'beat')}`; nothing is scheduled"
         )
     if all(b["stale"] for b in beats):
         return (
@@ -77,7 +78,7 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
     beats = beat_health(kernel.beats(), now, retention)
     counts = counted["counts"]
     age_ms = counted["oldest_claimable_age_ms"]
-    warning = beat_warning(beats, retention)
+    warning = beat_warning(beats, retention, app)
     watch = kernel.watchdog(grace=KernelSettings.from_app(app).watchdog_grace)
     return {
         "now": iso(now),

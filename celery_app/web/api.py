@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
@@ -124,12 +125,18 @@ def why(job_id: JobId, at: datetime, context: Context, _: Viewer) -> dict[str, A
     return why_answer(context.kernel, job_id, operations.utc(at))
 
 
+#: What ``?status=`` takes: every status, and ``paused`` (paused at a checkpoint), as the CLI.
+OccurrenceFilter = StrEnum(  # type: ignore[misc]
+    "OccurrenceFilter", {**{s.name: s.value for s in OccurrenceStatus}, "PAUSED": "paused"}
+)
+
+
 @router.get("/occurrences", summary="Occurrences, newest first (`kernel occurrences list`)")
 def occurrences(
     context: Context,
     _: Viewer,
     job: Annotated[str | None, Query(max_length=200)] = None,
-    status: Annotated[list[OccurrenceStatus] | None, Query()] = None,
+    status: Annotated[list[OccurrenceFilter] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     before: Annotated[int | None, Query(ge=1, le=_BIG)] = None,
 ) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from celery_app import operations
 from celery_app.cli.jobs import describe_schedule
 from celery_app.cli.output import format_age, format_json
+from celery_app.shell import celery_command
 from celery_app.web.actions import ACTIONS, WebAction
 from celery_app.web.app import WebContext
 from celery_app.web.auth import (
@@ -55,6 +56,7 @@ _templates = Environment(
 _templates.filters["age"] = format_age
 _templates.filters["pretty"] = lambda value: format_json(value, indent=2)
 _templates.globals["schedule"] = describe_schedule
+_templates.globals["celery_command"] = celery_command
 
 
 def _context(request: Request) -> WebContext:

@@ -8,6 +8,7 @@ policy's reason, and the cursor must stand at 12:09.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
@@ -87,3 +88,27 @@ def test_a_missed_cron_firing_in_a_time_zone_is_caught_up_once(beat: Beat) -> No
     assert beat.keys(status="queued") == [cron_key.format(17)]
     assert beat.skips() == {cron_key.format(h): "catchup_latest" for h in (13, 14, 15, 16)}
     assert beat.kernel.get_job("job").next_trigger_key == cron_key.format(18)
+
+
+def test_latest_after_a_short_downtime_runs_the_most_recent_firing_only(beat: Beat) -> None:
+    """Reproduction: an every-5 s job, Beat down ~20 s. The firings within the 15 s grace
+    used to fire too (the oldest ran; under ``overlap: skip`` the later ones were then
+    skipped as ``overlap`` behind it), so "latest" ran neither the latest nor one."""
+    beat.define(schedule={"every": 5}, overlap="allow")
+    at = [beat.minute(0.5) + timedelta(seconds=5 * n) for n in range(8)]  # 12:00:30, :35 ...
+    beat.tick(at[0])
+    beat.tick(at[1])
+    before = beat.keys()
+    assert before[-1] == _every(at[1])
+    beat.tick(at[5] + timedelta(seconds=2))  # down until 12:00:57
+
+    # 12:00:40 ... 12:00:55 were due: only 12:00:55 runs, the others are catch-up skips.
+    assert beat.keys(status="queued") == [*before, _every(at[5])]
+    assert beat.skips() == {_every(t): "catchup_latest" for t in at[2:5]}
+    # The next on-time tick fires its one firing as usual.
+    beat.tick(at[6])
+    assert beat.keys()[-1] == _every(at[6]) and not beat.skips().get(_every(at[6]))
+
+
+def _every(at: datetime) -> str:
+    return f"every:{at.strftime('%Y-%m-%dT%H:%M:%S')}Z"

@@ -291,7 +291,10 @@ def test_the_pump_publishes_hints_with_the_entrys_options_and_celerys_time_limit
 
 
 def test_beat_refuses_a_job_file_naming_a_kind_no_adapter_runs(
-    open_beat: Callable[..., Beat], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    open_beat: Callable[..., Beat],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     jobs_file = tmp_path / "jobs.json"
     jobs_file.write_text(json.dumps({"jobs": [
@@ -299,12 +302,12 @@ def test_beat_refuses_a_job_file_naming_a_kind_no_adapter_runs(
         {"id": "typo", "kind": "teleport", "payload": {}},
     ]}))  # fmt: skip
     url = f"sqlite:///{tmp_path / 'kernel.db'}"
-    beat = open_beat(url, kernel_jobs_file=str(jobs_file))
-    assert beat.kernel.list_jobs() == []
-    [refusal] = [r for r in beat.caplog.records if getattr(r, "action", "") == "jobs_file_refused"]
-    assert "'teleport'" in refusal.getMessage() and "callable, http, shell, task, watchdog" in (
-        refusal.getMessage()
-    )
+    with pytest.raises(SystemExit) as refused:  # Beat does not start on it
+        open_beat(url, kernel_jobs_file=str(jobs_file))
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "'teleport'" in err and "callable, http, shell, task, watchdog" in err
+    assert not (tmp_path / "kernel.db").exists()
     monkeypatch.setenv("KERNEL_WORKER_KINDS", "teleport")
     assert {j.id for j in open_beat(url, kernel_jobs_file=str(jobs_file)).kernel.list_jobs()} == {
         "ok",

@@ -313,6 +313,30 @@ def test_apply_refuses_a_kind_no_installed_adapter_runs_unless_allowed(
     assert [job.id for job in kernel.list_jobs()] == ["t", "u"]
 
 
+TWO_BAD_JOBS = {
+    "jobs": [
+        {"id": "first", "kind": "shell", "schedule": {"every": "-5s"},
+         "payload": {"argv": "true"}, "overlap": "sometimes", "max_attempts": 0},
+        {"id": "second", "kind": "shel", "payload": {"argv": ["true"]}},
+    ]
+}  # fmt: skip
+
+
+def test_apply_reports_every_problem_of_every_job_at_once(
+    cli, kernel: Kernel, tmp_path: Path
+) -> None:
+    path = write(tmp_path / "two.json", json.dumps(TWO_BAD_JOBS))
+    refused = cli("jobs", "apply", str(path), "--json")
+    assert refused.code == 1
+    errors = refused.json()["error"]["details"]["errors"]
+    fields = {e["field"] for e in errors}
+    assert {"jobs[0].schedule.every", "jobs[0].overlap", "jobs[0].max_attempts"} <= fields
+    assert "jobs[0].payload.argv" in fields and "jobs[1].kind" in fields, errors
+    text = cli("jobs", "apply", str(path)).err
+    assert "2 invalid job(s), 5 problem(s)" in text and "jobs[1] ('second'): kind:" in text
+    assert kernel.list_jobs() == []
+
+
 def test_run_now_follows_the_overlap_policy_unless_forced(cli, kernel: Kernel) -> None:
     define(kernel, "tick", overlap="skip")
     first = cli("jobs", "run-now", "tick", "--json").json()["occurrence"]["id"]

@@ -52,7 +52,7 @@ def test_occurrences_list_status_paused_and_the_state_column(cli, kernel: Kernel
     table = cli("occurrences", "list").out.splitlines()
     row = next(line for line in table if line.split()[0] == str(paused))
     assert row.split()[2] == "paused"
-    assert "status            paused (retry_wait)" in cli("occurrences", "show", str(paused)).out
+    assert "status            paused\n" in cli("occurrences", "show", str(paused)).out
 
 
 def test_events_pages_say_when_more_exist_forwards_and_backwards(cli, kernel: Kernel) -> None:

@@ -120,7 +120,15 @@ def test_show_of_a_paused_occurrence_carries_its_checkpoint(cli, kernel: Kernel)
     shown = cli("occurrences", "show", str(occ), "--json").json()
     assert shown["checkpoint"] == {"done": 41}
     assert shown["control"]["state"] == "paused"
-    assert "control           paused (revision 2)" in cli("occurrences", "show", str(occ)).out
+    text = cli("occurrences", "show", str(occ)).out
+    assert "control           paused (revision 2)" in text
+    # One word for it: paused, in show, list, the filter and the counts (once).
+    assert "status            paused\n" in text, text
+    assert [o["id"] for o in cli("occurrences", "list", "--status", "paused", "--json").json()] == [
+        occ
+    ]
+    counts = cli("status", "--json").json()["counts"]
+    assert (counts["paused"], counts["retry_wait"]) == (1, 0), counts
 
 
 def test_unknown_occurrence(cli, kernel: Kernel) -> None:

@@ -88,9 +88,10 @@ def test_a_job_files_pools_are_applied_with_its_jobs(cli, kernel: Kernel, tmp_pa
     assert [e["field"] for e in error["details"]["errors"]] == [
         "pools.db.limit",
         "pools.gpu",
+        "jobs[0].kind",  # no adapter runs "nope": said in the same round
         "jobs[0].payload",
     ]
-    assert "1 invalid job(s), 3 problem(s), nothing applied" in error["message"]
+    assert "1 invalid job(s), 4 problem(s), nothing applied" in error["message"]
     assert _pools(cli)["db"]["limit"] == 3
 
 

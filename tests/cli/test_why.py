@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -77,7 +78,8 @@ def test_a_created_occurrence_and_its_outcome(cli, kernel: Kernel) -> None:
     skipped = _why(cli, "a", T - MINUTE)
     assert (skipped["outcome"], skipped["reason"]) == (
         "skipped",
-        "recorded as skipped: catchup_latest",
+        "recorded as skipped: catchup_latest (Beat was down; catch-up latest runs only the most "
+        "recent missed firing)",
     )
 
 
@@ -174,3 +176,54 @@ def test_a_time_past_the_calendar_is_one_line_not_a_traceback(cli, kernel: Kerne
         result = cli(*args)
         assert result.code == 2, (args, result.out, result.err)
         assert "years 1 to 9999" in result.err and "Traceback" not in result.err, args
+
+
+def test_an_occurrence_tells_its_whole_story(cli, kernel: Kernel) -> None:
+    define(kernel, "story", schedule=None, max_attempts=3)
+    occ = kernel.run_now("story", request_id="r1", operator="alice").occurrence.id
+    claim = kernel.claim(occ, owner="w1", lease=60)
+    kernel.request_pause(occ, expected_fence=claim.fence, request_id="p1", operator="bob",
+                         safe_points=["before_execute", "adapter_checkpoint"])  # fmt: skip
+    control = kernel.get_occurrence(occ).control
+    kernel.ack_pause(occ, owner="w1", fence=claim.fence, request_id="p1",
+                     expected_revision=control.revision, safe_point="adapter_checkpoint",
+                     checkpoint={"row": 5})  # fmt: skip
+    kernel.resume(occ, request_id="res1", operator="bob")
+    claim = kernel.claim(occ, owner="w2", lease=60)
+    kernel.fail(occ, owner="w2", fence=claim.fence, code="BOOM", message="boom")
+
+    data = cli("why", str(occ), "--json").json()
+    assert (data["job_id"], data["status"]) == ("story", "retry_wait")
+    texts = [step["text"] for step in data["story"]]
+    assert texts[0] == "created by run-now (request r1); admitted: queued", texts
+    assert "claimed by w1 (attempt 1)" in texts
+    assert "pause requested by bob" in texts and "resumed by bob" in texts
+    assert any(t.startswith("paused at safe point adapter_checkpoint") for t in texts), texts
+    assert "claimed by w2 (attempt 1), resuming from its checkpoint" in texts
+    assert any(t.startswith("attempt 1 failed: BOOM boom; retry at ") for t in texts), texts
+    assert all(isinstance(s["since_previous_s"], float) for s in data["story"])
+    text = cli("why", str(occ)).out
+    assert "claimed by w2 (attempt 1), resuming from its checkpoint" in text
+
+    # Settled without a run: cancelled while queued.
+    other = kernel.run_now("story", request_id="r2", operator="alice", force=True).occurrence.id
+    kernel.cancel(other, request_id="c2", operator="carol")
+    told = [s["text"] for s in cli("why", str(other), "--json").json()["story"]]
+    assert told[-1] == "cancelled", told
+
+    missing = cli("why", "999999", "--json")
+    assert (missing.code, missing.json()["error"]["code"]) == (1, "NOT_FOUND")
+    job_without_at = cli("why", "story", "--json")
+    assert (job_without_at.code, job_without_at.json()["error"]["code"]) == (2, "USAGE")
+
+
+def test_why_asks_about_now_and_relative_times_in_human_durations(cli, kernel: Kernel) -> None:
+    define(kernel, "hourly", schedule={"every": "1h"})
+    for at in ("now", "-5m", "+2m"):
+        result = cli("why", "hourly", "--at", at, "--json")
+        assert result.code == 0, (at, result.out)
+    ahead = cli("why", "hourly", "--at", "+59m", "--json").json()
+    assert ahead["outcome"] == "not_due", ahead
+    assert re.search(r"still ahead \(in \d+[hm]\d\d[ms]\)$", ahead["reason"]), ahead["reason"]
+    far = cli("why", "hourly", "--at", "2999-01-01T00:00:00Z").out
+    assert re.search(r"still ahead \(in \d+d\d+h\)", far), far

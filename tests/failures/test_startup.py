@@ -4,6 +4,7 @@ Beat as processes, a PostgreSQL that never answers, SQLite files that do not exi
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -69,11 +70,19 @@ def test_read_only_commands_create_nothing_and_name_the_missing_database(
 
 
 def test_the_default_location_is_not_created_by_a_read(tmp_path: Path) -> None:
-    done = run([*CELERY, "kernel", "status", "--json"], cwd=tmp_path, env=clean_env())
+    # The default kernel is under the project's directory: here, the settings module's.
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "project_settings.py").write_text("")
+    env = clean_env(CELERY_CONFIG_MODULE="project_settings", PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] += os.pathsep + str(project)
+    done = run([*CELERY, "kernel", "status", "--json"], cwd=elsewhere, env=env)
     assert done.code == 1
     assert json.loads(done.out)["error"]["code"] == "SCHEMA_UNKNOWN"
-    assert str(tmp_path / "var" / "kernel.db") in done.out
-    assert list(tmp_path.iterdir()) == []
+    assert str(project / "var" / "kernel.db") in done.out
+    assert sorted(p.name for p in project.iterdir()) == ["project_settings.py"]
+    assert list(elsewhere.iterdir()) == []
 
 
 _BAD_SETTINGS = [
@@ -128,7 +137,8 @@ def test_worker_and_beat_refuse_a_bad_environment_with_exit_2_and_status_still_w
         ],
         tmp_path,
     )
-    assert beat.code == 2 and f"KERNEL_JOBS_FILE='{tmp_path / 'nope.yaml'}'" in beat.err
+    missing = f"{tmp_path / 'nope.yaml'}: file: cannot be read: No such file or directory"
+    assert beat.code == 2 and f"Error INVALID_ARGUMENT: {missing}" in beat.err, beat.err
     assert worker.code == 2 and f"KERNEL_VAR_DIR='{blocked / 'var'}'" in worker.err
     assert bad_interval.code == 2 and "KERNEL_BEAT_INTERVAL='abc'" in bad_interval.err
     assert status.code == 0, status.out + status.err
@@ -189,3 +199,30 @@ def test_a_password_in_the_query_is_masked_by_beat_and_doctor(
     assert "?password=***" in banner, banner
     assert "?password=***" in doctor.out, doctor.out + doctor.err
     assert "hunter2" not in banner + doctor.out + doctor.err
+
+
+def test_beat_refuses_an_invalid_jobs_file_with_the_clis_message(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    Kernel.open(url, migrate_schema=True).close()
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(
+        "jobs:\n"
+        "  - {id: first, kind: shell, schedule: {every: -5s}, payload: {argv: 'true'}}\n"
+        "  - {id: second, kind: shel, payload: {argv: ['true']}}\n"
+    )
+    env = clean_env(KERNEL_DATABASE_URL=url, KERNEL_JOBS_FILE=str(jobs))
+    beat, apply = _all(
+        [
+            ([*CELERY, "beat", "-s", str(tmp_path / "schedule")], env),
+            ([*CELERY, "kernel", "jobs", "apply", str(jobs)], env),
+        ],
+        tmp_path,
+    )
+    cli_message = apply.err.strip()
+    assert apply.code == 1 and "jobs[1] ('second'): kind:" in cli_message, apply.err
+    assert beat.code == 2 and f"cannot start: {cli_message}" in beat.err, beat.err
+    for done in (beat, apply):
+        done.assert_no_traceback()
+    kernel = Kernel.open(url)
+    assert kernel.list_jobs() == []
+    kernel.close()

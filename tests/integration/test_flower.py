@@ -11,8 +11,10 @@ level imports nothing from the test tree.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
+import time
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,13 @@ SOON = {"in": "1s"}
 def refuse(ctx: ExecutionContext) -> None:
     """Job code that fails in a way no retry can fix."""
     raise AdapterError("REFUSED", f"{ctx.occurrence.job_id} refuses to run", retryable=False)
+
+
+def wait_for_release(ctx: ExecutionContext, path: str) -> None:
+    """Job code that runs until the file ``path`` exists (at most a minute)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def free_port() -> int:
@@ -52,6 +61,11 @@ def get(url: str) -> str | None:
 
 @pytest.fixture
 def flower(stack: Stack) -> str:
+    """Flower, started before the test's runs (:func:`start_flower`); its base URL."""
+    return start_flower(stack)
+
+
+def start_flower(stack: Stack) -> str:
     """Start ``celery flower`` on 127.0.0.1 with the stack's environment; its base URL.
 
     It runs as one of the stack's processes, so the stack stops it by PID and a
@@ -131,3 +145,36 @@ def test_flower_shows_each_run_under_its_job_and_outcome(stack: Stack, flower: s
     # The task names the failure as expected (throws=): one line at INFO, no traceback.
     assert worker.logged("raised expected: OccurrenceFailed(")
     assert not worker.logged("Traceback")
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_run_in_flight_when_flower_starts_shows_its_jobs_name(stack: Stack) -> None:
+    """Its task-received and task-started events went out before Flower (or with task
+    events off): only its end reaches Flower, and that names the job too (not ``null``)."""
+    release = stack.root / "release"
+    stack.use_jobs({
+        **stack.job("long-one", "record", schedule=SOON),
+        "payload": {"callable": "test_flower:wait_for_release", "kwargs": {"path": str(release)}},
+    })  # fmt: skip
+    worker = stack.start_worker("worker")
+    stack.start_beat("beat")
+    [running] = stack.wait(
+        lambda: [o for o in stack.occurrences("long-one") if o.status.value == "running"],
+        timeout=30,
+        what="the run under way",
+    )
+    flower = start_flower(stack)
+    stack.wait(
+        lambda: worker.logged("Events of group {task} enabled by remote."),
+        timeout=20,
+        what="flower enabling the worker's task events",
+    )
+    release.touch()
+
+    def ended() -> list[dict[str, Any]] | None:
+        done = [t for t in flower_tasks(flower).values() if t["state"] == "SUCCESS"]
+        return done or None
+
+    [task] = stack.wait(ended, timeout=30, what="the run's end in flower's /api/tasks")
+    assert task["name"] == "long-one", task
+    assert stack.occurrences("long-one")[0].id == running.id

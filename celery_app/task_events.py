@@ -1,0 +1,24 @@
+"""Celery task events that name the job on every event, not only when the run was received.
+
+Beat publishes each hint under its job's name (Celery's ``shadow``). Celery puts that
+name only on ``task-received``: a monitor that subscribed later (Flower started while
+the run was under way, which is also when Flower turns task events on) learnt the run
+from its ``task-succeeded`` or ``task-failed`` alone and showed the name ``null``.
+Events are sent only when they are on, so this costs nothing otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.worker.request import Request
+
+__all__ = ["NamedEventsRequest"]
+
+
+class NamedEventsRequest(Request):
+    """The worker's request for a kernel hint: each task event carries the job's name."""
+
+    def send_event(self, type: str, **fields: Any) -> None:  # noqa: A002 - Celery's name
+        fields.setdefault("name", self.name)
+        super().send_event(type, **fields)
