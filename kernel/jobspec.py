@@ -76,6 +76,7 @@ ONE_SHOT = frozenset({"at", "in"})
 #: Effects are gone this long before the lease can expire (clock rates, scheduling).
 SELF_FENCE_MARGIN_S = 1.0
 _RENEW_FRACTION = 3
+_MAX_QUEUED = 25
 _KIND = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
 
@@ -116,7 +117,7 @@ class JobSpec(Section):
         description="A firing while a run is unsettled: skip, allow, queue, replace.",
     )
     max_queued: Annotated[int, integer(1, 10000)] = Field(
-        default=25, description="Unsettled runs at most."
+        default=_MAX_QUEUED, description="Unsettled runs at most."
     )
     catchup: CatchupPolicy = Field(
         default=CatchupPolicy(), description="Firings missed while down."
@@ -254,6 +255,40 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
     if isinstance(kind, str) and "payload" in raw and isinstance(raw["payload"], Mapping):
         payload, payload_problems = check_payload(kind, raw["payload"])
         found += [p for p in payload_problems if p not in found]
+    if spec is not None:
+        found += _without_effect(spec, raw)
     raise_problems(found)
     assert spec is not None  # no problem found, so the model validated
     return spec.model_copy(update={"payload": payload})
+
+
+def _without_effect(spec: JobSpec, raw: Mapping[str, object]) -> list[Problem]:
+    """Settings the rest of the spec makes meaningless: refused rather than stored and
+    ignored. A value equal to the default that :meth:`JobSpec.to_dict` writes for every
+    job is not a setting (an exported spec re-applies); stored specs are not re-judged."""
+    found: list[Problem] = []
+    if spec.catchup.window_s is not None and spec.catchup.policy != "all":
+        found.append(
+            Problem(
+                "catchup.window",
+                f"has no effect under catchup policy {spec.catchup.policy}: only policy all "
+                "fires missed firings within a window; remove it or use policy all",
+            )
+        )
+    if spec.overlap is Overlap.REPLACE and raw.get("max_queued", _MAX_QUEUED) != _MAX_QUEUED:
+        found.append(
+            Problem(
+                "max_queued",
+                "has no effect under overlap replace: a firing cancels the active run and "
+                "nothing queues behind it; remove it or use overlap queue",
+            )
+        )
+    if spec.dst != DstPolicy() and "cron" not in (spec.schedule or {}):
+        found.append(
+            Problem(
+                "dst",
+                "applies only to a cron schedule: every, at and in fire at instants, "
+                "not wall-clock times; remove it",
+            )
+        )
+    return found
