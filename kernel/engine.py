@@ -8,6 +8,7 @@ statement timeout; SQLite a busy timeout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "advisory_xact_lock",
     "begin_sqlite_write",
     "create_kernel_engine",
+    "make_private_dir",
     "end_sqlite_write",
     "migrate",
     "schema_revision",
@@ -141,6 +143,38 @@ def sqlite_file(url: sa.URL) -> str | None:
     return os.path.abspath(database)
 
 
+#: Modes of what the kernel creates: its data is readable by its owner only.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` and its missing parents, each one it creates mode 0700 (a folder
+    that exists keeps its mode: ``kernel doctor`` reports one open to others)."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+
+
+def _create_private_file(path: str) -> None:
+    """Create an empty SQLite file 0600 if there is none: SQLite gives its WAL and SHM
+    files the database file's mode, so those are private too."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise InvalidArgument(
+            "database_url",
+            f"cannot create the SQLite file {path}: {exc.strerror or exc}; "
+            "choose a writable location",
+        ) from exc
+
+
 def _sqlite_engine(
     url: sa.URL, synchronous: str, busy_timeout_ms: int, engine_kwargs: dict[str, Any]
 ) -> sa.Engine:
@@ -151,13 +185,14 @@ def _sqlite_engine(
     path = sqlite_file(url)
     if path is not None:
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(Path(path).parent)
         except OSError as exc:
             raise InvalidArgument(
                 "database_url",
                 f"cannot create the folder of the SQLite file {path}: "
                 f"{exc.strerror or exc}; choose a writable location",
             ) from exc
+        _create_private_file(path)
     engine = sa.create_engine(url, **engine_kwargs)
 
     @sa.event.listens_for(engine, "connect")

@@ -60,3 +60,49 @@ def test_the_same_settings_where_they_take_effect_are_kept(k: Harness) -> None:
         job = k.define(f"j{n}", **fields)
         exported = k.kernel.get_job(job.id).spec
         assert k.kernel.apply_job(exported)[1] == "unchanged"
+
+
+def _shell_env(name: str) -> dict[str, Any]:
+    return {"kind": "shell", "payload": {"argv": ["ls"], "env": {name: "value"}}}
+
+
+def _http_header(name: str) -> dict[str, Any]:
+    return {"kind": "http", "payload": {"url": "http://h/", "headers": {name: "value"}}}
+
+
+SECRETS_IN_CLEAR = [
+    *((_shell_env(n), f"payload.env.{n}", "secrets:") for n in ("API_TOKEN", "PGPass", "SSH_KEY")),
+    *(
+        (_http_header(n), f"payload.headers.{n}", "secret_headers:")
+        for n in ("Authorization", "Cookie")
+    ),
+    (
+        {"kind": "watchdog", "payload": {"check": {"argv": ["ls"], "env": {"DB_PASSWD": "p"}}}},
+        "payload.check.env.DB_PASSWD",
+        "secrets:",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fields", "field", "instead"), SECRETS_IN_CLEAR)
+def test_a_secret_looking_value_is_refused_and_nothing_is_written(
+    k: Harness, fields: dict[str, Any], field: str, instead: str
+) -> None:
+    refused = _refused(k, fields)
+    assert (refused.code, refused.details["field"]) == ("INVALID_ARGUMENT", field)
+    assert instead in refused.message
+    assert k.kernel.list_jobs() == [] and k.kernel.events() == []
+
+
+def test_names_that_only_resemble_secrets_and_empty_values_are_kept(k: Harness) -> None:
+    k.define(
+        "shell",
+        kind="shell",
+        payload={"argv": ["ls"], "env": {"MODE": "x", "KEYBOARD": "us", "TOKEN": ""}},
+    )
+    k.define(
+        "hook",
+        kind="http",
+        payload={"url": "http://h/", "headers": {"Idempotency-Key": "k", "X-Team": "data"}},
+    )
+    assert {j.id for j in k.kernel.list_jobs()} == {"shell", "hook"}
