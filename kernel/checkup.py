@@ -15,11 +15,12 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from kernel.engine import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, sqlite_file
+from kernel.engine import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, schema_drift, sqlite_file
 from kernel.jobspec import stored_secrets
+from kernel.schema_shape import EXPECTED_FILE, edited_migrations
 from kernel.types import Job
 
-__all__ = ["Finding", "file_modes", "secrets_in_clear"]
+__all__ = ["Finding", "file_modes", "schema_fingerprint", "secrets_in_clear"]
 
 #: SQLite's companions of a database file, which hold its recent writes.
 _SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
@@ -75,3 +76,32 @@ def secrets_in_clear(jobs: Iterable[Job]) -> Finding:
             "secret_headers: and re-apply: " + "; ".join(found),
         )
     return Finding("stored secrets", "ok", "no job stores a secret-looking value")
+
+
+def schema_fingerprint(engine: sa.Engine) -> Finding:
+    """The live schema against what the migrations make, and the migrations against the
+    checksums they were released with."""
+    edited = edited_migrations()
+    if edited:
+        return Finding(
+            "schema",
+            "fail",
+            f"migration files differ from the released ones (checksums in {EXPECTED_FILE.name}): "
+            f"{', '.join(edited)}; a database they migrated may not be the kernel's schema",
+        )
+    with engine.connect().execution_options(kernel_read_only=True) as conn:
+        drift = schema_drift(conn)
+    if drift is None:
+        return Finding(
+            "schema",
+            "warn",
+            f"{EXPECTED_FILE.name} does not describe this release's head revision: "
+            "nothing compared (rewrite it with `python -m kernel.schema_shape`)",
+        )
+    if drift.breaks:
+        return Finding("schema", "fail", f"differs from the migrations: {drift.describe()}")
+    if drift.unexpected:
+        return Finding("schema", "warn", f"holds objects besides the kernel's: {drift.describe()}")
+    return Finding(
+        "schema", "ok", "tables, columns, indexes and CHECKs as the migrations made them"
+    )

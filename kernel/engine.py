@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from kernel.driver import DriverStatement
 from kernel.errors import InvalidArgument, SchemaUnknown
 from kernel.redaction import masked_url
+from kernel.schema_shape import SchemaDrift, compare, expected_shape, live_shape
 
 __all__ = [
     "advisory_xact_lock",
@@ -28,6 +29,7 @@ __all__ = [
     "migrate",
     "schema_revision",
     "check_schema",
+    "schema_drift",
     "HEAD_REVISION",
     "CONNECT_TIMEOUT_S",
     "STATEMENT_TIMEOUT_S",
@@ -257,12 +259,25 @@ def check_schema(engine: sa.Engine) -> None:
     """Refuse to run on a database this code does not know.
 
     Raises:
-        SchemaUnknown: not migrated, migrated by a newer release, or foreign.
+        SchemaUnknown: not migrated, migrated by a newer release, foreign, or at this
+            revision but with a table, column, index or CHECK missing or altered (the
+            fingerprint of :mod:`kernel.schema_shape`).
     """
     with engine.connect().execution_options(kernel_read_only=True) as conn:
         current = schema_revision(conn)
         has_tables = current is None and bool(sa.inspect(conn).get_table_names())
+        drift = schema_drift(conn) if current == HEAD_REVISION else None
     if current == HEAD_REVISION:
+        if drift is not None and drift.breaks:
+            raise SchemaUnknown(
+                f"the database is at schema revision {current} but its schema differs from "
+                f"what the migrations make: {drift.describe()}; restore it (or migrate a new "
+                "database and copy the data over); `kernel doctor` lists every difference",
+                revision=current,
+                expected=HEAD_REVISION,
+                missing=drift.missing,
+                different=drift.different,
+            )
         return
     hint = "run `celery -A celery_app kernel migrate`"
     if current is None:
@@ -276,6 +291,13 @@ def check_schema(engine: sa.Engine) -> None:
             expected=HEAD_REVISION,
         )
     raise _unknown_revision(current)
+
+
+def schema_drift(conn: sa.Connection) -> SchemaDrift | None:
+    """How the live schema differs from what the migrations to the head make; None if
+    ``shape.json`` does not describe the head (:func:`kernel.schema_shape.expected_shape`)."""
+    expected = expected_shape(conn.dialect.name, HEAD_REVISION)
+    return None if expected is None else compare(live_shape(conn), expected)
 
 
 def _is_known(revision: str) -> bool:

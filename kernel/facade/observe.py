@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernel import reads, watchdog
-from kernel.checkup import Finding, file_modes, secrets_in_clear
+from kernel.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
 from kernel.facade.base import FacadeBase, ms
 from kernel.types import Event, Occurrence
 
@@ -82,9 +82,10 @@ class ObserveFacade(FacadeBase):
         return self._read(watchdog.findings, ms(grace, "grace"))
 
     def checkup(self) -> list[Finding]:
-        """What ``kernel doctor`` reports about storage: the SQLite files' modes, and jobs
-        that store secret-looking values in clear."""
+        """What ``kernel doctor`` reports about storage: the schema's fingerprint, the
+        SQLite files' modes, and jobs that store secret-looking values in clear."""
         return [
+            schema_fingerprint(self.engine),
             file_modes(self.engine),
             secrets_in_clear(self._read(reads.list_jobs)),
         ]

@@ -135,6 +135,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "adapters": "ok",
         "schedule": "ok",
         "database": "ok",
+        "schema": "ok",
         "file modes": "ok",
         "stored secrets": "ok",
         "job kinds": "ok",
