@@ -81,6 +81,9 @@ class EventType(StrEnum):
     #: Beat passed firings missed while it was down (``count`` of them, however many; the
     #: oldest ``recorded`` are also skipped occurrences), from ``first_at`` until ``until_at``.
     FIRINGS_MISSED = "firings_missed"
+    #: A pool's counter differed from the slots its running occurrences hold (``was``):
+    #: Beat's upkeep set it to ``running``.
+    POOL_RECONCILED = "pool_reconciled"
 
 
 _SETTLED = {
