@@ -15,7 +15,7 @@ from typing import Any, NoReturn, TypeVar
 from celery_app.settings import CONFIG_EXIT, ConfigInvalid, KernelSettings, var_dir
 from celery_app.shell import celery_command
 from kernel import InvalidArgument, Kernel, KernelError, SchemaUnknown
-from kernel.engine import MIGRATE_COMMAND, create_kernel_engine
+from kernel.engine import MIGRATE_COMMAND, create_kernel_engine, make_private_dir
 from kernel.redaction import masked_url
 
 __all__ = [
@@ -60,7 +60,7 @@ def ensure_broker_folders(app: Any) -> None:
         if not folder:
             continue
         try:
-            Path(folder).mkdir(parents=True, exist_ok=True)
+            make_private_dir(Path(folder))
             writable = os.access(folder, os.W_OK | os.X_OK)
         except (OSError, ValueError) as exc:
             writable, reason = False, getattr(exc, "strerror", None) or str(exc)

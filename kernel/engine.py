@@ -8,6 +8,7 @@ statement timeout; SQLite a busy timeout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -17,16 +18,19 @@ import sqlalchemy as sa
 from kernel.driver import DriverStatement
 from kernel.errors import InvalidArgument, SchemaUnknown
 from kernel.redaction import masked_url
+from kernel.schema_shape import SchemaDrift, compare, expected_shape, live_shape
 
 __all__ = [
     "advisory_xact_lock",
     "anchored_sqlite_url",
     "begin_sqlite_write",
     "create_kernel_engine",
+    "make_private_dir",
     "end_sqlite_write",
     "migrate",
     "schema_revision",
     "check_schema",
+    "schema_drift",
     "HEAD_REVISION",
     "MIGRATE_COMMAND",
     "CONNECT_TIMEOUT_S",
@@ -171,6 +175,38 @@ def anchored_sqlite_url(url: str, base: Path) -> str:
     return parsed.set(database=str(base / database)).render_as_string(hide_password=False)
 
 
+#: Modes of what the kernel creates: its data is readable by its owner only.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+
+
+def make_private_dir(path: Path) -> None:
+    """Create ``path`` and its missing parents, each one it creates mode 0700 (a folder
+    that exists keeps its mode: ``kernel doctor`` reports one open to others)."""
+    missing: list[Path] = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another process made it first
+            folder.mkdir(mode=PRIVATE_DIR_MODE)
+
+
+def _create_private_file(path: str) -> None:
+    """Create an empty SQLite file 0600 if there is none: SQLite gives its WAL and SHM
+    files the database file's mode, so those are private too."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise InvalidArgument(
+            "database_url",
+            f"cannot create the SQLite file {path}: {exc.strerror or exc}; "
+            "choose a writable location",
+        ) from exc
+
+
 def _sqlite_engine(
     url: sa.URL, synchronous: str, busy_timeout_ms: int, engine_kwargs: dict[str, Any]
 ) -> sa.Engine:
@@ -181,13 +217,14 @@ def _sqlite_engine(
     path = sqlite_file(url)
     if path is not None:
         try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(Path(path).parent)
         except OSError as exc:
             raise InvalidArgument(
                 "database_url",
                 f"cannot create the folder of the SQLite file {path}: "
                 f"{exc.strerror or exc}; choose a writable location",
             ) from exc
+        _create_private_file(path)
     engine = sa.create_engine(url, **engine_kwargs)
 
     @sa.event.listens_for(engine, "connect")
@@ -252,12 +289,25 @@ def check_schema(engine: sa.Engine) -> None:
     """Refuse to run on a database this code does not know.
 
     Raises:
-        SchemaUnknown: not migrated, migrated by a newer release, or foreign.
+        SchemaUnknown: not migrated, migrated by a newer release, foreign, or at this
+            revision but with a table, column, index or CHECK missing or altered (the
+            fingerprint of :mod:`kernel.schema_shape`).
     """
     with engine.connect().execution_options(kernel_read_only=True) as conn:
         current = schema_revision(conn)
         has_tables = current is None and bool(sa.inspect(conn).get_table_names())
+        drift = schema_drift(conn) if current == HEAD_REVISION else None
     if current == HEAD_REVISION:
+        if drift is not None and drift.breaks:
+            raise SchemaUnknown(
+                f"the database is at schema revision {current} but its schema differs from "
+                f"what the migrations make: {drift.describe()}; restore it (or migrate a new "
+                "database and copy the data over); `kernel doctor` lists every difference",
+                revision=current,
+                expected=HEAD_REVISION,
+                missing=drift.missing,
+                different=drift.different,
+            )
         return
     hint = f"run `{MIGRATE_COMMAND}`"
     if current is None:
@@ -271,6 +321,13 @@ def check_schema(engine: sa.Engine) -> None:
             expected=HEAD_REVISION,
         )
     raise _unknown_revision(current)
+
+
+def schema_drift(conn: sa.Connection) -> SchemaDrift | None:
+    """How the live schema differs from what the migrations to the head make; None if
+    ``shape.json`` does not describe the head (:func:`kernel.schema_shape.expected_shape`)."""
+    expected = expected_shape(conn.dialect.name, HEAD_REVISION)
+    return None if expected is None else compare(live_shape(conn), expected)
 
 
 def _is_known(revision: str) -> bool:

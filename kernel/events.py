@@ -78,6 +78,12 @@ class EventType(StrEnum):
     OCCURRENCE_ADAPTER_ASKED = "occurrence_adapter_asked"
     #: The adapter could not tell (``reason``): the occurrence waits for an operator.
     OCCURRENCE_ADAPTER_CANNOT_TELL = "occurrence_adapter_cannot_tell"
+    #: Beat passed firings missed while it was down (``count`` of them, however many; the
+    #: oldest ``recorded`` are also skipped occurrences), from ``first_at`` until ``until_at``.
+    FIRINGS_MISSED = "firings_missed"
+    #: A pool's counter differed from the slots its running occurrences hold (``was``):
+    #: Beat's upkeep set it to ``running``.
+    POOL_RECONCILED = "pool_reconciled"
 
 
 _SETTLED = {

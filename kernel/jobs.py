@@ -18,7 +18,7 @@ from kernel.events import EventType
 from kernel.firing import create_occurrence
 from kernel.gates import create_gated
 from kernel.jobspec import ONE_SHOT, JobSpec, validate_job_spec
-from kernel.records import dumps, job_from_row, loads
+from kernel.records import dumps, job_from_row, loads, to_dt
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -309,13 +309,16 @@ def fire(
     firings: Sequence[tuple[str, int]],
     missed: Sequence[tuple[str, int]],
     missed_reason: str | None,
+    missed_count: int,
     next_cursor: tuple[str, int] | None,
 ) -> FireReport:
     """Advance the cursor by compare-and-set and materialise what it passed.
 
     The CAS names the revision and the cursor the caller planned from, so a Beat
     holding a stale view changes nothing. Firings go through the job's overlap
-    policy; missed ones are recorded as skipped with ``missed_reason``.
+    policy; missed ones are recorded as skipped with ``missed_reason``, and all
+    ``missed_count`` of them (``missed`` lists at most the oldest) in one
+    ``firings_missed`` event spanning them.
     """
     cursor_guard = (
         sa.and_(sa.not_(jobs.c.planned), jobs.c.next_trigger_key.is_(None))
@@ -352,6 +355,8 @@ def fire(
         )
         if made.created:
             skipped.append((key, missed_reason or "missed"))
+    if missed_count:
+        _record_missed(tx, job_id, missed, missed_count, missed_reason, firings, next_cursor)
     for key, at in firings:
         made = create_gated(
             tx,
@@ -370,6 +375,34 @@ def fire(
     if next_cursor is None and ONE_SHOT & set(spec["schedule"] or ()):
         _retire_one_shot(tx, job_id, expected_revision)
     return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
+
+
+def _record_missed(
+    tx: Tx,
+    job_id: str,
+    missed: Sequence[tuple[str, int]],
+    count: int,
+    reason: str | None,
+    firings: Sequence[tuple[str, int]],
+    next_cursor: tuple[str, int] | None,
+) -> None:
+    """One event for every firing missed in this advance: the span runs from the oldest
+    missed firing up to (not including) the first one fired, or the new cursor."""
+    until = firings[0][1] if firings else next_cursor[1] if next_cursor else None
+    tx.emit(
+        EventType.FIRINGS_MISSED,
+        job_id=job_id,
+        count=count,
+        recorded=len(missed),
+        reason=reason,
+        first_at=_iso(missed[0][1]) if missed else None,
+        until_at=_iso(until),
+    )
+
+
+def _iso(ms: int | None) -> str | None:
+    at = to_dt(ms)
+    return None if at is None else at.isoformat()
 
 
 def _retire_one_shot(tx: Tx, job_id: str, revision: int) -> None:

@@ -28,9 +28,10 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationError, model_validator
 
-from kernel.durations import canonical_json, parse_duration
+from kernel.durations import canonical_json, child_path, parse_duration
 from kernel.errors import InvalidArgument
 from kernel.payloads import MAX_PAYLOAD_BYTES, SHELL_OUTPUT_LIMIT_DEFAULT, check_payload
+from kernel.redaction import is_sensitive_name
 from kernel.spec.fields import BOOLEAN, OBJECT, enum_choice, integer, refuse, seconds, text
 from kernel.spec.problems import Problem, problems_of, raise_problems
 from kernel.spec.sections import (
@@ -65,6 +66,7 @@ __all__ = [
     "canonical_json",
     "parse_duration",
     "renew_interval",
+    "stored_secrets",
     "validate_job_spec",
 ]
 
@@ -76,6 +78,7 @@ ONE_SHOT = frozenset({"at", "in"})
 #: Effects are gone this long before the lease can expire (clock rates, scheduling).
 SELF_FENCE_MARGIN_S = 1.0
 _RENEW_FRACTION = 3
+_MAX_QUEUED = 25
 _KIND = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
 
@@ -116,7 +119,7 @@ class JobSpec(Section):
         description="A firing while a run is unsettled: skip, allow, queue, replace.",
     )
     max_queued: Annotated[int, integer(1, 10000)] = Field(
-        default=25, description="Unsettled runs at most."
+        default=_MAX_QUEUED, description="Unsettled runs at most."
     )
     catchup: CatchupPolicy = Field(
         default=CatchupPolicy(), description="Firings missed while down."
@@ -254,6 +257,68 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
     if isinstance(kind, str) and "payload" in raw and isinstance(raw["payload"], Mapping):
         payload, payload_problems = check_payload(kind, raw["payload"])
         found += [p for p in payload_problems if p not in found]
+    if spec is not None:
+        found += _without_effect(spec, raw) + stored_secrets(payload)
     raise_problems(found)
     assert spec is not None  # no problem found, so the model validated
     return spec.model_copy(update={"payload": payload})
+
+
+#: Where a payload holds values by name, and where such a value belongs if it is a secret.
+_SECRET_HOMES = {"env": "secrets", "headers": "secret_headers"}
+
+
+def stored_secrets(payload: Mapping[str, Any], path: str = "payload") -> list[Problem]:
+    """Values in a payload's ``env`` or ``headers`` (at any depth: an http ``lookup``, a
+    watchdog's check) whose name looks like a credential's: stored, they would sit in clear
+    in the database, its backups and every occurrence's snapshot."""
+    found: list[Problem] = []
+    for key, value in payload.items():
+        where = child_path(path, key)
+        home = _SECRET_HOMES.get(key)
+        if home is not None and isinstance(value, Mapping):
+            found += [
+                Problem(
+                    child_path(where, name),
+                    f"looks like a secret ({name}); its value would be stored in clear: "
+                    f"name the worker's secret instead, {home}: {{{name}: SECRET_NAME}} "
+                    "(see README, Secrets)",
+                )
+                for name, held in value.items()
+                if held and is_sensitive_name(str(name))
+            ]
+        elif isinstance(value, Mapping):
+            found += stored_secrets(value, where)
+    return found
+
+
+def _without_effect(spec: JobSpec, raw: Mapping[str, object]) -> list[Problem]:
+    """Settings the rest of the spec makes meaningless: refused rather than stored and
+    ignored. A value equal to the default that :meth:`JobSpec.to_dict` writes for every
+    job is not a setting (an exported spec re-applies); stored specs are not re-judged."""
+    found: list[Problem] = []
+    if spec.catchup.window_s is not None and spec.catchup.policy != "all":
+        found.append(
+            Problem(
+                "catchup.window",
+                f"has no effect under catchup policy {spec.catchup.policy}: only policy all "
+                "fires missed firings within a window; remove it or use policy all",
+            )
+        )
+    if spec.overlap is Overlap.REPLACE and raw.get("max_queued", _MAX_QUEUED) != _MAX_QUEUED:
+        found.append(
+            Problem(
+                "max_queued",
+                "has no effect under overlap replace: a firing cancels the active run and "
+                "nothing queues behind it; remove it or use overlap queue",
+            )
+        )
+    if spec.dst != DstPolicy() and "cron" not in (spec.schedule or {}):
+        found.append(
+            Problem(
+                "dst",
+                "applies only to a cron schedule: every, at and in fire at instants, "
+                "not wall-clock times; remove it",
+            )
+        )
+    return found

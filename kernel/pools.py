@@ -10,7 +10,7 @@ from kernel.events import EventType
 from kernel.tx import Tx
 from kernel.types import Pool
 
-__all__ = ["take_slot", "give_back", "set_limit", "list_pools"]
+__all__ = ["take_slot", "give_back", "set_limit", "list_pools", "reconcile"]
 
 MAX_LIMIT = 1_000_000
 #: A pool name, as a job's ``pool`` field allows it.
@@ -50,6 +50,22 @@ def list_pools(tx: Tx) -> list[Pool]:
     ]
     found += [Pool(name, st.DEFAULT_POOL_LIMIT, 0, n, defined=False) for name, n in waiting.items()]
     return sorted(found, key=lambda pool: pool.name)
+
+
+def reconcile(tx: Tx) -> list[dict[str, object]]:
+    """Set each pool's counter to the slots its running occurrences hold, where they
+    differ (a give-back that never happened); event ``pool_reconciled`` for each.
+
+    Returns:
+        ``{"pool", "was", "running"}`` for each pool corrected.
+    """
+    corrected: list[dict[str, object]] = []
+    for name, was in tx.conn.execute(st.DRIFTED_POOLS).all():
+        running = tx.conn.execute(st.RECONCILE_POOL, {"pool": name, "was": was}).scalar()
+        if running is not None:
+            tx.emit(EventType.POOL_RECONCILED, pool=name, was=was, running=running)
+            corrected.append({"pool": name, "was": was, "running": running})
+    return corrected
 
 
 def check_limit(name: object, limit: object) -> None:

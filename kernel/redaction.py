@@ -16,7 +16,10 @@ __all__ = ["MASK", "masked_url", "is_sensitive_name", "redacted_spec"]
 
 MASK = "***"
 _SENSITIVE = re.compile(
-    r"auth|token|secret|passw|pwd|cookie|credential|api[-_]?key|private|session|signature",
+    r"auth|token|secret|passw|pwd|cookie|credential|api[-_]?key|private|session|signature"
+    # KEY as a word of the name (SSH_KEY, Key-Id), but not Idempotency-Key: that one
+    # names the request, it grants nothing.
+    r"|(?<![a-z])(?<!idempotency[-_])keys?(?![a-z])",
     re.IGNORECASE,
 )
 

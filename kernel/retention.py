@@ -6,7 +6,8 @@ older than their status's age. Dead letters and occurrences needing adjudication
 are unresolved and never pruned. A job is deleted when it is finished and asked for
 it: ``delete_after_run`` (a one-shot job that ran) at once, ``ttl`` that long after
 it finished; finished means disabled (a one-shot job is disabled once it fired),
-every occurrence settled and resolved, and no job chained after it.
+every occurrence settled and resolved, and no job chained after it. A budget's
+counters of a window that ended more than the longest window ago go too.
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.history import PRUNABLE, prune
 from kernel.records import loads
-from kernel.schema import job_sources, jobs, occurrences
+from kernel.schema import budget_windows, job_sources, jobs, occurrences
 from kernel.tx import Tx
 
-__all__ = ["apply_retention", "expire_jobs"]
+__all__ = ["apply_retention", "expire_jobs", "prune_budget_windows"]
 
 OCC = occurrences
 _CHILD = jobs.alias("child")
@@ -98,13 +99,32 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
     return deleted
 
 
+#: No budget window is longer than 31 days, so one that began twice that long ago ended
+#: at least 31 days ago: nothing reserves in it any more, and ``kernel budgets`` shows a
+#: later one (or none: the budget's current window is empty).
+BUDGET_WINDOW_KEPT_MS = 2 * 31 * 86_400_000
+_ENDED_WINDOWS = sa.delete(budget_windows).where(
+    sa.tuple_(budget_windows.c.budget, budget_windows.c.window_start).in_(
+        sa.select(budget_windows.c.budget, budget_windows.c.window_start)
+        .where(budget_windows.c.window_start < sa.bindparam("cutoff"))
+        .limit(sa.bindparam("limit"))
+    )
+)
+
+
+def prune_budget_windows(tx: Tx, limit: int) -> int:
+    """Delete up to ``limit`` budget windows that ended long ago; how many went."""
+    params = {"cutoff": tx.now - BUDGET_WINDOW_KEPT_MS, "limit": limit}
+    return int(tx.conn.execute(_ENDED_WINDOWS, params).rowcount)
+
+
 def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, Any]:
     """One bounded pass: prune each status's history older than its age (None: kept),
     then delete finished jobs; at most ``limit`` occurrences and ``limit`` jobs.
 
     Returns:
-        ``occurrences`` and ``events`` pruned, ``jobs`` deleted (ids), and ``more``: a
-        bound was hit, so another pass has work.
+        ``occurrences`` and ``events`` pruned, ``jobs`` deleted (ids),
+        ``budget_windows`` pruned, and ``more``: a bound was hit, so another pass has work.
 
     Raises:
         InvalidArgument: an age for a status that is not prunable, or not positive.
@@ -122,4 +142,6 @@ def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dic
         pruned = {key: pruned[key] + done[key] for key in pruned}
         budget -= done["occurrences"]
     deleted = expire_jobs(tx, limit)
-    return {**pruned, "jobs": deleted, "more": budget <= 0 or len(deleted) >= limit}
+    windows = prune_budget_windows(tx, limit)
+    more = budget <= 0 or len(deleted) >= limit or windows >= limit
+    return {**pruned, "jobs": deleted, "budget_windows": windows, "more": more}

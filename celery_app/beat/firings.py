@@ -88,6 +88,7 @@ class FiringSteps:
                     firings=[(f.trigger_key, f.at) for f in plan.fire],
                     missed=[(f.trigger_key, f.at) for f in plan.missed],
                     missed_reason=plan.missed_reason,
+                    missed_count=plan.missed_count,
                     next_cursor=(plan.next_cursor.trigger_key, plan.next_cursor.at)
                     if plan.next_cursor
                     else None,

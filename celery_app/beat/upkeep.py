@@ -63,10 +63,19 @@ class UpkeepSteps:
             )
 
     def _watch(self, kernel: Kernel) -> None:
-        """Every minute: record overdue firings and runs past their timeout as events."""
+        """Every minute: correct pool counters that drifted, record overdue firings and
+        runs past their timeout as events."""
         if time.monotonic() < self._next_watch:
             return
         self._next_watch = time.monotonic() + _FORGET_EVERY_S
+        for fixed in kernel.reconcile_pools():
+            log.warning(
+                "pool %s counted %d running, its runs hold %d slot(s): corrected",
+                fixed["pool"],
+                fixed["was"],
+                fixed["running"],
+                extra={"action": "pool_reconciled", "beat_id": self.beat_id, **fixed},
+            )
         found = kernel.record_watchdog(grace=self.settings.watchdog_grace)
         if found["new_events"]:
             log.warning(

@@ -251,6 +251,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         return [*checks, _check("database", "fail", f"{exc.code}: {exc.message}")]
     try:
         checks.append(_check("database", "ok", "reachable, schema up to date"))
+        checks += [_check(f.name, f.status, f.detail) for f in kernel.checkup()]
         missing = sorted(job.id for job in kernel.list_jobs() if job.kind not in adapters)
         checks.append(
             _check("job kinds", "fail", f"no adapter installed for jobs {missing}")

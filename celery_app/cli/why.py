@@ -76,6 +76,8 @@ class _History:
     enabled: bool | None = None
     disabled_reason: str | None = None
     replanned: list[dict[str, Any]] = field(default_factory=list)
+    #: The ``firings_missed`` event whose span holds the instant, if any.
+    missed: dict[str, Any] | None = None
     truncated: bool = False
 
 
@@ -97,6 +99,8 @@ def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
                 history.enabled = event.type == EventType.JOB_DISABLED
             if event.at > at and event.type in (EventType.JOB_ENABLED, EventType.JOB_REVISED):
                 history.replanned.append({"type": event.type, "at": iso(event.at)})
+            if event.type == EventType.FIRINGS_MISSED and _spans(event.data, at):
+                history.missed = event.data
         if len(page) < _PAGE:
             break
         after = page[-1].id
@@ -105,6 +109,16 @@ def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
     if history.enabled is None:
         history.enabled = job.enabled
     return history
+
+
+def _spans(missed: dict[str, Any], at: datetime) -> bool:
+    """Whether a ``firings_missed`` event's span holds the instant ``at``."""
+    first, until = missed.get("first_at"), missed.get("until_at")
+    return (
+        first is not None
+        and datetime.fromisoformat(first) <= at
+        and (until is None or at < datetime.fromisoformat(until))
+    )
 
 
 def _find(kernel: Kernel, job_id: str, trigger_key: str, not_before: datetime) -> Occurrence | None:
@@ -180,6 +194,15 @@ def _explain(
         )
     if not job.planned or (job.next_fire_at is not None and job.next_fire_at <= firing.at):
         return "pending", "due, but no Beat has materialised it yet: is Beat running?", None
+    if history.missed is not None:
+        missed = history.missed
+        return (
+            "skipped",
+            f"missed while Beat was down, one of {missed['count']} firings missed "
+            f"({missed['reason']}); the oldest {missed['recorded']} are recorded as skipped "
+            "occurrences, the rest only counted",
+            None,
+        )
     if history.replanned:
         last = history.replanned[-1]
         return (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import FunctionType
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -10,6 +11,7 @@ import sqlalchemy as sa
 from kernel import reads
 from kernel.clock import Clock
 from kernel.errors import InvalidArgument
+from kernel.facade.arguments import checked
 from kernel.session import Session
 from kernel.types import ActionResult
 
@@ -30,12 +32,21 @@ def lease_ms(lease: float | None) -> int | None:
 
 
 class FacadeBase:
-    """The kernel's engine, clock and session; ``Kernel.__init__`` sets them."""
+    """The kernel's engine, clock and session; ``Kernel.__init__`` sets them.
+
+    Every public method a part defines checks its arguments (:mod:`kernel.facade.arguments`).
+    """
 
     engine: sa.Engine
     dialect: str
     clock: Clock
     _session: Session
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, member in vars(cls).items():
+            if not name.startswith("_") and isinstance(member, FunctionType):
+                setattr(cls, name, checked(member))
 
     def _write(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         return self._session.run(fn, *args, **kwargs)

@@ -28,12 +28,15 @@ class BeatFacade(FacadeBase):
         firings: Sequence[tuple[str, datetime]] = (),
         missed: Sequence[tuple[str, datetime]] = (),
         missed_reason: str | None = None,
+        missed_count: int | None = None,
         next_cursor: tuple[str, datetime] | None,
     ) -> job_ops.FireReport:
         """Advance a job's fire cursor by CAS and materialise the firings it passed.
 
         ``firings`` and ``missed`` are (trigger key, instant) pairs; missed ones are
-        recorded as skipped with ``missed_reason``. A stale caller changes nothing.
+        recorded as skipped with ``missed_reason``. ``missed_count`` (default: as many
+        as ``missed``) is how many were missed in all, when ``missed`` lists only the
+        oldest; event ``firings_missed`` records it. A stale caller changes nothing.
         """
         return self._write(
             job_ops.fire,
@@ -43,6 +46,7 @@ class BeatFacade(FacadeBase):
             firings=[(k, from_dt(at)) for k, at in firings],
             missed=[(k, from_dt(at)) for k, at in missed],
             missed_reason=missed_reason,
+            missed_count=len(missed) if missed_count is None else missed_count,
             next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
         )
 

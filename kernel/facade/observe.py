@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernel import reads, watchdog
+from kernel.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
 from kernel.facade.base import FacadeBase, ms
 from kernel.types import Event, Occurrence
 
@@ -79,3 +80,12 @@ class ObserveFacade(FacadeBase):
         """Overdue firings, runs past their timeout (+ ``grace`` seconds) and the
         adjudication backlog; reads only."""
         return self._read(watchdog.findings, ms(grace, "grace"))
+
+    def checkup(self) -> list[Finding]:
+        """What ``kernel doctor`` reports about storage: the schema's fingerprint, the
+        SQLite files' modes, and jobs that store secret-looking values in clear."""
+        return [
+            schema_fingerprint(self.engine),
+            file_modes(self.engine),
+            secrets_in_clear(self._read(reads.list_jobs)),
+        ]

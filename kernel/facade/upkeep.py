@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from kernel import history, retention, watchdog
+from kernel import history, pools, retention, watchdog
 from kernel.errors import InvalidArgument
 from kernel.facade.base import FacadeBase, ms
 from kernel.tx import Tx
@@ -46,3 +46,12 @@ class UpkeepFacade(FacadeBase):
         """:meth:`watchdog`, appending ``watchdog_overdue`` / ``watchdog_overrun`` once per
         finding (Beat calls it periodically); ``new_events`` counts those appended."""
         return self._write(watchdog.record_findings, ms(grace, "grace"))
+
+    def reconcile_pools(self) -> list[dict[str, Any]]:
+        """Correct pool counters that drifted from the slots their running occurrences
+        hold (event ``pool_reconciled`` each; Beat calls it every minute).
+
+        Returns:
+            ``{"pool", "was", "running"}`` for each pool corrected.
+        """
+        return self._write(pools.reconcile)

@@ -7,8 +7,10 @@ written; :meth:`Section.to_dict` gives the section as the spec writes it.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any, Self
 
+from croniter import CroniterBadDateError, croniter
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -143,6 +145,16 @@ class OutputPolicy(Section):
         return self
 
 
+def _fires_on_both(expr: str) -> bool:
+    """Whether a cron expression (valid for standard cron) has a date matching both its
+    day of month and its weekday; croniter looks decades ahead and then gives up."""
+    try:
+        croniter(expr, datetime(2000, 1, 1), day_or=False).get_next(datetime)
+    except CroniterBadDateError:
+        return False
+    return True
+
+
 def _condition(value: str) -> str:
     prefix, sep, pattern = value.partition(":")
     if not sep or prefix not in ("contains", "regex") or not pattern:
@@ -216,6 +228,12 @@ class Schedule(Section):
         for cron_only in ("timezone", "day_match"):
             if given[0] != "cron" and getattr(self, cron_only) is not None:
                 raise refuse("applies only to a cron schedule", cron_only)
+        if self.cron is not None and self.day_match == "all" and not _fires_on_both(self.cron):
+            raise refuse(
+                f"{self.cron!r} never fires with day_match all: no date has both its day of "
+                "month and its weekday; use day_match any or other fields",
+                "cron",
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -26,6 +26,8 @@ __all__ = [
     "WAITING_IN_POOLS",
     "WAITING_IN_POOL",
     "ROOM_IN_POOL",
+    "DRIFTED_POOLS",
+    "RECONCILE_POOL",
 ]
 
 #: The default limit of a pool a job names and nothing defines (SPEC §6).
@@ -85,4 +87,24 @@ WAITING_IN_POOL = sa.select(sa.func.count()).where(occurrences.c.pool == p("pool
 ROOM_IN_POOL = sa.or_(
     occurrences.c.pool.is_(None),
     ~sa.exists().where(pools.c.name == occurrences.c.pool, pools.c.running >= pools.c.limit),
+)
+
+#: Runs that really hold a slot of the pool: its running occurrences.
+_HELD = (
+    sa.select(sa.func.count())
+    .where(occurrences.c.pool == pools.c.name, occurrences.c.status == sa.literal("running"))
+    .scalar_subquery()
+)
+#: Pools whose counter differs from the slots their runs hold: candidates for
+#: RECONCILE_POOL, which decides again.
+DRIFTED_POOLS = (
+    sa.select(pools.c.name, pools.c.running).where(pools.c.running != _HELD).order_by(pools.c.name)
+)
+#: Set a pool's counter to the slots its runs hold, if it still reads ``was`` (a claim or
+#: a run's end since the read changed it, and the next pass looks again) and differs.
+RECONCILE_POOL = (
+    sa.update(pools)
+    .where(pools.c.name == p("pool"), pools.c.running == p("was"), pools.c.running != _HELD)
+    .values(running=_HELD)
+    .returning(pools.c.running)
 )

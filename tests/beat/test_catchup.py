@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from celery_app.cli.why import answer
+from kernel import EventType
+
 if TYPE_CHECKING:
     from tests.beat.conftest import Beat
 
@@ -38,7 +41,9 @@ def _down_seven_minutes(beat: Beat, **fields: object) -> None:
 def test_seven_missed_minutes_give_0_1_or_7_occurrences_by_policy(
     beat: Beat, policy: str, fired: list[int], reason: str | None
 ) -> None:
-    _down_seven_minutes(beat, overlap="allow", catchup={"policy": policy, "window": "10m"})
+    # A window applies only to policy all (elsewhere it is refused).
+    window = {"window": "10m"} if policy == "all" else {}
+    _down_seven_minutes(beat, overlap="allow", catchup={"policy": policy, **window})
 
     assert beat.keys(status="queued") == [beat.key(1)] + [beat.key(n) for n in fired]
     expected_skips = {beat.key(n): reason for n in MISSED if n not in fired}
@@ -112,3 +117,26 @@ def test_latest_after_a_short_downtime_runs_the_most_recent_firing_only(beat: Be
 
 def _every(at: datetime) -> str:
     return f"every:{at.strftime('%Y-%m-%dT%H:%M:%S')}Z"
+
+
+def test_every_missed_firing_is_counted_past_the_ones_recorded(beat: Beat) -> None:
+    beat.define(catchup={"policy": "none"})
+    beat.tick()
+    beat.tick(beat.minute(1))
+    beat.tick(beat.minute(2001.5))  # down for 12:02 ... 2001 minutes later: 2,000 missed
+
+    skipped = beat.kernel.list_occurrences(job_id="job", statuses=["skipped"], limit=1000)
+    assert len(skipped) == 1000 and skipped[-1].trigger_key == beat.key(2)  # the oldest
+    newest = beat.kernel.events(job_id="job", before_id=beat.kernel.last_event_id() + 1, limit=5)
+    (missed,) = [e.data for e in newest if e.type == EventType.FIRINGS_MISSED]
+    assert missed == {
+        "count": 2000,
+        "recorded": 1000,
+        "reason": "catchup_none",
+        "first_at": beat.minute(2).isoformat(),
+        "until_at": beat.minute(2002).isoformat(),
+    }
+    # A firing only counted is explained as missed, with how many were.
+    explained = answer(beat.kernel, "job", beat.minute(1500))
+    assert explained["outcome"] == "skipped"
+    assert "one of 2000 firings missed (catchup_none)" in explained["reason"]

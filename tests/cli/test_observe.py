@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,9 +12,12 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import sqlalchemy as sa
 from cli.support import Lines, define
 
 from kernel import Kernel
+from kernel.records import dumps
+from kernel.schema import jobs
 
 CELERY = str(Path(sys.executable).with_name("celery"))
 
@@ -131,6 +135,9 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "adapters": "ok",
         "schedule": "ok",
         "database": "ok",
+        "schema": "ok",
+        "file modes": "ok",
+        "stored secrets": "ok",
         "job kinds": "ok",
         "job env": "ok",
         "beat": "ok",
@@ -139,7 +146,34 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
     }
     text = cli("doctor")
     assert text.code == 0
-    assert "job kinds  OK" in text.out
+    assert re.search(r"^job kinds +OK ", text.out, re.MULTILINE)
+
+
+def test_doctor_warns_about_open_files_and_secrets_stored_in_clear(
+    cli, kernel: Kernel, db_url: str
+) -> None:
+    define(kernel, "legacy")
+    # As a release that accepted them stored it: the spec is written as it was then.
+    stored = {**kernel.get_job("legacy").spec}
+    stored["kind"] = "http"
+    stored["payload"] = {"url": "http://h/", "headers": {"Authorization": "Bearer s3cret"}}
+    with kernel.engine.begin() as conn:
+        conn.execute(sa.update(jobs).values(spec=dumps(stored)))
+    database = Path(db_url.removeprefix("sqlite:///"))
+    database.parent.chmod(0o755)
+    database.chmod(0o644)
+
+    result = cli("doctor", "--json")
+    assert result.code == 0  # warnings, not failures
+    checks = {c["name"]: c for c in result.json()["checks"]}
+    assert checks["file modes"]["status"] == "warn"
+    assert (
+        f"{database.parent} is 0755 (chmod 700 {database.parent})" in checks["file modes"]["detail"]
+    )
+    assert f"{database} is 0644 (chmod 600 {database})" in checks["file modes"]["detail"]
+    assert checks["stored secrets"]["status"] == "warn"
+    assert "legacy (payload.headers.Authorization)" in checks["stored secrets"]["detail"]
+    assert "s3cret" not in result.out
 
 
 def test_doctor_fails_on_an_unmigrated_database(cli, db_url: str) -> None:

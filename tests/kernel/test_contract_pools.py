@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from kernel import InvalidArgument, Pool, StateConflict
 from tests.kernel.conftest import Harness
+from tests.kernel.interleave import Actors
 
 SAFE = "before_execute"
 
@@ -175,3 +176,72 @@ def test_a_constraint_refusal_says_what_the_constraint_stands_for(k: Harness) ->
     assert "a pool's running count cannot go below 0 and its limit is at least 1" in str(
         refused.value
     )
+
+
+def _set_counter(k: Harness, name: str, running: int) -> None:
+    """As a give-back that never happened (or one too many) would leave it."""
+    with k.kernel.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE pools SET running = :n WHERE name = :name"),
+            {"n": running, "name": name},
+        )
+
+
+def test_a_drifted_counter_is_reconciled_from_the_runs_that_hold_a_slot(k: Harness) -> None:
+    k.kernel.set_pool_limit("db", 3)
+    k.kernel.set_pool_limit("idle", 3)
+    held, waiting = k.occurrences("a", 2, pool="db")
+    assert k.kernel.claim(held, owner="w", lease=30) is not None
+    _set_counter(k, "db", 2)  # a slot never given back: one run holds it, the counter says 2
+    _set_counter(k, "idle", 1)
+    assert k.kernel.claim(waiting, owner="w", lease=30) is not None  # room for one more only
+    assert k.kernel.claim(k.occurrences("a")[0], owner="w", lease=30) is None
+    k.kernel.succeed(waiting, owner="w", fence=1)
+    assert _pool(k, "db").running == 2  # wrong: only `held` runs
+
+    before = k.kernel.last_event_id()
+    corrected = k.kernel.reconcile_pools()
+    assert corrected == [
+        {"pool": "db", "was": 2, "running": 1},
+        {"pool": "idle", "was": 1, "running": 0},
+    ]
+    events = [(e.type, e.data) for e in k.kernel.events(after_id=before)]
+    assert events == [
+        ("pool_reconciled", {"pool": "db", "was": 2, "running": 1}),
+        ("pool_reconciled", {"pool": "idle", "was": 1, "running": 0}),
+    ]
+    assert _pool(k, "db").running == 1
+    # Nothing drifted since: no write, no event.
+    after = k.kernel.last_event_id()
+    assert k.kernel.reconcile_pools() == []
+    assert k.kernel.last_event_id() == after
+
+
+def test_reconciling_while_runs_take_and_give_back_slots_keeps_the_count_true(
+    k: Harness,
+) -> None:
+    """Reconcile released together with a claim and a settle of the same pool, round after
+    round: it either corrects the counter to the runs that hold a slot, or (a claim or a
+    settle changed the counter under it) leaves it for the next pass; it never writes a
+    count that a concurrent claim or give-back then makes wrong."""
+    k.kernel.set_pool_limit("db", 100)
+    k.define("a", pool="db")
+    actors = Actors(k.url, [k.clock] * 3)
+    try:
+        for _ in range(8):
+            ending, starting = k.occurrences("a", 2)
+            fence = k.kernel.claim(ending, owner="w", lease=30).fence  # type: ignore[union-attr]
+            _set_counter(k, "db", _pool(k, "db").running + 1)  # a give-back lost
+            outcomes = actors.run(
+                lambda kernel, o=ending, f=fence: kernel.succeed(o, owner="w", fence=f),
+                lambda kernel, o=starting: kernel.claim(o, owner="w", lease=30),
+                lambda kernel: kernel.reconcile_pools(),
+            )
+            assert all(o.crash is None and o.refusal is None for o in outcomes), outcomes
+            running = len(k.kernel.list_occurrences(job_id="a", statuses=["running"], limit=100))
+            drift = 0 if outcomes[2].value else 1
+            assert _pool(k, "db").running == running + drift
+            k.kernel.reconcile_pools()
+            assert _pool(k, "db").running == running
+    finally:
+        actors.close()

@@ -3,12 +3,14 @@ jobs disabled once they fired. Unresolved work is never pruned."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
+import sqlalchemy as sa
 
 from kernel.errors import InvalidArgument, NotFound
+from kernel.schema import budget_windows
 from kernel.states import OccurrenceStatus as S
 
 if TYPE_CHECKING:
@@ -135,3 +137,27 @@ def test_delete_after_run_needs_a_one_shot_schedule(k: Harness) -> None:
         "ttl" not in k.define("plain").spec
         and "delete_after_run" not in k.kernel.get_job("plain").spec
     )
+
+
+def _windows(k: Harness) -> list[int]:
+    with k.kernel.engine.connect() as conn:
+        rows = conn.execute(sa.select(budget_windows.c.window_start).order_by("window_start"))
+        return [row.window_start for row in rows]
+
+
+def test_budget_windows_that_ended_long_ago_are_pruned_in_bounded_passes(k: Harness) -> None:
+    k.define("job", budget={"window": "1d", "max_runs": 5})
+    for day in range(3):
+        k.kernel.run_now("job", request_id=f"r{day}", operator="op")
+        k.clock.advance(DAY)
+    first, second, third = _windows(k)
+    # The longest window is 31 days: a window is kept until 62 days after it began.
+    k.clock.set(datetime.fromtimestamp(second / 1000 + 62.5 * DAY, UTC))
+    done = k.kernel.apply_retention({"succeeded": None}, limit=1)
+    assert (done["budget_windows"], done["more"]) == (1, True)
+    done = k.kernel.apply_retention({"succeeded": None}, limit=1)
+    assert (done["budget_windows"], done["more"]) == (1, True)
+    assert k.kernel.apply_retention({"succeeded": None}, limit=1)["budget_windows"] == 0
+    assert _windows(k) == [third] and first < second < third
+    (budget,) = k.kernel.list_budgets()
+    assert budget["runs"] == 1  # the window left is the latest one, still shown

@@ -38,7 +38,7 @@ EXAMPLE: dict[str, Any] = {
     "timeout": "30m",
     "overlap": "skip",
     "max_queued": 25,
-    "catchup": {"policy": "latest", "window": "1h"},
+    "catchup": {"policy": "all", "window": "1h"},
     "delivery": "at-least-once",
     "pool": None,
     "dst": {"gap": "shift_forward", "fold": "first"},
@@ -472,8 +472,8 @@ def test_digest_is_sha256_of_canonical_to_dict() -> None:
             pool="db",
             overlap="queue",
             delivery="at-most-once",
-            dst={"gap": "skip", "fold": "both"},
         ),
+        spec(schedule={"cron": "30 2 * * *"}, dst={"gap": "skip", "fold": "both"}),
     ],
 )
 def test_round_trip_and_to_dict_is_a_valid_spec(raw: dict[str, Any]) -> None:
