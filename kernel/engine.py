@@ -161,7 +161,7 @@ def anchored_sqlite_url(url: str, base: Path) -> str:
     (PostgreSQL, in memory, a ``file:`` URI, unparsable) unchanged."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is no number
         return url  # refused, with its reason, when an engine is made from it
     database = parsed.database
     if (
