@@ -40,6 +40,7 @@ from adapters.base import (
 from adapters.secrets import resolve_secrets, scrub
 from kernel.payloads import ShellPayload
 from kernel.redaction import is_sensitive_name
+from kernel.states import Effect
 
 __all__ = ["ShellAdapter", "Finished", "BASE_ENV"]
 
@@ -72,7 +73,12 @@ class ShellAdapter(BaseAdapter):
         problem = finished.problem(ctx.timeout_s)
         if problem is not None:
             code, message = problem
-            raise AdapterError(code, message + _stderr_note(finished.stderr), retryable=True)
+            raise AdapterError(
+                code,
+                message + _stderr_note(finished.stderr),
+                retryable=True,
+                effect=finished.effect,
+            )
         return {
             "exit_code": 0,
             "stdout": finished.stdout,
@@ -185,6 +191,15 @@ class Finished:
     stderr: str
     truncated: bool
     stopped: str | None
+
+    @property
+    def effect(self) -> Effect:
+        """What a failed command is known to have done: a command that exited with a code
+        said it failed; one stopped by its timeout or killed by a signal (the OOM killer,
+        the supervisor at a deadline) was cut off mid-run, so its effect is unknown."""
+        if self.stopped == "timeout" or self.returncode < 0:
+            return Effect.UNKNOWN
+        return Effect.NOT_APPLIED
 
     def problem(self, timeout_s: float | None) -> tuple[str, str] | None:
         """The error code and sentence of a command that did not succeed; None for exit 0."""
