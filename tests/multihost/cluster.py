@@ -268,9 +268,16 @@ class Cluster:
         return lines
 
     def adjudication(self) -> set[tuple[str, float]]:
-        """(job, due time) of every firing waiting for an operator's decision."""
+        """(job, due time) of every firing waiting for an operator's decision: its own, or
+        one on an earlier run of its job (an unresolved run holds its job's next runs)."""
         waiting = self.kernel.list_occurrences(statuses=["needs_adjudication"], limit=1000)
-        return {(o.job_id, o.scheduled_for.timestamp()) for o in waiting}
+        held = {o.job_id for o in waiting}
+        behind = [
+            o
+            for o in self.kernel.list_occurrences(statuses=["queued", "retry_wait"], limit=1000)
+            if o.job_id in held
+        ]
+        return {(o.job_id, o.scheduled_for.timestamp()) for o in [*waiting, *behind]}
 
     def lease_overreach(self, kernel: Kernel) -> list[str]:
         """Running occurrences whose lease ends later than the database clock allows.
