@@ -15,6 +15,8 @@ from typing import Any
 from celery import bootsteps
 from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
 
+from adapters.shell import CONTAINMENT_ENV
+from adapters.supervisor import containment
 from celery_app.config import KernelSettings, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.tasks import process_resources
@@ -91,7 +93,13 @@ def connect(app: Any) -> None:
 
     def announce(sender: Any = None, **_: Any) -> None:
         if sender is None or sender.app is app:
-            log.info("celery-kernel worker ready", extra={"action": "worker_ready"})
+            mode, why = containment(os.environ.get(CONTAINMENT_ENV))
+            log.info(
+                "celery-kernel worker ready; shell runs contained by %s: %s",
+                mode,
+                why,
+                extra={"action": "worker_ready", "containment": mode},
+            )
 
     # weak=False: the handlers are closures that nothing else keeps alive.
     celeryd_init.connect(check_start, weak=False)

@@ -11,8 +11,10 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from cli.support import Lines, define
 
+from adapters.supervisor import containment
 from kernel import Kernel
 
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -129,6 +131,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "settings": "ok",
         "jobs file": "ok",
         "adapters": "ok",
+        "shell": "ok",
         "schedule": "ok",
         "database": "ok",
         "job kinds": "ok",
@@ -139,6 +142,17 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
     text = cli("doctor")
     assert text.code == 0
     assert "job kinds  OK" in text.out
+
+
+def test_doctor_says_how_shell_runs_are_contained(
+    cli, kernel: Kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = containment()
+    detail = {c["name"]: c["detail"] for c in cli("doctor", "--json").json()["checks"]}
+    assert detail["shell"] == f"runs contained by {host[0]}: {host[1]}"
+    monkeypatch.setenv("KERNEL_CONTAINMENT", "subreaper")
+    detail = {c["name"]: c["detail"] for c in cli("doctor", "--json").json()["checks"]}
+    assert detail["shell"] == "runs contained by subreaper: forced (KERNEL_CONTAINMENT=subreaper)"
 
 
 def test_doctor_fails_on_an_unmigrated_database(cli, db_url: str) -> None:
