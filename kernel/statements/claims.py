@@ -157,7 +157,13 @@ BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
 
 _unresolved = OCC.alias("unresolved")
 #: No run of the occurrence's job waits for a verdict on its outcome: what a claim
-#: candidate and a hint need (BLOCKING_IN_JOB decides at the claim itself).
-NO_UNRESOLVED_RUN = ~sa.exists().where(
-    _unresolved.c.job_id == OCC.c.job_id, _unresolved.c.status == "needs_adjudication"
+#: candidate and a hint need (BLOCKING_IN_JOB decides at the claim itself). An
+#: at-least-once occurrence is not held (as in claiming.claim).
+NO_UNRESOLVED_RUN = sa.or_(
+    # Only at-most-once runs wait for verdicts: the others skip the lookup (first, so that
+    # SQLite's OR stops there), which keeps a deep at-least-once backlog's scan as it was.
+    OCC.c.delivery == "at-least-once",
+    ~sa.exists().where(
+        _unresolved.c.job_id == OCC.c.job_id, _unresolved.c.status == "needs_adjudication"
+    ),
 )
