@@ -19,7 +19,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from kernel.errors import InvalidArgument
 from kernel.payloads import Payload
-from kernel.states import SafePoint
+from kernel.states import Effect, SafePoint
 from kernel.types import Adjudication, Occurrence, Verdict
 
 __all__ = [
@@ -102,11 +102,16 @@ class ErrorClass:
         retryable: False sends the occurrence straight to dead letter.
         code: stable upper-case identifier stored as ``last_error.code``.
         message: a sentence for the operator.
+        effect: what the failed run is known to have done (:class:`kernel.states.Effect`):
+            an at-most-once occurrence whose effect is ``unknown`` waits for a verdict
+            (``needs_adjudication``, the adapter's ``adjudicate`` asked first) instead of
+            retrying; one whose effect is ``applied`` is not retried.
     """
 
     retryable: bool
     code: str
     message: str
+    effect: Effect = Effect.NOT_APPLIED
 
 
 class AdapterError(Exception):
@@ -114,14 +119,18 @@ class AdapterError(Exception):
 
     :meth:`BaseAdapter.classify_error` turns it into its :class:`ErrorClass`
     unchanged, so raising ``AdapterError("BAD_INPUT", "...", retryable=False)``
-    from a callable job dead-letters it without burning retries.
+    from a callable job dead-letters it without burning retries, and
+    ``effect=Effect.UNKNOWN`` says the job cannot tell whether its effect happened.
     """
 
-    def __init__(self, code: str, message: str, *, retryable: bool) -> None:
+    def __init__(
+        self, code: str, message: str, *, retryable: bool, effect: Effect = Effect.NOT_APPLIED
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.retryable = retryable
+        self.effect = effect
 
 
 class ExecutionContext:
@@ -273,18 +282,23 @@ class BaseAdapter(ABC):
         """Say whether the uncertain run of ``ctx.occurrence`` took effect, if the adapter
         can find out: ``Verdict(Decision.APPLIED | Decision.NOT_APPLIED, evidence)``, or
         ``None`` ("cannot tell": an operator decides). Called by a worker for an
-        at-most-once occurrence whose lease expired mid-run; must not repeat the effect.
+        at-most-once occurrence whose run's outcome is unknown (its failure classified
+        ``Effect.UNKNOWN``, or its lease expired mid-run); must not repeat the effect.
         The default cannot tell."""
         return None
 
     def classify_error(self, exc: BaseException) -> ErrorClass:
-        """Classify ``exc``: unknown failures are retryable ``ADAPTER_ERROR``."""
+        """Classify ``exc``: unknown failures are retryable ``ADAPTER_ERROR``.
+
+        An exception the job's code raised is its own answer (effect not applied); a
+        timeout (the run's, or one the code met) leaves the effect unknown.
+        """
         if isinstance(exc, AdapterError):
-            return ErrorClass(exc.retryable, exc.code, _bounded(exc.message))
+            return ErrorClass(exc.retryable, exc.code, _bounded(exc.message), exc.effect)
         if isinstance(exc, Cancelled):
             return ErrorClass(False, "CANCELLED", _bounded(str(exc) or "cancelled"))
         if isinstance(exc, TimeoutError):
-            return ErrorClass(True, "TIMEOUT", _bounded(str(exc) or "timed out"))
+            return ErrorClass(True, "TIMEOUT", _bounded(str(exc) or "timed out"), Effect.UNKNOWN)
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return ErrorClass(True, "ADAPTER_ERROR", _bounded(text))
 

@@ -31,7 +31,7 @@ from adapters.base import (
 from adapters.secrets import resolve_secrets
 from kernel.payloads import HttpPayload
 from kernel.redaction import is_sensitive_name
-from kernel.states import Decision
+from kernel.states import Decision, Effect
 from kernel.types import Occurrence, Verdict
 
 __all__ = ["HttpAdapter", "BODY_LIMIT"]
@@ -50,6 +50,12 @@ class HttpAdapter(BaseAdapter):
     ``json`` (sent as JSON) or ``body`` (sent as UTF-8 text). 5xx, 429, timeouts and
     connection failures are retryable; other 4xx answers are not. Cancellation is checked before the
     request is sent; a request in flight runs to its timeout.
+
+    A failure's effect (:class:`kernel.states.Effect`): not applied when the request never
+    reached the server whole (DNS, refused, a connect timeout) or the server refused it
+    (4xx, 429, 503); unknown once it was sent and no answer came (a read timeout, a reset
+    or closed connection) or the answer was another 5xx; applied when the status came and
+    the body was cut.
     """
 
     kind = "http"
@@ -69,21 +75,33 @@ class HttpAdapter(BaseAdapter):
         timeout = self.default_timeout_s if ctx.timeout_s is None else ctx.timeout_s
         target = _describe(request)
         try:
-            with self._opener.open(request, timeout=timeout) as response:
-                body, truncated = _read_head(response, BODY_LIMIT)
-                text = body.decode(_charset(response.headers), errors="replace")
-                return {"status": response.status, "body": text, "truncated": truncated}
+            response = self._opener.open(request, timeout=timeout)
         except urllib.error.HTTPError as exc:
             with exc:
                 raise _status_error(target, exc) from None
         except urllib.error.URLError as exc:
+            # urllib raises URLError only while connecting and sending (DNS, refused, a
+            # connect timeout): the server never had the whole request.
             if isinstance(exc.reason, TimeoutError):
-                raise _timeout(target, timeout) from exc
-            raise _connection_error(target, exc.reason) from exc
-        except TimeoutError as exc:
-            raise _timeout(target, timeout) from exc
-        except (ConnectionError, http.client.HTTPException) as exc:
-            raise _connection_error(target, exc) from exc
+                raise _timeout(target, timeout, Effect.NOT_APPLIED) from exc
+            raise _connection_error(target, exc.reason, Effect.NOT_APPLIED) from exc
+        except TimeoutError as exc:  # sent, no answer in time: it may have been applied
+            raise _timeout(target, timeout, Effect.UNKNOWN) from exc
+        except (ConnectionError, http.client.HTTPException) as exc:  # sent, answer lost
+            raise _connection_error(target, exc, Effect.UNKNOWN) from exc
+        with response:
+            try:
+                body, truncated = _read_head(response, BODY_LIMIT)
+            except (OSError, http.client.HTTPException) as exc:
+                # The status line came: the server has said what it did.
+                raise AdapterError(
+                    "HTTP_BODY",
+                    f"{target} answered {response.status}, then reading its body failed: {exc}",
+                    retryable=True,
+                    effect=Effect.APPLIED,
+                ) from exc
+            text = body.decode(_charset(response.headers), errors="replace")
+            return {"status": response.status, "body": text, "truncated": truncated}
 
     def adjudicate(self, ctx: AdjudicationContext) -> Verdict | None:
         """Ask the payload's ``lookup`` about the uncertain run, by its Idempotency-Key.
@@ -189,16 +207,28 @@ def _status_error(target: str, exc: urllib.error.HTTPError) -> AdapterError:
     if status == 429:
         return AdapterError("HTTP_429", message, retryable=True)
     if status >= 500:
-        return AdapterError("HTTP_5XX", message, retryable=True)
+        # 503 refuses the request; any other 5xx may come after the effect (a crash, a
+        # gateway that lost the upstream's answer): its outcome is unknown.
+        refused = status == 503
+        effect = Effect.NOT_APPLIED if refused else Effect.UNKNOWN
+        return AdapterError("HTTP_5XX", message, retryable=True, effect=effect)
     if 400 <= status < 500:
         return AdapterError("HTTP_4XX", message, retryable=False)
     # An unfollowed redirect or an informational answer: retrying sends the same request.
     return AdapterError("HTTP_STATUS", message, retryable=False)
 
 
-def _timeout(target: str, timeout: float) -> AdapterError:
-    return AdapterError("TIMEOUT", f"{target} timed out after {timeout}s", retryable=True)
+def _timeout(target: str, timeout: float, effect: Effect) -> AdapterError:
+    when = (
+        "before the request was sent" if effect == Effect.NOT_APPLIED else "waiting for the answer"
+    )
+    return AdapterError(
+        "TIMEOUT", f"{target} timed out after {timeout}s {when}", retryable=True, effect=effect
+    )
 
 
-def _connection_error(target: str, reason: object) -> AdapterError:
-    return AdapterError("HTTP_CONNECTION", f"{target} failed: {reason}", retryable=True)
+def _connection_error(target: str, reason: object, effect: Effect) -> AdapterError:
+    when = "" if effect == Effect.NOT_APPLIED else " after the request was sent"
+    return AdapterError(
+        "HTTP_CONNECTION", f"{target} failed{when}: {reason}", retryable=True, effect=effect
+    )

@@ -4,8 +4,9 @@ The child gets a scrubbed environment (a small fixed base, the names the job
 allows, the job's own values, the secrets it names, and ``KERNEL_OCCURRENCE_ID``,
 ``KERNEL_JOB_ID``, ``KERNEL_FENCE``, ``KERNEL_ATTEMPT``) so worker secrets such as
 the broker or database URL never leak into it. It runs under
-:mod:`adapters.supervisor` in a session of its own: the supervisor kills the whole
-process group when the worker asks (timeout, cancel, lost lease), when the lease
+:mod:`adapters.supervisor` in a session of its own: the supervisor kills every process
+the command started (a cgroup v2 per run, or as their child subreaper), even those that
+left its session, when the worker asks (timeout, cancel, lost lease), when the lease
 deadline it was last told passes without a renewal (a frozen worker), and when the
 worker dies; SIGTERM first, SIGKILL after the job's ``kill_grace``. Output is read
 concurrently into bounded tail buffers and into the run's captured output, so a
@@ -38,14 +39,18 @@ from adapters.base import (
     tail_text,
 )
 from adapters.secrets import resolve_secrets, scrub
+from adapters.supervisor import CGROUP, SUBREAPER
 from kernel.payloads import ShellPayload
 from kernel.redaction import is_sensitive_name
+from kernel.states import Effect
 
-__all__ = ["ShellAdapter", "Finished", "BASE_ENV"]
+__all__ = ["ShellAdapter", "Finished", "BASE_ENV", "CONTAINMENT_ENV", "containment_mode"]
 
 #: Worker environment variables every child inherits (when the worker has them).
 BASE_ENV = ("PATH", "HOME", "LANG")
 _SUPERVISOR = str(Path(__file__).with_name("supervisor.py"))
+#: ``auto`` (default) or ``subreaper``: how shell runs are contained (adapters.supervisor).
+CONTAINMENT_ENV = "KERNEL_CONTAINMENT"
 _STDERR_IN_MESSAGE = 500
 
 
@@ -72,7 +77,12 @@ class ShellAdapter(BaseAdapter):
         problem = finished.problem(ctx.timeout_s)
         if problem is not None:
             code, message = problem
-            raise AdapterError(code, message + _stderr_note(finished.stderr), retryable=True)
+            raise AdapterError(
+                code,
+                message + _stderr_note(finished.stderr),
+                retryable=True,
+                effect=finished.effect,
+            )
         return {
             "exit_code": 0,
             "stdout": finished.stdout,
@@ -128,7 +138,7 @@ class ShellAdapter(BaseAdapter):
                 f"cannot start {argv[0]!r}: {failure['what']}: {failure['strerror']}",
                 retryable=False,
             )
-        # No report: the supervisor was killed with its group (SIGKILL at the deadline).
+        # No report: the supervisor itself was killed (by SIGKILL from outside).
         returncode = int(report.get("returncode", process.wait()))
         return Finished(argv[0], returncode, out, err, out_cut or err_cut, reason)
 
@@ -185,6 +195,15 @@ class Finished:
     stderr: str
     truncated: bool
     stopped: str | None
+
+    @property
+    def effect(self) -> Effect:
+        """What a failed command is known to have done: a command that exited with a code
+        said it failed; one stopped by its timeout or killed by a signal (the OOM killer,
+        the supervisor at a deadline) was cut off mid-run, so its effect is unknown."""
+        if self.stopped == "timeout" or self.returncode < 0:
+            return Effect.UNKNOWN
+        return Effect.NOT_APPLIED
 
     def problem(self, timeout_s: float | None) -> tuple[str, str] | None:
         """The error code and sentence of a command that did not succeed; None for exit 0."""
@@ -249,6 +268,13 @@ def _inherited(payload: ShellPayload) -> tuple[str, ...]:
     return (*BASE_ENV, *payload.env_allow)
 
 
+def containment_mode() -> str:
+    """How shell runs are contained: ``KERNEL_CONTAINMENT=subreaper`` forces the subreaper
+    where a cgroup would serve (``auto``, the default: a cgroup v2 where the host allows it);
+    see :func:`adapters.supervisor.containment`."""
+    return SUBREAPER if os.environ.get(CONTAINMENT_ENV, "auto") == SUBREAPER else CGROUP
+
+
 def _spawn(
     argv: list[str], cwd: str | None, env: dict[str, str], grace: float
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
@@ -259,7 +285,17 @@ def _spawn(
     ours, theirs = socket.socketpair()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", _SUPERVISOR, repr(grace), cwd or "", "--", *argv],
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                _SUPERVISOR,
+                repr(grace),
+                cwd or "",
+                containment_mode(),
+                "--",
+                *argv,
+            ],
             shell=False,
             env={},
             stdin=theirs.fileno(),

@@ -82,6 +82,7 @@ class TaskAdapter(BaseAdapter):
                         "TASK_FAILED",
                         f"{type(exc).__name__}: {exc} (not in the task's autoretry_for)",
                         retryable=False,
+                        effect=self.classify_error(exc).effect,
                     ) from exc
                 raise
 

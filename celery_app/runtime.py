@@ -20,7 +20,15 @@ from adapters.secrets import scrub, scrub_value
 from celery_app.held_run import HeldRun, LeaseKeeper
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
-from kernel import Kernel, LeaseLost, SafePoint
+from kernel import (
+    Effect,
+    Kernel,
+    LeaseLost,
+    Occurrence,
+    OccurrenceStatus,
+    SafePoint,
+    StorageUnavailable,
+)
 
 __all__ = [
     "LeaseKeeper",
@@ -152,11 +160,14 @@ def _execute(run: HeldRun) -> RunOutcome:
                 code=verdict.code,
                 message=message,
                 retryable=verdict.retryable,
+                effect=verdict.effect,
                 owner=owner,
                 fence=fence,
             )
         except LeaseLost as exc:
             return _settle_refused(run, exc)
+        if status == OccurrenceStatus.NEEDS_ADJUDICATION:
+            _ask_at_once(kernel, adapter, occurrence)
         return RunOutcome(status, occurrence.job_id, verdict.code, status)
     if run.fenced:
         return _fenced_off(run)
@@ -178,7 +189,26 @@ def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None
     ):
         return None
     limit = f"{timeout_s:g} s" if timeout_s is not None else "its time limit"
-    return ErrorClass(True, "TIMEOUT", f"the run exceeded its timeout of {limit}")
+    return ErrorClass(True, "TIMEOUT", f"the run exceeded its timeout of {limit}", Effect.UNKNOWN)
+
+
+def _ask_at_once(kernel: Kernel, adapter: Adapter, occurrence: Occurrence) -> None:
+    """The run's outcome is unknown and it may not repeat: its adapter is asked now, by this
+    worker, as Beat's pump would hint it (``kernel.adjudicate_occurrence``); whoever takes
+    the ask first asks, the other finds it taken."""
+    # Imported here: celery_app.adjudication imports this module.
+    from celery_app.adjudication import ask_adapter
+
+    try:
+        ask_adapter(kernel, {occurrence.kind: adapter}, occurrence.id, occurrence.kind)
+    except StorageUnavailable as exc:
+        log.warning(
+            "occurrence %s needs adjudication; its adapter could not be asked now (%s): "
+            "Beat's pump hints the ask",
+            occurrence.id,
+            exc,
+            extra={"action": "storage_unavailable", "occurrence_id": occurrence.id},
+        )
 
 
 def _fenced_off(run: HeldRun) -> RunOutcome:

@@ -15,6 +15,8 @@ from typing import Any
 from celery import bootsteps
 from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
 
+from adapters.shell import CONTAINMENT_ENV
+from adapters.supervisor import containment
 from celery_app.broker import use_embedded_broker
 from celery_app.config import (
     KernelSettings,
@@ -103,8 +105,13 @@ def connect(app: Any) -> None:
         if sender is None or sender.app is app:
             # The absolute database, so a second kernel cannot go unnoticed.
             url = masked_url(KernelSettings.from_app(app).database_url)
+            mode, why = containment(os.environ.get(CONTAINMENT_ENV))
             log.info(
-                "celery-kernel worker ready: kernel -> %s", url, extra={"action": "worker_ready"}
+                "celery-kernel worker ready: kernel -> %s; shell runs contained by %s: %s",
+                url,
+                mode,
+                why,
+                extra={"action": "worker_ready", "containment": mode},
             )
 
     # weak=False: the handlers are closures that nothing else keeps alive.

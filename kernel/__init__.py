@@ -18,7 +18,15 @@ from kernel.errors import (
     StorageUnavailable,
 )
 from kernel.events import EventType
-from kernel.states import ControlState, Decision, Delivery, OccurrenceStatus, Overlap, SafePoint
+from kernel.states import (
+    ControlState,
+    Decision,
+    Delivery,
+    Effect,
+    OccurrenceStatus,
+    Overlap,
+    SafePoint,
+)
 from kernel.store import FireReport, Kernel
 from kernel.types import (
     ActionResult,
@@ -55,6 +63,7 @@ __all__ = [
     "OccurrenceStatus",
     "ControlState",
     "Decision",
+    "Effect",
     "Delivery",
     "Overlap",
     "SafePoint",

@@ -4,9 +4,9 @@ Beat's firings, ``run-now`` and chained children all pass :func:`admit` (a retry
 reuses its occurrence and is not admitted again). It applies the job's overlap
 policy, then its backlog bound ``max_queued``, whatever the policy: the occurrences
 waiting (queued or retry_wait) — under ``queue``, those waiting behind the one that
-runs or runs next. Admissions of one job are serialised by its job
-row (locked on PostgreSQL; SQLite's writer lock already serialises), so two
-concurrent ``run-now`` calls cannot both pass a bound that leaves room for one.
+runs or runs next (or waits for a verdict on its outcome). Admissions of one job are
+serialised by its job row (locked on PostgreSQL; SQLite's writer lock already
+serialises), so two concurrent ``run-now`` calls cannot both pass a bound that leaves room for one.
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ QUEUE_FULL = "queue_full"
 _WAITING = (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL)
 _ACTIVE = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.AWAITING_APPROVAL)
 # An at-most-once run awaiting adjudication may still be having its effect: a
-# `skip` job does not start another beside it.
+# `skip` job does not start another beside it, and under `queue` it is the one the
+# others wait behind (no claim starts a run of its job until it is decided:
+# kernel.claiming, BLOCKING_IN_JOB). `replace` does not cancel it (no cancel can).
 _SKIP_ACTIVE = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
+_QUEUE_ACTIVE = (*_ACTIVE, S.NEEDS_ADJUDICATION)
 
 
 def lock_job(tx: Tx, job_id: str) -> Job:
@@ -81,7 +84,7 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
     if policy == "queue":
         # Claims are exclusive: one active occurrence runs (or runs next) and the
         # others wait behind it; those are what max_queued bounds.
-        full = _reaches(tx, job_id, _ACTIVE, spec["max_queued"] + 1)
+        full = _reaches(tx, job_id, _QUEUE_ACTIVE, spec["max_queued"] + 1)
     else:  # allow: every waiting occurrence is backlog
         full = _reaches(tx, job_id, _WAITING, spec["max_queued"])
     return QUEUE_FULL if full else None

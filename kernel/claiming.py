@@ -67,7 +67,7 @@ def claim(
     free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
     if not free and o["attempt"] >= o["max_attempts"]:
         return None
-    if o["exclusive"] and _job_running(tx, o):
+    if (o["exclusive"] or o["delivery"] == "at-most-once") and _job_blocks(tx, o):
         return None
     # A reclaim runs in the slot its expired run took.
     slot = o["pool"] if not reclaiming else None
@@ -167,12 +167,12 @@ def _claim_exclusive(
     return claimed
 
 
-def _job_running(tx: Tx, o: Any) -> bool:
-    """Overlap queue/replace: another occurrence of the job runs (the unique index
-    ``occurrences_one_running_exclusive`` refuses what this read cannot see)."""
-    return bool(
-        tx.conn.execute(st.RUNNING_IN_JOB, {"job_id": o["job_id"], "occ_id": o["id"]}).scalar_one()
-    )
+def _job_blocks(tx: Tx, o: Any) -> bool:
+    """Another occurrence of the job keeps this one from starting (BLOCKING_IN_JOB): one
+    runs (overlap queue/replace; the unique index ``occurrences_one_running_exclusive``
+    refuses what this read cannot see), or one waits for a verdict on its outcome."""
+    params = {"job_id": o["job_id"], "occ_id": o["id"], "exclusive": bool(o["exclusive"])}
+    return bool(tx.conn.execute(st.BLOCKING_IN_JOB, params).scalar_one())
 
 
 def claim_next(
@@ -198,6 +198,8 @@ def claim_next(
         not_paused,
         st.ROOM_IN_POOL,
         st.JOB_ALLOWS_CLAIM,
+        # Left in, a job's backlog behind an unresolved run fills every candidate batch.
+        st.NO_UNRESOLVED_RUN,
     )
     # Not filtered by JOB_ALLOWS_CLAIM: an expiry that settles the run does so whatever
     # the job (CLAIM refuses the reclaim of a disabled job's run).

@@ -37,6 +37,7 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         OCC.c.available_at <= tx.now,
         free_to_start,
         st.ROOM_IN_POOL,
+        st.NO_UNRESOLVED_RUN,
         not_recent,
     )
     expired = sa.and_(

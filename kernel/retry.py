@@ -20,19 +20,21 @@ def backoff_seconds(
 ) -> float:
     """Delay before the retry that follows failed attempt number ``attempt`` (1-based).
 
-    ``backoff * factor**(attempt-1)``, capped at ``max``, then spread by
-    ``±jitter`` (a fraction) so that a burst of failures does not retry in step.
+    ``backoff * factor**(attempt-1)``, capped at ``max``, spread by ``±jitter`` (a
+    fraction) so that a burst of failures does not retry in step, and capped again: the
+    spread never takes a delay past ``max`` (at the cap it only shortens it).
     """
+    longest = float(policy["max"])
     try:
         base = float(policy["backoff"]) * float(policy["factor"]) ** max(attempt - 1, 0)
     except OverflowError:  # factor ** attempt past float range: the cap applies anyway
         base = float("inf")
-    capped = min(base, float(policy["max"]))
+    capped = min(base, longest)
     jitter = float(policy["jitter"])
     if jitter <= 0:
         return capped
     spread = (rnd or random).uniform(-jitter, jitter)
-    return max(0.0, capped * (1.0 + spread))
+    return min(longest, max(0.0, capped * (1.0 + spread)))
 
 
 def retry_decision(

@@ -23,7 +23,7 @@ from kernel.errors import (
 from kernel.events import EventType, settled_event
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.retry import retry_decision
-from kernel.states import ControlState, OccurrenceStatus
+from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import PendingPause, RenewAnswer
 
@@ -96,14 +96,19 @@ def settle(
     result: Any = None,
     error: dict[str, Any] | None = None,
     retryable: bool = True,
+    effect: Effect = Effect.NOT_APPLIED,
     rnd: random.Random | None = None,
 ) -> OccurrenceStatus:
     """End the holder's run. ``outcome`` is succeeded, failed or cancelled.
 
     A failure goes to retry_wait (backoff from the snapshot's retry policy) while
-    attempts remain and the error is retryable, else to dead_letter.
+    attempts remain and the error is retryable, else to dead_letter. For an
+    at-most-once occurrence (its stored ``delivery``, read by SETTLE itself) a failure
+    whose ``effect`` is unknown goes to needs_adjudication instead, and one whose effect
+    is applied is not retried (dead_letter).
     """
     retry_delay_ms = 0
+    failed_effect = Effect.NOT_APPLIED
     if outcome == "succeeded":
         to_status = S.SUCCEEDED
     elif outcome == "cancelled":
@@ -111,6 +116,12 @@ def settle(
     elif outcome == "failed":
         if error is None or not error.get("code"):
             raise InvalidArgument("error", "a failure needs an error with a code")
+        try:
+            failed_effect = Effect(effect)
+        except ValueError:
+            raise InvalidArgument(
+                "effect", f"must be one of {', '.join(Effect)}, not {effect!r}"
+            ) from None
         row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
         if row is None:
             raise NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
@@ -123,7 +134,8 @@ def settle(
             retryable=retryable,
             rnd=rnd,
         )
-        # SETTLE turns a retry into a cancel when one is pending (decided in the statement).
+        # SETTLE turns a retry into a cancel when one is pending, and an at-most-once
+        # run's unknown outcome into needs_adjudication (decided in the statement).
         to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
         if to_status == S.RETRY_WAIT:
             retry_delay_ms = int(decision.delay_s * 1000)
@@ -139,6 +151,7 @@ def settle(
             "now": tx.now_param(),
             "to_status": to_status.value,
             "retry_delay_ms": retry_delay_ms,
+            "effect": failed_effect.value,
             "result_json": dumps(result) if outcome == "succeeded" else None,
             "error_json": dumps(error) if error is not None else None,
         },
@@ -153,6 +166,7 @@ def settle(
         "attempt": u["attempt"],
         **({"error": error} if error is not None else {}),
         **({"retry_at": u["available_at"]} if to_status == S.RETRY_WAIT else {}),
+        **({"reason": "unknown_outcome"} if to_status == S.NEEDS_ADJUDICATION else {}),
     }
     if tx.is_postgres:
         # ``control_open`` is read from SETTLE's snapshot: a pause request committed

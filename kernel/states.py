@@ -10,6 +10,7 @@ __all__ = [
     "Delivery",
     "Overlap",
     "Decision",
+    "Effect",
     "SafePoint",
     "ACTIVE_STATUSES",
     "SETTLED_STATUSES",
@@ -71,6 +72,24 @@ class Decision(StrEnum):
     NOT_APPLIED = "not_applied"
     #: Give up: dead letter.
     ABANDON = "abandon"
+
+
+class Effect(StrEnum):
+    """What a failed run is known to have done, as its adapter classifies the failure.
+
+    The settle decides from it and the occurrence's stored ``delivery``: an at-most-once
+    run whose effect is ``unknown`` waits in ``needs_adjudication`` instead of retrying,
+    and one whose effect is ``applied`` is not retried.
+    """
+
+    #: The effect certainly did not happen (refused before sending, connection refused,
+    #: an answer saying no, a command that ran and reported failure).
+    NOT_APPLIED = "not_applied"
+    #: The effect happened although the run failed (an answer was cut after its status).
+    APPLIED = "applied"
+    #: It may or may not have happened (a timeout after sending, a connection lost
+    #: mid-request, a command killed by its timeout or by a signal).
+    UNKNOWN = "unknown"
 
 
 class SafePoint(StrEnum):

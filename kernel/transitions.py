@@ -133,10 +133,17 @@ WORKER_SUCCEEDS = Transition(
 WORKER_FAILS = Transition(
     (S.RUNNING,),
     "worker fails",
-    (S.RETRY_WAIT, S.DEAD_LETTER, S.CANCELLED),
+    (S.RETRY_WAIT, S.DEAD_LETTER, S.CANCELLED, S.NEEDS_ADJUDICATION),
     st.SETTLE,
-    _HELD + "; CASE cancel_requested -> cancelled instead of retry_wait",
-    (E.OCCURRENCE_RETRY_WAIT, E.OCCURRENCE_DEAD_LETTER, E.OCCURRENCE_CANCELLED),
+    _HELD + "; CASE cancel_requested -> cancelled instead of retry_wait (or of an "
+    "at-most-once run's adjudication); stored delivery at-most-once and effect unknown "
+    "-> needs_adjudication, effect applied -> dead_letter instead of retry_wait",
+    (
+        E.OCCURRENCE_RETRY_WAIT,
+        E.OCCURRENCE_DEAD_LETTER,
+        E.OCCURRENCE_CANCELLED,
+        E.OCCURRENCE_NEEDS_ADJUDICATION,
+    ),
 )
 WORKER_STOPS_ON_CANCEL = Transition(
     (S.RUNNING,),

@@ -173,6 +173,8 @@ class Model:
             return None
         if not (self.jobs[o.job_id].enabled or o.manual):
             return None  # a disabled job's runs wait (run-now's excepted)
+        if self._unresolved_in_job(o):
+            return None  # an at-most-once run whose outcome is unknown holds its job back
         if o.status in RUNNABLE:
             due = o.available_at <= self.now
         else:
@@ -188,6 +190,13 @@ class Model:
         if not due or (not free and o.attempt >= o.max_attempts):
             return None
         return free, resuming
+
+    def _unresolved_in_job(self, o: MOcc) -> bool:
+        """Another occurrence of ``o``'s job waits for a verdict on its outcome."""
+        return any(
+            other.job_id == o.job_id and other.id != o.id and other.status == "needs_adjudication"
+            for other in self.occs.values()
+        )
 
     def claim(self, occ_id: int, owner: str) -> tuple[int, int, bool] | None:
         """(occurrence, new fence, resuming), or None: not claimable now (an expired
@@ -233,7 +242,9 @@ class Model:
         def oldest(group: list[MOcc]) -> list[MOcc]:
             return sorted(group, key=lambda o: (o.available_at, o.id))
 
-        waiting = [o for o in self.occs.values() if o.status in RUNNABLE]
+        waiting = [
+            o for o in self.occs.values() if o.status in RUNNABLE and not self._unresolved_in_job(o)
+        ]
         expired = [o for o in self.occs.values() if o.status == "running" and not self.live(o)]
         return oldest(waiting), oldest(expired)
 

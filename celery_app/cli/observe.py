@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -10,6 +11,8 @@ from typing import Any
 import click
 
 from adapters import load_adapters
+from adapters.shell import CONTAINMENT_ENV
+from adapters.supervisor import SUBREAPER, containment
 from beat_schedule.sync import read_beat_schedule
 from celery_app import operations
 from celery_app.cli.output import Env, command, fields, format_age, format_json, line, table
@@ -217,6 +220,18 @@ def _beat_schedule_checks(app: Any) -> list[dict[str, str]]:
     return checks
 
 
+def _containment_check() -> dict[str, str]:
+    """How this host contains shell runs (adapters.supervisor): what a worker started here
+    with this environment uses."""
+    forced = os.environ.get(CONTAINMENT_ENV, "auto")
+    mode, why = containment(forced)
+    if forced not in ("auto", SUBREAPER):
+        return _check(
+            "shell", "warn", f"{CONTAINMENT_ENV}={forced!r} is not auto or subreaper: {why}"
+        )
+    return _check("shell", "ok", f"runs contained by {mode}: {why}")
+
+
 def _doctor_checks(app: Any) -> list[dict[str, str]]:
     try:
         settings = KernelSettings.from_app(app)
@@ -244,6 +259,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         adapters = {}
     else:
         checks.append(_check("adapters", "ok", ", ".join(sorted(adapters)) or "none"))
+    checks.append(_containment_check())
     checks += _beat_schedule_checks(app)
     try:
         kernel = open_kernel(app, migrate=False)

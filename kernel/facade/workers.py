@@ -7,6 +7,7 @@ from typing import Any
 
 from kernel import claiming, output, runs
 from kernel.facade.base import FacadeBase, lease_ms, ms
+from kernel.states import Effect
 from kernel.types import Claim, RenewAnswer
 
 __all__ = ["WorkerFacade"]
@@ -54,8 +55,14 @@ class WorkerFacade(FacadeBase):
         code: str,
         message: str,
         retryable: bool = True,
+        effect: Effect | str = Effect.NOT_APPLIED,
     ) -> str:
-        """Settle a failure (fenced): retry_wait with backoff, or dead_letter; returns which."""
+        """Settle a failure (fenced): retry_wait with backoff, or dead_letter; returns which.
+
+        ``effect`` is what the failed run is known to have done (:class:`kernel.Effect`):
+        an at-most-once occurrence whose effect is ``unknown`` goes to needs_adjudication
+        instead, one whose effect is ``applied`` is not retried.
+        """
         error = {"code": code, "message": message[:2000]}
         return self._write(
             runs.settle,
@@ -65,6 +72,7 @@ class WorkerFacade(FacadeBase):
             outcome="failed",
             error=error,
             retryable=retryable,
+            effect=effect,
         ).value
 
     def cancelled(self, occurrence_id: int, *, owner: str, fence: int) -> None:

@@ -22,7 +22,8 @@ __all__ = [
     "CLAIM_AND_LOG",
     "CLAIM_BY_DIALECT",
     "USE_GRANT",
-    "RUNNING_IN_JOB",
+    "BLOCKING_IN_JOB",
+    "NO_UNRESOLVED_RUN",
 ]
 
 OCC = occurrences
@@ -140,6 +141,29 @@ USE_GRANT = (
     .values(claimed_at=p("now"))
 )
 
-RUNNING_IN_JOB = sa.select(sa.func.count()).where(
-    OCC.c.job_id == p("job_id"), OCC.c.status == "running", OCC.c.id != p("occ_id")
+#: The occurrences of its job that keep ``occ_id`` from starting: one running, for an
+#: exclusive occurrence (overlap queue/replace), and under every policy an at-most-once
+#: run whose outcome is unknown (it may still be having its effect). One statement, one
+#: snapshot: a run settling into needs_adjudication meanwhile is seen in one state or the
+#: other, and two exclusive runs are refused by ``occurrences_one_running_exclusive``.
+BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
+    OCC.c.job_id == p("job_id"),
+    OCC.c.id != p("occ_id"),
+    sa.or_(
+        OCC.c.status == "needs_adjudication",
+        sa.and_(OCC.c.status == "running", p("exclusive", type_=sa.Boolean)),
+    ),
+)
+
+_unresolved = OCC.alias("unresolved")
+#: No run of the occurrence's job waits for a verdict on its outcome: what a claim
+#: candidate and a hint need (BLOCKING_IN_JOB decides at the claim itself). An
+#: at-least-once occurrence is not held (as in claiming.claim).
+NO_UNRESOLVED_RUN = sa.or_(
+    # Only at-most-once runs wait for verdicts: the others skip the lookup (first, so that
+    # SQLite's OR stops there), which keeps a deep at-least-once backlog's scan as it was.
+    OCC.c.delivery == "at-least-once",
+    ~sa.exists().where(
+        _unresolved.c.job_id == OCC.c.job_id, _unresolved.c.status == "needs_adjudication"
+    ),
 )

@@ -37,15 +37,37 @@ def lease_held_at(now: Any) -> Any:
     )
 
 
+_to_status = p("to_status", type_=sa.String)
+_at_most_once = OCC.c.delivery == "at-most-once"
+#: An at-most-once run whose failure left its effect unknown is never retried: it waits
+#: for a verdict (the adapter's, then an operator's), as an expired lease does. Decided
+#: here from the stored ``delivery``, not from what the caller read earlier.
+_unknown_once = sa.and_(p("effect", type_=sa.String) == sa.literal("unknown"), _at_most_once)
 #: A retry of a run an operator asked to cancel would wait for ever (no claim
 #: takes a cancel-requested row): decided here, under the row's write lock, so a
-#: cancel landing after the caller's retry decision still wins.
+#: cancel landing after the caller's retry decision still wins. A cancel also wins
+#: over an unknown outcome, as it does at a lease's expiry (kernel.runs.expire).
 _cancel_wins = sa.and_(
-    p("to_status", type_=sa.String) == sa.literal("retry_wait"), OCC.c.cancel_requested
+    sa.or_(_to_status == sa.literal("retry_wait"), _unknown_once), OCC.c.cancel_requested
+)
+#: What the settle leads to: the caller's choice unless a cancel, an unknown outcome of
+#: an at-most-once run, or a known applied one (never repeated: dead letter) overrides it.
+_settled_to = sa.case(
+    (_cancel_wins, "cancelled"),
+    (_unknown_once, "needs_adjudication"),
+    (
+        sa.and_(
+            p("effect", type_=sa.String) == sa.literal("applied"),
+            _at_most_once,
+            _to_status == sa.literal("retry_wait"),
+        ),
+        "dead_letter",
+    ),
+    else_=_to_status,
 )
 
-#: The holder ends its run: succeeded, retry_wait, dead_letter or cancelled;
-#: ``status`` returns what the statement decided, ``now`` the instant it ran at (the
+#: The holder ends its run: succeeded, retry_wait, dead_letter, needs_adjudication or
+#: cancelled; ``status`` returns what the statement decided, ``now`` the instant it ran at (the
 #: first statement of a settle: on PostgreSQL it reads the server's clock itself).
 #: ``control_open`` and ``has_children`` say whether the control and chain
 #: statements have anything to do, so a plain run skips them; read in the
@@ -55,18 +77,21 @@ SETTLE = DriverStatement(
     sa.update(OCC)
     .where(lease_held_at(_settle_now))
     .values(
-        status=sa.case((_cancel_wins, "cancelled"), else_=p("to_status")),
+        status=_settled_to,
         lease_owner=None,
         lease_expires_at=None,
         available_at=sa.case(
-            (_cancel_wins, _settle_now), else_=_settle_now + p("retry_delay_ms", type_=sa.Integer)
+            (
+                _settled_to == sa.literal("retry_wait"),
+                _settle_now + p("retry_delay_ms", type_=sa.Integer),
+            ),
+            else_=_settle_now,
         ),
         dispatched_at=None,
         result=p("result_json"),
         last_error=p("error_json"),
         settled_at=sa.case(
-            (_cancel_wins, _settle_now),
-            (p("to_status", type_=sa.String) == sa.literal("retry_wait"), None),
+            (_settled_to.in_((sa.literal("retry_wait"), sa.literal("needs_adjudication"))), None),
             else_=_settle_now,
         ),
         updated_at=_settle_now,

@@ -12,9 +12,11 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from cli.support import Lines, define
 
+from adapters.supervisor import containment
 from kernel import Kernel
 from kernel.records import dumps
 from kernel.schema import jobs
@@ -133,6 +135,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "settings": "ok",
         "jobs file": "ok",
         "adapters": "ok",
+        "shell": "ok",
         "schedule": "ok",
         "database": "ok",
         "schema": "ok",
@@ -174,6 +177,17 @@ def test_doctor_warns_about_open_files_and_secrets_stored_in_clear(
     assert checks["stored secrets"]["status"] == "warn"
     assert "legacy (payload.headers.Authorization)" in checks["stored secrets"]["detail"]
     assert "s3cret" not in result.out
+
+
+def test_doctor_says_how_shell_runs_are_contained(
+    cli, kernel: Kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = containment()
+    detail = {c["name"]: c["detail"] for c in cli("doctor", "--json").json()["checks"]}
+    assert detail["shell"] == f"runs contained by {host[0]}: {host[1]}"
+    monkeypatch.setenv("KERNEL_CONTAINMENT", "subreaper")
+    detail = {c["name"]: c["detail"] for c in cli("doctor", "--json").json()["checks"]}
+    assert detail["shell"] == "runs contained by subreaper: forced (KERNEL_CONTAINMENT=subreaper)"
 
 
 def test_doctor_fails_on_an_unmigrated_database(cli, db_url: str) -> None:

@@ -8,16 +8,14 @@ its 5 s lease expires mid-request) and answers the lookup by Idempotency-Key.
 from __future__ import annotations
 
 import signal
-import threading
 from collections.abc import Iterator
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from integration.remote import Remote, remote
 from integration.stack import Stack
-from servers import serving
 
 from adapters.base import Adapter, AdjudicationContext, ExecutionContext
 from adapters.callable import CallableAdapter
@@ -26,58 +24,7 @@ from celery_app.runtime import LeaseKeeper, run_occurrence
 from kernel import Decision, Kernel, Verdict
 from kernel.testing import ManualClock
 
-
-class Remote(ThreadingHTTPServer):
-    """``POST /charge`` is held until ``release``; ``GET /lookup/<status>`` answers that status."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.requests: list[tuple[str, str, str | None]] = []
-        self.release = threading.Event()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-    def seen(self, method: str, prefix: str) -> list[str | None]:
-        """Idempotency-Keys of the requests seen so far with ``method`` and path ``prefix``."""
-        return [key for m, path, key in self.requests if m == method and path.startswith(prefix)]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Remote
-
-    def do_POST(self) -> None:
-        self._record()
-        self.server.release.wait(60)
-        self._send(200)
-
-    def do_GET(self) -> None:
-        self._record()
-        self._send(int(self.path.rsplit("/", 1)[1]))
-
-    def _record(self) -> None:
-        self.server.requests.append((self.command, self.path, self.headers["Idempotency-Key"]))
-
-    def _send(self, status: int) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-        except OSError:
-            pass  # the client is gone (the frozen worker was stopped)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet."""
-
-
-@pytest.fixture
-def remote() -> Iterator[Remote]:
-    with serving(Remote()) as server:
-        yield server
-        server.release.set()
+__all__ = ["remote"]  # fixtures
 
 
 def charge(stack: Stack, remote: Remote, job_id: str, lookup_status: int) -> dict[str, Any]:

@@ -110,6 +110,8 @@ def test_every_end_of_a_run_gives_its_slot_back(k: Harness) -> None:
     k.clock.advance(31)
     assert k.kernel.expire_leases() == {"cancelled": 0, "needs_adjudication": 1, "dead_letter": 0}
     free()
+    # Decided, so that it does not hold back the job's next run.
+    k.kernel.adjudicate(occ, decision="abandon", request_id="a1", operator="t")
     occ, fence = run("once")
     k.clock.advance(31)
     assert k.kernel.claim(occ, owner="w2", lease=30) is None

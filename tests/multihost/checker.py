@@ -11,7 +11,8 @@ was written, a rerun when it started, a lost settle when the kernel acknowledged
 Violations (each column fails the run when non-zero):
 
 * **lost**: a firing the schedule owes that is neither run (at-least-once: an ``end``
-  line; at-most-once: a ``start`` line or an operator's adjudication pending) nor
+  line; at-most-once: a ``start`` line or an operator's adjudication pending, its own or
+  an earlier run's of its job, which holds the job's later runs) nor
   recorded by the kernel as skipped with a reason.
 * **extra**: an occurrence of a judged job at a time its schedule does not owe (between
   its first and last owed firing).
@@ -180,6 +181,13 @@ class _Judge:
         for index, line in enumerate(evidence.lines):
             if line.get("occurrence_id") is not None:
                 self.lines_of[int(line["occurrence_id"])].append((index, line))
+        #: Per job, the due time of its earliest run waiting for an operator's verdict:
+        #: the kernel holds the job's later runs behind it (no two possibly-live runs).
+        self.unresolved_since: dict[str, float] = {}
+        for row in evidence.rows:
+            if row.status == "needs_adjudication":
+                since = self.unresolved_since.get(row.job_id, row.scheduled_for)
+                self.unresolved_since[row.job_id] = min(since, row.scheduled_for)
         self.events_of: dict[int, list[KernelEvent]] = defaultdict(list)
         for event in evidence.events:
             self.events_of[event.occurrence_id].append(event)
@@ -241,7 +249,7 @@ class _Judge:
             return
         ids = [r.id for r in found if r is not None]
         written = [line for i in ids for _, line in self.lines_of.get(i, [])]
-        waiting = any(r is not None and r.status == "needs_adjudication" for r in found)
+        waiting = any(r is not None and self._awaits_verdict(r) for r in found)
         window.counts["adjudicate"] += waiting
         ends = [line for line in written if line["event"] == "end"]
         if expected.delivery == "at-most-once":
@@ -327,11 +335,22 @@ class _Judge:
             if lost is not None:
                 at, why = lost
                 self.windows.at(at).add("lost_update", f"{what}: {why}")
-            elif row.status in _UNSETTLED and row.scheduled_for < self.ev.judged_at - stuck_after_s:
+            elif (
+                row.status in _UNSETTLED
+                and not self._awaits_verdict(row)
+                and row.scheduled_for < self.ev.judged_at - stuck_after_s
+            ):
                 self.windows.at(row.scheduled_for).add(
                     "stuck",
                     f"{what}: {row.status} {self.ev.judged_at - row.scheduled_for:.0f} s after due",
                 )
+
+    def _awaits_verdict(self, row: KernelRow) -> bool:
+        """In ``needs_adjudication``, or unsettled behind an earlier run of its job that is."""
+        since = self.unresolved_since.get(row.job_id)
+        return row.status == "needs_adjudication" or (
+            since is not None and row.status in _UNSETTLED and row.scheduled_for > since
+        )
 
     def handbacks(self) -> None:
         for handback in self.ev.handbacks:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from multihost.checker import VIOLATIONS, Row, check
 from multihost.evidence import Handback
-from multihost.mutations import T0, clean_run, self_test
+from multihost.mutations import T0, _replace_row, _rewrite, clean_run, self_test
 from multihost.report import failed
 
 CHAOS = Path(__file__).resolve().parents[2] / "bench" / "chaos.py"
@@ -95,3 +95,23 @@ def test_a_worker_ended_by_its_broker_transport_is_information_any_other_exit_fa
     rows = list(check(evidence))
     assert sum(row.counts["exit"] for row in rows) == 1
     assert failed(rows)
+
+
+def test_runs_held_behind_an_unresolved_at_most_once_run_wait_for_its_verdict() -> None:
+    evidence = clean_run()
+    dues = sorted(r.scheduled_for for r in evidence.rows if r.job_id == "amo")
+    unresolved, held = dues[2], dues[3:]
+    _rewrite(evidence, "amo", unresolved, [("start", 1, 0.1)], [("claimed", 1, 0.05)], 1)
+    _replace_row(evidence, "amo", unresolved, status="needs_adjudication")
+    for due in held:  # the kernel claims none of them until the verdict
+        _rewrite(evidence, "amo", due, [], [], 0)
+        _replace_row(evidence, "amo", due, status="queued", fence=0)
+    rows = list(check(evidence))
+    assert not failed(rows), [row.notes for row in rows if row.notes]
+    assert sum(row.counts["adjudicate"] for row in rows) == 1 + len(held)
+
+    # Without the unresolved run the same queued firings are lost and stuck.
+    _replace_row(evidence, "amo", unresolved, status="succeeded")
+    rows = list(check(evidence))
+    assert sum(row.counts["lost"] for row in rows) == len(held)
+    assert sum(row.counts["stuck"] for row in rows) == len(held)

@@ -21,6 +21,7 @@ from adapters.base import (
     read_payload,
 )
 from kernel.payloads import ShellPayload
+from kernel.states import Effect
 
 
 class Echo(BaseAdapter):
@@ -98,11 +99,18 @@ def test_an_adapter_without_execute_cannot_be_built() -> None:
         (ValueError("bad row"), ErrorClass(True, "ADAPTER_ERROR", "ValueError: bad row")),
         (KeyError("k"), ErrorClass(True, "ADAPTER_ERROR", "KeyError: 'k'")),
         (RuntimeError(), ErrorClass(True, "ADAPTER_ERROR", "RuntimeError")),
-        (TimeoutError("read timed out"), ErrorClass(True, "TIMEOUT", "read timed out")),
+        (
+            TimeoutError("read timed out"),
+            ErrorClass(True, "TIMEOUT", "read timed out", Effect.UNKNOWN),
+        ),
         (Cancelled("stop"), ErrorClass(False, "CANCELLED", "stop")),
         (
             AdapterError("BAD_INPUT", "row 3 is empty", retryable=False),
             ErrorClass(False, "BAD_INPUT", "row 3 is empty"),
+        ),
+        (
+            AdapterError("LEDGER_LOST", "no answer", retryable=True, effect=Effect.UNKNOWN),
+            ErrorClass(True, "LEDGER_LOST", "no answer", Effect.UNKNOWN),
         ),
     ],
 )

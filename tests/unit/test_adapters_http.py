@@ -18,7 +18,7 @@ from unit.adapter_support import make_context, make_occurrence
 from adapters.base import AdapterError, AdjudicationContext, Cancelled, ErrorClass
 from adapters.http import HttpAdapter
 from kernel.errors import InvalidArgument
-from kernel.states import Decision
+from kernel.states import Decision, Effect
 from kernel.types import Verdict
 
 
@@ -58,6 +58,15 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"late")
         elif path == "/big":
             self._send(200, b"a" * 100_000)
+        elif path == "/hang-up":  # the request was read; the connection closes unanswered
+            self.close_connection = True
+        elif path == "/stall":  # the status comes, then the body stalls
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"partial")
+            self.server.release.wait(10)
+            self.close_connection = True
         else:
             self._send(200, f"ok: {self.path}".encode())
 
@@ -138,19 +147,23 @@ def test_a_get_without_body(server: Recorder) -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "retryable", "code"),
+    ("status", "retryable", "code", "effect"),
     [
-        (500, True, "HTTP_5XX"),
-        (503, True, "HTTP_5XX"),
-        (429, True, "HTTP_429"),
-        (400, False, "HTTP_4XX"),
-        (404, False, "HTTP_4XX"),
+        (500, True, "HTTP_5XX", Effect.UNKNOWN),
+        (502, True, "HTTP_5XX", Effect.UNKNOWN),
+        (504, True, "HTTP_5XX", Effect.UNKNOWN),
+        (503, True, "HTTP_5XX", Effect.NOT_APPLIED),
+        (429, True, "HTTP_429", Effect.NOT_APPLIED),
+        (400, False, "HTTP_4XX", Effect.NOT_APPLIED),
+        (404, False, "HTTP_4XX", Effect.NOT_APPLIED),
     ],
 )
-def test_status_classification(server: Recorder, status: int, retryable: bool, code: str) -> None:
+def test_status_classification(
+    server: Recorder, status: int, retryable: bool, code: str, effect: Effect
+) -> None:
     error = classify({"url": f"{server.url}/status/{status}"})
 
-    assert (error.retryable, error.code) == (retryable, code)
+    assert (error.retryable, error.code, error.effect) == (retryable, code, effect)
     assert f"answered {status}" in error.message
     assert f"upstream said no ({status})" in error.message
 
@@ -170,8 +183,25 @@ def test_a_slow_server_times_out_retryably(server: Recorder) -> None:
 
     error = classify({"url": f"{server.url}/slow"}, timeout_s=0.3)
 
-    assert (error.retryable, error.code) == (True, "TIMEOUT")
+    # Sent, then no answer: the server may have applied it.
+    assert (error.retryable, error.code, error.effect) == (True, "TIMEOUT", Effect.UNKNOWN)
+    assert "waiting for the answer" in error.message
     assert time.monotonic() - started < 3
+
+
+def test_a_connection_lost_after_sending_leaves_the_effect_unknown(server: Recorder) -> None:
+    error = classify({"url": f"{server.url}/hang-up", "json": {"amount": 5}})
+
+    assert (error.retryable, error.code, error.effect) == (True, "HTTP_CONNECTION", Effect.UNKNOWN)
+    assert "after the request was sent" in error.message
+    assert [r["path"] for r in server.received] == ["/hang-up"]
+
+
+def test_a_body_stalled_after_the_status_was_applied(server: Recorder) -> None:
+    error = classify({"url": f"{server.url}/stall"}, timeout_s=0.3)
+
+    assert (error.code, error.effect) == ("HTTP_BODY", Effect.APPLIED)
+    assert "answered 200" in error.message
 
 
 def test_a_refused_connection_is_retryable() -> None:
@@ -181,7 +211,12 @@ def test_a_refused_connection_is_retryable() -> None:
 
     error = classify({"url": f"http://127.0.0.1:{port}/"})
 
-    assert (error.retryable, error.code) == (True, "HTTP_CONNECTION")
+    # Nothing was sent: known not applied, so even at-most-once retries it.
+    assert (error.retryable, error.code, error.effect) == (
+        True,
+        "HTTP_CONNECTION",
+        Effect.NOT_APPLIED,
+    )
 
 
 def test_the_body_is_bounded(server: Recorder) -> None:

@@ -17,6 +17,7 @@ from unit.adapter_support import make_context
 from adapters.base import AdapterError, Cancelled, ErrorClass
 from adapters.shell import ShellAdapter
 from kernel.errors import InvalidArgument
+from kernel.states import Effect
 
 PYTHON = sys.executable
 
@@ -164,7 +165,17 @@ def test_a_child_that_honours_sigterm_stops_without_waiting_for_the_grace() -> N
     error = classify({"argv": [PYTHON, "-c", "import time; time.sleep(30)"]}, timeout_s=0.3)
 
     assert error.code == "TIMEOUT"
+    assert error.effect == Effect.UNKNOWN  # stopped mid-run: it may have done its work
     assert time.monotonic() - started < 3  # the default grace is 5 s
+
+
+def test_a_command_killed_by_a_signal_left_its_effect_unknown() -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+
+    error = classify({"argv": [PYTHON, "-c", code]})
+
+    assert (error.code, error.effect) == ("SHELL_EXIT", Effect.UNKNOWN)
+    assert "killed by signal SIGKILL" in error.message
 
 
 def test_cancel_event_stops_the_child() -> None:
@@ -225,6 +236,7 @@ def test_nonzero_exit_is_retryable_and_names_code_and_stderr_tail() -> None:
     error = classify({"argv": [PYTHON, "-c", code]})
 
     assert (error.retryable, error.code) == (True, "SHELL_EXIT")
+    assert error.effect == Effect.NOT_APPLIED  # it ran to its end and said it failed
     assert "exited with code 3" in error.message
     assert "disk full on /var/reports" in error.message
 
