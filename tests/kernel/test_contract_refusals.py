@@ -71,7 +71,10 @@ def _http_header(name: str) -> dict[str, Any]:
 
 
 SECRETS_IN_CLEAR = [
-    *((_shell_env(n), f"payload.env.{n}", "secrets:") for n in ("API_TOKEN", "PgPassword", "SSH_KEY")),
+    *(
+        (_shell_env(n), f"payload.env.{n}", "secrets:")
+        for n in ("API_TOKEN", "PgPassword", "SSH_KEY")
+    ),
     *(
         (_http_header(n), f"payload.headers.{n}", "secret_headers:")
         for n in ("Authorization", "Cookie")
