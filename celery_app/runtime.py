@@ -11,6 +11,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -19,12 +20,14 @@ from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, Hand
 from adapters.secrets import scrub
 from celery_app.held_run import HeldRun, LeaseKeeper
 from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
-from kernel import Kernel, LeaseLost, SafePoint
+from kernel import Claim, Kernel, LeaseLost, SafePoint
 
 __all__ = [
     "LeaseKeeper",
     "RunOutcome",
     "run_occurrence",
+    "run_occurrences",
+    "new_owner",
     "shutdown_marker",
     "request_warm_shutdown",
     "clear_warm_shutdown",
@@ -69,15 +72,68 @@ def run_occurrence(
     A message for an occurrence that is not claimable is dropped without side
     effects: the broker message is only a hint.
     """
-    claimed_at = time.monotonic()  # the lease is measured from no earlier than this
-    claim = kernel.claim(occurrence_id, owner=new_owner())
+    ids = (occurrence_id,)
+    return next(run_occurrences(kernel, adapters, ids, main_pid=main_pid, keeper=keeper))
+
+
+def run_occurrences(
+    kernel: Kernel,
+    adapters: dict[str, Adapter],
+    occurrence_ids: Sequence[int],
+    *,
+    main_pid: int,
+    keeper: LeaseKeeper,
+    owner: str | None = None,
+) -> Iterator[RunOutcome]:
+    """Claim, execute and settle each of a hint's occurrences in turn; yields what happened.
+
+    Each is claimed just before it runs, so any other worker may take one first (it is
+    then skipped, as a paused or cancelled one is). A success and the next occurrence's
+    claim are one transaction. A warm shutdown ends the batch between two runs: the
+    occurrences not started stay queued and the pump hints them again.
+    """
+    owner = owner or new_owner()
+    carried: _Carried | None = None
+    for index, occurrence_id in enumerate(occurrence_ids):
+        if carried is None:
+            if index and shutdown_marker(main_pid).exists():
+                return
+            claimed_at = time.monotonic()
+            carried = _Carried(claimed_at, kernel.claim(occurrence_id, owner=owner))
+        following = occurrence_ids[index + 1] if index + 1 < len(occurrence_ids) else None
+        if following is not None and shutdown_marker(main_pid).exists():
+            following = None
+        outcome, carried = _run_claimed(
+            kernel, adapters, occurrence_id, carried, following, main_pid, keeper
+        )
+        yield outcome
+
+
+@dataclass(slots=True)
+class _Carried:
+    """A claim and when it was asked for (the lease is measured from no earlier than this)."""
+
+    claimed_at: float
+    claim: Claim | None
+
+
+def _run_claimed(
+    kernel: Kernel,
+    adapters: dict[str, Adapter],
+    occurrence_id: int,
+    carried: _Carried,
+    following: int | None,
+    main_pid: int,
+    keeper: LeaseKeeper,
+) -> tuple[RunOutcome, _Carried | None]:
+    claim = carried.claim
     if claim is None:
         log.info(
             "occurrence %s not claimable; hint dropped",
             occurrence_id,
             extra={"action": "claim_refused", "occurrence_id": occurrence_id},
         )
-        return RunOutcome("not_claimable")
+        return RunOutcome("not_claimable"), None
     occurrence = claim.occurrence
     adapter = adapters.get(occurrence.kind)
     if adapter is None:
@@ -89,16 +145,17 @@ def run_occurrence(
             message=f"no adapter of kind {occurrence.kind!r} is installed on this worker",
             retryable=True,
         )
-        return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status)
-    run = HeldRun(kernel, claim, adapter, main_pid, claimed_at)
+        return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status), None
+    run = HeldRun(kernel, claim, adapter, main_pid, carried.claimed_at)
     keeper.add(run)
     try:
-        return _execute(run)
+        return _execute(run, following)
     finally:
         keeper.remove(run)
 
 
-def _execute(run: HeldRun) -> RunOutcome:
+def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried | None]:
+    """Run the claimed occurrence and settle it; on success claim ``following`` with the settle."""
     claim, adapter, kernel = run.claim, run.adapter, run.kernel
     occurrence = claim.occurrence
     ctx = ExecutionContext(
@@ -119,16 +176,16 @@ def _execute(run: HeldRun) -> RunOutcome:
         run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
         result = adapter.resume(ctx) if claim.checkpoint is not None else adapter.execute(ctx)
     except HandBack:
-        return RunOutcome("handed_back", occurrence.job_id)
+        return RunOutcome("handed_back", occurrence.job_id), None
     except Exception as exc:  # job code may raise anything; the adapter classifies it
         if run.fenced:
-            return _fenced_off(run)
+            return _fenced_off(run), None
         if run.timed_out and isinstance(exc, Cancelled):
             exc = TimeoutError(f"timed out after {run.timeout_s}s")
         elif run.cancelled.is_set() and isinstance(exc, Cancelled):
             run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
-            return RunOutcome("cancelled", occurrence.job_id)
+            return RunOutcome("cancelled", occurrence.job_id), None
         verdict = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
         message = scrub(verdict.message, ctx.secrets)
         run.log.warning("run failed: %s %s", verdict.code, message, extra={"action": "run_failed"})
@@ -143,16 +200,24 @@ def _execute(run: HeldRun) -> RunOutcome:
                 fence=fence,
             )
         except LeaseLost as exc:
-            return _settle_refused(run, exc)
-        return RunOutcome(status, occurrence.job_id, verdict.code, status)
+            return _settle_refused(run, exc), None
+        return RunOutcome(status, occurrence.job_id, verdict.code, status), None
     if run.fenced:
-        return _fenced_off(run)
+        return _fenced_off(run), None
     try:
         run.output.flush(final=True)
-        kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
+        if following is None:
+            kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
+            carried = None
+        else:
+            claimed_at = time.monotonic()
+            next_claim = kernel.succeed_and_claim(
+                occurrence.id, owner=owner, fence=fence, result=result, next_occurrence_id=following
+            )
+            carried = _Carried(claimed_at, next_claim)
     except LeaseLost as exc:
-        return _settle_refused(run, exc)
-    return RunOutcome("succeeded", occurrence.job_id)
+        return _settle_refused(run, exc), None
+    return RunOutcome("succeeded", occurrence.job_id), carried
 
 
 def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None:
