@@ -11,7 +11,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -54,6 +54,10 @@ class RunOutcome:
     error_code: str | None = None
     status: str | None = None
 
+    def failure(self, occurrence_id: int) -> str:
+        """What failed, for people: the job, the error code and the kernel status."""
+        return f"job {self.job_id}: {self.error_code}, occurrence {occurrence_id} is {self.status}"
+
 
 def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -84,13 +88,15 @@ def run_occurrences(
     main_pid: int,
     keeper: LeaseKeeper,
     owner: str | None = None,
+    on_start: Callable[[Claim], None] | None = None,
 ) -> Iterator[RunOutcome]:
     """Claim, execute and settle each of a hint's occurrences in turn; yields what happened.
 
     Each is claimed just before it runs, so any other worker may take one first (it is
     then skipped, as a paused or cancelled one is). A success and the next occurrence's
     claim are one transaction. A warm shutdown ends the batch between two runs: the
-    occurrences not started stay queued and the pump hints them again.
+    occurrences not started stay queued and the pump hints them again. ``on_start`` is
+    called with each claim as its run starts.
     """
     owner = owner or new_owner()
     carried: _Carried | None = None
@@ -103,6 +109,8 @@ def run_occurrences(
         following = occurrence_ids[index + 1] if index + 1 < len(occurrence_ids) else None
         if following is not None and shutdown_marker(main_pid).exists():
             following = None
+        if on_start is not None and carried.claim is not None:
+            on_start(carried.claim)
         outcome, carried = _run_claimed(
             kernel, adapters, occurrence_id, carried, following, main_pid, keeper
         )

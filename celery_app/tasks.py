@@ -11,6 +11,7 @@ from billiard.process import current_process
 
 from adapters.base import Adapter
 from adapters.registry import load_adapters
+from celery_app import run_events
 from celery_app.config import open_kernel
 from celery_app.runtime import LeaseKeeper, new_owner, run_occurrences
 from kernel import Kernel, StorageUnavailable
@@ -71,6 +72,7 @@ def _worker_main_pid() -> int:
 
 def register(celery_app: Any) -> Any:
     """Register ``kernel.run_occurrence`` with ``celery_app``; returns the task."""
+    run_events.connect(RUN_OCCURRENCE)
     return celery_app.task(
         name=RUN_OCCURRENCE, bind=True, ignore_result=True, throws=(OccurrenceFailed,)
     )(run_occurrence)
@@ -98,20 +100,22 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
     failures: list[str] = []
     try:
         resources = process_resources(task.app)
-        for outcome in run_occurrences(
-            resources.kernel,
-            resources.adapters,
-            ids,
-            main_pid=resources.main_pid,
-            keeper=resources.keeper,
-            owner=resources.owner,
-        ):
-            results.append(outcome.result)
-            if outcome.error_code is not None:
-                failures.append(
-                    f"job {outcome.job_id}: {outcome.error_code}, "
-                    f"occurrence {ids[len(results) - 1]} is {outcome.status}"
-                )
+        with run_events.run_events(task) as events:
+            for outcome in run_occurrences(
+                resources.kernel,
+                resources.adapters,
+                ids,
+                main_pid=resources.main_pid,
+                keeper=resources.keeper,
+                owner=resources.owner,
+                on_start=events.started if events is not None else None,
+            ):
+                occurrence_id = ids[len(results)]
+                results.append(outcome.result)
+                if events is not None:
+                    events.ended(occurrence_id, outcome)
+                if outcome.error_code is not None:
+                    failures.append(outcome.failure(occurrence_id))
     except StorageUnavailable as exc:
         occurrence_id = ids[len(results)]
         log.warning(

@@ -131,3 +131,32 @@ def test_flower_shows_each_run_under_its_job_and_outcome(stack: Stack, flower: s
     # The task names the failure as expected (throws=): one line at INFO, no traceback.
     assert worker.logged("raised expected: OccurrenceFailed(")
     assert not worker.logged("Traceback")
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_flower_shows_each_run_of_a_batch_under_its_job(stack: Stack, flower: str) -> None:
+    worker = stack.start_worker("worker")
+    stack.define(stack.job("alpha", "record"), stack.job("beta", "record"))
+    stack.wait(
+        lambda: worker.logged("Events of group {task} enabled by remote."),
+        timeout=20,
+        what="flower enabling the worker's task events",
+    )
+    batch = [stack.run_now("alpha"), stack.run_now("beta"), stack.run_now("alpha")]
+    stack.send_hints(*batch)  # one message, as the pump batches a deep queue
+
+    def runs() -> dict[str, str] | None:
+        named = {
+            task["args"]: task["name"]
+            for task in flower_tasks(flower).values()
+            if task["state"] == "SUCCESS" and task["name"] in ("alpha", "beta")
+        }
+        return named if len(named) == 3 else None
+
+    named = stack.wait(runs, timeout=30, what="each run of the batch in flower's /api/tasks")
+    assert named == {
+        f"[{batch[0]}]": "alpha",
+        f"[{batch[1]}]": "beta",
+        f"[{batch[2]}]": "alpha",
+    }
+    assert all(stack.occurrence(i).status.value == "succeeded" for i in batch)
