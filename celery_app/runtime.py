@@ -107,8 +107,6 @@ def run_occurrences(
             claimed_at = time.monotonic()
             carried = _Carried(claimed_at, kernel.claim(occurrence_id, owner=owner))
         following = occurrence_ids[index + 1] if index + 1 < len(occurrence_ids) else None
-        if following is not None and shutdown_marker(main_pid).exists():
-            following = None
         if on_start is not None and carried.claim is not None:
             on_start(carried.claim)
         outcome, carried = _run_claimed(
@@ -214,7 +212,8 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
         return _fenced_off(run), None
     try:
         run.output.flush(final=True)
-        if following is None:
+        # A warm shutdown that began during the run ends the batch here: settle alone.
+        if following is None or run.shutting_down():
             kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
             carried = None
         else:

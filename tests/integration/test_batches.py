@@ -14,18 +14,23 @@ import pytest
 from integration.stack import Stack
 
 
-def test_a_batch_skips_what_was_claimed_paused_or_cancelled_before_its_turn(stack: Stack) -> None:
-    worker = stack.start_worker("worker", concurrency=1)
+def slow_batch(stack: Stack, sleep: float, quick: int) -> list[int]:
+    """One message: a run of ``sleep`` seconds, then ``quick`` instant ones; returns when the
+    first has started, with the ids in order."""
     stack.define(
-        stack.job("slow", "record", kwargs={"sleep": 3}, lease="30s"),
+        stack.job("slow", "record", kwargs={"sleep": sleep}, lease="30s"),
         stack.job("quick", "record", lease="30s"),
     )
-    first = stack.run_now("slow")
-    taken, paused, cancelled, *rest = [stack.run_now("quick") for _ in range(5)]
-    kernel = stack.kernel
+    ids = [stack.run_now("slow"), *(stack.run_now("quick") for _ in range(quick))]
+    stack.send_hints(*ids)
+    stack.wait(lambda: stack.ledger(occurrence_id=ids[0]), timeout=20, what="the first run")
+    return ids
 
-    stack.send_hints(first, taken, paused, cancelled, *rest)  # one message
-    stack.wait(lambda: stack.ledger(occurrence_id=first), timeout=20, what="the first run")
+
+def test_a_batch_skips_what_was_claimed_paused_or_cancelled_before_its_turn(stack: Stack) -> None:
+    worker = stack.start_worker("worker", concurrency=1)
+    first, taken, paused, cancelled, *rest = slow_batch(stack, sleep=3, quick=5)
+    kernel = stack.kernel
     # While the first run sleeps: another worker takes one, an operator pauses one
     # (claimed and paused at a safe point by its holder) and cancels another.
     assert kernel.claim(taken, owner="elsewhere") is not None
@@ -96,3 +101,17 @@ def test_ids_a_killed_worker_never_started_run_elsewhere_once(stack: Stack) -> N
     for occ_id in unstarted:
         runs = stack.ledger(occurrence_id=occ_id)
         assert [run["fence"] for run in runs] == [1], (occ_id, runs)
+
+
+def test_a_warm_shutdown_ends_a_batch_after_the_run_under_way(stack: Stack) -> None:
+    worker = stack.start_worker("worker", concurrency=1)
+    first, *rest = slow_batch(stack, sleep=8, quick=3)
+
+    worker.expected_exit = True
+    worker.terminate()  # SIGTERM: Celery's warm shutdown waits for the batch's task
+    assert not worker.reap(time.monotonic() + 30), "the worker did not stop on SIGTERM"
+
+    assert stack.occurrence(first).status.value == "succeeded"
+    for occ_id in rest:  # never started: queued for the pump to hint again
+        assert stack.occurrence(occ_id).status.value == "queued", occ_id
+        assert stack.ledger(occurrence_id=occ_id) == [], occ_id
