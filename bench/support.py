@@ -23,7 +23,7 @@ __all__ = [
     "children",
     "fresh_database",
     "postgres_durability",
-    "process_tree_rss",
+    "process_tree_memory",
     "server",
     "servers",
 ]
@@ -106,39 +106,48 @@ def children(pid: int) -> list[int]:
         return []
 
 
-def process_tree_rss(pid: int) -> int:
-    """Resident memory in bytes of ``pid`` and all its descendants (VmRSS from /proc).
+def process_tree_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes of ``pid`` and all its descendants.
 
-    A process that exits while being read counts as zero; a prefork pool's children
-    are found through ``/proc/PID/task/TID/children``.
+    RSS is VmRSS (``/proc/PID/status``): a page shared by a prefork pool's children
+    counts once per process. PSS (``/proc/PID/smaps_rollup``) divides each shared page
+    among the processes sharing it: what the tree costs the machine. A process that
+    exits while being read counts as zero; a pool's children are found through
+    ``/proc/PID/task/TID/children``.
     """
-    total = 0
+    rss = pss = 0
     pending = [pid]
     while pending:
         current = pending.pop()
         try:
             status = Path(f"/proc/{current}/status").read_text()
+            rollup = Path(f"/proc/{current}/smaps_rollup").read_text()
         except (FileNotFoundError, ProcessLookupError):
             continue
         pending.extend(children(current))
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1]) * 1024
-                break
-    return total
+        rss += _kib_field(status, "VmRSS:")
+        pss += _kib_field(rollup, "Pss:")
+    return rss, pss
+
+
+def _kib_field(text: str, name: str) -> int:
+    for line in text.splitlines():
+        if line.startswith(name):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 class RssSampler:
-    """Samples the summed RSS of process trees every ``interval`` s inside a ``with``.
+    """Samples the summed RSS and PSS of process trees every ``interval`` s inside a ``with``.
 
-    ``peak_mb`` is the largest sum seen in one sample (each pid with its descendants):
-    what the workers held at their busiest.
+    ``peak_mb`` / ``peak_pss_mb`` are the largest sums seen in one sample (each pid with
+    its descendants): what the workers held at their busiest.
     """
 
     def __init__(self, pids: list[int], interval: float = 0.2) -> None:
         self.pids = pids
         self.interval = interval
-        self.samples: list[int] = []
+        self.samples: list[tuple[int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
@@ -152,13 +161,18 @@ class RssSampler:
 
     def _run(self) -> None:
         while True:
-            self.samples.append(sum(process_tree_rss(pid) for pid in self.pids))
+            trees = [process_tree_memory(pid) for pid in self.pids]
+            self.samples.append((sum(t[0] for t in trees), sum(t[1] for t in trees)))
             if self._stop.wait(self.interval):
                 return
 
     @property
     def peak_mb(self) -> float:
-        return max(self.samples, default=0) / 2**20
+        return max((rss for rss, _ in self.samples), default=0) / 2**20
+
+    @property
+    def peak_pss_mb(self) -> float:
+        return max((pss for _, pss in self.samples), default=0) / 2**20
 
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")

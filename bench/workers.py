@@ -162,11 +162,11 @@ class CeleryTasks:
         self.publisher = publisher
         self.task = task
         self.broker = redis.Redis.from_url(broker_url)
-        self.rss_mb = 0.0
+        self.rss_mb = self.pss_mb = 0.0
         self.cpu: CpuMeter | None = None  # the last run's
 
     def run(self, n: int) -> float:
-        """Seconds from the first publish until ``n`` bodies ran; the worker's peak RSS and
+        """Seconds from the first publish until ``n`` bodies ran; the worker's peak RSS, PSS and
         the run's CPU (``self.cpu``) kept."""
         key = f"bench:{self.task}:{uuid.uuid4().hex}"
         cpu = self.cpu = CpuMeter(self.worker.pid)
@@ -179,6 +179,7 @@ class CeleryTasks:
                 f"{n} {self.task} tasks",
             )
         self.rss_mb = max(self.rss_mb, rss.peak_mb)
+        self.pss_mb = max(self.pss_mb, rss.peak_pss_mb)
         return ended - started
 
     def close(self) -> None:

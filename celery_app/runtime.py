@@ -11,6 +11,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -21,6 +22,7 @@ from celery_app.held_run import HeldRun, LeaseKeeper
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
 from kernel import (
+    Claim,
     Effect,
     Kernel,
     LeaseLost,
@@ -34,6 +36,8 @@ __all__ = [
     "LeaseKeeper",
     "RunOutcome",
     "run_occurrence",
+    "run_occurrences",
+    "new_owner",
     "shutdown_marker",
     "request_warm_shutdown",
     "clear_warm_shutdown",
@@ -60,6 +64,10 @@ class RunOutcome:
     error_code: str | None = None
     status: str | None = None
 
+    def failure(self, occurrence_id: int) -> str:
+        """What failed, for people: the job, the error code and the kernel status."""
+        return f"job {self.job_id}: {self.error_code}, occurrence {occurrence_id} is {self.status}"
+
 
 def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -79,15 +87,74 @@ def run_occurrence(
     A message for an occurrence that is not claimable is dropped without side
     effects: the broker message is only a hint.
     """
-    claimed_at = time.monotonic()  # the lease is measured from no earlier than this
-    claim = kernel.claim(occurrence_id, owner=new_owner())
+    ids = (occurrence_id,)
+    return next(
+        run_occurrences(kernel, adapters, ids, main_pid=main_pid, keeper=keeper, scope=scope)
+    )
+
+
+def run_occurrences(
+    kernel: Kernel,
+    adapters: dict[str, Adapter],
+    occurrence_ids: Sequence[int],
+    *,
+    main_pid: int,
+    keeper: LeaseKeeper,
+    owner: str | None = None,
+    on_start: Callable[[Claim], None] | None = None,
+    scope: Scope = UNSCOPED,
+) -> Iterator[RunOutcome]:
+    """Claim, execute and settle each of a hint's occurrences in turn; yields what happened.
+
+    Each is claimed just before it runs, so any other worker may take one first (it is
+    then skipped, as a paused or cancelled one is). A success and the next occurrence's
+    claim are one transaction. A warm shutdown ends the batch between two runs: the
+    occurrences not started stay queued and the pump hints them again. ``on_start`` is
+    called with each claim as its run starts.
+    """
+    owner = owner or new_owner()
+    carried: _Carried | None = None
+    for index, occurrence_id in enumerate(occurrence_ids):
+        if carried is None:
+            if index and shutdown_marker(main_pid).exists():
+                return
+            claimed_at = time.monotonic()
+            carried = _Carried(claimed_at, kernel.claim(occurrence_id, owner=owner))
+        following = occurrence_ids[index + 1] if index + 1 < len(occurrence_ids) else None
+        if on_start is not None and carried.claim is not None:
+            on_start(carried.claim)
+        outcome, carried = _run_claimed(
+            kernel, adapters, occurrence_id, carried, following, main_pid, keeper, scope
+        )
+        yield outcome
+
+
+@dataclass(slots=True)
+class _Carried:
+    """A claim and when it was asked for (the lease is measured from no earlier than this)."""
+
+    claimed_at: float
+    claim: Claim | None
+
+
+def _run_claimed(
+    kernel: Kernel,
+    adapters: dict[str, Adapter],
+    occurrence_id: int,
+    carried: _Carried,
+    following: int | None,
+    main_pid: int,
+    keeper: LeaseKeeper,
+    scope: Scope,
+) -> tuple[RunOutcome, _Carried | None]:
+    claim = carried.claim
     if claim is None:
         log.info(
             "occurrence %s not claimable; hint dropped",
             occurrence_id,
             extra={"action": "claim_refused", "occurrence_id": occurrence_id},
         )
-        return RunOutcome("not_claimable")
+        return RunOutcome("not_claimable"), None
     occurrence = claim.occurrence
     adapter = adapters.get(occurrence.kind)
     if adapter is None:
@@ -99,7 +166,7 @@ def run_occurrence(
             message=f"no adapter of kind {occurrence.kind!r} is installed on this worker",
             retryable=True,
         )
-        return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status)
+        return RunOutcome("failed", occurrence.job_id, "ADAPTER_UNKNOWN", status), None
     refused = scope.refusal(occurrence.kind, occurrence.payload)
     if refused is not None:  # this worker's own settings: the definition may predate them
         status = kernel.fail(
@@ -110,16 +177,17 @@ def run_occurrence(
             message=f"{refused[1]}; not run",
             retryable=False,
         )
-        return RunOutcome("failed", occurrence.job_id, NOT_ALLOWED, status)
-    run = HeldRun(kernel, claim, adapter, main_pid, claimed_at)
+        return RunOutcome("failed", occurrence.job_id, NOT_ALLOWED, status), None
+    run = HeldRun(kernel, claim, adapter, main_pid, carried.claimed_at)
     keeper.add(run)
     try:
-        return _execute(run)
+        return _execute(run, following)
     finally:
         keeper.remove(run)
 
 
-def _execute(run: HeldRun) -> RunOutcome:
+def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried | None]:
+    """Run the claimed occurrence and settle it; on success claim ``following`` with the settle."""
     claim, adapter, kernel = run.claim, run.adapter, run.kernel
     occurrence = claim.occurrence
     ctx = ExecutionContext(
@@ -140,16 +208,16 @@ def _execute(run: HeldRun) -> RunOutcome:
         run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
         result = adapter.resume(ctx) if claim.checkpoint is not None else adapter.execute(ctx)
     except HandBack:
-        return RunOutcome("handed_back", occurrence.job_id)
+        return RunOutcome("handed_back", occurrence.job_id), None
     except Exception as exc:  # job code may raise anything; the adapter classifies it
         if run.fenced:
-            return _fenced_off(run)
+            return _fenced_off(run), None
         if run.timed_out and isinstance(exc, Cancelled):
             exc = TimeoutError(f"timed out after {run.timeout_s}s")
         elif run.cancelled.is_set() and isinstance(exc, Cancelled):
             run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
-            return RunOutcome("cancelled", occurrence.job_id)
+            return RunOutcome("cancelled", occurrence.job_id), None
         verdict = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
         message = scrub(verdict.message, ctx.secrets)
         run.log.warning("run failed: %s %s", verdict.code, message, extra={"action": "run_failed"})
@@ -165,20 +233,29 @@ def _execute(run: HeldRun) -> RunOutcome:
                 fence=fence,
             )
         except LeaseLost as exc:
-            return _settle_refused(run, exc)
+            return _settle_refused(run, exc), None
         if status == OccurrenceStatus.NEEDS_ADJUDICATION:
             _ask_at_once(kernel, adapter, occurrence)
-        return RunOutcome(status, occurrence.job_id, verdict.code, status)
+        return RunOutcome(status, occurrence.job_id, verdict.code, status), None
     if run.fenced:
-        return _fenced_off(run)
+        return _fenced_off(run), None
     try:
         run.output.flush(final=True)
         if ctx.secrets:  # a reply or return value may echo a secret the run was handed
             result = scrub_value(result, ctx.secrets)
-        kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
+        # A warm shutdown that began during the run ends the batch here: settle alone.
+        if following is None or run.shutting_down():
+            kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
+            carried = None
+        else:
+            claimed_at = time.monotonic()
+            next_claim = kernel.succeed_and_claim(
+                occurrence.id, owner=owner, fence=fence, result=result, next_occurrence_id=following
+            )
+            carried = _Carried(claimed_at, next_claim)
     except LeaseLost as exc:
-        return _settle_refused(run, exc)
-    return RunOutcome("succeeded", occurrence.job_id)
+        return _settle_refused(run, exc), None
+    return RunOutcome("succeeded", occurrence.job_id), carried
 
 
 def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None:

@@ -204,6 +204,7 @@ class KernelSettings:
         beat_interval: seconds between Beat ticks.
         dispatch_batch: hints published per tick at most.
         rehint_after: seconds before an unclaimed occurrence is hinted again.
+        batch_max: occurrence ids one hint carries at most when a queue's backlog is deep.
         connect_timeout: seconds to connect to PostgreSQL before STORAGE_UNAVAILABLE.
         statement_timeout: seconds one PostgreSQL statement may run.
         beat_retention: seconds after its last tick before a silent Beat is forgotten.
@@ -226,6 +227,7 @@ class KernelSettings:
     beat_interval: float
     dispatch_batch: int
     rehint_after: float
+    batch_max: int
     connect_timeout: float
     statement_timeout: float
     beat_retention: float
@@ -299,6 +301,14 @@ class KernelSettings:
                 30.0,
                 _number(0.01, 86_400),
                 f"{seconds} from 0.01 to 86400",
+            ),
+            batch_max=read(
+                "batch_max",
+                None,
+                "kernel_batch_max",
+                16,
+                _integer(1, 1000),
+                "a whole number from 1 to 1000",
             ),
             connect_timeout=read(
                 "connect_timeout",

@@ -8,12 +8,19 @@ and carry on, or die on it.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from typing import Any
 
 from celery import bootsteps
-from celery.signals import celeryd_init, worker_process_init, worker_ready, worker_shutdown
+from celery.signals import (
+    celeryd_init,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+)
 
 from adapters.shell import CONTAINMENT_ENV
 from adapters.supervisor import containment
@@ -97,6 +104,14 @@ def connect(app: Any) -> None:
                 extra={"action": "storage_unavailable"},
             )
 
+    def freeze_before_fork(sender: Any = None, **_: Any) -> None:
+        # What the main process holds now is shared with every pool process it forks;
+        # kept out of the collector's passes, those pages stay shared instead of being
+        # copied into each child (the worker's PSS: bench/end_to_end.py, issue 22).
+        if sender is None or sender.app is app:
+            gc.collect()
+            gc.freeze()
+
     def remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
         # The warm-shutdown marker ends with its worker (Celery calls no step's shutdown()).
         clear_warm_shutdown(os.getpid())
@@ -116,6 +131,7 @@ def connect(app: Any) -> None:
 
     # weak=False: the handlers are closures that nothing else keeps alive.
     celeryd_init.connect(check_start, weak=False)
+    worker_init.connect(freeze_before_fork, weak=False)
     worker_process_init.connect(fresh_kernel_per_child, weak=False)
     worker_shutdown.connect(remove_shutdown_marker, weak=False)
     worker_ready.connect(announce, weak=False)

@@ -11,9 +11,9 @@ from billiard.process import current_process
 
 from adapters.base import Adapter
 from adapters.registry import load_adapters
+from celery_app import run_events
 from celery_app.config import KernelSettings, open_kernel
-from celery_app.runtime import LeaseKeeper
-from celery_app.runtime import run_occurrence as run
+from celery_app.runtime import LeaseKeeper, new_owner, run_occurrences
 from celery_app.scope import Scope
 from kernel import Kernel, StorageUnavailable
 
@@ -42,6 +42,8 @@ class ProcessResources:
     adapters: dict[str, Adapter]
     main_pid: int
     keeper: LeaseKeeper
+    #: The lease owner of every claim this process makes (each claim has its own fence).
+    owner: str
     scope: Scope
 
 
@@ -56,6 +58,7 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
         adapters=load_adapters(celery_app),
         main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),
         keeper=LeaseKeeper(),
+        owner=new_owner(),
         scope=Scope.of(KernelSettings.from_app(celery_app)),
     )
     celery_app._kernel_resources = resources
@@ -72,6 +75,7 @@ def _worker_main_pid() -> int:
 
 def register(celery_app: Any) -> Any:
     """Register ``kernel.run_occurrence`` with ``celery_app``; returns the task."""
+    run_events.connect(RUN_OCCURRENCE)
     return celery_app.task(
         name=RUN_OCCURRENCE,
         bind=True,
@@ -81,32 +85,47 @@ def register(celery_app: Any) -> Any:
     )(run_occurrence)
 
 
-def run_occurrence(task: Any, occurrence_id: int) -> str:
-    """Run occurrence ``occurrence_id`` if the kernel lets this worker claim it.
+def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
+    """Run each of the hinted occurrences the kernel lets this worker claim, in turn.
 
-    Returns what happened (``succeeded``, ``handed_back``, ``cancelled``,
-    ``lease_lost``, ``not_claimable``, ``storage_unavailable``).
+    A hint carries one occurrence id, or several of one queue when its backlog is deep
+    (the pump's batches). Returns what happened to each (``succeeded``, ``handed_back``,
+    ``cancelled``, ``lease_lost``, ``not_claimable``, ``storage_unavailable``): a string
+    for one id, a list for several.
 
     The kernel being unreachable (a database restart) is an outage to ride out, not
-    a bug: it is logged in one line. The kernel's own recovery covers what the failed
-    call did not record: a claim is retried when the hint is sent again; a run whose
-    settle did not land is decided by its lease's expiry.
+    a bug: it is logged in one line and ends the batch. The kernel's own recovery covers
+    what the failed call did not record: a claim is retried when the hint is sent again;
+    a run whose settle did not land is decided by its lease's expiry.
 
     Raises:
-        OccurrenceFailed: the run failed; the message names the job, the error code
-            and the kernel status.
+        OccurrenceFailed: a run failed (after the batch's other runs); the message names
+            the job, the error code and the kernel status of each failure.
     """
+    ids = [int(occurrence_id) for occurrence_id in occurrence_ids]
+    results: list[str] = []
+    failures: list[str] = []
     try:
         resources = process_resources(task.app)
-        outcome = run(
-            resources.kernel,
-            resources.adapters,
-            int(occurrence_id),
-            main_pid=resources.main_pid,
-            keeper=resources.keeper,
-            scope=resources.scope,
-        )
+        with run_events.run_events(task) as events:
+            for outcome in run_occurrences(
+                resources.kernel,
+                resources.adapters,
+                ids,
+                main_pid=resources.main_pid,
+                keeper=resources.keeper,
+                owner=resources.owner,
+                on_start=events.started if events is not None else None,
+                scope=resources.scope,
+            ):
+                occurrence_id = ids[len(results)]
+                results.append(outcome.result)
+                if events is not None:
+                    events.ended(occurrence_id, outcome)
+                if outcome.error_code is not None:
+                    failures.append(outcome.failure(occurrence_id))
     except StorageUnavailable as exc:
+        occurrence_id = ids[len(results)]
         log.warning(
             "occurrence %s: %s; a claim is retried when its hint is sent again, a run whose "
             "settle did not land is decided by its lease's expiry",
@@ -114,10 +133,7 @@ def run_occurrence(task: Any, occurrence_id: int) -> str:
             exc,
             extra={"action": "storage_unavailable", "occurrence_id": occurrence_id},
         )
-        return "storage_unavailable"
-    if outcome.error_code is not None:
-        raise OccurrenceFailed(
-            f"job {outcome.job_id}: {outcome.error_code}, "
-            f"occurrence {occurrence_id} is {outcome.status}"
-        )
-    return outcome.result
+        results.append("storage_unavailable")
+    if failures:
+        raise OccurrenceFailed("; ".join(failures))
+    return results[0] if len(ids) == 1 else results

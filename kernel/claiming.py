@@ -18,7 +18,7 @@ from kernel.translate import constraint_name
 from kernel.tx import Tx
 from kernel.types import Claim
 
-__all__ = ["EXCLUSIVE_INDEX", "claim", "claim_next"]
+__all__ = ["EXCLUSIVE_INDEX", "claim", "claim_next", "succeed_and_claim"]
 
 #: The partial unique index that lets one exclusive occurrence of a job run (schema.py).
 EXCLUSIVE_INDEX = "occurrences_one_running_exclusive"
@@ -131,6 +131,19 @@ def claim(
         resumed=resuming,
         checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
     )
+
+
+def succeed_and_claim(
+    tx: Tx, occ_id: int, owner: str, fence: int, result: Any, next_id: int, lease_ms: int | None
+) -> Claim | None:
+    """Settle ``occ_id`` as succeeded and claim ``next_id`` in the same transaction.
+
+    A batch's run N and run N+1 (issue 22): one commit instead of two. Both are durable
+    before N+1's effects start. Raises LeaseLost (nothing written) as the settle does;
+    a refused claim of ``next_id`` (None) leaves the settle in place.
+    """
+    runs.settle(tx, occ_id, owner, fence, outcome="succeeded", result=result)
+    return claim(tx, next_id, owner, lease_ms)
 
 
 @functools.lru_cache(maxsize=256)

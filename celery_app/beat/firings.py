@@ -2,9 +2,11 @@
 
 ``plan_job`` decides which firings are due (pure, by the job's catch-up policy); the
 kernel's ``fire`` records them with a cursor compare-and-set, so a second Beat's plan
-for the same firings is a no-op. The pump publishes one ``run_occurrence`` hint per
-claimable occurrence the kernel hands out; a lost hint is sent again after
-``kernel_rehint_after``.
+for the same firings is a no-op. The pump publishes the claimable occurrences the
+kernel hands out as ``run_occurrence`` hints (:func:`publish_hints`): one id per
+message, or up to ``kernel_batch_max`` ids of one queue per message when that queue's
+backlog is deep; a lost hint (or a batch's ids a dead worker never started) is sent
+again after ``kernel_rehint_after``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from celery_app.adjudication import hint_adapter_asks
 from celery_app.config import KernelSettings
 from celery_app.tasks import RUN_OCCURRENCE
 from kernel import Job, Kernel, KernelError, StorageUnavailable
+from kernel.types import DispatchHint
 
-__all__ = ["FiringSteps", "RUN_OCCURRENCE", "hint_time_limits", "plan_job"]
+__all__ = ["FiringSteps", "RUN_OCCURRENCE", "hint_time_limits", "plan_job", "publish_hints"]
 
 log = logging.getLogger("celery_kernel.beat")
 
@@ -38,6 +41,48 @@ def hint_time_limits(kind: str, timeout: float | None) -> dict[str, float]:
     if timeout is None or kind not in _TIME_LIMITED_KINDS:
         return {}
     return {"soft_time_limit": timeout, "time_limit": timeout + _HARD_LIMIT_MARGIN_S}
+
+
+def publish_hints(
+    app: Any,
+    producer: Any,
+    hints: list[DispatchHint],
+    *,
+    batch_max: int,
+    hint_options: dict[str, dict[str, Any]],
+) -> None:
+    """Send ``hints`` as ``run_occurrence`` messages, batching a queue's when it is deep.
+
+    Only hints with nothing of their own in the message batch: no Celery time limit
+    (one limit cannot time several runs) and no beat_schedule ``options``. A queue with
+    more such hints than ``batch_max`` gets them in messages of at most ``batch_max`` ids
+    (sizes evened out); otherwise each goes alone, so a single firing is never held back.
+    """
+    batchable: dict[str, list[DispatchHint]] = {}
+    for hint in hints:
+        options = {**hint_options.get(hint.job_id, {}), **hint_time_limits(hint.kind, hint.timeout)}
+        if options:
+            _send(app, producer, [hint], options)
+        else:
+            batchable.setdefault(hint.queue, []).append(hint)
+    for queue_hints in batchable.values():
+        count = len(queue_hints)
+        messages = -(-count // batch_max) if count > batch_max else count
+        for index in range(messages):
+            _send(app, producer, queue_hints[index::messages], {})
+
+
+def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str, Any]) -> None:
+    jobs = {hint.job_id for hint in hints}
+    app.send_task(
+        RUN_OCCURRENCE,
+        args=[hint.occurrence_id for hint in hints],
+        queue=hints[0].queue,
+        # Flower names a message by its shadow: the job, when the message has one.
+        shadow=jobs.pop() if len(jobs) == 1 else None,
+        producer=producer,
+        **options,
+    )
 
 
 def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
@@ -120,16 +165,13 @@ class FiringSteps:
             return
         try:
             with self.app.producer_or_acquire() as producer:
-                for hint in hints:
-                    self.app.send_task(
-                        RUN_OCCURRENCE,
-                        args=[hint.occurrence_id],
-                        queue=hint.queue,
-                        shadow=hint.job_id,
-                        producer=producer,
-                        **self.hint_options.get(hint.job_id, {}),
-                        **hint_time_limits(hint.kind, hint.timeout),
-                    )
+                publish_hints(
+                    self.app,
+                    producer,
+                    hints,
+                    batch_max=self.settings.batch_max,
+                    hint_options=self.hint_options,
+                )
         except OperationalError as exc:  # the broker is down: an outage, not a bad job
             log.warning(
                 "broker unavailable, %d hint(s) not all published (%s); they are sent again "

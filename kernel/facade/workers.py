@@ -46,6 +46,29 @@ class WorkerFacade(FacadeBase):
         """Settle as succeeded (fenced); chained children fire in the same transaction."""
         self._write(runs.settle, occurrence_id, owner, fence, outcome="succeeded", result=result)
 
+    def succeed_and_claim(
+        self,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        result: Any = None,
+        next_occurrence_id: int,
+        lease: float | None = None,
+    ) -> Claim | None:
+        """:meth:`succeed` and then :meth:`claim` of ``next_occurrence_id`` by the same owner,
+        committed together (a batch's next run). The claim's None changes nothing; LeaseLost
+        from the settle leaves both undone."""
+        return self._write(
+            claiming.succeed_and_claim,
+            occurrence_id,
+            owner,
+            fence,
+            result,
+            next_occurrence_id,
+            lease_ms(lease),
+        )
+
     def fail(
         self,
         occurrence_id: int,

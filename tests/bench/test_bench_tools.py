@@ -11,7 +11,7 @@ import pytest
 from bench.peers import _count
 from bench.profile_worker import classify
 from bench.round_trips import _measure
-from bench.support import process_tree_rss
+from bench.support import process_tree_memory
 
 
 def test_ledger_count_finds_duplicates_and_misses_inside_the_window() -> None:
@@ -37,9 +37,10 @@ def test_profile_split_takes_the_innermost_frame_with_a_category() -> None:
     assert classify(["main (somewhere/else.py:1)"]) == "other"
 
 
-def test_process_tree_rss_counts_this_process() -> None:
-    assert process_tree_rss(os.getpid()) > 1_000_000
-    assert process_tree_rss(2**22 + 12345) == 0  # no such process
+def test_process_tree_memory_counts_this_process() -> None:
+    rss, pss = process_tree_memory(os.getpid())
+    assert rss > 1_000_000 and 0 < pss <= rss
+    assert process_tree_memory(2**22 + 12345) == (0, 0)  # no such process
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])

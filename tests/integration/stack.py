@@ -296,19 +296,21 @@ class Stack:
         hung = [proc.name for proc in self.procs if proc.reap(deadline)]
         assert not hung, f"{hung} did not stop within {_STOP_GRACE:.0f}s of SIGTERM"
 
-    def send_hints(self, occurrence_id: int, copies: int) -> None:
-        """Publish ``copies`` ``kernel.run_occurrence`` hints through the product's own app."""
+    def send_hints(self, *occurrence_ids: int, copies: int = 1) -> None:
+        """Publish ``copies`` ``kernel.run_occurrence`` hints through the product's own app,
+        each carrying ``occurrence_ids`` (several: one batch, as the pump sends a backlog)."""
         code = (
             "import sys\n"
             "from celery_app import app\n"
-            "occurrence_id, queue, copies = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])\n"
+            "queue, copies = sys.argv[1], int(sys.argv[2])\n"
+            "ids = [int(i) for i in sys.argv[3:]]\n"
             "with app.producer_or_acquire() as producer:\n"
             "    for _ in range(copies):\n"
-            "        app.send_task('kernel.run_occurrence', args=[occurrence_id], queue=queue,\n"
+            "        app.send_task('kernel.run_occurrence', args=ids, queue=queue,\n"
             "                      producer=producer)\n"
         )
         subprocess.run(
-            [sys.executable, "-c", code, str(occurrence_id), self.queue, str(copies)],
+            [sys.executable, "-c", code, self.queue, str(copies), *map(str, occurrence_ids)],
             cwd=self.root,
             env=self.env,
             check=True,

@@ -178,3 +178,32 @@ def test_a_run_in_flight_when_flower_starts_shows_its_jobs_name(stack: Stack) ->
     [task] = stack.wait(ended, timeout=30, what="the run's end in flower's /api/tasks")
     assert task["name"] == "long-one", task
     assert stack.occurrences("long-one")[0].id == running.id
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_flower_shows_each_run_of_a_batch_under_its_job(stack: Stack, flower: str) -> None:
+    worker = stack.start_worker("worker")
+    stack.define(stack.job("alpha", "record"), stack.job("beta", "record"))
+    stack.wait(
+        lambda: worker.logged("Events of group {task} enabled by remote."),
+        timeout=20,
+        what="flower enabling the worker's task events",
+    )
+    batch = [stack.run_now("alpha"), stack.run_now("beta"), stack.run_now("alpha")]
+    stack.send_hints(*batch)  # one message, as the pump batches a deep queue
+
+    def runs() -> dict[str, str] | None:
+        named = {
+            task["args"]: task["name"]
+            for task in flower_tasks(flower).values()
+            if task["state"] == "SUCCESS" and task["name"] in ("alpha", "beta")
+        }
+        return named if len(named) == 3 else None
+
+    named = stack.wait(runs, timeout=30, what="each run of the batch in flower's /api/tasks")
+    assert named == {
+        f"[{batch[0]}]": "alpha",
+        f"[{batch[1]}]": "beta",
+        f"[{batch[2]}]": "alpha",
+    }
+    assert all(stack.occurrence(i).status.value == "succeeded" for i in batch)

@@ -1,0 +1,97 @@
+"""Celery task events for each run of a batch, so that Flower lists each under its job's name.
+
+A hint carrying several occurrences is one Celery message, and Celery's own task events
+describe that message. When the worker sends task events (``-E``, or Flower's
+``enable_events``), the main process marks each batch's request as it arrives
+(:func:`mark_batch`), and the pool process then sends, per run, the events Flower builds
+a task from: ``task-received`` and ``task-started`` when the run's claim is made,
+``task-succeeded`` or ``task-failed`` when it ended, each named by the run's job and
+with its own id ``<message id>:<occurrence id>``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery.signals import task_received
+
+from celery_app.runtime import RunOutcome
+from kernel import Claim
+
+__all__ = ["BATCH_EVENTS", "RunEvents", "connect", "run_events"]
+
+#: The request header that tells the pool process to send each run's events.
+BATCH_EVENTS = "kernel_run_events"
+
+
+def connect(task_name: str) -> None:
+    """Mark the batches of ``task_name`` as they reach the main process."""
+
+    def mark_batch(request: Any, **_: Any) -> None:
+        if request.type != task_name or len(request.args or ()) < 2:
+            return
+        eventer = request.eventer
+        if (
+            eventer is not None
+            and eventer.enabled
+            and (not eventer.groups or "task" in eventer.groups)
+        ):
+            request.request_dict[BATCH_EVENTS] = True
+
+    task_received.connect(mark_batch, weak=False)
+
+
+class RunEvents:
+    """The events of one batch's runs, sent through ``dispatcher``."""
+
+    def __init__(self, dispatcher: Any, message_id: str) -> None:
+        self.dispatcher = dispatcher
+        self.message_id = message_id
+        self._started: dict[int, float] = {}
+
+    def _uuid(self, occurrence_id: int) -> str:
+        return f"{self.message_id}:{occurrence_id}"
+
+    def started(self, claim: Claim) -> None:
+        occurrence = claim.occurrence
+        uuid = self._uuid(occurrence.id)
+        self._started[occurrence.id] = time.monotonic()
+        self.dispatcher.send(
+            "task-received",
+            uuid=uuid,
+            name=occurrence.job_id,
+            args=f"[{occurrence.id}]",
+            kwargs="{}",
+            retries=max(claim.occurrence.attempt - 1, 0),
+        )
+        self.dispatcher.send("task-started", uuid=uuid)
+
+    def ended(self, occurrence_id: int, outcome: RunOutcome) -> None:
+        began = self._started.pop(occurrence_id, None)
+        if began is None:
+            return  # never claimed here: nothing was announced
+        uuid = self._uuid(occurrence_id)
+        if outcome.error_code is None:
+            runtime = time.monotonic() - began
+            self.dispatcher.send(
+                "task-succeeded", uuid=uuid, result=repr(outcome.result), runtime=runtime
+            )
+            return
+        failure = outcome.failure(occurrence_id)
+        self.dispatcher.send(
+            "task-failed", uuid=uuid, exception=f"OccurrenceFailed({failure!r})", traceback=""
+        )
+
+
+@contextmanager
+def run_events(task: Any) -> Iterator[RunEvents | None]:
+    """The batch's :class:`RunEvents` when the main process marked it, else None."""
+    request = task.request
+    if not getattr(request, BATCH_EVENTS, False):
+        yield None
+        return
+    with task.app.events.default_dispatcher(hostname=request.hostname) as dispatcher:
+        yield RunEvents(dispatcher, request.id)

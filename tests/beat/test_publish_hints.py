@@ -1,0 +1,61 @@
+"""How Beat's pump packs hints into messages: a deep queue in batches, anything else alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from celery_app.beat.firings import RUN_OCCURRENCE, publish_hints
+from kernel.types import DispatchHint
+
+
+def published(hints: list[DispatchHint], **options: Any) -> list[tuple[str, list[int], Any]]:
+    """(queue, ids, shadow) of each message ``publish_hints`` sends, read back from the broker."""
+    app = Celery("pump-test", broker="memory://")
+    with app.producer_or_acquire() as producer:
+        publish_hints(app, producer, hints, **options)
+    found = []
+    with app.connection_for_read() as conn:
+        for queue in sorted({h.queue for h in hints}):
+            with conn.SimpleQueue(queue) as inbox:
+                while inbox.qsize():
+                    message = inbox.get(timeout=1)
+                    assert message.headers["task"] == RUN_OCCURRENCE
+                    found.append((queue, message.payload[0], message.headers["shadow"]))
+                    message.ack()
+    return found
+
+
+def hint(
+    occ_id: int, queue: str = "q", job: str = "j", kind: str = "shell", timeout: Any = None
+) -> DispatchHint:
+    return DispatchHint(occ_id, job, queue, kind, timeout)
+
+
+def test_a_deep_queue_goes_in_even_batches_and_a_shallow_one_alone() -> None:
+    deep = [hint(i) for i in range(1, 11)]  # 10 > batch_max 4: three messages
+    shallow = [hint(i, queue="other") for i in (20, 21)]
+    messages = published(deep + shallow, batch_max=4, hint_options={})
+    assert messages == [
+        ("other", [20], "j"),
+        ("other", [21], "j"),
+        ("q", [1, 4, 7, 10], "j"),
+        ("q", [2, 5, 8], "j"),
+        ("q", [3, 6, 9], "j"),
+    ]
+
+
+def test_hints_with_time_limits_or_options_and_mixed_jobs() -> None:
+    hints = [hint(i, job="a" if i % 2 else "b") for i in range(1, 6)]
+    timed = hint(9, job="timed", kind="callable", timeout=5.0)
+    tuned = hint(8, job="tuned")
+    messages = published(
+        [*hints, timed, tuned], batch_max=2, hint_options={"tuned": {"priority": 3}}
+    )
+    assert ("q", [9], "timed") in messages and ("q", [8], "tuned") in messages
+    batches = [m for m in messages if m[1] not in ([9], [8])]
+    # Five batchable hints, at most two per message; a message of two jobs names none.
+    assert sorted(i for _, ids, _ in batches for i in ids) == [1, 2, 3, 4, 5]
+    assert all(len(ids) <= 2 for _, ids, _ in batches) and len(batches) == 3
+    assert all(shadow is None for _, ids, shadow in batches if len(ids) == 2)
