@@ -115,7 +115,8 @@ def _job(job_id: str, schedule: dict[str, Any], catchup: str = "latest") -> dict
         "schedule": schedule,
         "payload": {"callable": "soak:unused"},
         "overlap": "allow",
-        "catchup": {"policy": catchup, "window": "1d"},
+        # A window only where it has an effect: the kernel refuses one under "latest".
+        "catchup": {"policy": catchup, **({"window": "1d"} if catchup == "all" else {})},
         "delivery": "at-least-once",
     }
 

@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 
 from integration.stack import Stack
-from multihost.checker import read_ledger
+from multihost.evidence import read_ledger
 
 MULTIHOST_DIR = Path(__file__).resolve().parent
 
