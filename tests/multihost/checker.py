@@ -36,10 +36,10 @@ Violations (each column fails the run when non-zero):
   and finished by a later fence (from its checkpoint or, when the run stopped before a
   safe point, from the start: ``rewind`` judges the checkpoint).
 * **exit**: a process that exited when it should not have (seen by the harness), except
-  the transport failures in ``TRANSPORT_EXITS``: Celery's own broker transports end a
-  worker so when the broker goes away, the README tells users to supervise workers for
-  them, and the harness restarts the worker as a supervisor would. They are counted as
-  ``transport_exit`` (information); what they could cost (a lost, stuck or duplicated
+  the transport failure in ``TRANSPORT_EXITS``: kombu's Redis transport ends a worker so
+  when Redis goes away, the README tells users to supervise workers for it, and the
+  harness restarts the worker as a supervisor would. Such an exit is counted as
+  ``transport_exit`` (information); what it could cost (a lost, stuck or duplicated
   run) is still judged by those columns.
 * **stuck**: an occurrence not settled ``stuck_after_s`` after its due time (and not
   waiting for an operator) whose settle the kernel never acknowledged.
@@ -73,12 +73,10 @@ VIOLATIONS = (
     "handback", "exit", "stuck", "errors",
 )  # fmt: skip
 INFO = ("reruns", "adjudicate", "resumed", "transport_exit")
-#: The last CRITICAL line of a worker that kombu ended when its broker went away (the
-#: README's "Supervise workers" names both): Redis restoring unacknowledged messages
-#: without a connection, and RabbitMQ refusing a reject on a closed connection.
+#: Why kombu ended a worker when its broker went away (the README's "Supervise
+#: workers"): Redis restoring unacknowledged messages without a connection.
 TRANSPORT_EXITS = (
     "Unrecoverable error: AttributeError(\"'NoneType' object has no attribute 'hostname'\")",
-    "Couldn't reject",
 )
 _TERMINAL = {
     "occurrence_succeeded": "succeeded",

@@ -189,7 +189,10 @@ class Cluster:
                 if proc.expected_exit or proc.popen.poll() is None:
                     continue
                 critical = [line for line in proc.log().splitlines() if "CRITICAL/" in line]
-                why = critical[-1] if critical else f"exit status {proc.popen.returncode}"
+                # The cause is Celery's "Unrecoverable error" line; the CRITICAL lines after
+                # it (acks refused on the closed connection) are what the stop went through.
+                cause = [line for line in critical if "Unrecoverable error" in line]
+                why = (cause or critical[-1:] or [f"exit status {proc.popen.returncode}"])[0]
                 # Its log's last write (the filesystem's clock, never skewed) is when it
                 # went, which may be a fault or two before this look found it.
                 went = proc.log_path.stat().st_mtime
