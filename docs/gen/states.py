@@ -17,12 +17,16 @@ _NO_ROW = "none"
 
 
 def _diagram(transitions: Iterable[Transition]) -> str:
-    """A ``stateDiagram-v2``: one arrow per (from, to) pair, labelled with every trigger
-    that takes it, in the table's order."""
+    """A ``stateDiagram-v2``: one arrow per change of state (from, to), labelled with every
+    trigger that makes it, in the table's order. A row that may leave the state as it was
+    (a renewal, a reclaim under a new fence, a cancel request) is not drawn as a loop:
+    the tables list it, and the loops hid the arrows."""
     triggers: dict[tuple[str, str], list[str]] = {}
     for transition in transitions:
         for source in transition.from_states:
             for target in transition.to_states:
+                if source == target:
+                    continue
                 labels = triggers.setdefault((str(source), str(target)), [])
                 if transition.trigger not in labels:
                     labels.append(transition.trigger)
@@ -80,7 +84,9 @@ def states_page() -> str:
             "",
             "## Occurrences",
             "",
-            "`[*]` is an occurrence not made yet. A paused occurrence is stored as",
+            "`[*]` is an occurrence not made yet. Rows that keep the status (a renewal, a",
+            "reclaim under a new fence, a cancel request, an adapter asked, a resume) are in",
+            "the table, not drawn. A paused occurrence is stored as",
             "`retry_wait` with its runtime control `paused`; the CLI, the console, the API",
             "and the exporter call it `paused`.",
             "",
