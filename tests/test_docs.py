@@ -1,0 +1,56 @@
+"""The documentation site builds without a warning, and the README's state diagram is the
+one generated from the kernel's transition table."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from docs.gen.states import occurrence_diagram
+from kernel.states import OccurrenceStatus
+from kernel.transitions import allowed_pairs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_site_builds_strictly(tmp_path: Path) -> None:
+    # --strict turns every warning (a broken link, a page missing from the build, an
+    # anchor that does not exist) into a failed build.
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "WARNING" not in build.stderr, build.stderr
+    # The generated references are pages of the site.
+    for page in ("job-file", "cli", "http-api", "states"):
+        assert (tmp_path / "reference" / page / "index.html").is_file(), page
+
+
+def _readme_diagram() -> str:
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"```mermaid\n(.*?)```", readme, re.DOTALL)
+    assert found, "README.md has no mermaid block"
+    return found.group(1)
+
+
+def test_readme_state_diagram_is_the_generated_one() -> None:
+    assert _readme_diagram() == occurrence_diagram(), (
+        "README.md's state diagram differs from the transition table: paste the output "
+        "of `python -m docs.gen.states` into README.md"
+    )
+
+
+def test_state_diagram_draws_every_status_and_every_change_of_status() -> None:
+    arrows = {(line.split()[0], line.split()[2]) for line in occurrence_diagram().splitlines()[1:]}
+    drawn = {state for pair in arrows for state in pair}
+    assert {status.value for status in OccurrenceStatus} <= drawn
+    changes = {(str(a), str(b)) for a, b in allowed_pairs() if a != b}
+    assert changes <= arrows
