@@ -3,7 +3,9 @@
 ``install(app)`` on an app that names no broker, or names ``filesystem://``, runs on
 the embedded broker under ``KERNEL_VAR_DIR``; the default SQLite kernel lives in the
 project's directory, so a Beat started from another directory fires into the same
-kernel, and every process prints its absolute path.
+kernel, and every process prints its absolute path. The tutorial
+(``docs/tutorial.md``) is followed as written: its files and commands are read from
+the page, whose code blocks each carry a ``<!-- test: ROLE -->`` mark.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import os
 import re
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from integration.stack import Proc, Stack
+from web.support import console_login
 
 pytestmark = pytest.mark.long
 
@@ -129,3 +134,103 @@ def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
     for command in printed:
         done = _run_printed(command.strip(), elsewhere, env)
         assert done.returncode == 0, (command, done.stdout, done.stderr)
+
+
+TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
+#: A mark, then the fenced block it is about; every block of the page must carry one.
+_MARKED_BLOCK = re.compile(r"<!-- test: (\S+)[^>]*-->\n```\w+\n(.*?)\n```", re.DOTALL)
+_LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+
+
+def _tutorial_blocks() -> list[tuple[str, str]]:
+    """(role, text) of each code block of the tutorial, in page order."""
+    page = TUTORIAL.read_text()
+    blocks = _MARKED_BLOCK.findall(page)
+    assert len(blocks) * 2 == page.count("\n```"), "a code block of the tutorial has no test mark"
+    return blocks
+
+
+def _commands(block: str) -> list[str]:
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_tutorial_runs_as_written(stack: Stack) -> None:
+    blocks = _tutorial_blocks()
+    roles = [role for role, _ in blocks]
+    assert roles == ["install", "file", "file", "file", "start", "check", "example", "pause",
+                     "console"], roles  # fmt: skip
+    project = stack.root / "myproj"
+    project.mkdir()
+    # The reader's shell: this virtualenv activated, nothing of the suite's settings.
+    env = {k: v for k, v in stack.env.items()
+           if k not in ("CELERY_CONFIG_MODULE", "KERNEL_BEAT_INTERVAL", "PYTHONPATH")}  # fmt: skip
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    stack.database_url = f"sqlite:///{project / 'var' / 'kernel.db'}"
+    steps = iter(blocks[1:])
+
+    def run(command: str) -> str:
+        done = _run_printed(command, project, env)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (command, done)
+        return done.stdout
+
+    def start(name: str, command: str) -> Proc:
+        proc = Proc(name, ["/bin/sh", "-c", f"exec {command}"], cwd=project, env=env)
+        stack.procs.append(proc)
+        return proc
+
+    # 2. The project's files, as the page shows them.
+    for _ in range(3):
+        _, text = next(steps)
+        name = text.splitlines()[0].removeprefix("# ").strip()
+        (project / name).write_text(text + "\n")
+    # 3. Worker and Beat, then the operator CLI.
+    worker_command, beat_command = _commands(next(steps)[1])
+    worker = start("worker", worker_command)
+    start("beat", beat_command)
+    stack.wait(lambda: worker.logged("ready."), timeout=40, what="worker ready")
+    for command in _commands(next(steps)[1]):
+        run(command)
+    next(steps)  # 4. another project's settings: an example, not a step
+
+    # 5. Beat fires `import`; pause the run under way, then resume it.
+    def running() -> int | None:
+        found = stack.kernel.list_occurrences(job_id="import", statuses=["running"])
+        return found[0].id if found else None
+
+    occurrence_id = stack.wait(running, timeout=30, what="a firing of import running")
+    listing, pause, paused_listing, resume, why = (
+        re.sub(r"\b42\b", str(occurrence_id), command) for command in _commands(next(steps)[1])
+    )
+    assert re.search(rf"^\s*{occurrence_id}\b", run(listing), re.MULTILINE)
+    run(pause)
+    stack.wait(lambda: stack.occurrence(occurrence_id).control.state == "paused",
+               timeout=20, what="the run paused at a checkpoint")  # fmt: skip
+    assert re.search(rf"^\s*{occurrence_id}\b", run(paused_listing), re.MULTILINE)
+    assert stack.occurrence(occurrence_id).checkpoint["row"] > 0
+    run(resume)
+    story = run(why)
+    assert "paused" in story and "resume" in story, story
+
+    # 6. The console: a user, the server, a real sign-in and the overview.
+    users_add, web_command = _commands(next(steps)[1])
+    token = re.search(r"^token\s+(\S+)", run(users_add), re.MULTILINE)
+    assert token, "kernel users add printed no token"
+    web = start("web", f"{web_command.partition('#')[0].strip()} --port 0")
+    port = stack.wait(lambda: _LISTENING.search(web.log()), timeout=30, what="the console").group(1)
+    with closing(console_login(f"http://127.0.0.1:{port}", "alice", token.group(1))) as client:
+        stack.wait(lambda: _names_job(client.get("/"), "import"), timeout=20,
+                   what="the overview naming import")  # fmt: skip
+
+    # Resumed, it is claimed again in the same attempt (its claim carries the checkpoint).
+    def claimed_again() -> bool:
+        again = stack.occurrence(occurrence_id)
+        assert again.attempt == 1, again
+        return ("occurrence_claimed", 2) in stack.event_types(occurrence_id)
+
+    stack.wait(claimed_again, timeout=20, what="the resumed run claimed again")
+
+
+def _names_job(page: httpx.Response, job_id: str) -> bool:
+    """Whether a console page (which must have answered 200) shows ``job_id`` in a cell."""
+    assert page.status_code == 200, page.text
+    return re.search(rf">\s*{re.escape(job_id)}\s*<", page.text) is not None
