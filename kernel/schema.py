@@ -213,7 +213,8 @@ occurrences = sa.Table(
         sqlite_where=sa.text("status = 'running'"),
         postgresql_where=sa.text("status = 'running'"),
     ),
-    sa.Index("occurrences_job", "job_id", "status"),
+    # settled_at too: a job's last success or failure is one seek (kernel/job_health.py).
+    sa.Index("occurrences_job", "job_id", "status", "settled_at"),
     sa.Index(
         "occurrences_pool",
         "pool",

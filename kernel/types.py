@@ -23,6 +23,7 @@ __all__ = [
     "Verdict",
     "Adjudication",
     "AdapterAsk",
+    "JobHealth",
 ]
 
 
@@ -315,3 +316,33 @@ class AdapterAsk:
     occurrence: Occurrence
     token: str
     deadline: datetime
+
+
+# -- job health (kernel/job_health.py) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobHealth:
+    """How one job is doing (:func:`kernel.job_health.job_health`).
+
+    Attributes:
+        job_id: the job.
+        last_success_at: when its latest successful run settled (None: none kept).
+        last_failure_at: when its latest run settled as a dead letter (None: none kept).
+        consecutive_failures: dead letters settled since its last success.
+        next_fire_at: its next scheduled firing (None: disabled, unscheduled, or done).
+    """
+
+    job_id: str
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+    consecutive_failures: int
+    next_fire_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "last_success_at": _iso(self.last_success_at),
+            "last_failure_at": _iso(self.last_failure_at),
+            "consecutive_failures": self.consecutive_failures,
+            "next_fire_at": _iso(self.next_fire_at),
+        }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from cli.support import define
 
+from celery_app.cli.exporter import KernelCollector
 from kernel import Kernel
 
 
@@ -41,3 +42,57 @@ def test_a_bad_default_timeout_is_refused_naming_its_variable(
     [settings] = result.json()["checks"]
     assert settings["status"] == "fail"
     assert settings["detail"].startswith(f"KERNEL_DEFAULT_TIMEOUT={value!r}: expected a duration")
+
+
+def _dead_letter(kernel: Kernel, job_id: str, request_id: str) -> int:
+    occ = kernel.run_now(job_id, request_id=request_id, operator="t", force=True).occurrence.id
+    kernel.claim(occ, owner="w", lease=60)
+    kernel.fail(occ, owner="w", fence=1, code="X", message="x", retryable=False)
+    return occ
+
+
+def test_jobs_list_and_show_carry_each_jobs_health(cli, kernel: Kernel) -> None:
+    define(kernel, "failing")
+    define(kernel, "quiet", enabled=False)
+    ok = kernel.run_now("failing", request_id="ok", operator="t", force=True).occurrence.id
+    kernel.claim(ok, owner="w", lease=60)
+    kernel.succeed(ok, owner="w", fence=1)
+    dead = [_dead_letter(kernel, "failing", f"r{n}") for n in range(3)]
+
+    listed = {j["id"]: j["health"] for j in cli("jobs", "list", "--json").json()}
+    failing = listed["failing"]
+    assert failing["consecutive_failures"] == 3
+    assert failing["last_success_at"] == kernel.get_occurrence(ok).to_dict()["settled_at"]
+    assert failing["last_failure_at"] == kernel.get_occurrence(dead[-1]).to_dict()["settled_at"]
+    assert listed["quiet"] == {
+        "last_success_at": None,
+        "last_failure_at": None,
+        "consecutive_failures": 0,
+        "next_fire_at": None,
+    }
+    shown = cli("jobs", "show", "failing", "--json").json()
+    assert shown["health"] == failing
+    table = cli("jobs", "list").out
+    assert "LAST SUCCESS" in table and "FAILS" in table
+    assert "fails in row  3" in cli("jobs", "show", "failing").out
+
+
+def test_the_exporter_has_job_health_gauges(kernel: Kernel) -> None:
+    define(kernel, "failing", schedule={"every": "1h"})
+    define(kernel, "new")
+    _dead_letter(kernel, "failing", "r1")
+    _dead_letter(kernel, "failing", "r2")
+    samples = {
+        (s.name, s.labels["job"]): s.value
+        for family in KernelCollector(kernel, beat_retention_s=600).collect()
+        for s in family.samples
+        if "job" in s.labels and s.name.startswith("celery_kernel_job_")
+    }
+    # No Beat placed the cursors yet, so neither job has a next firing (nor a sample).
+    failed_at = kernel.job_health("failing")["failing"].last_failure_at
+    assert failed_at is not None
+    assert samples == {
+        ("celery_kernel_job_consecutive_failures", "failing"): 2,
+        ("celery_kernel_job_consecutive_failures", "new"): 0,
+        ("celery_kernel_job_last_failure_timestamp_seconds", "failing"): failed_at.timestamp(),
+    }
