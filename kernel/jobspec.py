@@ -42,6 +42,7 @@ from kernel.spec.sections import (
     BudgetRef,
     CatchupPolicy,
     DstPolicy,
+    History,
     Name,
     OutputPolicy,
     RetryPolicy,
@@ -60,6 +61,7 @@ __all__ = [
     "Budget",
     "CatchupPolicy",
     "DstPolicy",
+    "History",
     "JobSpec",
     "OutputPolicy",
     "RetryPolicy",
@@ -154,6 +156,10 @@ class JobSpec(Section):
         alias="ttl",
         description="A finished one-shot or disabled job is deleted this late.",
     )
+    # -- job health (issue 29 items 6-8) --
+    history: History | None = Field(
+        default=None, description="Settled runs retention keeps per status, the newest."
+    )
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -215,6 +221,8 @@ class JobSpec(Section):
             spec["delete_after_run"] = True
         if self.ttl_s is not None:
             spec["ttl"] = self.ttl_s
+        if self.history is not None:
+            spec["history"] = self.history.to_dict()
         return spec
 
     @classmethod

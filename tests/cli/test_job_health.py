@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from cli.support import define
 
@@ -96,3 +98,32 @@ def test_the_exporter_has_job_health_gauges(kernel: Kernel) -> None:
         ("celery_kernel_job_consecutive_failures", "new"): 0,
         ("celery_kernel_job_last_failure_timestamp_seconds", "failing"): failed_at.timestamp(),
     }
+
+
+def test_why_names_a_firing_whose_run_the_history_limit_deleted(cli, kernel: Kernel) -> None:
+    define(
+        kernel, "limited", schedule={"cron": "* * * * *"}, overlap="allow", history={"succeeded": 1}
+    )
+    minute = kernel.now().replace(second=0, microsecond=0)
+    firings = [minute - timedelta(minutes=n) for n in (3, 2)]
+    keys = [f"cron:{at.isoformat().replace('+00:00', 'Z')}" for at in firings]
+    kernel.fire(
+        "limited",
+        expected_revision=1,
+        expected_cursor=None,
+        firings=list(zip(keys, firings, strict=True)),
+        next_cursor=(f"cron:{minute.isoformat().replace('+00:00', 'Z')}", minute),
+    )
+    for occ in sorted(kernel.list_occurrences(job_id="limited"), key=lambda o: o.id):
+        kernel.claim(occ.id, owner="w", lease=60)
+        kernel.succeed(occ.id, owner="w", fence=1)
+    assert kernel.apply_retention({"succeeded": None})["occurrences"] == 1
+
+    gone = cli("why", "limited", "--at", firings[0].isoformat(), "--json").json()
+    assert gone["outcome"] == "pruned"
+    assert (
+        "by the job's history limit (history.succeeded: only the newest 1 succeeded"
+        in (gone["reason"])
+    )
+    kept = cli("why", "limited", "--at", firings[1].isoformat(), "--json").json()
+    assert kept["outcome"] == "created"
