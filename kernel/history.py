@@ -12,6 +12,7 @@ from kernel.schema import (
     budget_reservations,
     controls,
     events,
+    notifications,
     occurrences,
     operator_requests,
     requeue_grants,
@@ -30,7 +31,7 @@ PRUNABLE: tuple[str, ...] = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
 
 def forget(tx: Tx, ids: Sequence[int], *, requests_before: int) -> int:
     """Delete what belongs to the occurrences ``ids`` (being deleted in ``tx``): controls,
-    grants, asks, reservations, events, and operator requests made before
+    grants, asks, reservations, notifications, events, and operator requests made before
     ``requests_before``. Returns how many events went."""
     for table, column in (
         (controls, controls.c.occurrence_id),
@@ -38,6 +39,7 @@ def forget(tx: Tx, ids: Sequence[int], *, requests_before: int) -> int:
         (adjudication_asks, adjudication_asks.c.occurrence_id),
         # the window's counters keep what it counted; the row only named the occurrence
         (budget_reservations, budget_reservations.c.occurrence_id),
+        (notifications, notifications.c.occurrence_id),
     ):
         tx.conn.execute(sa.delete(table).where(column.in_(ids)))
     pruned_events = tx.conn.execute(

@@ -24,6 +24,7 @@ __all__ = [
     "Adjudication",
     "AdapterAsk",
     "JobHealth",
+    "Notification",
 ]
 
 
@@ -345,4 +346,49 @@ class JobHealth:
             "last_failure_at": _iso(self.last_failure_at),
             "consecutive_failures": self.consecutive_failures,
             "next_fire_at": _iso(self.next_fire_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A job's ``notify`` of one failed run (:mod:`kernel.notify`).
+
+    Attributes:
+        id: the notification (sent as ``X-Kernel-Notification`` / in the body).
+        occurrence_id, fence: the run that failed.
+        job_id: its job.
+        event: ``dead_letter`` or ``failed``.
+        state: ``pending``, ``delivering``, ``delivered`` or ``failed``.
+        tries: tries started so far.
+        next_at: when a try may start (pending).
+        token: the live try's claim (delivering), else None.
+        target: the job's ``notify`` as the run's definition held it.
+        body: what is delivered.
+        last_error: why the latest try failed.
+    """
+
+    id: int
+    occurrence_id: int
+    fence: int
+    job_id: str
+    event: str
+    state: str
+    tries: int
+    next_at: datetime
+    token: str | None
+    target: dict[str, Any]
+    body: dict[str, Any]
+    last_error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "occurrence_id": self.occurrence_id,
+            "fence": self.fence,
+            "job_id": self.job_id,
+            "event": self.event,
+            "state": self.state,
+            "tries": self.tries,
+            "next_at": _iso(self.next_at),
+            "last_error": self.last_error,
         }
