@@ -15,7 +15,9 @@ duplicate hint or a second worker delivers nothing, and either:
   carries the notification id, for a receiver that deduplicates.
 
 A failed try is recorded and hinted again after its backoff (``countdown``) while the
-job's ``notify.attempts`` allow, else given up; every step is an event of the run.
+job's ``notify.attempts`` allow, else given up; every step is an event of the run. A
+hint that was lost (a broker outage right after the settle) is made up by Beat, which
+hints notifications overdue by ``REHINT_AFTER_S`` once a minute (:func:`rehint_overdue`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ from kernel import Claim, Kernel, KernelError, Notification
 from kernel.notify import FAILED_STATUSES
 from kernel.spec.notify import Notify
 
-__all__ = ["NOTIFY", "after_settle", "deliver", "register"]
+__all__ = ["NOTIFY", "REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
 
 NOTIFY = "kernel.notify"
 #: Seconds an http notification's request may take.
 HTTP_TIMEOUT_S = 30.0
+#: Seconds a pending notification may be due before Beat hints it again (its own hint,
+#: sent with a countdown, is taken well within this unless it was lost).
+REHINT_AFTER_S = 60.0
 
 log = logging.getLogger("celery_kernel.notify")
 
@@ -211,3 +216,18 @@ def _failed(app: Any, kernel: Kernel, taken: Notification, error: str, retryable
             extra={"action": "notify_not_sent", **ids},
         )
     return "retry"
+
+
+def rehint_overdue(app: Any, kernel: Kernel, limit: int = 100) -> int:
+    """Hint the pending notifications overdue by :data:`REHINT_AFTER_S` (their hints were
+    lost); how many. A hint that was only slow is found taken and dropped."""
+    overdue = kernel.due_notifications(limit, overdue_for=REHINT_AFTER_S)
+    for notification in overdue:
+        _hint(app, notification.id, str(notification.body.get("queue")))
+    if overdue:
+        log.info(
+            "hinted %d overdue notification(s) again",
+            len(overdue),
+            extra={"action": "notify_rehinted", "notifications": [n.id for n in overdue]},
+        )
+    return len(overdue)

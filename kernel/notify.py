@@ -273,11 +273,12 @@ def get(tx: Tx, notification_id: int) -> Notification:
     return _notification(row)
 
 
-def due(tx: Tx, limit: int) -> list[Notification]:
-    """Pending notifications whose next try is due, oldest first (at most ``limit``)."""
+def due(tx: Tx, limit: int, overdue_ms: int = 0) -> list[Notification]:
+    """Pending notifications whose next try has been due for ``overdue_ms`` at least,
+    oldest first (at most ``limit``)."""
     rows = tx.conn.execute(
         sa.select(N)
-        .where(N.c.state == "pending", N.c.next_at <= tx.now)
+        .where(N.c.state == "pending", N.c.next_at <= tx.now - overdue_ms)
         .order_by(N.c.next_at)
         .limit(limit)
     )

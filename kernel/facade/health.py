@@ -69,6 +69,9 @@ class HealthFacade(FacadeBase):
         """One notification. Raises NotFound when there is none."""
         return self._read(notify.get, notification_id)
 
-    def due_notifications(self, limit: int = 100) -> list[Notification]:
-        """Pending notifications whose next try is due, oldest first."""
-        return self._read(notify.due, limit)
+    def due_notifications(
+        self, limit: int = 100, *, overdue_for: float = 0.0
+    ) -> list[Notification]:
+        """Pending notifications whose next try has been due for ``overdue_for`` seconds
+        at least, oldest first (at most ``limit``)."""
+        return self._read(notify.due, limit, int(overdue_for * 1000))
