@@ -51,7 +51,13 @@ class HeldRun:
     """
 
     def __init__(
-        self, kernel: Kernel, claim: Claim, adapter: Adapter, main_pid: int, claimed_at: float
+        self,
+        kernel: Kernel,
+        claim: Claim,
+        adapter: Adapter,
+        main_pid: int,
+        claimed_at: float,
+        timeout: tuple[float | None, str] = (None, "timeout"),
     ) -> None:
         self.kernel = kernel
         self.claim = claim
@@ -69,7 +75,8 @@ class HeldRun:
         definition = occurrence.definition
         self.lease_s = float(definition["lease"])
         self.kill_grace_s = float(definition.get("kill_grace", 2.0))
-        self.timeout_s: float | None = definition.get("timeout")
+        # (seconds, the setting they come from): the job's timeout or the deployment's default.
+        self.timeout_s, self.timeout_from = timeout
         self.started_at = claimed_at
         self.renewed_at = claimed_at
         self.hard_stop_at: float | None = None

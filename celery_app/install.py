@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery_app import adjudication, signals, tasks
+from celery_app import adjudication, notify, signals, tasks
 from celery_app.broker import use_embedded_broker
 
 __all__ = ["KERNEL_DEFAULTS", "install"]
@@ -70,6 +70,7 @@ def install(app: Any) -> Any:
     app.on_after_configure.connect(embedded_broker, weak=False)
     tasks.register(app)
     adjudication.register(app)
+    notify.register(app)
     signals.connect(app)
     app._kernel_installed = True
     return app

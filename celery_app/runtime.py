@@ -178,7 +178,8 @@ def _run_claimed(
             retryable=False,
         )
         return RunOutcome("failed", occurrence.job_id, NOT_ALLOWED, status), None
-    run = HeldRun(kernel, claim, adapter, main_pid, carried.claimed_at)
+    timeout = scope.timeout_of(occurrence.definition)
+    run = HeldRun(kernel, claim, adapter, main_pid, carried.claimed_at, timeout)
     keeper.add(run)
     try:
         return _execute(run, following)
@@ -213,7 +214,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
         if run.fenced:
             return _fenced_off(run), None
         if run.timed_out and isinstance(exc, Cancelled):
-            exc = TimeoutError(f"timed out after {run.timeout_s}s")
+            exc = TimeoutError(f"timed out after {run.timeout_s:g}s ({run.timeout_from})")
         elif run.cancelled.is_set() and isinstance(exc, Cancelled):
             run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)

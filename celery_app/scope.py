@@ -1,4 +1,4 @@
-"""What this deployment lets a job run: adapter kinds and callable functions.
+"""What this deployment lets a job run: adapter kinds, callable functions, and for how long.
 
 A console admin who may define jobs can run code on every worker (a shell command, any
 importable function). ``kernel_allowed_kinds`` and ``kernel_allowed_callables`` (glob
@@ -6,6 +6,8 @@ patterns, :class:`~celery_app.settings.KernelSettings`) narrow that. They are ch
 when a definition is applied (the CLI, the web console, Beat's job file) and again by
 the worker before it runs an occurrence, with the worker's own settings, so a
 definition stored earlier or applied elsewhere is refused too.
+``kernel_default_timeout`` bounds the runs of jobs that set no ``timeout`` of their own;
+the worker applies its own setting, so it also covers jobs defined before it was set.
 """
 
 from __future__ import annotations
@@ -27,14 +29,24 @@ NOT_ALLOWED = "NOT_ALLOWED"
 
 @dataclass(frozen=True)
 class Scope:
-    """Glob patterns of the allowed kinds and callables; None allows any."""
+    """Glob patterns of the allowed kinds and callables (None allows any), and the
+    timeout of a run whose job sets none (None: unbounded)."""
 
     kinds: tuple[str, ...] | None = None
     callables: tuple[str, ...] | None = None
+    default_timeout_s: float | None = None
 
     @classmethod
     def of(cls, settings: KernelSettings) -> Scope:
-        return cls(settings.allowed_kinds, settings.allowed_callables)
+        return cls(settings.allowed_kinds, settings.allowed_callables, settings.default_timeout)
+
+    def timeout_of(self, definition: Mapping[str, Any]) -> tuple[float | None, str]:
+        """A run's timeout in seconds (None: unbounded) and where it comes from: the job's
+        ``timeout``, else ``kernel_default_timeout``."""
+        own = definition.get("timeout")
+        if own is not None or self.default_timeout_s is None:
+            return own, "timeout"
+        return self.default_timeout_s, "kernel_default_timeout"
 
     def refusal(self, kind: str, payload: Mapping[str, Any]) -> tuple[str, str] | None:
         """``(field, why)`` when a job of ``kind`` with ``payload`` may not run here, else None."""

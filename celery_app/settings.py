@@ -171,6 +171,13 @@ def _age(value: Any) -> float | None:
         raise ValueError(value) from None
 
 
+def _optional_duration(value: Any) -> float | None:
+    """A duration (``30m``, seconds), or unset / ``off`` (None)."""
+    if value is None or value == "":
+        return None
+    return _age(value)
+
+
 def _optional_text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
@@ -217,6 +224,9 @@ class KernelSettings:
         allowed_kinds: glob patterns of the adapter kinds jobs may use; None: any.
         allowed_callables: glob patterns of the ``pkg.module:function`` a ``callable`` job
             (or a watchdog's function check) may call; None: any.
+        default_timeout: ``KERNEL_DEFAULT_TIMEOUT`` / ``kernel_default_timeout``: seconds a
+            run of a job without a ``timeout`` may take; None (``off``, the default):
+            unbounded.
         names: where each attribute came from (variable or key), for messages.
     """
 
@@ -237,6 +247,7 @@ class KernelSettings:
     watchdog_grace: float
     allowed_kinds: tuple[str, ...] | None
     allowed_callables: tuple[str, ...] | None
+    default_timeout: float | None = None
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -384,6 +395,14 @@ class KernelSettings:
                 None,
                 _patterns,
                 "glob patterns of pkg.module:function, comma-separated (e.g. myproj.jobs:*)",
+            ),
+            default_timeout=read(
+                "default_timeout",
+                "KERNEL_DEFAULT_TIMEOUT",
+                "kernel_default_timeout",
+                None,
+                _optional_duration,
+                "a duration (30m, 1h, seconds) or off",
             ),
             names=source.names,
         )

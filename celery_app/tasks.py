@@ -11,11 +11,11 @@ from billiard.process import current_process
 
 from adapters.base import Adapter
 from adapters.registry import load_adapters
-from celery_app import run_events
+from celery_app import notify, run_events
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.runtime import LeaseKeeper, new_owner, run_occurrences
 from celery_app.scope import Scope
-from kernel import Kernel, StorageUnavailable
+from kernel import Claim, Kernel, StorageUnavailable
 
 __all__ = ["register", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
 
@@ -105,9 +105,16 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
     ids = [int(occurrence_id) for occurrence_id in occurrence_ids]
     results: list[str] = []
     failures: list[str] = []
+    claims: dict[int, Claim] = {}  # each run's claim, for its job's notify
     try:
         resources = process_resources(task.app)
         with run_events.run_events(task) as events:
+
+            def started(claim: Claim) -> None:
+                claims[claim.occurrence.id] = claim
+                if events is not None:
+                    events.started(claim)
+
             for outcome in run_occurrences(
                 resources.kernel,
                 resources.adapters,
@@ -115,7 +122,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
                 main_pid=resources.main_pid,
                 keeper=resources.keeper,
                 owner=resources.owner,
-                on_start=events.started if events is not None else None,
+                on_start=started,
                 scope=resources.scope,
             ):
                 occurrence_id = ids[len(results)]
@@ -124,6 +131,10 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
                     events.ended(occurrence_id, outcome)
                 if outcome.error_code is not None:
                     failures.append(outcome.failure(occurrence_id))
+                    if occurrence_id in claims and outcome.status is not None:
+                        notify.after_settle(
+                            task.app, resources.kernel, claims[occurrence_id], outcome.status
+                        )
     except StorageUnavailable as exc:
         occurrence_id = ids[len(results)]
         log.warning(

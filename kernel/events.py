@@ -84,6 +84,12 @@ class EventType(StrEnum):
     #: A pool's counter differed from the slots its running occurrences hold (``was``):
     #: Beat's upkeep set it to ``running``.
     POOL_RECONCILED = "pool_reconciled"
+    #: A failed run's notification was recorded (a job's ``notify``; ``notification_id``).
+    NOTIFICATION_RECORDED = "notification_recorded"
+    #: A try delivered the notification (the task was sent, the endpoint answered 2xx).
+    NOTIFICATION_DELIVERED = "notification_delivered"
+    #: A try failed (``error``): tried again at ``next_at``, or given up (``gave_up``).
+    NOTIFICATION_FAILED = "notification_failed"
 
 
 _SETTLED = {

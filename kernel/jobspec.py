@@ -33,6 +33,7 @@ from kernel.errors import InvalidArgument
 from kernel.payloads import MAX_PAYLOAD_BYTES, SHELL_OUTPUT_LIMIT_DEFAULT, check_payload
 from kernel.redaction import is_sensitive_name
 from kernel.spec.fields import BOOLEAN, OBJECT, enum_choice, integer, refuse, seconds, text
+from kernel.spec.notify import Notify
 from kernel.spec.problems import Problem, problems_of, raise_problems
 from kernel.spec.sections import (
     ID,
@@ -42,6 +43,7 @@ from kernel.spec.sections import (
     BudgetRef,
     CatchupPolicy,
     DstPolicy,
+    History,
     Name,
     OutputPolicy,
     RetryPolicy,
@@ -60,7 +62,9 @@ __all__ = [
     "Budget",
     "CatchupPolicy",
     "DstPolicy",
+    "History",
     "JobSpec",
+    "Notify",
     "OutputPolicy",
     "RetryPolicy",
     "canonical_json",
@@ -154,6 +158,13 @@ class JobSpec(Section):
         alias="ttl",
         description="A finished one-shot or disabled job is deleted this late.",
     )
+    # -- job health (issue 29 items 6-8) --
+    history: History | None = Field(
+        default=None, description="Settled runs retention keeps per status, the newest."
+    )
+    notify: Notify | None = Field(
+        default=None, description="A task or http endpoint told of failed runs."
+    )
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -215,6 +226,10 @@ class JobSpec(Section):
             spec["delete_after_run"] = True
         if self.ttl_s is not None:
             spec["ttl"] = self.ttl_s
+        if self.history is not None:
+            spec["history"] = self.history.to_dict()
+        if self.notify is not None:
+            spec["notify"] = self.notify.to_dict()
         return spec
 
     @classmethod
@@ -259,6 +274,8 @@ def validate_job_spec(raw: Mapping[str, object]) -> JobSpec:
         found += [p for p in payload_problems if p not in found]
     if spec is not None:
         found += _without_effect(spec, raw) + stored_secrets(payload)
+        if spec.notify is not None and spec.notify.http is not None:
+            found += stored_secrets(spec.notify.http, "notify.http")
     raise_problems(found)
     assert spec is not None  # no problem found, so the model validated
     return spec.model_copy(update={"payload": payload})

@@ -2,8 +2,9 @@
 
 Beat applies it on its own (``KERNEL_RETENTION_*``); ``kernel prune`` is the manual
 form. Only finished history goes: succeeded, cancelled and skipped occurrences
-older than their status's age. Dead letters and occurrences needing adjudication
-are unresolved and never pruned. A job is deleted when it is finished and asked for
+older than their status's age, and a job's runs past its ``history`` limits. Dead
+letters (unless the job's ``history.failed`` limits them) and occurrences needing
+adjudication are unresolved and never pruned. A job is deleted when it is finished and asked for
 it: ``delete_after_run`` (a one-shot job that ran) at once, ``ttl`` that long after
 it finished; finished means disabled (a one-shot job is disabled once it fired),
 every occurrence settled and resolved, and no job chained after it. A budget's
@@ -20,6 +21,7 @@ import sqlalchemy as sa
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.history import PRUNABLE, prune
+from kernel.history_limits import limit_history
 from kernel.records import loads
 from kernel.schema import budget_windows, job_sources, jobs, occurrences
 from kernel.tx import Tx
@@ -120,6 +122,7 @@ def prune_budget_windows(tx: Tx, limit: int) -> int:
 
 def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, Any]:
     """One bounded pass: prune each status's history older than its age (None: kept),
+    then each job's runs past its ``history`` limits (:mod:`kernel.history_limits`),
     then delete finished jobs; at most ``limit`` occurrences and ``limit`` jobs.
 
     Returns:
@@ -139,6 +142,10 @@ def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dic
         if age <= 0:
             raise InvalidArgument(f"retention.{status}", "must be positive")
         done = prune(tx, settled_before=tx.now - int(age * 1000), limit=budget, statuses=(status,))
+        pruned = {key: pruned[key] + done[key] for key in pruned}
+        budget -= done["occurrences"]
+    if budget > 0:  # per-job history limits (a job's ``history``), after the ages
+        done = limit_history(tx, budget)
         pruned = {key: pruned[key] + done[key] for key in pruned}
         budget -= done["occurrences"]
     deleted = expire_jobs(tx, limit)

@@ -65,6 +65,14 @@ adjudication_asks
     fence (an expired ask may be asked again while ``asks`` < the limit). ``state``:
     ``asking``, or ``cannot_tell`` (the adapter could not tell: only the operator
     decides). The verdicts themselves are ``occurrence_adjudicated`` events.
+notifications
+    A job's ``notify`` of one failed run (revision 0009): unique (``occurrence_id``,
+    ``fence``), so a run notifies at most once. ``event`` is ``dead_letter`` or
+    ``failed``; ``body`` the canonical JSON sent; ``state`` ``pending`` (a try may
+    start at ``next_at``) -> ``delivering`` (``token`` names the one try in flight) ->
+    ``delivered`` | ``pending`` again (the try failed, ``tries`` < the job's attempts)
+    | ``failed`` (given up). A try whose worker died stays ``delivering``: it may have
+    been delivered, and it is not tried again.
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of
 OccurrenceStatus; a lease (owner + expiry) exists exactly while ``running``;
@@ -94,6 +102,7 @@ __all__ = [
     "budget_windows",
     "budget_reservations",
     "adjudication_asks",
+    "notifications",
 ]
 
 metadata = sa.MetaData()
@@ -213,7 +222,8 @@ occurrences = sa.Table(
         sqlite_where=sa.text("status = 'running'"),
         postgresql_where=sa.text("status = 'running'"),
     ),
-    sa.Index("occurrences_job", "job_id", "status"),
+    # settled_at too: a job's last success or failure is one seek (kernel/job_health.py).
+    sa.Index("occurrences_job", "job_id", "status", "settled_at"),
     sa.Index(
         "occurrences_pool",
         "pool",
@@ -367,4 +377,38 @@ adjudication_asks = sa.Table(
     sa.Column("asked_at", Ms, nullable=False),
     sa.Column("ask_deadline", Ms, nullable=False),
     *(sa.CheckConstraint(condition, name=name) for name, condition in ADJUDICATION_ASK_CHECKS),
+)
+
+NOTIFICATION_CHECKS: tuple[tuple[str, str], ...] = (
+    (
+        "ck_notifications_state",
+        "state IN ('pending', 'delivering', 'delivered', 'failed')",
+    ),
+)
+
+notifications = sa.Table(
+    "notifications",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("occurrence_id", sa.BigInteger, nullable=False),
+    sa.Column("fence", sa.Integer, nullable=False),
+    sa.Column("job_id", sa.String(128), nullable=False),
+    sa.Column("event", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("tries", sa.Integer, nullable=False),
+    sa.Column("next_at", Ms, nullable=False),
+    sa.Column("token", sa.String(64)),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", Ms, nullable=False),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.UniqueConstraint("occurrence_id", "fence", name="notifications_run"),
+    sa.Index(
+        "notifications_due",
+        "next_at",
+        sqlite_where=sa.text("state = 'pending'"),
+        postgresql_where=sa.text("state = 'pending'"),
+    ),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
 )

@@ -17,6 +17,7 @@ from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.facade import (
     BeatFacade,
     GateFacade,
+    HealthFacade,
     JobFacade,
     ObserveFacade,
     OperatorFacade,
@@ -42,6 +43,7 @@ class Kernel(
     ObserveFacade,
     UpkeepFacade,
     VerdictFacade,
+    HealthFacade,
 ):
     """The durable authority for occurrences, fences, leases, controls and retries.
 

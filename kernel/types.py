@@ -23,6 +23,8 @@ __all__ = [
     "Verdict",
     "Adjudication",
     "AdapterAsk",
+    "JobHealth",
+    "Notification",
 ]
 
 
@@ -315,3 +317,78 @@ class AdapterAsk:
     occurrence: Occurrence
     token: str
     deadline: datetime
+
+
+# -- job health (kernel/job_health.py) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobHealth:
+    """How one job is doing (:func:`kernel.job_health.job_health`).
+
+    Attributes:
+        job_id: the job.
+        last_success_at: when its latest successful run settled (None: none kept).
+        last_failure_at: when its latest run settled as a dead letter (None: none kept).
+        consecutive_failures: dead letters settled since its last success.
+        next_fire_at: its next scheduled firing (None: disabled, unscheduled, or done).
+    """
+
+    job_id: str
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+    consecutive_failures: int
+    next_fire_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "last_success_at": _iso(self.last_success_at),
+            "last_failure_at": _iso(self.last_failure_at),
+            "consecutive_failures": self.consecutive_failures,
+            "next_fire_at": _iso(self.next_fire_at),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A job's ``notify`` of one failed run (:mod:`kernel.notify`).
+
+    Attributes:
+        id: the notification (sent as ``X-Kernel-Notification`` / in the body).
+        occurrence_id, fence: the run that failed.
+        job_id: its job.
+        event: ``dead_letter`` or ``failed``.
+        state: ``pending``, ``delivering``, ``delivered`` or ``failed``.
+        tries: tries started so far.
+        next_at: when a try may start (pending).
+        token: the live try's claim (delivering), else None.
+        target: the job's ``notify`` as the run's definition held it.
+        body: what is delivered.
+        last_error: why the latest try failed.
+    """
+
+    id: int
+    occurrence_id: int
+    fence: int
+    job_id: str
+    event: str
+    state: str
+    tries: int
+    next_at: datetime
+    token: str | None
+    target: dict[str, Any]
+    body: dict[str, Any]
+    last_error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "occurrence_id": self.occurrence_id,
+            "fence": self.fence,
+            "job_id": self.job_id,
+            "event": self.event,
+            "state": self.state,
+            "tries": self.tries,
+            "next_at": _iso(self.next_at),
+            "last_error": self.last_error,
+        }

@@ -139,6 +139,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
                 self._ask_adapters,
                 self._retain,
                 self._watch,
+                self._rehint_notifications,
             )
             for step in steps:
                 try:

@@ -1,8 +1,9 @@
 """Beat's upkeep steps: the passes of a tick that keep the kernel tidy, apart from firing.
 
 Heartbeat (and forgetting long-silent Beats), lease expiry, approval timeouts, the
-watchdog and retention. Every Beat runs them; forgetting Beats, the watchdog and
-retention at most once per their interval, timed on this Beat's monotonic clock.
+watchdog, retention and notifications whose hint was lost. Every Beat runs them;
+forgetting Beats, the watchdog, retention and notification hints at most once per their
+interval, timed on this Beat's monotonic clock.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from typing import Any
 
+from celery_app import notify
 from celery_app.config import KernelSettings
 from kernel import Kernel
 
@@ -26,6 +29,7 @@ class UpkeepSteps:
     """The tick's heartbeat, expiry, approval-timeout, watchdog and retention steps
     (a part of KernelScheduler)."""
 
+    app: Any
     settings: KernelSettings
     beat_id: str
     max_interval: float
@@ -33,6 +37,7 @@ class UpkeepSteps:
     _next_forget = 0.0
     _next_watch = 0.0
     _next_retention = 0.0
+    _next_notify = 0.0
 
     def _heartbeat(self, kernel: Kernel) -> None:
         kernel.record_beat(
@@ -113,3 +118,10 @@ class UpkeepSteps:
                     "more": done["more"],
                 },
             )
+
+    def _rehint_notifications(self, kernel: Kernel) -> None:
+        """Every minute: hint again the failure notifications whose hint was lost."""
+        if time.monotonic() < self._next_notify:
+            return
+        self._next_notify = time.monotonic() + _FORGET_EVERY_S
+        notify.rehint_overdue(self.app, kernel)

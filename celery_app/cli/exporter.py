@@ -9,6 +9,10 @@ Gates: ``celery_kernel_approvals`` counts approval decisions (by operator or by
 timeout), ``celery_kernel_skips`` skipped firings by reason (``budget``,
 ``approval_backlog``, ``overlap`` ...), and the budget gauges show what each
 budget's latest window used.
+
+Job health: per job, ``celery_kernel_job_consecutive_failures`` and the Unix times of its
+last success, last failure and next firing (a job without one has no sample), from
+:meth:`Kernel.job_health` (one query).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from celery_app.cli.event_counters import EventCounters
 from celery_app.cli.output import Env, command
 from celery_app.config import KernelSettings
 from celery_app.operations import beat_health
-from kernel import InvalidArgument, Kernel, KernelError, Pool
+from kernel import InvalidArgument, JobHealth, Kernel, KernelError, Pool
 
 __all__ = ["KernelCollector", "exporter"]
 
@@ -52,6 +56,33 @@ _POOL_GAUGES: tuple[tuple[str, str, Callable[[Pool], int]], ...] = (
         lambda pool: pool.waiting,
     ),
 )
+#: Per job: its health's figures (a time as a Unix timestamp; None: no sample).
+_JOB_GAUGES: tuple[tuple[str, str, Callable[[JobHealth], float | None]], ...] = (
+    (
+        "celery_kernel_job_consecutive_failures",
+        "Runs of each job dead-lettered since its last success.",
+        lambda health: health.consecutive_failures,
+    ),
+    (
+        "celery_kernel_job_last_success_timestamp_seconds",
+        "When each job's latest successful run settled.",
+        lambda health: _timestamp(health.last_success_at),
+    ),
+    (
+        "celery_kernel_job_last_failure_timestamp_seconds",
+        "When each job's latest dead-lettered run settled.",
+        lambda health: _timestamp(health.last_failure_at),
+    ),
+    (
+        "celery_kernel_job_next_fire_timestamp_seconds",
+        "When each enabled job fires next.",
+        lambda health: _timestamp(health.next_fire_at),
+    ),
+)
+
+
+def _timestamp(at: datetime | None) -> float | None:
+    return None if at is None else at.timestamp()
 
 
 class KernelCollector(Collector):
@@ -75,6 +106,7 @@ class KernelCollector(Collector):
                 budgets = self._kernel.list_budgets()
                 watch = self._kernel.watchdog(grace=self._watchdog_grace_s)
                 pools = self._kernel.pools()
+                health = self._kernel.job_health()
             except KernelError:
                 yield _gauge(
                     "celery_kernel_up", "1 when the kernel database answered this scrape.", 0
@@ -146,6 +178,13 @@ class KernelCollector(Collector):
             gauge = GaugeMetricFamily(metric, documentation, labels=["pool"])
             for pool in pools:
                 gauge.add_metric([pool.name], count(pool))
+            yield gauge
+        for metric, documentation, figure in _JOB_GAUGES:
+            gauge = GaugeMetricFamily(metric, documentation, labels=["job"])
+            for job_id, job in health.items():
+                value = figure(job)
+                if value is not None:
+                    gauge.add_metric([job_id], value)
             yield gauge
         yield from counters
 

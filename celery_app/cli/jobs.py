@@ -12,7 +12,7 @@ from celery_app import operations
 from celery_app.cli.actions import action_options, default_operator, run_action
 from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
 from celery_app.definitions import apply_specs, read_app_job_file
-from kernel import Job, KernelError
+from kernel import Job, JobHealth, KernelError
 
 __all__ = ["jobs", "describe_schedule"]
 
@@ -118,12 +118,23 @@ def _apply(
 
 @command("list", jobs)
 def _list(env: Env) -> None:
-    """List job definitions."""
-    found = env.kernel.list_jobs()
+    """List job definitions and their health."""
+    found = operations.jobs_with_health(env.kernel)
     env.emit(
-        [operations.job_data(job) for job in found],
+        [operations.job_data(job, health) for job, health in found],
         lambda: table(
-            ("id", "kind", "enabled", "rev", "schedule", "next fire (UTC)", "queue"),
+            (
+                "id",
+                "kind",
+                "enabled",
+                "rev",
+                "schedule",
+                "next fire (UTC)",
+                "queue",
+                "last success",
+                "last failure",
+                "fails",
+            ),
             (
                 (
                     j.id,
@@ -133,15 +144,27 @@ def _list(env: Env) -> None:
                     describe_schedule(j.spec),
                     iso(j.next_fire_at),
                     j.queue,
+                    *_health_cells(health),
                 )
-                for j in found
+                for j, health in found
             ),
             empty="(no jobs)",
         ),
     )
 
 
-def _job_fields(job: Job) -> str:
+def _health_cells(health: JobHealth | None) -> tuple[str | None, str | None, int | None]:
+    if health is None:
+        return None, None, None
+    return (
+        iso(health.last_success_at),
+        iso(health.last_failure_at),
+        health.consecutive_failures,
+    )
+
+
+def _job_fields(job: Job, health: JobHealth | None) -> str:
+    last_success, last_failure, fails = _health_cells(health)
     return fields(
         [
             ("id", job.id),
@@ -155,6 +178,9 @@ def _job_fields(job: Job) -> str:
             ("digest", job.digest[:16]),
             ("defined", iso(job.defined_at)),
             ("updated", iso(job.updated_at)),
+            ("last success", last_success),
+            ("last failure", last_failure),
+            ("fails in row", fails),
         ]
     )
 
@@ -164,8 +190,12 @@ def _job_fields(job: Job) -> str:
 def _show(env: Env, job_id: str) -> None:
     """Show one job and its full normalised spec."""
     job = env.kernel.get_job(job_id)
-    shown = operations.job_data(job)
-    env.emit(shown, lambda: _job_fields(job) + "\nspec:\n" + format_json(shown["spec"], indent=2))
+    health = env.kernel.job_health(job_id).get(job_id)
+    shown = operations.job_data(job, health)
+    env.emit(
+        shown,
+        lambda: _job_fields(job, health) + "\nspec:\n" + format_json(shown["spec"], indent=2),
+    )
 
 
 def _set_enabled(env: Env, job_id: str, enabled: bool) -> None:

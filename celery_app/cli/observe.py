@@ -275,6 +275,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
             else _check("job kinds", "ok", "every job's kind has an adapter")
         )
         checks.append(_passed_secrets_check(kernel.list_jobs()))
+        checks.append(_timeout_check(kernel.list_jobs(), settings.default_timeout))
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         retention = settings.beat_retention
@@ -318,6 +319,27 @@ def _passed_secrets_check(jobs: list[Job]) -> dict[str, str]:
         "warn",
         f"jobs pass worker variables that look secret to their commands: {'; '.join(passing)}; "
         "refer to secrets by name instead (payload.secrets, KERNEL_SECRETS_FILE)",
+    )
+
+
+def _timeout_check(jobs: list[Job], default_timeout: float | None) -> dict[str, str]:
+    """Jobs without a ``timeout``: unbounded unless ``kernel_default_timeout`` is set."""
+    unbounded = sorted(job.id for job in jobs if job.spec.get("timeout") is None)
+    if not unbounded:
+        return _check("timeouts", "ok", "every job sets a timeout")
+    named = ", ".join(unbounded)
+    if default_timeout is not None:
+        return _check(
+            "timeouts",
+            "ok",
+            f"jobs without a timeout run at most kernel_default_timeout "
+            f"({default_timeout:g}s): {named}",
+        )
+    return _check(
+        "timeouts",
+        "warn",
+        f"jobs without a timeout may run forever: {named}; set their timeout, or "
+        "KERNEL_DEFAULT_TIMEOUT / kernel_default_timeout for every job without one",
     )
 
 

@@ -32,6 +32,7 @@ from celery_app.cli.output import Env, Instant, command, fields, format_age, iso
 from celery_app.cli.story import SKIPPED_BECAUSE, occurrence_story, render_story
 from celery_app.operations import occurrence_events, within_calendar
 from kernel import EventType, Job, Kernel, Occurrence, OccurrenceStatus
+from kernel.history_limits import LIMITED_STATUSES
 
 __all__ = ["answer", "why", "nearest_firing"]
 
@@ -78,10 +79,12 @@ class _History:
     replanned: list[dict[str, Any]] = field(default_factory=list)
     #: The ``firings_missed`` event whose span holds the instant, if any.
     missed: dict[str, Any] | None = None
+    #: The ``history_pruned`` event (its data and ``at``) that deleted the firing's run.
+    pruned: dict[str, Any] | None = None
     truncated: bool = False
 
 
-def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
+def _history(kernel: Kernel, job: Job, at: datetime, trigger_key: str) -> _History:
     """Scan the job's events: when it was defined, whether it was enabled at ``at``, and
     the enables and revisions after ``at`` (which re-plan Beat's cursor)."""
     history = _History()
@@ -101,6 +104,10 @@ def _history(kernel: Kernel, job: Job, at: datetime) -> _History:
                 history.replanned.append({"type": event.type, "at": iso(event.at)})
             if event.type == EventType.FIRINGS_MISSED and _spans(event.data, at):
                 history.missed = event.data
+            if event.type == EventType.HISTORY_PRUNED and trigger_key in event.data.get(
+                "trigger_keys", ()
+            ):
+                history.pruned = {**event.data, "at": iso(event.at)}
         if len(page) < _PAGE:
             break
         after = page[-1].id
@@ -178,7 +185,17 @@ def _explain(
             f"the firing is still ahead (in {format_age((firing.at - now).total_seconds())})",
             None,
         )
-    history = _history(kernel, job, firing.at)
+    history = _history(kernel, job, firing.at, firing.trigger_key)
+    if history.pruned is not None:
+        pruned = history.pruned
+        status = pruned["statuses"][0]
+        limit = next(key for key, limited in LIMITED_STATUSES.items() if limited == status)
+        return (
+            "pruned",
+            f"its occurrence ran and was deleted at {pruned['at']} by the job's history "
+            f"limit (history.{limit}: only the newest {pruned['kept']} {status} runs are kept)",
+            None,
+        )
     if history.defined_at is not None and history.defined_at > firing.at:
         return (
             "not_due",

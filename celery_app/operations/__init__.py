@@ -42,6 +42,8 @@ from celery_app.operations.history import (
 from celery_app.operations.jobs import (
     delete_job,
     job_data,
+    job_with_health,
+    jobs_with_health,
     pools_list,
     pools_set,
     preview,
@@ -65,6 +67,8 @@ __all__ = [
     "format_age",
     "iso",
     "job_data",
+    "job_with_health",
+    "jobs_with_health",
     "new_request_id",
     "occurrence_detail",
     "occurrence_events",

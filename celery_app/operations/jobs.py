@@ -9,11 +9,13 @@ from typing import Any
 from beat_schedule.timing import preview as preview_firings
 from beat_schedule.timing import trigger_key
 from celery_app.operations.times import iso, within_calendar
-from kernel import Job, Kernel
+from kernel import Job, JobHealth, Kernel
 from kernel.redaction import redacted_spec
 
 __all__ = [
     "job_data",
+    "jobs_with_health",
+    "job_with_health",
     "schedule_kind",
     "preview",
     "set_job_enabled",
@@ -23,9 +25,24 @@ __all__ = [
 ]
 
 
-def job_data(job: Job) -> dict[str, Any]:
-    """``job.to_dict()`` fit to show: stored secret-like values masked."""
-    return {**job.to_dict(), "spec": redacted_spec(job.spec)}
+def job_data(job: Job, health: JobHealth | None = None) -> dict[str, Any]:
+    """``job.to_dict()`` fit to show: stored secret-like values masked; with ``health``,
+    its figures under ``health``."""
+    shown = {**job.to_dict(), "spec": redacted_spec(job.spec)}
+    if health is not None:
+        shown["health"] = health.to_dict()
+    return shown
+
+
+def jobs_with_health(kernel: Kernel) -> list[tuple[Job, JobHealth | None]]:
+    """Every job and its health (None for a job defined between the two reads)."""
+    health = kernel.job_health()
+    return [(job, health.get(job.id)) for job in kernel.list_jobs()]
+
+
+def job_with_health(kernel: Kernel, job_id: str) -> dict[str, Any]:
+    """One job as :func:`job_data` shows it, with its health."""
+    return job_data(kernel.get_job(job_id), kernel.job_health(job_id).get(job_id))
 
 
 def schedule_kind(schedule: dict[str, Any] | None) -> str | None:

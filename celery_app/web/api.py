@@ -99,14 +99,14 @@ def status(context: Context, _: Viewer) -> dict[str, Any]:
     return operations.status(context.kernel, context.celery)
 
 
-@router.get("/jobs", summary="Job definitions (`kernel jobs list`)")
+@router.get("/jobs", summary="Job definitions and their health (`kernel jobs list`)")
 def jobs(context: Context, _: Viewer) -> list[dict[str, Any]]:
-    return [operations.job_data(job) for job in context.kernel.list_jobs()]
+    return [operations.job_data(*pair) for pair in operations.jobs_with_health(context.kernel)]
 
 
-@router.get("/jobs/{job_id}", summary="One job and its normalised spec (`kernel jobs show`)")
+@router.get("/jobs/{job_id}", summary="One job, its spec and health (`kernel jobs show`)")
 def job(job_id: JobId, context: Context, _: Viewer) -> dict[str, Any]:
-    return operations.job_data(context.kernel.get_job(job_id))
+    return operations.job_with_health(context.kernel, job_id)
 
 
 @router.get("/jobs/{job_id}/preview", summary="The next firings (`kernel jobs preview`)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kernel.facade.base import FacadeBase
 from kernel.facade.beat import BeatFacade
 from kernel.facade.gates import GateFacade
+from kernel.facade.health import HealthFacade
 from kernel.facade.jobs import JobFacade
 from kernel.facade.observe import ObserveFacade
 from kernel.facade.operators import OperatorFacade
@@ -21,6 +22,7 @@ __all__ = [
     "FacadeBase",
     "BeatFacade",
     "GateFacade",
+    "HealthFacade",
     "JobFacade",
     "ObserveFacade",
     "OperatorFacade",

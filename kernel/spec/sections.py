@@ -46,6 +46,7 @@ __all__ = [
     "BudgetRef",
     "CatchupPolicy",
     "DstPolicy",
+    "History",
     "Name",
     "OutputPolicy",
     "RetryPolicy",
@@ -322,3 +323,36 @@ class Approval(Section):
     max_pending: Annotated[int, integer(1, 10000)] = Field(
         default=10, description="Runs awaiting approval at once; more are skipped."
     )
+
+
+# -- job health (issue 29): history limits -------------------------------------------------
+
+#: The most runs of one status a job's ``history`` may keep.
+HISTORY_MAX = 100_000
+
+
+class History(Section):
+    """How many settled runs of a job Beat's retention keeps, newest first: at most
+    ``succeeded`` successes and ``failed`` dead letters (None: only the age limits)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"anyOf": [{"required": ["succeeded"]}, {"required": ["failed"]}]}
+    )
+
+    succeeded: Annotated[int, integer(1, HISTORY_MAX)] | None = Field(
+        default=None, description="Successful runs kept, the newest (at least 1)."
+    )
+    failed: Annotated[int, integer(1, HISTORY_MAX)] | None = Field(
+        default=None,
+        description="Dead-lettered runs kept, the newest (at least 1); older ones are deleted "
+        "even though unresolved.",
+    )
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Self:
+        if self.succeeded is None and self.failed is None:
+            raise refuse("must set succeeded or failed (or both)")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in super().to_dict().items() if v is not None}

@@ -154,6 +154,11 @@ def test_list_and_show(cli, kernel: Kernel) -> None:
         "FIRE",
         "(UTC)",
         "QUEUE",
+        "LAST",
+        "SUCCESS",
+        "LAST",
+        "FAILURE",
+        "FAILS",
     ]
     assert table[1].split()[:5] == ["manual", "callable", "yes", "1", "manual"]
     assert "cron 0 2 * * * Europe/Berlin" in table[2]

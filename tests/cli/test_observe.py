@@ -126,7 +126,7 @@ def test_events_follow_streams_new_events_until_interrupted(spawn, kernel: Kerne
 
 
 def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
-    define(kernel, "a")
+    define(kernel, "a", timeout="1m")
     kernel.record_beat("beat-1", host="h1", interval=60)
     data = cli("doctor", "--json").json()
     assert data["ok"] is True
@@ -143,6 +143,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "stored secrets": "ok",
         "job kinds": "ok",
         "job env": "ok",
+        "timeouts": "ok",
         "beat": "ok",
         "attention": "ok",
         "broker": "ok",

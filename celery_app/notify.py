@@ -1,0 +1,233 @@
+"""``kernel.notify``: a job's ``notify`` of a failed run, delivered by a worker after the settle.
+
+The worker that settled a run failed records its notification in the kernel
+(:func:`after_settle`, once per run whatever the hints) and sends a ``kernel.notify``
+hint to the job's queue; the run's settle is already committed and the run's task goes
+on. A worker takes one try (a guarded claim, :meth:`Kernel.claim_notification`), so a
+duplicate hint or a second worker delivers nothing, and either:
+
+* sends the Celery task ``notify.task`` by name with ``notification=`` the body, to the
+  job's queue (delivered once the broker took the message); or
+* POSTs the body as JSON to ``notify.http`` through the worker's ``http`` adapter: the
+  same URL checks, ``secret_headers`` from the worker's secrets, secrets scrubbed from
+  errors, and the deployment's ``kernel_allowed_kinds`` (an http notify where ``http``
+  is not allowed is given up as ``NOT_ALLOWED``). The header ``X-Kernel-Notification``
+  carries the notification id, for a receiver that deduplicates.
+
+A failed try is recorded and hinted again after its backoff (``countdown``) while the
+job's ``notify.attempts`` allow, else given up; every step is an event of the run. A
+hint that was lost (a broker outage right after the settle) is made up by Beat, which
+hints notifications overdue by ``REHINT_AFTER_S`` once a minute (:func:`rehint_overdue`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from kombu.exceptions import OperationalError
+
+from adapters.base import AdapterError, ExecutionContext
+from adapters.secrets import scrub
+from celery_app.scope import Scope
+from kernel import Claim, Kernel, KernelError, Notification
+from kernel.notify import FAILED_STATUSES
+from kernel.spec.notify import Notify
+
+__all__ = ["NOTIFY", "REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
+
+NOTIFY = "kernel.notify"
+#: Seconds an http notification's request may take.
+HTTP_TIMEOUT_S = 30.0
+#: Seconds a pending notification may be due before Beat hints it again (its own hint,
+#: sent with a countdown, is taken well within this unless it was lost).
+REHINT_AFTER_S = 60.0
+
+log = logging.getLogger("celery_kernel.notify")
+
+
+def register(celery_app: Any) -> Any:
+    """Register ``kernel.notify`` with ``celery_app``; returns the task."""
+    return celery_app.task(name=NOTIFY, bind=True, ignore_result=True)(notify_task)
+
+
+def after_settle(app: Any, kernel: Kernel, claim: Claim, status: str) -> int | None:
+    """Record and hint the notification of the run ``claim`` held, which settled in
+    ``status``, when its job's ``notify`` asks; the notification's id, else None.
+
+    Never raises: the run is settled whatever becomes of its notification (a storage or
+    broker failure is logged; a recorded notification whose hint was lost stays pending).
+    """
+    occurrence = claim.occurrence
+    spec = occurrence.definition.get("notify")
+    if not spec or status not in FAILED_STATUSES:
+        return None
+    event = Notify.model_validate(spec).event_of(status)
+    if event is None:
+        return None
+    ids = {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
+    try:
+        settled = kernel.get_occurrence(occurrence.id)
+        body = {
+            "event": event,
+            "job_id": occurrence.job_id,
+            "occurrence_id": occurrence.id,
+            "fence": claim.fence,
+            "attempt": occurrence.attempt,
+            "trigger_key": occurrence.trigger_key,
+            "scheduled_for": occurrence.to_dict()["scheduled_for"],
+            "status": status,
+            "error": settled.last_error,
+            "queue": occurrence.queue,
+        }
+        made = kernel.record_notification(
+            occurrence.id,
+            fence=claim.fence,
+            job_id=occurrence.job_id,
+            event=event,
+            target=spec,
+            body=body,
+        )
+        if made is not None:
+            _hint(app, made, occurrence.queue)
+        return made
+    except (KernelError, OperationalError) as exc:
+        log.warning(
+            "occurrence %s: its %s notification was not recorded or hinted: %s",
+            occurrence.id,
+            event,
+            exc,
+            extra={"action": "notify_not_sent", **ids},
+        )
+        return None
+
+
+def _hint(app: Any, notification_id: int, queue: str, countdown: float = 0.0) -> None:
+    app.send_task(NOTIFY, args=[notification_id], queue=queue, countdown=countdown or None)
+
+
+def notify_task(task: Any, notification_id: int) -> str:
+    """Deliver one try of a notification; what happened (see :func:`deliver`)."""
+    # Imported here: celery_app.tasks imports this module for after_settle.
+    from celery_app.tasks import process_resources
+
+    resources = process_resources(task.app)
+    return deliver(task.app, resources.kernel, resources.adapters, resources.scope, notification_id)
+
+
+def deliver(
+    app: Any, kernel: Kernel, adapters: dict[str, Any], scope: Scope, notification_id: int
+) -> str:
+    """Take a try of the notification and deliver it.
+
+    Returns:
+        ``delivered``; ``retry`` (the try failed and is hinted again after its backoff);
+        ``given_up``; or ``not_claimable`` (another worker has it, it is done, or not due).
+    """
+    taken = kernel.claim_notification(int(notification_id))
+    if taken is None:
+        return "not_claimable"
+    assert taken.token is not None
+    body = {**taken.body, "notification_id": taken.id}
+    try:
+        if "task" in taken.target:
+            app.send_task(
+                taken.target["task"], kwargs={"notification": body}, queue=body.get("queue")
+            )
+        else:
+            _post(kernel, adapters, scope, taken, body)
+    except AdapterError as exc:
+        return _failed(app, kernel, taken, f"{exc.code}: {exc.message}", exc.retryable)
+    except OperationalError as exc:  # the broker did not take the task's message
+        return _failed(app, kernel, taken, f"BROKER_UNAVAILABLE: {exc}", True)
+    kernel.notification_delivered(taken.id, token=taken.token)
+    log.info(
+        "notification %s of occurrence %s delivered",
+        taken.id,
+        taken.occurrence_id,
+        extra={"action": "notify_delivered", "occurrence_id": taken.occurrence_id},
+    )
+    return "delivered"
+
+
+def _post(
+    kernel: Kernel, adapters: dict[str, Any], scope: Scope, taken: Notification, body: Any
+) -> None:
+    """POST ``body`` to the notification's endpoint through the worker's http adapter."""
+    target = taken.target["http"]
+    headers = {**target.get("headers", {}), "X-Kernel-Notification": str(taken.id)}
+    payload = {**target, "method": "POST", "headers": headers, "json": body}
+    refused = scope.refusal("http", payload)
+    if refused is not None:
+        raise AdapterError("NOT_ALLOWED", refused[1], retryable=False)
+    adapter = adapters.get("http")
+    if adapter is None:
+        raise AdapterError("ADAPTER_UNKNOWN", "no http adapter on this worker", retryable=True)
+    occurrence = kernel.get_occurrence(taken.occurrence_id)
+    # The run's own identity (Idempotency-Key, X-Kernel-Job) goes with the request.
+    definition = {**occurrence.definition, "kind": "http", "payload": payload}
+    ctx = ExecutionContext(
+        dataclasses.replace(occurrence, definition=definition),
+        resumed=None,
+        cancelled=threading.Event(),
+        on_safe_point=lambda _point, _data: None,
+        logger=log,
+        timeout_s=HTTP_TIMEOUT_S,
+    )
+    try:
+        adapter.execute(ctx)
+    except AdapterError as exc:
+        exc.message = scrub(exc.message, ctx.secrets)
+        raise
+
+
+def _failed(app: Any, kernel: Kernel, taken: Notification, error: str, retryable: bool) -> str:
+    after = kernel.notification_failed(taken, error=error, retryable=retryable)
+    ids = {"occurrence_id": taken.occurrence_id, "notification_id": taken.id}
+    if after.state != "pending":
+        log.warning(
+            "notification %s of occurrence %s given up after %s tries: %s",
+            taken.id,
+            taken.occurrence_id,
+            after.tries,
+            error,
+            extra={"action": "notify_given_up", **ids},
+        )
+        return "given_up"
+    wait = max((after.next_at - datetime.now(UTC)).total_seconds(), 0.0)
+    log.info(
+        "notification %s of occurrence %s failed (%s); tried again in %.0fs",
+        taken.id,
+        taken.occurrence_id,
+        error,
+        wait,
+        extra={"action": "notify_retry", **ids},
+    )
+    try:
+        _hint(app, taken.id, str(taken.body.get("queue")), countdown=wait)
+    except OperationalError as exc:
+        log.warning(
+            "notification %s stays pending: its next try could not be hinted: %s",
+            taken.id,
+            exc,
+            extra={"action": "notify_not_sent", **ids},
+        )
+    return "retry"
+
+
+def rehint_overdue(app: Any, kernel: Kernel, limit: int = 100) -> int:
+    """Hint the pending notifications overdue by :data:`REHINT_AFTER_S` (their hints were
+    lost); how many. A hint that was only slow is found taken and dropped."""
+    overdue = kernel.due_notifications(limit, overdue_for=REHINT_AFTER_S)
+    for notification in overdue:
+        _hint(app, notification.id, str(notification.body.get("queue")))
+    if overdue:
+        log.info(
+            "hinted %d overdue notification(s) again",
+            len(overdue),
+            extra={"action": "notify_rehinted", "notifications": [n.id for n in overdue]},
+        )
+    return len(overdue)

@@ -1,0 +1,77 @@
+"""The facade's part for job health: how each job is doing, and failure notifications."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kernel import job_health, notify
+from kernel.facade.base import FacadeBase
+from kernel.types import JobHealth, Notification
+
+__all__ = ["HealthFacade"]
+
+
+class HealthFacade(FacadeBase):
+    def job_health(self, job_id: str | None = None) -> dict[str, JobHealth]:
+        """Last success, last failure, consecutive failures and next firing of every job
+        (or only ``job_id``; an unknown id gives an empty answer), by job id; one query."""
+        return self._read(job_health.job_health, job_id)
+
+    def record_notification(
+        self,
+        occurrence_id: int,
+        *,
+        fence: int,
+        job_id: str,
+        event: str,
+        target: Mapping[str, Any],
+        body: Mapping[str, Any],
+    ) -> int | None:
+        """Record the notification of the run (``occurrence_id``, ``fence``) that settled
+        failed (``event``: dead_letter or failed); its id, or None when that run did not
+        settle failed or already has one (:mod:`kernel.notify`)."""
+        return self._write(
+            notify.record,
+            occurrence_id,
+            fence=fence,
+            job_id=job_id,
+            event=event,
+            target=target,
+            body=body,
+        )
+
+    def claim_notification(self, notification_id: int) -> Notification | None:
+        """Start a try of a pending, due notification (its ``token`` names the try);
+        None when another worker has it, it is done, or it is not due yet."""
+        return self._write(notify.claim, notification_id)
+
+    def notification_delivered(self, notification_id: int, *, token: str) -> None:
+        """End the try ``token`` names: delivered.
+
+        Raises:
+            StateConflict: the try no longer holds the notification.
+        """
+        self._write(notify.delivered, notification_id, token)
+
+    def notification_failed(
+        self, notification: Notification, *, error: str, retryable: bool
+    ) -> Notification:
+        """End the try ``notification.token`` names: failed; pending again after the
+        backoff while ``retryable`` and tries remain, else given up. Returns it as it is now.
+
+        Raises:
+            StateConflict: the try no longer holds the notification.
+        """
+        return self._write(notify.try_failed, notification, error=error, retryable=retryable)
+
+    def notification(self, notification_id: int) -> Notification:
+        """One notification. Raises NotFound when there is none."""
+        return self._read(notify.get, notification_id)
+
+    def due_notifications(
+        self, limit: int = 100, *, overdue_for: float = 0.0
+    ) -> list[Notification]:
+        """Pending notifications whose next try has been due for ``overdue_for`` seconds
+        at least, oldest first (at most ``limit``)."""
+        return self._read(notify.due, limit, int(overdue_for * 1000))
