@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kernel.cancellation import JobCancel
+from kernel.enqueueing import Enqueued, EnqueueRequest
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -47,6 +48,8 @@ __all__ = [
     "Kernel",
     "FireReport",
     "JobCancel",
+    "Enqueued",
+    "EnqueueRequest",
     "KernelError",
     "InvalidArgument",
     "NotFound",

@@ -16,6 +16,7 @@ from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.facade import (
     BeatFacade,
+    EnqueueFacade,
     GateFacade,
     JobFacade,
     ObserveFacade,
@@ -42,6 +43,7 @@ class Kernel(
     ObserveFacade,
     UpkeepFacade,
     VerdictFacade,
+    EnqueueFacade,
 ):
     """The durable authority for occurrences, fences, leases, controls and retries.
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kernel.facade.base import FacadeBase
 from kernel.facade.beat import BeatFacade
+from kernel.facade.enqueue import EnqueueFacade
 from kernel.facade.gates import GateFacade
 from kernel.facade.jobs import JobFacade
 from kernel.facade.observe import ObserveFacade
@@ -20,6 +21,7 @@ from kernel.facade.workers import WorkerFacade
 __all__ = [
     "FacadeBase",
     "BeatFacade",
+    "EnqueueFacade",
     "GateFacade",
     "JobFacade",
     "ObserveFacade",
