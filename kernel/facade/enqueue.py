@@ -47,7 +47,9 @@ class EnqueueFacade(FacadeBase):
                 connection, on the kernel's database: the occurrence is inserted in
                 that transaction and exists exactly when it commits (its hint is then
                 the pump's, or the caller's after the commit).
-            hinted: the caller publishes the hint itself, at once (no ``connection``).
+            hinted: the caller publishes the hint itself, at once (or, with a
+                ``connection``, right after its commit): the pump waits
+                ``rehint_after`` before it hints the occurrence too.
 
         Raises:
             InvalidArgument: a field is invalid, or ``connection`` is not one the kernel
@@ -71,7 +73,8 @@ class EnqueueFacade(FacadeBase):
         if connection is None:
             return self._write(enqueueing.enqueue, requests, defined=defined, hinted=hinted)
         return self._borrowed.run(
-            connection, lambda tx: enqueueing.enqueue(tx, requests, defined=defined)
+            connection,
+            lambda tx: enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted),
         )
 
     def _enqueue_state(self) -> dict[str, dict[str, Any]]:
