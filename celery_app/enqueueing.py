@@ -53,6 +53,7 @@ __all__ = [
     "RunFailed",
     "enqueue",
     "enqueue_many",
+    "enqueue_on",
     "hook_apply_async",
     "result",
     "TaskShortcut",
@@ -64,6 +65,8 @@ log = logging.getLogger("celery_kernel.enqueue")
 _RUN_FIELDS = ("args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority")
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key).
 _ROUTED_OPTIONS = frozenset({"countdown", "eta", "priority", "queue", "task_id"})
+#: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
+_NOT_ENQUEUED = ("celery.", "kernel.")
 _FINAL_FAILURES = {
     OccurrenceStatus.DEAD_LETTER,
     OccurrenceStatus.CANCELLED,
@@ -108,21 +111,29 @@ def _client(app: Any) -> _Client:
         again: _Client | None = getattr(app, "_kernel_enqueue_client", None)
         if again is not None and again.pid == os.getpid():
             return again
-        settings = KernelSettings.from_app(app)
         worker = getattr(app, "_kernel_resources", None)
         kernel = worker.kernel if worker is not None and worker.pid == os.getpid() else None
-        app.loader.import_default_modules()  # the tasks of `imports`, as a worker has them
-        ensure_broker_folders(app)  # the embedded broker's, which its first hint needs
-        current = _Client(os.getpid(), kernel or open_kernel(app), settings)
+        current = _new_client(app, kernel or open_kernel(app))
         app._kernel_enqueue_client = current
         return current
 
 
+def _new_client(app: Any, kernel: Kernel) -> _Client:
+    settings = KernelSettings.from_app(app)
+    app.loader.import_default_modules()  # the tasks of `imports`, as a worker has them
+    ensure_broker_folders(app)  # the embedded broker's, which a first hint needs
+    return _Client(os.getpid(), kernel, settings)
+
+
 def _task_settings(app: Any, name: str) -> dict[str, Any]:
-    """The implicit job's fields from the registered task ``name`` (NOT_FOUND if none)."""
+    """The implicit job's fields from the registered task ``name`` (NOT_FOUND if none):
+    its time limits, retry settings and queue, then its ``kernel_options`` (job spec
+    fields, as a ``beat_schedule`` entry's ``kernel`` key)."""
+    if name.startswith(_NOT_ENQUEUED):
+        raise InvalidArgument("task", f"{name!r} is Celery's or the kernel's own task")
     task = app.tasks.get(name)
     if task is None:
-        ours = [t for t in app.tasks if not t.startswith(("celery.", "kernel."))]
+        ours = [t for t in app.tasks if not t.startswith(_NOT_ENQUEUED)]
         close = difflib.get_close_matches(name, ours, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise NotFound(
@@ -134,7 +145,10 @@ def _task_settings(app: Any, name: str) -> dict[str, Any]:
     queue = getattr(task, "queue", None)
     if queue:
         fields["queue"] = queue
-    return fields
+    options = getattr(task, "kernel_options", None) or {}
+    if not isinstance(options, Mapping):
+        raise InvalidArgument("kernel_options", f"of task {name!r} must be a dict of job fields")
+    return {**fields, **options}
 
 
 def _request(app: Any, task: str, run: Mapping[str, Any]) -> EnqueueRequest:
@@ -191,7 +205,14 @@ def enqueue(
         "eta": eta,
         "priority": priority,
     }
-    return _enqueue(app, [_request(app, task_name, run)], connection)[0]
+    client = _client(app)  # first: it loads the tasks of `imports`
+    return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]
+
+
+def enqueue_on(kernel: Kernel, app: Any, task_name: str, **run: Any) -> Enqueued:
+    """:func:`enqueue` on an open kernel (the CLI's, the web server's), no connection."""
+    client = _new_client(app, kernel)
+    return _enqueue(app, [_request(app, task_name, run)], None, client)[0]
 
 
 def enqueue_many(
@@ -203,6 +224,7 @@ def enqueue_many(
     Raises:
         NotFound, InvalidArgument: as :func:`enqueue`, the field prefixed ``runs[i].``.
     """
+    client = _client(app)
     requests = []
     for index, run in enumerate(runs):
         try:
@@ -216,11 +238,12 @@ def enqueue_many(
         except InvalidArgument as exc:
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
-    return _enqueue(app, requests, connection)
+    return _enqueue(app, requests, connection, client)
 
 
-def _enqueue(app: Any, requests: list[EnqueueRequest], connection: Any) -> list[Enqueued]:
-    client = _client(app)
+def _enqueue(
+    app: Any, requests: list[EnqueueRequest], connection: Any, client: _Client
+) -> list[Enqueued]:
     on_commit = _django_on_commit(connection)
     if on_commit is not None:
         connection = _django_driver_connection(connection)
