@@ -55,6 +55,9 @@ MAX_KEY = 200
 #: Priorities run from 0 (the default) to this; the pump hints higher ones first.
 MAX_PRIORITY = 255
 TASK_JOB_PREFIX = "task:"
+#: Stand-ins in a definition's template for what each run has of its own.
+_OWN = {"payload": "\x00payload", "queue": "\x00queue", "delivery": "\x00delivery"}
+_STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
 #: Rows per INSERT: SQLite's limit on the terms of one compound SELECT is 500.
 _ROWS_PER_STATEMENT = 500
 
@@ -120,13 +123,16 @@ def task_job_spec(task: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         InvalidArgument: the name makes no job id, or a setting is invalid.
     """
-    return _task_job_spec(task, canonical_json(dict(settings), "settings"))
+    return _task_job(task, canonical_json(dict(settings), "settings"))[0]
 
 
 @functools.lru_cache(maxsize=1024)
-def _task_job_spec(task: str, settings_json: str) -> dict[str, Any]:
-    """Validated once per task and settings: a pydantic validation per call would cost
-    more than the insert."""
+def _task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
+    """(spec, template of a run's definition), made once per task and settings: a pydantic
+    validation and a whole spec's encoding per call would cost more than the insert.
+
+    The template is the canonical JSON of the spec with stand-ins for what each run has
+    of its own (payload, queue, delivery), which :func:`_definition` splices in."""
     settings = loads(settings_json)
     job_id = task_job_id(task)
     if len(job_id) > 128 or not ID.fullmatch(job_id):
@@ -141,7 +147,8 @@ def _task_job_spec(task: str, settings_json: str) -> dict[str, Any]:
         "payload": {"task": task, "args": [], "kwargs": {}},
         "schedule": None,
     }
-    return validate_job_spec(raw).to_dict()
+    spec = validate_job_spec(raw).to_dict()
+    return spec, dumps({**spec, **_OWN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +166,17 @@ class _Row:
         return str(self.values["idempotency_key"])
 
 
-def _json(value: Any, name: str) -> Any:
-    """``value`` as JSON data, or InvalidArgument naming the path that is not JSON."""
-    return loads(canonical_json(value, name))
+def _definition(template: str, task: str, args: str, kwargs: str, queue: str, delivery: str) -> str:
+    """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
+    run's payload, queue and delivery gives (canonical ``args``/``kwargs`` spliced in)."""
+    own = {
+        "payload": f'{{"args":{args},"kwargs":{kwargs},"task":{dumps(task)}}}',
+        "queue": dumps(queue),
+        "delivery": dumps(delivery),
+    }
+    for name, value in own.items():
+        template = template.replace(_STAND_INS[name], value, 1)
+    return template
 
 
 def _prepare(
@@ -172,17 +187,16 @@ def _prepare(
     if not isinstance(request.task, str) or not request.task:
         raise InvalidArgument("task", "must be a task's name")
     job_id = task_job_id(request.task)
-    spec = specs.get(job_id) or specs.setdefault(
-        job_id, task_job_spec(request.task, request.settings)
-    )
-    args = _json(list(request.args), "args")
-    kwargs = _json(dict(request.kwargs or {}), "kwargs")
+    spec, template = _task_job(request.task, canonical_json(dict(request.settings), "settings"))
+    spec = specs.setdefault(job_id, spec)
+    args = canonical_json(list(request.args), "args")
+    kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")
     key = request.key
     if key is not None:
         if not key or len(key) > MAX_KEY:
             raise InvalidArgument("key", f"must be 1 to {MAX_KEY} characters, not {len(key)}")
-        if any(ord(c) < 32 or ord(c) == 127 for c in key):
-            raise InvalidArgument("key", "must not contain control characters")
+        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in key):
+            raise InvalidArgument("key", "must not contain control characters or surrogates")
     queue = spec["queue"] if request.queue is None else request.queue
     if len(queue) > 64 or not ID.fullmatch(queue):
         raise InvalidArgument("queue", f"{queue!r}: at most 64 of A-Z a-z 0-9 . _ : -")
@@ -195,13 +209,7 @@ def _prepare(
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
     available_at = now + _delay_ms(request.countdown, request.eta, now)
-    definition = {
-        **spec,
-        "payload": {"task": spec["payload"]["task"], "args": args, "kwargs": kwargs},
-        "queue": queue,
-        "delivery": delivery,
-    }
-    text = dumps(definition)
+    text = _definition(template, request.task, args, kwargs, queue, delivery)
     if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
         raise InvalidArgument(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
