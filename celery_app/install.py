@@ -14,7 +14,7 @@ from typing import Any
 
 from celery_app import adjudication, signals, tasks
 from celery_app.broker import use_embedded_broker
-from celery_app.enqueueing import hook_apply_async
+from celery_app.enqueue_routing import hook_apply_async
 
 __all__ = ["KERNEL_DEFAULTS", "install"]
 

@@ -206,7 +206,7 @@ class KernelSettings:
         rehint_after: seconds before an unclaimed occurrence is hinted again.
         batch_max: occurrence ids one hint carries at most when a queue's backlog is deep.
         route_tasks: glob patterns of the task names whose ``.delay()`` / ``.apply_async()``
-            enqueue through the kernel (celery_app/enqueueing.py); None: none.
+            enqueue through the kernel (celery_app/enqueue_routing.py); None: none.
         connect_timeout: seconds to connect to PostgreSQL before STORAGE_UNAVAILABLE.
         statement_timeout: seconds one PostgreSQL statement may run.
         beat_retention: seconds after its last tick before a silent Beat is forgotten.
