@@ -32,6 +32,10 @@ def test_kernel_enqueue(kernel: Kernel, tmp_path: Path, monkeypatch: pytest.Monk
     assert kernel.get_occurrence(occ["id"]).payload["args"] == [42]
     again = _enqueue("shop.send_invoice", "--args", "[42]", "--key", "order-42")
     assert again.exit_code == 0 and "deduplicated" in again.stdout, again.output
+    why = CliRunner().invoke(
+        celery_main, ["-A", "cli.enqueue_app", "kernel", "why", str(occ["id"])]
+    )
+    assert "enqueued with key 'order-42'" in why.stdout, why.output
     later = json.loads(_enqueue("shop.send_invoice", "--countdown", "60", "--json").stdout)
     assert later["occurrence"]["available_at"] > later["occurrence"]["created_at"]
 
