@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,12 +62,22 @@ class Row:
         return statistics.median(self.rates) if self.rates else 0.0
 
 
-def _timed(calls: int, run: Callable[[int], None]) -> float:
-    """Calls per second of ``run(i)`` for ``i`` in ``range(calls)``."""
+#: Seconds one measurement runs at most (set by --seconds): the run stays a few minutes.
+BUDGET = [4.0]
+
+
+def _timed(calls: int, run: Callable[[int], object], per_call: int = 1) -> float:
+    """Calls per second (times ``per_call``) of ``run(i)`` for ``i`` in ``range(calls)``,
+    stopping early when the measurement's time budget is spent."""
     started = time.perf_counter()
+    deadline = started + BUDGET[0]
+    done = 0
     for i in range(calls):
         run(i)
-    return calls / (time.perf_counter() - started)
+        done += 1
+        if time.perf_counter() >= deadline:
+            break
+    return done * per_call / (time.perf_counter() - started)
 
 
 def _stock_delay(broker_url: str, calls: int) -> float:
@@ -110,7 +121,7 @@ def _kernel(app: Any, calls: int, batch: int) -> tuple[float, float]:
     single = _timed(calls, lambda i: enqueue(app, TASK, [i]))
     runs = [{"task": TASK, "args": [i]} for i in range(batch)]
     rounds = max(1, calls * 10 // batch)
-    bulk = _timed(rounds, lambda i: enqueue_many(app, runs)) * batch
+    bulk = _timed(rounds, lambda i: enqueue_many(app, runs), per_call=batch)
     return single, bulk
 
 
@@ -125,6 +136,21 @@ def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> float:
 
         one(-1)
         return _timed(calls, one)
+
+
+async def _timed_async(
+    calls: int, run: Callable[[int], Awaitable[Any]], per_call: int = 1
+) -> float:
+    """:func:`_timed` for a coroutine per call."""
+    started = time.perf_counter()
+    deadline = started + BUDGET[0]
+    done = 0
+    for i in range(calls):
+        await run(i)
+        done += 1
+        if time.perf_counter() >= deadline:
+            break
+    return done * per_call / (time.perf_counter() - started)
 
 
 def _install(driver: str, dsn: str, broker_url: str) -> None:
@@ -147,15 +173,13 @@ async def _procrastinate(dsn: str, calls: int, batch: int) -> tuple[float, float
 
     async with app.open_async():
         await noop.defer_async(key="warm")
-        started = time.perf_counter()
-        for i in range(calls):
-            await noop.defer_async(key=str(i))
-        single = calls / (time.perf_counter() - started)
-        rounds = max(1, calls * 10 // batch)
-        started = time.perf_counter()
-        for _ in range(rounds):
-            await noop.batch_defer_async(*({"key": "k"} for _ in range(batch)))
-        bulk = rounds * batch / (time.perf_counter() - started)
+        rows: list[dict[str, Any]] = [{"key": "k"} for _ in range(batch)]
+        single = await _timed_async(calls, lambda i: noop.defer_async(key=str(i)))
+        bulk = await _timed_async(
+            max(1, calls * 10 // batch),
+            lambda i: noop.batch_defer_async(*rows),
+            per_call=batch,
+        )
     return single, bulk
 
 
@@ -167,15 +191,12 @@ async def _pgqueuer(dsn: str, calls: int, batch: int) -> tuple[float, float]:
     connection = await asyncpg.connect(dsn)
     queries = Queries(AsyncpgDriver(connection))
     await queries.enqueue("bench_noop", b"warm", 0)
-    started = time.perf_counter()
-    for i in range(calls):
-        await queries.enqueue("bench_noop", str(i).encode(), 0)
-    single = calls / (time.perf_counter() - started)
-    rounds = max(1, calls * 10 // batch)
-    started = time.perf_counter()
-    for _ in range(rounds):
-        await queries.enqueue(["bench_noop"] * batch, [b"k"] * batch, [0] * batch)
-    bulk = rounds * batch / (time.perf_counter() - started)
+    single = await _timed_async(calls, lambda i: queries.enqueue("bench_noop", b"%d" % i, 0))
+    bulk = await _timed_async(
+        max(1, calls * 10 // batch),
+        lambda i: queries.enqueue(["bench_noop"] * batch, [b"k"] * batch, [0] * batch),
+        per_call=batch,
+    )
     await connection.close()
     return single, bulk
 
@@ -236,8 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--single", type=int, default=1000, help="single calls per run (1000)")
     parser.add_argument("--batch", type=int, default=500, help="runs per bulk call (500)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per system, median (3)")
+    parser.add_argument(
+        "--seconds", type=float, default=4.0, help="seconds one measurement runs at most (4)"
+    )
     parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
     args = parser.parse_args(argv)
+    BUDGET[0] = args.seconds
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the servers are stopped
     with ExitStack() as stack:
         broker_url = stack.enter_context(server("redis"))
         pg_url = stack.enter_context(server("postgres", args.postgres_url, durable=True))
@@ -245,9 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-enqueue-")))
         rows = _measure(args, broker_url, pg_url, workdir)
     print(
-        f"\n{args.single} single calls and {args.single * 10} rows in bulk calls per run, "
-        f"median of {args.repeat}; one caller; Redis broker; PostgreSQL {durability}; "
-        "SQLite WAL synchronous=FULL"
+        f"\nup to {args.single} single calls and {args.single * 10} rows in bulk calls, at "
+        f"most {args.seconds:g}s per measurement, median of {args.repeat}; one caller; Redis "
+        f"broker; PostgreSQL {durability}; SQLite WAL synchronous=FULL"
     )
     print(_table(rows))
     return 0

@@ -35,7 +35,7 @@ from kernel.jobspec import MAX_PAYLOAD_BYTES, validate_job_spec
 from kernel.records import dumps, loads
 from kernel.schema import jobs, occurrences
 from kernel.spec.sections import ID
-from kernel.statements import enqueue_occurrences
+from kernel.statements import MAX_ROWS, enqueue_occurrences, enqueue_params
 from kernel.states import Delivery
 from kernel.tx import Tx
 
@@ -58,8 +58,6 @@ TASK_JOB_PREFIX = "task:"
 #: Stand-ins in a definition's template for what each run has of its own.
 _OWN = {"payload": "\x00payload", "queue": "\x00queue", "delivery": "\x00delivery"}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
-#: Rows per INSERT: SQLite's limit on the terms of one compound SELECT is 500.
-_ROWS_PER_STATEMENT = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,15 +278,11 @@ def _insert(tx: Tx, rows: Sequence[_Row]) -> dict[str, tuple[int, int]]:
         idempotency key -> (occurrence id, job revision) of each row inserted.
     """
     made: dict[str, tuple[int, int]] = {}
-    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-        chunk = rows[start : start + _ROWS_PER_STATEMENT]
-        params = {
-            f"{name}_{index}": value
-            for index, row in enumerate(chunk)
-            for name, value in row.values.items()
-        }
+    step = MAX_ROWS[tx.dialect]
+    for start in range(0, len(rows), step):
+        chunk = [row.values for row in rows[start : start + step]]
         statement = enqueue_occurrences(tx.dialect, len(chunk))
-        for r in tx.conn.execute(statement, params):
+        for r in tx.conn.execute(statement, enqueue_params(tx.dialect, chunk)):
             made[r.idempotency_key] = (r.id, r.job_revision)
     return made
 

@@ -67,7 +67,7 @@ class EnqueueFacade(FacadeBase):
         connection: Any = None,
         hinted: bool = False,
     ) -> list[Enqueued]:
-        """:meth:`enqueue` for many runs in one transaction (one insert per 500 rows):
+        """:meth:`enqueue` for many runs in one transaction (one insert per batch; SQLite: per 500):
         all of them, or (on any refusal, ``field`` starting ``requests[i].``) none."""
         defined = self._enqueue_state()
         if connection is None:
