@@ -48,10 +48,10 @@ def test_a_django_atomic_block_commits_the_occurrence_and_then_hints_it(
         )
         django.setup()
     monkeypatch.setenv("KERNEL_VAR_DIR", str(tmp_path / "var"))
-    app = install(Celery("shop"))
+    app = install(Celery("django_shop"))
     app.conf.kernel_database_url = pg_database_url
 
-    @app.task(name="shop.send_invoice")
+    @app.task(name="shop.django_invoice")
     def send_invoice(order_id: int) -> int:
         return order_id
 
@@ -62,7 +62,7 @@ def test_a_django_atomic_block_commits_the_occurrence_and_then_hints_it(
         with pytest.raises(Rollback), transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("INSERT INTO orders VALUES (1)")
-            enqueue(app, "shop.send_invoice", [1], key="invoice-1", connection=connection)
+            enqueue(app, "shop.django_invoice", [1], key="invoice-1", connection=connection)
             raise Rollback
         assert kernel.list_occurrences(limit=5) == [] and _messages(tmp_path / "var") == 0
 
@@ -70,7 +70,7 @@ def test_a_django_atomic_block_commits_the_occurrence_and_then_hints_it(
             with connection.cursor() as cursor:
                 cursor.execute("INSERT INTO orders VALUES (2)")
             made: Any = enqueue(
-                app, "shop.send_invoice", [2], key="invoice-2", connection=connection
+                app, "shop.django_invoice", [2], key="invoice-2", connection=connection
             )
             assert kernel.list_occurrences(limit=5) == []  # not committed yet
             assert _messages(tmp_path / "var") == 0  # nor hinted
@@ -78,7 +78,7 @@ def test_a_django_atomic_block_commits_the_occurrence_and_then_hints_it(
         assert occurrence.payload["args"] == [2] and occurrence.dispatched_at is not None
         assert _messages(tmp_path / "var") == 1  # on_commit published it
         with pytest.raises(Exception, match="transaction.atomic"):
-            enqueue(app, "shop.send_invoice", [3], connection=connection)
+            enqueue(app, "shop.django_invoice", [3], connection=connection)
     finally:
         connection.close()
         kernel.close()
