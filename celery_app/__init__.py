@@ -13,11 +13,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from celery_app.enqueueing import enqueue, enqueue_many, result
     from celery_app.factory import create_app
     from celery_app.install import install
     from celery_app.run_context import current_run
 
-__all__ = ["app", "create_app", "current_run", "install"]
+__all__ = ["app", "create_app", "current_run", "enqueue", "enqueue_many", "install", "result"]
 
 #: The ready-made app, built by :func:`__getattr__` when first asked for.
 app: Any
@@ -28,6 +29,9 @@ _LAZY = {
     "create_app": "celery_app.factory",
     "install": "celery_app.install",
     "current_run": "celery_app.run_context",
+    "enqueue": "celery_app.enqueueing",
+    "enqueue_many": "celery_app.enqueueing",
+    "result": "celery_app.enqueueing",
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from celery_app import adjudication, notify, signals, tasks
 from celery_app.broker import use_embedded_broker
+from celery_app.enqueue_routing import hook_apply_async
 
 __all__ = ["KERNEL_DEFAULTS", "install"]
 
@@ -72,5 +73,6 @@ def install(app: Any) -> Any:
     adjudication.register(app)
     notify.register(app)
     signals.connect(app)
+    hook_apply_async()  # kernel_route_tasks; `my_task.kernel.delay(...)`
     app._kernel_installed = True
     return app

@@ -212,6 +212,8 @@ class KernelSettings:
         dispatch_batch: hints published per tick at most.
         rehint_after: seconds before an unclaimed occurrence is hinted again.
         batch_max: occurrence ids one hint carries at most when a queue's backlog is deep.
+        route_tasks: glob patterns of the task names whose ``.delay()`` / ``.apply_async()``
+            enqueue through the kernel (celery_app/enqueue_routing.py); None: none.
         connect_timeout: seconds to connect to PostgreSQL before STORAGE_UNAVAILABLE.
         statement_timeout: seconds one PostgreSQL statement may run.
         beat_retention: seconds after its last tick before a silent Beat is forgotten.
@@ -238,6 +240,7 @@ class KernelSettings:
     dispatch_batch: int
     rehint_after: float
     batch_max: int
+    route_tasks: tuple[str, ...] | None
     connect_timeout: float
     statement_timeout: float
     beat_retention: float
@@ -320,6 +323,14 @@ class KernelSettings:
                 16,
                 _integer(1, 1000),
                 "a whole number from 1 to 1000",
+            ),
+            route_tasks=read(
+                "route_tasks",
+                "KERNEL_ROUTE_TASKS",
+                "kernel_route_tasks",
+                None,
+                _patterns,
+                "glob patterns of task names, comma-separated (e.g. myproj.billing.*)",
             ),
             connect_timeout=read(
                 "connect_timeout",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kernel.cancellation import JobCancel
+from kernel.enqueueing import Enqueued, EnqueueRequest
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -49,6 +50,8 @@ __all__ = [
     "Kernel",
     "FireReport",
     "JobCancel",
+    "Enqueued",
+    "EnqueueRequest",
     "KernelError",
     "InvalidArgument",
     "NotFound",

@@ -54,7 +54,8 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         query = (
             sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
             .where(condition, not_paused, OCC.c.cancel_requested.is_(False), st.JOB_ALLOWS_CLAIM)
-            .order_by(OCC.c.available_at, OCC.c.id)
+            # An enqueue's priority orders the claims the hints lead to (0 otherwise).
+            .order_by(OCC.c.priority.desc(), OCC.c.available_at, OCC.c.id)
             .limit(limit - len(hints))
         )
         if tx.is_postgres:

@@ -23,6 +23,9 @@ occurrences
     the running worker on renew. ``chain_depth``/``parent_id`` give chain lineage.
     ``approval_due_at``/``approval_auto``: while ``awaiting_approval``, when Beat
     applies the job's auto action (``approve`` | ``reject``) (revision 0005).
+    ``priority``: among claimable occurrences the pump hints higher ones first (an
+    enqueue's ``priority``; 0 otherwise). An enqueued occurrence's trigger key is
+    ``key:<key>`` (its caller's idempotency key) or ``enqueue:<random>`` (revision 0010).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -178,7 +181,10 @@ occurrences = sa.Table(
     sa.Column("id", Id, primary_key=True, autoincrement=True),
     sa.Column("job_id", sa.String(128), nullable=False),
     sa.Column("job_revision", sa.Integer, nullable=False),
-    sa.Column("trigger_key", sa.String(200), nullable=False),
+    # `key:` + an enqueue key of up to 200 characters (revision 0010; SQLite has no lengths).
+    sa.Column(
+        "trigger_key", sa.String(200).with_variant(sa.String(210), "postgresql"), nullable=False
+    ),
     sa.Column("idempotency_key", sa.String(400), nullable=False),
     sa.Column("scheduled_for", Ms, nullable=False),
     sa.Column("status", sa.String(24), nullable=False),
@@ -206,6 +212,7 @@ occurrences = sa.Table(
     sa.Column("settled_at", Ms),
     sa.Column("approval_due_at", Ms),
     sa.Column("approval_auto", sa.String(8)),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic

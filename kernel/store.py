@@ -16,6 +16,7 @@ from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.facade import (
     BeatFacade,
+    EnqueueFacade,
     GateFacade,
     HealthFacade,
     JobFacade,
@@ -44,6 +45,7 @@ class Kernel(
     UpkeepFacade,
     VerdictFacade,
     HealthFacade,
+    EnqueueFacade,
 ):
     """The durable authority for occurrences, fences, leases, controls and retries.
 

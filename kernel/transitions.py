@@ -102,6 +102,16 @@ BEAT_FIRES = Transition(
     "when spent)",
     (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
 )
+TASK_ENQUEUED = Transition(
+    ("none",),
+    "enqueue: a task's ad hoc run (create; kernel/enqueueing.py)",
+    (S.QUEUED,),
+    st.ENQUEUE_OCCURRENCE,
+    "its job (task:<name>) exists, held FOR KEY SHARE on PostgreSQL; unique idempotency "
+    "key (task:<name>|key:<caller's key>): an existing or concurrently inserted key is "
+    "not inserted again (one statement per batch of rows)",
+    (E.OCCURRENCE_CREATED,),
+)
 WORKER_CLAIMS = Transition(
     (S.QUEUED, S.RETRY_WAIT),
     "worker claims",
@@ -265,6 +275,7 @@ OPERATOR_RESUMES = Transition(
 
 OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     BEAT_FIRES,
+    TASK_ENQUEUED,
     WORKER_CLAIMS,
     WORKER_RECLAIMS,
     WORKER_RENEWS,

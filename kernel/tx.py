@@ -99,6 +99,28 @@ class Tx:
             },
         )
 
+    def emit_rows(self, type_: str, rows: list[dict[str, Any]]) -> None:
+        """``emit`` of one type for many occurrences in one round trip; each row holds
+        ``job_id``, ``occurrence_id`` and ``data``."""
+        if not rows:
+            return
+        if type_ in TRANSITION_EVENTS and type_ not in self.allowed_events:
+            raise AssertionError(f"{type_} appended without a transition that lists it")
+        self.conn.execute(
+            sa.insert(events),
+            [
+                {
+                    "at": self.now,
+                    "type": type_,
+                    "job_id": row["job_id"],
+                    "occurrence_id": row["occurrence_id"],
+                    "fence": None,
+                    "data": dumps(row["data"]),
+                }
+                for row in rows
+            ],
+        )
+
     def insert_or_ignore(self, table: sa.Table) -> Any:
         """INSERT ... ON CONFLICT DO NOTHING: unique keys, not Python, refuse duplicates."""
         dialect_insert = postgresql.insert if self.is_postgres else sqlite.insert

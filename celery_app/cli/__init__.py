@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "requeue": ("actions", "requeue"),
     "adjudicate": ("actions", "adjudicate"),
     "cancel": ("actions", "cancel"),
+    "enqueue": ("enqueue", "enqueue"),
     "approve": ("actions", "approve"),
     "reject": ("actions", "reject"),
     "budgets": ("budgets", "budgets"),

@@ -44,6 +44,8 @@ def _source(data: dict[str, Any]) -> str:
         return f"created by its chain, after occurrence {rest}"
     if kind in ("cron", "every", "at", "in"):
         return f"created by Beat for the {kind} firing at {rest}"
+    if kind in ("key", "enqueue"):  # kernel/enqueueing.py
+        return f"enqueued with key {rest!r}" if kind == "key" else "enqueued (no key)"
     return f"created ({key})"
 
 

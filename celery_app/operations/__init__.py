@@ -23,6 +23,7 @@ from celery_app.operations.actions import (
     run_now,
     safe_points,
 )
+from celery_app.operations.enqueue import enqueue_task, json_argument
 from celery_app.operations.health import (
     STALE_BEAT_FACTOR,
     beat_health,
@@ -63,12 +64,14 @@ __all__ = [
     "cancel_job",
     "decide_approval",
     "delete_job",
+    "enqueue_task",
     "events",
     "format_age",
     "iso",
     "job_data",
     "job_with_health",
     "jobs_with_health",
+    "json_argument",
     "new_request_id",
     "occurrence_detail",
     "occurrence_events",

@@ -227,3 +227,29 @@ def _required(model: type[Empty]) -> bool:
 
 for _action in ACTIONS.values():
     _action_route(_action)
+
+
+class EnqueueBody(BaseModel):
+    """A task's run through the kernel (`kernel enqueue`); every field but task is optional."""
+
+    task: str
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    key: str | None = None
+    queue: str | None = None
+    delivery: str = "at-least-once"
+    countdown: float | None = None
+    eta: datetime | None = None
+    priority: int | None = None
+
+
+@router.post(
+    "/enqueue",
+    summary="Enqueue a task's run: {occurrence, deduplicated} (`kernel enqueue`; role: operator)",
+)
+def enqueue(
+    body: EnqueueBody,
+    context: Context,
+    _: Annotated[User, _authorized(Role.OPERATOR, "enqueue")],
+) -> dict[str, Any]:
+    return operations.enqueue_task(context.kernel, context.celery, **body.model_dump())

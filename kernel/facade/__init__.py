@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kernel.facade.base import FacadeBase
 from kernel.facade.beat import BeatFacade
+from kernel.facade.enqueue import EnqueueFacade
 from kernel.facade.gates import GateFacade
 from kernel.facade.health import HealthFacade
 from kernel.facade.jobs import JobFacade
@@ -21,6 +22,7 @@ from kernel.facade.workers import WorkerFacade
 __all__ = [
     "FacadeBase",
     "BeatFacade",
+    "EnqueueFacade",
     "GateFacade",
     "HealthFacade",
     "JobFacade",

@@ -8,6 +8,8 @@ from kernel.statements.beat import *  # noqa: F403
 from kernel.statements.beat import __all__ as _beat
 from kernel.statements.claims import *  # noqa: F403
 from kernel.statements.claims import __all__ as _claims
+from kernel.statements.enqueues import *  # noqa: F403
+from kernel.statements.enqueues import __all__ as _enqueues
 from kernel.statements.gates import *  # noqa: F403
 from kernel.statements.gates import __all__ as _gates
 from kernel.statements.jobs import *  # noqa: F403
@@ -31,4 +33,5 @@ __all__ = [
     *_gates,
     *_jobs,
     *_adjudication,
+    *_enqueues,
 ]

@@ -1,0 +1,283 @@
+"""Enqueue throughput: ``celery_app.enqueue`` beside ``Task.delay()`` and two PostgreSQL queues.
+
+What a web request pays to hand work off, one caller, no worker running:
+
+* ``celery Task.delay()``: a stock Celery app (``bench/stock_app.py``) publishing to
+  Redis: the baseline, what a user pays today (no durability beyond the broker's).
+* ``kernel SQLite`` / ``kernel PostgreSQL``: ``enqueue(app, task, [key])`` — one
+  committed occurrence (one INSERT ... SELECT plus its event, ``synchronous=FULL`` /
+  ``fsync`` on) and then the hint published to the same Redis; ``bulk``:
+  ``enqueue_many`` of ``--batch`` runs, one statement per batch, hints batched.
+* ``kernel PostgreSQL, caller's tx``: the same insert inside the caller's own psycopg
+  transaction, committed by the caller (no hint: the pump's).
+* ``procrastinate defer`` (``defer_async``; bulk ``batch_defer_async``) and ``PgQueuer
+  enqueue`` (one job; bulk: lists) on the same PostgreSQL, each at its default
+  durability, schemas installed by their ``bench/peers/`` drivers.
+
+Run from the repository root, after ``pip install -e '.[bench]'`` (a couple of minutes)::
+
+    .venv/bin/python bench/enqueue.py
+    .venv/bin/python bench/enqueue.py --single 300 --bulk 2000   # a quick check
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.support import fresh_database, postgres_durability, server, servers  # noqa: E402
+
+__all__ = ["main"]
+
+TASK = "bench.enqueue_noop"
+DRIVERS = ROOT / "bench" / "peers"
+
+
+@dataclass
+class Row:
+    system: str
+    mode: str
+    rates: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return statistics.median(self.rates) if self.rates else 0.0
+
+
+#: Seconds one measurement runs at most (set by --seconds): the run stays a few minutes.
+BUDGET = [4.0]
+
+
+def _timed(calls: int, run: Callable[[int], object], per_call: int = 1) -> float:
+    """Calls per second (times ``per_call``) of ``run(i)`` for ``i`` in ``range(calls)``,
+    stopping early when the measurement's time budget is spent."""
+    started = time.perf_counter()
+    deadline = started + BUDGET[0]
+    done = 0
+    for i in range(calls):
+        run(i)
+        done += 1
+        if time.perf_counter() >= deadline:
+            break
+    return done * per_call / (time.perf_counter() - started)
+
+
+def _stock_delay(broker_url: str, calls: int) -> float:
+    from bench.stock_app import app, stock_noop
+
+    app.conf.broker_url = broker_url
+    stock_noop.delay("warm")
+    key = uuid.uuid4().hex
+    with app.producer_or_acquire():  # one connection for the run, as a web worker holds one
+        return _timed(calls, lambda i: stock_noop.delay(key))
+
+
+def _noop(key: object) -> None:
+    """The enqueued task's body (no worker runs here)."""
+
+
+@contextmanager
+def _kernel_app(broker_url: str, database_url: str, var_dir: Path) -> Iterator[Any]:
+    from celery_app.factory import create_app
+
+    app = create_app(
+        "bench_enqueue",
+        broker_url=broker_url,
+        kernel_database_url=database_url,
+        kernel_auto_migrate=True,
+    )
+    app.task(name=TASK)(_noop)
+    try:
+        yield app
+    finally:
+        client = getattr(app, "_kernel_enqueue_client", None)
+        if client is not None:
+            client.kernel.close()
+
+
+def _kernel(app: Any, calls: int, batch: int) -> tuple[float, float]:
+    """(single enqueues/s, bulk enqueues/s) through ``app``'s kernel."""
+    from celery_app import enqueue, enqueue_many
+
+    enqueue(app, TASK, ["warm"])  # opens the kernel, defines the task's job
+    single = _timed(calls, lambda i: enqueue(app, TASK, [i]))
+    runs = [{"task": TASK, "args": [i]} for i in range(batch)]
+    rounds = max(1, calls * 10 // batch)
+    bulk = _timed(rounds, lambda i: enqueue_many(app, runs), per_call=batch)
+    return single, bulk
+
+
+def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> float:
+    from celery_app import enqueue
+
+    with psycopg.connect(servers().libpq_url(app.conf.kernel_database_url)) as conn:
+
+        def one(i: int) -> None:
+            enqueue(app, TASK, [i], connection=conn)
+            conn.commit()
+
+        one(-1)
+        return _timed(calls, one)
+
+
+async def _timed_async(
+    calls: int, run: Callable[[int], Awaitable[Any]], per_call: int = 1
+) -> float:
+    """:func:`_timed` for a coroutine per call."""
+    started = time.perf_counter()
+    deadline = started + BUDGET[0]
+    done = 0
+    for i in range(calls):
+        await run(i)
+        done += 1
+        if time.perf_counter() >= deadline:
+            break
+    return done * per_call / (time.perf_counter() - started)
+
+
+def _install(driver: str, dsn: str, broker_url: str) -> None:
+    subprocess.run(
+        [sys.executable, str(DRIVERS / f"{driver}_driver.py"), "install", dsn],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env={"BENCH_REDIS_URL": broker_url, "PATH": "/usr/bin:/bin"},
+    )
+
+
+async def _procrastinate(dsn: str, calls: int, batch: int) -> tuple[float, float]:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+    @app.task(name="bench_noop", queue="bench")
+    async def noop(key: str) -> None: ...
+
+    async with app.open_async():
+        await noop.defer_async(key="warm")
+        rows: list[dict[str, Any]] = [{"key": "k"} for _ in range(batch)]
+        single = await _timed_async(calls, lambda i: noop.defer_async(key=str(i)))
+        bulk = await _timed_async(
+            max(1, calls * 10 // batch),
+            lambda i: noop.batch_defer_async(*rows),
+            per_call=batch,
+        )
+    return single, bulk
+
+
+async def _pgqueuer(dsn: str, calls: int, batch: int) -> tuple[float, float]:
+    import asyncpg
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.queries import Queries
+
+    connection = await asyncpg.connect(dsn)
+    queries = Queries(AsyncpgDriver(connection))
+    await queries.enqueue("bench_noop", b"warm", 0)
+    single = await _timed_async(calls, lambda i: queries.enqueue("bench_noop", b"%d" % i, 0))
+    bulk = await _timed_async(
+        max(1, calls * 10 // batch),
+        lambda i: queries.enqueue(["bench_noop"] * batch, [b"k"] * batch, [0] * batch),
+        per_call=batch,
+    )
+    await connection.close()
+    return single, bulk
+
+
+def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Path) -> list[Row]:
+    rows = {
+        key: Row(*key)
+        for key in [
+            ("celery Task.delay()", "single"),
+            ("kernel SQLite", "single"),
+            ("kernel SQLite", f"bulk {args.batch}"),
+            ("kernel PostgreSQL", "single"),
+            ("kernel PostgreSQL", f"bulk {args.batch}"),
+            ("kernel PostgreSQL, caller's tx", "single"),
+            ("procrastinate defer", "single"),
+            ("procrastinate defer", f"bulk {args.batch}"),
+            ("PgQueuer enqueue", "single"),
+            ("PgQueuer enqueue", f"bulk {args.batch}"),
+        ]
+    }
+    bulk = f"bulk {args.batch}"
+    for _ in range(args.repeat):
+        rows["celery Task.delay()", "single"].rates.append(_stock_delay(broker_url, args.single))
+        for name, server_url in (("kernel SQLite", None), ("kernel PostgreSQL", pg_url)):
+            with (
+                fresh_database(server_url, "bench-enqueue-") as url,
+                _kernel_app(broker_url, url, workdir) as app,
+            ):
+                single, many = _kernel(app, args.single, args.batch)
+                rows[name, "single"].rates.append(single)
+                rows[name, bulk].rates.append(many)
+                if server_url is not None:
+                    rate = _kernel_in_callers_tx(app, pg_url, args.single)
+                    rows["kernel PostgreSQL, caller's tx", "single"].rates.append(rate)
+        for driver, name, measure in (
+            ("procrastinate", "procrastinate defer", _procrastinate),
+            ("pgqueuer", "PgQueuer enqueue", _pgqueuer),
+        ):
+            with fresh_database(pg_url, "bench-enqueue-") as url:
+                dsn = servers().libpq_url(url)
+                _install(driver, dsn, broker_url)
+                single, many = asyncio.run(measure(dsn, args.single, args.batch))
+                rows[name, "single"].rates.append(single)
+                rows[name, bulk].rates.append(many)
+    return list(rows.values())
+
+
+def _table(rows: list[Row]) -> str:
+    base = rows[0].rate
+    lines = [f"{'system':<32} {'mode':<9} {'enqueues/s':>10} {'/delay()':>9}"]
+    for row in rows:
+        lines.append(f"{row.system:<32} {row.mode:<9} {row.rate:>10.0f} {row.rate / base:>9.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--single", type=int, default=1000, help="single calls per run (1000)")
+    parser.add_argument("--batch", type=int, default=500, help="runs per bulk call (500)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per system, median (3)")
+    parser.add_argument(
+        "--seconds", type=float, default=4.0, help="seconds one measurement runs at most (4)"
+    )
+    parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
+    args = parser.parse_args(argv)
+    BUDGET[0] = args.seconds
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the servers are stopped
+    with ExitStack() as stack:
+        broker_url = stack.enter_context(server("redis"))
+        pg_url = stack.enter_context(server("postgres", args.postgres_url, durable=True))
+        durability = postgres_durability(pg_url)
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-enqueue-")))
+        rows = _measure(args, broker_url, pg_url, workdir)
+    print(
+        f"\nup to {args.single} single calls and {args.single * 10} rows in bulk calls, at "
+        f"most {args.seconds:g}s per measurement, median of {args.repeat}; one caller; Redis "
+        f"broker; PostgreSQL {durability}; SQLite WAL synchronous=FULL"
+    )
+    print(_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""Durable enqueue: any task's run through the kernel, idempotent by key, optionally in
+the caller's own database transaction (issue 27).
+
+``enqueue(app, "myproj.send_invoice", [order_id], key=f"invoice-{order_id}")`` makes an
+occurrence of the task's implicit job ``task:myproj.send_invoice`` (its settings from
+the task's own options, as for a ``beat_schedule`` entry) and publishes its hint; a
+worker claims and runs it like any other occurrence. With ``connection=`` the
+occurrence is inserted in that transaction and its hint follows the commit: at once
+through Django's ``on_commit`` for a Django connection, else by Beat's dispatch pump.
+
+``my_task.kernel.delay(...)`` / ``.apply_async(...)`` do the same for one task, and
+``kernel_route_tasks`` (glob patterns) sends matching tasks' plain ``.delay()`` /
+``.apply_async()`` through the kernel (:mod:`celery_app.enqueue_routing`). ``result(app,
+occurrence_id)`` waits for the settle and returns the stored result: no Celery
+result backend is needed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kombu.exceptions import OperationalError
+
+from beat_schedule.task_settings import task_fields
+from celery_app.config import ensure_broker_folders, open_kernel
+from celery_app.settings import KernelSettings
+from kernel import (
+    Enqueued,
+    EnqueueRequest,
+    InvalidArgument,
+    Kernel,
+    KernelError,
+    NotFound,
+    OccurrenceStatus,
+)
+from kernel.types import DispatchHint
+
+__all__ = [
+    "Enqueued",
+    "ResultTimeout",
+    "RunFailed",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_on",
+    "result",
+]
+
+log = logging.getLogger("celery_kernel.enqueue")
+
+#: The parameters of one run in :func:`enqueue_many`'s list, besides ``task``.
+_RUN_FIELDS = ("args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority")
+#: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
+_NOT_ENQUEUED = ("celery.", "kernel.")
+_FINAL_FAILURES = {
+    OccurrenceStatus.DEAD_LETTER,
+    OccurrenceStatus.CANCELLED,
+    OccurrenceStatus.SKIPPED,
+}
+
+
+class RunFailed(KernelError):
+    """The run settled without success; ``code`` is its error's (or its status, upper-case)."""
+
+    code = "RUN_FAILED"
+
+    def __init__(self, message: str, code: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.code = code
+
+
+class ResultTimeout(KernelError, TimeoutError):
+    """The run had not settled when :func:`result`'s timeout passed."""
+
+    code = "RESULT_TIMEOUT"
+
+
+@dataclass
+class _Client:
+    """One process's kernel and settings for enqueueing (opened on first use, per process)."""
+
+    pid: int
+    kernel: Kernel
+    settings: KernelSettings
+
+
+_client_lock = threading.Lock()
+
+
+def _client(app: Any) -> _Client:
+    """This process's kernel for ``app``: a worker process's own, else one opened here."""
+    current: _Client | None = getattr(app, "_kernel_enqueue_client", None)
+    if current is not None and current.pid == os.getpid():
+        return current
+    with _client_lock:
+        again: _Client | None = getattr(app, "_kernel_enqueue_client", None)
+        if again is not None and again.pid == os.getpid():
+            return again
+        worker = getattr(app, "_kernel_resources", None)
+        kernel = worker.kernel if worker is not None and worker.pid == os.getpid() else None
+        current = _new_client(app, kernel or open_kernel(app))
+        app._kernel_enqueue_client = current
+        return current
+
+
+def _new_client(app: Any, kernel: Kernel) -> _Client:
+    settings = KernelSettings.from_app(app)
+    app.loader.import_default_modules()  # the tasks of `imports`, as a worker has them
+    ensure_broker_folders(app)  # the embedded broker's, which a first hint needs
+    return _Client(os.getpid(), kernel, settings)
+
+
+def _task_settings(app: Any, name: str) -> dict[str, Any]:
+    """The implicit job's fields from the registered task ``name`` (NOT_FOUND if none):
+    its time limits, retry settings and queue, then its ``kernel_options`` (job spec
+    fields, as a ``beat_schedule`` entry's ``kernel`` key)."""
+    if name.startswith(_NOT_ENQUEUED):
+        raise InvalidArgument("task", f"{name!r} is Celery's or the kernel's own task")
+    task = app.tasks.get(name)
+    if task is None:
+        ours = [t for t in app.tasks if not t.startswith(_NOT_ENQUEUED)]
+        close = difflib.get_close_matches(name, ours, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise NotFound(
+            f"task {name!r} is not registered with Celery app {app.main!r}{hint}",
+            task=name,
+            close=close,
+        )
+    fields, _ = task_fields(name, task)
+    queue = getattr(task, "queue", None)
+    if queue:
+        fields["queue"] = queue
+    options = getattr(task, "kernel_options", None) or {}
+    if not isinstance(options, Mapping):
+        raise InvalidArgument("kernel_options", f"of task {name!r} must be a dict of job fields")
+    return {**fields, **options}
+
+
+def _request(app: Any, task: str, run: Mapping[str, Any]) -> EnqueueRequest:
+    if not isinstance(task, str):
+        raise InvalidArgument("task", "must be a task's name")
+    return EnqueueRequest(task, settings=_task_settings(app, task), **run)
+
+
+def enqueue(
+    app: Any,
+    task_name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    key: str | None = None,
+    queue: str | None = None,
+    delivery: str = "at-least-once",
+    countdown: float | None = None,
+    eta: datetime | None = None,
+    priority: int | None = None,
+    connection: Any = None,
+) -> Enqueued:
+    """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
+
+    Args:
+        app: the Celery app (with :func:`celery_app.install`).
+        task_name: a task registered with ``app``.
+        args, kwargs: its arguments (JSON).
+        key: idempotency key (<= 200 characters): the same key of the same task gives the
+            same occurrence, ``deduplicated``, for as long as it is retained.
+        queue: the queue of its run (default: the task's, else ``celery``).
+        delivery: ``at-least-once`` or ``at-most-once``.
+        countdown, eta: claimable only after so many seconds, or from an aware datetime.
+        priority: 0-255; higher runs are hinted first.
+        connection: your open transaction on the kernel's database (a SQLAlchemy
+            Connection, a psycopg 3 connection, or Django's ``connection`` inside
+            ``transaction.atomic()``): the occurrence exists exactly when it commits.
+
+    Returns:
+        ``occurrence_id`` and ``deduplicated``.
+
+    Raises:
+        NotFound: no such task (the message names close ones).
+        InvalidArgument: a field is invalid (non-JSON arguments name their path); nothing
+            is written.
+    """
+    run = {
+        "args": args,
+        "kwargs": kwargs,
+        "key": key,
+        "queue": queue,
+        "delivery": delivery,
+        "countdown": countdown,
+        "eta": eta,
+        "priority": priority,
+    }
+    client = _client(app)  # first: it loads the tasks of `imports`
+    return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]
+
+
+def enqueue_on(kernel: Kernel, app: Any, task_name: str, **run: Any) -> Enqueued:
+    """:func:`enqueue` on an open kernel (the CLI's, the web server's), no connection."""
+    client = _new_client(app, kernel)
+    return _enqueue(app, [_request(app, task_name, run)], None, client)[0]
+
+
+def enqueue_many(
+    app: Any, runs: Sequence[Mapping[str, Any]], connection: Any = None
+) -> list[Enqueued]:
+    """Several runs in one transaction: each a mapping with ``task`` and any of
+    :func:`enqueue`'s keyword parameters. All of them are written, or none.
+
+    Raises:
+        NotFound, InvalidArgument: as :func:`enqueue`, the field prefixed ``runs[i].``.
+    """
+    client = _client(app)
+    requests = []
+    for index, run in enumerate(runs):
+        try:
+            if not isinstance(run, Mapping):
+                raise InvalidArgument("task", "each run must be a mapping with 'task'")
+            unknown = sorted(set(run) - {"task", *_RUN_FIELDS})
+            if unknown:
+                raise InvalidArgument(unknown[0], "is not a parameter of enqueue")
+            fields = {name: run[name] for name in _RUN_FIELDS if name in run}
+            requests.append(_request(app, run.get("task"), fields))  # type: ignore[arg-type]
+        except InvalidArgument as exc:
+            why = exc.message.removeprefix(f"{exc.field}: ")
+            raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
+    return _enqueue(app, requests, connection, client)
+
+
+def _enqueue(
+    app: Any, requests: list[EnqueueRequest], connection: Any, client: _Client
+) -> list[Enqueued]:
+    on_commit = _django_on_commit(connection)
+    if on_commit is not None:
+        connection = _django_driver_connection(connection)
+    hinted = connection is None or on_commit is not None
+    try:
+        made = client.kernel.enqueue_many(requests, connection=connection, hinted=hinted)
+    except InvalidArgument as exc:
+        if len(requests) > 1 and exc.field.startswith("requests["):
+            raise InvalidArgument(
+                "runs" + exc.field.removeprefix("requests"),
+                exc.message.removeprefix(f"{exc.field}: "),
+            ) from None
+        raise
+    if connection is None:
+        _publish(app, client, made)
+    elif on_commit is not None:
+        on_commit(lambda: _publish(app, client, made))
+    return made
+
+
+def _django_on_commit(connection: Any) -> Any:
+    """Django's ``connection.on_commit`` when ``connection`` is Django's wrapper."""
+    if connection is None or not hasattr(connection, "in_atomic_block"):
+        return None
+    if not connection.in_atomic_block:
+        raise InvalidArgument(
+            "connection", "Django's connection is outside transaction.atomic(): open one"
+        )
+    return connection.on_commit
+
+
+def _django_driver_connection(connection: Any) -> Any:
+    connection.ensure_connection()
+    return connection.connection
+
+
+def _publish(app: Any, client: _Client, made: list[Enqueued]) -> None:
+    """Publish the hints of the runs just made that may run now (the pump sends them
+    again after ``kernel_rehint_after`` when the broker is down)."""
+    from celery_app.beat.firings import publish_hints  # Beat's; not loaded for workers
+
+    hints = [
+        DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout)
+        for m in made
+        if m.claimable
+    ]
+    if not hints:
+        return
+    try:
+        with app.producer_or_acquire() as producer:
+            publish_hints(
+                app, producer, hints, batch_max=client.settings.batch_max, hint_options={}
+            )
+    except OperationalError as exc:
+        log.warning(
+            "broker unavailable: %d enqueued occurrence(s) are stored and are hinted again "
+            "by Beat after %gs (%s)",
+            len(hints),
+            client.settings.rehint_after,
+            exc,
+            extra={"action": "enqueue_hint_deferred"},
+        )
+
+
+def result(app: Any, occurrence_id: int, timeout: float | None = None) -> Any:
+    """Wait for the occurrence to settle and return the result its run stored.
+
+    Raises:
+        RunFailed: it settled without success (dead letter, cancelled, skipped); ``code``
+            is the run's error code.
+        ResultTimeout: not settled within ``timeout`` seconds.
+        NotFound: no such occurrence (or its history was pruned).
+    """
+    kernel = _client(app).kernel
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.02
+    while True:
+        occ = kernel.get_occurrence(occurrence_id)
+        if occ.status == OccurrenceStatus.SUCCEEDED:
+            return occ.result
+        if occ.status in _FINAL_FAILURES:
+            error = occ.last_error or {}
+            code = str(error.get("code") or occ.skip_reason or occ.status.value).upper()
+            message = error.get("message") or f"occurrence {occurrence_id} is {occ.status.value}"
+            raise RunFailed(
+                f"occurrence {occurrence_id} {occ.status.value}: {message}",
+                code,
+                occurrence_id=occurrence_id,
+                status=occ.status.value,
+            )
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ResultTimeout(
+                f"occurrence {occurrence_id} is {occ.status.value} after {timeout:g}s",
+                occurrence_id=occurrence_id,
+                status=occ.status.value,
+            )
+        wait = pause if deadline is None else min(pause, max(0.0, deadline - time.monotonic()))
+        time.sleep(wait)
+        pause = min(pause * 2, 0.5)

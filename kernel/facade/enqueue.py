@@ -1,0 +1,87 @@
+"""The facade's enqueue: a task's ad hoc runs, idempotent by key, optionally inside a
+caller's own transaction (kernel/enqueueing.py, kernel/borrowed.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from kernel import enqueueing
+from kernel.borrowed import Borrowed
+from kernel.enqueueing import Enqueued, EnqueueRequest
+from kernel.facade.base import FacadeBase
+
+__all__ = ["EnqueueFacade"]
+
+
+class EnqueueFacade(FacadeBase):
+    def enqueue(
+        self,
+        *,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        queue: str | None = None,
+        delivery: str | None = None,
+        countdown: float | None = None,
+        eta: datetime | None = None,
+        priority: int | None = None,
+        settings: Mapping[str, Any] | None = None,
+        connection: Any = None,
+        hinted: bool = False,
+    ) -> Enqueued:
+        """Make an occurrence of ``task``'s implicit job (``task:<task>``), or find the
+        one its ``key`` made.
+
+        Args:
+            task: the task's registered name; ``args``/``kwargs``: its JSON arguments.
+            key: idempotency key (<= 200 characters): the same key of the same task
+                answers the same occurrence, ``deduplicated``.
+            queue, delivery: this run's, else the job's.
+            countdown: seconds before it may be claimed; ``eta``: the instant (aware).
+            priority: 0-255; higher ones are hinted first.
+            settings: job spec fields from the task's options (its implicit job's).
+            connection: a SQLAlchemy Connection in an open transaction, or a psycopg
+                connection, on the kernel's database: the occurrence is inserted in
+                that transaction and exists exactly when it commits (its hint is then
+                the pump's, or the caller's after the commit).
+            hinted: the caller publishes the hint itself, at once (or, with a
+                ``connection``, right after its commit): the pump waits
+                ``rehint_after`` before it hints the occurrence too.
+
+        Raises:
+            InvalidArgument: a field is invalid, or ``connection`` is not one the kernel
+                can write through; nothing is written.
+        """
+        request = EnqueueRequest(
+            task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {}
+        )
+        return self.enqueue_many([request], connection=connection, hinted=hinted)[0]
+
+    def enqueue_many(
+        self,
+        requests: Sequence[EnqueueRequest],
+        *,
+        connection: Any = None,
+        hinted: bool = False,
+    ) -> list[Enqueued]:
+        """:meth:`enqueue` for many runs in one transaction (one insert per batch; SQLite: per 500):
+        all of them, or (on any refusal, ``field`` starting ``requests[i].``) none."""
+        defined = self._enqueue_state()
+        if connection is None:
+            return self._write(enqueueing.enqueue, requests, defined=defined, hinted=hinted)
+        return self._borrowed.run(
+            connection,
+            lambda tx: enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted),
+        )
+
+    def _enqueue_state(self) -> dict[str, dict[str, Any]]:
+        """The specs this kernel ensured, by job id (one definition per process and task)."""
+        defined: dict[str, dict[str, Any]] | None = getattr(self, "_enqueue_defined", None)
+        if defined is None:
+            defined = {}
+            self._enqueue_defined = defined
+            self._borrowed = Borrowed(self.engine, self.clock)
+        return defined
