@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.latency import percentiles
 from bench.peers import _count
 from bench.profile_worker import classify
 from bench.round_trips import _measure
-from bench.support import process_tree_memory
+from bench.support import CpuMeter, process_tree_memory
 
 
 def test_ledger_count_finds_duplicates_and_misses_inside_the_window() -> None:
@@ -41,6 +42,31 @@ def test_process_tree_memory_counts_this_process() -> None:
     rss, pss = process_tree_memory(os.getpid())
     assert rss > 1_000_000 and 0 < pss <= rss
     assert process_tree_memory(2**22 + 12345) == (0, 0)  # no such process
+
+
+def test_cpu_meter_counts_the_context_switches_of_the_pool_children() -> None:
+    """A child that sleeps 20 times inside the meter's window switches at least 20 times."""
+    import subprocess
+    import sys
+
+    script = "import sys, time\nsys.stdin.readline()\nfor _ in range(20): time.sleep(0.001)\n"
+    script += "print(flush=True)\nsys.stdin.readline()\n"
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        meter = CpuMeter(os.getpid())
+        with meter:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            child.stdout.readline()  # its sleeps are done; it waits, alive
+        child.stdin.write("end\n")
+        child.stdin.flush()
+    assert meter.pool_switches >= 20
+
+
+def test_latency_percentiles() -> None:
+    assert percentiles([float(v) for v in range(1, 102)]) == (51.0, 100.0)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
