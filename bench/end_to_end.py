@@ -171,7 +171,7 @@ class KernelRuns:
         publisher: Celery,
         broker_url: str,
         worker: Worker,
-        occurrences: Occurrences,
+        occurrences: Occurrences | None = None,
         batch_max: int = BATCH_MAX,
         stats: StatementStats | None = None,
     ) -> None:
@@ -181,7 +181,7 @@ class KernelRuns:
         self.publisher = publisher
         self.broker = redis.Redis.from_url(broker_url)
         self.worker = worker
-        self.occurrences = occurrences
+        self.occurrences = occurrences or Occurrences(kernel, f"bench:kernel:{uuid.uuid4().hex}")
         self.rss_mb = self.pss_mb = 0.0
         self.cpu: CpuMeter | None = None  # the last run's
         self.statements: tuple[StatementCost, ...] = ()  # the last run's (pg_stat_statements)
