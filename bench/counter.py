@@ -16,7 +16,7 @@ from typing import Any
 
 import redis
 
-__all__ = ["bump", "client", "record_now", "record_run", "record_slot"]
+__all__ = ["bump", "client", "record_now", "record_run", "record_slot", "stamp"]
 
 
 @functools.cache
@@ -29,9 +29,17 @@ def client() -> redis.Redis:
     return _client(os.getpid())
 
 
-def bump(key: str) -> None:
-    """Count one run under ``key``: the whole body."""
+def bump(key: str, sleep_ms: float = 0) -> None:
+    """Count one run under ``key``: the whole body, after ``sleep_ms`` of waiting when given
+    (an I/O-bound body: the process sleeps as it would waiting for a reply)."""
+    if sleep_ms:
+        time.sleep(sleep_ms / 1000)
     client().incr(key)
+
+
+def stamp(key: str) -> None:
+    """Push when this body started (epoch seconds) onto the list ``key``: the latency probe."""
+    client().rpush(key, repr(time.time()))
 
 
 def record_slot(ledger: str, slot: float) -> None:

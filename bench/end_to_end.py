@@ -48,14 +48,12 @@ from __future__ import annotations
 
 import argparse
 import signal
-import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -67,7 +65,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.stock_app import STOCK_TASK  # noqa: E402
+from bench.e2e_report import (  # noqa: E402
+    Sample,
+    cpu_table,
+    latency_table,
+    rate_table,
+    statements_table,
+)
+from bench.latency import probe  # noqa: E402
+from bench.statement_stats import PRELOAD, StatementCost, StatementStats  # noqa: E402
+from bench.stock_app import STAMP_TASK, STOCK_TASK  # noqa: E402
 from bench.support import CpuMeter, RssSampler, fresh_database, postgres_durability, server  # noqa: E402
 from bench.workers import (  # noqa: E402
     CeleryTasks,
@@ -87,6 +94,7 @@ SIDES = ("stock", "stock+E", "plain", "kernel", "kernel-single", "kernel+E")
 #: The pump's default ``kernel_batch_max``.
 BATCH_MAX = 16
 JOB_ID = "bench-noop"
+STAMP_JOB_ID = "bench-stamp"
 PAIR_OWNER = "bench-inline"
 PAIRS = 1000
 PLAIN_TASK = "bench.noop"  # bench/noop.py; not imported here, it registers on the product's app
@@ -98,38 +106,35 @@ SETTINGS_MODULE = "bench_end_to_end_settings"
 PRODUCT_DB, STOCK_DB, STOCK_EVENTS_DB, PRODUCT_EVENTS_DB = 0, 1, 2, 3
 
 
-@dataclass(frozen=True)
-class Sample:
-    backend: str
-    side: str
-    n: int
-    seconds: float
-    rss_mb: float = 0.0
-    pss_mb: float = 0.0
-    cpu: CpuMeter | None = None
-
-    @property
-    def rate(self) -> float:
-        return self.n / self.seconds
-
-
 class Occurrences:
-    """Creates queued occurrences of one no-op ``callable`` job, batch by batch, up front."""
+    """Creates queued occurrences of one ``callable`` job, batch by batch, up front: the
+    counter's ``bump`` (after ``sleep_ms`` when given), or ``body`` named."""
 
-    def __init__(self, kernel: Kernel, counter_key: str) -> None:
+    def __init__(
+        self,
+        kernel: Kernel,
+        counter_key: str,
+        sleep_ms: int = 0,
+        job_id: str = JOB_ID,
+        body: str = "bench.counter:bump",
+    ) -> None:
         self.kernel = kernel
         self.counter_key = counter_key
+        self.job_id = job_id
         self.cursor: str | None = None
         self.made = 0
+        kwargs: dict[str, Any] = {"key": counter_key}
+        if sleep_ms:
+            kwargs["sleep_ms"] = sleep_ms
         kernel.define_job(
             {
-                "id": JOB_ID,
+                "id": job_id,
                 "kind": "callable",
                 "schedule": None,
                 "overlap": "allow",
                 "max_queued": 10000,  # admission bounds the backlog under every policy
                 "max_attempts": 1,
-                "payload": {"callable": "bench.counter:bump", "kwargs": {"key": counter_key}},
+                "payload": {"callable": body, "kwargs": kwargs},
             }
         )
 
@@ -139,7 +144,7 @@ class Occurrences:
         while len(ids) < n:
             keys = [f"e2e-{self.made + i}" for i in range(min(FIRE_BATCH, n - len(ids)))]
             report = self.kernel.fire(
-                JOB_ID,
+                self.job_id,
                 expected_revision=1,
                 expected_cursor=self.cursor,
                 firings=[(key, at) for key in keys],
@@ -168,8 +173,10 @@ class KernelRuns:
         worker: Worker,
         occurrences: Occurrences | None = None,
         batch_max: int = BATCH_MAX,
+        stats: StatementStats | None = None,
     ) -> None:
         self.kernel = kernel
+        self.stats = stats
         self.batch_max = batch_max
         self.publisher = publisher
         self.broker = redis.Redis.from_url(broker_url)
@@ -177,12 +184,15 @@ class KernelRuns:
         self.occurrences = occurrences or Occurrences(kernel, f"bench:kernel:{uuid.uuid4().hex}")
         self.rss_mb = self.pss_mb = 0.0
         self.cpu: CpuMeter | None = None  # the last run's
+        self.statements: tuple[StatementCost, ...] = ()  # the last run's (pg_stat_statements)
 
     def run(self, n: int) -> float:
         before = self._counts()["succeeded"]
         before_bodies = self._bodies()
         ids = self.occurrences.create(n)
         cpu = self.cpu = CpuMeter(self.worker.pid)
+        if self.stats is not None:
+            self.stats.reset()
         with RssSampler([self.worker.pid]) as rss, cpu:
             started = self._pump(set(ids))
             # Kernel.status() scans the table: polling it all along would steal a core
@@ -202,6 +212,8 @@ class KernelRuns:
                 f"{n} occurrences to succeed",
                 detail=lambda: f"kernel status: {self._counts()}\n{self.worker.tail()}",
             )
+        if self.stats is not None:
+            self.statements = tuple(self.stats.read())
         self.rss_mb = max(self.rss_mb, rss.peak_mb)
         self.pss_mb = max(self.pss_mb, rss.peak_pss_mb)
         ran = self._bodies() - before_bodies
@@ -220,6 +232,14 @@ class KernelRuns:
                 self.publisher, producer, hints, batch_max=self.batch_max, hint_options={}
             )
         return started
+
+    def start_one(self) -> float:
+        """Make one occurrence claimable and hint it as the pump would: a latency probe's
+        start, the instant its creation committed."""
+        ids = self.occurrences.create(1)
+        began = time.time()
+        self._pump(set(ids))
+        return began
 
     def pairs(self, n: int) -> float:
         """Claim and settle ``n`` occurrences in this process: the kernel's own cost per run."""
@@ -272,8 +292,11 @@ def kernel_worker(
     return kernel, worker, create_app("bench-publisher", broker_url=broker_url)
 
 
-def stock_sides(stack: ExitStack, broker_url: str, concurrency: int) -> dict[str, CeleryTasks]:
-    """Stock Celery workers, without and with ``-E``, each on its own Redis database."""
+def stock_sides(
+    stack: ExitStack, broker_url: str, concurrency: int, body_args: Sequence[Any] = ()
+) -> dict[str, CeleryTasks]:
+    """Stock Celery workers, without and with ``-E``, each on its own Redis database;
+    ``body_args`` follow the counter's key in each task (``sleep_ms``)."""
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="celery-stock-")))
     sides = {}
     for side, db, extra in (("stock", STOCK_DB, ()), ("stock+E", STOCK_EVENTS_DB, ("-E",))):
@@ -281,7 +304,7 @@ def stock_sides(stack: ExitStack, broker_url: str, concurrency: int) -> dict[str
         worker = Worker(workdir, worker_env(workdir, url), concurrency, "bench.stock_app", extra)
         stack.callback(worker.stop)
         publisher = Celery("bench-stock-publisher", broker=url)
-        sides[side] = CeleryTasks(worker, publisher, url, STOCK_TASK)
+        sides[side] = CeleryTasks(worker, publisher, url, STOCK_TASK, body_args)
         stack.callback(sides[side].close)
     return sides
 
@@ -292,120 +315,82 @@ def _measure(
     broker_url: str,
     args: argparse.Namespace,
     report: Callable[[Sample], None],
+    latencies: dict[tuple[str, str], list[float]],
 ) -> None:
     with ExitStack() as stack:
         url = broker_db(broker_url, PRODUCT_DB)
         kernel, worker, publisher = kernel_worker(stack, url, database_url, args.concurrency)
-        kernel_runs = KernelRuns(kernel, publisher, url, worker)
-        events_url = broker_db(broker_url, PRODUCT_EVENTS_DB)
-        _, events_worker, events_publisher = kernel_worker(
-            stack, events_url, database_url, args.concurrency, ("-E",)
-        )
+        stats = None
+        if backend == "postgres":
+            stats = StatementStats(database_url)
+            stack.callback(stats.close)
+        occurrences = Occurrences(kernel, f"bench:kernel:{uuid.uuid4().hex}", args.sleep_ms)
+        kernel_runs = KernelRuns(kernel, publisher, url, worker, occurrences, stats=stats)
+        body_args = [args.sleep_ms] if args.sleep_ms else []
+        stock = stock_sides(stack, broker_url, args.concurrency, body_args)
         sides: dict[str, Any] = {
-            **stock_sides(stack, broker_url, args.concurrency),
-            "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK),
+            **stock,
+            "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK, body_args),
             "kernel": kernel_runs,
             "kernel-single": KernelRuns(
-                kernel, publisher, url, worker, kernel_runs.occurrences, batch_max=1
-            ),
-            "kernel+E": KernelRuns(
-                kernel, events_publisher, events_url, events_worker, kernel_runs.occurrences
+                kernel, publisher, url, worker, occurrences, batch_max=1, stats=stats
             ),
         }
-        for side in SIDES:  # the first messages also wait for the workers to come up
+        if "kernel+E" in args.sides:
+            events_url = broker_db(broker_url, PRODUCT_EVENTS_DB)
+            _, events_worker, events_publisher = kernel_worker(
+                stack, events_url, database_url, args.concurrency, ("-E",)
+            )
+            sides["kernel+E"] = KernelRuns(
+                kernel, events_publisher, events_url, events_worker, occurrences, stats=stats
+            )
+        chosen = args.sides
+        for side in chosen:  # the first messages also wait for the workers to come up
             sides[side].run(args.warmup)
         for r in range(args.repeat):
             # Rotate which side goes first, so a drift in the machine hits all of them.
-            for side in SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]:
+            for side in chosen[r % len(chosen) :] + chosen[: r % len(chosen)]:
                 seconds = sides[side].run(args.n)
                 run = sides[side]
-                report(Sample(backend, side, args.n, seconds, run.rss_mb, run.pss_mb, run.cpu))
+                report(
+                    Sample(
+                        backend, side, args.n, seconds, run.rss_mb, run.pss_mb, run.cpu,
+                        getattr(run, "statements", ()),
+                    )
+                )  # fmt: skip
             pairs = min(PAIRS, args.n)
             report(Sample(backend, "pair", pairs, kernel_runs.pairs(pairs)))
+        if args.latency:
+            _latency(backend, kernel, publisher, url, worker, stock["stock"], args, latencies)
 
 
-def _table(samples: list[Sample]) -> str:
-    """Median rate and peak RSS / PSS per (backend, side); ratios of the medians to stock Celery."""
-    rates: dict[tuple[str, str], list[float]] = {}
-    rss: dict[tuple[str, str], float] = {}
-    pss: dict[tuple[str, str], float] = {}
-    for s in samples:
-        key = (s.backend, s.side)
-        rates.setdefault(key, []).append(s.rate)
-        rss[key] = max(rss.get(key, 0.0), s.rss_mb)
-        pss[key] = max(pss.get(key, 0.0), s.pss_mb)
-    rows = [
-        f"{'backend':<9} {'side':<13} {'per s':>7} {'/stock':>7} {'/stock+E':>9} "
-        f"{'RSS MB':>7} {'RSS-stock':>10} {'PSS MB':>7} {'PSS-stock':>10}"
-    ]
-    for backend in dict.fromkeys(s.backend for s in samples):
+def _latency(
+    backend: str,
+    kernel: Kernel,
+    publisher: Celery,
+    url: str,
+    worker: Worker,
+    stock: CeleryTasks,
+    args: argparse.Namespace,
+    latencies: dict[tuple[str, str], list[float]],
+) -> None:
+    """``args.latency`` probes each of stock's ``send_task`` and the kernel's single hint, on
+    idle workers: from the start to the body's stamp."""
+    stock_key, kernel_key = (f"bench:stamp:{uuid.uuid4().hex}" for _ in range(2))
 
-        def median(side: str, backend: str = backend) -> float:
-            return statistics.median(rates.get((backend, side)) or [0.0])
+    def stock_start() -> float:
+        began = time.time()
+        stock.publisher.send_task(STAMP_TASK, args=[stock_key])
+        return began
 
-        stock, events = median("stock"), median("stock+E")
-        for side in SIDES:
-            rate, key = median(side), (backend, side)
-            vs = [f"{rate / base:.2f}" if rate and base else "-" for base in (stock, events)]
-            extra_rss = rss.get(key, 0.0) - rss.get((backend, "stock"), 0.0)
-            extra_pss = pss.get(key, 0.0) - pss.get((backend, "stock"), 0.0)
-            rows.append(
-                f"{backend:<9} {side:<13} {rate:>7.0f} {vs[0]:>7} {vs[1]:>9} "
-                f"{rss.get(key, 0.0):>7.1f} {extra_rss:>+10.1f} {pss.get(key, 0.0):>7.1f} "
-                f"{extra_pss:>+10.1f}"
-            )
-        pair = median("pair")
-        rows.append(f"{backend:<9} {'pair ms':<13} {1000 / pair if pair else 0:>7.2f}")
-        backlog, single = median("kernel") / stock if stock else 0, median("kernel-single")
-        single = single / stock if stock else 0
-        extra_mb = pss.get((backend, "kernel"), 0.0) - pss.get((backend, "stock"), 0.0)
-        verdicts = [
-            _verdict(f"kernel >= {BACKLOG_TARGET} x stock", backlog >= BACKLOG_TARGET),
-            _verdict(
-                f"kernel-single >= {SINGLE_TARGET[backend]} x stock",
-                single >= SINGLE_TARGET[backend],
-            ),
-            _verdict(f"kernel PSS <= stock + {PSS_TARGET_MB} MB", extra_mb <= PSS_TARGET_MB),
-        ]
-        rows.append(f"{backend:<9} {'targets':<13} " + "; ".join(verdicts))
-    return "\n".join(rows)
-
-
-CPU_PARTS = ("main", "pool", "bench", "others")
-
-
-def _cpu_table(samples: list[Sample]) -> str:
-    """Median CPU ms per run by part, and how busy the machine was, per (backend, side)."""
-    rows = [
-        f"{'backend':<9} {'side':<13} "
-        + " ".join(f"{part:>7}" for part in CPU_PARTS)
-        + f" {'total':>7} {'busy':>6}"
-    ]
-    keys = dict.fromkeys((s.backend, s.side) for s in samples if s.cpu and s.cpu.parts)
-    for backend, side in keys:
-        runs = [s for s in samples if (s.backend, s.side) == (backend, side) and s.cpu]
-        per_run = {
-            part: statistics.median(1000 * s.cpu.parts[part] / s.n for s in runs if s.cpu)
-            for part in CPU_PARTS
-        }
-        busy = statistics.median(s.cpu.busy_share for s in runs if s.cpu)
-        rows.append(
-            f"{backend:<9} {side:<13} "
-            + " ".join(f"{per_run[part]:>7.2f}" for part in CPU_PARTS)
-            + f" {sum(per_run.values()):>7.2f} {busy:>6.0%}"
-        )
-    return "\n".join(rows)
-
-
-#: Issue 22's no-op targets: the backlog's and the shallow case's rate against stock
-#: Celery, the worker's extra memory as PSS.
-BACKLOG_TARGET = 1.0
-SINGLE_TARGET = {"sqlite": 0.65, "postgres": 0.55}
-PSS_TARGET_MB = 40
-
-
-def _verdict(target: str, met: bool) -> str:
-    return f"{target}: {'met' if met else 'NOT met'}"
+    stamps = Occurrences(kernel, kernel_key, job_id=STAMP_JOB_ID, body="bench.counter:stamp")
+    runs = KernelRuns(kernel, publisher, url, worker, stamps, batch_max=1)
+    latencies[(backend, "stock")] = probe(
+        stock_start, stock.broker, stock_key, args.latency, stock.worker.check_alive
+    )
+    latencies[(backend, "kernel")] = probe(
+        runs.start_one, runs.broker, kernel_key, args.latency, worker.check_alive
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -420,7 +405,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
+    parser.add_argument(
+        "--body", default="noop", help="noop (default) or sleep:N, an I/O body of N ms"
+    )
+    parser.add_argument(
+        "--sides", default=",".join(SIDES), help=f"comma-separated (default {','.join(SIDES)})"
+    )
+    parser.add_argument(
+        "--latency",
+        type=int,
+        default=0,
+        metavar="PROBES",
+        help="also probe claimable -> started on the idle worker PROBES times (stock: send_task)",
+    )
+    parser.add_argument(
+        "--pg-stat-statements",
+        action="store_true",
+        help="start PostgreSQL with pg_stat_statements and show each kernel run's statements",
+    )
     args = parser.parse_args(argv)
+    body = args.body.split(":", 1)
+    if body[0] not in ("noop", "sleep") or (body[0] == "sleep") != (len(body) == 2):
+        parser.error("--body: noop or sleep:N")
+    args.sleep_ms = int(body[1]) if len(body) == 2 else 0
+    args.sides = tuple(side.strip() for side in args.sides.split(",") if side.strip())
+    if not args.sides or set(args.sides) - set(SIDES) or "stock" not in args.sides:
+        parser.error(f"--sides: stock and any of {', '.join(SIDES)}")
     args.n = args.n or (300 if args.quick else 5000)
     args.repeat = args.repeat or (1 if args.quick else 3)
     args.warmup = min(WARMUP, args.n)
@@ -430,6 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not backends or set(backends) - set(BACKENDS):
         parser.error(f"--backends: choose from {', '.join(BACKENDS)}")
     samples: list[Sample] = []
+    latencies: dict[tuple[str, str], list[float]] = {}
 
     def report(sample: Sample) -> None:
         samples.append(sample)
@@ -445,25 +456,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         broker_url = stack.enter_context(server("redis"))
         pg_url = None
         if "postgres" in backends:
-            pg_url = stack.enter_context(server("postgres", args.postgres_url, durable=True))
+            settings = PRELOAD if args.pg_stat_statements else None
+            pg_url = stack.enter_context(
+                server("postgres", args.postgres_url, durable=True, settings=settings)
+            )
             durability.append(f"postgres: {postgres_durability(pg_url)}")
         for backend in backends:
             server_url = pg_url if backend == "postgres" else None
             with fresh_database(server_url, "kernel-e2e-db-") as database_url:
-                _measure(backend, database_url, broker_url, args, report)
+                _measure(backend, database_url, broker_url, args, report, latencies)
     print()
     print(
-        f"{args.n} no-op runs per timed run, {args.concurrency} prefork processes, Redis broker; "
-        f"median of {args.repeat}; {'; '.join(durability)}"
+        f"{args.n} runs of body {args.body} per timed run, {args.concurrency} prefork processes, "
+        f"Redis broker; median of {args.repeat}; {'; '.join(durability)}"
     )
     print("stock = Celery's defaults (bench/stock_app.py), stock+E = the same with -E;")
     print("plain = the product's app without the kernel; RSS / PSS = worker peak, main + pool")
-    print(_table(samples))
+    print(rate_table(samples, args.sides, args.sleep_ms))
     print()
     print("CPU ms per run: the worker's main process (consumer), its pool, this process")
-    print("(publishing, polling), the rest of the machine (Redis, PostgreSQL); busy = the")
-    print("machine's busy share of its cores over the timed run")
-    print(_cpu_table(samples))
+    print("(publishing, polling), the rest of the machine (Redis, PostgreSQL); +stock = total")
+    print("less stock's; pool cs = the pool's context switches per run; busy = the machine's")
+    print("busy share of its cores over the timed run")
+    print(cpu_table(samples))
+    if any(s.statements for s in samples):
+        print()
+        print("pg_stat_statements per run (kernel sides; the bench's dispatch and polls included)")
+        print(statements_table(samples))
+    if latencies:
+        print()
+        print("latency, idle worker: kernel = occurrence committed -> pump's dispatch + publish ->")
+        print("body started; stock = send_task -> body started")
+        print(latency_table(latencies))
     return 0
 
 

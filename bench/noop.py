@@ -17,6 +17,6 @@ PLAIN_TASK = "bench.noop"
 
 
 @app.task(name=PLAIN_TASK, ignore_result=True)
-def noop(key: str) -> None:
+def noop(key: str, sleep_ms: float = 0) -> None:
     """The plain Celery baseline on the product's app: the body with no kernel around it."""
-    bump(key)
+    bump(key, sleep_ms)

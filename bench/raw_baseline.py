@@ -22,30 +22,32 @@ __all__ = ["RawWorker"]
 _NAMES = [column.name for column in occurrences.c]
 _COLUMNS = ", ".join(f'"{name}"' for name in _NAMES)
 _O_COLUMNS = ", ".join(f'o."{name}"' for name in _NAMES)
-#: Where each column sits in a row of the raw read (the last is the control's state).
-_AT = {name: i for i, name in enumerate([*_NAMES, "control_state", "now"])}
+#: Where each column sits in a row the claim returns (then the transaction's instant).
+_AT = {name: i for i, name in enumerate([*_NAMES, "now"])}
 _SQL = {
-    "read": f"SELECT {_O_COLUMNS}, c.state AS control_state, {{now}} AS now"
-    " FROM occurrences AS o"
-    " LEFT OUTER JOIN controls AS c ON c.occurrence_id = o.id WHERE o.id = :occ_id{lock}",
-    "claim": "UPDATE occurrences SET status = 'running', attempt = attempt + :attempt_inc,"
-    " fence = fence + 1, lease_owner = :owner, lease_expires_at = :lease_until,"
-    " updated_at = :now, settled_at = NULL"
-    " WHERE id = :occ_id AND fence = :seen_fence AND status = :seen_status"
-    " AND attempt = :seen_attempt"
-    " AND coalesce((SELECT state FROM controls WHERE occurrence_id = occurrences.id), '')"
-    " = :seen_control_state AND cancel_requested IS {false}"
-    " AND (status IN ('queued', 'retry_wait') AND available_at <= :now"
-    " OR status = 'running' AND lease_expires_at <= :now AND delivery = 'at-least-once')"
+    # The claim of a plainly queued occurrence, no read before it (kernel
+    # CLAIM_QUEUED_BY_DIALECT); {lease} is the snapshot's lease when none is given.
+    "claim": "UPDATE occurrences SET status = 'running', attempt = attempt + 1,"
+    " fence = fence + 1, lease_owner = :owner,"
+    " lease_expires_at = {now} + coalesce(:lease_ms, {lease}),"
+    " updated_at = {now}, settled_at = NULL"
+    " WHERE id = :occ_id AND status = 'queued' AND available_at <= {now}"
+    " AND lease_owner IS NULL AND attempt < max_attempts AND cancel_requested IS {false}"
+    " AND \"exclusive\" IS {false} AND delivery = 'at-least-once' AND pool IS NULL"
+    " AND NOT EXISTS (SELECT * FROM controls WHERE controls.occurrence_id = occurrences.id)"
     # The disabled-job guard (kernel JOB_ALLOWS_CLAIM); {any} is LIKE's wildcard.
     " AND (trigger_key LIKE 'manual:{any}' OR trigger_key LIKE 'at:{any}'"
     " OR EXISTS (SELECT * FROM jobs WHERE jobs.id = occurrences.job_id AND jobs.enabled))"
-    f" RETURNING {_COLUMNS}",
-    # PostgreSQL: CLAIM and its event in one statement (kernel CLAIM_AND_LOG).
+    f" RETURNING {_COLUMNS}, {{now}} AS now",
+    # PostgreSQL: the claim and its event in one statement, the event's canonical JSON
+    # built around the attempt written.
     "claim_and_log": "WITH claimed AS ({claim}),"
     " logged AS (INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
-    " SELECT :now, 'occurrence_claimed', job_id, id, fence, :event_data FROM claimed)"
-    f" SELECT {_COLUMNS} FROM claimed",
+    " SELECT now, 'occurrence_claimed', job_id, id, fence,"
+    " '{\"attempt\":' || attempt::text || ',\"owner\":' || :owner_json"
+    # 'null' apart: ":null" inside one literal would read as a placeholder
+    " || ',\"previous_owner\":' || 'null' || ',\"previous_status\":\"queued\"}' FROM claimed)"
+    f" SELECT {_COLUMNS}, now FROM claimed",
     "settle": "UPDATE occurrences SET status = CASE WHEN :to_status = 'retry_wait'"
     " AND cancel_requested THEN 'cancelled' ELSE :to_status END, lease_owner = NULL,"
     " lease_expires_at = NULL, available_at = CASE WHEN :to_status = 'retry_wait'"
@@ -80,6 +82,10 @@ _SQL = {
 }
 #: The transaction's instant: the server's, read inside the statement (kernel StatementNow).
 _PG_NOW = "(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint"
+_PG_SNAPSHOT_LEASE = (
+    "CAST(FLOOR(CAST(CAST(definition AS JSON) ->> 'lease' AS DOUBLE PRECISION) * 1000) AS BIGINT)"
+)
+_SQLITE_SNAPSHOT_LEASE = "CAST(json_extract(definition, '$.lease') * 1000 AS INTEGER)"
 _SQL["claim_and_log"] = _SQL["claim_and_log"].replace("{claim}", _SQL["claim"])
 
 
@@ -114,7 +120,7 @@ class RawWorker:
                 name: _pg_sql(
                     text.replace("{false}", "false")
                     .replace("{any}", "%%")
-                    .replace("{lock}", " FOR UPDATE OF o")
+                    .replace("{lease}", _PG_SNAPSHOT_LEASE)
                     .replace("{now}", _PG_NOW)
                 )
                 for name, text in _SQL.items()
@@ -128,7 +134,7 @@ class RawWorker:
             self.sql = {
                 name: text.replace("{false}", "0")
                 .replace("{any}", "%")
-                .replace("{lock}", "")
+                .replace("{lease}", _SQLITE_SNAPSHOT_LEASE)
                 .replace("{now}", ":now")
                 for name, text in _SQL.items()
             }
@@ -148,40 +154,27 @@ class RawWorker:
 
     def claim(self, occ_id: int, owner: str, lease_ms: int) -> int:
         clock = self.begin()
-        o = self.execute("read", {"occ_id": occ_id, "now": clock}).fetchone()
-        now = int(o[_AT["now"]])
-        fence = o[_AT["fence"]]
-        if (
-            o[_AT["cancel_requested"]]
-            or o[_AT["attempt"]] >= o[_AT["max_attempts"]]
-            or o[_AT["exclusive"]]
-            or o[_AT["pool"]] is not None
-            or o[_AT["control_state"]] is not None
-        ):
-            raise AssertionError(f"occurrence {occ_id} is not plainly claimable")
-        data = {
-            "owner": owner,
-            "attempt": o[_AT["attempt"]] + 1,
-            "previous_status": o[_AT["status"]],
-            "previous_owner": o[_AT["lease_owner"]],
-        }
         params = {
             "occ_id": occ_id,
-            "seen_fence": fence,
-            "seen_status": o[_AT["status"]],
-            "seen_attempt": o[_AT["attempt"]],
-            "seen_control_state": "",
-            "now": now,
-            "attempt_inc": 1,
+            "now": clock,
             "owner": owner,
-            "lease_until": now + lease_ms,
-            "event_data": _dumps(data),
+            "owner_json": _dumps(owner),
+            "lease_ms": lease_ms,
         }
         row = self.execute("claim_and_log" if self.postgres else "claim", params).fetchone()
         if row is None:
-            raise AssertionError(f"occurrence {occ_id} was not claimed")
+            raise AssertionError(f"occurrence {occ_id} is not plainly claimable")
         if not self.postgres:
-            self._emit(now, "occurrence_claimed", o[_AT["job_id"]], occ_id, row[_AT["fence"]], data)
+            data = {
+                "owner": owner,
+                "attempt": row[_AT["attempt"]],
+                "previous_status": "queued",
+                "previous_owner": None,
+            }
+            now = int(row[_AT["now"]])
+            self._emit(
+                now, "occurrence_claimed", row[_AT["job_id"]], occ_id, row[_AT["fence"]], data
+            )
         self.commit()
         return int(row[_AT["fence"]])
 

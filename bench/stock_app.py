@@ -13,11 +13,12 @@ import os
 
 from celery import Celery
 
-from bench.counter import bump, record_now
+from bench.counter import bump, record_now, stamp
 
-__all__ = ["STOCK_TASK", "TICK_TASK", "app"]
+__all__ = ["STAMP_TASK", "STOCK_TASK", "TICK_TASK", "app"]
 
 STOCK_TASK = "bench.stock_noop"
+STAMP_TASK = "bench.stock_stamp"
 TICK_TASK = "bench.stock_tick"
 
 app = Celery("bench_stock")
@@ -28,8 +29,13 @@ if _ledger:
 
 
 @app.task(name=STOCK_TASK)
-def stock_noop(key: str) -> None:
-    bump(key)
+def stock_noop(key: str, sleep_ms: float = 0) -> None:
+    bump(key, sleep_ms)
+
+
+@app.task(name=STAMP_TASK)
+def stock_stamp(key: str) -> None:
+    stamp(key)
 
 
 @app.task(name=TICK_TASK)

@@ -52,17 +52,22 @@ def servers() -> ModuleType:
 
 @contextmanager
 def server(
-    kind: Literal["postgres", "redis"], url: str | None = None, *, durable: bool = False
+    kind: Literal["postgres", "redis"],
+    url: str | None = None,
+    *,
+    durable: bool = False,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """Yield ``url`` when given; else start a server of ``kind``, yield its URL, stop it.
 
     ``durable`` starts PostgreSQL with its own durability defaults (``fsync`` and
-    ``synchronous_commit`` on) rather than the test suite's fast, unsafe settings.
+    ``synchronous_commit`` on) rather than the test suite's fast, unsafe settings;
+    ``settings`` are more PostgreSQL settings.
     """
     if url:
         yield url
         return
-    options = {"durable": durable} if kind == "postgres" else {}
+    options = {"durable": durable, "settings": settings} if kind == "postgres" else {}
     running = getattr(servers(), f"start_{kind}")(**options)
     try:
         yield running.url
@@ -196,9 +201,21 @@ def _machine_cpu_s() -> tuple[float, float]:
     return (sum(values[:8]) - idle) * _TICK_S, sum(values[:8]) * _TICK_S
 
 
+def _context_switches(pid: int) -> int:
+    """Voluntary plus involuntary context switches of ``pid`` so far; 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0
+    fields = ("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+    return sum(int(line.split()[1]) for line in status.splitlines() if line.startswith(fields))
+
+
 class CpuMeter:
     """CPU seconds spent inside a ``with``: by a worker's main process, by its pool, by this
-    process (publishing and polling), and by everything else on the machine.
+    process (publishing and polling), and by everything else on the machine; and the
+    context switches of the pool's processes (``pool_switches``; a child that exits
+    meanwhile takes its count with it).
 
     ``others`` (Redis, PostgreSQL, any other load) is the machine's busy time less the
     three measured parts; ``busy_share`` is the machine's busy time over its capacity
@@ -209,6 +226,7 @@ class CpuMeter:
         self.worker_pid = worker_pid
         self.parts: dict[str, float] = {}
         self.busy_share = 0.0
+        self.pool_switches = 0
 
     def _read(self) -> tuple[float, float, float, float, float]:
         own, reaped = _process_cpu_s(self.worker_pid)
@@ -216,7 +234,11 @@ class CpuMeter:
         busy, total = _machine_cpu_s()
         return own, pool, sum(os.times()[:2]), busy, total
 
+    def _pool_switches(self) -> dict[int, int]:
+        return {pid: _context_switches(pid) for pid in children(self.worker_pid)}
+
     def __enter__(self) -> CpuMeter:
+        self._start_switches = self._pool_switches()
         self._start = self._read()
         return self
 
@@ -227,3 +249,7 @@ class CpuMeter:
         self.parts = {"main": main, "pool": pool, "bench": bench}
         self.parts["others"] = max(0.0, busy - main - pool - bench)
         self.busy_share = busy / total if total else 0.0
+        ended = self._pool_switches()
+        self.pool_switches = sum(
+            count - self._start_switches.get(pid, 0) for pid, count in ended.items()
+        )

@@ -154,13 +154,22 @@ class CeleryTasks:
     """``n`` no-op tasks named ``task`` through ``worker``, timed until their counter is full.
 
     ``publisher`` is the app that sends them (the worker's own settings, or a stock
-    app's); ``broker_url`` is the worker's broker, where the body counts.
+    app's); ``broker_url`` is the worker's broker, where the body counts; ``body_args``
+    follow the counter's key in each message (``sleep_ms``).
     """
 
-    def __init__(self, worker: Worker, publisher: Celery, broker_url: str, task: str) -> None:
+    def __init__(
+        self,
+        worker: Worker,
+        publisher: Celery,
+        broker_url: str,
+        task: str,
+        body_args: Sequence[Any] = (),
+    ) -> None:
         self.worker = worker
         self.publisher = publisher
         self.task = task
+        self.body_args = list(body_args)
         self.broker = redis.Redis.from_url(broker_url)
         self.rss_mb = self.pss_mb = 0.0
         self.cpu: CpuMeter | None = None  # the last run's
@@ -171,7 +180,7 @@ class CeleryTasks:
         key = f"bench:{self.task}:{uuid.uuid4().hex}"
         cpu = self.cpu = CpuMeter(self.worker.pid)
         with RssSampler([self.worker.pid]) as rss, cpu:
-            started = publish(self.publisher, self.task, [[key]] * n)
+            started = publish(self.publisher, self.task, [[key, *self.body_args]] * n)
             ended = wait_until(
                 lambda: int(self.broker.get(key) or 0) >= n,
                 self.worker.check_alive,

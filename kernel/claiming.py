@@ -34,7 +34,15 @@ def claim(
     paused-and-resumed occurrence at the fence it was released on (or reclaims
     such a run, or one asked to pause, after its lease expired), or uses an
     operator's requeue grant.
+
+    A queued occurrence that never held a lease, with nothing else to decide (no control,
+    pool, exclusivity or unknown outcome to look at), is claimed by one statement with no
+    read before it; every other one is decided from a read of the row.
     """
+    if again:
+        queued = _claim_queued(tx, occ_id, owner, lease_ms)
+        if queued is not None:
+            return queued
     row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id, "now": tx.now_param()})
     if row is None:
         return None
@@ -130,6 +138,40 @@ def claim(
         lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
         resumed=resuming,
         checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
+    )
+
+
+def _claim_queued(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None:
+    """WORKER_CLAIMS_QUEUED; None when its guard held for no row (then claim reads)."""
+    params = {
+        "occ_id": occ_id,
+        "now": tx.now_param(),
+        "owner": owner,
+        "owner_json": dumps(owner),
+        "lease_ms": lease_ms,
+    }
+    claimed = T.run(tx, T.WORKER_CLAIMS_QUEUED, params)
+    if claimed is None:
+        return None
+    c = claimed._mapping
+    tx.observe_now(c["now"])
+    if not tx.is_postgres:  # PostgreSQL wrote it in the statement
+        event = {"owner": owner, "attempt": c["attempt"], "previous_status": S.QUEUED.value}
+        tx.emit_json(
+            EventType.OCCURRENCE_CLAIMED,
+            dumps({**event, "previous_owner": None}),
+            job_id=c["job_id"],
+            occurrence_id=occ_id,
+            fence=c["fence"],
+        )
+    occurrence = occurrence_from_row(claimed)
+    return Claim(
+        occurrence=occurrence,
+        owner=owner,
+        fence=c["fence"],
+        lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
+        resumed=False,
+        checkpoint=None,
     )
 
 

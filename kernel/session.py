@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -13,6 +12,7 @@ import sqlalchemy as sa
 from kernel.clock import Clock
 from kernel.engine import begin_sqlite_write, end_sqlite_write
 from kernel.errors import KernelError
+from kernel.process_id import current_pid
 from kernel.translate import Phase, connection_lost, translate
 from kernel.tx import Tx
 from kernel.writer_gate import WriterGate
@@ -34,7 +34,7 @@ class _Held:
     __slots__ = ("pid", "lock", "conn")
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.lock = threading.Lock()
         self.conn: sa.Connection | None = None
 
@@ -56,7 +56,7 @@ class Session:
 
     def close(self) -> None:
         held = self._held
-        if held.pid == os.getpid():
+        if held.pid == current_pid():
             with held.lock:
                 self._release(held)
         if self._gate is not None:
@@ -64,7 +64,7 @@ class Session:
 
     def run(self, fn: Callable[..., R], *args: Any, read_only: bool = False, **kwargs: Any) -> R:
         held = self._held
-        if held.pid != os.getpid():
+        if held.pid != current_pid():
             # Forked (Celery prefork): the parent's connection is not ours to use or close.
             held = self._held = _Held()
         if read_only or not held.lock.acquire(blocking=False):

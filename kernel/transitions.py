@@ -121,6 +121,16 @@ WORKER_CLAIMS = Transition(
     "unique running index; pool: a slot taken first (TAKE_POOL_SLOT, running < limit)",
     (E.OCCURRENCE_CLAIMED,),
 )
+WORKER_CLAIMS_QUEUED = Transition(
+    (S.QUEUED,),
+    "worker claims a queued occurrence (one statement, no read before it)",
+    (S.RUNNING,),
+    st.CLAIM_QUEUED_BY_DIALECT,
+    "queued, available, never leased, attempts left, no cancel, no control, no pool, "
+    "neither exclusive nor at-most-once, job enabled or the run manual; any other claim "
+    "is decided from a read (WORKER_CLAIMS, WORKER_RECLAIMS)",
+    (E.OCCURRENCE_CLAIMED,),
+)
 WORKER_RECLAIMS = Transition(
     (S.RUNNING,),
     "worker reclaims an expired lease",
@@ -277,6 +287,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     BEAT_FIRES,
     TASK_ENQUEUED,
     WORKER_CLAIMS,
+    WORKER_CLAIMS_QUEUED,
     WORKER_RECLAIMS,
     WORKER_RENEWS,
     WORKER_SUCCEEDS,

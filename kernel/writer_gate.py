@@ -20,6 +20,8 @@ import os
 import queue
 import threading
 
+from kernel.process_id import current_pid
+
 __all__ = ["WriterGate"]
 
 
@@ -68,7 +70,7 @@ class _Waiter:
     (a thread per wait cost more CPU than the polling it replaced)."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.waits: queue.SimpleQueue[_Wait] = queue.SimpleQueue()
         threading.Thread(target=self._loop, name="writer-gate", daemon=True).start()
 
@@ -84,7 +86,7 @@ _waiter_lock = threading.Lock()
 def _wait_for(path: str, timeout_s: float) -> int | None:
     global _waiter
     with _waiter_lock:
-        if _waiter is None or _waiter.pid != os.getpid():  # threads do not survive a fork
+        if _waiter is None or _waiter.pid != current_pid():  # threads do not survive a fork
             _waiter = _Waiter()
         waiter = _waiter
     wait = _Wait(path)
@@ -111,9 +113,9 @@ class WriterGate:
 
     def _file(self) -> int:
         # A forked child shares its parent's open file (and so its lock): open its own.
-        if self._fd is None or self._pid != os.getpid():
+        if self._fd is None or self._pid != current_pid():
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            self._pid = os.getpid()
+            self._pid = current_pid()
         return self._fd
 
     def acquire(self) -> bool:
@@ -140,11 +142,11 @@ class WriterGate:
         return True
 
     def close(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
+        if self._fd is not None and self._pid == current_pid():
             os.close(self._fd)
         self._fd = None
 
     def release(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
+        if self._fd is not None and self._pid == current_pid():
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._thread_lock.release()

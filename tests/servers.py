@@ -124,12 +124,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_postgres(timeout: float = 30.0, *, durable: bool = False) -> RunningServer:
+def start_postgres(
+    timeout: float = 30.0, *, durable: bool = False, settings: dict[str, str] | None = None
+) -> RunningServer:
     """Create a throw-away PostgreSQL cluster, start it and create ``kernel_test``.
 
     Durability is off (``fsync``, ``synchronous_commit``, ``full_page_writes``): the
     data dies with the session. ``durable=True`` keeps PostgreSQL's own defaults
-    instead, as users run it (the benchmarks' default).
+    instead, as users run it (the benchmarks' default). ``settings`` are more server
+    settings (``shared_preload_libraries``).
 
     Returns:
         The running server; ``url`` is
@@ -160,6 +163,7 @@ def start_postgres(timeout: float = 30.0, *, durable: bool = False) -> RunningSe
             "-c", f"unix_socket_directories={workdir}",
             *(arg for name in ([] if durable else no_durability) for arg in ("-c", f"{name}=off")),
             "-c", "max_connections=200",
+            *(arg for item in (settings or {}).items() for arg in ("-c", "=".join(item))),
         ]  # fmt: skip
 
     def admin_conninfo(port: int) -> str:

@@ -50,18 +50,22 @@ def checked(method: Callable[..., Any]) -> Callable[..., Any]:
             hint = hints.get(name, Any)
             by_name[name] = _check_of(hint, name in _FREE_TEXT)
         positional = [(name, by_name[name]) for name in names[: code.co_argcount - 1]]
-        return positional, by_name
+        # An argument of any value needs no call: only the others are checked per call
+        # (this wrapper runs on every claim and settle of every worker).
+        checked_names = {name: check for name, check in by_name.items() if check is not _anything}
+        return positional, checked_names
 
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not compiled:  # two threads may both compile: the same checks either way
             compiled.append(compile_checks())
         positional, by_name = compiled[0]
-        for (name, check), value in zip(positional, args, strict=False):
-            check(value, name)
+        if args:
+            for (name, check), value in zip(positional, args, strict=False):
+                check(value, name)
         for name, value in kwargs.items():
             named = by_name.get(name)
-            if named is not None:  # an unknown keyword: the call itself raises TypeError
+            if named is not None:  # also an unknown keyword: the call itself raises TypeError
                 named(value, name)
         return method(self, *args, **kwargs)
 
@@ -118,6 +122,8 @@ def _bool(value: object, field: str) -> None:
 
 
 def _int(value: object, field: str) -> None:
+    if type(value) is int and -(2**63) <= value <= 2**63 - 1:  # folded to constants
+        return
     if isinstance(value, bool) or not isinstance(value, int):
         raise _refuse(value, field, "an integer")
     if not _INT64[0] <= value <= _INT64[1]:
@@ -138,6 +144,8 @@ def _str(value: object, field: str) -> None:
 
 def _name(value: object, field: str) -> None:
     """A string stored as plain text, where PostgreSQL refuses a NUL character."""
+    if type(value) is str and "\x00" not in value:
+        return
     if not isinstance(value, str):
         raise _refuse(value, field, "a string")
     if "\x00" in value:

@@ -21,6 +21,7 @@ __all__ = [
     "CLAIM",
     "CLAIM_AND_LOG",
     "CLAIM_BY_DIALECT",
+    "CLAIM_QUEUED_BY_DIALECT",
     "USE_GRANT",
     "BLOCKING_IN_JOB",
     "NO_UNRESOLVED_RUN",
@@ -134,6 +135,90 @@ CLAIM_AND_LOG = DriverStatement(sa.select(_claimed).add_cte(_claim_logged))
 #: The claim a worker runs on each back end: PostgreSQL writes its event in the same
 #: statement; SQLite (no data-modifying CTE) appends it after.
 CLAIM_BY_DIALECT = {"postgresql": CLAIM_AND_LOG, "sqlite": CLAIM}
+
+#: The lease of the occurrence's own snapshot in ms, as ``int(float(lease) * 1000)``.
+_SNAPSHOT_LEASE_MS = {
+    "postgresql": sa.literal_column(
+        "CAST(FLOOR(CAST(CAST(occurrences.definition AS JSON) ->> 'lease' AS DOUBLE PRECISION)"
+        " * 1000) AS BIGINT)",
+        sa.BigInteger,
+    ),
+    "sqlite": sa.literal_column(
+        "CAST(json_extract(occurrences.definition, '$.lease') * 1000 AS INTEGER)", sa.BigInteger
+    ),
+}
+
+
+def _claim_queued(dialect: str) -> sa.Update:
+    """The common claim decided whole in one statement, with no read before it: a queued
+    occurrence that never held a lease, with attempts left, no control, no pool, neither
+    exclusive nor at-most-once (claiming.claim decides every other case from a read).
+    The lease is the caller's (``lease_ms``) or the snapshot's; ``now`` is the server's
+    clock on PostgreSQL (the transaction's first statement reads it)."""
+    now = StatementNow()
+    lease = sa.func.coalesce(p("lease_ms", type_=sa.BigInteger), _SNAPSHOT_LEASE_MS[dialect])
+    return (
+        sa.update(OCC)
+        .where(
+            OCC.c.id == p("occ_id"),
+            OCC.c.status == "queued",
+            OCC.c.available_at <= now,
+            OCC.c.lease_owner.is_(None),
+            OCC.c.attempt < OCC.c.max_attempts,
+            OCC.c.cancel_requested.is_(False),
+            OCC.c.exclusive.is_(False),
+            OCC.c.delivery == "at-least-once",
+            OCC.c.pool.is_(None),
+            ~sa.exists().where(CTL.c.occurrence_id == OCC.c.id),
+            JOB_ALLOWS_CLAIM,
+        )
+        .values(
+            status="running",
+            fence=OCC.c.fence + 1,
+            attempt=OCC.c.attempt + 1,
+            lease_owner=p("owner"),
+            lease_expires_at=now + lease,
+            updated_at=now,
+            settled_at=None,
+        )
+        .returning(*OCC.c, now.label("now"))
+    )
+
+
+#: What the claimed event's data says of a queued claim, as canonical JSON around the
+#: attempt it wrote and the owner (``owner_json``: the owner as JSON text).
+def _queued_claim_data(attempt: sa.ColumnElement[int]) -> sa.ColumnElement[str]:
+    return (
+        sa.literal('{"attempt":', sa.Text)
+        .concat(sa.cast(attempt, sa.Text))
+        .concat(sa.literal(',"owner":', sa.Text))
+        .concat(p("owner_json", type_=sa.Text))
+        .concat(sa.literal(',"previous_owner":null,"previous_status":"queued"}', sa.Text))
+    )
+
+
+_queued = _claim_queued("postgresql").cte("claimed_queued")
+_queued_logged = (
+    sa.insert(events)
+    .from_select(
+        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
+        sa.select(
+            _queued.c.now,
+            sa.literal(EventType.OCCURRENCE_CLAIMED.value),
+            _queued.c.job_id,
+            _queued.c.id,
+            _queued.c.fence,
+            _queued_claim_data(_queued.c.attempt),
+        ),
+    )
+    .cte("claim_queued_logged")
+)
+#: The queued claim by dialect: PostgreSQL writes its event in the same statement (one
+#: statement per claim); SQLite appends it after.
+CLAIM_QUEUED_BY_DIALECT = {
+    "postgresql": DriverStatement(sa.select(_queued).add_cte(_queued_logged)),
+    "sqlite": DriverStatement(_claim_queued("sqlite")),
+}
 
 USE_GRANT = (
     sa.update(requeue_grants)

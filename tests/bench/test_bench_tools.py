@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.latency import percentiles
 from bench.peers import _count
 from bench.profile_worker import classify
 from bench.round_trips import _measure
-from bench.support import process_tree_memory
+from bench.support import CpuMeter, process_tree_memory
 
 
 def test_ledger_count_finds_duplicates_and_misses_inside_the_window() -> None:
@@ -43,17 +44,43 @@ def test_process_tree_memory_counts_this_process() -> None:
     assert process_tree_memory(2**22 + 12345) == (0, 0)  # no such process
 
 
+def test_cpu_meter_counts_the_context_switches_of_the_pool_children() -> None:
+    """A child that sleeps 20 times inside the meter's window switches at least 20 times."""
+    import subprocess
+    import sys
+
+    script = "import sys, time\nsys.stdin.readline()\nfor _ in range(20): time.sleep(0.001)\n"
+    script += "print(flush=True)\nsys.stdin.readline()\n"
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        meter = CpuMeter(os.getpid())
+        with meter:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            child.stdout.readline()  # its sleeps are done; it waits, alive
+        child.stdin.write("end\n")
+        child.stdin.flush()
+    assert meter.pool_switches >= 20
+
+
+def test_latency_percentiles() -> None:
+    assert percentiles([float(v) for v in range(1, 102)]) == (51.0, 100.0)
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_a_claim_and_a_settle_send_the_fewest_statements(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """PostgreSQL: no clock round trip, the events in the statements that change state."""
+    """PostgreSQL: no clock round trip, the events in the statements that change state; a
+    queued occurrence is claimed with no read before its claim."""
     if backend == "postgres":
         url: str = request.getfixturevalue("pg_database_url")
-        claim = ["BEGIN", "SELECT occurrence", "WITH UPDATE+INSERT", "COMMIT"]
+        claim = ["BEGIN", "WITH UPDATE+INSERT", "COMMIT"]
         settle = ["BEGIN", "UPDATE occurrences", "WITH UPDATE+INSERT+INSERT", "COMMIT"]
     else:
         url = f"sqlite:///{tmp_path / 'kernel.db'}"
-        claim = ["BEGIN", "SELECT occurrence", "UPDATE occurrences", "INSERT events", "COMMIT"]
+        claim = ["BEGIN", "UPDATE occurrences", "INSERT events", "COMMIT"]
         settle = ["BEGIN", "UPDATE occurrences", "INSERT events", "COMMIT"]
     assert _measure(url, 3) == {"claim": claim, "settle": settle}

@@ -34,6 +34,34 @@ def test_claim_fences_and_counts_an_attempt(k: Harness) -> None:
     assert bad_lease.value.field == "lease"
 
 
+def test_a_queued_claim_records_what_a_claim_decided_from_a_read_records(k: Harness) -> None:
+    """A queued occurrence is claimed by one statement with no read before it: it takes the
+    snapshot's own lease, and its event's stored text is the canonical JSON a claim decided
+    from a read writes (here a retry's)."""
+    import sqlalchemy as sa
+
+    from kernel.records import dumps
+    from kernel.schema import events
+
+    [occ_id] = k.occurrences(lease=90.7, max_attempts=2)
+    claim = k.kernel.claim(occ_id, owner="w1")
+    assert claim is not None and claim.fence == 1 and claim.occurrence.attempt == 1
+    assert claim.lease_expires_at == k.clock.now + timedelta(milliseconds=90_700)
+    k.kernel.fail(occ_id, owner="w1", fence=1, code="E_TEST", message="try again")
+    k.clock.advance(11)  # past the 10 s backoff
+    again = k.kernel.claim(occ_id, owner="w2", lease=30)
+    assert again is not None and again.fence == 2 and again.occurrence.attempt == 2
+    with k.kernel.engine.connect() as conn:
+        stored = conn.execute(
+            sa.select(events.c.data, events.c.fence)
+            .where(events.c.occurrence_id == occ_id, events.c.type == "occurrence_claimed")
+            .order_by(events.c.id)
+        ).all()
+    queued = {"attempt": 1, "owner": "w1", "previous_owner": None, "previous_status": "queued"}
+    retry = {"attempt": 2, "owner": "w2", "previous_owner": None, "previous_status": "retry_wait"}
+    assert [(row.data, row.fence) for row in stored] == [(dumps(queued), 1), (dumps(retry), 2)]
+
+
 def test_renew_extends_a_live_lease_and_refuses_anyone_else(k: Harness) -> None:
     claim = k.running()
     occ_id = claim.occurrence.id
