@@ -104,7 +104,7 @@ BEAT_FIRES = Transition(
 )
 TASK_ENQUEUED = Transition(
     ("none",),
-    "enqueue: a task's ad hoc run (create; kernel/enqueueing.py)",
+    "a task is enqueued (create)",
     (S.QUEUED,),
     st.ENQUEUE_OCCURRENCE,
     "its job (task:<name>) exists, held FOR KEY SHARE on PostgreSQL; unique idempotency "
@@ -123,7 +123,7 @@ WORKER_CLAIMS = Transition(
 )
 WORKER_CLAIMS_QUEUED = Transition(
     (S.QUEUED,),
-    "worker claims a queued occurrence (one statement, no read before it)",
+    "worker claims (one statement when queued, never leased)",
     (S.RUNNING,),
     st.CLAIM_QUEUED_BY_DIALECT,
     "queued, available, never leased, attempts left, no cancel, no control, no pool, "
