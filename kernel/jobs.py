@@ -17,8 +17,9 @@ from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConf
 from kernel.events import EventType
 from kernel.firing import create_occurrence
 from kernel.gates import create_gated
-from kernel.jobspec import ONE_SHOT, JobSpec, validate_job_spec
+from kernel.jobspec import JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads, to_dt
+from kernel.retirement import retire, retirement, runs_left
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -342,6 +343,9 @@ def fire(
     spec = loads(advanced)
     created: list[int] = []
     skipped: list[tuple[str, str]] = []
+    left = runs_left(tx, job_id, spec["schedule"])
+    if left == 0:  # its max_runs are made (it was enabled again): retired, nothing owed
+        missed, missed_count, firings = (), 0, ()
     for key, at in missed:
         made = create_occurrence(
             tx,
@@ -358,6 +362,8 @@ def fire(
     if missed_count:
         _record_missed(tx, job_id, missed, missed_count, missed_reason, firings, next_cursor)
     for key, at in firings:
+        if left == 0:
+            break  # its max_runs are made: the job retires below
         made = create_gated(
             tx,
             job_id=job_id,
@@ -372,8 +378,11 @@ def fire(
                 skipped.append((key, made.skip_reason or "skipped"))
             else:
                 created.append(made.id)
-    if next_cursor is None and ONE_SHOT & set(spec["schedule"] or ()):
-        _retire_one_shot(tx, job_id, expected_revision)
+                left = None if left is None else left - 1
+    reason = retirement(spec["schedule"], next_cursor is None, left)
+    if reason is not None:
+        runs = {"max_runs": spec["schedule"]["max_runs"]} if left == 0 else {}
+        retire(tx, job_id, expected_revision, reason, **runs)
     return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
 
 
@@ -403,15 +412,3 @@ def _record_missed(
 def _iso(ms: int | None) -> str | None:
     at = to_dt(ms)
     return None if at is None else at.isoformat()
-
-
-def _retire_one_shot(tx: Tx, job_id: str, revision: int) -> None:
-    """A one-shot job that fired has no firings left: disabled, not "enabled with a null
-    cursor" (its ``ttl`` / ``delete_after_run`` count from here)."""
-    retired = tx.conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.revision == revision, jobs.c.enabled)
-        .values(enabled=False, updated_at=tx.now)
-    ).rowcount
-    if retired:
-        tx.emit(EventType.JOB_DISABLED, job_id=job_id, revision=revision, reason="one_shot_fired")

@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Any
 
 from beat_schedule.timing import preview as preview_firings
-from beat_schedule.timing import trigger_key
 from celery_app.operations.times import iso, within_calendar
 from kernel import Job, Kernel
 from kernel.redaction import redacted_spec
@@ -42,17 +41,15 @@ def preview(kernel: Kernel, job_id: str, count: int, after: datetime | None) -> 
     job = kernel.get_job(job_id)
     schedule = job.spec["schedule"]
     start = after or kernel.now()
-    kind = schedule_kind(schedule)
     with within_calendar("next", f"a firing among the next {count} after {iso(start)}"):
-        upcoming = preview_firings(schedule, job.spec["dst"], start, count, anchor=job.defined_at)
-    firings = (
-        [
-            {"utc": iso(utc), "local": local.isoformat(), "trigger_key": trigger_key(kind, utc)}
-            for utc, local in upcoming
-        ]
-        if kind
-        else []
-    )
+        ahead = preview_firings(
+            schedule, job.spec["dst"], start, count, anchor=job.defined_at, job_id=job.id
+        )
+    # Under jitter "utc" is when the firing comes due; its trigger key names the instant.
+    firings = [
+        {"utc": iso(firing.at), "local": local.isoformat(), "trigger_key": firing.trigger_key}
+        for firing, local in ahead
+    ]
     return {
         "job_id": job.id,
         "enabled": job.enabled,

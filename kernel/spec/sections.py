@@ -36,6 +36,7 @@ from kernel.spec.fields import (
     text,
 )
 from kernel.spec.problems import Shape
+from kernel.spec.schedule_bounds import MAX_RUNS, check_bounds
 
 __all__ = [
     "DEFAULT_FANOUT",
@@ -219,6 +220,23 @@ class Schedule(Section):
     in_: Annotated[float | None, seconds()] = Field(
         default=None, alias="in", description="Once, this long after the job is defined."
     )
+    # Bounds and spread of a recurring schedule (cron, every): kernel.spec.schedule_bounds.
+    start: Annotated[str | None, INSTANT] = Field(
+        default=None, description="Recurring only: no firing before this instant."
+    )
+    end: Annotated[str | None, INSTANT] = Field(
+        default=None,
+        description="Recurring only: no firing after this instant; the job is then retired.",
+    )
+    max_runs: Annotated[int | None, integer(1, MAX_RUNS)] = Field(
+        default=None,
+        description="Recurring only: runs its schedule makes at most; the job is then retired.",
+    )
+    jitter: Annotated[float | None, seconds()] = Field(
+        default=None,
+        description="Recurring only: each firing comes due up to this much later, by an "
+        "offset derived from the job and the firing (every Beat agrees).",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
@@ -228,6 +246,7 @@ class Schedule(Section):
         for cron_only in ("timezone", "day_match"):
             if given[0] != "cron" and getattr(self, cron_only) is not None:
                 raise refuse("applies only to a cron schedule", cron_only)
+        check_bounds(self.cron, self.every, self.start, self.end, self.max_runs, self.jitter)
         if self.cron is not None and self.day_match == "all" and not _fires_on_both(self.cron):
             raise refuse(
                 f"{self.cron!r} never fires with day_match all: no date has both its day of "
@@ -244,8 +263,13 @@ class Schedule(Section):
             # before day_match existed keep their digest.
             if self.day_match == "all":
                 cron["day_match"] = "all"
-            return cron
+            return {**cron, **self._bounds()}
         return {k: v for k, v in super().to_dict().items() if v is not None}
+
+    def _bounds(self) -> dict[str, Any]:
+        # Only those set: specs written before the bounds existed keep their digest.
+        given = {"start": self.start, "end": self.end, "max_runs": self.max_runs}
+        return {key: value for key, value in {**given, "jitter": self.jitter}.items() if value}
 
 
 #: A schedule as a job holds it: checked by :class:`Schedule`, kept as its normal dict.
