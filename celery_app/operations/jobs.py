@@ -13,7 +13,6 @@ from kernel.redaction import redacted_spec
 
 __all__ = [
     "job_data",
-    "schedule_kind",
     "preview",
     "set_job_enabled",
     "delete_job",
@@ -25,15 +24,6 @@ __all__ = [
 def job_data(job: Job) -> dict[str, Any]:
     """``job.to_dict()`` fit to show: stored secret-like values masked."""
     return {**job.to_dict(), "spec": redacted_spec(job.spec)}
-
-
-def schedule_kind(schedule: dict[str, Any] | None) -> str | None:
-    """The trigger-key kind of a schedule: ``cron``, ``every`` or ``at`` (``in`` is ``at``)."""
-    if schedule is None:
-        return None
-    return next(
-        "at" if kind == "in" else kind for kind in ("cron", "every", "at", "in") if kind in schedule
-    )
 
 
 def preview(kernel: Kernel, job_id: str, count: int, after: datetime | None) -> dict[str, Any]:

@@ -72,6 +72,11 @@ class RunNowRequest(ActionRequest):
     force: bool = Field(
         default=False, description="Run even if the overlap policy or max_queued refuses it."
     )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        description="Merged into this run's payload only (JSON Merge Patch), validated as "
+        "the payload is; a retry with the same request id and other params is refused.",
+    )
 
 
 class ResumeRequest(ActionRequest):
@@ -244,7 +249,7 @@ ACTIONS = _actions(
         Role.OPERATOR,
         RunNowRequest,
         "Create an occurrence now (also for a disabled job); the schedule is not disturbed.",
-        _by_request(lambda k, app, job, p: operations.run_now(k, job, p.force)),
+        _by_request(lambda k, app, job, p: operations.run_now(k, job, p.force, p.params)),
     ),
     WebAction(
         "apply",

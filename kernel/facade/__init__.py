@@ -7,6 +7,7 @@ composes them into ``Kernel``.
 
 from __future__ import annotations
 
+from kernel.facade.backfill import BackfillFacade
 from kernel.facade.base import FacadeBase
 from kernel.facade.beat import BeatFacade
 from kernel.facade.gates import GateFacade
@@ -18,6 +19,7 @@ from kernel.facade.verdicts import VerdictFacade
 from kernel.facade.workers import WorkerFacade
 
 __all__ = [
+    "BackfillFacade",
     "FacadeBase",
     "BeatFacade",
     "GateFacade",
