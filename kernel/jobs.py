@@ -15,6 +15,7 @@ from kernel.chain_order import parents_first
 from kernel.chains import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
+from kernel.fan_in import FAN_IN_MARK, check_fan_in, refuse_parent_delete
 from kernel.firing import create_occurrence
 from kernel.gates import create_gated
 from kernel.jobspec import JobSpec, validate_job_spec
@@ -62,6 +63,9 @@ def _check_chain(tx: Tx, spec: JobSpec) -> None:
     """Refuse a missing parent, cycles, depth beyond the limit, and fan-out beyond the limit."""
     if spec.after is None:
         return
+    if spec.after.all is not None:
+        check_fan_in(tx, spec.id, spec.after.all)
+        return
     if tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.id == spec.after.job)).first() is None:
         raise InvalidArgument(
             "after.job",
@@ -104,7 +108,7 @@ def _row_values(tx: Tx, spec: JobSpec) -> dict[str, Any]:
         "planned": False,
         "next_fire_at": None,
         "next_trigger_key": None,
-        "after_job": spec.after.job if spec.after else None,
+        "after_job": None if spec.after is None else spec.after.job or FAN_IN_MARK,
         "defined_at": tx.now,
         "updated_at": tx.now,
     }
@@ -244,6 +248,7 @@ def set_enabled(
 def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
     """Delete a definition; refused while any of its occurrences is unsettled."""
     lock_job(tx, job_id)  # NotFound; on PostgreSQL no occurrence of it is made meanwhile
+    refuse_parent_delete(tx, job_id)
     deleted = tx.conn.execute(st.DELETE_IDLE_JOB, {"job_id": job_id}).first()
     if deleted is not None:
         tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=deleted.revision, **_by(operator))

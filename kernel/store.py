@@ -15,12 +15,12 @@ from kernel import jobs as job_ops
 from kernel.clock import Clock, default_clock
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.facade import (
-    BackfillFacade,
     BeatFacade,
     GateFacade,
     JobFacade,
     ObserveFacade,
     OperatorFacade,
+    ScheduleFacade,
     UpkeepFacade,
     VerdictFacade,
     WorkerFacade,
@@ -36,7 +36,7 @@ FireReport = job_ops.FireReport
 
 class Kernel(
     JobFacade,
-    BackfillFacade,
+    ScheduleFacade,
     BeatFacade,
     WorkerFacade,
     OperatorFacade,

@@ -23,6 +23,8 @@ def describe_schedule(spec: dict[str, Any]) -> str:
     """One line for people: ``cron 0 2 * * * Europe/Berlin``, ``every 30s``, ``manual``."""
     schedule = spec.get("schedule")
     after = spec.get("after")
+    if schedule is None and after and "all" in after:
+        return f"after all of {', '.join(after['all'])} (within {format_age(after['within'])})"
     if schedule is None:
         return f"after {after['job']} on {after['on']}" if after else "manual"
     if "cron" in schedule:

@@ -7,25 +7,25 @@ composes them into ``Kernel``.
 
 from __future__ import annotations
 
-from kernel.facade.backfill import BackfillFacade
 from kernel.facade.base import FacadeBase
 from kernel.facade.beat import BeatFacade
 from kernel.facade.gates import GateFacade
 from kernel.facade.jobs import JobFacade
 from kernel.facade.observe import ObserveFacade
 from kernel.facade.operators import OperatorFacade
+from kernel.facade.schedules import ScheduleFacade
 from kernel.facade.upkeep import UpkeepFacade
 from kernel.facade.verdicts import VerdictFacade
 from kernel.facade.workers import WorkerFacade
 
 __all__ = [
-    "BackfillFacade",
     "FacadeBase",
     "BeatFacade",
     "GateFacade",
     "JobFacade",
     "ObserveFacade",
     "OperatorFacade",
+    "ScheduleFacade",
     "UpkeepFacade",
     "VerdictFacade",
     "WorkerFacade",

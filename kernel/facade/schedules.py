@@ -1,4 +1,4 @@
-"""The facade's backfill: occurrences for a job's planned firings over a range."""
+"""The facade's schedule extras: backfills over a range, and fan-in jobs judged by Beat."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from datetime import datetime
 from typing import Any
 
 from kernel import backfill as backfill_ops
+from kernel import fan_in
 from kernel.facade.base import FacadeBase
 from kernel.records import from_dt
 
-__all__ = ["BackfillFacade"]
+__all__ = ["ScheduleFacade"]
 
 
-class BackfillFacade(FacadeBase):
+class ScheduleFacade(FacadeBase):
     def backfill(
         self,
         job_id: str,
@@ -51,3 +52,10 @@ class BackfillFacade(FacadeBase):
     def existing_firings(self, job_id: str, trigger_keys: Sequence[str]) -> dict[str, int]:
         """Which of ``trigger_keys`` the job has an occurrence of: trigger key -> its id."""
         return self._read(backfill_ops.existing_firings, job_id, list(trigger_keys))
+
+    def judge_fan_ins(self) -> fan_in.FanInReport:
+        """Beat's fan-in pass: for each enabled fan-in job (``after.all``), make an
+        occurrence for each logical firing all its parents succeeded for within
+        ``after.within``, or record it skipped (``fan_in_timeout``,
+        ``fan_in_parent_failed``). One transaction; each instant is decided once."""
+        return self._write(fan_in.judge_fan_ins)
