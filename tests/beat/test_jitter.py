@@ -5,7 +5,7 @@ smaller than the interval is refused."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ def _ticks(beats: list[Beat], minutes: float) -> None:
         at += timedelta(seconds=STEP_S)
 
 
-def _made(beat: Beat, job_id: str = "job") -> list[tuple[str, object]]:
+def _made(beat: Beat, job_id: str = "job") -> list[tuple[str, datetime]]:
     return [(o.trigger_key, o.scheduled_for) for o in beat.occurrences(job_id)]
 
 
