@@ -28,7 +28,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
@@ -40,6 +40,8 @@ __all__ = [
     "DstPolicy",
     "Firing",
     "Schedule",
+    "Keyed",
+    "Timed",
     "Cron",
     "Every",
     "At",
@@ -78,8 +80,21 @@ class Firing:
     trigger_key: str
 
 
+class Keyed:
+    """A schedule whose firings are named by their own instants (all but a jittered one)."""
+
+    kind: ClassVar[str]
+
+    def instants(self, after: datetime) -> Iterator[datetime]:
+        raise NotImplementedError
+
+    def firings(self, after: datetime) -> Iterator[Firing]:
+        """Firings strictly after ``after``, ascending."""
+        return (Firing(at, format_key(self.kind, at)) for at in self.instants(after))
+
+
 @dataclass(frozen=True)
-class Cron:
+class Cron(Keyed):
     """A cron expression read as wall-clock times in ``zone``, under a DST policy."""
 
     expr: str
@@ -159,7 +174,7 @@ class Cron:
 
 
 @dataclass(frozen=True)
-class Every:
+class Every(Keyed):
     """Whole multiples of ``step_us`` microseconds since the Unix epoch."""
 
     step_us: int
@@ -177,7 +192,7 @@ class Every:
 
 
 @dataclass(frozen=True)
-class At:
+class At(Keyed):
     """A single firing (``at``, or ``in`` resolved against the anchor)."""
 
     at: datetime
@@ -193,6 +208,21 @@ class At:
 
 
 Schedule = Cron | Every | At
+
+
+class Timed(Protocol):
+    """What Beat plans over: a schedule, or one bounded or jittered
+    (:mod:`beat_schedule.shaped`)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def zone(self) -> tzinfo: ...
+
+    def firings(self, after: datetime) -> Iterator[Firing]: ...
+
+    def count(self, lo: datetime, hi: datetime) -> int: ...
 
 
 def parse(schedule: ScheduleSpec, dst: DstPolicy, anchor: datetime) -> Schedule | None:
@@ -236,11 +266,11 @@ def _cron(expr: str, zone: str, gap: str, fold: str, day_or: bool) -> Cron:
         raise InvalidArgument("schedule.timezone", "unknown IANA time zone", value=zone) from exc
 
 
-def firings(sched: Schedule, after: datetime) -> Iterator[Firing]:
-    return (Firing(at, format_key(sched.kind, at)) for at in sched.instants(after))
+def firings(sched: Timed, after: datetime) -> Iterator[Firing]:
+    return sched.firings(after)
 
 
-def latest_before(sched: Schedule, head: Firing, hi: datetime) -> Firing:
+def latest_before(sched: Timed, head: Firing, hi: datetime) -> Firing:
     """The latest firing in ``[head.at, hi)``, looking back from ``hi`` over doubling
     windows: the cost follows the gap before ``hi``, not the downtime."""
     span = timedelta(seconds=1)

@@ -20,8 +20,8 @@ from beat_schedule.schedules import (
     firings,
     format_key,
     latest_before,
-    parse,
 )
+from beat_schedule.shaped import shaped
 from kernel.errors import InvalidArgument
 
 __all__ = [
@@ -68,13 +68,20 @@ def trigger_key(kind: str, at: datetime) -> str:
 
 
 def next_firing(
-    schedule: ScheduleSpec, dst: DstPolicy, after: datetime, *, anchor: datetime
+    schedule: ScheduleSpec,
+    dst: DstPolicy,
+    after: datetime,
+    *,
+    anchor: datetime,
+    job_id: str | None = None,
 ) -> Firing | None:
     """The first firing strictly after ``after``; None if there is none.
 
-    ``anchor`` is the job's definition time, which an ``in`` schedule counts from.
+    ``anchor`` is the job's definition time, which an ``in`` schedule counts from;
+    ``job_id`` seeds a schedule's ``jitter`` (a firing's ``at`` is then when it comes due,
+    its trigger key still the schedule's instant), as in every function here.
     """
-    sched = parse(schedule, dst, anchor)
+    sched = shaped(schedule, dst, anchor, job_id=job_id)
     return None if sched is None else next(firings(sched, aware_utc("after", after)), None)
 
 
@@ -86,9 +93,10 @@ def firings_between(
     *,
     anchor: datetime,
     limit: int,
+    job_id: str | None = None,
 ) -> list[Firing]:
     """Firings with ``start <= at <= end``, ascending, at most ``limit`` of them."""
-    sched = parse(schedule, dst, anchor)
+    sched = shaped(schedule, dst, anchor, job_id=job_id)
     if sched is None:
         return []
     end = aware_utc("end", end)
@@ -97,18 +105,24 @@ def firings_between(
 
 
 def preview(
-    schedule: ScheduleSpec, dst: DstPolicy, after: datetime, n: int, *, anchor: datetime
-) -> list[tuple[datetime, datetime]]:
-    """The next ``n`` firings after ``after`` as (UTC instant, local wall time).
+    schedule: ScheduleSpec,
+    dst: DstPolicy,
+    after: datetime,
+    n: int,
+    *,
+    anchor: datetime,
+    job_id: str | None = None,
+) -> list[tuple[Firing, datetime]]:
+    """The next ``n`` firings after ``after``, each with its local wall time.
 
     Local times are aware, in the schedule's zone (UTC for every/at/in), so a
     repeated wall time shows which of its offsets fired.
     """
-    sched = parse(schedule, dst, anchor)
+    sched = shaped(schedule, dst, anchor, job_id=job_id)
     if sched is None:
         return []
-    upcoming = islice(firings(sched, aware_utc("after", after)), max(n, 0))
-    return [(f.at, f.at.astimezone(sched.zone)) for f in upcoming]
+    ahead = islice(firings(sched, aware_utc("after", after)), max(n, 0))
+    return [(f, f.at.astimezone(sched.zone)) for f in ahead]
 
 
 def plan_due(
@@ -123,6 +137,7 @@ def plan_due(
     grace_s: float = 15.0,
     max_fire: int = 1000,
     max_records: int = 1000,
+    job_id: str | None = None,
 ) -> Plan:
     """Split the due firings (``cursor.at <= at <= now``) into fire and missed.
 
@@ -152,7 +167,7 @@ def plan_due(
     if max_fire < 1:
         raise InvalidArgument("max_fire", "must be at least 1", value=max_fire)
     now = aware_utc("now", now)
-    sched = parse(schedule, dst, anchor)
+    sched = shaped(schedule, dst, anchor, job_id=job_id)
     if sched is None:
         return Plan([], [], reason, 0, None)
     if cursor is not None:

@@ -20,6 +20,7 @@ from kernel.events import EventType
 from kernel.gates import create_gated
 from kernel.operator import record_request, request_cancel
 from kernel.records import job_from_row
+from kernel.run_params import with_params
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -118,11 +119,19 @@ def _refusal(job: Job, reason: str, active: list[int]) -> StateConflict:
 
 
 def run_now(
-    tx: Tx, job_id: str, request_id: str, operator: str, *, force: bool = False
+    tx: Tx,
+    job_id: str,
+    request_id: str,
+    operator: str,
+    *,
+    force: bool = False,
+    params: dict[str, Any] | None = None,
 ) -> tuple[int, bool]:
     """Create a ``manual:<request id>`` occurrence (also for a disabled job); the cursor stays.
 
-    Admitted like a firing (overlap policy, ``max_queued``) unless ``force``.
+    Admitted like a firing (overlap policy, ``max_queued``) unless ``force``. ``params``
+    are merged into this occurrence's payload only (:mod:`kernel.run_params`); a replay
+    of the request id with other params is refused (EVIDENCE_CONFLICT).
 
     Returns:
         (occurrence id, deduplicated): a retried request id finds its first occurrence.
@@ -132,8 +141,9 @@ def run_now(
         RevisionConflict: a replay after the job was revised; names the original occurrence.
     """
     job = lock_job(tx, job_id)
+    spec = job.spec if params is None else with_params(job.spec, params)
     trigger_key = f"manual:{request_id}"
-    if record_request(tx, request_id, "run_now", job_id, {}, operator):
+    if record_request(tx, request_id, "run_now", job_id, {"params": params}, operator):
         first = tx.conn.execute(
             sa.select(OCC.c.id, OCC.c.job_revision).where(
                 OCC.c.job_id == job_id, OCC.c.trigger_key == trigger_key
@@ -164,10 +174,11 @@ def run_now(
         tx,
         job_id=job_id,
         revision=job.revision,
-        spec=job.spec,
+        spec=spec,
         trigger_key=trigger_key,
         scheduled_for=tx.now,
         hold_for_approval=False,
+        params=params,
     )
     if made.id is None:
         raise StateConflict(f"run-now request {request_id!r} left no occurrence", job_id=job_id)

@@ -12,26 +12,34 @@ from typing import Any
 __all__ = ["parents_first"]
 
 
-def _parent(raw: Mapping[str, Any]) -> object:
+def _parents(raw: Mapping[str, Any]) -> list[object]:
+    """The jobs ``raw`` is chained after: its ``after.job``, or a fan-in's ``after.all``."""
     after = raw.get("after")
-    return after.get("job") if isinstance(after, Mapping) else None
+    if not isinstance(after, Mapping):
+        return []
+    named = after.get("all")
+    return list(named) if isinstance(named, list) else [after.get("job")]
 
 
 def parents_first(raws: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Indices of ``raws`` with each job after the batch's job it is chained after.
+    """Indices of ``raws`` with each job after the batch's jobs it is chained after.
 
     Otherwise the given order is kept. A cycle keeps it too: applying it names the cycle.
     """
     index_of = {raw.get("id"): i for i, raw in enumerate(raws) if isinstance(raw.get("id"), str)}
     order: list[int] = []
     placed: set[int] = set()
+
+    def place(index: int, path: set[int]) -> None:
+        if index in placed or index in path:
+            return
+        for parent in _parents(raws[index]):
+            found = index_of.get(parent) if isinstance(parent, str) else None
+            if found is not None:
+                place(found, path | {index})
+        placed.add(index)
+        order.append(index)
+
     for start in range(len(raws)):
-        chain: list[int] = []
-        index: int | None = start
-        while index is not None and index not in placed and index not in chain:
-            chain.append(index)
-            index = index_of.get(_parent(raws[index]))
-        for link in reversed(chain):
-            placed.add(link)
-            order.append(link)
+        place(start, set())
     return order

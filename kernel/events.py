@@ -19,6 +19,8 @@ class EventType(StrEnum):
     JOB_DELETED = "job_deleted"
     #: An operator asked for one run now (``manual:<request id>``).
     JOB_RUN_NOW = "job_run_now"
+    #: Occurrences were made for a job's firings over a range (``kernel jobs backfill``).
+    JOB_BACKFILLED = "job_backfilled"
     #: A firing was materialised as a queued occurrence.
     OCCURRENCE_CREATED = "occurrence_created"
     #: A firing was recorded but not run (``reason`` says why).

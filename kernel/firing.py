@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from kernel import transitions as T
 from kernel.events import EventType
 from kernel.records import dumps
+from kernel.run_params import params_digest
 from kernel.schema import occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -27,8 +28,12 @@ class Created:
     skip_reason: str | None = None
 
 
-def idempotency_key(job_id: str, trigger_key: str, revision: int) -> str:
-    return f"{job_id}|{trigger_key}|r{revision}"
+def idempotency_key(
+    job_id: str, trigger_key: str, revision: int, params: dict[str, Any] | None = None
+) -> str:
+    """(job, trigger key, revision), and the run parameters' digest when it has any."""
+    key = f"{job_id}|{trigger_key}|r{revision}"
+    return key if params is None else f"{key}|p{params_digest(params)}"
 
 
 def create_occurrence(
@@ -45,18 +50,23 @@ def create_occurrence(
     parent_id: int | None = None,
     chain_depth: int = 0,
     extra: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
+    exclusive: bool = False,
 ) -> Created:
     """Insert the occurrence unless its firing exists (under any revision).
 
     The unique keys decide, not a prior read: two Beats racing on one firing
     both run this, and exactly one row results. ``extra``: more data for the event.
+    ``params``: run parameters (:mod:`kernel.run_params`), already merged into ``spec``;
+    part of the idempotency key and of the event. ``exclusive``: runs one at a time
+    whatever the overlap policy (a sequential backfill).
     """
     awaiting = status == OccurrenceStatus.AWAITING_APPROVAL
     values = {
         "job_id": job_id,
         "job_revision": revision,
         "trigger_key": trigger_key,
-        "idempotency_key": idempotency_key(job_id, trigger_key, revision),
+        "idempotency_key": idempotency_key(job_id, trigger_key, revision, params),
         "scheduled_for": scheduled_for,
         "status": status.value,
         "attempt": 0,
@@ -66,7 +76,7 @@ def create_occurrence(
         "queue": spec["queue"],
         "kind": spec["kind"],
         "delivery": spec["delivery"],
-        "exclusive": spec["overlap"] in ("queue", "replace"),
+        "exclusive": exclusive or spec["overlap"] in ("queue", "replace"),
         "pool": spec["pool"],
         "definition": dumps(spec),
         "skip_reason": skip_reason,
@@ -108,6 +118,8 @@ def create_occurrence(
         data["parent_id"] = parent_id
     if awaiting:
         data["awaiting_approval"] = True
+    if params is not None:
+        data["params"] = params
     data.update(extra or {})
     tx.emit(event, job_id=job_id, occurrence_id=new_id, **data)
     return Created(id=new_id, created=True, status=status, skip_reason=skip_reason)

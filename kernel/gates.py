@@ -45,14 +45,12 @@ def create_gated(
         reservation = budgets.reserve(tx, job_id, spec["budget"])
         if reservation is None:
             status, reason = S.SKIPPED, "budget"
+    extra = {
+        **(occurrence.pop("extra", None) or {}),
+        **({"budget": reservation.budget} if reservation is not None else {}),
+    }
     made = create_occurrence(
-        tx,
-        job_id=job_id,
-        spec=spec,
-        status=status,
-        skip_reason=reason,
-        extra={"budget": reservation.budget} if reservation is not None else None,
-        **occurrence,
+        tx, job_id=job_id, spec=spec, status=status, skip_reason=reason, extra=extra, **occurrence
     )
     if reservation is not None:
         if made.created and made.id is not None:

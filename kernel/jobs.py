@@ -15,10 +15,12 @@ from kernel.chain_order import parents_first
 from kernel.chains import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
+from kernel.fan_in import FAN_IN_MARK, check_fan_in, refuse_parent_delete
 from kernel.firing import create_occurrence
 from kernel.gates import create_gated
-from kernel.jobspec import ONE_SHOT, JobSpec, validate_job_spec
+from kernel.jobspec import JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads, to_dt
+from kernel.retirement import retire, retirement, runs_left
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -60,6 +62,9 @@ def get_job(tx: Tx, job_id: str) -> Job:
 def _check_chain(tx: Tx, spec: JobSpec) -> None:
     """Refuse a missing parent, cycles, depth beyond the limit, and fan-out beyond the limit."""
     if spec.after is None:
+        return
+    if spec.after.all is not None:
+        check_fan_in(tx, spec.id, spec.after.all)
         return
     if tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.id == spec.after.job)).first() is None:
         raise InvalidArgument(
@@ -103,7 +108,7 @@ def _row_values(tx: Tx, spec: JobSpec) -> dict[str, Any]:
         "planned": False,
         "next_fire_at": None,
         "next_trigger_key": None,
-        "after_job": spec.after.job if spec.after else None,
+        "after_job": None if spec.after is None else spec.after.job or FAN_IN_MARK,
         "defined_at": tx.now,
         "updated_at": tx.now,
     }
@@ -243,6 +248,7 @@ def set_enabled(
 def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
     """Delete a definition; refused while any of its occurrences is unsettled."""
     lock_job(tx, job_id)  # NotFound; on PostgreSQL no occurrence of it is made meanwhile
+    refuse_parent_delete(tx, job_id)
     deleted = tx.conn.execute(st.DELETE_IDLE_JOB, {"job_id": job_id}).first()
     if deleted is not None:
         tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=deleted.revision, **_by(operator))
@@ -342,6 +348,9 @@ def fire(
     spec = loads(advanced)
     created: list[int] = []
     skipped: list[tuple[str, str]] = []
+    left = runs_left(tx, job_id, spec["schedule"])
+    if left == 0:  # its max_runs are made (it was enabled again): retired, nothing owed
+        missed, missed_count, firings = (), 0, ()
     for key, at in missed:
         made = create_occurrence(
             tx,
@@ -358,6 +367,8 @@ def fire(
     if missed_count:
         _record_missed(tx, job_id, missed, missed_count, missed_reason, firings, next_cursor)
     for key, at in firings:
+        if left == 0:
+            break  # its max_runs are made: the job retires below
         made = create_gated(
             tx,
             job_id=job_id,
@@ -372,8 +383,11 @@ def fire(
                 skipped.append((key, made.skip_reason or "skipped"))
             else:
                 created.append(made.id)
-    if next_cursor is None and ONE_SHOT & set(spec["schedule"] or ()):
-        _retire_one_shot(tx, job_id, expected_revision)
+                left = None if left is None else left - 1
+    reason = retirement(spec["schedule"], next_cursor is None, left)
+    if reason is not None:
+        runs = {"max_runs": spec["schedule"]["max_runs"]} if left == 0 else {}
+        retire(tx, job_id, expected_revision, reason, **runs)
     return FireReport(stale=False, created=tuple(created), skipped=tuple(skipped))
 
 
@@ -403,15 +417,3 @@ def _record_missed(
 def _iso(ms: int | None) -> str | None:
     at = to_dt(ms)
     return None if at is None else at.isoformat()
-
-
-def _retire_one_shot(tx: Tx, job_id: str, revision: int) -> None:
-    """A one-shot job that fired has no firings left: disabled, not "enabled with a null
-    cursor" (its ``ttl`` / ``delete_after_run`` count from here)."""
-    retired = tx.conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.revision == revision, jobs.c.enabled)
-        .values(enabled=False, updated_at=tx.now)
-    ).rowcount
-    if retired:
-        tx.emit(EventType.JOB_DISABLED, job_id=job_id, revision=revision, reason="one_shot_fired")

@@ -170,6 +170,8 @@ class JobSpec(Section):
     def _coherent(self) -> Self:
         if self.after is not None and self.after.job == self.id:
             raise refuse("a job cannot be chained after itself", "after.job")
+        if self.after is not None and self.id in (self.after.all or ()):
+            raise refuse("a job cannot wait for itself", "after.all")
         if self.after is not None and self.schedule is not None:
             raise refuse(
                 "a chained job (after) fires when its parent settles; remove its schedule",

@@ -11,7 +11,8 @@ jobs
     materialised; Beat advances them by compare-and-set on (revision, cursor).
     ``planned`` is false until a Beat has placed the cursor (after define, revise,
     enable); a planned job with a NULL cursor has no firings left. ``after_job``
-    mirrors ``spec.after.job`` so chained children are found by index.
+    mirrors ``spec.after.job`` so chained children are found by index; a fan-in job
+    (``spec.after.all``) holds ``*fan-in*`` there, so Beat finds fan-ins by the same index.
 occurrences
     One row per logical firing (SPEC I1: unique ``idempotency_key`` and unique
     (job_id, trigger_key)). ``definition`` is the job spec snapshot (I5).

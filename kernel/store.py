@@ -22,6 +22,7 @@ from kernel.facade import (
     JobFacade,
     ObserveFacade,
     OperatorFacade,
+    ScheduleFacade,
     UpkeepFacade,
     VerdictFacade,
     WorkerFacade,
@@ -37,6 +38,7 @@ FireReport = job_ops.FireReport
 
 class Kernel(
     JobFacade,
+    ScheduleFacade,
     BeatFacade,
     WorkerFacade,
     OperatorFacade,

@@ -109,6 +109,7 @@ def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
         cursor=cursor,
         now=now,
         anchor=anchor,
+        job_id=job.id,
     )
 
 

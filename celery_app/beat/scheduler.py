@@ -135,6 +135,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
                 self._expire,
                 self._time_out_approvals,
                 self._materialise,
+                self._fan_in,
                 self._pump,
                 self._ask_adapters,
                 self._retain,

@@ -26,7 +26,7 @@ _FORGET_EVERY_S = 60.0
 
 
 class UpkeepSteps:
-    """The tick's heartbeat, expiry, approval-timeout, watchdog and retention steps
+    """The tick's heartbeat, expiry, approval-timeout, fan-in, watchdog and retention steps
     (a part of KernelScheduler)."""
 
     app: Any
@@ -56,6 +56,17 @@ class UpkeepSteps:
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
+
+    def _fan_in(self, kernel: Kernel) -> None:
+        """Fire (or record as skipped) the fan-in jobs whose parents all settled."""
+        report = kernel.judge_fan_ins()
+        if report.created or report.skipped:
+            log.info(
+                "fan-in: %d created, %d skipped",
+                len(report.created),
+                len(report.skipped),
+                extra={"action": "fan_in_judged", "beat_id": self.beat_id},
+            )
 
     def _time_out_approvals(self, kernel: Kernel) -> None:
         decided = kernel.apply_approval_timeouts()

@@ -20,7 +20,7 @@ __all__ = ["kernel"]
 
 #: Each command's name, the module of ours defining it, and its attribute there
 #: (``kernel --help`` lists them by name). Importing ``jobs`` also imports
-#: ``job_schema``, which adds ``jobs schema``.
+#: ``job_schema`` and ``backfill``, which add ``jobs schema`` and ``jobs backfill``.
 COMMANDS: dict[str, tuple[str, str]] = {
     "jobs": ("jobs", "jobs"),
     "occurrences": ("occurrences", "occurrences"),
@@ -44,7 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "web": ("web", "web"),
     "users": ("users", "users"),
 }
-_ALSO_IMPORTED = {"jobs": ("job_schema",)}
+_ALSO_IMPORTED = {"jobs": ("job_schema", "backfill")}
 
 
 class _KernelGroup(click.Group):

@@ -23,6 +23,8 @@ def describe_schedule(spec: dict[str, Any]) -> str:
     """One line for people: ``cron 0 2 * * * Europe/Berlin``, ``every 30s``, ``manual``."""
     schedule = spec.get("schedule")
     after = spec.get("after")
+    if schedule is None and after and "all" in after:
+        return f"after all of {', '.join(after['all'])} (within {format_age(after['within'])})"
     if schedule is None:
         return f"after {after['job']} on {after['on']}" if after else "manual"
     if "cron" in schedule:
@@ -237,15 +239,29 @@ def _delete(env: Env, job_id: str) -> None:
     is_flag=True,
     help="Run even if the job's overlap policy or max_queued refuses another occurrence.",
 )
+@click.option(
+    "--params",
+    metavar="JSON",
+    default=None,
+    help="A JSON object merged into this run's payload only (JSON Merge Patch: null "
+    "removes a key), validated as the payload is.",
+)
 def _run_now(
-    env: Env, job_id: str, request_id: str | None, operator: str | None, force: bool
+    env: Env,
+    job_id: str,
+    request_id: str | None,
+    operator: str | None,
+    force: bool,
+    params: str | None,
 ) -> None:
     """Create an occurrence now (also for a disabled job); the schedule is not disturbed.
 
     It is admitted like a firing: refused while the overlap policy (skip) or the
-    backlog bound (max_queued) says no, unless --force.
+    backlog bound (max_queued) says no, unless --force. A retry with the same
+    --request-id and other --params is refused.
     """
-    run_action(env, request_id, operator, operations.run_now(env.kernel, job_id, force))
+    action = operations.run_now(env.kernel, job_id, force, operations.parse_params(params))
+    run_action(env, request_id, operator, action)
 
 
 @command("cancel", jobs)

@@ -31,6 +31,8 @@ SKIPPED_BECAUSE = {
     "catchup_latest": "Beat was down; catch-up latest runs only the most recent missed firing",
     "catchup_none": "Beat was down; catch-up none runs no missed firing",
     "outside_catchup_window": "Beat was down; the firing was older than the catch-up window",
+    "fan_in_timeout": "not every parent of the fan-in succeeded within after.within",
+    "fan_in_parent_failed": "a parent of the fan-in did not succeed for this firing",
 }
 
 
@@ -42,6 +44,8 @@ def _source(data: dict[str, Any]) -> str:
         return f"created by run-now (request {rest})"
     if kind == "chain":
         return f"created by its chain, after occurrence {rest}"
+    if kind == "fan_in":
+        return f"created by its fan-in, for the parents' firing at {rest}"
     if kind in ("cron", "every", "at", "in"):
         return f"created by Beat for the {kind} firing at {rest}"
     if kind in ("key", "enqueue"):  # kernel/enqueueing.py
@@ -51,7 +55,8 @@ def _source(data: dict[str, Any]) -> str:
 
 def _created(data: dict[str, Any], story: list[dict[str, Any]]) -> str:
     admitted = "awaits approval" if data.get("awaiting_approval") else "queued"
-    return f"{_source(data)}; admitted: {admitted}"
+    params = f"; run parameters {data['params']}" if data.get("params") is not None else ""
+    return f"{_source(data)}; admitted: {admitted}{params}"
 
 
 def _claimed(data: dict[str, Any], story: list[dict[str, Any]]) -> str:

@@ -11,7 +11,11 @@ The answer's ``outcome`` is one of:
 * ``not_created`` — Beat's cursor moved past the firing without creating it (the job was
   re-planned from a later time by an enable or a revision);
 * ``no_schedule`` — the job fires only manually or after another job; the occurrence
-  nearest the time is shown instead.
+  nearest the time is shown instead;
+* ``ended`` — the time is past the schedule's ``end``: nothing fires after it.
+
+A job retired by its schedule (``end`` passed, ``max_runs`` made) reads ``disabled`` with
+that reason for the firings after its retirement.
 
 The schedule evaluated is the job's current one; a revision made since may have moved
 its firings.
@@ -47,22 +51,32 @@ _TOGGLES = (EventType.JOB_ENABLED, EventType.JOB_DISABLED)
 _DISABLED_BECAUSE = {
     "cancelled": "it was cancelled (kernel jobs cancel)",
     "one_shot_fired": "it is a one-shot job and had fired",
+    "schedule_ended": "its schedule had passed its end (retired)",
+    "max_runs_reached": "its schedule had made its max_runs runs (retired)",
     "watchdog_check_passed": "it is a watchdog whose check passed (self_destruct)",
     "watchdog_watch_over": "it is a watchdog whose watch_for was over (self_destruct)",
 }
 
 
 def nearest_firing(
-    schedule: dict[str, Any] | None, dst: dict[str, str], at: datetime, *, anchor: datetime
+    schedule: dict[str, Any] | None,
+    dst: dict[str, str],
+    at: datetime,
+    *,
+    anchor: datetime,
+    job_id: str | None = None,
 ) -> Firing | None:
-    """The firing of ``schedule`` closest to ``at`` (the earlier one on a tie)."""
-    after = next_firing(schedule, dst, at - timedelta(microseconds=1), anchor=anchor)
+    """The firing of ``schedule`` closest to ``at`` (the earlier one on a tie); under
+    jitter, by the time it came due."""
+    after = next_firing(schedule, dst, at - timedelta(microseconds=1), anchor=anchor, job_id=job_id)
     before = None
     span = timedelta(minutes=1)
     # Widen the look-back window until it holds a firing: the cost follows the gap
     # between firings, not how far back the schedule goes.
     while before is None and span <= _MAX_LOOKBACK * 2:
-        found = firings_between(schedule, dst, at - span, at, anchor=anchor, limit=100_000)
+        found = firings_between(
+            schedule, dst, at - span, at, anchor=anchor, limit=100_000, job_id=job_id
+        )
         before = found[-1] if found else None
         span *= 2
     candidates = [f for f in (before, after) if f is not None]
@@ -247,6 +261,12 @@ def _waiting_for(kernel: Kernel, job: Job, occ: Occurrence) -> str:
     return ""
 
 
+def _ended(job: Job, end: str) -> str:
+    """Why nothing fires after a schedule's ``end``."""
+    state = "it was retired (disabled)" if not job.enabled else "it is retired at its last one"
+    return f"the schedule ended at {end}: no firing after it, and {state}"
+
+
 def answer(kernel: Kernel, job_id: str, at: datetime) -> dict[str, Any]:
     """What became of a job's firing nearest ``at``: the shape ``why --json`` prints."""
     job = kernel.get_job(job_id)
@@ -254,11 +274,15 @@ def answer(kernel: Kernel, job_id: str, at: datetime) -> dict[str, Any]:
     schedule = job.spec["schedule"]
     with within_calendar("at", f"the firing nearest {iso(at)}"):
         firing = (
-            nearest_firing(schedule, job.spec["dst"], at, anchor=job.defined_at)
+            nearest_firing(schedule, job.spec["dst"], at, anchor=job.defined_at, job_id=job.id)
             if schedule
             else None
         )
-    if firing is None:
+    end = (schedule or {}).get("end")
+    if end is not None and at > datetime.fromisoformat(end):
+        occ = None
+        outcome, reason = "ended", _ended(job, end)
+    elif firing is None:
         occ = _nearest_occurrence(kernel, job.id, at)
         outcome, reason = "no_schedule", f"the job has no schedule ({describe_schedule(job.spec)})"
     else:

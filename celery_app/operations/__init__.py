@@ -23,6 +23,7 @@ from celery_app.operations.actions import (
     run_now,
     safe_points,
 )
+from celery_app.operations.backfill import MAX_BACKFILL, backfill, parse_params
 from celery_app.operations.enqueue import enqueue_task, json_argument
 from celery_app.operations.health import (
     STALE_BEAT_FACTOR,
@@ -48,16 +49,17 @@ from celery_app.operations.jobs import (
     pools_list,
     pools_set,
     preview,
-    schedule_kind,
     set_job_enabled,
 )
 from celery_app.operations.times import format_age, iso, utc, within_calendar
 
 __all__ = [
     "Action",
+    "MAX_BACKFILL",
     "STALE_BEAT_FACTOR",
     "act",
     "adjudicate",
+    "backfill",
     "beat_health",
     "beat_warning",
     "cancel",
@@ -76,6 +78,7 @@ __all__ = [
     "occurrence_detail",
     "occurrence_events",
     "output_chunks",
+    "parse_params",
     "pause",
     "pools_list",
     "pools_set",
@@ -87,7 +90,6 @@ __all__ = [
     "run_now",
     "runtime_controls",
     "safe_points",
-    "schedule_kind",
     "set_job_enabled",
     "status",
     "utc",

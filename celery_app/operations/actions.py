@@ -159,10 +159,15 @@ def cancel(kernel: Kernel, occurrence_id: int) -> Action:
     return lambda rid, who: kernel.cancel(occurrence_id, request_id=rid, operator=who)
 
 
-def run_now(kernel: Kernel, job_id: str, force: bool = False) -> Action:
+def run_now(
+    kernel: Kernel, job_id: str, force: bool = False, params: dict[str, Any] | None = None
+) -> Action:
     """Create an occurrence of a job now (also for a disabled job), admitted like a firing
-    (overlap policy, ``max_queued``) unless ``force``."""
-    return lambda rid, who: kernel.run_now(job_id, request_id=rid, operator=who, force=force)
+    (overlap policy, ``max_queued``) unless ``force``; ``params`` are merged into its
+    payload only."""
+    return lambda rid, who: kernel.run_now(
+        job_id, request_id=rid, operator=who, force=force, params=params
+    )
 
 
 def decide_approval(

@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Any
 
 from beat_schedule.timing import preview as preview_firings
-from beat_schedule.timing import trigger_key
 from celery_app.operations.times import iso, within_calendar
 from kernel import Job, JobHealth, Kernel
 from kernel.redaction import redacted_spec
@@ -16,7 +15,6 @@ __all__ = [
     "job_data",
     "jobs_with_health",
     "job_with_health",
-    "schedule_kind",
     "preview",
     "set_job_enabled",
     "delete_job",
@@ -45,31 +43,20 @@ def job_with_health(kernel: Kernel, job_id: str) -> dict[str, Any]:
     return job_data(kernel.get_job(job_id), kernel.job_health(job_id).get(job_id))
 
 
-def schedule_kind(schedule: dict[str, Any] | None) -> str | None:
-    """The trigger-key kind of a schedule: ``cron``, ``every`` or ``at`` (``in`` is ``at``)."""
-    if schedule is None:
-        return None
-    return next(
-        "at" if kind == "in" else kind for kind in ("cron", "every", "at", "in") if kind in schedule
-    )
-
-
 def preview(kernel: Kernel, job_id: str, count: int, after: datetime | None) -> dict[str, Any]:
     """The next ``count`` firings of a job after ``after`` (default: now), DST policy applied."""
     job = kernel.get_job(job_id)
     schedule = job.spec["schedule"]
     start = after or kernel.now()
-    kind = schedule_kind(schedule)
     with within_calendar("next", f"a firing among the next {count} after {iso(start)}"):
-        upcoming = preview_firings(schedule, job.spec["dst"], start, count, anchor=job.defined_at)
-    firings = (
-        [
-            {"utc": iso(utc), "local": local.isoformat(), "trigger_key": trigger_key(kind, utc)}
-            for utc, local in upcoming
-        ]
-        if kind
-        else []
-    )
+        ahead = preview_firings(
+            schedule, job.spec["dst"], start, count, anchor=job.defined_at, job_id=job.id
+        )
+    # Under jitter "utc" is when the firing comes due; its trigger key names the instant.
+    firings = [
+        {"utc": iso(firing.at), "local": local.isoformat(), "trigger_key": firing.trigger_key}
+        for firing, local in ahead
+    ]
     return {
         "job_id": job.id,
         "enabled": job.enabled,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -31,6 +32,7 @@ __all__ = [
     "ActionRequest",
     "AdjudicateRequest",
     "ApplyRequest",
+    "BackfillRequest",
     "Empty",
     "PauseRequest",
     "PruneRequest",
@@ -71,6 +73,49 @@ class PauseRequest(ActionRequest):
 class RunNowRequest(ActionRequest):
     force: bool = Field(
         default=False, description="Run even if the overlap policy or max_queued refuses it."
+    )
+    params: dict[str, Any] | None = Field(
+        default=None,
+        description="Merged into this run's payload only (JSON Merge Patch), validated as "
+        "the payload is; a retry with the same request id and other params is refused.",
+    )
+
+
+class BackfillRequest(Empty):
+    # The API says from/to; the console's form (which posts fields by name) start/end.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    start: datetime = Field(alias="from", description="First instant of the range (UTC if naive).")
+    end: datetime = Field(alias="to", description="Last instant of the range (UTC if naive).")
+    params: dict[str, Any] | None = Field(
+        default=None, description="Merged into each new occurrence's payload (JSON Merge Patch)."
+    )
+    max: int | None = Field(
+        default=None, ge=1, le=100_000, description="Make at most the first N firings."
+    )
+    dry_run: bool = Field(default=False, description="List the firings and which exist.")
+    sequential: bool = Field(
+        default=False, description="Queue them all to run one at a time in firing order."
+    )
+
+    @field_validator("params", "max", mode="before")
+    @classmethod
+    def _from_form(cls, value: Any) -> Any:
+        """The console's form sends the params (and a number) as text."""
+        return _json_text(value) if isinstance(value, str) else value
+
+
+def _backfill(kernel: Kernel, job_id: str, p: BackfillRequest, user: User) -> dict[str, Any]:
+    return operations.backfill(
+        kernel,
+        job_id,
+        operations.utc(p.start),
+        operations.utc(p.end),
+        params=p.params,
+        max_firings=p.max,
+        dry_run=p.dry_run,
+        sequential=p.sequential,
+        operator=user.name,
     )
 
 
@@ -126,12 +171,14 @@ class ApplyRequest(Empty):
     @classmethod
     def _from_text(cls, value: Any) -> Any:
         """The console's form sends the definition as JSON text."""
-        if not isinstance(value, str):
-            return value
-        try:
-            return json.loads(value)
-        except ValueError as exc:
-            raise ValueError(f"not JSON: {exc}") from None
+        return _json_text(value) if isinstance(value, str) else value
+
+
+def _json_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
 
 
 def _always(_: dict[str, Any]) -> bool:
@@ -244,7 +291,15 @@ ACTIONS = _actions(
         Role.OPERATOR,
         RunNowRequest,
         "Create an occurrence now (also for a disabled job); the schedule is not disturbed.",
-        _by_request(lambda k, app, job, p: operations.run_now(k, job, p.force)),
+        _by_request(lambda k, app, job, p: operations.run_now(k, job, p.force, p.params)),
+    ),
+    WebAction(
+        "backfill",
+        "job",
+        Role.OPERATOR,
+        BackfillRequest,
+        "One occurrence per firing of the job's schedule in a range (`kernel jobs backfill`).",
+        lambda k, app, job, p, user: _backfill(k, job, p, user),
     ),
     WebAction(
         "apply",

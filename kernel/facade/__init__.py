@@ -15,6 +15,7 @@ from kernel.facade.health import HealthFacade
 from kernel.facade.jobs import JobFacade
 from kernel.facade.observe import ObserveFacade
 from kernel.facade.operators import OperatorFacade
+from kernel.facade.schedules import ScheduleFacade
 from kernel.facade.upkeep import UpkeepFacade
 from kernel.facade.verdicts import VerdictFacade
 from kernel.facade.workers import WorkerFacade
@@ -28,6 +29,7 @@ __all__ = [
     "JobFacade",
     "ObserveFacade",
     "OperatorFacade",
+    "ScheduleFacade",
     "UpkeepFacade",
     "VerdictFacade",
     "WorkerFacade",

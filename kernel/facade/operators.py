@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from kernel import admission, pausing, verdicts
 from kernel import operator as op
@@ -14,17 +15,29 @@ __all__ = ["OperatorFacade"]
 
 class OperatorFacade(FacadeBase):
     def run_now(
-        self, job_id: str, *, request_id: str, operator: str, force: bool = False
+        self,
+        job_id: str,
+        *,
+        request_id: str,
+        operator: str,
+        force: bool = False,
+        params: dict[str, Any] | None = None,
     ) -> ActionResult:
         """Run a job now (also a disabled one); a retried request id never runs twice.
 
         Admitted like a firing (overlap policy, ``max_queued``) unless ``force``.
+        ``params``: a JSON object merged into this occurrence's payload only (RFC 7386),
+        validated as the payload is, recorded in its ``occurrence_created`` event.
 
         Raises:
+            InvalidArgument: the params, or the payload they make (``field`` ``params...``).
             StateConflict: not admitted (``reason``: ``overlap`` or ``queue_full``).
             RevisionConflict: a replay of ``request_id`` after the job was revised.
+            EvidenceConflict: a replay of ``request_id`` with other params.
         """
-        occ_id, dedup = self._write(admission.run_now, job_id, request_id, operator, force=force)
+        occ_id, dedup = self._write(
+            admission.run_now, job_id, request_id, operator, force=force, params=params
+        )
         return self._answer(occ_id, request_id, dedup)
 
     def request_pause(

@@ -36,9 +36,12 @@ from kernel.spec.fields import (
     text,
 )
 from kernel.spec.problems import Shape
+from kernel.spec.schedule_bounds import MAX_RUNS, check_bounds
 
 __all__ = [
     "DEFAULT_FANOUT",
+    "DEFAULT_FAN_IN_WITHIN_S",
+    "MAX_FAN_IN",
     "ID",
     "After",
     "Approval",
@@ -60,6 +63,10 @@ ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
 Name = Annotated[str, text(128, ID)]
 #: Children a parent fires per settle unless its child's ``after.fanout`` says otherwise.
 DEFAULT_FANOUT = 25
+#: Parents a fan-in (``after.all``) names at most.
+MAX_FAN_IN = 32
+#: How long after a logical firing a fan-in waits for all its parents by default.
+DEFAULT_FAN_IN_WITHIN_S = 3600.0
 _OUTPUT_LIMIT_MAX = 1024 * 1024
 _MONTH_S = 31 * 86400.0
 _COUNT_MAX = 1_000_000_000
@@ -171,9 +178,18 @@ def _condition(value: str) -> str:
 class After(Section):
     """Chain trigger: fire when job ``job`` settles with outcome ``on`` (success, failure,
     complete), ``delay_s`` later, if ``condition`` (``contains:..``/``regex:..``) matches
-    the parent's result text; a parent fires at most ``fanout`` children per settle."""
+    the parent's result text; a parent fires at most ``fanout`` children per settle.
 
-    job: Name = Field(description="The parent job's id.")
+    Or fan-in: ``all`` names several parents, and the job fires once for each logical
+    firing (the parents' scheduled instant) that every one of them ran successfully,
+    all within ``within_s`` of that instant (:mod:`kernel.fan_in`).
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [{"required": ["job"]}, {"required": ["all"]}]}
+    )
+
+    job: Name | None = Field(default=None, description="The parent job's id.")
     on: Annotated[str, choice("success", "failure", "complete")] = Field(
         default="success", description="The parent outcome that fires this job."
     )
@@ -186,9 +202,43 @@ class After(Section):
     fanout: Annotated[int, integer(1, 1000)] = Field(
         default=DEFAULT_FANOUT, description="Children the parent fires at most per settle."
     )
+    # Fan-in (grouped here so the single-parent fields above stay as they were).
+    all: Annotated[list[Name], Field(min_length=2, max_length=MAX_FAN_IN)] | None = Field(
+        default=None,
+        description="Fan-in: the parent jobs that must all succeed for the same logical "
+        "firing (their scheduled instant); instead of job.",
+    )
+    within_s: Annotated[float, seconds(1, _MONTH_S)] | None = Field(
+        default=None,
+        alias="within",
+        description="Fan-in only: how long after the logical firing every parent must "
+        "have succeeded (default 1h); later, the firing is skipped (fan_in_timeout).",
+    )
+
+    @model_validator(mode="after")
+    def _one_parent_form(self) -> Self:
+        if self.job is None and self.all is None:
+            raise refuse("is required: the parent job (or all: [...] for a fan-in)", "job")
+        if self.job is not None and self.all is not None:
+            raise refuse("names parents beside job: use job (one parent) or all (fan-in)", "all")
+        if self.all is None:
+            if self.within_s is not None:
+                raise refuse("applies only to a fan-in (all)", "within")
+            return self
+        if len(set(self.all)) != len(self.all):
+            raise refuse("names a job twice", "all")
+        single = {"on": "success", "delay_s": 0.0, "condition": None, "fanout": DEFAULT_FANOUT}
+        for name, default in single.items():
+            if getattr(self, name) != default:
+                written = name.removesuffix("_s")
+                raise refuse("applies only to a single parent (job), not a fan-in", written)
+        return self
 
     def to_dict(self) -> dict[str, Any]:
+        if self.all is not None:
+            return {"all": list(self.all), "within": self.within_s or DEFAULT_FAN_IN_WITHIN_S}
         body = super().to_dict()
+        del body["all"], body["within"]
         if self.fanout == DEFAULT_FANOUT:  # left out: specs from before fanout keep their digest
             del body["fanout"]
         return body
@@ -220,6 +270,23 @@ class Schedule(Section):
     in_: Annotated[float | None, seconds()] = Field(
         default=None, alias="in", description="Once, this long after the job is defined."
     )
+    # Bounds and spread of a recurring schedule (cron, every): kernel.spec.schedule_bounds.
+    start: Annotated[str | None, INSTANT] = Field(
+        default=None, description="Recurring only: no firing before this instant."
+    )
+    end: Annotated[str | None, INSTANT] = Field(
+        default=None,
+        description="Recurring only: no firing after this instant; the job is then retired.",
+    )
+    max_runs: Annotated[int | None, integer(1, MAX_RUNS)] = Field(
+        default=None,
+        description="Recurring only: runs its schedule makes at most; the job is then retired.",
+    )
+    jitter: Annotated[float | None, seconds()] = Field(
+        default=None,
+        description="Recurring only: each firing comes due up to this much later, by an "
+        "offset derived from the job and the firing (every Beat agrees).",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
@@ -229,6 +296,7 @@ class Schedule(Section):
         for cron_only in ("timezone", "day_match"):
             if given[0] != "cron" and getattr(self, cron_only) is not None:
                 raise refuse("applies only to a cron schedule", cron_only)
+        check_bounds(self.cron, self.every, self.start, self.end, self.max_runs, self.jitter)
         if self.cron is not None and self.day_match == "all" and not _fires_on_both(self.cron):
             raise refuse(
                 f"{self.cron!r} never fires with day_match all: no date has both its day of "
@@ -245,8 +313,13 @@ class Schedule(Section):
             # before day_match existed keep their digest.
             if self.day_match == "all":
                 cron["day_match"] = "all"
-            return cron
+            return {**cron, **self._bounds()}
         return {k: v for k, v in super().to_dict().items() if v is not None}
+
+    def _bounds(self) -> dict[str, Any]:
+        # Only those set: specs written before the bounds existed keep their digest.
+        given = {"start": self.start, "end": self.end, "max_runs": self.max_runs}
+        return {key: value for key, value in {**given, "jitter": self.jitter}.items() if value}
 
 
 #: A schedule as a job holds it: checked by :class:`Schedule`, kept as its normal dict.

@@ -111,7 +111,7 @@ def test_day_of_month_and_day_of_week_must_both_match() -> None:
     entry = crontab(minute=0, hour=9, day_of_month="1-7", day_of_week="mon")
     spec = validate_job_spec(entry_to_spec("e", {"task": "t", "schedule": entry}))
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    firings = [at for at, _ in preview(spec.schedule, None, start, 3, anchor=start)]
+    firings = [f.at for f, _ in preview(spec.schedule, None, start, 3, anchor=start)]
     assert firings == [
         datetime(2026, 1, 5, 9, tzinfo=UTC),
         datetime(2026, 2, 2, 9, tzinfo=UTC),
@@ -124,6 +124,6 @@ def test_job_file_cron_keeps_standard_either_day_semantics() -> None:
         {"id": "j", "kind": "task", "payload": {"task": "t"}, "schedule": {"cron": "0 9 1-7 * 1"}}
     )
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    days = [at.day for at, _ in preview(spec.schedule, None, start, 9, anchor=start)]
+    days = [f.at.day for f, _ in preview(spec.schedule, None, start, 9, anchor=start)]
     assert days == [1, 2, 3, 4, 5, 6, 7, 12, 19]
     assert spec.schedule == {"cron": "0 9 1-7 * 1", "timezone": "UTC"}

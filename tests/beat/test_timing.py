@@ -129,7 +129,7 @@ def test_preview_shows_local_wall_times_with_the_policy_applied() -> None:
         "29 03:00 +0200",
         "30 02:30 +0200",
     ]
-    assert shifted[0][0] == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
+    assert shifted[0][0].at == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
     skipped = preview(schedule, {"gap": "skip", "fold": "first"}, spring, 1, anchor=ANCHOR)
     assert skipped[0][1].day == 30
 
@@ -143,8 +143,8 @@ def test_preview_shows_local_wall_times_with_the_policy_applied() -> None:
 
 
 def test_preview_of_interval_is_in_utc() -> None:
-    ((utc, local),) = preview({"every": 3600.0}, None, T0, 1, anchor=ANCHOR)
-    assert utc == local == _at(60)
+    ((firing, local),) = preview({"every": 3600.0}, None, T0, 1, anchor=ANCHOR)
+    assert firing.at == local == _at(60)
 
 
 # --- plan_due: catch-up -------------------------------------------------------------

@@ -279,7 +279,10 @@ REFUSALS: list[tuple[dict[str, Any], str]] = [
     ({"schedule": {"at": "tomorrow"}}, "schedule.at"),
     ({"schedule": {"at": "0001-01-01T00:00:00+01:00"}}, "schedule.at"),
     ({"schedule": {"in": 0}}, "schedule.in"),
-    ({"schedule": {"cron": "* * * * *", "jitter": 1}}, "schedule.jitter"),
+    ({"schedule": {"cron": "* * * * *", "jitter": 60}}, "schedule.jitter"),
+    ({"schedule": {"every": 60, "start": "2026-01-02T00:00:00Z", "end": "2026-01-01T00:00:00Z"}},
+     "schedule.end"),  # fmt: skip
+    ({"schedule": {"at": "2026-11-29T12:00:00Z", "max_runs": 2}}, "schedule.max_runs"),
     # payloads: JSON-ness, control characters, size
     ({"kind": "x", "payload": {"s": {1, 2}}}, "payload.s"),
     ({"kind": "x", "payload": {"n": [1.0, math.nan]}}, "payload.n[1]"),
@@ -515,7 +518,7 @@ _interesting = st.sampled_from(
 )  # fmt: skip
 _value = _json | _interesting | _cron_text
 _sections = {
-    "schedule": ("cron", "timezone", "every", "at", "in"),
+    "schedule": ("cron", "timezone", "every", "at", "in", "start", "end", "max_runs", "jitter"),
     "retry": ("backoff", "factor", "max", "jitter"),
     "catchup": ("policy", "window"),
     "dst": ("gap", "fold"),

@@ -133,6 +133,19 @@ def _job(action: str, *, enabled: bool = True) -> Callable[[Web], Target]:
     return arrange
 
 
+def _backfill_range(web: Web) -> Target:
+    job = web.fresh_job(overlap="allow")
+    start, end = "2026-01-01T00:00:00Z", "2026-01-01T02:00:00Z"
+    form = {"start": start, "end": end}  # the console's field names
+    return Target(f"/jobs/{job}/backfill", {"from": start, "to": end}, form)
+
+
+def _backfilled(web: Web, target: Target, who: str, data: Any) -> None:
+    assert len(data["created"]) == 3
+    made = web.kernel.list_occurrences(job_id=data["job_id"])
+    assert sorted(o.trigger_key for o in made)[0] == "every:2026-01-01T00:00:00Z"
+
+
 def _revision(web: Web) -> Target:
     job = web.fresh_job()
     spec = {"kind": "callable", "payload": {"callable": "os.path:join"}, "schedule": None}
@@ -224,6 +237,7 @@ CASES = {
     "approve": Case("operator", _awaiting("approve"), _occurrence_now("queued")),
     "reject": Case("operator", _awaiting("reject"), _occurrence_now("skipped")),
     "run-now": Case("operator", _job("run-now"), _occurrence_now("queued")),
+    "backfill": Case("operator", _backfill_range, _backfilled),
     "apply": Case("admin", _revision, _revised),
     "enable": Case("admin", _job("enable", enabled=False), _enabled_now(True)),
     "disable": Case("admin", _job("disable"), _enabled_now(False)),

@@ -295,3 +295,17 @@ def test_kernel_web_refuses_a_malformed_setting_in_one_line(
     assert done.exit_code == 2, (done.output, done.exception)
     assert done.stderr.startswith("Error INVALID_ARGUMENT") and variable in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_run_now_params_reach_that_run_and_bad_ones_are_refused_naming_the_field(
+    web: Web,
+) -> None:
+    job = web.fresh_job(overlap="allow")
+    with web.api(web.tokens["operator"]) as client:
+        ran = client.post(f"/api/jobs/{job}/run-now", json={"params": {"args": ["b"]}})
+        refused = client.post(f"/api/jobs/{job}/run-now", json={"params": {"args": 3}})
+    assert ran.status_code == 200, ran.text
+    assert web.kernel.get_occurrence(ran.json()["occurrence"]["id"]).payload["args"] == ["b"]
+    error = _error(refused, 422, "INVALID_ARGUMENT")
+    assert error["details"]["field"] == "params.args"  # type: ignore[index]
+    assert len(web.kernel.list_occurrences(job_id=job)) == 1

@@ -1,0 +1,61 @@
+"""The facade's schedule extras: backfills over a range, and fan-in jobs judged by Beat."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from kernel import backfill as backfill_ops
+from kernel import fan_in
+from kernel.facade.base import FacadeBase
+from kernel.records import from_dt
+
+__all__ = ["ScheduleFacade"]
+
+
+class ScheduleFacade(FacadeBase):
+    def backfill(
+        self,
+        job_id: str,
+        *,
+        expected_revision: int,
+        firings: Sequence[tuple[str, datetime]],
+        operator: str,
+        params: dict[str, Any] | None = None,
+        sequential: bool = False,
+        summary: dict[str, Any] | None = None,
+    ) -> backfill_ops.BackfillReport:
+        """Make an occurrence of each planned ``(trigger key, due time)`` not made yet.
+
+        Admitted by the job's overlap policy and ``max_queued`` (a refused firing is
+        recorded skipped), or with ``sequential`` queued as exclusive runs in firing
+        order. ``params`` are merged into each new occurrence's payload only. One
+        transaction; event ``job_backfilled`` (with ``summary``).
+
+        Raises:
+            NotFound: no such job.
+            RevisionConflict: the job is no longer at ``expected_revision``.
+            InvalidArgument: ``params``, or the payload they make.
+        """
+        return self._write(
+            backfill_ops.backfill,
+            job_id,
+            expected_revision=expected_revision,
+            firings=[(key, from_dt(at)) for key, at in firings],
+            params=params,
+            sequential=sequential,
+            operator=operator,
+            summary=summary or {},
+        )
+
+    def existing_firings(self, job_id: str, trigger_keys: Sequence[str]) -> dict[str, int]:
+        """Which of ``trigger_keys`` the job has an occurrence of: trigger key -> its id."""
+        return self._read(backfill_ops.existing_firings, job_id, list(trigger_keys))
+
+    def judge_fan_ins(self) -> fan_in.FanInReport:
+        """Beat's fan-in pass: for each enabled fan-in job (``after.all``), make an
+        occurrence for each logical firing all its parents succeeded for within
+        ``after.within``, or record it skipped (``fan_in_timeout``,
+        ``fan_in_parent_failed``). One transaction; each instant is decided once."""
+        return self._write(fan_in.judge_fan_ins)
