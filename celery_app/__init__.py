@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from celery_app.enqueueing import enqueue, enqueue_many, result
     from celery_app.factory import create_app
-    from celery_app.install import install
+    from celery_app.installation import install
     from celery_app.run_context import current_run
 
 __all__ = ["app", "create_app", "current_run", "enqueue", "enqueue_many", "install", "result"]
@@ -24,10 +24,11 @@ __all__ = ["app", "create_app", "current_run", "enqueue", "enqueue_many", "insta
 app: Any
 
 # Imported when first used: Celery imports the ``kernel`` CLI plug-in, and so this
-# package, at the start of every ``celery`` command, of any app.
+# package, at the start of every ``celery`` command, of any app. No submodule may share a
+# name with one of these: importing it would bind the module over the function.
 _LAZY = {
     "create_app": "celery_app.factory",
-    "install": "celery_app.install",
+    "install": "celery_app.installation",
     "current_run": "celery_app.run_context",
     "enqueue": "celery_app.enqueueing",
     "enqueue_many": "celery_app.enqueueing",

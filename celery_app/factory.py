@@ -14,7 +14,7 @@ from typing import Any
 from celery import Celery
 from celery.utils.imports import import_from_cwd
 
-from celery_app.install import install
+from celery_app.installation import install
 
 __all__ = ["create_app"]
 
