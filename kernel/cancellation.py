@@ -19,16 +19,13 @@ from kernel.chains import MAX_CHAIN_DEPTH
 from kernel.events import EventType
 from kernel.operator import record_request, request_cancel
 from kernel.schema import jobs, occurrences
-from kernel.states import OccurrenceStatus
+from kernel.states import ACTIVE, OccurrenceStatus
 from kernel.tx import Tx
 
 __all__ = ["JobCancel", "cancel_job"]
 
 S = OccurrenceStatus
 OCC = occurrences
-#: What a job cancel ends or stops. Awaiting approval is waiting too: left, an approval
-#: (or the timeout's auto approve) would queue a run of the job that was cancelled.
-_ACTIVE = (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL, S.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +100,7 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
             tx.emit(EventType.JOB_DISABLED, job_id=each, revision=revision, reason="cancelled")
         active = tx.conn.execute(
             sa.select(OCC.c.id)
-            .where(OCC.c.job_id == each, OCC.c.status.in_(_ACTIVE))
+            .where(OCC.c.job_id == each, OCC.c.status.in_(ACTIVE))
             .order_by(OCC.c.id)
         ).scalars()
         mine: list[int] = []

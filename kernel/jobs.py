@@ -20,7 +20,7 @@ from kernel.gates import create_gated
 from kernel.jobspec import ONE_SHOT, JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads, to_dt
 from kernel.schema import jobs, occurrences
-from kernel.states import OccurrenceStatus
+from kernel.states import UNSETTLED, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import Job
 
@@ -249,7 +249,7 @@ def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
         return
     active = tx.conn.execute(
         sa.select(sa.func.count()).where(
-            occurrences.c.job_id == job_id, occurrences.c.status.in_(st.UNSETTLED)
+            occurrences.c.job_id == job_id, occurrences.c.status.in_(UNSETTLED)
         )
     ).scalar_one()
     if active:

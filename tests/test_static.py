@@ -57,3 +57,48 @@ def test_each_layer_imports_only_what_it_may() -> None:
         if name.split(".")[0] in refused
     ]
     assert offenders == []
+
+
+#: Files that still spell a named status group out, to be switched to kernel.states'
+#: groups by the hot-path change that owns them (claim and settle statements).
+_LOCAL_GROUPS_LEFT = {
+    "kernel/claiming.py",
+    "kernel/statements/claims.py",
+    "kernel/statements/worker.py",
+}
+
+
+def _status_member(node: ast.AST) -> str | None:
+    """The status a literal element names: ``S.QUEUED``, ``"queued"``, ``sa.literal("queued")``."""
+    from kernel.states import OccurrenceStatus
+
+    if isinstance(node, ast.Attribute) and node.attr in OccurrenceStatus.__members__:
+        return node.attr.lower()
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        node = node.args[0]
+    if isinstance(node, ast.Constant) and node.value in set(OccurrenceStatus):
+        return str(node.value)
+    return None
+
+
+def test_status_groups_are_named_once() -> None:
+    """A literal of the statuses of a named group outside kernel/states.py is a copy that
+    drifts (ours forgot needs_adjudication and awaiting_approval): use CLAIMABLE,
+    WAITING, ACTIVE, UNSETTLED or SETTLED, or kernel/statements/predicates.py."""
+    from kernel import states
+
+    groups = {
+        frozenset(getattr(states, g)): g
+        for g in ("CLAIMABLE", "WAITING", "ACTIVE", "UNSETTLED", "SETTLED")
+    }
+    offenders = []
+    for path in sorted((ROOT / "kernel").rglob("*.py")):
+        name = str(path.relative_to(ROOT))
+        if name == "kernel/states.py" or name in _LOCAL_GROUPS_LEFT or "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), name)):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set):
+                members = frozenset(m for m in map(_status_member, node.elts) if m is not None)
+                if members in groups:
+                    offenders.append(f"{name}:{node.lineno} spells out {groups[members]}")
+    assert offenders == []

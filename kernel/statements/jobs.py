@@ -13,12 +13,9 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
 from kernel.schema import jobs, occurrences
-from kernel.states import OccurrenceStatus as S
+from kernel.states import UNSETTLED
 
-__all__ = ["SET_ENABLED", "DELETE_IDLE_JOB", "UNSETTLED"]
-
-#: Statuses that still need their job's definition.
-UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION, S.AWAITING_APPROVAL)
+__all__ = ["SET_ENABLED", "DELETE_IDLE_JOB"]
 
 #: Flip ``enabled`` only when it is the other way; the cursor is re-planned from now.
 SET_ENABLED = (
