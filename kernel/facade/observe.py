@@ -8,6 +8,7 @@ from typing import Any
 from kernel import reads, watchdog
 from kernel.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
 from kernel.facade.base import FacadeBase, ms
+from kernel.states import ACTIVE
 from kernel.types import Event, Occurrence
 
 __all__ = ["ObserveFacade"]
@@ -34,9 +35,8 @@ class ObserveFacade(FacadeBase):
         )
 
     def active_occurrences(self, job_id: str) -> list[Occurrence]:
-        return self.list_occurrences(
-            job_id=job_id, statuses=("queued", "running", "retry_wait"), limit=reads.MAX_LIST
-        )
+        """The job's occurrences running or waiting to run (:data:`kernel.states.ACTIVE`)."""
+        return self.list_occurrences(job_id=job_id, statuses=ACTIVE, limit=reads.MAX_LIST)
 
     def events(
         self,
