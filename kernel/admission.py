@@ -15,11 +15,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.control import request_cancel
 from kernel.errors import NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.gates import create_gated
-from kernel.operator import record_request, request_cancel
 from kernel.records import job_from_row
+from kernel.rows import record_request
 from kernel.schema import jobs, occurrences
 from kernel.states import ACTIVE, UNSETTLED, WAITING, OccurrenceStatus
 from kernel.tx import Tx

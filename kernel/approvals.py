@@ -19,7 +19,7 @@ from kernel import statements as st
 from kernel import transitions as T
 from kernel.errors import StateConflict
 from kernel.events import EventType
-from kernel.operator import occurrence_row, record_request
+from kernel.rows import occurrence_row, record_request
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 

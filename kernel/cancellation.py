@@ -16,8 +16,9 @@ import sqlalchemy as sa
 
 from kernel.admission import lock_job
 from kernel.chains import MAX_CHAIN_DEPTH
+from kernel.control import request_cancel
 from kernel.events import EventType
-from kernel.operator import record_request, request_cancel
+from kernel.rows import record_request
 from kernel.schema import jobs, occurrences
 from kernel.states import ACTIVE, OccurrenceStatus
 from kernel.tx import Tx

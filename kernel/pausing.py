@@ -22,8 +22,8 @@ from kernel.errors import (
     StateConflict,
 )
 from kernel.events import EventType
-from kernel.operator import control_row, occurrence_row, record_request
 from kernel.records import dumps, loads
+from kernel.rows import control_row, occurrence_row, record_request
 from kernel.states import ControlState, OccurrenceStatus, SafePoint
 from kernel.tx import Tx
 

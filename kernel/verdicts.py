@@ -16,8 +16,8 @@ from kernel.chains import fire_children
 from kernel.control import end_control
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
-from kernel.operator import grant, occurrence_row, record_request
 from kernel.records import dumps
+from kernel.rows import grant, occurrence_row, record_request
 from kernel.states import Decision, OccurrenceStatus
 from kernel.tx import Tx
 
