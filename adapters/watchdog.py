@@ -5,8 +5,8 @@ supervisor, scrubbed environment and secrets), or a function, called as the
 ``callable`` kind calls one. It fails by a non-zero exit, an exception, or the job's
 ``timeout``. The run itself succeeds either way: its result ``{"watchdog": verdict}``
 is what the kernel settles with, and the kernel then appends the ``watchdog_alert``
-event and, when the watchdog self-destructs, disables the job
-(:mod:`kernel.watchdog_jobs`). A failing check's alert is also sent to the payload's
+event and, when the watchdog self-destructs, disables the job (:mod:`kernel.watchdog_jobs`,
+through the kind's result hook). A failing check's alert is also sent to the payload's
 ``alert`` target, if it names one, before the run settles.
 """
 
@@ -28,8 +28,12 @@ from adapters.base import (
 from adapters.callable import CallableAdapter
 from adapters.secrets import scrub
 from adapters.shell import ShellAdapter
-from kernel.payloads import CallablePayload, WatchdogAlert, WatchdogPayload
-from kernel.watchdog_jobs import OUTPUT_TAIL, VERDICT_KEY
+from kernel.payloads import (
+    WATCHDOG_OUTPUT_TAIL,
+    CallablePayload,
+    WatchdogAlert,
+    WatchdogPayload,
+)
 
 __all__ = ["WatchdogAdapter", "ALERT_POST_TIMEOUT_S"]
 
@@ -64,7 +68,7 @@ class WatchdogAdapter(BaseAdapter):
         verdict["delivered"] = None
         if not verdict["passed"] and payload.alert is not None:
             verdict["delivered"] = self._deliver(ctx, payload, verdict)
-        return {VERDICT_KEY: verdict}
+        return {self.kind: verdict}
 
     def _run(self, ctx: ExecutionContext, payload: WatchdogPayload) -> dict[str, Any]:
         assert not isinstance(payload.check, CallablePayload)
@@ -145,5 +149,5 @@ def _verdict(
         "reason": reason,
         "exit_code": exit_code,
         "message": message,
-        "output_tail": tail_text(output.strip(), OUTPUT_TAIL),
+        "output_tail": tail_text(output.strip(), WATCHDOG_OUTPUT_TAIL),
     }

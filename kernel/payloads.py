@@ -54,6 +54,7 @@ __all__ = [
     "TaskPayload",
     "WatchdogAlert",
     "WatchdogPayload",
+    "WATCHDOG_OUTPUT_TAIL",
     "check_payload",
     "is_worker_setting",
     "validate_payload",
@@ -296,6 +297,8 @@ WatchdogCheck = Annotated[
         custom_error_context={"message": _CHECK_SHAPE, "at": ""},
     ),
 ]
+#: Characters of a failing check's output kept in a watchdog run's result and alert.
+WATCHDOG_OUTPUT_TAIL = 1000
 #: The seed's watch limit is whole minutes, at least one.
 _MIN_WATCH_S = 60.0
 

@@ -1,7 +1,7 @@
 """Watchdog jobs: what a check's verdict does, in the transaction that settles its run.
 
 A ``watchdog`` run succeeds with ``{"watchdog": verdict}`` (``adapters.watchdog``).
-When it settles, :func:`record_verdict`:
+When it settles, :func:`record_verdict` (its kind's :mod:`kernel.result_hooks` hook):
 
 * appends ``watchdog_alert`` when the check failed (job, occurrence, the watched
   ``target``, the check, ``reason``, ``exit_code``, ``message``, ``output_tail``,
@@ -33,18 +33,14 @@ from kernel.tx import Tx
 
 __all__ = [
     "KIND",
-    "OUTPUT_TAIL",
     "SELF_DESTRUCTED",
-    "VERDICT_KEY",
     "failing_watchdogs",
     "record_verdict",
 ]
 
+#: The kind, and the key of a watchdog run's result that holds its verdict
+#: (:mod:`kernel.result_hooks`).
 KIND = "watchdog"
-#: The key of a watchdog run's result that holds its verdict.
-VERDICT_KEY = "watchdog"
-#: Characters of a failing check's output kept in its verdict and alert.
-OUTPUT_TAIL = 1000
 #: The ``job_disabled`` reason of a self-destruct, by whether the check passed.
 SELF_DESTRUCTED = {True: "watchdog_check_passed", False: "watchdog_watch_over"}
 OCC = occurrences
@@ -54,7 +50,7 @@ _KIND_JSON = f'%"kind":"{KIND}"%'
 
 def record_verdict(tx: Tx, occ_id: int, job_id: str, fence: int, result: Any) -> None:
     """Alert and self-destruct as a settled watchdog run's verdict says (see the module)."""
-    if not isinstance(result, Mapping) or not isinstance(result.get(VERDICT_KEY), Mapping):
+    if not isinstance(result, Mapping) or not isinstance(result.get(KIND), Mapping):
         return
     definition = tx.conn.execute(
         sa.select(OCC.c.definition).where(OCC.c.id == occ_id, OCC.c.kind == KIND)
@@ -62,7 +58,7 @@ def record_verdict(tx: Tx, occ_id: int, job_id: str, fence: int, result: Any) ->
     if definition is None:
         return  # another kind's result that happens to look like a verdict
     payload: dict[str, Any] = loads(definition)["payload"]
-    verdict = result[VERDICT_KEY]
+    verdict = result[KIND]
     passed = verdict.get("passed") is True
     over = _watch_over(tx, job_id, payload)
     if not passed:
@@ -127,7 +123,7 @@ def failing_watchdogs(tx: Tx, limit: int) -> list[dict[str, Any]]:
     failing = []
     for r in rows:
         result = loads(r.result)
-        verdict = result.get(VERDICT_KEY) if isinstance(result, Mapping) else None
+        verdict = result.get(KIND) if isinstance(result, Mapping) else None
         if isinstance(verdict, Mapping) and verdict.get("passed") is False:
             failing.append(
                 {

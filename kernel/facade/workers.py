@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernel import claiming, output, runs
+from kernel import claiming, output, result_hooks, runs, watchdog_jobs
 from kernel.facade.base import FacadeBase, lease_ms, ms
 from kernel.states import Effect
 from kernel.types import Claim, RenewAnswer
 
 __all__ = ["WorkerFacade"]
+
+# The built-in kinds whose succeeded result asks the kernel for more (kernel.result_hooks).
+result_hooks.register(watchdog_jobs.KIND, watchdog_jobs.record_verdict)
 
 
 class WorkerFacade(FacadeBase):
