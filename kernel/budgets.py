@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import ValidationError
 
 from kernel import statements as st
 from kernel.durations import text
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.schema import budget_windows, budgets
-from kernel.spec.problems import problems_of, raise_problems
 from kernel.spec.sections import Budget
 from kernel.tx import Tx
 
@@ -33,7 +31,6 @@ __all__ = [
     "MAX_BUDGET",
     "REPORTED_UNITS_KEY",
     "Reservation",
-    "read_budget",
     "reserve",
     "attach",
     "unreserve",
@@ -49,19 +46,6 @@ MAX_BUDGET = 1_000_000
 _NAME = text(128)
 #: The key of a succeeded result (a JSON object) that reports the units a run used.
 REPORTED_UNITS_KEY = "budget_units"
-
-
-def read_budget(value: object, field: str) -> Budget:
-    """A shared budget (a job file's ``budgets.NAME``) checked by the spec's model; a
-    :class:`Budget` is already checked (frozen) and passes as it is, so a job file's
-    budgets, read by :mod:`beat_schedule.jobfiles`, are validated once."""
-    if isinstance(value, Budget):
-        return value
-    try:
-        return Budget.model_validate(value)
-    except ValidationError as exc:
-        raise_problems(problems_of(exc, Budget, field))
-        raise  # raise_problems raised: pydantic found at least one problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +135,7 @@ def settle_units(tx: Tx, occ_id: int, result: Any) -> None:
 
 
 def set_budgets(tx: Tx, defined: Mapping[str, Budget]) -> list[str]:
-    """Create or update shared budgets (read by :func:`read_budget`)."""
+    """Create or update shared budgets (read by :func:`kernel.jobspec.read_budget`)."""
     for name, read in defined.items():
         budget = read.to_dict()
         tx.conn.execute(

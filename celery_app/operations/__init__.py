@@ -41,6 +41,7 @@ from celery_app.operations.history import (
 )
 from celery_app.operations.jobs import (
     delete_job,
+    describe_schedule,
     job_data,
     pools_list,
     pools_set,
@@ -48,7 +49,7 @@ from celery_app.operations.jobs import (
     schedule_kind,
     set_job_enabled,
 )
-from celery_app.operations.times import format_age, iso, utc, within_calendar
+from celery_app.operations.times import format_age, format_json, iso, utc, within_calendar
 
 __all__ = [
     "Action",
@@ -61,8 +62,10 @@ __all__ = [
     "cancel_job",
     "decide_approval",
     "delete_job",
+    "describe_schedule",
     "events",
     "format_age",
+    "format_json",
     "iso",
     "job_data",
     "new_request_id",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel import approvals, budgets
+from kernel import approvals, budgets, jobspec
 from kernel import pools as pool_ops
 from kernel.facade.base import FacadeBase
 from kernel.spec.sections import Budget
@@ -16,7 +16,7 @@ __all__ = ["GateFacade", "checked_budgets"]
 
 def checked_budgets(defined: Mapping[str, Mapping[str, Any] | Budget]) -> dict[str, Budget]:
     """Each budget read by the spec's model (a :class:`Budget` is already read)."""
-    return {name: budgets.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
+    return {name: jobspec.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
 
 
 class GateFacade(FacadeBase):
