@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from kernel import statements as st
 from kernel.admission import lock_job
 from kernel.chains import MAX_CHAIN_DEPTH
 from kernel.control import request_cancel
@@ -41,20 +42,6 @@ class JobCancel:
     disabled: tuple[str, ...] = ()
     cancelled: tuple[int, ...] = ()
     stopping: tuple[int, ...] = ()
-
-
-_DISABLE = (
-    sa.update(jobs)
-    .where(jobs.c.id == sa.bindparam("job_id"), jobs.c.enabled)
-    .values(
-        enabled=False,
-        planned=False,
-        next_fire_at=None,
-        next_trigger_key=None,
-        updated_at=sa.bindparam("now"),
-    )
-    .returning(jobs.c.revision)
-)
 
 
 def _tree(tx: Tx, root: str, cascade: bool) -> list[str]:
@@ -95,7 +82,9 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
     stopping: list[int] = []
     for each in tree:
         lock_job(tx, each)
-        revision = tx.conn.execute(_DISABLE, {"job_id": each, "now": tx.now}).scalar()
+        revision = tx.conn.execute(
+            st.SET_ENABLED, {"job_id": each, "enabled": False, "now": tx.now}
+        ).scalar()
         if revision is not None:
             disabled.append(each)
             tx.emit(EventType.JOB_DISABLED, job_id=each, revision=revision, reason="cancelled")

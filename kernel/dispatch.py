@@ -68,8 +68,5 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
 def mark_hinted(tx: Tx, hints: list[DispatchHint]) -> None:
     """Record that ``hints`` were published now (``dispatched_at``)."""
     if hints:
-        tx.conn.execute(
-            sa.update(OCC)
-            .where(OCC.c.id.in_([h.occurrence_id for h in hints]))
-            .values(dispatched_at=tx.now)
-        )
+        ids = [h.occurrence_id for h in hints]
+        tx.conn.execute(st.MARK_HINTED, {"ids": ids, "now": tx.now})
