@@ -77,8 +77,8 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
         active = tx.conn.execute(
             sa.select(OCC.c.id).where(OCC.c.job_id == job_id, OCC.c.status.in_(ACTIVE))
         ).scalars()
-        for occ_id in active:  # the new occurrence waits (exclusive) until these end
-            request_cancel(tx, occ_id, reason="replaced")
+        for occurrence_id in active:  # the new occurrence waits (exclusive) until these end
+            request_cancel(tx, occurrence_id, reason="replaced")
         return None
     if policy == "queue":
         # Claims are exclusive: one active occurrence runs (or runs next) and the

@@ -95,15 +95,17 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
         ).scalars()
         mine: list[int] = []
         asked: list[int] = []
-        for occ_id in active:
-            moved = request_cancel(tx, occ_id, reason=f"job_cancel:{operator}")
+        for occurrence_id in active:
+            moved = request_cancel(tx, occurrence_id, reason=f"job_cancel:{operator}")
             if moved is None:
                 # Nothing moved: running and asked already (it is stopping), or it ended
                 # since it was listed (an occurrence cancel, a settle): not ours to report.
-                status = tx.conn.execute(sa.select(OCC.c.status).where(OCC.c.id == occ_id)).scalar()
+                status = tx.conn.execute(
+                    sa.select(OCC.c.status).where(OCC.c.id == occurrence_id)
+                ).scalar()
                 moved = S.RUNNING if status == S.RUNNING else None
             if moved is not None:
-                (asked if moved == S.RUNNING else mine).append(occ_id)
+                (asked if moved == S.RUNNING else mine).append(occurrence_id)
         cancelled.extend(mine)
         stopping.extend(asked)
         tx.emit(

@@ -45,11 +45,13 @@ def _bounded(limit: int) -> int:
     return limit
 
 
-def get_occurrence(tx: Tx, occ_id: int) -> Occurrence:
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+def get_occurrence(tx: Tx, occurrence_id: int) -> Occurrence:
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
     if row is None:
-        raise NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
-    return occurrence_from_row(row, tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first())
+        raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
+    return occurrence_from_row(
+        row, tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+    )
 
 
 def list_occurrences(

@@ -53,12 +53,12 @@ def record_request(
     return True
 
 
-def grant(tx: Tx, occ_id: int, request_id: str, fence: int, error_code: str | None) -> None:
+def grant(tx: Tx, occurrence_id: int, request_id: str, fence: int, error_code: str | None) -> None:
     tx.conn.execute(
         st.GRANT[tx.dialect],
         {
             "request_id": request_id,
-            "occ_id": occ_id,
+            "occ_id": occurrence_id,
             "fence": fence,
             "error_code": error_code or "",
             "now": tx.now,
@@ -66,13 +66,13 @@ def grant(tx: Tx, occ_id: int, request_id: str, fence: int, error_code: str | No
     )
 
 
-def occurrence_row(tx: Tx, occ_id: int) -> Any:
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+def occurrence_row(tx: Tx, occurrence_id: int) -> Any:
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
     if row is None:
-        raise NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
+        raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
     return row._mapping
 
 
-def control_row(tx: Tx, occ_id: int) -> Any:
-    row = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+def control_row(tx: Tx, occurrence_id: int) -> Any:
+    row = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
     return row._mapping if row is not None else None

@@ -48,12 +48,12 @@ OCC = occurrences
 _KIND_JSON = f'%"kind":"{KIND}"%'
 
 
-def record_verdict(tx: Tx, occ_id: int, job_id: str, fence: int, result: Any) -> None:
+def record_verdict(tx: Tx, occurrence_id: int, job_id: str, fence: int, result: Any) -> None:
     """Alert and self-destruct as a settled watchdog run's verdict says (see the module)."""
     if not isinstance(result, Mapping) or not isinstance(result.get(KIND), Mapping):
         return
     definition = tx.conn.execute(
-        sa.select(OCC.c.definition).where(OCC.c.id == occ_id, OCC.c.kind == KIND)
+        sa.select(OCC.c.definition).where(OCC.c.id == occurrence_id, OCC.c.kind == KIND)
     ).scalar_one_or_none()
     if definition is None:
         return  # another kind's result that happens to look like a verdict
@@ -65,7 +65,7 @@ def record_verdict(tx: Tx, occ_id: int, job_id: str, fence: int, result: Any) ->
         tx.emit(
             EventType.WATCHDOG_ALERT,
             job_id=job_id,
-            occurrence_id=occ_id,
+            occurrence_id=occurrence_id,
             fence=fence,
             target=payload["target"],
             check=_described(payload["check"]),
