@@ -19,7 +19,7 @@ rules and defaults live here only. Any other kind's payload is any JSON object.
   ``"body": str``, not both. ``method`` defaults to POST when there is a body, else GET.
 * ``watchdog``: ``{"check": <a shell or callable payload>, "target": label, "watch_for":
   duration, "started_at": instant, "self_destruct": bool, "alert": {"channel": "http" |
-  "task", "target": URL or task name}}``; what a check's verdict does is in
+  "task", "target": URL or task name}}``; what a check's report does is in
   :mod:`kernel.watchdog_jobs`.
 
 Secrets are referred to by name so that their values are never stored; values that
