@@ -110,22 +110,25 @@ def test_status_groups_are_named_once() -> None:
 # no transaction; statements and the transaction below every act; the floor holds the
 # nouns every actor shares (rows and requests, controls, gates, jobs, chains...); each
 # actor's modules stand on the floor and never import another actor's; the door (the
-# facade, the package) composes them. A new module must be placed here.
+# facade, the package) composes them. A new module must be placed here (some names are
+# placed ahead of the merge of the branch that adds them: process_id, run_params,
+# borrowed, enqueueing, job_health, retirement, backfill, history_limits).
 _FOUNDATION = {
     "chain_order", "clock", "driver", "durations", "engine", "errors", "events", "jobspec",
     "migrations", "payloads", "records", "redaction", "retry", "schema", "schema_shape",
-    "spec", "states", "translate", "types", "writer_gate",
+    "spec", "states", "translate", "types", "writer_gate", "process_id", "run_params",
 }  # fmt: skip
-_STATEMENTS = {"statements", "transitions", "tx", "session"}
+_STATEMENTS = {"statements", "transitions", "tx", "session", "borrowed"}
 _FLOOR = {
     "admission", "approvals", "budgets", "chains", "control", "firing", "gates", "jobs",
     "pools", "reads", "result_hooks", "rows", "sources", "verdicts", "watchdog_jobs",
+    "enqueueing", "job_health", "retirement",
 }  # fmt: skip
 _ACTORS = {
     "beat": {"adapter_verdicts", "beats", "dispatch"},
     "worker": {"claiming", "output", "runs"},
-    "operator": {"cancellation", "operator", "pausing"},
-    "upkeep": {"checkup", "history", "retention", "watchdog"},
+    "operator": {"backfill", "cancellation", "operator", "pausing"},
+    "upkeep": {"checkup", "history", "history_limits", "retention", "watchdog"},
 }
 _DOOR = {"", "facade", "store", "testing"}
 
