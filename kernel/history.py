@@ -14,7 +14,7 @@ from kernel.schema import (
     operator_requests,
     requeue_grants,
 )
-from kernel.states import SETTLED, OccurrenceStatus
+from kernel.states import RESOLVED, OccurrenceStatus
 from kernel.tx import Tx
 
 __all__ = ["PRUNABLE", "prune"]
@@ -23,7 +23,7 @@ S = OccurrenceStatus
 OCC = occurrences
 #: Final and resolved: the statuses whose history may go (dead letters and
 #: adjudications are unresolved and stay).
-PRUNABLE: tuple[str, ...] = tuple(s for s in SETTLED if s != S.DEAD_LETTER)
+PRUNABLE: tuple[str, ...] = RESOLVED
 
 
 def prune(

@@ -17,6 +17,7 @@ __all__ = [
     "ACTIVE",
     "UNSETTLED",
     "SETTLED",
+    "RESOLVED",
 ]
 
 
@@ -120,3 +121,6 @@ ACTIVE = (*WAITING, _S.RUNNING)
 UNSETTLED = (*ACTIVE, _S.NEEDS_ADJUDICATION)
 #: Finished for good (only an operator requeue revives a dead letter).
 SETTLED = (_S.SUCCEEDED, _S.DEAD_LETTER, _S.CANCELLED, _S.SKIPPED)
+#: Settled and resolved: the history retention may delete (a dead letter waits for an
+#: operator's requeue).
+RESOLVED = tuple(s for s in SETTLED if s != _S.DEAD_LETTER)

@@ -14,7 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import job_sources, jobs
 
-__all__ = ["RESTORE_LISTED_JOBS", "OWN_JOBS", "RETIRE_UNLISTED_JOBS"]
+__all__ = ["RESTORE_LISTED_JOBS", "OWN_JOBS", "RETIRE_UNLISTED_JOBS", "FORGET_JOB_SOURCE"]
 
 #: Jobs ``source`` lists again (``keep``) that it had retired.
 RESTORE_LISTED_JOBS = (
@@ -52,3 +52,6 @@ RETIRE_UNLISTED_JOBS = (
     .values(retired_at=p("now"))
     .returning(job_sources.c.job_id, job_sources.c.name)
 )
+
+#: A deleted job's ownership goes with it.
+FORGET_JOB_SOURCE = sa.delete(job_sources).where(job_sources.c.job_id == p("job_id"))

@@ -23,8 +23,8 @@ KERNEL = Path(T.__file__).resolve().parent
 #: events in SQL on PostgreSQL (one round trip), not through Tx.emit.
 _EVENTS_IN_SQL_LEFT = {"statements/claims.py", "statements/settles.py", "statements/worker.py"}
 #: DML still built outside kernel/statements/ (a move each, left): the job definition's
-#: cursor and revision updates, the retention and history deletes.
-_DML_LEFT = {"jobs.py", "retention.py", "history.py"}
+#: insert, cursor and revision updates, the history deletes.
+_DML_LEFT = {"jobs.py", "history.py"}
 
 
 def _forms(statement: Any) -> Iterator[Any]:
