@@ -1,12 +1,12 @@
-"""The ``watchdog`` adapter: run a check and turn its outcome into a verdict.
+"""The ``watchdog`` adapter: run a check and turn its outcome into a report.
 
 The check is a command, run exactly as the ``shell`` kind runs one (the same
 supervisor, scrubbed environment and secrets), or a function, called as the
 ``callable`` kind calls one. It fails by a non-zero exit, an exception, or the job's
-``timeout``. The run itself succeeds either way: its result ``{"watchdog": verdict}``
+``timeout``. The run itself succeeds either way: its result ``{"watchdog": report}``
 is what the kernel settles with, and the kernel then appends the ``watchdog_alert``
-event and, when the watchdog self-destructs, disables the job
-(:mod:`kernel.watchdog_jobs`). A failing check's alert is also sent to the payload's
+event and, when the watchdog self-destructs, disables the job (:mod:`kernel.watchdog_jobs`,
+through the kind's result hook). A failing check's alert is also sent to the payload's
 ``alert`` target, if it names one, before the run settles.
 """
 
@@ -28,8 +28,12 @@ from adapters.base import (
 from adapters.callable import CallableAdapter
 from adapters.secrets import scrub
 from adapters.shell import ShellAdapter
-from kernel.payloads import CallablePayload, WatchdogAlert, WatchdogPayload
-from kernel.watchdog_jobs import OUTPUT_TAIL, VERDICT_KEY
+from kernel.payloads import (
+    WATCHDOG_OUTPUT_TAIL,
+    CallablePayload,
+    WatchdogAlert,
+    WatchdogPayload,
+)
 
 __all__ = ["WatchdogAdapter", "ALERT_POST_TIMEOUT_S"]
 
@@ -38,9 +42,9 @@ ALERT_POST_TIMEOUT_S = 10.0
 
 
 class WatchdogAdapter(BaseAdapter):
-    """Runs ``payload["check"]``; the result is ``{"watchdog": verdict}``.
+    """Runs ``payload["check"]``; the result is ``{"watchdog": report}``.
 
-    A verdict is ``{"passed", "reason", "exit_code", "message", "output_tail",
+    A report is ``{"passed", "reason", "exit_code", "message", "output_tail",
     "delivered"}``: ``reason`` is None for a passing check, else ``exit``, ``timeout``,
     ``error`` (the command could not start) or ``exception``; ``delivered`` says
     whether the alert reached the payload's ``alert`` target (None when there is none
@@ -58,30 +62,30 @@ class WatchdogAdapter(BaseAdapter):
     def execute(self, ctx: ExecutionContext) -> Any:
         payload = read_payload(ctx.occurrence.payload, WatchdogPayload)
         if isinstance(payload.check, CallablePayload):
-            verdict = self._call(ctx, payload.check)
+            report = self._call(ctx, payload.check)
         else:
-            verdict = self._run(ctx, payload)
-        verdict["delivered"] = None
-        if not verdict["passed"] and payload.alert is not None:
-            verdict["delivered"] = self._deliver(ctx, payload, verdict)
-        return {VERDICT_KEY: verdict}
+            report = self._run(ctx, payload)
+        report["delivered"] = None
+        if not report["passed"] and payload.alert is not None:
+            report["delivered"] = self._deliver(ctx, payload, report)
+        return {self.kind: report}
 
     def _run(self, ctx: ExecutionContext, payload: WatchdogPayload) -> dict[str, Any]:
         assert not isinstance(payload.check, CallablePayload)
         try:
             finished = self._shell.run(ctx, payload.check)
         except AdapterError as exc:  # the command could not start: the check fails
-            return _verdict("error", exc.message)
+            return _report("error", exc.message)
         if finished.stopped == "cancelled":
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled; its check stopped")
         output = "\n".join(text for text in (finished.stdout, finished.stderr) if text.strip())
         problem = finished.problem(ctx.timeout_s)
         if problem is None:
-            return _verdict(None, "", exit_code=0, output=output)
+            return _report(None, "", exit_code=0, output=output)
         code, message = problem
         reason = "timeout" if code == "TIMEOUT" else "exit"
         exit_code = None if reason == "timeout" else finished.returncode
-        return _verdict(reason, message, exit_code=exit_code, output=output)
+        return _report(reason, message, exit_code=exit_code, output=output)
 
     def _call(self, ctx: ExecutionContext, check: CallablePayload) -> dict[str, Any]:
         try:
@@ -91,11 +95,11 @@ class WatchdogAdapter(BaseAdapter):
         except Exception as exc:  # a check may raise anything: that is how it fails
             reason = "timeout" if isinstance(exc, TimeoutError) else "exception"
             text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            return _verdict(reason, scrub(text, ctx.secrets))
-        return _verdict(None, "")
+            return _report(reason, scrub(text, ctx.secrets))
+        return _report(None, "")
 
     def _deliver(
-        self, ctx: ExecutionContext, payload: WatchdogPayload, verdict: dict[str, Any]
+        self, ctx: ExecutionContext, payload: WatchdogPayload, report: dict[str, Any]
     ) -> bool:
         """Send the alert to the payload's target; a failure is logged, never raised:
         the kernel's event is the alert of record."""
@@ -106,7 +110,7 @@ class WatchdogAdapter(BaseAdapter):
             "job_id": occurrence.job_id,
             "occurrence_id": occurrence.id,
             "target": payload.target,
-            **{key: verdict[key] for key in ("reason", "exit_code", "message", "output_tail")},
+            **{key: report[key] for key in ("reason", "exit_code", "message", "output_tail")},
         }
         try:
             self._send(alert, body)
@@ -137,7 +141,7 @@ class WatchdogAdapter(BaseAdapter):
             pass  # any 2xx answer will do; urlopen raises on the others
 
 
-def _verdict(
+def _report(
     reason: str | None, message: str, *, exit_code: int | None = None, output: str = ""
 ) -> dict[str, Any]:
     return {
@@ -145,5 +149,5 @@ def _verdict(
         "reason": reason,
         "exit_code": exit_code,
         "message": message,
-        "output_tail": tail_text(output.strip(), OUTPUT_TAIL),
+        "output_tail": tail_text(output.strip(), WATCHDOG_OUTPUT_TAIL),
     }

@@ -29,10 +29,8 @@ import yaml
 
 from beat_schedule.kinds import KindCheck
 from kernel import InvalidArgument
-from kernel.budgets import read_budget
 from kernel.durations import text
-from kernel.jobspec import Budget, JobSpec, validate_job_spec
-from kernel.pools import check_limit
+from kernel.jobspec import Budget, JobSpec, check_limit, read_budget, validate_job_spec
 
 __all__ = [
     "JobFile",

@@ -19,7 +19,6 @@ from beat_schedule.kinds import check_kinds, kind_check, worker_only_kinds
 from celery_app.scope import Scope
 from celery_app.settings import KernelSettings
 from kernel import InvalidArgument, Kernel, NotFound
-from kernel.jobs import check_revision
 from kernel.jobspec import Budget, JobSpec, validate_job_spec
 from kernel.redaction import MASK, is_sensitive_name
 
@@ -103,7 +102,7 @@ def _would_change(kernel: Kernel, spec: JobSpec, expected_revision: int | None) 
             raise
         return {"id": spec.id, "change": "created", "revision": None}
     if expected_revision is not None:
-        check_revision(current, expected_revision)
+        current.check_revision(expected_revision)
     change = "unchanged" if current.digest == spec.digest else "updated"
     return {"id": spec.id, "change": change, "revision": None}
 

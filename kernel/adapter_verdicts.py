@@ -51,8 +51,8 @@ MAX_ASKS = 3
 MAX_EVIDENCE_BYTES = 4096
 
 
-def ask_adapter(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAsk | None:
-    """Take the one live ask of ``occ_id``'s uncertain run; None when it is not to be asked
+def ask_adapter(tx: Tx, occurrence_id: int, *, asker: str, window_ms: int) -> AdapterAsk | None:
+    """Take the one live ask of ``occurrence_id``'s uncertain run; None when it is not to be asked
     (decided, asked by another worker now, left to the operator, or gone)."""
     token = uuid.uuid4().hex
     deadline = tx.now + window_ms
@@ -60,7 +60,7 @@ def ask_adapter(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAs
         tx,
         T.WORKER_ASKS_ADAPTER,
         {
-            "occ_id": occ_id,
+            "occ_id": occurrence_id,
             "ask_token": token,
             "asker": asker,
             "now": tx.now,
@@ -70,11 +70,11 @@ def ask_adapter(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAs
     )
     if asked is None:
         return None
-    occurrence = get_occurrence(tx, occ_id)
+    occurrence = get_occurrence(tx, occurrence_id)
     tx.emit(
         EventType.OCCURRENCE_ADAPTER_ASKED,
         job_id=occurrence.job_id,
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         fence=asked.fence,
         asker=asker,
         ask=asked.asks,
@@ -83,7 +83,7 @@ def ask_adapter(tx: Tx, occ_id: int, *, asker: str, window_ms: int) -> AdapterAs
     return AdapterAsk(occurrence, token, to_dt(deadline))  # type: ignore[arg-type]
 
 
-def adapter_adjudicates(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) -> Occurrence:
+def adapter_adjudicates(tx: Tx, occurrence_id: int, *, token: str, verdict: Verdict) -> Occurrence:
     """Apply the adapter's verdict of the ask ``token``.
 
     Raises:
@@ -102,7 +102,7 @@ def adapter_adjudicates(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) ->
         tx,
         T.ADAPTER_ADJUDICATES,
         {
-            "occ_id": occ_id,
+            "occ_id": occurrence_id,
             "ask_token": token,
             "to_status": to_status.value,
             "settled": tx.now if settled else None,
@@ -110,12 +110,12 @@ def adapter_adjudicates(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) ->
         },
     )
     if decided is None:
-        _refuse(tx, occ_id, token)
-    asker = tx.conn.execute(st.ASK_BY_ID, {"occ_id": occ_id}).one().asker
+        _refuse(tx, occurrence_id, token)
+    asker = tx.conn.execute(st.ASK_BY_ID, {"occ_id": occurrence_id}).one().asker
     tx.emit(
         EventType.OCCURRENCE_ADJUDICATED,
         job_id=decided.job_id,
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         fence=decided.fence,
         decision=decision.value,
         status=to_status.value,
@@ -123,25 +123,27 @@ def adapter_adjudicates(tx: Tx, occ_id: int, *, token: str, verdict: Verdict) ->
         asker=asker,
         evidence=evidence,
     )
-    apply_verdict(tx, occ_id, decided, to_status, grant_id=f"adapter:{token}")
-    return get_occurrence(tx, occ_id)
+    apply_verdict(tx, occurrence_id, decided, to_status, grant_id=f"adapter:{token}")
+    return get_occurrence(tx, occurrence_id)
 
 
-def adapter_cannot_tell(tx: Tx, occ_id: int, *, token: str, reason: str) -> None:
+def adapter_cannot_tell(tx: Tx, occurrence_id: int, *, token: str, reason: str) -> None:
     """Record that the adapter of the ask ``token`` could not tell; the operator decides.
 
     Raises:
         StateConflict: the occurrence no longer needs adjudication (an operator decided).
         LeaseLost: the ask expired or another worker asks now.
     """
-    marked = T.run(tx, T.ADAPTER_CANNOT_TELL, {"occ_id": occ_id, "ask_token": token, "now": tx.now})
+    marked = T.run(
+        tx, T.ADAPTER_CANNOT_TELL, {"occ_id": occurrence_id, "ask_token": token, "now": tx.now}
+    )
     if marked is None:
-        _refuse(tx, occ_id, token)
-    occurrence = get_occurrence(tx, occ_id)
+        _refuse(tx, occurrence_id, token)
+    occurrence = get_occurrence(tx, occurrence_id)
     tx.emit(
         EventType.OCCURRENCE_ADAPTER_CANNOT_TELL,
         job_id=occurrence.job_id,
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         fence=marked.fence,
         reason=reason[:500],
     )
@@ -156,23 +158,25 @@ def _checked_evidence(evidence: Any) -> dict[str, Any]:
     return evidence
 
 
-def _refuse(tx: Tx, occ_id: int, token: str) -> NoReturn:
+def _refuse(tx: Tx, occurrence_id: int, token: str) -> NoReturn:
     """Zero rows: read once and raise why the answer of ask ``token`` changes nothing."""
-    o = get_occurrence(tx, occ_id)
+    o = get_occurrence(tx, occurrence_id)
     if o.status != S.NEEDS_ADJUDICATION:
         raise StateConflict(
-            f"occurrence {occ_id} is {o.status.value}: it was decided before the adapter's "
+            f"occurrence {occurrence_id} is {o.status.value}: it was decided before the adapter's "
             "answer arrived, so the answer is discarded",
-            occurrence_id=occ_id,
+            occurrence_id=occurrence_id,
             status=o.status.value,
         )
-    held = tx.conn.execute(st.ASK_BY_ID, {"occ_id": occ_id}).first()
+    held = tx.conn.execute(st.ASK_BY_ID, {"occ_id": occurrence_id}).first()
     if held is None:
-        raise NotFound(f"occurrence {occ_id} was never asked about", occurrence_id=occ_id)
+        raise NotFound(
+            f"occurrence {occurrence_id} was never asked about", occurrence_id=occurrence_id
+        )
     raise LeaseLost(
-        f"occurrence {occ_id}: ask {token} is no longer live (it expired, or another worker "
+        f"occurrence {occurrence_id}: ask {token} is no longer live (it expired, or another worker "
         "asks now); the answer is discarded",
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         token=token,
     )
 
@@ -207,12 +211,13 @@ def adapter_asks_due(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispat
     return hints
 
 
-def last_adjudication(tx: Tx, occ_id: int) -> Adjudication | None:
-    """The last verdict on an uncertain run of ``occ_id`` (operator's or adapter's), or None."""
+def last_adjudication(tx: Tx, occurrence_id: int) -> Adjudication | None:
+    """The last verdict on an uncertain run of ``occurrence_id`` (operator's or adapter's),
+    or None."""
     row = tx.conn.execute(
         sa.select(events)
         .where(
-            events.c.occurrence_id == occ_id,
+            events.c.occurrence_id == occurrence_id,
             events.c.type == EventType.OCCURRENCE_ADJUDICATED,
         )
         .order_by(events.c.id.desc())

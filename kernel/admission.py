@@ -15,14 +15,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.control import request_cancel
 from kernel.errors import NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.gates import create_gated
-from kernel.operator import record_request, request_cancel
 from kernel.records import job_from_row
+from kernel.rows import record_request
 from kernel.run_params import with_params
 from kernel.schema import jobs, occurrences
-from kernel.states import OccurrenceStatus
+from kernel.states import ACTIVE, UNSETTLED, WAITING, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import Job
 
@@ -33,16 +34,14 @@ OCC = occurrences
 #: Skip reasons of a refused admission.
 OVERLAP = "overlap"
 QUEUE_FULL = "queue_full"
-# Awaiting approval is backlog (waiting to run) but not active for `skip`:
+# Awaiting approval is backlog (WAITING) but not active for `skip`:
 # `approval.max_pending` bounds those, and each runs only when a person lets it.
-_WAITING = (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL)
-_ACTIVE = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.AWAITING_APPROVAL)
 # An at-most-once run awaiting adjudication may still be having its effect: a
 # `skip` job does not start another beside it, and under `queue` it is the one the
-# others wait behind (no claim starts a run of its job until it is decided:
-# kernel.claiming, BLOCKING_IN_JOB). `replace` does not cancel it (no cancel can).
-_SKIP_ACTIVE = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION)
-_QUEUE_ACTIVE = (*_ACTIVE, S.NEEDS_ADJUDICATION)
+# others wait behind (UNSETTLED; no claim starts a run of its job until it is decided:
+# kernel.claiming, BLOCKING_IN_JOB). `replace` cancels the ACTIVE ones (no cancel can
+# end one awaiting adjudication).
+_SKIP_ACTIVE = tuple(s for s in UNSETTLED if s != S.AWAITING_APPROVAL)
 
 
 def lock_job(tx: Tx, job_id: str) -> Job:
@@ -77,17 +76,17 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
         return OVERLAP if _reaches(tx, job_id, _SKIP_ACTIVE, 1) else None
     if policy == "replace":
         active = tx.conn.execute(
-            sa.select(OCC.c.id).where(OCC.c.job_id == job_id, OCC.c.status.in_(_ACTIVE))
+            sa.select(OCC.c.id).where(OCC.c.job_id == job_id, OCC.c.status.in_(ACTIVE))
         ).scalars()
-        for occ_id in active:  # the new occurrence waits (exclusive) until these end
-            request_cancel(tx, occ_id, reason="replaced")
+        for occurrence_id in active:  # the new occurrence waits (exclusive) until these end
+            request_cancel(tx, occurrence_id, reason="replaced")
         return None
     if policy == "queue":
         # Claims are exclusive: one active occurrence runs (or runs next) and the
         # others wait behind it; those are what max_queued bounds.
-        full = _reaches(tx, job_id, _QUEUE_ACTIVE, spec["max_queued"] + 1)
+        full = _reaches(tx, job_id, UNSETTLED, spec["max_queued"] + 1)
     else:  # allow: every waiting occurrence is backlog
-        full = _reaches(tx, job_id, _WAITING, spec["max_queued"])
+        full = _reaches(tx, job_id, WAITING, spec["max_queued"])
     return QUEUE_FULL if full else None
 
 

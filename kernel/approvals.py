@@ -19,7 +19,7 @@ from kernel import statements as st
 from kernel import transitions as T
 from kernel.errors import StateConflict
 from kernel.events import EventType
-from kernel.operator import occurrence_row, record_request
+from kernel.rows import occurrence_row, record_request
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 
@@ -43,19 +43,19 @@ def hold(tx: Tx, job_id: str, approval: dict[str, Any]) -> tuple[S, str | None]:
     return S.AWAITING_APPROVAL, None
 
 
-def _not_awaiting(tx: Tx, occ_id: int, action: str) -> StateConflict:
-    o = occurrence_row(tx, occ_id)  # zero rows: read once for the precise error
+def _not_awaiting(tx: Tx, occurrence_id: int, action: str) -> StateConflict:
+    o = occurrence_row(tx, occurrence_id)  # zero rows: read once for the precise error
     return StateConflict(
-        f"occurrence {occ_id} is {o['status']}, not awaiting_approval; only an occurrence "
+        f"occurrence {occurrence_id} is {o['status']}, not awaiting_approval; only an occurrence "
         f"awaiting approval can be {action}",
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         status=o["status"],
     )
 
 
 def decide(
     tx: Tx,
-    occ_id: int,
+    occurrence_id: int,
     *,
     approved: bool,
     request_id: str,
@@ -69,20 +69,20 @@ def decide(
         True for a faithful replay of the request id.
     """
     action = "approve" if approved else "reject"
-    if record_request(tx, request_id, action, str(occ_id), {}, operator):
+    if record_request(tx, request_id, action, str(occurrence_id), {}, operator):
         return True
-    params = {"occ_id": occ_id, "now": tx.now}
+    params = {"occ_id": occurrence_id, "now": tx.now}
     moved = (
         T.run(tx, T.OPERATOR_APPROVES, params)
         if approved
         else T.run(tx, T.OPERATOR_REJECTS, {**params, "reason": "approval_rejected"})
     )
     if moved is None:
-        raise _not_awaiting(tx, occ_id, "approved" if approved else "rejected")
+        raise _not_awaiting(tx, occurrence_id, "approved" if approved else "rejected")
     tx.emit(
         EventType.OCCURRENCE_APPROVED if approved else EventType.OCCURRENCE_REJECTED,
         job_id=moved.job_id,
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         fence=moved.fence,
         request_id=request_id,
         operator=operator,
@@ -90,7 +90,7 @@ def decide(
         **({"reason": reason[:_REASON_MAX]} if reason else {}),
     )
     if not approved:
-        budgets.release(tx, occ_id, job_id=moved.job_id)
+        budgets.release(tx, occurrence_id, job_id=moved.job_id)
     return False
 
 

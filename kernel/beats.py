@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from kernel import statements as st
 from kernel.events import EventType
 from kernel.records import beat_from_row
 from kernel.schema import beats
@@ -14,17 +15,9 @@ __all__ = ["record_beat", "list_beats", "deregister_beat", "forget_silent_beats"
 
 
 def record_beat(tx: Tx, beat_id: str, host: str, interval_s: float) -> None:
-    changed = tx.conn.execute(
-        sa.update(beats)
-        .where(beats.c.id == beat_id)
-        .values(last_tick_at=tx.now, interval_s=interval_s, host=host)
-    ).rowcount
-    if changed == 0:
-        tx.conn.execute(
-            tx.insert_or_ignore(beats).values(
-                id=beat_id, host=host, interval_s=interval_s, started_at=tx.now, last_tick_at=tx.now
-            )
-        )
+    params = {"beat_id": beat_id, "host": host, "interval_s": interval_s, "now": tx.now}
+    if tx.conn.execute(st.TOUCH_BEAT, params).rowcount == 0:
+        tx.conn.execute(st.REGISTER_BEAT[tx.dialect], params)
 
 
 def list_beats(tx: Tx) -> list[Beat]:
@@ -33,9 +26,7 @@ def list_beats(tx: Tx) -> list[Beat]:
 
 def deregister_beat(tx: Tx, beat_id: str) -> bool:
     """Remove a Beat that stops cleanly; False when it was not registered."""
-    gone = tx.conn.execute(
-        sa.delete(beats).where(beats.c.id == beat_id).returning(beats.c.host)
-    ).first()
+    gone = tx.conn.execute(st.DEREGISTER_BEAT, {"beat_id": beat_id}).first()
     if gone is None:
         return False
     tx.emit(EventType.BEAT_STOPPED, beat_id=beat_id, host=gone.host)
@@ -44,11 +35,8 @@ def deregister_beat(tx: Tx, beat_id: str) -> bool:
 
 def forget_silent_beats(tx: Tx, silent_for_ms: int) -> list[str]:
     """Remove Beats whose last tick is older than ``silent_for_ms``, one event each."""
-    forgotten = tx.conn.execute(
-        sa.delete(beats)
-        .where(beats.c.last_tick_at < tx.now - silent_for_ms)
-        .returning(beats.c.id, beats.c.host, beats.c.last_tick_at)
-    ).all()
+    silent_since = tx.now - silent_for_ms
+    forgotten = tx.conn.execute(st.FORGET_SILENT_BEATS, {"silent_since": silent_since}).all()
     for row in forgotten:
         tx.emit(
             EventType.BEAT_FORGOTTEN,

@@ -18,14 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import ValidationError
 
 from kernel import statements as st
 from kernel.durations import text
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.schema import budget_windows, budgets
-from kernel.spec.problems import problems_of, raise_problems
 from kernel.spec.sections import Budget
 from kernel.tx import Tx
 
@@ -33,7 +31,6 @@ __all__ = [
     "MAX_BUDGET",
     "REPORTED_UNITS_KEY",
     "Reservation",
-    "read_budget",
     "reserve",
     "attach",
     "unreserve",
@@ -49,19 +46,6 @@ MAX_BUDGET = 1_000_000
 _NAME = text(128)
 #: The key of a succeeded result (a JSON object) that reports the units a run used.
 REPORTED_UNITS_KEY = "budget_units"
-
-
-def read_budget(value: object, field: str) -> Budget:
-    """A shared budget (a job file's ``budgets.NAME``) checked by the spec's model; a
-    :class:`Budget` is already checked (frozen) and passes as it is, so a job file's
-    budgets, read by :mod:`beat_schedule.jobfiles`, are validated once."""
-    if isinstance(value, Budget):
-        return value
-    try:
-        return Budget.model_validate(value)
-    except ValidationError as exc:
-        raise_problems(problems_of(exc, Budget, field))
-        raise  # raise_problems raised: pydantic found at least one problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +80,12 @@ def reserve(tx: Tx, job_id: str, ref: dict[str, Any] | str) -> Reservation | Non
     return Reservation(name, window_start, 1) if taken is not None else None
 
 
-def attach(tx: Tx, occ_id: int, reservation: Reservation) -> None:
-    """Record that occurrence ``occ_id`` holds ``reservation``."""
+def attach(tx: Tx, occurrence_id: int, reservation: Reservation) -> None:
+    """Record that occurrence ``occurrence_id`` holds ``reservation``."""
     tx.conn.execute(
         st.RECORD_RESERVATION,
         {
-            "occ_id": occ_id,
+            "occ_id": occurrence_id,
             "budget_key": reservation.budget,
             "window_key": reservation.window_start,
             "unit_count": reservation.units,
@@ -122,36 +106,38 @@ def unreserve(tx: Tx, reservation: Reservation) -> None:
     )
 
 
-def release(tx: Tx, occ_id: int, *, job_id: str) -> None:
+def release(tx: Tx, occurrence_id: int, *, job_id: str) -> None:
     """The occurrence ended without running: its reservation (if any) stops counting."""
-    released = tx.conn.execute(st.RELEASE_RESERVATION, {"occ_id": occ_id, "now": tx.now}).first()
+    released = tx.conn.execute(
+        st.RELEASE_RESERVATION, {"occ_id": occurrence_id, "now": tx.now}
+    ).first()
     if released is None:
         return
     unreserve(tx, Reservation(released.budget, released.window_start, released.units))
     tx.emit(
         EventType.BUDGET_RELEASED,
         job_id=job_id,
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         budget=released.budget,
         window_start=released.window_start,
         units=released.units,
     )
 
 
-def settle_units(tx: Tx, occ_id: int, result: Any) -> None:
+def settle_units(tx: Tx, occurrence_id: int, result: Any) -> None:
     """Count the units a succeeded run reported (``{"budget_units": N}``), if it did."""
     if not isinstance(result, Mapping) or REPORTED_UNITS_KEY not in result:
         return
     units = result[REPORTED_UNITS_KEY]
     if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= MAX_BUDGET:
         return  # not a count: the reserved unit stands
-    params = {"occ_id": occ_id, "unit_count": units}
+    params = {"occ_id": occurrence_id, "unit_count": units}
     tx.conn.execute(st.SETTLE_WINDOW_UNITS, params)
     tx.conn.execute(st.SETTLE_RESERVATION_UNITS, params)
 
 
 def set_budgets(tx: Tx, defined: Mapping[str, Budget]) -> list[str]:
-    """Create or update shared budgets (read by :func:`read_budget`)."""
+    """Create or update shared budgets (read by :func:`kernel.jobspec.read_budget`)."""
     for name, read in defined.items():
         budget = read.to_dict()
         tx.conn.execute(

@@ -14,21 +14,20 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
+from kernel import statements as st
 from kernel.admission import lock_job
 from kernel.chains import MAX_CHAIN_DEPTH
+from kernel.control import request_cancel
 from kernel.events import EventType
-from kernel.operator import record_request, request_cancel
+from kernel.rows import record_request
 from kernel.schema import jobs, occurrences
-from kernel.states import OccurrenceStatus
+from kernel.states import ACTIVE, OccurrenceStatus
 from kernel.tx import Tx
 
 __all__ = ["JobCancel", "cancel_job"]
 
 S = OccurrenceStatus
 OCC = occurrences
-#: What a job cancel ends or stops. Awaiting approval is waiting too: left, an approval
-#: (or the timeout's auto approve) would queue a run of the job that was cancelled.
-_ACTIVE = (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL, S.RUNNING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,20 +42,6 @@ class JobCancel:
     disabled: tuple[str, ...] = ()
     cancelled: tuple[int, ...] = ()
     stopping: tuple[int, ...] = ()
-
-
-_DISABLE = (
-    sa.update(jobs)
-    .where(jobs.c.id == sa.bindparam("job_id"), jobs.c.enabled)
-    .values(
-        enabled=False,
-        planned=False,
-        next_fire_at=None,
-        next_trigger_key=None,
-        updated_at=sa.bindparam("now"),
-    )
-    .returning(jobs.c.revision)
-)
 
 
 def _tree(tx: Tx, root: str, cascade: bool) -> list[str]:
@@ -97,26 +82,30 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
     stopping: list[int] = []
     for each in tree:
         lock_job(tx, each)
-        revision = tx.conn.execute(_DISABLE, {"job_id": each, "now": tx.now}).scalar()
+        revision = tx.conn.execute(
+            st.SET_ENABLED, {"job_id": each, "enabled": False, "now": tx.now}
+        ).scalar()
         if revision is not None:
             disabled.append(each)
             tx.emit(EventType.JOB_DISABLED, job_id=each, revision=revision, reason="cancelled")
         active = tx.conn.execute(
             sa.select(OCC.c.id)
-            .where(OCC.c.job_id == each, OCC.c.status.in_(_ACTIVE))
+            .where(OCC.c.job_id == each, OCC.c.status.in_(ACTIVE))
             .order_by(OCC.c.id)
         ).scalars()
         mine: list[int] = []
         asked: list[int] = []
-        for occ_id in active:
-            moved = request_cancel(tx, occ_id, reason=f"job_cancel:{operator}")
+        for occurrence_id in active:
+            moved = request_cancel(tx, occurrence_id, reason=f"job_cancel:{operator}")
             if moved is None:
                 # Nothing moved: running and asked already (it is stopping), or it ended
                 # since it was listed (an occurrence cancel, a settle): not ours to report.
-                status = tx.conn.execute(sa.select(OCC.c.status).where(OCC.c.id == occ_id)).scalar()
+                status = tx.conn.execute(
+                    sa.select(OCC.c.status).where(OCC.c.id == occurrence_id)
+                ).scalar()
                 moved = S.RUNNING if status == S.RUNNING else None
             if moved is not None:
-                (asked if moved == S.RUNNING else mine).append(occ_id)
+                (asked if moved == S.RUNNING else mine).append(occurrence_id)
         cancelled.extend(mine)
         stopping.extend(asked)
         tx.emit(

@@ -6,8 +6,9 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.records import loads
-from kernel.schema import controls, occurrences
-from kernel.states import ControlState, OccurrenceStatus
+from kernel.schema import occurrences
+from kernel.statements.predicates import NOT_PAUSED, claimable_now
+from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import DispatchHint
 
@@ -22,9 +23,6 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
     not_recent = sa.or_(
         OCC.c.dispatched_at.is_(None), OCC.c.dispatched_at <= tx.now - rehint_after_ms
     )
-    not_paused = ~sa.exists().where(
-        controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
-    )
     running = OCC.alias("running")
     # An exclusive occurrence (overlap queue/replace) cannot start while another of
     # its job runs; hinting it would only make a worker refuse it.
@@ -33,8 +31,7 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         ~sa.exists().where(running.c.job_id == OCC.c.job_id, running.c.status == S.RUNNING),
     )
     waiting = sa.and_(
-        OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
-        OCC.c.available_at <= tx.now,
+        claimable_now(tx.now),
         free_to_start,
         st.ROOM_IN_POOL,
         st.NO_UNRESOLVED_RUN,
@@ -44,6 +41,7 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         OCC.c.status == S.RUNNING,
         OCC.c.lease_expires_at <= tx.now,
         OCC.c.delivery == "at-least-once",
+        NOT_PAUSED,
         # The last hint led to the claim whose lease just expired: hint again at once.
         sa.or_(not_recent, OCC.c.dispatched_at < OCC.c.lease_expires_at),
     )
@@ -53,7 +51,7 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
             break
         query = (
             sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
-            .where(condition, not_paused, OCC.c.cancel_requested.is_(False), st.JOB_ALLOWS_CLAIM)
+            .where(condition, OCC.c.cancel_requested.is_(False), st.JOB_ALLOWS_CLAIM)
             # An enqueue's priority orders the claims the hints lead to (0 otherwise).
             .order_by(OCC.c.priority.desc(), OCC.c.available_at, OCC.c.id)
             .limit(limit - len(hints))
@@ -71,8 +69,5 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
 def mark_hinted(tx: Tx, hints: list[DispatchHint]) -> None:
     """Record that ``hints`` were published now (``dispatched_at``)."""
     if hints:
-        tx.conn.execute(
-            sa.update(OCC)
-            .where(OCC.c.id.in_([h.occurrence_id for h in hints]))
-            .values(dispatched_at=tx.now)
-        )
+        ids = [h.occurrence_id for h in hints]
+        tx.conn.execute(st.MARK_HINTED, {"ids": ids, "now": tx.now})

@@ -17,7 +17,7 @@ from kernel.schema import (
     operator_requests,
     requeue_grants,
 )
-from kernel.states import OccurrenceStatus
+from kernel.states import RESOLVED, OccurrenceStatus
 from kernel.tx import Tx
 
 __all__ = ["PRUNABLE", "forget", "prune"]
@@ -26,7 +26,7 @@ S = OccurrenceStatus
 OCC = occurrences
 #: Final and resolved: the statuses whose history may go (dead letters and
 #: adjudications are unresolved and stay).
-PRUNABLE: tuple[str, ...] = (S.SUCCEEDED, S.CANCELLED, S.SKIPPED)
+PRUNABLE: tuple[str, ...] = RESOLVED
 
 
 def forget(tx: Tx, ids: Sequence[int], *, requests_before: int) -> int:

@@ -22,7 +22,7 @@ from kernel.jobspec import JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads, to_dt
 from kernel.retirement import retire, retirement, runs_left
 from kernel.schema import jobs, occurrences
-from kernel.states import OccurrenceStatus
+from kernel.states import UNSETTLED, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import Job
 
@@ -32,7 +32,6 @@ __all__ = [
     "apply_jobs",
     "define_job",
     "revise_job",
-    "check_revision",
     "set_enabled",
     "delete_job",
     "get_job",
@@ -144,19 +143,6 @@ def define_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> t
     return get_job(tx, spec.id), True
 
 
-def check_revision(job: Job, expected_revision: int) -> None:
-    """Refuse a change made from a stale read: RevisionConflict unless ``job`` is at
-    ``expected_revision`` (a revision, and a dry run of one, check it alike)."""
-    if job.revision != expected_revision:
-        raise RevisionConflict(
-            f"job {job.id!r} is at revision {job.revision}, not {expected_revision}; "
-            "re-read it and try again",
-            job_id=job.id,
-            expected_revision=expected_revision,
-            actual_revision=job.revision,
-        )
-
-
 def revise_job(
     tx: Tx, raw: Mapping[str, Any], expected_revision: int, operator: str | None = None
 ) -> tuple[Job, bool]:
@@ -168,7 +154,7 @@ def revise_job(
     """
     spec = validate_job_spec(raw)
     current = get_job(tx, spec.id)
-    check_revision(current, expected_revision)
+    current.check_revision(expected_revision)
     if current.digest == spec.digest:
         return current, False
     _check_chain(tx, spec)
@@ -255,7 +241,7 @@ def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
         return
     active = tx.conn.execute(
         sa.select(sa.func.count()).where(
-            occurrences.c.job_id == job_id, occurrences.c.status.in_(st.UNSETTLED)
+            occurrences.c.job_id == job_id, occurrences.c.status.in_(UNSETTLED)
         )
     ).scalar_one()
     if active:

@@ -68,12 +68,18 @@ __all__ = [
     "OutputPolicy",
     "RetryPolicy",
     "canonical_json",
+    "check_limit",
     "parse_duration",
+    "read_budget",
     "renew_interval",
     "stored_secrets",
     "validate_job_spec",
 ]
 
+#: A pool's limit is at most this.
+MAX_POOL_LIMIT = 1_000_000
+#: A pool name, as a job's ``pool`` field allows it.
+_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 #: Seconds between a run's lease renewals never exceed this: pause and cancel requests
 #: arrive with the renewal's answer, so a long lease must not mean a long wait for them.
 MAX_RENEW_INTERVAL_S = 2.0
@@ -341,3 +347,28 @@ def _without_effect(spec: JobSpec, raw: Mapping[str, object]) -> list[Problem]:
             )
         )
     return found
+
+
+def read_budget(value: object, field: str) -> Budget:
+    """A shared budget (a job file's ``budgets.NAME``) checked by the spec's model; a
+    :class:`Budget` is already checked (frozen) and passes as it is, so a job file's
+    budgets, read by :mod:`beat_schedule.jobfiles`, are validated once."""
+    if isinstance(value, Budget):
+        return value
+    try:
+        return Budget.model_validate(value)
+    except ValidationError as exc:
+        raise_problems(problems_of(exc, Budget, field))
+        raise  # raise_problems raised: pydantic found at least one problem
+
+
+def check_limit(name: object, limit: object) -> None:
+    """Refuse a pool name or limit the kernel would not store."""
+    if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
+        raise InvalidArgument(
+            "pool", f"{name!r} is not a pool name (letters, digits and . _ : -, at most 128)"
+        )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_POOL_LIMIT:
+        raise InvalidArgument(
+            "limit", f"must be a whole number from 1 to {MAX_POOL_LIMIT}, not {limit!r}"
+        )

@@ -24,10 +24,16 @@ __all__ = ["append_output"]
 
 
 def append_output(
-    tx: Tx, occ_id: int, owner: str, fence: int, chunks: Sequence[tuple[str, str]]
+    tx: Tx, occurrence_id: int, owner: str, fence: int, chunks: Sequence[tuple[str, str]]
 ) -> None:
     """Add one ``run_output`` event, refused unless (owner, fence) holds the lease."""
     data = dumps({"output": [{"stream": stream, "text": text} for stream, text in chunks]})
-    params = {"now": tx.now, "data": data, "occ_id": occ_id, "owner": owner, "held_fence": fence}
+    params = {
+        "now": tx.now,
+        "data": data,
+        "occ_id": occurrence_id,
+        "owner": owner,
+        "held_fence": fence,
+    }
     if tx.conn.execute(st.APPEND_OUTPUT, params).first() is None:
-        raise lease_lost(tx, occ_id, owner, fence)
+        raise lease_lost(tx, occurrence_id, owner, fence)

@@ -19,7 +19,7 @@ rules and defaults live here only. Any other kind's payload is any JSON object.
   ``"body": str``, not both. ``method`` defaults to POST when there is a body, else GET.
 * ``watchdog``: ``{"check": <a shell or callable payload>, "target": label, "watch_for":
   duration, "started_at": instant, "self_destruct": bool, "alert": {"channel": "http" |
-  "task", "target": URL or task name}}``; what a check's verdict does is in
+  "task", "target": URL or task name}}``; what a check's report does is in
   :mod:`kernel.watchdog_jobs`.
 
 Secrets are referred to by name so that their values are never stored; values that
@@ -54,6 +54,7 @@ __all__ = [
     "TaskPayload",
     "WatchdogAlert",
     "WatchdogPayload",
+    "WATCHDOG_OUTPUT_TAIL",
     "check_payload",
     "is_worker_setting",
     "validate_payload",
@@ -296,6 +297,8 @@ WatchdogCheck = Annotated[
         custom_error_context={"message": _CHECK_SHAPE, "at": ""},
     ),
 ]
+#: Characters of a failing check's output kept in a watchdog run's result and alert.
+WATCHDOG_OUTPUT_TAIL = 1000
 #: The seed's watch limit is whole minutes, at least one.
 _MIN_WATCH_S = 60.0
 

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 from kernel import statements as st
-from kernel.errors import InvalidArgument
 from kernel.events import EventType
+from kernel.jobspec import check_limit
 from kernel.tx import Tx
 from kernel.types import Pool
 
 __all__ = ["take_slot", "give_back", "set_limit", "list_pools", "reconcile"]
-
-MAX_LIMIT = 1_000_000
-#: A pool name, as a job's ``pool`` field allows it.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
 def take_slot(tx: Tx, pool: str) -> bool:
@@ -66,18 +60,6 @@ def reconcile(tx: Tx) -> list[dict[str, object]]:
             tx.emit(EventType.POOL_RECONCILED, pool=name, was=was, running=running)
             corrected.append({"pool": name, "was": was, "running": running})
     return corrected
-
-
-def check_limit(name: object, limit: object) -> None:
-    """Refuse a pool name or limit the kernel would not store."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InvalidArgument(
-            "pool", f"{name!r} is not a pool name (letters, digits and . _ : -, at most 128)"
-        )
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidArgument(
-            "limit", f"must be a whole number from 1 to {MAX_LIMIT}, not {limit!r}"
-        )
 
 
 def _pool(tx: Tx, name: str) -> Pool:

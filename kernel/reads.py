@@ -16,6 +16,7 @@ from kernel.schema import (
     jobs,
     occurrences,
 )
+from kernel.statements.predicates import NOT_PAUSED, claimable_now
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.tx import Tx
 from kernel.types import Event, Job, Occurrence
@@ -44,11 +45,13 @@ def _bounded(limit: int) -> int:
     return limit
 
 
-def get_occurrence(tx: Tx, occ_id: int) -> Occurrence:
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+def get_occurrence(tx: Tx, occurrence_id: int) -> Occurrence:
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
     if row is None:
-        raise NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
-    return occurrence_from_row(row, tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first())
+        raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
+    return occurrence_from_row(
+        row, tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+    )
 
 
 def list_occurrences(
@@ -215,12 +218,9 @@ def status_counts(tx: Tx) -> dict[str, Any]:
     A paused occurrence is counted once, under ``paused`` (``counts`` has that key after
     the statuses), not also under the status its row keeps (retry_wait).
     """
-    is_paused = sa.exists().where(
-        controls.c.occurrence_id == OCC.c.id, controls.c.state == ControlState.PAUSED
-    )
     counts = {s.value: 0 for s in S}
     for status, n in tx.conn.execute(
-        sa.select(OCC.c.status, sa.func.count()).where(~is_paused).group_by(OCC.c.status)
+        sa.select(OCC.c.status, sa.func.count()).where(NOT_PAUSED).group_by(OCC.c.status)
     ):
         counts[status] = n
     paused = tx.conn.execute(
@@ -233,11 +233,7 @@ def status_counts(tx: Tx) -> dict[str, Any]:
         )
     ).scalar_one()
     oldest = tx.conn.execute(
-        sa.select(sa.func.min(OCC.c.available_at)).where(
-            OCC.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
-            OCC.c.available_at <= tx.now,
-            ~is_paused,
-        )
+        sa.select(sa.func.min(OCC.c.available_at)).where(claimable_now(tx.now))
     ).scalar()
     return {
         "counts": counts,

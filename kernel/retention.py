@@ -18,48 +18,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel import statements as st
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.history import PRUNABLE, prune
 from kernel.history_limits import limit_history
 from kernel.records import loads
-from kernel.schema import budget_windows, job_sources, jobs, occurrences
+from kernel.schema import jobs
 from kernel.tx import Tx
 
 __all__ = ["apply_retention", "expire_jobs", "prune_budget_windows"]
 
-OCC = occurrences
-_CHILD = jobs.alias("child")
 
 # Canonical JSON: a spec asking for deletion holds one of these exactly as written.
 _ASKS = sa.or_(jobs.c.spec.like('%"delete_after_run":true%'), jobs.c.spec.like('%"ttl":%'))
-
-#: Delete one finished job, deciding "finished" in the statement: disabled, unchanged
-#: since it was read (revision), idle since the cutoff, every occurrence settled with
-#: a final status and none settled after the cutoff, no child, and (delete_after_run)
-#: at least one run.
-_EXPIRE_JOB = (
-    sa.delete(jobs)
-    .where(
-        jobs.c.id == sa.bindparam("job_id"),
-        jobs.c.revision == sa.bindparam("revision"),
-        sa.not_(jobs.c.enabled),
-        jobs.c.updated_at <= sa.bindparam("cutoff"),
-        ~sa.exists().where(
-            OCC.c.job_id == jobs.c.id,
-            sa.or_(
-                OCC.c.status.not_in(PRUNABLE),
-                OCC.c.settled_at > sa.bindparam("cutoff"),
-            ),
-        ),
-        ~sa.exists().where(_CHILD.c.after_job == jobs.c.id),
-        sa.or_(
-            sa.not_(sa.bindparam("needs_run", type_=sa.Boolean)),
-            sa.exists().where(OCC.c.job_id == jobs.c.id),
-        ),
-    )
-    .returning(jobs.c.id)
-)
 
 
 def expire_jobs(tx: Tx, limit: int) -> list[str]:
@@ -79,7 +51,7 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
             continue  # the pattern matched inside a payload
         age_ms = 0 if after_run else int(ttl * 1000)
         gone = tx.conn.execute(
-            _EXPIRE_JOB,
+            st.EXPIRE_FINISHED_JOB,
             {
                 "job_id": row.id,
                 "revision": row.revision,
@@ -89,7 +61,7 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
         ).scalar()
         if gone is None:
             continue
-        tx.conn.execute(sa.delete(job_sources).where(job_sources.c.job_id == row.id))
+        tx.conn.execute(st.FORGET_JOB_SOURCE, {"job_id": row.id})
         deleted.append(row.id)
         tx.emit(
             EventType.JOB_EXPIRED,
@@ -105,19 +77,12 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
 #: at least 31 days ago: nothing reserves in it any more, and ``kernel budgets`` shows a
 #: later one (or none: the budget's current window is empty).
 BUDGET_WINDOW_KEPT_MS = 2 * 31 * 86_400_000
-_ENDED_WINDOWS = sa.delete(budget_windows).where(
-    sa.tuple_(budget_windows.c.budget, budget_windows.c.window_start).in_(
-        sa.select(budget_windows.c.budget, budget_windows.c.window_start)
-        .where(budget_windows.c.window_start < sa.bindparam("cutoff"))
-        .limit(sa.bindparam("limit"))
-    )
-)
 
 
 def prune_budget_windows(tx: Tx, limit: int) -> int:
     """Delete up to ``limit`` budget windows that ended long ago; how many went."""
     params = {"cutoff": tx.now - BUDGET_WINDOW_KEPT_MS, "limit": limit}
-    return int(tx.conn.execute(_ENDED_WINDOWS, params).rowcount)
+    return int(tx.conn.execute(st.PRUNE_ENDED_WINDOWS, params).rowcount)
 
 
 def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, Any]:

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel import statements as st
 from kernel.events import EventType
 from kernel.jobs import set_enabled
-from kernel.schema import job_sources, jobs
+from kernel.schema import jobs
 from kernel.tx import Tx
 
 __all__ = ["SourceSync", "sync_source"]
@@ -38,44 +38,17 @@ def sync_source(tx: Tx, source: str, owned: Mapping[str, str]) -> SourceSync:
     Jobs it owned before and no longer lists are disabled; retired ones it lists
     again are enabled. Ids without a job (never applied, or deleted) are ignored.
     """
-    existing = sa.select(jobs.c.id)
     keep = sorted(
         tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.id.in_(sorted(owned)))).scalars()
     )
-    restored = (
-        tx.conn.execute(
-            sa.update(job_sources)
-            .where(
-                job_sources.c.source == source,
-                job_sources.c.job_id.in_(keep),
-                job_sources.c.retired_at.is_not(None),
-            )
-            .values(retired_at=None)
-            .returning(job_sources.c.job_id)
-        )
-        .scalars()
-        .all()
-    )
+    listing = {"of_source": source, "keep": keep, "now": tx.now}
+    restored = tx.conn.execute(st.RESTORE_LISTED_JOBS, listing).scalars().all()
     if keep:
-        insert = (postgresql.insert if tx.is_postgres else sqlite.insert)(job_sources)
         tx.conn.execute(
-            insert.on_conflict_do_update(
-                index_elements=[job_sources.c.job_id],
-                set_={"source": insert.excluded.source, "name": insert.excluded.name},
-            ),
+            st.OWN_JOBS[tx.dialect],
             [{"job_id": i, "source": source, "name": owned[i], "retired_at": None} for i in keep],
         )
-    retired = tx.conn.execute(
-        sa.update(job_sources)
-        .where(
-            job_sources.c.source == source,
-            job_sources.c.retired_at.is_(None),
-            job_sources.c.job_id.not_in(keep),
-            job_sources.c.job_id.in_(existing),
-        )
-        .values(retired_at=tx.now)
-        .returning(job_sources.c.job_id, job_sources.c.name)
-    ).all()
+    retired = tx.conn.execute(st.RETIRE_UNLISTED_JOBS, listing).all()
     for job_id, name in retired:
         set_enabled(tx, job_id, False)
         tx.emit(EventType.JOB_RETIRED, job_id=job_id, source=source, name=name)

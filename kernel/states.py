@@ -12,8 +12,12 @@ __all__ = [
     "Decision",
     "Effect",
     "SafePoint",
-    "ACTIVE_STATUSES",
-    "SETTLED_STATUSES",
+    "CLAIMABLE",
+    "WAITING",
+    "ACTIVE",
+    "UNSETTLED",
+    "SETTLED",
+    "RESOLVED",
 ]
 
 
@@ -99,14 +103,24 @@ class SafePoint(StrEnum):
     ADAPTER_CHECKPOINT = "adapter_checkpoint"
 
 
-ACTIVE_STATUSES = frozenset(
-    {OccurrenceStatus.QUEUED, OccurrenceStatus.RUNNING, OccurrenceStatus.RETRY_WAIT}
-)
-SETTLED_STATUSES = frozenset(
-    {
-        OccurrenceStatus.SUCCEEDED,
-        OccurrenceStatus.DEAD_LETTER,
-        OccurrenceStatus.CANCELLED,
-        OccurrenceStatus.SKIPPED,
-    }
-)
+# The status groups, each defined once here (tuples: an ``IN`` renders them in this
+# order). A status is in exactly one of UNSETTLED and SETTLED; the others nest:
+# CLAIMABLE < WAITING < ACTIVE < UNSETTLED.
+_S = OccurrenceStatus
+
+#: Statuses a claim may take: when ``available_at`` has come and no pause holds it (a
+#: paused occurrence waits in retry_wait). The whole predicate, in SQL, is
+#: :data:`kernel.statements.predicates.CLAIMABLE_NOW`.
+CLAIMABLE = (_S.QUEUED, _S.RETRY_WAIT)
+#: Backlog: waiting to run, including what waits for an operator's approval.
+WAITING = (*CLAIMABLE, _S.AWAITING_APPROVAL)
+#: Running or waiting to run: what a job cancel ends or stops, what ``replace`` cancels.
+ACTIVE = (*WAITING, _S.RUNNING)
+#: Not yet settled: still needs its job's definition (an at-most-once run awaiting
+#: adjudication may still be having its effect).
+UNSETTLED = (*ACTIVE, _S.NEEDS_ADJUDICATION)
+#: Finished for good (only an operator requeue revives a dead letter).
+SETTLED = (_S.SUCCEEDED, _S.DEAD_LETTER, _S.CANCELLED, _S.SKIPPED)
+#: Settled and resolved: the history retention may delete (a dead letter waits for an
+#: operator's requeue).
+RESOLVED = tuple(s for s in SETTLED if s != _S.DEAD_LETTER)

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.driver import DriverStatement
 from kernel.events import EventType as E
+from kernel.states import CLAIMABLE, WAITING
 from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
 
@@ -113,7 +114,7 @@ TASK_ENQUEUED = Transition(
     (E.OCCURRENCE_CREATED,),
 )
 WORKER_CLAIMS = Transition(
-    (S.QUEUED, S.RETRY_WAIT),
+    CLAIMABLE,
     "worker claims",
     (S.RUNNING,),
     st.CLAIM_BY_DIALECT,
@@ -191,7 +192,7 @@ LEASE_EXPIRES = Transition(
     (E.OCCURRENCE_CANCELLED, E.OCCURRENCE_NEEDS_ADJUDICATION, E.OCCURRENCE_DEAD_LETTER),
 )
 OPERATOR_CANCELS_WAITING = Transition(
-    (S.QUEUED, S.RETRY_WAIT, S.AWAITING_APPROVAL),
+    WAITING,
     "operator cancels (occurrence or job cancel, or overlap replace)",
     (S.CANCELLED,),
     st.CANCEL,

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from kernel.errors import RevisionConflict
 from kernel.states import ControlState, Decision, OccurrenceStatus
 
 __all__ = [
@@ -50,6 +51,18 @@ class Job:
     @property
     def queue(self) -> str:
         return str(self.spec["queue"])
+
+    def check_revision(self, expected_revision: int) -> None:
+        """Refuse a change made from a stale read: RevisionConflict unless this job is at
+        ``expected_revision`` (a revision, and a dry run of one, check it alike)."""
+        if self.revision != expected_revision:
+            raise RevisionConflict(
+                f"job {self.id!r} is at revision {self.revision}, not {expected_revision}; "
+                "re-read it and try again",
+                job_id=self.id,
+                expected_revision=expected_revision,
+                actual_revision=self.revision,
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {

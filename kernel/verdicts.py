@@ -16,8 +16,8 @@ from kernel.chains import fire_children
 from kernel.control import end_control
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
-from kernel.operator import grant, occurrence_row, record_request
 from kernel.records import dumps
+from kernel.rows import grant, occurrence_row, record_request
 from kernel.states import Decision, OccurrenceStatus
 from kernel.tx import Tx
 
@@ -29,14 +29,16 @@ OPERATOR = "operator"
 ADAPTER = "adapter"
 
 
-def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator: str) -> bool:
+def adjudicate(
+    tx: Tx, occurrence_id: int, *, decision: str, request_id: str, operator: str
+) -> bool:
     """Decide an at-most-once occurrence whose outcome is unknown (I6)."""
     try:
         verdict = Decision(decision)
     except ValueError:
         raise InvalidArgument("decision", "must be applied, not_applied or abandon") from None
     if record_request(
-        tx, request_id, "adjudicate", str(occ_id), {"decision": verdict.value}, operator
+        tx, request_id, "adjudicate", str(occurrence_id), {"decision": verdict.value}, operator
     ):
         return True
     to_status, error = {
@@ -53,7 +55,7 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
         tx,
         T.OPERATOR_ADJUDICATES,
         {
-            "occ_id": occ_id,
+            "occ_id": occurrence_id,
             "to_status": to_status.value,
             "settled": tx.now if settled else None,
             "error_json": dumps(error) if error is not None else None,
@@ -61,16 +63,16 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
         },
     )
     if decided is None:
-        o = occurrence_row(tx, occ_id)
+        o = occurrence_row(tx, occurrence_id)
         raise StateConflict(
-            f"occurrence {occ_id} is {o['status']}, not needs_adjudication",
-            occurrence_id=occ_id,
+            f"occurrence {occurrence_id} is {o['status']}, not needs_adjudication",
+            occurrence_id=occurrence_id,
             status=o["status"],
         )
     tx.emit(
         EventType.OCCURRENCE_ADJUDICATED,
         job_id=decided.job_id,
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         fence=decided.fence,
         decision=verdict.value,
         request_id=request_id,
@@ -78,13 +80,13 @@ def adjudicate(tx: Tx, occ_id: int, *, decision: str, request_id: str, operator:
         status=to_status.value,
         authority=OPERATOR,
     )
-    apply_verdict(tx, occ_id, decided, to_status, grant_id=request_id, error=error)
+    apply_verdict(tx, occurrence_id, decided, to_status, grant_id=request_id, error=error)
     return False
 
 
 def apply_verdict(
     tx: Tx,
-    occ_id: int,
+    occurrence_id: int,
     decided: Any,
     to_status: OccurrenceStatus,
     *,
@@ -96,13 +98,13 @@ def apply_verdict(
     the verdict earns it back (a grant). applied or abandon: the occurrence is settled,
     so its control ends and its chained children fire as after a holder's settle."""
     if to_status == S.RETRY_WAIT:
-        grant(tx, occ_id, grant_id, decided.fence, "LEASE_EXPIRED")
+        grant(tx, occurrence_id, grant_id, decided.fence, "LEASE_EXPIRED")
         return
-    end_control(tx, occ_id, job_id=decided.job_id, fence=decided.fence)
+    end_control(tx, occurrence_id, job_id=decided.job_id, fence=decided.fence)
     if decided.has_children:
         fire_children(
             tx,
-            parent_id=occ_id,
+            parent_id=occurrence_id,
             parent_job=decided.job_id,
             succeeded=to_status == S.SUCCEEDED,
             result=None,

@@ -1,7 +1,7 @@
-"""Watchdog jobs: what a check's verdict does, in the transaction that settles its run.
+"""Watchdog jobs: what a check's report does, in the transaction that settles its run.
 
-A ``watchdog`` run succeeds with ``{"watchdog": verdict}`` (``adapters.watchdog``).
-When it settles, :func:`record_verdict`:
+A ``watchdog`` run succeeds with ``{"watchdog": report}`` (``adapters.watchdog``).
+When it settles, :func:`record_verdict` (its kind's :mod:`kernel.result_hooks` hook):
 
 * appends ``watchdog_alert`` when the check failed (job, occurrence, the watched
   ``target``, the check, ``reason``, ``exit_code``, ``message``, ``output_tail``,
@@ -33,18 +33,14 @@ from kernel.tx import Tx
 
 __all__ = [
     "KIND",
-    "OUTPUT_TAIL",
     "SELF_DESTRUCTED",
-    "VERDICT_KEY",
     "failing_watchdogs",
     "record_verdict",
 ]
 
+#: The kind, and the key of a watchdog run's result that holds its check's report
+#: (:mod:`kernel.result_hooks`).
 KIND = "watchdog"
-#: The key of a watchdog run's result that holds its verdict.
-VERDICT_KEY = "watchdog"
-#: Characters of a failing check's output kept in its verdict and alert.
-OUTPUT_TAIL = 1000
 #: The ``job_disabled`` reason of a self-destruct, by whether the check passed.
 SELF_DESTRUCTED = {True: "watchdog_check_passed", False: "watchdog_watch_over"}
 OCC = occurrences
@@ -52,33 +48,33 @@ OCC = occurrences
 _KIND_JSON = f'%"kind":"{KIND}"%'
 
 
-def record_verdict(tx: Tx, occ_id: int, job_id: str, fence: int, result: Any) -> None:
-    """Alert and self-destruct as a settled watchdog run's verdict says (see the module)."""
-    if not isinstance(result, Mapping) or not isinstance(result.get(VERDICT_KEY), Mapping):
+def record_verdict(tx: Tx, occurrence_id: int, job_id: str, fence: int, result: Any) -> None:
+    """Alert and self-destruct as a settled watchdog run's report says (see the module)."""
+    if not isinstance(result, Mapping) or not isinstance(result.get(KIND), Mapping):
         return
     definition = tx.conn.execute(
-        sa.select(OCC.c.definition).where(OCC.c.id == occ_id, OCC.c.kind == KIND)
+        sa.select(OCC.c.definition).where(OCC.c.id == occurrence_id, OCC.c.kind == KIND)
     ).scalar_one_or_none()
     if definition is None:
-        return  # another kind's result that happens to look like a verdict
+        return  # another kind's result that happens to look like a report
     payload: dict[str, Any] = loads(definition)["payload"]
-    verdict = result[VERDICT_KEY]
-    passed = verdict.get("passed") is True
+    report = result[KIND]
+    passed = report.get("passed") is True
     over = _watch_over(tx, job_id, payload)
     if not passed:
         tx.emit(
             EventType.WATCHDOG_ALERT,
             job_id=job_id,
-            occurrence_id=occ_id,
+            occurrence_id=occurrence_id,
             fence=fence,
             target=payload["target"],
             check=_described(payload["check"]),
-            reason=verdict.get("reason"),
-            exit_code=verdict.get("exit_code"),
-            message=verdict.get("message"),
-            output_tail=verdict.get("output_tail"),
+            reason=report.get("reason"),
+            exit_code=report.get("exit_code"),
+            message=report.get("message"),
+            output_tail=report.get("output_tail"),
             watch_over=over,
-            delivered=verdict.get("delivered"),
+            delivered=report.get("delivered"),
         )
     if payload["self_destruct"] and (passed or over):
         set_enabled(tx, job_id, False, reason=SELF_DESTRUCTED[passed])
@@ -127,15 +123,15 @@ def failing_watchdogs(tx: Tx, limit: int) -> list[dict[str, Any]]:
     failing = []
     for r in rows:
         result = loads(r.result)
-        verdict = result.get(VERDICT_KEY) if isinstance(result, Mapping) else None
-        if isinstance(verdict, Mapping) and verdict.get("passed") is False:
+        report = result.get(KIND) if isinstance(result, Mapping) else None
+        if isinstance(report, Mapping) and report.get("passed") is False:
             failing.append(
                 {
                     "job_id": r.job_id,
                     "occurrence_id": r.id,
-                    "reason": verdict.get("reason"),
-                    "exit_code": verdict.get("exit_code"),
-                    "message": verdict.get("message"),
+                    "reason": report.get("reason"),
+                    "exit_code": report.get("exit_code"),
+                    "message": report.get("message"),
                     "age_ms": tx.now - r.settled_at,
                 }
             )

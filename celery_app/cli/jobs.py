@@ -10,31 +10,13 @@ import click
 
 from celery_app import operations
 from celery_app.cli.actions import action_options, default_operator, run_action
-from celery_app.cli.output import Env, Instant, command, fields, format_age, format_json, iso, table
+from celery_app.cli.output import Env, Instant, command, fields, format_json, iso, table
 from celery_app.definitions import apply_specs, read_app_job_file
 from kernel import Job, JobHealth, KernelError
 
-__all__ = ["jobs", "describe_schedule"]
+__all__ = ["jobs"]
 
 jobs = click.Group("jobs", help="Job definitions: apply files, inspect, enable, run now.")
-
-
-def describe_schedule(spec: dict[str, Any]) -> str:
-    """One line for people: ``cron 0 2 * * * Europe/Berlin``, ``every 30s``, ``manual``."""
-    schedule = spec.get("schedule")
-    after = spec.get("after")
-    if schedule is None and after and "all" in after:
-        return f"after all of {', '.join(after['all'])} (within {format_age(after['within'])})"
-    if schedule is None:
-        return f"after {after['job']} on {after['on']}" if after else "manual"
-    if "cron" in schedule:
-        both = " (day of month and weekday must both match)" if schedule.get("day_match") else ""
-        return f"cron {schedule['cron']} {schedule['timezone']}{both}"
-    if "every" in schedule:
-        return f"every {format_age(schedule['every'])}"
-    if "in" in schedule:
-        return f"in {format_age(schedule['in'])} from definition"
-    return f"at {schedule['at']}"
 
 
 @command("apply", jobs)
@@ -143,7 +125,7 @@ def _list(env: Env) -> None:
                     j.kind,
                     j.enabled,
                     j.revision,
-                    describe_schedule(j.spec),
+                    operations.describe_schedule(j.spec),
                     iso(j.next_fire_at),
                     j.queue,
                     *_health_cells(health),
@@ -173,7 +155,7 @@ def _job_fields(job: Job, health: JobHealth | None) -> str:
             ("kind", job.kind),
             ("enabled", job.enabled),
             ("revision", job.revision),
-            ("schedule", describe_schedule(job.spec)),
+            ("schedule", operations.describe_schedule(job.spec)),
             ("next fire", iso(job.next_fire_at)),
             ("next trigger", job.next_trigger_key),
             ("queue", job.queue),
@@ -316,7 +298,7 @@ def _preview(env: Env, job_id: str, count: int, after: Any) -> None:
     firings = data["firings"]
 
     def render() -> str:
-        head = f"job {job_id}: {describe_schedule(env.kernel.get_job(job_id).spec)}"
+        head = f"job {job_id}: {operations.describe_schedule(env.kernel.get_job(job_id).spec)}"
         if not data["enabled"]:
             head += " (disabled: Beat will not fire these until it is enabled)"
         rows = table(

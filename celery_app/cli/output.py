@@ -20,7 +20,6 @@ terminal.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -29,7 +28,7 @@ from typing import Any, NoReturn
 import click
 
 from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
-from celery_app.operations import format_age, iso, utc
+from celery_app.operations import format_age, format_json, iso, utc
 from celery_app.settings import INTERRUPTED_EXIT
 from kernel import InvalidArgument, Kernel, KernelError
 from kernel.durations import parse_duration
@@ -199,20 +198,6 @@ class Instant(click.ParamType):  # type: ignore[type-arg]
             return utc(moment)
         except InvalidArgument as exc:
             self.fail(exc.message, param, ctx)
-
-
-def format_json(data: Any, *, indent: int | None = None) -> str:
-    """JSON as the CLI prints it: ASCII only, datetimes as UTC ISO."""
-    separators = None if indent else (",", ":")
-    return json.dumps(data, indent=indent, separators=separators, default=_json_default)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    if isinstance(value, tuple | set | frozenset):
-        return list(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def _printable(text: str) -> str:

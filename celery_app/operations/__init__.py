@@ -43,6 +43,7 @@ from celery_app.operations.history import (
 )
 from celery_app.operations.jobs import (
     delete_job,
+    describe_schedule,
     job_data,
     job_with_health,
     jobs_with_health,
@@ -51,7 +52,7 @@ from celery_app.operations.jobs import (
     preview,
     set_job_enabled,
 )
-from celery_app.operations.times import format_age, iso, utc, within_calendar
+from celery_app.operations.times import format_age, format_json, iso, utc, within_calendar
 
 __all__ = [
     "Action",
@@ -67,8 +68,10 @@ __all__ = [
     "decide_approval",
     "delete_job",
     "enqueue_task",
+    "describe_schedule",
     "events",
     "format_age",
+    "format_json",
     "iso",
     "job_data",
     "job_with_health",

@@ -7,11 +7,12 @@ from datetime import datetime
 from typing import Any
 
 from beat_schedule.timing import preview as preview_firings
-from celery_app.operations.times import iso, within_calendar
+from celery_app.operations.times import format_age, iso, within_calendar
 from kernel import Job, JobHealth, Kernel
 from kernel.redaction import redacted_spec
 
 __all__ = [
+    "describe_schedule",
     "job_data",
     "jobs_with_health",
     "job_with_health",
@@ -21,6 +22,24 @@ __all__ = [
     "pools_set",
     "pools_list",
 ]
+
+
+def describe_schedule(spec: dict[str, Any]) -> str:
+    """One line for people: ``cron 0 2 * * * Europe/Berlin``, ``every 30s``, ``manual``."""
+    schedule = spec.get("schedule")
+    after = spec.get("after")
+    if schedule is None and after and "all" in after:
+        return f"after all of {', '.join(after['all'])} (within {format_age(after['within'])})"
+    if schedule is None:
+        return f"after {after['job']} on {after['on']}" if after else "manual"
+    if "cron" in schedule:
+        both = " (day of month and weekday must both match)" if schedule.get("day_match") else ""
+        return f"cron {schedule['cron']} {schedule['timezone']}{both}"
+    if "every" in schedule:
+        return f"every {format_age(schedule['every'])}"
+    if "in" in schedule:
+        return f"in {format_age(schedule['in'])} from definition"
+    return f"at {schedule['at']}"
 
 
 def job_data(job: Job, health: JobHealth | None = None) -> dict[str, Any]:

@@ -1,14 +1,17 @@
-"""Times as the CLI and the HTTP API show them: UTC, ISO 8601, short human ages."""
+"""Times and JSON as the CLI and the HTTP API show them: UTC, ISO 8601, short human ages,
+JSON with those times."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import Any
 
 from kernel import InvalidArgument
 
-__all__ = ["utc", "iso", "format_age", "within_calendar"]
+__all__ = ["utc", "iso", "format_age", "format_json", "within_calendar"]
 
 
 @contextmanager
@@ -58,3 +61,17 @@ def format_age(seconds: float | None) -> str:
         return f"{sign}{hours}h{minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{sign}{days}d{hours}h"
+
+
+def format_json(data: Any, *, indent: int | None = None) -> str:
+    """JSON as the CLI prints it: ASCII only, datetimes as UTC ISO."""
+    separators = None if indent else (",", ":")
+    return json.dumps(data, indent=indent, separators=separators, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, tuple | set | frozenset):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from celery_app import operations
-from celery_app.cli.output import format_json
+from celery_app.operations import format_json
 from celery_app.web.actions import ACTIONS, ApplyRequest, WebAction
 from celery_app.web.auth import Forbidden, Session
 from celery_app.web.console import Context, FormLogin, JobPath, OccurrencePath, PageLogin, render

@@ -21,8 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from celery_app import operations
-from celery_app.cli.jobs import describe_schedule
-from celery_app.cli.output import format_age, format_json
+from celery_app.operations import describe_schedule, format_age, format_json
 from celery_app.shell import celery_command
 from celery_app.web.actions import ACTIONS, WebAction
 from celery_app.web.app import WebContext

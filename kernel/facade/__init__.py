@@ -1,8 +1,8 @@
 """The parts of the :class:`~kernel.store.Kernel` facade, one module a noun.
 
-Each part is a set of thin methods, each one transaction (``_write``) or read
-(``_read``) through the session of :class:`FacadeBase`; :mod:`kernel.store`
-composes them into ``Kernel``.
+Each part is a set of methods, each one transaction (``@write``) or read (``@read``,
+:mod:`kernel.facade.base`) that calls the kernel's functions of its noun itself;
+:mod:`kernel.store` composes them into ``Kernel``.
 """
 
 from __future__ import annotations

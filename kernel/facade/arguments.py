@@ -15,6 +15,7 @@ annotations are read on a method's first call (they may name types imported late
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import types
 import typing
@@ -43,13 +44,12 @@ def checked(method: Callable[..., Any]) -> Callable[..., Any]:
 
     def compile_checks() -> tuple[list[tuple[str, Check]], dict[str, Check]]:
         hints = typing.get_type_hints(method)
-        code = method.__code__
-        names = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]  # no self
-        by_name: dict[str, Check] = {}
-        for name in names:
-            hint = hints.get(name, Any)
-            by_name[name] = _check_of(hint, name in _FREE_TEXT)
-        positional = [(name, by_name[name]) for name in names[: code.co_argcount - 1]]
+        # The public signature: a transaction's method (kernel.facade.base) hides its tx.
+        _self, *params = inspect.signature(method).parameters.values()
+        by_name = {p.name: _check_of(hints.get(p.name, Any), p.name in _FREE_TEXT) for p in params}
+        positional = [
+            (p.name, by_name[p.name]) for p in params if p.kind == p.POSITIONAL_OR_KEYWORD
+        ]
         # An argument of any value needs no call: only the others are checked per call
         # (this wrapper runs on every claim and settle of every worker).
         checked_names = {name: check for name, check in by_name.items() if check is not _anything}

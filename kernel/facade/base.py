@@ -1,10 +1,18 @@
-"""What every part of the facade shares: the session it runs transactions through."""
+"""What every part of the facade shares: the session its transactions run through.
+
+A method of a part is one transaction: ``@write`` or ``@read`` gives it the transaction
+(``tx``, after ``self``) and owns its begin, commit and error translation, so the body
+calls the kernel's functions itself and a reader (or a tool) follows the call from the
+door to the statement. The method's public signature has no ``tx``.
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable
 from types import FunctionType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import sqlalchemy as sa
 
@@ -13,11 +21,14 @@ from kernel.clock import Clock
 from kernel.errors import InvalidArgument
 from kernel.facade.arguments import checked
 from kernel.session import Session
+from kernel.tx import Tx
 from kernel.types import ActionResult
 
-__all__ = ["FacadeBase", "ms", "lease_ms"]
+__all__ = ["FacadeBase", "write", "read", "answered", "ms", "lease_ms"]
 
+P = ParamSpec("P")
 R = TypeVar("R")
+F = TypeVar("F", bound="FacadeBase")
 
 
 def ms(seconds: float, field: str) -> int:
@@ -29,6 +40,36 @@ def ms(seconds: float, field: str) -> int:
 
 def lease_ms(lease: float | None) -> int | None:
     return None if lease is None else ms(lease, "lease")
+
+
+def _transaction(
+    method: Callable[Concatenate[F, Tx, P], R], read_only: bool
+) -> Callable[Concatenate[F, P], R]:
+    signature = inspect.signature(method)
+    this, tx, *rest = signature.parameters.values()
+    assert tx.name == "tx", f"{method.__qualname__}: the transaction comes after self"
+
+    def run(self: F, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._session.run(lambda tx: method(self, tx, *args, **kwargs), read_only=read_only)
+
+    functools.update_wrapper(run, method)
+    run.__signature__ = signature.replace(parameters=[this, *rest])  # type: ignore[attr-defined]
+    return run
+
+
+def write(method: Callable[Concatenate[F, Tx, P], R]) -> Callable[Concatenate[F, P], R]:
+    """The method is one write transaction (its ``tx`` after ``self``)."""
+    return _transaction(method, read_only=False)
+
+
+def read(method: Callable[Concatenate[F, Tx, P], R]) -> Callable[Concatenate[F, P], R]:
+    """The method is one read-only transaction (its ``tx`` after ``self``)."""
+    return _transaction(method, read_only=True)
+
+
+def answered(tx: Tx, occurrence_id: int, request_id: str, deduplicated: bool) -> ActionResult:
+    """An operator action's answer: the occurrence as the action left it."""
+    return ActionResult(reads.get_occurrence(tx, occurrence_id), request_id, deduplicated)
 
 
 class FacadeBase:
@@ -48,19 +89,11 @@ class FacadeBase:
             if not name.startswith("_") and isinstance(member, FunctionType):
                 setattr(cls, name, checked(member))
 
+    # A bridge for the facade methods that branches made in parallel still write as
+    # ``self._write(fn, *args)``: each becomes an ``@write`` method at its merge, and
+    # these two go with the last of them.
     def _write(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         return self._session.run(fn, *args, **kwargs)
 
     def _read(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         return self._session.run(fn, *args, read_only=True, **kwargs)
-
-    def _action(
-        self, fn: Callable[..., bool], occurrence_id: int, request_id: str, **kwargs: Any
-    ) -> ActionResult:
-        """An operator action by request id, answered with the occurrence as it is now."""
-        dedup = self._write(fn, occurrence_id, request_id=request_id, **kwargs)
-        return self._answer(occurrence_id, request_id, dedup)
-
-    def _answer(self, occurrence_id: int, request_id: str, deduplicated: bool) -> ActionResult:
-        occurrence = self._read(reads.get_occurrence, occurrence_id)
-        return ActionResult(occurrence, request_id, deduplicated)

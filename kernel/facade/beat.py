@@ -7,20 +7,24 @@ from datetime import datetime
 
 from kernel import beats, dispatch, runs
 from kernel import jobs as job_ops
-from kernel.facade.base import FacadeBase, ms
+from kernel.facade.base import FacadeBase, ms, read, write
 from kernel.records import from_dt
+from kernel.tx import Tx
 from kernel.types import Beat, DispatchHint, Job
 
 __all__ = ["BeatFacade"]
 
 
 class BeatFacade(FacadeBase):
-    def due_jobs(self, limit: int = 500) -> list[Job]:
+    @read
+    def due_jobs(self, tx: Tx, limit: int = 500) -> list[Job]:
         """Jobs whose cursor is due now, and jobs not planned yet."""
-        return self._read(job_ops.due_jobs, limit)
+        return job_ops.due_jobs(tx, limit)
 
+    @write
     def fire(
         self,
+        tx: Tx,
         job_id: str,
         *,
         expected_revision: int,
@@ -38,8 +42,8 @@ class BeatFacade(FacadeBase):
         as ``missed``) is how many were missed in all, when ``missed`` lists only the
         oldest; event ``firings_missed`` records it. A stale caller changes nothing.
         """
-        return self._write(
-            job_ops.fire,
+        return job_ops.fire(
+            tx,
             job_id,
             expected_revision=expected_revision,
             expected_cursor=expected_cursor,
@@ -50,29 +54,35 @@ class BeatFacade(FacadeBase):
             next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
         )
 
-    def dispatch_batch(self, *, limit: int = 200, rehint_after: float = 30.0) -> list[DispatchHint]:
+    @write
+    def dispatch_batch(
+        self, tx: Tx, *, limit: int = 200, rehint_after: float = 30.0
+    ) -> list[DispatchHint]:
         """Occurrences to publish a hint for; marks them hinted (SPEC §2.3)."""
-        return self._write(
-            dispatch.dispatch_batch, limit=limit, rehint_after_ms=int(rehint_after * 1000)
-        )
+        return dispatch.dispatch_batch(tx, limit=limit, rehint_after_ms=int(rehint_after * 1000))
 
-    def expire_leases(self, limit: int = 200) -> dict[str, int]:
-        return self._write(runs.expire_leases, limit)
+    @write
+    def expire_leases(self, tx: Tx, limit: int = 200) -> dict[str, int]:
+        return runs.expire_leases(tx, limit)
 
-    def record_beat(self, beat_id: str, *, host: str, interval: float) -> None:
-        self._write(beats.record_beat, beat_id, host, interval)
+    @write
+    def record_beat(self, tx: Tx, beat_id: str, *, host: str, interval: float) -> None:
+        beats.record_beat(tx, beat_id, host, interval)
 
-    def beats(self) -> list[Beat]:
-        return self._read(beats.list_beats)
+    @read
+    def beats(self, tx: Tx) -> list[Beat]:
+        return beats.list_beats(tx)
 
-    def deregister_beat(self, beat_id: str) -> bool:
+    @write
+    def deregister_beat(self, tx: Tx, beat_id: str) -> bool:
         """Remove a Beat that stops cleanly (event ``beat_stopped``); False if unknown."""
-        return self._write(beats.deregister_beat, beat_id)
+        return beats.deregister_beat(tx, beat_id)
 
-    def forget_silent_beats(self, *, silent_for: float) -> list[str]:
+    @write
+    def forget_silent_beats(self, tx: Tx, *, silent_for: float) -> list[str]:
         """Remove Beats silent for more than ``silent_for`` seconds (event ``beat_forgotten``).
 
         Returns:
             The ids of the Beats removed.
         """
-        return self._write(beats.forget_silent_beats, ms(silent_for, "silent_for"))
+        return beats.forget_silent_beats(tx, ms(silent_for, "silent_for"))

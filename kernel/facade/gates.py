@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel import approvals, budgets
+from kernel import approvals, budgets, jobspec
 from kernel import pools as pool_ops
-from kernel.facade.base import FacadeBase
+from kernel.facade.base import FacadeBase, answered, read, write
 from kernel.spec.sections import Budget
+from kernel.tx import Tx
 from kernel.types import ActionResult, Pool
 
 __all__ = ["GateFacade", "checked_budgets"]
@@ -16,7 +17,7 @@ __all__ = ["GateFacade", "checked_budgets"]
 
 def checked_budgets(defined: Mapping[str, Mapping[str, Any] | Budget]) -> dict[str, Budget]:
     """Each budget read by the spec's model (a :class:`Budget` is already read)."""
-    return {name: budgets.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
+    return {name: jobspec.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
 
 
 class GateFacade(FacadeBase):
@@ -40,49 +41,61 @@ class GateFacade(FacadeBase):
         """
         return self._decide(occurrence_id, False, request_id, operator, reason)
 
+    @write
     def _decide(
         self,
+        tx: Tx,
         occurrence_id: int,
         approved: bool,
         request_id: str,
         operator: str,
         reason: str | None,
     ) -> ActionResult:
-        return self._action(
-            approvals.decide,
+        return answered(
+            tx,
             occurrence_id,
             request_id,
-            approved=approved,
-            operator=operator,
-            reason=reason,
+            approvals.decide(
+                tx,
+                occurrence_id,
+                request_id=request_id,
+                approved=approved,
+                operator=operator,
+                reason=reason,
+            ),
         )
 
-    def apply_approval_timeouts(self, limit: int = 200) -> dict[str, int]:
+    @write
+    def apply_approval_timeouts(self, tx: Tx, limit: int = 200) -> dict[str, int]:
         """Beat: apply ``approval.auto`` to occurrences whose approval timed out.
 
         Returns:
             ``{"approved": n, "rejected": m}``.
         """
-        return self._write(approvals.apply_timeouts, limit)
+        return approvals.apply_timeouts(tx, limit)
 
-    def set_budgets(self, defined: Mapping[str, Mapping[str, Any] | Budget]) -> list[str]:
+    @write
+    def set_budgets(self, tx: Tx, defined: Mapping[str, Mapping[str, Any] | Budget]) -> list[str]:
         """Create or update shared budgets: name -> ``{"window", "max_runs", "max_units"}``.
 
         Raises:
             InvalidArgument: a budget is invalid (``field`` names it); nothing is written.
         """
 
-        return self._write(budgets.set_budgets, checked_budgets(defined))
+        return budgets.set_budgets(tx, checked_budgets(defined))
 
-    def list_budgets(self) -> list[dict[str, Any]]:
+    @read
+    def list_budgets(self, tx: Tx) -> list[dict[str, Any]]:
         """Every budget with the runs and units counted in its latest window."""
-        return self._read(budgets.list_budgets)
+        return budgets.list_budgets(tx)
 
-    def set_pool_limit(self, name: str, limit: int) -> tuple[Pool, bool]:
+    @write
+    def set_pool_limit(self, tx: Tx, name: str, limit: int) -> tuple[Pool, bool]:
         """Define pool ``name`` or change its limit (event ``pool_limit_set``); ``changed``
         is false when it already had ``limit``."""
-        return self._write(pool_ops.set_limit, name, limit)
+        return pool_ops.set_limit(tx, name, limit)
 
-    def pools(self) -> list[Pool]:
+    @read
+    def pools(self, tx: Tx) -> list[Pool]:
         """Every pool with its limit, running and waiting counts, by name."""
-        return self._read(pool_ops.list_pools)
+        return pool_ops.list_pools(tx)

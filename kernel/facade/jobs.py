@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernel import budgets, cancellation, reads, sources
+from kernel import budgets, cancellation, sources
 from kernel import jobs as job_ops
 from kernel import pools as pool_ops
 from kernel.cancellation import JobCancel
-from kernel.facade.base import FacadeBase
+from kernel.facade.base import FacadeBase, read, write
 from kernel.facade.gates import checked_budgets
 from kernel.spec.sections import Budget
 from kernel.tx import Tx
@@ -19,8 +19,9 @@ __all__ = ["JobFacade"]
 
 
 class JobFacade(FacadeBase):
+    @write
     def define_job(
-        self, spec: Mapping[str, Any], *, operator: str | None = None
+        self, tx: Tx, spec: Mapping[str, Any], *, operator: str | None = None
     ) -> tuple[Job, bool]:
         """Create a job. Returns (job, created); identical content again is a no-op.
 
@@ -31,20 +32,31 @@ class JobFacade(FacadeBase):
             InvalidArgument: a field is invalid (``field`` names it).
             StateConflict: the id exists with other content.
         """
-        return self._write(job_ops.define_job, spec, operator)
+        return job_ops.define_job(tx, spec, operator)
 
+    @write
     def revise_job(
-        self, spec: Mapping[str, Any], *, expected_revision: int, operator: str | None = None
+        self,
+        tx: Tx,
+        spec: Mapping[str, Any],
+        *,
+        expected_revision: int,
+        operator: str | None = None,
     ) -> tuple[Job, bool]:
         """Replace a definition by CAS on its revision. Raises RevisionConflict when stale."""
-        return self._write(job_ops.revise_job, spec, expected_revision, operator)
+        return job_ops.revise_job(tx, spec, expected_revision, operator)
 
-    def apply_job(self, spec: Mapping[str, Any], *, operator: str | None = None) -> tuple[Job, str]:
+    @write
+    def apply_job(
+        self, tx: Tx, spec: Mapping[str, Any], *, operator: str | None = None
+    ) -> tuple[Job, str]:
         """Upsert: ``created``, ``updated`` (revision + 1) or ``unchanged``."""
-        return self._write(job_ops.apply_job, spec, operator)
+        return job_ops.apply_job(tx, spec, operator)
 
+    @write
     def apply_jobs(
         self,
+        tx: Tx,
         specs: Sequence[Mapping[str, Any]],
         *,
         operator: str | None = None,
@@ -56,33 +68,30 @@ class JobFacade(FacadeBase):
         A job file's ``pools:`` limits and ``shared_budgets`` (its ``budgets:``) are set
         first, so its jobs may name them.
         """
+        for name, limit in sorted((pools or {}).items()):
+            pool_ops.set_limit(tx, name, limit)
+        if shared_budgets:
+            budgets.set_budgets(tx, checked_budgets(shared_budgets))
+        return job_ops.apply_jobs(tx, list(specs), operator)
 
-        def run(tx: Tx) -> list[tuple[Job, str]]:
-            for name, limit in sorted((pools or {}).items()):
-                pool_ops.set_limit(tx, name, limit)
-            if shared_budgets:
-                budgets.set_budgets(tx, checked_budgets(shared_budgets))
-            return job_ops.apply_jobs(tx, list(specs), operator)
-
-        return self._write(run)
-
+    @write
     def set_job_enabled(
-        self, job_id: str, enabled: bool, *, operator: str | None = None
+        self, tx: Tx, job_id: str, enabled: bool, *, operator: str | None = None
     ) -> tuple[Job, bool]:
-        return self._write(job_ops.set_enabled, job_id, enabled, operator)
+        return job_ops.set_enabled(tx, job_id, enabled, operator)
 
-    def delete_job(self, job_id: str, *, operator: str | None = None) -> None:
+    @write
+    def delete_job(self, tx: Tx, job_id: str, *, operator: str | None = None) -> None:
         """Raises StateConflict while the job has unsettled occurrences."""
-        self._write(job_ops.delete_job, job_id, operator)
+        job_ops.delete_job(tx, job_id, operator)
 
-    def get_job(self, job_id: str) -> Job:
-        return self._read(job_ops.get_job, job_id)
+    @read
+    def get_job(self, tx: Tx, job_id: str) -> Job:
+        return job_ops.get_job(tx, job_id)
 
-    def list_jobs(self) -> list[Job]:
-        return self._read(reads.list_jobs)
-
+    @write
     def cancel_job(
-        self, job_id: str, *, cascade: bool = False, request_id: str, operator: str
+        self, tx: Tx, job_id: str, *, cascade: bool = False, request_id: str, operator: str
     ) -> JobCancel:
         """Disable a job, cancel its waiting occurrences and ask its running ones to stop;
         ``cascade``: the same for every job chained after it. Idempotent by request id.
@@ -91,15 +100,12 @@ class JobFacade(FacadeBase):
             NotFound: no such job.
             EvidenceConflict: the request id was used for something else.
         """
-        return self._write(
-            cancellation.cancel_job,
-            job_id,
-            cascade=cascade,
-            request_id=request_id,
-            operator=operator,
+        return cancellation.cancel_job(
+            tx, job_id, cascade=cascade, request_id=request_id, operator=operator
         )
 
-    def sync_job_source(self, source: str, owned: Mapping[str, str]) -> sources.SourceSync:
+    @write
+    def sync_job_source(self, tx: Tx, source: str, owned: Mapping[str, str]) -> sources.SourceSync:
         """Record that ``source`` defines exactly ``owned`` (job id -> entry name): jobs it
         no longer lists are disabled (``job_retired``), retired ones listed again enabled."""
-        return self._write(sources.sync_source, source, owned)
+        return sources.sync_source(tx, source, owned)

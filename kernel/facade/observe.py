@@ -7,26 +7,35 @@ from typing import Any
 
 from kernel import reads, watchdog
 from kernel.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
-from kernel.facade.base import FacadeBase, ms
-from kernel.types import Event, Occurrence
+from kernel.facade.base import FacadeBase, ms, read
+from kernel.states import ACTIVE
+from kernel.tx import Tx
+from kernel.types import Event, Job, Occurrence
 
 __all__ = ["ObserveFacade"]
 
 
 class ObserveFacade(FacadeBase):
-    def get_occurrence(self, occurrence_id: int) -> Occurrence:
-        return self._read(reads.get_occurrence, occurrence_id)
+    @read
+    def get_occurrence(self, tx: Tx, occurrence_id: int) -> Occurrence:
+        return reads.get_occurrence(tx, occurrence_id)
 
+    @read
+    def list_jobs(self, tx: Tx) -> list[Job]:
+        return reads.list_jobs(tx)
+
+    @read
     def list_occurrences(
         self,
+        tx: Tx,
         *,
         job_id: str | None = None,
         statuses: Sequence[str] | None = None,
         limit: int = 50,
         before_id: int | None = None,
     ) -> list[Occurrence]:
-        return self._read(
-            reads.list_occurrences,
+        return reads.list_occurrences(
+            tx,
             job_id=job_id,
             statuses=tuple(statuses) if statuses else None,
             limit=limit,
@@ -34,12 +43,13 @@ class ObserveFacade(FacadeBase):
         )
 
     def active_occurrences(self, job_id: str) -> list[Occurrence]:
-        return self.list_occurrences(
-            job_id=job_id, statuses=("queued", "running", "retry_wait"), limit=reads.MAX_LIST
-        )
+        """The job's occurrences running or waiting to run (:data:`kernel.states.ACTIVE`)."""
+        return self.list_occurrences(job_id=job_id, statuses=ACTIVE, limit=reads.MAX_LIST)
 
+    @read
     def events(
         self,
+        tx: Tx,
         *,
         after_id: int = 0,
         job_id: str | None = None,
@@ -48,8 +58,8 @@ class ObserveFacade(FacadeBase):
         before_id: int | None = None,
     ) -> list[Event]:
         """Events after ``after_id``, oldest first; with ``before_id`` the newest below it."""
-        return self._read(
-            reads.read_events,
+        return reads.read_events(
+            tx,
             after_id=after_id,
             job_id=job_id,
             occurrence_id=occurrence_id,
@@ -57,12 +67,15 @@ class ObserveFacade(FacadeBase):
             before_id=before_id,
         )
 
-    def last_event_id(self) -> int:
+    @read
+    def last_event_id(self, tx: Tx) -> int:
         """The newest event's id (0 for none): where ``events --follow`` starts."""
-        return self._read(reads.last_event_id)
+        return reads.last_event_id(tx)
 
+    @read
     def runtime_controls(
         self,
+        tx: Tx,
         limit: int = 200,
         *,
         statuses: Sequence[str] | None = None,
@@ -71,15 +84,17 @@ class ObserveFacade(FacadeBase):
         """Running, pause-requested and paused occurrences, most recently changed first
         (at most 200), optionally only these ``statuses`` (``reads.RUNTIME_STATES``) and
         job ``kinds``; without payloads or lease owners."""
-        return self._read(reads.runtime_controls, limit, statuses, kinds)
+        return reads.runtime_controls(tx, limit, statuses, kinds)
 
-    def status(self) -> dict[str, Any]:
-        return self._read(reads.status_counts)
+    @read
+    def status(self, tx: Tx) -> dict[str, Any]:
+        return reads.status_counts(tx)
 
-    def watchdog(self, *, grace: float = 60.0) -> dict[str, Any]:
+    @read
+    def watchdog(self, tx: Tx, *, grace: float = 60.0) -> dict[str, Any]:
         """Overdue firings, runs past their timeout (+ ``grace`` seconds) and the
         adjudication backlog; reads only."""
-        return self._read(watchdog.findings, ms(grace, "grace"))
+        return watchdog.findings(tx, ms(grace, "grace"))
 
     def checkup(self) -> list[Finding]:
         """What ``kernel doctor`` reports about storage: the schema's fingerprint, the
@@ -87,5 +102,5 @@ class ObserveFacade(FacadeBase):
         return [
             schema_fingerprint(self.engine),
             file_modes(self.engine),
-            secrets_in_clear(self._read(reads.list_jobs)),
+            secrets_in_clear(self.list_jobs()),
         ]

@@ -7,15 +7,18 @@ from typing import Any
 
 from kernel import admission, pausing, verdicts
 from kernel import operator as op
-from kernel.facade.base import FacadeBase
+from kernel.facade.base import FacadeBase, answered, write
+from kernel.tx import Tx
 from kernel.types import ActionResult
 
 __all__ = ["OperatorFacade"]
 
 
 class OperatorFacade(FacadeBase):
+    @write
     def run_now(
         self,
+        tx: Tx,
         job_id: str,
         *,
         request_id: str,
@@ -35,13 +38,15 @@ class OperatorFacade(FacadeBase):
             RevisionConflict: a replay of ``request_id`` after the job was revised.
             EvidenceConflict: a replay of ``request_id`` with other params.
         """
-        occ_id, dedup = self._write(
-            admission.run_now, job_id, request_id, operator, force=force, params=params
+        made, deduplicated = admission.run_now(
+            tx, job_id, request_id, operator, force=force, params=params
         )
-        return self._answer(occ_id, request_id, dedup)
+        return answered(tx, made, request_id, deduplicated)
 
+    @write
     def request_pause(
         self,
+        tx: Tx,
         occurrence_id: int,
         *,
         expected_fence: int | None = None,
@@ -58,35 +63,49 @@ class OperatorFacade(FacadeBase):
         ``checkpoint_schema_version`` are the adapter's declared capability; its
         digest is part of the request's replay evidence.
         """
-        return self._action(
-            pausing.request_pause,
+        return answered(
+            tx,
             occurrence_id,
             request_id,
-            expected_fence=expected_fence,
-            expected_revision=expected_revision,
-            safe_points=tuple(safe_points),
-            schema_version=checkpoint_schema_version,
-            operator=operator,
+            pausing.request_pause(
+                tx,
+                occurrence_id,
+                request_id=request_id,
+                expected_fence=expected_fence,
+                expected_revision=expected_revision,
+                safe_points=tuple(safe_points),
+                schema_version=checkpoint_schema_version,
+                operator=operator,
+            ),
         )
 
+    @write
     def resume(
         self,
+        tx: Tx,
         occurrence_id: int,
         *,
         request_id: str,
         operator: str,
         expected_revision: int | None = None,
     ) -> ActionResult:
-        return self._action(
-            pausing.resume,
+        return answered(
+            tx,
             occurrence_id,
             request_id,
-            expected_revision=expected_revision,
-            operator=operator,
+            pausing.resume(
+                tx,
+                occurrence_id,
+                request_id=request_id,
+                expected_revision=expected_revision,
+                operator=operator,
+            ),
         )
 
+    @write
     def requeue(
         self,
+        tx: Tx,
         occurrence_id: int,
         *,
         expected_fence: int | None = None,
@@ -95,21 +114,38 @@ class OperatorFacade(FacadeBase):
         operator: str,
     ) -> ActionResult:
         """Revive a dead letter; the evidence given (fence, error code) must still hold."""
-        return self._action(
-            op.requeue,
+        return answered(
+            tx,
             occurrence_id,
             request_id,
-            expected_fence=expected_fence,
-            expected_error_code=expected_error_code,
-            operator=operator,
+            op.requeue(
+                tx,
+                occurrence_id,
+                request_id=request_id,
+                expected_fence=expected_fence,
+                expected_error_code=expected_error_code,
+                operator=operator,
+            ),
         )
 
+    @write
     def adjudicate(
-        self, occurrence_id: int, *, decision: str, request_id: str, operator: str
+        self, tx: Tx, occurrence_id: int, *, decision: str, request_id: str, operator: str
     ) -> ActionResult:
-        return self._action(
-            verdicts.adjudicate, occurrence_id, request_id, decision=decision, operator=operator
+        return answered(
+            tx,
+            occurrence_id,
+            request_id,
+            verdicts.adjudicate(
+                tx, occurrence_id, request_id=request_id, decision=decision, operator=operator
+            ),
         )
 
-    def cancel(self, occurrence_id: int, *, request_id: str, operator: str) -> ActionResult:
-        return self._action(op.cancel, occurrence_id, request_id, operator=operator)
+    @write
+    def cancel(self, tx: Tx, occurrence_id: int, *, request_id: str, operator: str) -> ActionResult:
+        return answered(
+            tx,
+            occurrence_id,
+            request_id,
+            op.cancel(tx, occurrence_id, request_id=request_id, operator=operator),
+        )

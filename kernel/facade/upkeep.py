@@ -8,25 +8,22 @@ from typing import Any
 
 from kernel import history, pools, retention, watchdog
 from kernel.errors import InvalidArgument
-from kernel.facade.base import FacadeBase, ms
+from kernel.facade.base import FacadeBase, ms, write
 from kernel.tx import Tx
 
 __all__ = ["UpkeepFacade"]
 
 
 class UpkeepFacade(FacadeBase):
-    def prune(self, *, older_than: timedelta, limit: int = 10_000) -> dict[str, int]:
+    @write
+    def prune(self, tx: Tx, *, older_than: timedelta, limit: int = 10_000) -> dict[str, int]:
         """Delete settled history older than ``older_than``; unresolved work is never pruned."""
+        settled_before = tx.now - int(older_than.total_seconds() * 1000)
+        return history.prune(tx, settled_before=settled_before, limit=limit)
 
-        def run(tx: Tx) -> dict[str, int]:
-            return history.prune(
-                tx, settled_before=tx.now - int(older_than.total_seconds() * 1000), limit=limit
-            )
-
-        return self._write(run)
-
+    @write
     def apply_retention(
-        self, ages: Mapping[str, float | None], *, limit: int = 500
+        self, tx: Tx, ages: Mapping[str, float | None], *, limit: int = 500
     ) -> dict[str, Any]:
         """One bounded retention pass (see :mod:`kernel.retention`).
 
@@ -40,18 +37,20 @@ class UpkeepFacade(FacadeBase):
         """
         if limit < 1:
             raise InvalidArgument("limit", "must be at least 1")
-        return self._write(retention.apply_retention, dict(ages), limit)
+        return retention.apply_retention(tx, dict(ages), limit)
 
-    def record_watchdog(self, *, grace: float = 60.0) -> dict[str, Any]:
+    @write
+    def record_watchdog(self, tx: Tx, *, grace: float = 60.0) -> dict[str, Any]:
         """:meth:`watchdog`, appending ``watchdog_overdue`` / ``watchdog_overrun`` once per
         finding (Beat calls it periodically); ``new_events`` counts those appended."""
-        return self._write(watchdog.record_findings, ms(grace, "grace"))
+        return watchdog.record_findings(tx, ms(grace, "grace"))
 
-    def reconcile_pools(self) -> list[dict[str, Any]]:
+    @write
+    def reconcile_pools(self, tx: Tx) -> list[dict[str, Any]]:
         """Correct pool counters that drifted from the slots their running occurrences
         hold (event ``pool_reconciled`` each; Beat calls it every minute).
 
         Returns:
             ``{"pool", "was", "running"}`` for each pool corrected.
         """
-        return self._write(pools.reconcile)
+        return pools.reconcile(tx)

@@ -3,36 +3,37 @@
 from __future__ import annotations
 
 from kernel import adapter_verdicts
-from kernel.facade.base import FacadeBase, ms
+from kernel.facade.base import FacadeBase, ms, read, write
+from kernel.tx import Tx
 from kernel.types import AdapterAsk, Adjudication, DispatchHint, Occurrence, Verdict
 
 __all__ = ["VerdictFacade"]
 
 
 class VerdictFacade(FacadeBase):
+    @write
     def adapter_asks_due(
-        self, *, limit: int = 200, rehint_after: float = 30.0
+        self, tx: Tx, *, limit: int = 200, rehint_after: float = 30.0
     ) -> list[DispatchHint]:
         """Occurrences needing adjudication whose adapter a worker should ask now (Beat
         hints them); each is marked hinted."""
-        return self._write(
-            adapter_verdicts.adapter_asks_due,
-            limit=limit,
-            rehint_after_ms=ms(rehint_after, "rehint_after"),
+        return adapter_verdicts.adapter_asks_due(
+            tx, limit=limit, rehint_after_ms=ms(rehint_after, "rehint_after")
         )
 
-    def ask_adapter(self, occurrence_id: int, *, asker: str, window: float) -> AdapterAsk | None:
+    @write
+    def ask_adapter(
+        self, tx: Tx, occurrence_id: int, *, asker: str, window: float
+    ) -> AdapterAsk | None:
         """Take the one live ask of the occurrence's uncertain run for ``window`` seconds
         (event ``occurrence_adapter_asked``); None when it is not to be asked now."""
-        return self._write(
-            adapter_verdicts.ask_adapter,
-            occurrence_id,
-            asker=asker,
-            window_ms=ms(window, "window"),
+        return adapter_verdicts.ask_adapter(
+            tx, occurrence_id, asker=asker, window_ms=ms(window, "window")
         )
 
+    @write
     def adapter_adjudicates(
-        self, occurrence_id: int, *, token: str, verdict: Verdict
+        self, tx: Tx, occurrence_id: int, *, token: str, verdict: Verdict
     ) -> Occurrence:
         """Apply the adapter's verdict of ask ``token`` (``occurrence_adjudicated``,
         ``authority: adapter``).
@@ -42,16 +43,16 @@ class VerdictFacade(FacadeBase):
             LeaseLost: the ask expired or another worker asks now.
             InvalidArgument: not applied/not_applied, or evidence too large.
         """
-        return self._write(
-            adapter_verdicts.adapter_adjudicates, occurrence_id, token=token, verdict=verdict
-        )
+        return adapter_verdicts.adapter_adjudicates(tx, occurrence_id, token=token, verdict=verdict)
 
-    def adapter_cannot_tell(self, occurrence_id: int, *, token: str, reason: str) -> None:
+    @write
+    def adapter_cannot_tell(self, tx: Tx, occurrence_id: int, *, token: str, reason: str) -> None:
         """The adapter of ask ``token`` could not tell (``occurrence_adapter_cannot_tell``):
         nobody asks again for this run; the operator decides. Raises as
         :meth:`adapter_adjudicates`."""
-        self._write(adapter_verdicts.adapter_cannot_tell, occurrence_id, token=token, reason=reason)
+        adapter_verdicts.adapter_cannot_tell(tx, occurrence_id, token=token, reason=reason)
 
-    def last_adjudication(self, occurrence_id: int) -> Adjudication | None:
+    @read
+    def last_adjudication(self, tx: Tx, occurrence_id: int) -> Adjudication | None:
         """The last verdict (operator's or adapter's) on an uncertain run of the occurrence."""
-        return self._read(adapter_verdicts.last_adjudication, occurrence_id)
+        return adapter_verdicts.last_adjudication(tx, occurrence_id)

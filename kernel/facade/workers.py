@@ -5,24 +5,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernel import claiming, output, runs
-from kernel.facade.base import FacadeBase, lease_ms, ms
+from kernel import claiming, output, result_hooks, runs, watchdog_jobs
+from kernel.facade.base import FacadeBase, lease_ms, ms, write
 from kernel.states import Effect
+from kernel.tx import Tx
 from kernel.types import Claim, RenewAnswer
 
 __all__ = ["WorkerFacade"]
 
+# The built-in kinds whose succeeded result asks the kernel for more (kernel.result_hooks).
+result_hooks.register(watchdog_jobs.KIND, watchdog_jobs.record_verdict)
+
 
 class WorkerFacade(FacadeBase):
-    def claim(self, occurrence_id: int, *, owner: str, lease: float | None = None) -> Claim | None:
+    @write
+    def claim(
+        self, tx: Tx, occurrence_id: int, *, owner: str, lease: float | None = None
+    ) -> Claim | None:
         """Claim one occurrence by id if claimable now (fence + 1); None changes nothing.
 
         ``lease`` defaults to the job's own lease from the occurrence's snapshot.
         """
-        return self._write(claiming.claim, occurrence_id, owner, lease_ms(lease))
+        return claiming.claim(tx, occurrence_id, owner, lease_ms(lease))
 
+    @write
     def claim_next(
         self,
+        tx: Tx,
         *,
         owner: str,
         lease: float | None = None,
@@ -30,24 +39,32 @@ class WorkerFacade(FacadeBase):
         kinds: Sequence[str] | None = None,
     ) -> Claim | None:
         """Claim the oldest claimable occurrence (optionally of these queues/kinds)."""
-        return self._write(
-            claiming.claim_next,
+        return claiming.claim_next(
+            tx,
             owner,
             lease_ms(lease),
             queues=tuple(queues) if queues else None,
             kinds=tuple(kinds) if kinds else None,
         )
 
-    def renew(self, occurrence_id: int, *, owner: str, fence: int, lease: float) -> RenewAnswer:
+    @write
+    def renew(
+        self, tx: Tx, occurrence_id: int, *, owner: str, fence: int, lease: float
+    ) -> RenewAnswer:
         """Extend the lease. Raises LeaseLost when (owner, fence) no longer holds it."""
-        return self._write(runs.renew, occurrence_id, owner, fence, ms(lease, "lease"))
+        return runs.renew(tx, occurrence_id, owner, fence, ms(lease, "lease"))
 
-    def succeed(self, occurrence_id: int, *, owner: str, fence: int, result: Any = None) -> None:
+    @write
+    def succeed(
+        self, tx: Tx, occurrence_id: int, *, owner: str, fence: int, result: Any = None
+    ) -> None:
         """Settle as succeeded (fenced); chained children fire in the same transaction."""
-        self._write(runs.settle, occurrence_id, owner, fence, outcome="succeeded", result=result)
+        runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result)
 
+    @write
     def succeed_and_claim(
         self,
+        tx: Tx,
         occurrence_id: int,
         *,
         owner: str,
@@ -59,18 +76,14 @@ class WorkerFacade(FacadeBase):
         """:meth:`succeed` and then :meth:`claim` of ``next_occurrence_id`` by the same owner,
         committed together (a batch's next run). The claim's None changes nothing; LeaseLost
         from the settle leaves both undone."""
-        return self._write(
-            claiming.succeed_and_claim,
-            occurrence_id,
-            owner,
-            fence,
-            result,
-            next_occurrence_id,
-            lease_ms(lease),
+        return claiming.succeed_and_claim(
+            tx, occurrence_id, owner, fence, result, next_occurrence_id, lease_ms(lease)
         )
 
+    @write
     def fail(
         self,
+        tx: Tx,
         occurrence_id: int,
         *,
         owner: str,
@@ -87,21 +100,22 @@ class WorkerFacade(FacadeBase):
         instead, one whose effect is ``applied`` is not retried.
         """
         error = {"code": code, "message": message[:2000]}
-        return self._write(
-            runs.settle,
+        return runs.settle(
+            tx,
             occurrence_id,
             owner,
             fence,
             outcome="failed",
             error=error,
             retryable=retryable,
-            effect=effect,
+            effect=effect,  # type: ignore[arg-type]  # settle refuses a wrong one by name
         ).value
 
-    def cancelled(self, occurrence_id: int, *, owner: str, fence: int) -> None:
+    @write
+    def cancelled(self, tx: Tx, occurrence_id: int, *, owner: str, fence: int) -> None:
         """The holder stopped on a cancel request (fenced)."""
-        self._write(
-            runs.settle,
+        runs.settle(
+            tx,
             occurrence_id,
             owner,
             fence,
@@ -131,8 +145,10 @@ class WorkerFacade(FacadeBase):
         """Give the occurrence back for another worker to resume at once (warm shutdown)."""
         self._release(occurrence_id, owner, fence, safe_point, checkpoint, None, None)
 
+    @write
     def _release(
         self,
+        tx: Tx,
         occurrence_id: int,
         owner: str,
         fence: int,
@@ -143,8 +159,8 @@ class WorkerFacade(FacadeBase):
     ) -> None:
         """Both acts are the kernel's one release at a safe point (:func:`kernel.runs.release`);
         a pause request id makes it the pause's acknowledgement."""
-        self._write(
-            runs.release,
+        runs.release(
+            tx,
             occurrence_id,
             owner,
             fence,
@@ -154,8 +170,15 @@ class WorkerFacade(FacadeBase):
             expected_revision=expected_revision,
         )
 
+    @write
     def append_output(
-        self, occurrence_id: int, *, owner: str, fence: int, chunks: Sequence[tuple[str, str]]
+        self,
+        tx: Tx,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        chunks: Sequence[tuple[str, str]],
     ) -> None:
         """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
-        self._write(output.append_output, occurrence_id, owner, fence, chunks)
+        output.append_output(tx, occurrence_id, owner, fence, chunks)

@@ -1,15 +1,17 @@
-"""Beat's statement: materialise an occurrence (also run-now's and a chain's)."""
+"""Beat's statements: materialise an occurrence (also run-now's and a chain's), and mark
+occurrences hinted."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import occurrences
 
-__all__ = ["CREATE_OCCURRENCE"]
+__all__ = ["CREATE_OCCURRENCE", "MARK_HINTED"]
 
 #: What a new occurrence is given; the rest (lease, results, dispatch) starts NULL.
 _COLUMNS = (
@@ -51,3 +53,10 @@ def _create(insert: Any) -> Any:
 
 
 CREATE_OCCURRENCE = {"postgresql": _create(postgresql.insert), "sqlite": _create(sqlite.insert)}
+
+#: The occurrences ``ids`` were hinted (published) now.
+MARK_HINTED = (
+    sa.update(occurrences)
+    .where(occurrences.c.id.in_(p("ids", expanding=True)))
+    .values(dispatched_at=p("now"))
+)

@@ -31,6 +31,7 @@ __all__ = [
     "SETTLE_RESERVATION_UNITS",
     "SET_BUDGET",
     "BUDGET_BY_NAME",
+    "PRUNE_ENDED_WINDOWS",
 ]
 
 OCC = occurrences
@@ -211,3 +212,12 @@ def _set_budget(insert: Any) -> Any:
 SET_BUDGET = _per_dialect(_set_budget)
 
 BUDGET_BY_NAME = sa.select(budgets).where(budgets.c.name == p("name"))
+
+#: Budget windows that began before ``cutoff`` (at most ``limit`` of them).
+PRUNE_ENDED_WINDOWS = sa.delete(budget_windows).where(
+    sa.tuple_(budget_windows.c.budget, budget_windows.c.window_start).in_(
+        sa.select(budget_windows.c.budget, budget_windows.c.window_start)
+        .where(budget_windows.c.window_start < p("cutoff"))
+        .limit(p("limit"))
+    )
+)

@@ -13,12 +13,9 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
 from kernel.schema import jobs, occurrences
-from kernel.states import OccurrenceStatus as S
+from kernel.states import RESOLVED, UNSETTLED
 
-__all__ = ["SET_ENABLED", "DELETE_IDLE_JOB", "UNSETTLED"]
-
-#: Statuses that still need their job's definition.
-UNSETTLED = (S.QUEUED, S.RUNNING, S.RETRY_WAIT, S.NEEDS_ADJUDICATION, S.AWAITING_APPROVAL)
+__all__ = ["SET_ENABLED", "DELETE_IDLE_JOB", "EXPIRE_FINISHED_JOB"]
 
 #: Flip ``enabled`` only when it is the other way; the cursor is re-planned from now.
 SET_ENABLED = (
@@ -48,4 +45,31 @@ DELETE_IDLE_JOB = (
         ~sa.exists().where(_child.c.after_job == jobs.c.id),
     )
     .returning(jobs.c.revision)
+)
+
+#: Delete one finished job, deciding "finished" in the statement: disabled, unchanged
+#: since it was read (revision), idle since the cutoff, every occurrence settled with
+#: a final status and none settled after the cutoff, no child, and (delete_after_run)
+#: at least one run.
+EXPIRE_FINISHED_JOB = (
+    sa.delete(jobs)
+    .where(
+        jobs.c.id == p("job_id"),
+        jobs.c.revision == p("revision"),
+        sa.not_(jobs.c.enabled),
+        jobs.c.updated_at <= p("cutoff"),
+        ~sa.exists().where(
+            occurrences.c.job_id == jobs.c.id,
+            sa.or_(
+                occurrences.c.status.not_in(RESOLVED),
+                occurrences.c.settled_at > p("cutoff"),
+            ),
+        ),
+        ~sa.exists().where(_child.c.after_job == jobs.c.id),
+        sa.or_(
+            sa.not_(p("needs_run", type_=sa.Boolean)),
+            sa.exists().where(occurrences.c.job_id == jobs.c.id),
+        ),
+    )
+    .returning(jobs.c.id)
 )

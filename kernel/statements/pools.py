@@ -15,6 +15,7 @@ from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import occurrences, pools
+from kernel.statements.predicates import CLAIMABLE_STATUS
 
 __all__ = [
     "DEFAULT_POOL_LIMIT",
@@ -71,15 +72,16 @@ SET_POOL_LIMIT = {"postgresql": _set_limit(postgresql.insert), "sqlite": _set_li
 POOLS = sa.select(pools.c.name, pools.c.limit, pools.c.running).order_by(pools.c.name)
 POOL_BY_NAME = POOLS.where(pools.c.name == p("pool"))
 
-_waiting = occurrences.c.status.in_((sa.literal("queued"), sa.literal("retry_wait")))
 
 #: Occurrences waiting to run, per pool (pools no row defines yet included).
 WAITING_IN_POOLS = (
     sa.select(occurrences.c.pool, sa.func.count().label("waiting"))
-    .where(occurrences.c.pool.is_not(None), _waiting)
+    .where(occurrences.c.pool.is_not(None), CLAIMABLE_STATUS)
     .group_by(occurrences.c.pool)
 )
-WAITING_IN_POOL = sa.select(sa.func.count()).where(occurrences.c.pool == p("pool"), _waiting)
+WAITING_IN_POOL = sa.select(sa.func.count()).where(
+    occurrences.c.pool == p("pool"), CLAIMABLE_STATUS
+)
 
 #: The occurrence is in no pool, or its pool has a free slot: a filter for what to
 #: hint and which candidates to try (TAKE_POOL_SLOT is the guard), so a full pool's

@@ -35,6 +35,7 @@ def test_an_approval_gated_firing_waits_unclaimed_until_approved(k: Harness) -> 
     assert k.kernel.claim_next(owner="w1") is None
     assert k.kernel.dispatch_batch() == []
     assert k.kernel.status()["counts"]["awaiting_approval"] == 1
+    assert [o.id for o in k.kernel.active_occurrences("job")] == [occ.id]
 
     done = k.kernel.approve(occ.id, request_id="a1", operator="ann", reason="looks fine")
     assert done.occurrence.status == S.QUEUED and not done.deduplicated

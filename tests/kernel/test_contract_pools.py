@@ -173,7 +173,7 @@ def test_a_constraint_refusal_says_what_the_constraint_stands_for(k: Harness) ->
         tx.conn.execute(sa.text("UPDATE pools SET running = -1"))
 
     with pytest.raises(StateConflict) as refused:
-        k.kernel._write(write)
+        k.kernel._session.run(write)
     assert refused.value.details["constraint"] == "ck_pools_counters"
     assert "a pool's running count cannot go below 0 and its limit is at least 1" in str(
         refused.value

@@ -101,7 +101,7 @@ def test_the_schema_refuses_impossible_states_with_a_kernel_error(
             tx.conn.execute(sa.text(change + f" WHERE id = {occ.id}"))  # type: ignore[attr-defined]
 
         with pytest.raises(StateConflict) as refused:
-            kernel._write(write)
+            kernel._session.run(write)
         assert refused.value.details["constraint"]
     finally:
         kernel.close()

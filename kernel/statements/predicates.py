@@ -1,0 +1,29 @@
+"""Conditions on an occurrence row that several statements and reads share, defined once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.schema import controls, occurrences
+from kernel.states import CLAIMABLE, ControlState
+
+__all__ = ["CLAIMABLE_STATUS", "NOT_PAUSED", "claimable_now"]
+
+#: The status is one a claim may take (:data:`kernel.states.CLAIMABLE`). Literals, not
+#: an expanding IN, so the driver form of a statement is rendered once.
+CLAIMABLE_STATUS = occurrences.c.status.in_([sa.literal(s.value) for s in CLAIMABLE])
+
+#: No paused control holds the occurrence (a paused one waits in retry_wait).
+NOT_PAUSED = ~sa.exists().where(
+    controls.c.occurrence_id == occurrences.c.id, controls.c.state == ControlState.PAUSED
+)
+
+
+def claimable_now(now: Any) -> sa.ColumnElement[bool]:
+    """The occurrence is claimable at ``now`` (a value or a bind parameter): its status
+    is claimable, its ``available_at`` has come, and no pause holds it. What a claim
+    asks besides (a pool slot, the job allowing it, no unresolved run before it) is the
+    caller's filter."""
+    return sa.and_(CLAIMABLE_STATUS, occurrences.c.available_at <= now, NOT_PAUSED)
