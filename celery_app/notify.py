@@ -33,9 +33,7 @@ from kombu.exceptions import OperationalError
 from adapters.base import AdapterError, ExecutionContext
 from adapters.secrets import scrub
 from celery_app.scope import Scope
-from kernel import Claim, Kernel, KernelError, Notification
-from kernel.notify import FAILED_STATUSES
-from kernel.spec.notify import Notify
+from kernel import FAILED_STATUSES, Claim, Kernel, KernelError, Notification, Notify
 
 __all__ = ["NOTIFY", "REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
 

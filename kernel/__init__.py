@@ -19,6 +19,10 @@ from kernel.errors import (
     StorageUnavailable,
 )
 from kernel.events import EventType
+from kernel.history_limits import LIMITED_STATUSES
+from kernel.notify import FAILED_STATUSES
+from kernel.run_params import with_params
+from kernel.spec.notify import Notify
 from kernel.states import (
     ControlState,
     Decision,
@@ -48,6 +52,10 @@ from kernel.types import (
 
 __all__ = [
     "Kernel",
+    "FAILED_STATUSES",
+    "LIMITED_STATUSES",
+    "Notify",
+    "with_params",
     "FireReport",
     "JobCancel",
     "Enqueued",

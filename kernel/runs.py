@@ -6,7 +6,7 @@ import hashlib
 import random
 from typing import Any
 
-from kernel import budgets, pools, watchdog_jobs
+from kernel import budgets, pools, result_hooks
 from kernel import statements as st
 from kernel import transitions as T
 from kernel.chains import fire_children
@@ -195,7 +195,7 @@ def settle(
         )
     if to_status == S.SUCCEEDED:
         budgets.settle_units(tx, occ_id, result)
-        watchdog_jobs.record_verdict(tx, occ_id, u["job_id"], fence, result)
+        result_hooks.after_success(tx, occ_id, u["job_id"], fence, result)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,

@@ -1,7 +1,7 @@
 """Watchdog jobs: what a check's report does, in the transaction that settles its run.
 
 A ``watchdog`` run succeeds with ``{"watchdog": report}`` (``adapters.watchdog``).
-When it settles, :func:`record_verdict` (its kind's :mod:`kernel.result_hooks` hook):
+When it settles, :func:`record_report` (its kind's :mod:`kernel.result_hooks` hook):
 
 * appends ``watchdog_alert`` when the check failed (job, occurrence, the watched
   ``target``, the check, ``reason``, ``exit_code``, ``message``, ``output_tail``,
@@ -35,7 +35,7 @@ __all__ = [
     "KIND",
     "SELF_DESTRUCTED",
     "failing_watchdogs",
-    "record_verdict",
+    "record_report",
 ]
 
 #: The kind, and the key of a watchdog run's result that holds its check's report
@@ -48,7 +48,7 @@ OCC = occurrences
 _KIND_JSON = f'%"kind":"{KIND}"%'
 
 
-def record_verdict(tx: Tx, occurrence_id: int, job_id: str, fence: int, result: Any) -> None:
+def record_report(tx: Tx, occurrence_id: int, job_id: str, fence: int, result: Any) -> None:
     """Alert and self-destruct as a settled watchdog run's report says (see the module)."""
     if not isinstance(result, Mapping) or not isinstance(result.get(KIND), Mapping):
         return

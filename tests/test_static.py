@@ -122,7 +122,7 @@ _STATEMENTS = {"statements", "transitions", "tx", "session", "borrowed"}
 _FLOOR = {
     "admission", "approvals", "budgets", "chains", "control", "firing", "gates", "jobs",
     "pools", "reads", "result_hooks", "rows", "sources", "verdicts", "watchdog_jobs",
-    "enqueueing", "job_health", "retirement",
+    "enqueueing", "job_health", "retirement", "notify", "fan_in",
 }  # fmt: skip
 _ACTORS = {
     "beat": {"adapter_verdicts", "beats", "dispatch"},

@@ -34,8 +34,7 @@ from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows
 from celery_app.cli.output import Env, Instant, command, fields, format_age, iso, table
 from celery_app.cli.story import SKIPPED_BECAUSE, occurrence_story, render_story
 from celery_app.operations import describe_schedule, occurrence_events, within_calendar
-from kernel import EventType, Job, Kernel, Occurrence, OccurrenceStatus
-from kernel.history_limits import LIMITED_STATUSES
+from kernel import LIMITED_STATUSES, EventType, Job, Kernel, Occurrence, OccurrenceStatus
 
 __all__ = ["answer", "why", "nearest_firing"]
 

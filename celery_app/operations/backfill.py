@@ -13,8 +13,7 @@ from typing import Any
 
 from beat_schedule.timing import firings_between
 from celery_app.operations.times import iso, within_calendar
-from kernel import InvalidArgument, Kernel
-from kernel.run_params import with_params
+from kernel import InvalidArgument, Kernel, with_params
 
 __all__ = ["MAX_BACKFILL", "backfill", "parse_params"]
 

@@ -14,7 +14,7 @@ from kernel.types import Claim, RenewAnswer
 __all__ = ["WorkerFacade"]
 
 # The built-in kinds whose succeeded result asks the kernel for more (kernel.result_hooks).
-result_hooks.register(watchdog_jobs.KIND, watchdog_jobs.record_verdict)
+result_hooks.register(watchdog_jobs.KIND, watchdog_jobs.record_report)
 
 
 class WorkerFacade(FacadeBase):

@@ -23,8 +23,10 @@ KERNEL = Path(T.__file__).resolve().parent
 #: events in SQL on PostgreSQL (one round trip), not through Tx.emit.
 _EVENTS_IN_SQL_LEFT = {"statements/claims.py", "statements/settles.py", "statements/worker.py"}
 #: DML still built outside kernel/statements/ (a move each, left): the job definition's
-#: insert, cursor and revision updates, the history deletes.
-_DML_LEFT = {"jobs.py", "history.py"}
+#: insert, cursor and revision updates, the history deletes; and the writes of three
+#: modules issue 29 added beside this move (per-job history limits, a job's retirement
+#: at its schedule's end, notification deliveries).
+_DML_LEFT = {"jobs.py", "history.py", "history_limits.py", "retirement.py", "notify.py"}
 
 
 def _forms(statement: Any) -> Iterator[Any]:

@@ -22,4 +22,4 @@ def test_a_hook_runs_only_for_a_result_that_carries_its_kind(
 
 
 def test_the_watchdog_kind_reaches_the_kernel_through_its_hook() -> None:
-    assert result_hooks._HOOKS[watchdog_jobs.KIND] is watchdog_jobs.record_verdict
+    assert result_hooks._HOOKS[watchdog_jobs.KIND] is watchdog_jobs.record_report
