@@ -20,10 +20,11 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from celery_app.settings import WebSettings
+from celery_app.settings import KernelSettings, WebSettings
 from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore
 from kernel import Kernel, KernelError
+from kernel.redaction import masked_url
 
 __all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status", "refusal"]
 
@@ -142,6 +143,8 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = context
+    # The console's footer: which kernel this is (absolute; a password is masked).
+    app.state.database = masked_url(KernelSettings.from_app(context.celery).database_url)
     app.include_router(api.router)
     app.include_router(console.router)
     app.include_router(confirm.router)

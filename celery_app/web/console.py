@@ -77,7 +77,11 @@ def render(
 ) -> HTMLResponse:
     session, user = login if login else (None, None)
     html = _templates.get_template(name).render(
-        request=request, user=user, csrf=session.csrf if session else None, **values
+        request=request,
+        user=user,
+        csrf=session.csrf if session else None,
+        database=request.app.state.database,
+        **values,
     )
     return HTMLResponse(html, status_code)
 
@@ -323,8 +327,23 @@ def occurrence(
 ) -> Response:
     detail = operations.occurrence_detail(context.kernel, occurrence_id)
     offered = [a for a in _allowed(login, "occurrence") if a.offered(detail)]
+    # What the occurrence's adapter cannot do is said instead of offered.
+    withheld = {}
+    if any(a.name == "pause" for a in offered):
+        occ = context.kernel.get_occurrence(occurrence_id)
+        refused = operations.pause_refusal(context.celery, occ)
+        if refused is not None:
+            withheld["pause"] = refused
     live = detail["status"] in _UNSETTLED
-    return render(request, "occurrence.html", login=login, occ=detail, actions=offered, live=live)
+    return render(
+        request,
+        "occurrence.html",
+        login=login,
+        occ=detail,
+        actions=[a for a in offered if a.name not in withheld],
+        withheld=withheld,
+        live=live,
+    )
 
 
 def _allowed(login: tuple[Session, User], target: str) -> list[WebAction]:
