@@ -11,9 +11,10 @@ whatever is posted.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from fastapi import APIRouter, Depends, Form, Query, Request, Response
 from fastapi import Path as PathParam
@@ -25,7 +26,7 @@ from celery_app.cli.jobs import describe_schedule
 from celery_app.cli.output import format_age, format_json
 from celery_app.shell import celery_command
 from celery_app.web.actions import ACTIONS, WebAction
-from celery_app.web.app import WebContext
+from celery_app.web.app import SECURITY_HEADERS, WebContext
 from celery_app.web.auth import (
     SESSION_COOKIE,
     SESSION_TTL_S,
@@ -41,7 +42,6 @@ __all__ = ["STATIC_DIR", "LoginNeeded", "error_page", "login_redirect", "router"
 
 STATIC_DIR = Path(__file__).with_name("static")
 _LOGIN_COOKIE = "kernel_login"
-_UNSETTLED = {"queued", "running", "retry_wait", "awaiting_approval"}
 _PAGE = 50
 _JOB_PREVIEW = 3
 _JOB_LATEST = 10
@@ -55,8 +55,15 @@ _templates = Environment(
 )
 _templates.filters["age"] = format_age
 _templates.filters["pretty"] = lambda value: format_json(value, indent=2)
+_templates.filters["compact"] = lambda value: _shortened(format_json(value))
 _templates.globals["schedule"] = describe_schedule
 _templates.globals["celery_command"] = celery_command
+
+
+def _shortened(text: str, limit: int = 400) -> str:
+    """A table cell's text: whole when short, else its start (the page it links to has
+    the rest)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _context(request: Request) -> WebContext:
@@ -84,6 +91,12 @@ def render(
         **values,
     )
     return HTMLResponse(html, status_code)
+
+
+def stream_url(kernel: Kernel, query: Sequence[tuple[str, str]] = ()) -> str:
+    """The live stream (see :mod:`.event_log`) of the events a page shows (``query``: its
+    filters), from the newest event when it was rendered."""
+    return "/live?" + urlencode([*query, ("after", str(kernel.last_event_id()))])
 
 
 def error_page(request: Request, code: str, message: str, status_code: int) -> Response:
@@ -226,7 +239,7 @@ def overview(request: Request, context: Context, login: PageLogin) -> Response:
         status=status,
         controls=controls,
         actions=_allowed(login, "kernel"),
-        live=True,
+        stream=stream_url(context.kernel),
     )
 
 
@@ -270,8 +283,22 @@ def job_page(job_id: JobPath, request: Request, context: Context, login: PageLog
         upcoming=_upcoming(kernel, found),
         latest=latest,
         actions=[a for a in _allowed(login, "job") if a.offered(shown)],
-        live=any(o["status"] in _UNSETTLED for o in latest),
+        stream=stream_url(kernel, [("job", job_id)]),
     )
+
+
+#: Swagger UI's stylesheet draws its icons as data: images.
+_DOCS_POLICY = SECURITY_HEADERS["Content-Security-Policy"].replace(
+    "img-src 'self'", "img-src 'self' data:"
+)
+
+
+@router.get("/docs")
+def api_docs(request: Request) -> Response:
+    """Swagger UI over ``/openapi.json`` (public, as that document is)."""
+    response = render(request, "docs.html")
+    response.headers["Content-Security-Policy"] = _DOCS_POLICY
+    return response
 
 
 @router.get("/define")
@@ -317,7 +344,7 @@ def occurrences(
         wanted=wanted,
         statuses=[s.value for s in OccurrenceStatus],
         older=older,
-        live=any(occ.status.value in _UNSETTLED for occ in found),
+        stream=stream_url(context.kernel) if before is None else None,
     )
 
 
@@ -334,7 +361,6 @@ def occurrence(
         refused = operations.pause_refusal(context.celery, occ)
         if refused is not None:
             withheld["pause"] = refused
-    live = detail["status"] in _UNSETTLED
     return render(
         request,
         "occurrence.html",
@@ -342,7 +368,7 @@ def occurrence(
         occ=detail,
         actions=[a for a in offered if a.name not in withheld],
         withheld=withheld,
-        live=live,
+        stream=stream_url(context.kernel, [("occurrence", str(occurrence_id))]),
     )
 
 

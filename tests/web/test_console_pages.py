@@ -4,12 +4,16 @@ definition's revisions, Swagger UI."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from web.support import Web, console_login
+from web.support import Web, console_login, serve, stop
 
 
 @pytest.fixture(scope="module")
@@ -46,3 +50,97 @@ def test_the_footer_names_the_kernels_absolute_database(web: Web, operator: http
     assert f'<code id="database">sqlite:///{database}</code>' in page
     assert Path(str(database)).is_absolute()
     assert 'id="database"' not in httpx.get(f"{web.url}/login").text
+
+
+def _runs(web: Web, job: str, count: int) -> list[int]:
+    return [
+        web.kernel.run_now(job, request_id=f"{job}-{n}", operator="t", force=True).occurrence.id
+        for n in range(count)
+    ]
+
+
+def _event_ids(page: str) -> list[int]:
+    return [int(i) for i in re.findall(r"<tr><td>(\d+)</td><td><time", page)]
+
+
+def test_the_events_page_shows_the_latest_first_filtered_and_pages_back(
+    web: Web, operator: httpx.Client
+) -> None:
+    job = web.fresh_job()
+    occurrences = _runs(web, job, 30)  # 61 events: defined, then run-now + created each
+    first = operator.get("/events", params={"job": job})
+    assert first.status_code == 200
+    shown = _event_ids(first.text)
+    assert len(shown) == 50 and shown == sorted(shown, reverse=True)
+    assert shown[0] == web.kernel.events(job_id=job, before_id=2**62, limit=1)[0].id
+    older = re.search(r'href="/events\?([^"]+)">Older', first.text)
+    assert older, first.text
+    rest = _event_ids(operator.get("/events?" + html.unescape(older.group(1))).text)
+    assert len(rest) == 11 and max(rest) < min(shown)
+
+    created = operator.get("/events", params={"job": job, "type": "occurrence_created"}).text
+    assert len(_event_ids(created)) == 30 and "job_run_now</td>" not in created
+    one = operator.get("/events", params={"occurrence": str(occurrences[3])}).text
+    assert len(_event_ids(one)) == 2 and f'href="/occurrences/{occurrences[3]}"' in one
+    later = operator.get("/events", params={"job": job, "since": "2999-01-01T00:00"}).text
+    assert _event_ids(later) == [] and "No events match." in later
+    bad = operator.get("/events", params={"type": "no_such_type"})
+    assert bad.status_code == 422 and "no_such_type" in bad.text
+
+    with web.api(web.tokens["viewer"]) as api:
+        page = api.get("/api/events", params={"job": job, "type": "job_run_now", "limit": 5})
+        assert page.status_code == 200, page.text
+        assert {e["type"] for e in page.json()["events"]} == {"job_run_now"}
+        assert page.json()["more"] is True
+
+
+def _next_message(lines: Iterator[str]) -> dict[str, str]:
+    """The fields of the next server-sent message that carries an event."""
+    message: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            if "event" in message:
+                return message
+            message = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            message[name] = value
+    raise AssertionError("the stream ended")
+
+
+def test_the_live_stream_sends_new_events_of_its_filter(web: Web, operator: httpx.Client) -> None:
+    job, other = web.fresh_job(), web.fresh_job()
+    after = web.kernel.last_event_id()
+    assert httpx.get(f"{web.url}/live").status_code == 303  # a session, like every page
+    with operator.stream("GET", "/live", params={"job": job, "after": after}) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        _runs(web, other, 1)
+        occ = _runs(web, job, 1)[0]
+        message = _next_message(stream.iter_lines())
+    sent = json.loads(message["data"])
+    assert message["event"] == "events"
+    assert sorted(e["type"] for e in sent) == ["job_run_now", "occurrence_created"]
+    assert {e["job_id"] for e in sent} == {job} and occ in {e["occurrence_id"] for e in sent}
+    assert int(message["id"]) == sent[-1]["id"]
+
+
+def test_live_streams_end_when_the_server_stops(tmp_path: Path) -> None:
+    with serve(tmp_path) as web:
+        client = console_login(web.url, "viewer", web.tokens["viewer"])
+        try:
+            with client.stream("GET", "/live") as stream:
+                assert stream.status_code == 200
+                started = time.monotonic()
+                stop(web.proc)
+                assert list(stream.iter_lines()) == ["retry: 2000", ""]
+            assert time.monotonic() - started < 5
+        finally:
+            client.close()
+
+
+def test_swagger_ui_is_served_from_the_server_itself(web: Web) -> None:
+    page = httpx.get(f"{web.url}/docs")
+    assert page.status_code == 200 and 'src="/static/swagger-ui-bundle.js"' in page.text
+    assert "https://" not in page.text  # nothing from a CDN
+    for name in ("swagger-ui-bundle.js", "swagger-ui.css", "swagger-ui-LICENSE", "docs.js"):
+        assert httpx.get(f"{web.url}/static/{name}").status_code == 200, name
