@@ -49,10 +49,13 @@ from celery_app.operations.jobs import (
     schedule_kind,
     set_job_enabled,
 )
+from celery_app.operations.runs import job_runs, throughput
+from celery_app.operations.story import SKIPPED_BECAUSE, occurrence_story
 from celery_app.operations.times import format_age, iso, utc, within_calendar
 
 __all__ = [
     "Action",
+    "SKIPPED_BECAUSE",
     "STALE_BEAT_FACTOR",
     "act",
     "adjudicate",
@@ -66,9 +69,11 @@ __all__ = [
     "format_age",
     "iso",
     "job_data",
+    "job_runs",
     "new_request_id",
     "occurrence_detail",
     "occurrence_events",
+    "occurrence_story",
     "output_chunks",
     "pause",
     "pause_refusal",
@@ -85,6 +90,7 @@ __all__ = [
     "schedule_kind",
     "set_job_enabled",
     "status",
+    "throughput",
     "utc",
     "within_calendar",
     "watchdog_warnings",

@@ -124,7 +124,7 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     """The web application over ``context``; with ``close_kernel`` it closes the kernel
     when the server stops."""
     # The routers need the names defined above.
-    from celery_app.web import api, confirm, console, event_log
+    from celery_app.web import api, confirm, console, event_log, job_pages, occurrence_pages
     from celery_app.web.door import Door
 
     @asynccontextmanager
@@ -150,6 +150,8 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     app.state.database = masked_url(KernelSettings.from_app(context.celery).database_url)
     app.include_router(api.router)
     app.include_router(console.router)
+    app.include_router(job_pages.router)
+    app.include_router(occurrence_pages.router)
     app.include_router(confirm.router)
     app.include_router(event_log.router)
     app.state.live = event_log.LiveStreams()

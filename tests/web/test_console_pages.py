@@ -144,3 +144,30 @@ def test_swagger_ui_is_served_from_the_server_itself(web: Web) -> None:
     assert "https://" not in page.text  # nothing from a CDN
     for name in ("swagger-ui-bundle.js", "swagger-ui.css", "swagger-ui-LICENSE", "docs.js"):
         assert httpx.get(f"{web.url}/static/{name}").status_code == 200, name
+
+
+def test_timeline_and_charts_show_the_runs(web: Web, operator: httpx.Client) -> None:
+    job = web.fresh_job()
+    good, bad = _runs(web, job, 2)
+    claim = web.kernel.claim(good, owner="w1", lease=600)
+    assert claim is not None
+    web.kernel.succeed(good, owner="w1", fence=claim.fence, result={"ok": 1})
+    claim = web.kernel.claim(bad, owner="w2", lease=600)
+    assert claim is not None
+    web.kernel.fail(bad, owner="w2", fence=claim.fence, code="BOOM", message="it broke",
+                    retryable=False)  # fmt: skip
+
+    page = operator.get(f"/occurrences/{bad}").text
+    timeline = page[page.index('id="timeline"') : page.index("</figure>")]
+    story = web.kernel.events(occurrence_id=bad, limit=100)
+    assert timeline.count("<circle") == len(story) and timeline.count('class="lease"') == 1
+    assert "claimed by w2 (attempt 1)" in timeline and "dead letter: BOOM it broke" in timeline
+
+    page = operator.get(f"/jobs/{job}").text
+    history = page[page.index('id="history"') : page.index("</figure>")]
+    assert f'<a href="/occurrences/{good}"><rect class="bar ok"' in history
+    assert f'<a href="/occurrences/{bad}"><rect class="bar bad"' in history
+
+    page = operator.get("/").text
+    throughput = page[page.index('id="throughput"') : page.index("</figure>")]
+    assert 'class="bar ok"' in throughput and 'class="bar bad"' in throughput
