@@ -19,6 +19,7 @@ from kernel.firing import create_occurrence
 from kernel.gates import create_gated
 from kernel.jobspec import ONE_SHOT, JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads, to_dt
+from kernel.redaction import redacted_spec
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -135,7 +136,14 @@ def define_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> t
     ).scalar()
     if inserted is None:  # a concurrent definer won; compare with what it wrote
         return define_job(tx, raw, operator)
-    tx.emit(EventType.JOB_DEFINED, job_id=spec.id, revision=1, digest=spec.digest, **_by(operator))
+    tx.emit(
+        EventType.JOB_DEFINED,
+        job_id=spec.id,
+        revision=1,
+        digest=spec.digest,
+        spec=redacted_spec(spec.to_dict()),
+        **_by(operator),
+    )
     return get_job(tx, spec.id), True
 
 
@@ -190,6 +198,7 @@ def revise_job(
         revision=expected_revision + 1,
         digest=spec.digest,
         previous_digest=current.digest,
+        spec=redacted_spec(spec.to_dict()),
         **_by(operator),
     )
     return get_job(tx, spec.id), True

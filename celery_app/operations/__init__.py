@@ -49,6 +49,7 @@ from celery_app.operations.jobs import (
     schedule_kind,
     set_job_enabled,
 )
+from celery_app.operations.revisions import job_revisions, revision_diff, spec_yaml
 from celery_app.operations.runs import job_runs, throughput
 from celery_app.operations.story import SKIPPED_BECAUSE, occurrence_story
 from celery_app.operations.times import format_age, iso, utc, within_calendar
@@ -69,6 +70,7 @@ __all__ = [
     "format_age",
     "iso",
     "job_data",
+    "job_revisions",
     "job_runs",
     "new_request_id",
     "occurrence_detail",
@@ -84,11 +86,13 @@ __all__ = [
     "refused_entries",
     "requeue",
     "resume",
+    "revision_diff",
     "run_now",
     "runtime_controls",
     "safe_points",
     "schedule_kind",
     "set_job_enabled",
+    "spec_yaml",
     "status",
     "throughput",
     "utc",

@@ -59,10 +59,24 @@ def jobs(request: Request, context: Context, login: PageLogin) -> Response:
     )
 
 
+Revision = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
+
+
 @router.get("/jobs/{job_id}")
-def job_page(job_id: JobPath, request: Request, context: Context, login: PageLogin) -> Response:
+def job_page(
+    job_id: JobPath,
+    request: Request,
+    context: Context,
+    login: PageLogin,
+    old: Revision = None,
+    new: Revision = None,
+) -> Response:
+    """The job; with ``old`` and ``new`` (revisions), also how its definition changed."""
     kernel = context.kernel
     found = kernel.get_job(job_id)
+    revisions = operations.job_revisions(kernel, job_id)
+    old = old or max(found.revision - 1, 1)
+    new = new or found.revision
     latest = [o.to_dict() for o in kernel.list_occurrences(job_id=job_id, limit=_JOB_LATEST)]
     shown = operations.job_data(found)
     return render(
@@ -72,6 +86,11 @@ def job_page(job_id: JobPath, request: Request, context: Context, login: PageLog
         job=shown,
         upcoming=_upcoming(kernel, found),
         latest=latest,
+        definition=operations.spec_yaml(shown["spec"]),
+        revisions=revisions,
+        old=old,
+        new=new,
+        diff=operations.revision_diff(revisions, old, new),
         history=charts.run_history(operations.job_runs(kernel, job_id, _JOB_HISTORY)),
         actions=[a for a in allowed_actions(login, "job") if a.offered(shown)],
         stream=stream_url(kernel, [("job", job_id)]),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from web.support import Web, console_login, serve, stop
+from web.support import Web, console_login, hidden_fields, serve, stop
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +171,44 @@ def test_timeline_and_charts_show_the_runs(web: Web, operator: httpx.Client) -> 
     page = operator.get("/").text
     throughput = page[page.index('id="throughput"') : page.index("</figure>")]
     assert 'class="bar ok"' in throughput and 'class="bar bad"' in throughput
+
+
+def test_the_job_page_shows_its_yaml_revisions_and_their_diff(
+    web: Web, operator: httpx.Client
+) -> None:
+    job = web.fresh_job(payload={"callable": "os.path:join", "args": ["a"]})
+    web.kernel.revise_job(
+        {"id": job, "kind": "callable", "payload": {"callable": "os.path:join", "args": ["b"]},
+         "schedule": {"every": "2h"}},
+        expected_revision=1,
+        operator="alice",
+    )  # fmt: skip
+    page = operator.get(f"/jobs/{job}").text
+    definition = html.unescape(page[page.index('id="definition"') : page.index("</pre>")])
+    assert f"id: {job}\nkind: callable\nenabled: true\nschedule:\n  every: 7200.0\n" in definition
+    revisions = page[
+        page.index('id="revisions"') : page.index("</table>", page.index('id="revisions"'))
+    ]
+    assert "alice" in revisions and revisions.count("<tr><td>") == 2
+    diff = html.unescape(page[page.index('<pre class="diff"') : page.rindex("</pre>")])
+    assert '<span class="del">-  every: 3600.0</span>' in diff
+    assert '<span class="add">+  every: 7200.0</span>' in diff
+    assert '<span class="add">+  - b</span>' in diff
+    same = operator.get(f"/jobs/{job}", params={"old": 2, "new": 2}).text
+    assert "Revisions 2 and 2 are the same." in same
+
+
+def test_an_operator_disables_and_enables_a_job_from_its_page(
+    web: Web, operator: httpx.Client
+) -> None:
+    job = web.fresh_job()
+    for action, enabled in (("disable", False), ("enable", True)):
+        page = operator.get(f"/jobs/{job}").text
+        assert f'href="/jobs/{job}/{action}"' in page
+        confirm = operator.get(f"/jobs/{job}/{action}")
+        assert f"Confirm: {action}" in confirm.text
+        done = operator.post(f"/jobs/{job}/{action}", data=hidden_fields(confirm.text))
+        assert done.status_code == 200 and f"{action}: done" in done.text
+        assert web.kernel.get_job(job).enabled is enabled
+    events = [e.type for e in web.kernel.events(job_id=job, limit=10)]
+    assert events[-2:] == ["job_disabled", "job_enabled"]
