@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound
-from kernel.records import event_from_row, job_from_row, occurrence_from_row
+from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
 from kernel.schema import (
     controls,
     events,
@@ -133,7 +133,7 @@ def read_events(
     if types:
         query = query.where(events.c.type.in_(list(types)))
     if since is not None:
-        query = query.where(events.c.at >= since)
+        query = query.where(events.c.at >= from_dt(since))
     if job_id is not None:
         query = query.where(events.c.job_id == job_id)
     if occurrence_id is not None:

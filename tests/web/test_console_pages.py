@@ -84,6 +84,8 @@ def test_the_events_page_shows_the_latest_first_filtered_and_pages_back(
     assert len(_event_ids(one)) == 2 and f'href="/occurrences/{occurrences[3]}"' in one
     later = operator.get("/events", params={"job": job, "since": "2999-01-01T00:00"}).text
     assert _event_ids(later) == [] and "No events match." in later
+    earlier = operator.get("/events", params={"job": job, "since": "2000-01-01T00:00:00"}).text
+    assert _event_ids(earlier) == shown
     bad = operator.get("/events", params={"type": "no_such_type"})
     assert bad.status_code == 422 and "no_such_type" in bad.text
 
@@ -92,6 +94,8 @@ def test_the_events_page_shows_the_latest_first_filtered_and_pages_back(
         assert page.status_code == 200, page.text
         assert {e["type"] for e in page.json()["events"]} == {"job_run_now"}
         assert page.json()["more"] is True
+        since = api.get("/api/events", params={"job": job, "since": "2999-01-01T00:00:00Z"})
+        assert since.status_code == 200 and since.json()["events"] == []
 
 
 def _next_message(lines: Iterator[str]) -> dict[str, str]:
