@@ -9,6 +9,7 @@ every page that ``docs/console.md`` shows, into ``docs/screenshots/``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from integration.stack import Stack
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from servers import unavailable
-from web.support import make_users, start_web
+from web.support import make_users, start_web, stop
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -147,9 +148,11 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     assert "operator" in operators, events
 
     # The shell job fails every run (max_attempts 1): dead letters, red in the charts.
-    stack.wait(lambda: len(stack.occurrences("sync-inventory")) >= 2, timeout=20,
-               what="two shell runs")  # fmt: skip
-    failed = stack.occurrences("sync-inventory")[0].id
+    failed = stack.wait(
+        lambda: next((o.id for o in stack.occurrences("sync-inventory")
+                      if o.status.value == "dead_letter"), None),
+        timeout=30, what="a shell run's dead letter",
+    )  # fmt: skip
     page.goto(f"{base}/occurrences/{failed}")
     expect(page.locator("h1")).to_contain_text("dead_letter")
     page.goto(f"{base}/")
@@ -165,7 +168,7 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     expect(page.locator("#definition")).to_contain_text("callable: ledger_jobs:record")
     expect(page.locator("#diff")).to_contain_text("+  every: 3.0")
     _shot(page, "job")
-    page.locator("#revisions").scroll_into_view_if_needed()
+    page.evaluate("document.getElementById('revisions').scrollIntoView()")
     _shot(page, "job-revisions")
     _confirm(page, "disable")
     assert not stack.kernel.get_job("tick").enabled
@@ -209,6 +212,13 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     viewer.goto(f"{base}/occurrences/{occ_id}")
     assert viewer.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     _shot(viewer, "occurrence-narrow")
+    # Open live streams do not hold the server's shutdown open.
+    opened = "() => new Promise(r => { new EventSource('/live').onopen = () => r(true); })"
+    assert viewer.evaluate(opened)
+    started = time.monotonic()
+    stop(web)
+    assert time.monotonic() - started < 5
+
     names = ("overview", "jobs", "job", "job-revisions", "occurrences", "occurrence", "events",
              "api", "occurrence-narrow")  # fmt: skip
     for name in names:
