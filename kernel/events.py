@@ -10,9 +10,9 @@ __all__ = ["EventType", "settled_event"]
 
 
 class EventType(StrEnum):
-    #: A job id was defined for the first time.
+    #: A job id was defined for the first time (``spec``: the definition, secrets masked).
     JOB_DEFINED = "job_defined"
-    #: A job's definition changed (revision + 1).
+    #: A job's definition changed (revision + 1; ``spec``: the new one, secrets masked).
     JOB_REVISED = "job_revised"
     JOB_ENABLED = "job_enabled"
     JOB_DISABLED = "job_disabled"

@@ -20,6 +20,7 @@ from kernel.firing import create_occurrence
 from kernel.gates import create_gated
 from kernel.jobspec import JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads, to_dt
+from kernel.redaction import redacted_spec
 from kernel.retirement import retire, retirement, runs_left
 from kernel.schema import jobs, occurrences
 from kernel.states import UNSETTLED, OccurrenceStatus
@@ -139,7 +140,14 @@ def define_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> t
     ).scalar()
     if inserted is None:  # a concurrent definer won; compare with what it wrote
         return define_job(tx, raw, operator)
-    tx.emit(EventType.JOB_DEFINED, job_id=spec.id, revision=1, digest=spec.digest, **_by(operator))
+    tx.emit(
+        EventType.JOB_DEFINED,
+        job_id=spec.id,
+        revision=1,
+        digest=spec.digest,
+        spec=redacted_spec(spec.to_dict()),
+        **_by(operator),
+    )
     return get_job(tx, spec.id), True
 
 
@@ -181,6 +189,7 @@ def revise_job(
         revision=expected_revision + 1,
         digest=spec.digest,
         previous_digest=current.digest,
+        spec=redacted_spec(spec.to_dict()),
         **_by(operator),
     )
     return get_job(tx, spec.id), True

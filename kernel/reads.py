@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound
-from kernel.records import event_from_row, job_from_row, occurrence_from_row
+from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
 from kernel.schema import (
     controls,
     events,
@@ -120,15 +121,22 @@ def read_events(
     occurrence_id: int | None,
     limit: int,
     before_id: int | None = None,
+    types: Sequence[str] | None = None,
+    since: datetime | None = None,
 ) -> list[Event]:
     """Events with id > ``after_id`` in order: pass the last id back as the cursor.
 
     With ``before_id``, the newest ``limit`` events below it (still oldest first):
-    pass the first id back to page towards older events.
+    pass the first id back to page towards older events. ``types`` and ``since``
+    keep only events of those types, and at or after that instant.
     """
     query = sa.select(events).where(events.c.id > after_id)
     if before_id is not None:
         query = query.where(events.c.id < before_id)
+    if types:
+        query = query.where(events.c.type.in_(list(types)))
+    if since is not None:
+        query = query.where(events.c.at >= from_dt(since))
     if job_id is not None:
         query = query.where(events.c.job_id == job_id)
     if occurrence_id is not None:

@@ -87,7 +87,8 @@ def run_action(env: Env, request_id: str | None, operator: str | None, action: A
                 ("fence", occ["fence"]),
                 ("cancel requested", occ["cancel_requested"]),
                 ("note", data.get("note")),
-            ]
+            ],
+            full_last=True,
         )
 
     env.emit(data, render)

@@ -252,8 +252,13 @@ def line(values: Iterable[Any]) -> str:
     return "  ".join(_cell(value) for value in values)
 
 
-def fields(pairs: Iterable[tuple[str, Any]]) -> str:
-    """``name  value`` lines, names aligned, for one record."""
-    items = [(name, _cell(value)) for name, value in pairs]
+def fields(pairs: Iterable[tuple[str, Any]], *, full_last: bool = False) -> str:
+    """``name  value`` lines, names aligned, for one record; values are cut at 120
+    characters, except the last one's with ``full_last`` (a sentence for a person)."""
+    pairs = list(pairs)
+    items = [
+        (name, _cell(value, None if full_last and i == len(pairs) - 1 else _MAX_CELL))
+        for i, (name, value) in enumerate(pairs)
+    ]
     width = max((len(name) for name, _ in items), default=0)
     return "\n".join(f"{name.ljust(width)}  {value}".rstrip() for name, value in items)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import click
-import uvicorn
 
 from celery_app.cli.output import Env
 from celery_app.settings import WebSettings
 from celery_app.shell import celery_command
-from celery_app.web.app import WebContext, create_app
+from celery_app.web.app import WebContext, create_app, serve
 from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore, users_file
 from kernel import KernelError
@@ -44,4 +43,4 @@ def web(ctx: click.Context, host: str, port: int) -> None:
     limiter = SignInLimiter(settings.sign_in_limit)
     app = create_app(WebContext(env.app, kernel, users, Sessions(), settings, limiter))
     click.echo(f"console and API on http://{host}:{port}/ (users: {users.path})", err=True)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info")).run()
+    serve(app, host, port)

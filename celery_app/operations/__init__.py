@@ -18,6 +18,7 @@ from celery_app.operations.actions import (
     decide_approval,
     new_request_id,
     pause,
+    pause_refusal,
     requeue,
     resume,
     run_now,
@@ -52,11 +53,15 @@ from celery_app.operations.jobs import (
     preview,
     set_job_enabled,
 )
+from celery_app.operations.revisions import job_revisions, revision_diff, spec_yaml
+from celery_app.operations.runs import job_runs, throughput
+from celery_app.operations.story import SKIPPED_BECAUSE, occurrence_story
 from celery_app.operations.times import format_age, format_json, iso, utc, within_calendar
 
 __all__ = [
     "Action",
     "MAX_BACKFILL",
+    "SKIPPED_BECAUSE",
     "STALE_BEAT_FACTOR",
     "act",
     "adjudicate",
@@ -77,12 +82,16 @@ __all__ = [
     "job_with_health",
     "jobs_with_health",
     "json_argument",
+    "job_revisions",
+    "job_runs",
     "new_request_id",
     "occurrence_detail",
     "occurrence_events",
+    "occurrence_story",
     "output_chunks",
     "parse_params",
     "pause",
+    "pause_refusal",
     "pools_list",
     "pools_set",
     "preview",
@@ -90,11 +99,14 @@ __all__ = [
     "refused_entries",
     "requeue",
     "resume",
+    "revision_diff",
     "run_now",
     "runtime_controls",
     "safe_points",
     "set_job_enabled",
+    "spec_yaml",
     "status",
+    "throughput",
     "utc",
     "within_calendar",
     "watchdog_warnings",

@@ -26,6 +26,7 @@ __all__ = [
     "act",
     "safe_points",
     "pause",
+    "pause_refusal",
     "resume",
     "requeue",
     "adjudicate",
@@ -96,27 +97,42 @@ def _what_runs(occ: Occurrence) -> str:
     return f"task {task!r}" if task else f"a {occ.kind!r} job"
 
 
+def pause_refusal(app: Any, occ: Occurrence) -> str | None:
+    """Why ``occ`` cannot be paused by what it runs, or None when its adapter can pause it.
+
+    The console shows this instead of a Pause button; :func:`pause` refuses with it.
+    """
+    declared = safe_points(app, occ)
+    if not declared:
+        return (
+            f"occurrence {occ.id} runs a {occ.kind!r} adapter, which declares no safe point "
+            "(or is not installed where this runs); it cannot be paused. Cancel it instead"
+        )
+    if occ.status == OccurrenceStatus.RUNNING and set(declared) <= {_BEFORE_EXECUTE}:
+        # Its only safe point is behind it: accepting would leave the request pending
+        # until the run ends on its own.
+        return (
+            f"occurrence {occ.id} is running {_what_runs(occ)}, which has no safe point "
+            "while it runs (a task opts in with kernel_checkpoints=True and calls "
+            "current_run.checkpoint()); it cannot be paused now. Cancel it instead: it "
+            "will finish its current run"
+        )
+    return None
+
+
 def pause(kernel: Kernel, app: Any, occurrence_id: int, fence: int | None = None) -> Action:
     """Ask a running occurrence to pause (only the run under ``fence``, when given)."""
 
     def run(rid: str, who: str) -> ActionResult:
         occ = kernel.get_occurrence(occurrence_id)
-        declared = safe_points(app, occ)
-        if occ.status == OccurrenceStatus.RUNNING and set(declared) <= {_BEFORE_EXECUTE}:
-            # Its only safe point is behind it: accepting would leave the request pending
-            # until the run ends on its own.
-            raise PauseUnsupported(
-                f"occurrence {occurrence_id} is running {_what_runs(occ)}, which has no safe "
-                "point while it runs (a task opts in with kernel_checkpoints=True and calls "
-                "current_run.checkpoint()); it cannot be paused now. Cancel it instead: it "
-                "will finish its current run",
-                occurrence_id=occurrence_id,
-            )
+        refused = pause_refusal(app, occ)
+        if refused is not None:
+            raise PauseUnsupported(refused, occurrence_id=occurrence_id)
         return kernel.request_pause(
             occurrence_id,
             expected_fence=fence,  # only what the caller gave is evidence (SPEC I7)
             request_id=rid,
-            safe_points=declared,
+            safe_points=safe_points(app, occ),
             operator=who,
         )
 

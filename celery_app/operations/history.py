@@ -3,6 +3,7 @@ pruning settled history."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,13 +32,22 @@ def events(
     occurrence_id: int | None,
     limit: int,
     before_id: int | None = None,
+    *,
+    types: Sequence[str] | None = None,
+    since: datetime | None = None,
 ) -> dict[str, Any]:
     """One page of the event log, oldest first, and whether more lie beyond it.
 
     After ``after_id`` by default; with ``before_id`` the page ends just before it
-    (paging back). ``more`` says whether the direction paged has more events.
+    (paging back). ``more`` says whether the direction paged has more events. Only
+    events of ``types`` and at or after ``since``, when given.
     """
-    scope: dict[str, Any] = {"job_id": job_id, "occurrence_id": occurrence_id}
+    scope: dict[str, Any] = {
+        "job_id": job_id,
+        "occurrence_id": occurrence_id,
+        "types": types,
+        "since": since,
+    }
     found = kernel.events(after_id=after_id, before_id=before_id, limit=limit, **scope)
     if before_id is None:
         last = found[-1].id if found else after_id

@@ -320,7 +320,7 @@ ACTIONS = _actions(
     WebAction(
         "enable",
         "job",
-        Role.ADMIN,
+        Role.OPERATOR,
         Empty,
         "Enable a job; Beat plans it from now.",
         lambda k, app, job, p, user: operations.set_job_enabled(k, job, True, user.name),
@@ -329,7 +329,7 @@ ACTIONS = _actions(
     WebAction(
         "disable",
         "job",
-        Role.ADMIN,
+        Role.OPERATOR,
         Empty,
         "Disable a job: no new firings; run-now still works.",
         lambda k, app, job, p, user: operations.set_job_enabled(k, job, False, user.name),

@@ -23,7 +23,7 @@ from celery_app.web.actions import ACTIONS, Empty, WebAction
 from celery_app.web.app import WebContext
 from celery_app.web.auth import refuse_unless
 from celery_app.web.users import Role, User
-from kernel import OccurrenceStatus
+from kernel import EventType, OccurrenceStatus
 
 __all__ = ["router"]
 
@@ -166,8 +166,19 @@ def events(
     after: Annotated[int, Query(ge=0, le=_BIG)] = 0,
     before: Annotated[int | None, Query(ge=1, le=_BIG)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    type: Annotated[list[EventType] | None, Query(description="Only these types.")] = None,
+    since: Annotated[datetime | None, Query(description="Only at or after this time.")] = None,
 ) -> dict[str, Any]:
-    return operations.events(context.kernel, after, job, occurrence, limit, before_id=before)
+    return operations.events(
+        context.kernel,
+        after,
+        job,
+        occurrence,
+        limit,
+        before_id=before,
+        types=type,
+        since=since and operations.utc(since),
+    )
 
 
 @router.get("/pools", summary="Resource pools: limit, running and waiting (`kernel pools list`)")

@@ -12,20 +12,23 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from celery_app.settings import WebSettings
+from celery_app.settings import KernelSettings, WebSettings
 from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore
 from kernel import Kernel, KernelError
+from kernel.redaction import masked_url
 
-__all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status", "refusal"]
+__all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status", "refusal", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,7 @@ STATUS_BY_CODE = {
     "LEASE_LOST": 409,
     "PAYLOAD_TOO_LARGE": 413,
     "TOO_MANY_SIGN_INS": 429,
+    "TOO_MANY_STREAMS": 503,
     "SCHEMA_UNKNOWN": 503,
     "STORAGE_UNAVAILABLE": 503,
 }
@@ -120,7 +124,7 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     """The web application over ``context``; with ``close_kernel`` it closes the kernel
     when the server stops."""
     # The routers need the names defined above.
-    from celery_app.web import api, confirm, console
+    from celery_app.web import api, confirm, console, event_log, job_pages, occurrence_pages
     from celery_app.web.door import Door
 
     @asynccontextmanager
@@ -142,9 +146,15 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = context
+    # The console's footer: which kernel this is (absolute; a password is masked).
+    app.state.database = masked_url(KernelSettings.from_app(context.celery).database_url)
     app.include_router(api.router)
     app.include_router(console.router)
+    app.include_router(job_pages.router)
+    app.include_router(occurrence_pages.router)
     app.include_router(confirm.router)
+    app.include_router(event_log.router)
+    app.state.live = event_log.LiveStreams()
     app.mount("/static", StaticFiles(directory=console.STATIC_DIR), name="static")
     app.add_exception_handler(console.LoginNeeded, console.login_redirect)
     app.add_middleware(Door, context=context)  # innermost: the headers below cover it too
@@ -190,3 +200,21 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
         return console.error_page(request, "INTERNAL", message, 500)
 
     return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending the live streams as soon as it is asked to stop (a
+    graceful shutdown waits for every open response, and a stream never ends itself)."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        super().__init__(uvicorn.Config(app, host=host, port=port, log_level="info"))
+        self.streams = app.state.live
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.streams.stop()
+        super().handle_exit(sig, frame)
+
+
+def serve(app: FastAPI, host: str, port: int) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM."""
+    _Server(app, host, port).run()

@@ -11,11 +11,12 @@ whatever is posted.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
-from fastapi import APIRouter, Depends, Form, Query, Request, Response
+from fastapi import APIRouter, Depends, Form, Request, Response
 from fastapi import Path as PathParam
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -23,8 +24,9 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from celery_app import operations
 from celery_app.operations import describe_schedule, format_age, format_json
 from celery_app.shell import celery_command
+from celery_app.web import charts
 from celery_app.web.actions import ACTIONS, WebAction
-from celery_app.web.app import WebContext
+from celery_app.web.app import SECURITY_HEADERS, WebContext
 from celery_app.web.auth import (
     SESSION_COOKIE,
     SESSION_TTL_S,
@@ -34,16 +36,26 @@ from celery_app.web.auth import (
     client_address,
 )
 from celery_app.web.users import User, same_secret
-from kernel import Job, Kernel, OccurrenceStatus
+from kernel import Kernel
 
-__all__ = ["STATIC_DIR", "LoginNeeded", "error_page", "login_redirect", "router"]
+__all__ = [
+    "STATIC_DIR",
+    "Context",
+    "LoginNeeded",
+    "PageLogin",
+    "allowed_actions",
+    "error_page",
+    "login_redirect",
+    "render",
+    "router",
+    "stream_url",
+]
 
 STATIC_DIR = Path(__file__).with_name("static")
 _LOGIN_COOKIE = "kernel_login"
-_UNSETTLED = {"queued", "running", "retry_wait", "awaiting_approval"}
-_PAGE = 50
-_JOB_PREVIEW = 3
-_JOB_LATEST = 10
+#: The overview's throughput chart: the last hour, a bar per two minutes.
+_THROUGHPUT_S = 3600
+_THROUGHPUT_BUCKETS = 30
 
 router = APIRouter(include_in_schema=False)
 _templates = Environment(
@@ -54,8 +66,15 @@ _templates = Environment(
 )
 _templates.filters["age"] = format_age
 _templates.filters["pretty"] = lambda value: format_json(value, indent=2)
+_templates.filters["compact"] = lambda value: _shortened(format_json(value))
 _templates.globals["schedule"] = describe_schedule
 _templates.globals["celery_command"] = celery_command
+
+
+def _shortened(text: str, limit: int = 400) -> str:
+    """A table cell's text: whole when short, else its start (the page it links to has
+    the rest)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _context(request: Request) -> WebContext:
@@ -76,9 +95,19 @@ def render(
 ) -> HTMLResponse:
     session, user = login if login else (None, None)
     html = _templates.get_template(name).render(
-        request=request, user=user, csrf=session.csrf if session else None, **values
+        request=request,
+        user=user,
+        csrf=session.csrf if session else None,
+        database=request.app.state.database,
+        **values,
     )
     return HTMLResponse(html, status_code)
+
+
+def stream_url(kernel: Kernel, query: Sequence[tuple[str, str]] = ()) -> str:
+    """The live stream (see :mod:`.event_log`) of the events a page shows (``query``: its
+    filters), from the newest event when it was rendered."""
+    return "/live?" + urlencode([*query, ("after", str(kernel.last_event_id()))])
 
 
 def error_page(request: Request, code: str, message: str, status_code: int) -> Response:
@@ -220,113 +249,29 @@ def overview(request: Request, context: Context, login: PageLogin) -> Response:
         login=login,
         status=status,
         controls=controls,
-        actions=_allowed(login, "kernel"),
-        live=True,
+        throughput=charts.throughput(
+            operations.throughput(context.kernel, _THROUGHPUT_S, _THROUGHPUT_BUCKETS)
+        ),
+        actions=allowed_actions(login, "kernel"),
+        stream=stream_url(context.kernel),
     )
 
 
-@router.get("/jobs")
-def jobs(request: Request, context: Context, login: PageLogin) -> Response:
-    kernel = context.kernel
-    allowed = _allowed(login, "job")
-    rows = []
-    for job in kernel.list_jobs():
-        latest = kernel.list_occurrences(job_id=job.id, limit=1)
-        shown = operations.job_data(job)
-        rows.append(
-            {
-                "job": job,
-                "last": latest[0] if latest else None,
-                "upcoming": _upcoming(kernel, job),
-                "actions": [a for a in allowed if a.offered(shown)],
-            }
-        )
-    return render(
-        request,
-        "jobs.html",
-        login=login,
-        rows=rows,
-        actions=allowed,
-        may_define=login[1].may(ACTIONS["apply"].role),
-    )
+#: Swagger UI's stylesheet draws its icons as data: images.
+_DOCS_POLICY = SECURITY_HEADERS["Content-Security-Policy"].replace(
+    "img-src 'self'", "img-src 'self' data:"
+)
 
 
-@router.get("/jobs/{job_id}")
-def job_page(job_id: JobPath, request: Request, context: Context, login: PageLogin) -> Response:
-    kernel = context.kernel
-    found = kernel.get_job(job_id)
-    latest = [o.to_dict() for o in kernel.list_occurrences(job_id=job_id, limit=_JOB_LATEST)]
-    shown = operations.job_data(found)
-    return render(
-        request,
-        "job.html",
-        login=login,
-        job=shown,
-        upcoming=_upcoming(kernel, found),
-        latest=latest,
-        actions=[a for a in _allowed(login, "job") if a.offered(shown)],
-        live=any(o["status"] in _UNSETTLED for o in latest),
-    )
+@router.get("/docs")
+def api_docs(request: Request) -> Response:
+    """Swagger UI over ``/openapi.json`` (public, as that document is)."""
+    response = render(request, "docs.html")
+    response.headers["Content-Security-Policy"] = _DOCS_POLICY
+    return response
 
 
-@router.get("/define")
-def define(login: PageLogin, id: Annotated[str, Query(min_length=1, max_length=200)]) -> Response:
-    """The jobs page's "new job" form: on to the definition form of that id."""
-    return RedirectResponse(f"/jobs/{quote(id, safe='')}/apply", status_code=303)
-
-
-def _upcoming(kernel: Kernel, job: Job) -> list[dict[str, Any]]:
-    """The job's next few firings; none while it is disabled or has no schedule."""
-    if not (job.enabled and job.spec["schedule"]):
-        return []
-    firings: list[dict[str, Any]] = operations.preview(kernel, job.id, _JOB_PREVIEW, None)[
-        "firings"
-    ]
-    return firings
-
-
-@router.get("/occurrences")
-def occurrences(
-    request: Request,
-    context: Context,
-    login: PageLogin,
-    job: Annotated[str | None, Query(max_length=200)] = None,
-    status: Annotated[list[str] | None, Query()] = None,
-    before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
-) -> Response:
-    wanted = [s for s in status or [] if s in OccurrenceStatus.__members__.values()]
-    found = context.kernel.list_occurrences(
-        job_id=job or None, statuses=wanted or None, limit=_PAGE, before_id=before
-    )
-    query = [("job", job)] if job else []
-    query += [("status", s) for s in wanted]
-    older = None
-    if len(found) == _PAGE:
-        older = "&".join(f"{k}={quote(v)}" for k, v in [*query, ("before", str(found[-1].id))])
-    return render(
-        request,
-        "occurrences.html",
-        login=login,
-        found=[occ.to_dict() for occ in found],
-        job=job or "",
-        wanted=wanted,
-        statuses=[s.value for s in OccurrenceStatus],
-        older=older,
-        live=any(occ.status.value in _UNSETTLED for occ in found),
-    )
-
-
-@router.get("/occurrences/{occurrence_id}")
-def occurrence(
-    occurrence_id: OccurrencePath, request: Request, context: Context, login: PageLogin
-) -> Response:
-    detail = operations.occurrence_detail(context.kernel, occurrence_id)
-    offered = [a for a in _allowed(login, "occurrence") if a.offered(detail)]
-    live = detail["status"] in _UNSETTLED
-    return render(request, "occurrence.html", login=login, occ=detail, actions=offered, live=live)
-
-
-def _allowed(login: tuple[Session, User], target: str) -> list[WebAction]:
+def allowed_actions(login: tuple[Session, User], target: str) -> list[WebAction]:
     return [a for a in ACTIONS.values() if a.target == target and login[1].may(a.role)]
 
 

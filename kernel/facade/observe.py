@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from kernel import reads, watchdog
@@ -56,8 +57,11 @@ class ObserveFacade(FacadeBase):
         occurrence_id: int | None = None,
         limit: int = 100,
         before_id: int | None = None,
+        types: Sequence[str] | None = None,
+        since: datetime | None = None,
     ) -> list[Event]:
-        """Events after ``after_id``, oldest first; with ``before_id`` the newest below it."""
+        """Events after ``after_id``, oldest first; with ``before_id`` the newest below it.
+        ``types`` and ``since`` keep only events of those types, at or after that instant."""
         return reads.read_events(
             tx,
             after_id=after_id,
@@ -65,6 +69,8 @@ class ObserveFacade(FacadeBase):
             occurrence_id=occurrence_id,
             limit=limit,
             before_id=before_id,
+            types=types,
+            since=since,
         )
 
     @read

@@ -70,6 +70,26 @@ def test_events_page_by_cursor_job_and_occurrence(k: Harness) -> None:
             k.kernel.events(limit=limit)
 
 
+def test_events_filter_by_type_and_time_newest_first_too(k: Harness) -> None:
+    [first] = k.occurrences("a")
+    k.clock.advance(60)
+    since = k.clock.now
+    [second] = k.occurrences("a")
+    k.kernel.claim(second, owner="w1", lease=30)
+    created = k.kernel.events(types=["occurrence_created"], limit=1000)
+    assert [e.occurrence_id for e in created] == [first, second]
+    recent = k.kernel.events(job_id="a", since=since, limit=1000)
+    assert [(e.type, e.occurrence_id) for e in recent] == [
+        ("occurrence_created", second),
+        ("occurrence_claimed", second),
+    ]
+    newest = k.kernel.events(types=["occurrence_created", "occurrence_claimed"],
+                             before_id=2**62, limit=2)  # fmt: skip
+    assert [e.type for e in newest] == ["occurrence_created", "occurrence_claimed"]
+    assert {e.occurrence_id for e in newest} == {second}
+    assert k.kernel.events(since=k.clock.now + timedelta(seconds=1), limit=10) == []
+
+
 def test_list_occurrences_filters_and_pages_newest_first(k: Harness) -> None:
     ids = k.occurrences("a", 5)
     k.kernel.claim(ids[0], owner="w1", lease=30)

@@ -120,7 +120,7 @@ def test_the_console_edits_a_definition_after_a_check(web: Web) -> None:
     admin = console_login(web.url, "admin", web.tokens["admin"])
     page = admin.get(f"/jobs/{job}")
     assert page.status_code == 200
-    assert f"/jobs/{job}/apply" in page.text and "&#34;os.path:join&#34;" in page.text
+    assert f"/jobs/{job}/apply" in page.text and "callable: os.path:join" in page.text
     edit = admin.get(f"/jobs/{job}/apply")
     assert "Check the definition" in edit.text
     fields = hidden_fields(edit.text)

@@ -1,25 +1,34 @@
-// Live refresh: while the page's <main> asks for it (data-live=ms), fetch the same page
-// and swap in the new <main>; stop when the fresh page no longer asks (work settled).
+// Live updates: a page whose <main> names an event stream (data-stream, see event_log.py)
+// listens to it; when new events arrive it fetches the same page again and swaps in the
+// new <main>, at most once a second. The browser reconnects a stream that ends, resuming
+// after the last event it saw.
 "use strict";
 (function () {
-  function schedule(main) {
-    var every = parseInt(main.dataset.live || "0", 10);
-    if (every > 0) { setTimeout(refresh, every); }
-  }
+  var MIN_GAP_MS = 1000;
+  var pending = false;
+  var last = 0;
   function refresh() {
+    pending = false;
+    last = Date.now();
     fetch(location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) {
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
         var main = document.getElementById("live");
-        if (!fresh || !main) { return; }
-        main.replaceWith(fresh);
-        schedule(fresh);
+        if (fresh && main) { main.replaceWith(fresh); }
       })
-      .catch(function () { setTimeout(refresh, 5000); });
+      .catch(function () { /* the next event tries again */ });
+  }
+  function changed() {
+    if (pending) { return; }
+    pending = true;
+    setTimeout(refresh, Math.max(0, last + MIN_GAP_MS - Date.now()));
   }
   document.addEventListener("DOMContentLoaded", function () {
     var main = document.getElementById("live");
-    if (main) { schedule(main); }
+    if (!main || !main.dataset.stream || !window.EventSource) { return; }
+    var source = new EventSource(main.dataset.stream);
+    source.addEventListener("events", changed);
+    window.addEventListener("pagehide", function () { source.close(); });
   });
 })();
