@@ -28,7 +28,15 @@ from celery_app.web.users import UserStore
 from kernel import Kernel, KernelError
 from kernel.redaction import masked_url
 
-__all__ = ["STATUS_BY_CODE", "WebContext", "create_app", "error_status", "refusal", "serve"]
+__all__ = [
+    "STATUS_BY_CODE",
+    "WebContext",
+    "create_app",
+    "database_shown",
+    "error_status",
+    "refusal",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +154,6 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.context = context
-    # The console's footer: which kernel this is (absolute; a password is masked).
-    app.state.database = masked_url(KernelSettings.from_app(context.celery).database_url)
     app.include_router(api.router)
     app.include_router(console.router)
     app.include_router(job_pages.router)
@@ -218,3 +224,13 @@ class _Server(uvicorn.Server):
 def serve(app: FastAPI, host: str, port: int) -> None:
     """Serve ``app`` until SIGINT or SIGTERM."""
     _Server(app, host, port).run()
+
+
+def database_shown(app: FastAPI) -> str:
+    """The console footer's kernel URL: absolute, its password masked (read at first use,
+    so that building the app, as the HTTP reference's generator does, reads no settings)."""
+    shown = getattr(app.state, "database", None)
+    if shown is None:
+        shown = masked_url(KernelSettings.from_app(app.state.context.celery).database_url)
+        app.state.database = shown
+    return shown

@@ -26,7 +26,7 @@ from celery_app.operations import describe_schedule, format_age, format_json
 from celery_app.shell import celery_command
 from celery_app.web import charts
 from celery_app.web.actions import ACTIONS, WebAction
-from celery_app.web.app import SECURITY_HEADERS, WebContext
+from celery_app.web.app import SECURITY_HEADERS, WebContext, database_shown
 from celery_app.web.auth import (
     SESSION_COOKIE,
     SESSION_TTL_S,
@@ -98,7 +98,7 @@ def render(
         request=request,
         user=user,
         csrf=session.csrf if session else None,
-        database=request.app.state.database,
+        database=database_shown(request.app),
         **values,
     )
     return HTMLResponse(html, status_code)
