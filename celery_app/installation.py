@@ -43,6 +43,13 @@ KERNEL_DEFAULTS: dict[str, Any] = dict(
     beat_scheduler="celery_app.beat:KernelScheduler",
     beat_max_loop_interval=1,
     broker_connection_retry_on_startup=True,
+    # RabbitMQ keeps a broken connection, and the exclusive queues it declared, until its
+    # socket closes or its heartbeats stop. A worker reconnecting sooner (behind a lossy
+    # link) got RESOURCE_LOCKED on its control (pidbox) queue, a channel error, and
+    # exited; retried like a connection error, it reconnects once the broker lets go.
+    # (A non-exclusive control queue would avoid the lock, but RabbitMQ 4 deprecates
+    # transient non-exclusive queues.)
+    broker_channel_error_retry=True,
 )
 
 
