@@ -12,7 +12,8 @@ from kernel import statements as st
 from kernel import transitions as T
 from kernel.events import EventType
 from kernel.records import dumps, loads, occurrence_from_row
-from kernel.schema import controls, occurrences
+from kernel.schema import occurrences
+from kernel.statements.predicates import claimable_now
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.translate import constraint_name
 from kernel.tx import Tx
@@ -240,17 +241,12 @@ def claim_next(
 ) -> Claim | None:
     """Claim the oldest claimable occurrence matching the filters, or None."""
     o = occurrences
-    # Paused rows are never claimable: left in, a backlog of them fills every
-    # candidate batch and starves the work behind it. Every expired lease is a
+    # Paused rows are never claimable (claimable_now): left in, a backlog of them fills
+    # every candidate batch and starves the work behind it. A waiting row never carries
+    # cancel_requested (CHECK ck_occurrences_no_waiting_cancel). Every expired lease is a
     # candidate: claim() reclaims it, or settles it when its expiry decides its end.
-    not_paused = ~sa.exists().where(
-        controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED
-    )
     waiting = sa.and_(
-        o.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
-        o.c.available_at <= tx.now,
-        o.c.cancel_requested.is_(False),
-        not_paused,
+        claimable_now(tx.now),
         st.ROOM_IN_POOL,
         st.JOB_ALLOWS_CLAIM,
         # Left in, a job's backlog behind an unresolved run fills every candidate batch.
