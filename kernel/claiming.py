@@ -12,7 +12,8 @@ from kernel import statements as st
 from kernel import transitions as T
 from kernel.events import EventType
 from kernel.records import dumps, loads, occurrence_from_row
-from kernel.schema import controls, occurrences
+from kernel.schema import occurrences
+from kernel.statements.predicates import claimable_now
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.translate import constraint_name
 from kernel.tx import Tx
@@ -26,9 +27,9 @@ S = OccurrenceStatus
 
 
 def claim(
-    tx: Tx, occ_id: int, owner: str, lease_ms: int | None, *, again: bool = True
+    tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None, *, again: bool = True
 ) -> Claim | None:
-    """Take ``occ_id`` if it is claimable now; None (no change) when it is not.
+    """Take ``occurrence_id`` if it is claimable now; None (no change) when it is not.
 
     Fence + 1. The attempt counts unless this claim resumes a handed-back or
     paused-and-resumed occurrence at the fence it was released on (or reclaims
@@ -40,10 +41,10 @@ def claim(
     read before it; every other one is decided from a read of the row.
     """
     if again:
-        queued = _claim_queued(tx, occ_id, owner, lease_ms)
+        queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
             return queued
-    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occ_id, "now": tx.now_param()})
+    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occurrence_id, "now": tx.now_param()})
     if row is None:
         return None
     o = row._mapping
@@ -55,7 +56,7 @@ def claim(
         return None
     control = None
     if state is not None:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
     c = control._mapping if control is not None else None
     if state == ControlState.PAUSED or o["cancel_requested"]:
         return None
@@ -68,7 +69,7 @@ def claim(
     grant = None
     if not resuming and o["status"] == S.RETRY_WAIT:
         grant = tx.conn.execute(
-            st.UNCLAIMED_GRANT, {"occ_id": occ_id, "fence": o["fence"]}
+            st.UNCLAIMED_GRANT, {"occ_id": occurrence_id, "fence": o["fence"]}
         ).scalar()
     # The expired run was asked to pause: its reclaimer acknowledges the pause
     # at its first safe point, so it spends no attempt either.
@@ -94,7 +95,7 @@ def claim(
     }
     event_data = dumps(claimed_event)
     params = {
-        "occ_id": occ_id,
+        "occ_id": occurrence_id,
         "seen_fence": o["fence"],
         "seen_status": o["status"],
         "seen_attempt": o["attempt"],
@@ -114,10 +115,14 @@ def claim(
     if claimed is None:
         pools.give_back(tx, slot)
         # Moved since it was read (PostgreSQL): decide once more from what it is now.
-        return claim(tx, occ_id, owner, lease_ms, again=False) if again else None
+        return claim(tx, occurrence_id, owner, lease_ms, again=False) if again else None
     fence = claimed._mapping["fence"]
     if state == ControlState.PAUSE_REQUESTED:
-        T.run(tx, T.PAUSE_REQUEST_REBOUND, {"occ_id": occ_id, "new_fence": fence, "now": tx.now})
+        T.run(
+            tx,
+            T.PAUSE_REQUEST_REBOUND,
+            {"occ_id": occurrence_id, "new_fence": fence, "now": tx.now},
+        )
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
     if not tx.is_postgres:
@@ -125,11 +130,11 @@ def claim(
             EventType.OCCURRENCE_CLAIMED,
             event_data,
             job_id=o["job_id"],
-            occurrence_id=occ_id,
+            occurrence_id=occurrence_id,
             fence=fence,
         )
     if control is not None and state != ControlState.TERMINAL:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
     occurrence = occurrence_from_row(claimed, control)
     return Claim(
         occurrence=occurrence,
@@ -141,10 +146,10 @@ def claim(
     )
 
 
-def _claim_queued(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Claim | None:
+def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -> Claim | None:
     """WORKER_CLAIMS_QUEUED; None when its guard held for no row (then claim reads)."""
     params = {
-        "occ_id": occ_id,
+        "occ_id": occurrence_id,
         "now": tx.now_param(),
         "owner": owner,
         "owner_json": dumps(owner),
@@ -161,7 +166,7 @@ def _claim_queued(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Clai
             EventType.OCCURRENCE_CLAIMED,
             dumps({**event, "previous_owner": None}),
             job_id=c["job_id"],
-            occurrence_id=occ_id,
+            occurrence_id=occurrence_id,
             fence=c["fence"],
         )
     occurrence = occurrence_from_row(claimed)
@@ -176,15 +181,21 @@ def _claim_queued(tx: Tx, occ_id: int, owner: str, lease_ms: int | None) -> Clai
 
 
 def succeed_and_claim(
-    tx: Tx, occ_id: int, owner: str, fence: int, result: Any, next_id: int, lease_ms: int | None
+    tx: Tx,
+    occurrence_id: int,
+    owner: str,
+    fence: int,
+    result: Any,
+    next_id: int,
+    lease_ms: int | None,
 ) -> Claim | None:
-    """Settle ``occ_id`` as succeeded and claim ``next_id`` in the same transaction.
+    """Settle ``occurrence_id`` as succeeded and claim ``next_id`` in the same transaction.
 
     A batch's run N and run N+1 (issue 22): one commit instead of two. Both are durable
     before N+1's effects start. Raises LeaseLost (nothing written) as the settle does;
     a refused claim of ``next_id`` (None) leaves the settle in place.
     """
-    runs.settle(tx, occ_id, owner, fence, outcome="succeeded", result=result)
+    runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result)
     return claim(tx, next_id, owner, lease_ms)
 
 
@@ -240,17 +251,12 @@ def claim_next(
 ) -> Claim | None:
     """Claim the oldest claimable occurrence matching the filters, or None."""
     o = occurrences
-    # Paused rows are never claimable: left in, a backlog of them fills every
-    # candidate batch and starves the work behind it. Every expired lease is a
+    # Paused rows are never claimable (claimable_now): left in, a backlog of them fills
+    # every candidate batch and starves the work behind it. A waiting row never carries
+    # cancel_requested (CHECK ck_occurrences_no_waiting_cancel). Every expired lease is a
     # candidate: claim() reclaims it, or settles it when its expiry decides its end.
-    not_paused = ~sa.exists().where(
-        controls.c.occurrence_id == o.c.id, controls.c.state == ControlState.PAUSED
-    )
     waiting = sa.and_(
-        o.c.status.in_((S.QUEUED, S.RETRY_WAIT)),
-        o.c.available_at <= tx.now,
-        o.c.cancel_requested.is_(False),
-        not_paused,
+        claimable_now(tx.now),
         st.ROOM_IN_POOL,
         st.JOB_ALLOWS_CLAIM,
         # Left in, a job's backlog behind an unresolved run fills every candidate batch.
@@ -283,8 +289,8 @@ def claim_next(
 
 
 def _first_claim(tx: Tx, candidates: list[int], owner: str, lease_ms: int | None) -> Claim | None:
-    for occ_id in candidates:
-        got = claim(tx, occ_id, owner, lease_ms)
+    for occurrence_id in candidates:
+        got = claim(tx, occurrence_id, owner, lease_ms)
         if got is not None:
             return got
     return None

@@ -43,26 +43,26 @@ _ADJUDICATION_ERROR = dumps(
 S = OccurrenceStatus
 
 
-def lease_lost(tx: Tx, occ_id: int, owner: str, fence: int) -> LeaseLost | NotFound:
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+def lease_lost(tx: Tx, occurrence_id: int, owner: str, fence: int) -> LeaseLost | NotFound:
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
     if row is None:
-        return NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
+        return NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
     m = row._mapping
     return LeaseLost(
-        f"occurrence {occ_id}: owner {owner!r} with fence {fence} no longer holds the lease "
+        f"occurrence {occurrence_id}: owner {owner!r} with fence {fence} no longer holds the lease "
         f"(status {m['status']}, fence {m['fence']}, owner {m['lease_owner']!r}); "
         "the result of this run must be discarded",
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         fence=fence,
         current_fence=m["fence"],
         status=m["status"],
     )
 
 
-def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAnswer:
+def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> RenewAnswer:
     """Extend a live lease; answer with any pause or cancel request pending."""
     params = {
-        "occ_id": occ_id,
+        "occ_id": occurrence_id,
         "owner": owner,
         "held_fence": fence,
         "now": tx.now,
@@ -70,8 +70,8 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
     }
     renewed = T.run(tx, T.WORKER_RENEWS, params)
     if renewed is None:
-        raise lease_lost(tx, occ_id, owner, fence)
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+        raise lease_lost(tx, occurrence_id, owner, fence)
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
     pause = None
     if control is not None:
         c = control._mapping
@@ -88,7 +88,7 @@ def renew(tx: Tx, occ_id: int, owner: str, fence: int, lease_ms: int) -> RenewAn
 
 def settle(
     tx: Tx,
-    occ_id: int,
+    occurrence_id: int,
     owner: str,
     fence: int,
     *,
@@ -122,9 +122,11 @@ def settle(
             raise InvalidArgument(
                 "effect", f"must be one of {', '.join(Effect)}, not {effect!r}"
             ) from None
-        row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occ_id}).first()
+        row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
         if row is None:
-            raise NotFound(f"occurrence {occ_id} does not exist", occurrence_id=occ_id)
+            raise NotFound(
+                f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id
+            )
         m = row._mapping
         spec = loads(m["definition"])
         decision = retry_decision(
@@ -145,7 +147,7 @@ def settle(
         tx,
         _SETTLES[outcome],
         {
-            "occ_id": occ_id,
+            "occ_id": occurrence_id,
             "owner": owner,
             "held_fence": fence,
             "now": tx.now_param(),
@@ -157,7 +159,7 @@ def settle(
         },
     )
     if updated is None:
-        raise lease_lost(tx, occ_id, owner, fence)
+        raise lease_lost(tx, occurrence_id, owner, fence)
     u = updated._mapping
     tx.observe_now(u["now"])
     pools.give_back(tx, u["pool"])
@@ -175,7 +177,7 @@ def settle(
         st.SETTLED_EVENTS.execute(
             tx.conn,
             {
-                "occ_id": occ_id,
+                "occ_id": occurrence_id,
                 "now": tx.now,
                 "job_id": u["job_id"],
                 "fence": fence,
@@ -185,21 +187,21 @@ def settle(
         )
     else:
         if u["control_open"]:
-            end_control(tx, occ_id, job_id=u["job_id"], fence=fence)
+            end_control(tx, occurrence_id, job_id=u["job_id"], fence=fence)
         tx.emit(
             settled_event(to_status),
             job_id=u["job_id"],
-            occurrence_id=occ_id,
+            occurrence_id=occurrence_id,
             fence=fence,
             **settled,
         )
     if to_status == S.SUCCEEDED:
-        budgets.settle_units(tx, occ_id, result)
-        result_hooks.after_success(tx, occ_id, u["job_id"], fence, result)
+        budgets.settle_units(tx, occurrence_id, result)
+        result_hooks.after_success(tx, occurrence_id, u["job_id"], fence, result)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,
-            parent_id=occ_id,
+            parent_id=occurrence_id,
             parent_job=u["job_id"],
             succeeded=to_status == S.SUCCEEDED,
             result=result,
@@ -219,7 +221,7 @@ _SETTLES = {
 
 def release(
     tx: Tx,
-    occ_id: int,
+    occurrence_id: int,
     owner: str,
     fence: int,
     *,
@@ -242,10 +244,10 @@ def release(
             "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
         )
     stored = checkpoint_envelope(safe_point, checkpoint)
-    params = {"occ_id": occ_id, "held_fence": fence, "now": tx.now, "checkpoint": stored}
+    params = {"occ_id": occurrence_id, "held_fence": fence, "now": tx.now, "checkpoint": stored}
     if pause_request_id is not None:
         if tx.is_postgres:
-            st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occ_id})
+            st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occurrence_id})
         acked = T.run(
             tx,
             T.WORKER_ACKS_PAUSE,
@@ -258,13 +260,13 @@ def release(
         )
         if acked is None:
             raise _ack_refused(
-                tx, occ_id, owner, fence, pause_request_id, expected_revision, safe_point
+                tx, occurrence_id, owner, fence, pause_request_id, expected_revision, safe_point
             )
     released = T.run(
         tx,
         T.WORKER_RELEASES,
         {
-            "occ_id": occ_id,
+            "occ_id": occurrence_id,
             "owner": owner,
             "held_fence": fence,
             "now": tx.now,
@@ -272,16 +274,16 @@ def release(
         },
     )
     if released is None:
-        raise lease_lost(tx, occ_id, owner, fence)
+        raise lease_lost(tx, occurrence_id, owner, fence)
     pools.give_back(tx, released.pool)
     if released.status == S.CANCELLED:
         # A pending cancel wins (decided by RELEASE): a handed-back cancel-requested
         # row would wait for ever, since no claim takes it.
-        end_control(tx, occ_id, job_id=released.job_id, fence=fence)
+        end_control(tx, occurrence_id, job_id=released.job_id, fence=fence)
         tx.emit(
             EventType.OCCURRENCE_CANCELLED,
             job_id=released.job_id,
-            occurrence_id=occ_id,
+            occurrence_id=occurrence_id,
             fence=fence,
             attempt=released.attempt,
             error={"code": "CANCELLED", "message": "cancelled at a safe point"},
@@ -296,7 +298,7 @@ def release(
     tx.emit(
         EventType.OCCURRENCE_PAUSED if pause_request_id else EventType.OCCURRENCE_HANDED_BACK,
         job_id=released.job_id,
-        occurrence_id=occ_id,
+        occurrence_id=occurrence_id,
         fence=fence,
         safe_point=safe_point,
         checkpoint_digest=hashlib.sha256(stored.encode()).hexdigest(),
@@ -306,7 +308,7 @@ def release(
 
 def _ack_refused(
     tx: Tx,
-    occ_id: int,
+    occurrence_id: int,
     owner: str,
     fence: int,
     pause_request_id: str,
@@ -314,7 +316,7 @@ def _ack_refused(
     safe_point: str,
 ) -> KernelError:
     """Why ACK_PAUSE changed nothing, read once after the fact."""
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occ_id}).first()
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
     c = control._mapping if control is not None else None
     if (
         c is None
@@ -322,22 +324,23 @@ def _ack_refused(
         or c["pause_request_id"] != pause_request_id
     ):
         return StateConflict(
-            f"occurrence {occ_id}: pause request {pause_request_id!r} is no longer pending",
-            occurrence_id=occ_id,
+            f"occurrence {occurrence_id}: pause request {pause_request_id!r} is no longer pending",
+            occurrence_id=occurrence_id,
             state=c["state"] if c else None,
         )
     if expected_revision is not None and c["revision"] != expected_revision:
         return RevisionConflict(
-            f"occurrence {occ_id}: control revision is {c['revision']}, not {expected_revision}",
-            occurrence_id=occ_id,
+            f"occurrence {occurrence_id}: control revision is {c['revision']}, "
+            f"not {expected_revision}",
+            occurrence_id=occurrence_id,
             expected_revision=expected_revision,
             actual_revision=c["revision"],
         )
     if c["expected_fence"] != fence:
-        return lease_lost(tx, occ_id, owner, fence)
+        return lease_lost(tx, occurrence_id, owner, fence)
     return PauseUnsupported(
-        f"occurrence {occ_id}: the adapter did not declare {safe_point!r} a safe point",
-        occurrence_id=occ_id,
+        f"occurrence {occurrence_id}: the adapter did not declare {safe_point!r} a safe point",
+        occurrence_id=occurrence_id,
         safe_point=safe_point,
     )
 

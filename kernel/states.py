@@ -110,7 +110,7 @@ _S = OccurrenceStatus
 
 #: Statuses a claim may take: when ``available_at`` has come and no pause holds it (a
 #: paused occurrence waits in retry_wait). The whole predicate, in SQL, is
-#: :data:`kernel.statements.predicates.CLAIMABLE_NOW`.
+#: :func:`kernel.statements.predicates.claimable_now`.
 CLAIMABLE = (_S.QUEUED, _S.RETRY_WAIT)
 #: Backlog: waiting to run, including what waits for an operator's approval.
 WAITING = (*CLAIMABLE, _S.AWAITING_APPROVAL)

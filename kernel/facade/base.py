@@ -88,12 +88,3 @@ class FacadeBase:
         for name, member in vars(cls).items():
             if not name.startswith("_") and isinstance(member, FunctionType):
                 setattr(cls, name, checked(member))
-
-    # A bridge for the facade methods that branches made in parallel still write as
-    # ``self._write(fn, *args)``: each becomes an ``@write`` method at its merge, and
-    # these two go with the last of them.
-    def _write(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        return self._session.run(fn, *args, **kwargs)
-
-    def _read(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        return self._session.run(fn, *args, read_only=True, **kwargs)

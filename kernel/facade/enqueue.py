@@ -10,7 +10,8 @@ from typing import Any
 from kernel import enqueueing
 from kernel.borrowed import Borrowed
 from kernel.enqueueing import Enqueued, EnqueueRequest
-from kernel.facade.base import FacadeBase
+from kernel.facade.base import FacadeBase, write
+from kernel.tx import Tx
 
 __all__ = ["EnqueueFacade"]
 
@@ -71,11 +72,22 @@ class EnqueueFacade(FacadeBase):
         all of them, or (on any refusal, ``field`` starting ``requests[i].``) none."""
         defined = self._enqueue_state()
         if connection is None:
-            return self._write(enqueueing.enqueue, requests, defined=defined, hinted=hinted)
+            return self._enqueue(requests, defined, hinted)
         return self._borrowed.run(
             connection,
             lambda tx: enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted),
         )
+
+    @write
+    def _enqueue(
+        self,
+        tx: Tx,
+        requests: Sequence[EnqueueRequest],
+        defined: dict[str, dict[str, Any]],
+        hinted: bool,
+    ) -> list[Enqueued]:
+        """The runs enqueued in a transaction of the kernel's own."""
+        return enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted)
 
     def _enqueue_state(self) -> dict[str, dict[str, Any]]:
         """The specs this kernel ensured, by job id (one definition per process and task)."""

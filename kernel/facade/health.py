@@ -6,20 +6,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernel import job_health, notify
-from kernel.facade.base import FacadeBase
+from kernel.facade.base import FacadeBase, read, write
+from kernel.tx import Tx
 from kernel.types import JobHealth, Notification
 
 __all__ = ["HealthFacade"]
 
 
 class HealthFacade(FacadeBase):
-    def job_health(self, job_id: str | None = None) -> dict[str, JobHealth]:
+    @read
+    def job_health(self, tx: Tx, job_id: str | None = None) -> dict[str, JobHealth]:
         """Last success, last failure, consecutive failures and next firing of every job
         (or only ``job_id``; an unknown id gives an empty answer), by job id; one query."""
-        return self._read(job_health.job_health, job_id)
+        return job_health.job_health(tx, job_id)
 
+    @write
     def record_notification(
         self,
+        tx: Tx,
         occurrence_id: int,
         *,
         fence: int,
@@ -31,8 +35,8 @@ class HealthFacade(FacadeBase):
         """Record the notification of the run (``occurrence_id``, ``fence``) that settled
         failed (``event``: dead_letter or failed); its id, or None when that run did not
         settle failed or already has one (:mod:`kernel.notify`)."""
-        return self._write(
-            notify.record,
+        return notify.record(
+            tx,
             occurrence_id,
             fence=fence,
             job_id=job_id,
@@ -41,21 +45,24 @@ class HealthFacade(FacadeBase):
             body=body,
         )
 
-    def claim_notification(self, notification_id: int) -> Notification | None:
+    @write
+    def claim_notification(self, tx: Tx, notification_id: int) -> Notification | None:
         """Start a try of a pending, due notification (its ``token`` names the try);
         None when another worker has it, it is done, or it is not due yet."""
-        return self._write(notify.claim, notification_id)
+        return notify.claim(tx, notification_id)
 
-    def notification_delivered(self, notification_id: int, *, token: str) -> None:
+    @write
+    def notification_delivered(self, tx: Tx, notification_id: int, *, token: str) -> None:
         """End the try ``token`` names: delivered.
 
         Raises:
             StateConflict: the try no longer holds the notification.
         """
-        self._write(notify.delivered, notification_id, token)
+        notify.delivered(tx, notification_id, token)
 
+    @write
     def notification_failed(
-        self, notification: Notification, *, error: str, retryable: bool
+        self, tx: Tx, notification: Notification, *, error: str, retryable: bool
     ) -> Notification:
         """End the try ``notification.token`` names: failed; pending again after the
         backoff while ``retryable`` and tries remain, else given up. Returns it as it is now.
@@ -63,15 +70,17 @@ class HealthFacade(FacadeBase):
         Raises:
             StateConflict: the try no longer holds the notification.
         """
-        return self._write(notify.try_failed, notification, error=error, retryable=retryable)
+        return notify.try_failed(tx, notification, error=error, retryable=retryable)
 
-    def notification(self, notification_id: int) -> Notification:
+    @read
+    def notification(self, tx: Tx, notification_id: int) -> Notification:
         """One notification. Raises NotFound when there is none."""
-        return self._read(notify.get, notification_id)
+        return notify.get(tx, notification_id)
 
+    @read
     def due_notifications(
-        self, limit: int = 100, *, overdue_for: float = 0.0
+        self, tx: Tx, limit: int = 100, *, overdue_for: float = 0.0
     ) -> list[Notification]:
         """Pending notifications whose next try has been due for ``overdue_for`` seconds
         at least, oldest first (at most ``limit``)."""
-        return self._read(notify.due, limit, int(overdue_for * 1000))
+        return notify.due(tx, limit, int(overdue_for * 1000))

@@ -8,15 +8,18 @@ from typing import Any
 
 from kernel import backfill as backfill_ops
 from kernel import fan_in
-from kernel.facade.base import FacadeBase
+from kernel.facade.base import FacadeBase, read, write
 from kernel.records import from_dt
+from kernel.tx import Tx
 
 __all__ = ["ScheduleFacade"]
 
 
 class ScheduleFacade(FacadeBase):
+    @write
     def backfill(
         self,
+        tx: Tx,
         job_id: str,
         *,
         expected_revision: int,
@@ -38,8 +41,8 @@ class ScheduleFacade(FacadeBase):
             RevisionConflict: the job is no longer at ``expected_revision``.
             InvalidArgument: ``params``, or the payload they make.
         """
-        return self._write(
-            backfill_ops.backfill,
+        return backfill_ops.backfill(
+            tx,
             job_id,
             expected_revision=expected_revision,
             firings=[(key, from_dt(at)) for key, at in firings],
@@ -49,13 +52,15 @@ class ScheduleFacade(FacadeBase):
             summary=summary or {},
         )
 
-    def existing_firings(self, job_id: str, trigger_keys: Sequence[str]) -> dict[str, int]:
+    @read
+    def existing_firings(self, tx: Tx, job_id: str, trigger_keys: Sequence[str]) -> dict[str, int]:
         """Which of ``trigger_keys`` the job has an occurrence of: trigger key -> its id."""
-        return self._read(backfill_ops.existing_firings, job_id, list(trigger_keys))
+        return backfill_ops.existing_firings(tx, job_id, list(trigger_keys))
 
-    def judge_fan_ins(self) -> fan_in.FanInReport:
+    @write
+    def judge_fan_ins(self, tx: Tx) -> fan_in.FanInReport:
         """Beat's fan-in pass: for each enabled fan-in job (``after.all``), make an
         occurrence for each logical firing all its parents succeeded for within
         ``after.within``, or record it skipped (``fan_in_timeout``,
         ``fan_in_parent_failed``). One transaction; each instant is decided once."""
-        return self._write(fan_in.judge_fan_ins)
+        return fan_in.judge_fan_ins(tx)

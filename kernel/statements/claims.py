@@ -13,6 +13,7 @@ from kernel.clock import StatementNow
 from kernel.driver import DriverStatement
 from kernel.events import EventType
 from kernel.schema import controls, events, jobs, occurrences, requeue_grants
+from kernel.statements.predicates import CLAIMABLE_STATUS
 
 __all__ = [
     "OCCURRENCE_FOR_CLAIM",
@@ -56,11 +57,7 @@ UNCLAIMED_GRANT = (
 )
 
 _claimable_now = sa.or_(
-    # Literals, not an expanding IN, so the driver form is rendered once.
-    sa.and_(
-        OCC.c.status.in_((sa.literal("queued"), sa.literal("retry_wait"))),
-        OCC.c.available_at <= p("now"),
-    ),
+    sa.and_(CLAIMABLE_STATUS, OCC.c.available_at <= p("now")),
     sa.and_(
         OCC.c.status == "running",
         OCC.c.lease_expires_at <= p("now"),

@@ -22,6 +22,7 @@ from kernel.driver import DriverStatement
 from kernel.events import EventType
 from kernel.schema import controls, events, occurrences
 from kernel.statements.settles import lease_held_at
+from kernel.states import ACTIVE
 
 __all__ = [
     "LOCK_OCCURRENCE",
@@ -168,14 +169,8 @@ CANCEL = (
     sa.update(OCC)
     .where(
         OCC.c.id == p("occ_id"),
-        OCC.c.status.in_(
-            (
-                sa.literal("queued"),
-                sa.literal("retry_wait"),
-                sa.literal("running"),
-                sa.literal("awaiting_approval"),
-            )
-        ),
+        # Literals, not an expanding IN, so the driver form is rendered once.
+        OCC.c.status.in_([sa.literal(s.value) for s in ACTIVE]),
         sa.not_(sa.and_(_running, OCC.c.cancel_requested)),
     )
     .values(
