@@ -236,8 +236,16 @@ def _claim_exclusive(
 def _job_blocks(tx: Tx, o: Any) -> bool:
     """Another occurrence of the job keeps this one from starting (BLOCKING_IN_JOB): one
     runs (overlap queue/replace; the unique index ``occurrences_one_running_exclusive``
-    refuses what this read cannot see), or one waits for a verdict on its outcome."""
-    params = {"job_id": o["job_id"], "occ_id": o["id"], "exclusive": bool(o["exclusive"])}
+    refuses what this read cannot see), an earlier exclusive one could start first, or
+    one waits for a verdict on its outcome."""
+    params = {
+        "job_id": o["job_id"],
+        "occ_id": o["id"],
+        "exclusive": bool(o["exclusive"]),
+        "waits_turn": bool(o["exclusive"]) and o["status"] != S.RUNNING,
+        "now": tx.now,
+        "available_at": o["available_at"],
+    }
     return bool(tx.conn.execute(st.BLOCKING_IN_JOB, params).scalar_one())
 
 

@@ -119,7 +119,8 @@ WORKER_CLAIMS = Transition(
     (S.RUNNING,),
     st.CLAIM_BY_DIALECT,
     "fence as seen, available, no cancel, job enabled or the run manual; exclusive: "
-    "unique running index; pool: a slot taken first (TAKE_POOL_SLOT, running < limit)",
+    "unique running index, and no earlier exclusive one of the job could start first "
+    "(BLOCKING_IN_JOB); pool: a slot taken first (TAKE_POOL_SLOT, running < limit)",
     (E.OCCURRENCE_CLAIMED,),
 )
 WORKER_CLAIMS_QUEUED = Transition(

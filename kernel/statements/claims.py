@@ -13,7 +13,7 @@ from kernel.clock import StatementNow
 from kernel.driver import DriverStatement
 from kernel.events import EventType
 from kernel.schema import controls, events, jobs, occurrences, requeue_grants
-from kernel.statements.predicates import CLAIMABLE_STATUS
+from kernel.statements.predicates import CLAIMABLE_STATUS, claimable_now
 
 __all__ = [
     "OCCURRENCE_FOR_CLAIM",
@@ -234,6 +234,18 @@ BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
     sa.or_(
         OCC.c.status == "needs_adjudication",
         sa.and_(OCC.c.status == "running", p("exclusive", type_=sa.Boolean)),
+        # Exclusive runs start in order (overlap queue, a sequential backfill): one that
+        # became available earlier and could start now goes first, whichever hint a
+        # worker got first. Not for a reclaim: its expired run holds the job's one slot.
+        sa.and_(
+            p("waits_turn", type_=sa.Boolean),
+            OCC.c.exclusive,
+            claimable_now(p("now")),
+            sa.or_(
+                OCC.c.available_at < p("available_at"),
+                sa.and_(OCC.c.available_at == p("available_at"), OCC.c.id < p("occ_id")),
+            ),
+        ),
     ),
 )
 

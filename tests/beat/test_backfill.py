@@ -67,8 +67,15 @@ def test_a_sequential_backfill_queues_every_firing_to_run_one_at_a_time_in_order
     runs = beat.occurrences()
     assert [o.status for o in runs] == ["queued"] * 4 and made["created"] == [o.id for o in runs]
     assert [o.available_at for o in runs] == sorted({o.available_at for o in runs})
-    assert beat.kernel.claim(runs[0].id, owner="w1") is not None
+    beat.clock.set(beat.minute(1))  # every one of them available
+    # Whichever hint a worker holds first, the earliest starts first and one at a time.
+    assert beat.kernel.claim(runs[2].id, owner="w3") is None
+    first = beat.kernel.claim(runs[0].id, owner="w1")
+    assert first is not None
     assert beat.kernel.claim(runs[1].id, owner="w2") is None  # one at a time
+    beat.kernel.succeed(runs[0].id, owner="w1", fence=first.occurrence.fence)
+    assert beat.kernel.claim(runs[3].id, owner="w3") is None
+    assert beat.kernel.claim(runs[1].id, owner="w2") is not None
 
 
 def test_params_go_into_every_new_occurrence_of_a_backfill(beat: Beat) -> None:

@@ -88,3 +88,25 @@ def test_two_disables_flip_once(pair: tuple[Kernel, Actors, bool]) -> None:
         disabled = [e for e in kernel.events(job_id=job_id) if e.type == "job_disabled"]
         assert len(disabled) == 1, (i, disabled)
         assert not kernel.get_job(job_id).enabled
+
+
+def test_exclusive_runs_start_in_order_whichever_claim_comes_first(
+    pair: tuple[Kernel, Actors, bool],
+) -> None:
+    """Two workers claim a queue job's two waiting runs at once, each holding the hint of
+    one: the earlier always starts, the later never does while the earlier could."""
+    kernel, actors, postgres = pair
+    for i in range(race_rounds(postgres, 40)):
+        job_id = f"queue-{i}"
+        kernel.define_job({**_spec(job_id), "overlap": "queue"})
+        earlier, later = (
+            kernel.run_now(job_id, request_id=f"{job_id}-{n}", operator="ops").occurrence.id
+            for n in (1, 2)
+        )
+        took_later, took_earlier = actors.run(
+            lambda k, o=later: k.claim(o, owner="w-later"),
+            lambda k, o=earlier: k.claim(o, owner="w-earlier"),
+        )
+        refusals_are_kernel_errors([took_later, took_earlier])
+        assert took_later.ok and took_later.value is None, (i, took_later)
+        assert took_earlier.ok and took_earlier.value is not None, (i, took_earlier)
