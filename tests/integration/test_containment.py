@@ -63,11 +63,9 @@ def _alive(pid: int) -> bool:
 
 
 def _writers(root: Path) -> dict[str, int]:
-    return {
-        name: int((root / f"{name}.pid").read_text())
-        for name in WRITERS
-        if (root / f"{name}.pid").exists()
-    }
+    """The writers' pids, of those that wrote theirs (a file just created is empty)."""
+    written = {n: (root / f"{n}.pid").read_text() for n in WRITERS if (root / f"{n}.pid").exists()}
+    return {name: int(pid) for name, pid in written.items() if pid.strip()}
 
 
 def _lines(root: Path) -> int:
