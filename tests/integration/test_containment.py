@@ -102,7 +102,7 @@ def test_detached_grandchildren_stop_within_the_lease(stack: Stack, mode: str, f
         what="both detached writers",
     )
     pids = _writers(stack.root)
-    assert all(pid in job_processes(occ_id) for pid in pids.values())
+    assert all(pid in job_processes(occ_id, "detacher") for pid in pids.values())
 
     victims = worker_processes(worker)
     worker.expected_exit = True

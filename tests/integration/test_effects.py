@@ -65,13 +65,15 @@ def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
-def job_processes(occurrence_id: int) -> set[int]:
-    """Live processes whose environment names this occurrence, and their process groups."""
-    marker = f"KERNEL_OCCURRENCE_ID={occurrence_id}\0".encode()
+def job_processes(occurrence_id: int, job_id: str) -> set[int]:
+    """Live processes whose environment names this occurrence of this job. The job id
+    too: tests on other xdist workers run their own kernels' occurrence 1 meanwhile."""
+    markers = (f"KERNEL_OCCURRENCE_ID={occurrence_id}\0", f"KERNEL_JOB_ID={job_id}\0")
     found: set[int] = set()
     for pid in _pids():
         with contextlib.suppress(OSError):
-            if marker in Path(f"/proc/{pid}/environ").read_bytes() and _stat(pid):
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            if all(m.encode() in environ for m in markers) and _stat(pid):
                 found.add(pid)
     return found
 
@@ -99,7 +101,7 @@ def start_the_job(stack: Stack, worker_pool: str) -> tuple[Proc, int, int]:
     stack.start_beat("beat")
     occ_id = stack.run_now("sleeper")
     stack.wait(lambda: len(ledger(stack, occ_id)) >= 2, timeout=30, what="the job's ledger")
-    members = job_processes(occ_id)
+    members = job_processes(occ_id, "sleeper")
     assert len(members) >= 2, "the script and its sleep 300 run"
     pgid = group_of(next(iter(members)))
     assert group_members(pgid) >= members
@@ -108,10 +110,9 @@ def start_the_job(stack: Stack, worker_pool: str) -> tuple[Proc, int, int]:
 
 def assert_the_job_is_gone(stack: Stack, occ_id: int, pgid: int, killed_at: float) -> None:
     deadline = killed_at + 2.0
-    while job_processes(occ_id) or group_members(pgid):
-        assert time.monotonic() < deadline, (
-            f"job processes alive 2 s after the kill: {job_processes(occ_id) | group_members(pgid)}"
-        )
+    while job_processes(occ_id, "sleeper") or group_members(pgid):
+        alive = job_processes(occ_id, "sleeper") | group_members(pgid)
+        assert time.monotonic() < deadline, f"job processes alive 2 s after the kill: {alive}"
         time.sleep(0.05)
     written = len(ledger(stack, occ_id))
     time.sleep(1.5)  # the script wrote a line every second; nothing may write any more
@@ -162,7 +163,8 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
         again, once = stack.run_now("again"), stack.run_now("once")
         for occ_id in (again, once):
             stack.wait(lambda o=occ_id: ledger(stack, o), timeout=30, what=f"{occ_id}'s ledger")
-        groups = {occ_id: group_of(next(iter(job_processes(occ_id)))) for occ_id in (again, once)}
+        job_of = {again: "again", once: "once"}
+        groups = {o: group_of(next(iter(job_processes(o, job_of[o])))) for o in (again, once)}
 
         # Only the worker freezes (as in a long GC pause or a swapped-out host); its jobs do not.
         for pid in worker_processes(frozen):
@@ -184,12 +186,12 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
 
         for occ_id, pgid in groups.items():
             assert gone_at[occ_id] < expires[occ_id], "the group outlived the lease"
-            assert not group_members(pgid) and not job_processes(occ_id)
+            assert not group_members(pgid) and not job_processes(occ_id, job_of[occ_id])
             assert max(ledger(stack, occ_id, fence=1)) < expires[occ_id]
         # at-least-once: reclaimed elsewhere, and the two runs never overlap.
         stack.wait(lambda: ledger(stack, again, fence=2), timeout=30, what="the reclaim's ledger")
         assert min(ledger(stack, again, fence=2)) > max(ledger(stack, again, fence=1))
-        assert thawed.owns(parent_of(group_of(next(iter(job_processes(again))))))
+        assert thawed.owns(parent_of(group_of(next(iter(job_processes(again, "again"))))))
         # at-most-once: never a second run, however alive the old process might be.
         stack.wait(
             lambda: stack.occurrence(once).status.value == "needs_adjudication",
