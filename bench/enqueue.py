@@ -28,11 +28,10 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.support import fresh_database, postgres_durability, server, servers  # noqa: E402
+from bench.support import fresh_database, peer_servers, servers  # noqa: E402
 
 __all__ = ["main"]
 
@@ -264,11 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     BUDGET[0] = args.seconds
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the servers are stopped
-    with ExitStack() as stack:
-        broker_url = stack.enter_context(server("redis"))
-        pg_url = stack.enter_context(server("postgres", args.postgres_url, durable=True))
-        durability = postgres_durability(pg_url)
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-enqueue-")))
+    with peer_servers(args.postgres_url, "bench-enqueue-") as running:
+        broker_url, pg_url, durability, workdir = running
         rows = _measure(args, broker_url, pg_url, workdir)
     print(
         f"\nup to {args.single} single calls and {args.single * 10} rows in bulk calls, at "

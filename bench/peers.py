@@ -37,7 +37,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -60,8 +59,7 @@ from bench.stock_app import STOCK_TASK  # noqa: E402
 from bench.support import (  # noqa: E402
     RssSampler,
     fresh_database,
-    postgres_durability,
-    server,
+    peer_servers,
     servers,
 )
 from bench.workers import (  # noqa: E402
@@ -446,11 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     if not systems or set(systems) - set(SYSTEMS):
         parser.error(f"--systems: choose from {', '.join(SYSTEMS)}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with ExitStack() as stack:
-        broker_url = stack.enter_context(server("redis"))
-        pg_url = stack.enter_context(server("postgres", args.postgres_url, durable=True))
-        durability = postgres_durability(pg_url)
-        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-peers-")))
+    with peer_servers(args.postgres_url, "bench-peers-") as running:
+        broker_url, pg_url, durability, workdir = running
         ctx = Context(args, broker_url, pg_url, workdir)
         print(f"PostgreSQL: {durability}; kernel-sqlite: WAL, synchronous=FULL", flush=True)
         results = [] if args.dup_only else throughput(ctx, systems)

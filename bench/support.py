@@ -101,6 +101,20 @@ def postgres_durability(server_url: str) -> str:
     return " ".join(f"{name}={row[0] if row else '?'}" for name, row in pairs)
 
 
+@contextmanager
+def peer_servers(postgres_url: str | None, prefix: str) -> Iterator[tuple[str, str, str, Path]]:
+    """What a bench beside the PostgreSQL peers runs on: a Redis broker, a durable
+    PostgreSQL (``postgres_url``, else one started here), that server's durability as
+    :func:`postgres_durability` reports it, and a work folder named with ``prefix``;
+    all stopped or removed afterwards."""
+    with (
+        server("redis") as broker_url,
+        server("postgres", postgres_url, durable=True) as pg_url,
+        tempfile.TemporaryDirectory(prefix=prefix) as workdir,
+    ):
+        yield broker_url, pg_url, postgres_durability(pg_url), Path(workdir)
+
+
 def children(pid: int) -> list[int]:
     """``pid``'s child processes (a prefork pool's children), from
     ``/proc/PID/task/TID/children``; none once it is gone."""
