@@ -241,6 +241,7 @@ BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
             p("waits_turn", type_=sa.Boolean),
             OCC.c.exclusive,
             claimable_now(p("now")),
+            JOB_ALLOWS_CLAIM,  # a disabled job's waiting firings hold no run-now back
             sa.or_(
                 OCC.c.available_at < p("available_at"),
                 sa.and_(OCC.c.available_at == p("available_at"), OCC.c.id < p("occ_id")),

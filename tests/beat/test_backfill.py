@@ -78,6 +78,15 @@ def test_a_sequential_backfill_queues_every_firing_to_run_one_at_a_time_in_order
     assert beat.kernel.claim(runs[1].id, owner="w2") is not None
 
 
+def test_a_run_now_of_a_disabled_job_is_not_held_behind_its_waiting_firings(beat: Beat) -> None:
+    beat.define(overlap="queue")
+    _backfill(beat, -60, -59, sequential=True)
+    beat.kernel.set_job_enabled("job", False, operator="ops")
+    made = beat.kernel.run_now("job", request_id="now-1", operator="ops").occurrence
+    beat.clock.set(beat.minute(1))
+    assert beat.kernel.claim(made.id, owner="w1") is not None  # the firings wait; it runs
+
+
 def test_params_go_into_every_new_occurrence_of_a_backfill(beat: Beat) -> None:
     beat.define(overlap="allow", payload={"task": "tests.noop", "kwargs": {"day": "x"}})
     made = _backfill(beat, -60, -59, params={"kwargs": {"day": "2026-03-02"}})
