@@ -155,7 +155,8 @@ def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) 
         "owner_json": dumps(owner),
         "lease_ms": lease_ms,
     }
-    claimed = T.run(tx, T.WORKER_CLAIMS_QUEUED, params)
+    # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
+    claimed = T.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
     if claimed is None:
         return None
     c = claimed._mapping

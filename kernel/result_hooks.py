@@ -15,7 +15,7 @@ from typing import Any
 
 from kernel.tx import Tx
 
-__all__ = ["ResultHook", "register", "after_success"]
+__all__ = ["ResultHook", "register", "wanted", "after_success"]
 
 #: ``hook(tx, occurrence_id, job_id, fence, result)``: the settled run and its whole result.
 ResultHook = Callable[[Tx, int, str, int, Any], None]
@@ -26,6 +26,11 @@ _HOOKS: dict[str, ResultHook] = {}
 def register(kind: str, hook: ResultHook) -> None:
     """Have ``hook`` run when a run whose result carries the key ``kind`` succeeds."""
     _HOOKS[kind] = hook
+
+
+def wanted(result: Mapping[str, Any]) -> bool:
+    """Whether a registered kind's hook would act on this result."""
+    return any(kind in result for kind in _HOOKS)
 
 
 def after_success(tx: Tx, occurrence_id: int, job_id: str, fence: int, result: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from kernel import budgets, pools, result_hooks
@@ -98,8 +99,13 @@ def settle(
     retryable: bool = True,
     effect: Effect = Effect.NOT_APPLIED,
     rnd: random.Random | None = None,
+    alone: bool = False,
 ) -> OccurrenceStatus:
     """End the holder's run. ``outcome`` is succeeded, failed or cancelled.
+
+    A success that owes nothing beyond its row and event is one statement
+    (WORKER_SUCCEEDS_PLAIN); ``alone`` lets that statement be the whole transaction
+    (the caller writes nothing after the settle).
 
     A failure goes to retry_wait (backoff from the snapshot's retry policy) while
     attempts remain and the error is retryable, else to dead_letter. For an
@@ -107,6 +113,9 @@ def settle(
     whose ``effect`` is unknown goes to needs_adjudication instead, and one whose effect
     is applied is not retried (dead_letter).
     """
+    plain = outcome == "succeeded" and not _owes_more(result)
+    if plain and _succeed_plain(tx, occurrence_id, owner, fence, result, alone):
+        return S.SUCCEEDED
     retry_delay_ms = 0
     failed_effect = Effect.NOT_APPLIED
     if outcome == "succeeded":
@@ -209,6 +218,42 @@ def settle(
             parent_depth=u["chain_depth"],
         )
     return to_status
+
+
+def _owes_more(result: Any) -> bool:
+    """A success whose result the kernel acts on beyond the settle: budget units it
+    reports, or a registered kind's result hook."""
+    return isinstance(result, Mapping) and (
+        budgets.REPORTED_UNITS_KEY in result or result_hooks.wanted(result)
+    )
+
+
+def _succeed_plain(
+    tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool
+) -> bool:
+    """WORKER_SUCCEEDS_PLAIN; False (nothing written) when its guard held for no row,
+    a lost lease included: SETTLE then decides, and says which."""
+    params = {
+        "occ_id": occurrence_id,
+        "owner": owner,
+        "held_fence": fence,
+        "now": tx.now_param(),
+        "result_json": dumps(result),
+        "error_json": None,
+    }
+    settled = T.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
+    if settled is None:
+        return False
+    tx.observe_now(settled.now)
+    if not tx.is_postgres:  # PostgreSQL wrote it in the statement
+        tx.emit(
+            EventType.OCCURRENCE_SUCCEEDED,
+            job_id=settled.job_id,
+            occurrence_id=occurrence_id,
+            fence=fence,
+            attempt=settled.attempt,
+        )
+    return True
 
 
 #: The SETTLE row of each outcome a holder reports.

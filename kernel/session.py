@@ -92,20 +92,22 @@ class Session:
     ) -> R:
         """One transaction on the held connection (``held``) or a pooled one (None)."""
         phase: Phase = "open"
+        tx: Tx | None = None
         gated = not read_only and self._gate is not None and self._gate.acquire()
         try:
             with self._connection(held, read_only) as conn:
+                tx = Tx(conn, self.clock, self.dialect, own=not read_only)
                 if read_only or self.dialect != "sqlite":
                     with conn.begin() as trans:
                         phase = "write"
-                        result = fn(Tx(conn, self.clock, self.dialect), *args, **kwargs)
+                        result = fn(tx, *args, **kwargs)
                         phase = "commit"
-                        trans.commit()
+                        trans.commit()  # sends nothing after a statement that committed alone
                     return result
                 begin_sqlite_write(conn)
                 phase = "write"
                 try:
-                    result = fn(Tx(conn, self.clock, self.dialect), *args, **kwargs)
+                    result = fn(tx, *args, **kwargs)
                     phase = "commit"
                     end_sqlite_write(conn, commit=True)
                 except BaseException:
@@ -116,6 +118,8 @@ class Session:
         except KernelError:
             raise
         except (sa.exc.DBAPIError, OSError) as exc:
+            if tx is not None and tx.sent_alone:
+                phase = "commit"  # the statement was its own commit: it may have taken effect
             if held is not None:
                 self._release(held)
                 if phase != "commit" and connection_lost(exc):

@@ -62,12 +62,17 @@ class Transition:
 
 
 def run(
-    tx: Tx, transition: Transition | tuple[Transition, ...], params: Mapping[str, Any]
+    tx: Tx,
+    transition: Transition | tuple[Transition, ...],
+    params: Mapping[str, Any],
+    *,
+    alone: bool = False,
 ) -> sa.Row[Any] | None:
     """Perform ``transition``: run its statement; its first returned row, or None when
     its guard held for no row. Its events may be appended in this transaction from now.
 
-    A tuple names the rows one statement decides between (they share it).
+    A tuple names the rows one statement decides between (they share it). ``alone``: the
+    statement is the whole transaction when it returns a row (``Tx.first_alone``).
     """
     rows = transition if isinstance(transition, tuple) else (transition,)
     statement = rows[0].statement
@@ -77,7 +82,8 @@ def run(
     if isinstance(statement, Mapping):
         statement = statement[tx.dialect]
     if isinstance(statement, DriverStatement):
-        return statement.first(tx.conn, params)
+        return tx.first_alone(statement, params) if alone else statement.first(tx.conn, params)
+    assert not alone, "a statement sent alone runs on the driver"
     return tx.conn.execute(statement, params).first()
 
 
@@ -150,6 +156,16 @@ WORKER_SUCCEEDS = Transition(
     (S.SUCCEEDED,),
     st.SETTLE,
     _HELD + "; gives its pool slot back",
+    (E.OCCURRENCE_SUCCEEDED,),
+)
+WORKER_SUCCEEDS_PLAIN = Transition(
+    (S.RUNNING,),
+    "worker succeeds (one statement when nothing else is owed)",
+    (S.SUCCEEDED,),
+    st.SUCCEED_PLAIN_BY_DIALECT,
+    _HELD + "; no open control, no pool, no job chained after it, and on PostgreSQL the "
+    "row unchanged since the statement's snapshot; the result reports no budget units and "
+    "no result hook's key (any other success is WORKER_SUCCEEDS)",
     (E.OCCURRENCE_SUCCEEDED,),
 )
 WORKER_FAILS = Transition(
@@ -293,6 +309,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     WORKER_RECLAIMS,
     WORKER_RENEWS,
     WORKER_SUCCEEDS,
+    WORKER_SUCCEEDS_PLAIN,
     WORKER_FAILS,
     WORKER_STOPS_ON_CANCEL,
     WORKER_RELEASES,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +21,8 @@ _EVENT_FIELDS = ("at", "type", "job_id", "occurrence_id", "fence", "data")
 _INSERT_EVENT = DriverStatement(
     sa.insert(events).values({name: sa.bindparam(name) for name in _EVENT_FIELDS})
 )
+#: psycopg's ``TransactionStatus.IDLE``: no statement of a transaction sent yet.
+_PG_IDLE = 0
 
 
 class Tx:
@@ -31,15 +34,22 @@ class Tx:
     back (``observe_now``): on PostgreSQL that saves the clock's own round trip.
     """
 
-    __slots__ = ("conn", "dialect", "allowed_events", "_clock", "_now")
+    __slots__ = ("conn", "dialect", "allowed_events", "sent_alone", "_clock", "_now", "_own")
 
-    def __init__(self, conn: sa.Connection, clock: Clock, dialect: str) -> None:
+    def __init__(
+        self, conn: sa.Connection, clock: Clock, dialect: str, *, own: bool = False
+    ) -> None:
         self.conn = conn
         self.dialect = dialect
         self._clock = clock
         self._now: int | None = None
+        #: The session's own connection (not a caller's): a statement may commit alone.
+        self._own = own
         #: The events of the transitions this transaction ran (kernel.transitions.run).
         self.allowed_events: set[str] = set()
+        #: A statement went out as a transaction of its own (``first_alone``): if the
+        #: connection fails now, it may have committed.
+        self.sent_alone = False
 
     @property
     def is_postgres(self) -> bool:
@@ -56,6 +66,31 @@ class Tx:
         if self._now is None and self.is_postgres and isinstance(self._clock, DatabaseClock):
             return None
         return self.now
+
+    def first_alone(
+        self, statement: DriverStatement, params: Mapping[str, Any]
+    ) -> sa.Row[Any] | None:
+        """``statement.first``, sent as a transaction of its own when it would open this one
+        on PostgreSQL: one round trip instead of three (BEGIN, the statement, COMMIT).
+
+        For a statement that decides and writes everything of its transition, events
+        included. A row means it committed: the caller writes nothing more in this
+        transaction. No row means it changed nothing, and the transaction goes on as any
+        other. On SQLite, or once the transaction has begun, it is an ordinary statement.
+        """
+        if not (self._own and self.is_postgres):
+            return statement.first(self.conn, params)
+        driver: Any = self.conn.connection.dbapi_connection
+        if driver.info.transaction_status != _PG_IDLE:
+            return statement.first(self.conn, params)
+        driver.autocommit = True
+        self.sent_alone = True
+        try:
+            row = statement.first(self.conn, params)
+        finally:
+            driver.autocommit = False
+        self.sent_alone = row is not None
+        return row
 
     def observe_now(self, reading: int) -> None:
         """The instant a StatementNow statement ran at (its ``now`` column)."""

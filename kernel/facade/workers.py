@@ -59,7 +59,7 @@ class WorkerFacade(FacadeBase):
         self, tx: Tx, occurrence_id: int, *, owner: str, fence: int, result: Any = None
     ) -> None:
         """Settle as succeeded (fenced); chained children fire in the same transaction."""
-        runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result)
+        runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result, alone=True)
 
     @write
     def succeed_and_claim(

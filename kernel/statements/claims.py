@@ -12,7 +12,8 @@ from sqlalchemy import bindparam as p
 from kernel.clock import StatementNow
 from kernel.driver import DriverStatement
 from kernel.events import EventType
-from kernel.schema import controls, events, jobs, occurrences, requeue_grants
+from kernel.schema import controls, jobs, occurrences, requeue_grants
+from kernel.statements.logged import logged
 from kernel.statements.predicates import CLAIMABLE_STATUS, claimable_now
 
 __all__ = [
@@ -113,21 +114,14 @@ CLAIM = DriverStatement(_claim)
 #: data-modifying CTE), one round trip less per claim; the event's data is built by
 #: the caller from what CLAIM compares (the attempt it writes is seen + increment).
 _claimed = _claim.cte("claimed")
-_claim_logged = (
-    sa.insert(events)
-    .from_select(
-        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
-        sa.select(
-            p("now", type_=sa.BigInteger),
-            sa.literal(EventType.OCCURRENCE_CLAIMED.value),
-            _claimed.c.job_id,
-            _claimed.c.id,
-            _claimed.c.fence,
-            p("event_data", type_=sa.Text),
-        ),
-    )
-    .cte("claim_logged")
-)
+_claim_logged = logged(
+    p("now", type_=sa.BigInteger),
+    sa.literal(EventType.OCCURRENCE_CLAIMED.value),
+    _claimed.c.job_id,
+    _claimed.c.id,
+    _claimed.c.fence,
+    p("event_data", type_=sa.Text),
+).cte("claim_logged")
 CLAIM_AND_LOG = DriverStatement(sa.select(_claimed).add_cte(_claim_logged))
 #: The claim a worker runs on each back end: PostgreSQL writes its event in the same
 #: statement; SQLite (no data-modifying CTE) appends it after.
@@ -195,21 +189,14 @@ def _queued_claim_data(attempt: sa.ColumnElement[int]) -> sa.ColumnElement[str]:
 
 
 _queued = _claim_queued("postgresql").cte("claimed_queued")
-_queued_logged = (
-    sa.insert(events)
-    .from_select(
-        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
-        sa.select(
-            _queued.c.now,
-            sa.literal(EventType.OCCURRENCE_CLAIMED.value),
-            _queued.c.job_id,
-            _queued.c.id,
-            _queued.c.fence,
-            _queued_claim_data(_queued.c.attempt),
-        ),
-    )
-    .cte("claim_queued_logged")
-)
+_queued_logged = logged(
+    _queued.c.now,
+    sa.literal(EventType.OCCURRENCE_CLAIMED.value),
+    _queued.c.job_id,
+    _queued.c.id,
+    _queued.c.fence,
+    _queued_claim_data(_queued.c.attempt),
+).cte("claim_queued_logged")
 #: The queued claim by dialect: PostgreSQL writes its event in the same statement (one
 #: statement per claim); SQLite appends it after.
 CLAIM_QUEUED_BY_DIALECT = {

@@ -74,28 +74,41 @@ REQUEST_BY_ID = sa.select(operator_requests).where(
 )
 
 
-def _request_pause(insert: Any) -> Any:
+def _request_pause(dialect: str) -> Any:
     """A pause request for the live run (under the expected fence, if given): a new
     control row, or a settled-with/resumed one reopened (under the expected revision)."""
-    holder = sa.select(
-        OCC.c.id,
-        sa.literal("pause_requested"),
-        sa.literal(1),
-        OCC.c.fence,
-        p("request_id", type_=sa.String),
-        p("safe_points", type_=sa.Text),
-        p("now", type_=sa.BigInteger),
-        p("now", type_=sa.BigInteger),
-    ).where(
+    live_run = sa.and_(
         OCC.c.id == p("occ_id"),
         OCC.c.status == "running",
         OCC.c.lease_expires_at > p("now"),
         _unless_given("expected_fence", OCC.c.fence),
     )
-    # The row lock makes PostgreSQL re-check the guard against a settle or hand
-    # back that committed while this statement waited (READ COMMITTED); without
-    # it the INSERT would act on the statement's older snapshot. SQLite: no-op.
-    holder = holder.with_for_update(of=OCC)
+    held: Any = OCC
+    if dialect == "postgresql":
+        # Writing the run's row makes PostgreSQL re-check this guard against a settle
+        # or hand back that committed while the statement waited (READ COMMITTED), and
+        # a plain success waiting behind this request re-check its own against the new
+        # row version (statements/settles.py, WORKER_SUCCEEDS_PLAIN), so neither acts on
+        # an older snapshot. SQLite's writers are serial.
+        held = (
+            sa.update(OCC)
+            .where(live_run)
+            .values(updated_at=p("now"))
+            .returning(OCC.c.id, OCC.c.fence)
+            .cte("held_run")
+        )
+        live_run = sa.true()
+    holder = sa.select(
+        held.c.id,
+        sa.literal("pause_requested"),
+        sa.literal(1),
+        held.c.fence,
+        p("request_id", type_=sa.String),
+        p("safe_points", type_=sa.Text),
+        p("now", type_=sa.BigInteger),
+        p("now", type_=sa.BigInteger),
+    ).where(live_run)
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     columns = [
         "occurrence_id",
         "state",
@@ -130,7 +143,7 @@ def _request_pause(insert: Any) -> Any:
     ).returning(CTL.c.revision, CTL.c.expected_fence)
 
 
-REQUEST_PAUSE = _per_dialect(_request_pause)
+REQUEST_PAUSE = {dialect: _request_pause(dialect) for dialect in ("postgresql", "sqlite")}
 
 RESUME = (
     sa.update(CTL)

@@ -13,10 +13,12 @@ from sqlalchemy import bindparam as p
 from kernel.clock import StatementNow
 from kernel.driver import DriverStatement
 from kernel.events import EventType
-from kernel.schema import controls, events, jobs, occurrences
+from kernel.schema import controls, jobs, occurrences
+from kernel.statements.logged import logged
 
 __all__ = [
     "SETTLE",
+    "SUCCEED_PLAIN_BY_DIALECT",
     "TERMINATE_CONTROL",
     "SETTLED_EVENTS",
     "CHILD_JOBS",
@@ -66,20 +68,31 @@ _settled_to = sa.case(
     else_=_to_status,
 )
 
+
 #: The holder ends its run: succeeded, retry_wait, dead_letter, needs_adjudication or
 #: cancelled; ``status`` returns what the statement decided, ``now`` the instant it ran at (the
 #: first statement of a settle: on PostgreSQL it reads the server's clock itself).
 #: ``control_open`` and ``has_children`` say whether the control and chain
 #: statements have anything to do, so a plain run skips them; read in the
 #: settling transaction (under SQLite's write lock), as those statements were.
+def _ended_run(now: Any) -> dict[str, Any]:
+    """What every settle writes: the lease is gone, the result and error are the run's."""
+    return {
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "dispatched_at": None,
+        "result": p("result_json"),
+        "last_error": p("error_json"),
+        "updated_at": now,
+    }
+
+
 _settle_now = StatementNow()
 SETTLE = DriverStatement(
     sa.update(OCC)
     .where(lease_held_at(_settle_now))
     .values(
         status=_settled_to,
-        lease_owner=None,
-        lease_expires_at=None,
         available_at=sa.case(
             (
                 _settled_to == sa.literal("retry_wait"),
@@ -87,14 +100,11 @@ SETTLE = DriverStatement(
             ),
             else_=_settle_now,
         ),
-        dispatched_at=None,
-        result=p("result_json"),
-        last_error=p("error_json"),
         settled_at=sa.case(
             (_settled_to.in_((sa.literal("retry_wait"), sa.literal("needs_adjudication"))), None),
             else_=_settle_now,
         ),
-        updated_at=_settle_now,
+        **_ended_run(_settle_now),
     )
     .returning(
         OCC.c.status,
@@ -137,46 +147,89 @@ _ended = (
     .returning(CTL.c.pause_request_id, CTL.c.paused_at, CTL.c.revision)
     .cte("ended")
 )
-_EVENT_COLUMNS = ["at", "type", "job_id", "occurrence_id", "fence", "data"]
 _ended_logged = (
-    sa.insert(events)
-    .from_select(
-        _EVENT_COLUMNS,
-        sa.select(
-            p("now", type_=sa.BigInteger),
-            sa.literal(EventType.CONTROL_TERMINAL.value),
-            p("job_id", type_=sa.Text),
-            p("occ_id", type_=sa.BigInteger),
-            p("fence", type_=sa.Integer),
-            # records.dumps's canonical text: sorted keys, no spaces
-            sa.literal('{"request_id":')
-            + sa.cast(sa.func.to_json(_ended.c.pause_request_id), sa.Text)
-            + sa.literal(',"revision":')
-            + sa.cast(_ended.c.revision, sa.Text)
-            + sa.literal("}"),
-        ).where(_ended.c.pause_request_id.is_not(None), _ended.c.paused_at.is_(None)),
+    logged(
+        p("now", type_=sa.BigInteger),
+        sa.literal(EventType.CONTROL_TERMINAL.value),
+        p("job_id", type_=sa.Text),
+        p("occ_id", type_=sa.BigInteger),
+        p("fence", type_=sa.Integer),
+        # records.dumps's canonical text: sorted keys, no spaces
+        sa.literal('{"request_id":')
+        + sa.cast(sa.func.to_json(_ended.c.pause_request_id), sa.Text)
+        + sa.literal(',"revision":')
+        + sa.cast(_ended.c.revision, sa.Text)
+        + sa.literal("}"),
+        where=sa.and_(_ended.c.pause_request_id.is_not(None), _ended.c.paused_at.is_(None)),
     )
-    .returning(events.c.id)
+    .returning(sa.literal_column("id"))
     .cte("ended_logged")
 )
 SETTLED_EVENTS = DriverStatement(
-    sa.insert(events)
-    .from_select(
-        _EVENT_COLUMNS,
-        sa.select(
-            p("now", type_=sa.BigInteger),
-            p("type", type_=sa.Text),
-            p("job_id", type_=sa.Text),
-            p("occ_id", type_=sa.BigInteger),
-            p("fence", type_=sa.Integer),
-            p("data", type_=sa.Text),
-        )
+    logged(
+        p("now", type_=sa.BigInteger),
+        p("type", type_=sa.Text),
+        p("job_id", type_=sa.Text),
+        p("occ_id", type_=sa.BigInteger),
+        p("fence", type_=sa.Integer),
+        p("data", type_=sa.Text),
         # Read after ended_logged ran to completion: its event comes first.
-        .where(sa.select(sa.func.count()).select_from(_ended_logged).scalar_subquery() >= 0),
+        where=sa.select(sa.func.count()).select_from(_ended_logged).scalar_subquery() >= 0,
     )
     .add_cte(_ended)
     .add_cte(_ended_logged)
 )
+
+_control_open = sa.exists().where(CTL.c.occurrence_id == OCC.c.id, CTL.c.state != "terminal")
+_has_children = sa.exists().where(jobs.c.after_job == OCC.c.job_id)
+_snapshot_row = OCC.alias("as_read")
+#: PostgreSQL: the row is the version this statement's snapshot read. A pause request
+#: that commits while the settle waits for the row lock writes the row too (REQUEST_PAUSE),
+#: so PostgreSQL re-checks this guard against its new version, which fails it: the
+#: control the snapshot cannot see is then ended by SETTLE and SETTLED_EVENTS, whose
+#: own snapshot sees it.
+_unchanged_since_read = sa.literal_column("occurrences.xmin") == (
+    sa.select(sa.literal_column("as_read.xmin"))
+    .select_from(_snapshot_row)
+    .where(_snapshot_row.c.id == p("occ_id"))
+    .scalar_subquery()
+)
+
+
+def _succeed_plain(dialect: str) -> sa.Update:
+    """A success that owes nothing beyond its own row and event, decided whole in one
+    statement: no open control, no pool slot to give back, no job chained after it (the
+    caller knows the result asks for no budget units or result hook)."""
+    now = StatementNow()
+    guard = [lease_held_at(now), OCC.c.pool.is_(None), ~_control_open, ~_has_children]
+    if dialect == "postgresql":
+        guard.append(_unchanged_since_read)
+    return (
+        sa.update(OCC)
+        .where(*guard)
+        .values(status="succeeded", available_at=now, settled_at=now, **_ended_run(now))
+        .returning(OCC.c.job_id, OCC.c.attempt, now.label("now"))
+    )
+
+
+_plain = _succeed_plain("postgresql").cte("succeeded_plain")
+_plain_logged = logged(
+    _plain.c.now,
+    sa.literal(EventType.OCCURRENCE_SUCCEEDED.value),
+    _plain.c.job_id,
+    p("occ_id", type_=sa.BigInteger),
+    p("held_fence", type_=sa.Integer),
+    # records.dumps's canonical text of the settle's data, {"attempt": N}
+    sa.literal('{"attempt":', sa.Text)
+    .concat(sa.cast(_plain.c.attempt, sa.Text))
+    .concat(sa.literal("}", sa.Text)),
+).cte("succeeded_plain_logged")
+#: A plain success by dialect: PostgreSQL writes its event in the same statement (sent
+#: alone, it is the whole transaction); SQLite appends it after.
+SUCCEED_PLAIN_BY_DIALECT = {
+    "postgresql": DriverStatement(sa.select(_plain).add_cte(_plain_logged)),
+    "sqlite": DriverStatement(_succeed_plain("sqlite")),
+}
 
 CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision, jobs.c.enabled).where(
     jobs.c.after_job == p("job_id")

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kernel.driver import DriverStatement
 from kernel.events import EventType
 from kernel.schema import controls, events, occurrences
+from kernel.statements.logged import logged
 from kernel.statements.settles import lease_held_at
 from kernel.states import ACTIVE
 
@@ -252,18 +253,12 @@ HAND_BACK_CONTROL = {
 
 #: A run's output as one ``run_output`` event, added only while (owner, fence) holds a
 #: live lease.
-APPEND_OUTPUT = (
-    sa.insert(events)
-    .from_select(
-        ["at", "type", "job_id", "occurrence_id", "fence", "data"],
-        sa.select(
-            p("now", type_=sa.BigInteger),
-            sa.literal(EventType.RUN_OUTPUT.value),
-            occurrences.c.job_id,
-            occurrences.c.id,
-            occurrences.c.fence,
-            p("data", type_=sa.Text),
-        ).where(_lease_held),
-    )
-    .returning(events.c.id)
-)  # RETURNING, not rowcount: INSERT ... SELECT reports -1 on psycopg
+APPEND_OUTPUT = logged(
+    p("now", type_=sa.BigInteger),
+    sa.literal(EventType.RUN_OUTPUT.value),
+    occurrences.c.job_id,
+    occurrences.c.id,
+    occurrences.c.fence,
+    p("data", type_=sa.Text),
+    where=_lease_held,
+).returning(events.c.id)  # RETURNING, not rowcount: INSERT ... SELECT reports -1 on psycopg

@@ -227,6 +227,43 @@ def test_pause_request_vs_hand_back(world: World) -> None:
     world.repeat(round_)
 
 
+def test_pause_request_vs_success(world: World) -> None:
+    """Pause first: the success (one statement when nothing else is owed) ends the pause
+    it was asked for, with its event. Success first: the pause is refused. Never a pause
+    left pending on a settled run (on PostgreSQL, held rounds make the success wait
+    behind the request and re-check the row it committed)."""
+
+    def round_(i: int) -> None:
+        claim = world.stage.running()
+        occ, held = claim.occurrence.id, _held(claim)
+        rid = world.stage.next_id("pause")
+        done, paused = world.race(
+            i,
+            lambda k: k.succeed(occ, **held),
+            lambda k: k.request_pause(
+                occ,
+                expected_fence=claim.fence,
+                request_id=rid,
+                safe_points=SAFE_POINTS,
+                operator="op",
+            ),
+            hold=occ,
+        )
+        assert done.ok, f"round {i}: success refused: {done}"
+        state = world.state(occ)
+        control = state["control"]
+        assert state["occurrence"]["status"] == "succeeded", f"round {i}: {paused}"
+        if paused.ok:
+            assert control is not None and control["state"] == "terminal", f"round {i}: {control}"
+            ended = [e for e in state["events"] if e[0] == "control_terminal"]
+            assert len(ended) == 1, f"round {i}: {state['events']}"
+        else:
+            assert paused.code == "STATE_CONFLICT", f"round {i}: {paused}"
+            assert control is None, f"round {i}: pause refused, control {control}"
+
+    world.repeat(round_)
+
+
 # -- one request id used twice at once -------------------------------------------------------
 
 #: The event the first call of each operator action appends (cancel: of a queued occurrence).
