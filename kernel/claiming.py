@@ -157,9 +157,13 @@ def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) 
     }
     # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
     claimed = T.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
-    if claimed is None:
-        return None
+    return None if claimed is None else _queued_claim(tx, claimed, owner)
+
+
+def _queued_claim(tx: Tx, claimed: sa.Row[Any], owner: str) -> Claim:
+    """The Claim of a row WORKER_CLAIMS_QUEUED's statement claimed; SQLite's event."""
     c = claimed._mapping
+    occurrence_id = c["id"]
     tx.observe_now(c["now"])
     if not tx.is_postgres:  # PostgreSQL wrote it in the statement
         event = {"owner": owner, "attempt": c["attempt"], "previous_status": S.QUEUED.value}
@@ -196,6 +200,18 @@ def succeed_and_claim(
     before N+1's effects start. Raises LeaseLost (nothing written) as the settle does;
     a refused claim of ``next_id`` (None) leaves the settle in place.
     """
+    if tx.is_postgres and not runs.owes_more(result):
+        params = {
+            **runs.succeed_plain_params(tx, occurrence_id, owner, fence, result),
+            "next_id": next_id,
+            "owner_json": dumps(owner),
+            "lease_ms": lease_ms,
+        }
+        both = T.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)
+        if both is not None and both.id is not None:
+            return _queued_claim(tx, both, owner)
+        if both is not None:  # settled, committed alone: the claim is a transaction of its own
+            return claim(tx, next_id, owner, lease_ms)
     runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result)
     return claim(tx, next_id, owner, lease_ms)
 

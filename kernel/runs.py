@@ -32,6 +32,8 @@ __all__ = [
     "MAX_CHECKPOINT_BYTES",
     "renew",
     "settle",
+    "owes_more",
+    "succeed_plain_params",
     "release",
     "expire_leases",
     "expire",
@@ -113,7 +115,7 @@ def settle(
     whose ``effect`` is unknown goes to needs_adjudication instead, and one whose effect
     is applied is not retried (dead_letter).
     """
-    plain = outcome == "succeeded" and not _owes_more(result)
+    plain = outcome == "succeeded" and not owes_more(result)
     if plain and _succeed_plain(tx, occurrence_id, owner, fence, result, alone):
         return S.SUCCEEDED
     retry_delay_ms = 0
@@ -220,7 +222,7 @@ def settle(
     return to_status
 
 
-def _owes_more(result: Any) -> bool:
+def owes_more(result: Any) -> bool:
     """A success whose result the kernel acts on beyond the settle: budget units it
     reports, or a registered kind's result hook."""
     return isinstance(result, Mapping) and (
@@ -228,12 +230,11 @@ def _owes_more(result: Any) -> bool:
     )
 
 
-def _succeed_plain(
-    tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool
-) -> bool:
-    """WORKER_SUCCEEDS_PLAIN; False (nothing written) when its guard held for no row,
-    a lost lease included: SETTLE then decides, and says which."""
-    params = {
+def succeed_plain_params(
+    tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any
+) -> dict[str, Any]:
+    """The parameters of WORKER_SUCCEEDS_PLAIN's statement (and of a batch's one)."""
+    return {
         "occ_id": occurrence_id,
         "owner": owner,
         "held_fence": fence,
@@ -241,6 +242,14 @@ def _succeed_plain(
         "result_json": dumps(result),
         "error_json": None,
     }
+
+
+def _succeed_plain(
+    tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool
+) -> bool:
+    """WORKER_SUCCEEDS_PLAIN; False (nothing written) when its guard held for no row,
+    a lost lease included: SETTLE then decides, and says which."""
+    params = succeed_plain_params(tx, occurrence_id, owner, fence, result)
     settled = T.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
     if settled is None:
         return False

@@ -232,13 +232,20 @@ occurrences = sa.Table(
     ),
     # settled_at too: a job's last success or failure is one seek (kernel/job_health.py).
     sa.Index("occurrences_job", "job_id", "status", "settled_at"),
+    # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
+    # writes an entry into every index whose predicate its new row version meets.
     sa.Index(
         "occurrences_pool",
         "pool",
-        sqlite_where=sa.text("status = 'running'"),
-        postgresql_where=sa.text("status = 'running'"),
+        sqlite_where=sa.text("status = 'running' AND pool IS NOT NULL"),
+        postgresql_where=sa.text("status = 'running' AND pool IS NOT NULL"),
     ),
-    sa.Index("occurrences_settled", "settled_at"),
+    sa.Index(
+        "occurrences_settled",
+        "settled_at",
+        sqlite_where=sa.text("settled_at IS NOT NULL"),
+        postgresql_where=sa.text("settled_at IS NOT NULL"),
+    ),
     sa.Index(
         "occurrences_awaiting_approval",
         "approval_due_at",

@@ -168,6 +168,16 @@ WORKER_SUCCEEDS_PLAIN = Transition(
     "no result hook's key (any other success is WORKER_SUCCEEDS)",
     (E.OCCURRENCE_SUCCEEDED,),
 )
+WORKER_SUCCEEDS_AND_CLAIMS_NEXT = Transition(
+    (S.RUNNING,),
+    "worker succeeds and claims its batch's next occurrence (one statement, PostgreSQL)",
+    (S.SUCCEEDED,),
+    st.SUCCEED_AND_CLAIM_QUEUED,
+    "WORKER_SUCCEEDS_PLAIN's for the run; the next occurrence is claimed (queued -> running) "
+    "under WORKER_CLAIMS_QUEUED's guard, and only if the run settled; SQLite runs those "
+    "two rows in turn",
+    (E.OCCURRENCE_SUCCEEDED, E.OCCURRENCE_CLAIMED),
+)
 WORKER_FAILS = Transition(
     (S.RUNNING,),
     "worker fails",
@@ -310,6 +320,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     WORKER_RENEWS,
     WORKER_SUCCEEDS,
     WORKER_SUCCEEDS_PLAIN,
+    WORKER_SUCCEEDS_AND_CLAIMS_NEXT,
     WORKER_FAILS,
     WORKER_STOPS_ON_CANCEL,
     WORKER_RELEASES,

@@ -15,6 +15,7 @@ from kernel.events import EventType
 from kernel.schema import controls, jobs, occurrences, requeue_grants
 from kernel.statements.logged import logged
 from kernel.statements.predicates import CLAIMABLE_STATUS, claimable_now
+from kernel.statements.settles import PLAIN_SUCCESS, PLAIN_SUCCESS_LOGGED
 
 __all__ = [
     "OCCURRENCE_FOR_CLAIM",
@@ -24,6 +25,7 @@ __all__ = [
     "CLAIM_AND_LOG",
     "CLAIM_BY_DIALECT",
     "CLAIM_QUEUED_BY_DIALECT",
+    "SUCCEED_AND_CLAIM_QUEUED",
     "USE_GRANT",
     "BLOCKING_IN_JOB",
     "NO_UNRESOLVED_RUN",
@@ -140,7 +142,7 @@ _SNAPSHOT_LEASE_MS = {
 }
 
 
-def _claim_queued(dialect: str) -> sa.Update:
+def _claim_queued(dialect: str, occurrence_param: str = "occ_id") -> sa.Update:
     """The common claim decided whole in one statement, with no read before it: a queued
     occurrence that never held a lease, with attempts left, no control, no pool, neither
     exclusive nor at-most-once (claiming.claim decides every other case from a read).
@@ -151,7 +153,7 @@ def _claim_queued(dialect: str) -> sa.Update:
     return (
         sa.update(OCC)
         .where(
-            OCC.c.id == p("occ_id"),
+            OCC.c.id == p(occurrence_param),
             OCC.c.status == "queued",
             OCC.c.available_at <= now,
             OCC.c.lease_owner.is_(None),
@@ -203,6 +205,30 @@ CLAIM_QUEUED_BY_DIALECT = {
     "postgresql": DriverStatement(sa.select(_queued).add_cte(_queued_logged)),
     "sqlite": DriverStatement(_claim_queued("sqlite")),
 }
+
+#: A batch's run N settled and run N+1 (``next_id``) claimed in one statement (PostgreSQL,
+#: sent alone: one round trip per run). The claim is guarded by the settle: no row when
+#: the success was not plain (nothing written); a row whose claim columns are NULL when
+#: the next one was not claimable this way (the success stands).
+_next = (
+    _claim_queued("postgresql", "next_id")
+    .where(sa.exists(sa.select(PLAIN_SUCCESS.c.job_id)))
+    .cte("next_claimed")
+)
+_next_logged = logged(
+    _next.c.now,
+    sa.literal(EventType.OCCURRENCE_CLAIMED.value),
+    _next.c.job_id,
+    _next.c.id,
+    _next.c.fence,
+    _queued_claim_data(_next.c.attempt),
+).cte("next_claim_logged")
+SUCCEED_AND_CLAIM_QUEUED = DriverStatement(
+    sa.select(PLAIN_SUCCESS.c.attempt.label("settled_attempt"), *_next.c)
+    .select_from(PLAIN_SUCCESS.outerjoin(_next, sa.true()))
+    .add_cte(PLAIN_SUCCESS_LOGGED)
+    .add_cte(_next_logged)
+)
 
 USE_GRANT = (
     sa.update(requeue_grants)

@@ -196,7 +196,7 @@ _unchanged_since_read = sa.literal_column("occurrences.xmin") == (
 )
 
 
-def _succeed_plain(dialect: str) -> sa.Update:
+def succeed_plain(dialect: str) -> sa.Update:
     """A success that owes nothing beyond its own row and event, decided whole in one
     statement: no open control, no pool slot to give back, no job chained after it (the
     caller knows the result asks for no budget units or result hook)."""
@@ -212,23 +212,25 @@ def _succeed_plain(dialect: str) -> sa.Update:
     )
 
 
-_plain = _succeed_plain("postgresql").cte("succeeded_plain")
-_plain_logged = logged(
-    _plain.c.now,
+#: A plain success and its event as CTEs (PostgreSQL), here and in a batch's
+#: SUCCEED_AND_CLAIM_QUEUED.
+PLAIN_SUCCESS = succeed_plain("postgresql").cte("succeeded_plain")
+PLAIN_SUCCESS_LOGGED = logged(
+    PLAIN_SUCCESS.c.now,
     sa.literal(EventType.OCCURRENCE_SUCCEEDED.value),
-    _plain.c.job_id,
+    PLAIN_SUCCESS.c.job_id,
     p("occ_id", type_=sa.BigInteger),
     p("held_fence", type_=sa.Integer),
     # records.dumps's canonical text of the settle's data, {"attempt": N}
     sa.literal('{"attempt":', sa.Text)
-    .concat(sa.cast(_plain.c.attempt, sa.Text))
+    .concat(sa.cast(PLAIN_SUCCESS.c.attempt, sa.Text))
     .concat(sa.literal("}", sa.Text)),
 ).cte("succeeded_plain_logged")
 #: A plain success by dialect: PostgreSQL writes its event in the same statement (sent
 #: alone, it is the whole transaction); SQLite appends it after.
 SUCCEED_PLAIN_BY_DIALECT = {
-    "postgresql": DriverStatement(sa.select(_plain).add_cte(_plain_logged)),
-    "sqlite": DriverStatement(_succeed_plain("sqlite")),
+    "postgresql": DriverStatement(sa.select(PLAIN_SUCCESS).add_cte(PLAIN_SUCCESS_LOGGED)),
+    "sqlite": DriverStatement(succeed_plain("sqlite")),
 }
 
 CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision, jobs.c.enabled).where(
