@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.clock import Clock, DatabaseClock
 from kernel.driver import DriverStatement
@@ -120,8 +119,3 @@ class Tx:
                 for row in rows
             ],
         )
-
-    def insert_or_ignore(self, table: sa.Table) -> Any:
-        """INSERT ... ON CONFLICT DO NOTHING: unique keys, not Python, refuse duplicates."""
-        dialect_insert = postgresql.insert if self.is_postgres else sqlite.insert
-        return dialect_insert(table).on_conflict_do_nothing()
