@@ -33,7 +33,8 @@ from kombu.exceptions import OperationalError
 from adapters.base import AdapterError, ExecutionContext
 from adapters.secrets import scrub
 from celery_app.scope import Scope
-from kernel import FAILED_STATUSES, Claim, Kernel, KernelError, Notification, Notify
+from kernel import Claim, Kernel, KernelError, Notification, Notify
+from kernel.states import FAILED
 
 __all__ = ["NOTIFY", "REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
 
@@ -61,7 +62,7 @@ def after_settle(app: Any, kernel: Kernel, claim: Claim, status: str) -> int | N
     """
     occurrence = claim.occurrence
     spec = occurrence.definition.get("notify")
-    if not spec or status not in FAILED_STATUSES:
+    if not spec or status not in FAILED:
         return None
     event = Notify.model_validate(spec).event_of(status)
     if event is None:

@@ -27,14 +27,14 @@ from kernel.events import EventType, settled_event
 from kernel.records import dumps, loads, to_dt
 from kernel.schema import notifications
 from kernel.spec.notify import NOTIFY_EVENTS, Notify
+from kernel.states import FAILED
+from kernel.states import OccurrenceStatus as S
 from kernel.tx import Tx
 from kernel.types import Notification
 
-__all__ = ["FAILED_STATUSES", "claim", "delivered", "due", "get", "record", "try_failed"]
+__all__ = ["claim", "delivered", "due", "get", "record", "try_failed"]
 
 N = notifications
-#: The statuses of a failed run's settle, whose events a notification must follow.
-FAILED_STATUSES = ("retry_wait", "dead_letter")
 _TRY_TOKEN_BYTES = 12
 
 
@@ -75,7 +75,7 @@ def record(
         raise InvalidArgument("target", "must be a job's notify section") from None
     if event not in NOTIFY_EVENTS:
         raise InvalidArgument("event", f"must be one of {', '.join(NOTIFY_EVENTS)}")
-    statuses = ("dead_letter",) if event == "dead_letter" else FAILED_STATUSES
+    statuses = (S.DEAD_LETTER,) if event == "dead_letter" else FAILED
     settle_types = [settled_event(status).value for status in statuses]
     params = {
         "occurrence_id": occurrence_id,

@@ -41,6 +41,7 @@ from celery_app.operations import (
     within_calendar,
 )
 from kernel import LIMITED_STATUSES, EventType, Job, Kernel, Occurrence, OccurrenceStatus
+from kernel.states import CLAIMABLE
 
 __all__ = ["answer", "why", "nearest_firing"]
 
@@ -254,7 +255,7 @@ def _explain(
 
 def _waiting_for(kernel: Kernel, job: Job, occ: Occurrence) -> str:
     """What keeps a waiting occurrence from running: its pool full, its job disabled."""
-    if occ.status not in (OccurrenceStatus.QUEUED, OccurrenceStatus.RETRY_WAIT):
+    if occ.status not in CLAIMABLE:
         return ""
     pool = occ.definition.get("pool")
     full = [p for p in kernel.pools() if p.name == pool and p.running >= p.limit]
