@@ -33,12 +33,12 @@ from kombu.exceptions import OperationalError
 from adapters.base import AdapterError, ExecutionContext
 from adapters.secrets import scrub
 from celery_app.scope import Scope
+from celery_app.task_names import NOTIFY
 from kernel import Claim, Kernel, KernelError, Notification, Notify
 from kernel.states import FAILED
 
-__all__ = ["NOTIFY", "REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
+__all__ = ["REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
 
-NOTIFY = "kernel.notify"
 #: Seconds an http notification's request may take.
 HTTP_TIMEOUT_S = 30.0
 #: Seconds a pending notification may be due before Beat hints it again (its own hint,

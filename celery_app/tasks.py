@@ -15,11 +15,10 @@ from celery_app import notify, run_events
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.runtime import LeaseKeeper, new_owner, run_occurrences
 from celery_app.scope import Scope
+from celery_app.task_names import RUN_OCCURRENCE
 from kernel import Claim, Kernel, StorageUnavailable
 
-__all__ = ["register", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
-
-RUN_OCCURRENCE = "kernel.run_occurrence"
+__all__ = ["register", "process_resources", "OccurrenceFailed"]
 
 log = logging.getLogger("celery_kernel.worker")
 
