@@ -18,9 +18,9 @@ from kombu.exceptions import OperationalError
 
 from adapters.base import Adapter, AdjudicationContext, BaseAdapter
 from adapters.secrets import scrub
-from celery_app.runtime import new_owner
+from celery_app.held_run import new_owner
 from celery_app.task_names import ADJUDICATE_OCCURRENCE
-from celery_app.tasks import process_resources
+from celery_app.worker_process import process_resources
 from kernel import Kernel, KernelError, StorageUnavailable
 from kernel.types import DispatchHint, Verdict
 

@@ -34,6 +34,7 @@ from adapters.base import AdapterError, ExecutionContext
 from adapters.secrets import scrub
 from celery_app.scope import Scope
 from celery_app.task_names import NOTIFY
+from celery_app.worker_process import process_resources
 from kernel import Claim, Kernel, KernelError, Notification, Notify
 from kernel.states import FAILED
 
@@ -110,9 +111,6 @@ def _hint(app: Any, notification_id: int, queue: str, countdown: float = 0.0) ->
 
 def notify_task(task: Any, notification_id: int) -> str:
     """Deliver one try of a notification; what happened (see :func:`deliver`)."""
-    # Imported here: celery_app.tasks imports this module for after_settle.
-    from celery_app.tasks import process_resources
-
     resources = process_resources(task.app)
     return deliver(task.app, resources.kernel, resources.adapters, resources.scope, notification_id)
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.import_graph import cycles, graph
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -203,3 +205,11 @@ def test_the_layers_above_use_only_the_public_kernel() -> None:
                     if name.startswith(importer) and module.startswith(refused):
                         offenders.append(f"{name} imports {module}")
     assert offenders == []
+
+
+def test_no_module_of_ours_imports_itself_round() -> None:
+    """No import cycle among our modules, whether the import runs on load or inside a
+    function (moving an import into a function only hides a cycle until that call):
+    a piece two modules share belongs in a module below both. Imports under
+    ``if TYPE_CHECKING:`` never run and do not count."""
+    assert cycles(graph(reach="run")) == []

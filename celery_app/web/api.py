@@ -19,8 +19,8 @@ from pydantic import BaseModel
 
 from celery_app import operations
 from celery_app.web.actions import ACTIONS, Empty, WebAction
-from celery_app.web.app import WebContext
 from celery_app.web.auth import refuse_unless
+from celery_app.web.context import WebContext
 from celery_app.web.users import Role, User
 from kernel import EventType, OccurrenceStatus
 
