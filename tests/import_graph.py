@@ -1,6 +1,6 @@
 """The project's import graph: which of its modules import which when they are loaded.
 
-    python -m tests.import_graph [PACKAGE ...] [--json]
+    python -m tests.import_graph [PACKAGE ...] [--json] [--reach run]
 
 prints, per package (default: all four), its module count, its import arrows (the
 module-level imports from its modules to modules of the project; ``within`` counts
@@ -8,7 +8,8 @@ those that stay in the package), the longest import chain inside the package (ho
 many modules deep a reader follows it), and its import cycles. An import inside a
 function or under ``if TYPE_CHECKING:`` is not an arrow: it does not run on load. A
 module is a ``.py`` file; a package's ``__init__.py`` is the package itself. The
-chain is counted on the graph with each cycle collapsed into one step.
+chain is counted on the graph with each cycle collapsed into one step. ``--reach run``
+draws the imports inside functions too: the cycles tests/test_static.py refuses.
 
 tests/test_static.py reads imports through :func:`imported` too: one parser.
 """
@@ -27,7 +28,17 @@ from typing import Any, Literal
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kernel", "celery_app", "beat_schedule", "adapters")
 
-__all__ = ["PACKAGES", "ROOT", "Reach", "cycles", "figures", "graph", "imported", "module_name"]
+__all__ = [
+    "PACKAGES",
+    "ROOT",
+    "Reach",
+    "cycles",
+    "figures",
+    "graph",
+    "imported",
+    "longest_chain",
+    "module_name",
+]
 
 
 def module_name(path: Path) -> str:
@@ -164,7 +175,7 @@ def cycles(arrows: dict[str, set[str]]) -> list[list[str]]:
     ]
 
 
-def _longest_chain(arrows: dict[str, set[str]]) -> list[str]:
+def longest_chain(arrows: dict[str, set[str]]) -> list[str]:
     """The longest import chain, a cycle counted as one step (shown ``a | b``)."""
     groups = _components(arrows)
     group_of = {m: i for i, group in enumerate(groups) for m in group}
@@ -179,14 +190,14 @@ def _longest_chain(arrows: dict[str, set[str]]) -> list[str]:
     return [" | ".join(groups[i]) for i in chain]
 
 
-def figures(packages: Sequence[str]) -> dict[str, Any]:
+def figures(packages: Sequence[str], reach: Reach = "load") -> dict[str, Any]:
     """Per package: modules, arrows (and ``within`` the package), longest chain, cycles."""
-    arrows = graph(PACKAGES)
+    arrows = graph(PACKAGES, reach)
     result: dict[str, Any] = {}
     for package in packages:
         own = {m: t for m, t in arrows.items() if m.split(".")[0] == package}
         inside = {m: {t for t in t_ if t in own} for m, t_ in own.items()}
-        chain = _longest_chain(inside)
+        chain = longest_chain(inside)
         result[package] = {
             "modules": len(own),
             "arrows": sum(len(t) for t in own.values()),
@@ -198,14 +209,25 @@ def figures(packages: Sequence[str]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.import_graph", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.import_graph",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("packages", nargs="*", metavar="PACKAGE", help="default: all four")
     parser.add_argument("--json", action="store_true", help="one JSON object, by package")
+    parser.add_argument(
+        "--reach",
+        choices=("load", "run"),
+        default="load",
+        help="arrows of the imports that run on load (default), or of every import that "
+        "may run, inside functions too (the cycles test_static refuses)",
+    )
     args = parser.parse_args(argv)
     unknown = [p for p in args.packages if p not in PACKAGES]
     if unknown:
         parser.error(f"not a package of the project: {', '.join(unknown)}")
-    found = figures(args.packages or PACKAGES)
+    found = figures(args.packages or PACKAGES, args.reach)
     if args.json:
         print(json.dumps(found, indent=2))
         return 0

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.import_graph import cycles, graph
+from tests.import_graph import cycles, graph, imported, module_name
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -40,22 +40,12 @@ _FORBIDDEN = {
 }
 
 
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
-
-
 def test_each_layer_imports_only_what_it_may() -> None:
     offenders = [
         f"{path.relative_to(ROOT)} imports {name}"
         for package, refused in _FORBIDDEN.items()
         for path in sorted((ROOT / package).rglob("*.py"))
-        for name in sorted(_imports(path))
+        for name in sorted(imported(path))
         if name.split(".")[0] in refused
     ]
     assert offenders == []
@@ -141,32 +131,15 @@ def _kernel_place(module: str) -> tuple[int, str]:
     raise AssertionError(f"kernel module {module} has no place in tests/test_static.py")
 
 
-def _module_of(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _kernel_imports(path: Path) -> set[str]:
     """The kernel modules ``path`` imports (``from kernel import runs`` names kernel.runs)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] == "kernel")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] != "kernel":
-                continue
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                as_file = ROOT / Path(*sub.split("."))
-                is_module = as_file.with_suffix(".py").exists() or as_file.is_dir()
-                found.add(sub if is_module else node.module)
-    return found
+    return {m for m in imported(path) if m.split(".")[0] == "kernel"}
 
 
 def test_the_kernel_layers_point_down_and_no_actor_imports_another() -> None:
     offenders = []
     for path in sorted((ROOT / "kernel").rglob("*.py")):
-        module = _module_of(path)
+        module = module_name(path)
         layer, actor = _kernel_place(module)
         for target in sorted(_kernel_imports(path)):
             their_layer, their_actor = _kernel_place(target)
@@ -200,7 +173,7 @@ def test_the_layers_above_use_only_the_public_kernel() -> None:
             for target in sorted(_kernel_imports(path)):
                 if target not in _PUBLIC_KERNEL:
                     offenders.append(f"{name} imports {target}")
-            for module in sorted(_imports(path)):
+            for module in sorted(imported(path)):
                 for importer, refused in _REFUSED_INSIDE:
                     if name.startswith(importer) and module.startswith(refused):
                         offenders.append(f"{name} imports {module}")
