@@ -18,13 +18,13 @@ from kombu.exceptions import OperationalError
 
 from adapters.base import Adapter, AdjudicationContext, BaseAdapter
 from adapters.secrets import scrub
-from celery_app.runtime import new_owner
-from celery_app.tasks import process_resources
+from celery_app.held_run import new_owner
+from celery_app.task_names import ADJUDICATE_OCCURRENCE
+from celery_app.worker_process import process_resources
 from kernel import Kernel, KernelError, StorageUnavailable
 from kernel.types import DispatchHint, Verdict
 
 __all__ = [
-    "ADJUDICATE_OCCURRENCE",
     "ASK_WINDOW_S",
     "ANSWER_TIMEOUT_S",
     "register",
@@ -32,7 +32,6 @@ __all__ = [
     "hint_adapter_asks",
 ]
 
-ADJUDICATE_OCCURRENCE = "kernel.adjudicate_occurrence"
 #: Seconds one ask holds; an answer after it is discarded and the question asked again.
 ASK_WINDOW_S = 60.0
 #: Seconds the adapter is given to answer, well inside the ask's window.

@@ -41,6 +41,7 @@ from kernel import (
     NotFound,
     OccurrenceStatus,
 )
+from kernel.states import SETTLED
 from kernel.types import DispatchHint
 
 __all__ = [
@@ -59,11 +60,8 @@ log = logging.getLogger("celery_kernel.enqueue")
 _RUN_FIELDS = ("args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority")
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
-_FINAL_FAILURES = {
-    OccurrenceStatus.DEAD_LETTER,
-    OccurrenceStatus.CANCELLED,
-    OccurrenceStatus.SKIPPED,
-}
+#: Settled without success: result() raises.
+_FINAL_FAILURES = frozenset(SETTLED) - {OccurrenceStatus.SUCCEEDED}
 
 
 class RunFailed(KernelError):

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +19,7 @@ from kernel import Claim, Kernel, KernelError, LeaseLost
 from kernel.jobspec import SELF_FENCE_MARGIN_S, renew_interval
 from kernel.types import PendingPause
 
-__all__ = ["SELF_FENCE_EXIT", "HeldRun", "LeaseKeeper", "claim_pause"]
+__all__ = ["SELF_FENCE_EXIT", "HeldRun", "LeaseKeeper", "claim_pause", "new_owner"]
 
 log = logging.getLogger("celery_kernel.runtime")
 
@@ -25,6 +27,11 @@ log = logging.getLogger("celery_kernel.runtime")
 _POLL_S = 0.25
 #: Exit status of a pool process that ended itself because a run would not stop.
 SELF_FENCE_EXIT = 70
+
+
+def new_owner() -> str:
+    """A lease owner's name: this host and process, and a token of its own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 class _FencedEvent(threading.Event):

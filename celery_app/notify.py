@@ -33,11 +33,13 @@ from kombu.exceptions import OperationalError
 from adapters.base import AdapterError, ExecutionContext
 from adapters.secrets import scrub
 from celery_app.scope import Scope
-from kernel import FAILED_STATUSES, Claim, Kernel, KernelError, Notification, Notify
+from celery_app.task_names import NOTIFY
+from celery_app.worker_process import process_resources
+from kernel import Claim, Kernel, KernelError, Notification, Notify
+from kernel.states import FAILED
 
-__all__ = ["NOTIFY", "REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
+__all__ = ["REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
 
-NOTIFY = "kernel.notify"
 #: Seconds an http notification's request may take.
 HTTP_TIMEOUT_S = 30.0
 #: Seconds a pending notification may be due before Beat hints it again (its own hint,
@@ -61,7 +63,7 @@ def after_settle(app: Any, kernel: Kernel, claim: Claim, status: str) -> int | N
     """
     occurrence = claim.occurrence
     spec = occurrence.definition.get("notify")
-    if not spec or status not in FAILED_STATUSES:
+    if not spec or status not in FAILED:
         return None
     event = Notify.model_validate(spec).event_of(status)
     if event is None:
@@ -109,9 +111,6 @@ def _hint(app: Any, notification_id: int, queue: str, countdown: float = 0.0) ->
 
 def notify_task(task: Any, notification_id: int) -> str:
     """Deliver one try of a notification; what happened (see :func:`deliver`)."""
-    # Imported here: celery_app.tasks imports this module for after_settle.
-    from celery_app.tasks import process_resources
-
     resources = process_resources(task.app)
     return deliver(task.app, resources.kernel, resources.adapters, resources.scope, notification_id)
 

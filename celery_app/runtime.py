@@ -7,10 +7,7 @@ marker is :mod:`celery_app.warm_shutdown` (both importable from here, as before)
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -18,7 +15,8 @@ from billiard.exceptions import SoftTimeLimitExceeded
 
 from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
 from adapters.secrets import scrub, scrub_value
-from celery_app.held_run import HeldRun, LeaseKeeper
+from celery_app.adjudication import ask_adapter
+from celery_app.held_run import HeldRun, LeaseKeeper, new_owner
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
 from kernel import (
@@ -37,7 +35,6 @@ __all__ = [
     "RunOutcome",
     "run_occurrence",
     "run_occurrences",
-    "new_owner",
     "shutdown_marker",
     "request_warm_shutdown",
     "clear_warm_shutdown",
@@ -67,10 +64,6 @@ class RunOutcome:
     def failure(self, occurrence_id: int) -> str:
         """What failed, for people: the job, the error code and the kernel status."""
         return f"job {self.job_id}: {self.error_code}, occurrence {occurrence_id} is {self.status}"
-
-
-def new_owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 def run_occurrence(
@@ -274,9 +267,6 @@ def _ask_at_once(kernel: Kernel, adapter: Adapter, occurrence: Occurrence) -> No
     """The run's outcome is unknown and it may not repeat: its adapter is asked now, by this
     worker, as Beat's pump would hint it (``kernel.adjudicate_occurrence``); whoever takes
     the ask first asks, the other finds it taken."""
-    # Imported here: celery_app.adjudication imports this module.
-    from celery_app.adjudication import ask_adapter
-
     try:
         ask_adapter(kernel, {occurrence.kind: adapter}, occurrence.id, occurrence.kind)
     except StorageUnavailable as exc:

@@ -33,7 +33,7 @@ from celery_app.config import (
     refuse_start,
 )
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
-from celery_app.tasks import process_resources
+from celery_app.worker_process import process_resources
 from kernel import KernelError, StorageUnavailable
 from kernel.redaction import masked_url
 

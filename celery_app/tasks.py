@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import logging
-import os
-from dataclasses import dataclass
 from typing import Any
 
-from billiard.process import current_process
-
-from adapters.base import Adapter
-from adapters.registry import load_adapters
 from celery_app import notify, run_events
-from celery_app.config import KernelSettings, open_kernel
-from celery_app.runtime import LeaseKeeper, new_owner, run_occurrences
-from celery_app.scope import Scope
-from kernel import Claim, Kernel, StorageUnavailable
+from celery_app.runtime import run_occurrences
+from celery_app.task_names import RUN_OCCURRENCE
+from celery_app.worker_process import process_resources
+from kernel import Claim, StorageUnavailable
 
-__all__ = ["register", "process_resources", "OccurrenceFailed", "RUN_OCCURRENCE"]
-
-RUN_OCCURRENCE = "kernel.run_occurrence"
+__all__ = ["register", "OccurrenceFailed"]
 
 log = logging.getLogger("celery_kernel.worker")
 
@@ -31,46 +23,6 @@ class OccurrenceFailed(Exception):
     kernel, not Celery, owns the retry. Listed in the task's ``throws``, so the
     worker logs it in one line at INFO instead of a traceback at ERROR.
     """
-
-
-@dataclass
-class ProcessResources:
-    """A worker process's own kernel engine (not shared across fork), adapters and lease keeper."""
-
-    pid: int
-    kernel: Kernel
-    adapters: dict[str, Adapter]
-    main_pid: int
-    keeper: LeaseKeeper
-    #: The lease owner of every claim this process makes (each claim has its own fence).
-    owner: str
-    scope: Scope
-
-
-def process_resources(celery_app: Any, *, main_pid: int | None = None) -> ProcessResources:
-    """This process's resources, created on first use and again after a fork."""
-    current: ProcessResources | None = getattr(celery_app, "_kernel_resources", None)
-    if current is not None and current.pid == os.getpid():
-        return current
-    resources = ProcessResources(
-        pid=os.getpid(),
-        kernel=open_kernel(celery_app, migrate=False),
-        adapters=load_adapters(celery_app),
-        main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),
-        keeper=LeaseKeeper(),
-        owner=new_owner(),
-        scope=Scope.of(KernelSettings.from_app(celery_app)),
-    )
-    celery_app._kernel_resources = resources
-    return resources
-
-
-def _worker_main_pid() -> int:
-    """The worker's main process, whose warm-shutdown marker this process must watch.
-
-    A prefork pool child's parent is the main process; any other pool runs tasks in it.
-    """
-    return os.getpid() if current_process().name == "MainProcess" else os.getppid()
 
 
 def register(celery_app: Any) -> Any:

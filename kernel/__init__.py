@@ -20,7 +20,6 @@ from kernel.errors import (
 )
 from kernel.events import EventType
 from kernel.history_limits import LIMITED_STATUSES
-from kernel.notify import FAILED_STATUSES
 from kernel.run_params import with_params
 from kernel.spec.notify import Notify
 from kernel.states import (
@@ -52,7 +51,6 @@ from kernel.types import (
 
 __all__ = [
     "Kernel",
-    "FAILED_STATUSES",
     "LIMITED_STATUSES",
     "Notify",
     "with_params",

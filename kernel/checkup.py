@@ -96,7 +96,7 @@ def schema_fingerprint(engine: sa.Engine) -> Finding:
             "schema",
             "warn",
             f"{EXPECTED_FILE.name} does not describe this release's head revision: "
-            "nothing compared (rewrite it with `python -m kernel.schema_shape`)",
+            "nothing compared (rewrite it with `python -m kernel.migrations.shape`)",
         )
     if drift.breaks:
         return Finding("schema", "fail", f"differs from the migrations: {drift.describe()}")

@@ -16,16 +16,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel import statements as st
 from kernel.events import EventType
 from kernel.history import forget
 from kernel.records import loads
-from kernel.schema import jobs, occurrences
+from kernel.schema import jobs
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 
 __all__ = ["LIMITED_STATUSES", "limit_history"]
 
-OCC = occurrences
 #: The spec's ``history`` keys and the status each limits.
 LIMITED_STATUSES: dict[str, OccurrenceStatus] = {
     "succeeded": OccurrenceStatus.SUCCEEDED,
@@ -35,23 +35,6 @@ LIMITED_STATUSES: dict[str, OccurrenceStatus] = {
 # Canonical JSON: a spec with history limits holds this key exactly as written.
 _LIMITED_JOBS = (
     sa.select(jobs.c.id, jobs.c.spec).where(jobs.c.spec.like('%"history":{%')).order_by(jobs.c.id)
-)
-
-_PAST_LIMIT = (
-    sa.select(OCC.c.id)
-    .where(OCC.c.job_id == sa.bindparam("job_id"), OCC.c.status == sa.bindparam("status"))
-    .order_by(OCC.c.settled_at.desc(), OCC.c.id.desc())
-    .limit(sa.bindparam("limit"))
-    .offset(sa.bindparam("keep"))
-)
-#: Delete one job's runs of one status past its newest ``keep``, at most ``limit``.
-_DELETE_PAST_LIMIT = (
-    sa.delete(OCC)
-    .where(
-        OCC.c.id.in_(_PAST_LIMIT.scalar_subquery()),
-        OCC.c.status == sa.bindparam("status"),
-    )
-    .returning(OCC.c.id, OCC.c.trigger_key)
 )
 
 
@@ -72,7 +55,7 @@ def limit_history(tx: Tx, limit: int) -> dict[str, int]:
             if keep is None or budget <= 0:
                 continue
             params = {"job_id": row.id, "status": status.value, "keep": keep, "limit": budget}
-            gone = tx.conn.execute(_DELETE_PAST_LIMIT, params).all()
+            gone = tx.conn.execute(st.DELETE_PAST_HISTORY_LIMIT, params).all()
             if not gone:
                 continue
             ids = [r.id for r in gone]

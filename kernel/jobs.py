@@ -100,17 +100,15 @@ def _check_chain(tx: Tx, spec: JobSpec) -> None:
         )
 
 
-def _row_values(tx: Tx, spec: JobSpec) -> dict[str, Any]:
+def _definition(tx: Tx, spec: JobSpec) -> dict[str, Any]:
+    """The binds of DEFINE_JOB and REVISE_JOB for ``spec``."""
     return {
+        "job_id": spec.id,
         "digest": spec.digest,
         "spec": dumps(spec.to_dict()),
         "enabled": spec.enabled,
-        "planned": False,
-        "next_fire_at": None,
-        "next_trigger_key": None,
         "after_job": None if spec.after is None else spec.after.job or FAN_IN_MARK,
-        "defined_at": tx.now,
-        "updated_at": tx.now,
+        "now": tx.now,
     }
 
 
@@ -134,10 +132,7 @@ def define_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> t
         )
     _check_chain(tx, spec)
     check_ref(tx, spec.id, spec.to_dict().get("budget"))
-    values = {"id": spec.id, "revision": 1, **_row_values(tx, spec)}
-    inserted = tx.conn.execute(
-        tx.insert_or_ignore(jobs).values(**values).returning(jobs.c.id)
-    ).scalar()
+    inserted = tx.conn.execute(st.DEFINE_JOB[tx.dialect], _definition(tx, spec)).scalar()
     if inserted is None:  # a concurrent definer won; compare with what it wrote
         return define_job(tx, raw, operator)
     tx.emit(
@@ -167,20 +162,12 @@ def revise_job(
         return current, False
     _check_chain(tx, spec)
     check_ref(tx, spec.id, spec.to_dict().get("budget"))
-    values = _row_values(tx, spec)
-    if current.enabled and spec.enabled:
-        # While unplanned, next_fire_at is where Beat resumes planning: the old
-        # cursor if it was already due, else now. A firing due but not yet
-        # materialised when the edit landed is then still made (under the new
-        # revision) or recorded by the catch-up policy, not silently dropped.
-        values["next_fire_at"] = sa.case(
-            (jobs.c.next_fire_at < tx.now, jobs.c.next_fire_at), else_=tx.now
-        )
-    changed = tx.conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == spec.id, jobs.c.revision == expected_revision)
-        .values(revision=jobs.c.revision + 1, **values)
-    ).rowcount
+    # A live job keeps a cursor that was already due: a firing due but not yet
+    # materialised when the edit landed is then still made (under the new revision) or
+    # recorded by the catch-up policy, not silently dropped.
+    revise = st.REVISE_LIVE_JOB if current.enabled and spec.enabled else st.REVISE_JOB
+    params = {**_definition(tx, spec), "expected_revision": expected_revision}
+    changed = tx.conn.execute(revise, params).rowcount
     if changed != 1:
         raise RevisionConflict(f"job {spec.id!r} changed while being revised", job_id=spec.id)
     tx.emit(
@@ -321,23 +308,15 @@ def fire(
     ``missed_count`` of them (``missed`` lists at most the oldest) in one
     ``firings_missed`` event spanning them.
     """
-    cursor_guard = (
-        sa.and_(sa.not_(jobs.c.planned), jobs.c.next_trigger_key.is_(None))
-        if expected_cursor is None
-        else sa.and_(jobs.c.planned, jobs.c.next_trigger_key == expected_cursor)
-    )
-    advanced = tx.conn.execute(
-        sa.update(jobs)
-        .where(
-            jobs.c.id == job_id, jobs.c.revision == expected_revision, jobs.c.enabled, cursor_guard
-        )
-        .values(
-            planned=True,
-            next_trigger_key=next_cursor[0] if next_cursor else None,
-            next_fire_at=next_cursor[1] if next_cursor else None,
-        )
-        .returning(jobs.c.spec)
-    ).scalar()
+    advance = st.PLAN_CURSOR if expected_cursor is None else st.ADVANCE_CURSOR
+    params = {
+        "job_id": job_id,
+        "expected_revision": expected_revision,
+        "expected_cursor": expected_cursor,
+        "next_trigger_key": next_cursor[0] if next_cursor else None,
+        "next_fire_at": next_cursor[1] if next_cursor else None,
+    }
+    advanced = tx.conn.execute(advance, params).scalar()
     if advanced is None:
         return FireReport(stale=True)
     spec = loads(advanced)

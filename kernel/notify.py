@@ -20,101 +20,22 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import ValidationError
-from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel import statements as st
 from kernel.errors import InvalidArgument, NotFound, StateConflict
 from kernel.events import EventType, settled_event
 from kernel.records import dumps, loads, to_dt
-from kernel.schema import events, notifications
+from kernel.schema import notifications
 from kernel.spec.notify import NOTIFY_EVENTS, Notify
+from kernel.states import FAILED
+from kernel.states import OccurrenceStatus as S
 from kernel.tx import Tx
 from kernel.types import Notification
 
-__all__ = ["FAILED_STATUSES", "claim", "delivered", "due", "get", "record", "try_failed"]
+__all__ = ["claim", "delivered", "due", "get", "record", "try_failed"]
 
 N = notifications
-p = sa.bindparam
-#: The statuses of a failed run's settle, whose events a notification must follow.
-FAILED_STATUSES = ("retry_wait", "dead_letter")
 _TRY_TOKEN_BYTES = 12
-
-_RUN_FAILED = sa.exists().where(
-    events.c.occurrence_id == p("occurrence_id"),
-    events.c.fence == p("fence"),
-    events.c.type.in_(p("settle_types", expanding=True)),
-)
-_COLUMNS = (
-    "occurrence_id",
-    "fence",
-    "job_id",
-    "event",
-    "state",
-    "tries",
-    "next_at",
-    "target",
-    "body",
-    "created_at",
-    "updated_at",
-)
-
-
-def _record_statement(insert: Any) -> Any:
-    values = sa.select(
-        p("occurrence_id", type_=sa.BigInteger),
-        p("fence", type_=sa.Integer),
-        p("job_id", type_=sa.String),
-        p("event", type_=sa.String),
-        sa.literal("pending"),
-        sa.literal(0),
-        p("now", type_=sa.BigInteger),
-        p("target", type_=sa.Text),
-        p("body", type_=sa.Text),
-        p("now", type_=sa.BigInteger),
-        p("now", type_=sa.BigInteger),
-    ).where(_RUN_FAILED)
-    return (
-        insert(N)
-        .from_select(list(_COLUMNS), values)
-        .on_conflict_do_nothing(index_elements=[N.c.occurrence_id, N.c.fence])
-        .returning(N.c.id)
-    )
-
-
-_RECORD = {
-    "postgresql": _record_statement(postgresql.insert),
-    "sqlite": _record_statement(sqlite.insert),
-}
-
-#: Take one try: only a pending, due notification; a fresh token names the try.
-_CLAIM = (
-    sa.update(N)
-    .where(N.c.id == p("notification_id"), N.c.state == "pending", N.c.next_at <= p("now"))
-    .values(state="delivering", token=p("token"), tries=N.c.tries + 1, updated_at=p("now"))
-    .returning(*N.c)
-)
-#: End the try the token names: delivered.
-_DELIVERED = (
-    sa.update(N)
-    .where(N.c.id == p("notification_id"), N.c.state == "delivering", N.c.token == p("try_token"))
-    .values(state="delivered", token=None, last_error=None, updated_at=p("now"))
-    .returning(N.c.occurrence_id, N.c.fence, N.c.tries)
-)
-#: End the try the token names: failed. Pending again while retryable with tries left.
-_TRY_FAILED = (
-    sa.update(N)
-    .where(N.c.id == p("notification_id"), N.c.state == "delivering", N.c.token == p("try_token"))
-    .values(
-        state=sa.case(
-            (sa.and_(p("retryable", type_=sa.Boolean), N.c.tries < p("attempts")), "pending"),
-            else_="failed",
-        ),
-        next_at=p("next_at"),
-        token=None,
-        last_error=p("error"),
-        updated_at=p("now"),
-    )
-    .returning(N.c.occurrence_id, N.c.fence, N.c.tries, N.c.state)
-)
 
 
 def _notification(row: Any) -> Notification:
@@ -154,7 +75,7 @@ def record(
         raise InvalidArgument("target", "must be a job's notify section") from None
     if event not in NOTIFY_EVENTS:
         raise InvalidArgument("event", f"must be one of {', '.join(NOTIFY_EVENTS)}")
-    statuses = ("dead_letter",) if event == "dead_letter" else FAILED_STATUSES
+    statuses = (S.DEAD_LETTER,) if event == "dead_letter" else FAILED
     settle_types = [settled_event(status).value for status in statuses]
     params = {
         "occurrence_id": occurrence_id,
@@ -166,7 +87,7 @@ def record(
         "body": dumps(dict(body)),
         "settle_types": settle_types,
     }
-    made = tx.conn.execute(_RECORD[tx.dialect], params).scalar()
+    made = tx.conn.execute(st.RECORD_NOTIFICATION[tx.dialect], params).scalar()
     if made is not None:
         tx.emit(
             EventType.NOTIFICATION_RECORDED,
@@ -184,7 +105,8 @@ def claim(tx: Tx, notification_id: int) -> Notification | None:
     took it, it was delivered or given up, or it is not due yet)."""
     token = secrets.token_hex(_TRY_TOKEN_BYTES)
     row = tx.conn.execute(
-        _CLAIM, {"notification_id": notification_id, "token": token, "now": tx.now}
+        st.TAKE_NOTIFICATION_TRY,
+        {"notification_id": notification_id, "token": token, "now": tx.now},
     ).first()
     return None if row is None else _notification(row)
 
@@ -206,7 +128,8 @@ def delivered(tx: Tx, notification_id: int, token: str) -> None:
         StateConflict: the try no longer holds the notification. NotFound: no such one.
     """
     row = tx.conn.execute(
-        _DELIVERED, {"notification_id": notification_id, "try_token": token, "now": tx.now}
+        st.NOTIFICATION_DELIVERED,
+        {"notification_id": notification_id, "try_token": token, "now": tx.now},
     ).first()
     if row is None:
         raise _refused(tx, notification_id)
@@ -243,7 +166,7 @@ def try_failed(
         "error": error,
         "now": tx.now,
     }
-    row = tx.conn.execute(_TRY_FAILED, params).first()
+    row = tx.conn.execute(st.NOTIFICATION_TRY_FAILED, params).first()
     if row is None:
         raise _refused(tx, notification.id)
     gave_up = row.state == "failed"

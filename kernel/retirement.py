@@ -14,8 +14,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel import statements as st
 from kernel.events import EventType
-from kernel.schema import jobs, occurrences
+from kernel.schema import occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
 
@@ -73,10 +74,7 @@ def retirement(schedule: dict[str, Any] | None, exhausted: bool, left: int | Non
 def retire(tx: Tx, job_id: str, revision: int, reason: str, **data: Any) -> None:
     """Disable the job (if still at ``revision`` and enabled) with event ``job_disabled``
     giving ``reason``: its ``ttl`` / ``delete_after_run`` count from here."""
-    retired = tx.conn.execute(
-        sa.update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.revision == revision, jobs.c.enabled)
-        .values(enabled=False, updated_at=tx.now)
-    ).rowcount
+    params = {"job_id": job_id, "expected_revision": revision, "now": tx.now}
+    retired = tx.conn.execute(st.RETIRE_JOB, params).rowcount
     if retired:
         tx.emit(EventType.JOB_DISABLED, job_id=job_id, revision=revision, reason=reason, **data)

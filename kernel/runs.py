@@ -344,7 +344,9 @@ def release(
         )
         return
     if pause_request_id is None:
-        handed = T.run(tx, T.WORKER_HANDS_BACK, {**params, "safe_points": dumps([safe_point])})
+        handed = T.run(
+            tx, T.WORKER_RELEASES_CONTROL, {**params, "safe_points": dumps([safe_point])}
+        )
         assert handed is not None  # an upsert always returns its row
         if handed.state == ControlState.PAUSED:
             # A warm hand back while this run's pause is pending honours the pause.

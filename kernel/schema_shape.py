@@ -7,7 +7,7 @@ A shape is a flat map, object → definition (``column occurrences.status`` →
 SQLite's ``sqlite_master`` and ``PRAGMA table_info``, PostgreSQL's ``information_schema``
 and ``pg_catalog`` (definitions as the server prints them). ``shape.json`` beside the
 migrations holds the shape a fresh database has after them, per dialect, and a SHA-256
-of each revision file; ``python -m kernel.schema_shape URL...`` rewrites it after a new
+of each revision file; ``python -m kernel.migrations.shape URL...`` rewrites it after a new
 migration (``tests/kernel/test_schema_shape.py`` says when it is due).
 """
 
@@ -16,10 +16,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -199,29 +197,3 @@ def _postgresql_shape(conn: sa.Connection) -> dict[str, str]:
     ):
         shape[f"constraint {table}.{name}"] = definition
     return shape
-
-
-def _write(urls: list[str]) -> None:
-    """Migrate a fresh database at each URL (one SQLite, one PostgreSQL) and store the
-    shapes they have, with the revisions' checksums, in ``shape.json``."""
-    from kernel.engine import HEAD_REVISION, create_kernel_engine, migrate
-
-    shapes = {}
-    for url in urls:
-        engine = create_kernel_engine(url)
-        try:
-            migrate(engine)
-            with engine.connect() as conn:
-                shapes[engine.dialect.name] = dict(sorted(live_shape(conn).items()))
-        finally:
-            engine.dispose()
-    document: dict[str, Any] = {
-        "revision": HEAD_REVISION,
-        "checksums": migration_checksums(),
-        "shapes": shapes,
-    }
-    EXPECTED_FILE.write_text(json.dumps(document, indent=1) + "\n")
-
-
-if __name__ == "__main__":
-    _write(sys.argv[1:])

@@ -18,6 +18,7 @@ __all__ = [
     "UNSETTLED",
     "SETTLED",
     "RESOLVED",
+    "FAILED",
 ]
 
 
@@ -124,3 +125,6 @@ SETTLED = (_S.SUCCEEDED, _S.DEAD_LETTER, _S.CANCELLED, _S.SKIPPED)
 #: Settled and resolved: the history retention may delete (a dead letter waits for an
 #: operator's requeue).
 RESOLVED = tuple(s for s in SETTLED if s != _S.DEAD_LETTER)
+#: A failed run's settle: tried again later or given up (what a job's ``notify`` is
+#: about).
+FAILED = (_S.RETRY_WAIT, _S.DEAD_LETTER)

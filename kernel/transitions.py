@@ -361,11 +361,11 @@ WORKER_ACKS_PAUSE = Transition(
     "request id, fence, revision when given, safe point; CASE cancel -> terminal",
     (E.OCCURRENCE_PAUSED,),
 )
-WORKER_HANDS_BACK = Transition(
+WORKER_RELEASES_CONTROL = Transition(
     ("none", C.PAUSE_REQUESTED, C.RESUMED, C.TERMINAL),
     "worker hands back (warm shutdown)",
     (C.RESUMED, C.PAUSED),
-    st.HAND_BACK_CONTROL,
+    st.RELEASE_CONTROL,
     "upsert; CASE pause pending for this fence -> paused",
     (E.OCCURRENCE_HANDED_BACK, E.OCCURRENCE_PAUSED),
 )
@@ -390,7 +390,7 @@ CONTROL_TRANSITIONS: tuple[Transition, ...] = (
     OPERATOR_REQUESTS_PAUSE,
     PAUSE_REQUEST_REBOUND,
     WORKER_ACKS_PAUSE,
-    WORKER_HANDS_BACK,
+    WORKER_RELEASES_CONTROL,
     CONTROL_RESUMES,
     CONTROL_ENDS,
 )

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.clock import Clock, DatabaseClock
 from kernel.driver import DriverStatement
@@ -155,8 +154,3 @@ class Tx:
                 for row in rows
             ],
         )
-
-    def insert_or_ignore(self, table: sa.Table) -> Any:
-        """INSERT ... ON CONFLICT DO NOTHING: unique keys, not Python, refuse duplicates."""
-        dialect_insert = postgresql.insert if self.is_postgres else sqlite.insert
-        return dialect_insert(table).on_conflict_do_nothing()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.import_graph import cycles, graph, imported, module_name
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
@@ -38,22 +40,12 @@ _FORBIDDEN = {
 }
 
 
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
-
-
 def test_each_layer_imports_only_what_it_may() -> None:
     offenders = [
         f"{path.relative_to(ROOT)} imports {name}"
         for package, refused in _FORBIDDEN.items()
         for path in sorted((ROOT / package).rglob("*.py"))
-        for name in sorted(_imports(path))
+        for name in sorted(imported(path))
         if name.split(".")[0] in refused
     ]
     assert offenders == []
@@ -75,15 +67,16 @@ def _status_member(node: ast.AST) -> str | None:
 def test_status_groups_are_named_once() -> None:
     """A literal of the statuses of a named group outside kernel/states.py is a copy that
     drifts (ours forgot needs_adjudication and awaiting_approval): use CLAIMABLE,
-    WAITING, ACTIVE, UNSETTLED or SETTLED, or kernel/statements/predicates.py."""
+    WAITING, ACTIVE, UNSETTLED, SETTLED, RESOLVED or FAILED, or
+    kernel/statements/predicates.py."""
     from kernel import states
 
     groups = {
         frozenset(getattr(states, g)): g
-        for g in ("CLAIMABLE", "WAITING", "ACTIVE", "UNSETTLED", "SETTLED")
+        for g in ("CLAIMABLE", "WAITING", "ACTIVE", "UNSETTLED", "SETTLED", "RESOLVED", "FAILED")
     }
     offenders = []
-    for path in sorted((ROOT / "kernel").rglob("*.py")):
+    for path in sorted(p for package in _FORBIDDEN for p in (ROOT / package).rglob("*.py")):
         name = str(path.relative_to(ROOT))
         if name == "kernel/states.py" or "migrations" in path.parts:
             continue
@@ -138,32 +131,15 @@ def _kernel_place(module: str) -> tuple[int, str]:
     raise AssertionError(f"kernel module {module} has no place in tests/test_static.py")
 
 
-def _module_of(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _kernel_imports(path: Path) -> set[str]:
     """The kernel modules ``path`` imports (``from kernel import runs`` names kernel.runs)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] == "kernel")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] != "kernel":
-                continue
-            for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                as_file = ROOT / Path(*sub.split("."))
-                is_module = as_file.with_suffix(".py").exists() or as_file.is_dir()
-                found.add(sub if is_module else node.module)
-    return found
+    return {m for m in imported(path) if m.split(".")[0] == "kernel"}
 
 
 def test_the_kernel_layers_point_down_and_no_actor_imports_another() -> None:
     offenders = []
     for path in sorted((ROOT / "kernel").rglob("*.py")):
-        module = _module_of(path)
+        module = module_name(path)
         layer, actor = _kernel_place(module)
         for target in sorted(_kernel_imports(path)):
             their_layer, their_actor = _kernel_place(target)
@@ -187,12 +163,6 @@ _REFUSED_INSIDE = (
     ("celery_app/web/", "celery_app.cli"),
     ("celery_app/beat/", "celery_app.tasks"),
 )
-#: Left: Beat takes the task's name from celery_app/tasks.py (the hot-path change owns
-#: both files); the HTTP API's "why" answer still lives in the CLI's module.
-_REFUSED_INSIDE_LEFT = {
-    "celery_app/beat/firings.py imports celery_app.tasks",
-    "celery_app/web/api.py imports celery_app.cli.why",
-}
 
 
 def test_the_layers_above_use_only_the_public_kernel() -> None:
@@ -203,13 +173,16 @@ def test_the_layers_above_use_only_the_public_kernel() -> None:
             for target in sorted(_kernel_imports(path)):
                 if target not in _PUBLIC_KERNEL:
                     offenders.append(f"{name} imports {target}")
-            for module in sorted(_imports(path)):
+            for module in sorted(imported(path)):
                 for importer, refused in _REFUSED_INSIDE:
-                    found = f"{name} imports {module}"
-                    if (
-                        name.startswith(importer)
-                        and module.startswith(refused)
-                        and found not in _REFUSED_INSIDE_LEFT
-                    ):
-                        offenders.append(found)
+                    if name.startswith(importer) and module.startswith(refused):
+                        offenders.append(f"{name} imports {module}")
     assert offenders == []
+
+
+def test_no_module_of_ours_imports_itself_round() -> None:
+    """No import cycle among our modules, whether the import runs on load or inside a
+    function (moving an import into a function only hides a cycle until that call):
+    a piece two modules share belongs in a module below both. Imports under
+    ``if TYPE_CHECKING:`` never run and do not count."""
+    assert cycles(graph(reach="run")) == []

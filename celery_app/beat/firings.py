@@ -20,11 +20,11 @@ from kombu.exceptions import OperationalError
 from beat_schedule import timing
 from celery_app.adjudication import hint_adapter_asks
 from celery_app.config import KernelSettings
-from celery_app.tasks import RUN_OCCURRENCE
+from celery_app.task_names import RUN_OCCURRENCE
 from kernel import Job, Kernel, KernelError, StorageUnavailable
 from kernel.types import DispatchHint
 
-__all__ = ["FiringSteps", "RUN_OCCURRENCE", "hint_time_limits", "plan_job", "publish_hints"]
+__all__ = ["FiringSteps", "hint_time_limits", "plan_job", "publish_hints"]
 
 log = logging.getLogger("celery_kernel.beat")
 

@@ -12,6 +12,7 @@ from celery_app import operations
 from celery_app.cli.output import Env, _printable, command, fields, format_json, table
 from celery_app.operations import occurrence_events, output_chunks
 from kernel import ControlState, Kernel, Occurrence, OccurrenceStatus
+from kernel.states import ACTIVE
 
 __all__ = [
     "occurrences",
@@ -35,7 +36,6 @@ OCCURRENCE_HEADERS = (
     "error",
 )
 _EVENT_PAGE = 1000
-_UNSETTLED = frozenset({"queued", "running", "retry_wait", "awaiting_approval"})
 
 
 def occurrence_state(d: dict[str, Any]) -> str:
@@ -202,7 +202,7 @@ def _follow(kernel: Kernel, occurrence_id: int, interval: float) -> Iterator[dic
     """Output chunks as they are stored; ends once the occurrence settled and all is read."""
     after = 0
     while True:
-        settled = kernel.get_occurrence(occurrence_id).status.value not in _UNSETTLED
+        settled = kernel.get_occurrence(occurrence_id).status not in ACTIVE
         page = kernel.events(after_id=after, occurrence_id=occurrence_id, limit=_EVENT_PAGE)
         yield from output_chunks([e.to_dict() for e in page])
         if page:

@@ -7,8 +7,9 @@ import click
 from celery_app.cli.output import Env
 from celery_app.settings import WebSettings
 from celery_app.shell import celery_command
-from celery_app.web.app import WebContext, create_app, serve
+from celery_app.web.app import create_app, serve
 from celery_app.web.auth import Sessions, SignInLimiter
+from celery_app.web.context import WebContext
 from celery_app.web.users import UserStore, users_file
 from kernel import KernelError
 

@@ -57,6 +57,7 @@ from celery_app.operations.revisions import job_revisions, revision_diff, spec_y
 from celery_app.operations.runs import job_runs, throughput
 from celery_app.operations.story import SKIPPED_BECAUSE, occurrence_story
 from celery_app.operations.times import format_age, format_json, iso, utc, within_calendar
+from celery_app.operations.why import nearest_firing, why_answer
 
 __all__ = [
     "Action",
@@ -82,6 +83,7 @@ __all__ = [
     "job_with_health",
     "jobs_with_health",
     "json_argument",
+    "nearest_firing",
     "job_revisions",
     "job_runs",
     "new_request_id",
@@ -110,4 +112,5 @@ __all__ = [
     "utc",
     "within_calendar",
     "watchdog_warnings",
+    "why_answer",
 ]

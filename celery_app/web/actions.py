@@ -26,6 +26,7 @@ from celery_app.definitions import apply_specs, web_spec
 from celery_app.web.users import Role, User
 from kernel import Decision, Kernel
 from kernel.durations import parse_duration
+from kernel.states import ACTIVE
 
 __all__ = [
     "ACTIONS",
@@ -201,9 +202,6 @@ class WebAction:
     offered: Callable[[dict[str, Any]], bool] = _always
 
 
-_UNSETTLED = frozenset({"queued", "running", "retry_wait", "awaiting_approval"})
-
-
 def _control(occ: dict[str, Any]) -> Any:
     return (occ["control"] or {}).get("state")
 
@@ -281,7 +279,7 @@ ACTIONS = _actions(
         ActionRequest,
         "Cancel a waiting occurrence, or ask a running one to stop.",
         _by_request(lambda k, app, occ, p: operations.cancel(k, occ)),
-        offered=lambda occ: occ["status"] in _UNSETTLED and not occ["cancel_requested"],
+        offered=lambda occ: occ["status"] in ACTIVE and not occ["cancel_requested"],
     ),
     _approval("approve", True, "Let an occurrence awaiting approval run (it is queued)."),
     _approval("reject", False, "Refuse an occurrence awaiting approval (it is skipped)."),

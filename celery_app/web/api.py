@@ -18,10 +18,9 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel
 
 from celery_app import operations
-from celery_app.cli.why import answer as why_answer
 from celery_app.web.actions import ACTIONS, Empty, WebAction
-from celery_app.web.app import WebContext
 from celery_app.web.auth import refuse_unless
+from celery_app.web.context import WebContext
 from celery_app.web.users import Role, User
 from kernel import EventType, OccurrenceStatus
 
@@ -122,7 +121,7 @@ def preview(
 
 @router.get("/jobs/{job_id}/why", summary="What became of the firing nearest a time (`kernel why`)")
 def why(job_id: JobId, at: datetime, context: Context, _: Viewer) -> dict[str, Any]:
-    return why_answer(context.kernel, job_id, operations.utc(at))
+    return operations.why_answer(context.kernel, job_id, operations.utc(at))
 
 
 #: What ``?status=`` takes: every status, and ``paused`` (paused at a checkpoint), as the CLI.

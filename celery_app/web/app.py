@@ -1,7 +1,8 @@
 """The ASGI application: the JSON API under ``/api/``, the console everywhere else.
 
 Errors are answered as ``{"error": {"code", "message"}}`` under ``/api/`` and as a
-page in the console, with the status their code implies (:data:`STATUS_BY_CODE`);
+page in the console, with the status their code implies
+(:data:`celery_app.web.errors.STATUS_BY_CODE`);
 nothing unexpected reaches a client as a traceback (it is logged and answered 500
 ``INTERNAL``).
 """
@@ -11,9 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -22,118 +21,20 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from celery_app.settings import KernelSettings, WebSettings
-from celery_app.web.auth import Sessions, SignInLimiter
-from celery_app.web.users import UserStore
-from kernel import Kernel, KernelError
-from kernel.redaction import masked_url
+from celery_app.web import api, confirm, console, event_log, job_pages, occurrence_pages
+from celery_app.web.context import SECURITY_HEADERS, WebContext
+from celery_app.web.door import Door
+from celery_app.web.errors import CODE_BY_HTTP, error_body, is_api, refusal
+from kernel import KernelError
 
-__all__ = [
-    "STATUS_BY_CODE",
-    "WebContext",
-    "create_app",
-    "database_shown",
-    "error_status",
-    "refusal",
-    "serve",
-]
+__all__ = ["create_app", "serve"]
 
 log = logging.getLogger(__name__)
-
-STATUS_BY_CODE = {
-    "UNAUTHENTICATED": 401,
-    "FORBIDDEN": 403,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "INVALID_ARGUMENT": 422,
-    "FENCE_CONFLICT": 409,
-    "REVISION_CONFLICT": 409,
-    "STATE_CONFLICT": 409,
-    "EVIDENCE_CONFLICT": 409,
-    "PAUSE_UNSUPPORTED": 409,
-    "LEASE_LOST": 409,
-    "PAYLOAD_TOO_LARGE": 413,
-    "TOO_MANY_SIGN_INS": 429,
-    "TOO_MANY_STREAMS": 503,
-    "SCHEMA_UNKNOWN": 503,
-    "STORAGE_UNAVAILABLE": 503,
-}
-_CODE_BY_HTTP = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    413: "PAYLOAD_TOO_LARGE",
-}
-
-# Same-origin only, no inline script or style, never framed.
-SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cross-Origin-Opener-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-
-
-@dataclass
-class WebContext:
-    """What every request handler works with."""
-
-    celery: Any
-    kernel: Kernel
-    users: UserStore
-    sessions: Sessions
-    settings: WebSettings
-    sign_ins: SignInLimiter
-
-
-def error_status(code: str) -> int:
-    return STATUS_BY_CODE.get(code, 400)
-
-
-def _is_api(request: Request) -> bool:
-    return request.url.path.startswith("/api/") or request.url.path == "/openapi.json"
-
-
-def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if details:
-        error["details"] = details
-    return {"error": error}
-
-
-def refusal(request: Request, exc: KernelError) -> Response:
-    """The answer to a refused request: the error shape under ``/api/``, else a page."""
-    # The console's pages need the names defined here.
-    from celery_app.web import console
-
-    status = error_status(exc.code)
-    headers = {}
-    if status == 401 and _is_api(request):
-        headers["WWW-Authenticate"] = "Bearer"
-    if "retry_after" in exc.details:
-        headers["Retry-After"] = str(exc.details["retry_after"])
-    if _is_api(request):
-        response: Response = JSONResponse(
-            error_body(exc.code, exc.message, exc.details), status, headers=headers
-        )
-    else:
-        response = console.error_page(request, exc.code, exc.message, status)
-        response.headers.update(headers)
-    return response
 
 
 def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     """The web application over ``context``; with ``close_kernel`` it closes the kernel
     when the server stops."""
-    # The routers need the names defined above.
-    from celery_app.web import api, confirm, console, event_log, job_pages, occurrence_pages
-    from celery_app.web.door import Door
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -184,14 +85,14 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
             f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
             for e in exc.errors()
         )
-        if _is_api(request):
+        if is_api(request):
             return JSONResponse(error_body("INVALID_ARGUMENT", problems), 422)
         return console.error_page(request, "INVALID_ARGUMENT", problems, 422)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        code = _CODE_BY_HTTP.get(exc.status_code, "BAD_REQUEST")
-        if _is_api(request):
+        code = CODE_BY_HTTP.get(exc.status_code, "BAD_REQUEST")
+        if is_api(request):
             return JSONResponse(
                 error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers
             )
@@ -201,7 +102,7 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error answering %s %s", request.method, request.url.path)
         message = f"unexpected {type(exc).__name__}; the server log has the details"
-        if _is_api(request):
+        if is_api(request):
             return JSONResponse(error_body("INTERNAL", message), 500)
         return console.error_page(request, "INTERNAL", message, 500)
 
@@ -224,13 +125,3 @@ class _Server(uvicorn.Server):
 def serve(app: FastAPI, host: str, port: int) -> None:
     """Serve ``app`` until SIGINT or SIGTERM."""
     _Server(app, host, port).run()
-
-
-def database_shown(app: FastAPI) -> str:
-    """The console footer's kernel URL: absolute, its password masked (read at first use,
-    so that building the app, as the HTTP reference's generator does, reads no settings)."""
-    shown = getattr(app.state, "database", None)
-    if shown is None:
-        shown = masked_url(KernelSettings.from_app(app.state.context.celery).database_url)
-        app.state.database = shown
-    return shown

@@ -26,7 +26,6 @@ from celery_app.operations import describe_schedule, format_age, format_json
 from celery_app.shell import celery_command
 from celery_app.web import charts
 from celery_app.web.actions import ACTIONS, WebAction
-from celery_app.web.app import SECURITY_HEADERS, WebContext, database_shown
 from celery_app.web.auth import (
     SESSION_COOKIE,
     SESSION_TTL_S,
@@ -35,6 +34,7 @@ from celery_app.web.auth import (
     Unauthenticated,
     client_address,
 )
+from celery_app.web.context import SECURITY_HEADERS, WebContext, database_shown
 from celery_app.web.users import User, same_secret
 from kernel import Kernel
 

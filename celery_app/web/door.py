@@ -13,8 +13,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from celery_app.web.app import WebContext, refusal
 from celery_app.web.auth import bearer_user
+from celery_app.web.context import WebContext
+from celery_app.web.errors import refusal
 from kernel import KernelError
 
 __all__ = ["BodyTooLarge", "Door"]

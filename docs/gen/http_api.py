@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from celery_app.web.app import WebContext, create_app
+from celery_app.web.app import create_app
+from celery_app.web.context import WebContext
 from docs.gen.schema_text import cell, fields_table, link, type_text
 
 __all__ = ["http_api_page"]

@@ -19,6 +19,7 @@ from kernel.errors import InvalidArgument
 from kernel.payloads import check_payload
 from kernel.spec.fields import Check, choice, integer, refuse, seconds, text
 from kernel.spec.sections import Section
+from kernel.states import FAILED
 
 __all__ = ["NOTIFY_EVENTS", "Notify"]
 
@@ -107,6 +108,6 @@ class Notify(Section):
         """The event a run that settled in ``status`` notifies as, or None."""
         if status == "dead_letter" and "dead_letter" in self.on:
             return "dead_letter"
-        if status in ("dead_letter", "retry_wait") and "failed" in self.on:
+        if status in FAILED and "failed" in self.on:
             return "failed"
         return None

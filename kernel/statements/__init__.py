@@ -14,8 +14,12 @@ from kernel.statements.enqueues import *  # noqa: F403
 from kernel.statements.enqueues import __all__ as _enqueues
 from kernel.statements.gates import *  # noqa: F403
 from kernel.statements.gates import __all__ as _gates
+from kernel.statements.history import *  # noqa: F403
+from kernel.statements.history import __all__ as _history
 from kernel.statements.jobs import *  # noqa: F403
 from kernel.statements.jobs import __all__ as _jobs
+from kernel.statements.notifications import *  # noqa: F403
+from kernel.statements.notifications import __all__ as _notifications
 from kernel.statements.operator import *  # noqa: F403
 from kernel.statements.operator import __all__ as _operator
 from kernel.statements.pools import *  # noqa: F403
@@ -38,6 +42,8 @@ __all__ = [
     *_sources,
     *_gates,
     *_jobs,
+    *_history,
+    *_notifications,
     *_adjudication,
     *_enqueues,
 ]

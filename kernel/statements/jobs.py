@@ -1,21 +1,110 @@
-"""Statements that change a job definition's state: enable/disable and delete.
+"""Statements that write a job definition: define and revise it, advance Beat's cursor,
+enable/disable, retire and delete it.
 
-Each decides in its own WHERE: the flag still being the other way, or nothing of the
-job still needing it (an unsettled occurrence, a chained child). Every path that makes
-an occurrence holds the job's row (Beat's cursor CAS, ``admission.lock_job``), so a
-delete that first locks the row sees every occurrence made before it and blocks
-those made after.
+Each decides in its own WHERE: the revision and cursor the caller read still being the
+job's, the flag still being the other way, or nothing of the job still needing it (an
+unsettled occurrence, a chained child). Every path that makes an occurrence holds the
+job's row (Beat's cursor CAS, ``admission.lock_job``), so a delete that first locks the
+row sees every occurrence made before it and blocks those made after.
+
+A bind named after a column of the row written is its new value (``digest``, ``spec``);
+the row's current values are compared with ``expected_*`` binds.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
+from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import jobs, occurrences
 from kernel.states import RESOLVED, UNSETTLED
 
-__all__ = ["SET_ENABLED", "DELETE_IDLE_JOB", "EXPIRE_FINISHED_JOB"]
+__all__ = [
+    "DEFINE_JOB",
+    "REVISE_JOB",
+    "REVISE_LIVE_JOB",
+    "PLAN_CURSOR",
+    "ADVANCE_CURSOR",
+    "SET_ENABLED",
+    "RETIRE_JOB",
+    "DELETE_IDLE_JOB",
+    "EXPIRE_FINISHED_JOB",
+]
+
+#: A definition's columns; Beat plans its cursor afresh (unplanned, no next firing).
+_DEFINITION: dict[str, Any] = {
+    "digest": p("digest"),
+    "spec": p("spec"),
+    "enabled": p("enabled"),
+    "planned": False,
+    "next_fire_at": None,
+    "next_trigger_key": None,
+    "after_job": p("after_job"),
+    "defined_at": p("now"),
+    "updated_at": p("now"),
+}
+
+
+def _define(insert: Any) -> Any:
+    """A new job at revision 1; a concurrent definer's row refuses it (no row returned)."""
+    return (
+        insert(jobs)
+        .on_conflict_do_nothing()
+        .values(id=p("job_id"), revision=1, **_DEFINITION)
+        .returning(jobs.c.id)
+    )
+
+
+DEFINE_JOB = {"postgresql": _define(postgresql.insert), "sqlite": _define(sqlite.insert)}
+
+
+def _revise(next_fire_at: Any) -> sa.Update:
+    """The next revision of a job still at ``expected_revision``."""
+    return (
+        sa.update(jobs)
+        .where(jobs.c.id == p("job_id"), jobs.c.revision == p("expected_revision"))
+        .values(revision=jobs.c.revision + 1, **{**_DEFINITION, "next_fire_at": next_fire_at})
+    )
+
+
+#: A revision that disables the job or finds it disabled: its cursor is planned afresh.
+REVISE_JOB = _revise(None)
+#: A revision of a job enabled before and after: while unplanned, ``next_fire_at`` is
+#: where Beat resumes planning, the old cursor if it was already due, else now.
+REVISE_LIVE_JOB = _revise(
+    sa.case(
+        (jobs.c.next_fire_at < p("now"), jobs.c.next_fire_at), else_=p("now", type_=sa.BigInteger)
+    )
+)
+
+
+def _advance(cursor_guard: sa.ColumnElement[bool]) -> sa.Update:
+    """Beat's cursor compare-and-set: the job still enabled at ``expected_revision``
+    with the cursor it planned from; the job's spec when it moved."""
+    return (
+        sa.update(jobs)
+        .where(
+            jobs.c.id == p("job_id"),
+            jobs.c.revision == p("expected_revision"),
+            jobs.c.enabled,
+            cursor_guard,
+        )
+        .values(
+            planned=True,
+            next_trigger_key=p("next_trigger_key"),
+            next_fire_at=p("next_fire_at"),
+        )
+        .returning(jobs.c.spec)
+    )
+
+
+#: The first advance of a cursor no Beat has planned yet.
+PLAN_CURSOR = _advance(sa.and_(sa.not_(jobs.c.planned), jobs.c.next_trigger_key.is_(None)))
+#: An advance from the planned cursor ``expected_cursor``.
+ADVANCE_CURSOR = _advance(sa.and_(jobs.c.planned, jobs.c.next_trigger_key == p("expected_cursor")))
 
 #: Flip ``enabled`` only when it is the other way; the cursor is re-planned from now.
 SET_ENABLED = (
@@ -29,6 +118,14 @@ SET_ENABLED = (
         updated_at=p("now"),
     )
     .returning(jobs.c.revision)
+)
+
+#: Retire a job whose schedule has no firings left: disabled, if still enabled at
+#: ``expected_revision``.
+RETIRE_JOB = (
+    sa.update(jobs)
+    .where(jobs.c.id == p("job_id"), jobs.c.revision == p("expected_revision"), jobs.c.enabled)
+    .values(enabled=False, updated_at=p("now"))
 )
 
 _child = jobs.alias("child")

@@ -37,7 +37,7 @@ __all__ = [
     "EXPIRE",
     "CANCEL",
     "ACK_PAUSE",
-    "HAND_BACK_CONTROL",
+    "RELEASE_CONTROL",
 ]
 
 OCC = occurrences
@@ -217,7 +217,7 @@ ACK_PAUSE = (
 _pause_pending = sa.and_(CTL.c.state == "pause_requested", CTL.c.expected_fence == p("held_fence"))
 
 
-def _hand_back_control(insert: Any) -> Any:
+def _release_control(insert: Any) -> Any:
     """Warm shutdown: the control becomes ``resumed`` (claimable at once, no attempt
     used), or ``paused`` when a pause of this very run is pending; one upsert, so a
     pause request racing the hand back is either seen here or refused by its own guard.
@@ -246,9 +246,9 @@ def _hand_back_control(insert: Any) -> Any:
     ).returning(CTL.c.state, CTL.c.pause_request_id)
 
 
-HAND_BACK_CONTROL = {
-    "postgresql": _hand_back_control(postgresql.insert),
-    "sqlite": _hand_back_control(sqlite.insert),
+RELEASE_CONTROL = {
+    "postgresql": _release_control(postgresql.insert),
+    "sqlite": _release_control(sqlite.insert),
 }
 
 #: A run's output as one ``run_output`` event, added only while (owner, fence) holds a

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from celery_app.cli.why import answer
+from celery_app.operations import why_answer
 from kernel import EventType, InvalidArgument
 
 from .conftest import Beat
@@ -35,9 +35,9 @@ def test_a_bounded_schedule_fires_only_between_start_and_end_then_retires(beat: 
     assert beat.keys() == [beat.key(3), beat.key(4), beat.key(5)]
     assert not beat.kernel.get_job("job").enabled
     assert _retired_because(beat) == ["schedule_ended"]
-    late = answer(beat.kernel, "job", beat.minute(7))
+    late = why_answer(beat.kernel, "job", beat.minute(7))
     assert late["outcome"] == "ended" and "retired" in late["reason"]
-    early = answer(beat.kernel, "job", beat.minute(1))
+    early = why_answer(beat.kernel, "job", beat.minute(1))
     assert early["firing"]["trigger_key"] == beat.key(3)  # nothing before start
 
 
@@ -49,7 +49,7 @@ def test_max_runs_counts_the_runs_made_and_retires_the_job(beat: Beat) -> None:
 
     assert beat.keys() == ["manual:manual-1", beat.key(1), beat.key(2)]
     assert _retired_because(beat) == ["max_runs_reached"]
-    later = answer(beat.kernel, "job", beat.minute(4))
+    later = why_answer(beat.kernel, "job", beat.minute(4))
     assert later["outcome"] == "disabled" and "max_runs" in later["reason"]
 
     beat.kernel.set_job_enabled("job", True)  # its runs stay spent: retired again, nothing made

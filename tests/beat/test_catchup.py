@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from celery_app.cli.why import answer
+from celery_app.operations import why_answer
 from kernel import EventType
 
 if TYPE_CHECKING:
@@ -137,6 +137,6 @@ def test_every_missed_firing_is_counted_past_the_ones_recorded(beat: Beat) -> No
         "until_at": beat.minute(2002).isoformat(),
     }
     # A firing only counted is explained as missed, with how many were.
-    explained = answer(beat.kernel, "job", beat.minute(1500))
+    explained = why_answer(beat.kernel, "job", beat.minute(1500))
     assert explained["outcome"] == "skipped"
     assert "one of 2000 firings missed (catchup_none)" in explained["reason"]

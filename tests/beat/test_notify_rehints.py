@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from beat.conftest import Beat
 
-from celery_app.notify import NOTIFY
+from celery_app.task_names import NOTIFY
 
 
 def _hinted(beat: Beat, queue: str) -> list[list[int]]:

@@ -6,7 +6,8 @@ from typing import Any
 
 from celery import Celery
 
-from celery_app.beat.firings import RUN_OCCURRENCE, publish_hints
+from celery_app.beat.firings import publish_hints
+from celery_app.task_names import RUN_OCCURRENCE
 from kernel.types import DispatchHint
 
 

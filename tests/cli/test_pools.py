@@ -8,7 +8,7 @@ from pathlib import Path
 from cli.support import define, job, write
 
 from celery_app.cli.exporter import KernelCollector
-from celery_app.cli.why import nearest_firing
+from celery_app.operations import nearest_firing
 from kernel import Kernel
 
 

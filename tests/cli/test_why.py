@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from cli.support import define
 
 from beat_schedule.timing import trigger_key
-from celery_app.cli.why import nearest_firing
+from celery_app.operations import nearest_firing
 from kernel import Kernel
 
 T = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

@@ -17,7 +17,9 @@ from kernel.schema_shape import compare, edited_migrations, expected_shape, live
 from kernel.store import Kernel
 from tests.kernel.conftest import Harness
 
-REWRITE = "migrations changed: rewrite kernel/migrations/shape.json (python -m kernel.schema_shape)"
+REWRITE = (
+    "migrations changed: rewrite kernel/migrations/shape.json (python -m kernel.migrations.shape)"
+)
 
 
 def test_shape_json_describes_the_head_and_its_released_migrations() -> None:
