@@ -21,7 +21,6 @@ from kernel.schema import controls, events, occurrences
 KERNEL = Path(T.__file__).resolve().parent
 
 
-
 def _forms(statement: Any) -> Iterator[Any]:
     """The Core statements a statement of kernel.statements stands for."""
     if isinstance(statement, Mapping):

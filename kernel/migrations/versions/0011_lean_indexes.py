@@ -30,16 +30,11 @@ _INDEXES = {
 def _recreate(which: int) -> None:
     for name, (column, *predicates) in _INDEXES.items():
         predicate = predicates[which]
-        where = (
-            {}
-            if predicate is None
-            else {
-                "sqlite_where": sa.text(predicate),
-                "postgresql_where": sa.text(predicate),
-            }
-        )
+        where = None if predicate is None else sa.text(predicate)
         op.drop_index(name, table_name="occurrences")
-        op.create_index(name, "occurrences", [column], unique=False, **where)
+        op.create_index(
+            name, "occurrences", [column], unique=False, sqlite_where=where, postgresql_where=where
+        )
 
 
 def upgrade() -> None:
