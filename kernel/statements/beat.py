@@ -10,8 +10,11 @@ from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import occurrences
+from kernel.statements.claims import JOB_ALLOWS_CLAIM, NO_UNRESOLVED_RUN
+from kernel.statements.pools import ROOM_IN_POOL
+from kernel.statements.predicates import NOT_PAUSED, claimable_now
 
-__all__ = ["CREATE_OCCURRENCE", "MARK_HINTED"]
+__all__ = ["CREATE_OCCURRENCE", "HINT_CANDIDATES", "MARK_HINTED"]
 
 #: What a new occurrence is given; the rest (lease, results, dispatch) starts NULL.
 _COLUMNS = (
@@ -60,3 +63,51 @@ MARK_HINTED = (
     .where(occurrences.c.id.in_(p("ids", expanding=True)))
     .values(dispatched_at=p("now"))
 )
+
+
+OCC = occurrences
+_running = OCC.alias("running")
+#: Not hinted since ``rehint_before`` (``now`` less the pump's rehint interval).
+_not_recent = sa.or_(OCC.c.dispatched_at.is_(None), OCC.c.dispatched_at <= p("rehint_before"))
+_waiting = sa.and_(
+    claimable_now(p("now")),
+    # An exclusive occurrence (overlap queue/replace) cannot start while another of
+    # its job runs; hinting it would only make a worker refuse it.
+    sa.or_(
+        OCC.c.exclusive.is_(False),
+        ~sa.exists().where(_running.c.job_id == OCC.c.job_id, _running.c.status == "running"),
+    ),
+    ROOM_IN_POOL,
+    NO_UNRESOLVED_RUN,
+    _not_recent,
+)
+_expired = sa.and_(
+    OCC.c.status == "running",
+    OCC.c.lease_expires_at <= p("now"),
+    OCC.c.delivery == "at-least-once",
+    NOT_PAUSED,
+    # The last hint led to the claim whose lease just expired: hint again at once.
+    sa.or_(_not_recent, OCC.c.dispatched_at < OCC.c.lease_expires_at),
+)
+
+
+def _candidates(condition: Any, dialect: str) -> sa.Select[Any]:
+    query = (
+        sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
+        .where(condition, OCC.c.cancel_requested.is_(False), JOB_ALLOWS_CLAIM)
+        # An enqueue's priority orders the claims the hints lead to (0 otherwise).
+        .order_by(OCC.c.priority.desc(), OCC.c.available_at, OCC.c.id)
+        .limit(p("limit", type_=sa.Integer))
+    )
+    if dialect == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=OCC)
+    return query
+
+
+#: What the pump hints, by dialect, in turn: claimable occurrences (``waiting``), then
+#: expired leases Beat will not settle (``expired``); not hinted since ``rehint_before``.
+#: Built once: the pump asks every tick.
+HINT_CANDIDATES = {
+    dialect: {"waiting": _candidates(_waiting, dialect), "expired": _candidates(_expired, dialect)}
+    for dialect in ("postgresql", "sqlite")
+}

@@ -124,7 +124,7 @@ SETTLE = DriverStatement(
 #: The occurrence settled: its control is history. Returns the pause request
 #: and when it was acknowledged (unchanged columns): a NULL ``paused_at`` beside
 #: a request id means a pause was still pending and is now ended.
-TERMINATE_CONTROL = DriverStatement(
+_terminate_control = (
     sa.update(CTL)
     .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
     .values(
@@ -132,21 +132,14 @@ TERMINATE_CONTROL = DriverStatement(
     )
     .returning(CTL.c.pause_request_id, CTL.c.paused_at, CTL.c.revision)
 )
+TERMINATE_CONTROL = DriverStatement(_terminate_control)
 
 #: PostgreSQL's end of a settle, in one statement after SETTLE: the control made
 #: ``terminal`` (its own statement, so its snapshot sees a pause request that landed
 #: while SETTLE waited for the row), ``control_terminal`` for a pause still pending,
 #: then the settle's event (``type``, ``data``): the same rows, in the same order, as
 #: kernel/control.py ``end_control`` and ``Tx.emit`` write in two round trips.
-_ended = (
-    sa.update(CTL)
-    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
-    .values(
-        state="terminal", revision=CTL.c.revision + 1, terminal_at=p("now"), updated_at=p("now")
-    )
-    .returning(CTL.c.pause_request_id, CTL.c.paused_at, CTL.c.revision)
-    .cte("ended")
-)
+_ended = _terminate_control.cte("ended")
 _ended_logged = (
     logged(
         p("now", type_=sa.BigInteger),
