@@ -1,0 +1,17 @@
+"""One occurrence's way from Beat to its settle stays short (tests/occurrence_path.py)."""
+
+from __future__ import annotations
+
+from tests.occurrence_path import modules_on_the_path
+
+#: Measured with ``python -m tests.occurrence_path`` after the hot-path change (issue 28:
+#: 43 modules before it). A change that lengthens the way says why and moves this.
+MOST_MODULES = 38
+
+
+def test_one_occurrence_passes_few_modules_from_beat_to_its_settle() -> None:
+    modules = modules_on_the_path()
+    assert "celery_app.beat.firings" in modules and modules[-1] == "kernel.runs", modules
+    assert len(modules) <= MOST_MODULES, modules
+    # A plain success owes nothing more: the settle reaches no budget, pool or hook code.
+    assert not {"kernel.budgets", "kernel.pools", "kernel.result_hooks"} & set(modules)
