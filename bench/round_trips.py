@@ -7,7 +7,8 @@ makes them), then ``Kernel.claim`` + ``Kernel.succeed`` per occurrence, counting
 what reaches the driver: on SQLite every statement sqlite3 runs (its trace
 callback, BEGIN and COMMIT included); on PostgreSQL every statement psycopg sends
 through a cursor, plus the transaction's BEGIN (psycopg sends it before the first
-statement, one round trip) and its COMMIT.
+statement, one round trip) and its COMMIT, neither of which a statement sent alone
+(autocommit) has.
 
     .venv/bin/python bench/round_trips.py
     .venv/bin/python bench/round_trips.py --backends postgres --postgres-url URL
@@ -57,7 +58,9 @@ class _Counter:
 
         class Counting(base):  # type: ignore[misc, valid-type]
             def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-                if not dbapi_conn.info.transaction_status:  # idle: psycopg sends BEGIN first
+                # Idle outside autocommit: psycopg sends BEGIN first (a statement the
+                # kernel sends alone goes in autocommit, its own transaction).
+                if not dbapi_conn.info.transaction_status and not dbapi_conn.autocommit:
                     counter.statements.append("BEGIN")
                 counter.statements.append(str(query))
                 return super().execute(query, *args, **kwargs)
@@ -65,7 +68,9 @@ class _Counter:
         dbapi_conn.cursor_factory = Counting
 
     def _committed(self, conn: sa.Connection) -> None:
-        if conn.dialect.name == "postgresql":
+        # psycopg sends COMMIT only for a transaction under way (not after one sent alone).
+        dbapi_conn: Any = conn.connection.dbapi_connection
+        if conn.dialect.name == "postgresql" and dbapi_conn.info.transaction_status:
             self.statements.append("COMMIT")
 
     def take(self) -> list[str]:
