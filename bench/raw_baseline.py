@@ -48,35 +48,23 @@ _SQL = {
     # 'null' apart: ":null" inside one literal would read as a placeholder
     " || ',\"previous_owner\":' || 'null' || ',\"previous_status\":\"queued\"}' FROM claimed)"
     f" SELECT {_COLUMNS}, now FROM claimed",
-    "settle": "UPDATE occurrences SET status = CASE WHEN :to_status = 'retry_wait'"
-    " AND cancel_requested THEN 'cancelled' ELSE :to_status END, lease_owner = NULL,"
-    " lease_expires_at = NULL, available_at = CASE WHEN :to_status = 'retry_wait'"
-    " AND cancel_requested THEN {now} ELSE {now} + :retry_delay_ms END,"
-    " dispatched_at = NULL, last_error = :error_json, result = :result_json,"
-    " updated_at = {now}, settled_at = CASE WHEN :to_status = 'retry_wait'"
-    " AND cancel_requested THEN {now} WHEN :to_status = 'retry_wait' THEN NULL"
-    " ELSE {now} END"
+    # A plain success (kernel SUCCEED_PLAIN_BY_DIALECT): no open control, pool or chained
+    # job; on PostgreSQL also the row unchanged since the statement's snapshot ({unchanged}).
+    "succeed": "UPDATE occurrences SET status = 'succeeded', lease_owner = NULL,"
+    " lease_expires_at = NULL, available_at = {now}, dispatched_at = NULL,"
+    " last_error = NULL, result = :result_json, updated_at = {now}, settled_at = {now}"
     " WHERE id = :occ_id AND status = 'running' AND lease_owner = :owner"
-    " AND fence = :held_fence AND lease_expires_at > {now}"
-    " RETURNING status, job_id, attempt, chain_depth,"
-    " EXISTS (SELECT * FROM controls WHERE controls.occurrence_id = :occ_id"
-    " AND controls.state != 'terminal') AS control_open,"
-    " EXISTS (SELECT * FROM jobs WHERE jobs.after_job = occurrences.job_id) AS has_children,"
-    " {now} AS now",
-    # PostgreSQL: settle always ends an open control and writes its events in one
-    # statement (kernel SETTLED_EVENTS).
-    "settled_events": "WITH ended AS (UPDATE controls SET state = 'terminal',"
-    " revision = revision + 1, terminal_at = :now, updated_at = :now"
-    " WHERE occurrence_id = :occ_id AND state != 'terminal'"
-    " RETURNING pause_request_id, paused_at, revision),"
-    " ended_logged AS (INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
-    " SELECT :now, 'control_terminal', :job_id, :occ_id, :fence,"
-    " '{\"request_id\":' || to_json(pause_request_id)::text || ',\"revision\":'"
-    " || revision::text || '}' FROM ended"
-    " WHERE pause_request_id IS NOT NULL AND paused_at IS NULL RETURNING id)"
-    " INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
-    " SELECT :now, :type, :job_id, :occ_id, :fence, :data"
-    " WHERE (SELECT count(*) FROM ended_logged) >= 0",
+    " AND fence = :held_fence AND lease_expires_at > {now} AND pool IS NULL"
+    " AND NOT EXISTS (SELECT * FROM controls WHERE controls.occurrence_id = occurrences.id"
+    " AND controls.state != 'terminal')"
+    " AND NOT EXISTS (SELECT * FROM jobs WHERE jobs.after_job = occurrences.job_id){unchanged}"
+    " RETURNING job_id, attempt, {now} AS now",
+    # PostgreSQL: the success and its event in one statement.
+    "succeed_and_log": "WITH settled AS ({succeed}),"
+    " logged AS (INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
+    " SELECT now, 'occurrence_succeeded', job_id, :occ_id, :held_fence,"
+    " '{\"attempt\":' || attempt::text || '}' FROM settled)"
+    " SELECT job_id, attempt, now FROM settled",
     "event": "INSERT INTO events (at, type, job_id, occurrence_id, fence, data)"
     " VALUES (:at, :type, :job_id, :occurrence_id, :fence, :data)",
 }
@@ -87,6 +75,11 @@ _PG_SNAPSHOT_LEASE = (
 )
 _SQLITE_SNAPSHOT_LEASE = "CAST(json_extract(definition, '$.lease') * 1000 AS INTEGER)"
 _SQL["claim_and_log"] = _SQL["claim_and_log"].replace("{claim}", _SQL["claim"])
+_SQL["succeed_and_log"] = _SQL["succeed_and_log"].replace("{succeed}", _SQL["succeed"])
+_PG_UNCHANGED = (
+    " AND occurrences.xmin = (SELECT as_read.xmin FROM occurrences AS as_read"
+    " WHERE as_read.id = :occ_id)"
+)
 
 
 def _dumps(value: Any) -> str:
@@ -113,14 +106,17 @@ class RawWorker:
         if self.postgres:
             import psycopg
 
+            # Autocommit: a plain claim and a plain success are each one statement, sent
+            # alone (kernel Tx.first_alone).
             self.conn: Any = psycopg.connect(
-                url.replace("postgresql+psycopg://", "postgresql://", 1)
+                url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True
             )
             self.sql = {
                 name: _pg_sql(
                     text.replace("{false}", "false")
                     .replace("{any}", "%%")
                     .replace("{lease}", _PG_SNAPSHOT_LEASE)
+                    .replace("{unchanged}", _PG_UNCHANGED)
                     .replace("{now}", _PG_NOW)
                 )
                 for name, text in _SQL.items()
@@ -135,6 +131,7 @@ class RawWorker:
                 name: text.replace("{false}", "0")
                 .replace("{any}", "%")
                 .replace("{lease}", _SQLITE_SNAPSHOT_LEASE)
+                .replace("{unchanged}", "")
                 .replace("{now}", ":now")
                 for name, text in _SQL.items()
             }
@@ -143,14 +140,15 @@ class RawWorker:
         return self.conn.execute(self.sql[name], params or {})
 
     def begin(self) -> int | None:
-        """Open a transaction; return its clock, None on PostgreSQL (the statements read it)."""
+        """Open a transaction (SQLite) and return its clock; None on PostgreSQL, whose
+        statements read the clock and go alone."""
         if self.postgres:
             return None
         self.conn.execute("BEGIN IMMEDIATE")
         return time.time_ns() // 1_000_000
 
     def commit(self) -> None:
-        self.conn.commit() if self.postgres else self.conn.execute("COMMIT")
+        self.conn.execute("COMMIT")
 
     def claim(self, occ_id: int, owner: str, lease_ms: int) -> int:
         clock = self.begin()
@@ -175,42 +173,26 @@ class RawWorker:
             self._emit(
                 now, "occurrence_claimed", row[_AT["job_id"]], occ_id, row[_AT["fence"]], data
             )
-        self.commit()
+            self.commit()
         return int(row[_AT["fence"]])
 
     def succeed(self, occ_id: int, owner: str, fence: int) -> None:
         clock = self.begin()
-        row = self.execute(
-            "settle",
-            {
-                "occ_id": occ_id,
-                "owner": owner,
-                "held_fence": fence,
-                "now": clock,
-                "to_status": "succeeded",
-                "retry_delay_ms": 0,
-                "result_json": _dumps(None),
-                "error_json": None,
-            },
-        ).fetchone()
-        if row is None or row[4] or row[5]:
+        params = {
+            "occ_id": occ_id,
+            "owner": owner,
+            "held_fence": fence,
+            "now": clock,
+            "result_json": _dumps(None),
+        }
+        row = self.execute("succeed_and_log" if self.postgres else "succeed", params).fetchone()
+        if row is None:
             raise AssertionError(f"occurrence {occ_id}: lease lost, or a control or a child")
-        now, data = int(row[6]), {"attempt": row[2]}
-        if self.postgres:
-            self.execute(
-                "settled_events",
-                {
-                    "occ_id": occ_id,
-                    "now": now,
-                    "job_id": row[1],
-                    "fence": fence,
-                    "type": "occurrence_succeeded",
-                    "data": _dumps(data),
-                },
+        if not self.postgres:
+            self._emit(
+                int(row[2]), "occurrence_succeeded", row[0], occ_id, fence, {"attempt": row[1]}
             )
-        else:
-            self._emit(now, "occurrence_succeeded", row[1], occ_id, fence, data)
-        self.commit()
+            self.commit()
 
     def _emit(
         self, now: int, type_: str, job_id: str, occ_id: int, fence: int, data: dict[str, Any]
