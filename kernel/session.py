@@ -92,7 +92,6 @@ class Session:
     ) -> R:
         """One transaction on the held connection (``held``) or a pooled one (None)."""
         phase: Phase = "open"
-        tx: Tx | None = None
         gated = not read_only and self._gate is not None and self._gate.acquire()
         try:
             with self._connection(held, read_only) as conn:
@@ -118,8 +117,6 @@ class Session:
         except KernelError:
             raise
         except (sa.exc.DBAPIError, OSError) as exc:
-            if tx is not None and tx.sent_alone:
-                phase = "commit"  # the statement was its own commit: it may have taken effect
             if held is not None:
                 self._release(held)
                 if phase != "commit" and connection_lost(exc):

@@ -33,7 +33,7 @@ class Tx:
     back (``observe_now``): on PostgreSQL that saves the clock's own round trip.
     """
 
-    __slots__ = ("conn", "dialect", "allowed_events", "sent_alone", "_clock", "_now", "_own")
+    __slots__ = ("conn", "dialect", "allowed_events", "_clock", "_now", "_own")
 
     def __init__(
         self, conn: sa.Connection, clock: Clock, dialect: str, *, own: bool = False
@@ -46,9 +46,6 @@ class Tx:
         self._own = own
         #: The events of the transitions this transaction ran (kernel.transitions.run).
         self.allowed_events: set[str] = set()
-        #: A statement went out as a transaction of its own (``first_alone``): if the
-        #: connection fails now, it may have committed.
-        self.sent_alone = False
 
     @property
     def is_postgres(self) -> bool:
@@ -73,8 +70,8 @@ class Tx:
         on PostgreSQL: one round trip instead of three (BEGIN, the statement, COMMIT).
 
         For a statement that decides and writes everything of its transition, events
-        included. A row means it committed: the caller writes nothing more in this
-        transaction. No row means it changed nothing, and the transaction goes on as any
+        included. A row means it committed: what the caller runs after it is a transaction
+        of its own. No row means it changed nothing, and the transaction goes on as any
         other. On SQLite, or once the transaction has begun, it is an ordinary statement.
         """
         if not (self._own and self.is_postgres):
@@ -83,13 +80,13 @@ class Tx:
         if driver.info.transaction_status != _PG_IDLE:
             return statement.first(self.conn, params)
         driver.autocommit = True
-        self.sent_alone = True
         try:
-            row = statement.first(self.conn, params)
+            return statement.first(self.conn, params)
         finally:
-            driver.autocommit = False
-        self.sent_alone = row is not None
-        return row
+            # A lost connection is discarded (the session retries on a fresh one, which is
+            # safe: the statement's guard refuses a second apply), not switched back.
+            if driver.info.transaction_status == _PG_IDLE:
+                driver.autocommit = False
 
     def observe_now(self, reading: int) -> None:
         """The instant a StatementNow statement ran at (its ``now`` column)."""

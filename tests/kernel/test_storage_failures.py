@@ -196,6 +196,36 @@ def test_postgres_connection_lost_between_calls_is_repaired_by_the_next_call(
     assert [j.id for j in kernel.list_jobs()] == ["after", "before"]
 
 
+def test_postgres_connection_lost_between_claims_is_repaired_by_the_next_claim(
+    pg_kernel: tuple[Kernel, _Terminator],
+) -> None:
+    """A plain claim and a plain success go alone (autocommit); a connection the server
+    dropped while idle is repaired for them as for any transaction, with no error."""
+    kernel, terminator = pg_kernel
+    kernel.define_job({**_job("alone", 64), "overlap": "allow"})
+    first, second = (
+        kernel.run_now("alone", request_id=f"r{n}", operator="op").occurrence.id for n in (1, 2)
+    )
+    claim = kernel.claim(first, owner="w", lease=30)
+    assert claim is not None
+
+    def drop_idle_connections() -> None:
+        terminator.admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+    drop_idle_connections()
+    kernel.succeed(first, owner="w", fence=claim.fence)
+    drop_idle_connections()
+    again = kernel.claim(second, owner="w", lease=30)
+    assert again is not None and again.fence == 1
+    assert {o.id: o.status for o in kernel.list_occurrences(job_id="alone")} == {
+        first: "succeeded",
+        second: "running",
+    }
+
+
 def test_postgres_connection_lost_during_commit_is_an_unknown_commit(
     pg_kernel: tuple[Kernel, _Terminator],
 ) -> None:
