@@ -6,8 +6,22 @@ enabled job's row: planning and advancing it keep the job enabled.
 
 from __future__ import annotations
 
-from kernel import statements as st
 from kernel.events import EventType as E
+from kernel.statements.jobs import (
+    ADVANCE_CURSOR,
+    DEFINE_JOB,
+    DELETE_IDLE_JOB,
+    EXPIRE_FINISHED_JOB,
+    PLAN_CURSOR,
+    RETIRE_JOB,
+    REVISE_JOB,
+    REVISE_LIVE_JOB,
+    SET_ENABLED,
+)
+from kernel.statements.sources import (
+    RESTORE_LISTED_JOBS,
+    RETIRE_UNLISTED_JOBS,
+)
 from kernel.transition_door import Transition
 
 __all__ = [
@@ -34,7 +48,7 @@ JOB_DEFINED = Transition(
     (NONE,),
     "operator or job file defines a job",
     _EITHER,
-    st.DEFINE_JOB,
+    DEFINE_JOB,
     "no job of this id (a concurrent definer's row refuses it); its parent, chain and "
     "shared budget checked first; the cursor unplanned",
     (E.JOB_DEFINED,),
@@ -43,7 +57,7 @@ JOB_REVISED = Transition(
     _EITHER,
     "operator or job file revises a job",
     _EITHER,
-    st.REVISE_JOB,
+    REVISE_JOB,
     "revision as read (else REVISION_CONFLICT); other content; the cursor is planned afresh",
     (E.JOB_REVISED,),
 )
@@ -51,7 +65,7 @@ LIVE_JOB_REVISED = Transition(
     (ENABLED,),
     "operator or job file revises an enabled job that stays enabled",
     (ENABLED,),
-    st.REVISE_LIVE_JOB,
+    REVISE_LIVE_JOB,
     "revision as read; Beat resumes planning from the old cursor if it was already due, "
     "else from the edit",
     (E.JOB_REVISED,),
@@ -60,7 +74,7 @@ BEAT_PLANS_CURSOR = Transition(
     (ENABLED,),
     "Beat fires a job no Beat has planned",
     (ENABLED,),
-    st.PLAN_CURSOR,
+    PLAN_CURSOR,
     "enabled at the revision Beat read, cursor unplanned; the firings it passed are made "
     "(BEAT_FIRES) in the same transaction",
     (),
@@ -69,7 +83,7 @@ BEAT_ADVANCES_CURSOR = Transition(
     (ENABLED,),
     "Beat fires a job",
     (ENABLED,),
-    st.ADVANCE_CURSOR,
+    ADVANCE_CURSOR,
     "enabled at the revision Beat read, cursor as Beat planned from (another Beat got "
     "there first: stale, nothing made)",
     (),
@@ -78,7 +92,7 @@ OPERATOR_ENABLES_JOB = Transition(
     (DISABLED,),
     "operator enables (or its source restores it)",
     (ENABLED,),
-    st.SET_ENABLED,
+    SET_ENABLED,
     "disabled; the cursor is planned afresh from now, so a long pause does not burst",
     (E.JOB_ENABLED,),
 )
@@ -86,7 +100,7 @@ OPERATOR_DISABLES_JOB = Transition(
     (ENABLED,),
     "operator disables (or its source retires it)",
     (DISABLED,),
-    st.SET_ENABLED,
+    SET_ENABLED,
     "enabled",
     (E.JOB_DISABLED,),
 )
@@ -94,7 +108,7 @@ OPERATOR_CANCELS_JOB = Transition(
     _EITHER,
     "operator cancels a job (and, with cascade, its chained jobs)",
     (DISABLED,),
-    st.SET_ENABLED,
+    SET_ENABLED,
     "job row held; enabled -> disabled (a disabled job stays so); its waiting and running "
     "occurrences are then cancelled (OPERATOR_CANCELS)",
     (E.JOB_DISABLED, E.JOB_CANCELLED),
@@ -103,7 +117,7 @@ SCHEDULE_RETIRES_JOB = Transition(
     (ENABLED,),
     "Beat made its last firing (one-shot fired, schedule past its end, max_runs made)",
     (DISABLED,),
-    st.RETIRE_JOB,
+    RETIRE_JOB,
     "enabled at the revision Beat fired (kernel/retirement.py)",
     (E.JOB_DISABLED,),
 )
@@ -111,7 +125,7 @@ SOURCE_RETIRES_JOB = Transition(
     _EITHER,
     "its source (beat_schedule) no longer lists it",
     (DISABLED,),
-    st.RETIRE_UNLISTED_JOBS,
+    RETIRE_UNLISTED_JOBS,
     "owned by the source, not listed, not retired yet (one statement per listing); each "
     "is then disabled (OPERATOR_DISABLES_JOB)",
     (E.JOB_RETIRED,),
@@ -120,7 +134,7 @@ SOURCE_RESTORES_JOB = Transition(
     (DISABLED,),
     "its source lists a job it retired again",
     (ENABLED,),
-    st.RESTORE_LISTED_JOBS,
+    RESTORE_LISTED_JOBS,
     "owned by the source, listed, retired by it (one statement per listing); each is "
     "then enabled (OPERATOR_ENABLES_JOB)",
     (E.JOB_RESTORED,),
@@ -129,7 +143,7 @@ OPERATOR_DELETES_JOB = Transition(
     _EITHER,
     "operator deletes a job",
     (NONE,),
-    st.DELETE_IDLE_JOB,
+    DELETE_IDLE_JOB,
     "job row held first; no unsettled occurrence, no job chained after it",
     (E.JOB_DELETED,),
 )
@@ -137,7 +151,7 @@ RETENTION_EXPIRES_JOB = Transition(
     (DISABLED,),
     "retention deletes a finished job (delete_after_run, ttl)",
     (NONE,),
-    st.EXPIRE_FINISHED_JOB,
+    EXPIRE_FINISHED_JOB,
     "disabled at the revision read, idle since the cutoff, every occurrence final and "
     "settled before it, no chained child, and (delete_after_run) at least one run",
     (E.JOB_EXPIRED,),

@@ -11,8 +11,24 @@ deciding the condition lists every condition it may leave.
 
 from __future__ import annotations
 
-from kernel import statements as st
 from kernel.events import EventType as E
+from kernel.statements.gates import (
+    GIVE_BACK_BUDGET,
+    OPEN_BUDGET_WINDOW,
+    PRUNE_ENDED_WINDOWS,
+    RECORD_RESERVATION,
+    RELEASE_RESERVATION,
+    RESERVE_BUDGET,
+    SET_BUDGET,
+    SETTLE_RESERVATION_UNITS,
+    SETTLE_WINDOW_UNITS,
+)
+from kernel.statements.pools import (
+    GIVE_BACK_POOL_SLOT,
+    RECONCILE_POOL,
+    SET_POOL_LIMIT,
+    TAKE_POOL_SLOT,
+)
 from kernel.transition_door import Transition
 
 __all__ = [
@@ -40,7 +56,7 @@ OPERATOR_SETS_POOL_LIMIT = Transition(
     (NONE, ROOM, FULL),
     "operator or job file sets a pool's limit",
     (ROOM, FULL),
-    st.SET_POOL_LIMIT,
+    SET_POOL_LIMIT,
     "a limit other than its own (the same one: nothing written); lowering it below the "
     "running count stops nothing",
     (E.POOL_LIMIT_SET,),
@@ -49,7 +65,7 @@ CLAIM_TAKES_POOL_SLOT = Transition(
     (NONE, ROOM),
     "a claim of an occurrence in the pool takes a slot",
     (ROOM, FULL),
-    st.TAKE_POOL_SLOT,
+    TAKE_POOL_SLOT,
     "running < limit under the pool row's lock (full: the claim is refused); a pool no "
     "row defines is made at its default limit with this slot taken",
     (),
@@ -58,7 +74,7 @@ RUN_GIVES_BACK_POOL_SLOT = Transition(
     (ROOM, FULL),
     "a run of the pool ends (settled, released, expired) or its claim fails",
     (ROOM, FULL),
-    st.GIVE_BACK_POOL_SLOT,
+    GIVE_BACK_POOL_SLOT,
     "running > 0 (a lowered limit may keep the pool full)",
     (),
 )
@@ -66,7 +82,7 @@ UPKEEP_RECONCILES_POOL = Transition(
     (ROOM, FULL),
     "Beat's upkeep finds the counter off the slots its runs hold",
     (ROOM, FULL),
-    st.RECONCILE_POOL,
+    RECONCILE_POOL,
     "counter still as read and still differing from the pool's running occurrences",
     (E.POOL_RECONCILED,),
 )
@@ -82,7 +98,7 @@ BUDGET_DEFINED = Transition(
     (NONE, DEFINED),
     "a job file defines a shared budget",
     (DEFINED,),
-    st.SET_BUDGET,
+    SET_BUDGET,
     "upsert of its window and limits; its windows' counts stay",
     (),
 )
@@ -90,7 +106,7 @@ FIRING_OPENS_BUDGET_WINDOW = Transition(
     (NONE,),
     "a firing of a job with a budget: its current window",
     (ROOM, SPENT),
-    st.OPEN_BUDGET_WINDOW,
+    OPEN_BUDGET_WINDOW,
     "no window of the budget at this start yet (else nothing written)",
     (),
 )
@@ -98,7 +114,7 @@ FIRING_RESERVES_BUDGET = Transition(
     (ROOM,),
     "a firing reserves one run and one unit",
     (ROOM, SPENT),
-    st.RESERVE_BUDGET,
+    RESERVE_BUDGET,
     "runs + 1 <= max_runs and units + 1 <= max_units (NULL: no limit), under the window "
     "row's lock; spent: the firing is skipped (budget)",
     (),
@@ -107,7 +123,7 @@ RESERVATION_RECORDED = Transition(
     (NONE,),
     "the firing's occurrence is made: it holds the reservation",
     (HELD,),
-    st.RECORD_RESERVATION,
+    RECORD_RESERVATION,
     "one per occurrence (its id is the key)",
     (),
 )
@@ -115,7 +131,7 @@ WINDOW_GIVES_BACK_RESERVATION = Transition(
     (ROOM, SPENT),
     "a reservation ends uncounted (no occurrence took it, or released)",
     (ROOM, SPENT),
-    st.GIVE_BACK_BUDGET,
+    GIVE_BACK_BUDGET,
     "the window of the reservation; its run and units no longer count",
     (),
 )
@@ -123,7 +139,7 @@ RESERVATION_RELEASED = Transition(
     (HELD,),
     "its occurrence ends without running (cancelled waiting, rejected, approval timeout)",
     (RELEASED,),
-    st.RELEASE_RESERVATION,
+    RELEASE_RESERVATION,
     "not released yet; its window then gives it back (WINDOW_GIVES_BACK_RESERVATION)",
     (E.BUDGET_RELEASED,),
 )
@@ -131,7 +147,7 @@ RUN_SETTLES_WINDOW_UNITS = Transition(
     (ROOM, SPENT),
     "a succeeded run reports the units it used",
     (ROOM, SPENT),
-    st.SETTLE_WINDOW_UNITS,
+    SETTLE_WINDOW_UNITS,
     "the window of the occurrence's held reservation counts the reported units instead of "
     "the reserved ones (it may pass max_units)",
     (),
@@ -140,7 +156,7 @@ RUN_SETTLES_RESERVATION_UNITS = Transition(
     (HELD,),
     "a succeeded run reports the units it used",
     (HELD,),
-    st.SETTLE_RESERVATION_UNITS,
+    SETTLE_RESERVATION_UNITS,
     "held (not released); after RUN_SETTLES_WINDOW_UNITS, which reads it",
     (),
 )
@@ -148,7 +164,7 @@ RETENTION_PRUNES_BUDGET_WINDOWS = Transition(
     (ROOM, SPENT),
     "retention deletes budget windows that ended long ago",
     (NONE,),
-    st.PRUNE_ENDED_WINDOWS,
+    PRUNE_ENDED_WINDOWS,
     "began before the cutoff (two of the longest windows ago); at most limit per pass",
     (),
 )

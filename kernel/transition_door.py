@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from kernel import statements as st
 from kernel.driver import DriverStatement
 from kernel.events import EventType as E
 
@@ -31,11 +30,6 @@ class Transition:
     statement: Statement
     guard: str
     events: tuple[E, ...]
-
-    @property
-    def statement_name(self) -> str:
-        """The statement's name in :mod:`kernel.statements`."""
-        return next(name for name in st.__all__ if getattr(st, name) is self.statement)
 
 
 def run(

@@ -41,6 +41,7 @@ __all__ = [
     "TRANSITIONS",
     "TRANSITION_EVENTS",
     "allowed_pairs",
+    "statement_name",
     "run",
     "run_all",
     "run_count",
@@ -358,6 +359,11 @@ TRANSITIONS: tuple[Transition, ...] = (
 
 #: Every event some row appends: only a transaction that ran such a row may append one.
 TRANSITION_EVENTS: frozenset[str] = frozenset(e for t in TRANSITIONS for e in t.events)
+
+
+def statement_name(transition: Transition) -> str:
+    """The name of ``transition``'s statement in :mod:`kernel.statements`."""
+    return next(name for name in st.__all__ if getattr(st, name) is transition.statement)
 
 
 def allowed_pairs() -> frozenset[tuple[S, S]]:

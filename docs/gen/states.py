@@ -16,6 +16,7 @@ from kernel.transitions import (
     OCCURRENCE_TRANSITIONS,
     POOL_TRANSITIONS,
     Transition,
+    statement_name,
 )
 
 __all__ = ["occurrence_diagram", "control_diagram", "job_diagram", "states_page"]
@@ -77,7 +78,7 @@ def _table(transitions: Iterable[Transition]) -> str:
             ", ".join(f"`{s}`" for s in t.from_states),
             t.trigger,
             ", ".join(f"`{s}`" for s in t.to_states),
-            f"`{t.statement_name}`",
+            f"`{statement_name(t)}`",
             t.guard.replace("|", "\\|"),
             ", ".join(f"`{e}`" for e in t.events) or "—",
         )
