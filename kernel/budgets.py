@@ -20,9 +20,20 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.durations import text
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
+from kernel.limit_transitions import (
+    BUDGET_DEFINED,
+    FIRING_OPENS_BUDGET_WINDOW,
+    FIRING_RESERVES_BUDGET,
+    RESERVATION_RECORDED,
+    RESERVATION_RELEASED,
+    RUN_SETTLES_RESERVATION_UNITS,
+    RUN_SETTLES_WINDOW_UNITS,
+    WINDOW_GIVES_BACK_RESERVATION,
+)
 from kernel.schema import budget_windows, budgets
 from kernel.spec.sections import Budget
 from kernel.tx import Tx
@@ -72,18 +83,20 @@ def reserve(tx: Tx, job_id: str, ref: dict[str, Any] | str) -> Reservation | Non
     window_ms = int(limits["window"] * 1000)
     window_start = tx.now - tx.now % window_ms
     key = {"budget_key": name, "window_key": window_start}
-    tx.conn.execute(st.OPEN_BUDGET_WINDOW[tx.dialect], key)
-    taken = tx.conn.execute(
-        st.RESERVE_BUDGET,
+    T.run_count(tx, FIRING_OPENS_BUDGET_WINDOW, key)
+    taken = T.run(
+        tx,
+        FIRING_RESERVES_BUDGET,
         {**key, "unit_count": 1, "max_runs": limits["max_runs"], "max_units": limits["max_units"]},
-    ).first()
+    )
     return Reservation(name, window_start, 1) if taken is not None else None
 
 
 def attach(tx: Tx, occurrence_id: int, reservation: Reservation) -> None:
     """Record that occurrence ``occurrence_id`` holds ``reservation``."""
-    tx.conn.execute(
-        st.RECORD_RESERVATION,
+    T.run_count(
+        tx,
+        RESERVATION_RECORDED,
         {
             "occ_id": occurrence_id,
             "budget_key": reservation.budget,
@@ -96,8 +109,9 @@ def attach(tx: Tx, occurrence_id: int, reservation: Reservation) -> None:
 
 def unreserve(tx: Tx, reservation: Reservation) -> None:
     """Give back a reservation no occurrence took (the firing existed already)."""
-    tx.conn.execute(
-        st.GIVE_BACK_BUDGET,
+    T.run_count(
+        tx,
+        WINDOW_GIVES_BACK_RESERVATION,
         {
             "budget_key": reservation.budget,
             "window_key": reservation.window_start,
@@ -108,9 +122,7 @@ def unreserve(tx: Tx, reservation: Reservation) -> None:
 
 def release(tx: Tx, occurrence_id: int, *, job_id: str) -> None:
     """The occurrence ended without running: its reservation (if any) stops counting."""
-    released = tx.conn.execute(
-        st.RELEASE_RESERVATION, {"occ_id": occurrence_id, "now": tx.now}
-    ).first()
+    released = T.run(tx, RESERVATION_RELEASED, {"occ_id": occurrence_id, "now": tx.now})
     if released is None:
         return
     unreserve(tx, Reservation(released.budget, released.window_start, released.units))
@@ -132,16 +144,17 @@ def settle_units(tx: Tx, occurrence_id: int, result: Any) -> None:
     if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= MAX_BUDGET:
         return  # not a count: the reserved unit stands
     params = {"occ_id": occurrence_id, "unit_count": units}
-    tx.conn.execute(st.SETTLE_WINDOW_UNITS, params)
-    tx.conn.execute(st.SETTLE_RESERVATION_UNITS, params)
+    T.run_count(tx, RUN_SETTLES_WINDOW_UNITS, params)
+    T.run(tx, RUN_SETTLES_RESERVATION_UNITS, params)
 
 
 def set_budgets(tx: Tx, defined: Mapping[str, Budget]) -> list[str]:
     """Create or update shared budgets (read by :func:`kernel.jobspec.read_budget`)."""
     for name, read in defined.items():
         budget = read.to_dict()
-        tx.conn.execute(
-            st.SET_BUDGET[tx.dialect],
+        T.run_count(
+            tx,
+            BUDGET_DEFINED,
             {
                 "budget_name": _NAME(name, f"budgets.{name}"),
                 "window_length": budget["window"],

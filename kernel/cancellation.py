@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from kernel import statements as st
+from kernel import transitions as T
 from kernel.admission import lock_job
 from kernel.chains import MAX_CHAIN_DEPTH
 from kernel.control import request_cancel
 from kernel.events import EventType
+from kernel.job_transitions import OPERATOR_CANCELS_JOB
 from kernel.rows import record_request
 from kernel.schema import jobs, occurrences
 from kernel.states import ACTIVE, OccurrenceStatus
@@ -82,12 +83,12 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
     stopping: list[int] = []
     for each in tree:
         lock_job(tx, each)
-        revision = tx.conn.execute(
-            st.SET_ENABLED, {"job_id": each, "enabled": False, "now": tx.now}
-        ).scalar()
-        if revision is not None:
+        changed = T.run(tx, OPERATOR_CANCELS_JOB, {"job_id": each, "enabled": False, "now": tx.now})
+        if changed is not None:
             disabled.append(each)
-            tx.emit(EventType.JOB_DISABLED, job_id=each, revision=revision, reason="cancelled")
+            tx.emit(
+                EventType.JOB_DISABLED, job_id=each, revision=changed.revision, reason="cancelled"
+            )
         active = tx.conn.execute(
             sa.select(OCC.c.id)
             .where(OCC.c.job_id == each, OCC.c.status.in_(ACTIVE))

@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel import statements as st
+from kernel import transitions as T
 from kernel.admission import admit, lock_job
 from kernel.budgets import check_ref
 from kernel.chain_order import parents_first
@@ -18,6 +18,16 @@ from kernel.events import EventType
 from kernel.fan_in import FAN_IN_MARK, check_fan_in, refuse_parent_delete
 from kernel.firing import create_occurrence
 from kernel.gates import create_gated
+from kernel.job_transitions import (
+    BEAT_ADVANCES_CURSOR,
+    BEAT_PLANS_CURSOR,
+    JOB_DEFINED,
+    JOB_REVISED,
+    LIVE_JOB_REVISED,
+    OPERATOR_DELETES_JOB,
+    OPERATOR_DISABLES_JOB,
+    OPERATOR_ENABLES_JOB,
+)
 from kernel.jobspec import JobSpec, validate_job_spec
 from kernel.records import dumps, job_from_row, loads, to_dt
 from kernel.redaction import redacted_spec
@@ -132,7 +142,7 @@ def define_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> t
         )
     _check_chain(tx, spec)
     check_ref(tx, spec.id, spec.to_dict().get("budget"))
-    inserted = tx.conn.execute(st.DEFINE_JOB[tx.dialect], _definition(tx, spec)).scalar()
+    inserted = T.run(tx, JOB_DEFINED, _definition(tx, spec))
     if inserted is None:  # a concurrent definer won; compare with what it wrote
         return define_job(tx, raw, operator)
     tx.emit(
@@ -165,9 +175,9 @@ def revise_job(
     # A live job keeps a cursor that was already due: a firing due but not yet
     # materialised when the edit landed is then still made (under the new revision) or
     # recorded by the catch-up policy, not silently dropped.
-    revise = st.REVISE_LIVE_JOB if current.enabled and spec.enabled else st.REVISE_JOB
+    revise = LIVE_JOB_REVISED if current.enabled and spec.enabled else JOB_REVISED
     params = {**_definition(tx, spec), "expected_revision": expected_revision}
-    changed = tx.conn.execute(revise, params).rowcount
+    changed = T.run_count(tx, revise, params)
     if changed != 1:
         raise RevisionConflict(f"job {spec.id!r} changed while being revised", job_id=spec.id)
     tx.emit(
@@ -211,9 +221,8 @@ def set_enabled(
 ) -> tuple[Job, bool]:
     """Enable or disable; enabling re-plans from now so a long pause does not burst.
     ``reason`` goes into the event when the kernel itself makes the change."""
-    changed = tx.conn.execute(
-        st.SET_ENABLED, {"job_id": job_id, "enabled": enabled, "now": tx.now}
-    ).first()
+    change = OPERATOR_ENABLES_JOB if enabled else OPERATOR_DISABLES_JOB
+    changed = T.run(tx, change, {"job_id": job_id, "enabled": enabled, "now": tx.now})
     if changed is None:
         return get_job(tx, job_id), False  # already so (or NotFound)
     why: dict[str, Any] = {"reason": reason} if reason else {}
@@ -231,7 +240,7 @@ def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
     """Delete a definition; refused while any of its occurrences is unsettled."""
     lock_job(tx, job_id)  # NotFound; on PostgreSQL no occurrence of it is made meanwhile
     refuse_parent_delete(tx, job_id)
-    deleted = tx.conn.execute(st.DELETE_IDLE_JOB, {"job_id": job_id}).first()
+    deleted = T.run(tx, OPERATOR_DELETES_JOB, {"job_id": job_id})
     if deleted is not None:
         tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=deleted.revision, **_by(operator))
         return
@@ -308,7 +317,7 @@ def fire(
     ``missed_count`` of them (``missed`` lists at most the oldest) in one
     ``firings_missed`` event spanning them.
     """
-    advance = st.PLAN_CURSOR if expected_cursor is None else st.ADVANCE_CURSOR
+    advance = BEAT_PLANS_CURSOR if expected_cursor is None else BEAT_ADVANCES_CURSOR
     params = {
         "job_id": job_id,
         "expected_revision": expected_revision,
@@ -316,10 +325,10 @@ def fire(
         "next_trigger_key": next_cursor[0] if next_cursor else None,
         "next_fire_at": next_cursor[1] if next_cursor else None,
     }
-    advanced = tx.conn.execute(advance, params).scalar()
+    advanced = T.run(tx, advance, params)
     if advanced is None:
         return FireReport(stale=True)
-    spec = loads(advanced)
+    spec = loads(advanced.spec)
     created: list[int] = []
     skipped: list[tuple[str, str]] = []
     left = runs_left(tx, job_id, spec["schedule"])

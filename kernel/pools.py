@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.events import EventType
 from kernel.jobspec import check_limit
+from kernel.limit_transitions import (
+    CLAIM_TAKES_POOL_SLOT,
+    OPERATOR_SETS_POOL_LIMIT,
+    RUN_GIVES_BACK_POOL_SLOT,
+    UPKEEP_RECONCILES_POOL,
+)
 from kernel.tx import Tx
 from kernel.types import Pool
 
@@ -13,13 +20,13 @@ __all__ = ["take_slot", "give_back", "set_limit", "list_pools", "reconcile"]
 
 def take_slot(tx: Tx, pool: str) -> bool:
     """Take one running slot of ``pool``; False (nothing changed) when it is full."""
-    return tx.conn.execute(st.TAKE_POOL_SLOT[tx.dialect], {"pool": pool}).first() is not None
+    return T.run(tx, CLAIM_TAKES_POOL_SLOT, {"pool": pool}) is not None
 
 
 def give_back(tx: Tx, pool: str | None) -> None:
     """A run of ``pool`` ended (None: the occurrence is in no pool)."""
     if pool is not None:
-        tx.conn.execute(st.GIVE_BACK_POOL_SLOT, {"pool": pool})
+        T.run_count(tx, RUN_GIVES_BACK_POOL_SLOT, {"pool": pool})
 
 
 def set_limit(tx: Tx, name: str, limit: int) -> tuple[Pool, bool]:
@@ -29,8 +36,7 @@ def set_limit(tx: Tx, name: str, limit: int) -> tuple[Pool, bool]:
     wait until enough of its runs end.
     """
     check_limit(name, limit)
-    changed = tx.conn.execute(st.SET_POOL_LIMIT[tx.dialect], {"pool": name, "limit": limit})
-    if changed.first() is not None:
+    if T.run(tx, OPERATOR_SETS_POOL_LIMIT, {"pool": name, "limit": limit}) is not None:
         tx.emit(EventType.POOL_LIMIT_SET, pool=name, limit=limit)
         return _pool(tx, name), True
     return _pool(tx, name), False
@@ -55,8 +61,9 @@ def reconcile(tx: Tx) -> list[dict[str, object]]:
     """
     corrected: list[dict[str, object]] = []
     for name, was in tx.conn.execute(st.DRIFTED_POOLS).all():
-        running = tx.conn.execute(st.RECONCILE_POOL, {"pool": name, "was": was}).scalar()
-        if running is not None:
+        reconciled = T.run(tx, UPKEEP_RECONCILES_POOL, {"pool": name, "was": was})
+        if reconciled is not None:
+            running = reconciled.running
             tx.emit(EventType.POOL_RECONCILED, pool=name, was=was, running=running)
             corrected.append({"pool": name, "was": was, "running": running})
     return corrected

@@ -19,10 +19,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.history import PRUNABLE, prune
 from kernel.history_limits import limit_history
+from kernel.job_transitions import RETENTION_EXPIRES_JOB
+from kernel.limit_transitions import RETENTION_PRUNES_BUDGET_WINDOWS
 from kernel.records import loads
 from kernel.schema import jobs
 from kernel.tx import Tx
@@ -50,15 +53,16 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
         if not after_run and ttl is None:
             continue  # the pattern matched inside a payload
         age_ms = 0 if after_run else int(ttl * 1000)
-        gone = tx.conn.execute(
-            st.EXPIRE_FINISHED_JOB,
+        gone = T.run(
+            tx,
+            RETENTION_EXPIRES_JOB,
             {
                 "job_id": row.id,
                 "revision": row.revision,
                 "cutoff": tx.now - age_ms,
                 "needs_run": after_run,
             },
-        ).scalar()
+        )
         if gone is None:
             continue
         tx.conn.execute(st.FORGET_JOB_SOURCE, {"job_id": row.id})
@@ -82,7 +86,7 @@ BUDGET_WINDOW_KEPT_MS = 2 * 31 * 86_400_000
 def prune_budget_windows(tx: Tx, limit: int) -> int:
     """Delete up to ``limit`` budget windows that ended long ago; how many went."""
     params = {"cutoff": tx.now - BUDGET_WINDOW_KEPT_MS, "limit": limit}
-    return int(tx.conn.execute(st.PRUNE_ENDED_WINDOWS, params).rowcount)
+    return T.run_count(tx, RETENTION_PRUNES_BUDGET_WINDOWS, params)
 
 
 def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, Any]:

@@ -14,8 +14,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel import statements as st
+from kernel import transitions as T
 from kernel.events import EventType
+from kernel.job_transitions import SCHEDULE_RETIRES_JOB
 from kernel.schema import occurrences
 from kernel.states import OccurrenceStatus
 from kernel.tx import Tx
@@ -75,6 +76,6 @@ def retire(tx: Tx, job_id: str, revision: int, reason: str, **data: Any) -> None
     """Disable the job (if still at ``revision`` and enabled) with event ``job_disabled``
     giving ``reason``: its ``ttl`` / ``delete_after_run`` count from here."""
     params = {"job_id": job_id, "expected_revision": revision, "now": tx.now}
-    retired = tx.conn.execute(st.RETIRE_JOB, params).rowcount
+    retired = T.run_count(tx, SCHEDULE_RETIRES_JOB, params)
     if retired:
         tx.emit(EventType.JOB_DISABLED, job_id=job_id, revision=revision, reason=reason, **data)

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from kernel import statements as st
+from kernel import transitions as T
 from kernel.events import EventType
+from kernel.job_transitions import SOURCE_RESTORES_JOB, SOURCE_RETIRES_JOB
 from kernel.jobs import set_enabled
 from kernel.schema import jobs
 from kernel.tx import Tx
@@ -42,17 +44,17 @@ def sync_source(tx: Tx, source: str, owned: Mapping[str, str]) -> SourceSync:
         tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.id.in_(sorted(owned)))).scalars()
     )
     listing = {"of_source": source, "keep": keep, "now": tx.now}
-    restored = tx.conn.execute(st.RESTORE_LISTED_JOBS, listing).scalars().all()
+    restored = [row.job_id for row in T.run_all(tx, SOURCE_RESTORES_JOB, listing)]
     if keep:
         tx.conn.execute(
             st.OWN_JOBS[tx.dialect],
             [{"job_id": i, "source": source, "name": owned[i], "retired_at": None} for i in keep],
         )
-    retired = tx.conn.execute(st.RETIRE_UNLISTED_JOBS, listing).all()
-    for job_id, name in retired:
-        set_enabled(tx, job_id, False)
-        tx.emit(EventType.JOB_RETIRED, job_id=job_id, source=source, name=name)
+    retired = T.run_all(tx, SOURCE_RETIRES_JOB, listing)
+    for row in retired:
+        set_enabled(tx, row.job_id, False)
+        tx.emit(EventType.JOB_RETIRED, job_id=row.job_id, source=source, name=row.name)
     for job_id in restored:
         set_enabled(tx, job_id, True)
         tx.emit(EventType.JOB_RESTORED, job_id=job_id, source=source, name=owned[job_id])
-    return SourceSync(sorted(job_id for job_id, _ in retired), sorted(restored))
+    return SourceSync(sorted(row.job_id for row in retired), sorted(restored))

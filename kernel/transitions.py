@@ -1,99 +1,51 @@
-"""The transition table: open this first. Every occurrence and runtime-control transition.
+"""The transition table: open this first. Every transition of occurrences, runtime
+controls, jobs, pools and budgets.
 
 One row per (from states, trigger): the state it leads to, the statement in
 :mod:`kernel.statements` that performs it, the guard in that statement's WHERE
 (what must still hold when it writes), and the events it appends. Where the
 outcome depends on the row (a cancel pending, attempts left), the statement
-decides it (``CASE``), and the row lists every state it can reach.
+decides it (``CASE``), and the row lists every state it can reach. The rows of
+occurrences and controls are here; those of jobs are in :mod:`kernel.job_transitions`,
+those of pools and budgets (whose state is a counter: their rows name the condition
+the guard decides, such as a pool's ``room`` or ``full``) in
+:mod:`kernel.limit_transitions`.
 
-The kernel performs a transition only through its row: ``run(tx, WORKER_SUCCEEDS,
-params)`` executes the row's statement, and an occurrence or control event
-(any event a row lists) may be appended only in a transaction that ran a row
-listing it (``Tx.emit`` checks). tests/kernel/test_state_machine.py checks the kernel
-against these rows, tests/kernel/test_transitions.py the rows themselves.
+The kernel performs a transition only through its row (:mod:`kernel.transition_door`):
+``run(tx, WORKER_SUCCEEDS, params)`` executes the row's statement, and any event a row
+lists may be appended only in a transaction that ran a row listing it (``Tx.emit``
+checks). tests/kernel/test_state_machine.py checks the kernel against these rows,
+tests/kernel/test_transitions.py the rows themselves, tests/kernel/test_table_walk.py
+that every statement changing one of these nouns is a row's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import sqlalchemy as sa
-
 from kernel import statements as st
-from kernel.driver import DriverStatement
 from kernel.events import EventType as E
+from kernel.job_transitions import JOB_TRANSITIONS
+from kernel.limit_transitions import BUDGET_TRANSITIONS, POOL_TRANSITIONS
 from kernel.states import CLAIMABLE, WAITING
 from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
-
-if TYPE_CHECKING:
-    from kernel.tx import Tx
+from kernel.transition_door import Transition, run, run_all, run_count
 
 __all__ = [
     "Transition",
     "OCCURRENCE_TRANSITIONS",
     "CONTROL_TRANSITIONS",
+    "JOB_TRANSITIONS",
+    "POOL_TRANSITIONS",
+    "BUDGET_TRANSITIONS",
     "OPERATOR_CANCELS",
+    "TRANSITIONS",
     "TRANSITION_EVENTS",
     "allowed_pairs",
+    "statement_name",
     "run",
     "run_all",
+    "run_count",
 ]
-
-#: What performs a transition: a Core statement, a driver-run one, or one per dialect.
-Statement = sa.Executable | DriverStatement | Mapping[str, sa.Executable | DriverStatement]
-
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    from_states: tuple[str, ...]
-    trigger: str
-    to_states: tuple[str, ...]
-    statement: Statement
-    guard: str
-    events: tuple[E, ...]
-
-    @property
-    def statement_name(self) -> str:
-        """The statement's name in :mod:`kernel.statements`."""
-        return next(name for name in st.__all__ if getattr(st, name) is self.statement)
-
-
-def run(
-    tx: Tx,
-    transition: Transition | tuple[Transition, ...],
-    params: Mapping[str, Any],
-    *,
-    alone: bool = False,
-) -> sa.Row[Any] | None:
-    """Perform ``transition``: run its statement; its first returned row, or None when
-    its guard held for no row. Its events may be appended in this transaction from now.
-
-    A tuple names the rows one statement decides between (they share it). ``alone``: the
-    statement is the whole transaction when it returns a row (``Tx.first_alone``).
-    """
-    rows = transition if isinstance(transition, tuple) else (transition,)
-    statement = rows[0].statement
-    assert all(row.statement is statement for row in rows), "one statement per run"
-    for row in rows:
-        tx.allowed_events.update(row.events)
-    if isinstance(statement, Mapping):
-        statement = statement[tx.dialect]
-    if isinstance(statement, DriverStatement):
-        return tx.first_alone(statement, params) if alone else statement.first(tx.conn, params)
-    assert not alone, "a statement sent alone runs on the driver"
-    return tx.conn.execute(statement, params).first()
-
-
-def run_all(tx: Tx, transition: Transition, params: Mapping[str, Any]) -> list[sa.Row[Any]]:
-    """Perform a batch ``transition`` (a Core statement moving many rows): every row it
-    returned. Its events may be appended in this transaction from now."""
-    tx.allowed_events.update(transition.events)
-    assert isinstance(transition.statement, sa.Executable), "a batch is one Core statement"
-    return list(tx.conn.execute(transition.statement, params).all())
-
 
 _HELD = "running, owner and fence as held, lease live"
 
@@ -223,8 +175,8 @@ OPERATOR_CANCELS_WAITING = Transition(
     "operator cancels (occurrence or job cancel, or overlap replace)",
     (S.CANCELLED,),
     st.CANCEL,
-    "status waiting; a budget reservation of a run never begun is released",
-    (E.OCCURRENCE_CANCELLED, E.BUDGET_RELEASED),
+    "status waiting; a budget reservation of a run never begun is released (RESERVATION_RELEASED)",
+    (E.OCCURRENCE_CANCELLED,),
 )
 OPERATOR_CANCELS_RUNNING = Transition(
     (S.RUNNING,),
@@ -291,16 +243,17 @@ OPERATOR_REJECTS = Transition(
     "operator rejects",
     (S.SKIPPED,),
     st.REJECT,
-    "awaiting_approval; the budget reservation is released",
-    (E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
+    "awaiting_approval; the budget reservation is released (RESERVATION_RELEASED)",
+    (E.OCCURRENCE_REJECTED,),
 )
 APPROVAL_TIMES_OUT = Transition(
     (S.AWAITING_APPROVAL,),
     "Beat applies the approval timeout",
     (S.QUEUED, S.SKIPPED),
     st.APPLY_APPROVAL_TIMEOUTS,
-    "awaiting_approval, approval_due_at passed; CASE approval_auto approve -> queued",
-    (E.OCCURRENCE_APPROVED, E.OCCURRENCE_REJECTED, E.BUDGET_RELEASED),
+    "awaiting_approval, approval_due_at passed; CASE approval_auto approve -> queued "
+    "(a skipped one's budget reservation is released: RESERVATION_RELEASED)",
+    (E.OCCURRENCE_APPROVED, E.OCCURRENCE_REJECTED),
 )
 OPERATOR_RESUMES = Transition(
     (S.RETRY_WAIT,),
@@ -395,10 +348,22 @@ CONTROL_TRANSITIONS: tuple[Transition, ...] = (
     CONTROL_ENDS,
 )
 
-#: Every event some row appends: only a transaction that ran such a row may append one.
-TRANSITION_EVENTS: frozenset[str] = frozenset(
-    e for t in (*OCCURRENCE_TRANSITIONS, *CONTROL_TRANSITIONS) for e in t.events
+#: Every row of the table.
+TRANSITIONS: tuple[Transition, ...] = (
+    *OCCURRENCE_TRANSITIONS,
+    *CONTROL_TRANSITIONS,
+    *JOB_TRANSITIONS,
+    *POOL_TRANSITIONS,
+    *BUDGET_TRANSITIONS,
 )
+
+#: Every event some row appends: only a transaction that ran such a row may append one.
+TRANSITION_EVENTS: frozenset[str] = frozenset(e for t in TRANSITIONS for e in t.events)
+
+
+def statement_name(transition: Transition) -> str:
+    """The name of ``transition``'s statement in :mod:`kernel.statements`."""
+    return next(name for name in st.__all__ if getattr(st, name) is transition.statement)
 
 
 def allowed_pairs() -> frozenset[tuple[S, S]]:

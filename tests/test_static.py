@@ -102,7 +102,10 @@ _FOUNDATION = {
     "migrations", "payloads", "records", "redaction", "retry", "schema", "schema_shape",
     "spec", "states", "translate", "types", "writer_gate", "process_id", "run_params",
 }  # fmt: skip
-_STATEMENTS = {"statements", "transitions", "tx", "session", "borrowed"}
+_STATEMENTS = {
+    "statements", "transitions", "transition_door", "job_transitions", "limit_transitions",
+    "tx", "session", "borrowed",
+}  # fmt: skip
 _FLOOR = {
     "admission", "approvals", "budgets", "chains", "control", "firing", "gates", "jobs",
     "pools", "reads", "result_hooks", "rows", "sources", "verdicts", "watchdog_jobs",

@@ -1,4 +1,5 @@
-"""The state diagrams, in Mermaid, from the kernel's transition table (kernel/transitions.py).
+"""The state diagrams, in Mermaid, and the reference tables, from the kernel's transition
+table (kernel/transitions.py).
 
 The README carries the occurrence diagram too; tests/test_docs.py checks that it is this
 output. Print it with ``python -m docs.gen.states``.
@@ -8,11 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kernel.transitions import CONTROL_TRANSITIONS, OCCURRENCE_TRANSITIONS, Transition
+from kernel.transitions import (
+    BUDGET_TRANSITIONS,
+    CONTROL_TRANSITIONS,
+    JOB_TRANSITIONS,
+    OCCURRENCE_TRANSITIONS,
+    POOL_TRANSITIONS,
+    Transition,
+    statement_name,
+)
 
-__all__ = ["occurrence_diagram", "control_diagram", "states_page"]
+__all__ = ["occurrence_diagram", "control_diagram", "job_diagram", "states_page"]
 
-#: The table's name for "no row yet" (a creation, or a control row not made yet).
+#: The table's name for "no row" (a creation, a control row not made yet, a deletion).
 _NO_ROW = "none"
 
 
@@ -35,7 +44,8 @@ def _diagram(transitions: Iterable[Transition]) -> str:
         start = "[*]" if source == _NO_ROW else source
         # A colon or semicolon would end Mermaid's label: triggers are joined by line breaks.
         label = "<br/>".join(labels).replace(":", " -").replace(";", ",")
-        lines.append(f"    {start} --> {target} : {label}")
+        end = "[*]" if target == _NO_ROW else target
+        lines.append(f"    {start} --> {end} : {label}")
     return "\n".join(lines) + "\n"
 
 
@@ -47,6 +57,11 @@ def occurrence_diagram() -> str:
 def control_diagram() -> str:
     """The runtime-control states (pause, resume, hand back) of a running occurrence."""
     return _diagram(CONTROL_TRANSITIONS)
+
+
+def job_diagram() -> str:
+    """A job's life: defined, enabled and disabled, deleted."""
+    return _diagram(JOB_TRANSITIONS)
 
 
 def _fenced(diagram: str) -> str:
@@ -63,7 +78,7 @@ def _table(transitions: Iterable[Transition]) -> str:
             ", ".join(f"`{s}`" for s in t.from_states),
             t.trigger,
             ", ".join(f"`{s}`" for s in t.to_states),
-            f"`{t.statement_name}`",
+            f"`{statement_name(t)}`",
             t.guard.replace("|", "\\|"),
             ", ".join(f"`{e}`" for e in t.events) or "—",
         )
@@ -72,14 +87,15 @@ def _table(transitions: Iterable[Transition]) -> str:
 
 
 def states_page() -> str:
-    """The reference page: both diagrams and both tables."""
+    """The reference page: the diagrams of occurrences, controls and jobs, and every
+    row of the table."""
     return "\n".join(
         [
             "# States and transitions",
             "",
             "Generated from the kernel's transition table (`kernel/transitions.py`), the",
             "one place the kernel's behaviour lives: each row is one guarded statement in",
-            "`kernel.statements`, and the kernel appends an occurrence event only in a",
+            "`kernel.statements`, and the kernel appends an event a row lists only in a",
             "transaction that ran a row listing it.",
             "",
             "## Occurrences",
@@ -99,6 +115,29 @@ def states_page() -> str:
             "",
             _fenced(control_diagram()),
             _table(CONTROL_TRANSITIONS),
+            "## Jobs",
+            "",
+            "`[*]` is no job of this id (not defined yet, or deleted). Beat planning and",
+            "advancing an enabled job's fire cursor keeps it enabled: those rows are in the",
+            "table, not drawn.",
+            "",
+            _fenced(job_diagram()),
+            _table(JOB_TRANSITIONS),
+            "## Pools",
+            "",
+            "A pool's state is its counter of running slots: a row names the condition its",
+            "guard decides, `room` (running below the limit) or `full`; `none` is no pool",
+            "row yet.",
+            "",
+            _table(POOL_TRANSITIONS),
+            "## Budgets",
+            "",
+            "A budget window's state is its counters: a row names the condition, `room` for",
+            "one more reservation under the budget's limits or `spent`; a reservation is",
+            "`held` (counted) or `released`; a shared budget is `defined`; `none` is no row",
+            "yet.",
+            "",
+            _table(BUDGET_TRANSITIONS),
         ]
     )
 

@@ -1,6 +1,7 @@
-"""The transition table is the whole truth for occurrences and controls: every statement
-that changes their state is a row's, every event a row lists is written only through
-``Tx.emit`` or a statement's own insert (``statements/logged.py``), and no module outside
+"""The transition table is the whole truth for occurrences, controls, jobs, pools and
+budgets: every statement that changes their state is a row's, every event a row lists
+is written only through ``Tx.emit`` (which refuses it in a transaction that ran no row
+listing it) or a statement's own insert (``statements/logged.py``), and no module outside
 kernel/statements/ builds DML. Static: nothing runs."""
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from kernel import statements as st
 from kernel import transitions as T
 from kernel.driver import DriverStatement
 from kernel.events import EventType
-from kernel.schema import controls, events, occurrences
+from kernel.schema import (
+    budget_reservations,
+    budget_windows,
+    budgets,
+    controls,
+    events,
+    jobs,
+    occurrences,
+    pools,
+)
 
 KERNEL = Path(T.__file__).resolve().parent
 
@@ -32,8 +42,18 @@ def _forms(statement: Any) -> Iterator[Any]:
         yield statement
 
 
+#: Tables every write of which changes a state: a job's definition, enabled flag and
+#: cursor, a pool's limit and counter, a budget, its windows' counters and reservations.
+_WHOLLY_STATE = (jobs, pools, budgets, budget_windows, budget_reservations)
+
+
 def _changes_state(statement: Any) -> bool:
-    """An INSERT into, or an UPDATE of the status or state of, occurrences or controls."""
+    """An INSERT into, or an UPDATE of the status or state of, occurrences or controls;
+    any INSERT, UPDATE or DELETE of a table of ``_WHOLLY_STATE``."""
+    if isinstance(statement, sa.Insert | sa.Update | sa.Delete) and any(
+        statement.table is table for table in _WHOLLY_STATE
+    ):
+        return True
     if not isinstance(statement, sa.Insert | sa.Update) or statement.table not in (
         occurrences,
         controls,
@@ -46,8 +66,7 @@ def _changes_state(statement: Any) -> bool:
 
 
 def test_every_statement_that_changes_a_state_is_a_row_of_the_table() -> None:
-    rows = (*T.OCCURRENCE_TRANSITIONS, *T.CONTROL_TRANSITIONS)
-    reached = {id(form) for row in rows for form in _forms(row.statement)}
+    reached = {id(form) for row in T.TRANSITIONS for form in _forms(row.statement)}
     outside = [
         name
         for name in st.__all__
@@ -63,7 +82,13 @@ def _sources() -> Iterator[tuple[str, ast.AST]]:
             yield str(path.relative_to(KERNEL)), ast.parse(path.read_text(), str(path))
 
 
-def test_every_occurrence_or_control_event_the_kernel_names_is_a_rows() -> None:
+#: Events of the table's nouns that record a request and change no state of their own:
+#: the occurrences a run-now or a backfill makes are BEAT_FIRES rows.
+_REQUESTS = {EventType.JOB_RUN_NOW, EventType.JOB_BACKFILLED}
+_NOUNS = ("occurrence_", "control_", "job_", "pool_", "budget_")
+
+
+def test_every_event_of_the_tables_nouns_the_kernel_names_is_a_rows() -> None:
     named = {
         (name, EventType[node.attr].value)
         for name, tree in _sources()
@@ -76,7 +101,7 @@ def test_every_occurrence_or_control_event_the_kernel_names_is_a_rows() -> None:
     outside = sorted(
         f"{name}: {event}"
         for name, event in named
-        if event.startswith(("occurrence_", "control_")) and event not in T.TRANSITION_EVENTS
+        if event.startswith(_NOUNS) and event not in T.TRANSITION_EVENTS | _REQUESTS
     )
     assert outside == []
 
@@ -118,3 +143,49 @@ def test_only_tx_writes_events_and_only_statements_build_dml() -> None:
         and any(_builds(n, _DML) for n in ast.walk(tree))
     )
     assert outside == []
+
+
+def test_the_walk_reaches_every_table_of_the_nouns() -> None:
+    written = {
+        form.table.name
+        for name in st.__all__
+        for form in _forms(getattr(st, name))
+        if _changes_state(form)
+    }
+    assert {table.name for table in (occurrences, controls, *_WHOLLY_STATE)} <= written
+
+
+#: The table's modules: the rows and the door that runs them.
+_TABLE_MODULES = {
+    "transitions.py",
+    "transition_door.py",
+    "job_transitions.py",
+    "limit_transitions.py",
+}
+
+
+def _statements_named(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, name) of each statement of kernel.statements ``tree`` names: ``st.NAME``,
+    or a name imported from kernel.statements."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "st":
+                yield node.lineno, node.attr
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "kernel.statements"
+        ):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+
+
+def test_a_rows_statement_runs_only_through_the_door() -> None:
+    """No kernel module outside kernel/statements/ and the table's names a row's statement:
+    the kernel reaches it through its row (``T.run``, ``run_all``, ``run_count``) only."""
+    rows = {T.statement_name(row) for row in T.TRANSITIONS}
+    named = sorted(
+        f"{name}:{line} {statement}"
+        for name, tree in _sources()
+        if not name.startswith("statements/") and name not in _TABLE_MODULES
+        for line, statement in _statements_named(tree)
+        if statement in rows
+    )
+    assert named == []
