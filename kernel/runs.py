@@ -185,8 +185,9 @@ def settle(
         # ``control_open`` is read from SETTLE's snapshot: a pause request committed
         # while SETTLE waited for the row lock is not in it, so the control is ended
         # unconditionally, in the statement that also writes the events.
-        st.SETTLED_EVENTS.execute(
-            tx.conn,
+        T.run_count(
+            tx,
+            T.CONTROL_ENDS_WITH_SETTLE,
             {
                 "occ_id": occurrence_id,
                 "now": tx.now,

@@ -73,5 +73,6 @@ def run_count(tx: Tx, transition: Transition, params: Mapping[str, Any]) -> int:
     statement = transition.statement
     if isinstance(statement, Mapping):
         statement = statement[tx.dialect]
-    assert isinstance(statement, sa.Executable), "a Core statement"
+    if isinstance(statement, DriverStatement):
+        return statement.execute(tx.conn, params)
     return int(tx.conn.execute(statement, params).rowcount)

@@ -338,6 +338,15 @@ CONTROL_ENDS = Transition(
     "not terminal",
     (E.CONTROL_TERMINAL,),
 )
+CONTROL_ENDS_WITH_SETTLE = Transition(
+    (C.PAUSE_REQUESTED, C.PAUSED, C.RESUMED),
+    "occurrence settles (PostgreSQL: with the settle's events, in one statement)",
+    (C.TERMINAL,),
+    st.SETTLED_EVENTS,
+    "not terminal; a statement after SETTLE, so that its snapshot sees a pause request "
+    "that committed while SETTLE waited for the row",
+    (E.CONTROL_TERMINAL,),
+)
 
 CONTROL_TRANSITIONS: tuple[Transition, ...] = (
     OPERATOR_REQUESTS_PAUSE,
@@ -346,6 +355,7 @@ CONTROL_TRANSITIONS: tuple[Transition, ...] = (
     WORKER_RELEASES_CONTROL,
     CONTROL_RESUMES,
     CONTROL_ENDS,
+    CONTROL_ENDS_WITH_SETTLE,
 )
 
 #: Every row of the table.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.sql import visitors
 
 from kernel import statements as st
 from kernel import transitions as T
@@ -47,7 +48,19 @@ def _forms(statement: Any) -> Iterator[Any]:
 _WHOLLY_STATE = (jobs, pools, budgets, budget_windows, budget_reservations)
 
 
+def _parts(statement: Any) -> Iterator[Any]:
+    """The statement and the statements of its CTEs (PostgreSQL's data-modifying ones)."""
+    yield statement
+    if isinstance(statement, sa.ClauseElement):
+        yield from (e.element for e in visitors.iterate(statement) if isinstance(e, sa.CTE))
+
+
 def _changes_state(statement: Any) -> bool:
+    """The statement, or a data-modifying CTE in it, writes a state (:func:`_writes_state`)."""
+    return any(_writes_state(part) for part in _parts(statement))
+
+
+def _writes_state(statement: Any) -> bool:
     """An INSERT into, or an UPDATE of the status or state of, occurrences or controls;
     any INSERT, UPDATE or DELETE of a table of ``_WHOLLY_STATE``."""
     if isinstance(statement, sa.Insert | sa.Update | sa.Delete) and any(
@@ -147,10 +160,11 @@ def test_only_tx_writes_events_and_only_statements_build_dml() -> None:
 
 def test_the_walk_reaches_every_table_of_the_nouns() -> None:
     written = {
-        form.table.name
+        part.table.name
         for name in st.__all__
         for form in _forms(getattr(st, name))
-        if _changes_state(form)
+        for part in _parts(form)
+        if _writes_state(part)
     }
     assert {table.name for table in (occurrences, controls, *_WHOLLY_STATE)} <= written
 
