@@ -3,7 +3,8 @@
 A count, not a timing: the same on a busy and a quiet machine, so it says where
 a pair's round trips go (bench/README.md, "Where the time goes"). Per back end, a
 fresh database with queued occurrences of one job (as bench/kernel_throughput.py
-makes them), then ``Kernel.claim`` + ``Kernel.succeed`` per occurrence, counting
+makes them), then ``Kernel.claim`` + ``Kernel.succeed`` per occurrence and one batch's
+``Kernel.succeed_and_claim`` (a run's success and the next run's claim), counting
 what reaches the driver: on SQLite every statement sqlite3 runs (its trace
 callback, BEGIN and COMMIT included); on PostgreSQL every statement psycopg sends
 through a cursor, plus the transaction's BEGIN (psycopg sends it before the first
@@ -107,13 +108,23 @@ def _measure(url: str, n: int) -> dict[str, list[str]]:
         assert claim is not None
         kernel.succeed(warm, owner="w", fence=claim.fence)
         counter.take()
-        shapes: dict[str, list[str]] = {"claim": [], "settle": []}
-        for occ_id in ids[1:]:
+        shapes: dict[str, list[str]] = {"claim": [], "settle": [], "batch": []}
+        *singles, batched, following = ids[1:]
+        for occ_id in singles:
             claim = kernel.claim(occ_id, owner="w", lease=30)
             assert claim is not None
             shapes["claim"] = [_verb(s) for s in counter.take()]
             kernel.succeed(occ_id, owner="w", fence=claim.fence)
             shapes["settle"] = [_verb(s) for s in counter.take()]
+        # A batch's run: its success and the next run's claim (decision 2 of issue 22).
+        claim = kernel.claim(batched, owner="w", lease=30)
+        assert claim is not None
+        counter.take()
+        nxt = kernel.succeed_and_claim(
+            batched, owner="w", fence=claim.fence, next_occurrence_id=following, lease=30
+        )
+        assert nxt is not None
+        shapes["batch"] = [_verb(s) for s in counter.take()]
         return shapes
     finally:
         kernel.close()
@@ -133,8 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 server_url = None
             with fresh_database(server_url, "bench_trips") as url:
-                shapes = _measure(url, 5)
-            for step in ("claim", "settle"):
+                shapes = _measure(url, 6)
+            for step in ("claim", "settle", "batch"):
                 rows.append(
                     f"{backend:<9} {step:<7} {len(shapes[step]):>2}  " + ", ".join(shapes[step])
                 )

@@ -80,8 +80,11 @@ def test_a_claim_and_a_settle_send_the_fewest_statements(
         url: str = request.getfixturevalue("pg_database_url")
         claim = ["WITH UPDATE+INSERT"]
         settle = ["WITH UPDATE+INSERT"]
+        # A batch's success and its next claim: one statement too.
+        batch = ["WITH UPDATE+INSERT+UPDATE+INSERT"]
     else:
         url = f"sqlite:///{tmp_path / 'kernel.db'}"
         claim = ["BEGIN", "UPDATE occurrences", "INSERT events", "COMMIT"]
         settle = ["BEGIN", "UPDATE occurrences", "INSERT events", "COMMIT"]
-    assert _measure(url, 3) == {"claim": claim, "settle": settle}
+        batch = ["BEGIN", *settle[1:3], *claim[1:3], "COMMIT"]
+    assert _measure(url, 4) == {"claim": claim, "settle": settle, "batch": batch}
