@@ -178,27 +178,28 @@ def _claim_queued(dialect: str, occurrence_param: str = "occ_id") -> sa.Update:
     )
 
 
-#: What the claimed event's data says of a queued claim, as canonical JSON around the
-#: attempt it wrote and the owner (``owner_json``: the owner as JSON text).
-def _queued_claim_data(attempt: sa.ColumnElement[int]) -> sa.ColumnElement[str]:
-    return (
+def _queued_claim_logged(claimed: sa.CTE, name: str) -> sa.CTE:
+    """The ``occurrence_claimed`` event of a queued claim's CTE, its data canonical JSON
+    around the attempt it wrote and the owner (``owner_json``: the owner as JSON text)."""
+    data = (
         sa.literal('{"attempt":', sa.Text)
-        .concat(sa.cast(attempt, sa.Text))
+        .concat(sa.cast(claimed.c.attempt, sa.Text))
         .concat(sa.literal(',"owner":', sa.Text))
         .concat(p("owner_json", type_=sa.Text))
         .concat(sa.literal(',"previous_owner":null,"previous_status":"queued"}', sa.Text))
     )
+    return logged(
+        claimed.c.now,
+        sa.literal(EventType.OCCURRENCE_CLAIMED.value),
+        claimed.c.job_id,
+        claimed.c.id,
+        claimed.c.fence,
+        data,
+    ).cte(name)
 
 
 _queued = _claim_queued("postgresql").cte("claimed_queued")
-_queued_logged = logged(
-    _queued.c.now,
-    sa.literal(EventType.OCCURRENCE_CLAIMED.value),
-    _queued.c.job_id,
-    _queued.c.id,
-    _queued.c.fence,
-    _queued_claim_data(_queued.c.attempt),
-).cte("claim_queued_logged")
+_queued_logged = _queued_claim_logged(_queued, "claim_queued_logged")
 #: The queued claim by dialect: PostgreSQL writes its event in the same statement (one
 #: statement per claim); SQLite appends it after.
 CLAIM_QUEUED_BY_DIALECT = {
@@ -215,14 +216,7 @@ _next = (
     .where(sa.exists(sa.select(PLAIN_SUCCESS.c.job_id)))
     .cte("next_claimed")
 )
-_next_logged = logged(
-    _next.c.now,
-    sa.literal(EventType.OCCURRENCE_CLAIMED.value),
-    _next.c.job_id,
-    _next.c.id,
-    _next.c.fence,
-    _queued_claim_data(_next.c.attempt),
-).cte("next_claim_logged")
+_next_logged = _queued_claim_logged(_next, "next_claim_logged")
 SUCCEED_AND_CLAIM_QUEUED = DriverStatement(
     sa.select(PLAIN_SUCCESS.c.attempt.label("settled_attempt"), *_next.c)
     .select_from(PLAIN_SUCCESS.outerjoin(_next, sa.true()))
