@@ -54,9 +54,9 @@ BEAT_FIRES = Transition(
     "Beat fires, run-now or a chain (create)",
     (S.QUEUED, S.SKIPPED, S.AWAITING_APPROVAL),
     st.CREATE_OCCURRENCE,
-    "unique (job, trigger key) and idempotency key; admitted (kernel.admission: overlap "
+    "unique (job, trigger key) and idempotency key; admitted (kernel.firing.admit: overlap "
     "policy, max_queued; job row held) unless run-now --force; then the gates "
-    "(kernel/gates.py): approval hold (awaiting_approval, or skipped approval_backlog "
+    "(kernel.firing.create_gated): approval hold (awaiting_approval, or skipped approval_backlog "
     "past max_pending; not for run-now) and budget (RESERVE_BUDGET; skipped budget "
     "when spent)",
     (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
