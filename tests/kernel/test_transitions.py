@@ -78,7 +78,7 @@ def test_an_occurrence_event_needs_a_row_that_ran_in_its_transaction() -> None:
 
 
 def _requeue_params() -> dict[str, object]:
-    return {"occ_id": 1, "expected_fence": None, "expected_error_code": None, "now": 0}
+    return {"occurrence_id": 1, "expected_fence": None, "expected_error_code": None, "now": 0}
 
 
 def test_a_job_or_pool_event_needs_a_row_that_ran_in_its_transaction() -> None:
