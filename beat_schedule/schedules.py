@@ -34,6 +34,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from croniter import CroniterBadDateError, croniter
 
 from kernel.errors import InvalidArgument
+from kernel.types import Firing
 
 __all__ = [
     "ScheduleSpec",
@@ -72,14 +73,6 @@ _FOLDS = ("first", "last", "both")
 _TIME_FIELDS = ((0, 60), (1, 24), (5, 60))
 
 
-@dataclass(frozen=True)
-class Firing:
-    """One logical firing: its UTC instant and the trigger key that names it."""
-
-    at: datetime
-    trigger_key: str
-
-
 class Keyed:
     """A schedule whose firings are named by their own instants (all but a jittered one)."""
 
@@ -90,7 +83,7 @@ class Keyed:
 
     def firings(self, after: datetime) -> Iterator[Firing]:
         """Firings strictly after ``after``, ascending."""
-        return (Firing(at, format_key(self.kind, at)) for at in self.instants(after))
+        return (Firing(format_key(self.kind, at), at) for at in self.instants(after))
 
 
 @dataclass(frozen=True)

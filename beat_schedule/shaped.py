@@ -88,7 +88,7 @@ class Jittered:
 
     def _due(self, firing: Firing) -> Firing:
         offset = jitter_offset(self.job_id, firing.trigger_key, self.jitter_s)
-        return Firing(firing.at + offset, firing.trigger_key)
+        return Firing(firing.trigger_key, firing.at + offset)
 
     def firings(self, after: datetime) -> Iterator[Firing]:
         """Firings due strictly after ``after``, ascending: those whose instant lies past

@@ -1,25 +1,37 @@
-"""One claimed run while it executes: its lease, its deadlines and its safe points, and the
-one thread per process that renews every run's lease."""
+"""One claimed run while it executes: its lease, its deadlines and its safe points, the
+one thread per process that renews every run's lease, and the warm-shutdown marker a run
+reads at its safe points (its worker's main process sets it)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from adapters.base import Adapter, HandBack
 from celery_app.run_output import RunLogger, RunOutput
-from celery_app.warm_shutdown import shutdown_marker
 from kernel import Claim, Kernel, KernelError, LeaseLost
 from kernel.jobspec import SELF_FENCE_MARGIN_S, renew_interval
 from kernel.types import PendingPause
 
-__all__ = ["SELF_FENCE_EXIT", "HeldRun", "LeaseKeeper", "claim_pause", "new_owner"]
+__all__ = [
+    "SELF_FENCE_EXIT",
+    "HeldRun",
+    "LeaseKeeper",
+    "claim_pause",
+    "clear_warm_shutdown",
+    "new_owner",
+    "request_warm_shutdown",
+    "shutdown_marker",
+]
 
 log = logging.getLogger("celery_kernel.runtime")
 
@@ -32,6 +44,26 @@ SELF_FENCE_EXIT = 70
 def new_owner() -> str:
     """A lease owner's name: this host and process, and a token of its own."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+@functools.cache  # asked at every run's safe points
+def shutdown_marker(main_pid: int) -> Path:
+    """A file whose presence tells a worker's pool processes that a warm shutdown began.
+
+    The worker's main process and its pool children share a host, so a file is
+    the simplest signal that reaches every child whatever the pool type.
+    """
+    return Path(tempfile.gettempdir()) / "celery-kernel" / f"warm-shutdown-{main_pid}"
+
+
+def request_warm_shutdown(main_pid: int) -> None:
+    marker = shutdown_marker(main_pid)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+
+
+def clear_warm_shutdown(main_pid: int) -> None:
+    shutdown_marker(main_pid).unlink(missing_ok=True)
 
 
 class _FencedEvent(threading.Event):

@@ -1,7 +1,7 @@
 """Running one claimed occurrence: claim, execute through its adapter, and the settle that ends it.
 
-The run's lease keeping and safe points are :mod:`celery_app.held_run`; the warm-shutdown
-marker is :mod:`celery_app.warm_shutdown` (both importable from here, as before).
+The run's lease keeping, safe points and warm-shutdown marker are
+:mod:`celery_app.held_run` (the marker's functions importable from here, as before).
 """
 
 from __future__ import annotations
@@ -16,9 +16,15 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
 from adapters.secrets import scrub, scrub_value
 from celery_app.adjudication import ask_adapter
-from celery_app.held_run import HeldRun, LeaseKeeper, new_owner
+from celery_app.held_run import (
+    HeldRun,
+    LeaseKeeper,
+    clear_warm_shutdown,
+    new_owner,
+    request_warm_shutdown,
+    shutdown_marker,
+)
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
-from celery_app.warm_shutdown import clear_warm_shutdown, request_warm_shutdown, shutdown_marker
 from kernel import (
     Claim,
     Effect,

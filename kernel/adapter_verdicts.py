@@ -60,7 +60,7 @@ def ask_adapter(tx: Tx, occurrence_id: int, *, asker: str, window_ms: int) -> Ad
         tx,
         T.WORKER_ASKS_ADAPTER,
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "ask_token": token,
             "asker": asker,
             "now": tx.now,
@@ -102,7 +102,7 @@ def adapter_adjudicates(tx: Tx, occurrence_id: int, *, token: str, verdict: Verd
         tx,
         T.ADAPTER_ADJUDICATES,
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "ask_token": token,
             "to_status": to_status.value,
             "settled": tx.now if settled else None,
@@ -111,7 +111,7 @@ def adapter_adjudicates(tx: Tx, occurrence_id: int, *, token: str, verdict: Verd
     )
     if decided is None:
         _refuse(tx, occurrence_id, token)
-    asker = tx.conn.execute(st.ASK_BY_ID, {"occ_id": occurrence_id}).one().asker
+    asker = tx.conn.execute(st.ASK_BY_ID, {"occurrence_id": occurrence_id}).one().asker
     tx.emit(
         EventType.OCCURRENCE_ADJUDICATED,
         job_id=decided.job_id,
@@ -135,7 +135,9 @@ def adapter_cannot_tell(tx: Tx, occurrence_id: int, *, token: str, reason: str) 
         LeaseLost: the ask expired or another worker asks now.
     """
     marked = T.run(
-        tx, T.ADAPTER_CANNOT_TELL, {"occ_id": occurrence_id, "ask_token": token, "now": tx.now}
+        tx,
+        T.ADAPTER_CANNOT_TELL,
+        {"of_occurrence": occurrence_id, "ask_token": token, "now": tx.now},
     )
     if marked is None:
         _refuse(tx, occurrence_id, token)
@@ -168,7 +170,7 @@ def _refuse(tx: Tx, occurrence_id: int, token: str) -> NoReturn:
             occurrence_id=occurrence_id,
             status=o.status.value,
         )
-    held = tx.conn.execute(st.ASK_BY_ID, {"occ_id": occurrence_id}).first()
+    held = tx.conn.execute(st.ASK_BY_ID, {"occurrence_id": occurrence_id}).first()
     if held is None:
         raise NotFound(
             f"occurrence {occurrence_id} was never asked about", occurrence_id=occurrence_id

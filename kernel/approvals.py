@@ -71,7 +71,7 @@ def decide(
     action = "approve" if approved else "reject"
     if record_request(tx, request_id, action, str(occurrence_id), {}, operator):
         return True
-    params = {"occ_id": occurrence_id, "now": tx.now}
+    params = {"occurrence_id": occurrence_id, "now": tx.now}
     moved = (
         T.run(tx, T.OPERATOR_APPROVES, params)
         if approved

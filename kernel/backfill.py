@@ -19,10 +19,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.admission import admit, lock_job
 from kernel.errors import RevisionConflict
 from kernel.events import EventType
-from kernel.gates import create_gated
+from kernel.firing import admit, create_gated, lock_job
 from kernel.run_params import with_params
 from kernel.schema import occurrences
 from kernel.states import OccurrenceStatus

@@ -98,7 +98,7 @@ def attach(tx: Tx, occurrence_id: int, reservation: Reservation) -> None:
         tx,
         RESERVATION_RECORDED,
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "budget_key": reservation.budget,
             "window_key": reservation.window_start,
             "unit_count": reservation.units,
@@ -122,7 +122,7 @@ def unreserve(tx: Tx, reservation: Reservation) -> None:
 
 def release(tx: Tx, occurrence_id: int, *, job_id: str) -> None:
     """The occurrence ended without running: its reservation (if any) stops counting."""
-    released = T.run(tx, RESERVATION_RELEASED, {"occ_id": occurrence_id, "now": tx.now})
+    released = T.run(tx, RESERVATION_RELEASED, {"of_occurrence": occurrence_id, "now": tx.now})
     if released is None:
         return
     unreserve(tx, Reservation(released.budget, released.window_start, released.units))
@@ -143,9 +143,8 @@ def settle_units(tx: Tx, occurrence_id: int, result: Any) -> None:
     units = result[REPORTED_UNITS_KEY]
     if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= MAX_BUDGET:
         return  # not a count: the reserved unit stands
-    params = {"occ_id": occurrence_id, "unit_count": units}
-    T.run_count(tx, RUN_SETTLES_WINDOW_UNITS, params)
-    T.run(tx, RUN_SETTLES_RESERVATION_UNITS, params)
+    T.run_count(tx, RUN_SETTLES_WINDOW_UNITS, {"occurrence_id": occurrence_id, "unit_count": units})
+    T.run(tx, RUN_SETTLES_RESERVATION_UNITS, {"of_occurrence": occurrence_id, "unit_count": units})
 
 
 def set_budgets(tx: Tx, defined: Mapping[str, Budget]) -> list[str]:

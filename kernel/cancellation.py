@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from kernel import transitions as T
-from kernel.admission import lock_job
 from kernel.chains import MAX_CHAIN_DEPTH
 from kernel.control import request_cancel
 from kernel.events import EventType
+from kernel.firing import lock_job
 from kernel.job_transitions import OPERATOR_CANCELS_JOB
 from kernel.rows import record_request
 from kernel.schema import jobs, occurrences

@@ -7,9 +7,8 @@ import re
 from typing import Any
 
 from kernel import statements as st
-from kernel.admission import admit, lock_job
 from kernel.events import EventType
-from kernel.gates import create_gated
+from kernel.firing import admit, create_gated, lock_job
 from kernel.tx import Tx
 
 __all__ = [

@@ -44,7 +44,9 @@ def claim(
         queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
             return queued
-    row = st.OCCURRENCE_FOR_CLAIM.first(tx.conn, {"occ_id": occurrence_id, "now": tx.now_param()})
+    row = st.OCCURRENCE_FOR_CLAIM.first(
+        tx.conn, {"occurrence_id": occurrence_id, "now": tx.now_param()}
+    )
     if row is None:
         return None
     o = row._mapping
@@ -56,7 +58,7 @@ def claim(
         return None
     control = None
     if state is not None:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
     c = control._mapping if control is not None else None
     if state == ControlState.PAUSED or o["cancel_requested"]:
         return None
@@ -69,7 +71,7 @@ def claim(
     grant = None
     if not resuming and o["status"] == S.RETRY_WAIT:
         grant = tx.conn.execute(
-            st.UNCLAIMED_GRANT, {"occ_id": occurrence_id, "fence": o["fence"]}
+            st.UNCLAIMED_GRANT, {"occurrence_id": occurrence_id, "fence": o["fence"]}
         ).scalar()
     # The expired run was asked to pause: its reclaimer acknowledges the pause
     # at its first safe point, so it spends no attempt either.
@@ -95,7 +97,7 @@ def claim(
     }
     event_data = dumps(claimed_event)
     params = {
-        "occ_id": occurrence_id,
+        "occurrence_id": occurrence_id,
         "seen_fence": o["fence"],
         "seen_status": o["status"],
         "seen_attempt": o["attempt"],
@@ -121,7 +123,7 @@ def claim(
         T.run(
             tx,
             T.PAUSE_REQUEST_REBOUND,
-            {"occ_id": occurrence_id, "new_fence": fence, "now": tx.now},
+            {"of_occurrence": occurrence_id, "new_fence": fence, "now": tx.now},
         )
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
@@ -134,7 +136,7 @@ def claim(
             fence=fence,
         )
     if control is not None and state != ControlState.TERMINAL:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
     occurrence = occurrence_from_row(claimed, control)
     return Claim(
         occurrence=occurrence,
@@ -149,7 +151,7 @@ def claim(
 def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -> Claim | None:
     """WORKER_CLAIMS_QUEUED; None when its guard held for no row (then claim reads)."""
     params = {
-        "occ_id": occurrence_id,
+        "occurrence_id": occurrence_id,
         "now": tx.now_param(),
         "owner": owner,
         "owner_json": dumps(owner),
@@ -257,7 +259,7 @@ def _job_blocks(tx: Tx, o: Any) -> bool:
     one waits for a verdict on its outcome."""
     params = {
         "job_id": o["job_id"],
-        "occ_id": o["id"],
+        "occurrence_id": o["id"],
         "exclusive": bool(o["exclusive"]),
         "waits_turn": bool(o["exclusive"]) and o["status"] != S.RUNNING,
         "now": tx.now,

@@ -33,9 +33,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.admission import admit, lock_job
 from kernel.errors import InvalidArgument, StateConflict
-from kernel.gates import create_gated
+from kernel.firing import admit, create_gated, lock_job
 from kernel.records import job_from_row
 from kernel.schema import jobs, occurrences
 from kernel.states import OccurrenceStatus

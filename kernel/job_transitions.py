@@ -1,7 +1,10 @@
-"""The transition table's rows of jobs (see :mod:`kernel.transitions`).
+"""The transition table's rows of jobs and of their sources' ownership (see
+:mod:`kernel.transitions`).
 
 A job is ``none`` (no row), ``enabled`` or ``disabled``. Beat's cursor lives on the
-enabled job's row: planning and advancing it keep the job enabled.
+enabled job's row: planning and advancing it keep the job enabled. A job's ownership by
+a source (a job file, the app's ``beat_schedule``) is ``none`` (no record), ``owned`` or
+``retired`` (the source no longer lists it; :data:`SOURCE_RETIRES_JOB`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from kernel.statements.jobs import (
     SET_ENABLED,
 )
 from kernel.statements.sources import (
+    FORGET_JOB_SOURCE,
+    OWN_JOBS,
     RESTORE_LISTED_JOBS,
     RETIRE_UNLISTED_JOBS,
 )
@@ -39,6 +44,9 @@ __all__ = [
     "OPERATOR_DELETES_JOB",
     "RETENTION_EXPIRES_JOB",
     "JOB_TRANSITIONS",
+    "SOURCE_OWNS_JOBS",
+    "RETENTION_FORGETS_JOB_SOURCE",
+    "JOB_SOURCE_TRANSITIONS",
 ]
 
 NONE, ENABLED, DISABLED = "none", "enabled", "disabled"
@@ -172,3 +180,26 @@ JOB_TRANSITIONS: tuple[Transition, ...] = (
     OPERATOR_DELETES_JOB,
     RETENTION_EXPIRES_JOB,
 )
+
+OWNED, RETIRED = "owned", "retired"
+
+SOURCE_OWNS_JOBS = Transition(
+    (NONE, OWNED, RETIRED),
+    "a source lists jobs (after SOURCE_RESTORES_JOB of the same listing)",
+    (OWNED, RETIRED),
+    OWN_JOBS,
+    "the job exists (the listing's ids without a job are left out first); recorded owned "
+    "by the source under its entry name, replacing another source's; one it had retired "
+    "is owned again already, one another source retired stays retired",
+    (),
+)
+RETENTION_FORGETS_JOB_SOURCE = Transition(
+    (OWNED, RETIRED),
+    "retention deleted the job (RETENTION_EXPIRES_JOB, same transaction)",
+    (NONE,),
+    FORGET_JOB_SOURCE,
+    "the job's record, if it has one",
+    (),
+)
+
+JOB_SOURCE_TRANSITIONS: tuple[Transition, ...] = (SOURCE_OWNS_JOBS, RETENTION_FORGETS_JOB_SOURCE)

@@ -9,15 +9,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel import transitions as T
-from kernel.admission import admit, lock_job
 from kernel.budgets import check_ref
 from kernel.chain_order import parents_first
 from kernel.chains import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.fan_in import FAN_IN_MARK, check_fan_in, refuse_parent_delete
-from kernel.firing import create_occurrence
-from kernel.gates import create_gated
+from kernel.firing import admit, create_gated, create_occurrence, lock_job
 from kernel.job_transitions import (
     BEAT_ADVANCES_CURSOR,
     BEAT_PLANS_CURSOR,

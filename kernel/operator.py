@@ -41,7 +41,7 @@ def requeue(
         tx,
         T.OPERATOR_REQUEUES,
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "expected_fence": expected_fence,
             "expected_error_code": expected_error_code,
             "now": tx.now,

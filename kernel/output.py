@@ -31,7 +31,7 @@ def append_output(
     params = {
         "now": tx.now,
         "data": data,
-        "occ_id": occurrence_id,
+        "occurrence_id": occurrence_id,
         "owner": owner,
         "held_fence": fence,
     }

@@ -73,7 +73,7 @@ def request_pause(
         tx,
         T.OPERATOR_REQUESTS_PAUSE,
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "request_id": request_id,
             "safe_points": dumps(sorted(safe_points)),
             "now": tx.now,
@@ -162,12 +162,12 @@ def resume(
     ):
         return True
     if tx.is_postgres:
-        st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occurrence_id})
+        st.LOCK_OCCURRENCE.first(tx.conn, {"occurrence_id": occurrence_id})
     resumed = T.run(
         tx,
         T.CONTROL_RESUMES,
         {
-            "occ_id": occurrence_id,
+            "of_occurrence": occurrence_id,
             "request_id": request_id,
             "expected_revision": expected_revision,
             "now": tx.now,
@@ -183,7 +183,7 @@ def resume(
                 state=c["state"] if c else None,
             )
         raise stale_revision(occurrence_id, expected_revision, c["revision"])
-    available = T.run(tx, T.OPERATOR_RESUMES, {"occ_id": occurrence_id, "now": tx.now})
+    available = T.run(tx, T.OPERATOR_RESUMES, {"occurrence_id": occurrence_id, "now": tx.now})
     o = available._mapping if available is not None else occurrence_row(tx, occurrence_id)
     tx.emit(
         EventType.OCCURRENCE_RESUMED,

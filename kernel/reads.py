@@ -47,11 +47,11 @@ def _bounded(limit: int) -> int:
 
 
 def get_occurrence(tx: Tx, occurrence_id: int) -> Occurrence:
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
     if row is None:
         raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
     return occurrence_from_row(
-        row, tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+        row, tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
     )
 
 

@@ -18,13 +18,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel import statements as st
 from kernel import transitions as T
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.history import PRUNABLE, prune
 from kernel.history_limits import limit_history
-from kernel.job_transitions import RETENTION_EXPIRES_JOB
+from kernel.job_transitions import RETENTION_EXPIRES_JOB, RETENTION_FORGETS_JOB_SOURCE
 from kernel.limit_transitions import RETENTION_PRUNES_BUDGET_WINDOWS
 from kernel.records import loads
 from kernel.schema import jobs
@@ -65,7 +64,7 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
         )
         if gone is None:
             continue
-        tx.conn.execute(st.FORGET_JOB_SOURCE, {"job_id": row.id})
+        T.run_count(tx, RETENTION_FORGETS_JOB_SOURCE, {"job_id": row.id})
         deleted.append(row.id)
         tx.emit(
             EventType.JOB_EXPIRED,

@@ -58,7 +58,7 @@ def grant(tx: Tx, occurrence_id: int, request_id: str, fence: int, error_code: s
         st.GRANT[tx.dialect],
         {
             "request_id": request_id,
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "fence": fence,
             "error_code": error_code or "",
             "now": tx.now,
@@ -67,12 +67,12 @@ def grant(tx: Tx, occurrence_id: int, request_id: str, fence: int, error_code: s
 
 
 def occurrence_row(tx: Tx, occurrence_id: int) -> Any:
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
     if row is None:
         raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
     return row._mapping
 
 
 def control_row(tx: Tx, occurrence_id: int) -> Any:
-    row = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+    row = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
     return row._mapping if row is not None else None

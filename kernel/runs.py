@@ -47,7 +47,7 @@ S = OccurrenceStatus
 
 
 def lease_lost(tx: Tx, occurrence_id: int, owner: str, fence: int) -> LeaseLost | NotFound:
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
     if row is None:
         return NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
     m = row._mapping
@@ -65,7 +65,7 @@ def lease_lost(tx: Tx, occurrence_id: int, owner: str, fence: int) -> LeaseLost 
 def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> RenewAnswer:
     """Extend a live lease; answer with any pause or cancel request pending."""
     params = {
-        "occ_id": occurrence_id,
+        "occurrence_id": occurrence_id,
         "owner": owner,
         "held_fence": fence,
         "now": tx.now,
@@ -74,7 +74,7 @@ def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> 
     renewed = T.run(tx, T.WORKER_RENEWS, params)
     if renewed is None:
         raise lease_lost(tx, occurrence_id, owner, fence)
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
     pause = None
     if control is not None:
         c = control._mapping
@@ -133,7 +133,7 @@ def settle(
             raise InvalidArgument(
                 "effect", f"must be one of {', '.join(Effect)}, not {effect!r}"
             ) from None
-        row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occ_id": occurrence_id}).first()
+        row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
         if row is None:
             raise NotFound(
                 f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id
@@ -158,7 +158,7 @@ def settle(
         tx,
         _SETTLES[outcome],
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "owner": owner,
             "held_fence": fence,
             "now": tx.now_param(),
@@ -189,7 +189,7 @@ def settle(
             tx,
             T.CONTROL_ENDS_WITH_SETTLE,
             {
-                "occ_id": occurrence_id,
+                "occurrence_id": occurrence_id,
                 "now": tx.now,
                 "job_id": u["job_id"],
                 "fence": fence,
@@ -236,7 +236,7 @@ def succeed_plain_params(
 ) -> dict[str, Any]:
     """The parameters of WORKER_SUCCEEDS_PLAIN's statement (and of a batch's one)."""
     return {
-        "occ_id": occurrence_id,
+        "occurrence_id": occurrence_id,
         "owner": owner,
         "held_fence": fence,
         "now": tx.now_param(),
@@ -299,15 +299,16 @@ def release(
             "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
         )
     stored = checkpoint_envelope(safe_point, checkpoint)
-    params = {"occ_id": occurrence_id, "held_fence": fence, "now": tx.now, "checkpoint": stored}
+    params = {"held_fence": fence, "now": tx.now, "checkpoint": stored}
     if pause_request_id is not None:
         if tx.is_postgres:
-            st.LOCK_OCCURRENCE.first(tx.conn, {"occ_id": occurrence_id})
+            st.LOCK_OCCURRENCE.first(tx.conn, {"occurrence_id": occurrence_id})
         acked = T.run(
             tx,
             T.WORKER_ACKS_PAUSE,
             {
                 **params,
+                "of_occurrence": occurrence_id,
                 "request_id": pause_request_id,
                 "expected_revision": expected_revision,
                 "quoted_safe_point": dumps(safe_point),
@@ -321,7 +322,7 @@ def release(
         tx,
         T.WORKER_RELEASES,
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "owner": owner,
             "held_fence": fence,
             "now": tx.now,
@@ -346,7 +347,9 @@ def release(
         return
     if pause_request_id is None:
         handed = T.run(
-            tx, T.WORKER_RELEASES_CONTROL, {**params, "safe_points": dumps([safe_point])}
+            tx,
+            T.WORKER_RELEASES_CONTROL,
+            {**params, "occurrence_id": occurrence_id, "safe_points": dumps([safe_point])},
         )
         assert handed is not None  # an upsert always returns its row
         if handed.state == ControlState.PAUSED:
@@ -373,7 +376,7 @@ def _ack_refused(
     safe_point: str,
 ) -> KernelError:
     """Why ACK_PAUSE changed nothing, read once after the fact."""
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occ_id": occurrence_id}).first()
+    control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
     c = control._mapping if control is not None else None
     if (
         c is None
@@ -433,7 +436,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
         tx,
         T.LEASE_EXPIRES,
         {
-            "occ_id": m["id"],
+            "occurrence_id": m["id"],
             "held_fence": m["fence"],
             "now": tx.now,
             "adjudication_error": _ADJUDICATION_ERROR,

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from kernel import statements as st
 from kernel import transitions as T
 from kernel.events import EventType
-from kernel.job_transitions import SOURCE_RESTORES_JOB, SOURCE_RETIRES_JOB
+from kernel.job_transitions import SOURCE_OWNS_JOBS, SOURCE_RESTORES_JOB, SOURCE_RETIRES_JOB
 from kernel.jobs import set_enabled
 from kernel.schema import jobs
 from kernel.tx import Tx
@@ -45,11 +44,11 @@ def sync_source(tx: Tx, source: str, owned: Mapping[str, str]) -> SourceSync:
     )
     listing = {"of_source": source, "keep": keep, "now": tx.now}
     restored = [row.job_id for row in T.run_all(tx, SOURCE_RESTORES_JOB, listing)]
-    if keep:
-        tx.conn.execute(
-            st.OWN_JOBS[tx.dialect],
-            [{"job_id": i, "source": source, "name": owned[i], "retired_at": None} for i in keep],
-        )
+    T.run_many(
+        tx,
+        SOURCE_OWNS_JOBS,
+        [{"job_id": i, "source": source, "name": owned[i], "retired_at": None} for i in keep],
+    )
     retired = T.run_all(tx, SOURCE_RETIRES_JOB, listing)
     for row in retired:
         set_enabled(tx, row.job_id, False)

@@ -4,7 +4,7 @@ transaction (``Tx.emit`` refuses any other event a row lists)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ from kernel.events import EventType as E
 if TYPE_CHECKING:
     from kernel.tx import Tx
 
-__all__ = ["Statement", "Transition", "run", "run_all", "run_count"]
+__all__ = ["Statement", "Transition", "run", "run_all", "run_count", "run_many"]
 
 #: What performs a transition: a Core statement, a driver-run one, or one per dialect.
 Statement = sa.Executable | DriverStatement | Mapping[str, sa.Executable | DriverStatement]
@@ -76,3 +76,15 @@ def run_count(tx: Tx, transition: Transition, params: Mapping[str, Any]) -> int:
     if isinstance(statement, DriverStatement):
         return statement.execute(tx.conn, params)
     return int(tx.conn.execute(statement, params).rowcount)
+
+
+def run_many(tx: Tx, transition: Transition, param_sets: Sequence[Mapping[str, Any]]) -> None:
+    """Perform ``transition`` once per parameter set, in one round trip (a Core statement
+    that returns no rows, run as the driver's ``executemany``: no reliable count)."""
+    tx.allowed_events.update(transition.events)
+    statement = transition.statement
+    if isinstance(statement, Mapping):
+        statement = statement[tx.dialect]
+    assert isinstance(statement, sa.Executable), "a batch is one Core statement"
+    if param_sets:
+        tx.conn.execute(statement, list(param_sets))

@@ -23,28 +23,31 @@ from __future__ import annotations
 
 from kernel import statements as st
 from kernel.events import EventType as E
-from kernel.job_transitions import JOB_TRANSITIONS
+from kernel.job_transitions import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
 from kernel.limit_transitions import BUDGET_TRANSITIONS, POOL_TRANSITIONS
 from kernel.states import CLAIMABLE, WAITING
 from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
-from kernel.transition_door import Transition, run, run_all, run_count
+from kernel.transition_door import Transition, run, run_all, run_count, run_many
 
 __all__ = [
     "Transition",
     "OCCURRENCE_TRANSITIONS",
     "CONTROL_TRANSITIONS",
     "JOB_TRANSITIONS",
+    "JOB_SOURCE_TRANSITIONS",
     "POOL_TRANSITIONS",
     "BUDGET_TRANSITIONS",
     "OPERATOR_CANCELS",
     "TRANSITIONS",
     "TRANSITION_EVENTS",
+    "EVENTS_OUTSIDE_THE_TABLE",
     "allowed_pairs",
     "statement_name",
     "run",
     "run_all",
     "run_count",
+    "run_many",
 ]
 
 _HELD = "running, owner and fence as held, lease live"
@@ -54,9 +57,9 @@ BEAT_FIRES = Transition(
     "Beat fires, run-now or a chain (create)",
     (S.QUEUED, S.SKIPPED, S.AWAITING_APPROVAL),
     st.CREATE_OCCURRENCE,
-    "unique (job, trigger key) and idempotency key; admitted (kernel.admission: overlap "
+    "unique (job, trigger key) and idempotency key; admitted (kernel.firing.admit: overlap "
     "policy, max_queued; job row held) unless run-now --force; then the gates "
-    "(kernel/gates.py): approval hold (awaiting_approval, or skipped approval_backlog "
+    "(kernel.firing.create_gated): approval hold (awaiting_approval, or skipped approval_backlog "
     "past max_pending; not for run-now) and budget (RESERVE_BUDGET; skipped budget "
     "when spent)",
     (E.OCCURRENCE_CREATED, E.OCCURRENCE_SKIPPED),
@@ -363,12 +366,33 @@ TRANSITIONS: tuple[Transition, ...] = (
     *OCCURRENCE_TRANSITIONS,
     *CONTROL_TRANSITIONS,
     *JOB_TRANSITIONS,
+    *JOB_SOURCE_TRANSITIONS,
     *POOL_TRANSITIONS,
     *BUDGET_TRANSITIONS,
 )
 
 #: Every event some row appends: only a transaction that ran such a row may append one.
 TRANSITION_EVENTS: frozenset[str] = frozenset(e for t in TRANSITIONS for e in t.events)
+
+#: The only events no row lists, each with why it changes no state of the table's nouns.
+#: ``Tx.emit`` refuses an event that is neither a row's nor one of these.
+EVENTS_OUTSIDE_THE_TABLE: dict[E, str] = {
+    E.JOB_RUN_NOW: "records an operator's request; the occurrence it makes is BEAT_FIRES",
+    E.JOB_BACKFILLED: "records an operator's request; the occurrences it makes are BEAT_FIRES",
+    E.FIRINGS_MISSED: "counts firings Beat passed without making them; the cursor is a row's",
+    E.CHAIN_DEPTH_EXCEEDED: "a chained child not made: nothing changed",
+    E.CHAIN_FANOUT_EXCEEDED: "a chained child not made: nothing changed",
+    E.RUN_OUTPUT: "a run's output, stored by its fenced holder; no state moves",
+    E.HISTORY_PRUNED: "settled history deleted; no live state moves",
+    E.BEAT_STOPPED: "a Beat left the registry of Beats, which holds no state of the table",
+    E.BEAT_FORGOTTEN: "a silent Beat removed from the registry of Beats",
+    E.WATCHDOG_OVERDUE: "an observation of a late cursor; nothing changed",
+    E.WATCHDOG_OVERRUN: "an observation of a long run; nothing changed",
+    E.WATCHDOG_ALERT: "a watchdog job's failed check, the alert of record",
+    E.NOTIFICATION_RECORDED: "a delivery of the notification outbox, not a noun of the table",
+    E.NOTIFICATION_DELIVERED: "a delivery try of the notification outbox",
+    E.NOTIFICATION_FAILED: "a delivery try of the notification outbox",
+}
 
 
 def statement_name(transition: Transition) -> str:

@@ -11,7 +11,7 @@ from kernel.clock import Clock, DatabaseClock
 from kernel.driver import DriverStatement
 from kernel.records import dumps
 from kernel.schema import events
-from kernel.transitions import TRANSITION_EVENTS
+from kernel.transitions import EVENTS_OUTSIDE_THE_TABLE, TRANSITION_EVENTS
 
 __all__ = ["Tx"]
 
@@ -115,9 +115,7 @@ class Tx:
     ) -> None:
         """``emit`` with its data already in canonical JSON (``records.dumps``), for a
         caller that built that text for a statement too."""
-        if type_ in TRANSITION_EVENTS and type_ not in self.allowed_events:
-            # A programming error, not a refusal: a state change outside the table.
-            raise AssertionError(f"{type_} appended without a transition that lists it")
+        self._check_event(type_)
         _INSERT_EVENT.execute(
             self.conn,
             {
@@ -135,8 +133,7 @@ class Tx:
         ``job_id``, ``occurrence_id`` and ``data``."""
         if not rows:
             return
-        if type_ in TRANSITION_EVENTS and type_ not in self.allowed_events:
-            raise AssertionError(f"{type_} appended without a transition that lists it")
+        self._check_event(type_)
         self.conn.execute(
             sa.insert(events),
             [
@@ -151,3 +148,12 @@ class Tx:
                 for row in rows
             ],
         )
+
+    def _check_event(self, type_: str) -> None:
+        """A programming error, not a refusal: a state change outside the table, or an
+        event the kernel does not know (``kernel.transitions.EVENTS_OUTSIDE_THE_TABLE``)."""
+        if type_ in self.allowed_events or type_ in EVENTS_OUTSIDE_THE_TABLE:
+            return
+        if type_ in TRANSITION_EVENTS:
+            raise AssertionError(f"{type_} appended without a transition that lists it")
+        raise AssertionError(f"{type_} is neither a transition's event nor outside the table")

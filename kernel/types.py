@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from kernel.errors import RevisionConflict
 from kernel.states import ControlState, Decision, OccurrenceStatus
 
 __all__ = [
+    "Firing",
     "Job",
     "Control",
     "Occurrence",
@@ -27,6 +28,15 @@ __all__ = [
     "JobHealth",
     "Notification",
 ]
+
+
+class Firing(NamedTuple):
+    """One logical firing of a job's schedule: the trigger key that names it and its
+    instant (timezone-aware). Beat plans in this shape and ``Kernel.fire`` takes it as it
+    is; a plain ``(trigger_key, at)`` tuple is the same value."""
+
+    trigger_key: str
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ def adjudicate(
         tx,
         T.OPERATOR_ADJUDICATES,
         {
-            "occ_id": occurrence_id,
+            "occurrence_id": occurrence_id,
             "to_status": to_status.value,
             "settled": tx.now if settled else None,
             "error_json": dumps(error) if error is not None else None,

@@ -65,8 +65,8 @@ def modules_on_the_path() -> list[str]:
                     job.id,
                     expected_revision=job.revision,
                     expected_cursor=None,
-                    firings=[(f.trigger_key, f.at) for f in plan.fire[:1]],
-                    next_cursor=(plan.fire[0].trigger_key, plan.fire[0].at),
+                    firings=plan.fire[:1],
+                    next_cursor=plan.fire[0],
                 )
                 (hint,) = kernel.dispatch_batch(limit=1, rehint_after=60)
                 outcome = run_occurrence(

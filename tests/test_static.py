@@ -107,7 +107,7 @@ _STATEMENTS = {
     "tx", "session", "borrowed",
 }  # fmt: skip
 _FLOOR = {
-    "admission", "approvals", "budgets", "chains", "control", "firing", "gates", "jobs",
+    "approvals", "budgets", "chains", "control", "firing", "jobs",
     "pools", "reads", "result_hooks", "rows", "sources", "verdicts", "watchdog_jobs",
     "enqueueing", "job_health", "retirement", "notify", "fan_in",
 }  # fmt: skip

@@ -90,7 +90,7 @@ def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
     spec = job.spec
     cursor = None
     if job.planned and job.next_trigger_key is not None and job.next_fire_at is not None:
-        cursor = timing.Firing(job.next_fire_at, job.next_trigger_key)
+        cursor = timing.Firing(job.next_trigger_key, job.next_fire_at)
     schedule = spec["schedule"]
     # `in` counts from the definition. Anything else starts when the job was last
     # (re)defined or enabled, so nothing from before it existed is owed; a revision
@@ -131,13 +131,11 @@ class FiringSteps:
                     job.id,
                     expected_revision=job.revision,
                     expected_cursor=job.next_trigger_key if job.planned else None,
-                    firings=[(f.trigger_key, f.at) for f in plan.fire],
-                    missed=[(f.trigger_key, f.at) for f in plan.missed],
+                    firings=plan.fire,
+                    missed=plan.missed,
                     missed_reason=plan.missed_reason,
                     missed_count=plan.missed_count,
-                    next_cursor=(plan.next_cursor.trigger_key, plan.next_cursor.at)
-                    if plan.next_cursor
-                    else None,
+                    next_cursor=plan.next_cursor,
                 )
             except StorageUnavailable:
                 raise

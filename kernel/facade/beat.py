@@ -37,7 +37,8 @@ class BeatFacade(FacadeBase):
     ) -> job_ops.FireReport:
         """Advance a job's fire cursor by CAS and materialise the firings it passed.
 
-        ``firings`` and ``missed`` are (trigger key, instant) pairs; missed ones are
+        ``firings`` and ``missed`` are (trigger key, instant) pairs (:class:`~kernel.types.Firing`,
+        as Beat plans them, or plain tuples), as is ``next_cursor``; missed ones are
         recorded as skipped with ``missed_reason``. ``missed_count`` (default: as many
         as ``missed``) is how many were missed in all, when ``missed`` lists only the
         oldest; event ``firings_missed`` records it. A stale caller changes nothing.

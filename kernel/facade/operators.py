@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernel import admission, pausing, verdicts
+from kernel import firing, pausing, verdicts
 from kernel import operator as op
 from kernel.facade.base import FacadeBase, answered, write
 from kernel.tx import Tx
@@ -38,7 +38,7 @@ class OperatorFacade(FacadeBase):
             RevisionConflict: a replay of ``request_id`` after the job was revised.
             EvidenceConflict: a replay of ``request_id`` with other params.
         """
-        made, deduplicated = admission.run_now(
+        made, deduplicated = firing.run_now(
             tx, job_id, request_id, operator, force=force, params=params
         )
         return answered(tx, made, request_id, deduplicated)

@@ -17,6 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import adjudication_asks, occurrences
 from kernel.statements.operator import VERDICT_RETURNS
+from kernel.statements.predicates import OF_OCCURRENCE
 
 __all__ = ["ASK_ADAPTER", "ADAPTER_ADJUDICATE", "ADAPTER_CANNOT_TELL", "ASK_BY_ID"]
 
@@ -37,7 +38,7 @@ def _ask_adapter(insert: Any) -> Any:
         sa.literal(1),
         p("now", type_=sa.BigInteger),
         p("deadline", type_=sa.BigInteger),
-    ).where(OCC.c.id == p("occ_id"), OCC.c.status == _NEEDS)
+    ).where(OCC.c.id == p("occurrence_id"), OCC.c.status == _NEEDS)
     # As in REQUEST_PAUSE: the row lock makes PostgreSQL re-check the status against an
     # operator's verdict that committed while this statement waited. SQLite: no-op.
     needing = needing.with_for_update(of=OCC)
@@ -82,7 +83,7 @@ ASK_ADAPTER = {"postgresql": _ask_adapter(postgresql.insert), "sqlite": _ask_ada
 def _live_ask(fence: Any) -> Any:
     """The ask ``token`` is live for the uncertain run at ``fence``."""
     return sa.exists().where(
-        ASK.c.occurrence_id == p("occ_id"),
+        ASK.c.occurrence_id == p("occurrence_id"),
         ASK.c.token == p("ask_token"),
         ASK.c.state == "asking",
         ASK.c.ask_deadline > p("now"),
@@ -94,7 +95,7 @@ def _live_ask(fence: Any) -> Any:
 #: the uncertain run's attempt back, as an operator's word does).
 ADAPTER_ADJUDICATE = (
     sa.update(OCC)
-    .where(OCC.c.id == p("occ_id"), OCC.c.status == _NEEDS, _live_ask(OCC.c.fence))
+    .where(OCC.c.id == p("occurrence_id"), OCC.c.status == _NEEDS, _live_ask(OCC.c.fence))
     .values(
         status=p("to_status"),
         available_at=p("now"),
@@ -109,7 +110,7 @@ ADAPTER_ADJUDICATE = (
 ADAPTER_CANNOT_TELL = (
     sa.update(ASK)
     .where(
-        ASK.c.occurrence_id == p("occ_id"),
+        ASK.c.occurrence_id == p(OF_OCCURRENCE),
         ASK.c.token == p("ask_token"),
         ASK.c.state == "asking",
         ASK.c.ask_deadline > p("now"),
@@ -121,4 +122,4 @@ ADAPTER_CANNOT_TELL = (
     .returning(ASK.c.fence)
 )
 
-ASK_BY_ID = sa.select(ASK).where(ASK.c.occurrence_id == p("occ_id"))
+ASK_BY_ID = sa.select(ASK).where(ASK.c.occurrence_id == p("occurrence_id"))

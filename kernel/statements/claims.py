@@ -43,7 +43,7 @@ CTL = controls
 OCCURRENCE_FOR_CLAIM = DriverStatement(
     sa.select(OCC, CTL.c.state.label("control_state"), StatementNow().label("now"))
     .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
-    .where(OCC.c.id == p("occ_id"))
+    .where(OCC.c.id == p("occurrence_id"))
     .with_for_update(of=OCC)
 )
 
@@ -51,7 +51,7 @@ OCCURRENCE_FOR_CLAIM = DriverStatement(
 UNCLAIMED_GRANT = (
     sa.select(requeue_grants.c.request_id)
     .where(
-        requeue_grants.c.occurrence_id == p("occ_id"),
+        requeue_grants.c.occurrence_id == p("occurrence_id"),
         requeue_grants.c.claimed_at.is_(None),
         requeue_grants.c.expected_fence == p("fence"),
     )
@@ -86,7 +86,7 @@ JOB_ALLOWS_CLAIM = sa.or_(
 _claim = (
     sa.update(OCC)
     .where(
-        OCC.c.id == p("occ_id"),
+        OCC.c.id == p("occurrence_id"),
         OCC.c.fence == p("seen_fence"),
         OCC.c.status == p("seen_status"),
         OCC.c.attempt == p("seen_attempt"),
@@ -142,7 +142,7 @@ _SNAPSHOT_LEASE_MS = {
 }
 
 
-def _claim_queued(dialect: str, occurrence_param: str = "occ_id") -> sa.Update:
+def _claim_queued(dialect: str, occurrence_param: str = "occurrence_id") -> sa.Update:
     """The common claim decided whole in one statement, with no read before it: a queued
     occurrence that never held a lease, with attempts left, no control, no pool, neither
     exclusive nor at-most-once (claiming.claim decides every other case from a read).
@@ -230,14 +230,14 @@ USE_GRANT = (
     .values(claimed_at=p("now"))
 )
 
-#: The occurrences of its job that keep ``occ_id`` from starting: one running, for an
+#: The occurrences of its job that keep ``occurrence_id`` from starting: one running, for an
 #: exclusive occurrence (overlap queue/replace), and under every policy an at-most-once
 #: run whose outcome is unknown (it may still be having its effect). One statement, one
 #: snapshot: a run settling into needs_adjudication meanwhile is seen in one state or the
 #: other, and two exclusive runs are refused by ``occurrences_one_running_exclusive``.
 BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
     OCC.c.job_id == p("job_id"),
-    OCC.c.id != p("occ_id"),
+    OCC.c.id != p("occurrence_id"),
     sa.or_(
         OCC.c.status == "needs_adjudication",
         sa.and_(OCC.c.status == "running", p("exclusive", type_=sa.Boolean)),
@@ -251,7 +251,7 @@ BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
             JOB_ALLOWS_CLAIM,  # a disabled job's waiting firings hold no run-now back
             sa.or_(
                 OCC.c.available_at < p("available_at"),
-                sa.and_(OCC.c.available_at == p("available_at"), OCC.c.id < p("occ_id")),
+                sa.and_(OCC.c.available_at == p("available_at"), OCC.c.id < p("occurrence_id")),
             ),
         ),
     ),

@@ -15,6 +15,7 @@ from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.schema import budget_reservations, budget_windows, budgets, jobs, occurrences
+from kernel.statements.predicates import OF_OCCURRENCE
 
 __all__ = [
     "LOCK_JOB",
@@ -55,7 +56,7 @@ AWAITING_IN_JOB = sa.select(sa.func.count()).where(
 #: An operator approves: the occurrence becomes queued (and the pump hints it).
 APPROVE = (
     sa.update(OCC)
-    .where(OCC.c.id == p("occ_id"), OCC.c.status == _AWAITING)
+    .where(OCC.c.id == p("occurrence_id"), OCC.c.status == _AWAITING)
     .values(
         status="queued",
         available_at=p("now"),
@@ -68,7 +69,7 @@ APPROVE = (
 #: An operator rejects: the firing is recorded as not run (skipped, with the reason).
 REJECT = (
     sa.update(OCC)
-    .where(OCC.c.id == p("occ_id"), OCC.c.status == _AWAITING)
+    .where(OCC.c.id == p("occurrence_id"), OCC.c.status == _AWAITING)
     .values(
         status="skipped",
         skip_reason=p("reason"),
@@ -137,7 +138,7 @@ RESERVE_BUDGET = (
 )
 
 RECORD_RESERVATION = sa.insert(RES).values(
-    occurrence_id=p("occ_id"),
+    occurrence_id=p("occurrence_id"),
     budget=p("budget_key"),
     window_start=p("window_key"),
     units=p("unit_count"),
@@ -148,7 +149,7 @@ RECORD_RESERVATION = sa.insert(RES).values(
 #: Once per reservation: the occurrence ended without running.
 RELEASE_RESERVATION = (
     sa.update(RES)
-    .where(RES.c.occurrence_id == p("occ_id"), RES.c.released_at.is_(None))
+    .where(RES.c.occurrence_id == p(OF_OCCURRENCE), RES.c.released_at.is_(None))
     .values(released_at=p("now"))
     .returning(RES.c.budget, RES.c.window_start, RES.c.units)
 )
@@ -161,7 +162,7 @@ GIVE_BACK_BUDGET = (
 
 _reserved_units = (
     sa.select(RES.c.units)
-    .where(RES.c.occurrence_id == p("occ_id"), RES.c.released_at.is_(None))
+    .where(RES.c.occurrence_id == p("occurrence_id"), RES.c.released_at.is_(None))
     .scalar_subquery()
 )
 
@@ -173,7 +174,7 @@ SETTLE_WINDOW_UNITS = (
     .where(
         sa.tuple_(WIN.c.budget, WIN.c.window_start).in_(
             sa.select(RES.c.budget, RES.c.window_start).where(
-                RES.c.occurrence_id == p("occ_id"), RES.c.released_at.is_(None)
+                RES.c.occurrence_id == p("occurrence_id"), RES.c.released_at.is_(None)
             )
         )
     )
@@ -182,7 +183,7 @@ SETTLE_WINDOW_UNITS = (
 
 SETTLE_RESERVATION_UNITS = (
     sa.update(RES)
-    .where(RES.c.occurrence_id == p("occ_id"), RES.c.released_at.is_(None))
+    .where(RES.c.occurrence_id == p(OF_OCCURRENCE), RES.c.released_at.is_(None))
     .values(units=p("unit_count"))
     .returning(RES.c.budget)
 )

@@ -4,7 +4,7 @@ enable/disable, retire and delete it.
 Each decides in its own WHERE: the revision and cursor the caller read still being the
 job's, the flag still being the other way, or nothing of the job still needing it (an
 unsettled occurrence, a chained child). Every path that makes an occurrence holds the
-job's row (Beat's cursor CAS, ``admission.lock_job``), so a delete that first locks the
+job's row (Beat's cursor CAS, ``firing.lock_job``), so a delete that first locks the
 row sees every occurrence made before it and blocks those made after.
 
 A bind named after a column of the row written is its new value (``digest``, ``spec``);

@@ -17,6 +17,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from kernel.schema import controls, jobs, occurrences, operator_requests, requeue_grants
+from kernel.statements.predicates import OF_OCCURRENCE
 
 __all__ = [
     "RECORD_REQUEST",
@@ -78,7 +79,7 @@ def _request_pause(dialect: str) -> Any:
     """A pause request for the live run (under the expected fence, if given): a new
     control row, or a settled-with/resumed one reopened (under the expected revision)."""
     live_run = sa.and_(
-        OCC.c.id == p("occ_id"),
+        OCC.c.id == p("occurrence_id"),
         OCC.c.status == "running",
         OCC.c.lease_expires_at > p("now"),
         _unless_given("expected_fence", OCC.c.fence),
@@ -148,7 +149,7 @@ REQUEST_PAUSE = {dialect: _request_pause(dialect) for dialect in ("postgresql", 
 RESUME = (
     sa.update(CTL)
     .where(
-        CTL.c.occurrence_id == p("occ_id"),
+        CTL.c.occurrence_id == p(OF_OCCURRENCE),
         CTL.c.state == "paused",
         _unless_given("expected_revision", CTL.c.revision),
     )
@@ -165,7 +166,7 @@ RESUME = (
 #: A resumed (paused, handed back) occurrence is claimable at once.
 MAKE_AVAILABLE = (
     sa.update(OCC)
-    .where(OCC.c.id == p("occ_id"), OCC.c.status == "retry_wait")
+    .where(OCC.c.id == p("occurrence_id"), OCC.c.status == "retry_wait")
     .values(available_at=p("now"), dispatched_at=None, updated_at=p("now"))
     .returning(OCC.c.job_id, OCC.c.fence)
 )
@@ -199,7 +200,7 @@ def _last_error_code_postgresql(element: _last_error_code, compiler: SQLCompiler
 REQUEUE = (
     sa.update(OCC)
     .where(
-        OCC.c.id == p("occ_id"),
+        OCC.c.id == p("occurrence_id"),
         OCC.c.status == "dead_letter",
         _unless_given("expected_fence", OCC.c.fence),
         _unless_given("expected_error_code", _last_error_code(OCC.c.last_error)),
@@ -219,7 +220,7 @@ REQUEUE = (
 #: An operator's verdict on an at-most-once run whose outcome is unknown.
 ADJUDICATE = (
     sa.update(OCC)
-    .where(OCC.c.id == p("occ_id"), OCC.c.status == "needs_adjudication")
+    .where(OCC.c.id == p("occurrence_id"), OCC.c.status == "needs_adjudication")
     .values(
         status=p("to_status"),
         available_at=p("now"),
@@ -237,7 +238,7 @@ GRANT = _per_dialect(
         insert(requeue_grants)
         .values(
             request_id=p("request_id"),
-            occurrence_id=p("occ_id"),
+            occurrence_id=p("occurrence_id"),
             expected_fence=p("fence"),
             expected_error_code=p("error_code"),
             created_at=p("now"),

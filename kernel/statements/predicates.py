@@ -9,7 +9,14 @@ import sqlalchemy as sa
 from kernel.schema import controls, occurrences
 from kernel.states import CLAIMABLE, ControlState
 
-__all__ = ["CLAIMABLE_STATUS", "NOT_PAUSED", "claimable_now"]
+__all__ = ["CLAIMABLE_STATUS", "NOT_PAUSED", "OF_OCCURRENCE", "claimable_now"]
+
+#: The bind of an occurrence's id in an UPDATE of a table that has an ``occurrence_id``
+#: column (controls, budget reservations, adjudication asks); every other statement binds
+#: ``occurrence_id``. Executed with a key named like a column of the table it updates,
+#: SQLAlchemy takes the key for "SET that column" and refuses a bind of that name (a
+#: statement run on the driver, as TERMINATE_CONTROL, passes its keys as they are).
+OF_OCCURRENCE = "of_occurrence"
 
 #: The status is one a claim may take (:data:`kernel.states.CLAIMABLE`). Literals, not
 #: an expanding IN, so the driver form of a statement is rendered once.

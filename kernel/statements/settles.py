@@ -31,7 +31,7 @@ CTL = controls
 def lease_held_at(now: Any) -> Any:
     """The run's lease holds at ``now``: the guard of every write its holder makes."""
     return sa.and_(
-        OCC.c.id == p("occ_id"),
+        OCC.c.id == p("occurrence_id"),
         OCC.c.status == "running",
         OCC.c.lease_owner == p("owner"),
         OCC.c.fence == p("held_fence"),
@@ -114,7 +114,7 @@ SETTLE = DriverStatement(
         OCC.c.pool,
         OCC.c.available_at,
         sa.exists()
-        .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
+        .where(CTL.c.occurrence_id == p("occurrence_id"), CTL.c.state != "terminal")
         .label("control_open"),
         sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
         _settle_now.label("now"),
@@ -126,7 +126,7 @@ SETTLE = DriverStatement(
 #: a request id means a pause was still pending and is now ended.
 _terminate_control = (
     sa.update(CTL)
-    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state != "terminal")
+    .where(CTL.c.occurrence_id == p("occurrence_id"), CTL.c.state != "terminal")
     .values(
         state="terminal", revision=CTL.c.revision + 1, terminal_at=p("now"), updated_at=p("now")
     )
@@ -145,7 +145,7 @@ _ended_logged = (
         p("now", type_=sa.BigInteger),
         sa.literal(EventType.CONTROL_TERMINAL.value),
         p("job_id", type_=sa.Text),
-        p("occ_id", type_=sa.BigInteger),
+        p("occurrence_id", type_=sa.BigInteger),
         p("fence", type_=sa.Integer),
         # records.dumps's canonical text: sorted keys, no spaces
         sa.literal('{"request_id":')
@@ -163,7 +163,7 @@ SETTLED_EVENTS = DriverStatement(
         p("now", type_=sa.BigInteger),
         p("type", type_=sa.Text),
         p("job_id", type_=sa.Text),
-        p("occ_id", type_=sa.BigInteger),
+        p("occurrence_id", type_=sa.BigInteger),
         p("fence", type_=sa.Integer),
         p("data", type_=sa.Text),
         # Read after ended_logged ran to completion: its event comes first.
@@ -184,7 +184,7 @@ _snapshot_row = OCC.alias("as_read")
 _unchanged_since_read = sa.literal_column("occurrences.xmin") == (
     sa.select(sa.literal_column("as_read.xmin"))
     .select_from(_snapshot_row)
-    .where(_snapshot_row.c.id == p("occ_id"))
+    .where(_snapshot_row.c.id == p("occurrence_id"))
     .scalar_subquery()
 )
 
@@ -212,7 +212,7 @@ PLAIN_SUCCESS_LOGGED = logged(
     PLAIN_SUCCESS.c.now,
     sa.literal(EventType.OCCURRENCE_SUCCEEDED.value),
     PLAIN_SUCCESS.c.job_id,
-    p("occ_id", type_=sa.BigInteger),
+    p("occurrence_id", type_=sa.BigInteger),
     p("held_fence", type_=sa.Integer),
     # records.dumps's canonical text of the settle's data, {"attempt": N}
     sa.literal('{"attempt":', sa.Text)

@@ -22,6 +22,7 @@ from kernel.driver import DriverStatement
 from kernel.events import EventType
 from kernel.schema import controls, events, occurrences
 from kernel.statements.logged import logged
+from kernel.statements.predicates import OF_OCCURRENCE
 from kernel.statements.settles import lease_held_at
 from kernel.states import ACTIVE
 
@@ -43,14 +44,14 @@ __all__ = [
 OCC = occurrences
 CTL = controls
 
-OCCURRENCE_BY_ID = sa.select(OCC).where(OCC.c.id == p("occ_id"))
-CONTROL_BY_ID = sa.select(CTL).where(CTL.c.occurrence_id == p("occ_id"))
+OCCURRENCE_BY_ID = sa.select(OCC).where(OCC.c.id == p("occurrence_id"))
+CONTROL_BY_ID = sa.select(CTL).where(CTL.c.occurrence_id == p("occurrence_id"))
 
 #: Lock one occurrence row (PostgreSQL) before a transition that writes its control
 #: first: every writer then takes the occurrence's lock before its control's, the one
 #: order that cannot deadlock.
 LOCK_OCCURRENCE = DriverStatement(
-    sa.select(OCC.c.id).where(OCC.c.id == p("occ_id")).with_for_update()
+    sa.select(OCC.c.id).where(OCC.c.id == p("occurrence_id")).with_for_update()
 )
 
 _lease_held = lease_held_at(p("now"))
@@ -84,7 +85,7 @@ RELEASE = (
 
 REBIND_PAUSE_REQUEST = (
     sa.update(CTL)
-    .where(CTL.c.occurrence_id == p("occ_id"), CTL.c.state == "pause_requested")
+    .where(CTL.c.occurrence_id == p(OF_OCCURRENCE), CTL.c.state == "pause_requested")
     .values(expected_fence=p("new_fence"), revision=CTL.c.revision + 1, updated_at=p("now"))
     .returning(CTL.c.revision)
 )
@@ -136,7 +137,7 @@ _expired_to = sa.case(
 EXPIRE = (
     sa.update(OCC)
     .where(
-        OCC.c.id == p("occ_id"),
+        OCC.c.id == p("occurrence_id"),
         OCC.c.status == "running",
         OCC.c.fence == p("held_fence"),
         OCC.c.lease_expires_at <= p("now"),
@@ -169,7 +170,7 @@ _running = OCC.c.status == "running"
 CANCEL = (
     sa.update(OCC)
     .where(
-        OCC.c.id == p("occ_id"),
+        OCC.c.id == p("occurrence_id"),
         # Literals, not an expanding IN, so the driver form is rendered once.
         OCC.c.status.in_([sa.literal(s.value) for s in ACTIVE]),
         sa.not_(sa.and_(_running, OCC.c.cancel_requested)),
@@ -185,7 +186,9 @@ CANCEL = (
 )
 
 #: A cancel pending on the occurrence wins over the pause (RELEASE cancels it).
-_cancel_pending = sa.select(OCC.c.cancel_requested).where(OCC.c.id == p("occ_id")).scalar_subquery()
+_cancel_pending = (
+    sa.select(OCC.c.cancel_requested).where(OCC.c.id == p(OF_OCCURRENCE)).scalar_subquery()
+)
 
 #: The holder acknowledges the pending pause request it was asked for, at a
 #: safe point the request allows (``safe_points`` is a sorted JSON list of enum
@@ -193,7 +196,7 @@ _cancel_pending = sa.select(OCC.c.cancel_requested).where(OCC.c.id == p("occ_id"
 ACK_PAUSE = (
     sa.update(CTL)
     .where(
-        CTL.c.occurrence_id == p("occ_id"),
+        CTL.c.occurrence_id == p(OF_OCCURRENCE),
         CTL.c.state == "pause_requested",
         CTL.c.pause_request_id == p("request_id"),
         CTL.c.expected_fence == p("held_fence"),
@@ -223,7 +226,7 @@ def _release_control(insert: Any) -> Any:
     pause request racing the hand back is either seen here or refused by its own guard.
     """
     statement = insert(CTL).values(
-        occurrence_id=p("occ_id"),
+        occurrence_id=p("occurrence_id"),
         state="resumed",
         revision=1,
         expected_fence=p("held_fence"),

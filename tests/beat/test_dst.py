@@ -274,7 +274,7 @@ def test_missed_count_over_six_years_matches_the_rules(zone: str, gap: str, fold
         {"gap": gap, "fold": fold},
         "none",
         None,
-        cursor=Firing(start, "cron:start"),
+        cursor=Firing("cron:start", start),
         now=now,
         anchor=ANCHOR,
     )

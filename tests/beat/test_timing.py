@@ -89,14 +89,14 @@ def test_every_keeps_sub_second_intervals_exact() -> None:
 def test_at_fires_once() -> None:
     schedule = {"at": "2026-11-29T13:00:00+01:00"}
     first = next_firing(schedule, None, T0 - timedelta(days=1), anchor=ANCHOR)
-    assert first == Firing(T0, "at:2026-11-29T12:00:00Z")
+    assert first == Firing("at:2026-11-29T12:00:00Z", T0)
     assert next_firing(schedule, None, T0, anchor=ANCHOR) is None
     assert firings_between(schedule, None, T0, T0, anchor=ANCHOR, limit=5) == [first]
 
 
 def test_in_fires_once_relative_to_the_definition_time() -> None:
     firing = next_firing({"in": 900.0}, None, ANCHOR, anchor=ANCHOR)
-    assert firing == Firing(ANCHOR + timedelta(minutes=15), "at:2026-01-01T00:15:00Z")
+    assert firing == Firing("at:2026-01-01T00:15:00Z", ANCHOR + timedelta(minutes=15))
 
 
 def test_no_schedule_never_fires() -> None:

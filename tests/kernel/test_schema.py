@@ -105,7 +105,7 @@ def _explain_settle(url: str, occ_id: int, now: int) -> str:
     compiled = st.SETTLE.statement.compile(dialect=dialect)
     assert isinstance(compiled, SQLCompiler)
     given: dict[str, Any] = {
-        "occ_id": occ_id,
+        "occurrence_id": occ_id,
         "owner": f"w-{occ_id}",
         "held_fence": 1,
         "now": now,

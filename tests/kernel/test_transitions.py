@@ -15,6 +15,7 @@ from kernel.testing import memory_kernel
 from kernel.transitions import (
     BUDGET_TRANSITIONS,
     CONTROL_TRANSITIONS,
+    JOB_SOURCE_TRANSITIONS,
     JOB_TRANSITIONS,
     OCCURRENCE_TRANSITIONS,
     POOL_TRANSITIONS,
@@ -39,6 +40,7 @@ def test_rows_use_known_states_only() -> None:
     # Pools and budgets are counters: their rows name the condition the guard decides.
     nouns = (
         (JOB_TRANSITIONS, {"none", "enabled", "disabled"}),
+        (JOB_SOURCE_TRANSITIONS, {"none", "owned", "retired"}),
         (POOL_TRANSITIONS, {"none", "room", "full"}),
         (BUDGET_TRANSITIONS, {"none", "defined", "room", "spent", "held", "released"}),
     )
@@ -76,7 +78,7 @@ def test_an_occurrence_event_needs_a_row_that_ran_in_its_transaction() -> None:
 
 
 def _requeue_params() -> dict[str, object]:
-    return {"occ_id": 1, "expected_fence": None, "expected_error_code": None, "now": 0}
+    return {"occurrence_id": 1, "expected_fence": None, "expected_error_code": None, "now": 0}
 
 
 def test_a_job_or_pool_event_needs_a_row_that_ran_in_its_transaction() -> None:
