@@ -55,8 +55,8 @@ class RunOutcome:
 
     Attributes:
         result: ``succeeded``, ``retry_wait``, ``dead_letter``, ``failed`` (no adapter
-            of the occurrence's kind), ``cancelled``, ``handed_back``, ``lease_lost``
-            or ``not_claimable``.
+            of the occurrence's kind), ``cancelled``, ``handed_back``, ``lease_lost``,
+            ``not_claimable`` or ``rehinted`` (a batch's unstarted id sent again).
         job_id: the occurrence's job, once claimed.
         error_code: set only when the kernel recorded a failure of this run.
         status: the kernel status that failure settled in (``retry_wait`` or ``dead_letter``).
@@ -102,6 +102,7 @@ def run_occurrences(
     owner: str | None = None,
     on_start: Callable[[Claim], None] | None = None,
     scope: Scope = UNSCOPED,
+    rehint: Callable[[list[int], int], None] | None = None,
 ) -> Iterator[RunOutcome]:
     """Claim, execute and settle each of a hint's occurrences in turn; yields what happened.
 
@@ -109,23 +110,61 @@ def run_occurrences(
     then skipped, as a paused or cancelled one is). A success and the next occurrence's
     claim are one transaction. A warm shutdown ends the batch between two runs: the
     occurrences not started stay queued and the pump hints them again. ``on_start`` is
-    called with each claim as its run starts.
+    called with each claim as its run starts. ``rehint(ids, per_message)`` sends a
+    batch's unstarted ids to its queue again when its runs are too long to keep them
+    (:data:`BATCH_SPAN_S`); they yield ``rehinted``. Without it a batch never splits.
     """
     owner = owner or new_owner()
     carried: _Carried | None = None
+    pace = _BatchPace(time.monotonic(), len(occurrence_ids))
     for index, occurrence_id in enumerate(occurrence_ids):
         if carried is None:
             if index and shutdown_marker(main_pid).exists():
                 return
             claimed_at = time.monotonic()
             carried = _Carried(claimed_at, kernel.claim(occurrence_id, owner=owner))
-        following = occurrence_ids[index + 1] if index + 1 < len(occurrence_ids) else None
+        last = index + 1 == len(occurrence_ids)
+        passing_on = rehint is not None and not last and pace.runs_long(index)
+        following = None if last or passing_on else occurrence_ids[index + 1]
         if on_start is not None and carried.claim is not None:
             on_start(carried.claim)
         outcome, carried = _run_claimed(
             kernel, adapters, occurrence_id, carried, following, main_pid, keeper, scope
         )
         yield outcome
+        if passing_on and rehint is not None:
+            rest = list(occurrence_ids[index + 1 :])
+            rehint(rest, pace.per_message(index))
+            yield from (RunOutcome("rehinted") for _ in rest)
+            return
+
+
+#: How long a batch may keep its unstarted ids to itself. A batch whose runs are long
+#: enough that the rest would wait past this sends them to its queue again in smaller
+#: messages, so that idle processes share them (the last round of a long batch would
+#: otherwise run on one process while the others idle).
+BATCH_SPAN_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class _BatchPace:
+    """A batch's start and size; its runs' pace is judged from the ones already done."""
+
+    started: float
+    size: int
+
+    def runs_long(self, index: int) -> bool:
+        """Whether the ids after ``index`` would run past :data:`BATCH_SPAN_S` at the pace
+        of the ``index`` runs before it (no opinion before the first has run)."""
+        if index == 0:
+            return False
+        per_run = (time.monotonic() - self.started) / index
+        return (self.size - index - 1) * per_run > BATCH_SPAN_S
+
+    def per_message(self, done: int) -> int:
+        """Ids per message for the rest: as many as run within the span at this pace."""
+        per_run = (time.monotonic() - self.started) / (done + 1)
+        return max(1, int(BATCH_SPAN_S / per_run))
 
 
 @dataclass(slots=True)

@@ -96,7 +96,7 @@ def connect(app: Any) -> None:
         if parent is not None:
             parent.kernel.engine.dispose(close=False)
         try:
-            process_resources(app, main_pid=os.getppid())
+            process_resources(app, main_pid=os.getppid(), schema_checked=True)
         except StorageUnavailable as exc:  # a database restart: the first task opens it again
             log.warning(
                 "new pool process could not open the kernel yet: %s",

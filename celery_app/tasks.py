@@ -42,8 +42,8 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
 
     A hint carries one occurrence id, or several of one queue when its backlog is deep
     (the pump's batches). Returns what happened to each (``succeeded``, ``handed_back``,
-    ``cancelled``, ``lease_lost``, ``not_claimable``, ``storage_unavailable``): a string
-    for one id, a list for several.
+    ``cancelled``, ``lease_lost``, ``not_claimable``, ``rehinted``,
+    ``storage_unavailable``): a string for one id, a list for several.
 
     The kernel being unreachable (a database restart) is an outage to ride out, not
     a bug: it is logged in one line and ends the batch. The kernel's own recovery covers
@@ -76,6 +76,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
                 owner=resources.owner,
                 on_start=started,
                 scope=resources.scope,
+                rehint=lambda rest, per_message: _rehint(task, rest, per_message),
             ):
                 occurrence_id = ids[len(results)]
                 results.append(outcome.result)
@@ -100,3 +101,23 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
     if failures:
         raise OccurrenceFailed("; ".join(failures))
     return results[0] if len(ids) == 1 else results
+
+
+def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:
+    """Send a batch's unstarted ids to the queue its message came from, ``per_message``
+    a message, under the batch's name (so Flower still shows the job)."""
+    queue = task.request.delivery_info["routing_key"]
+    log.info(
+        "batch runs long: %d occurrences sent again to %s, %d a message",
+        len(occurrence_ids),
+        queue,
+        per_message,
+        extra={"action": "batch_rehinted", "occurrence_ids": occurrence_ids},
+    )
+    for start in range(0, len(occurrence_ids), per_message):
+        task.app.send_task(
+            RUN_OCCURRENCE,
+            args=occurrence_ids[start : start + per_message],
+            queue=queue,
+            shadow=task.request.shadow,
+        )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from kernel import statements as st
 from kernel.records import loads
 from kernel.tx import Tx
@@ -11,22 +13,23 @@ __all__ = ["dispatch_batch", "mark_hinted"]
 
 
 def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
-    """Claimable occurrences not hinted recently; marks them hinted now (SPEC §2.3)."""
-    hints: list[DispatchHint] = []
-    for query in st.HINT_CANDIDATES[tx.dialect].values():
-        if len(hints) >= limit:
-            break
-        params = {
-            "now": tx.now,
-            "rehint_before": tx.now - rehint_after_ms,
-            "limit": limit - len(hints),
-        }
-        hints.extend(
-            DispatchHint(r.id, r.job_id, r.queue, r.kind, loads(r.definition).get("timeout"))
-            for r in tx.conn.execute(query, params)
-        )
-    mark_hinted(tx, hints)
-    return hints
+    """Claimable occurrences not hinted recently, marked hinted now by the statement that
+    finds them (SPEC §2.3), in the order their claims should go: claimable ones by
+    priority, then expired leases."""
+    rows = tx.all_alone(
+        st.HINT[tx.dialect],
+        {"now": tx.now, "rehint_before": tx.now - rehint_after_ms, "limit": limit},
+    )
+    rows.sort(key=lambda r: (r.status == "running", -r.priority, r.available_at, r.id))
+    return [DispatchHint(r.id, r.job_id, r.queue, r.kind, _timeout(r.definition)) for r in rows]
+
+
+@lru_cache(maxsize=256)
+def _timeout(definition: str) -> float | None:
+    """The definition's ``timeout``, parsed once per definition text (the pump hints the
+    same few definitions over and over)."""
+    timeout: float | None = loads(definition).get("timeout")
+    return timeout
 
 
 def mark_hinted(tx: Tx, hints: list[DispatchHint]) -> None:

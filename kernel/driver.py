@@ -64,8 +64,14 @@ class DriverStatement:
         self, conn: sa.Connection, params: Mapping[str, Any] | None = None
     ) -> sa.Row[Any] | None:
         """Run and return the first row (the statement must return rows), or None."""
-        rows, _ = self._run(conn, params, fetch=True)
+        rows = self.all(conn, params)
         return rows[0] if rows else None
+
+    def all(
+        self, conn: sa.Connection, params: Mapping[str, Any] | None = None
+    ) -> list[sa.Row[Any]]:
+        """Run and return every row (the statement must return rows)."""
+        return self._run(conn, params, fetch=True)[0]
 
     def execute(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> int:
         """Run a statement that returns no rows; return the driver's rowcount."""

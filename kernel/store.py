@@ -74,15 +74,18 @@ class Kernel(
         url: str,
         *,
         migrate_schema: bool = False,
+        check_schema: bool = True,
         clock: Clock | None = None,
         **engine_kwargs: Any,
     ) -> Kernel:
-        """Open the kernel at ``url``; ``migrate_schema`` upgrades the schema first."""
+        """Open the kernel at ``url``; ``migrate_schema`` upgrades the schema first.
+        ``check_schema=False`` skips the schema check, for a process whose parent checked
+        this database already (a worker's pool process)."""
         engine = create_kernel_engine(url, **engine_kwargs)
         try:
             if migrate_schema:
                 guard(migrate, engine)
-            return cls(engine, clock=clock)
+            return cls(engine, clock=clock, check=check_schema)
         except BaseException:
             engine.dispose()  # nobody else can: the caller never gets the kernel
             raise

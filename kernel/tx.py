@@ -66,22 +66,27 @@ class Tx:
     def first_alone(
         self, statement: DriverStatement, params: Mapping[str, Any]
     ) -> sa.Row[Any] | None:
-        """``statement.first``, sent as a transaction of its own when it would open this one
+        """The first row of :meth:`all_alone`, or None."""
+        rows = self.all_alone(statement, params)
+        return rows[0] if rows else None
+
+    def all_alone(self, statement: DriverStatement, params: Mapping[str, Any]) -> list[sa.Row[Any]]:
+        """``statement.all``, sent as a transaction of its own when it would open this one
         on PostgreSQL: one round trip instead of three (BEGIN, the statement, COMMIT).
 
         For a statement that decides and writes everything of its transition, events
-        included. A row means it committed: what the caller runs after it is a transaction
+        included. Rows mean it committed: what the caller runs after it is a transaction
         of its own. No row means it changed nothing, and the transaction goes on as any
         other. On SQLite, or once the transaction has begun, it is an ordinary statement.
         """
         if not (self._own and self.is_postgres):
-            return statement.first(self.conn, params)
+            return statement.all(self.conn, params)
         driver: Any = self.conn.connection.dbapi_connection
         if driver.info.transaction_status != _PG_IDLE:
-            return statement.first(self.conn, params)
+            return statement.all(self.conn, params)
         driver.autocommit = True
         try:
-            return statement.first(self.conn, params)
+            return statement.all(self.conn, params)
         finally:
             # A lost connection is discarded (the session retries on a fresh one, which is
             # safe: the statement's guard refuses a second apply), not switched back.

@@ -9,12 +9,13 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel.driver import DriverStatement
 from kernel.schema import occurrences
 from kernel.statements.claims import JOB_ALLOWS_CLAIM, NO_UNRESOLVED_RUN
 from kernel.statements.pools import ROOM_IN_POOL
 from kernel.statements.predicates import NOT_PAUSED, claimable_now
 
-__all__ = ["CREATE_OCCURRENCE", "HINT_CANDIDATES", "MARK_HINTED"]
+__all__ = ["CREATE_OCCURRENCE", "HINT", "MARK_HINTED"]
 
 #: What a new occurrence is given; the rest (lease, results, dispatch) starts NULL.
 _COLUMNS = (
@@ -91,9 +92,11 @@ _expired = sa.and_(
 )
 
 
-def _candidates(condition: Any, dialect: str) -> sa.Select[Any]:
+def _candidates(condition: Any, dialect: str, rank: int) -> sa.Select[Any]:
+    """The ids of up to ``limit`` occurrences meeting ``condition``, in claim order,
+    locked on PostgreSQL (a second pump skips them), each with ``rank``."""
     query = (
-        sa.select(OCC.c.id, OCC.c.job_id, OCC.c.queue, OCC.c.kind, OCC.c.definition)
+        sa.select(OCC.c.id)
         .where(condition, OCC.c.cancel_requested.is_(False), JOB_ALLOWS_CLAIM)
         # An enqueue's priority orders the claims the hints lead to (0 otherwise).
         .order_by(OCC.c.priority.desc(), OCC.c.available_at, OCC.c.id)
@@ -101,13 +104,33 @@ def _candidates(condition: Any, dialect: str) -> sa.Select[Any]:
     )
     if dialect == "postgresql":
         query = query.with_for_update(skip_locked=True, of=OCC)
-    return query
+    found = query.subquery()
+    return sa.select(found.c.id, sa.literal(rank, sa.Integer).label("rank"))
 
 
-#: What the pump hints, by dialect, in turn: claimable occurrences (``waiting``), then
-#: expired leases Beat will not settle (``expired``); not hinted since ``rehint_before``.
-#: Built once: the pump asks every tick.
-HINT_CANDIDATES = {
-    dialect: {"waiting": _candidates(_waiting, dialect), "expired": _candidates(_expired, dialect)}
-    for dialect in ("postgresql", "sqlite")
-}
+def _hint(dialect: str) -> Any:
+    picked = sa.union_all(
+        _candidates(_waiting, dialect, 0), _candidates(_expired, dialect, 1)
+    ).subquery("picked")
+    first = sa.select(picked.c.id).order_by(picked.c.rank).limit(p("limit", type_=sa.Integer))
+    return (
+        sa.update(OCC)
+        .where(OCC.c.id.in_(first))
+        .values(dispatched_at=p("now"))
+        .returning(
+            OCC.c.id,
+            OCC.c.job_id,
+            OCC.c.queue,
+            OCC.c.kind,
+            OCC.c.definition,
+            OCC.c.status,
+            OCC.c.priority,
+            OCC.c.available_at,
+        )
+    )
+
+
+#: What the pump hints, marked hinted in the same statement (one round trip): up to
+#: ``limit`` claimable occurrences (``waiting``), then expired leases Beat will not
+#: settle; none hinted since ``rehint_before``. The rows come back in no order.
+HINT = {dialect: DriverStatement(_hint(dialect)) for dialect in ("postgresql", "sqlite")}

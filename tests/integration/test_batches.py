@@ -115,3 +115,23 @@ def test_a_warm_shutdown_ends_a_batch_after_the_run_under_way(stack: Stack) -> N
     for occ_id in rest:  # never started: queued for the pump to hint again
         assert stack.occurrence(occ_id).status.value == "queued", occ_id
         assert stack.ledger(occurrence_id=occ_id) == [], occ_id
+
+
+def test_a_batch_of_long_runs_is_shared_with_idle_processes(stack: Stack) -> None:
+    # One message of 6 half-second runs on a worker of two processes: after its first two
+    # runs the batch sees that the rest would keep the queue waiting past its span and
+    # sends them again, one a message, so the idle process takes its share.
+    worker = stack.start_worker("worker", concurrency=2)
+    stack.define(stack.job("long", "record", kwargs={"sleep": 0.5}, lease="30s"))
+    ids = [stack.run_now("long") for _ in range(6)]
+    stack.send_hints(*ids)
+    stack.wait(
+        lambda: all(stack.occurrence(i).status.value == "succeeded" for i in ids),
+        timeout=30,
+        what="the batch's runs",
+    )
+
+    assert len({line["pid"] for line in stack.ledger()}) == 2, stack.ledger()
+    for occ_id in ids:
+        assert [run["fence"] for run in stack.ledger(occurrence_id=occ_id)] == [1], occ_id
+    assert worker.logged("batch runs long: 4 occurrences sent again")

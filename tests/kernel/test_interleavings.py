@@ -427,6 +427,21 @@ def test_two_claimers(world: World, mode: str) -> None:
     world.repeat(round_)
 
 
+def test_two_pumps_hint_each_occurrence_once(world: World) -> None:
+    """Two Beats' pumps at once: each claimable occurrence is hinted by one of them (the
+    statement that picks them marks them, skipping rows the other has locked)."""
+
+    def round_(i: int) -> None:
+        made = set(world.stage.fresh(n=4))
+        pump = lambda k: [h.occurrence_id for h in k.dispatch_batch(limit=10, rehint_after=3600)]  # noqa: E731
+        first, second = world.race(i, pump, pump, hold=None)
+        assert first.ok and second.ok, f"round {i}: {first} {second}"
+        assert not set(first.value) & set(second.value), f"round {i}: {first} {second}"
+        assert set(first.value) | set(second.value) == made, f"round {i}: {first} {second}"
+
+    world.repeat(round_)
+
+
 @pytest.mark.parametrize("mode", ["claim", "claim_next"])
 @pytest.mark.parametrize("gate", ["exclusive", "pool"])
 def test_gates_admit_one_of_two_claimers(world: World, gate: str, mode: str) -> None:
