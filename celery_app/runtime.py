@@ -257,17 +257,17 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id), None
-        verdict = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
-        message = scrub(verdict.message, ctx.secrets)
-        run.log.warning("run failed: %s %s", verdict.code, message, extra={"action": "run_failed"})
+        error = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
+        message = scrub(error.message, ctx.secrets)
+        run.log.warning("run failed: %s %s", error.code, message, extra={"action": "run_failed"})
         try:
             run.output.flush(final=True)
             status = kernel.fail(
                 occurrence.id,
-                code=verdict.code,
+                code=error.code,
                 message=message,
-                retryable=verdict.retryable,
-                effect=verdict.effect,
+                retryable=error.retryable,
+                effect=error.effect,
                 owner=owner,
                 fence=fence,
             )
@@ -275,7 +275,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             return _settle_refused(run, exc), None
         if status == OccurrenceStatus.NEEDS_ADJUDICATION:
             _ask_at_once(kernel, adapter, occurrence)
-        return RunOutcome(status, occurrence.job_id, verdict.code, status), None
+        return RunOutcome(status, occurrence.job_id, error.code, status), None
     if run.fenced:
         return _fenced_off(run), None
     try:

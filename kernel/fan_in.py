@@ -166,10 +166,10 @@ def _judge(tx: Tx, job: Job) -> tuple[list[int], list[tuple[str, str]]]:
         key = keys[instant]
         if key in decided:
             continue
-        verdict = _verdict(parents, reached[instant], _ms(instant), within_ms, tx.now)
-        if verdict is None:
+        joined = _join(parents, reached[instant], _ms(instant), within_ms, tx.now)
+        if joined is None:
             continue
-        reason, data = verdict
+        reason, data = joined
         if reason is None and not lock_job(tx, job.id).enabled:
             continue  # disabled since it was read: no new run
         outcome = create_gated(
@@ -191,7 +191,7 @@ def _judge(tx: Tx, job: Job) -> tuple[list[int], list[tuple[str, str]]]:
     return made, passed
 
 
-def _verdict(
+def _join(
     parents: list[str], reached: dict[str, Any], instant_ms: int, within_ms: int, now: int
 ) -> tuple[str | None, dict[str, Any]] | None:
     """(skip reason or None to fire, event data), or None while it waits."""

@@ -151,11 +151,11 @@ class KernelCollector(Collector):
             "Watchdog jobs whose latest check failed.",
             len(watch["failing_watchdogs"]),
         )
-        oldest_verdict = watch["oldest_adjudication_age_ms"]
+        oldest_adjudication = watch["oldest_adjudication_age_ms"]
         yield _gauge(
             "celery_kernel_oldest_adjudication_age_seconds",
             "How long the oldest occurrence awaiting adjudication has waited (0 when none).",
-            0 if oldest_verdict is None else oldest_verdict / 1000,
+            0 if oldest_adjudication is None else oldest_adjudication / 1000,
         )
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         lag = GaugeMetricFamily(
