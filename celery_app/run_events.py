@@ -1,7 +1,8 @@
 """Celery task events for each run of a batch, so that Flower lists each under its job's name.
 
 A hint carrying several occurrences is one Celery message, and Celery's own task events
-describe that message. When the worker sends task events (``-E``, or Flower's
+describe that message (so does a hint sent without its job's name: the rest of a long
+batch, sent again). When the worker sends task events (``-E``, or Flower's
 ``enable_events``), the main process marks each batch's request as it arrives
 (:func:`mark_batch`), and the pool process then sends, per run, the events Flower builds
 a task from: ``task-received`` and ``task-started`` when the run's claim is made,
@@ -31,7 +32,11 @@ def connect(task_name: str) -> None:
     """Mark the batches of ``task_name`` as they reach the main process."""
 
     def mark_batch(request: Any, **_: Any) -> None:
-        if request.type != task_name or len(request.args or ()) < 2:
+        if request.type != task_name:
+            return
+        # One id under its job's name (the pump's shadow) is named by Celery's own events;
+        # several, or one sent again without a name (a long batch's rest), need the runs'.
+        if len(request.args or ()) < 2 and request.name != task_name:
             return
         eventer = request.eventer
         if (

@@ -357,9 +357,9 @@ class Stack:
         """All occurrences of ``job_id``, oldest first."""
         return sorted(self.kernel.list_occurrences(job_id=job_id, limit=1000), key=lambda o: o.id)
 
-    def settled(self, job_id: str) -> bool:
-        """Every occurrence of ``job_id`` has reached a terminal status."""
-        return all(o.status.value in _TERMINAL for o in self.occurrences(job_id))
+    def settled(self, job_id: str, *, but: frozenset[str] = frozenset()) -> bool:
+        """Every occurrence of ``job_id`` has reached a terminal status (or one of ``but``)."""
+        return all(o.status.value in _TERMINAL | but for o in self.occurrences(job_id))
 
     def event_types(self, occurrence_id: int) -> list[tuple[str, int | None]]:
         """(type, fence) of every event of one occurrence, in order."""

@@ -183,7 +183,11 @@ def test_a_run_in_flight_when_flower_starts_shows_its_jobs_name(stack: Stack) ->
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_flower_shows_each_run_of_a_batch_under_its_job(stack: Stack, flower: str) -> None:
     worker = stack.start_worker("worker")
-    stack.define(stack.job("alpha", "record"), stack.job("beta", "record"))
+    stack.define(
+        stack.job("alpha", "record"),
+        stack.job("beta", "record"),
+        stack.job("slow", "record", kwargs={"sleep": 0.3}),
+    )
     stack.wait(
         lambda: worker.logged("Events of group {task} enabled by remote."),
         timeout=20,
@@ -191,19 +195,26 @@ def test_flower_shows_each_run_of_a_batch_under_its_job(stack: Stack, flower: st
     )
     batch = [stack.run_now("alpha"), stack.run_now("beta"), stack.run_now("alpha")]
     stack.send_hints(*batch)  # one message, as the pump batches a deep queue
+    # A batch of long runs sends its rest again, one id a message, without a job's name.
+    long_batch = [stack.run_now("slow"), stack.run_now("slow"), stack.run_now("beta")]
+    stack.send_hints(*long_batch)
 
     def runs() -> dict[str, str] | None:
         named = {
             task["args"]: task["name"]
             for task in flower_tasks(flower).values()
-            if task["state"] == "SUCCESS" and task["name"] in ("alpha", "beta")
+            if task["state"] == "SUCCESS" and task["name"] in ("alpha", "beta", "slow")
         }
-        return named if len(named) == 3 else None
+        return named if len(named) == 6 else None
 
-    named = stack.wait(runs, timeout=30, what="each run of the batch in flower's /api/tasks")
+    named = stack.wait(runs, timeout=30, what="each run of the batches in flower's /api/tasks")
     assert named == {
         f"[{batch[0]}]": "alpha",
         f"[{batch[1]}]": "beta",
         f"[{batch[2]}]": "alpha",
+        f"[{long_batch[0]}]": "slow",
+        f"[{long_batch[1]}]": "slow",
+        f"[{long_batch[2]}]": "beta",
     }
-    assert all(stack.occurrence(i).status.value == "succeeded" for i in batch)
+    assert all(stack.occurrence(i).status.value == "succeeded" for i in batch + long_batch)
+    assert worker.logged("batch runs long: 1 occurrences sent again")
