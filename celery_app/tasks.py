@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from kombu.exceptions import OperationalError
+
 from celery_app import notify, run_events
 from celery_app.runtime import run_occurrences
 from celery_app.task_names import RUN_OCCURRENCE
@@ -114,10 +116,18 @@ def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:
         per_message,
         extra={"action": "batch_rehinted", "occurrence_ids": occurrence_ids},
     )
-    for start in range(0, len(occurrence_ids), per_message):
-        task.app.send_task(
-            RUN_OCCURRENCE,
-            args=occurrence_ids[start : start + per_message],
-            queue=queue,
-            shadow=task.request.shadow,
+    try:
+        for start in range(0, len(occurrence_ids), per_message):
+            task.app.send_task(
+                RUN_OCCURRENCE,
+                args=occurrence_ids[start : start + per_message],
+                queue=queue,
+                shadow=task.request.shadow,
+            )
+    except OperationalError as exc:  # the broker is down: the ids stay queued
+        log.warning(
+            "broker unavailable, a long batch's rest not all sent again (%s); the pump "
+            "hints it again after kernel_rehint_after",
+            exc,
+            extra={"action": "batch_rehint_failed", "occurrence_ids": occurrence_ids},
         )
