@@ -7,7 +7,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel import pools, runs
+from kernel import lease_expiry, pools, runs
 from kernel import statements as st
 from kernel import transitions as T
 from kernel.events import EventType
@@ -54,7 +54,7 @@ def claim(
     state = o["control_state"]
     if o["status"] == S.RUNNING and o["lease_expires_at"] <= tx.now and _ends_on_expiry(o, state):
         # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
-        runs.expire(tx, o)
+        lease_expiry.expire(tx, o)
         return None
     control = None
     if state is not None:

@@ -109,7 +109,7 @@ _STATEMENTS = {
 _FLOOR = {
     "approvals", "budgets", "chains", "control", "firing", "jobs",
     "pools", "reads", "result_hooks", "rows", "sources", "verdicts", "watchdog_jobs",
-    "enqueueing", "job_health", "retirement", "notify", "fan_in",
+    "enqueueing", "job_health", "retirement", "notify", "fan_in", "lease_expiry",
 }  # fmt: skip
 _ACTORS = {
     "beat": {"adapter_verdicts", "beats", "dispatch"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from kernel import beats, dispatch, runs
+from kernel import beats, dispatch, lease_expiry
 from kernel import jobs as job_ops
 from kernel.facade.base import FacadeBase, ms, read, write
 from kernel.records import from_dt
@@ -64,7 +64,7 @@ class BeatFacade(FacadeBase):
 
     @write
     def expire_leases(self, tx: Tx, limit: int = 200) -> dict[str, int]:
-        return runs.expire_leases(tx, limit)
+        return lease_expiry.expire_leases(tx, limit)
 
     @write
     def record_beat(self, tx: Tx, beat_id: str, *, host: str, interval: float) -> None:

@@ -48,7 +48,7 @@ _unknown_once = sa.and_(p("effect", type_=sa.String) == sa.literal("unknown"), _
 #: A retry of a run an operator asked to cancel would wait for ever (no claim
 #: takes a cancel-requested row): decided here, under the row's write lock, so a
 #: cancel landing after the caller's retry decision still wins. A cancel also wins
-#: over an unknown outcome, as it does at a lease's expiry (kernel.runs.expire).
+#: over an unknown outcome, as it does at a lease's expiry (kernel.lease_expiry.expire).
 _cancel_wins = sa.and_(
     sa.or_(_to_status == sa.literal("retry_wait"), _unknown_once), OCC.c.cancel_requested
 )
