@@ -224,9 +224,13 @@ def test_shell_output_is_captured_and_bounded_for_failures_and_successes(stack: 
 
     logs: dict[str, Any] = stack.cli("occurrences", "logs", str(fails))
     streams = {(c["stream"], c["fence"]) for c in logs["output"]}
-    text = "".join(c["text"] for c in logs["output"] if c["stream"] != "log")
+    # Each stream in its own order: the two pipes' chunks interleave as they arrive.
+    stdout, stderr = (
+        "".join(c["text"] for c in logs["output"] if c["stream"] == stream)
+        for stream in ("stdout", "stderr")
+    )
     assert {("stdout", 1), ("stderr", 1)} <= streams
-    assert "out 1\nout 2\nout 3\n" in text and "disk full on /var\n" in text
+    assert "out 1\nout 2\nout 3\n" in stdout and "disk full on /var\n" in stderr
     assert any("shell command started" in c["text"] for c in logs["output"] if c["stream"] == "log")
     shown = stack.cli("occurrences", "show", str(fails))
     assert "disk full on /var" in shown["output_excerpt"]
