@@ -43,6 +43,10 @@ MULTIHOST_DIR = Path(__file__).resolve().parent
 QUEUE = "chaos"
 #: The shortest lease a job may have; faults that outlast it force reclaims.
 LEASE_S = 5
+#: How long after a host's link heals (or its worker thaws) the pause and warm-shutdown
+#: faults leave its runs alone: TCP retransmissions backed off under the fault can keep
+#: its lease renewals late for seconds more.
+_RECOVERY_S = 10.0
 SETTINGS_MODULE = "chaos_settings"
 _SETTINGS = "kernel_rehint_after = 2.0\n"
 _READY_TIMEOUT = 60.0
@@ -158,6 +162,8 @@ class Cluster:
         #: (when it exited, which process and its last CRITICAL line) of each worker or
         #: Beat that exited on its own and was started again, as a supervisor would.
         self.exits: list[tuple[float, str]] = []
+        #: When each host's link was last healed or its worker thawed (monotonic).
+        self._disturbed_until: dict[str, float] = {}
 
     @property
     def skews(self) -> dict[str, float]:
@@ -372,6 +378,7 @@ class Cluster:
                     os.kill(pid, sig)
             if sig == signal.SIGSTOP:
                 time.sleep(seconds)
+        self._disturbed(host)
         return f"SIGSTOP {proc.name} {seconds:.0f} s > lease {LEASE_S} s"
 
     def restart_postgres(self, mode: str) -> str:
@@ -389,6 +396,7 @@ class Cluster:
             time.sleep(seconds)
         finally:
             self.network.heal(host)
+            self._disturbed(host)
         return f"{host.name} link down {seconds:.0f} s > lease {LEASE_S} s"
 
     def lossy_link(self, host: Host, percent: int, seconds: float) -> str:
@@ -398,6 +406,7 @@ class Cluster:
             time.sleep(seconds)
         finally:
             self.network.stop_dropping(host)
+            self._disturbed(host)
         return f"{host.name} link drops {percent} % for {seconds:.0f} s"
 
     def slow_link(self, host: Host, rate: str, seconds: float) -> str:
@@ -407,7 +416,21 @@ class Cluster:
             time.sleep(seconds)
         finally:
             self.network.stop_throttling(host)
+            self._disturbed(host)
         return f"{host.name} link throttled to {rate} for {seconds:.0f} s"
+
+    def _disturbed(self, host: Host) -> None:
+        self._disturbed_until[host.name] = time.monotonic() + _RECOVERY_S
+
+    def _undisturbed_pids(self) -> set[int]:
+        """The worker processes on hosts no fault touched in the last ``_RECOVERY_S``."""
+        now = time.monotonic()
+        return {
+            pid
+            for name, proc in self.workers.items()
+            if self._disturbed_until.get(name, 0.0) <= now
+            for pid in (proc.pid, *proc.children())
+        }
 
     def _running_long(self) -> list[Occurrence]:
         running = self.kernel.list_occurrences(statuses=["running"], limit=1000)
@@ -458,13 +481,19 @@ class Cluster:
         return f"no run to pause (refused: {', '.join(refused) or 'none running'})"
 
     def _fresh_long_runs(self) -> list[Occurrence]:
-        """Live checkpointing runs that have done at most 2 of their 6 steps, oldest first
-        (lease live: a run whose worker is gone cannot be paused or handed back)."""
+        """Live checkpointing runs that have done at most 2 of their 6 steps, oldest first,
+        held on a host no fault touched lately (lease live: a run whose worker is gone
+        cannot be paused or handed back; one whose link is still recovering may lose its
+        lease before it reaches a safe point, which tests the lease, not the pause)."""
         now = self.kernel.now()
+        healthy = self._undisturbed_pids()
         running = {
             o.id: o
             for o in self._running_long()
-            if o.lease_expires_at is not None and o.lease_expires_at > now
+            if o.lease_expires_at is not None
+            and o.lease_expires_at > now
+            and o.lease_owner is not None
+            and int(o.lease_owner.split(":")[1]) in healthy
         }
         steps: dict[int, int] = {}
         for line in self.ledger_lines()[-300:]:
