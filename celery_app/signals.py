@@ -105,12 +105,20 @@ def connect(app: Any) -> None:
             )
 
     def freeze_before_fork(sender: Any = None, **_: Any) -> None:
-        # What the main process holds now is shared with every pool process it forks;
+        # What the main process holds when it forks is shared with the pool process;
         # kept out of the collector's passes, those pages stay shared instead of being
         # copied into each child (the worker's PSS: bench/end_to_end.py, issue 22).
+        # Frozen at each fork, not now: the steps built after this signal (the schema
+        # check among them) leave objects the children would otherwise copy.
         if sender is None or sender.app is app:
-            gc.collect()
-            gc.freeze()
+            main_pid = os.getpid()
+
+            def freeze() -> None:
+                if os.getpid() == main_pid:
+                    gc.collect()
+                    gc.freeze()
+
+            os.register_at_fork(before=freeze)
 
     def remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
         # The warm-shutdown marker ends with its worker (Celery calls no step's shutdown()).
