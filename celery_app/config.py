@@ -123,9 +123,8 @@ def kernel_engine(settings: KernelSettings) -> Any:
     )
 
 
-def open_kernel(app: Any, *, migrate: bool | None = None, check_schema: bool = True) -> Kernel:
-    """Open the kernel the app is configured for (schema migrated when ``auto_migrate``;
-    checked unless ``check_schema`` is False: see :meth:`Kernel.open`).
+def open_kernel(app: Any, *, migrate: bool | None = None) -> Kernel:
+    """Open the kernel the app is configured for (schema migrated when ``auto_migrate``).
 
     Without migrating, a SQLite file that does not exist is refused (``SCHEMA_UNKNOWN``,
     naming the path) rather than created empty.
@@ -142,7 +141,6 @@ def open_kernel(app: Any, *, migrate: bool | None = None, check_schema: bool = T
             lambda: Kernel.open(
                 settings.database_url,
                 migrate_schema=migrating,
-                check_schema=check_schema,
                 **kernel_engine_options(settings, must_exist=not migrating),
             ),
         )

@@ -33,7 +33,7 @@ from celery_app.config import (
     refuse_start,
 )
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
-from celery_app.worker_process import process_resources
+from celery_app.worker_process import keep_for_pool, process_resources
 from kernel import KernelError, StorageUnavailable
 from kernel.redaction import masked_url
 
@@ -58,7 +58,8 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
         # its children when it is created: migrating here means a fresh database has
         # its schema before a child opens its kernel, and a failure stops the worker.
         try:
-            open_kernel(worker.app).close()  # migrates when kernel_auto_migrate is on
+            # Migrates when kernel_auto_migrate is on; kept for the pool processes.
+            keep_for_pool(worker.app, open_kernel(worker.app))
         except KernelError as exc:
             refuse_start("worker", exc)
 
@@ -91,12 +92,13 @@ def connect(app: Any) -> None:
             refuse_start("worker", exc)
 
     def fresh_kernel_per_child(**_: Any) -> None:
-        # A forked child must not reuse its parent's database connections; warm up its own.
+        # A forked child must not reuse its parent's database connections; its own
+        # resources are made now, before its first task.
         parent = getattr(app, "_kernel_resources", None)
         if parent is not None:
             parent.kernel.engine.dispose(close=False)
         try:
-            process_resources(app, main_pid=os.getppid(), schema_checked=True)
+            process_resources(app, main_pid=os.getppid())
         except StorageUnavailable as exc:  # a database restart: the first task opens it again
             log.warning(
                 "new pool process could not open the kernel yet: %s",

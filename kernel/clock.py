@@ -39,7 +39,8 @@ class DatabaseClock:
     """
 
     _query = DriverStatement(
-        sa.select(sa.literal_column(_SERVER_MS.format("clock_timestamp()"), sa.BigInteger))
+        sa.select(sa.literal_column(_SERVER_MS.format("clock_timestamp()"), sa.BigInteger)),
+        "postgresql",
     )
 
     def now_ms(self, conn: sa.Connection) -> int:

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import result_tuple
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement"]
+__all__ = ["DriverStatement", "render_all"]
 
 _Processor = Callable[[Any], Any]
 
@@ -54,11 +54,15 @@ class DriverStatement:
         statement: a Core SELECT, INSERT or UPDATE, or a ``text()`` that returns no
             rows; an expanding ``IN`` cannot be rendered once, so write constant
             lists as literals.
+        dialect: the one dialect the statement is written for (``"postgresql"``,
+            ``"sqlite"``); None, any.
     """
 
-    def __init__(self, statement: sa.ClauseElement) -> None:
+    def __init__(self, statement: sa.ClauseElement, dialect: str | None = None) -> None:
         self.statement = statement
+        self.dialect = dialect
         self._rendered: dict[tuple[str, str, str], _Rendered] = {}
+        _MADE.append(self)
 
     def first(
         self, conn: sa.Connection, params: Mapping[str, Any] | None = None
@@ -137,6 +141,25 @@ class DriverStatement:
         )
         self._rendered[_key(dialect)] = rendered
         return rendered
+
+
+#: Every statement made, for :func:`render_all`; they are module-level constants.
+_MADE: list[DriverStatement] = []
+
+
+def render_all(dialect: sa.Dialect) -> int:
+    """Render every statement written for ``dialect`` now; returns how many.
+
+    Rendered statements are kept on the (module-level) statement objects, so processes
+    forked after this call share them instead of each rendering its own: rendering walks
+    each statement's whole expression tree, and the pages it touches are copied into
+    every child that does (bench/end_to_end.py's worker PSS, issue 22).
+    """
+    made = [s for s in _MADE if s.dialect in (None, dialect.name)]
+    for statement in made:
+        if _key(dialect) not in statement._rendered:
+            statement._render(dialect)
+    return len(made)
 
 
 def _key(dialect: sa.Dialect) -> tuple[str, str, str]:

@@ -47,10 +47,10 @@ _MIGRATION_LOCK = 0x4B45524E  # "KERN": the advisory lock key migrations take on
 
 # Each kernel transaction starts with one of these: on the driver, not through
 # exec_driver_sql, whose set-up costs more than the BEGIN itself.
-_BEGIN_READ = DriverStatement(sa.text("BEGIN"))
-_BEGIN_WRITE = DriverStatement(sa.text("BEGIN IMMEDIATE"))
-_COMMIT = DriverStatement(sa.text("COMMIT"))
-_ROLLBACK = DriverStatement(sa.text("ROLLBACK"))
+_BEGIN_READ = DriverStatement(sa.text("BEGIN"), "sqlite")
+_BEGIN_WRITE = DriverStatement(sa.text("BEGIN IMMEDIATE"), "sqlite")
+_COMMIT = DriverStatement(sa.text("COMMIT"), "sqlite")
+_ROLLBACK = DriverStatement(sa.text("ROLLBACK"), "sqlite")
 
 
 #: The schema revision this code needs: the newest in kernel/migrations/versions (a test

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from kernel import jobs as job_ops
 from kernel.clock import Clock, default_clock
+from kernel.driver import render_all
 from kernel.engine import check_schema, create_kernel_engine, migrate
 from kernel.facade import (
     BeatFacade,
@@ -79,8 +80,8 @@ class Kernel(
         **engine_kwargs: Any,
     ) -> Kernel:
         """Open the kernel at ``url``; ``migrate_schema`` upgrades the schema first.
-        ``check_schema=False`` skips the schema check, for a process whose parent checked
-        this database already (a worker's pool process)."""
+        ``check_schema=False`` skips the schema check, for a process that knows the
+        database was checked already."""
         engine = create_kernel_engine(url, **engine_kwargs)
         try:
             if migrate_schema:
@@ -94,6 +95,18 @@ class Kernel(
         return guard(migrate, self.engine)
 
     def close(self) -> None:
+        self._session.close()
+        self.engine.dispose()
+
+    def prepare_fork(self) -> None:
+        """Ready this kernel for processes forked from this one that go on using it (a
+        prefork worker's pool): its statements are rendered for this database now, once,
+        and shared by every child instead of each rendering (and copying) its own; its
+        connections are closed, as a child must not use its parent's. A child that
+        inherits it calls ``engine.dispose(close=False)`` before its first use, in case
+        this process opened connections since (SQLAlchemy's advice for ``fork``).
+        """
+        render_all(self.engine.dialect)
         self._session.close()
         self.engine.dispose()
 

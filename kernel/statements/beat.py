@@ -133,4 +133,4 @@ def _hint(dialect: str) -> Any:
 #: What the pump hints, marked hinted in the same statement (one round trip): up to
 #: ``limit`` claimable occurrences (``waiting``), then expired leases Beat will not
 #: settle; none hinted since ``rehint_before``. The rows come back in no order.
-HINT = {dialect: DriverStatement(_hint(dialect)) for dialect in ("postgresql", "sqlite")}
+HINT = {dialect: DriverStatement(_hint(dialect), dialect) for dialect in ("postgresql", "sqlite")}

@@ -203,8 +203,8 @@ _queued_logged = _queued_claim_logged(_queued, "claim_queued_logged")
 #: The queued claim by dialect: PostgreSQL writes its event in the same statement (one
 #: statement per claim); SQLite appends it after.
 CLAIM_QUEUED_BY_DIALECT = {
-    "postgresql": DriverStatement(sa.select(_queued).add_cte(_queued_logged)),
-    "sqlite": DriverStatement(_claim_queued("sqlite")),
+    "postgresql": DriverStatement(sa.select(_queued).add_cte(_queued_logged), "postgresql"),
+    "sqlite": DriverStatement(_claim_queued("sqlite"), "sqlite"),
 }
 
 #: A batch's run N settled and run N+1 (``next_id``) claimed in one statement (PostgreSQL,
@@ -221,7 +221,8 @@ SUCCEED_AND_CLAIM_QUEUED = DriverStatement(
     sa.select(PLAIN_SUCCESS.c.attempt.label("settled_attempt"), *_next.c)
     .select_from(PLAIN_SUCCESS.outerjoin(_next, sa.true()))
     .add_cte(PLAIN_SUCCESS_LOGGED)
-    .add_cte(_next_logged)
+    .add_cte(_next_logged),
+    "postgresql",
 )
 
 USE_GRANT = (

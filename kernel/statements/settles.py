@@ -222,8 +222,10 @@ PLAIN_SUCCESS_LOGGED = logged(
 #: A plain success by dialect: PostgreSQL writes its event in the same statement (sent
 #: alone, it is the whole transaction); SQLite appends it after.
 SUCCEED_PLAIN_BY_DIALECT = {
-    "postgresql": DriverStatement(sa.select(PLAIN_SUCCESS).add_cte(PLAIN_SUCCESS_LOGGED)),
-    "sqlite": DriverStatement(succeed_plain("sqlite")),
+    "postgresql": DriverStatement(
+        sa.select(PLAIN_SUCCESS).add_cte(PLAIN_SUCCESS_LOGGED), "postgresql"
+    ),
+    "sqlite": DriverStatement(succeed_plain("sqlite"), "sqlite"),
 }
 
 CHILD_JOBS = sa.select(jobs.c.id, jobs.c.spec, jobs.c.revision, jobs.c.enabled).where(

@@ -17,7 +17,7 @@ from typing import Any
 
 from adapters.base import ExecutionContext
 
-__all__ = ["append", "record", "steps", "stubborn"]
+__all__ = ["append", "pool_process", "record", "steps", "stubborn"]
 
 
 def append(ledger: str, ctx: ExecutionContext, event: str, **extra: Any) -> None:
@@ -67,3 +67,13 @@ def steps(ledger: str, ctx: ExecutionContext, total: int, step_s: float) -> dict
         append(ledger, ctx, "step", step=step)
         ctx.checkpoint({"done": step + 1})
     return {"done": total, "resumed_from": start, "fence": ctx.occurrence.fence}
+
+
+def pool_process(ledger: str, ctx: ExecutionContext) -> dict[str, Any]:
+    """This pool process and its parent, and whether the pump's statement, which no
+    worker runs, is rendered here: only the main process's rendering before the fork
+    can have done it."""
+    from kernel.statements.beat import HINT
+
+    rendered = any(statement._rendered for statement in HINT.values())
+    return {"pid": os.getpid(), "parent": os.getppid(), "hint_rendered": rendered}

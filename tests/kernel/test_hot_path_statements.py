@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel import statements as st
-from kernel.driver import DriverStatement
+from kernel.driver import DriverStatement, render_all
 
 
 def _driver_statements() -> dict[str, DriverStatement]:
@@ -32,3 +32,13 @@ def test_no_driver_statement_binds_a_like_pattern() -> None:
     assert not [name for name, sql in rendered.items() if bound_like.search(sql)]
     # The claim does carry the disabled-job guard, as literals.
     assert "LIKE 'manual:%'" in rendered["CLAIM"] and "LIKE 'at:%'" in rendered["CLAIM"]
+
+
+def test_render_all_renders_each_statement_for_its_own_dialect_only() -> None:
+    # What a worker's main process does before it forks its pool (Kernel.prepare_fork):
+    # every statement written for the dialect renders, and none written for the other.
+    for dialect in (sqlite.dialect(), postgresql.psycopg.dialect()):
+        assert render_all(dialect) > 0
+        for name, statement in _driver_statements().items():
+            rendered = {key[0] for key in statement._rendered}
+            assert (dialect.name in rendered) == (statement.dialect in (None, dialect.name)), name
