@@ -21,6 +21,7 @@ Run from the repository root::
 
     .venv/bin/python bench/profile_worker.py --quick
     .venv/bin/python bench/profile_worker.py --n 3000 --backends postgres
+    .venv/bin/python bench/profile_worker.py --n 3000 --batch-max 1   # one id per message
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.end_to_end import KernelRuns, kernel_worker  # noqa: E402
+from bench.end_to_end import BATCH_MAX, KernelRuns, kernel_worker  # noqa: E402
 from bench.support import children, fresh_database, postgres_durability, server  # noqa: E402
 from bench.workers import broker_db  # noqa: E402
 
@@ -270,6 +271,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument(
+        "--batch-max",
+        type=int,
+        default=BATCH_MAX,
+        help=f"ids per message (default {BATCH_MAX}: the backlog; 1: the shallow case)",
+    )
     parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
     args = parser.parse_args(argv)
     n = args.n or (300 if args.quick else 2000)
@@ -289,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 kernel, worker, publisher = kernel_worker(
                     per_backend, broker_url, url, args.concurrency
                 )
-                runs = KernelRuns(kernel, publisher, broker_url, worker)
+                runs = KernelRuns(kernel, publisher, broker_url, worker, batch_max=args.batch_max)
                 runs.run(min(300, n))  # warm: the pool is up and has run the job before
                 pool, consumer = profile_pool(runs, n, workdir)
                 stats = profile_pairs(runs, pairs)
