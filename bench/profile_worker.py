@@ -22,6 +22,7 @@ Run from the repository root::
     .venv/bin/python bench/profile_worker.py --quick
     .venv/bin/python bench/profile_worker.py --n 3000 --backends postgres
     .venv/bin/python bench/profile_worker.py --n 3000 --batch-max 1   # one id per message
+    .venv/bin/python bench/profile_worker.py --on-cpu   # where the CPU goes, not the wall time
 """
 
 from __future__ import annotations
@@ -163,12 +164,15 @@ def _read_raw(path: Path) -> list[tuple[list[str], float]]:
     return samples
 
 
-def _spy(pids: list[int], workdir: Path) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+def _spy(
+    pids: list[int], workdir: Path, on_cpu: bool
+) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     procs, outputs = [], []
     for pid in pids:
         out = workdir / f"pool-{pid}.txt"
-        argv = [py_spy, "record", "--idle", "--format", "raw", "--rate", "200"]
+        argv = [py_spy, "record", *([] if on_cpu else ["--idle"]), "--format", "raw"]
+        argv += ["--rate", "200"]
         argv += ["--nonblocking", "-o", str(out), "-p", str(pid)]
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
         outputs.append(out)
@@ -176,12 +180,12 @@ def _spy(pids: list[int], workdir: Path) -> tuple[list[subprocess.Popen[bytes]],
 
 
 def profile_pool(
-    runs: KernelRuns, n: int, workdir: Path
+    runs: KernelRuns, n: int, workdir: Path, on_cpu: bool = False
 ) -> tuple[list[tuple[list[str], float]], list[tuple[list[str], float]]]:
     """py-spy samples of every pool process, and of the worker's main process (the
     consumer that receives, dispatches and acknowledges), while ``n`` occurrences run."""
     main = runs.worker.pid
-    procs, outputs = _spy([main, *children(main)], workdir)
+    procs, outputs = _spy([main, *children(main)], workdir, on_cpu)
     try:
         runs.run(n)
     finally:
@@ -245,8 +249,10 @@ def _report(
     pool: list[tuple[list[str], float]],
     main: list[tuple[list[str], float]],
     stats: pstats.Stats,
+    on_cpu: bool,
 ) -> None:
-    print(f"\n== {backend}: pool processes (py-spy, wall time incl. idle)")
+    seen = "on-CPU samples only" if on_cpu else "wall time incl. idle"
+    print(f"\n== {backend}: pool processes (py-spy, {seen})")
     print("split:", _format_split(_split(pool), "samples"))
     print("top functions by own time:")
     print("\n".join(_top_leaves(pool)))
@@ -277,6 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=BATCH_MAX,
         help=f"ids per message (default {BATCH_MAX}: the backlog; 1: the shallow case)",
     )
+    parser.add_argument(
+        "--on-cpu",
+        action="store_true",
+        help="sample the worker's processes only while they run (py-spy without --idle)",
+    )
     parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
     args = parser.parse_args(argv)
     n = args.n or (300 if args.quick else 2000)
@@ -298,9 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 runs = KernelRuns(kernel, publisher, broker_url, worker, batch_max=args.batch_max)
                 runs.run(min(300, n))  # warm: the pool is up and has run the job before
-                pool, consumer = profile_pool(runs, n, workdir)
+                pool, consumer = profile_pool(runs, n, workdir, args.on_cpu)
                 stats = profile_pairs(runs, pairs)
-                _report(backend, pool, consumer, stats)
+                _report(backend, pool, consumer, stats, args.on_cpu)
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,4 +83,43 @@ def test_a_wait_given_up_never_releases_the_gate_taken_later(tmp_path: Path) -> 
     assert not _other_process_gets_the_gate(db)
     gate.release()
     assert _other_process_gets_the_gate(db)
+    gate.close()
+
+
+def test_a_holder_killed_holding_the_gate_passes_it_on_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "k.db"
+    holder = _holder(db, 30)
+    holder.kill()
+    holder.communicate()
+    gate = WriterGate(str(db), timeout_s=30)
+    started = time.monotonic()
+    assert gate.acquire() is True
+    assert time.monotonic() - started < 10  # not after the timeout: the mutex is robust
+    assert not _other_process_gets_the_gate(db)
+    gate.release()
+    assert _other_process_gets_the_gate(db)
+    gate.close()
+
+
+def test_a_thread_waits_for_another_threads_hold_and_reentry_keeps_it(tmp_path: Path) -> None:
+    gate = WriterGate(str(tmp_path / "k.db"), timeout_s=5)
+    assert gate.acquire() and gate.acquire()  # a retry inside the first attempt
+    gate.release()
+    assert not _other_process_gets_the_gate(tmp_path / "k.db")  # still held once
+    got: list[float] = []
+
+    def other() -> None:
+        started = time.monotonic()
+        assert gate.acquire()
+        got.append(time.monotonic() - started)
+        gate.release()
+
+    waiter = threading.Thread(target=other)
+    waiter.start()
+    time.sleep(0.3)
+    assert not got
+    gate.release()
+    waiter.join(timeout=10)
+    assert got and got[0] >= 0.25
+    assert _other_process_gets_the_gate(tmp_path / "k.db")
     gate.close()
