@@ -98,7 +98,7 @@ def _category(frame: str) -> str:
         return "SQL/driver"
     if "/sqlalchemy/" in file:
         return "SQLAlchemy"
-    if "WriterGate" in func:
+    if file.endswith("/kernel/writer_gate.py"):
         return "lock wait"
     if "/kernel/" in file and "site-packages" not in file:
         return "kernel Python"
