@@ -145,7 +145,7 @@ class WriterGate:
         self._depth = 0
         self._mutex: _SharedMutex | None = None
         self._unavailable = _LIB is None
-        self._pid = 0
+        self._pid = current_pid()
 
     def acquire(self) -> bool:
         """Wait for the gate; False after the timeout (the caller then goes on without it)."""

@@ -103,7 +103,8 @@ def test_a_holder_killed_holding_the_gate_passes_it_on_at_once(tmp_path: Path) -
 
 def test_a_thread_waits_for_another_threads_hold_and_reentry_keeps_it(tmp_path: Path) -> None:
     gate = WriterGate(str(tmp_path / "k.db"), timeout_s=5)
-    assert gate.acquire() and gate.acquire()  # a retry inside the first attempt
+    assert gate.acquire()
+    assert gate.acquire()  # a retry inside the first attempt
     gate.release()
     assert not _other_process_gets_the_gate(tmp_path / "k.db")  # still held once
     got: list[float] = []
