@@ -14,6 +14,8 @@ For each kernel back end the product's ``celery -A celery_app worker -c 2 -P pre
   (task events on, as when Flower runs), on the same kernel.
 * **plain**: ``--n`` ``bench.noop`` tasks on the first worker, no kernel, timed until
   their Redis counter reaches ``--n`` (no result backend).
+* **floor**: as **plain**, each body between two durable single-row writes on the bare
+  driver (``bench/floor.py``): the cheapest a shallow run with its two commits can be.
 
 * **stock** / **stock+E**: the same ``--n`` no-op tasks through a stock Celery app
   (``bench/stock_app.py``: Celery's defaults), without and with task events (``-E``,
@@ -90,7 +92,7 @@ from kernel import Kernel  # noqa: E402
 __all__ = ["KernelRuns", "kernel_worker", "main", "stock_sides"]
 
 BACKENDS = ("sqlite", "postgres")
-SIDES = ("stock", "stock+E", "plain", "kernel", "kernel-single", "kernel+E")
+SIDES = ("stock", "stock+E", "plain", "floor", "kernel", "kernel-single", "kernel+E")
 #: The pump's default ``kernel_batch_max``.
 BATCH_MAX = 16
 JOB_ID = "bench-noop"
@@ -98,6 +100,7 @@ STAMP_JOB_ID = "bench-stamp"
 PAIR_OWNER = "bench-inline"
 PAIRS = 1000
 PLAIN_TASK = "bench.noop"  # bench/noop.py; not imported here, it registers on the product's app
+FLOOR_TASK = "bench.floor"  # bench/floor.py; the same
 FIRE_BATCH = 1000
 WARMUP = 300
 SETTINGS_MODULE = "bench_end_to_end_settings"
@@ -277,12 +280,13 @@ def kernel_worker(
     kernel = Kernel.open(database_url, migrate_schema=True, sqlite_synchronous="FULL")
     stack.callback(kernel.close)
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kernel-e2e-")))
-    (workdir / f"{SETTINGS_MODULE}.py").write_text('imports = ["bench.noop"]\n')
+    (workdir / f"{SETTINGS_MODULE}.py").write_text('imports = ["bench.noop", "bench.floor"]\n')
     env = worker_env(
         workdir,
         broker_url,
         CELERY_CONFIG_MODULE=SETTINGS_MODULE,
         KERNEL_DATABASE_URL=database_url,
+        BENCH_FLOOR_DATABASE=_floor_database(database_url),
         KERNEL_SQLITE_SYNCHRONOUS="FULL",
         KERNEL_VAR_DIR=str(workdir / "var"),
     )
@@ -290,6 +294,14 @@ def kernel_worker(
     stack.callback(worker.stop)
     # The product's settings (serializers, events), publishing to the worker's broker.
     return kernel, worker, create_app("bench-publisher", broker_url=broker_url)
+
+
+def _floor_database(database_url: str) -> str:
+    """Where ``bench/floor.py`` writes: the kernel's PostgreSQL database, or a SQLite file
+    beside the kernel's (a driver URL)."""
+    if database_url.startswith("postgresql"):
+        return database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+    return database_url.removesuffix(".db") + "-floor.db"
 
 
 def stock_sides(
@@ -331,6 +343,7 @@ def _measure(
         sides: dict[str, Any] = {
             **stock,
             "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK, body_args),
+            "floor": CeleryTasks(worker, publisher, url, FLOOR_TASK, body_args),
             "kernel": kernel_runs,
             "kernel-single": KernelRuns(
                 kernel, publisher, url, worker, occurrences, batch_max=1, stats=stats
