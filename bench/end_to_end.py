@@ -77,7 +77,14 @@ from bench.e2e_report import (  # noqa: E402
 from bench.latency import probe  # noqa: E402
 from bench.statement_stats import PRELOAD, StatementCost, StatementStats  # noqa: E402
 from bench.stock_app import STAMP_TASK, STOCK_TASK  # noqa: E402
-from bench.support import CpuMeter, RssSampler, fresh_database, postgres_durability, server  # noqa: E402
+from bench.support import (  # noqa: E402
+    CpuMeter,
+    RssSampler,
+    fresh_database,
+    postgres_durability,
+    server,
+    servers,
+)
 from bench.workers import (  # noqa: E402
     CeleryTasks,
     Worker,
@@ -286,7 +293,7 @@ def kernel_worker(
         broker_url,
         CELERY_CONFIG_MODULE=SETTINGS_MODULE,
         KERNEL_DATABASE_URL=database_url,
-        BENCH_FLOOR_DATABASE=_floor_database(database_url),
+        BENCH_FLOOR_DATABASE=_floor_database(database_url),  # bench/floor.py: FLOOR_DATABASE
         KERNEL_SQLITE_SYNCHRONOUS="FULL",
         KERNEL_VAR_DIR=str(workdir / "var"),
     )
@@ -300,7 +307,7 @@ def _floor_database(database_url: str) -> str:
     """Where ``bench/floor.py`` writes: the kernel's PostgreSQL database, or a SQLite file
     beside the kernel's (a driver URL)."""
     if database_url.startswith("postgresql"):
-        return database_url.replace("postgresql+psycopg://", "postgresql://", 1)
+        return str(servers().libpq_url(database_url))
     return database_url.removesuffix(".db") + "-floor.db"
 
 

@@ -15,6 +15,7 @@ import sqlite3
 import time
 from typing import Any
 
+from bench.support import servers
 from kernel.schema import occurrences
 
 __all__ = ["RawWorker"]
@@ -108,9 +109,7 @@ class RawWorker:
 
             # Autocommit: a plain claim and a plain success are each one statement, sent
             # alone (kernel Tx.first_alone).
-            self.conn: Any = psycopg.connect(
-                url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True
-            )
+            self.conn: Any = psycopg.connect(servers().libpq_url(url), autocommit=True)
             self.sql = {
                 name: _pg_sql(
                     text.replace("{false}", "false")
