@@ -36,30 +36,31 @@ _TABLE = (
 )
 _CLAIM = "UPDATE floor_runs SET status = 'running', fence = fence + 1 WHERE id = {p}"
 _SETTLE = "UPDATE floor_runs SET status = 'succeeded' WHERE id = {p}"
+_INSERT = "INSERT INTO floor_runs VALUES ({p}, 'queued', 0) ON CONFLICT DO NOTHING"
 
 
 class _Row:
     """This process's connection and its row of ``floor_runs``."""
 
     def __init__(self, database: str, row: int) -> None:
-        self.row = row
         self.conn: Any
         if database.startswith("postgresql"):
-            self.conn, self.mark = psycopg.connect(database, autocommit=True), "%s"
+            self.conn, mark = psycopg.connect(database, autocommit=True), "%s"
         else:
             path = database.removeprefix("sqlite:///")
-            self.conn, self.mark = sqlite3.connect(path, isolation_level=None, timeout=60), "?"
+            self.conn, mark = sqlite3.connect(path, isolation_level=None, timeout=60), "?"
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
+        self.key = (row,)
+        # Rendered once: a run's two writes are all the floor may cost.
+        self.claim, self.settle, insert = (sql.format(p=mark) for sql in (_CLAIM, _SETTLE, _INSERT))
         # PostgreSQL: the other pool process may create it at the same moment.
         with contextlib.suppress(psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-            self.write(_TABLE)
-        self.write("INSERT INTO floor_runs VALUES ({p}, 'queued', 0) ON CONFLICT DO NOTHING")
+            self.commit(_TABLE, ())
+        self.commit(insert, self.key)
 
-    def write(self, sql: str) -> None:
-        """``sql`` on this process's row, as one durable transaction."""
-        statement = sql.format(p=self.mark)
-        params = (self.row,) if "{p}" in sql else ()
+    def commit(self, statement: str, params: tuple[int, ...]) -> None:
+        """``statement`` as one durable transaction."""
         if isinstance(self.conn, sqlite3.Connection):
             self.conn.execute("BEGIN IMMEDIATE")
             self.conn.execute(statement, params)
@@ -77,6 +78,6 @@ def _row(pid: int) -> _Row:
 def floor(key: str, sleep_ms: float = 0) -> None:
     """The body between a durable write before it and one after it."""
     row = _row(os.getpid())
-    row.write(_CLAIM)
+    row.commit(row.claim, row.key)
     bump(key, sleep_ms)
-    row.write(_SETTLE)
+    row.commit(row.settle, row.key)
