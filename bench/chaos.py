@@ -153,11 +153,15 @@ def judge(
 
 
 def wait_drained(judged: Callable[[], list[Row]], revive: Callable[[], None]) -> None:
-    """Give late firings up to ``_DRAIN_S`` to finish before the run is judged."""
+    """Give late firings, and the runs that resume what a pause or a warm shutdown
+    handed back, up to ``_DRAIN_S`` to finish before the run is judged."""
 
     def settled() -> bool:
         revive()
-        return not any(row.counts["lost"] or row.counts["stuck"] for row in judged())
+        return not any(
+            row.counts["lost"] or row.counts["stuck"] or row.counts["handback"]
+            for row in judged()
+        )
 
     with contextlib.suppress(AssertionError):
         wait_until(settled, timeout=_DRAIN_S, what="late firings", interval=2.0)
