@@ -69,6 +69,8 @@ def rate_table(samples: list[Sample], sides: tuple[str, ...], sleep_ms: int) -> 
         stock = _median_rate(samples, backend, "stock")
         events = _median_rate(samples, backend, "stock+E")
         for side in sides:
+            if not any((s.backend, s.side) == (backend, side) for s in samples):
+                continue  # a side this back end has not (floor-sql on SQLite)
             rate, key = _median_rate(samples, backend, side), (backend, side)
             vs = [f"{rate / base:.2f}" if rate and base else "-" for base in (stock, events)]
             extra_rss = rss.get(key, 0.0) - rss.get((backend, "stock"), 0.0)

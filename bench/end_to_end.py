@@ -16,6 +16,11 @@ For each kernel back end the product's ``celery -A celery_app worker -c 2 -P pre
   their Redis counter reaches ``--n`` (no result backend).
 * **floor**: as **plain**, each body between two durable single-row writes on the bare
   driver (``bench/floor.py``): the cheapest a shallow run with its two commits can be.
+* **floor-sql** (PostgreSQL): as **kernel-single** up to the publish (the same
+  occurrences, dispatched the same way), then one message per occurrence to a task
+  that sends the kernel's own plain claim and plain success on the bare driver around
+  the body (``bench/floor.py``): the decision's two statements with none of the
+  kernel's Python or the worker's runtime.
 
 * **stock** / **stock+E**: the same ``--n`` no-op tasks through a stock Celery app
   (``bench/stock_app.py``: Celery's defaults), without and with task events (``-E``,
@@ -89,25 +94,28 @@ from bench.workers import (  # noqa: E402
     CeleryTasks,
     Worker,
     broker_db,
+    publish,
     timeout_for,
     wait_until,
     worker_env,
 )
 from celery_app.beat.firings import publish_hints  # noqa: E402
-from kernel import Kernel  # noqa: E402
+from kernel import DispatchHint, Kernel  # noqa: E402
 
 __all__ = ["KernelRuns", "kernel_worker", "main", "stock_sides"]
 
 BACKENDS = ("sqlite", "postgres")
-SIDES = ("stock", "stock+E", "plain", "floor", "kernel", "kernel-single", "kernel+E")
+SIDES = ("stock", "stock+E", "plain", "floor", "floor-sql", "kernel", "kernel-single", "kernel+E")
 #: The pump's default ``kernel_batch_max``.
 BATCH_MAX = 16
 JOB_ID = "bench-noop"
+FLOOR_SQL_JOB_ID = "bench-floor-sql"
 STAMP_JOB_ID = "bench-stamp"
 PAIR_OWNER = "bench-inline"
 PAIRS = 1000
 PLAIN_TASK = "bench.noop"  # bench/noop.py; not imported here, it registers on the product's app
 FLOOR_TASK = "bench.floor"  # bench/floor.py; the same
+FLOOR_SQL_TASK = "bench.floor_statements"  # bench/floor.py; the same
 FIRE_BATCH = 1000
 WARMUP = 300
 SETTINGS_MODULE = "bench_end_to_end_settings"
@@ -237,11 +245,14 @@ class KernelRuns:
         hints = self.kernel.dispatch_batch(limit=len(ids), rehint_after=3600)
         if {hint.occurrence_id for hint in hints} != ids:
             raise RuntimeError(f"dispatch handed out {len(hints)} hints for {len(ids)} occurrences")
+        self._publish(hints)
+        return started
+
+    def _publish(self, hints: list[DispatchHint]) -> None:
         with self.publisher.producer_or_acquire() as producer:
             publish_hints(
                 self.publisher, producer, hints, batch_max=self.batch_max, hint_options={}
             )
-        return started
 
     def start_one(self) -> float:
         """Make one occurrence claimable and hint it as the pump would: a latency probe's
@@ -271,6 +282,24 @@ class KernelRuns:
     def _counts(self) -> dict[str, int]:
         counts: dict[str, int] = self.kernel.status()["counts"]
         return counts
+
+
+class KernelStatementRuns(KernelRuns):
+    """**floor-sql**: occurrences created and dispatched as **kernel-single**'s, each then
+    sent to ``bench/floor.py``'s task that claims and settles it with the kernel's own two
+    statements on the bare driver (PostgreSQL)."""
+
+    def __init__(self, *args: Any, body_args: Sequence[Any] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.body_args = list(body_args)
+
+    def _publish(self, hints: list[DispatchHint]) -> None:
+        key = self.occurrences.counter_key
+        publish(
+            self.publisher,
+            FLOOR_SQL_TASK,
+            [[key, hint.occurrence_id, *self.body_args] for hint in hints],
+        )
 
 
 def kernel_worker(
@@ -351,6 +380,16 @@ def _measure(
             **stock,
             "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK, body_args),
             "floor": CeleryTasks(worker, publisher, url, FLOOR_TASK, body_args),
+            # Its own job: its occurrences are never the kernel sides' to dispatch.
+            "floor-sql": KernelStatementRuns(
+                kernel,
+                publisher,
+                url,
+                worker,
+                Occurrences(kernel, f"bench:floor-sql:{uuid.uuid4().hex}", job_id=FLOOR_SQL_JOB_ID),
+                stats=stats,
+                body_args=body_args,
+            ),
             "kernel": kernel_runs,
             "kernel-single": KernelRuns(
                 kernel, publisher, url, worker, occurrences, batch_max=1, stats=stats
@@ -364,7 +403,9 @@ def _measure(
             sides["kernel+E"] = KernelRuns(
                 kernel, events_publisher, events_url, events_worker, occurrences, stats=stats
             )
-        chosen = args.sides
+        if backend != "postgres":  # SQLite's claim and success are not single statements
+            del sides["floor-sql"]
+        chosen = tuple(side for side in args.sides if side in sides)
         for side in chosen:  # the first messages also wait for the workers to come up
             sides[side].run(args.warmup)
         for r in range(args.repeat):

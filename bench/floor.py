@@ -1,4 +1,5 @@
-"""The floor under a shallow run: two durable single-row writes on the bare driver, no kernel.
+"""The floor under a shallow run: two durable single-row writes on the bare driver, no kernel;
+and on PostgreSQL the same with the kernel's own two statements.
 
 Issue 22's decision makes a shallow run two durable commits, the claim before the body
 and the settle after it. This task is a run that keeps only those two commits: one
@@ -8,6 +9,14 @@ own durable transaction (SQLite: ``BEGIN IMMEDIATE`` in WAL mode with
 events, no guards, no index but the key, no SQLAlchemy. ``end_to_end.py``'s **floor**
 side publishes it as **plain** publishes ``bench.noop``, on the same worker: no design
 that commits twice per run beats it on the same machine.
+
+``floor_statements`` keeps the decision's statements themselves: the kernel's plain claim
+(decision, fence, lease, attempt and event in one statement) and plain success (outcome,
+guards and event), rendered once and sent on the bare driver around the body, on an
+occurrence the message names. On PostgreSQL each is its transaction, events included,
+so nothing of the kernel's Python or the worker's runtime is left. (SQLite's claim and
+success are each a transaction of several statements composed by the kernel's Python:
+not this side's.)
 """
 
 from __future__ import annotations
@@ -23,9 +32,10 @@ import psycopg
 from bench.counter import bump
 from celery_app import app
 
-__all__ = ["FLOOR_DATABASE", "FLOOR_TASK", "floor"]
+__all__ = ["FLOOR_DATABASE", "FLOOR_STATEMENTS_TASK", "FLOOR_TASK", "floor", "floor_statements"]
 
 FLOOR_TASK = "bench.floor"
+FLOOR_STATEMENTS_TASK = "bench.floor_statements"
 #: The worker's environment variable naming the floor's database, a driver URL
 #: (``postgresql://...`` or ``sqlite:///PATH``); ``end_to_end.py`` sets it.
 FLOOR_DATABASE = "BENCH_FLOOR_DATABASE"
@@ -81,3 +91,61 @@ def floor(key: str, sleep_ms: float = 0) -> None:
     row.commit(row.claim, row.key)
     bump(key, sleep_ms)
     row.commit(row.settle, row.key)
+
+
+class _KernelStatements:
+    """This process's connection and the kernel's plain claim and plain success, rendered
+    for psycopg once, with their parameters as the kernel passes them."""
+
+    def __init__(self, database: str) -> None:
+        from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+
+        from kernel import transitions as T
+
+        dialect = psycopg_dialect.dialect()
+        owner = f"bench-floor:{os.getpid()}"
+        compiled = [
+            transition.statement["postgresql"].statement.compile(dialect=dialect)  # type: ignore
+            for transition in (T.WORKER_CLAIMS_QUEUED, T.WORKER_SUCCEEDS_PLAIN)
+        ]
+        self.claim, self.settle = (c.string for c in compiled)
+        # The values kernel/claiming.py and kernel/runs.py give them for a run with no
+        # lease of the worker's own, the database's clock and a None result.
+        claim_values = {"occurrence_id": 0, "now": None, "owner": owner, "lease_ms": None}
+        settle_values = {"occurrence_id": 0, "held_fence": 0, "now": None, "owner": owner}
+        claim_values["owner_json"] = f'"{owner}"'
+        settle_values.update(result_json="null", error_json=None)
+        self.claim_params: dict[str, Any] = dict(compiled[0].construct_params(claim_values) or {})
+        self.settle_params: dict[str, Any] = dict(compiled[1].construct_params(settle_values) or {})
+        self.conn = psycopg.connect(database, autocommit=True)
+        self.fence_at: int | None = None
+
+    def claim_run(self, occurrence_id: int) -> int:
+        """Claim ``occurrence_id``; its fence."""
+        self.claim_params["occurrence_id"] = occurrence_id
+        cursor = self.conn.execute(self.claim, self.claim_params)
+        row = cursor.fetchone()
+        if row is None:
+            raise RuntimeError(f"occurrence {occurrence_id} was not claimable")
+        if self.fence_at is None:
+            self.fence_at = [d.name for d in cursor.description or ()].index("fence")
+        return int(row[self.fence_at])
+
+    def succeed_run(self, occurrence_id: int, fence: int) -> None:
+        self.settle_params.update(occurrence_id=occurrence_id, held_fence=fence)
+        if not self.conn.execute(self.settle, self.settle_params).fetchall():
+            raise RuntimeError(f"occurrence {occurrence_id} was not settled (fence {fence})")
+
+
+@functools.cache
+def _statements(pid: int) -> _KernelStatements:
+    return _KernelStatements(os.environ[FLOOR_DATABASE])
+
+
+@app.task(name=FLOOR_STATEMENTS_TASK, ignore_result=True)
+def floor_statements(key: str, occurrence_id: int, sleep_ms: float = 0) -> None:
+    """The body between the kernel's claim of ``occurrence_id`` and its success (bare driver)."""
+    statements = _statements(os.getpid())
+    fence = statements.claim_run(occurrence_id)
+    bump(key, sleep_ms)
+    statements.succeed_run(occurrence_id, fence)
