@@ -159,8 +159,7 @@ def wait_drained(judged: Callable[[], list[Row]], revive: Callable[[], None]) ->
     def settled() -> bool:
         revive()
         return not any(
-            row.counts["lost"] or row.counts["stuck"] or row.counts["handback"]
-            for row in judged()
+            row.counts["lost"] or row.counts["stuck"] or row.counts["handback"] for row in judged()
         )
 
     with contextlib.suppress(AssertionError):

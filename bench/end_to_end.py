@@ -72,6 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import floor  # noqa: E402
 from bench.e2e_report import (  # noqa: E402
     Sample,
     cpu_table,
@@ -114,8 +115,6 @@ STAMP_JOB_ID = "bench-stamp"
 PAIR_OWNER = "bench-inline"
 PAIRS = 1000
 PLAIN_TASK = "bench.noop"  # bench/noop.py; not imported here, it registers on the product's app
-FLOOR_TASK = "bench.floor"  # bench/floor.py; the same
-FLOOR_SQL_TASK = "bench.floor_statements"  # bench/floor.py; the same
 FIRE_BATCH = 1000
 WARMUP = 300
 SETTINGS_MODULE = "bench_end_to_end_settings"
@@ -297,7 +296,7 @@ class KernelStatementRuns(KernelRuns):
         key = self.occurrences.counter_key
         publish(
             self.publisher,
-            FLOOR_SQL_TASK,
+            floor.FLOOR_STATEMENTS_TASK,
             [[key, hint.occurrence_id, *self.body_args] for hint in hints],
         )
 
@@ -317,12 +316,14 @@ def kernel_worker(
     stack.callback(kernel.close)
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kernel-e2e-")))
     (workdir / f"{SETTINGS_MODULE}.py").write_text('imports = ["bench.noop", "bench.floor"]\n')
+    floor_database = _floor_database(database_url)
+    floor.prepare(floor_database)
     env = worker_env(
         workdir,
         broker_url,
         CELERY_CONFIG_MODULE=SETTINGS_MODULE,
         KERNEL_DATABASE_URL=database_url,
-        BENCH_FLOOR_DATABASE=_floor_database(database_url),  # bench/floor.py: FLOOR_DATABASE
+        BENCH_FLOOR_DATABASE=floor_database,  # bench/floor.py: FLOOR_DATABASE
         KERNEL_SQLITE_SYNCHRONOUS="FULL",
         KERNEL_VAR_DIR=str(workdir / "var"),
     )
@@ -379,7 +380,7 @@ def _measure(
         sides: dict[str, Any] = {
             **stock,
             "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK, body_args),
-            "floor": CeleryTasks(worker, publisher, url, FLOOR_TASK, body_args),
+            "floor": CeleryTasks(worker, publisher, url, floor.FLOOR_TASK, body_args),
             # Its own job: its occurrences are never the kernel sides' to dispatch.
             "floor-sql": KernelStatementRuns(
                 kernel,

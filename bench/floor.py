@@ -21,7 +21,6 @@ not this side's.)
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import sqlite3
@@ -32,7 +31,14 @@ import psycopg
 from bench.counter import bump
 from celery_app import app
 
-__all__ = ["FLOOR_DATABASE", "FLOOR_STATEMENTS_TASK", "FLOOR_TASK", "floor", "floor_statements"]
+__all__ = [
+    "FLOOR_DATABASE",
+    "FLOOR_STATEMENTS_TASK",
+    "FLOOR_TASK",
+    "floor",
+    "floor_statements",
+    "prepare",
+]
 
 FLOOR_TASK = "bench.floor"
 FLOOR_STATEMENTS_TASK = "bench.floor_statements"
@@ -49,24 +55,37 @@ _SETTLE = "UPDATE floor_runs SET status = 'succeeded' WHERE id = {p}"
 _INSERT = "INSERT INTO floor_runs VALUES ({p}, 'queued', 0) ON CONFLICT DO NOTHING"
 
 
+def prepare(database: str) -> None:
+    """Create the floor's table (on SQLite in WAL mode) before the worker starts: two pool
+    processes switching a new file to WAL at once can fail one of them with ``database is
+    locked``, and its run would never count."""
+    conn, _ = _connect(database)
+    try:
+        if isinstance(conn, sqlite3.Connection):
+            conn.execute("PRAGMA journal_mode=WAL")  # kept in the file
+        conn.execute(_TABLE)
+    finally:
+        conn.close()
+
+
+def _connect(database: str) -> tuple[Any, str]:
+    """An autocommit connection to ``database`` and its driver's placeholder."""
+    if database.startswith("postgresql"):
+        return psycopg.connect(database, autocommit=True), "%s"
+    path = database.removeprefix("sqlite:///")
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60)
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn, "?"
+
+
 class _Row:
     """This process's connection and its row of ``floor_runs``."""
 
     def __init__(self, database: str, row: int) -> None:
-        self.conn: Any
-        if database.startswith("postgresql"):
-            self.conn, mark = psycopg.connect(database, autocommit=True), "%s"
-        else:
-            path = database.removeprefix("sqlite:///")
-            self.conn, mark = sqlite3.connect(path, isolation_level=None, timeout=60), "?"
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn, mark = _connect(database)
         self.key = (row,)
         # Rendered once: a run's two writes are all the floor may cost.
         self.claim, self.settle, insert = (sql.format(p=mark) for sql in (_CLAIM, _SETTLE, _INSERT))
-        # PostgreSQL: the other pool process may create it at the same moment.
-        with contextlib.suppress(psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-            self.commit(_TABLE, ())
         self.commit(insert, self.key)
 
     def commit(self, statement: str, params: tuple[int, ...]) -> None:
