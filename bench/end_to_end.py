@@ -381,16 +381,6 @@ def _measure(
             **stock,
             "plain": CeleryTasks(worker, publisher, url, PLAIN_TASK, body_args),
             "floor": CeleryTasks(worker, publisher, url, floor.FLOOR_TASK, body_args),
-            # Its own job: its occurrences are never the kernel sides' to dispatch.
-            "floor-sql": KernelStatementRuns(
-                kernel,
-                publisher,
-                url,
-                worker,
-                Occurrences(kernel, f"bench:floor-sql:{uuid.uuid4().hex}", job_id=FLOOR_SQL_JOB_ID),
-                stats=stats,
-                body_args=body_args,
-            ),
             "kernel": kernel_runs,
             "kernel-single": KernelRuns(
                 kernel, publisher, url, worker, occurrences, batch_max=1, stats=stats
@@ -404,8 +394,14 @@ def _measure(
             sides["kernel+E"] = KernelRuns(
                 kernel, events_publisher, events_url, events_worker, occurrences, stats=stats
             )
-        if backend != "postgres":  # SQLite's claim and success are not single statements
-            del sides["floor-sql"]
+        if backend == "postgres":  # SQLite's claim and success are not single statements
+            # Its own job: its occurrences are never the kernel sides' to dispatch.
+            floor_occurrences = Occurrences(
+                kernel, f"bench:floor-sql:{uuid.uuid4().hex}", job_id=FLOOR_SQL_JOB_ID
+            )
+            sides["floor-sql"] = KernelStatementRuns(
+                kernel, publisher, url, worker, floor_occurrences, stats=stats, body_args=body_args
+            )
         chosen = tuple(side for side in args.sides if side in sides)
         for side in chosen:  # the first messages also wait for the workers to come up
             sides[side].run(args.warmup)

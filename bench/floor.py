@@ -22,6 +22,7 @@ not this side's.)
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sqlite3
 from typing import Any
@@ -123,31 +124,46 @@ class _KernelStatements:
 
         dialect = psycopg_dialect.dialect()
         owner = f"bench-floor:{os.getpid()}"
-        compiled = [
-            transition.statement["postgresql"].statement.compile(dialect=dialect)  # type: ignore
+        claim, settle = (
+            transition.statement["postgresql"].statement  # type: ignore
             for transition in (T.WORKER_CLAIMS_QUEUED, T.WORKER_SUCCEEDS_PLAIN)
-        ]
-        self.claim, self.settle = (c.string for c in compiled)
+        )
+        claim_compiled, settle_compiled = (c.compile(dialect=dialect) for c in (claim, settle))
+        self.claim, self.settle = claim_compiled.string, settle_compiled.string
+        self.fence_at = list(claim.exported_columns.keys()).index("fence")
         # The values kernel/claiming.py and kernel/runs.py give them for a run with no
         # lease of the worker's own, the database's clock and a None result.
-        claim_values = {"occurrence_id": 0, "now": None, "owner": owner, "lease_ms": None}
-        settle_values = {"occurrence_id": 0, "held_fence": 0, "now": None, "owner": owner}
-        claim_values["owner_json"] = f'"{owner}"'
-        settle_values.update(result_json="null", error_json=None)
-        self.claim_params: dict[str, Any] = dict(compiled[0].construct_params(claim_values) or {})
-        self.settle_params: dict[str, Any] = dict(compiled[1].construct_params(settle_values) or {})
+        self.claim_params: dict[str, Any] = dict(
+            claim_compiled.construct_params(
+                {
+                    "occurrence_id": 0,
+                    "now": None,
+                    "owner": owner,
+                    "owner_json": json.dumps(owner),
+                    "lease_ms": None,
+                }
+            )
+        )
+        self.settle_params: dict[str, Any] = dict(
+            settle_compiled.construct_params(
+                {
+                    "occurrence_id": 0,
+                    "held_fence": 0,
+                    "now": None,
+                    "owner": owner,
+                    "result_json": json.dumps(None),
+                    "error_json": None,
+                }
+            )
+        )
         self.conn = psycopg.connect(database, autocommit=True)
-        self.fence_at: int | None = None
 
     def claim_run(self, occurrence_id: int) -> int:
         """Claim ``occurrence_id``; its fence."""
         self.claim_params["occurrence_id"] = occurrence_id
-        cursor = self.conn.execute(self.claim, self.claim_params)
-        row = cursor.fetchone()
+        row = self.conn.execute(self.claim, self.claim_params).fetchone()
         if row is None:
             raise RuntimeError(f"occurrence {occurrence_id} was not claimable")
-        if self.fence_at is None:
-            self.fence_at = [d.name for d in cursor.description or ()].index("fence")
         return int(row[self.fence_at])
 
     def succeed_run(self, occurrence_id: int, fence: int) -> None:
