@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.base import Adapter, HandBack
+from celery_app.kill_timer import KillTimer
 from celery_app.run_output import RunLogger, RunOutput
 from kernel import Claim, Kernel, KernelError, LeaseLost
 from kernel.jobspec import SELF_FENCE_MARGIN_S, renew_interval
@@ -39,6 +40,10 @@ log = logging.getLogger("celery_kernel.runtime")
 _POLL_S = 0.25
 #: Exit status of a pool process that ended itself because a run would not stop.
 SELF_FENCE_EXIT = 70
+#: The kill timer fires this long after a run's effects deadline: the keeper's own exit
+#: (logged, status 70) comes first whenever the keeper can run, and the process is
+#: still gone half the margin before the lease could expire.
+_KILL_AFTER_DEADLINE_S = SELF_FENCE_MARGIN_S / 2
 
 
 def new_owner() -> str:
@@ -257,7 +262,9 @@ class HeldRun:
 
 
 class LeaseKeeper:
-    """One thread per process that renews the lease of every run in that process.
+    """One thread per process that renews the lease of every run in that process, and the
+    process's kill timer (:mod:`celery_app.kill_timer`), kept at the earliest deadline of
+    those runs so that no run's effects outlive its lease even when this thread cannot act.
 
     A keeper thread started and joined per run cost more than a no-op run's claim
     and settle together (two thread hand-offs per run); runs register here instead.
@@ -269,10 +276,21 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._runs: set[HeldRun] = set()
         self._thread: threading.Thread | None = None
+        self._kill_timer: KillTimer | None = None
+        try:
+            self._kill_timer = KillTimer.create()
+        except OSError as exc:
+            log.warning(
+                "no kill timer (%s): a run whose process is stopped past its lease, or whose "
+                "keeper cannot run, may act once after it",
+                exc,
+                extra={"action": "no_kill_timer"},
+            )
 
     def add(self, run: HeldRun) -> None:
         with self._lock:
             self._runs.add(run)
+            self._set_kill_timer()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
                 self._thread.start()
@@ -286,6 +304,7 @@ class LeaseKeeper:
             pass  # the renewal in flight, if any, has returned
         with self._lock:
             self._runs.discard(run)
+            self._set_kill_timer()
 
     def _loop(self) -> None:
         while True:
@@ -295,6 +314,19 @@ class LeaseKeeper:
             for run in runs:
                 run.renew_if_due()
                 run.enforce_deadlines()
+            with self._lock:  # renewals moved the deadlines on
+                self._set_kill_timer()
+
+    def _set_kill_timer(self) -> None:
+        """Arm the kill timer at the earliest deadline of a run still going (a finished run's
+        effects are over, though its last renewal may be in flight); else disarm it."""
+        if self._kill_timer is None:
+            return
+        deadlines = [run.effects_deadline() for run in self._runs if not run.finished.is_set()]
+        if deadlines:
+            self._kill_timer.arm(min(deadlines) + _KILL_AFTER_DEADLINE_S)
+        else:
+            self._kill_timer.disarm()
 
 
 def claim_pause(claim: Claim) -> PendingPause | None:

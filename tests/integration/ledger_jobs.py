@@ -10,6 +10,7 @@ tests count to prove "exactly once", "both fences" or "each step once".
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from adapters.base import ExecutionContext
 
-__all__ = ["append", "pool_process", "record", "steps", "stubborn"]
+__all__ = ["append", "checks_then_stalls", "pool_process", "record", "steps", "stubborn"]
 
 
 def append(ledger: str, ctx: ExecutionContext, event: str, **extra: Any) -> None:
@@ -57,6 +58,17 @@ def stubborn(ledger: str, ctx: ExecutionContext, sleep: float = 0.0) -> dict[str
         with contextlib.suppress(Exception):  # the point: code that ignores being asked to stop
             time.sleep(0.05)
     return {"trigger_key": ctx.occurrence.trigger_key, "fence": ctx.occurrence.fence}
+
+
+def checks_then_stalls(ledger: str, ctx: ExecutionContext, stall_s: int) -> dict[str, Any]:
+    """A careful job's gap between its check and its effect, stretched: ``ctx.cancelled`` is
+    checked, then ``stall_s`` seconds pass in C code holding the GIL (so no other thread of
+    the process runs: not the lease keeper either), then the effect is written."""
+    append(ledger, ctx, "run")
+    if not ctx.cancelled.is_set():
+        ctypes.PyDLL(None).sleep(stall_s)  # PyDLL: the call keeps the GIL
+        append(ledger, ctx, "after_stall")
+    return {"fence": ctx.occurrence.fence}
 
 
 def steps(ledger: str, ctx: ExecutionContext, total: int, step_s: float) -> dict[str, Any]:

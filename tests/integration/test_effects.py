@@ -242,3 +242,42 @@ def test_in_process_code_that_ignores_its_timeout_ends_its_pool_process(stack: S
     error = stack.occurrence(occ_id).last_error
     assert error is not None and error["code"] == "LEASE_EXPIRED"
     assert worker.popen.poll() is None, "the worker itself lives on"
+
+
+def test_a_run_stalled_between_its_check_and_its_effect_ends_before_its_lease_expires(
+    stack: Stack,
+) -> None:
+    # checks_then_stalls() checks ctx.cancelled, then stalls 12 s in C code holding the GIL,
+    # then writes: the chaos run's frozen worker, whose job woke past its lease between its
+    # check and its write. The lease keeper cannot run (no renewal, no cancel, no exit 70);
+    # the kill timer it armed at the claim ends the pool process before the lease expires.
+    stall_s = 12
+    stack.use_jobs(
+        stack.job(
+            "stalls",
+            "checks_then_stalls",
+            kwargs={"stall_s": stall_s},
+            lease="5s",
+            kill_grace="1s",
+            max_attempts=1,
+        )
+    )
+    worker = stack.start_worker("worker")
+    stack.start_beat("beat")
+    occ_id = stack.run_now("stalls")
+    [run] = stack.wait(lambda: stack.ledger(occurrence_id=occ_id), timeout=30, what="the run")
+    stalled_at = time.monotonic()
+    expires = stack.occurrence(occ_id).lease_expires_at.timestamp()
+
+    stack.wait(lambda: _stat(run["pid"]) is None, timeout=10, what="the pool process to end")
+    assert time.time() < expires, "the stalled process outlived its lease"
+    killed = f"pid:{run['pid']} exited with 'signal 9 (SIGKILL)'"
+    stack.wait(lambda: worker.logged(killed), timeout=10, what="Celery's report of the kill")
+    stack.wait(
+        lambda: stack.occurrence(occ_id).status.value == "dead_letter",
+        timeout=20,
+        what="the expired lease's dead letter",
+    )
+    time.sleep(max(0.0, stalled_at + stall_s + 1 - time.monotonic()))  # the stall's end
+    assert [line["event"] for line in stack.ledger(occurrence_id=occ_id)] == ["run"]
+    assert worker.popen.poll() is None, "the worker itself lives on"

@@ -6,8 +6,9 @@ from tests.occurrence_path import modules_on_the_path
 
 #: Measured with ``python -m tests.occurrence_path`` after the merges of session 11 (issue 28:
 #: 43 modules before the hot-path change, 38 before the merges). A change that lengthens
-#: the way says why and moves this.
-MOST_MODULES = 34
+#: the way says why and moves this. 35 since session 16: every run arms its process's kill
+#: timer (celery_app.kill_timer), the operating system's hold on a run stalled past its lease.
+MOST_MODULES = 35
 
 
 def test_one_occurrence_passes_few_modules_from_beat_to_its_settle() -> None:
