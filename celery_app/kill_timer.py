@@ -18,6 +18,7 @@ is absent and the keeper alone stops runs.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import time
@@ -69,19 +70,17 @@ def _delete(timer: ctypes.c_void_p, pid: int) -> None:
 
 
 class KillTimer:
-    """One timer of this process that SIGKILLs it when it expires.
-
-    :meth:`create` returns None where POSIX timers are missing.
-    """
+    """One timer of this process that SIGKILLs it when it expires."""
 
     def __init__(self, timer: ctypes.c_void_p) -> None:
         self._timer = timer
         weakref.finalize(self, _delete, timer, os.getpid())
 
     @classmethod
-    def create(cls) -> KillTimer | None:
+    def create(cls) -> KillTimer:
+        """A new, disarmed timer. Raises OSError where there is none to be had."""
         if _LIB is None:
-            return None
+            raise OSError(errno.ENOSYS, "the C library has no POSIX timers")
         event = _Sigevent(sigev_signo=signal.SIGKILL, sigev_notify=_SIGEV_SIGNAL)
         timer = ctypes.c_void_p()
         if _LIB.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) != 0:
