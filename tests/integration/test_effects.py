@@ -199,8 +199,13 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
             what="adjudication",
         )
         assert ledger(stack, once, fence=2) == []
+        # Each pool process's kill timer ended it during the freeze (a zombie until the
+        # frozen main process reaps it, which it may do before its SIGCONT below).
+        pool = worker_processes(frozen)[1:]
+        assert pool and not [pid for pid in pool if _stat(pid)], "a frozen run outlived its lease"
         for pid in worker_processes(frozen):
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
         (stack.root / "stop").touch()
         stack.wait(
             lambda: stack.occurrence(again).status.value == "succeeded", timeout=20, what="end"
