@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from kernel import Kernel, Occurrence, SchemaUnknown, StorageUnavailable
 
-__all__ = ["LOG_TAIL", "Proc", "Stack", "wait_until"]
+__all__ = ["LOG_TAIL", "Proc", "Stack", "ended", "wait_until"]
 
 T = TypeVar("T")
 
@@ -45,6 +45,15 @@ _READY_TIMEOUT = 30.0
 _STOP_GRACE = 20.0
 #: Lines of each process log attached to a failed test's report.
 LOG_TAIL = 60
+
+
+def ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
 
 
 def wait_until(

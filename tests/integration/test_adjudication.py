@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from integration.remote import Remote, remote
-from integration.stack import Stack
+from integration.stack import Stack, ended
 
 from adapters.base import Adapter, AdjudicationContext, ExecutionContext
 from adapters.callable import CallableAdapter
@@ -59,7 +58,8 @@ def test_the_adapter_settles_what_it_can_tell_and_leaves_the_rest(
     stack.start_beat("beat")
     told, unsure = stack.run_now("told"), stack.run_now("unsure")
     stack.wait(lambda: len(remote.seen("POST", "/charge")) == 2, timeout=30, what="both POSTs")
-    assert len(frozen.signal_tree(signal.SIGSTOP)) >= 3, "the pool children were not frozen"
+    pool = frozen.signal_tree(signal.SIGSTOP)[1:]
+    assert len(pool) >= 2, "the pool children were not frozen"
     asker = stack.start_worker("asker")
 
     stack.wait(lambda: stack.occurrence(told).status.value == "succeeded", timeout=40, what="told")
@@ -80,10 +80,11 @@ def test_the_adapter_settles_what_it_can_tell_and_leaves_the_rest(
     answer = stack.cli("adjudicate", str(unsure), "--decision", "abandon")
     assert answer["occurrence"]["status"] == "dead_letter"
     assert [d["authority"] for d in adjudications(stack, unsure)] == ["operator"]
+    # The frozen pool processes' kill timers ended them during the freeze, mid-request,
+    # before their leases could expire: the POSTs' answers reach no one.
+    assert [pid for pid in pool if not ended(pid)] == []
     frozen.signal_tree(signal.SIGCONT)
     remote.release.set()
-    refused = f"LEASE_LOST: occurrence {told}:"
-    stack.wait(partial(frozen.logged, refused), timeout=20, what=f"refused: {refused}")
     assert [e for e in stack.event_types(told) if e[0] == "occurrence_succeeded"] == []
 
 
