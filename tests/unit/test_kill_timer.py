@@ -59,42 +59,52 @@ def _child(*steps: str, env: dict[str, str] | None = None) -> subprocess.Popen[s
     )
 
 
-def _ended(child: subprocess.Popen[str]) -> tuple[int, float, list[str]]:
-    """(exit status, seconds from now until it ended, the lines it printed)."""
-    started = time.monotonic()
+def _armed(child: subprocess.Popen[str]) -> float:
+    """When the child's first line ("armed": its timer is set) was read."""
+    assert child.stdout is not None and child.stdout.readline().strip() == "armed"
+    return time.monotonic()
+
+
+def _ended(child: subprocess.Popen[str]) -> tuple[int, list[str]]:
+    """(exit status, the lines it printed that were not read yet)."""
     status = child.wait(timeout=10)
-    after = time.monotonic() - started
     assert child.stdout is not None
     with child.stdout:
-        return status, after, child.stdout.read().split()
+        return status, child.stdout.read().split()
+
+
+def _killed_on_time(deadline_s: float, env: dict[str, str] | None = None) -> None:
+    """A child armed ``deadline_s`` ahead is killed then: not before (counted from before it
+    started, so never late), and soon after (counted from its "armed", so never early)."""
+    started = time.monotonic()
+    child = _child(f"arm:{deadline_s}", env=env)
+    armed_at = _armed(child)
+    assert _ended(child) == (-signal.SIGKILL, [])
+    assert time.monotonic() - started > deadline_s
+    assert time.monotonic() - armed_at < deadline_s + 2.0
 
 
 def test_a_stopped_process_is_killed_at_its_deadline() -> None:
     child = _child("arm:1.0")
-    assert child.stdout is not None and child.stdout.readline().strip() == "armed"
+    armed_at = _armed(child)
     os.kill(child.pid, signal.SIGSTOP)  # as a frozen worker: nothing of its own can run
-    status, after, _ = _ended(child)
-    assert status == -signal.SIGKILL
-    assert after < 2.0
+    assert _ended(child)[0] == -signal.SIGKILL
+    assert time.monotonic() - armed_at < 3.0
 
 
 def test_a_busy_process_is_killed_at_its_deadline_and_not_before() -> None:
-    started = time.monotonic()
-    status, _, printed = _ended(_child("arm:1.5"))
-    assert (status, printed) == (-signal.SIGKILL, ["armed"])
-    assert 1.4 < time.monotonic() - started < 3.0
+    _killed_on_time(1.5)
 
 
 def test_rearming_moves_the_deadline_and_disarming_cancels_it() -> None:
     started = time.monotonic()
-    status, _, _ = _ended(_child("arm:0.3", "arm:2.0"))
-    assert status == -signal.SIGKILL and time.monotonic() - started > 1.9
-    assert _ended(_child("arm:0.3", "disarm"))[::2] == (0, ["armed", "survived"])
+    assert _ended(_child("arm:0.3", "arm:2.0")) == (-signal.SIGKILL, ["armed"])
+    assert time.monotonic() - started > 2.0
+    assert _ended(_child("arm:0.3", "disarm")) == (0, ["armed", "survived"])
 
 
 def test_a_deadline_already_passed_kills_at_once() -> None:
-    status, _, printed = _ended(_child("arm:-5"))
-    assert (status, printed) == (-signal.SIGKILL, [])
+    assert _ended(_child("arm:-5")) == (-signal.SIGKILL, [])
 
 
 @pytest.mark.parametrize("skew", ["+300s", "-300s"])
@@ -104,7 +114,4 @@ def test_a_skewed_wall_clock_does_not_move_the_deadline(skew: str) -> None:
     if not library:
         pytest.skip("libfaketime is not installed")
     env = {"LD_PRELOAD": library[0], "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-    started = time.monotonic()
-    status, _, printed = _ended(_child("arm:1.5", env=env))
-    assert (status, printed) == (-signal.SIGKILL, ["armed"])
-    assert 1.4 < time.monotonic() - started < 3.0
+    _killed_on_time(1.5, env)
