@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from kernel import Kernel, Occurrence, SchemaUnknown, StorageUnavailable
 
-__all__ = ["LOG_TAIL", "Proc", "Stack", "ended", "wait_until"]
+__all__ = ["LOG_TAIL", "Proc", "Stack", "ended", "proc_stat", "wait_until"]
 
 T = TypeVar("T")
 
@@ -47,13 +47,18 @@ _STOP_GRACE = 20.0
 LOG_TAIL = 60
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name; None for a gone or zombie process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields
+
+
 def ended(pid: int) -> bool:
     """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")
+    return proc_stat(pid) is None
 
 
 def wait_until(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.stack import Stack
+from integration.stack import Stack, ended
 from integration.test_effects import job_processes, worker_processes
 
 from adapters.supervisor import CGROUP, SUBREAPER, containment
@@ -52,14 +52,6 @@ _COMMAND = textwrap.dedent(
     """
 )
 WRITERS = ("setsid", "daemon")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def _writers(root: Path) -> dict[str, int]:
@@ -111,10 +103,10 @@ def test_detached_grandchildren_stop_within_the_lease(stack: Stack, mode: str, f
     struck = time.time()
     expires = stack.occurrence(occ_id).lease_expires_at.timestamp()
     try:
-        while any(_alive(pid) for pid in pids.values()):
+        while not all(map(ended, pids.values())):
             assert time.time() < expires, (
                 f"{fault}, {mode}: still alive at the lease's expiry: "
-                f"{ {n: p for n, p in pids.items() if _alive(p)} }"
+                f"{ {n: p for n, p in pids.items() if not ended(p)} }"
             )
             time.sleep(0.02)
         gone = time.time()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.stack import Proc, Stack
+from integration.stack import Proc, Stack, ended, proc_stat
 
 pytestmark = pytest.mark.long
 
@@ -52,15 +52,6 @@ def ledger(stack: Stack, occurrence_id: int, fence: int | None = None) -> list[f
     return times
 
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name; None for a gone or zombie process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields
-
-
 def _pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
@@ -73,23 +64,23 @@ def job_processes(occurrence_id: int, job_id: str) -> set[int]:
     for pid in _pids():
         with contextlib.suppress(OSError):
             environ = Path(f"/proc/{pid}/environ").read_bytes()
-            if all(m.encode() in environ for m in markers) and _stat(pid):
+            if all(m.encode() in environ for m in markers) and not ended(pid):
                 found.add(pid)
     return found
 
 
 def group_of(pid: int) -> int:
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     assert fields is not None, f"process {pid} is gone"
     return int(fields[2])
 
 
 def group_members(pgid: int) -> set[int]:
-    return {pid for pid in _pids() if (fields := _stat(pid)) and int(fields[2]) == pgid}
+    return {pid for pid in _pids() if (fields := proc_stat(pid)) and int(fields[2]) == pgid}
 
 
 def parent_of(pid: int) -> int:
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     assert fields is not None, f"process {pid} is gone"
     return int(fields[1])
 
@@ -177,7 +168,7 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
         gone_at: dict[int, float] = {}
         while len(gone_at) < 2:
             for occ_id, pgid in groups.items():
-                if occ_id not in gone_at and _stat(pgid) is None:
+                if occ_id not in gone_at and ended(pgid):
                     gone_at[occ_id] = time.time()
             assert time.time() < max(expires.values()) + 5, (
                 f"still running: {groups.keys() - gone_at}"
@@ -202,7 +193,7 @@ def test_a_frozen_worker_s_shell_jobs_stop_before_its_lease_expires(stack: Stack
         # Each pool process's kill timer ended it during the freeze (a zombie until the
         # frozen main process reaps it, which it may do before its SIGCONT below).
         pool = worker_processes(frozen)[1:]
-        assert pool and not [pid for pid in pool if _stat(pid)], "a frozen run outlived its lease"
+        assert pool and all(map(ended, pool)), "a frozen run outlived its lease"
         for pid in worker_processes(frozen):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
@@ -236,7 +227,7 @@ def test_in_process_code_that_ignores_its_timeout_ends_its_pool_process(stack: S
     [run] = stack.wait(lambda: stack.ledger(occurrence_id=occ_id), timeout=30, what="the run")
     started = time.monotonic()
 
-    stack.wait(lambda: _stat(run["pid"]) is None, timeout=10, what="the pool process to exit")
+    stack.wait(lambda: ended(run["pid"]), timeout=10, what="the pool process to exit")
     assert time.monotonic() - started < 5
     assert worker.logged("the run did not stop within kill_grace 1.0s")
     stack.wait(
@@ -274,7 +265,7 @@ def test_a_run_stalled_between_its_check_and_its_effect_ends_before_its_lease_ex
     stalled_at = time.monotonic()
     expires = stack.occurrence(occ_id).lease_expires_at.timestamp()
 
-    while _stat(run["pid"]) is not None:  # seen alive only before the lease's expiry
+    while not ended(run["pid"]):  # seen alive only before the lease's expiry
         assert time.time() < expires, "the stalled process outlived its lease"
         time.sleep(0.01)
     killed = f"pid:{run['pid']} exited with 'signal 9 (SIGKILL)'"
