@@ -314,8 +314,9 @@ class LeaseKeeper:
             for run in runs:
                 run.renew_if_due()
                 run.enforce_deadlines()
-            with self._lock:  # renewals moved the deadlines on
-                self._set_kill_timer()
+            if runs:  # renewals moved the deadlines on (with none, remove() disarmed it)
+                with self._lock:
+                    self._set_kill_timer()
 
     def _set_kill_timer(self) -> None:
         """Arm the kill timer at the earliest deadline of a run still going (a finished run's
