@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from kernel.errors import InvalidArgument
-from kernel.payloads import Payload
+from kernel.spec.payloads import Payload
 from kernel.states import Effect, SafePoint
 from kernel.types import Adjudication, Occurrence, Verdict
 
@@ -190,7 +190,7 @@ class ExecutionContext:
         """The ``time.monotonic()`` by which every effect of this run must have stopped.
 
         It moves forward with each lease renewal; ``None`` means no lease bounds the
-        run. See :mod:`kernel.jobspec` for the rule.
+        run. See :mod:`kernel.spec.jobspec` for the rule.
         """
         return self._effects_deadline()
 
@@ -304,7 +304,8 @@ class BaseAdapter(ABC):
 
 
 def read_payload(payload: Mapping[str, Any], model: type[P]) -> P:
-    """``payload`` as its kind's model (:mod:`kernel.payloads`), by the rules it was defined under.
+    """``payload`` as its kind's model (:mod:`kernel.spec.payloads`), by the rules it was
+    defined under.
 
     Payloads are validated when the job is defined; this is the adapter's last
     line, so a bad snapshot dead-letters cleanly instead of retrying forever.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from adapters.base import CHECKPOINT_V1, AdapterError, BaseAdapter, ExecutionContext, read_payload
-from kernel.payloads import CallablePayload
+from kernel.spec.payloads import CallablePayload
 
 __all__ = ["CallableAdapter"]
 

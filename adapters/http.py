@@ -29,8 +29,8 @@ from adapters.base import (
     tail_text,
 )
 from adapters.secrets import resolve_secrets
-from kernel.payloads import HttpPayload
 from kernel.redaction import is_sensitive_name
+from kernel.spec.payloads import HttpPayload
 from kernel.states import Decision, Effect
 from kernel.types import Occurrence, Verdict
 
@@ -44,7 +44,7 @@ _ERROR_BODY_IN_MESSAGE = 500
 class HttpAdapter(BaseAdapter):
     """Sends ``payload`` as a request; the result is ``{status, body, truncated}``.
 
-    The payload is the one :mod:`kernel.payloads` validated: ``url``, ``method``
+    The payload is the one :mod:`kernel.spec.payloads` validated: ``url``, ``method``
     (POST when there is a body and none was named, else GET), ``headers``,
     ``secret_headers`` (header name → secret name, see :mod:`adapters.secrets`), and
     ``json`` (sent as JSON) or ``body`` (sent as UTF-8 text). 5xx, 429, timeouts and

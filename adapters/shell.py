@@ -40,8 +40,8 @@ from adapters.base import (
 )
 from adapters.secrets import resolve_secrets, scrub
 from adapters.supervisor import CGROUP, SUBREAPER
-from kernel.payloads import ShellPayload
 from kernel.redaction import is_sensitive_name
+from kernel.spec.payloads import ShellPayload
 from kernel.states import Effect
 
 __all__ = ["ShellAdapter", "Finished", "BASE_ENV", "CONTAINMENT_ENV", "containment_mode"]
@@ -57,7 +57,7 @@ _STDERR_IN_MESSAGE = 500
 class ShellAdapter(BaseAdapter):
     """Runs ``payload["argv"]``; the result is ``{exit_code, stdout, stderr, truncated}``.
 
-    The payload is the one :mod:`kernel.payloads` validated: ``argv``, ``cwd``,
+    The payload is the one :mod:`kernel.spec.payloads` validated: ``argv``, ``cwd``,
     ``env``, ``env_allow``, ``secrets`` and ``output_limit`` (bytes kept per stream
     in the result). A running child cannot be paused.
     """

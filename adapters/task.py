@@ -21,7 +21,7 @@ from adapters.base import (
     ExecutionContext,
     read_payload,
 )
-from kernel.payloads import TaskPayload
+from kernel.spec.payloads import TaskPayload
 from kernel.states import SafePoint
 
 __all__ = ["TaskAdapter", "CHECKPOINTS_OPTION", "running_context"]

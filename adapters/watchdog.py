@@ -5,7 +5,7 @@ supervisor, scrubbed environment and secrets), or a function, called as the
 ``callable`` kind calls one. It fails by a non-zero exit, an exception, or the job's
 ``timeout``. The run itself succeeds either way: its result ``{"watchdog": report}``
 is what the kernel settles with, and the kernel then appends the ``watchdog_alert``
-event and, when the watchdog self-destructs, disables the job (:mod:`kernel.watchdog_jobs`,
+event and, when the watchdog self-destructs, disables the job (:mod:`kernel.upkeep.watchdog_jobs`,
 through the kind's result hook). A failing check's alert is also sent to the payload's
 ``alert`` target, if it names one, before the run settles.
 """
@@ -28,7 +28,7 @@ from adapters.base import (
 from adapters.callable import CallableAdapter
 from adapters.secrets import scrub
 from adapters.shell import ShellAdapter
-from kernel.payloads import (
+from kernel.spec.payloads import (
     WATCHDOG_OUTPUT_TAIL,
     CallablePayload,
     WatchdogAlert,

@@ -1,7 +1,7 @@
 """Job files: ``{"jobs": [ ... ]}`` in JSON, TOML or YAML, read without surprises.
 
 :func:`load_job_file` parses a file and checks its outer shape; :func:`validate_job_file`
-also validates every job with :func:`kernel.jobspec.validate_job_spec` and reports
+also validates every job with :func:`kernel.spec.jobspec.validate_job_spec` and reports
 *every* invalid job at once. :func:`read_job_file` returns the jobs and the file's
 optional top-level ``budgets: {NAME: {window, max_runs, max_units}}`` (shared run
 budgets jobs name with ``"budget": "NAME"``). Whatever is wrong — unreadable file, a syntax error,
@@ -29,8 +29,8 @@ import yaml
 
 from beat_schedule.kinds import KindCheck
 from kernel import InvalidArgument
-from kernel.durations import text
-from kernel.jobspec import Budget, JobSpec, check_limit, read_budget, validate_job_spec
+from kernel.spec.durations import text
+from kernel.spec.jobspec import Budget, JobSpec, check_limit, read_budget, validate_job_spec
 
 __all__ = [
     "JobFile",

@@ -43,9 +43,9 @@ from beat_schedule.timing import trigger_key  # noqa: E402
 from bench.support import fresh_database, server  # noqa: E402
 from celery_app.beat import KernelScheduler  # noqa: E402
 from kernel import Kernel  # noqa: E402
-from kernel.jobspec import validate_job_spec  # noqa: E402
+from kernel.db.schema import jobs  # noqa: E402
 from kernel.records import dumps, from_dt  # noqa: E402
-from kernel.schema import jobs  # noqa: E402
+from kernel.spec.jobspec import validate_job_spec  # noqa: E402
 from kernel.testing import ManualClock  # noqa: E402
 
 __all__ = ["main"]
@@ -84,7 +84,7 @@ def _fill(kernel: Kernel, n: int) -> None:
             "next_trigger_key": trigger_key("every", cursor), "after_job": None,
             "defined_at": stamp, "updated_at": stamp,
         })  # fmt: skip
-    with kernel.engine.begin() as conn:
+    with kernel.db.engine.begin() as conn:
         for start in range(0, n, INSERT_BATCH):
             conn.execute(jobs.insert(), rows[start : start + INSERT_BATCH])
 

@@ -120,7 +120,7 @@ class _KernelStatements:
     def __init__(self, database: str) -> None:
         from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
-        from kernel import transitions as T
+        from kernel.transitions import occurrences as T
 
         dialect = psycopg_dialect.dialect()
         owner = f"bench-floor:{os.getpid()}"
@@ -131,8 +131,8 @@ class _KernelStatements:
         claim_compiled, settle_compiled = (c.compile(dialect=dialect) for c in (claim, settle))
         self.claim, self.settle = claim_compiled.string, settle_compiled.string
         self.fence_at = list(claim.exported_columns.keys()).index("fence")
-        # The values kernel/claiming.py and kernel/runs.py give them for a run with no
-        # lease of the worker's own, the database's clock and a None result.
+        # The values kernel/occurrences/claiming.py and kernel/occurrences/runs.py give them
+        # for a run with no lease of the worker's own, the database's clock and a None result.
         self.claim_params: dict[str, Any] = dict(
             claim_compiled.construct_params(
                 {

@@ -5,7 +5,7 @@ pump hints it (:func:`hint_adapter_asks`) to the occurrence's queue, where a wor
 the adapter takes the one live ask (a token with a deadline, fenced in the kernel),
 calls the adapter's ``adjudicate`` and brings back the verdict or "cannot tell". A
 duplicate hint finds the ask taken and does nothing; a crashed asker's ask expires and
-Beat hints it again (at most ``kernel.adapter_verdicts.MAX_ASKS`` times), after which,
+Beat hints it again (at most ``kernel.occurrences.adapter_verdicts.MAX_ASKS`` times), after which,
 as after "cannot tell", the operator decides (``kernel adjudicate``).
 """
 

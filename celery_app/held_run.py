@@ -20,7 +20,7 @@ from adapters.base import Adapter, HandBack
 from celery_app.kill_timer import KillTimer
 from celery_app.run_output import RunLogger, RunOutput
 from kernel import Claim, Kernel, KernelError, LeaseLost
-from kernel.jobspec import SELF_FENCE_MARGIN_S, renew_interval
+from kernel.spec.jobspec import SELF_FENCE_MARGIN_S, renew_interval
 from kernel.types import PendingPause
 
 __all__ = [
@@ -88,7 +88,7 @@ class _FencedEvent(threading.Event):
 class HeldRun:
     """State shared by the executing thread and the lease keeper of one claim.
 
-    The self-fencing rule (see :mod:`kernel.jobspec`): effects must be gone by
+    The self-fencing rule (see :mod:`kernel.spec.jobspec`): effects must be gone by
     :meth:`effects_deadline`, ``SELF_FENCE_MARGIN_S`` before the lease could expire
     as measured from the start of the last renewal that succeeded. ``kill_grace``
     before it the run is cancelled; at it, a run still executing ends its process.

@@ -19,7 +19,7 @@ from typing import Any
 
 from celery_app.settings import KernelSettings
 from kernel import InvalidArgument
-from kernel.jobspec import JobSpec
+from kernel.spec.jobspec import JobSpec
 
 __all__ = ["Scope", "UNSCOPED", "NOT_ALLOWED"]
 

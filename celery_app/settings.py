@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kernel import InvalidArgument, KernelError
-from kernel.durations import parse_duration
-from kernel.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, anchored_sqlite_url
+from kernel.db.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, anchored_sqlite_url
 from kernel.redaction import masked_url
+from kernel.spec.durations import parse_duration
 
 __all__ = [
     "CONFIG_EXIT",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from kernel.cancellation import JobCancel
-from kernel.enqueueing import Enqueued, EnqueueRequest
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -19,9 +17,10 @@ from kernel.errors import (
     StorageUnavailable,
 )
 from kernel.events import EventType
-from kernel.history_limits import LIMITED_STATUSES
-from kernel.run_params import with_params
+from kernel.jobs.cancellation import JobCancel
+from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
 from kernel.spec.notify import Notify
+from kernel.spec.run_params import with_params
 from kernel.states import (
     ControlState,
     Decision,
@@ -49,6 +48,7 @@ from kernel.types import (
     RenewAnswer,
     Verdict,
 )
+from kernel.upkeep.history_limits import LIMITED_STATUSES
 
 __all__ = [
     "Kernel",

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from kernel.states import OccurrenceStatus
 
-__all__ = ["EventType", "settled_event"]
+__all__ = ["EVENTS_OUTSIDE_THE_TABLE", "EventType", "settled_event"]
 
 
 class EventType(StrEnum):
@@ -74,7 +74,7 @@ class EventType(StrEnum):
     WATCHDOG_OVERRUN = "watchdog_overrun"
     #: A pool's limit was set (``kernel pools set``, or a job file's ``pools:``).
     POOL_LIMIT_SET = "pool_limit_set"
-    #: A watchdog job's check failed (kernel.watchdog_jobs): the alert of record.
+    #: A watchdog job's check failed (kernel.upkeep.watchdog_jobs): the alert of record.
     WATCHDOG_ALERT = "watchdog_alert"
     #: A worker asked the occurrence's adapter whether its uncertain run took effect.
     OCCURRENCE_ADAPTER_ASKED = "occurrence_adapter_asked"
@@ -106,3 +106,25 @@ _SETTLED = {
 def settled_event(status: str) -> EventType:
     """The event a run ending in ``status`` appends."""
     return _SETTLED[OccurrenceStatus(status)]
+
+
+#: The only events no row lists, each with why it changes no state of the table's nouns.
+#: ``Tx.emit`` refuses one of the others unless a transition of its transaction lists it.
+_E = EventType
+EVENTS_OUTSIDE_THE_TABLE: dict[EventType, str] = {
+    _E.JOB_RUN_NOW: "records an operator's request; the occurrence it makes is BEAT_FIRES",
+    _E.JOB_BACKFILLED: "records an operator's request; the occurrences it makes are BEAT_FIRES",
+    _E.FIRINGS_MISSED: "counts firings Beat passed without making them; the cursor is a row's",
+    _E.CHAIN_DEPTH_EXCEEDED: "a chained child not made: nothing changed",
+    _E.CHAIN_FANOUT_EXCEEDED: "a chained child not made: nothing changed",
+    _E.RUN_OUTPUT: "a run's output, stored by its fenced holder; no state moves",
+    _E.HISTORY_PRUNED: "settled history deleted; no live state moves",
+    _E.BEAT_STOPPED: "a Beat left the registry of Beats, which holds no state of the table",
+    _E.BEAT_FORGOTTEN: "a silent Beat removed from the registry of Beats",
+    _E.WATCHDOG_OVERDUE: "an observation of a late cursor; nothing changed",
+    _E.WATCHDOG_OVERRUN: "an observation of a long run; nothing changed",
+    _E.WATCHDOG_ALERT: "a watchdog job's failed check, the alert of record",
+    _E.NOTIFICATION_RECORDED: "a delivery of the notification outbox, not a noun of the table",
+    _E.NOTIFICATION_DELIVERED: "a delivery try of the notification outbox",
+    _E.NOTIFICATION_FAILED: "a delivery try of the notification outbox",
+}

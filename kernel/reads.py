@@ -9,17 +9,17 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel import statements as st
-from kernel.errors import InvalidArgument, NotFound
-from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
-from kernel.schema import (
+from kernel.db.schema import (
     controls,
     events,
     jobs,
     occurrences,
 )
+from kernel.db.tx import Tx
+from kernel.errors import InvalidArgument, NotFound
+from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
 from kernel.statements.predicates import NOT_PAUSED, claimable_now
 from kernel.states import ControlState, OccurrenceStatus
-from kernel.tx import Tx
 from kernel.types import Event, Job, Occurrence
 
 __all__ = [

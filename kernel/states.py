@@ -69,7 +69,7 @@ class Overlap(StrEnum):
 
 class Decision(StrEnum):
     """A verdict on an occurrence in ``needs_adjudication``: an operator's, or an adapter's
-    (``applied`` or ``not_applied`` only, see kernel/adapter_verdicts.py)."""
+    (``applied`` or ``not_applied`` only, see kernel/occurrences/adapter_verdicts.py)."""
 
     #: The effect happened: record success.
     APPLIED = "applied"

@@ -11,10 +11,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel import jobs as job_ops
-from kernel.clock import Clock, default_clock
-from kernel.driver import render_all
-from kernel.engine import check_schema, create_kernel_engine, migrate
+from kernel.db.clock import Clock, default_clock
+from kernel.db.driver import render_all
+from kernel.db.engine import check_schema, create_kernel_engine, migrate
+from kernel.db.session import Session
+from kernel.db.translate import guard
 from kernel.facade import (
     BeatFacade,
     EnqueueFacade,
@@ -28,9 +29,8 @@ from kernel.facade import (
     VerdictFacade,
     WorkerFacade,
 )
+from kernel.jobs import definitions as job_ops
 from kernel.records import to_dt
-from kernel.session import Session
-from kernel.translate import guard
 
 __all__ = ["Kernel", "FireReport"]
 
@@ -53,7 +53,7 @@ class Kernel(
     """The durable authority for occurrences, fences, leases, controls and retries.
 
     Args:
-        engine: from :func:`kernel.engine.create_kernel_engine`.
+        engine: from :func:`kernel.db.engine.create_kernel_engine`.
         clock: where "now" comes from; default: the database server's clock on
             PostgreSQL, this host's on SQLite.
         check: refuse a database whose schema this code does not know.

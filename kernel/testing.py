@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
-from kernel.engine import create_kernel_engine, migrate
+from kernel.db.engine import create_kernel_engine, migrate
 from kernel.store import Kernel
 
 __all__ = ["ManualClock", "memory_kernel"]

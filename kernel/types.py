@@ -297,7 +297,7 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-# -- adapter adjudication (kernel/adapter_verdicts.py) ------------------------------------
+# -- adapter adjudication (kernel/occurrences/adapter_verdicts.py) ------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,12 +342,12 @@ class AdapterAsk:
     deadline: datetime
 
 
-# -- job health (kernel/job_health.py) ----------------------------------------------------
+# -- job health (kernel/jobs/health.py) ----------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class JobHealth:
-    """How one job is doing (:func:`kernel.job_health.job_health`).
+    """How one job is doing (:func:`kernel.jobs.health.job_health`).
 
     Attributes:
         job_id: the job.
@@ -374,7 +374,7 @@ class JobHealth:
 
 @dataclass(frozen=True, slots=True)
 class Notification:
-    """A job's ``notify`` of one failed run (:mod:`kernel.notify`).
+    """A job's ``notify`` of one failed run (:mod:`kernel.upkeep.notify`).
 
     Attributes:
         id: the notification (sent as ``X-Kernel-Notification`` / in the body).

@@ -84,7 +84,7 @@ Reach = Literal["load", "run", "written"]
 
 def imported(path: Path, reach: Reach = "written") -> set[str]:
     """The modules ``path`` imports, by full name: ``from kernel import runs`` names
-    ``kernel.runs``, ``from kernel import Kernel`` names ``kernel``; a module outside
+    ``kernel.occurrences.runs``, ``from kernel import Kernel`` names ``kernel``; a module outside
     the project by the name written."""
     tree = ast.parse(path.read_text(), str(path))
     package = module_name(path).split(".")

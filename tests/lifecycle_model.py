@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.adapter_verdicts import MAX_ASKS
+from kernel.occurrences.adapter_verdicts import MAX_ASKS
 from kernel.store import Kernel
 from kernel.testing import ManualClock
 
@@ -61,7 +61,7 @@ def job_spec(job_id: str, max_attempts: int, tag: int = 0) -> dict[str, Any]:
 
 def snapshot(kernel: Kernel) -> Snapshot:
     """Every row of every table the lifecycle touches."""
-    with kernel.engine.connect() as conn:
+    with kernel.db.engine.connect() as conn:
         return {
             table: [
                 dict(r)

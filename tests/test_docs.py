@@ -11,7 +11,7 @@ from pathlib import Path
 
 from docs.gen.states import occurrence_diagram
 from kernel.states import OccurrenceStatus
-from kernel.transitions import allowed_pairs
+from kernel.transitions.occurrences import allowed_pairs
 
 ROOT = Path(__file__).resolve().parent.parent
 

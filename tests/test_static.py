@@ -88,76 +88,82 @@ def test_status_groups_are_named_once() -> None:
     assert offenders == []
 
 
-# -- the kernel's internal layers ------------------------------------------------------
+# -- the kernel's folders ---------------------------------------------------------------
 #
-# Dependencies flow down: the foundation (types, schema, validation, the engine) knows
-# no transaction; statements and the transaction below every act; the floor holds the
-# nouns every actor shares (rows and requests, controls, gates, jobs, chains...); each
-# actor's modules stand on the floor and never import another actor's; the door (the
-# facade, the package) composes them. A new module must be placed here (some names are
-# placed ahead of the merge of the branch that adds them: process_id, run_params,
-# borrowed, enqueueing, job_health, retirement, backfill, history_limits).
-_FOUNDATION = {
-    "chain_order", "clock", "driver", "durations", "engine", "errors", "events", "jobspec",
-    "migrations", "payloads", "records", "redaction", "retry", "schema", "schema_shape",
-    "spec", "states", "translate", "types", "writer_gate", "process_id", "run_params",
-}  # fmt: skip
-_STATEMENTS = {
-    "statements", "transitions", "transition_door", "job_transitions", "limit_transitions",
-    "tx", "session", "borrowed",
-}  # fmt: skip
-_FLOOR = {
-    "approvals", "budgets", "chains", "control", "firing", "jobs",
-    "pools", "reads", "result_hooks", "rows", "sources", "verdicts", "watchdog_jobs",
-    "enqueueing", "job_health", "retirement", "notify", "fan_in", "lease_expiry",
-}  # fmt: skip
-_ACTORS = {
-    "beat": {"adapter_verdicts", "beats", "dispatch"},
-    "worker": {"claiming", "output", "runs"},
-    "operator": {"backfill", "cancellation", "operator", "pausing"},
-    "upkeep": {"checkup", "history", "history_limits", "retention", "watchdog"},
-}
-_DOOR = {"", "facade", "store", "testing"}
+# Dependencies flow down this list and never up: the vocabulary every layer speaks (root
+# modules), the database floor, what a user may write, the statements, the transition
+# table and its door, the readers, then the nouns by meaning (limits, occurrences, jobs,
+# upkeep), and the door that composes them (the facade, the store; the package itself
+# above all). A new module must be placed: in a folder, or at the root by name here.
+_KERNEL_LAYERS: tuple[frozenset[str], ...] = tuple(
+    frozenset(names.split())
+    for names in (
+        "errors states events types records redaction",
+        "db migrations",
+        "spec",
+        "statements",
+        "transitions",
+        "reads",
+        "limits",
+        "occurrences",
+        "jobs",
+        "upkeep",
+        "facade",
+        "store testing",
+    )
+)
+#: At most this many modules at the kernel's root and in any one folder (issue 37).
+_KERNEL_ROOT_MODULES, _KERNEL_FOLDER_MODULES = 12, 15
 
 
-def _kernel_place(module: str) -> tuple[int, str]:
-    """(layer, actor) of ``kernel.<module>``: 0 foundation ... 4 door."""
+def _kernel_layer(module: str) -> int:
+    """The position in :data:`_KERNEL_LAYERS` of ``kernel.<folder or root module>...``."""
     top = module.split(".")[1] if "." in module else ""
-    for layer, names in enumerate((_FOUNDATION, _STATEMENTS, _FLOOR)):
+    if not top:
+        return len(_KERNEL_LAYERS)
+    for layer, names in enumerate(_KERNEL_LAYERS):
         if top in names:
-            return layer, ""
-    for actor, names in _ACTORS.items():
-        if top in names:
-            return 3, actor
-    if top in _DOOR:
-        return 4, ""
+            return layer
     raise AssertionError(f"kernel module {module} has no place in tests/test_static.py")
 
 
 def _kernel_imports(path: Path) -> set[str]:
-    """The kernel modules ``path`` imports (``from kernel import runs`` names kernel.runs)."""
+    """The kernel modules ``path`` imports, type-only imports included."""
     return {m for m in imported(path) if m.split(".")[0] == "kernel"}
 
 
-def test_the_kernel_layers_point_down_and_no_actor_imports_another() -> None:
+def test_the_kernel_folders_point_down() -> None:
     offenders = []
     for path in sorted((ROOT / "kernel").rglob("*.py")):
         module = module_name(path)
-        layer, actor = _kernel_place(module)
+        layer = _kernel_layer(module)
         for target in sorted(_kernel_imports(path)):
-            their_layer, their_actor = _kernel_place(target)
-            if their_layer > layer or (layer == 3 and their_layer == 3 and their_actor != actor):
-                offenders.append(f"{module} ({actor or layer}) imports {target}")
+            if _kernel_layer(target) > layer:
+                offenders.append(f"{module} imports {target}, a layer above it")
     assert offenders == []
+
+
+def test_the_kernel_root_and_folders_stay_small() -> None:
+    root = ROOT / "kernel"
+    assert len(list(root.glob("*.py"))) <= _KERNEL_ROOT_MODULES
+    crowded = {
+        folder.name: count
+        for folder in root.iterdir()
+        if folder.is_dir()
+        and folder.name != "migrations"
+        and (count := len([p for p in folder.glob("*.py") if p.name != "__init__.py"]))
+        > _KERNEL_FOLDER_MODULES
+    }
+    assert crowded == {}
 
 
 #: The kernel modules the layers above may import: the facade and what its methods take
 #: and return (types, errors, states, payloads), the job spec's validation and schema,
 #: and the engine's construction. Everything else is the kernel's own.
 _PUBLIC_KERNEL = {
-    "kernel", "kernel.types", "kernel.errors", "kernel.states", "kernel.payloads",
-    "kernel.jobspec", "kernel.spec.jobfile", "kernel.durations", "kernel.redaction",
-    "kernel.engine",
+    "kernel", "kernel.types", "kernel.errors", "kernel.states", "kernel.spec.payloads",
+    "kernel.spec.jobspec", "kernel.spec.jobfile", "kernel.spec.durations", "kernel.redaction",
+    "kernel.db.engine",
 }  # fmt: skip
 #: Imports between our own packages' parts that the layers refuse (importer prefix,
 #: refused prefix): the web and the CLI share celery_app/operations, not each other;

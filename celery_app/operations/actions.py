@@ -18,7 +18,7 @@ from kernel import (
     PauseUnsupported,
     SafePoint,
 )
-from kernel.durations import text
+from kernel.spec.durations import text
 
 __all__ = [
     "Action",

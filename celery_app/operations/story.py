@@ -47,7 +47,7 @@ def _source(data: dict[str, Any]) -> str:
         return f"created by its fan-in, for the parents' firing at {rest}"
     if kind in ("cron", "every", "at", "in"):
         return f"created by Beat for the {kind} firing at {rest}"
-    if kind in ("key", "enqueue"):  # kernel/enqueueing.py
+    if kind in ("key", "enqueue"):  # kernel/jobs/enqueueing.py
         return f"enqueued with key {rest!r}" if kind == "key" else "enqueued (no key)"
     return f"created ({key})"
 

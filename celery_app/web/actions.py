@@ -25,7 +25,7 @@ from celery_app import operations
 from celery_app.definitions import apply_specs, web_spec
 from celery_app.web.users import Role, User
 from kernel import Decision, Kernel
-from kernel.durations import parse_duration
+from kernel.spec.durations import parse_duration
 from kernel.states import ACTIVE
 
 __all__ = [

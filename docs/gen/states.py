@@ -1,5 +1,5 @@
 """The state diagrams, in Mermaid, and the reference tables, from the kernel's transition
-table (kernel/transitions.py).
+table (kernel/transitions/occurrences.py).
 
 The README carries the occurrence diagram too; tests/test_docs.py checks that it is this
 output. Print it with ``python -m docs.gen.states``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kernel.transitions import (
+from kernel.transitions.occurrences import (
     BUDGET_TRANSITIONS,
     CONTROL_TRANSITIONS,
     JOB_SOURCE_TRANSITIONS,
@@ -94,7 +94,8 @@ def states_page() -> str:
         [
             "# States and transitions",
             "",
-            "Generated from the kernel's transition table (`kernel/transitions.py`), the",
+            "Generated from the kernel's transition table",
+            "(`kernel/transitions/occurrences.py`), the",
             "one place the kernel's behaviour lives: each row is one guarded statement in",
             "`kernel.statements`, and the kernel appends an event a row lists only in a",
             "transaction that ran a row listing it.",

@@ -34,10 +34,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, Union
 import sqlalchemy as sa
 
 from kernel import reads
-from kernel.clock import Clock
+from kernel.db.clock import Clock
+from kernel.db.session import Session
+from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
-from kernel.session import Session
-from kernel.tx import Tx
 from kernel.types import ActionResult
 
 __all__ = ["FacadeBase", "write", "read", "answered", "ms", "lease_ms"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from kernel import beats, dispatch, lease_expiry
-from kernel import jobs as job_ops
+from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, write
+from kernel.jobs import definitions as job_ops
+from kernel.occurrences import dispatch, lease_expiry
 from kernel.records import from_dt
-from kernel.tx import Tx
 from kernel.types import Beat, DispatchHint, Job
+from kernel.upkeep import beats
 
 __all__ = ["BeatFacade"]
 

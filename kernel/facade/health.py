@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel import job_health, notify
+from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, read, write
-from kernel.tx import Tx
+from kernel.jobs import health as job_health
 from kernel.types import JobHealth, Notification
+from kernel.upkeep import notify
 
 __all__ = ["HealthFacade"]
 
@@ -34,7 +35,7 @@ class HealthFacade(FacadeBase):
     ) -> int | None:
         """Record the notification of the run (``occurrence_id``, ``fence``) that settled
         failed (``event``: dead_letter or failed); its id, or None when that run did not
-        settle failed or already has one (:mod:`kernel.notify`)."""
+        settle failed or already has one (:mod:`kernel.upkeep.notify`)."""
         return notify.record(
             tx,
             occurrence_id,

@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernel import budgets, cancellation, sources
-from kernel import jobs as job_ops
-from kernel import pools as pool_ops
-from kernel.cancellation import JobCancel
+from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, read, write
 from kernel.facade.gates import checked_budgets
+from kernel.jobs import cancellation, sources
+from kernel.jobs import definitions as job_ops
+from kernel.jobs.cancellation import JobCancel
+from kernel.limits import budgets
+from kernel.limits import pools as pool_ops
 from kernel.spec.sections import Budget
-from kernel.tx import Tx
 from kernel.types import Job
 
 __all__ = ["JobFacade"]

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from kernel import reads, watchdog
-from kernel.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
+from kernel import reads
+from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read
 from kernel.states import ACTIVE
-from kernel.tx import Tx
 from kernel.types import Event, Job, Occurrence
+from kernel.upkeep import watchdog
+from kernel.upkeep.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
 
 __all__ = ["ObserveFacade"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernel import firing, pausing, verdicts
-from kernel import operator as op
+from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, answered, write
-from kernel.tx import Tx
+from kernel.occurrences import firing, pausing, verdicts
+from kernel.occurrences import operator as op
 from kernel.types import ActionResult
 
 __all__ = ["OperatorFacade"]

@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from kernel import history, pools, retention, watchdog
+from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
 from kernel.facade.base import FacadeBase, ms, write
-from kernel.tx import Tx
+from kernel.limits import pools
+from kernel.upkeep import history, retention, watchdog
 
 __all__ = ["UpkeepFacade"]
 
@@ -25,7 +26,7 @@ class UpkeepFacade(FacadeBase):
     def apply_retention(
         self, tx: Tx, ages: Mapping[str, float | None], *, limit: int = 500
     ) -> dict[str, Any]:
-        """One bounded retention pass (see :mod:`kernel.retention`).
+        """One bounded retention pass (see :mod:`kernel.upkeep.retention`).
 
         Args:
             ages: seconds to keep each prunable status's history (``succeeded``,

@@ -1,10 +1,11 @@
-"""Unknown outcomes the adapter answers before an operator (kernel/adapter_verdicts.py)."""
+"""Unknown outcomes the adapter answers before an operator
+(kernel/occurrences/adapter_verdicts.py)."""
 
 from __future__ import annotations
 
-from kernel import adapter_verdicts
+from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, write
-from kernel.tx import Tx
+from kernel.occurrences import adapter_verdicts
 from kernel.types import AdapterAsk, Adjudication, DispatchHint, Occurrence, Verdict
 
 __all__ = ["VerdictFacade"]

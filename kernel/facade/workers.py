@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernel import claiming, output, result_hooks, runs, watchdog_jobs
+from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, lease_ms, ms, write
+from kernel.occurrences import claiming, output, result_hooks, runs
 from kernel.states import Effect
-from kernel.tx import Tx
 from kernel.types import Claim, RenewAnswer
+from kernel.upkeep import watchdog_jobs
 
 __all__ = ["WorkerFacade"]
 
-# The built-in kinds whose succeeded result asks the kernel for more (kernel.result_hooks).
+# The built-in kinds whose succeeded result asks the kernel for more
+# (kernel.occurrences.result_hooks).
 result_hooks.register(watchdog_jobs.KIND, watchdog_jobs.record_report)
 
 
@@ -157,8 +159,9 @@ class WorkerFacade(FacadeBase):
         pause_request_id: str | None,
         expected_revision: int | None,
     ) -> None:
-        """Both acts are the kernel's one release at a safe point (:func:`kernel.runs.release`);
-        a pause request id makes it the pause's acknowledgement."""
+        """Both acts are the kernel's one release at a safe point
+        (:func:`kernel.occurrences.runs.release`); a pause request id makes it the pause's
+        acknowledgement."""
         runs.release(
             tx,
             occurrence_id,
@@ -180,5 +183,6 @@ class WorkerFacade(FacadeBase):
         fence: int,
         chunks: Sequence[tuple[str, str]],
     ) -> None:
-        """Store ``(stream, text)`` chunks of a run's output (fenced; see :mod:`kernel.output`)."""
+        """Store ``(stream, text)`` chunks of a run's output (fenced; see
+        :mod:`kernel.occurrences.output`)."""
         output.append_output(tx, occurrence_id, owner, fence, chunks)

@@ -6,7 +6,7 @@ import logging
 
 from alembic import context
 
-from kernel.schema import metadata
+from kernel.db.schema import metadata
 
 # Every worker and Beat migrates at start; alembic's per-run INFO chatter is noise there.
 logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING)

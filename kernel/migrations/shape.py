@@ -1,6 +1,6 @@
 """Rewrite ``shape.json`` after a new migration: ``python -m kernel.migrations.shape
 SQLITE_URL POSTGRESQL_URL`` (tests/kernel/test_schema_shape.py says when it is due).
-It stands above :mod:`kernel.engine` and :mod:`kernel.schema_shape`, whose pieces it
+It stands above :mod:`kernel.db.engine` and :mod:`kernel.db.schema_shape`, whose pieces it
 runs, so neither imports the other back."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import sys
 from typing import Any
 
-from kernel.engine import HEAD_REVISION, create_kernel_engine, migrate
-from kernel.schema_shape import EXPECTED_FILE, live_shape, migration_checksums
+from kernel.db.engine import HEAD_REVISION, create_kernel_engine, migrate
+from kernel.db.schema_shape import EXPECTED_FILE, live_shape, migration_checksums
 
 __all__ = ["write_shapes"]
 

@@ -1,4 +1,4 @@
-"""Field checks of the job-spec models: one reader of :mod:`kernel.durations` each, with
+"""Field checks of the job-spec models: one reader of :mod:`kernel.spec.durations` each, with
 its JSON Schema.
 
 A field is declared ``Annotated[float, seconds(5, 86400)]``: pydantic calls the reader,
@@ -19,8 +19,8 @@ from typing import Any
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
-from kernel import durations as d
 from kernel.errors import InvalidArgument
+from kernel.spec import durations as d
 
 __all__ = [
     "BOOLEAN",
@@ -133,5 +133,5 @@ INSTANT = Check(
     d.instant,
     {"type": "string", "format": "date-time", "description": "ISO 8601 with a UTC offset"},
 )
-#: An object whose content another model judges (a payload: :mod:`kernel.payloads`).
+#: An object whose content another model judges (a payload: :mod:`kernel.spec.payloads`).
 OBJECT = Check(_object, {"type": "object"})

@@ -1,7 +1,7 @@
 """The JSON Schema (draft 2020-12) of a job file, for editors and linters.
 
 :mod:`beat_schedule.jobfiles` reads job files; this describes the same document:
-``jobs`` (each a :class:`~kernel.jobspec.JobSpec`, its payload by kind), and the shared
+``jobs`` (each a :class:`~kernel.spec.jobspec.JobSpec`, its payload by kind), and the shared
 ``pools`` and ``budgets`` that jobs name. The models validate nothing at run time: the
 schema is generated from the very models that do.
 """
@@ -13,9 +13,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from pydantic.json_schema import models_json_schema
 
-from kernel.jobspec import JobSpec
-from kernel.payloads import PAYLOAD_MODELS
 from kernel.spec.fields import integer
+from kernel.spec.jobspec import JobSpec
+from kernel.spec.payloads import PAYLOAD_MODELS
 from kernel.spec.sections import Budget, Name, Section
 
 __all__ = ["SCHEMA_DIALECT", "JobFile", "Pool", "job_file_schema"]

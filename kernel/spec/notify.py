@@ -4,7 +4,7 @@
 ``dead_letter`` a run that made the occurrence a dead letter (with both, such a run
 notifies once, as ``dead_letter``). The target is a Celery task (sent by name with the
 notification as its ``notification`` keyword) or an http POST of it; the http form is
-an http payload (:class:`kernel.payloads.HttpPayload`: ``url``, ``headers``,
+an http payload (:class:`kernel.spec.payloads.HttpPayload`: ``url``, ``headers``,
 ``secret_headers``), checked and sent by the same rules as an http job.
 """
 
@@ -16,8 +16,8 @@ from typing import Annotated, Any, Self
 from pydantic import Field, model_validator
 
 from kernel.errors import InvalidArgument
-from kernel.payloads import check_payload
 from kernel.spec.fields import Check, choice, integer, refuse, seconds, text
+from kernel.spec.payloads import check_payload
 from kernel.spec.sections import Section
 from kernel.states import FAILED
 

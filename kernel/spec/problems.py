@@ -16,8 +16,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from kernel.durations import child_path
 from kernel.errors import InvalidArgument
+from kernel.spec.durations import child_path
 from kernel.spec.fields import ERROR_TYPE
 
 __all__ = ["Problem", "Shape", "problems_of", "raise_problems"]
@@ -66,7 +66,7 @@ def path_of(loc: Sequence[int | str], prefix: str = "") -> str:
 
 
 #: Our tags of the unions' alternatives (a budget: kernel.spec.sections; a watchdog's
-#: check: kernel.payloads), not keys.
+#: check: kernel.spec.payloads), not keys.
 TAGS = frozenset({"<object>", "<name>", "<none>", "<shell>", "<callable>"})
 
 

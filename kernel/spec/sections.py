@@ -182,7 +182,7 @@ class After(Section):
 
     Or fan-in: ``all`` names several parents, and the job fires once for each logical
     firing (the parents' scheduled instant) that every one of them ran successfully,
-    all within ``within_s`` of that instant (:mod:`kernel.fan_in`).
+    all within ``within_s`` of that instant (:mod:`kernel.jobs.fan_in`).
     """
 
     model_config = ConfigDict(

@@ -6,8 +6,6 @@ from kernel.statements.adjudication import *  # noqa: F403
 from kernel.statements.adjudication import __all__ as _adjudication
 from kernel.statements.beat import *  # noqa: F403
 from kernel.statements.beat import __all__ as _beat
-from kernel.statements.beats import *  # noqa: F403
-from kernel.statements.beats import __all__ as _beats
 from kernel.statements.claims import *  # noqa: F403
 from kernel.statements.claims import __all__ as _claims
 from kernel.statements.enqueues import *  # noqa: F403
@@ -38,7 +36,6 @@ __all__ = [
     *_operator,
     *_pools,
     *_beat,
-    *_beats,
     *_sources,
     *_gates,
     *_jobs,

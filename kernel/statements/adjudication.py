@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.schema import adjudication_asks, occurrences
+from kernel.db.schema import adjudication_asks, occurrences
 from kernel.statements.operator import VERDICT_RETURNS
 from kernel.statements.predicates import OF_OCCURRENCE
 

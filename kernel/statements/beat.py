@@ -1,5 +1,6 @@
-"""Beat's statements: materialise an occurrence (also run-now's and a chain's), and mark
-occurrences hinted."""
+"""Beat's statements: materialise an occurrence (also run-now's and a chain's), mark
+occurrences hinted, and keep the registry of Beats (a heartbeat, a clean deregistration,
+forgetting the silent)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,21 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.driver import DriverStatement
-from kernel.schema import occurrences
+from kernel.db.driver import DriverStatement
+from kernel.db.schema import beats, occurrences
 from kernel.statements.claims import JOB_ALLOWS_CLAIM, NO_UNRESOLVED_RUN
 from kernel.statements.pools import ROOM_IN_POOL
 from kernel.statements.predicates import NOT_PAUSED, claimable_now
 
-__all__ = ["CREATE_OCCURRENCE", "HINT", "MARK_HINTED"]
+__all__ = [
+    "CREATE_OCCURRENCE",
+    "HINT",
+    "MARK_HINTED",
+    "TOUCH_BEAT",
+    "REGISTER_BEAT",
+    "DEREGISTER_BEAT",
+    "FORGET_SILENT_BEATS",
+]
 
 #: What a new occurrence is given; the rest (lease, results, dispatch) starts NULL.
 _COLUMNS = (
@@ -134,3 +143,41 @@ def _hint(dialect: str) -> Any:
 #: ``limit`` claimable occurrences (``waiting``), then expired leases Beat will not
 #: settle; none hinted since ``rehint_before``. The rows come back in no order.
 HINT = {dialect: DriverStatement(_hint(dialect), dialect) for dialect in ("postgresql", "sqlite")}
+
+
+# -- the registry of Beats ---------------------------------------------------------------
+
+#: A registered Beat ticked: zero rows when it is not registered (REGISTER_BEAT then).
+TOUCH_BEAT = (
+    sa.update(beats)
+    .where(beats.c.id == p("beat_id"))
+    .values(last_tick_at=p("now"), interval_s=p("interval_s"), host=p("host"))
+)
+
+
+def _register(insert: Any) -> Any:
+    """A Beat's first tick; a concurrent first tick of the same id already registered it."""
+    return (
+        insert(beats)
+        .values(
+            id=p("beat_id"),
+            host=p("host"),
+            interval_s=p("interval_s"),
+            started_at=p("now"),
+            last_tick_at=p("now"),
+        )
+        .on_conflict_do_nothing()
+    )
+
+
+REGISTER_BEAT = {"postgresql": _register(postgresql.insert), "sqlite": _register(sqlite.insert)}
+
+#: A Beat that stops cleanly; zero rows when it was not registered.
+DEREGISTER_BEAT = sa.delete(beats).where(beats.c.id == p("beat_id")).returning(beats.c.host)
+
+#: Beats whose last tick is before ``silent_since``.
+FORGET_SILENT_BEATS = (
+    sa.delete(beats)
+    .where(beats.c.last_tick_at < p("silent_since"))
+    .returning(beats.c.id, beats.c.host, beats.c.last_tick_at)
+)

@@ -1,6 +1,6 @@
 """A claim's statements: the read it decides from, and the compare-and-set that takes the run.
 
-Built once and run on the driver (kernel.driver.DriverStatement) where they are on
+Built once and run on the driver (kernel.db.driver.DriverStatement) where they are on
 every task's path (why: kernel/statements/worker.py).
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
-from kernel.clock import StatementNow
-from kernel.driver import DriverStatement
+from kernel.db.clock import StatementNow
+from kernel.db.driver import DriverStatement
+from kernel.db.schema import controls, jobs, occurrences, requeue_grants
 from kernel.events import EventType
-from kernel.schema import controls, jobs, occurrences, requeue_grants
 from kernel.statements.logged import logged
 from kernel.statements.predicates import CLAIMABLE_STATUS, claimable_now
 from kernel.statements.settles import PLAIN_SUCCESS, PLAIN_SUCCESS_LOGGED
@@ -75,7 +75,7 @@ _claimable_now = sa.or_(
 #: value), which cost the claim three times its UPDATE (bench/README.md).
 JOB_ALLOWS_CLAIM = sa.or_(
     OCC.c.trigger_key.like(sa.literal_column("'manual:%'")),
-    # A one-shot job is disabled by its own firing (kernel.jobs.fire); that firing runs.
+    # A one-shot job is disabled by its own firing (kernel.jobs.definitions.fire); that firing runs.
     OCC.c.trigger_key.like(sa.literal_column("'at:%'")),
     sa.exists().where(jobs.c.id == OCC.c.job_id, jobs.c.enabled),
 )

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.schema import jobs, occurrences
+from kernel.db.schema import jobs, occurrences
 
 __all__ = [
     "ENQUEUE_COLUMNS",

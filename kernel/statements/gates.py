@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.schema import budget_reservations, budget_windows, budgets, jobs, occurrences
+from kernel.db.schema import budget_reservations, budget_windows, budgets, jobs, occurrences
 from kernel.statements.predicates import OF_OCCURRENCE
 
 __all__ = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
-from kernel.schema import (
+from kernel.db.schema import (
     adjudication_asks,
     budget_reservations,
     controls,

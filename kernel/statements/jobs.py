@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.schema import jobs, occurrences
+from kernel.db.schema import jobs, occurrences
 from kernel.states import RESOLVED, UNSETTLED
 
 __all__ = [

@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.schema import events
+from kernel.db.schema import events
 
 __all__ = ["logged"]
 

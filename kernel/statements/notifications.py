@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.schema import events, notifications
+from kernel.db.schema import events, notifications
 
 __all__ = [
     "RECORD_NOTIFICATION",

@@ -16,7 +16,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from kernel.schema import controls, jobs, occurrences, operator_requests, requeue_grants
+from kernel.db.schema import controls, jobs, occurrences, operator_requests, requeue_grants
 from kernel.statements.predicates import OF_OCCURRENCE
 
 __all__ = [

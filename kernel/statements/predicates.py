@@ -6,7 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.schema import controls, occurrences
+from kernel.db.schema import controls, occurrences
 from kernel.states import CLAIMABLE, ControlState
 
 __all__ = ["CLAIMABLE_STATUS", "NOT_PAUSED", "OF_OCCURRENCE", "claimable_now"]

@@ -1,6 +1,6 @@
 """A settle's statements: the holder ends its run, its control and its events.
 
-Run on the driver (kernel.driver.DriverStatement): one settle per task.
+Run on the driver (kernel.db.driver.DriverStatement): one settle per task.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
-from kernel.clock import StatementNow
-from kernel.driver import DriverStatement
+from kernel.db.clock import StatementNow
+from kernel.db.driver import DriverStatement
+from kernel.db.schema import controls, jobs, occurrences
 from kernel.events import EventType
-from kernel.schema import controls, jobs, occurrences
 from kernel.statements.logged import logged
 
 __all__ = [
@@ -48,7 +48,7 @@ _unknown_once = sa.and_(p("effect", type_=sa.String) == sa.literal("unknown"), _
 #: A retry of a run an operator asked to cancel would wait for ever (no claim
 #: takes a cancel-requested row): decided here, under the row's write lock, so a
 #: cancel landing after the caller's retry decision still wins. A cancel also wins
-#: over an unknown outcome, as it does at a lease's expiry (kernel.lease_expiry.expire).
+#: over an unknown outcome, as it does at a lease's expiry (kernel.occurrences.lease_expiry.expire).
 _cancel_wins = sa.and_(
     sa.or_(_to_status == sa.literal("retry_wait"), _unknown_once), OCC.c.cancel_requested
 )
@@ -138,7 +138,7 @@ TERMINATE_CONTROL = DriverStatement(_terminate_control)
 #: ``terminal`` (its own statement, so its snapshot sees a pause request that landed
 #: while SETTLE waited for the row), ``control_terminal`` for a pause still pending,
 #: then the settle's event (``type``, ``data``): the same rows, in the same order, as
-#: kernel/control.py ``end_control`` and ``Tx.emit`` write in two round trips.
+#: kernel/occurrences/control.py ``end_control`` and ``Tx.emit`` write in two round trips.
 _ended = _terminate_control.cte("ended")
 _ended_logged = (
     logged(

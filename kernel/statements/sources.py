@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.schema import job_sources, jobs
+from kernel.db.schema import job_sources, jobs
 
 __all__ = ["RESTORE_LISTED_JOBS", "OWN_JOBS", "RETIRE_UNLISTED_JOBS", "FORGET_JOB_SOURCE"]
 

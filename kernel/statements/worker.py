@@ -5,7 +5,7 @@ owner and lease the caller observed, so zero rows means someone else moved
 first and the caller gets a precise domain error, never a silent overwrite.
 
 The statements a worker runs per task (claims.py, settles.py; events in
-kernel/tx.py) are :class:`~kernel.driver.DriverStatement` s: still Core, rendered
+kernel/db/tx.py) are :class:`~kernel.db.driver.DriverStatement` s: still Core, rendered
 once per dialect and run on the driver, because SQLAlchemy's per-execution cost
 would otherwise exceed the database's (bench/kernel_throughput.py).
 """
@@ -18,9 +18,9 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.driver import DriverStatement
+from kernel.db.driver import DriverStatement
+from kernel.db.schema import controls, events, occurrences
 from kernel.events import EventType
-from kernel.schema import controls, events, occurrences
 from kernel.statements.logged import logged
 from kernel.statements.predicates import OF_OCCURRENCE
 from kernel.statements.settles import lease_held_at

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from beat_schedule.sync import entry_to_spec
 from beat_schedule.timing import preview
-from kernel.jobspec import validate_job_spec
+from kernel.spec.jobspec import validate_job_spec
 
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe")
 FIRINGS = 6

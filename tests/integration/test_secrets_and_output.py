@@ -23,8 +23,8 @@ from sqlalchemy.engine import make_url
 from adapters.registry import load_adapters
 from celery_app.runtime import LeaseKeeper, run_occurrence
 from kernel import Kernel
+from kernel.db.schema import jobs, metadata
 from kernel.records import dumps, loads
-from kernel.schema import jobs, metadata
 
 _TERMINAL = ("succeeded", "dead_letter")
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernel.jobs import FireReport
+from kernel.jobs.definitions import FireReport
 from kernel.store import Kernel
 from kernel.testing import ManualClock
 from kernel.types import Claim, Job

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kernel.adapter_verdicts import MAX_ASKS
 from kernel.errors import InvalidArgument, LeaseLost, StateConflict
+from kernel.occurrences.adapter_verdicts import MAX_ASKS
 from kernel.states import Decision
 from kernel.states import OccurrenceStatus as S
 from kernel.store import Kernel

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from kernel.job_health import job_health_query
+from kernel.jobs.health import job_health_query
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
-from kernel.schema import job_sources
+from kernel.db.schema import job_sources
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness

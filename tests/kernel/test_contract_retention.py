@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 import sqlalchemy as sa
 
+from kernel.db.schema import budget_windows
 from kernel.errors import InvalidArgument, NotFound
-from kernel.schema import budget_windows
 from kernel.states import OccurrenceStatus as S
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import pytest
 import sqlalchemy as sa
 
 from kernel import EvidenceConflict, InvalidArgument
-from kernel.run_params import merge_patch
-from kernel.schema import occurrences, operator_requests
+from kernel.db.schema import occurrences, operator_requests
+from kernel.spec.run_params import merge_patch
 
 from .conftest import Harness
 

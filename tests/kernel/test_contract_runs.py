@@ -40,8 +40,8 @@ def test_a_queued_claim_records_what_a_claim_decided_from_a_read_records(k: Harn
     from a read writes (here a retry's)."""
     import sqlalchemy as sa
 
+    from kernel.db.schema import events
     from kernel.records import dumps
-    from kernel.schema import events
 
     [occ_id] = k.occurrences(lease=90.7, max_attempts=2)
     claim = k.kernel.claim(occ_id, owner="w1")

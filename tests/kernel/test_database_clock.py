@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from kernel.clock import DatabaseClock
+from kernel.db.clock import DatabaseClock
 from kernel.store import Kernel
 
 

@@ -7,7 +7,7 @@ import re
 from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel import statements as st
-from kernel.driver import DriverStatement, render_all
+from kernel.db.driver import DriverStatement, render_all
 
 
 def _driver_statements() -> dict[str, DriverStatement]:

@@ -8,7 +8,7 @@ from alembic import command
 from alembic.config import Config
 
 from kernel import Pool
-from kernel.engine import create_kernel_engine
+from kernel.db.engine import create_kernel_engine
 from kernel.store import Kernel
 from kernel.testing import ManualClock
 

@@ -18,9 +18,9 @@ from sqlalchemy.dialects.postgresql import psycopg as pg_psycopg
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from kernel import statements as st
-from kernel.engine import HEAD_REVISION, _alembic_config, create_kernel_engine
+from kernel.db.engine import HEAD_REVISION, _alembic_config, create_kernel_engine
+from kernel.db.schema import metadata
 from kernel.errors import SchemaUnknown
-from kernel.schema import metadata
 from kernel.store import Kernel
 from kernel.testing import ManualClock
 
@@ -141,7 +141,7 @@ def test_settle_by_id_stays_a_primary_key_lookup_with_many_rows_in_flight(
         template = kernel.run_now(
             "job", request_id="seed", operator="test", force=True
         ).occurrence.id
-        with kernel.engine.begin() as conn:
+        with kernel.db.engine.begin() as conn:
             conn.execute(
                 sa.text(
                     """

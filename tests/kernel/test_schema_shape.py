@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from kernel import schema_shape
-from kernel.checkup import schema_fingerprint
-from kernel.engine import HEAD_REVISION, create_kernel_engine
+from kernel.db import schema_shape
+from kernel.db.engine import HEAD_REVISION, create_kernel_engine
+from kernel.db.schema_shape import compare, edited_migrations, expected_shape, live_shape
 from kernel.errors import SchemaUnknown
-from kernel.schema_shape import compare, edited_migrations, expected_shape, live_shape
 from kernel.store import Kernel
+from kernel.upkeep.checkup import schema_fingerprint
 from tests.kernel.conftest import Harness
 
 REWRITE = (
@@ -113,8 +113,8 @@ def test_an_edited_migration_is_caught_by_its_checksum(
     edited.write_text(json.dumps(document))
     monkeypatch.setattr(schema_shape, "EXPECTED_FILE", edited)
     assert edited_migrations() == [first]
-    monkeypatch.setattr("kernel.checkup.EXPECTED_FILE", edited)
-    monkeypatch.setattr("kernel.checkup.edited_migrations", edited_migrations)
+    monkeypatch.setattr("kernel.upkeep.checkup.EXPECTED_FILE", edited)
+    monkeypatch.setattr("kernel.upkeep.checkup.edited_migrations", edited_migrations)
     engine = create_kernel_engine(f"sqlite:///{tmp_path / 'k.db'}")
     try:
         finding = schema_fingerprint(engine)

@@ -53,7 +53,7 @@ from kernel.errors import KernelError
 from kernel.records import checkpoint_data
 from kernel.store import Kernel
 from kernel.testing import ManualClock, memory_kernel
-from kernel.transitions import allowed_pairs
+from kernel.transitions.occurrences import allowed_pairs
 
 pytestmark = pytest.mark.long
 

@@ -16,10 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.sql import visitors
 
 from kernel import statements as st
-from kernel import transitions as T
-from kernel.driver import DriverStatement
-from kernel.events import EventType
-from kernel.schema import (
+from kernel.db.driver import DriverStatement
+from kernel.db.schema import (
     budget_reservations,
     budget_windows,
     budgets,
@@ -30,6 +28,8 @@ from kernel.schema import (
     occurrences,
     pools,
 )
+from kernel.events import EVENTS_OUTSIDE_THE_TABLE, EventType
+from kernel.transitions import occurrences as T
 
 KERNEL = Path(T.__file__).resolve().parent
 
@@ -138,7 +138,7 @@ def test_every_event_the_kernel_writes_is_a_rows_or_named_outside_the_table() ->
         if name not in _TABLE_MODULES
         for event in _events_written(tree)
     }
-    outside = set(T.EVENTS_OUTSIDE_THE_TABLE)
+    outside = set(EVENTS_OUTSIDE_THE_TABLE)
     neither = sorted(
         f"{name}: {event}"
         for name, event in written

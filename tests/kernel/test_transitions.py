@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from kernel import statements as st
-from kernel import transitions as T
+from kernel.db.tx import Tx
 from kernel.events import EventType
-from kernel.job_transitions import OPERATOR_ENABLES_JOB
-from kernel.limit_transitions import OPERATOR_SETS_POOL_LIMIT
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.testing import memory_kernel
-from kernel.transitions import (
+from kernel.transitions import occurrences as T
+from kernel.transitions.jobs import OPERATOR_ENABLES_JOB
+from kernel.transitions.limits import OPERATOR_SETS_POOL_LIMIT
+from kernel.transitions.occurrences import (
     BUDGET_TRANSITIONS,
     CONTROL_TRANSITIONS,
     JOB_SOURCE_TRANSITIONS,
@@ -22,7 +23,6 @@ from kernel.transitions import (
     TRANSITIONS,
     allowed_pairs,
 )
-from kernel.tx import Tx
 
 
 def test_every_row_names_a_statement_of_the_kernel() -> None:
@@ -63,8 +63,8 @@ def test_a_cancel_can_end_every_unsettled_status() -> None:
 def test_an_occurrence_event_needs_a_row_that_ran_in_its_transaction() -> None:
     kernel = memory_kernel()
     try:
-        with kernel.engine.begin() as conn:
-            tx = Tx(conn, kernel.clock, kernel.dialect)
+        with kernel.db.engine.begin() as conn:
+            tx = Tx(conn, kernel.db.clock, kernel.dialect)
             tx.emit(EventType.HISTORY_PRUNED)  # not a transition's event
             with pytest.raises(AssertionError, match="occurrence_succeeded appended without"):
                 tx.emit(EventType.OCCURRENCE_SUCCEEDED, occurrence_id=1)
@@ -84,8 +84,8 @@ def _requeue_params() -> dict[str, object]:
 def test_a_job_or_pool_event_needs_a_row_that_ran_in_its_transaction() -> None:
     kernel = memory_kernel()
     try:
-        with kernel.engine.begin() as conn:
-            tx = Tx(conn, kernel.clock, kernel.dialect)
+        with kernel.db.engine.begin() as conn:
+            tx = Tx(conn, kernel.db.clock, kernel.dialect)
             with pytest.raises(AssertionError, match="job_enabled appended without"):
                 tx.emit(EventType.JOB_ENABLED, job_id="j")
             with pytest.raises(AssertionError, match="pool_limit_set appended without"):

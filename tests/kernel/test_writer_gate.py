@@ -8,11 +8,11 @@ import threading
 import time
 from pathlib import Path
 
-from kernel.writer_gate import WriterGate
+from kernel.db.writer_gate import WriterGate
 
 HOLD = """
 import sys, time
-from kernel.writer_gate import WriterGate
+from kernel.db.writer_gate import WriterGate
 gate = WriterGate(sys.argv[1], timeout_s=5)
 assert gate.acquire()
 print("held", flush=True)
@@ -59,7 +59,7 @@ def test_a_frozen_holder_costs_at_most_the_timeout(tmp_path: Path) -> None:
 
 TRY = """
 import sys
-from kernel.writer_gate import WriterGate
+from kernel.db.writer_gate import WriterGate
 gate = WriterGate(sys.argv[1], timeout_s=0.3)
 print(gate.acquire())
 """

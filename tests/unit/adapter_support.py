@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from adapters.base import ExecutionContext, HandBack
-from kernel.jobspec import validate_job_spec
+from kernel.spec.jobspec import validate_job_spec
 from kernel.states import OccurrenceStatus
 from kernel.types import Occurrence
 
@@ -30,7 +30,7 @@ def make_occurrence(
     """A running occurrence of job ``nightly`` whose snapshot holds ``payload``.
 
     The snapshot is what the kernel would store: the payload goes through the same
-    validation (:func:`~kernel.jobspec.validate_job_spec`) and comes out normalised.
+    validation (:func:`~kernel.spec.jobspec.validate_job_spec`) and comes out normalised.
     """
     definition = validate_job_spec({"id": "nightly", "kind": kind, "payload": payload}).to_dict()
     return Occurrence(

@@ -20,7 +20,7 @@ from adapters.base import (
     RuntimeControl,
     read_payload,
 )
-from kernel.payloads import ShellPayload
+from kernel.spec.payloads import ShellPayload
 from kernel.states import Effect
 
 

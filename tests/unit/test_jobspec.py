@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel.errors import InvalidArgument
-from kernel.jobspec import (
+from kernel.spec.jobspec import (
     MAX_PAYLOAD_BYTES,
     JobSpec,
     canonical_json,

@@ -13,7 +13,13 @@ MOST_MODULES = 35
 
 def test_one_occurrence_passes_few_modules_from_beat_to_its_settle() -> None:
     modules = modules_on_the_path()
-    assert "celery_app.beat.firings" in modules and modules[-1] == "kernel.runs", modules
+    assert "celery_app.beat.firings" in modules and modules[-1] == "kernel.occurrences.runs", (
+        modules
+    )
     assert len(modules) <= MOST_MODULES, modules
     # A plain success owes nothing more: the settle reaches no budget, pool or hook code.
-    assert not {"kernel.budgets", "kernel.pools", "kernel.result_hooks"} & set(modules)
+    assert not {
+        "kernel.limits.budgets",
+        "kernel.limits.pools",
+        "kernel.occurrences.result_hooks",
+    } & set(modules)

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 import kernel  # noqa: F401  (the facade registers the built-in kinds' hooks)
-from kernel import result_hooks, watchdog_jobs
+from kernel.occurrences import result_hooks
+from kernel.upkeep import watchdog_jobs
 
 
 def test_a_hook_runs_only_for_a_result_that_carries_its_kind(

@@ -1,4 +1,4 @@
-"""Retry arithmetic (kernel/retry.py) is pure: property tests over backoff, factor, cap and
+"""Retry arithmetic (kernel/spec/retry.py) is pure: property tests over backoff, factor, cap and
 jitter, within the bounds the job spec allows (kernel/spec/sections.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel.retry import backoff_seconds, retry_decision
+from kernel.spec.retry import backoff_seconds, retry_decision
 
 #: Attempts far past any max_attempts, so that factor ** attempt overflows floats too.
 attempts = st.integers(min_value=1, max_value=5000)

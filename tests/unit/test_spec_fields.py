@@ -12,7 +12,7 @@ from unit.test_jobspec import REFUSALS, refused_field, shell, spec
 
 from beat_schedule.jobfiles import JobFileInvalid, validate_job_file
 from kernel.errors import InvalidArgument
-from kernel.jobspec import validate_job_spec
+from kernel.spec.jobspec import validate_job_spec
 
 ONE_SHOT = {"at": "2030-01-01T00:00:00Z"}
 

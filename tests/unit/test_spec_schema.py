@@ -19,8 +19,8 @@ from unit.test_jobspec import EQUIVALENT, EXAMPLE, MINIMAL, _specs, http, shell,
 from unit.test_spec_digests import REFUSED_SINCE, SPECS
 
 from kernel.errors import InvalidArgument
-from kernel.jobspec import validate_job_spec
 from kernel.spec.jobfile import job_file_schema
+from kernel.spec.jobspec import validate_job_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 VALIDATOR = jsonschema.Draft202012Validator(job_file_schema())

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 
-from kernel import schema, states
+from kernel import states
+from kernel.db import schema
 from kernel.states import OccurrenceStatus as S
 
 

@@ -18,8 +18,8 @@ from unit.adapter_support import make_context
 from adapters.base import Cancelled
 from adapters.watchdog import WatchdogAdapter
 from kernel.errors import InvalidArgument
-from kernel.jobspec import validate_job_spec
 from kernel.spec.jobfile import job_file_schema
+from kernel.spec.jobspec import validate_job_spec
 
 
 def _job(**payload: Any) -> dict[str, Any]:

@@ -1,0 +1,186 @@
+"""Core statements compiled once per dialect and run on the driver's own cursor.
+
+SQLAlchemy's per-execution work (cache key, parameter processing, execution
+context, result set-up) costs several times what sqlite3 or psycopg spend on a
+primary-key UPDATE, and the claim/settle hot path runs a handful of statements
+per Celery task. A :class:`DriverStatement` keeps the statement's single source
+in Core, renders it with the connection's own dialect the first time it runs
+there, and from then on hands the driver the SQL text and the parameters.
+
+Everything a caller relies on from ``Connection.execute`` still holds: the
+statement runs on the connection's DBAPI connection inside its transaction, type
+processors convert binds and results, rows are ``sqlalchemy.Row`` objects, and a
+driver error arrives wrapped as SQLAlchemy's ``DBAPIError`` — a lost connection
+invalidated, with ``connection_invalidated`` set — so errors are translated in
+one place (``kernel/db/session.py``) whichever way a statement ran.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.engine import result_tuple
+from sqlalchemy.sql.compiler import SQLCompiler
+
+__all__ = ["DriverStatement", "render_all"]
+
+_Processor = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    """One statement as one dialect's driver takes it."""
+
+    sql: str
+    #: Bind values to what the driver takes: a tuple in placeholder order (qmark), or the dict.
+    arrange: Callable[[dict[str, Any]], Any]
+    #: Values the statement carries itself (``status == 'running'``), already processed.
+    defaults: Mapping[str, Any]
+    #: Bind processors for the values a caller supplies, where the type has one.
+    bind_processors: Mapping[str, _Processor]
+    make_row: Callable[[Iterable[Any]], sa.Row[Any]]
+    #: (column index, result processor) for the columns whose type has one.
+    result_processors: tuple[tuple[int, _Processor], ...]
+
+
+class DriverStatement:
+    """A Core statement that runs on the DBAPI cursor of the connection it is given.
+
+    Args:
+        statement: a Core SELECT, INSERT or UPDATE, or a ``text()`` that returns no
+            rows; an expanding ``IN`` cannot be rendered once, so write constant
+            lists as literals.
+        dialect: the one dialect the statement is written for (``"postgresql"``,
+            ``"sqlite"``); None, any.
+    """
+
+    def __init__(self, statement: sa.ClauseElement, dialect: str | None = None) -> None:
+        self.statement = statement
+        self.dialect = dialect
+        self._rendered: dict[tuple[str, str, str], _Rendered] = {}
+        _MADE.append(self)
+
+    def first(
+        self, conn: sa.Connection, params: Mapping[str, Any] | None = None
+    ) -> sa.Row[Any] | None:
+        """Run and return the first row (the statement must return rows), or None."""
+        rows = self.all(conn, params)
+        return rows[0] if rows else None
+
+    def all(
+        self, conn: sa.Connection, params: Mapping[str, Any] | None = None
+    ) -> list[sa.Row[Any]]:
+        """Run and return every row (the statement must return rows)."""
+        return self._run(conn, params, fetch=True)[0]
+
+    def execute(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> int:
+        """Run a statement that returns no rows; return the driver's rowcount."""
+        return self._run(conn, params, fetch=False)[1]
+
+    def _run(
+        self, conn: sa.Connection, params: Mapping[str, Any] | None, *, fetch: bool
+    ) -> tuple[list[sa.Row[Any]], int]:
+        dialect = conn.dialect
+        r = self._rendered.get(_key(dialect)) or self._render(dialect)
+        values = {**r.defaults, **params} if params else dict(r.defaults)
+        for name, process in r.bind_processors.items():
+            if name in values:
+                values[name] = process(values[name])
+        args = r.arrange(values)
+        dbapi_conn: Any = conn.connection.dbapi_connection
+        cursor = dbapi_conn.cursor()
+        try:
+            cursor.execute(r.sql, args)
+            raw = cursor.fetchall() if fetch else ()
+            count = int(cursor.rowcount)
+        except dialect.loaded_dbapi.Error as exc:
+            raise _wrap(conn, exc, r.sql, args, cursor) from exc
+        finally:
+            cursor.close()
+        if not r.result_processors:
+            return [r.make_row(row) for row in raw], count
+        rows = []
+        for row in raw:
+            cells = list(row)
+            for i, process in r.result_processors:
+                cells[i] = process(cells[i])
+            rows.append(r.make_row(cells))
+        return rows, count
+
+    def _render(self, dialect: sa.Dialect) -> _Rendered:
+        compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
+        if "POSTCOMPILE" in compiled.string:
+            raise ValueError(f"cannot render an expanding IN once: {compiled.string}")
+        defaults: dict[str, Any] = {}
+        bind_processors: dict[str, _Processor] = {}
+        for bind, name in compiled.bind_names.items():
+            process = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            if bind.required:
+                if process is not None:
+                    bind_processors[name] = process
+            else:
+                value = bind.effective_value
+                defaults[name] = process(value) if process is not None else value
+        columns: Sequence[Any] = list(getattr(self.statement, "exported_columns", ()))
+        result_processors = tuple(
+            (i, process)
+            for i, c in enumerate(columns)
+            if (process := c.type.dialect_impl(dialect).result_processor(dialect, None))
+        )
+        rendered = _Rendered(
+            sql=compiled.string,
+            arrange=_arrange(tuple(compiled.positiontup or ())) if compiled.positional else dict,
+            defaults=defaults,
+            bind_processors=bind_processors,
+            make_row=result_tuple([c.key for c in columns]),
+            result_processors=result_processors,
+        )
+        self._rendered[_key(dialect)] = rendered
+        return rendered
+
+
+#: Every statement made, for :func:`render_all`; they are module-level constants.
+_MADE: list[DriverStatement] = []
+
+
+def render_all(dialect: sa.Dialect) -> int:
+    """Render every statement written for ``dialect`` now; returns how many.
+
+    Rendered statements are kept on the (module-level) statement objects, so processes
+    forked after this call share them instead of each rendering its own: rendering walks
+    each statement's whole expression tree, and the pages it touches are copied into
+    every child that does (bench/end_to_end.py's worker PSS, issue 22).
+    """
+    made = [s for s in _MADE if s.dialect in (None, dialect.name)]
+    for statement in made:
+        if _key(dialect) not in statement._rendered:
+            statement._render(dialect)
+    return len(made)
+
+
+def _key(dialect: sa.Dialect) -> tuple[str, str, str]:
+    return dialect.name, dialect.driver, dialect.paramstyle
+
+
+def _arrange(order: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """Values by name to a tuple in placeholder order (itemgetter: this runs per statement)."""
+    if len(order) > 1:
+        return operator.itemgetter(*order)
+    return lambda values: tuple(values[name] for name in order)
+
+
+def _wrap(conn: sa.Connection, exc: Any, sql: str, args: Any, cursor: Any) -> sa.exc.DBAPIError:
+    """The error ``Connection.execute`` would raise, invalidating a lost connection."""
+    dialect = conn.dialect
+    lost = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
+    wrapped = sa.exc.DBAPIError.instance(
+        sql, args, exc, dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=dialect
+    )
+    if lost:
+        conn.invalidate(exc)
+    assert isinstance(wrapped, sa.exc.DBAPIError)
+    return wrapped

@@ -1,0 +1,429 @@
+"""The kernel's tables (SQLAlchemy Core). This docstring is the data dictionary.
+
+Times are integers: milliseconds since the Unix epoch, UTC. One representation on
+both dialects keeps comparisons in SQL exact and cheap; on PostgreSQL "now" comes
+from the server's clock (SPEC I9), on SQLite from the kernel's clock.
+
+jobs
+    One row per job id. ``spec`` is the normalised definition (canonical JSON),
+    ``digest`` its sha256, ``revision`` counts changes of content. ``next_fire_at``
+    / ``next_trigger_key`` are Beat's fire cursor: the next firing not yet
+    materialised; Beat advances them by compare-and-set on (revision, cursor).
+    ``planned`` is false until a Beat has placed the cursor (after define, revise,
+    enable); a planned job with a NULL cursor has no firings left. ``after_job``
+    mirrors ``spec.after.job`` so chained children are found by index; a fan-in job
+    (``spec.after.all``) holds ``*fan-in*`` there, so Beat finds fan-ins by the same index.
+occurrences
+    One row per logical firing (SPEC I1: unique ``idempotency_key`` and unique
+    (job_id, trigger_key)). ``definition`` is the job spec snapshot (I5).
+    ``fence`` grows by one per claim; ``lease_owner``/``lease_expires_at`` name
+    the live holder. ``available_at`` gates claims of queued/retry_wait rows;
+    ``dispatched_at`` is when the pump last published a hint. ``exclusive`` rows
+    wait while another occurrence of the same job runs (overlap queue/replace);
+    ``pool`` rows wait while the pool is full. ``cancel_requested`` is seen by
+    the running worker on renew. ``chain_depth``/``parent_id`` give chain lineage.
+    ``approval_due_at``/``approval_auto``: while ``awaiting_approval``, when Beat
+    applies the job's auto action (``approve`` | ``reject``) (revision 0005).
+    ``priority``: among claimable occurrences the pump hints higher ones first (an
+    enqueue's ``priority``; 0 otherwise). An enqueued occurrence's trigger key is
+    ``key:<key>`` (its caller's idempotency key) or ``enqueue:<random>`` (revision 0010).
+controls
+    Runtime control of one occurrence: pause_requested -> paused -> resumed ->
+    terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
+    to one claim; ``checkpoint`` is canonical JSON (<= 64 KiB).
+requeue_grants
+    An operator's permission for one more claim of a dead letter without
+    consuming an attempt; ``claimed_at`` is set by the claim that uses it.
+operator_requests
+    Every operator action by request id, with the evidence it was made on, so a
+    replay answers "deduplicated" and a replay with other evidence is refused.
+events
+    Append-only log; every state change writes its events in its transaction.
+beats
+    Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
+pools
+    A resource pool: ``limit`` occurrences of it may run at once; ``running`` counts
+    those that do. A claim takes a slot (``running + 1`` only while ``running <
+    limit``, one guarded statement) and every statement that ends a run gives it
+    back, in the same transaction (revision 0006). A pool a job names but nothing
+    defines gets a row with limit 1 at its first claim.
+budgets
+    Shared budgets by name, as the job files' ``budgets:`` section sets them:
+    ``window_s`` and the limits ``max_runs`` / ``max_units`` (NULL: unlimited).
+budget_windows
+    Usage of one budget in one fixed window (``window_start``: epoch ms, a multiple
+    of the window). ``budget`` is a shared budget's name or ``job:<id>`` for a
+    job's own. ``runs``/``units`` only grow by the guarded reserve (never past a
+    limit) and shrink when a reservation is released.
+budget_reservations
+    What one occurrence took from its budget window; ``released_at`` is set when
+    it ended without running (cancelled, rejected), its units given back.
+job_sources
+    One row per job a declarative source owns (``source``: ``beat_schedule``;
+    ``name``: the entry's own name, which the job id was derived from); ``retired_at``
+    is set while the source no longer lists it (the job is then disabled).
+adjudication_asks
+    A worker asking the adapter about an occurrence in ``needs_adjudication`` (revision
+    0007): one row per occurrence, for the uncertain run at ``fence``. ``token`` names
+    the live ask, which holds until ``ask_deadline``; ``asks`` counts the asks at this
+    fence (an expired ask may be asked again while ``asks`` < the limit). ``state``:
+    ``asking``, or ``cannot_tell`` (the adapter could not tell: only the operator
+    decides). The verdicts themselves are ``occurrence_adjudicated`` events.
+notifications
+    A job's ``notify`` of one failed run (revision 0009): unique (``occurrence_id``,
+    ``fence``), so a run notifies at most once. ``event`` is ``dead_letter`` or
+    ``failed``; ``body`` the canonical JSON sent; ``state`` ``pending`` (a try may
+    start at ``next_at``) -> ``delivering`` (``token`` names the one try in flight) ->
+    ``delivered`` | ``pending`` again (the try failed, ``tries`` < the job's attempts)
+    | ``failed`` (given up). A try whose worker died stays ``delivering``: it may have
+    been delivered, and it is not tried again.
+
+Invariants the database enforces (CHECKs, revision 0002): a status is one of
+OccurrenceStatus; a lease (owner + expiry) exists exactly while ``running``;
+no ``queued``/``retry_wait`` row carries ``cancel_requested`` (no claim would
+take it); ``settled_at`` is set exactly in the final states; counters are
+non-negative. A partial unique index allows one running exclusive occurrence
+per job. A control's state is one of ControlState. A pool's running counter is never
+negative and its limit at least 1 (revision 0006).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = [
+    "metadata",
+    "jobs",
+    "occurrences",
+    "controls",
+    "requeue_grants",
+    "operator_requests",
+    "events",
+    "beats",
+    "pools",
+    "job_sources",
+    "budgets",
+    "budget_windows",
+    "budget_reservations",
+    "adjudication_asks",
+    "notifications",
+]
+
+metadata = sa.MetaData()
+
+OCCURRENCE_CHECKS: tuple[tuple[str, str], ...] = (
+    (
+        "ck_occurrences_status",
+        "status IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead_letter',"
+        " 'needs_adjudication', 'cancelled', 'skipped', 'awaiting_approval')",
+    ),
+    (
+        "ck_occurrences_lease_iff_running",
+        "(status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)"
+        " OR (status <> 'running' AND lease_owner IS NULL AND lease_expires_at IS NULL)",
+    ),
+    (
+        "ck_occurrences_no_waiting_cancel",
+        "NOT (cancel_requested AND status IN ('queued', 'retry_wait'))",
+    ),
+    (
+        "ck_occurrences_settled_iff_final",
+        "(status IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
+        " AND settled_at IS NOT NULL)"
+        " OR (status NOT IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
+        " AND settled_at IS NULL)",
+    ),
+    ("ck_occurrences_counters", "fence >= 0 AND attempt >= 0 AND max_attempts >= 1"),
+)
+CONTROL_CHECKS: tuple[tuple[str, str], ...] = (
+    ("ck_controls_state", "state IN ('pause_requested', 'paused', 'resumed', 'terminal')"),
+)
+POOL_CHECKS: tuple[tuple[str, str], ...] = (("ck_pools_counters", 'running >= 0 AND "limit" >= 1'),)
+ADJUDICATION_ASK_CHECKS: tuple[tuple[str, str], ...] = (
+    ("ck_adjudication_asks_state", "state IN ('asking', 'cannot_tell')"),
+)
+
+# SQLite only aliases the rowid (fast, monotonic) for exactly "INTEGER PRIMARY KEY".
+Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+Ms = sa.BigInteger
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("spec", sa.Text, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("planned", sa.Boolean, nullable=False),
+    sa.Column("next_fire_at", Ms),
+    sa.Column("next_trigger_key", sa.String(200)),
+    sa.Column("after_job", sa.String(128)),
+    sa.Column("defined_at", Ms, nullable=False),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.Index(
+        "jobs_due",
+        "next_fire_at",
+        sqlite_where=sa.text("enabled AND planned"),
+        postgresql_where=sa.text("enabled AND planned"),
+    ),
+    sa.Index(
+        "jobs_unplanned",
+        "id",
+        sqlite_where=sa.text("enabled AND NOT planned"),
+        postgresql_where=sa.text("enabled AND NOT planned"),
+    ),
+    sa.Index("jobs_after", "after_job"),
+)
+
+occurrences = sa.Table(
+    "occurrences",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(128), nullable=False),
+    sa.Column("job_revision", sa.Integer, nullable=False),
+    # `key:` + an enqueue key of up to 200 characters (revision 0010; SQLite has no lengths).
+    sa.Column(
+        "trigger_key", sa.String(200).with_variant(sa.String(210), "postgresql"), nullable=False
+    ),
+    sa.Column("idempotency_key", sa.String(400), nullable=False),
+    sa.Column("scheduled_for", Ms, nullable=False),
+    sa.Column("status", sa.String(24), nullable=False),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("fence", sa.Integer, nullable=False),
+    sa.Column("lease_owner", sa.String(200)),
+    sa.Column("lease_expires_at", Ms),
+    sa.Column("available_at", Ms, nullable=False),
+    sa.Column("dispatched_at", Ms),
+    sa.Column("queue", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("delivery", sa.String(16), nullable=False),
+    sa.Column("exclusive", sa.Boolean, nullable=False),
+    sa.Column("pool", sa.String(128)),
+    sa.Column("definition", sa.Text, nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("result", sa.Text),
+    sa.Column("skip_reason", sa.String(64)),
+    sa.Column("cancel_requested", sa.Boolean, nullable=False),
+    sa.Column("parent_id", sa.BigInteger),
+    sa.Column("chain_depth", sa.Integer, nullable=False),
+    sa.Column("created_at", Ms, nullable=False),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.Column("settled_at", Ms),
+    sa.Column("approval_due_at", Ms),
+    sa.Column("approval_auto", sa.String(8)),
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
+    sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
+    # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
+    # plan turn settle-by-id into a scan of every running row.
+    sa.Index(
+        "occurrences_claimable",
+        "available_at",
+        sqlite_where=sa.text("status IN ('queued', 'retry_wait')"),
+        postgresql_where=sa.text("status IN ('queued', 'retry_wait')"),
+    ),
+    sa.Index(
+        "occurrences_running",
+        "lease_expires_at",
+        sqlite_where=sa.text("status = 'running'"),
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+    # settled_at too: a job's last success or failure is one seek (kernel/jobs/health.py).
+    sa.Index("occurrences_job", "job_id", "status", "settled_at"),
+    # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
+    # writes an entry into every index whose predicate its new row version meets.
+    sa.Index(
+        "occurrences_pool",
+        "pool",
+        sqlite_where=sa.text("status = 'running' AND pool IS NOT NULL"),
+        postgresql_where=sa.text("status = 'running' AND pool IS NOT NULL"),
+    ),
+    sa.Index(
+        "occurrences_settled",
+        "settled_at",
+        sqlite_where=sa.text("settled_at IS NOT NULL"),
+        postgresql_where=sa.text("settled_at IS NOT NULL"),
+    ),
+    sa.Index(
+        "occurrences_awaiting_approval",
+        "approval_due_at",
+        sqlite_where=sa.text("status = 'awaiting_approval'"),
+        postgresql_where=sa.text("status = 'awaiting_approval'"),
+    ),
+    # One running exclusive occurrence per job (overlap queue/replace): the data
+    # guard two claimers on PostgreSQL cannot both pass (revision 0002).
+    sa.Index(
+        "occurrences_one_running_exclusive",
+        "job_id",
+        unique=True,
+        sqlite_where=sa.text("status = 'running' AND exclusive"),
+        postgresql_where=sa.text("status = 'running' AND exclusive"),
+    ),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in OCCURRENCE_CHECKS),
+)
+
+controls = sa.Table(
+    "controls",
+    metadata,
+    sa.Column("occurrence_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("state", sa.String(24), nullable=False),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("expected_fence", sa.Integer, nullable=False),
+    sa.Column("pause_request_id", sa.String(128)),
+    sa.Column("resume_request_id", sa.String(128)),
+    sa.Column("safe_points", sa.Text, nullable=False),
+    sa.Column("checkpoint", sa.Text),
+    sa.Column("requested_at", Ms),
+    sa.Column("paused_at", Ms),
+    sa.Column("resumed_at", Ms),
+    sa.Column("terminal_at", Ms),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.Index("controls_state", "state"),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in CONTROL_CHECKS),
+)
+
+requeue_grants = sa.Table(
+    "requeue_grants",
+    metadata,
+    sa.Column("request_id", sa.String(128), primary_key=True),
+    sa.Column("occurrence_id", sa.BigInteger, nullable=False),
+    sa.Column("expected_fence", sa.Integer, nullable=False),
+    sa.Column("expected_error_code", sa.String(128), nullable=False),
+    sa.Column("created_at", Ms, nullable=False),
+    sa.Column("claimed_at", Ms),
+    sa.Index("requeue_grants_occurrence", "occurrence_id"),
+)
+
+operator_requests = sa.Table(
+    "operator_requests",
+    metadata,
+    sa.Column("request_id", sa.String(128), primary_key=True),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("target", sa.String(200), nullable=False),
+    sa.Column("evidence", sa.Text, nullable=False),
+    sa.Column("operator", sa.String(128), nullable=False),
+    sa.Column("created_at", Ms, nullable=False),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("at", Ms, nullable=False),
+    sa.Column("type", sa.String(64), nullable=False),
+    sa.Column("job_id", sa.String(128)),
+    sa.Column("occurrence_id", sa.BigInteger),
+    sa.Column("fence", sa.Integer),
+    sa.Column("data", sa.Text, nullable=False),
+    sa.Index("events_occurrence", "occurrence_id", "id"),
+    sa.Index("events_job", "job_id", "id"),
+)
+
+beats = sa.Table(
+    "beats",
+    metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("host", sa.String(200), nullable=False),
+    sa.Column("interval_s", sa.Float, nullable=False),
+    sa.Column("started_at", Ms, nullable=False),
+    sa.Column("last_tick_at", Ms, nullable=False),
+)
+
+pools = sa.Table(
+    "pools",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("limit", sa.Integer, nullable=False),
+    sa.Column("running", sa.Integer, nullable=False, server_default="0"),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in POOL_CHECKS),
+)
+
+job_sources = sa.Table(
+    "job_sources",
+    metadata,
+    sa.Column("job_id", sa.String(128), primary_key=True),
+    sa.Column("source", sa.String(64), nullable=False),
+    sa.Column("name", sa.String(1024), nullable=False),
+    sa.Column("retired_at", Ms),
+)
+
+budgets = sa.Table(
+    "budgets",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("window_s", sa.Float, nullable=False),
+    sa.Column("max_runs", sa.Integer),
+    sa.Column("max_units", sa.Integer),
+    sa.Column("updated_at", Ms, nullable=False),
+)
+
+budget_windows = sa.Table(
+    "budget_windows",
+    metadata,
+    sa.Column("budget", sa.String(140), primary_key=True),
+    sa.Column("window_start", Ms, primary_key=True),
+    sa.Column("runs", sa.Integer, nullable=False),
+    sa.Column("units", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("runs >= 0 AND units >= 0", name="ck_budget_windows_counters"),
+)
+
+budget_reservations = sa.Table(
+    "budget_reservations",
+    metadata,
+    sa.Column("occurrence_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("budget", sa.String(140), nullable=False),
+    sa.Column("window_start", Ms, nullable=False),
+    sa.Column("units", sa.BigInteger, nullable=False),
+    sa.Column("reserved_at", Ms, nullable=False),
+    sa.Column("released_at", Ms),
+)
+
+adjudication_asks = sa.Table(
+    "adjudication_asks",
+    metadata,
+    sa.Column("occurrence_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("fence", sa.Integer, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("token", sa.String(64), nullable=False),
+    sa.Column("asker", sa.String(200), nullable=False),
+    sa.Column("asks", sa.Integer, nullable=False),
+    sa.Column("asked_at", Ms, nullable=False),
+    sa.Column("ask_deadline", Ms, nullable=False),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in ADJUDICATION_ASK_CHECKS),
+)
+
+NOTIFICATION_CHECKS: tuple[tuple[str, str], ...] = (
+    (
+        "ck_notifications_state",
+        "state IN ('pending', 'delivering', 'delivered', 'failed')",
+    ),
+)
+
+notifications = sa.Table(
+    "notifications",
+    metadata,
+    sa.Column("id", Id, primary_key=True, autoincrement=True),
+    sa.Column("occurrence_id", sa.BigInteger, nullable=False),
+    sa.Column("fence", sa.Integer, nullable=False),
+    sa.Column("job_id", sa.String(128), nullable=False),
+    sa.Column("event", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("tries", sa.Integer, nullable=False),
+    sa.Column("next_at", Ms, nullable=False),
+    sa.Column("token", sa.String(64)),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", Ms, nullable=False),
+    sa.Column("updated_at", Ms, nullable=False),
+    sa.UniqueConstraint("occurrence_id", "fence", name="notifications_run"),
+    sa.Index(
+        "notifications_due",
+        "next_at",
+        sqlite_where=sa.text("state = 'pending'"),
+        postgresql_where=sa.text("state = 'pending'"),
+    ),
+    *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
+)

@@ -1,0 +1,153 @@
+"""Transactions: the held connection, the SQLite writer gate, and where errors are translated."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from kernel.db.clock import Clock
+from kernel.db.engine import begin_sqlite_write, end_sqlite_write
+from kernel.db.process_id import current_pid
+from kernel.db.translate import Phase, connection_lost, translate
+from kernel.db.tx import Tx
+from kernel.db.writer_gate import WriterGate
+from kernel.errors import KernelError
+
+__all__ = ["Session"]
+
+R = TypeVar("R")
+
+
+class _Held:
+    """The connection a Kernel keeps for its writes, in the process that opened it.
+
+    A worker claims and settles back to back; a pool checkout per call (and on
+    PostgreSQL its pre-ping round trip) would cost more than the statements.
+    Whoever holds ``lock`` may use ``conn``; a thread that finds it taken (a
+    heartbeat during a settle) checks a connection out of the pool instead.
+    """
+
+    __slots__ = ("pid", "lock", "conn")
+
+    def __init__(self) -> None:
+        self.pid = current_pid()
+        self.lock = threading.Lock()
+        self.conn: sa.Connection | None = None
+
+
+class Session:
+    """Runs a function as one transaction, with its ``Tx``, and translates what fails."""
+
+    def __init__(self, engine: sa.Engine, clock: Clock) -> None:
+        self.engine = engine
+        self.clock = clock
+        self.dialect = engine.dialect.name
+        self._held = _Held()
+        database = engine.url.database if self.dialect == "sqlite" else None
+        self._gate = (
+            WriterGate(database, timeout_s=5.0)
+            if database and database != ":memory:" and not database.startswith("file:")
+            else None
+        )
+
+    def close(self) -> None:
+        held = self._held
+        if held.pid == current_pid():
+            with held.lock:
+                self._release(held)
+        if self._gate is not None:
+            self._gate.close()
+
+    def run(self, fn: Callable[..., R], *args: Any, read_only: bool = False, **kwargs: Any) -> R:
+        held = self._held
+        if held.pid != current_pid():
+            # Forked (Celery prefork): the parent's connection is not ours to use or close.
+            held = self._held = _Held()
+        if read_only or not held.lock.acquire(blocking=False):
+            return self._transact(None, fn, args, kwargs, read_only)
+        try:
+            return self._transact(held, fn, args, kwargs, False)
+        finally:
+            held.lock.release()
+
+    def now_ms(self) -> int:
+        """The clock's reading, outside any transaction of ours."""
+        try:
+            with self.engine.connect() as conn:
+                return self.clock.now_ms(conn)
+        except (sa.exc.DBAPIError, OSError) as exc:
+            raise translate(exc, phase="open", url=self.engine.url, dialect=self.dialect) from exc
+
+    def _transact(
+        self,
+        held: _Held | None,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        read_only: bool,
+    ) -> R:
+        """One transaction on the held connection (``held``) or a pooled one (None)."""
+        phase: Phase = "open"
+        gated = not read_only and self._gate is not None and self._gate.acquire()
+        try:
+            with self._connection(held, read_only) as conn:
+                tx = Tx(conn, self.clock, self.dialect, own=not read_only)
+                if read_only or self.dialect != "sqlite":
+                    with conn.begin() as trans:
+                        phase = "write"
+                        result = fn(tx, *args, **kwargs)
+                        phase = "commit"
+                        trans.commit()  # sends nothing after a statement that committed alone
+                    return result
+                begin_sqlite_write(conn)
+                phase = "write"
+                try:
+                    result = fn(tx, *args, **kwargs)
+                    phase = "commit"
+                    end_sqlite_write(conn, commit=True)
+                except BaseException:
+                    with contextlib.suppress(sa.exc.DBAPIError):  # the first error is the one
+                        end_sqlite_write(conn, commit=False)
+                    raise
+                return result
+        except KernelError:
+            raise
+        except (sa.exc.DBAPIError, OSError) as exc:
+            if held is not None:
+                self._release(held)
+                if phase != "commit" and connection_lost(exc):
+                    # Typically the held connection died while idle (a server restart),
+                    # which the pool's pre-ping catches for a checkout. COMMIT was not
+                    # sent, so nothing of this call persisted: run it once on a pooled one.
+                    return self._transact(None, fn, args, kwargs, read_only)
+            raise translate(exc, phase=phase, url=self.engine.url, dialect=self.dialect) from exc
+        except BaseException:
+            if held is not None:
+                self._release(held)
+            raise
+        finally:
+            if gated:
+                self._gate.release()  # type: ignore[union-attr]
+
+    def _connection(
+        self, held: _Held | None, read_only: bool
+    ) -> contextlib.AbstractContextManager[sa.Connection]:
+        if held is None:
+            conn = self.engine.connect()
+            if read_only:
+                conn.execution_options(kernel_read_only=True)
+            return conn
+        if held.conn is None:
+            held.conn = self.engine.connect()
+        return contextlib.nullcontext(held.conn)
+
+    @staticmethod
+    def _release(held: _Held) -> None:
+        """Give the held connection back (the caller holds ``held.lock``)."""
+        conn, held.conn = held.conn, None
+        if conn is not None:
+            conn.close()

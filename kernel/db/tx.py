@@ -1,0 +1,165 @@
+"""One kernel transaction: the connection, the instant it runs at, and its event log."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.db.clock import Clock, DatabaseClock
+from kernel.db.driver import DriverStatement
+from kernel.db.schema import events
+from kernel.events import EVENTS_OUTSIDE_THE_TABLE
+from kernel.records import dumps
+
+__all__ = ["Tx"]
+
+# Every transition writes one: the hot path's statement, so it runs on the driver.
+_EVENT_FIELDS = ("at", "type", "job_id", "occurrence_id", "fence", "data")
+_INSERT_EVENT = DriverStatement(
+    sa.insert(events).values({name: sa.bindparam(name) for name in _EVENT_FIELDS})
+)
+#: psycopg's ``TransactionStatus.IDLE``: no statement of a transaction sent yet.
+_PG_IDLE = 0
+
+
+class Tx:
+    """Everything a state change needs; every change writes its events through ``emit``.
+
+    ``now`` is read from the clock once, on first use, and is the one instant of the
+    whole transaction. A statement built with :class:`~kernel.db.clock.StatementNow` can
+    read the database clock itself (``now_param`` is then None) and hand the reading
+    back (``observe_now``): on PostgreSQL that saves the clock's own round trip.
+    """
+
+    __slots__ = ("conn", "dialect", "allowed_events", "_clock", "_now", "_own")
+
+    def __init__(
+        self, conn: sa.Connection, clock: Clock, dialect: str, *, own: bool = False
+    ) -> None:
+        self.conn = conn
+        self.dialect = dialect
+        self._clock = clock
+        self._now: int | None = None
+        #: The session's own connection (not a caller's): a statement may commit alone.
+        self._own = own
+        #: The events of the transitions this transaction ran (kernel.transitions.door.run).
+        self.allowed_events: set[str] = set()
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.dialect == "postgresql"
+
+    @property
+    def now(self) -> int:
+        if self._now is None:
+            self._now = self._clock.now_ms(self.conn)
+        return self._now
+
+    def now_param(self) -> int | None:
+        """``:now`` for a StatementNow statement: None lets the statement read the server."""
+        if self._now is None and self.is_postgres and isinstance(self._clock, DatabaseClock):
+            return None
+        return self.now
+
+    def first_alone(
+        self, statement: DriverStatement, params: Mapping[str, Any]
+    ) -> sa.Row[Any] | None:
+        """The first row of :meth:`all_alone`, or None."""
+        rows = self.all_alone(statement, params)
+        return rows[0] if rows else None
+
+    def all_alone(self, statement: DriverStatement, params: Mapping[str, Any]) -> list[sa.Row[Any]]:
+        """``statement.all``, sent as a transaction of its own when it would open this one
+        on PostgreSQL: one round trip instead of three (BEGIN, the statement, COMMIT).
+
+        For a statement that decides and writes everything of its transition, events
+        included. Rows mean it committed: what the caller runs after it is a transaction
+        of its own. No row means it changed nothing, and the transaction goes on as any
+        other. On SQLite, or once the transaction has begun, it is an ordinary statement.
+        """
+        if not (self._own and self.is_postgres):
+            return statement.all(self.conn, params)
+        driver: Any = self.conn.connection.dbapi_connection
+        if driver.info.transaction_status != _PG_IDLE:
+            return statement.all(self.conn, params)
+        driver.autocommit = True
+        try:
+            return statement.all(self.conn, params)
+        finally:
+            # A lost connection is discarded (the session retries on a fresh one, which is
+            # safe: the statement's guard refuses a second apply), not switched back.
+            if driver.info.transaction_status == _PG_IDLE:
+                driver.autocommit = False
+
+    def observe_now(self, reading: int) -> None:
+        """The instant a StatementNow statement ran at (its ``now`` column)."""
+        if self._now is None:
+            self._now = int(reading)
+
+    def emit(
+        self,
+        type_: str,
+        *,
+        job_id: str | None = None,
+        occurrence_id: int | None = None,
+        fence: int | None = None,
+        **data: Any,
+    ) -> None:
+        self.emit_json(type_, dumps(data), job_id=job_id, occurrence_id=occurrence_id, fence=fence)
+
+    def emit_json(
+        self,
+        type_: str,
+        data: str,
+        *,
+        job_id: str | None = None,
+        occurrence_id: int | None = None,
+        fence: int | None = None,
+    ) -> None:
+        """``emit`` with its data already in canonical JSON (``records.dumps``), for a
+        caller that built that text for a statement too."""
+        self._check_event(type_)
+        _INSERT_EVENT.execute(
+            self.conn,
+            {
+                "at": self.now,
+                "type": type_,
+                "job_id": job_id,
+                "occurrence_id": occurrence_id,
+                "fence": fence,
+                "data": data,
+            },
+        )
+
+    def emit_rows(self, type_: str, rows: list[dict[str, Any]]) -> None:
+        """``emit`` of one type for many occurrences in one round trip; each row holds
+        ``job_id``, ``occurrence_id`` and ``data``."""
+        if not rows:
+            return
+        self._check_event(type_)
+        self.conn.execute(
+            sa.insert(events),
+            [
+                {
+                    "at": self.now,
+                    "type": type_,
+                    "job_id": row["job_id"],
+                    "occurrence_id": row["occurrence_id"],
+                    "fence": None,
+                    "data": dumps(row["data"]),
+                }
+                for row in rows
+            ],
+        )
+
+    def _check_event(self, type_: str) -> None:
+        """A programming error, not a refusal: an event no transition of this transaction
+        lists and not one of :data:`~kernel.events.EVENTS_OUTSIDE_THE_TABLE`. That every
+        event belongs to a row or to that list is tests/kernel/test_table_walk.py's check."""
+        if type_ in self.allowed_events or type_ in EVENTS_OUTSIDE_THE_TABLE:
+            return
+        raise AssertionError(
+            f"{type_} appended without a transition of this transaction that lists it"
+        )

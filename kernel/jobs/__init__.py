@@ -1,0 +1,1 @@
+"""Jobs: definitions, enqueueing, sources, retirement, fan-in, backfill, cancellation, health."""

@@ -1,0 +1,1 @@
+"""What a run counts against: pools and budgets."""

@@ -1,0 +1,2 @@
+"""An occurrence's life: firing, claiming, running, leases, pausing and controls, verdicts,
+chains."""

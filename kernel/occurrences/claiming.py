@@ -1,0 +1,324 @@
+"""Claims: a worker takes a claimable occurrence under a new fence (fence + 1)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel import statements as st
+from kernel.db.schema import occurrences
+from kernel.db.translate import constraint_name
+from kernel.db.tx import Tx
+from kernel.events import EventType
+from kernel.limits import pools
+from kernel.occurrences import lease_expiry, runs
+from kernel.records import dumps, loads, occurrence_from_row
+from kernel.statements.predicates import claimable_now
+from kernel.states import ControlState, OccurrenceStatus
+from kernel.transitions import occurrences as T
+from kernel.types import Claim
+
+__all__ = ["EXCLUSIVE_INDEX", "claim", "claim_next", "succeed_and_claim"]
+
+#: The partial unique index that lets one exclusive occurrence of a job run (schema.py).
+EXCLUSIVE_INDEX = "occurrences_one_running_exclusive"
+S = OccurrenceStatus
+
+
+def claim(
+    tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None, *, again: bool = True
+) -> Claim | None:
+    """Take ``occurrence_id`` if it is claimable now; None (no change) when it is not.
+
+    Fence + 1. The attempt counts unless this claim resumes a handed-back or
+    paused-and-resumed occurrence at the fence it was released on (or reclaims
+    such a run, or one asked to pause, after its lease expired), or uses an
+    operator's requeue grant.
+
+    A queued occurrence that never held a lease, with nothing else to decide (no control,
+    pool, exclusivity or unknown outcome to look at), is claimed by one statement with no
+    read before it; every other one is decided from a read of the row.
+    """
+    if again:
+        queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
+        if queued is not None:
+            return queued
+    row = st.OCCURRENCE_FOR_CLAIM.first(
+        tx.conn, {"occurrence_id": occurrence_id, "now": tx.now_param()}
+    )
+    if row is None:
+        return None
+    o = row._mapping
+    tx.observe_now(o["now"])
+    state = o["control_state"]
+    if o["status"] == S.RUNNING and o["lease_expires_at"] <= tx.now and _ends_on_expiry(o, state):
+        # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
+        lease_expiry.expire(tx, o)
+        return None
+    control = None
+    if state is not None:
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
+    c = control._mapping if control is not None else None
+    if state == ControlState.PAUSED or o["cancel_requested"]:
+        return None
+    reclaiming = o["status"] == S.RUNNING
+    # Running under a resumed control means this run was claimed from it: a
+    # reclaim of it resumes from the same checkpoint, as the same attempt.
+    resuming = state == ControlState.RESUMED and (
+        reclaiming or (c is not None and c["expected_fence"] == o["fence"])
+    )
+    grant = None
+    if not resuming and o["status"] == S.RETRY_WAIT:
+        grant = tx.conn.execute(
+            st.UNCLAIMED_GRANT, {"occurrence_id": occurrence_id, "fence": o["fence"]}
+        ).scalar()
+    # The expired run was asked to pause: its reclaimer acknowledges the pause
+    # at its first safe point, so it spends no attempt either.
+    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
+    if not free and o["attempt"] >= o["max_attempts"]:
+        return None
+    if (o["exclusive"] or o["delivery"] == "at-most-once") and _job_blocks(tx, o):
+        return None
+    # A reclaim runs in the slot its expired run took.
+    slot = o["pool"] if not reclaiming else None
+    if slot is not None and not pools.take_slot(tx, slot):
+        return None
+    if lease_ms is None:  # the job's own lease, from the snapshot this run executes
+        lease_ms = _snapshot_lease_ms(o["definition"])
+    attempt_inc = 0 if free else 1
+    claimed_event = {
+        "owner": owner,
+        "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
+        "previous_status": o["status"],
+        "previous_owner": o["lease_owner"],
+        **({"resumed": True} if resuming else {}),
+        **({"requeue_request_id": grant} if grant is not None else {}),
+    }
+    event_data = dumps(claimed_event)
+    params = {
+        "occurrence_id": occurrence_id,
+        "seen_fence": o["fence"],
+        "seen_status": o["status"],
+        "seen_attempt": o["attempt"],
+        "seen_control_state": state or "",
+        "now": tx.now,
+        "attempt_inc": attempt_inc,
+        "owner": owner,
+        "lease_until": tx.now + lease_ms,
+        "event_data": event_data,
+    }
+    # PostgreSQL writes the claim's event in CLAIM's own statement (CLAIM_AND_LOG).
+    transition = T.WORKER_RECLAIMS if reclaiming else T.WORKER_CLAIMS
+    if o["exclusive"] and tx.is_postgres:
+        claimed = _claim_exclusive(tx, transition, params)
+    else:
+        claimed = T.run(tx, transition, params)
+    if claimed is None:
+        pools.give_back(tx, slot)
+        # Moved since it was read (PostgreSQL): decide once more from what it is now.
+        return claim(tx, occurrence_id, owner, lease_ms, again=False) if again else None
+    fence = claimed._mapping["fence"]
+    if state == ControlState.PAUSE_REQUESTED:
+        T.run(
+            tx,
+            T.PAUSE_REQUEST_REBOUND,
+            {"of_occurrence": occurrence_id, "new_fence": fence, "now": tx.now},
+        )
+    if grant is not None:
+        tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
+    if not tx.is_postgres:
+        tx.emit_json(
+            EventType.OCCURRENCE_CLAIMED,
+            event_data,
+            job_id=o["job_id"],
+            occurrence_id=occurrence_id,
+            fence=fence,
+        )
+    if control is not None and state != ControlState.TERMINAL:
+        control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
+    occurrence = occurrence_from_row(claimed, control)
+    return Claim(
+        occurrence=occurrence,
+        owner=owner,
+        fence=fence,
+        lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
+        resumed=resuming,
+        checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
+    )
+
+
+def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -> Claim | None:
+    """WORKER_CLAIMS_QUEUED; None when its guard held for no row (then claim reads)."""
+    params = {
+        "occurrence_id": occurrence_id,
+        "now": tx.now_param(),
+        "owner": owner,
+        "owner_json": dumps(owner),
+        "lease_ms": lease_ms,
+    }
+    # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
+    claimed = T.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
+    return None if claimed is None else _queued_claim(tx, claimed, owner)
+
+
+def _queued_claim(tx: Tx, claimed: sa.Row[Any], owner: str) -> Claim:
+    """The Claim of a row WORKER_CLAIMS_QUEUED's statement claimed; SQLite's event."""
+    c = claimed._mapping
+    occurrence_id = c["id"]
+    tx.observe_now(c["now"])
+    if not tx.is_postgres:  # PostgreSQL wrote it in the statement
+        event = {"owner": owner, "attempt": c["attempt"], "previous_status": S.QUEUED.value}
+        tx.emit_json(
+            EventType.OCCURRENCE_CLAIMED,
+            dumps({**event, "previous_owner": None}),
+            job_id=c["job_id"],
+            occurrence_id=occurrence_id,
+            fence=c["fence"],
+        )
+    occurrence = occurrence_from_row(claimed)
+    return Claim(
+        occurrence=occurrence,
+        owner=owner,
+        fence=c["fence"],
+        lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
+        resumed=False,
+        checkpoint=None,
+    )
+
+
+def succeed_and_claim(
+    tx: Tx,
+    occurrence_id: int,
+    owner: str,
+    fence: int,
+    result: Any,
+    next_id: int,
+    lease_ms: int | None,
+) -> Claim | None:
+    """Settle ``occurrence_id`` as succeeded and claim ``next_id`` in the same transaction.
+
+    A batch's run N and run N+1 (issue 22): one commit instead of two. Both are durable
+    before N+1's effects start. Raises LeaseLost (nothing written) as the settle does;
+    a refused claim of ``next_id`` (None) leaves the settle in place.
+    """
+    if tx.is_postgres and not runs.owes_more(result):
+        params = {
+            **runs.succeed_plain_params(tx, occurrence_id, owner, fence, result),
+            "next_id": next_id,
+            "owner_json": dumps(owner),
+            "lease_ms": lease_ms,
+        }
+        both = T.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)
+        if both is not None and both.id is not None:
+            return _queued_claim(tx, both, owner)
+        if both is not None:  # settled, committed alone: the claim is a transaction of its own
+            return claim(tx, next_id, owner, lease_ms)
+    runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result)
+    return claim(tx, next_id, owner, lease_ms)
+
+
+@functools.lru_cache(maxsize=256)
+def _snapshot_lease_ms(definition: str) -> int:
+    """The lease of a snapshot, parsed once per distinct snapshot text (a job's runs share
+    one until it is revised), not once per claim."""
+    return int(float(loads(definition)["lease"]) * 1000)
+
+
+def _ends_on_expiry(o: Any, state: str | None) -> bool:
+    """Whether the EXPIRE statement settles this expired lease (its CASE, in Python only
+    to choose the statement; EXPIRE decides again from the row when it writes)."""
+    exhausted = o["attempt"] >= o["max_attempts"] and state not in _FREE_RECLAIM
+    return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or exhausted
+
+
+_FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
+
+
+def _claim_exclusive(
+    tx: Tx, transition: T.Transition, params: dict[str, Any]
+) -> sa.Row[Any] | None:
+    """CLAIM under a savepoint: two claimers on PostgreSQL may both count no runner,
+    and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
+    savepoint = tx.conn.begin_nested()
+    try:
+        claimed = T.run(tx, transition, params)
+    except sa.exc.IntegrityError as exc:
+        savepoint.rollback()
+        if constraint_name(exc) != EXCLUSIVE_INDEX:
+            raise
+        return None
+    savepoint.commit()
+    return claimed
+
+
+def _job_blocks(tx: Tx, o: Any) -> bool:
+    """Another occurrence of the job keeps this one from starting (BLOCKING_IN_JOB): one
+    runs (overlap queue/replace; the unique index ``occurrences_one_running_exclusive``
+    refuses what this read cannot see), an earlier exclusive one could start first, or
+    one waits for a verdict on its outcome."""
+    params = {
+        "job_id": o["job_id"],
+        "occurrence_id": o["id"],
+        "exclusive": bool(o["exclusive"]),
+        "waits_turn": bool(o["exclusive"]) and o["status"] != S.RUNNING,
+        "now": tx.now,
+        "available_at": o["available_at"],
+    }
+    return bool(tx.conn.execute(st.BLOCKING_IN_JOB, params).scalar_one())
+
+
+def claim_next(
+    tx: Tx,
+    owner: str,
+    lease_ms: int | None,
+    *,
+    queues: tuple[str, ...] | None,
+    kinds: tuple[str, ...] | None,
+) -> Claim | None:
+    """Claim the oldest claimable occurrence matching the filters, or None."""
+    o = occurrences
+    # Paused rows are never claimable (claimable_now): left in, a backlog of them fills
+    # every candidate batch and starves the work behind it. A waiting row never carries
+    # cancel_requested (CHECK ck_occurrences_no_waiting_cancel). Every expired lease is a
+    # candidate: claim() reclaims it, or settles it when its expiry decides its end.
+    waiting = sa.and_(
+        claimable_now(tx.now),
+        st.ROOM_IN_POOL,
+        st.JOB_ALLOWS_CLAIM,
+        # Left in, a job's backlog behind an unresolved run fills every candidate batch.
+        st.NO_UNRESOLVED_RUN,
+    )
+    # Not filtered by JOB_ALLOWS_CLAIM: an expiry that settles the run does so whatever
+    # the job (CLAIM refuses the reclaim of a disabled job's run).
+    expired = sa.and_(o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now)
+    for condition in (waiting, expired):
+        query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)
+        if queues:
+            query = query.where(o.c.queue.in_(queues))
+        if kinds:
+            query = query.where(o.c.kind.in_(kinds))
+        if tx.is_postgres:
+            query = query.with_for_update(skip_locked=True, of=o)
+        batch = list(tx.conn.execute(query).scalars())
+        got = _first_claim(tx, batch, owner, lease_ms)
+        # Expired leases the claims settled leave the candidates: a full batch of
+        # them may hide a reclaimable one; look again until nothing moves.
+        while got is None and condition is expired and len(batch) == 16:
+            again = list(tx.conn.execute(query).scalars())
+            if again == batch:
+                break
+            batch = again
+            got = _first_claim(tx, batch, owner, lease_ms)
+        if got is not None:
+            return got
+    return None
+
+
+def _first_claim(tx: Tx, candidates: list[int], owner: str, lease_ms: int | None) -> Claim | None:
+    for occurrence_id in candidates:
+        got = claim(tx, occurrence_id, owner, lease_ms)
+        if got is not None:
+            return got
+    return None

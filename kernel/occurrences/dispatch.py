@@ -1,0 +1,39 @@
+"""The dispatch pump's side: which occurrences to hint, marked hinted in the same write."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from kernel import statements as st
+from kernel.db.tx import Tx
+from kernel.records import loads
+from kernel.types import DispatchHint
+
+__all__ = ["dispatch_batch", "mark_hinted"]
+
+
+def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
+    """Claimable occurrences not hinted recently, marked hinted now by the statement that
+    finds them (SPEC §2.3), in the order their claims should go: claimable ones by
+    priority, then expired leases."""
+    rows = tx.all_alone(
+        st.HINT[tx.dialect],
+        {"now": tx.now, "rehint_before": tx.now - rehint_after_ms, "limit": limit},
+    )
+    rows.sort(key=lambda r: (r.status == "running", -r.priority, r.available_at, r.id))
+    return [DispatchHint(r.id, r.job_id, r.queue, r.kind, _timeout(r.definition)) for r in rows]
+
+
+@lru_cache(maxsize=256)
+def _timeout(definition: str) -> float | None:
+    """The definition's ``timeout``, parsed once per definition text (the pump hints the
+    same few definitions over and over)."""
+    timeout: float | None = loads(definition).get("timeout")
+    return timeout
+
+
+def mark_hinted(tx: Tx, hints: list[DispatchHint]) -> None:
+    """Record that ``hints`` were published now (``dispatched_at``)."""
+    if hints:
+        ids = [h.occurrence_id for h in hints]
+        tx.conn.execute(st.MARK_HINTED, {"ids": ids, "now": tx.now})

@@ -1,0 +1,98 @@
+"""A lease that expired: settled when it decides its own end, else left reclaimable.
+
+Beat's upkeep settles expired leases in batches (:func:`expire_leases`); a claim that
+finds one settles it first (:func:`expire`, kernel/occurrences/claiming.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel import statements as st
+from kernel.db.tx import Tx
+from kernel.events import settled_event
+from kernel.limits import pools
+from kernel.occurrences.chains import fire_children
+from kernel.occurrences.control import end_control
+from kernel.records import dumps, loads
+from kernel.states import OccurrenceStatus
+from kernel.transitions import occurrences as T
+
+__all__ = ["expire_leases", "expire"]
+
+_ADJUDICATION_ERROR = dumps(
+    {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
+)
+S = OccurrenceStatus
+
+
+def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
+    """Settle what an expired lease decides on its own; leave the rest reclaimable.
+
+    Cancel requested → cancelled; at-most-once → needs_adjudication (the run may
+    have had its effect, I6); attempts exhausted → dead_letter LEASE_EXPIRED.
+    The EXPIRE statement makes that choice from the row as it is when it writes.
+    """
+    counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
+    freed: list[str] = []
+    for row in tx.conn.execute(st.EXPIRED_LEASES, {"now": tx.now, "limit": limit}).all():
+        to_status = expire(tx, row._mapping, give_back=False)
+        if to_status is not None:
+            counts[to_status.value] += 1
+            if row.pool is not None:
+                freed.append(row.pool)
+    # Slots given back last, in name order: holding a pool's row while waiting for the
+    # next expired occurrence's row would deadlock with a claim that settles that
+    # expiry itself (it locks the occurrence, then the pool).
+    for pool in sorted(freed):
+        pools.give_back(tx, pool)
+    return counts
+
+
+def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None:
+    """Settle one expired lease (``m``: its occurrence row as read) if it decides its
+    own end, with its events; None when it does not, or moved since it was read.
+    ``give_back=False``: the caller gives the pool slot back (``m["pool"]``)."""
+    expired = T.run(
+        tx,
+        T.LEASE_EXPIRES,
+        {
+            "occurrence_id": m["id"],
+            "held_fence": m["fence"],
+            "now": tx.now,
+            "adjudication_error": _ADJUDICATION_ERROR,
+            "exhausted_error": dumps(
+                {
+                    "code": "LEASE_EXPIRED",
+                    "message": f"lease expired on the last attempt ({m['attempt']})",
+                }
+            ),
+        },
+    )
+    if expired is None:
+        return None
+    if give_back:
+        pools.give_back(tx, expired.pool)
+    to_status = S(expired.status)
+    if to_status != S.NEEDS_ADJUDICATION:
+        end_control(tx, m["id"], job_id=m["job_id"], fence=m["fence"])
+    error = loads(expired.last_error) if to_status != S.CANCELLED else None
+    tx.emit(
+        settled_event(to_status),
+        job_id=m["job_id"],
+        occurrence_id=m["id"],
+        fence=m["fence"],
+        reason="lease_expired",
+        **({"error": error} if error else {}),
+    )
+    if to_status == S.DEAD_LETTER:
+        fire_children(
+            tx,
+            parent_id=m["id"],
+            parent_job=m["job_id"],
+            succeeded=False,
+            result=None,
+            error=error,
+            parent_depth=m["chain_depth"],
+        )
+    return to_status

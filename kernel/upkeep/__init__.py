@@ -1,0 +1,2 @@
+"""What keeps the kernel healthy: the watchdog, retention, history, Beats, notifications,
+checkup."""

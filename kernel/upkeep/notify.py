@@ -1,0 +1,208 @@
+"""Failure notifications (a job's ``notify``): recorded once per run, claimed per try.
+
+The worker that settled a failed run records its notification (:func:`record`): one
+INSERT that writes only if that run's settle event exists (this occurrence, this fence,
+a failed status) and the run has none yet (unique ``occurrence_id, fence``), so a
+second worker, a duplicate hint or a replay records nothing. A try is claimed by one
+guarded UPDATE (``pending`` and due -> ``delivering`` with a fresh token,
+:func:`claim`), and only the token's holder ends it (:func:`delivered`,
+:func:`try_failed`), so two workers never deliver the same notification. A failed try
+is tried again ``backoff * 2**(tries-1)`` later while tries remain, decided in the
+statement; each step appends its event. Nothing here touches the occurrence: a
+notification never holds up a run or its settle.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+
+from kernel import statements as st
+from kernel.db.schema import notifications
+from kernel.db.tx import Tx
+from kernel.errors import InvalidArgument, NotFound, StateConflict
+from kernel.events import EventType, settled_event
+from kernel.records import dumps, loads, to_dt
+from kernel.spec.notify import NOTIFY_EVENTS, Notify
+from kernel.states import FAILED
+from kernel.states import OccurrenceStatus as S
+from kernel.types import Notification
+
+__all__ = ["claim", "delivered", "due", "get", "record", "try_failed"]
+
+N = notifications
+_TRY_TOKEN_BYTES = 12
+
+
+def _notification(row: Any) -> Notification:
+    next_at = to_dt(row.next_at)
+    assert next_at is not None
+    return Notification(
+        id=row.id,
+        occurrence_id=row.occurrence_id,
+        fence=row.fence,
+        job_id=row.job_id,
+        event=row.event,
+        state=row.state,
+        tries=row.tries,
+        next_at=next_at,
+        token=row.token,
+        target=loads(row.target),
+        body=loads(row.body),
+        last_error=row.last_error,
+    )
+
+
+def record(
+    tx: Tx,
+    occurrence_id: int,
+    *,
+    fence: int,
+    job_id: str,
+    event: str,
+    target: Mapping[str, Any],
+    body: Mapping[str, Any],
+) -> int | None:
+    """Record the notification of the run (``occurrence_id``, ``fence``) that failed;
+    its id, or None when that run did not settle failed or already has one."""
+    try:
+        notify = Notify.model_validate(dict(target)).to_dict()
+    except ValidationError:
+        raise InvalidArgument("target", "must be a job's notify section") from None
+    if event not in NOTIFY_EVENTS:
+        raise InvalidArgument("event", f"must be one of {', '.join(NOTIFY_EVENTS)}")
+    statuses = (S.DEAD_LETTER,) if event == "dead_letter" else FAILED
+    settle_types = [settled_event(status).value for status in statuses]
+    params = {
+        "occurrence_id": occurrence_id,
+        "fence": fence,
+        "job_id": job_id,
+        "event": event,
+        "now": tx.now,
+        "target": dumps(notify),
+        "body": dumps(dict(body)),
+        "settle_types": settle_types,
+    }
+    made = tx.conn.execute(st.RECORD_NOTIFICATION[tx.dialect], params).scalar()
+    if made is not None:
+        tx.emit(
+            EventType.NOTIFICATION_RECORDED,
+            job_id=job_id,
+            occurrence_id=occurrence_id,
+            fence=fence,
+            notification_id=made,
+            notify_event=event,
+        )
+    return None if made is None else int(made)
+
+
+def claim(tx: Tx, notification_id: int) -> Notification | None:
+    """Start a try of a pending, due notification; None when it is not (another worker
+    took it, it was delivered or given up, or it is not due yet)."""
+    token = secrets.token_hex(_TRY_TOKEN_BYTES)
+    row = tx.conn.execute(
+        st.TAKE_NOTIFICATION_TRY,
+        {"notification_id": notification_id, "token": token, "now": tx.now},
+    ).first()
+    return None if row is None else _notification(row)
+
+
+def _refused(tx: Tx, notification_id: int) -> StateConflict | NotFound:
+    """Why a try's end was refused (read once, after the guarded statement found nothing)."""
+    row = tx.conn.execute(sa.select(N.c.state).where(N.c.id == notification_id)).first()
+    if row is None:
+        return NotFound(f"notification {notification_id} does not exist")
+    return StateConflict(
+        f"notification {notification_id} is {row.state}: this try no longer holds it"
+    )
+
+
+def delivered(tx: Tx, notification_id: int, token: str) -> None:
+    """End the try ``token`` names: delivered.
+
+    Raises:
+        StateConflict: the try no longer holds the notification. NotFound: no such one.
+    """
+    row = tx.conn.execute(
+        st.NOTIFICATION_DELIVERED,
+        {"notification_id": notification_id, "try_token": token, "now": tx.now},
+    ).first()
+    if row is None:
+        raise _refused(tx, notification_id)
+    tx.emit(
+        EventType.NOTIFICATION_DELIVERED,
+        occurrence_id=row.occurrence_id,
+        fence=row.fence,
+        notification_id=notification_id,
+        tries=row.tries,
+    )
+
+
+def try_failed(
+    tx: Tx,
+    notification: Notification,
+    *,
+    error: str,
+    retryable: bool,
+) -> Notification:
+    """End the try ``notification.token`` names: failed. Tried again after the backoff
+    while ``retryable`` and tries remain, else given up.
+
+    Raises:
+        StateConflict: the try no longer holds the notification. NotFound: no such one.
+    """
+    target = notification.target
+    delay_ms = int(float(target["backoff"]) * 1000 * 2 ** max(notification.tries - 1, 0))
+    params = {
+        "notification_id": notification.id,
+        "try_token": notification.token,
+        "retryable": retryable,
+        "attempts": int(target["attempts"]),
+        "next_at": tx.now + delay_ms,
+        "error": error,
+        "now": tx.now,
+    }
+    row = tx.conn.execute(st.NOTIFICATION_TRY_FAILED, params).first()
+    if row is None:
+        raise _refused(tx, notification.id)
+    gave_up = row.state == "failed"
+    retry: dict[str, Any] = {} if gave_up else {"next_at": tx.now + delay_ms}
+    tx.emit(
+        EventType.NOTIFICATION_FAILED,
+        occurrence_id=row.occurrence_id,
+        fence=row.fence,
+        notification_id=notification.id,
+        tries=row.tries,
+        error=error,
+        gave_up=gave_up,
+        **retry,
+    )
+    return get(tx, notification.id)
+
+
+def get(tx: Tx, notification_id: int) -> Notification:
+    """One notification.
+
+    Raises:
+        NotFound: no such notification.
+    """
+    row = tx.conn.execute(sa.select(N).where(N.c.id == notification_id)).first()
+    if row is None:
+        raise NotFound(f"notification {notification_id} does not exist")
+    return _notification(row)
+
+
+def due(tx: Tx, limit: int, overdue_ms: int = 0) -> list[Notification]:
+    """Pending notifications whose next try has been due for ``overdue_ms`` at least,
+    oldest first (at most ``limit``)."""
+    rows = tx.conn.execute(
+        sa.select(N)
+        .where(N.c.state == "pending", N.c.next_at <= tx.now - overdue_ms)
+        .order_by(N.c.next_at)
+        .limit(limit)
+    )
+    return [_notification(row) for row in rows]

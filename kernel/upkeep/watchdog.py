@@ -1,0 +1,160 @@
+"""The watchdog: what should have happened and did not, found from the durable record.
+
+* overdue firings: an enabled, planned job whose fire cursor is more than ``grace``
+  in the past (no Beat materialised it);
+* runs past their timeout: running occurrences whose current claim is older than the
+  job's ``timeout`` plus ``grace`` (the worker should have stopped them);
+* the adjudication backlog: occurrences waiting for an operator's verdict;
+* failing watchdog jobs: those whose latest check failed (:mod:`kernel.upkeep.watchdog_jobs`).
+
+:func:`findings` only reads. :func:`record_findings` (Beat, periodically) appends one
+event per finding it has not recorded before — ``watchdog_overdue`` once per job and
+cursor, ``watchdog_overrun`` once per occurrence and fence — so a stuck state is
+reported once, not every tick. Every Beat records: on PostgreSQL the recorders take
+turns under one transaction-scoped advisory lock, so two Beats at the same instant do
+not both find a finding new (SQLite's ``BEGIN IMMEDIATE`` already serialises them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import sqlalchemy as sa
+
+from kernel.db.engine import advisory_xact_lock
+from kernel.db.schema import events, jobs, occurrences
+from kernel.db.tx import Tx
+from kernel.events import EventType
+from kernel.records import loads
+from kernel.states import OccurrenceStatus
+from kernel.upkeep.watchdog_jobs import failing_watchdogs
+
+__all__ = ["MAX_FINDINGS", "findings", "record_findings"]
+
+S = OccurrenceStatus
+OCC = occurrences
+#: Findings listed per kind at most (the counts are exact).
+MAX_FINDINGS = 100
+#: The advisory lock key watchdog recorders take on PostgreSQL ("WDOG").
+_RECORDING_LOCK = 0x57444F47
+
+
+def _overdue(tx: Tx, grace_ms: int) -> tuple[int, list[dict[str, Any]]]:
+    late = sa.and_(jobs.c.enabled, jobs.c.planned, jobs.c.next_fire_at < tx.now - grace_ms)
+    count = tx.conn.execute(sa.select(sa.func.count()).where(late)).scalar_one()
+    rows = tx.conn.execute(
+        sa.select(jobs.c.id, jobs.c.next_trigger_key, jobs.c.next_fire_at)
+        .where(late)
+        .order_by(jobs.c.next_fire_at)
+        .limit(MAX_FINDINGS)
+    ).all()
+    return count, [
+        {"job_id": r.id, "trigger_key": r.next_trigger_key, "late_ms": tx.now - r.next_fire_at}
+        for r in rows
+    ]
+
+
+def _overrunning(tx: Tx, grace_ms: int) -> list[dict[str, Any]]:
+    """Running occurrences with a timeout whose current claim began too long ago."""
+    claimed_at = (
+        sa.select(sa.func.max(events.c.at))
+        .where(
+            events.c.occurrence_id == OCC.c.id,
+            events.c.fence == OCC.c.fence,
+            events.c.type == EventType.OCCURRENCE_CLAIMED,
+        )
+        .scalar_subquery()
+    )
+    rows = tx.conn.execute(
+        sa.select(OCC.c.id, OCC.c.job_id, OCC.c.fence, OCC.c.definition, claimed_at.label("at"))
+        .where(OCC.c.status == S.RUNNING)
+        .order_by(OCC.c.id)
+        .limit(10 * MAX_FINDINGS)
+    ).all()
+    found = []
+    for r in rows:
+        timeout = loads(r.definition).get("timeout")
+        if timeout is None or r.at is None:
+            continue
+        over = tx.now - r.at - int(timeout * 1000)
+        if over > grace_ms:
+            found.append(
+                {"occurrence_id": r.id, "job_id": r.job_id, "fence": r.fence, "over_ms": over}
+            )
+    return found[:MAX_FINDINGS]
+
+
+def findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
+    """Overdue firings, runs past their timeout, the adjudication backlog and failing
+    watchdog jobs, now."""
+    overdue_count, overdue = _overdue(tx, grace_ms)
+    backlog = tx.conn.execute(
+        sa.select(sa.func.count(), sa.func.min(OCC.c.updated_at)).where(
+            OCC.c.status == S.NEEDS_ADJUDICATION
+        )
+    ).one()
+    return {
+        "grace_ms": grace_ms,
+        "overdue_firings": overdue_count,
+        "overdue": overdue,
+        "overrunning": _overrunning(tx, grace_ms),
+        "needs_adjudication": backlog[0],
+        "oldest_adjudication_age_ms": None if backlog[1] is None else tx.now - backlog[1],
+        "failing_watchdogs": failing_watchdogs(tx, MAX_FINDINGS),
+    }
+
+
+def _recorded(tx: Tx, type_: str, *where: Any) -> bool:
+    query = sa.select(events.c.id).where(events.c.type == type_, *where).limit(1)
+    return tx.conn.execute(query).first() is not None
+
+
+def _holds(key: str, value: str) -> Any:
+    """``events.data`` (canonical JSON) holds ``"key":value`` exactly."""
+    quoted = f'"{key}":' + json.dumps(value, ensure_ascii=False)
+    escaped = quoted.replace("/", "//").replace("%", "/%").replace("_", "/_")
+    return events.c.data.like(f"%{escaped}%", escape="/")
+
+
+def record_findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
+    """:func:`findings`, with an event for each overdue cursor or overrunning run seen
+    for the first time; ``new_events`` counts them."""
+    if tx.is_postgres:
+        # Taken before the reads: under READ COMMITTED each later statement then sees
+        # what a recorder that held the lock first committed.
+        advisory_xact_lock(tx.conn, _RECORDING_LOCK)
+    found = findings(tx, grace_ms)
+    new = 0
+    for late in found["overdue"]:
+        seen = _recorded(
+            tx,
+            EventType.WATCHDOG_OVERDUE,
+            events.c.job_id == late["job_id"],
+            _holds("trigger_key", late["trigger_key"]),
+        )
+        if not seen:
+            tx.emit(
+                EventType.WATCHDOG_OVERDUE,
+                job_id=late["job_id"],
+                trigger_key=late["trigger_key"],
+                late_ms=late["late_ms"],
+            )
+            new += 1
+    for run in found["overrunning"]:
+        seen = _recorded(
+            tx,
+            EventType.WATCHDOG_OVERRUN,
+            events.c.occurrence_id == run["occurrence_id"],
+            events.c.fence == run["fence"],
+        )
+        if not seen:
+            tx.emit(
+                EventType.WATCHDOG_OVERRUN,
+                job_id=run["job_id"],
+                occurrence_id=run["occurrence_id"],
+                fence=run["fence"],
+                over_ms=run["over_ms"],
+            )
+            new += 1
+    return {**found, "new_events": new}
