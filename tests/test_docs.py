@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from docs.gen.layout import where_to_find_what
 from docs.gen.states import occurrence_diagram
 from kernel.states import OccurrenceStatus
 from kernel.transitions.occurrences import allowed_pairs
@@ -54,3 +55,11 @@ def test_state_diagram_draws_every_status_and_every_change_of_status() -> None:
     assert {status.value for status in OccurrenceStatus} <= drawn
     changes = {(str(a), str(b)) for a, b in allowed_pairs() if a != b}
     assert changes <= arrows
+
+
+def test_the_contributing_guide_says_where_to_find_what() -> None:
+    """docs/development.md lists the kernel's folders and root modules as they are."""
+    guide = (ROOT / "docs" / "development.md").read_text()
+    assert where_to_find_what() in guide, (
+        "paste the output of `python -m docs.gen.layout` into docs/development.md"
+    )
