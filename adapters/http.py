@@ -341,7 +341,7 @@ class _FinalResponse(http.client.HTTPResponse):
 
     def _read_status(self) -> tuple[str, int, str]:
         while True:
-            version, status, reason = super()._read_status()
+            version, status, reason = super()._read_status()  # type: ignore[misc]  # private: not in typeshed
             if not 100 <= status < 200 or status == 101:
                 return version, status, reason
             http.client.parse_headers(self.fp)  # the interim answer's headers: read, dropped

@@ -14,6 +14,8 @@ requests each ``Idempotency-Key`` reached.
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from servers import serving
 
-__all__ = ["Misbehaving", "Request", "misbehaving", "elsewhere"]
+__all__ = ["Misbehaving", "Request", "misbehaving", "elsewhere", "over_tls"]
 
 Request = dict[str, Any]
 
@@ -30,13 +32,16 @@ Request = dict[str, Any]
 class Misbehaving(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.received: list[Request] = []
+        self.scheme = "https" if tls else "http"
+        if tls:
+            self.socket = tls.wrap_socket(self.socket, server_side=True)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}"
 
     def keyed(self, key: object) -> list[Request]:
         """The requests that carried ``Idempotency-Key: key``."""
@@ -103,4 +108,27 @@ def misbehaving(monkeypatch: pytest.MonkeyPatch) -> Iterator[Misbehaving]:
 def elsewhere() -> Iterator[Misbehaving]:
     """A second server: another origin (its own port) to redirect to."""
     with serving(Misbehaving()) as server:
+        yield server
+
+
+@pytest.fixture
+def over_tls(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Misbehaving]:
+    """A :class:`Misbehaving` server over TLS, its self-signed certificate trusted by the
+    clients made while it serves (``SSL_CERT_FILE``)."""
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    with serving(Misbehaving(context)) as server:
         yield server

@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from integration.misbehaving import Misbehaving, elsewhere, misbehaving
+from integration.misbehaving import Misbehaving, elsewhere, misbehaving, over_tls
 from unit.adapter_support import make_context
 
 from adapters.base import AdapterError
@@ -27,7 +27,7 @@ from kernel.errors import InvalidArgument
 from kernel.states import Effect
 from kernel.testing import ManualClock
 
-__all__ = ["elsewhere", "misbehaving"]  # fixtures
+__all__ = ["elsewhere", "misbehaving", "over_tls"]  # fixtures
 
 
 @pytest.fixture
@@ -231,6 +231,16 @@ def test_a_get_follows_a_few_redirects_by_default(misbehaving: Misbehaving) -> N
 
     error = failure({"url": redirect(misbehaving, 301, url)})  # a sixth hop
     assert (error.code, error.effect) == ("HTTP_REDIRECT", Effect.UNKNOWN)
+
+
+def test_https_never_redirects_to_http(over_tls: Misbehaving, misbehaving: Misbehaving) -> None:
+    assert execute({"url": f"{over_tls.url}/fine"})["body"] == "ok: /fine"  # TLS works
+
+    error = failure({"url": redirect(over_tls, 302, f"{misbehaving.url}/in-clear")})
+
+    assert (error.code, error.effect, error.retryable) == ("HTTP_REDIRECT", Effect.UNKNOWN, False)
+    assert "http:// from https://" in error.message
+    assert misbehaving.received == []
 
 
 def test_a_redirect_without_a_location_is_an_unknown_outcome(misbehaving: Misbehaving) -> None:
