@@ -5,18 +5,25 @@ occurrence id), so a server that honours the header applies the effect once
 however often the kernel has to try. When an at-most-once run's outcome is unknown
 (its lease expired mid-request), the payload's ``lookup`` asks the server by that key
 whether the request took effect (:meth:`HttpAdapter.adjudicate`).
+
+A response is an outcome: once any status line came back, a failure's effect is
+``applied`` or ``unknown``, never ``not_applied``, so an at-most-once request is never
+sent again after the server answered. That is why the adapter follows redirects itself
+(urllib's own following would turn a failed hop into "never sent"), skips interim 1xx
+answers, and reads a body that the server cut short as an applied failure.
 """
 
 from __future__ import annotations
 
-import codecs
 import http.client
 import json
+import ssl
+import time
 import urllib.error
 import urllib.request
 from email.message import Message
 from typing import IO, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urljoin, urlsplit
 
 from adapters.base import (
     NO_RUNTIME_CONTROL,
@@ -39,6 +46,8 @@ __all__ = ["HttpAdapter", "BODY_LIMIT"]
 #: Bytes of the response body kept in the result (the head).
 BODY_LIMIT = 64 * 1024
 _ERROR_BODY_IN_MESSAGE = 500
+#: The 3xx answers that name the request's next hop in ``Location``.
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 
 
 class HttpAdapter(BaseAdapter):
@@ -46,16 +55,24 @@ class HttpAdapter(BaseAdapter):
 
     The payload is the one :mod:`kernel.spec.payloads` validated: ``url``, ``method``
     (POST when there is a body and none was named, else GET), ``headers``,
-    ``secret_headers`` (header name → secret name, see :mod:`adapters.secrets`), and
-    ``json`` (sent as JSON) or ``body`` (sent as UTF-8 text). 5xx, 429, timeouts and
-    connection failures are retryable; other 4xx answers are not. Cancellation is checked before the
-    request is sent; a request in flight runs to its timeout.
+    ``secret_headers`` (header name → secret name, see :mod:`adapters.secrets`),
+    ``json`` (sent as JSON) or ``body`` (sent as UTF-8 text), and ``follow_redirects``.
+    5xx, 429, timeouts and connection failures are retryable; other 4xx answers are not.
+    Cancellation is checked before the request is sent; a request in flight runs to its
+    timeout, which bounds the whole chain of redirects.
 
-    A failure's effect (:class:`kernel.states.Effect`): not applied when the request never
-    reached the server whole (DNS, refused, a connect timeout) or the server refused it
-    (4xx, 429, 503); unknown once it was sent and no answer came (a read timeout, a reset
-    or closed connection) or the answer was another 5xx; applied when the status came and
-    the body was cut.
+    A redirect is followed while ``follow_redirects`` allows (by default none for POST
+    and PATCH): 303, and 301/302 after a POST, become a GET without body; 307/308 send
+    the same request on. A hop to another origin (scheme, host, port) carries none of
+    the job's headers, its secrets or the kernel's ``Idempotency-Key``; a hop from https
+    to http, or to another scheme, is refused.
+
+    A failure's effect (:class:`kernel.states.Effect`): not applied only when no answer
+    came and the request never reached the server whole (DNS, refused, a connect
+    timeout); applied when a 2xx came and its body was cut; unknown otherwise: sent with
+    no answer (a read timeout, a reset), any answer other than 2xx (the server's word on
+    what it did is for a ``lookup`` or an operator to judge), or a hop failing after an
+    earlier answer.
     """
 
     kind = "http"
@@ -65,43 +82,63 @@ class HttpAdapter(BaseAdapter):
 
     def __init__(self, app: Any = None) -> None:
         super().__init__(app)
-        self._opener = urllib.request.build_opener()
+        self._opener = urllib.request.build_opener(_Plain(), _Tls(), _EveryAnswer())
 
     def execute(self, ctx: ExecutionContext) -> Any:
-        request, secrets = _build_request(ctx.occurrence)
+        payload = read_payload(ctx.occurrence.payload, HttpPayload)
+        request, secrets = _build_request(ctx.occurrence, payload)
         ctx.secrets.update(secrets)
         if ctx.cancelled.is_set():
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before the request")
         timeout = self.default_timeout_s if ctx.timeout_s is None else ctx.timeout_s
+        deadline = time.monotonic() + timeout
+        answered: str | None = None  # the last answer so far, once there was one
+        hops = 0
+        while True:
+            target = _describe(request)
+            with self._send(request, timeout, deadline, answered) as response:
+                status, location = response.status, response.headers.get("Location")
+                if status not in _REDIRECTS or not location:
+                    return _outcome(target, response)
+            answered = f"{target} answered {status}"
+            next_url = urljoin(request.full_url, location)
+            if hops == payload.redirect_limit:
+                raise AdapterError(
+                    "HTTP_REDIRECT",
+                    f"{answered} to {_where(next_url)}; the job follows "
+                    f"{payload.redirect_limit} redirects (payload.follow_redirects)",
+                    retryable=False,
+                    effect=Effect.UNKNOWN,
+                )
+            request = _next_hop(request, status, next_url, answered)
+            hops += 1
+
+    def _send(
+        self, request: urllib.request.Request, timeout: float, deadline: float, answered: str | None
+    ) -> http.client.HTTPResponse:
+        """Send one hop; its failures classified by whether an earlier hop was answered."""
         target = _describe(request)
+        # Before any answer a request that never got through was not applied; after
+        # one, the server has acted on the request already, whatever the next hop does.
+        unsent, after = (
+            (Effect.NOT_APPLIED, "") if answered is None else (Effect.UNKNOWN, f" ({answered})")
+        )
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _timeout(target + after, timeout, Effect.UNKNOWN)
         try:
-            response = self._opener.open(request, timeout=timeout)
-        except urllib.error.HTTPError as exc:
-            with exc:
-                raise _status_error(target, exc) from None
+            response: http.client.HTTPResponse = self._opener.open(request, timeout=left)
         except urllib.error.URLError as exc:
             # urllib raises URLError only while connecting and sending (DNS, refused, a
             # connect timeout): the server never had the whole request.
             if isinstance(exc.reason, TimeoutError):
-                raise _timeout(target, timeout, Effect.NOT_APPLIED) from exc
-            raise _connection_error(target, exc.reason, Effect.NOT_APPLIED) from exc
+                raise _timeout(target + after, timeout, unsent) from exc
+            raise _connection_error(target + after, exc.reason, unsent) from exc
         except TimeoutError as exc:  # sent, no answer in time: it may have been applied
-            raise _timeout(target, timeout, Effect.UNKNOWN) from exc
+            raise _timeout(target + after, timeout, Effect.UNKNOWN) from exc
         except (ConnectionError, http.client.HTTPException) as exc:  # sent, answer lost
-            raise _connection_error(target, exc, Effect.UNKNOWN) from exc
-        with response:
-            try:
-                body, truncated = _read_head(response, BODY_LIMIT)
-            except (OSError, http.client.HTTPException) as exc:
-                # The status line came: the server has said what it did.
-                raise AdapterError(
-                    "HTTP_BODY",
-                    f"{target} answered {response.status}, then reading its body failed: {exc}",
-                    retryable=True,
-                    effect=Effect.APPLIED,
-                ) from exc
-            text = body.decode(_charset(response.headers), errors="replace")
-            return {"status": response.status, "body": text, "truncated": truncated}
+            raise _connection_error(target + after, exc, Effect.UNKNOWN) from exc
+        return response
 
     def adjudicate(self, ctx: AdjudicationContext) -> Verdict | None:
         """Ask the payload's ``lookup`` about the uncertain run, by its Idempotency-Key.
@@ -120,10 +157,7 @@ class HttpAdapter(BaseAdapter):
         target = _describe(request)
         try:
             with self._opener.open(request, timeout=ctx.timeout_s) as response:
-                status = response.status
-        except urllib.error.HTTPError as exc:
-            with exc:
-                status = exc.code
+                status = response.status  # a redirect is not followed: it decides nothing
         except (
             urllib.error.URLError,
             TimeoutError,
@@ -158,9 +192,10 @@ def _headers(occurrence: Occurrence, payload: HttpPayload) -> tuple[dict[str, st
     return headers, {*secrets.values(), *stored}
 
 
-def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[str]]:
+def _build_request(
+    occurrence: Occurrence, payload: HttpPayload
+) -> tuple[urllib.request.Request, set[str]]:
     """The request the validated payload describes, and the secret values it carries."""
-    payload = read_payload(occurrence.payload, HttpPayload)
     headers, secrets = _headers(occurrence, payload)
     data = None
     if payload.has_json:
@@ -173,11 +208,70 @@ def _build_request(occurrence: Occurrence) -> tuple[urllib.request.Request, set[
     return request, secrets
 
 
+def _next_hop(
+    request: urllib.request.Request, status: int, url: str, answered: str
+) -> urllib.request.Request:
+    """The request a redirect to ``url`` asks for, or a refusal (``answered`` says whose)."""
+    here, there = urlsplit(request.full_url), urlsplit(url)
+    refusal = ""
+    if there.scheme not in ("http", "https") or not there.hostname:
+        refusal = "a URL that is not http:// or https://"
+    elif here.scheme == "https" and there.scheme == "http":
+        refusal = "http:// from https://: the request would travel in clear"
+    if refusal:
+        raise AdapterError(
+            "HTTP_REDIRECT",
+            f"{answered} to {_where(url)}; not followed: a redirect to {refusal}",
+            retryable=False,
+            effect=Effect.UNKNOWN,
+        )
+    method, data = request.get_method(), request.data
+    # 303 asks for the answer with GET; clients turn a redirected POST into GET too.
+    if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+        method, data = "GET", None
+    headers = dict(request.headers)  # urllib keeps them as "Content-type", "Idempotency-key"
+    if data is None:
+        headers.pop("Content-type", None)
+    if _origin(here) != _origin(there):
+        # Nothing of the job's own travels to a server it did not name: not its headers,
+        # its secrets, nor the key that identifies its effect.
+        headers = {k: v for k, v in headers.items() if k == "Content-type"}
+    return urllib.request.Request(url, data=data, headers=headers, method=method)
+
+
+def _origin(parts: Any) -> tuple[str, str, int]:
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, (parts.hostname or "").lower(), parts.port or default
+
+
+def _outcome(target: str, response: http.client.HTTPResponse) -> dict[str, Any]:
+    """A final answer as the run's result, or its failure."""
+    status = response.status
+    if not 200 <= status < 300:
+        raise _status_error(target, response)
+    try:
+        body, truncated = _read_head(response, BODY_LIMIT)
+        if not truncated and response.length:  # http.client counts what Content-Length owes
+            raise http.client.IncompleteRead(body, response.length)
+    except (OSError, http.client.HTTPException) as exc:
+        # The status line came: the server has said what it did.
+        raise AdapterError(
+            "HTTP_BODY",
+            f"{target} answered {status}, then reading its body failed: {exc}",
+            retryable=True,
+            effect=Effect.APPLIED,
+        ) from exc
+    return {"status": status, "body": _decode(body, response.headers), "truncated": truncated}
+
+
+def _where(url: str) -> str:
+    """A URL for messages, without credentials or query (they may hold secrets)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"
+
+
 def _describe(request: urllib.request.Request) -> str:
-    """Method and URL for messages, without credentials or query (they may hold secrets)."""
-    parts = urlsplit(request.full_url)
-    host = parts.netloc.rpartition("@")[2]
-    return f"{request.get_method()} {parts.scheme}://{host}{parts.path}"
+    return f"{request.get_method()} {_where(request.full_url)}"
 
 
 def _read_head(stream: IO[bytes], limit: int) -> tuple[bytes, bool]:
@@ -188,34 +282,41 @@ def _read_head(stream: IO[bytes], limit: int) -> tuple[bytes, bool]:
     return bytes(data[:limit]), len(data) > limit
 
 
-def _charset(headers: Message) -> str:
-    charset = headers.get_content_charset() or "utf-8"
+def _decode(body: bytes, headers: Message) -> str:
+    """The body as text in its declared charset, else UTF-8; never a failure.
+
+    A charset name may be any codec Python knows, and some are not text encodings
+    (``hex``, ``rot13``, ``zlib``) or refuse to decode (``idna``, ``undefined``): the answer
+    stands whatever its label says.
+    """
+    charset = headers.get_content_charset()
+    if charset:
+        try:
+            return body.decode(charset, errors="replace")
+        except (LookupError, ValueError):
+            pass
+    return body.decode("utf-8", errors="replace")
+
+
+def _status_error(target: str, response: http.client.HTTPResponse) -> AdapterError:
+    """A final answer other than 2xx. Its effect is unknown: the server answered, and
+    only a ``lookup`` or an operator can judge what its refusal means for the effect."""
+    status = response.status
     try:
-        codecs.lookup(charset)
-    except LookupError:
-        return "utf-8"
-    return charset
-
-
-def _status_error(target: str, exc: urllib.error.HTTPError) -> AdapterError:
-    status = exc.code
-    head, _ = _read_head(exc, _ERROR_BODY_IN_MESSAGE)
-    body = head.decode(_charset(exc.headers), errors="replace").strip()
-    message = f"{target} answered {status} {exc.reason}" + (
+        head, _ = _read_head(response, _ERROR_BODY_IN_MESSAGE)
+    except (OSError, http.client.HTTPException):
+        head = b""  # the status says enough
+    body = _decode(head, response.headers).strip()
+    message = f"{target} answered {status} {response.reason}" + (
         f": {tail_text(body, _ERROR_BODY_IN_MESSAGE)}" if body else ""
     )
-    if status == 429:
-        return AdapterError("HTTP_429", message, retryable=True)
-    if status >= 500:
-        # 503 refuses the request; any other 5xx may come after the effect (a crash, a
-        # gateway that lost the upstream's answer): its outcome is unknown.
-        refused = status == 503
-        effect = Effect.NOT_APPLIED if refused else Effect.UNKNOWN
-        return AdapterError("HTTP_5XX", message, retryable=True, effect=effect)
-    if 400 <= status < 500:
-        return AdapterError("HTTP_4XX", message, retryable=False)
-    # An unfollowed redirect or an informational answer: retrying sends the same request.
-    return AdapterError("HTTP_STATUS", message, retryable=False)
+    if status == 429 or status >= 500:
+        code = "HTTP_429" if status == 429 else "HTTP_5XX"
+        return AdapterError(code, message, retryable=True, effect=Effect.UNKNOWN)
+    code = "HTTP_4XX" if 400 <= status < 500 else "HTTP_STATUS"
+    # A 4xx is the server's refusal; a 3xx without Location or a 101 is no answer a
+    # retry would change.
+    return AdapterError(code, message, retryable=False, effect=Effect.UNKNOWN)
 
 
 def _timeout(target: str, timeout: float, effect: Effect) -> AdapterError:
@@ -232,3 +333,48 @@ def _connection_error(target: str, reason: object, effect: Effect) -> AdapterErr
     return AdapterError(
         "HTTP_CONNECTION", f"{target} failed{when}: {reason}", retryable=True, effect=effect
     )
+
+
+class _FinalResponse(http.client.HTTPResponse):
+    """Skips every interim 1xx answer (``103 Early Hints``, ``102 Processing``), where
+    http.client skips only ``100 Continue``; ``101`` is final (a protocol switch)."""
+
+    def _read_status(self) -> tuple[str, int, str]:
+        while True:
+            version, status, reason = super()._read_status()  # type: ignore[misc]  # private: not in typeshed
+            if not 100 <= status < 200 or status == 101:
+                return version, status, reason
+            http.client.parse_headers(self.fp)  # the interim answer's headers: read, dropped
+
+
+class _PlainConnection(http.client.HTTPConnection):
+    response_class = _FinalResponse
+
+
+class _TlsConnection(http.client.HTTPSConnection):
+    response_class = _FinalResponse
+
+
+class _Plain(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_PlainConnection, req)
+
+
+class _Tls(urllib.request.HTTPSHandler):
+    def __init__(self) -> None:
+        super().__init__()
+        self._tls = ssl.create_default_context()
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_TlsConnection, req, context=self._tls)
+
+
+class _EveryAnswer(urllib.request.HTTPErrorProcessor):
+    """Hands every answer back as it came, redirects included: the adapter judges each."""
+
+    def http_response(
+        self, request: urllib.request.Request, response: http.client.HTTPResponse
+    ) -> http.client.HTTPResponse:
+        return response
+
+    https_response = http_response

@@ -15,8 +15,10 @@ rules and defaults live here only. Any other kind's payload is any JSON object.
   adapter that reads the payload on the worker.
   ``output_limit`` (default 64 KiB, at most 10 MiB) bounds each stream kept in the result.
 * ``http``: ``{"method": ..., "url": "http(s)://...", "headers": {name: value},
-  "secret_headers": {name: SECRET}}`` plus either ``"json": <any JSON>`` or
-  ``"body": str``, not both. ``method`` defaults to POST when there is a body, else GET.
+  "secret_headers": {name: SECRET}, "lookup": {...}, "follow_redirects": n}`` plus either
+  ``"json": <any JSON>`` or ``"body": str``, not both. ``method`` defaults to POST when
+  there is a body, else GET; ``follow_redirects`` (0-10) to 5 for GET, HEAD, PUT and
+  DELETE, 0 for POST and PATCH.
 * ``watchdog``: ``{"check": <a shell or callable payload>, "target": label, "watch_for":
   duration, "started_at": instant, "self_destruct": bool, "alert": {"channel": "http" |
   "task", "target": URL or task name}}``; what a check's report does is in
@@ -69,6 +71,10 @@ _SHELL_OUTPUT_LIMIT_MAX = 10 * 1024 * 1024
 _PY_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _PY_PATH = re.compile(rf"{_PY_NAME}(?:\.{_PY_NAME})*:{_PY_NAME}(?:\.{_PY_NAME})*")
 _HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+#: Redirects a GET, HEAD, PUT or DELETE follows when its job names no ``follow_redirects``;
+#: a POST or PATCH follows none unless its job says so (its effect may be the server's).
+_HTTP_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+HTTP_REDIRECTS_DEFAULT = 5
 
 #: An environment variable's name, or a secret's name on the worker.
 EnvName = Annotated[str, text(128, re.compile(_PY_NAME))]
@@ -240,6 +246,11 @@ class HttpPayload(Payload):
     lookup: HttpLookup | None = Field(
         default=None, description="Ask the remote side about an uncertain run (at-most-once)."
     )
+    follow_redirects: Annotated[int, integer(0, 10)] | None = Field(
+        default=None,
+        description=f"Redirects followed, each hop judged; default {HTTP_REDIRECTS_DEFAULT} for "
+        "GET, HEAD, PUT and DELETE, 0 for POST and PATCH.",
+    )
 
     @model_validator(mode="after")
     def _one_body_each_header_once(self) -> Self:
@@ -262,10 +273,21 @@ class HttpPayload(Payload):
     def has_body(self) -> bool:
         return "body" in self.model_fields_set
 
+    @property
+    def resolved_method(self) -> str:
+        return self.method or ("POST" if self.has_json or self.has_body else "GET")
+
+    @property
+    def redirect_limit(self) -> int:
+        """How many redirects the adapter follows for this request."""
+        if self.follow_redirects is not None:
+            return self.follow_redirects
+        return HTTP_REDIRECTS_DEFAULT if self.resolved_method in _HTTP_IDEMPOTENT else 0
+
     def to_dict(self) -> dict[str, Any]:
         has_json, has_body = self.has_json, self.has_body
         shaped: dict[str, Any] = {
-            "method": self.method or ("POST" if has_json or has_body else "GET"),
+            "method": self.resolved_method,
             "url": self.url,
             "headers": dict(self.headers),
             "secret_headers": dict(self.secret_headers),
@@ -276,6 +298,8 @@ class HttpPayload(Payload):
             shaped["json"] = self.json_
         if self.lookup is not None:  # absent, not null: digests of jobs without one stay
             shaped["lookup"] = self.lookup.to_dict()
+        if self.follow_redirects is not None:  # absent likewise
+            shaped["follow_redirects"] = self.follow_redirects
         return shaped
 
 

@@ -136,7 +136,7 @@ def test_unknown_payload_keys_name_the_fields_the_kind_has() -> None:
     assert caught.value.field == "payload.timeout"
     assert caught.value.message == (
         "payload.timeout: unknown field; expected one of method, url, headers, "
-        "secret_headers, json, body, lookup"
+        "secret_headers, json, body, lookup, follow_redirects"
     )
 
 
