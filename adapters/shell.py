@@ -42,7 +42,7 @@ from adapters.base import (
 from adapters.secrets import StreamScrubber, resolve_secrets
 from adapters.supervisor import CGROUP, SUBREAPER
 from kernel.payloads import ShellPayload
-from kernel.redaction import is_sensitive_name
+from kernel.redaction import holds_credential, is_sensitive_name
 from kernel.states import Effect
 
 __all__ = ["ShellAdapter", "Finished", "BASE_ENV", "CONTAINMENT_ENV", "containment_mode"]
@@ -101,7 +101,8 @@ class ShellAdapter(BaseAdapter):
         """
         argv, env = payload.argv, payload.env
         secrets = resolve_secrets(payload.secrets)
-        ctx.secrets.update(secrets.values(), (v for k, v in env.items() if is_sensitive_name(k)))
+        stored = (v for k, v in env.items() if is_sensitive_name(k) or holds_credential(v))
+        ctx.secrets.update(secrets.values(), stored)
         if ctx.cancelled.is_set():
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before it started")
         child_env = {name: os.environ[name] for name in _inherited(payload) if name in os.environ}
