@@ -82,25 +82,46 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
 
 
 def secret_forms(value: str) -> set[str]:
-    """``value`` as a program commonly prints it: itself, URL-encoded, and base64.
+    """``value`` as a program commonly prints it: itself, JSON-escaped, URL-encoded (upper-
+    and lower-case escapes), hex and base64.
 
     Base64 is matched wherever the value sits in the encoded bytes: for each of the three
     alignments, the characters that depend on the value alone (so ``user:secret`` encoded
-    for a Basic header is caught too), standard and URL-safe alphabets.
+    for a Basic header is caught too), standard and URL-safe alphabets. :func:`scrub` also
+    finds a base64 form broken by line ends (MIME and PEM wrap at 64 or 76 columns, at
+    whatever offset the value fell).
     """
+    return _text_forms(value) | _base64_forms(value)
+
+
+def _text_forms(value: str) -> set[str]:
     if not value:
         return set()
-    encoded = {quote(value, safe=""), quote(value), quote_plus(value)}
+    quoted = {quote(value, safe=""), quote(value), quote_plus(value)}
+    quoted |= {_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), form) for form in quoted}
+    escaped = {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1]}
+    escaped |= {form.replace("/", "\\/") for form in escaped}  # JSON may escape "/" too
+    data = value.encode()
+    encoded = quoted | {data.hex(), data.hex().upper()}
+    return {value} | escaped | {form for form in encoded if len(form) >= _MIN_ENCODED}
+
+
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+
+
+def _base64_forms(value: str) -> set[str]:
+    if not value:
+        return set()
     data = value.encode()
     exact = base64.b64encode(data).decode()
-    encoded |= {exact, exact.rstrip("=")}
+    encoded = {exact, exact.rstrip("=")}
     for skipped, lead in ((0, 0), (1, 2), (2, 3)):
         # ``skipped`` bytes before the value share its first 3-byte group; the first
         # ``lead`` characters mix them in, and a trailing character may mix what follows.
         text = base64.b64encode(bytes(skipped) + data).decode()
         encoded.add(text[lead : (8 * (skipped + len(data))) // 6])
     encoded |= {form.replace("+", "-").replace("/", "_") for form in encoded}
-    return {value} | {form for form in encoded if len(form) >= _MIN_ENCODED}
+    return {form for form in encoded if len(form) >= _MIN_ENCODED}
 
 
 class StreamScrubber:
@@ -145,13 +166,20 @@ class StreamScrubber:
 
 @functools.lru_cache(maxsize=64)
 def _forms_pattern(secrets: frozenset[str]) -> tuple[re.Pattern[str], int] | None:
-    """One pattern matching every form of every secret (longest first), and the longest's length."""
-    forms = sorted(
-        {form for value in secrets for form in secret_forms(value)}, key=len, reverse=True
-    )
-    if not forms:
+    """One pattern matching every form of every secret (longest first), and the longest
+    text a match can span (a wrapped base64 form holds a line end per 64 characters)."""
+    text = {form for value in secrets for form in _text_forms(value)}
+    wrapped = {form for value in secrets for form in _base64_forms(value)} - text
+    if not text and not wrapped:
         return None
-    return re.compile("|".join(map(re.escape, forms))), len(forms[0])
+    pieces = [(len(form), re.escape(form)) for form in text]
+    pieces += [(len(form), _LINE_END.join(map(re.escape, form))) for form in wrapped]
+    pieces.sort(key=lambda piece: piece[0], reverse=True)
+    longest = max(len(form) + 2 * (len(form) // 64 + 1) for form in text | wrapped)
+    return re.compile("|".join(piece for _, piece in pieces)), longest
+
+
+_LINE_END = r"(?:\r?\n)?"
 
 
 def _secrets_file() -> dict[str, str]:

@@ -9,8 +9,9 @@ the command started (a cgroup v2 per run, or as their child subreaper), even tho
 left its session, when the worker asks (timeout, cancel, lost lease), when the lease
 deadline it was last told passes without a renewal (a frozen worker), and when the
 worker dies; SIGTERM first, SIGKILL after the job's ``kill_grace``. Output is read
-concurrently into bounded tail buffers and into the run's captured output, so a
-chatty child can neither block on a full pipe nor fill the worker's memory.
+concurrently into bounded tail buffers (masked before they are cut) and into the run's
+captured output, so a chatty child can neither block on a full pipe nor fill the
+worker's memory.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from adapters.base import (
     read_payload,
     tail_text,
 )
-from adapters.secrets import resolve_secrets, scrub
+from adapters.secrets import StreamScrubber, resolve_secrets
 from adapters.supervisor import CGROUP, SUBREAPER
-from kernel.redaction import is_sensitive_name
+from kernel.redaction import holds_credential, is_sensitive_name
 from kernel.spec.payloads import ShellPayload
 from kernel.states import Effect
 
@@ -100,7 +101,8 @@ class ShellAdapter(BaseAdapter):
         """
         argv, env = payload.argv, payload.env
         secrets = resolve_secrets(payload.secrets)
-        ctx.secrets.update(secrets.values(), (v for k, v in env.items() if is_sensitive_name(k)))
+        stored = (v for k, v in env.items() if is_sensitive_name(k) or holds_credential(v))
+        ctx.secrets.update(secrets.values(), stored)
         if ctx.cancelled.is_set():
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before it started")
         child_env = {name: os.environ[name] for name in _inherited(payload) if name in os.environ}
@@ -130,7 +132,6 @@ class ShellAdapter(BaseAdapter):
                 os.killpg(process.pid, signal.SIGKILL)
         out, out_cut = stdout.finish(ctx.kill_grace_s)
         err, err_cut = stderr.finish(ctx.kill_grace_s)
-        out, err = scrub(out, ctx.secrets), scrub(err, ctx.secrets)
         if "spawn_error" in report:
             failure = report["spawn_error"]
             raise AdapterError(
@@ -215,7 +216,11 @@ class Finished:
 
 
 class _Tail:
-    """Drains one pipe on a thread into the run's output, keeping the last ``limit`` bytes."""
+    """Drains one pipe on a thread into the run's output, keeping the last ``limit`` bytes.
+
+    The kept bytes are masked before they are cut (:class:`adapters.secrets.StreamScrubber`):
+    a cut through a secret would leave a piece no later scrub could recognise.
+    """
 
     def __init__(self, stream: IO[bytes], limit: int, name: str, ctx: ExecutionContext) -> None:
         self._stream = stream
@@ -223,7 +228,8 @@ class _Tail:
         self._name = name
         self._ctx = ctx
         self._data = bytearray()
-        self._total = 0
+        self._dropped = False
+        self._scrubber = StreamScrubber()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._drain, name="shell-output", daemon=True)
         self._thread.start()
@@ -233,24 +239,32 @@ class _Tail:
         with self._stream:
             fd = self._stream.fileno()
             while chunk := os.read(fd, 65536):
-                self._ctx.write_output(self._name, decoder.decode(chunk))
-                with self._lock:
-                    self._total += len(chunk)
-                    self._data += chunk
-                    excess = len(self._data) - self._limit
-                    if excess > 0:
-                        del self._data[:excess]
-            self._ctx.write_output(self._name, decoder.decode(b"", final=True))
+                text = decoder.decode(chunk)
+                self._ctx.write_output(self._name, text)
+                self._keep(self._scrubber.feed(text, self._ctx.secrets))
+            text = decoder.decode(b"", final=True)
+            self._ctx.write_output(self._name, text)
+            self._keep(self._scrubber.feed(text, self._ctx.secrets))
+            self._keep(self._scrubber.close(self._ctx.secrets))
+
+    def _keep(self, masked: str) -> None:
+        with self._lock:
+            self._data += masked.encode()
+            excess = len(self._data) - self._limit
+            if excess > 0:
+                del self._data[:excess]
+                self._dropped = True
 
     def finish(self, timeout: float) -> tuple[str, bool]:
-        """Text kept so far and whether anything was dropped.
+        """Text kept so far, secrets masked, and whether anything was dropped.
 
         The join is bounded because a process that escaped the group (setsid)
-        may keep the pipe open indefinitely; its later output is then ignored.
+        may keep the pipe open indefinitely; its later output is then ignored
+        (and what the scrubber still holds back with it: it may be part of a secret).
         """
         self._thread.join(timeout)
         with self._lock:
-            return self._data.decode("utf-8", errors="replace"), self._total > self._limit
+            return self._data.decode("utf-8", errors="replace"), self._dropped
 
 
 def _identity(ctx: ExecutionContext) -> dict[str, str]:

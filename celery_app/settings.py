@@ -440,6 +440,13 @@ class KernelSettings:
         return self.jobs_file
 
 
+def _networks(value: Any) -> tuple[str, ...]:
+    listed = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(
+        str(ipaddress.ip_network(str(item).strip())) for item in listed if str(item).strip()
+    )
+
+
 def _loopback(host: str) -> bool:
     """Whether only this machine can reach ``host`` (cookies need no TLS there)."""
     if host == "localhost":
@@ -460,13 +467,17 @@ class WebSettings:
         secure_cookies: mark the console's cookies ``Secure`` (``KERNEL_WEB_SECURE_COOKIES``):
             on by default when the server binds anything but loopback, as it is then
             meant to sit behind a TLS-terminating proxy.
-        sign_in_limit: failed sign-ins (bad token or login) allowed per client address and
-            per user name in a minute (``KERNEL_WEB_SIGN_IN_LIMIT``); more are answered 429.
+        sign_in_limit: failed sign-ins (bad token or login) allowed per client address, and
+            per user name at it, before it must wait (``KERNEL_WEB_SIGN_IN_LIMIT``): 429.
+        trusted_proxies: addresses or networks of the proxies whose ``X-Forwarded-For`` and
+            ``X-Forwarded-Proto`` are believed (``KERNEL_WEB_TRUSTED_PROXIES``, comma-
+            separated); none by default, so no client can pick the address it is limited by.
     """
 
     max_body: int
     secure_cookies: bool
     sign_in_limit: int
+    trusted_proxies: tuple[str, ...] = ()
 
     @classmethod
     def from_app(cls, app: Any, host: str) -> WebSettings:
@@ -500,5 +511,13 @@ class WebSettings:
                 20,
                 _integer(1, 100_000),
                 "a whole number from 1 to 100000",
+            ),
+            trusted_proxies=read(
+                "trusted_proxies",
+                "KERNEL_WEB_TRUSTED_PROXIES",
+                "kernel_web_trusted_proxies",
+                (),
+                _networks,
+                "IP addresses or networks, comma-separated (127.0.0.1, 10.0.0.0/8)",
             ),
         )

@@ -12,14 +12,16 @@ import copy
 import re
 from typing import Any
 
-__all__ = ["MASK", "masked_url", "is_sensitive_name", "redacted_spec"]
+__all__ = ["MASK", "masked_url", "holds_credential", "is_sensitive_name", "redacted_spec"]
 
 MASK = "***"
 _SENSITIVE = re.compile(
     r"auth|token|secret|passw|pwd|cookie|credential|api[-_]?key|private|session|signature"
     # KEY as a word of the name (SSH_KEY, Key-Id), but not Idempotency-Key: that one
     # names the request, it grants nothing.
-    r"|(?<![a-z])(?<!idempotency[-_])keys?(?![a-z])",
+    r"|(?<![a-z])(?<!idempotency[-_])keys?(?![a-z])"
+    # Short names as words of the name (DB_PASS, LDAP_PW, SENTRY_DSN), not BYPASS or DSNAME.
+    r"|(?<![a-z])(?:pass|passphrase|pw|dsn)(?![a-z])",
     re.IGNORECASE,
 )
 
@@ -56,6 +58,12 @@ _KEY_VALUE = re.compile(
 def is_sensitive_name(name: str) -> bool:
     """Whether a header or variable called ``name`` probably carries a credential."""
     return bool(_SENSITIVE.search(name))
+
+
+def holds_credential(value: str) -> bool:
+    """Whether ``value`` carries a credential whatever its name: a URL with a password in
+    its userinfo (``DATABASE_URL=postgresql://app:pw@db/app``) or a DSN's ``password=``."""
+    return masked_url(value) != value
 
 
 def redacted_spec(spec: dict[str, Any]) -> dict[str, Any]:

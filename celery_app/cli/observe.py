@@ -16,6 +16,7 @@ from adapters.supervisor import SUBREAPER, containment
 from beat_schedule.sync import read_beat_schedule
 from celery_app import operations
 from celery_app.cli.output import Env, command, fields, format_age, format_json, line, table
+from celery_app.cli.secret_files import open_secret_files
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.operations import beat_health, beat_warning
 from kernel import Event, Job, Kernel, KernelError
@@ -268,6 +269,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
     try:
         checks.append(_check("database", "ok", "reachable, schema up to date"))
         checks += [_check(f.name, f.status, f.detail) for f in kernel.checkup()]
+        checks.append(_secret_files_check(app))
         missing = sorted(job.id for job in kernel.list_jobs() if job.kind not in adapters)
         checks.append(
             _check("job kinds", "fail", f"no adapter installed for jobs {missing}")
@@ -299,6 +301,15 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         kernel.close()
     checks.append(_broker_check(app))
     return checks
+
+
+def _secret_files_check(app: Any) -> dict[str, str]:
+    opened = open_secret_files(app)
+    if opened:
+        return _check(
+            "secret files", "warn", "open to other users of this host: " + "; ".join(opened)
+        )
+    return _check("secret files", "ok", "the secrets file, users file and var folder are private")
 
 
 def _passed_secrets_check(jobs: list[Job]) -> dict[str, str]:

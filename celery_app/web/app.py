@@ -111,10 +111,24 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
 
 class _Server(uvicorn.Server):
     """uvicorn's server, ending the live streams as soon as it is asked to stop (a
-    graceful shutdown waits for every open response, and a stream never ends itself)."""
+    graceful shutdown waits for every open response, and a stream never ends itself).
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
-        super().__init__(uvicorn.Config(app, host=host, port=port, log_level="info"))
+    ``X-Forwarded-*`` headers are believed only from ``trusted_proxies`` (uvicorn's own
+    default believes any loopback client, so anyone on the host picks their address).
+    """
+
+    def __init__(
+        self, app: FastAPI, host: str, port: int, trusted_proxies: tuple[str, ...]
+    ) -> None:
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            proxy_headers=bool(trusted_proxies),
+            forwarded_allow_ips=list(trusted_proxies),
+        )
+        super().__init__(config)
         self.streams = app.state.live
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
@@ -122,6 +136,6 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM."""
-    _Server(app, host, port).run()
+def serve(app: FastAPI, host: str, port: int, trusted_proxies: tuple[str, ...] = ()) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, believing proxy headers from ``trusted_proxies``."""
+    _Server(app, host, port, trusted_proxies).run()

@@ -14,6 +14,7 @@ import math
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -38,8 +39,10 @@ log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "kernel_session"
 SESSION_TTL_S = 8 * 3600
-#: Failed sign-ins are counted per client address and per user name in windows this long.
+#: Failed sign-ins are forgotten after this long without one; the longest wait they cause.
 SIGN_IN_WINDOW_S = 60.0
+#: The first wait past the limit, doubled by each further failure.
+SIGN_IN_BACKOFF_S = 10.0
 #: Counters kept at most before the expired ones are dropped (a flood of addresses).
 _COUNTERS_KEPT = 10_000
 
@@ -51,7 +54,7 @@ class Unauthenticated(KernelError):
 
 
 class TooManySignIns(KernelError):
-    """Too many failed sign-ins from this address or for this user (HTTP 429)."""
+    """Too many failed sign-ins from this address, or for this user at it (HTTP 429)."""
 
     code = "TOO_MANY_SIGN_INS"
 
@@ -113,57 +116,59 @@ class Sessions:
 
 
 class SignInLimiter:
-    """Failed sign-ins per client address and per user name, in one-minute windows.
+    """Failed sign-ins per client address, and per user name at that address.
 
-    A subject past ``limit`` failures is refused before its credentials are checked
-    (each check is an scrypt), until its window ends; reaching the limit is logged
-    once per window.
+    No count is kept per user name alone: anyone could then lock a named user (admin)
+    out from everywhere. Past ``limit`` failures a subject is refused before its
+    credentials are checked (each check is an scrypt) for a while after its last
+    failure: :data:`SIGN_IN_BACKOFF_S`, doubled by each further failure, at most
+    :data:`SIGN_IN_WINDOW_S`. A quiet window forgets the failures; reaching the limit
+    is logged once per run of failures.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.limit = limit
+        self._clock = clock
         self._lock = threading.Lock()
-        self._failures: dict[str, tuple[float, int]] = {}  # subject -> (window start, count)
+        self._failures: dict[str, tuple[int, float]] = {}  # subject -> (count, last failure)
 
     @staticmethod
     def _subjects(address: str, name: str | None) -> list[str]:
-        return [f"address {address}"] + ([f"user {name}"] if name else [])
+        return [f"from address {address}"] + ([f"for user {name} at {address}"] if name else [])
+
+    def _refused_until(self, subject: str) -> float:
+        count, last = self._failures.get(subject, (0, 0.0))
+        if count < self.limit:
+            return 0.0
+        return last + min(SIGN_IN_BACKOFF_S * 2.0 ** (count - self.limit), SIGN_IN_WINDOW_S)
 
     def check(self, address: str, name: str | None) -> None:
-        """Raise TooManySignIns if the address or the user name is over its limit."""
-        now = time.monotonic()
+        """Raise TooManySignIns if the address, or the user name at it, must wait."""
+        now = self._clock()
         with self._lock:
-            counts = [self._failures.get(s) for s in self._subjects(address, name)]
-        ends = [
-            start + SIGN_IN_WINDOW_S
-            for start, count in filter(None, counts)
-            if count >= self.limit and start + SIGN_IN_WINDOW_S > now
-        ]
-        if ends:
-            retry_after = math.ceil(max(ends) - now)
+            until = max(self._refused_until(s) for s in self._subjects(address, name))
+        if until > now:
+            retry_after = math.ceil(until - now)
             raise TooManySignIns(
-                f"too many failed sign-ins from this address or for this user: "
-                f"retry in {retry_after}s",
+                f"too many failed sign-ins from this address: retry in {retry_after}s",
                 retry_after=retry_after,
             )
 
     def failed(self, address: str, name: str | None) -> None:
-        """Count one failed sign-in against the address and the user name."""
-        now = time.monotonic()
+        """Count one failed sign-in against the address and the user name at it."""
+        now = self._clock()
         with self._lock:
             if len(self._failures) >= _COUNTERS_KEPT:
                 self._failures = {
-                    s: c for s, c in self._failures.items() if c[0] + SIGN_IN_WINDOW_S > now
+                    s: c for s, c in self._failures.items() if c[1] + SIGN_IN_WINDOW_S > now
                 }
             for subject in self._subjects(address, name):
-                start, count = self._failures.get(subject, (now, 0))
-                if start + SIGN_IN_WINDOW_S <= now:
-                    start, count = now, 0
-                self._failures[subject] = (start, count + 1)
-                if count + 1 == self.limit:
+                count, last = self._failures.get(subject, (0, now))
+                count = 1 if now - last >= SIGN_IN_WINDOW_S else count + 1
+                self._failures[subject] = (count, now)
+                if count == self.limit:
                     log.warning(
-                        "sign-ins refused for %ds: %d failed from %s",
-                        SIGN_IN_WINDOW_S,
+                        "sign-ins slowed down after %d failed %s",
                         self.limit,
                         subject,
                         extra={"action": "web_sign_in_limited", "subject": subject},
@@ -179,7 +184,8 @@ def bearer_user(request: Request, users: UserStore, limiter: SignInLimiter) -> U
 
     Raises:
         Unauthenticated: no token, or not a valid one.
-        TooManySignIns: the client address or the token's user failed too often lately.
+        TooManySignIns: the client address (or the token's user at it) failed too often
+            lately, and the token was not already shown valid.
     """
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     token = token.strip()
@@ -187,6 +193,9 @@ def bearer_user(request: Request, users: UserStore, limiter: SignInLimiter) -> U
         raise Unauthenticated(
             "send `Authorization: Bearer TOKEN` (make one with `kernel users add`)"
         )
+    remembered = users.remembered(token)
+    if remembered is not None:  # shown valid before: costs no scrypt, guesses nothing
+        return remembered
     address, name = client_address(request), users.owner(token)
     limiter.check(address, name)
     user = users.authenticate(token)

@@ -171,16 +171,24 @@ class UserStore:
         users = self._load()
         return next((name for name, entry in users.items() if same_secret(key, entry["key"])), None)
 
-    def authenticate(self, token: str) -> User | None:
-        """The user whose token this is, or None."""
+    def remembered(self, token: str) -> User | None:
+        """The user of ``token`` if it was verified since the file last changed (no scrypt)."""
         if not token.isascii():
-            return None  # tokens are ASCII: this one was never issued
+            return None
         users = self._load()
         digest = hashlib.sha256(token.encode()).hexdigest()
         with self._lock:
             known = self._verified.get(digest)
-        if known is not None and known in users:
-            return self.get(known)
+        return self.get(known) if known is not None and known in users else None
+
+    def authenticate(self, token: str) -> User | None:
+        """The user whose token this is, or None."""
+        if not token.isascii():
+            return None  # tokens are ASCII: this one was never issued
+        if (known := self.remembered(token)) is not None:
+            return known
+        users = self._load()
+        digest = hashlib.sha256(token.encode()).hexdigest()
         match = self.owner(token)
         entry = users.get(match) if match is not None else None
         stored = entry["hash"] if entry is not None else _DECOY

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Self
 from pydantic import Field, ValidationError, model_validator
 
 from kernel.errors import InvalidArgument
-from kernel.redaction import is_sensitive_name
+from kernel.redaction import holds_credential, is_sensitive_name
 from kernel.spec.durations import canonical_json, child_path, parse_duration
 from kernel.spec.fields import BOOLEAN, OBJECT, enum_choice, integer, refuse, seconds, text
 from kernel.spec.notify import Notify
@@ -295,8 +295,9 @@ _SECRET_HOMES = {"env": "secrets", "headers": "secret_headers"}
 
 def stored_secrets(payload: Mapping[str, Any], path: str = "payload") -> list[Problem]:
     """Values in a payload's ``env`` or ``headers`` (at any depth: an http ``lookup``, a
-    watchdog's check) whose name looks like a credential's: stored, they would sit in clear
-    in the database, its backups and every occurrence's snapshot."""
+    watchdog's check) whose name looks like a credential's, or that hold one (a URL with a
+    password): stored, they would sit in clear in the database, its backups and every
+    occurrence's snapshot."""
     found: list[Problem] = []
     for key, value in payload.items():
         where = child_path(path, key)
@@ -310,7 +311,10 @@ def stored_secrets(payload: Mapping[str, Any], path: str = "payload") -> list[Pr
                     "(see README, Secrets)",
                 )
                 for name, held in value.items()
-                if held and is_sensitive_name(str(name))
+                if held
+                and (
+                    is_sensitive_name(str(name)) or isinstance(held, str) and holds_credential(held)
+                )
             ]
         elif isinstance(value, Mapping):
             found += stored_secrets(value, where)

@@ -141,6 +141,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "schema": "ok",
         "file modes": "ok",
         "stored secrets": "ok",
+        "secret files": "ok",
         "job kinds": "ok",
         "job env": "ok",
         "timeouts": "ok",
@@ -151,6 +152,33 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
     text = cli("doctor")
     assert text.code == 0
     assert re.search(r"^job kinds +OK ", text.out, re.MULTILINE)
+
+
+def test_doctor_warns_about_open_secrets_files_users_file_and_var_folder(
+    cli, kernel: Kernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    var = tmp_path / "var"
+    var.mkdir(mode=0o755)
+    var.chmod(0o755)
+    users = var / "users.json"
+    users.write_text("{}")
+    users.chmod(0o644)
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text("{}")
+    secrets.chmod(0o640)
+    monkeypatch.setenv("KERNEL_VAR_DIR", str(var))
+    monkeypatch.setenv("KERNEL_SECRETS_FILE", str(secrets))
+
+    check = {c["name"]: c for c in cli("doctor", "--json").json()["checks"]}["secret files"]
+    assert check["status"] == "warn"
+    assert f"{secrets} is 0640 (chmod 600 {secrets})" in check["detail"]
+    assert f"{users} is 0644 (chmod 600 {users})" in check["detail"]
+    assert f"{var} is 0755 (chmod 700 {var})" in check["detail"]
+
+    for path, private in ((var, 0o700), (users, 0o600), (secrets, 0o600)):
+        path.chmod(private)
+    check = {c["name"]: c for c in cli("doctor", "--json").json()["checks"]}["secret files"]
+    assert check["status"] == "ok"
 
 
 def test_doctor_warns_about_open_files_and_secrets_stored_in_clear(

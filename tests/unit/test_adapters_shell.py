@@ -346,3 +346,18 @@ def test_the_supervisor_kills_the_group_at_the_lease_deadline_on_its_own(tmp_pat
     assert (tmp_path / "got-term").exists()  # SIGTERM at deadline - grace ...
     assert 1.4 <= elapsed < 3  # ... SIGKILL at the deadline
     assert wait_dead(int((tmp_path / "pid").read_text()))
+
+
+def test_a_secret_cut_by_output_limit_is_masked_before_the_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "canary-secret-abcdefghijkl"  # 26 characters, more than the 20 bytes kept
+    monkeypatch.setenv("API_TOKEN", secret)
+    code = "import os, sys; sys.stdout.write('x' * 40 + os.environ['TOKEN'] + '.')"
+    payload = {"argv": [PYTHON, "-c", code], "secrets": {"TOKEN": "API_TOKEN"}}
+
+    result = ShellAdapter().execute(make_context("shell", payload | {"output_limit": 20}))
+
+    assert result["truncated"] is True
+    assert result["stdout"].endswith("***.")  # the mask, cut or not, never a piece of it
+    assert not any(secret[i : i + 4] in result["stdout"] for i in range(len(secret) - 3))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.redaction import masked_url
+from kernel.errors import InvalidArgument
+from kernel.redaction import holds_credential, is_sensitive_name, masked_url
+from kernel.spec.jobspec import validate_job_spec
 
 _FORMS = [
     ("postgresql://kernel:PW@db/kernel", "postgresql://kernel:***@db/kernel"),
@@ -59,3 +61,46 @@ def test_every_credential_form_is_masked(text: str, shown: str) -> None:
 )
 def test_text_without_credentials_is_unchanged(text: str) -> None:
     assert masked_url(text) == text
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["DB_PASS", "SMTP_PASS", "LDAP_PW", "PG_DSN", "SENTRY_DSN", "GPG_PASSPHRASE", "Pass", "pw"],
+)
+def test_common_credential_names_are_sensitive(name: str) -> None:
+    assert is_sensitive_name(name)
+
+
+@pytest.mark.parametrize("name", ["PASSPORT_DIR", "BYPASS_CACHE", "COMPASS", "DSNAME", "PWM"])
+def test_words_that_merely_contain_pass_are_not(name: str) -> None:
+    assert not is_sensitive_name(name)
+
+
+@pytest.mark.parametrize(
+    ("value", "held"),
+    [
+        ("postgresql://app:pw@db/app", True),
+        ("redis://:pw@cache:6379/0", True),
+        ("host=db password=pw", True),
+        ("postgresql://app@db/app", False),
+        ("https://example.com/a?b=c", False),
+        ("plain", False),
+    ],
+)
+def test_a_value_holding_a_credential_is_recognised(value: str, held: bool) -> None:
+    assert holds_credential(value) is held
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [
+        ({"DB_PASS": "hunter2"}, "payload.env.DB_PASS"),
+        ({"SENTRY_DSN": "https://k@sentry.example/1"}, "payload.env.SENTRY_DSN"),
+        ({"DATABASE_URL": "postgresql://u:pw@db/app"}, "payload.env.DATABASE_URL"),
+    ],
+)
+def test_a_job_env_holding_a_credential_is_refused(env: dict[str, str], field: str) -> None:
+    spec = {"id": "j", "kind": "shell", "payload": {"argv": ["true"], "env": env}}
+    with pytest.raises(InvalidArgument) as refused:
+        validate_job_spec(spec)
+    assert field in refused.value.message and "secrets:" in refused.value.message

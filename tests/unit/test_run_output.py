@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import random
+import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -147,3 +150,48 @@ def test_a_secret_printed_in_two_pieces_is_stored_in_neither(
     shown = {name: "".join(text for s, text in kept if s == name) for name in ("stdout", "log")}
     assert shown == {"stdout": "token=*** and ***\n", "log": "INFO password is ***\n"}
     assert not any("01234" in text or "56789" in text for _, text in kept)
+
+
+_WRAPPED_SECRET = 'canary/ünïcode+secret "quoted" value that runs long enough to wrap' * 2
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [
+        pytest.param(json.dumps({"token": _WRAPPED_SECRET}), id="json-escaped"),
+        pytest.param(json.dumps({"t": _WRAPPED_SECRET}, ensure_ascii=False), id="json-utf8"),
+        pytest.param(quote(_WRAPPED_SECRET, safe=""), id="percent-upper"),
+        pytest.param(
+            re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), quote(_WRAPPED_SECRET)),
+            id="percent-lower",
+        ),
+        pytest.param(_WRAPPED_SECRET.encode().hex(), id="hex"),
+        pytest.param(_WRAPPED_SECRET.encode().hex().upper(), id="hex-upper"),
+        pytest.param(base64.encodebytes(_WRAPPED_SECRET.encode()).decode(), id="base64-76"),
+        pytest.param(
+            base64.encodebytes(b"Authorization: Basic " + _WRAPPED_SECRET.encode()).decode(),
+            id="base64-76-offset",
+        ),
+        pytest.param(
+            "\r\n".join(
+                textwrap.wrap(base64.b64encode(b"x" + _WRAPPED_SECRET.encode()).decode(), 64)
+            ),
+            id="base64-pem-crlf",
+        ),
+    ],
+)
+def test_every_printed_form_of_a_secret_is_masked_in_pieces(
+    claim_and_kernel: tuple[Kernel, Claim], printed: str
+) -> None:
+    kernel, claim = claim_and_kernel
+    output = RunOutput(kernel, claim, {})
+    output.secrets = {_WRAPPED_SECRET}
+    for at in range(0, len(printed), 7):  # pieces smaller than a line of base64
+        output.write("stdout", printed[at : at + 7])
+    output.flush(final=True)
+
+    shown = "".join(text for _, text in stored(kernel, claim))
+    unwrapped = shown.replace("\r", "").replace("\n", "")
+    assert "***" in shown
+    for form in secret_forms(_WRAPPED_SECRET):  # not a piece of any: 12 characters tell much
+        assert not any(form[at : at + 12] in unwrapped for at in range(len(form) - 11))
