@@ -148,11 +148,13 @@ def test_the_apps_task_keeps_its_request_retry_signals_and_traceback(stack: Stac
     assert failed.status.value == "dead_letter"
     trace = failed.last_error.get("traceback") or ""
     assert 'meaning_tasks.py", line' in trace and "in parse" in trace, failed.last_error
-    shown = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "meaning", "kernel", "occurrences", "show",
-         str(boom)], cwd=root, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert "in parse" in shown.stdout and "ValueError: bad input 7" in shown.stdout, shown
+    for command in (["occurrences", "show"], ["why"]):
+        shown = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "meaning", "kernel", *command, str(boom)],
+            cwd=root, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert "traceback:\nTraceback (most recent call last)" in shown.stdout, shown
+        assert "in parse" in shown.stdout and "ValueError: bad input 7" in shown.stdout, shown
     assert "Traceback (most recent call last)" in worker.log()
     assert 'meaning_tasks.py", line' in worker.log()
 
