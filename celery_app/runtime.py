@@ -11,6 +11,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from billiard.exceptions import SoftTimeLimitExceeded
 
@@ -61,12 +62,14 @@ class RunOutcome:
         job_id: the occurrence's job, once claimed.
         error_code: set only when the kernel recorded a failure of this run.
         status: the kernel status that failure settled in (``retry_wait`` or ``dead_letter``).
+        value: what a run that succeeded returned (secrets masked), for monitors.
     """
 
     result: str
     job_id: str | None = None
     error_code: str | None = None
     status: str | None = None
+    value: Any = None
 
     def failure(self, occurrence_id: int) -> str:
         """What failed, for people: the job, the error code and the kernel status."""
@@ -307,7 +310,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             carried = _Carried(claimed_at, next_claim)
     except LeaseLost as exc:
         return _settle_refused(run, exc), None
-    return RunOutcome("succeeded", occurrence.job_id), carried
+    return RunOutcome("succeeded", occurrence.job_id, value=result), carried
 
 
 def _job_traceback(exc: BaseException, secrets: Iterable[str]) -> str | None:

@@ -114,9 +114,12 @@ def test_the_apps_task_keeps_its_request_retry_signals_and_traceback(stack: Stac
         stack.procs.append(proc)
         return proc
 
-    worker = start("worker", "worker", "-c", "1", "-l", "INFO", "-n", "meaning@testhost",
+    worker = start("worker", "worker", "-c", "1", "-l", "INFO", "-n", "meaning@testhost", "-E",
                    "--without-mingle", "--without-gossip")  # fmt: skip
     stack.wait(lambda: worker.logged("ready."), timeout=40, what="worker ready")
+    # The worker's task events, as Flower receives them (``celery events --dump``).
+    events = start("events", "events", "--dump")
+    stack.wait(lambda: events.logged("heartbeat"), timeout=40, what="events received")
     start("beat", "beat", "-s", str(root / "beat-schedule"), "-l", "INFO")
     stack.wait(lambda: len(stack.kernel.list_jobs()) == 3, timeout=40, what="jobs applied")
     jobs = {job.id: job.spec for job in stack.kernel.list_jobs()}
@@ -157,6 +160,16 @@ def test_the_apps_task_keeps_its_request_retry_signals_and_traceback(stack: Stac
         assert "in parse" in shown.stdout and "ValueError: bad input 7" in shown.stdout, shown
     assert "Traceback (most recent call last)" in worker.log()
     assert 'meaning_tasks.py", line' in worker.log()
+
+    # Monitors see the task's own call and result, not the occurrence id and 'succeeded'.
+    def event_lines(kind: str) -> list[str]:
+        return [x for x in events.log().splitlines() if f"task {kind}: retrying" in x]
+
+    stack.wait(lambda: len(event_lines("succeeded")) == 1, timeout=30, what="succeeded event")
+    received = event_lines("received")
+    assert len(received) == 3 and all("args=[7] kwargs={'tag': 'x'}" in x for x in received)
+    assert "result={'n': 7, 'tag': 'x'}" in event_lines("succeeded")[0]
+    assert worker.logged("succeeded in") and worker.logged(": {'n': 7, 'tag': 'x'}")
 
     # Stock Celery on the same tasks: the same signals, named by the same tasks.
     stock_env = {**env, "MEANING_LEDGER": str(root / "stock.jsonl")}
