@@ -17,6 +17,7 @@ from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery import signals, states
+from celery.app.task import Context
 from celery.exceptions import Retry
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
@@ -47,7 +48,9 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     payload = occurrence.payload
     args, kwargs = list(payload.get("args") or ()), dict(payload.get("kwargs") or {})
     run_id = task_id(ctx)
-    outer = task.app.tasks[RUN_OCCURRENCE].request  # the hint's message, as the worker got it
+    # The hint's message as the worker got it (none when the body runs outside a worker).
+    wrapper = task.app.tasks.get(RUN_OCCURRENCE)
+    outer = wrapper.request if wrapper is not None else Context()
     task.push_request(
         id=run_id,
         correlation_id=run_id,
@@ -134,7 +137,8 @@ def _seconds_until(when: Any, zone: tzinfo) -> float | None:
     if isinstance(when, str):
         when = datetime.fromisoformat(when)
     if isinstance(when, datetime):
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=zone)
-        return max(0.0, (when - datetime.now(UTC)).total_seconds())
-    return max(0.0, float(when))
+        eta = when if when.tzinfo is not None else when.replace(tzinfo=zone)
+        seconds = (eta - datetime.now(UTC)).total_seconds()
+    else:
+        seconds = float(when)
+    return max(0.0, seconds)
