@@ -106,12 +106,15 @@ class ErrorClass:
             an at-most-once occurrence whose effect is ``unknown`` waits for a verdict
             (``needs_adjudication``, the adapter's ``adjudicate`` asked first) instead of
             retrying; one whose effect is ``applied`` is not retried.
+        retry_in: seconds before the retry, when the job code chose them (a Celery task's
+            ``self.retry(countdown=...)``); else the job's backoff policy decides.
     """
 
     retryable: bool
     code: str
     message: str
     effect: Effect = Effect.NOT_APPLIED
+    retry_in: float | None = None
 
 
 class AdapterError(Exception):
@@ -120,17 +123,25 @@ class AdapterError(Exception):
     :meth:`BaseAdapter.classify_error` turns it into its :class:`ErrorClass`
     unchanged, so raising ``AdapterError("BAD_INPUT", "...", retryable=False)``
     from a callable job dead-letters it without burning retries, and
-    ``effect=Effect.UNKNOWN`` says the job cannot tell whether its effect happened.
+    ``effect=Effect.UNKNOWN`` says the job cannot tell whether its effect happened;
+    ``retry_in`` sets the delay before a retry instead of the job's backoff.
     """
 
     def __init__(
-        self, code: str, message: str, *, retryable: bool, effect: Effect = Effect.NOT_APPLIED
+        self,
+        code: str,
+        message: str,
+        *,
+        retryable: bool,
+        effect: Effect = Effect.NOT_APPLIED,
+        retry_in: float | None = None,
     ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.retryable = retryable
         self.effect = effect
+        self.retry_in = retry_in
 
 
 class ExecutionContext:
@@ -294,7 +305,9 @@ class BaseAdapter(ABC):
         timeout (the run's, or one the code met) leaves the effect unknown.
         """
         if isinstance(exc, AdapterError):
-            return ErrorClass(exc.retryable, exc.code, _bounded(exc.message), exc.effect)
+            return ErrorClass(
+                exc.retryable, exc.code, _bounded(exc.message), exc.effect, exc.retry_in
+            )
         if isinstance(exc, Cancelled):
             return ErrorClass(False, "CANCELLED", _bounded(str(exc) or "cancelled"))
         if isinstance(exc, TimeoutError):

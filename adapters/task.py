@@ -8,7 +8,7 @@ never imports Celery.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -24,7 +24,7 @@ from adapters.base import (
 from kernel.spec.payloads import TaskPayload
 from kernel.states import SafePoint
 
-__all__ = ["TaskAdapter", "CHECKPOINTS_OPTION", "running_context"]
+__all__ = ["TaskAdapter", "TaskCall", "CHECKPOINTS_OPTION", "retries_on", "running_context"]
 
 #: The task option (``@app.task(kernel_checkpoints=True)``) by which a task says its
 #: body calls ``current_run.checkpoint()``, so it can be paused while it runs.
@@ -39,6 +39,24 @@ def running_context() -> ExecutionContext | None:
     return _running.get()
 
 
+#: ``call(task, ctx, run)``: runs the task body (``run()``) as the task ``task`` would run.
+TaskCall = Callable[[Any, ExecutionContext, Callable[[], Any]], Any]
+
+
+def _call_body(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
+    return run()
+
+
+def _autoretry_for(task: Any) -> tuple[type[BaseException], ...]:
+    return tuple(getattr(task, "autoretry_for", ()) or ())
+
+
+def retries_on(task: Any, exc: BaseException) -> bool:
+    """Whether ``task`` retries on ``exc`` by its ``autoretry_for``/``dont_autoretry_for``."""
+    final = tuple(getattr(task, "dont_autoretry_for", ()) or ())
+    return isinstance(exc, _autoretry_for(task)) and not isinstance(exc, final)
+
+
 class TaskAdapter(BaseAdapter):
     """Calls the body of ``app.tasks[payload["task"]]`` with the payload's args/kwargs.
 
@@ -46,7 +64,8 @@ class TaskAdapter(BaseAdapter):
     has already claimed the occurrence; a second broker round trip would run it
     outside the lease. Celery's automatic retry is bypassed (the kernel owns the
     retry): an exception the task lists in ``autoretry_for`` is a retryable
-    failure, any other one is final, as it would be under Celery.
+    failure, any other one is final, as it would be under Celery; ``self.retry()``
+    becomes a kernel retry where the worker sets :attr:`call` (its ``Retry``).
 
     A body reaches the ``adapter_checkpoint`` safe point through
     ``celery_app.current_run``; only a task declaring ``kernel_checkpoints=True``
@@ -55,6 +74,8 @@ class TaskAdapter(BaseAdapter):
 
     kind = "task"
     runtime_control = CHECKPOINT_V1
+    #: How the body is called; the worker sets Celery's way (``celery_app.task_call``).
+    call: TaskCall = staticmethod(_call_body)
 
     def safe_points_for(self, payload: Mapping[str, Any]) -> tuple[str, ...]:
         """The safe points the payload's task declares (``before_execute`` unless it opts in)."""
@@ -69,22 +90,21 @@ class TaskAdapter(BaseAdapter):
         task = self._task(name)
         # autoretry_for wraps `run` to call Celery's retry; `_orig_run` is the body.
         body = getattr(task, "_orig_run", task.run)
-        retry_on = tuple(getattr(task, "autoretry_for", ()) or ())
-        final = tuple(getattr(task, "dont_autoretry_for", ()) or ())
         with _running_as(ctx):
             try:
-                return body(*args, **kwargs)
-            except Cancelled:
+                return self.call(task, ctx, lambda: body(*args, **kwargs))
+            except (Cancelled, AdapterError):
                 raise
             except Exception as exc:
-                if retry_on and (not isinstance(exc, retry_on) or isinstance(exc, final)):
-                    raise AdapterError(
-                        "TASK_FAILED",
-                        f"{type(exc).__name__}: {exc} (not in the task's autoretry_for)",
-                        retryable=False,
-                        effect=self.classify_error(exc).effect,
-                    ) from exc
-                raise
+                if retries_on(task, exc):
+                    raise
+                listed = " (not in the task's autoretry_for)" if _autoretry_for(task) else ""
+                raise AdapterError(
+                    "TASK_FAILED",
+                    f"{type(exc).__name__}: {exc}{listed}",
+                    retryable=False,
+                    effect=self.classify_error(exc).effect,
+                ) from exc
 
     def _task(self, name: str) -> Any:
         if self.app is None:

@@ -51,9 +51,11 @@ def hint_options(name: str, options: Mapping[str, Any]) -> tuple[dict[str, Any],
 def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
     """Job spec fields from the task's time limits and automatic-retry settings.
 
-    Returns (fields, warnings). A task without ``autoretry_for`` is not retried by
-    Celery, so its job gets one attempt; with it, ``max_retries`` + 1 attempts and
-    ``retry_backoff``'s exponential delays (else ``default_retry_delay``).
+    Returns (fields, warnings). The job gets the task's ``max_retries`` + 1 attempts
+    (``retry_kwargs["max_retries"]`` under ``autoretry_for``): ``self.retry()`` and
+    ``autoretry_for`` retry within them, any other exception is final, as under Celery.
+    Delays are ``self.retry()``'s countdown or eta, else ``retry_backoff``'s exponential
+    ones, else ``default_retry_delay``.
     """
     fields: dict[str, Any] = {}
     warnings: list[str] = []
@@ -63,10 +65,8 @@ def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
         # it as the hint's soft time limit, so the body stops and the run settles
         # as a TIMEOUT failure the kernel retries by its policy.
         fields["timeout"] = float(limits[0])
-    if not getattr(task, "autoretry_for", ()):
-        fields["max_attempts"] = 1
-        return fields, warnings
-    retry_kwargs = dict(getattr(task, "retry_kwargs", None) or {})
+    autoretry = bool(getattr(task, "autoretry_for", ()))
+    retry_kwargs = dict(getattr(task, "retry_kwargs", None) or {}) if autoretry else {}
     max_retries = retry_kwargs.get("max_retries", task.max_retries)
     if max_retries is None:
         warnings.append(
@@ -76,7 +76,7 @@ def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
         fields["max_attempts"] = _MAX_ATTEMPTS
     else:
         fields["max_attempts"] = min(int(max_retries) + 1, _MAX_ATTEMPTS)
-    backoff = float(getattr(task, "retry_backoff", False) or 0)
+    backoff = float(getattr(task, "retry_backoff", False) or 0) if autoretry else 0.0
     if backoff:
         ceiling = float(getattr(task, "retry_backoff_max", _BACKOFF_MAX))
         start = max(1.0, backoff)

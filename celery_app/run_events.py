@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from celery.signals import task_received
+from celery.utils.saferepr import saferepr
 
 from celery_app.runtime import RunOutcome
 from kernel import Claim
@@ -26,6 +27,8 @@ __all__ = ["BATCH_EVENTS", "RunEvents", "connect", "run_events"]
 
 #: The request header that tells the pool process to send each run's events.
 BATCH_EVENTS = "kernel_run_events"
+#: The longest args, kwargs or result text an event carries (Celery's own bound).
+_REPR_MAX = 1024
 
 
 def connect(task_name: str) -> None:
@@ -64,12 +67,16 @@ class RunEvents:
         occurrence = claim.occurrence
         uuid = self._uuid(occurrence.id)
         self._started[occurrence.id] = time.monotonic()
+        payload = occurrence.payload
+        task_run = occurrence.kind == "task"  # a task's own call, as Celery's events show it
         self.dispatcher.send(
             "task-received",
             uuid=uuid,
             name=occurrence.job_id,
-            args=f"[{occurrence.id}]",
-            kwargs="{}",
+            args=saferepr(list(payload.get("args") or ()), _REPR_MAX)
+            if task_run
+            else f"[{occurrence.id}]",
+            kwargs=saferepr(dict(payload.get("kwargs") or {}), _REPR_MAX) if task_run else "{}",
             retries=max(claim.occurrence.attempt - 1, 0),
         )
         self.dispatcher.send("task-started", uuid=uuid)
@@ -81,9 +88,8 @@ class RunEvents:
         uuid = self._uuid(occurrence_id)
         if outcome.error_code is None:
             runtime = time.monotonic() - began
-            self.dispatcher.send(
-                "task-succeeded", uuid=uuid, result=repr(outcome.result), runtime=runtime
-            )
+            result = saferepr(outcome.value, _REPR_MAX)
+            self.dispatcher.send("task-succeeded", uuid=uuid, result=result, runtime=runtime)
             return
         failure = outcome.failure(occurrence_id)
         self.dispatcher.send(

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from billiard.exceptions import SoftTimeLimitExceeded
 
-from adapters.base import Adapter, Cancelled, ErrorClass, ExecutionContext, HandBack
+from adapters.base import Adapter, AdapterError, Cancelled, ErrorClass, ExecutionContext, HandBack
 from adapters.secrets import scrub, scrub_value
 from celery_app.adjudication import ask_adapter
 from celery_app.held_run import (
@@ -60,12 +62,14 @@ class RunOutcome:
         job_id: the occurrence's job, once claimed.
         error_code: set only when the kernel recorded a failure of this run.
         status: the kernel status that failure settled in (``retry_wait`` or ``dead_letter``).
+        value: what a run that succeeded returned (secrets masked), for monitors.
     """
 
     result: str
     job_id: str | None = None
     error_code: str | None = None
     status: str | None = None
+    value: Any = None
 
     def failure(self, occurrence_id: int) -> str:
         """What failed, for people: the job, the error code and the kernel status."""
@@ -259,7 +263,17 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             return RunOutcome("cancelled", occurrence.job_id), None
         error = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
         message = scrub(error.message, ctx.secrets)
-        run.log.warning("run failed: %s %s", error.code, message, extra={"action": "run_failed"})
+        trace = _job_traceback(exc, ctx.secrets)
+        final = not error.retryable or occurrence.attempt >= occurrence.max_attempts
+        # Logged as Celery logs a task's failure: with its traceback, at ERROR when final.
+        run.log.log(
+            logging.ERROR if final else logging.WARNING,
+            "run failed: %s %s%s",
+            error.code,
+            message,
+            f"\n{trace}" if trace else "",
+            extra={"action": "run_failed"},
+        )
         try:
             run.output.flush(final=True)
             status = kernel.fail(
@@ -270,6 +284,8 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
                 effect=error.effect,
                 owner=owner,
                 fence=fence,
+                retry_in=error.retry_in,
+                traceback=trace,
             )
         except LeaseLost as exc:
             return _settle_refused(run, exc), None
@@ -294,18 +310,33 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             carried = _Carried(claimed_at, next_claim)
     except LeaseLost as exc:
         return _settle_refused(run, exc), None
-    return RunOutcome("succeeded", occurrence.job_id), carried
+    return RunOutcome("succeeded", occurrence.job_id, value=result), carried
+
+
+def _job_traceback(exc: BaseException, secrets: Iterable[str]) -> str | None:
+    """The traceback of what the job's code raised, secrets masked; None for a failure an
+    adapter classified itself (its message says it all: an exit status, an HTTP status)."""
+    if isinstance(exc, AdapterError):
+        if exc.__cause__ is None:
+            return None
+        exc = exc.__cause__
+    text = "".join(traceback.format_exception(exc))
+    return scrub(text, secrets)
 
 
 def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None:
     """A TIMEOUT failure when Celery's soft time limit (the job's timeout) stopped the body,
-    whether it surfaced as itself or as the cause of an adapter's error."""
+    whether it surfaced as itself or as the cause of an adapter's error; retryable unless
+    that error says otherwise (a task's timeout is final unless its ``autoretry_for`` lists
+    it, as under Celery)."""
     if not isinstance(exc, SoftTimeLimitExceeded) and not isinstance(
         exc.__cause__, SoftTimeLimitExceeded
     ):
         return None
+    retryable = exc.retryable if isinstance(exc, AdapterError) else True
     limit = f"{timeout_s:g} s" if timeout_s is not None else "its time limit"
-    return ErrorClass(True, "TIMEOUT", f"the run exceeded its timeout of {limit}", Effect.UNKNOWN)
+    message = f"the run exceeded its timeout of {limit}"
+    return ErrorClass(retryable, "TIMEOUT", message, Effect.UNKNOWN)
 
 
 def _ask_at_once(kernel: Kernel, adapter: Adapter, occurrence: Occurrence) -> None:

@@ -39,13 +39,15 @@ def register(celery_app: Any) -> Any:
     )(run_occurrence)
 
 
-def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
+def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
     """Run each of the hinted occurrences the kernel lets this worker claim, in turn.
 
     A hint carries one occurrence id, or several of one queue when its backlog is deep
     (the pump's batches). Returns what happened to each (``succeeded``, ``handed_back``,
     ``cancelled``, ``lease_lost``, ``not_claimable``, ``rehinted``,
-    ``storage_unavailable``): a string for one id, a list for several.
+    ``storage_unavailable``): a list for several ids; for one, what its run returned
+    when it succeeded (so Celery's log line and Flower show a task's real result), else
+    the string.
 
     The kernel being unreachable (a database restart) is an outage to ride out, not
     a bug: it is logged in one line and ends the batch. The kernel's own recovery covers
@@ -58,6 +60,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
     """
     ids = [int(occurrence_id) for occurrence_id in occurrence_ids]
     results: list[str] = []
+    value: Any = None  # what the last run returned, when it succeeded
     failures: list[str] = []
     claims: dict[int, Claim] = {}  # each run's claim, for its job's notify
     try:
@@ -82,6 +85,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
             ):
                 occurrence_id = ids[len(results)]
                 results.append(outcome.result)
+                value = outcome.value
                 if events is not None:
                     events.ended(occurrence_id, outcome)
                 if outcome.error_code is not None:
@@ -102,7 +106,9 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> str | list[str]:
         results.append("storage_unavailable")
     if failures:
         raise OccurrenceFailed("; ".join(failures))
-    return results[0] if len(ids) == 1 else results
+    if len(ids) > 1:
+        return results
+    return value if results[0] == "succeeded" else results[0]
 
 
 def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:

@@ -13,9 +13,11 @@ from billiard.process import current_process
 
 from adapters.base import Adapter
 from adapters.registry import load_adapters
+from adapters.task import TaskAdapter
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.held_run import LeaseKeeper, new_owner
 from celery_app.scope import Scope
+from celery_app.task_call import call_task
 from kernel import Kernel
 
 __all__ = ["ProcessResources", "keep_for_pool", "process_resources"]
@@ -54,7 +56,7 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
     resources = ProcessResources(
         pid=os.getpid(),
         kernel=inherited or open_kernel(celery_app, migrate=False),
-        adapters=load_adapters(celery_app),
+        adapters=_adapters(celery_app),
         main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),
         keeper=LeaseKeeper(),
         owner=new_owner(),
@@ -62,6 +64,14 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
     )
     celery_app._kernel_resources = resources
     return resources
+
+
+def _adapters(celery_app: Any) -> dict[str, Adapter]:
+    adapters = load_adapters(celery_app)
+    task = adapters.get("task")
+    if isinstance(task, TaskAdapter):  # the app's task body runs as Celery's worker runs it
+        task.call = call_task
+    return adapters
 
 
 def keep_for_pool(celery_app: Any, kernel: Kernel) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -249,6 +250,9 @@ class DispatchHint:
     kind: str
     #: The definition's ``timeout`` in seconds (None: none), for the hint's time limits.
     timeout: float | None = None
+    #: The occurrence's payload (its definition's), for monitors' view of the hint: a
+    #: ``task`` run's args and kwargs. Shared between hints of one definition: read only.
+    payload: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

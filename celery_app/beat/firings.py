@@ -15,6 +15,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from celery.utils.saferepr import saferepr
 from kombu.exceptions import OperationalError
 
 from beat_schedule import timing
@@ -34,6 +35,8 @@ _TIME_LIMITED_KINDS = frozenset({"task", "callable"})
 #: The hard time limit's margin over the soft one: time for the body to unwind and the
 #: run to settle as TIMEOUT before Celery kills the process.
 _HARD_LIMIT_MARGIN_S = 5.0
+#: The longest args or kwargs text a hint shows monitors (Celery's own bound).
+_REPR_MAX = 1024
 
 
 def hint_time_limits(kind: str, timeout: float | None) -> dict[str, float]:
@@ -81,8 +84,21 @@ def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str,
         # Flower names a message by its shadow: the job, when the message has one.
         shadow=jobs.pop() if len(jobs) == 1 else None,
         producer=producer,
+        **_call_reprs(hints),
         **options,
     )
+
+
+def _call_reprs(hints: list[DispatchHint]) -> dict[str, str]:
+    """A lone ``task`` run's hint shows monitors (Flower, the worker's task events) the
+    task's own args and kwargs, as Celery's message would, not the occurrence id."""
+    if len(hints) != 1 or hints[0].kind != "task" or hints[0].payload is None:
+        return {}
+    payload = hints[0].payload
+    return {
+        "argsrepr": saferepr(list(payload.get("args") or ()), _REPR_MAX),
+        "kwargsrepr": saferepr(dict(payload.get("kwargs") or {}), _REPR_MAX),
+    }
 
 
 def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:

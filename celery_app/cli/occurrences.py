@@ -127,7 +127,7 @@ def _show(env: Env, occurrence_id: int) -> None:
                     if d["lease_owner"]
                     else None,
                 ),
-                ("last error", d["last_error"]),
+                ("last error", _error_line(d["last_error"])),
                 ("skip reason", d["skip_reason"]),
                 ("cancel requested", d["cancel_requested"]),
                 (
@@ -146,12 +146,24 @@ def _show(env: Env, occurrence_id: int) -> None:
         )
         excerpt = _printable(data["output_excerpt"]) or "(none)"
         return (
-            f"{summary}\ndefinition:\n{format_json(d['definition'], indent=2)}\n"
+            f"{summary}\n{traceback_block(d)}"
+            f"definition:\n{format_json(d['definition'], indent=2)}\n"
             f"output (last {excerpt_limit} bytes; all of it: occurrences logs {d['id']}):\n"
             f"{excerpt.rstrip()}\nevents:\n{timeline}"
         )
 
     env.emit(data, render)
+
+
+def traceback_block(d: dict[str, Any]) -> str:
+    """The traceback kept with the occurrence's last error, under a heading; else nothing."""
+    trace = (d["last_error"] or {}).get("traceback")
+    return f"traceback:\n{_printable(trace).rstrip()}\n" if trace else ""
+
+
+def _error_line(error: dict[str, Any] | None) -> str | None:
+    """``CODE: message`` (its traceback is printed on its own, below the fields)."""
+    return f"{error['code']}: {error.get('message', '')}" if error else None
 
 
 @command("logs", occurrences)

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows
+from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows, traceback_block
 from celery_app.cli.output import fields, format_age, table
 
 __all__ = ["render_story"]
 
 
 def render_story(data: dict[str, Any]) -> str:
-    """The story as text: the occurrence's row, then one line per step."""
+    """The story as text: the occurrence's row, then one line per step, then the last
+    error's traceback when one was kept."""
     return "\n".join(
         [
             fields([("occurrence", data["occurrence"]["id"]), ("job", data["job_id"])]),
@@ -28,5 +29,6 @@ def render_story(data: dict[str, Any]) -> str:
                 ),
                 full_last=True,
             ),
+            traceback_block(data["occurrence"]).rstrip(),
         ]
-    )
+    ).rstrip()

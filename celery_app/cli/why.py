@@ -8,7 +8,7 @@ from datetime import datetime
 
 import click
 
-from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows
+from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows, traceback_block
 from celery_app.cli.output import Env, Instant, command, fields, table
 from celery_app.cli.story import render_story
 from celery_app.operations import occurrence_story, why_answer
@@ -62,6 +62,7 @@ def why(env: Env, target: str, at: datetime | None) -> None:
                     ((e["id"], e["at"], e["type"], e["fence"], e["data"]) for e in data["events"]),
                 )
             )
-        return "\n".join(parts)
+            parts.append(traceback_block(data["occurrence"]).rstrip())
+        return "\n".join(part for part in parts if part)
 
     env.emit(data, render)

@@ -12,6 +12,9 @@ from kernel.states import Effect
 from kernel.types import Claim, RenewAnswer
 from kernel.upkeep import watchdog_jobs
 
+#: The most of a failed run's traceback kept with its error (characters).
+TRACEBACK_LIMIT = 8000
+
 __all__ = ["WorkerFacade"]
 
 # The built-in kinds whose succeeded result asks the kernel for more
@@ -94,14 +97,24 @@ class WorkerFacade(FacadeBase):
         message: str,
         retryable: bool = True,
         effect: Effect | str = Effect.NOT_APPLIED,
+        retry_in: float | None = None,
+        traceback: str | None = None,
     ) -> str:
         """Settle a failure (fenced): retry_wait with backoff, or dead_letter; returns which.
 
         ``effect`` is what the failed run is known to have done (:class:`kernel.Effect`):
         an at-most-once occurrence whose effect is ``unknown`` goes to needs_adjudication
-        instead, one whose effect is ``applied`` is not retried.
+        instead, one whose effect is ``applied`` is not retried. ``retry_in`` (seconds)
+        replaces the backoff policy's delay when the job code chose one. ``traceback`` is
+        kept with the error (its last ``TRACEBACK_LIMIT`` characters: the innermost frames).
         """
         error = {"code": code, "message": message[:2000]}
+        if traceback:
+            error["traceback"] = (
+                traceback
+                if len(traceback) <= TRACEBACK_LIMIT
+                else "...\n" + traceback[-(TRACEBACK_LIMIT - 4) :]
+            )
         return runs.settle(
             tx,
             occurrence_id,
@@ -111,6 +124,7 @@ class WorkerFacade(FacadeBase):
             error=error,
             retryable=retryable,
             effect=effect,  # type: ignore[arg-type]  # settle refuses a wrong one by name
+            retry_in=retry_in,
         ).value
 
     @write

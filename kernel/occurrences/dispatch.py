@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from kernel import statements as st
 from kernel.db.tx import Tx
@@ -21,15 +22,15 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         {"now": tx.now, "rehint_before": tx.now - rehint_after_ms, "limit": limit},
     )
     rows.sort(key=lambda r: (r.status == "running", -r.priority, r.available_at, r.id))
-    return [DispatchHint(r.id, r.job_id, r.queue, r.kind, _timeout(r.definition)) for r in rows]
+    return [DispatchHint(r.id, r.job_id, r.queue, r.kind, *_hinted(r.definition)) for r in rows]
 
 
 @lru_cache(maxsize=256)
-def _timeout(definition: str) -> float | None:
-    """The definition's ``timeout``, parsed once per definition text (the pump hints the
-    same few definitions over and over)."""
-    timeout: float | None = loads(definition).get("timeout")
-    return timeout
+def _hinted(definition: str) -> tuple[float | None, dict[str, Any] | None]:
+    """The definition's ``timeout`` and ``payload``, parsed once per definition text (the
+    pump hints the same few definitions over and over)."""
+    spec = loads(definition)
+    return spec.get("timeout"), spec.get("payload")
 
 
 def mark_hinted(tx: Tx, hints: list[DispatchHint]) -> None:

@@ -100,6 +100,7 @@ def settle(
     effect: Effect = Effect.NOT_APPLIED,
     rnd: random.Random | None = None,
     alone: bool = False,
+    retry_in: float | None = None,
 ) -> OccurrenceStatus:
     """End the holder's run. ``outcome`` is succeeded, failed or cancelled.
 
@@ -107,7 +108,8 @@ def settle(
     (WORKER_SUCCEEDS_PLAIN); ``alone`` lets that statement be the whole transaction
     (the caller writes nothing after the settle).
 
-    A failure goes to retry_wait (backoff from the snapshot's retry policy) while
+    A failure goes to retry_wait (after ``retry_in`` seconds when the job code chose
+    them, else the backoff of the snapshot's retry policy) while
     attempts remain and the error is retryable, else to dead_letter. For an
     at-most-once occurrence (its stored ``delivery``, read by SETTLE itself) a failure
     whose ``effect`` is unknown goes to needs_adjudication instead, and one whose effect
@@ -149,7 +151,8 @@ def settle(
         # run's unknown outcome into needs_adjudication (decided in the statement).
         to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
         if to_status == S.RETRY_WAIT:
-            retry_delay_ms = int(decision.delay_s * 1000)
+            delay_s = decision.delay_s if retry_in is None else max(0.0, retry_in)
+            retry_delay_ms = int(delay_s * 1000)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
     updated = T.run(
@@ -175,7 +178,8 @@ def settle(
     to_status = S(u["status"])
     settled = {
         "attempt": u["attempt"],
-        **({"error": error} if error is not None else {}),
+        # The traceback stays on the occurrence's row: events are kept small.
+        **({"error": _without_traceback(error)} if error is not None else {}),
         **({"retry_at": u["available_at"]} if to_status == S.RETRY_WAIT else {}),
         **({"reason": "unknown_outcome"} if to_status == S.NEEDS_ADJUDICATION else {}),
     }
@@ -219,6 +223,10 @@ def settle(
             parent_depth=u["chain_depth"],
         )
     return to_status
+
+
+def _without_traceback(error: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in error.items() if key != "traceback"}
 
 
 def owes_more(result: Any) -> bool:

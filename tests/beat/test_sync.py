@@ -253,7 +253,9 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_warnings() 
     assert specs["f"]["queue"] == "q1" and specs["f"]["timeout"] == 30.0
     assert specs["f"]["max_attempts"] == 5
     assert specs["f"]["retry"] == {"backoff": 2.0, "factor": 2.0, "max": 60.0, "jitter": 0.5}
-    assert specs["p"]["max_attempts"] == 1 and "timeout" not in specs["p"]
+    # Celery's max_retries (3) bounds self.retry(): 4 attempts, any other exception final.
+    assert specs["p"]["max_attempts"] == 4 and "timeout" not in specs["p"]
+    assert specs["p"]["retry"] == {"backoff": 180.0, "factor": 1.0, "max": 180.0, "jitter": 0.0}
     assert "max_attempts" not in specs["u"]
     assert read.hints == {
         "f": {"priority": 3, "routing_key": "rk", "expires": 30, "headers": {"h": "1"}}

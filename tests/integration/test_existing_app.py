@@ -174,7 +174,7 @@ def test_an_existing_app_keeps_its_meaning_on_the_kernel(stack: Stack) -> None:
     assert jobs["first-monday"].spec["schedule"] == {
         "cron": "0 9 1-7 * 1", "timezone": "Europe/Berlin", "day_match": "all"
     }  # fmt: skip
-    assert (jobs["slow"].spec["timeout"], jobs["slow"].spec["max_attempts"]) == (2.0, 1)
+    assert (jobs["slow"].spec["timeout"], jobs["slow"].spec["max_attempts"]) == (2.0, 4)
     assert jobs["flaky"].spec["max_attempts"] == 2
     code, doctor = project.kernel_cli("doctor", "--json")
     problems = [c["detail"] for c in doctor["checks"] if c["name"] == "schedule"]
@@ -211,10 +211,12 @@ def test_an_existing_app_keeps_its_meaning_on_the_kernel(stack: Stack) -> None:
     stack.wait(lambda: stack.occurrence(steps).status.value == "cancelled", timeout=15,
                what="steps cancelled at a safe point")  # fmt: skip
 
-    # The soft time limit stops the body: a TIMEOUT failure, one attempt as Celery's task.
+    # The soft time limit stops the body: a TIMEOUT failure, final as Celery's task (its
+    # four attempts are for self.retry()).
     stack.wait(lambda: stack.settled("slow"), timeout=20, what="slow settled")
     timed_out = stack.occurrence(slow)
     assert timed_out.status.value == "dead_letter" and timed_out.last_error["code"] == "TIMEOUT"
+    assert timed_out.attempt == 1
     assert project.ledger("slow-finished") == []
     # autoretry_for: retried by the kernel (max_retries=1 -> 2 attempts), never by Celery.
     stack.wait(lambda: stack.settled("flaky"), timeout=20, what="flaky settled")

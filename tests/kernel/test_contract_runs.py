@@ -124,6 +124,28 @@ def test_failures_back_off_exponentially_then_dead_letter(k: Harness) -> None:
     assert [e.type for e in retry_events][-2:] == ["occurrence_claimed", "occurrence_dead_letter"]
 
 
+def test_a_retry_delay_chosen_by_the_job_code_replaces_the_backoff(k: Harness) -> None:
+    """A Celery task's ``self.retry(countdown=...)``: that delay, not the policy's 10 s; the
+    traceback stays on the row (bounded to its innermost end), out of the event."""
+    from kernel.facade.workers import TRACEBACK_LIMIT
+
+    claim = k.running(max_attempts=3)
+    occ_id = claim.occurrence.id
+    trace = "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "ValueError: x"
+    status = k.kernel.fail(
+        occ_id, owner="w1", fence=1, code="TASK_RETRY", message="Retry in 2s", retry_in=2.5,
+        traceback=trace,
+    )  # fmt: skip
+    occ = k.kernel.get_occurrence(occ_id)
+    assert status == "retry_wait" and occ.available_at == k.clock.now + timedelta(seconds=2.5)
+    kept = (occ.last_error or {})["traceback"]
+    assert len(kept) == TRACEBACK_LIMIT and kept.startswith("...\n") and kept.endswith("x")
+    settled = [
+        e for e in k.kernel.events(occurrence_id=occ_id) if e.type == "occurrence_retry_wait"
+    ]
+    assert settled and "traceback" not in settled[-1].data["error"]
+
+
 def test_a_non_retryable_failure_dead_letters_at_once(k: Harness) -> None:
     claim = k.running(max_attempts=5)
     occ_id = claim.occurrence.id

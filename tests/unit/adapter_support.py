@@ -82,10 +82,12 @@ def make_context(
     kill_grace_s: float = 2.0,
     effects_deadline: float | None = None,
     output: list[tuple[str, str]] | None = None,
+    attempt: int = 1,
 ) -> ExecutionContext:
-    """An execution context for a fresh occurrence of ``kind`` running ``payload``."""
+    """An execution context for an occurrence of ``kind`` running ``payload`` (its first
+    attempt unless told)."""
     return ExecutionContext(
-        make_occurrence(kind, payload),
+        make_occurrence(kind, payload, attempt=attempt),
         resumed=resumed,
         cancelled=cancelled or threading.Event(),
         on_safe_point=safe_points or SafePoints(),

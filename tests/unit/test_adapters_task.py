@@ -54,15 +54,17 @@ def test_a_bound_task_receives_itself(app: celery.Celery) -> None:
     assert run(TaskAdapter(app=app), {"task": "t.whoami", "args": ["hi"]}) == "hi from t.whoami"
 
 
-def test_an_exception_from_the_body_is_retryable(app: celery.Celery) -> None:
+def test_an_exception_from_the_body_is_final_as_under_celery(app: celery.Celery) -> None:
+    # A task retries only through self.retry() or its autoretry_for.
     adapter = TaskAdapter(app)
 
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(AdapterError) as caught:
         run(adapter, {"task": "t.fail"})
 
     assert adapter.classify_error(caught.value) == ErrorClass(
-        True, "ADAPTER_ERROR", "ValueError: report source missing"
+        False, "TASK_FAILED", "ValueError: report source missing"
     )
+    assert isinstance(caught.value.__cause__, ValueError)
 
 
 def test_an_unregistered_task_is_not_retryable(app: celery.Celery) -> None:

@@ -1,0 +1,144 @@
+"""A task body run by the kernel, called as Celery's worker calls it.
+
+The ``task`` adapter runs the app's task inside ``kernel.run_occurrence``; here the body
+gets what it would get from Celery's tracer: ``self.request`` (id, retries, args, kwargs,
+delivery_info, hostname ...), Celery's task signals sent by the app's task (not the
+kernel's wrapper), and ``self.retry()`` turned into a kernel retry after its countdown
+or at its eta.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+from billiard.einfo import ExceptionInfo
+from celery import signals, states
+from celery.app.task import Context
+from celery.exceptions import Retry
+
+from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
+from adapters.task import retries_on
+from celery_app.task_names import RUN_OCCURRENCE
+
+__all__ = ["call_task", "task_id"]
+
+#: Task ids of kernel runs: one per occurrence, kept across its retries as Celery keeps a
+#: retried task's id.
+_RUN_IDS = uuid.UUID("5f0c5bd4-3a53-4c55-9d43-0f9b1e2b2a10")
+
+
+def task_id(ctx: ExecutionContext) -> str:
+    occurrence = ctx.occurrence
+    key = f"{occurrence.job_id}\n{occurrence.trigger_key}\n{occurrence.id}"
+    return str(uuid.uuid5(_RUN_IDS, key))
+
+
+def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
+    """Run the body (``run()``) of ``task`` for the occurrence of ``ctx``, as Celery would.
+
+    Raises:
+        AdapterError: retryable ``TASK_RETRY`` when the body raised ``self.retry()``.
+        Exception: whatever the body raised otherwise.
+    """
+    occurrence = ctx.occurrence
+    payload = occurrence.payload
+    args, kwargs = list(payload.get("args") or ()), dict(payload.get("kwargs") or {})
+    run_id = task_id(ctx)
+    # The hint's message as the worker got it (none when the body runs outside a worker).
+    wrapper = task.app.tasks.get(RUN_OCCURRENCE)
+    outer = wrapper.request if wrapper is not None else Context()
+    task.push_request(
+        id=run_id,
+        correlation_id=run_id,
+        root_id=run_id,
+        parent_id=None,
+        args=args,
+        kwargs=kwargs,
+        retries=occurrence.attempt - 1,
+        delivery_info=outer.delivery_info,
+        hostname=outer.hostname,
+        reply_to=outer.reply_to,
+        origin=outer.origin,
+        headers=None,
+        called_directly=False,
+        # Celery's retry() sends a new message unless the run is eager; the kernel, not
+        # the broker, owns this run's retry, so retry() only raises its Retry here.
+        is_eager=True,
+    )
+    state, retval = states.SUCCESS, None
+    try:
+        signals.task_prerun.send(sender=task, task_id=run_id, task=task, args=args, kwargs=kwargs)
+        try:
+            retval = run()
+        except Retry as exc:
+            state = states.RETRY
+            signals.task_retry.send(
+                sender=task, request=task.request, reason=exc, einfo=ExceptionInfo()
+            )
+            raise AdapterError(
+                "TASK_RETRY",
+                str(exc),
+                retryable=True,
+                retry_in=_seconds_until(exc.when, task.app.timezone),
+            ) from None
+        except Cancelled:
+            state = states.REVOKED
+            raise
+        except Exception as exc:
+            retrying = retries_on(task, exc) and occurrence.attempt < occurrence.max_attempts
+            state = states.RETRY if retrying else states.FAILURE
+            _failed(task, run_id, exc, args, kwargs, retrying)
+            raise
+        except HandBack:
+            state = states.RETRY  # paused or handed back: the run goes on later
+            raise
+        signals.task_success.send(sender=task, result=retval)
+        return retval
+    finally:
+        signals.task_postrun.send(
+            sender=task,
+            task_id=run_id,
+            task=task,
+            args=args,
+            kwargs=kwargs,
+            retval=retval,
+            state=state,
+        )
+        task.pop_request()
+
+
+def _failed(
+    task: Any, run_id: str, exc: Exception, args: list[Any], kwargs: dict[str, Any], retrying: bool
+) -> None:
+    einfo = ExceptionInfo(sys.exc_info())
+    if retrying:  # autoretry_for: Celery's own retry would send task_retry
+        signals.task_retry.send(sender=task, request=task.request, reason=exc, einfo=einfo)
+        return
+    signals.task_failure.send(
+        sender=task,
+        task_id=run_id,
+        exception=exc,
+        args=args,
+        kwargs=kwargs,
+        traceback=einfo.tb,
+        einfo=einfo,
+    )
+
+
+def _seconds_until(when: Any, zone: tzinfo) -> float | None:
+    """Retry's ``when``: a countdown in seconds or an eta (a datetime or ISO text; a naive
+    one is in the app's zone, as Celery reads it)."""
+    if when is None:
+        return None
+    if isinstance(when, str):
+        when = datetime.fromisoformat(when)
+    if isinstance(when, datetime):
+        eta = when if when.tzinfo is not None else when.replace(tzinfo=zone)
+        seconds = (eta - datetime.now(UTC)).total_seconds()
+    else:
+        seconds = float(when)
+    return max(0.0, seconds)

@@ -1,0 +1,82 @@
+"""A task body the kernel runs is called as Celery's worker calls it (celery_app.task_call)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import celery
+import pytest
+from celery import signals
+from unit.adapter_support import make_context
+
+from adapters.base import AdapterError
+from adapters.task import TaskAdapter
+from celery_app.task_call import call_task, task_id
+
+
+@pytest.fixture
+def app() -> Iterator[celery.Celery]:
+    app = celery.Celery("t", set_as_current=False)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def sent() -> Iterator[list[tuple[str, str]]]:
+    seen: list[tuple[str, str]] = []
+    receivers = []
+    for name in ("task_prerun", "task_postrun", "task_success", "task_failure", "task_retry"):
+
+        def receiver(sender: Any = None, _name: str = name, **_: Any) -> None:
+            seen.append((_name, sender.name))
+
+        getattr(signals, name).connect(receiver, weak=False)
+        receivers.append((name, receiver))
+    yield seen
+    for name, receiver in receivers:
+        getattr(signals, name).disconnect(receiver)
+
+
+def _adapter(app: celery.Celery) -> TaskAdapter:
+    adapter = TaskAdapter(app)
+    adapter.call = call_task
+    return adapter
+
+
+def test_retry_at_an_eta_is_a_kernel_retry_at_that_time_and_sends_nothing(
+    app: celery.Celery, sent: list[tuple[str, str]]
+) -> None:
+    seen: list[Any] = []
+
+    @app.task(name="t.later", bind=True, shared=False, max_retries=2)
+    def later(self: celery.Task, n: int) -> None:
+        seen.append((self.request.id, self.request.retries, self.request.args))
+        raise self.retry(exc=OSError("busy"), eta=datetime.now(UTC) + timedelta(seconds=30))
+
+    ctx = make_context("task", {"task": "t.later", "args": [5]}, attempt=2)
+    with pytest.raises(AdapterError) as caught:
+        _adapter(app).execute(ctx)
+
+    error = caught.value
+    assert (error.code, error.retryable) == ("TASK_RETRY", True)
+    assert error.retry_in is not None and 25 < error.retry_in <= 30
+    assert seen == [(task_id(ctx), 1, [5])]
+    assert sent == [("task_prerun", "t.later"), ("task_retry", "t.later"),
+                    ("task_postrun", "t.later")]  # fmt: skip
+
+
+def test_retry_past_max_retries_raises_the_exc_given_as_a_final_failure(
+    app: celery.Celery, sent: list[tuple[str, str]]
+) -> None:
+    @app.task(name="t.spent", bind=True, shared=False, max_retries=1)
+    def spent(self: celery.Task) -> None:
+        raise self.retry(exc=ValueError("still bad"), countdown=1)
+
+    with pytest.raises(AdapterError) as caught:
+        _adapter(app).execute(make_context("task", {"task": "t.spent"}, attempt=2))
+
+    assert (caught.value.code, caught.value.retryable) == ("TASK_FAILED", False)
+    assert caught.value.message == "ValueError: still bad"
+    assert [name for name, _ in sent] == ["task_prerun", "task_failure", "task_postrun"]
