@@ -81,7 +81,8 @@ def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str,
         # Flower names a message by its shadow: the job, when the message has one.
         shadow=jobs.pop() if len(jobs) == 1 else None,
         producer=producer,
-        **options,
+        # The kernel's own message (ids only): JSON whatever the app's task_serializer.
+        **{**options, "serializer": "json"},
     )
 
 
