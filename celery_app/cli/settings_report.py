@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from beat_schedule.sync import beat_zone
+from beat_schedule.sync import beat_zone, read_beat_schedule
 from celery_app.installation import KERNEL_DEFAULTS, kernel_defaults_layer
 from celery_app.settings import FROM_APP, KernelSettings, WebSettings, unread_kernel_keys
 from kernel import KernelError
 from kernel.redaction import masked_url
 
-__all__ = ["settings_checks", "settings_listing"]
+__all__ = ["job_zone", "settings_checks", "settings_listing"]
 
 _KERNEL_DEFAULT = "kernel default (the app left Celery's)"
 _CELERY_DEFAULT = "Celery default"
@@ -96,3 +96,22 @@ def settings_checks(app: Any, settings: KernelSettings) -> list[dict[str, str]]:
             }
         )
     return checks
+
+
+def job_zone(app: Any, job_id: str, spec: dict[str, Any]) -> dict[str, str] | None:
+    """The zone a cron job's wall times are read in, and where it came from: the app's
+    zone (and the setting behind it) for a job its ``beat_schedule`` defines; else the
+    job's own ``schedule.timezone``. None for other schedules."""
+    zone = (spec.get("schedule") or {}).get("timezone")
+    if zone is None:
+        return None
+    schedule = read_beat_schedule(app.conf)
+    if job_id not in schedule.owned:
+        return {"name": zone, "from": "the job's schedule.timezone"}
+    if zone == schedule.zone.name:
+        return {"name": zone, "from": f"the app's zone: {schedule.zone.origin}"}
+    return {
+        "name": zone,
+        "from": f"the app's zone when Beat last applied beat_schedule; it is now "
+        f"{schedule.zone.name} ({schedule.zone.origin}), a new revision at Beat's next start",
+    }

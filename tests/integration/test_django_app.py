@@ -139,17 +139,51 @@ def test_a_django_app_keeps_its_zone_and_its_settings(
     assert ours["conf"]["task_ignore_result"] is False
 
 
+#: What Beat does with the app's beat_schedule when it starts.
+SYNC = """\
+from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
+from celery_app.config import open_kernel
+from proj.celery import app
+
+kernel = open_kernel(app, migrate=True)
+sync_beat_schedule(kernel, read_beat_schedule(app.conf, app.tasks))
+kernel.close()
+"""
+
+
+def _kernel(root: Path, env: dict[str, str], *args: str) -> tuple[int, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "proj", "kernel", *args, "--json"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_preview_and_why_show_the_zone_and_where_it_came_from(
+    project: tuple[Path, dict[str, str]],
+) -> None:
+    root, env = project
+    subprocess.run([sys.executable, "-c", SYNC], cwd=root, env=env, check=True, timeout=120)
+    zone = {"name": "America/Los_Angeles", "from": "the app's zone: Django TIME_ZONE"}
+    code, preview = _kernel(
+        root, env, "jobs", "preview", "midnight-report", "--after", "2026-03-07T09:00:00Z",
+        "--next", "2",
+    )  # fmt: skip
+    assert code == 0 and preview["zone"] == zone
+    assert [f["utc"] for f in preview["firings"]] == [
+        "2026-03-08T08:00:00Z", "2026-03-09T07:00:00Z"
+    ]  # fmt: skip
+    code, why = _kernel(root, env, "why", "midnight-report", "--at", "2026-03-08T08:00:00Z")
+    assert code == 0 and why["zone"] == zone
+
+
 def test_doctor_lists_where_each_setting_came_from_and_reports_an_unread_key(
     project: tuple[Path, dict[str, str]],
 ) -> None:
     root, env = project
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "proj", "kernel", "doctor", "--json"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert "Traceback" not in done.stderr, done.stderr
-    report = json.loads(done.stdout)
-    assert done.returncode == 1 and not report["ok"]
+    code, report = _kernel(root, env, "doctor")
+    assert code == 1 and not report["ok"]
     checks = {(c["name"], c["status"], c["detail"]) for c in report["checks"]}
     assert (
         "zone", "ok", "crontabs read in America/Los_Angeles (Django TIME_ZONE)"
