@@ -8,7 +8,10 @@ the offset change), and the DST policy maps each wall time to UTC: an ordinary o
 its instant; a repeated one (fall back) to its earlier (``fold: first``), later
 (``last``) or both instants; a missing one (spring forward) to the first instant
 after the gap (``gap: shift_forward``: 02:30 in a 02:00→03:00 gap fires at 03:00) or
-to nothing (``skip``).
+to nothing (``skip``). An expression with a wildcard hour is not moved to the gap's end:
+as in Celery (whose datetime arithmetic reads the missing time with the offset from
+before the gap) and cron, its missing times fall on the next hour's own firings, so the
+missing hour is skipped (``minute=17``: 01:17, then 03:17, no extra 03:00).
 
 Output is strictly increasing with one trigger key per instant because "the earliest
 instant whose wall time is ≥ w" and "the latest whose wall time is ≤ w" both grow
@@ -97,6 +100,8 @@ class Cron(Keyed):
     #: True: a day fires if its day of month OR its weekday matches (Vixie cron);
     #: False: both must match (Celery's crontab).
     day_or: bool
+    #: The hour field is ``*``: a missing wall time is not shifted to the gap's end.
+    every_hour: bool = False
     kind: ClassVar[str] = "cron"
 
     def instants(self, after: datetime) -> Iterator[datetime]:
@@ -139,7 +144,11 @@ class Cron(Keyed):
         # The wall time is in a gap: zoneinfo reads fold=0 with the offset from before
         # the gap (a later instant) and fold=1 with the offset after it.
         end = _gap_end(self.zone, later, earlier)
-        return end, ((end,) if self.gap == "shift_forward" else ())
+        if self.gap == "skip":
+            return end, ()
+        # Read with the offset from before the gap, as Celery does: for a wildcard hour
+        # that is another wall time's own firing, which the merge then drops.
+        return end, ((earlier,) if self.every_hour else (end,))
 
     def count(self, lo: datetime, hi: datetime) -> int:
         """How many firings fall in ``[lo, hi)``, skipping whole plain days at once."""
@@ -254,9 +263,11 @@ def _cron(expr: str, zone: str, gap: str, fold: str, day_or: bool) -> Cron:
     if not croniter.is_valid(expr):
         raise InvalidArgument("schedule.cron", "not a valid cron expression", value=expr)
     try:
-        return Cron(expr, ZoneInfo(zone), gap, fold, day_or)
+        tz = ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError) as exc:
         raise InvalidArgument("schedule.timezone", "unknown IANA time zone", value=zone) from exc
+    every_hour = croniter(expr, _EPOCH).expanded[1] == ["*"]
+    return Cron(expr, tz, gap, fold, day_or, every_hour)
 
 
 def firings(sched: Timed, after: datetime) -> Iterator[Firing]:

@@ -9,11 +9,14 @@ now defines, so a removed entry's job is disabled rather than left firing.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery.schedules import crontab, schedule
 
@@ -23,6 +26,8 @@ from kernel import InvalidArgument, Kernel
 __all__ = [
     "SOURCE",
     "BeatEntry",
+    "BeatZone",
+    "beat_zone",
     "BeatSchedule",
     "entry_to_spec",
     "read_beat_schedule",
@@ -80,6 +85,51 @@ def _cron_field(values: set[int], low: int, high: int) -> str:
     return ",".join(runs)
 
 
+@dataclass(frozen=True)
+class BeatZone:
+    """The zone Celery reads an app's crontabs in (``app.timezone``), and where it came from.
+
+    Attributes:
+        name: an IANA zone name, or None when the host's local zone has none here.
+        origin: the setting that decided it, in words.
+    """
+
+    name: str | None
+    origin: str
+
+
+def beat_zone(conf: Any) -> BeatZone:
+    """Resolve the zone as Celery's ``app.timezone`` does: ``timezone``, else Django's
+    ``TIME_ZONE`` (both under the app's namespace, as ``conf.get`` looks them up), else
+    UTC, or the host's local zone when ``enable_utc`` is False."""
+    for key, origin in (("timezone", "timezone setting"), ("TIME_ZONE", "Django TIME_ZONE")):
+        value = conf.get(key)
+        if value:
+            # A tzinfo as well as a name: zoneinfo's key, pytz's zone.
+            name = getattr(value, "key", None) or getattr(value, "zone", None) or str(value)
+            return BeatZone(str(name), origin)
+    if conf.get("enable_utc", True):
+        return BeatZone("UTC", "Celery's default (no timezone set, enable_utc)")
+    return BeatZone(_local_zone(), "the host's local zone (no timezone set, enable_utc=False)")
+
+
+def _local_zone() -> str | None:
+    """The IANA name of this host's zone: ``TZ``, else where ``/etc/localtime`` points."""
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    localtime = Path("/etc/localtime")
+    if localtime.is_symlink():
+        target = str(localtime.resolve())
+        candidates.append(target.partition("zoneinfo/")[2])
+    for name in candidates:
+        try:
+            if name:
+                ZoneInfo(name)
+                return name
+        except (ZoneInfoNotFoundError, ValueError):
+            continue
+    return None
+
+
 def _crontab(value: crontab, timezone: str) -> dict[str, Any]:
     """A Celery crontab as a kernel cron schedule that fires at the same instants."""
     sets = (
@@ -92,20 +142,25 @@ def _crontab(value: crontab, timezone: str) -> dict[str, Any]:
     fields = [
         _cron_field(set(v), low, high) for v, (low, high) in zip(sets, _CRON_RANGES, strict=True)
     ]
-    # Celery's Beat reads a crontab in its app's zone. `crontab.tz` would fall
-    # back to whatever app is current, so a crontab without an app takes the
-    # zone of the configuration being synced.
-    zone = timezone if value._app is None else str(getattr(value._app.timezone, "key", "UTC"))
-    result: dict[str, Any] = {"cron": " ".join(fields), "timezone": zone}
+    # Celery's Beat binds every entry's crontab to its own app (maybe_schedule), so
+    # the zone is the synced app's, whichever app the crontab was made with.
+    result: dict[str, Any] = {"cron": " ".join(fields), "timezone": timezone}
     if fields[2] != "*" and fields[4] != "*":
         # Celery fires only on days matching both; standard cron on days matching either.
         result["day_match"] = "all"
     return result
 
 
-def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
+def _schedule(name: str, value: Any, timezone: str | None) -> dict[str, Any]:
     field = f"beat_schedule[{name!r}].schedule"
     if isinstance(value, crontab):
+        if timezone is None:
+            raise InvalidArgument(
+                field,
+                "enable_utc is False and no timezone is set, so Celery reads crontabs in "
+                "this host's local zone, which has no IANA name here (TZ, /etc/localtime); "
+                "set the app's timezone",
+            )
         return _crontab(value, timezone)
     if isinstance(value, schedule) and type(value) is schedule:
         return {"every": value.run_every.total_seconds()}
@@ -121,7 +176,7 @@ def _schedule(name: str, value: Any, timezone: str) -> dict[str, Any]:
 
 
 def entry_to_spec(
-    name: str, entry: Mapping[str, Any], *, timezone: str = "UTC", task: Any = None
+    name: str, entry: Mapping[str, Any], *, timezone: str | None = "UTC", task: Any = None
 ) -> dict[str, Any]:
     """One ``beat_schedule`` entry as a ``task`` job spec; its ``kernel`` key sets other fields.
 
@@ -175,6 +230,8 @@ class BeatSchedule:
     """Every entry of one ``beat_schedule``, in its order."""
 
     entries: list[BeatEntry]
+    #: The zone its crontabs are read in.
+    zone: BeatZone = field(default_factory=lambda: BeatZone("UTC", "Celery's default"))
 
     @property
     def specs(self) -> list[dict[str, Any]]:
@@ -193,8 +250,13 @@ class BeatSchedule:
 
 
 def read_beat_schedule(conf: Any, tasks: Mapping[str, Any] | None = None) -> BeatSchedule:
-    """Read ``conf.beat_schedule``; ``tasks`` (``app.tasks``) gives each task's settings."""
-    timezone = str(conf.get("timezone") or "UTC")
+    """Read ``conf.beat_schedule``; ``tasks`` (``app.tasks``) gives each task's settings.
+
+    Crontabs are read in the app's zone (:func:`beat_zone`), so a change of that zone
+    changes their specs: a new revision of each job.
+    """
+    zone = beat_zone(conf)
+    timezone = zone.name
     entries: list[BeatEntry] = []
     by_id: dict[str, BeatEntry] = {}
     for name, raw in (conf.get("beat_schedule") or {}).items():
@@ -210,11 +272,11 @@ def read_beat_schedule(conf: Any, tasks: Mapping[str, Any] | None = None) -> Bea
             )
             for clash in (other, entry):
                 clash.spec, clash.refused = None, message
-    return BeatSchedule(entries)
+    return BeatSchedule(entries, zone)
 
 
 def _read_entry(
-    name: str, raw: Mapping[str, Any], timezone: str, tasks: Mapping[str, Any] | None
+    name: str, raw: Mapping[str, Any], timezone: str | None, tasks: Mapping[str, Any] | None
 ) -> BeatEntry:
     try:
         entry = BeatEntry(name, _job_id(name))

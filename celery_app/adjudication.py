@@ -146,6 +146,7 @@ def hint_adapter_asks(
                     args=[hint.occurrence_id, hint.kind],
                     queue=hint.queue,
                     producer=producer,
+                    serializer="json",  # the kernel's own message, whatever the app's
                 )
     except OperationalError as exc:
         log.warning(

@@ -107,7 +107,13 @@ def after_settle(app: Any, kernel: Kernel, claim: Claim, status: str) -> int | N
 
 
 def _hint(app: Any, notification_id: int, queue: str, countdown: float = 0.0) -> None:
-    app.send_task(NOTIFY, args=[notification_id], queue=queue, countdown=countdown or None)
+    app.send_task(
+        NOTIFY,
+        args=[notification_id],
+        queue=queue,
+        countdown=countdown or None,
+        serializer="json",  # the kernel's own message, whatever the app's
+    )
 
 
 def notify_task(task: Any, notification_id: int) -> str:

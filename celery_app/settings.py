@@ -23,11 +23,16 @@ from kernel.spec.durations import parse_duration
 
 __all__ = [
     "CONFIG_EXIT",
+    "FROM_APP",
+    "FROM_DEFAULT",
+    "FROM_ENV",
     "INTERRUPTED_EXIT",
     "ConfigInvalid",
     "KernelSettings",
     "RETENTION_DEFAULTS",
     "WebSettings",
+    "conf_key",
+    "unread_kernel_keys",
     "project_dir",
     "var_dir",
 ]
@@ -103,12 +108,27 @@ def var_dir(app: Any = None) -> Path:
     return folder if folder.is_absolute() else project_dir(app) / folder
 
 
+#: Where a setting's value came from, as ``kernel doctor`` shows it.
+FROM_ENV, FROM_APP, FROM_DEFAULT = "environment", "app configuration", "default"
+
+
+def conf_key(conf: Any, key: str) -> str | None:
+    """The name ``key`` has in the app's configuration, if set there: under a namespace
+    (``namespace="CELERY"``) Celery finds ``CELERY_KERNEL_X`` before ``kernel_x``."""
+    prefix = getattr(conf, "prefix", None)
+    if prefix and conf.get(prefix + key.upper()) is not None:
+        return str(prefix + key.upper())
+    return key if conf.get(key) is not None else None
+
+
 class _Source:
     """Reads one setting: the environment variable wins over the Celery key."""
 
     def __init__(self, conf: Any) -> None:
         self.conf = conf
         self.names: dict[str, str] = {}
+        self.origins: dict[str, str] = {}
+        self.keys: dict[str, str] = {}
 
     def read(
         self,
@@ -121,8 +141,13 @@ class _Source:
     ) -> T:
         value = os.environ.get(env) if env else None
         name = env if value not in (None, "") else key
+        self.keys[attr] = key
         if value in (None, ""):
+            name = conf_key(self.conf, key) or key
+            self.origins[attr] = FROM_APP if conf_key(self.conf, key) else FROM_DEFAULT
             value = self.conf.get(key, default)
+        else:
+            self.origins[attr] = FROM_ENV
         self.names[attr] = name or key
         try:
             return convert(value)
@@ -230,6 +255,8 @@ class KernelSettings:
             run of a job without a ``timeout`` may take; None (``off``, the default):
             unbounded.
         names: where each attribute came from (variable or key), for messages.
+        origins: per attribute, :data:`FROM_ENV`, :data:`FROM_APP` or :data:`FROM_DEFAULT`.
+        keys: per attribute, the Celery key it is read from (before any namespace).
     """
 
     database_url: str
@@ -252,6 +279,8 @@ class KernelSettings:
     allowed_callables: tuple[str, ...] | None
     default_timeout: float | None = None
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_app(cls, app: Any) -> KernelSettings:
@@ -416,6 +445,8 @@ class KernelSettings:
                 "a duration (30m, 1h, seconds) or off",
             ),
             names=source.names,
+            origins=source.origins,
+            keys=source.keys,
         )
         if settings.database_url == default_url:
             settings.names["database_url"] = "KERNEL_VAR_DIR"
@@ -423,7 +454,13 @@ class KernelSettings:
         # One kernel per deployment: a relative SQLite path means the same file from
         # any directory a worker, Beat or command starts in.
         anchored = anchored_sqlite_url(settings.database_url, project_dir(app))
-        return replace(settings, database_url=anchored, names=settings.names)
+        return replace(
+            settings,
+            database_url=anchored,
+            names=settings.names,
+            origins=settings.origins,
+            keys=settings.keys,
+        )
 
     def require_jobs_file(self) -> str | None:
         """The job file Beat applies, which must exist (only Beat reads it).
@@ -445,6 +482,32 @@ def _networks(value: Any) -> tuple[str, ...]:
     return tuple(
         str(ipaddress.ip_network(str(item).strip())) for item in listed if str(item).strip()
     )
+
+
+def unread_kernel_keys(conf: Any, read: set[str]) -> dict[str, str]:
+    """Keys of the app's configuration that look like kernel settings but are not read,
+    each with what would be read: a Django ``KERNEL_DATABASE_URL`` beside
+    ``namespace="CELERY"`` is ``CELERY_KERNEL_DATABASE_URL`` to the kernel, as
+    ``BROKER_URL`` is ``CELERY_BROKER_URL`` to Celery. ``read`` holds the keys the
+    kernel reads (``kernel_database_url``, ...)."""
+    prefix = str(getattr(conf, "prefix", None) or "")
+    unread: dict[str, str] = {}
+    for name in conf:
+        if not isinstance(name, str):
+            continue
+        base = name[len(prefix) :] if prefix and name.startswith(prefix) else name
+        key = base.lower()
+        if not key.startswith("kernel_"):
+            continue
+        readable = {key, f"{prefix}{key.upper()}"} if prefix else {key}
+        if key in read and name in readable:
+            continue
+        if key not in read:
+            unread[name] = "no kernel setting has this name"
+        else:
+            wanted = f"{prefix}{key.upper()}" if prefix else key
+            unread[name] = f"the kernel reads {wanted} (or the environment variable {key.upper()})"
+    return unread
 
 
 def _loopback(host: str) -> bool:
@@ -478,6 +541,8 @@ class WebSettings:
     secure_cookies: bool
     sign_in_limit: int
     trusted_proxies: tuple[str, ...] = ()
+    #: Per attribute, the Celery key it is read from.
+    keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_app(cls, app: Any, host: str) -> WebSettings:
@@ -486,7 +551,8 @@ class WebSettings:
         Raises:
             ConfigInvalid: a value cannot work; the message names its variable or key.
         """
-        read = _Source(app.conf).read
+        source = _Source(app.conf)
+        read = source.read
         return cls(
             max_body=read(
                 "max_body",
@@ -520,4 +586,5 @@ class WebSettings:
                 _networks,
                 "IP addresses or networks, comma-separated (127.0.0.1, 10.0.0.0/8)",
             ),
+            keys=source.keys,
         )

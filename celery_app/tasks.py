@@ -33,7 +33,12 @@ def register(celery_app: Any) -> Any:
     return celery_app.task(
         name=RUN_OCCURRENCE,
         bind=True,
+        # Its own settings, whatever the app's task_* defaults: results live in the
+        # kernel, a hint lost with its worker is re-published by the pump, and a hint is
+        # ids only (JSON).
         ignore_result=True,
+        acks_late=False,
+        serializer="json",
         throws=(OccurrenceFailed,),
         Request="celery_app.task_events:NamedEventsRequest",  # Flower names in-flight runs
     )(run_occurrence)

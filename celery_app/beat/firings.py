@@ -85,7 +85,8 @@ def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str,
         shadow=jobs.pop() if len(jobs) == 1 else None,
         producer=producer,
         **_call_reprs(hints),
-        **options,
+        # The kernel's own message (ids only): JSON whatever the app's task_serializer.
+        **{**options, "serializer": "json"},
     )
 
 

@@ -11,6 +11,7 @@ import click
 from celery_app import operations
 from celery_app.cli.actions import action_options, default_operator, run_action
 from celery_app.cli.output import Env, Instant, command, fields, format_json, iso, table
+from celery_app.cli.settings_report import job_zone
 from celery_app.definitions import apply_specs, read_app_job_file
 from kernel import Job, JobHealth, KernelError
 
@@ -296,9 +297,13 @@ def _preview(env: Env, job_id: str, count: int, after: Any) -> None:
     """The next firings of a job, in its wall-clock time and in UTC, DST policy applied."""
     data = operations.preview(env.kernel, job_id, count, after)
     firings = data["firings"]
+    spec = env.kernel.get_job(job_id).spec
+    data["zone"] = zone = job_zone(env.app, job_id, spec)
 
     def render() -> str:
-        head = f"job {job_id}: {operations.describe_schedule(env.kernel.get_job(job_id).spec)}"
+        head = f"job {job_id}: {operations.describe_schedule(spec)}"
+        if zone is not None:
+            head += f"\nzone {zone['name']} ({zone['from']})"
         if not data["enabled"]:
             head += " (disabled: Beat will not fire these until it is enabled)"
         rows = table(

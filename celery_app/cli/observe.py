@@ -17,6 +17,7 @@ from beat_schedule.sync import read_beat_schedule
 from celery_app import operations
 from celery_app.cli.output import Env, command, fields, format_age, format_json, line, table
 from celery_app.cli.secret_files import open_secret_files
+from celery_app.cli.settings_report import settings_checks, settings_listing
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.operations import beat_health, beat_warning
 from kernel import Event, Job, Kernel, KernelError
@@ -239,6 +240,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
     except KernelError as exc:
         return [_check("settings", "fail", exc.message)]
     checks = [_check("settings", "ok", f"database {masked_url(settings.database_url)}")]
+    checks += settings_checks(app, settings)
     try:
         jobs_file = settings.require_jobs_file()
     except KernelError as exc:
@@ -365,15 +367,30 @@ def _broker_check(app: Any) -> dict[str, str]:
 
 @command("doctor")
 def doctor(env: Env) -> None:
-    """Check settings, database schema, adapters, Beat and broker; exit 1 if any check fails."""
+    """Check settings, database schema, adapters, Beat and broker; exit 1 if any check fails.
+
+    Then list every setting the kernel reads or sets, with where its value came from.
+    """
     checks = _doctor_checks(env.app)
     ok = all(c["status"] != "fail" for c in checks)
+    try:
+        listing = settings_listing(env.app, KernelSettings.from_app(env.app))
+    except KernelError:
+        listing = []  # the settings check above names the refused one
     env.emit(
-        {"ok": ok, "checks": checks},
-        lambda: table(
-            ("check", "status", "detail"),
-            ((c["name"], c["status"].upper(), c["detail"]) for c in checks),
-            full_last=True,
+        {"ok": ok, "checks": checks, "settings": listing},
+        lambda: (
+            table(
+                ("check", "status", "detail"),
+                ((c["name"], c["status"].upper(), c["detail"]) for c in checks),
+                full_last=True,
+            )
+            + "\n\n"
+            + table(
+                ("setting", "value", "from"),
+                ((s["setting"], repr(s["value"]), s["source"]) for s in listing),
+                full_last=True,
+            )
         ),
     )
     if not ok:

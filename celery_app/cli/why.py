@@ -10,6 +10,7 @@ import click
 
 from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows, traceback_block
 from celery_app.cli.output import Env, Instant, command, fields, table
+from celery_app.cli.settings_report import job_zone
 from celery_app.cli.story import render_story
 from celery_app.operations import occurrence_story, why_answer
 
@@ -38,12 +39,14 @@ def why(env: Env, target: str, at: datetime | None) -> None:
     job_id = target
     data = why_answer(env.kernel, job_id, at)
     firing = data["firing"]
+    data["zone"] = zone = job_zone(env.app, job_id, env.kernel.get_job(job_id).spec)
 
     def render() -> str:
         parts = [
             fields(
                 [
                     ("job", f"{data['job_id']} ({data['schedule']})"),
+                    ("zone", f"{zone['name']} ({zone['from']})" if zone else None),
                     ("asked about", data["at"]),
                     (
                         "nearest firing",

@@ -55,20 +55,52 @@ def test_celery_schedules_map_to_kernel_schedules(value: Any, expected: dict[str
     assert _schedule_of(value) == expected
 
 
-def test_a_crontab_reads_the_zone_of_its_app_or_of_the_synced_configuration() -> None:
-    assert _schedule_of(crontab(hour=3, minute=0), timezone="Europe/Berlin")["timezone"] == (
-        "Europe/Berlin"
-    )
+def test_a_crontab_reads_the_zone_of_the_synced_app_whichever_app_made_it() -> None:
+    # Celery's Beat binds every entry's crontab to its own app (maybe_schedule).
     app = Celery("zoned", set_as_current=False)
     app.conf.timezone = "America/New_York"
     bound = crontab(hour=3, minute=0, app=app)
-    assert _schedule_of(bound, timezone="Europe/Berlin")["timezone"] == "America/New_York"
+    assert _schedule_of(bound, timezone="Europe/Berlin")["timezone"] == "Europe/Berlin"
     conf = {
         "timezone": "Asia/Kolkata",
         "beat_schedule": {"daily": {"task": "t", "schedule": crontab(minute=0, hour=9)}},
     }
     [spec] = read_beat_schedule(conf).specs
     assert spec["schedule"] == {"cron": "0 9 * * *", "timezone": "Asia/Kolkata"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "zone"),
+    [
+        ({}, "UTC"),
+        ({"timezone": "Europe/Berlin", "TIME_ZONE": "US/Pacific"}, "Europe/Berlin"),
+        ({"TIME_ZONE": "US/Pacific"}, "US/Pacific"),
+        ({"enable_utc": False}, "Pacific/Auckland"),
+    ],
+    ids=["default", "timezone", "django", "local"],
+)
+def test_the_zone_is_the_one_celery_resolves(
+    settings: dict[str, Any], zone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``app.timezone``: timezone, Django's TIME_ZONE, UTC, or local without enable_utc."""
+    monkeypatch.setenv("TZ", "Pacific/Auckland")
+    app = Celery("zoned", set_as_current=False)
+    app.conf.update(settings)
+    app.conf.beat_schedule = {"daily": {"task": "t", "schedule": crontab(minute=0, hour=9)}}
+    [spec] = read_beat_schedule(app.conf).specs
+    assert spec["schedule"]["timezone"] == zone
+    if zone != "Pacific/Auckland":  # Celery's local zone is a fixed-offset LocalTimezone
+        assert str(app.timezone) == zone
+
+
+def test_a_change_of_the_apps_zone_is_a_new_revision() -> None:
+    kernel = memory_kernel()
+    entries = {"daily": {"task": "t", "schedule": crontab(minute=0, hour=0)}}
+    read = read_beat_schedule({"beat_schedule": entries})
+    assert apply_specs(kernel, read.specs, source="test") == {"daily": "created"}
+    moved = read_beat_schedule({"TIME_ZONE": "US/Pacific", "beat_schedule": entries})
+    assert apply_specs(kernel, moved.specs, source="test") == {"daily": "updated"}
+    assert kernel.get_job("daily").spec["schedule"]["timezone"] == "US/Pacific"
 
 
 def test_an_entry_becomes_a_task_job_and_the_kernel_key_sets_the_rest() -> None:

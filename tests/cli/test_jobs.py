@@ -273,7 +273,9 @@ def test_preview_shows_wall_clock_and_utc_across_a_dst_gap(cli, kernel: Kernel) 
         "jobs", "preview", "nightly", "--next", "3", "--after", "2026-03-27T00:00:00Z"
     ).out.splitlines()
     assert text[0] == "job nightly: cron 30 2 * * * Europe/Berlin"
-    assert text[4].split() == [
+    assert text[1] == "zone Europe/Berlin (the job's schedule.timezone)"
+    assert data["zone"] == {"name": "Europe/Berlin", "from": "the job's schedule.timezone"}
+    assert text[5].split() == [
         "3",
         "2026-03-29T01:00:00Z",
         "2026-03-29T03:00:00+02:00",

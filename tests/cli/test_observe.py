@@ -133,6 +133,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
     checks = {c["name"]: c["status"] for c in data["checks"]}
     assert checks == {
         "settings": "ok",
+        "zone": "ok",
         "jobs file": "ok",
         "adapters": "ok",
         "shell": "ok",
