@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from beat_schedule.jobfiles import validate_job_file
 from docs.gen.states import occurrence_diagram
 from kernel.states import OccurrenceStatus
 from kernel.transitions import allowed_pairs
@@ -32,6 +33,18 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     # The generated references are pages of the site.
     for page in ("job-file", "cli", "http-api", "states"):
         assert (tmp_path / "reference" / page / "index.html").is_file(), page
+
+
+def test_every_job_file_in_the_docs_is_accepted_word_for_word(tmp_path: Path) -> None:
+    checked = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for index, block in enumerate(re.findall(r"```ya?ml\n(.*?)```", page.read_text(), re.S)):
+            if re.match(r"(?m)^jobs:", block):
+                path = tmp_path / f"{page.stem}-{index}.yaml"
+                path.write_text(block, encoding="utf-8")
+                validate_job_file(path)  # raises naming the page's job and field
+                checked.append(path.name)
+    assert "job-health-1.yaml" in checked  # its notify: {on: ...} example
 
 
 def _readme_diagram() -> str:
