@@ -27,6 +27,8 @@ from croniter import CroniterBadDateError, croniter
 from kernel.errors import InvalidArgument
 
 __all__ = [
+    "EARLIEST_INSTANT",
+    "LATEST_INSTANT",
     "MAX_DURATION_S",
     "MAX_JSON_DEPTH",
     "Reader",
@@ -51,6 +53,12 @@ Reader = Callable[[object, str], T]
 
 #: Ten years: every duration stays well inside ``datetime`` arithmetic.
 MAX_DURATION_S = 10 * 366 * 86400.0
+#: The instants a schedule may name. Beat's planner adds and subtracts durations (up to
+#: ``MAX_DURATION_S``: an interval, a catch-up window, jitter) and walks sparse crons
+#: decades past the last firing it needs; these bounds keep all of it inside the years
+#: ``datetime`` can hold (1-9999), so no schedule can make the planner overflow.
+EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
 #: Deeper JSON is refused rather than risking recursion limits further down.
 MAX_JSON_DEPTH = 64
 
@@ -270,7 +278,8 @@ def time_zone(value: object, field: str) -> str:
 
 
 def instant(value: object, field: str) -> str:
-    """An ISO 8601 date-time with an offset (or an aware datetime), as UTC text ``...Z``."""
+    """An ISO 8601 date-time with an offset (or an aware datetime) from
+    :data:`EARLIEST_INSTANT` to :data:`LATEST_INSTANT`, as UTC text ``...Z``."""
     if isinstance(value, datetime):
         moment = value
     else:
@@ -281,9 +290,18 @@ def instant(value: object, field: str) -> str:
     if moment.utcoffset() is None:
         raise InvalidArgument(field, "must carry a UTC offset, e.g. 2026-11-29T12:00:00Z")
     try:
-        return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        utc = moment.astimezone(UTC)
     except OverflowError:
-        raise InvalidArgument(field, "is out of range") from None
+        utc = None
+    if utc is None or not EARLIEST_INSTANT <= utc <= LATEST_INSTANT:
+        raise InvalidArgument(
+            field, f"must be from {_iso(EARLIEST_INSTANT)} to {_iso(LATEST_INSTANT)}"
+        )
+    return _iso(utc)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _refuse_chars(value: str, field: str, refused: re.Pattern[str]) -> None:
