@@ -10,9 +10,9 @@ a duplicate key, an unknown field, a bad cron — the error is an
 (``jobs[2].schedule.timezone``); nothing raises anything else.
 
 The format follows the extension (``.json``, ``.toml``, ``.yaml``/``.yml``). YAML is
-read with a safe loader that also refuses aliases (``*name``): an alias bomb is a few
-hundred bytes that expand to gigabytes of payload. Duplicate keys are refused in JSON
-and YAML, as TOML does, since "the last one wins" silently drops a setting.
+read by YAML 1.2's core schema (``on``, ``yes``, ``off`` are text) with a safe loader that
+also refuses aliases (:mod:`beat_schedule.yaml_dialect`). Duplicate keys are refused in
+JSON and YAML, as TOML does, since "the last one wins" silently drops a setting.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from beat_schedule.kinds import KindCheck
+from beat_schedule.yaml_dialect import StrictLoader
 from kernel import InvalidArgument
 from kernel.spec.durations import text
 from kernel.spec.jobspec import Budget, JobSpec, check_limit, read_budget, validate_job_spec
@@ -305,36 +306,9 @@ def _parse_toml(text: str) -> object:
         raise _Syntax("syntax error", str(exc)) from None
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing aliases and duplicate keys."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-            raise yaml.MarkedYAMLError(
-                problem="aliases (*name) are not supported in job files", problem_mark=mark
-            )
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:  # an unhashable key: the base class reports it
-                break
-            if duplicate:
-                raise yaml.MarkedYAMLError(
-                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
-                )
-        return super().construct_mapping(node, deep=deep)
-
-
 def _parse_yaml(text: str) -> object:
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.reader.ReaderError as exc:  # a character YAML refuses: it knows only the offset
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1

@@ -31,12 +31,14 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from itertools import takewhile
 from typing import Any, ClassVar, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
 from kernel.errors import InvalidArgument
+from kernel.spec.durations import EARLIEST_INSTANT, LATEST_INSTANT
 from kernel.types import Firing
 
 __all__ = [
@@ -85,8 +87,14 @@ class Keyed:
         raise NotImplementedError
 
     def firings(self, after: datetime) -> Iterator[Firing]:
-        """Firings strictly after ``after``, ascending."""
-        return (Firing(format_key(self.kind, at), at) for at in self.instants(after))
+        """Firings strictly after ``after``, ascending, within the planner's horizon
+        (:data:`~kernel.spec.durations.EARLIEST_INSTANT` to ``LATEST_INSTANT``: a schedule
+        has no firing outside it, so no walk leaves the years ``datetime`` holds)."""
+        if after >= LATEST_INSTANT:
+            return iter(())
+        walk = self.instants(max(after, EARLIEST_INSTANT - MICROSECOND))
+        ahead = takewhile(lambda at: at <= LATEST_INSTANT, walk)
+        return (Firing(format_key(self.kind, at), at) for at in ahead)
 
 
 @dataclass(frozen=True)
@@ -246,7 +254,10 @@ def parse(schedule: ScheduleSpec, dst: DstPolicy, anchor: datetime) -> Schedule 
             when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
         except ValueError as exc:
             raise InvalidArgument("schedule.at", "not an ISO 8601 time", value=value) from exc
-        return At(aware_utc("schedule.at", when))
+        when = aware_utc("schedule.at", when)
+        if not EARLIEST_INSTANT <= when <= LATEST_INSTANT:  # stored before apply refused it
+            raise InvalidArgument("schedule.at", "is outside the years Beat plans", value=value)
+        return At(when)
     if "in" in schedule:
         return At(aware_utc("anchor", anchor) + timedelta(seconds=float(schedule["in"])))
     raise InvalidArgument("schedule", "expected one of cron, every, at, in")

@@ -23,6 +23,7 @@ from beat_schedule.schedules import (
 )
 from beat_schedule.shaped import shaped
 from kernel.errors import InvalidArgument
+from kernel.spec.durations import EARLIEST_INSTANT, LATEST_INSTANT
 
 __all__ = [
     "ScheduleSpec",
@@ -56,6 +57,12 @@ class Plan:
     next_cursor: Firing | None
 
 
+def _horizon(name: str, value: datetime) -> datetime:
+    """``value`` (aware) brought inside the years schedules fire in: asking from year 1 or
+    up to 9999 is asking over the whole horizon, and no arithmetic past it can overflow."""
+    return min(max(aware_utc(name, value), EARLIEST_INSTANT), LATEST_INSTANT)
+
+
 def trigger_key(kind: str, at: datetime) -> str:
     """Name a firing: ``cron:2026-11-29T12:00:00Z`` (UTC; microseconds only if any).
 
@@ -82,7 +89,7 @@ def next_firing(
     its trigger key still the schedule's instant), as in every function here.
     """
     sched = shaped(schedule, dst, anchor, job_id=job_id)
-    return None if sched is None else next(firings(sched, aware_utc("after", after)), None)
+    return None if sched is None else next(firings(sched, _horizon("after", after)), None)
 
 
 def firings_between(
@@ -99,8 +106,8 @@ def firings_between(
     sched = shaped(schedule, dst, anchor, job_id=job_id)
     if sched is None:
         return []
-    end = aware_utc("end", end)
-    upcoming = firings(sched, aware_utc("start", start) - MICROSECOND)
+    end = _horizon("end", end)
+    upcoming = firings(sched, _horizon("start", start) - MICROSECOND)
     return list(islice(takewhile(lambda f: f.at <= end, upcoming), max(limit, 0)))
 
 
@@ -121,7 +128,7 @@ def preview(
     sched = shaped(schedule, dst, anchor, job_id=job_id)
     if sched is None:
         return []
-    ahead = islice(firings(sched, aware_utc("after", after)), max(n, 0))
+    ahead = islice(firings(sched, _horizon("after", after)), max(n, 0))
     return [(f, f.at.astimezone(sched.zone)) for f in ahead]
 
 
@@ -166,7 +173,7 @@ def plan_due(
         raise InvalidArgument("catchup.policy", "must be latest, all or none", value=catchup_policy)
     if max_fire < 1:
         raise InvalidArgument("max_fire", "must be at least 1", value=max_fire)
-    now = aware_utc("now", now)
+    now = _horizon("now", now)
     sched = shaped(schedule, dst, anchor, job_id=job_id)
     if sched is None:
         return Plan([], [], reason, 0, None)

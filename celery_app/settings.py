@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from kernel import InvalidArgument, KernelError
 from kernel.db.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, anchored_sqlite_url
 from kernel.redaction import masked_url
-from kernel.spec.durations import parse_duration
+from kernel.spec.durations import MAX_DURATION_S, duration
 
 __all__ = [
     "CONFIG_EXIT",
@@ -155,12 +155,16 @@ class _Source:
             raise ConfigInvalid(name or key, value, allowed) from None
 
 
-def _number(low: float, high: float) -> Callable[[Any], float]:
+def _seconds(low: float, high: float) -> Callable[[Any], float]:
+    """A duration setting: seconds (``60``, ``"60"``) or ``"2m"``, read as job files read
+    durations."""
+    read = duration(low, high)
+
     def convert(value: Any) -> float:
-        number = float(value)
-        if not low <= number <= high:  # also refuses nan
-            raise ValueError(value)
-        return number
+        try:
+            return read(value, "")
+        except InvalidArgument:
+            raise ValueError(value) from None
 
     return convert
 
@@ -190,10 +194,7 @@ def _age(value: Any) -> float | None:
     """A retention age: a duration (``30d``, ``12h``, seconds) or ``off`` (kept forever)."""
     if isinstance(value, str) and value.strip().lower() in ("off", "none", "never"):
         return None
-    try:
-        return parse_duration(value, "retention")
-    except InvalidArgument:
-        raise ValueError(value) from None
+    return _seconds(0.0, MAX_DURATION_S)(value)
 
 
 def _optional_duration(value: Any) -> float | None:
@@ -326,8 +327,8 @@ class KernelSettings:
                 "KERNEL_BEAT_INTERVAL",
                 "kernel_beat_interval",
                 1.0,
-                _number(0.05, 300),
-                f"{seconds} from 0.05 to 300",
+                _seconds(0.05, 300),
+                f"{seconds} from 0.05 to 300 (or a duration: 90s, 5m)",
             ),
             dispatch_batch=read(
                 "dispatch_batch",
@@ -342,8 +343,8 @@ class KernelSettings:
                 None,
                 "kernel_rehint_after",
                 30.0,
-                _number(0.01, 86_400),
-                f"{seconds} from 0.01 to 86400",
+                _seconds(0.01, 86_400),
+                f"{seconds} from 0.01 to 86400 (or a duration: 90s, 5m)",
             ),
             batch_max=read(
                 "batch_max",
@@ -366,24 +367,24 @@ class KernelSettings:
                 "KERNEL_CONNECT_TIMEOUT",
                 "kernel_connect_timeout",
                 CONNECT_TIMEOUT_S,
-                _number(1, 3600),
-                f"{seconds} from 1 to 3600",
+                _seconds(1, 3600),
+                f"{seconds} from 1 to 3600 (or a duration: 90s, 5m)",
             ),
             statement_timeout=read(
                 "statement_timeout",
                 "KERNEL_STATEMENT_TIMEOUT",
                 "kernel_statement_timeout",
                 STATEMENT_TIMEOUT_S,
-                _number(0.1, 86_400),
-                f"{seconds} from 0.1 to 86400",
+                _seconds(0.1, 86_400),
+                f"{seconds} from 0.1 to 86400 (or a duration: 90s, 5m)",
             ),
             beat_retention=read(
                 "beat_retention",
                 "KERNEL_BEAT_RETENTION",
                 "kernel_beat_retention",
                 600.0,
-                _number(1, 30 * 86_400),
-                f"{seconds} from 1 to 2592000",
+                _seconds(1, 30 * 86_400),
+                f"{seconds} from 1 to 2592000 (or a duration: 90s, 5m)",
             ),
             retention={
                 status: read(
@@ -401,8 +402,8 @@ class KernelSettings:
                 "KERNEL_RETENTION_INTERVAL",
                 "kernel_retention_interval",
                 60.0,
-                _number(1, 86_400),
-                f"{seconds} from 1 to 86400",
+                _seconds(1, 86_400),
+                f"{seconds} from 1 to 86400 (or a duration: 90s, 5m)",
             ),
             retention_batch=read(
                 "retention_batch",
@@ -417,8 +418,8 @@ class KernelSettings:
                 "KERNEL_WATCHDOG_GRACE",
                 "kernel_watchdog_grace",
                 60.0,
-                _number(1, 86_400),
-                f"{seconds} from 1 to 86400",
+                _seconds(1, 86_400),
+                f"{seconds} from 1 to 86400 (or a duration: 90s, 5m)",
             ),
             allowed_kinds=read(
                 "allowed_kinds",

@@ -9,6 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from beat_schedule.jobfiles import validate_job_file
+from celery_app.web.actions import ACTIONS
+from celery_app.web.api import ENQUEUE_ROLE
 from docs.gen.layout import where_to_find_what
 from docs.gen.states import occurrence_diagram
 from kernel.states import OccurrenceStatus
@@ -33,6 +36,28 @@ def test_site_builds_strictly(tmp_path: Path) -> None:
     # The generated references are pages of the site.
     for page in ("job-file", "cli", "http-api", "states"):
         assert (tmp_path / "reference" / page / "index.html").is_file(), page
+
+
+def test_every_job_file_in_the_docs_is_accepted_word_for_word(tmp_path: Path) -> None:
+    checked = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for index, block in enumerate(re.findall(r"```ya?ml\n(.*?)```", page.read_text(), re.S)):
+            if re.match(r"(?m)^jobs:", block):
+                path = tmp_path / f"{page.stem}-{index}.yaml"
+                path.write_text(block, encoding="utf-8")
+                validate_job_file(path)  # raises naming the page's job and field
+                checked.append(path.name)
+    assert "job-health-1.yaml" in checked  # its notify: {on: ...} example
+
+
+def test_the_security_guides_roles_table_is_the_servers_permission_checks() -> None:
+    text = (ROOT / "docs" / "guides" / "security.md").read_text()
+    table = text.split("<!-- roles:begin -->", 1)[1].split("<!-- roles:end -->", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.strip().splitlines()[2:]]
+    documented = {action.strip().strip("`"): role.strip() for action, role in rows}
+    assert documented.pop("read (every page, `GET /api/...`, `/live`)") == "viewer"
+    checked = {name: action.role.label for name, action in ACTIONS.items()}
+    assert documented == {**checked, "enqueue": ENQUEUE_ROLE.label}
 
 
 def _readme_diagram() -> str:

@@ -144,6 +144,16 @@ class FiringSteps:
         for job in kernel.due_jobs():
             try:
                 plan = plan_job(kernel, job, now)
+            except Exception as exc:  # noqa: BLE001 - one job's plan never stops the others
+                log.error(
+                    "job %s not materialised: its schedule cannot be planned: %s",
+                    job.id,
+                    exc,
+                    exc_info=not isinstance(exc, KernelError),
+                    extra={"action": "materialise_failed", "job_id": job.id},
+                )
+                continue
+            try:
                 report = kernel.fire(
                     job.id,
                     expected_revision=job.revision,

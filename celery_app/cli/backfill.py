@@ -22,7 +22,8 @@ __all__ = ["backfill"]
     "--params",
     metavar="JSON",
     default=None,
-    help="A JSON object merged into each new occurrence's payload (JSON Merge Patch).",
+    help="Each new occurrence's arguments as a JSON object: args, kwargs (an http job's "
+    "json or body), merged into its payload (JSON Merge Patch).",
 )
 @click.option(
     "--max",

@@ -226,8 +226,9 @@ def _delete(env: Env, job_id: str) -> None:
     "--params",
     metavar="JSON",
     default=None,
-    help="A JSON object merged into this run's payload only (JSON Merge Patch: null "
-    "removes a key), validated as the payload is.",
+    help="This run's arguments as a JSON object: args, kwargs (an http job's json or body), "
+    "merged into its payload only (JSON Merge Patch: null removes a key); any other field "
+    "is the job's definition and refused.",
 )
 def _run_now(
     env: Env,

@@ -7,8 +7,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-import yaml
-
+from beat_schedule import yaml_dialect
 from celery_app.operations.times import iso
 from kernel import EventType, Job, Kernel
 from kernel.redaction import redacted_spec
@@ -24,8 +23,7 @@ def spec_yaml(spec: dict[str, Any]) -> str:
     """A job definition as YAML (a job file's entry), its main fields first."""
     ordered = {k: spec[k] for k in _FIRST if k in spec}
     ordered.update((k, spec[k]) for k in sorted(spec) if k not in ordered)
-    text: str = yaml.safe_dump(ordered, sort_keys=False, allow_unicode=True, width=100)
-    return text
+    return yaml_dialect.dump(ordered)
 
 
 def job_revisions(kernel: Kernel, job_id: str) -> list[dict[str, Any]]:

@@ -77,8 +77,10 @@ class RunNowRequest(ActionRequest):
     )
     params: dict[str, Any] | None = Field(
         default=None,
-        description="Merged into this run's payload only (JSON Merge Patch), validated as "
-        "the payload is; a retry with the same request id and other params is refused.",
+        description="This run's arguments (args, kwargs; an http job's json or body), merged "
+        "into its payload only (JSON Merge Patch) and validated as the payload is; any other "
+        "field is the job's definition and refused. A retry with the same request id and "
+        "other params is refused.",
     )
 
 
@@ -89,7 +91,9 @@ class BackfillRequest(Empty):
     start: datetime = Field(alias="from", description="First instant of the range (UTC if naive).")
     end: datetime = Field(alias="to", description="Last instant of the range (UTC if naive).")
     params: dict[str, Any] | None = Field(
-        default=None, description="Merged into each new occurrence's payload (JSON Merge Patch)."
+        default=None,
+        description="Each new occurrence's arguments (args, kwargs; an http job's json or "
+        "body), merged into its payload (JSON Merge Patch); any other field is refused.",
     )
     max: int | None = Field(
         default=None, ge=1, le=100_000, description="Make at most the first N firings."

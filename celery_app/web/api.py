@@ -86,6 +86,8 @@ def _authorized(needed: Role, what: str) -> Any:
 
 
 Viewer = Annotated[User, _authorized(Role.VIEWER, "reading")]
+#: Who may enqueue a task's run (any registered task, with any arguments).
+ENQUEUE_ROLE = Role.OPERATOR
 
 
 @router.get("/whoami", summary="The authenticated user and role")
@@ -260,6 +262,6 @@ class EnqueueBody(BaseModel):
 def enqueue(
     body: EnqueueBody,
     context: Context,
-    _: Annotated[User, _authorized(Role.OPERATOR, "enqueue")],
+    _: Annotated[User, _authorized(ENQUEUE_ROLE, "enqueue")],
 ) -> dict[str, Any]:
     return operations.enqueue_task(context.kernel, context.celery, **body.model_dump())

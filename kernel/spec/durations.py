@@ -6,7 +6,8 @@ Every reader takes ``(value, field)`` and either returns the normalised value or
 spec's models (:mod:`kernel.spec`) declare each field with one of them.
 
 Durations are ``"30s"``, ``"15m"``, ``"2h"``, ``"1d"`` (or several parts, ``"1h30m"``;
-decimals allowed, ``"1.5h"``), a number of seconds, or a :class:`datetime.timedelta`
+decimals allowed, ``"1.5h"``), a number of seconds (also as text, ``"60"``: how an
+environment variable arrives), or a :class:`datetime.timedelta`
 (how ``app.conf.beat_schedule`` intervals arrive). Times are 5-field cron expressions,
 IANA zone names and ISO 8601 instants with an offset.
 """
@@ -26,6 +27,8 @@ from croniter import CroniterBadDateError, croniter
 from kernel.errors import InvalidArgument
 
 __all__ = [
+    "EARLIEST_INSTANT",
+    "LATEST_INSTANT",
     "MAX_DURATION_S",
     "MAX_JSON_DEPTH",
     "Reader",
@@ -50,12 +53,21 @@ Reader = Callable[[object, str], T]
 
 #: Ten years: every duration stays well inside ``datetime`` arithmetic.
 MAX_DURATION_S = 10 * 366 * 86400.0
+#: The instants a schedule may name. Beat's planner adds and subtracts durations (up to
+#: ``MAX_DURATION_S``: an interval, a catch-up window, jitter) and walks sparse crons
+#: decades past the last firing it needs; these bounds keep all of it inside the years
+#: ``datetime`` can hold (1-9999), so no schedule can make the planner overflow.
+EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
 #: Deeper JSON is refused rather than risking recursion limits further down.
 MAX_JSON_DEPTH = 64
 
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-_PART = re.compile(r"(\d{1,12}(?:\.\d{1,9})?)([dhms])")
+# ASCII digits only: Python's \d (and float()) would also take "６０" and "٦٠".
+_NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,9})?"
+_PART = re.compile(rf"({_NUMBER})([dhms])")
 _WHOLE = re.compile(rf"(?:{_PART.pattern})+")
+_BARE = re.compile(_NUMBER)
 _PATH_WORD = re.compile(r"[A-Za-z0-9_-]+")
 _CRON_NICKNAMES = {
     "@yearly": "0 0 1 1 *",
@@ -81,7 +93,8 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> fl
     """Read a duration and return it in seconds.
 
     Args:
-        value: ``"30s"``-style text, a number of seconds or a ``timedelta``.
+        value: ``"30s"``-style text, a number of seconds (``60`` or ``"60"``) or a
+            ``timedelta``.
         field: the dotted spec path named in the error (``"retry.backoff"``).
         allow_zero: accept ``0`` (e.g. a chain's delay); otherwise it must be > 0.
 
@@ -99,6 +112,8 @@ def parse_duration(value: object, field: str, *, allow_zero: bool = False) -> fl
     elif isinstance(value, int) and not isinstance(value, bool):
         # Clamp first: float() of a huge int overflows; the clamped value still fails below.
         seconds = float(max(-1, min(value, int(MAX_DURATION_S) + 1)))
+    elif isinstance(value, str) and _BARE.fullmatch(value):
+        seconds = float(value)
     elif isinstance(value, str) and _WHOLE.fullmatch(value):
         seconds = sum(float(n) * _UNIT_S[unit] for n, unit in _PART.findall(value))
     else:
@@ -263,7 +278,8 @@ def time_zone(value: object, field: str) -> str:
 
 
 def instant(value: object, field: str) -> str:
-    """An ISO 8601 date-time with an offset (or an aware datetime), as UTC text ``...Z``."""
+    """An ISO 8601 date-time with an offset (or an aware datetime) from
+    :data:`EARLIEST_INSTANT` to :data:`LATEST_INSTANT`, as UTC text ``...Z``."""
     if isinstance(value, datetime):
         moment = value
     else:
@@ -274,9 +290,18 @@ def instant(value: object, field: str) -> str:
     if moment.utcoffset() is None:
         raise InvalidArgument(field, "must carry a UTC offset, e.g. 2026-11-29T12:00:00Z")
     try:
-        return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        utc = moment.astimezone(UTC)
     except OverflowError:
-        raise InvalidArgument(field, "is out of range") from None
+        utc = None
+    if utc is None or not EARLIEST_INSTANT <= utc <= LATEST_INSTANT:
+        raise InvalidArgument(
+            field, f"must be from {_iso(EARLIEST_INSTANT)} to {_iso(LATEST_INSTANT)}"
+        )
+    return _iso(utc)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _refuse_chars(value: str, field: str, refused: re.Pattern[str]) -> None:

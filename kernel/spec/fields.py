@@ -41,8 +41,8 @@ __all__ = [
 
 #: The pydantic error type of every refusal made by our own checks.
 ERROR_TYPE = "spec"
-#: Durations as text, in JSON Schema's (ECMA) regex syntax.
-DURATION_TEXT = r"^(?:\d{1,12}(?:\.\d{1,9})?[dhms])+$"
+#: Durations as text (``"1h30m"``, or ``"60"`` seconds), in JSON Schema's (ECMA) regex syntax.
+DURATION_TEXT = r"^(?:[0-9]{1,12}(?:\.[0-9]{1,9})?|(?:[0-9]{1,12}(?:\.[0-9]{1,9})?[dhms])+)$"
 
 
 def refuse(message: str, at: str = "") -> PydanticCustomError:

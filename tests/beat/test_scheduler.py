@@ -135,3 +135,33 @@ def test_a_late_one_shot_under_catchup_none_is_recorded_not_lost(sqlite_beat: Be
     beat.tick()
     beat.tick(beat.minute(3) + timedelta(minutes=5))
     assert beat.skips() == {beat.key(3, "at"): "catchup_none"}
+
+
+def test_a_job_beat_cannot_plan_stops_no_other_job(sqlite_beat: Beat) -> None:
+    import json
+
+    import sqlalchemy as sa
+
+    from kernel.db.schema import jobs
+
+    sqlite_beat.define("broken")
+    sqlite_beat.define("fine")
+    # A definition stored before today's checks (apply refuses it now): an interval no
+    # date arithmetic can take.
+    with sqlite_beat.kernel.engine.begin() as conn:
+        spec = json.loads(
+            conn.execute(sa.select(jobs.c.spec).where(jobs.c.id == "broken")).scalar_one()
+        )
+        spec["schedule"] = {"every": 1e300}
+        conn.execute(sa.update(jobs).where(jobs.c.id == "broken").values(spec=json.dumps(spec)))
+    sqlite_beat.clock.set(sqlite_beat.minute(3.5))
+    sqlite_beat.caplog.clear()
+    sqlite_beat.scheduler.tick()
+    assert sqlite_beat.keys("fine")[-1] == sqlite_beat.key(3)
+    failed = [
+        r for r in sqlite_beat.caplog.records if getattr(r, "action", None) == "materialise_failed"
+    ]
+    assert [getattr(r, "job_id", None) for r in failed] == ["broken"]
+    assert not [
+        r for r in sqlite_beat.caplog.records if getattr(r, "action", None) == "tick_step_failed"
+    ]

@@ -134,9 +134,38 @@ def test_toml_datetimes_and_yaml_dates_are_judged_not_crashed_on(tmp_path: Path)
     assert validate_job_file(write(tmp_path / "c.toml", at))[0].schedule == {
         "at": "2030-01-01T00:00:00Z"
     }
-    assert (
-        load_job_file(write(tmp_path / "d.yaml", "jobs: [{id: 2030-01-01}]"))[0]["id"].year == 2030
+    # YAML 1.2 has no date type: an unquoted date is the text written.
+    assert load_job_file(write(tmp_path / "d.yaml", "jobs: [{id: 2030-01-01}]"))[0]["id"] == (
+        "2030-01-01"
     )
+
+
+def test_yaml_is_read_by_yaml_1_2(tmp_path: Path) -> None:
+    text = (
+        "jobs:\n"
+        "  - {id: parent, kind: callable, payload: {callable: 'os.path:join'}, schedule: null}\n"
+        "  - id: child\n"
+        "    kind: callable\n"
+        "    payload: {callable: 'os.path:join', args: [yes, no, off, on, 012, 0o12, 1:30, 1e3,"
+        " true, ~]}\n"
+        "    schedule: null\n"
+        "    after: {job: parent, on: failure}\n"
+        "    notify: {on: [dead_letter], task: alerts.failed}\n"
+    )
+    jobs = validate_job_file(write(tmp_path / "a.yaml", text))
+    child = jobs[1]
+    assert child.after is not None and child.after.on == "failure"
+    assert child.notify is not None and child.notify.on == ["dead_letter"]
+    assert child.payload["args"] == ["yes", "no", "off", "on", 12, 10, "1:30", 1000.0, True, None]
+
+
+def test_yaml_written_by_the_kernel_reads_back_the_same_in_yaml_1_1_and_1_2() -> None:
+    from beat_schedule import yaml_dialect
+
+    data = {"on": ["yes", "off", "012", "0o12", "1e3", "1:30", "2030-01-01", "~", "<<"], "n": 12}
+    text = yaml_dialect.dump(data)
+    assert yaml.load(text, Loader=yaml_dialect.StrictLoader) == data  # noqa: S506
+    assert yaml.safe_load(text) == data
 
 
 # --- fuzz: whatever the file holds, the CLI answers with a code, never a traceback ----------------

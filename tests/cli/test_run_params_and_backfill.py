@@ -47,3 +47,18 @@ def test_backfill_twice_creates_nothing_the_second_time(cli, kernel: Kernel) -> 
     decades = ("--from", "2000-01-01T00:00:00Z", "--to", "2026-01-01T00:00:00Z")
     too_many = cli("jobs", "backfill", "tick", *decades, "--json")
     assert too_many.code == 1 and too_many.json()["error"]["details"]["field"] == "max"
+
+
+def test_params_naming_the_definition_are_refused_for_run_now_and_backfill(
+    cli, kernel: Kernel
+) -> None:
+    define(kernel, "sh", kind="shell", payload={"argv": ["echo", "hi"]}, overlap="allow")
+    patch = '{"argv": ["sh", "-c", "id"], "secrets": {"X": "HTTP_AUTH"}}'
+    window = ("--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T00:02:00Z")
+    for command in (("run-now", "sh"), ("backfill", "sh", *window)):
+        refused = cli("jobs", *command, "--params", patch, "--json")
+        assert refused.code == 1, refused.out
+        error = refused.json()["error"]
+        assert error["code"] == "INVALID_ARGUMENT" and error["details"]["field"] == "params.argv"
+        assert "not a run parameter" in error["message"] and "Traceback" not in refused.err
+    assert kernel.list_occurrences(job_id="sh") == []

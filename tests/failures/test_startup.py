@@ -172,6 +172,40 @@ def test_worker_and_beat_refuse_a_malformed_broker_or_database_url_in_one_line(
         assert "hunter2" not in done.out + done.err
 
 
+def test_every_duration_setting_takes_a_bare_number_of_seconds_or_a_duration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable, value in {
+        "KERNEL_DEFAULT_TIMEOUT": "60",
+        "KERNEL_RETENTION_SUCCEEDED": "86400",
+        "KERNEL_BEAT_INTERVAL": "2s",
+        "KERNEL_WATCHDOG_GRACE": "2m",
+        "KERNEL_STATEMENT_TIMEOUT": "1.5",
+    }.items():
+        monkeypatch.setenv(variable, value)
+    settings = KernelSettings.from_app(Celery("settings", set_as_current=False))
+    assert settings.default_timeout == 60.0
+    assert settings.retention["succeeded"] == 86400.0
+    assert (settings.beat_interval, settings.watchdog_grace) == (2.0, 120.0)
+    assert settings.statement_timeout == 1.5
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("KERNEL_BEAT_INTERVAL", "\uff12"),  # full-width digits are not a number here
+        ("KERNEL_DEFAULT_TIMEOUT", "\uff16\uff10s"),
+        ("KERNEL_RETENTION_SUCCEEDED", "\uff18\uff16\uff14\uff10\uff10"),
+    ],
+)
+def test_full_width_digits_are_refused_in_durations(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigInvalid, match=variable):
+        KernelSettings.from_app(Celery("settings", set_as_current=False))
+
+
 def test_settings_past_the_range_of_a_number_are_refused(tmp_path: Path) -> None:
     app = Celery("settings", set_as_current=False)
     app.conf.kernel_dispatch_batch = float("inf")  # int() of it overflows

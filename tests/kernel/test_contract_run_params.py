@@ -3,6 +3,8 @@ payload is, part of its idempotency key, recorded with it; nothing written on a 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 import sqlalchemy as sa
 
@@ -64,3 +66,49 @@ def test_merge_patch_follows_rfc_7386() -> None:
     assert merge_patch(target, {"a": "z", "c": {"f": None}}) == {"a": "z", "c": {"d": "e"}}
     assert merge_patch(target, {"c": [1]}) == {"a": "b", "c": [1]}
     assert target == {"a": "b", "c": {"d": "e", "f": "g"}}  # unchanged
+
+
+HOOK = {"url": "https://example.com/hook"}
+DEFINITIONS = [
+    ("shell", {"argv": ["echo", "hi"]}, {"argv": ["sh", "-c", "id"]}, "params.argv"),
+    ("shell", {"argv": ["echo", "hi"]}, {"secrets": {"X": "HTTP_AUTH"}}, "params.secrets"),
+    ("shell", {"argv": ["echo", "hi"]}, {"env": {"A": "b"}}, "params.env"),
+    ("shell", {"argv": ["echo", "hi"]}, {"cwd": "/"}, "params.cwd"),
+    ("http", HOOK, {"url": "https://evil.test/"}, "params.url"),
+    ("http", HOOK, {"secret_headers": {"A": "T"}}, "params.secret_headers"),
+    ("http", HOOK, {"lookup": {"url": "https://evil.test/"}}, "params.lookup"),
+    ("callable", PAYLOAD, {"callable": "os:system"}, "params.callable"),
+    ("callable", PAYLOAD, {"kind": "shell"}, "params.kind"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "payload", "params", "field"), DEFINITIONS)
+def test_params_are_arguments_never_what_runs_where_or_with_which_secrets(
+    k: Harness, kind: str, payload: dict[str, object], params: dict[str, object], field: str
+) -> None:
+    job = k.define(kind=kind, payload=payload)
+    due = datetime(2026, 1, 1, tzinfo=UTC)
+    attempts = {
+        "run-now": lambda: k.kernel.run_now("job", request_id="r", operator="admin", params=params),
+        "backfill": lambda: k.kernel.backfill(
+            "job",
+            expected_revision=job.revision,
+            firings=[("backfill:2026-01-01T00:00:00Z", due)],
+            operator="admin",
+            params=params,
+        ),
+    }
+    for attempt in attempts.values():
+        with pytest.raises(InvalidArgument) as refused:
+            attempt()
+        assert refused.value.field == field
+        assert "is the job's definition, not a run parameter" in refused.value.message
+        assert "change the job" in refused.value.message
+    assert k.kernel.list_occurrences(job_id="job") == []
+
+
+def test_an_http_jobs_body_is_a_run_parameter(k: Harness) -> None:
+    k.define(kind="http", payload={"url": "https://example.com/hook", "json": {"a": 1}})
+    ran = k.kernel.run_now("job", request_id="r", operator="ops", params={"json": {"b": 2}})
+    payload = k.kernel.get_occurrence(ran.occurrence.id).payload
+    assert payload["json"] == {"a": 1, "b": 2} and payload["url"] == "https://example.com/hook"

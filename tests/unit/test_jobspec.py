@@ -228,7 +228,7 @@ REFUSALS: list[tuple[dict[str, Any], str]] = [
     ({"lease": "25h"}, "lease"),
     ({"lease": 0}, "lease"),
     ({"lease": True}, "lease"),
-    ({"lease": "60"}, "lease"),
+    ({"lease": "\uff16\uff10"}, "lease"),
     ({"timeout": 0}, "timeout"),
     ({"timeout": "-1s"}, "timeout"),
     ({"timeout": math.inf}, "timeout"),
@@ -376,6 +376,8 @@ def test_deep_payload_is_refused_at_its_path() -> None:
         ("1.5h", 5400.0),
         (45, 45.0),
         (2.5, 2.5),
+        ("10", 10.0),  # a bare number is seconds, as text (a setting) as well as a number
+        ("0.5", 0.5),
         (timedelta(minutes=2), 120.0),
     ],
 )
@@ -385,7 +387,8 @@ def test_parse_duration_accepts(value: object, seconds: float) -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["", "10", "5x", "-5s", " 5s", "5 s", "s", True, None, [5], 0, -1, "0s", math.nan, math.inf,
+    ["", "1e3", "10.", "\uff11\uff10s", "\uff11\uff10", "\u0661s",
+     "5x", "-5s", " 5s", "5 s", "s", True, None, [5], 0, -1, "0s", math.nan, math.inf,
      10**400, -(10**400), "99999999999d", timedelta(0)],
 )  # fmt: skip
 def test_parse_duration_refuses(value: object) -> None:

@@ -96,7 +96,7 @@ def test_pools_and_budgets_sections_validate() -> None:
         {"jobs": [], "extra": 1},
         {"jobs": [spec(colour="blue")]},
         {"jobs": [spec(id=...)]},
-        {"jobs": [spec(lease="60")]},
+        {"jobs": [spec(lease="\uff16\uff10")]},
         {"jobs": [spec(lease=0)]},
         {"jobs": [spec(enabled=1)]},
         {"jobs": [spec(overlap="never")]},

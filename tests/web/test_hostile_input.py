@@ -350,3 +350,20 @@ def test_run_now_params_reach_that_run_and_bad_ones_are_refused_naming_the_field
     error = _error(refused, 422, "INVALID_ARGUMENT")
     assert error["details"]["field"] == "params.args"  # type: ignore[index]
     assert len(web.kernel.list_occurrences(job_id=job)) == 1
+
+
+def test_run_params_cannot_change_what_runs_for_any_role(web: Web) -> None:
+    job = web.fresh_job(overlap="allow")
+    patch = {"callable": "os:system", "args": ["id"]}
+    window = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}
+    for role in ("operator", "admin"):
+        with web.api(web.tokens[role]) as client:
+            answers = [
+                client.post(f"/api/jobs/{job}/run-now", json={"params": patch}),
+                client.post(f"/api/jobs/{job}/backfill", json={**window, "params": patch}),
+            ]
+        for answer in answers:
+            error = _error(answer, 422, "INVALID_ARGUMENT")
+            assert error["details"]["field"] == "params.callable"  # type: ignore[index]
+            assert "not a run parameter" in str(error["message"])
+    assert web.kernel.list_occurrences(job_id=job) == []
