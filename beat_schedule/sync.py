@@ -3,7 +3,9 @@
 Reading a ``beat_schedule`` gives, per entry, its job spec (or why it is refused),
 the options its hints carry, and warnings for what the kernel does not honour.
 Beat applies the specs and then tells the kernel which jobs the ``beat_schedule``
-now defines, so a removed entry's job is disabled rather than left firing.
+now defines, so a removed entry's job is disabled rather than left firing. Each Beat's
+schedule is a source of its own (``kernel_beat_source``): a Beat retires only the jobs
+its own source defined, never those of a Beat running another schedule on the kernel.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ __all__ = [
     "sync_beat_schedule",
 ]
 
-#: The source name the kernel records for jobs defined by ``beat_schedule``.
+#: The source name of a ``beat_schedule`` that names none (an app without a name).
 SOURCE = "beat_schedule"
 
 log = logging.getLogger("celery_kernel.beat")
@@ -278,8 +280,11 @@ def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> 
     return outcome
 
 
-def sync_beat_schedule(kernel: Kernel, schedule: BeatSchedule) -> dict[str, str]:
-    """Apply a read ``beat_schedule`` and retire the jobs of entries that were removed.
+def sync_beat_schedule(
+    kernel: Kernel, schedule: BeatSchedule, *, source: str = SOURCE
+) -> dict[str, str]:
+    """Apply a read ``beat_schedule`` as the job source ``source`` and retire the jobs of
+    that source whose entries were removed.
 
     Refusals and warnings are logged naming their entry; returns the apply outcome
     by job id (``retired`` / ``restored`` for jobs whose entry left or came back).
@@ -294,22 +299,25 @@ def sync_beat_schedule(kernel: Kernel, schedule: BeatSchedule) -> dict[str, str]
             )
         for warning in entry.warnings:
             log.warning(warning, extra={"action": "entry_warning", "entry": entry.name})
-    outcome = apply_specs(kernel, schedule.specs, source=SOURCE)
-    changed = kernel.sync_job_source(SOURCE, schedule.owned)
+    outcome = apply_specs(kernel, schedule.specs, source=source)
+    changed = kernel.sync_job_source(source, schedule.owned)
     for job_id in changed.retired:
         log.warning(
-            "beat_schedule: job %s disabled: its entry is no longer in beat_schedule "
-            "(history kept; delete it with `kernel jobs delete %s`)",
+            "%s: job %s disabled: its entry is no longer in beat_schedule (history kept; "
+            "delete it with `kernel jobs delete %s`; if another Beat's schedule defines it, "
+            "give each Beat its own kernel_beat_source)",
+            source,
             job_id,
             job_id,
-            extra={"action": "job_retired", "job_id": job_id},
+            extra={"action": "job_retired", "job_id": job_id, "source": source},
         )
         outcome[job_id] = "retired"
     for job_id in changed.restored:
         log.info(
-            "beat_schedule: job %s enabled again: its entry is back",
+            "%s: job %s enabled again: its entry is back",
+            source,
             job_id,
-            extra={"action": "job_restored", "job_id": job_id},
+            extra={"action": "job_restored", "job_id": job_id, "source": source},
         )
         outcome[job_id] = "restored"
     return outcome

@@ -28,6 +28,7 @@ __all__ = [
     "KernelSettings",
     "RETENTION_DEFAULTS",
     "WebSettings",
+    "beat_source_default",
     "project_dir",
     "var_dir",
 ]
@@ -182,6 +183,22 @@ def _optional_text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
 
+def _source_name(value: Any) -> str:
+    """A job source's name: 1 to 64 printable characters (the kernel's ``job_sources``)."""
+    name = str(value).strip()
+    if not 0 < len(name) <= 64 or not name.isprintable():
+        raise ValueError(value)
+    return name
+
+
+def beat_source_default(app: Any) -> str:
+    """The job source of an app's ``beat_schedule`` unless ``kernel_beat_source`` names one:
+    ``beat_schedule:<app name>``, so the Beats of two apps sharing a kernel keep their
+    jobs apart."""
+    main = getattr(app, "main", None)
+    return f"beat_schedule:{main}"[:64] if main and main != "__main__" else "beat_schedule"
+
+
 def _patterns(value: Any) -> tuple[str, ...] | None:
     """Glob patterns, comma-separated or a list; unset (None) allows everything."""
     if value is None:
@@ -229,6 +246,10 @@ class KernelSettings:
         default_timeout: ``KERNEL_DEFAULT_TIMEOUT`` / ``kernel_default_timeout``: seconds a
             run of a job without a ``timeout`` may take; None (``off``, the default):
             unbounded.
+        beat_source: ``KERNEL_BEAT_SOURCE`` / ``kernel_beat_source``: the job source this
+            Beat's ``beat_schedule`` is (default :func:`beat_source_default`). A Beat
+            retires only its own source's jobs, so Beats running different schedules on
+            one kernel each name their own.
         names: where each attribute came from (variable or key), for messages.
     """
 
@@ -251,6 +272,7 @@ class KernelSettings:
     allowed_kinds: tuple[str, ...] | None
     allowed_callables: tuple[str, ...] | None
     default_timeout: float | None = None
+    beat_source: str = "beat_schedule"
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -414,6 +436,14 @@ class KernelSettings:
                 None,
                 _optional_duration,
                 "a duration (30m, 1h, seconds) or off",
+            ),
+            beat_source=read(
+                "beat_source",
+                "KERNEL_BEAT_SOURCE",
+                "kernel_beat_source",
+                beat_source_default(app),
+                _source_name,
+                "a name of 1 to 64 printable characters",
             ),
             names=source.names,
         )
