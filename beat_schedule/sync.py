@@ -20,7 +20,8 @@ from typing import Any
 from celery.schedules import crontab, schedule
 
 from beat_schedule.task_settings import hint_options, task_fields
-from kernel import InvalidArgument, Kernel
+from kernel import InvalidArgument, Job, Kernel, NotFound
+from kernel.jobspec import validate_job_spec
 
 __all__ = [
     "SOURCE",
@@ -30,6 +31,8 @@ __all__ = [
     "read_beat_schedule",
     "apply_specs",
     "sync_beat_schedule",
+    "still_fires",
+    "drift",
 ]
 
 #: The source name of a ``beat_schedule`` that names none (an app without a name).
@@ -233,10 +236,18 @@ def _read_entry(
         else:
             entry.warnings += task_fields(name, task)[1]
     try:
-        entry.spec = entry_to_spec(name, raw, timezone=timezone, task=task)
+        spec = entry_to_spec(name, raw, timezone=timezone, task=task)
     except InvalidArgument as exc:
         entry.refused = str(exc)
         return entry
+    try:
+        # What the kernel would refuse when Beat applies it (an interval under 1 s, an
+        # argument JSON cannot hold) is refused here, so doctor and status see it too.
+        validate_job_spec(spec)
+    except InvalidArgument as exc:
+        entry.refused = f"{exc.code}: beat_schedule[{name!r}]: {exc.message}"
+        return entry
+    entry.spec = spec
     entry.hint, warnings = hint_options(name, raw.get("options") or {})
     entry.warnings += warnings
     if raw.get("relative"):
@@ -245,6 +256,43 @@ def _read_entry(
             "fire at whole multiples of the interval since the Unix epoch"
         )
     return entry
+
+
+def _job(kernel: Kernel, job_id: str | None) -> Job | None:
+    try:
+        return kernel.get_job(job_id) if job_id is not None else None
+    except NotFound:
+        return None
+
+
+def still_fires(entry: BeatEntry, job: Job | None) -> str:
+    """For a refused entry: that its job, if enabled, still fires its previous definition
+    (a refusal changes nothing stored), and how to stop it; else ``""``."""
+    if entry.refused is None or job is None or not job.enabled:
+        return ""
+    return (
+        f"; job {job.id} still fires its previous definition (revision {job.revision}): "
+        f"fix the entry, or stop it with `kernel jobs disable {job.id}`"
+    )
+
+
+def drift(entry: BeatEntry, job: Job | None) -> str | None:
+    """Why an entry read now differs from its job as the kernel holds it, else None.
+
+    Beat applies such an entry as a new revision at its next start. An entry computed
+    at import (a random minute, ``hash()``) differs at every start, and with several
+    Beats the last one to start wins; the kernel's ``jitter`` spreads firings without it.
+    """
+    if entry.spec is None or job is None or validate_job_spec(entry.spec).digest == job.digest:
+        return None
+    return (
+        f"beat_schedule[{entry.name!r}] differs from job {job.id} as the kernel holds it "
+        f"(revision {job.revision}); Beat applies it as a new revision at its next start. "
+        "If the entry is computed at import (a random minute, hash()), it changes at every "
+        "start and, with several Beats, the last one to start wins: give it a fixed schedule "
+        "and spread its firings with jitter instead "
+        '("kernel": {"schedule": {"cron": "0 * * * *", "jitter": "30m"}})'
+    )
 
 
 def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> dict[str, str]:
@@ -292,9 +340,10 @@ def sync_beat_schedule(
     for entry in schedule.entries:
         if entry.refused is not None:
             log.error(
-                "beat_schedule entry %r refused: %s",
+                "beat_schedule entry %r refused: %s%s",
                 entry.name,
                 entry.refused,
+                still_fires(entry, _job(kernel, entry.job_id)),
                 extra={"action": "entry_refused", "entry": entry.name},
             )
         for warning in entry.warnings:

@@ -30,7 +30,7 @@ from celery_app.operations.health import (
     STALE_BEAT_FACTOR,
     beat_health,
     beat_warning,
-    refused_entries,
+    schedule_findings,
     status,
     watchdog_warnings,
 )
@@ -98,7 +98,7 @@ __all__ = [
     "pools_set",
     "preview",
     "prune",
-    "refused_entries",
+    "schedule_findings",
     "requeue",
     "resume",
     "revision_diff",
