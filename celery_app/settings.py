@@ -56,13 +56,20 @@ class ConfigInvalid(InvalidArgument):
         self.field = name
 
 
+#: The folders pip installs packages into: never a project's directory.
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+
+
 def project_dir(app: Any = None) -> Path:
     """The directory relative kernel paths are anchored at, whatever the current directory.
 
     It is the directory holding the module that defines the app: ``CELERY_CONFIG_MODULE``
     when set (the settings of ``celery -A celery_app``), else the module the app is named
     after (``Celery("myproj")``: the folder of ``myproj.py``, or the one holding the
-    package ``myproj/``). An app named after no module on disk falls back to the
+    package ``myproj/``). A module installed by pip (in ``site-packages``) has no
+    project folder and nothing may be written among the installed files: its directory
+    is ``celery-kernel/<module>`` in the user's data folder (``$XDG_DATA_HOME``, else
+    ``~/.local/share``). An app named after no module on disk falls back to the
     current directory. ``app`` defaults to Celery's current app.
     """
     if app is None:
@@ -71,8 +78,11 @@ def project_dir(app: Any = None) -> Path:
         app = current_app
     for name in (os.environ.get("CELERY_CONFIG_MODULE"), getattr(app, "main", None)):
         folder = _module_root(name) if name else None
-        if folder is not None:
+        if folder is not None and _INSTALLED.isdisjoint(folder.parts):
             return folder
+        if folder is not None:
+            data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+            return Path(data).absolute() / "celery-kernel" / str(name).partition(".")[0]
     return Path.cwd()
 
 
