@@ -10,6 +10,7 @@ differs from its job at every start: ``doctor`` says so and points to ``jitter``
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -125,3 +126,16 @@ def test_doctor_points_an_entry_that_changes_at_every_start_to_jitter(
     assert not any("'good'" in c["detail"] for c in doctor["checks"])
     code, status = _kernel(tmp_path, db_url, "status")
     assert [c["entry"] for c in status["changed_entries"]] == ["spread"]
+
+
+def test_beat_logs_a_refused_entry_with_the_definition_its_job_still_fires(
+    kernel: Kernel, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = {"fast": {"task": "t", "schedule": 60}}
+    sync_beat_schedule(kernel, read_beat_schedule({"beat_schedule": before}))
+    now = {"fast": {"task": "t", "schedule": 0.5}}
+    with caplog.at_level(logging.ERROR, logger="celery_kernel.beat"):
+        sync_beat_schedule(kernel, read_beat_schedule({"beat_schedule": now}))
+    [record] = [r for r in caplog.records if getattr(r, "action", None) == "entry_refused"]
+    assert "job fast still fires its previous definition (revision 1)" in record.getMessage()
+    assert kernel.get_job("fast").enabled  # kept as it was: a refusal changes nothing stored
