@@ -74,3 +74,16 @@ def test_one_app_with_two_schedules_names_its_sources(
     # Within its own source a removed entry is still retired.
     start_beat("shop", {}, kernel_beat_source="silo-a")
     assert _enabled(kernel_url) == {"a": False, "b": True}
+
+
+def test_an_entry_moved_to_another_beats_schedule_runs_there(
+    start_beat: Callable[..., KernelScheduler], kernel_url: str
+) -> None:
+    entry = {"report": {"task": "t", "schedule": 60.0}}
+    start_beat("shop", entry, kernel_beat_source="silo-a")
+    # Moved: silo A starts first without it (retired), then silo B lists it.
+    start_beat("shop", {}, kernel_beat_source="silo-a")
+    start_beat("shop", entry, kernel_beat_source="silo-b")
+    assert _enabled(kernel_url) == {"report": True}
+    start_beat("shop", {}, kernel_beat_source="silo-a")  # no longer silo A's to retire
+    assert _enabled(kernel_url) == {"report": True}
