@@ -3,7 +3,9 @@
 Reading a ``beat_schedule`` gives, per entry, its job spec (or why it is refused),
 the options its hints carry, and warnings for what the kernel does not honour.
 Beat applies the specs and then tells the kernel which jobs the ``beat_schedule``
-now defines, so a removed entry's job is disabled rather than left firing.
+now defines, so a removed entry's job is disabled rather than left firing. Each Beat's
+schedule is a source of its own (``kernel_beat_source``): a Beat retires only the jobs
+its own source defined, never those of a Beat running another schedule on the kernel.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from celery.schedules import crontab, schedule
 
 from beat_schedule.task_settings import hint_options, task_fields
-from kernel import InvalidArgument, Kernel
+from kernel import InvalidArgument, Job, Kernel, NotFound
+from kernel.spec.jobspec import validate_job_spec
 
 __all__ = [
     "SOURCE",
@@ -33,9 +36,11 @@ __all__ = [
     "read_beat_schedule",
     "apply_specs",
     "sync_beat_schedule",
+    "still_fires",
+    "drift",
 ]
 
-#: The source name the kernel records for jobs defined by ``beat_schedule``.
+#: The source name of a ``beat_schedule`` that names none (an app without a name).
 SOURCE = "beat_schedule"
 
 log = logging.getLogger("celery_kernel.beat")
@@ -293,10 +298,18 @@ def _read_entry(
         else:
             entry.warnings += task_fields(name, task)[1]
     try:
-        entry.spec = entry_to_spec(name, raw, timezone=timezone, task=task)
+        spec = entry_to_spec(name, raw, timezone=timezone, task=task)
     except InvalidArgument as exc:
         entry.refused = str(exc)
         return entry
+    try:
+        # What the kernel would refuse when Beat applies it (an interval under 1 s, an
+        # argument JSON cannot hold) is refused here, so doctor and status see it too.
+        validate_job_spec(spec)
+    except InvalidArgument as exc:
+        entry.refused = f"{exc.code}: beat_schedule[{name!r}]: {exc.message}"
+        return entry
+    entry.spec = spec
     entry.hint, warnings = hint_options(name, raw.get("options") or {})
     entry.warnings += warnings
     if raw.get("relative"):
@@ -305,6 +318,43 @@ def _read_entry(
             "fire at whole multiples of the interval since the Unix epoch"
         )
     return entry
+
+
+def _job(kernel: Kernel, job_id: str | None) -> Job | None:
+    try:
+        return kernel.get_job(job_id) if job_id is not None else None
+    except NotFound:
+        return None
+
+
+def still_fires(entry: BeatEntry, job: Job | None) -> str:
+    """For a refused entry: that its job, if enabled, still fires its previous definition
+    (a refusal changes nothing stored), and how to stop it; else ``""``."""
+    if entry.refused is None or job is None or not job.enabled:
+        return ""
+    return (
+        f"; job {job.id} still fires its previous definition (revision {job.revision}): "
+        f"fix the entry, or stop it with `kernel jobs disable {job.id}`"
+    )
+
+
+def drift(entry: BeatEntry, job: Job | None) -> str | None:
+    """Why an entry read now differs from its job as the kernel holds it, else None.
+
+    Beat applies such an entry as a new revision at its next start. An entry computed
+    at import (a random minute, ``hash()``) differs at every start, and with several
+    Beats the last one to start wins; the kernel's ``jitter`` spreads firings without it.
+    """
+    if entry.spec is None or job is None or validate_job_spec(entry.spec).digest == job.digest:
+        return None
+    return (
+        f"beat_schedule[{entry.name!r}] differs from job {job.id} as the kernel holds it "
+        f"(revision {job.revision}); Beat applies it as a new revision at its next start. "
+        "If the entry is computed at import (a random minute, hash()), it changes at every "
+        "start and, with several Beats, the last one to start wins: give it a fixed schedule "
+        "and spread its firings with jitter instead "
+        '("kernel": {"schedule": {"cron": "0 * * * *", "jitter": "30m"}})'
+    )
 
 
 def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> dict[str, str]:
@@ -340,8 +390,11 @@ def apply_specs(kernel: Kernel, specs: list[dict[str, Any]], *, source: str) -> 
     return outcome
 
 
-def sync_beat_schedule(kernel: Kernel, schedule: BeatSchedule) -> dict[str, str]:
-    """Apply a read ``beat_schedule`` and retire the jobs of entries that were removed.
+def sync_beat_schedule(
+    kernel: Kernel, schedule: BeatSchedule, *, source: str = SOURCE
+) -> dict[str, str]:
+    """Apply a read ``beat_schedule`` as the job source ``source`` and retire the jobs of
+    that source whose entries were removed.
 
     Refusals and warnings are logged naming their entry; returns the apply outcome
     by job id (``retired`` / ``restored`` for jobs whose entry left or came back).
@@ -349,29 +402,33 @@ def sync_beat_schedule(kernel: Kernel, schedule: BeatSchedule) -> dict[str, str]
     for entry in schedule.entries:
         if entry.refused is not None:
             log.error(
-                "beat_schedule entry %r refused: %s",
+                "beat_schedule entry %r refused: %s%s",
                 entry.name,
                 entry.refused,
+                still_fires(entry, _job(kernel, entry.job_id)),
                 extra={"action": "entry_refused", "entry": entry.name},
             )
         for warning in entry.warnings:
             log.warning(warning, extra={"action": "entry_warning", "entry": entry.name})
-    outcome = apply_specs(kernel, schedule.specs, source=SOURCE)
-    changed = kernel.sync_job_source(SOURCE, schedule.owned)
+    outcome = apply_specs(kernel, schedule.specs, source=source)
+    changed = kernel.sync_job_source(source, schedule.owned)
     for job_id in changed.retired:
         log.warning(
-            "beat_schedule: job %s disabled: its entry is no longer in beat_schedule "
-            "(history kept; delete it with `kernel jobs delete %s`)",
+            "%s: job %s disabled: its entry is no longer in beat_schedule (history kept; "
+            "delete it with `kernel jobs delete %s`; if another Beat's schedule defines it, "
+            "give each Beat its own kernel_beat_source)",
+            source,
             job_id,
             job_id,
-            extra={"action": "job_retired", "job_id": job_id},
+            extra={"action": "job_retired", "job_id": job_id, "source": source},
         )
         outcome[job_id] = "retired"
     for job_id in changed.restored:
         log.info(
-            "beat_schedule: job %s enabled again: its entry is back",
+            "%s: job %s enabled again: its entry is back",
+            source,
             job_id,
-            extra={"action": "job_restored", "job_id": job_id},
+            extra={"action": "job_restored", "job_id": job_id, "source": source},
         )
         outcome[job_id] = "restored"
     return outcome

@@ -10,6 +10,9 @@ creates no app and reads no configuration module.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -46,3 +49,41 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'celery_app' has no attribute {name!r}")
+
+
+#: The top-level packages celery-kernel installs, side by side.
+_OURS = ("celery_app", "kernel", "adapters", "beat_schedule")
+
+
+def _shadowing() -> tuple[str, Path] | None:
+    """A module of one of our packages' names on the path (or in the current directory,
+    where ``celery -A`` looks) that is not ours: (name, its file or folder).
+
+    Another copy of celery-kernel (a checkout beside its installed copy) is ours too:
+    its ``__init__.py`` reads the same.
+    """
+    home = Path(__file__).resolve().parent.parent
+    for entry in dict.fromkeys([os.getcwd(), *sys.path]):
+        base = Path(entry or os.getcwd())
+        for name in _OURS:
+            for found, target in (
+                (base / f"{name}.py",) * 2,
+                (base / name, base / name / "__init__.py"),
+            ):
+                if not target.is_file() or found.resolve() == home / name:
+                    continue
+                if target.read_bytes() != (home / name / "__init__.py").read_bytes():
+                    return name, found
+    return None
+
+
+# Python imports one module per name: with a project's own `celery_app.py` beside ours,
+# `celery -A` would run whichever came first, silently. Stop before either runs.
+if (_clash := _shadowing()) is not None:
+    sys.stderr.write(
+        f"celery-kernel cannot start: {_clash[1]} has the name of celery-kernel's package "
+        f"{_clash[0]!r} and Python imports only one of them, so celery would run the wrong "
+        f"code; rename your module (for example to myproj_{_clash[0]}) and "
+        "import or name it (celery -A) by its new name\n"
+    )
+    raise SystemExit(2)

@@ -33,6 +33,7 @@ __all__ = [
     "WebSettings",
     "conf_key",
     "unread_kernel_keys",
+    "beat_source_default",
     "project_dir",
     "var_dir",
 ]
@@ -60,13 +61,20 @@ class ConfigInvalid(InvalidArgument):
         self.field = name
 
 
+#: The folders pip installs packages into: never a project's directory.
+_INSTALLED = frozenset({"site-packages", "dist-packages"})
+
+
 def project_dir(app: Any = None) -> Path:
     """The directory relative kernel paths are anchored at, whatever the current directory.
 
     It is the directory holding the module that defines the app: ``CELERY_CONFIG_MODULE``
     when set (the settings of ``celery -A celery_app``), else the module the app is named
     after (``Celery("myproj")``: the folder of ``myproj.py``, or the one holding the
-    package ``myproj/``). An app named after no module on disk falls back to the
+    package ``myproj/``). A module installed by pip (in ``site-packages``) has no
+    project folder and nothing may be written among the installed files: its directory
+    is ``celery-kernel/<module>`` in the user's data folder (``$XDG_DATA_HOME``, else
+    ``~/.local/share``). An app named after no module on disk falls back to the
     current directory. ``app`` defaults to Celery's current app.
     """
     if app is None:
@@ -75,8 +83,11 @@ def project_dir(app: Any = None) -> Path:
         app = current_app
     for name in (os.environ.get("CELERY_CONFIG_MODULE"), getattr(app, "main", None)):
         folder = _module_root(name) if name else None
-        if folder is not None:
+        if folder is not None and _INSTALLED.isdisjoint(folder.parts):
             return folder
+        if folder is not None:
+            data = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+            return Path(data).absolute() / "celery-kernel" / str(name).partition(".")[0]
     return Path.cwd()
 
 
@@ -208,6 +219,22 @@ def _optional_text(value: Any) -> str | None:
     return None if value in (None, "") else str(value)
 
 
+def _source_name(value: Any) -> str:
+    """A job source's name: 1 to 64 printable characters (the kernel's ``job_sources``)."""
+    name = str(value).strip()
+    if not 0 < len(name) <= 64 or not name.isprintable():
+        raise ValueError(value)
+    return name
+
+
+def beat_source_default(app: Any) -> str:
+    """The job source of an app's ``beat_schedule`` unless ``kernel_beat_source`` names one:
+    ``beat_schedule:<app name>``, so the Beats of two apps sharing a kernel keep their
+    jobs apart."""
+    main = getattr(app, "main", None)
+    return f"beat_schedule:{main}"[:64] if main and main != "__main__" else "beat_schedule"
+
+
 def _patterns(value: Any) -> tuple[str, ...] | None:
     """Glob patterns, comma-separated or a list; unset (None) allows everything."""
     if value is None:
@@ -255,6 +282,10 @@ class KernelSettings:
         default_timeout: ``KERNEL_DEFAULT_TIMEOUT`` / ``kernel_default_timeout``: seconds a
             run of a job without a ``timeout`` may take; None (``off``, the default):
             unbounded.
+        beat_source: ``KERNEL_BEAT_SOURCE`` / ``kernel_beat_source``: the job source this
+            Beat's ``beat_schedule`` is (default :func:`beat_source_default`). A Beat
+            retires only its own source's jobs, so Beats running different schedules on
+            one kernel each name their own.
         names: where each attribute came from (variable or key), for messages.
         origins: per attribute, :data:`FROM_ENV`, :data:`FROM_APP` or :data:`FROM_DEFAULT`.
         keys: per attribute, the Celery key it is read from (before any namespace).
@@ -279,6 +310,7 @@ class KernelSettings:
     allowed_kinds: tuple[str, ...] | None
     allowed_callables: tuple[str, ...] | None
     default_timeout: float | None = None
+    beat_source: str = "beat_schedule"
     names: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
@@ -444,6 +476,14 @@ class KernelSettings:
                 None,
                 _optional_duration,
                 "a duration (30m, 1h, seconds) or off",
+            ),
+            beat_source=read(
+                "beat_source",
+                "KERNEL_BEAT_SOURCE",
+                "kernel_beat_source",
+                beat_source_default(app),
+                _source_name,
+                "a name of 1 to 64 printable characters",
             ),
             names=source.names,
             origins=source.origins,

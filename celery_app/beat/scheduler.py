@@ -82,7 +82,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
             ensure_broker_folders(self.app)  # the pump publishes from this process
             self.kernel = open_kernel(self.app)
             beat_schedule = read_beat_schedule(self.app.conf, self.app.tasks)
-            sync_beat_schedule(self.kernel, beat_schedule)
+            sync_beat_schedule(self.kernel, beat_schedule, source=self.settings.beat_source)
         except KernelError as exc:
             refuse_start("beat", exc)
         self.hint_options = beat_schedule.hints

@@ -84,6 +84,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
         ]
         parts += [f"WARNING: {w}" for w in data["warnings"]]
         parts += [f"REFUSED: {r['reason']}" for r in refused]
+        parts += [f"CHANGED: {c['detail']}" for c in data["changed_entries"]]
         return "\n".join(parts)
 
     env.emit(data, render)
@@ -212,10 +213,13 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
     return {"name": name, "status": status, "detail": detail}
 
 
-def _beat_schedule_checks(app: Any) -> list[dict[str, str]]:
-    """One ``beat_schedule`` check per refused entry (fail) and per warning (warn)."""
+def _beat_schedule_checks(app: Any, kernel: Kernel | None) -> list[dict[str, str]]:
+    """One ``beat_schedule`` check per refused entry (fail), per entry that differs from
+    its job (warn) and per warning (warn)."""
     schedule = read_beat_schedule(app.conf, app.tasks)
-    checks = [_check("schedule", "fail", r["reason"]) for r in operations.refused_entries(app)]
+    findings = operations.schedule_findings(app, kernel)
+    checks = [_check("schedule", "fail", r["reason"]) for r in findings["refused"]]
+    checks += [_check("schedule", "warn", c["detail"]) for c in findings["changed"]]
     checks += [_check("schedule", "warn", w) for e in schedule.entries for w in e.warnings]
     if not checks:
         checks.append(_check("schedule", "ok", f"{len(schedule.entries)} entries"))
@@ -263,12 +267,13 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
     else:
         checks.append(_check("adapters", "ok", ", ".join(sorted(adapters)) or "none"))
     checks.append(_containment_check())
-    checks += _beat_schedule_checks(app)
     try:
         kernel = open_kernel(app, migrate=False)
     except KernelError as exc:
+        checks += _beat_schedule_checks(app, None)
         return [*checks, _check("database", "fail", f"{exc.code}: {exc.message}")]
     try:
+        checks += _beat_schedule_checks(app, kernel)
         checks.append(_check("database", "ok", "reachable, schema up to date"))
         checks += [_check(f.name, f.status, f.detail) for f in kernel.checkup()]
         checks.append(_secret_files_check(app))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from beat_schedule.sync import read_beat_schedule
+from beat_schedule.sync import drift, read_beat_schedule, still_fires
 from celery_app.config import KernelSettings
 from celery_app.operations.times import format_age, iso
 from celery_app.shell import celery_command
@@ -15,7 +15,7 @@ __all__ = [
     "STALE_BEAT_FACTOR",
     "beat_health",
     "beat_warning",
-    "refused_entries",
+    "schedule_findings",
     "status",
     "watchdog_warnings",
 ]
@@ -64,10 +64,34 @@ def beat_warning(beats: list[dict[str, Any]], retention_s: float, app: Any) -> s
     return None
 
 
-def refused_entries(app: Any) -> list[dict[str, str]]:
-    """The app's ``beat_schedule`` entries Beat refuses, with why (the reason names the entry)."""
+def schedule_findings(app: Any, kernel: Kernel | None) -> dict[str, list[dict[str, Any]]]:
+    """What of the app's ``beat_schedule`` Beat does not apply as written.
+
+    ``refused``: each refused entry with why (naming the entry) and, when its job is
+    still enabled, the revision it keeps firing (``fires_revision``). ``changed``: each
+    entry that differs from its job as the kernel holds it (Beat makes a new revision at
+    its next start; an entry drawn at import does so at every start). Without a kernel
+    only the refusals are known.
+    """
     schedule = read_beat_schedule(app.conf, app.tasks)
-    return [{"entry": e.name, "reason": str(e.refused)} for e in schedule.entries if e.refused]
+    jobs = {job.id: job for job in kernel.list_jobs()} if kernel is not None else {}
+    refused, changed = [], []
+    for entry in schedule.entries:
+        job = jobs.get(entry.job_id) if entry.job_id else None
+        if entry.refused:
+            fires = still_fires(entry, job)
+            refused.append(
+                {
+                    "entry": entry.name,
+                    "reason": entry.refused + fires,
+                    "fires_revision": job.revision if fires and job else None,
+                }
+            )
+        elif (detail := drift(entry, job)) is not None and job is not None:
+            changed.append(
+                {"entry": entry.name, "job_id": job.id, "revision": job.revision, "detail": detail}
+            )
+    return {"refused": refused, "changed": changed}
 
 
 def status(kernel: Kernel, app: Any) -> dict[str, Any]:
@@ -80,6 +104,7 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
     age_ms = counted["oldest_claimable_age_ms"]
     warning = beat_warning(beats, retention, app)
     watch = kernel.watchdog(grace=KernelSettings.from_app(app).watchdog_grace)
+    findings = schedule_findings(app, kernel)
     return {
         "now": iso(now),
         "counts": counts,
@@ -91,7 +116,8 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
         "beats": beats,
         "warnings": ([warning] if warning else []) + watchdog_warnings(watch),
         "watchdog": watch,
-        "refused_entries": refused_entries(app),
+        "refused_entries": findings["refused"],
+        "changed_entries": findings["changed"],
     }
 
 

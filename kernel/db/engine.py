@@ -129,7 +129,15 @@ def create_kernel_engine(
         given = connect_args.get("options") or parsed.query.get("options") or ""
         ours = f"-c statement_timeout={int(statement_timeout * 1000)}"
         connect_args["options"] = f"{ours} {given}".strip()
-        return sa.create_engine(parsed, connect_args=connect_args, **engine_kwargs)
+        try:
+            return sa.create_engine(parsed, connect_args=connect_args, **engine_kwargs)
+        except ModuleNotFoundError as exc:  # the driver is an extra of the distribution
+            raise InvalidArgument(
+                "database_url",
+                f"PostgreSQL needs its driver {exc.name!r}, which is not installed: "
+                "pip install 'celery-kernel[postgres]' (it installs psycopg; name it in the "
+                "URL as postgresql+psycopg://)",
+            ) from None
     raise InvalidArgument(
         "database_url",
         f"unsupported database {parsed.get_backend_name()!r}: use sqlite or postgresql",

@@ -3,8 +3,11 @@
 A declarative source (Celery's ``beat_schedule``) re-applies its whole set at every
 start. A job whose entry was removed must stop firing but keep its history, so the
 source records which job ids it owns; syncing disables the ones it no longer lists
-(``job_retired``) and re-enables a retired one that comes back (``job_restored``).
-A job an operator disabled by hand stays disabled: only retirement is undone.
+(``job_retired``) and re-enables a retired one that comes back (``job_restored``),
+to it or to another source (an entry moved from one Beat's schedule to another's).
+Several sources share a kernel: each retires only the jobs it owns (the last to list
+a job owns it). A job an operator disabled by hand stays disabled: only retirement
+is undone.
 The table is ``job_sources`` (see :mod:`kernel.db.schema`).
 """
 

@@ -16,11 +16,11 @@ from kernel.db.schema import job_sources, jobs
 
 __all__ = ["RESTORE_LISTED_JOBS", "OWN_JOBS", "RETIRE_UNLISTED_JOBS", "FORGET_JOB_SOURCE"]
 
-#: Jobs ``source`` lists again (``keep``) that it had retired.
+#: Retired jobs ``source`` lists (``keep``): its own come back, and one another source
+#: retired comes back too (an entry moved from one Beat's schedule to another's).
 RESTORE_LISTED_JOBS = (
     sa.update(job_sources)
     .where(
-        job_sources.c.source == p("of_source"),
         job_sources.c.job_id.in_(p("keep", expanding=True)),
         job_sources.c.retired_at.is_not(None),
     )

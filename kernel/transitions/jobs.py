@@ -140,11 +140,11 @@ SOURCE_RETIRES_JOB = Transition(
 )
 SOURCE_RESTORES_JOB = Transition(
     (DISABLED,),
-    "its source lists a job it retired again",
+    "a source lists a retired job (again, or moved to it from another source)",
     (ENABLED,),
     RESTORE_LISTED_JOBS,
-    "owned by the source, listed, retired by it (one statement per listing); each is "
-    "then enabled (OPERATOR_ENABLES_JOB)",
+    "listed by the source, retired (one statement per listing); each is then enabled "
+    "(OPERATOR_ENABLES_JOB) and owned by the listing source",
     (E.JOB_RESTORED,),
 )
 OPERATOR_DELETES_JOB = Transition(
