@@ -84,7 +84,7 @@ def _fill(kernel: Kernel, n: int) -> None:
             "next_trigger_key": trigger_key("every", cursor), "after_job": None,
             "defined_at": stamp, "updated_at": stamp,
         })  # fmt: skip
-    with kernel.db.engine.begin() as conn:
+    with kernel.engine.begin() as conn:
         for start in range(0, n, INSERT_BATCH):
             conn.execute(jobs.insert(), rows[start : start + INSERT_BATCH])
 

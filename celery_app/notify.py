@@ -1,8 +1,8 @@
-"""``kernel.upkeep.notify``: a job's ``notify`` of a failed run, delivered by a worker after
+"""``kernel.notify``: a job's ``notify`` of a failed run, delivered by a worker after
 the settle.
 
 The worker that settled a run failed records its notification in the kernel
-(:func:`after_settle`, once per run whatever the hints) and sends a ``kernel.upkeep.notify``
+(:func:`after_settle`, once per run whatever the hints) and sends a ``kernel.notify``
 hint to the job's queue; the run's settle is already committed and the run's task goes
 on. A worker takes one try (a guarded claim, :meth:`Kernel.claim_notification`), so a
 duplicate hint or a second worker delivers nothing, and either:
@@ -51,7 +51,7 @@ log = logging.getLogger("celery_kernel.notify")
 
 
 def register(celery_app: Any) -> Any:
-    """Register ``kernel.upkeep.notify`` with ``celery_app``; returns the task."""
+    """Register ``kernel.notify`` with ``celery_app``; returns the task."""
     return celery_app.task(name=NOTIFY, bind=True, ignore_result=True)(notify_task)
 
 

@@ -13,4 +13,4 @@ RUN_OCCURRENCE = "kernel.run_occurrence"
 #: Ask an occurrence's adapter about its uncertain run (celery_app/adjudication.py).
 ADJUDICATE_OCCURRENCE = "kernel.adjudicate_occurrence"
 #: Deliver a failed run's notification (celery_app/notify.py).
-NOTIFY = "kernel.upkeep.notify"
+NOTIFY = "kernel.notify"

@@ -10,7 +10,7 @@ from celery_app.task_names import NOTIFY
 
 
 def _hinted(beat: Beat, queue: str) -> list[list[int]]:
-    """The args of every ``kernel.upkeep.notify`` message waiting on ``queue`` (taken off it)."""
+    """The args of every ``kernel.notify`` message waiting on ``queue`` (taken off it)."""
     found = []
     with beat.scheduler.app.connection_for_read() as conn, conn.SimpleQueue(queue) as inbox:
         while inbox.qsize():

@@ -190,7 +190,7 @@ def test_doctor_warns_about_open_files_and_secrets_stored_in_clear(
     stored = {**kernel.get_job("legacy").spec}
     stored["kind"] = "http"
     stored["payload"] = {"url": "http://h/", "headers": {"Authorization": "Bearer s3cret"}}
-    with kernel.db.engine.begin() as conn:
+    with kernel.engine.begin() as conn:
         conn.execute(sa.update(jobs).values(spec=dumps(stored)))
     database = Path(db_url.removeprefix("sqlite:///"))
     database.parent.chmod(0o755)

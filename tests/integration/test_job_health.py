@@ -134,7 +134,7 @@ def test_a_worker_bounds_runs_by_default_and_notifies_failed_runs_once(
     assert len(endpoint.requests) == 2
 
 
-RUN, NOTIFY = "kernel.run_occurrence", "kernel.upkeep.notify"
+RUN, NOTIFY = "kernel.run_occurrence", "kernel.notify"
 
 
 def _send(stack: Stack, messages: list[tuple[str, int]]) -> None:

@@ -63,8 +63,8 @@ def test_a_cancel_can_end_every_unsettled_status() -> None:
 def test_an_occurrence_event_needs_a_row_that_ran_in_its_transaction() -> None:
     kernel = memory_kernel()
     try:
-        with kernel.db.engine.begin() as conn:
-            tx = Tx(conn, kernel.db.clock, kernel.dialect)
+        with kernel.engine.begin() as conn:
+            tx = Tx(conn, kernel.clock, kernel.dialect)
             tx.emit(EventType.HISTORY_PRUNED)  # not a transition's event
             with pytest.raises(AssertionError, match="occurrence_succeeded appended without"):
                 tx.emit(EventType.OCCURRENCE_SUCCEEDED, occurrence_id=1)
@@ -84,8 +84,8 @@ def _requeue_params() -> dict[str, object]:
 def test_a_job_or_pool_event_needs_a_row_that_ran_in_its_transaction() -> None:
     kernel = memory_kernel()
     try:
-        with kernel.db.engine.begin() as conn:
-            tx = Tx(conn, kernel.db.clock, kernel.dialect)
+        with kernel.engine.begin() as conn:
+            tx = Tx(conn, kernel.clock, kernel.dialect)
             with pytest.raises(AssertionError, match="job_enabled appended without"):
                 tx.emit(EventType.JOB_ENABLED, job_id="j")
             with pytest.raises(AssertionError, match="pool_limit_set appended without"):
