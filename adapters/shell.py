@@ -8,10 +8,12 @@ the broker or database URL never leak into it. It runs under
 the command started (a cgroup v2 per run, or as their child subreaper), even those that
 left its session, when the worker asks (timeout, cancel, lost lease), when the lease
 deadline it was last told passes without a renewal (a frozen worker), and when the
-worker dies; SIGTERM first, SIGKILL after the job's ``kill_grace``. Output is read
-concurrently into bounded tail buffers (masked before they are cut) and into the run's
-captured output, so a chatty child can neither block on a full pipe nor fill the
-worker's memory.
+worker dies; SIGTERM first, SIGKILL after the job's ``kill_grace``. Should the
+supervisor itself be killed, the worker kills what its run's cgroup still holds, and so
+does the next claim of the occurrence before it starts the command
+(:mod:`adapters.run_cgroup`). Output is read concurrently into bounded tail buffers
+(masked before they are cut) and into the run's captured output, so a chatty child can
+neither block on a full pipe nor fill the worker's memory.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from adapters.base import (
     read_payload,
     tail_text,
 )
+from adapters.run_cgroup import cgroup_name, remove_leftovers
 from adapters.secrets import StreamScrubber, resolve_secrets
 from adapters.supervisor import CGROUP, SUBREAPER
 from kernel.redaction import holds_credential, is_sensitive_name
@@ -97,7 +100,8 @@ class ShellAdapter(BaseAdapter):
         Raises:
             Cancelled: the occurrence was cancelled before the command started.
             AdapterError: non-retryable ``SHELL_NOT_FOUND`` or ``INVALID_PAYLOAD``: the
-                command could not be started.
+                command could not be started; retryable ``SHELL_LEFTOVERS``: processes
+                an earlier run of the occurrence left could not be killed, so it was not.
         """
         argv, env = payload.argv, payload.env
         secrets = resolve_secrets(payload.secrets)
@@ -107,7 +111,18 @@ class ShellAdapter(BaseAdapter):
             raise Cancelled(f"occurrence {ctx.occurrence.id} was cancelled before it started")
         child_env = {name: os.environ[name] for name in _inherited(payload) if name in os.environ}
         child_env.update(env, **secrets, **_identity(ctx))
-        process, control = _spawn(argv, payload.cwd, child_env, ctx.kill_grace_s)
+        # What an earlier run left when its supervisor was killed with its worker.
+        stuck = remove_leftovers(ctx.occurrence, ctx.logger)
+        if stuck:
+            raise AdapterError(
+                "SHELL_LEFTOVERS",
+                f"processes of an earlier run of occurrence {ctx.occurrence.id} are still "
+                f"alive in {', '.join(map(str, stuck))} and could not be killed; "
+                f"{argv[0]!r} was not started beside them",
+                retryable=True,
+            )
+        cgroup = cgroup_name(ctx.occurrence)
+        process, control = _spawn(argv, payload.cwd, child_env, ctx.kill_grace_s, cgroup)
         ctx.logger.info(
             "shell command started",
             extra={
@@ -130,6 +145,14 @@ class ShellAdapter(BaseAdapter):
             # The group must not outlive the command: leftovers would hold our pipes.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
+            # A supervisor killed from outside left its cgroup, and in it what left the group.
+            if remove_leftovers(ctx.occurrence, ctx.logger):
+                ctx.logger.error(
+                    "processes of this run could not be killed; the next claim of "
+                    "occurrence %s will not start beside them",
+                    ctx.occurrence.id,
+                    extra={"action": "shell_leftovers", "occurrence_id": ctx.occurrence.id},
+                )
         out, out_cut = stdout.finish(ctx.kill_grace_s)
         err, err_cut = stderr.finish(ctx.kill_grace_s)
         if "spawn_error" in report:
@@ -290,7 +313,7 @@ def containment_mode() -> str:
 
 
 def _spawn(
-    argv: list[str], cwd: str | None, env: dict[str, str], grace: float
+    argv: list[str], cwd: str | None, env: dict[str, str], grace: float, cgroup: str
 ) -> tuple[subprocess.Popen[bytes], socket.socket]:
     """Start the supervisor (and through it the command); returns it and our control end.
 
@@ -307,6 +330,7 @@ def _spawn(
                 repr(grace),
                 cwd or "",
                 containment_mode(),
+                cgroup,
                 "--",
                 *argv,
             ],

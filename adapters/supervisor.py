@@ -1,7 +1,7 @@
 """The supervisor between a worker and a shell job: nothing the job starts outlives its lease.
 
-Started by the shell adapter as ``python -I -S supervisor.py GRACE CWD MODE -- ARGV...`` in
-a session of its own. It starts the command and obeys a socket on its stdin, whose other
+Started by the shell adapter as ``python -I -S supervisor.py GRACE CWD MODE CGROUP -- ARGV...``
+in a session of its own. It starts the command and obeys a socket on its stdin, whose other
 end only the worker holds. The first line is the command's environment as a JSON object
 (the supervisor itself runs with an empty one, so nothing of it, not even Python's locale
 coercion, reaches the command); then:
@@ -15,8 +15,10 @@ coercion, reaches the command); then:
 group and session (``setsid``), double-forked or daemonized. Two ways to find them all
 (:func:`containment` says which the host allows; ``MODE`` ``subreaper`` forces the second):
 
-* ``cgroup``: the command runs in a cgroup v2 of its own, made under the supervisor's, and
-  is killed with ``cgroup.kill``, which no process in it can escape;
+* ``cgroup``: the command runs in a cgroup v2 of its own, named ``CGROUP`` and made under
+  the supervisor's, and is killed with ``cgroup.kill``, which no process in it can escape.
+  The name says whose run it is, so that whoever finds this supervisor gone (killed before
+  it could act) can kill and remove what it leaves (:func:`remove_cgroup`);
 * ``subreaper``: the supervisor is a child subreaper (``PR_SET_CHILD_SUBREAPER``), so an
   orphaned descendant is re-parented to it rather than to init, and it kills every
   descendant it finds in ``/proc`` until none is left.
@@ -41,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["CGROUP", "SUBREAPER", "containment"]
+__all__ = ["CGROUP", "SUBREAPER", "cgroup_home", "containment", "remove_cgroup"]
 
 CGROUP = "cgroup"
 SUBREAPER = "subreaper"
@@ -50,6 +52,8 @@ _TICK_S = 0.05
 _PR_SET_CHILD_SUBREAPER = 36
 #: Rounds of "find every descendant, SIGKILL it" before giving up on a fork bomb.
 _KILL_ROUNDS = 50
+#: How long :func:`remove_cgroup` keeps killing and trying to remove before it gives up.
+_REMOVE_S = 2.0
 
 
 def containment(forced: str | None = None) -> tuple[str, str]:
@@ -61,7 +65,7 @@ def containment(forced: str | None = None) -> tuple[str, str]:
     """
     if forced == SUBREAPER:
         return SUBREAPER, "forced (KERNEL_CONTAINMENT=subreaper)"
-    home = _cgroup_home()
+    home = cgroup_home()
     if home is None:
         return SUBREAPER, "no writable cgroup v2 for this process"
     probe = home / f"kernel-probe-{os.getpid()}-{time.monotonic_ns()}"
@@ -78,7 +82,7 @@ def containment(forced: str | None = None) -> tuple[str, str]:
     return CGROUP, f"a cgroup v2 per run under {home}, killed with cgroup.kill"
 
 
-def _cgroup_home() -> Path | None:
+def cgroup_home() -> Path | None:
     """The directory of this process's cgroup v2, when it may be written."""
     try:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
@@ -96,20 +100,54 @@ def _cgroup_home() -> Path | None:
     return home if os.access(home, os.W_OK) and (home / "cgroup.procs").exists() else None
 
 
+def remove_cgroup(cgroup: Path) -> bool:
+    """Kill every process in ``cgroup`` and the cgroups under it, then remove them all.
+
+    ``cgroup.kill`` where the kernel has it, and SIGKILL to each process listed in a
+    ``cgroup.procs`` in any case, until the directories can be removed (an exited process
+    leaves its cgroup at once, reaped or not). Returns whether nothing of ``cgroup`` is
+    left: False when some process would not die within 2 s or may not be signalled.
+    """
+    deadline = time.monotonic() + _REMOVE_S
+    while True:
+        groups = [Path(d) for d, _, _ in os.walk(cgroup, topdown=False)]  # deepest first
+        if not groups:
+            return True
+        with contextlib.suppress(OSError):
+            (cgroup / "cgroup.kill").write_text("1")
+        for group in groups:
+            for pid in _cgroup_procs(group):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                group.rmdir()
+        if not cgroup.exists():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _cgroup_procs(cgroup: Path) -> list[int]:
+    try:
+        return [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
+    except OSError:  # removed meanwhile
+        return []
+
+
 class _Job:
     """Every process the command started, and how to signal them all."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, name: str) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # in both modes: orphans come to us
         self.cgroup: Path | None = None
         if mode == CGROUP:
-            home = _cgroup_home()
+            home = cgroup_home()
             with contextlib.suppress(OSError):
                 if home is not None:
-                    cgroup = home / f"kernel-run-{os.getpid()}-{time.monotonic_ns()}"
-                    cgroup.mkdir()
-                    self.cgroup = cgroup
+                    (home / name).mkdir()
+                    self.cgroup = home / name
         self.mode = CGROUP if self.cgroup is not None else SUBREAPER
         #: The command, whose exit status Popen collects: never reaped here.
         self.command_pid: int | None = None
@@ -140,21 +178,16 @@ class _Job:
             time.sleep(0.01)
 
     def close(self) -> None:
-        """Remove the run's cgroup once the job is dead and reaped (the command included)."""
+        """Remove the run's cgroup once the job is dead (should that fail, the worker
+        tries again, and so does the next claim of the run)."""
         if self.cgroup is not None:
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline:
-                with contextlib.suppress(OSError):
-                    self.cgroup.rmdir()
-                    break
-                time.sleep(0.02)
+            remove_cgroup(self.cgroup)
 
     def _members(self) -> list[int]:
         """Living processes of the job: in its cgroup, and every descendant of ours."""
         pids = set(_descendants(os.getpid()))
         if self.cgroup is not None:
-            with contextlib.suppress(OSError):
-                pids.update(int(p) for p in (self.cgroup / "cgroup.procs").read_text().split())
+            pids.update(_cgroup_procs(self.cgroup))
         pids.discard(os.getpid())
         return sorted(pids)
 
@@ -195,12 +228,12 @@ def reap(keep: int | None) -> None:
 
 
 def main(argv: list[str]) -> None:
-    grace, cwd, mode, command = float(argv[1]), argv[2] or None, argv[3], argv[5:]
+    grace, cwd, mode, name, command = float(argv[1]), argv[2] or None, argv[3], argv[4], argv[6:]
     stop_requested: list[bool] = []
     # A handler, not SIG_IGN: ignored signals stay ignored across exec, handlers do not.
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.append(True))
     first, _, pending = _read_line(b"")
-    job = _Job(mode)
+    job = _Job(mode, name)
     try:
         env = json.loads(first)
         child = subprocess.Popen(

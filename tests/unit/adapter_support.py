@@ -52,7 +52,9 @@ def make_occurrence(
         result=None,
         skip_reason=None,
         cancel_requested=False,
-        created_at=_NOW,
+        # Each one another occurrence: a shell run's cgroup is named after its occurrence,
+        # and tests running beside this one make their own occurrence 7.
+        created_at=datetime.now(UTC),
         updated_at=_NOW,
         settled_at=None,
     )
