@@ -309,14 +309,20 @@ def _read_entry(
     except InvalidArgument as exc:
         entry.refused = f"{exc.code}: beat_schedule[{name!r}]: {exc.message}"
         return entry
-    entry.spec = spec
-    entry.hint, warnings = hint_options(name, raw.get("options") or {})
-    entry.warnings += warnings
+    try:
+        entry.hint, warnings = hint_options(name, raw.get("options") or {})
+    except InvalidArgument as exc:
+        entry.refused = f"{exc.code}: {exc.message}"
+        return entry
     if raw.get("relative"):
-        entry.warnings.append(
-            f"beat_schedule[{name!r}]: 'relative' has no effect; kernel intervals always "
-            "fire at whole multiples of the interval since the Unix epoch"
+        entry.refused = (
+            f"INVALID_ARGUMENT: beat_schedule[{name!r}]: 'relative' is not honoured on the "
+            "kernel (its intervals fire at whole multiples of the interval since the Unix "
+            "epoch): remove it, or use the entry's kernel `jitter`/`start` instead"
         )
+        return entry
+    entry.spec = spec
+    entry.warnings += warnings
     return entry
 
 

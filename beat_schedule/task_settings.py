@@ -5,13 +5,15 @@ automatic retries, and an ``options`` dict Celery would pass to ``apply_async``.
 the kernel the task body runs inside ``kernel.run_occurrence``, so each setting is
 either turned into the job's own field (timeout, attempts, backoff: the kernel owns
 the retry), carried on the published hint (routing, priority, expiry, headers), or
-reported by name: nothing is dropped silently.
+refused by name: nothing is dropped.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from kernel import InvalidArgument
 
 __all__ = ["HINT_OPTIONS", "hint_options", "task_fields"]
 
@@ -31,15 +33,20 @@ def hint_options(name: str, options: Mapping[str, Any]) -> tuple[dict[str, Any],
     """(what the pump passes to ``send_task`` for this entry, warnings naming the entry).
 
     ``queue`` becomes the job's queue and is not repeated here.
+
+    Raises:
+        InvalidArgument: ``options`` holds a key the kernel does not honour (``countdown``,
+            ``link``, ...): the entry is refused naming it, never run without it.
     """
-    honoured = {key: options[key] for key in HINT_OPTIONS if options.get(key) is not None}
-    ignored = sorted(set(options) - {*HINT_OPTIONS, "queue"})
-    warnings = []
-    if ignored:
-        warnings.append(
-            f"beat_schedule[{name!r}]: options {', '.join(ignored)} are not honoured on "
-            f"the kernel (it honours queue, {', '.join(HINT_OPTIONS)})"
+    refused = sorted(set(options) - {*HINT_OPTIONS, "queue"})
+    if refused:
+        raise InvalidArgument(
+            "options",
+            f"beat_schedule[{name!r}]: options {', '.join(refused)} are not honoured on the "
+            f"kernel (it honours queue, {', '.join(HINT_OPTIONS)}): remove them from the entry",
         )
+    honoured = {key: options[key] for key in HINT_OPTIONS if options.get(key) is not None}
+    warnings = []
     if "expires" in honoured:
         warnings.append(
             f"beat_schedule[{name!r}]: options.expires drops an unclaimed hint; the kernel "

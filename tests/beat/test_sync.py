@@ -265,7 +265,7 @@ def test_a_removed_entry_is_disabled_with_an_event_and_comes_back_enabled(
     assert kernel.get_job("gone").enabled
 
 
-def test_task_settings_and_options_become_job_fields_hint_options_or_warnings() -> None:
+def test_task_settings_and_options_become_job_fields_hint_options_or_refusals() -> None:
     app = Celery("settings-test", set_as_current=False)
 
     @app.task(name="flaky", autoretry_for=(OSError,), max_retries=4, retry_backoff=2,
@@ -276,11 +276,13 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_warnings() 
     def plain() -> None: ...
 
     conf = {"beat_schedule": {
-        "f": {"task": "flaky", "schedule": 60, "relative": True,
+        "f": {"task": "flaky", "schedule": 60,
               "options": {"queue": "q1", "priority": 3, "routing_key": "rk", "expires": 30,
-                          "headers": {"h": "1"}, "countdown": 5}},
+                          "headers": {"h": "1"}}},
         "p": {"task": "plain", "schedule": 60},
         "u": {"task": "unknown", "schedule": 60},
+        "late": {"task": "plain", "schedule": 60, "options": {"countdown": 5, "link": "x"}},
+        "rel": {"task": "plain", "schedule": 60, "relative": True},
     }}  # fmt: skip
     read = read_beat_schedule(conf, app.tasks)
     specs = {spec["id"]: spec for spec in read.specs}
@@ -295,8 +297,11 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_warnings() 
         "f": {"priority": 3, "routing_key": "rk", "expires": 30, "headers": {"h": "1"}}
     }
     warnings = {e.name: " ".join(e.warnings) for e in read.entries}
-    assert "options countdown are not honoured" in warnings["f"]
-    assert "'relative' has no effect" in warnings["f"]
+    refused = {e.name: e.refused for e in read.entries if e.refused}
+    # Celery would honour these; the kernel refuses the entry naming them, never drops them.
+    assert set(refused) == {"late", "rel"} and "late" not in specs and "rel" not in specs
+    assert "options countdown, link are not honoured" in refused["late"]
+    assert "'relative' is not honoured" in refused["rel"]
     assert "task 'unknown' is not registered" in warnings["u"]
     assert warnings["p"] == ""
 
