@@ -19,7 +19,7 @@ down_revision = "0001"
 branch_labels = None
 depends_on = None
 
-#: (name, condition) for occurrences; names are what kernel/db/translate.py reports.
+#: (name, condition) for occurrences; names are what kernel/translate.py reports.
 OCCURRENCE_CHECKS = (
     (
         "ck_occurrences_status",
