@@ -28,9 +28,15 @@ from typing import Any
 import yaml
 
 from beat_schedule.kinds import KindCheck
-from kernel import InvalidArgument
-from kernel.spec.durations import text
-from kernel.spec.jobspec import Budget, JobSpec, check_limit, read_budget, validate_job_spec
+from kernel import (
+    Budget,
+    InvalidArgument,
+    JobSpec,
+    check_limit,
+    read_budget,
+    text,
+    validate_job_spec,
+)
 
 __all__ = [
     "JobFile",

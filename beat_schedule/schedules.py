@@ -33,8 +33,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from kernel.errors import InvalidArgument
-from kernel.types import Firing
+from kernel import Firing, InvalidArgument
 
 __all__ = [
     "ScheduleSpec",

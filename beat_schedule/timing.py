@@ -22,7 +22,7 @@ from beat_schedule.schedules import (
     latest_before,
 )
 from beat_schedule.shaped import shaped
-from kernel.errors import InvalidArgument
+from kernel import InvalidArgument
 
 __all__ = [
     "ScheduleSpec",

@@ -21,8 +21,7 @@ from adapters.secrets import scrub
 from celery_app.held_run import new_owner
 from celery_app.task_names import ADJUDICATE_OCCURRENCE
 from celery_app.worker_process import process_resources
-from kernel import Kernel, KernelError, StorageUnavailable
-from kernel.types import DispatchHint, Verdict
+from kernel import DispatchHint, Kernel, KernelError, StorageUnavailable, Verdict
 
 __all__ = [
     "ASK_WINDOW_S",

@@ -33,6 +33,8 @@ from beat_schedule.task_settings import task_fields
 from celery_app.config import ensure_broker_folders, open_kernel
 from celery_app.settings import KernelSettings
 from kernel import (
+    SETTLED,
+    DispatchHint,
     Enqueued,
     EnqueueRequest,
     InvalidArgument,
@@ -41,8 +43,6 @@ from kernel import (
     NotFound,
     OccurrenceStatus,
 )
-from kernel.states import SETTLED
-from kernel.types import DispatchHint
 
 __all__ = [
     "Enqueued",

@@ -36,8 +36,7 @@ from adapters.secrets import scrub
 from celery_app.scope import Scope
 from celery_app.task_names import NOTIFY
 from celery_app.worker_process import process_resources
-from kernel import Claim, Kernel, KernelError, Notification, Notify
-from kernel.states import FAILED
+from kernel import FAILED, Claim, Kernel, KernelError, Notification, Notify
 
 __all__ = ["REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
 

@@ -16,10 +16,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kernel import InvalidArgument, KernelError
-from kernel.db.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, anchored_sqlite_url
-from kernel.redaction import masked_url
-from kernel.spec.durations import parse_duration
+from kernel import (
+    CONNECT_TIMEOUT_S,
+    STATEMENT_TIMEOUT_S,
+    InvalidArgument,
+    KernelError,
+    anchored_sqlite_url,
+    masked_url,
+    parse_duration,
+)
 
 __all__ = [
     "CONFIG_EXIT",

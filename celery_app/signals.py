@@ -34,8 +34,7 @@ from celery_app.config import (
 )
 from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
 from celery_app.worker_process import keep_for_pool, process_resources
-from kernel import KernelError, StorageUnavailable
-from kernel.redaction import masked_url
+from kernel import KernelError, StorageUnavailable, masked_url
 
 __all__ = ["WarmShutdownHandBack", "connect"]
 

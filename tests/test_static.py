@@ -160,11 +160,7 @@ def test_the_kernel_root_and_folders_stay_small() -> None:
 #: The kernel modules the layers above may import: the facade and what its methods take
 #: and return (types, errors, states, payloads), the job spec's validation and schema,
 #: and the engine's construction. Everything else is the kernel's own.
-_PUBLIC_KERNEL = {
-    "kernel", "kernel.types", "kernel.errors", "kernel.states", "kernel.spec.payloads",
-    "kernel.spec.jobspec", "kernel.spec.jobfile", "kernel.spec.durations", "kernel.redaction",
-    "kernel.db.engine",
-}  # fmt: skip
+_PUBLIC_KERNEL = {"kernel"}
 #: Imports between our own packages' parts that the layers refuse (importer prefix,
 #: refused prefix): the web and the CLI share celery_app/operations, not each other;
 #: Beat does not load the worker's task module.

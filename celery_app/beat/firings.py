@@ -22,8 +22,7 @@ from beat_schedule import timing
 from celery_app.adjudication import hint_adapter_asks
 from celery_app.config import KernelSettings
 from celery_app.task_names import RUN_OCCURRENCE
-from kernel import Job, Kernel, KernelError, StorageUnavailable
-from kernel.types import DispatchHint
+from kernel import DispatchHint, Job, Kernel, KernelError, StorageUnavailable
 
 __all__ = ["FiringSteps", "hint_time_limits", "plan_job", "publish_hints"]
 

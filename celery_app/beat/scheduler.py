@@ -33,8 +33,7 @@ from celery_app.config import (
 from celery_app.definitions import read_app_job_file
 from celery_app.scope import Scope
 from celery_app.settings import CONFIG_EXIT, INTERRUPTED_EXIT
-from kernel import Kernel, KernelError, StorageUnavailable
-from kernel.redaction import masked_url
+from kernel import Kernel, KernelError, StorageUnavailable, masked_url
 
 __all__ = ["KernelScheduler"]
 

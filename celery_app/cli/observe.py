@@ -19,8 +19,7 @@ from celery_app.cli.output import Env, command, fields, format_age, format_json,
 from celery_app.cli.secret_files import open_secret_files
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.operations import beat_health, beat_warning
-from kernel import Event, Job, Kernel, KernelError
-from kernel.redaction import is_sensitive_name, masked_url
+from kernel import Event, Job, Kernel, KernelError, is_sensitive_name, masked_url
 
 __all__ = ["doctor", "events", "status"]
 

@@ -11,8 +11,7 @@ import click
 from celery_app import operations
 from celery_app.cli.output import Env, _printable, command, fields, format_json, table
 from celery_app.operations import occurrence_events, output_chunks
-from kernel import ControlState, Kernel, Occurrence, OccurrenceStatus
-from kernel.states import ACTIVE
+from kernel import ACTIVE, ControlState, Kernel, Occurrence, OccurrenceStatus
 
 __all__ = [
     "occurrences",

@@ -30,8 +30,7 @@ import click
 from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
 from celery_app.operations import format_age, format_json, iso, utc
 from celery_app.settings import INTERRUPTED_EXIT
-from kernel import InvalidArgument, Kernel, KernelError
-from kernel.spec.durations import parse_duration
+from kernel import InvalidArgument, Kernel, KernelError, parse_duration
 
 __all__ = [
     "Env",

@@ -9,8 +9,7 @@ from typing import Any
 
 from celery_app.config import KernelSettings
 from celery_app.operations.times import iso
-from kernel import EventType, Kernel
-from kernel.redaction import redacted_spec
+from kernel import EventType, Kernel, redacted_spec
 
 __all__ = [
     "events",

@@ -10,8 +10,7 @@ from typing import Any
 import yaml
 
 from celery_app.operations.times import iso
-from kernel import EventType, Job, Kernel
-from kernel.redaction import redacted_spec
+from kernel import EventType, Job, Kernel, redacted_spec
 
 __all__ = ["job_revisions", "revision_diff", "spec_yaml"]
 
