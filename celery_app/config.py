@@ -26,10 +26,6 @@ from kernel import (
 )
 
 __all__ = [
-    "CONFIG_EXIT",
-    "ConfigInvalid",
-    "KernelSettings",
-    "var_dir",
     "check_broker_url",
     "embedded_broker_options",
     "ensure_broker_folders",

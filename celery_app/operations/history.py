@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery_app.config import KernelSettings
 from celery_app.operations.times import iso
+from celery_app.settings import KernelSettings
 from kernel import EventType, Kernel, redacted_spec
 
 __all__ = [
