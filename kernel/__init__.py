@@ -31,6 +31,7 @@ from kernel.events import EventType
 from kernel.jobs.cancellation import JobCancel
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
 from kernel.redaction import MASK, holds_credential, is_sensitive_name, masked_url, redacted_spec
+from kernel.reports import AdapterAsk, Adjudication, JobHealth, Notification, Verdict
 from kernel.spec.durations import parse_duration, text
 from kernel.spec.jobfile import job_file_schema
 from kernel.spec.jobspec import (
@@ -70,21 +71,16 @@ from kernel.states import (
 from kernel.store import FireReport, Kernel
 from kernel.types import (
     ActionResult,
-    AdapterAsk,
-    Adjudication,
     Beat,
     Claim,
     DispatchHint,
     Event,
     Firing,
     Job,
-    JobHealth,
-    Notification,
     Occurrence,
     PendingPause,
     Pool,
     RenewAnswer,
-    Verdict,
 )
 from kernel.upkeep.history_limits import LIMITED_STATUSES
 
