@@ -17,10 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from kernel.errors import InvalidArgument
-from kernel.spec.payloads import Payload
-from kernel.states import Effect, SafePoint
-from kernel.types import Adjudication, Occurrence, Verdict
+from kernel import Adjudication, Effect, InvalidArgument, Occurrence, Payload, SafePoint, Verdict
 
 __all__ = [
     "RuntimeControl",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from adapters.base import CHECKPOINT_V1, AdapterError, BaseAdapter, ExecutionContext, read_payload
-from kernel.spec.payloads import CallablePayload
+from kernel import CallablePayload
 
 __all__ = ["CallableAdapter"]
 

@@ -36,10 +36,7 @@ from adapters.base import (
     tail_text,
 )
 from adapters.secrets import resolve_secrets
-from kernel.redaction import is_sensitive_name
-from kernel.spec.payloads import HttpPayload
-from kernel.states import Decision, Effect
-from kernel.types import Occurrence, Verdict
+from kernel import Decision, Effect, HttpPayload, Occurrence, Verdict, is_sensitive_name
 
 __all__ = ["HttpAdapter", "BODY_LIMIT"]
 

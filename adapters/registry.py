@@ -17,7 +17,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from adapters.base import Adapter, RuntimeControl
-from kernel.errors import InvalidArgument
+from kernel import InvalidArgument
 
 __all__ = ["ENTRY_POINT_GROUP", "load_adapters", "declared_safe_points"]
 

@@ -44,9 +44,7 @@ from adapters.base import (
 from adapters.run_cgroup import cgroup_name, remove_leftovers
 from adapters.secrets import StreamScrubber, resolve_secrets
 from adapters.supervisor import CGROUP, SUBREAPER
-from kernel.redaction import holds_credential, is_sensitive_name
-from kernel.spec.payloads import ShellPayload
-from kernel.states import Effect
+from kernel import Effect, ShellPayload, holds_credential, is_sensitive_name
 
 __all__ = ["ShellAdapter", "Finished", "BASE_ENV", "CONTAINMENT_ENV", "containment_mode"]
 

@@ -21,8 +21,7 @@ from adapters.base import (
     ExecutionContext,
     read_payload,
 )
-from kernel.spec.payloads import TaskPayload
-from kernel.states import SafePoint
+from kernel import SafePoint, TaskPayload
 
 __all__ = ["TaskAdapter", "TaskCall", "CHECKPOINTS_OPTION", "retries_on", "running_context"]
 

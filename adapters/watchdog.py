@@ -28,7 +28,7 @@ from adapters.base import (
 from adapters.callable import CallableAdapter
 from adapters.secrets import scrub
 from adapters.shell import ShellAdapter
-from kernel.spec.payloads import (
+from kernel import (
     WATCHDOG_OUTPUT_TAIL,
     CallablePayload,
     WatchdogAlert,

@@ -29,9 +29,15 @@ import yaml
 
 from beat_schedule.kinds import KindCheck
 from beat_schedule.yaml_dialect import StrictLoader
-from kernel import InvalidArgument
-from kernel.spec.durations import text
-from kernel.spec.jobspec import Budget, JobSpec, check_limit, read_budget, validate_job_spec
+from kernel import (
+    Budget,
+    InvalidArgument,
+    JobSpec,
+    check_limit,
+    read_budget,
+    text,
+    validate_job_spec,
+)
 
 __all__ = [
     "JobFile",

@@ -37,9 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from kernel.errors import InvalidArgument
-from kernel.spec.durations import EARLIEST_INSTANT, LATEST_INSTANT
-from kernel.types import Firing
+from kernel import EARLIEST_INSTANT, LATEST_INSTANT, Firing, InvalidArgument
 
 __all__ = [
     "ScheduleSpec",

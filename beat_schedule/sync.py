@@ -23,8 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from celery.schedules import crontab, schedule
 
 from beat_schedule.task_settings import hint_options, task_fields
-from kernel import InvalidArgument, Job, Kernel, NotFound
-from kernel.spec.jobspec import validate_job_spec
+from kernel import InvalidArgument, Job, Kernel, NotFound, validate_job_spec
 
 __all__ = [
     "SOURCE",

@@ -22,8 +22,7 @@ from beat_schedule.schedules import (
     latest_before,
 )
 from beat_schedule.shaped import shaped
-from kernel.errors import InvalidArgument
-from kernel.spec.durations import EARLIEST_INSTANT, LATEST_INSTANT
+from kernel import EARLIEST_INSTANT, LATEST_INSTANT, InvalidArgument
 
 __all__ = [
     "ScheduleSpec",

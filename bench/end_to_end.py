@@ -100,7 +100,7 @@ from bench.workers import (  # noqa: E402
     wait_until,
     worker_env,
 )
-from celery_app.beat.firings import publish_hints  # noqa: E402
+from celery_app.hints import publish_hints  # noqa: E402
 from kernel import DispatchHint, Kernel  # noqa: E402
 
 __all__ = ["KernelRuns", "kernel_worker", "main", "stock_sides"]

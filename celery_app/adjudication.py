@@ -19,10 +19,10 @@ from kombu.exceptions import OperationalError
 from adapters.base import Adapter, AdjudicationContext, BaseAdapter
 from adapters.secrets import scrub
 from celery_app.held_run import new_owner
+from celery_app.hints import publish_adjudication_hints
 from celery_app.task_names import ADJUDICATE_OCCURRENCE
 from celery_app.worker_process import process_resources
-from kernel import Kernel, KernelError, StorageUnavailable
-from kernel.types import DispatchHint, Verdict
+from kernel import DispatchHint, Kernel, KernelError, StorageUnavailable, Verdict
 
 __all__ = [
     "ASK_WINDOW_S",
@@ -139,15 +139,7 @@ def hint_adapter_asks(
     if not hints:
         return hints
     try:
-        with app.producer_or_acquire() as producer:
-            for hint in hints:
-                app.send_task(
-                    ADJUDICATE_OCCURRENCE,
-                    args=[hint.occurrence_id, hint.kind],
-                    queue=hint.queue,
-                    producer=producer,
-                    serializer="json",  # the kernel's own message, whatever the app's
-                )
+        publish_adjudication_hints(app, hints)
     except OperationalError as exc:
         log.warning(
             "broker unavailable, %d adjudication hint(s) not all published (%s)",

@@ -14,15 +14,18 @@ from typing import Any, NoReturn, TypeVar
 
 from celery_app.settings import CONFIG_EXIT, ConfigInvalid, KernelSettings, var_dir
 from celery_app.shell import celery_command
-from kernel import InvalidArgument, Kernel, KernelError, SchemaUnknown
-from kernel.db.engine import MIGRATE_COMMAND, create_kernel_engine, make_private_dir
-from kernel.redaction import masked_url
+from kernel import (
+    MIGRATE_COMMAND,
+    InvalidArgument,
+    Kernel,
+    KernelError,
+    SchemaUnknown,
+    create_kernel_engine,
+    make_private_dir,
+    masked_url,
+)
 
 __all__ = [
-    "CONFIG_EXIT",
-    "ConfigInvalid",
-    "KernelSettings",
-    "var_dir",
     "check_broker_url",
     "embedded_broker_options",
     "ensure_broker_folders",

@@ -18,9 +18,16 @@ from beat_schedule.jobfiles import JobFile, read_job_file
 from beat_schedule.kinds import check_kinds, kind_check, worker_only_kinds
 from celery_app.scope import Scope
 from celery_app.settings import KernelSettings
-from kernel import InvalidArgument, Kernel, NotFound
-from kernel.redaction import MASK, is_sensitive_name
-from kernel.spec.jobspec import Budget, JobSpec, validate_job_spec
+from kernel import (
+    MASK,
+    Budget,
+    InvalidArgument,
+    JobSpec,
+    Kernel,
+    NotFound,
+    is_sensitive_name,
+    validate_job_spec,
+)
 
 __all__ = ["apply_specs", "read_app_job_file", "web_spec"]
 

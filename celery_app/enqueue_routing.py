@@ -22,8 +22,9 @@ from typing import Any
 from celery.app.task import Task
 from celery.utils.time import maybe_make_aware
 
-from celery_app.enqueueing import Enqueued, enqueue, result
+from celery_app.enqueueing import enqueue, result
 from celery_app.settings import KernelSettings
+from kernel import Enqueued
 
 __all__ = ["RoutedResult", "TaskShortcut", "hook_apply_async"]
 

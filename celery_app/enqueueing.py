@@ -31,8 +31,11 @@ from kombu.exceptions import OperationalError
 
 from beat_schedule.task_settings import task_fields
 from celery_app.config import ensure_broker_folders, open_kernel
+from celery_app.hints import publish_hints
 from celery_app.settings import KernelSettings
 from kernel import (
+    SETTLED,
+    DispatchHint,
     Enqueued,
     EnqueueRequest,
     InvalidArgument,
@@ -41,11 +44,8 @@ from kernel import (
     NotFound,
     OccurrenceStatus,
 )
-from kernel.states import SETTLED
-from kernel.types import DispatchHint
 
 __all__ = [
-    "Enqueued",
     "ResultTimeout",
     "RunFailed",
     "enqueue",
@@ -273,8 +273,6 @@ def _django_driver_connection(connection: Any) -> Any:
 def _publish(app: Any, client: _Client, made: list[Enqueued]) -> None:
     """Publish the hints of the runs just made that may run now (the pump sends them
     again after ``kernel_rehint_after`` when the broker is down)."""
-    from celery_app.beat.firings import publish_hints  # Beat's; not loaded for workers
-
     hints = [
         DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout)
         for m in made

@@ -19,9 +19,15 @@ from typing import Any
 from adapters.base import Adapter, HandBack
 from celery_app.kill_timer import KillTimer
 from celery_app.run_output import RunLogger, RunOutput
-from kernel import Claim, Kernel, KernelError, LeaseLost
-from kernel.spec.jobspec import SELF_FENCE_MARGIN_S, renew_interval
-from kernel.types import PendingPause
+from kernel import (
+    SELF_FENCE_MARGIN_S,
+    Claim,
+    Kernel,
+    KernelError,
+    LeaseLost,
+    PendingPause,
+    renew_interval,
+)
 
 __all__ = [
     "SELF_FENCE_EXIT",

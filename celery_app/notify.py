@@ -33,11 +33,11 @@ from kombu.exceptions import OperationalError
 
 from adapters.base import AdapterError, ExecutionContext
 from adapters.secrets import scrub
+from celery_app.hints import send_notification_hint, send_notification_task
 from celery_app.scope import Scope
 from celery_app.task_names import NOTIFY
 from celery_app.worker_process import process_resources
-from kernel import Claim, Kernel, KernelError, Notification, Notify
-from kernel.states import FAILED
+from kernel import FAILED, Claim, Kernel, KernelError, Notification, Notify
 
 __all__ = ["REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
 
@@ -107,13 +107,7 @@ def after_settle(app: Any, kernel: Kernel, claim: Claim, status: str) -> int | N
 
 
 def _hint(app: Any, notification_id: int, queue: str, countdown: float = 0.0) -> None:
-    app.send_task(
-        NOTIFY,
-        args=[notification_id],
-        queue=queue,
-        countdown=countdown or None,
-        serializer="json",  # the kernel's own message, whatever the app's
-    )
+    send_notification_hint(app, notification_id, queue, countdown)
 
 
 def notify_task(task: Any, notification_id: int) -> str:
@@ -138,9 +132,7 @@ def deliver(
     body = {**taken.body, "notification_id": taken.id}
     try:
         if "task" in taken.target:
-            app.send_task(
-                taken.target["task"], kwargs={"notification": body}, queue=body.get("queue")
-            )
+            send_notification_task(app, taken.target["task"], body)
         else:
             _post(kernel, adapters, scope, taken, body)
     except AdapterError as exc:

@@ -1,7 +1,7 @@
 """Running one claimed occurrence: claim, execute through its adapter, and the settle that ends it.
 
-The run's lease keeping, safe points and warm-shutdown marker are
-:mod:`celery_app.held_run` (the marker's functions importable from here, as before).
+The run's lease keeping, safe points and warm-shutdown marker are in
+:mod:`celery_app.held_run`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from celery_app.adjudication import ask_adapter
 from celery_app.held_run import (
     HeldRun,
     LeaseKeeper,
-    clear_warm_shutdown,
     new_owner,
-    request_warm_shutdown,
     shutdown_marker,
 )
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
@@ -39,13 +37,9 @@ from kernel import (
 )
 
 __all__ = [
-    "LeaseKeeper",
     "RunOutcome",
     "run_occurrence",
     "run_occurrences",
-    "shutdown_marker",
-    "request_warm_shutdown",
-    "clear_warm_shutdown",
 ]
 
 log = logging.getLogger("celery_kernel.runtime")

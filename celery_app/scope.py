@@ -18,8 +18,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from celery_app.settings import KernelSettings
-from kernel import InvalidArgument
-from kernel.spec.jobspec import JobSpec
+from kernel import InvalidArgument, JobSpec
 
 __all__ = ["Scope", "UNSCOPED", "NOT_ALLOWED"]
 

@@ -16,10 +16,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kernel import InvalidArgument, KernelError
-from kernel.db.engine import CONNECT_TIMEOUT_S, STATEMENT_TIMEOUT_S, anchored_sqlite_url
-from kernel.redaction import masked_url
-from kernel.spec.durations import MAX_DURATION_S, duration
+from kernel import (
+    CONNECT_TIMEOUT_S,
+    MAX_DURATION_S,
+    STATEMENT_TIMEOUT_S,
+    InvalidArgument,
+    KernelError,
+    anchored_sqlite_url,
+    duration,
+    masked_url,
+)
 
 __all__ = [
     "CONFIG_EXIT",

@@ -25,17 +25,11 @@ from celery.signals import (
 from adapters.shell import CONTAINMENT_ENV
 from adapters.supervisor import containment
 from celery_app.broker import use_embedded_broker
-from celery_app.config import (
-    KernelSettings,
-    check_broker_url,
-    ensure_broker_folders,
-    open_kernel,
-    refuse_start,
-)
-from celery_app.runtime import clear_warm_shutdown, request_warm_shutdown
+from celery_app.config import check_broker_url, ensure_broker_folders, open_kernel, refuse_start
+from celery_app.held_run import clear_warm_shutdown, request_warm_shutdown
+from celery_app.settings import KernelSettings
 from celery_app.worker_process import keep_for_pool, process_resources
-from kernel import KernelError, StorageUnavailable
-from kernel.redaction import masked_url
+from kernel import KernelError, StorageUnavailable, masked_url
 
 __all__ = ["WarmShutdownHandBack", "connect"]
 

@@ -8,6 +8,7 @@ from typing import Any
 from kombu.exceptions import OperationalError
 
 from celery_app import notify, run_events
+from celery_app.hints import resend_run_hints
 from celery_app.runtime import run_occurrences
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.worker_process import process_resources
@@ -128,13 +129,13 @@ def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:
         extra={"action": "batch_rehinted", "occurrence_ids": occurrence_ids},
     )
     try:
-        for start in range(0, len(occurrence_ids), per_message):
-            task.app.send_task(
-                RUN_OCCURRENCE,
-                args=occurrence_ids[start : start + per_message],
-                queue=queue,
-                shadow=task.request.shadow,
-            )
+        resend_run_hints(
+            task.app,
+            occurrence_ids,
+            queue=queue,
+            shadow=task.request.shadow,
+            per_message=per_message,
+        )
     except OperationalError as exc:  # the broker is down: the ids stay queued
         log.warning(
             "broker unavailable, a long batch's rest not all sent again (%s); the pump "

@@ -14,9 +14,10 @@ from billiard.process import current_process
 from adapters.base import Adapter
 from adapters.registry import load_adapters
 from adapters.task import TaskAdapter
-from celery_app.config import KernelSettings, open_kernel
+from celery_app.config import open_kernel
 from celery_app.held_run import LeaseKeeper, new_owner
 from celery_app.scope import Scope
+from celery_app.settings import KernelSettings
 from celery_app.task_call import call_task
 from kernel import Kernel
 

@@ -1,7 +1,18 @@
-"""celery-kernel's durable SQL authority. Imports nothing from Celery or the other packages."""
+"""celery-kernel's durable SQL authority. Imports nothing from Celery or the other packages.
+
+Everything the other packages use is exported here; they import no kernel submodule.
+"""
 
 from __future__ import annotations
 
+from kernel.db.engine import (
+    CONNECT_TIMEOUT_S,
+    MIGRATE_COMMAND,
+    STATEMENT_TIMEOUT_S,
+    anchored_sqlite_url,
+    create_kernel_engine,
+    make_private_dir,
+)
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -19,9 +30,43 @@ from kernel.errors import (
 from kernel.events import EventType
 from kernel.jobs.cancellation import JobCancel
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
+from kernel.redaction import MASK, holds_credential, is_sensitive_name, masked_url, redacted_spec
+from kernel.reports import AdapterAsk, Adjudication, JobHealth, Notification, Verdict
+from kernel.spec.durations import (
+    EARLIEST_INSTANT,
+    LATEST_INSTANT,
+    MAX_DURATION_S,
+    duration,
+    parse_duration,
+    text,
+)
+from kernel.spec.jobfile import job_file_schema
+from kernel.spec.jobspec import (
+    SELF_FENCE_MARGIN_S,
+    Budget,
+    JobSpec,
+    check_limit,
+    read_budget,
+    renew_interval,
+    validate_job_spec,
+)
 from kernel.spec.notify import Notify
+from kernel.spec.payloads import (
+    WATCHDOG_OUTPUT_TAIL,
+    CallablePayload,
+    HttpPayload,
+    Payload,
+    ShellPayload,
+    TaskPayload,
+    WatchdogAlert,
+    WatchdogPayload,
+)
 from kernel.spec.run_params import with_params
 from kernel.states import (
+    ACTIVE,
+    CLAIMABLE,
+    FAILED,
+    SETTLED,
     ControlState,
     Decision,
     Delivery,
@@ -33,25 +78,25 @@ from kernel.states import (
 from kernel.store import FireReport, Kernel
 from kernel.types import (
     ActionResult,
-    AdapterAsk,
-    Adjudication,
     Beat,
     Claim,
     DispatchHint,
     Event,
     Firing,
     Job,
-    JobHealth,
-    Notification,
     Occurrence,
+    PendingPause,
     Pool,
     RenewAnswer,
-    Verdict,
 )
 from kernel.upkeep.history_limits import LIMITED_STATUSES
 
 __all__ = [
     "Kernel",
+    "EARLIEST_INSTANT",
+    "LATEST_INSTANT",
+    "MAX_DURATION_S",
+    "duration",
     "LIMITED_STATUSES",
     "Notify",
     "with_params",
@@ -94,4 +139,42 @@ __all__ = [
     "AdapterAsk",
     "Adjudication",
     "Verdict",
+    "PendingPause",
+    # the state groups the layers above test against
+    "ACTIVE",
+    "CLAIMABLE",
+    "FAILED",
+    "SETTLED",
+    # the job spec: validation, its JSON Schema, the readers of its values, the payloads
+    "Budget",
+    "JobSpec",
+    "SELF_FENCE_MARGIN_S",
+    "check_limit",
+    "read_budget",
+    "renew_interval",
+    "validate_job_spec",
+    "job_file_schema",
+    "parse_duration",
+    "text",
+    "Payload",
+    "CallablePayload",
+    "HttpPayload",
+    "ShellPayload",
+    "TaskPayload",
+    "WatchdogPayload",
+    "WatchdogAlert",
+    "WATCHDOG_OUTPUT_TAIL",
+    # secrets in what is shown
+    "MASK",
+    "holds_credential",
+    "is_sensitive_name",
+    "masked_url",
+    "redacted_spec",
+    # the engine's construction
+    "CONNECT_TIMEOUT_S",
+    "STATEMENT_TIMEOUT_S",
+    "MIGRATE_COMMAND",
+    "anchored_sqlite_url",
+    "create_kernel_engine",
+    "make_private_dir",
 ]

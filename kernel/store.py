@@ -113,5 +113,3 @@ class Kernel(
     def now(self) -> datetime:
         """The kernel's current time (the database clock on PostgreSQL)."""
         return to_dt(self._session.now_ms())  # type: ignore[return-value]
-
-    # -- methods added in parallel branches (thin; the lead moves them into kernel/facade) --

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from kernel.errors import RevisionConflict
-from kernel.states import ControlState, Decision, OccurrenceStatus
+from kernel.states import ControlState, OccurrenceStatus
 
 __all__ = [
     "Firing",
@@ -23,11 +23,7 @@ __all__ = [
     "ActionResult",
     "Beat",
     "Pool",
-    "Verdict",
-    "Adjudication",
-    "AdapterAsk",
-    "JobHealth",
-    "Notification",
+    "iso_z",
 ]
 
 
@@ -81,10 +77,10 @@ class Job:
             "revision": self.revision,
             "digest": self.digest,
             "enabled": self.enabled,
-            "next_fire_at": _iso(self.next_fire_at),
+            "next_fire_at": iso_z(self.next_fire_at),
             "next_trigger_key": self.next_trigger_key,
-            "defined_at": _iso(self.defined_at),
-            "updated_at": _iso(self.updated_at),
+            "defined_at": iso_z(self.defined_at),
+            "updated_at": iso_z(self.updated_at),
             "spec": self.spec,
         }
 
@@ -162,7 +158,7 @@ class Occurrence:
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of SPEC §7 (``show`` adds checkpoint, result, events); an
         occurrence awaiting approval adds ``approval_due_at``."""
-        approval = {"approval_due_at": _iso(self.approval_due_at)} if self.approval_due_at else {}
+        approval = {"approval_due_at": iso_z(self.approval_due_at)} if self.approval_due_at else {}
         return {
             "id": self.id,
             "job_id": self.job_id,
@@ -172,16 +168,16 @@ class Occurrence:
             "max_attempts": self.max_attempts,
             "fence": self.fence,
             "trigger_key": self.trigger_key,
-            "scheduled_for": _iso(self.scheduled_for),
-            "available_at": _iso(self.available_at),
+            "scheduled_for": iso_z(self.scheduled_for),
+            "available_at": iso_z(self.available_at),
             "lease_owner": self.lease_owner,
-            "lease_expires_at": _iso(self.lease_expires_at),
+            "lease_expires_at": iso_z(self.lease_expires_at),
             "last_error": self.last_error,
             "skip_reason": self.skip_reason,
             "cancel_requested": self.cancel_requested,
             "control": self.control.to_dict() if self.control else None,
-            "created_at": _iso(self.created_at),
-            "settled_at": _iso(self.settled_at),
+            "created_at": iso_z(self.created_at),
+            "settled_at": iso_z(self.settled_at),
             **approval,
         }
 
@@ -235,7 +231,7 @@ class Event:
             "job_id": self.job_id,
             "occurrence_id": self.occurrence_id,
             "fence": self.fence,
-            "at": _iso(self.at),
+            "at": iso_z(self.at),
             "data": self.data,
         }
 
@@ -297,125 +293,6 @@ class Pool:
         }
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso_z(value: datetime | None) -> str | None:
+    """``value`` as ISO 8601 text with ``Z`` for UTC, as the records' ``to_dict`` show it."""
     return None if value is None else value.isoformat().replace("+00:00", "Z")
-
-
-# -- adapter adjudication (kernel/occurrences/adapter_verdicts.py) ------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """An adapter's answer about an uncertain run: ``applied`` or ``not_applied``, and the
-    evidence it rests on (a small JSON object, recorded in the event)."""
-
-    decision: Decision
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Adjudication:
-    """The last verdict on an earlier run of an occurrence whose outcome was unknown.
-
-    ``authority`` is ``operator`` or ``adapter``; ``evidence`` is what the adapter
-    reported, or the operator's name and request id; ``fence`` names the uncertain run.
-    """
-
-    decision: Decision
-    authority: str
-    evidence: dict[str, Any]
-    fence: int | None
-    decided_at: datetime
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "decision": self.decision.value,
-            "authority": self.authority,
-            "evidence": self.evidence,
-            "fence": self.fence,
-            "decided_at": _iso(self.decided_at),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class AdapterAsk:
-    """A worker's live ask of an occurrence's adapter: answer with ``token`` by ``deadline``."""
-
-    occurrence: Occurrence
-    token: str
-    deadline: datetime
-
-
-# -- job health (kernel/jobs/health.py) ----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JobHealth:
-    """How one job is doing (:func:`kernel.jobs.health.job_health`).
-
-    Attributes:
-        job_id: the job.
-        last_success_at: when its latest successful run settled (None: none kept).
-        last_failure_at: when its latest run settled as a dead letter (None: none kept).
-        consecutive_failures: dead letters settled since its last success.
-        next_fire_at: its next scheduled firing (None: disabled, unscheduled, or done).
-    """
-
-    job_id: str
-    last_success_at: datetime | None
-    last_failure_at: datetime | None
-    consecutive_failures: int
-    next_fire_at: datetime | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "last_success_at": _iso(self.last_success_at),
-            "last_failure_at": _iso(self.last_failure_at),
-            "consecutive_failures": self.consecutive_failures,
-            "next_fire_at": _iso(self.next_fire_at),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    """A job's ``notify`` of one failed run (:mod:`kernel.upkeep.notify`).
-
-    Attributes:
-        id: the notification (sent as ``X-Kernel-Notification`` / in the body).
-        occurrence_id, fence: the run that failed.
-        job_id: its job.
-        event: ``dead_letter`` or ``failed``.
-        state: ``pending``, ``delivering``, ``delivered`` or ``failed``.
-        tries: tries started so far.
-        next_at: when a try may start (pending).
-        token: the live try's claim (delivering), else None.
-        target: the job's ``notify`` as the run's definition held it.
-        body: what is delivered.
-        last_error: why the latest try failed.
-    """
-
-    id: int
-    occurrence_id: int
-    fence: int
-    job_id: str
-    event: str
-    state: str
-    tries: int
-    next_at: datetime
-    token: str | None
-    target: dict[str, Any]
-    body: dict[str, Any]
-    last_error: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "occurrence_id": self.occurrence_id,
-            "fence": self.fence,
-            "job_id": self.job_id,
-            "event": self.event,
-            "state": self.state,
-            "tries": self.tries,
-            "next_at": _iso(self.next_at),
-            "last_error": self.last_error,
-        }

@@ -33,7 +33,8 @@ def modules_on_the_path() -> list[str]:
     from adapters.registry import load_adapters
     from celery_app import app
     from celery_app.beat.firings import plan_job
-    from celery_app.runtime import LeaseKeeper, run_occurrence
+    from celery_app.held_run import LeaseKeeper
+    from celery_app.runtime import run_occurrence
     from kernel import Kernel
 
     reached: dict[str, None] = {}

@@ -16,7 +16,7 @@ handling), ``firings`` (materialising due firings and pumping their hints),
 
 from __future__ import annotations
 
-from celery_app.beat.firings import hint_time_limits, plan_job
+from celery_app.beat.firings import plan_job
 from celery_app.beat.scheduler import KernelScheduler
 
-__all__ = ["KernelScheduler", "hint_time_limits", "plan_job"]
+__all__ = ["KernelScheduler", "plan_job"]

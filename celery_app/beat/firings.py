@@ -3,7 +3,7 @@
 ``plan_job`` decides which firings are due (pure, by the job's catch-up policy); the
 kernel's ``fire`` records them with a cursor compare-and-set, so a second Beat's plan
 for the same firings is a no-op. The pump publishes the claimable occurrences the
-kernel hands out as ``run_occurrence`` hints (:func:`publish_hints`): one id per
+kernel hands out as ``run_occurrence`` hints (:func:`celery_app.hints.publish_hints`): one id per
 message, or up to ``kernel_batch_max`` ids of one queue per message when that queue's
 backlog is deep; a lost hint (or a batch's ids a dead worker never started) is sent
 again after ``kernel_rehint_after``.
@@ -15,91 +15,17 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from celery.utils.saferepr import saferepr
 from kombu.exceptions import OperationalError
 
 from beat_schedule import timing
 from celery_app.adjudication import hint_adapter_asks
-from celery_app.config import KernelSettings
-from celery_app.task_names import RUN_OCCURRENCE
+from celery_app.hints import publish_hints
+from celery_app.settings import KernelSettings
 from kernel import Job, Kernel, KernelError, StorageUnavailable
-from kernel.types import DispatchHint
 
-__all__ = ["FiringSteps", "hint_time_limits", "plan_job", "publish_hints"]
+__all__ = ["FiringSteps", "plan_job"]
 
 log = logging.getLogger("celery_kernel.beat")
-
-#: Kinds whose job code runs in the worker's own process, where Celery's time limits
-#: stop it; shell and http enforce their timeout themselves.
-_TIME_LIMITED_KINDS = frozenset({"task", "callable"})
-#: The hard time limit's margin over the soft one: time for the body to unwind and the
-#: run to settle as TIMEOUT before Celery kills the process.
-_HARD_LIMIT_MARGIN_S = 5.0
-#: The longest args or kwargs text a hint shows monitors (Celery's own bound).
-_REPR_MAX = 1024
-
-
-def hint_time_limits(kind: str, timeout: float | None) -> dict[str, float]:
-    """``send_task`` time limits enforcing a job's ``timeout`` (none for other kinds)."""
-    if timeout is None or kind not in _TIME_LIMITED_KINDS:
-        return {}
-    return {"soft_time_limit": timeout, "time_limit": timeout + _HARD_LIMIT_MARGIN_S}
-
-
-def publish_hints(
-    app: Any,
-    producer: Any,
-    hints: list[DispatchHint],
-    *,
-    batch_max: int,
-    hint_options: dict[str, dict[str, Any]],
-) -> None:
-    """Send ``hints`` as ``run_occurrence`` messages, batching a queue's when it is deep.
-
-    Only hints with nothing of their own in the message batch: no Celery time limit
-    (one limit cannot time several runs) and no beat_schedule ``options``. A queue with
-    more such hints than ``batch_max`` gets them in messages of at most ``batch_max`` ids
-    (sizes evened out); otherwise each goes alone, so a single firing is never held back.
-    """
-    batchable: dict[str, list[DispatchHint]] = {}
-    for hint in hints:
-        options = {**hint_options.get(hint.job_id, {}), **hint_time_limits(hint.kind, hint.timeout)}
-        if options:
-            _send(app, producer, [hint], options)
-        else:
-            batchable.setdefault(hint.queue, []).append(hint)
-    for queue_hints in batchable.values():
-        count = len(queue_hints)
-        messages = -(-count // batch_max) if count > batch_max else count
-        for index in range(messages):
-            _send(app, producer, queue_hints[index::messages], {})
-
-
-def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str, Any]) -> None:
-    jobs = {hint.job_id for hint in hints}
-    app.send_task(
-        RUN_OCCURRENCE,
-        args=[hint.occurrence_id for hint in hints],
-        queue=hints[0].queue,
-        # Flower names a message by its shadow: the job, when the message has one.
-        shadow=jobs.pop() if len(jobs) == 1 else None,
-        producer=producer,
-        **_call_reprs(hints),
-        # The kernel's own message (ids only): JSON whatever the app's task_serializer.
-        **{**options, "serializer": "json"},
-    )
-
-
-def _call_reprs(hints: list[DispatchHint]) -> dict[str, str]:
-    """A lone ``task`` run's hint shows monitors (Flower, the worker's task events) the
-    task's own args and kwargs, as Celery's message would, not the occurrence id."""
-    if len(hints) != 1 or hints[0].kind != "task" or hints[0].payload is None:
-        return {}
-    payload = hints[0].payload
-    return {
-        "argsrepr": saferepr(list(payload.get("args") or ()), _REPR_MAX),
-        "kwargsrepr": saferepr(dict(payload.get("kwargs") or {}), _REPR_MAX),
-    }
 
 
 def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:

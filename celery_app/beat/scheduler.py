@@ -23,18 +23,11 @@ from beat_schedule.sync import read_beat_schedule, sync_beat_schedule
 from celery_app.beat.firings import FiringSteps
 from celery_app.beat.upkeep import UpkeepSteps
 from celery_app.broker import use_embedded_broker
-from celery_app.config import (
-    KernelSettings,
-    check_broker_url,
-    ensure_broker_folders,
-    open_kernel,
-    refuse_start,
-)
+from celery_app.config import check_broker_url, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.definitions import read_app_job_file
 from celery_app.scope import Scope
-from celery_app.settings import CONFIG_EXIT, INTERRUPTED_EXIT
-from kernel import Kernel, KernelError, StorageUnavailable
-from kernel.redaction import masked_url
+from celery_app.settings import CONFIG_EXIT, INTERRUPTED_EXIT, KernelSettings
+from kernel import Kernel, KernelError, StorageUnavailable, masked_url
 
 __all__ = ["KernelScheduler"]
 

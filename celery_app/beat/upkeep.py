@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from celery_app import notify
-from celery_app.config import KernelSettings
+from celery_app.settings import KernelSettings
 from kernel import Kernel
 
 __all__ = ["UpkeepSteps"]

@@ -115,9 +115,9 @@ def _occurrence_action(body: Callable[..., Action]) -> Callable[..., None]:
     default=None,
     help="Pause only the run under this fence (default: whichever run holds it now).",
 )
-def pause(env: Env, occ_id: int, fence: int | None) -> Action:
+def pause(env: Env, occurrence_id: int, fence: int | None) -> Action:
     """Ask a running occurrence to pause at its next safe point."""
-    return operations.pause(env.kernel, env.app, occ_id, fence)
+    return operations.pause(env.kernel, env.app, occurrence_id, fence)
 
 
 @command("resume")
@@ -128,18 +128,18 @@ def pause(env: Env, occ_id: int, fence: int | None) -> Action:
     default=None,
     help="Resume only if the control is still at this revision.",
 )
-def resume(env: Env, occ_id: int, revision: int | None) -> Action:
+def resume(env: Env, occurrence_id: int, revision: int | None) -> Action:
     """Make a paused occurrence claimable; it resumes from its checkpoint."""
-    return operations.resume(env.kernel, occ_id, revision)
+    return operations.resume(env.kernel, occurrence_id, revision)
 
 
 @command("requeue")
 @_occurrence_action
 @click.option("--fence", type=int, default=None, help="Expected fence (default: not checked).")
 @click.option("--error-code", default=None, help="Expected last error code (default: not checked).")
-def requeue(env: Env, occ_id: int, fence: int | None, error_code: str | None) -> Action:
+def requeue(env: Env, occurrence_id: int, fence: int | None, error_code: str | None) -> Action:
     """Give a dead letter one more run, consuming no attempt."""
-    return operations.requeue(env.kernel, occ_id, fence, error_code)
+    return operations.requeue(env.kernel, occurrence_id, fence, error_code)
 
 
 @command("adjudicate")
@@ -150,16 +150,16 @@ def requeue(env: Env, occ_id: int, fence: int | None, error_code: str | None) ->
     type=click.Choice([d.value for d in Decision]),
     help="applied: it happened (succeeded); not_applied: run it again; abandon: dead letter.",
 )
-def adjudicate(env: Env, occ_id: int, decision: str) -> Action:
+def adjudicate(env: Env, occurrence_id: int, decision: str) -> Action:
     """Decide an at-most-once occurrence whose outcome is unknown."""
-    return operations.adjudicate(env.kernel, occ_id, decision)
+    return operations.adjudicate(env.kernel, occurrence_id, decision)
 
 
 @command("cancel")
 @_occurrence_action
-def cancel(env: Env, occ_id: int) -> Action:
+def cancel(env: Env, occurrence_id: int) -> Action:
     """Cancel a waiting occurrence, or ask a running one to stop."""
-    return operations.cancel(env.kernel, occ_id)
+    return operations.cancel(env.kernel, occurrence_id)
 
 
 _REASON = click.option(
@@ -170,14 +170,14 @@ _REASON = click.option(
 @command("approve")
 @_occurrence_action
 @_REASON
-def approve(env: Env, occ_id: int, reason: str | None) -> Action:
+def approve(env: Env, occurrence_id: int, reason: str | None) -> Action:
     """Let an occurrence awaiting approval run: it is queued and a worker takes it."""
-    return operations.decide_approval(env.kernel, occ_id, True, reason)
+    return operations.decide_approval(env.kernel, occurrence_id, True, reason)
 
 
 @command("reject")
 @_occurrence_action
 @_REASON
-def reject(env: Env, occ_id: int, reason: str | None) -> Action:
+def reject(env: Env, occurrence_id: int, reason: str | None) -> Action:
     """Refuse an occurrence awaiting approval: it is skipped (reason approval_rejected)."""
-    return operations.decide_approval(env.kernel, occ_id, False, reason)
+    return operations.decide_approval(env.kernel, occurrence_id, False, reason)

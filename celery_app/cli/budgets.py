@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import click
 
-from celery_app.cli.output import Env, command, format_age, table
+from celery_app.cli.output import Env, command, table
+from celery_app.operations import format_age
 
 __all__ = ["budgets"]
 

@@ -32,8 +32,8 @@ from prometheus_client.registry import Collector
 
 from celery_app.cli.event_counters import EventCounters
 from celery_app.cli.output import Env, command
-from celery_app.config import KernelSettings
 from celery_app.operations import beat_health
+from celery_app.settings import KernelSettings
 from kernel import InvalidArgument, JobHealth, Kernel, KernelError, Pool
 
 __all__ = ["KernelCollector", "exporter"]

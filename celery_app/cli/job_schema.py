@@ -6,7 +6,7 @@ import json
 
 from celery_app.cli.jobs import jobs
 from celery_app.cli.output import Env, command
-from kernel.spec.jobfile import job_file_schema
+from kernel import job_file_schema
 
 __all__ = ["schema"]
 

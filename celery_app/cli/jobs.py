@@ -10,9 +10,10 @@ import click
 
 from celery_app import operations
 from celery_app.cli.actions import action_options, default_operator, run_action
-from celery_app.cli.output import Env, Instant, command, fields, format_json, iso, table
+from celery_app.cli.output import Env, Instant, command, fields, table
 from celery_app.cli.settings_report import job_zone
 from celery_app.definitions import apply_specs, read_app_job_file
+from celery_app.operations import format_json, iso
 from kernel import Job, JobHealth, KernelError
 
 __all__ = ["jobs"]

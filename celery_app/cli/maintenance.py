@@ -6,9 +6,9 @@ import click
 
 from celery_app import operations
 from celery_app.cli.output import Env, command, fields
-from celery_app.config import KernelSettings, kernel_engine
-from kernel import Kernel
-from kernel.spec.durations import parse_duration
+from celery_app.config import kernel_engine
+from celery_app.settings import KernelSettings
+from kernel import Kernel, parse_duration
 
 __all__ = ["migrate", "prune"]
 

@@ -15,13 +15,13 @@ from adapters.shell import CONTAINMENT_ENV
 from adapters.supervisor import SUBREAPER, containment
 from beat_schedule.sync import read_beat_schedule
 from celery_app import operations
-from celery_app.cli.output import Env, command, fields, format_age, format_json, line, table
+from celery_app.cli.output import Env, command, fields, line, table
 from celery_app.cli.secret_files import open_secret_files
 from celery_app.cli.settings_report import settings_checks, settings_listing
-from celery_app.config import KernelSettings, open_kernel
-from celery_app.operations import beat_health, beat_warning
-from kernel import Event, Job, Kernel, KernelError
-from kernel.redaction import is_sensitive_name, masked_url
+from celery_app.config import open_kernel
+from celery_app.operations import beat_health, beat_warning, format_age, format_json
+from celery_app.settings import KernelSettings
+from kernel import Event, Job, Kernel, KernelError, is_sensitive_name, masked_url
 
 __all__ = ["doctor", "events", "status"]
 

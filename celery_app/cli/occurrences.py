@@ -9,10 +9,9 @@ from typing import Any
 import click
 
 from celery_app import operations
-from celery_app.cli.output import Env, _printable, command, fields, format_json, table
-from celery_app.operations import occurrence_events, output_chunks
-from kernel import ControlState, Kernel, Occurrence, OccurrenceStatus
-from kernel.states import ACTIVE
+from celery_app.cli.output import Env, _printable, command, fields, table
+from celery_app.operations import format_json, occurrence_events, output_chunks
+from kernel import ACTIVE, ControlState, Kernel, Occurrence, OccurrenceStatus
 
 __all__ = [
     "occurrences",

@@ -5,7 +5,7 @@ use, the output mode) and hands :meth:`Env.emit` JSON-ready data plus a text
 rendering. Errors become exit codes here and nowhere else:
 
 * a :class:`~kernel.errors.KernelError` prints its stable code and exits 1 (2 for a
-  setting refused by :class:`~celery_app.config.ConfigInvalid`); under ``--json``
+  setting refused by :class:`~celery_app.settings.ConfigInvalid`); under ``--json``
   stdout carries ``{"error": {"code", "message", "details"?}}``;
 * Ctrl-C (SIGINT) ends any command with exit 130 and one line, no traceback;
 * a usage error (bad option value, missing argument) exits 2, as click does; under
@@ -27,20 +27,16 @@ from typing import Any, NoReturn
 
 import click
 
-from celery_app.config import CONFIG_EXIT, ConfigInvalid, open_kernel
-from celery_app.operations import format_age, format_json, iso, utc
-from celery_app.settings import INTERRUPTED_EXIT
-from kernel import InvalidArgument, Kernel, KernelError
-from kernel.spec.durations import parse_duration
+from celery_app.config import open_kernel
+from celery_app.operations import format_json, iso, utc
+from celery_app.settings import CONFIG_EXIT, INTERRUPTED_EXIT, ConfigInvalid
+from kernel import InvalidArgument, Kernel, KernelError, parse_duration
 
 __all__ = [
     "Env",
     "Instant",
     "command",
     "fields",
-    "format_age",
-    "format_json",
-    "iso",
     "line",
     "table",
 ]

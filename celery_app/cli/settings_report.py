@@ -9,8 +9,7 @@ from typing import Any
 from beat_schedule.sync import beat_zone, read_beat_schedule
 from celery_app.installation import KERNEL_DEFAULTS, kernel_defaults_layer
 from celery_app.settings import FROM_APP, KernelSettings, WebSettings, unread_kernel_keys
-from kernel import KernelError
-from kernel.redaction import masked_url
+from kernel import KernelError, masked_url
 
 __all__ = ["job_zone", "settings_checks", "settings_listing"]
 

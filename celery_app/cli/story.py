@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows, traceback_block
-from celery_app.cli.output import fields, format_age, table
+from celery_app.cli.output import fields, table
+from celery_app.operations import format_age
 
 __all__ = ["render_story"]
 

@@ -17,8 +17,8 @@ from kernel import (
     OccurrenceStatus,
     PauseUnsupported,
     SafePoint,
+    text,
 )
-from kernel.spec.durations import text
 
 __all__ = [
     "Action",

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from beat_schedule.sync import drift, read_beat_schedule, still_fires
-from celery_app.config import KernelSettings
 from celery_app.operations.times import format_age, iso
+from celery_app.settings import KernelSettings
 from celery_app.shell import celery_command
 from kernel import Beat, Kernel
 

@@ -7,10 +7,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery_app.config import KernelSettings
 from celery_app.operations.times import iso
-from kernel import EventType, Kernel
-from kernel.redaction import redacted_spec
+from celery_app.settings import KernelSettings
+from kernel import EventType, Kernel, redacted_spec
 
 __all__ = [
     "events",

@@ -8,8 +8,7 @@ from typing import Any
 
 from beat_schedule.timing import preview as preview_firings
 from celery_app.operations.times import format_age, iso, within_calendar
-from kernel import Job, JobHealth, Kernel
-from kernel.redaction import redacted_spec
+from kernel import Job, JobHealth, Kernel, redacted_spec
 
 __all__ = [
     "describe_schedule",

@@ -9,8 +9,7 @@ from typing import Any
 
 from beat_schedule import yaml_dialect
 from celery_app.operations.times import iso
-from kernel import EventType, Job, Kernel
-from kernel.redaction import redacted_spec
+from kernel import EventType, Job, Kernel, redacted_spec
 
 __all__ = ["job_revisions", "revision_diff", "spec_yaml"]
 

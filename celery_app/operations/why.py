@@ -33,8 +33,7 @@ from celery_app.operations.history import occurrence_events
 from celery_app.operations.jobs import describe_schedule
 from celery_app.operations.story import SKIPPED_BECAUSE
 from celery_app.operations.times import format_age, iso, within_calendar
-from kernel import LIMITED_STATUSES, EventType, Job, Kernel, Occurrence, OccurrenceStatus
-from kernel.states import CLAIMABLE
+from kernel import CLAIMABLE, LIMITED_STATUSES, EventType, Job, Kernel, Occurrence, OccurrenceStatus
 
 __all__ = ["nearest_firing", "why_answer"]
 

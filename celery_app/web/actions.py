@@ -24,9 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from celery_app import operations
 from celery_app.definitions import apply_specs, web_spec
 from celery_app.web.users import Role, User
-from kernel import Decision, Kernel
-from kernel.spec.durations import parse_duration
-from kernel.states import ACTIVE
+from kernel import ACTIVE, Decision, Kernel, parse_duration
 
 __all__ = [
     "ACTIONS",

@@ -11,8 +11,7 @@ from fastapi import FastAPI
 from celery_app.settings import KernelSettings, WebSettings
 from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore
-from kernel import Kernel
-from kernel.redaction import masked_url
+from kernel import Kernel, masked_url
 
 __all__ = ["SECURITY_HEADERS", "WebContext", "database_shown"]
 

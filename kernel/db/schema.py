@@ -84,12 +84,21 @@ no ``queued``/``retry_wait`` row carries ``cancel_requested`` (no claim would
 take it); ``settled_at`` is set exactly in the final states; counters are
 non-negative. A partial unique index allows one running exclusive occurrence
 per job. A control's state is one of ControlState. A pool's running counter is never
-negative and its limit at least 1 (revision 0006).
+negative and its limit at least 1 (revision 0006). The conditions are
+:mod:`kernel.db.checks`.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
+
+from kernel.db.checks import (
+    ADJUDICATION_ASK_CHECKS,
+    CONTROL_CHECKS,
+    NOTIFICATION_CHECKS,
+    OCCURRENCE_CHECKS,
+    POOL_CHECKS,
+)
 
 __all__ = [
     "metadata",
@@ -110,38 +119,6 @@ __all__ = [
 ]
 
 metadata = sa.MetaData()
-
-OCCURRENCE_CHECKS: tuple[tuple[str, str], ...] = (
-    (
-        "ck_occurrences_status",
-        "status IN ('queued', 'running', 'retry_wait', 'succeeded', 'dead_letter',"
-        " 'needs_adjudication', 'cancelled', 'skipped', 'awaiting_approval')",
-    ),
-    (
-        "ck_occurrences_lease_iff_running",
-        "(status = 'running' AND lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)"
-        " OR (status <> 'running' AND lease_owner IS NULL AND lease_expires_at IS NULL)",
-    ),
-    (
-        "ck_occurrences_no_waiting_cancel",
-        "NOT (cancel_requested AND status IN ('queued', 'retry_wait'))",
-    ),
-    (
-        "ck_occurrences_settled_iff_final",
-        "(status IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
-        " AND settled_at IS NOT NULL)"
-        " OR (status NOT IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
-        " AND settled_at IS NULL)",
-    ),
-    ("ck_occurrences_counters", "fence >= 0 AND attempt >= 0 AND max_attempts >= 1"),
-)
-CONTROL_CHECKS: tuple[tuple[str, str], ...] = (
-    ("ck_controls_state", "state IN ('pause_requested', 'paused', 'resumed', 'terminal')"),
-)
-POOL_CHECKS: tuple[tuple[str, str], ...] = (("ck_pools_counters", 'running >= 0 AND "limit" >= 1'),)
-ADJUDICATION_ASK_CHECKS: tuple[tuple[str, str], ...] = (
-    ("ck_adjudication_asks_state", "state IN ('asking', 'cannot_tell')"),
-)
 
 # SQLite only aliases the rowid (fast, monotonic) for exactly "INTEGER PRIMARY KEY".
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
@@ -392,13 +369,6 @@ adjudication_asks = sa.Table(
     sa.Column("asked_at", Ms, nullable=False),
     sa.Column("ask_deadline", Ms, nullable=False),
     *(sa.CheckConstraint(condition, name=name) for name, condition in ADJUDICATION_ASK_CHECKS),
-)
-
-NOTIFICATION_CHECKS: tuple[tuple[str, str], ...] = (
-    (
-        "ck_notifications_state",
-        "state IN ('pending', 'delivering', 'delivered', 'failed')",
-    ),
 )
 
 notifications = sa.Table(

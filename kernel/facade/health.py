@@ -8,7 +8,7 @@ from typing import Any
 from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, read, write
 from kernel.jobs import health as job_health
-from kernel.types import JobHealth, Notification
+from kernel.reports import JobHealth, Notification
 from kernel.upkeep import notify
 
 __all__ = ["HealthFacade"]

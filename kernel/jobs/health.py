@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from kernel.db.schema import jobs, occurrences
 from kernel.db.tx import Tx
 from kernel.records import to_dt
+from kernel.reports import JobHealth
 from kernel.states import OccurrenceStatus
-from kernel.types import JobHealth
 
 __all__ = ["JobHealth", "job_health", "job_health_query"]
 

@@ -27,10 +27,11 @@ from kernel.occurrences.dispatch import mark_hinted
 from kernel.occurrences.verdicts import ADAPTER, OPERATOR, apply_verdict
 from kernel.reads import get_occurrence
 from kernel.records import loads, to_dt
+from kernel.reports import AdapterAsk, Adjudication, Verdict
 from kernel.spec.durations import canonical_json
 from kernel.states import Decision, OccurrenceStatus
 from kernel.transitions import occurrences as T
-from kernel.types import AdapterAsk, Adjudication, DispatchHint, Occurrence, Verdict
+from kernel.types import DispatchHint, Occurrence
 
 __all__ = [
     "MAX_ASKS",

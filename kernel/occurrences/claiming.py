@@ -155,7 +155,6 @@ def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) 
         "occurrence_id": occurrence_id,
         "now": tx.now_param(),
         "owner": owner,
-        "owner_json": dumps(owner),
         "lease_ms": lease_ms,
     }
     # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
@@ -207,7 +206,6 @@ def succeed_and_claim(
         params = {
             **runs.succeed_plain_params(tx, occurrence_id, owner, fence, result),
             "next_id": next_id,
-            "owner_json": dumps(owner),
             "lease_ms": lease_ms,
         }
         both = T.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)

@@ -15,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 
 from kernel.spec.fields import integer
 from kernel.spec.jobspec import JobSpec
-from kernel.spec.payloads import PAYLOAD_MODELS
+from kernel.spec.payload_kinds import PAYLOAD_MODELS
 from kernel.spec.sections import Budget, Name, Section
 
 __all__ = ["SCHEMA_DIALECT", "JobFile", "Pool", "job_file_schema"]

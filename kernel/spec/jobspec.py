@@ -33,8 +33,10 @@ from kernel.redaction import holds_credential, is_sensitive_name
 from kernel.spec.durations import canonical_json, child_path, parse_duration
 from kernel.spec.fields import BOOLEAN, OBJECT, enum_choice, integer, refuse, seconds, text
 from kernel.spec.notify import Notify
-from kernel.spec.payloads import MAX_PAYLOAD_BYTES, SHELL_OUTPUT_LIMIT_DEFAULT, check_payload
+from kernel.spec.payload_kinds import MAX_PAYLOAD_BYTES, check_payload
+from kernel.spec.payloads import SHELL_OUTPUT_LIMIT_DEFAULT
 from kernel.spec.problems import Problem, problems_of, raise_problems
+from kernel.spec.schedule import ScheduleDict
 from kernel.spec.sections import (
     ID,
     After,
@@ -47,7 +49,6 @@ from kernel.spec.sections import (
     Name,
     OutputPolicy,
     RetryPolicy,
-    ScheduleDict,
     Section,
 )
 from kernel.states import Delivery, Overlap

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from kernel.errors import InvalidArgument
 from kernel.spec.fields import Check, choice, integer, refuse, seconds, text
-from kernel.spec.payloads import check_payload
+from kernel.spec.payload_kinds import check_payload
 from kernel.spec.sections import Section
 from kernel.states import FAILED
 

@@ -1,8 +1,9 @@
 """Payloads of the built-in kinds as models: the one definition each adapter's input has.
 
-The kernel stores what :func:`validate_payload` returns (the model's :meth:`Payload.to_dict`
-form) and the adapters read it through the same models (:meth:`Payload.read`), so the
-rules and defaults live here only. Any other kind's payload is any JSON object.
+The kernel stores what :func:`kernel.spec.payload_kinds.check_payload` returns (the
+model's :meth:`Payload.to_dict` form) and the adapters read it through the same models
+(:meth:`Payload.read`), so the rules and defaults live here only. Any other kind's
+payload is any JSON object.
 
 * ``task``: ``{"task": name, "args": [...], "kwargs": {...}}``
 * ``callable``: ``{"callable": "pkg.module:function", "args": [...], "kwargs": {...}}``
@@ -39,14 +40,12 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Discriminator, Field, Tag, ValidationError, model_validator
 
 from kernel.errors import InvalidArgument
-from kernel.spec.durations import canonical_json, child_path, payload_json
+from kernel.spec.durations import child_path
 from kernel.spec.fields import BOOLEAN, INSTANT, Check, choice, integer, refuse, seconds, text
-from kernel.spec.problems import Problem, problems_of, raise_problems
+from kernel.spec.problems import problems_of, raise_problems
 from kernel.spec.sections import Section
 
 __all__ = [
-    "MAX_PAYLOAD_BYTES",
-    "PAYLOAD_MODELS",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
     "CallablePayload",
     "HttpLookup",
@@ -57,13 +56,9 @@ __all__ = [
     "WatchdogAlert",
     "WatchdogPayload",
     "WATCHDOG_OUTPUT_TAIL",
-    "check_payload",
     "is_worker_setting",
-    "validate_payload",
 ]
 
-#: Largest payload, measured as UTF-8 canonical JSON.
-MAX_PAYLOAD_BYTES = 64 * 1024
 #: Bytes of each stream a shell result keeps when its payload names no ``output_limit``.
 SHELL_OUTPUT_LIMIT_DEFAULT = 64 * 1024
 _SHELL_OUTPUT_LIMIT_MAX = 10 * 1024 * 1024
@@ -374,48 +369,3 @@ class WatchdogPayload(Payload):
         body = super().to_dict()
         body["check"] = self.check.to_dict()
         return body
-
-
-PAYLOAD_MODELS: dict[str, type[Payload]] = {
-    "task": TaskPayload,
-    "callable": CallablePayload,
-    "shell": ShellPayload,
-    "http": HttpPayload,
-    "watchdog": WatchdogPayload,
-}
-
-
-def check_payload(kind: str, value: object) -> tuple[dict[str, Any], list[Problem]]:
-    """``value`` as the normal payload of a ``kind`` job, and every problem found."""
-    try:
-        if not isinstance(value, Mapping):
-            raise InvalidArgument("payload", "must be an object")
-        payload: dict[str, Any] = payload_json(value, "payload")
-    except InvalidArgument as exc:
-        return {}, [Problem.of(exc)]
-    model = PAYLOAD_MODELS.get(kind)
-    if model is not None:
-        try:
-            payload = model.model_validate(payload).to_dict()
-        except ValidationError as exc:
-            return {}, problems_of(exc, model, "payload")
-    try:
-        size = len(canonical_json(payload, "payload").encode())
-    except InvalidArgument as exc:
-        return {}, [Problem.of(exc)]
-    if size > MAX_PAYLOAD_BYTES:
-        message = f"is {size} bytes as canonical JSON; the limit is {MAX_PAYLOAD_BYTES}"
-        return {}, [Problem("payload", message)]
-    return payload, []
-
-
-def validate_payload(kind: str, value: object) -> dict[str, Any]:
-    """Check ``value`` as the payload of a ``kind`` job and return its normal form.
-
-    Raises:
-        InvalidArgument: ``field`` names the first offending key (``payload.argv[2]``),
-            ``details["errors"]`` lists every one when there are several.
-    """
-    payload, found = check_payload(kind, value)
-    raise_problems(found)
-    return payload

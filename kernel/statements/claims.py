@@ -11,6 +11,7 @@ from sqlalchemy import bindparam as p
 
 from kernel.db.clock import StatementNow
 from kernel.db.driver import DriverStatement
+from kernel.db.json_text import json_object
 from kernel.db.schema import controls, jobs, occurrences, requeue_grants
 from kernel.events import EventType
 from kernel.statements.logged import logged
@@ -179,14 +180,13 @@ def _claim_queued(dialect: str, occurrence_param: str = "occurrence_id") -> sa.U
 
 
 def _queued_claim_logged(claimed: sa.CTE, name: str) -> sa.CTE:
-    """The ``occurrence_claimed`` event of a queued claim's CTE, its data canonical JSON
-    around the attempt it wrote and the owner (``owner_json``: the owner as JSON text)."""
-    data = (
-        sa.literal('{"attempt":', sa.Text)
-        .concat(sa.cast(claimed.c.attempt, sa.Text))
-        .concat(sa.literal(',"owner":', sa.Text))
-        .concat(p("owner_json", type_=sa.Text))
-        .concat(sa.literal(',"previous_owner":null,"previous_status":"queued"}', sa.Text))
+    """The ``occurrence_claimed`` event of a queued claim's CTE: the attempt it wrote and
+    the owner."""
+    data = json_object(
+        attempt=claimed.c.attempt,
+        owner=p("owner", type_=sa.String),
+        previous_owner=None,
+        previous_status="queued",
     )
     return logged(
         claimed.c.now,

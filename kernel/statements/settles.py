@@ -12,6 +12,7 @@ from sqlalchemy import bindparam as p
 
 from kernel.db.clock import StatementNow
 from kernel.db.driver import DriverStatement
+from kernel.db.json_text import json_object
 from kernel.db.schema import controls, jobs, occurrences
 from kernel.events import EventType
 from kernel.statements.logged import logged
@@ -147,12 +148,7 @@ _ended_logged = (
         p("job_id", type_=sa.Text),
         p("occurrence_id", type_=sa.BigInteger),
         p("fence", type_=sa.Integer),
-        # records.dumps's canonical text: sorted keys, no spaces
-        sa.literal('{"request_id":')
-        + sa.cast(sa.func.to_json(_ended.c.pause_request_id), sa.Text)
-        + sa.literal(',"revision":')
-        + sa.cast(_ended.c.revision, sa.Text)
-        + sa.literal("}"),
+        json_object(request_id=_ended.c.pause_request_id, revision=_ended.c.revision),
         where=sa.and_(_ended.c.pause_request_id.is_not(None), _ended.c.paused_at.is_(None)),
     )
     .returning(sa.literal_column("id"))
@@ -214,10 +210,7 @@ PLAIN_SUCCESS_LOGGED = logged(
     PLAIN_SUCCESS.c.job_id,
     p("occurrence_id", type_=sa.BigInteger),
     p("held_fence", type_=sa.Integer),
-    # records.dumps's canonical text of the settle's data, {"attempt": N}
-    sa.literal('{"attempt":', sa.Text)
-    .concat(sa.cast(PLAIN_SUCCESS.c.attempt, sa.Text))
-    .concat(sa.literal("}", sa.Text)),
+    json_object(attempt=PLAIN_SUCCESS.c.attempt),
 ).cte("succeeded_plain_logged")
 #: A plain success by dialect: PostgreSQL writes its event in the same statement (sent
 #: alone, it is the whole transaction); SQLite appends it after.

@@ -27,10 +27,10 @@ from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, NotFound, StateConflict
 from kernel.events import EventType, settled_event
 from kernel.records import dumps, loads, to_dt
+from kernel.reports import Notification
 from kernel.spec.notify import NOTIFY_EVENTS, Notify
 from kernel.states import FAILED
 from kernel.states import OccurrenceStatus as S
-from kernel.types import Notification
 
 __all__ = ["claim", "delivered", "due", "get", "record", "try_failed"]
 

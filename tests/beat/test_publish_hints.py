@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_app.beat.firings import publish_hints
+from celery_app.hints import publish_hints
 from celery_app.task_names import RUN_OCCURRENCE
 from kernel.types import DispatchHint
 

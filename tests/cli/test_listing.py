@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from cli.support import define
 
-from celery_app.cli.output import format_age
-from celery_app.runtime import shutdown_marker
+from celery_app.held_run import shutdown_marker
+from celery_app.operations import format_age
 from kernel import Kernel
 
 

@@ -19,7 +19,8 @@ from integration.stack import Stack, ended
 from adapters.base import Adapter, AdjudicationContext, ExecutionContext
 from adapters.callable import CallableAdapter
 from celery_app.adjudication import ask_adapter
-from celery_app.runtime import LeaseKeeper, run_occurrence
+from celery_app.held_run import LeaseKeeper
+from celery_app.runtime import run_occurrence
 from kernel import Decision, Kernel, Verdict
 from kernel.testing import ManualClock
 

@@ -21,7 +21,8 @@ from unit.adapter_support import make_context
 
 from adapters.base import AdapterError
 from adapters.http import HttpAdapter
-from celery_app.runtime import LeaseKeeper, run_occurrence
+from celery_app.held_run import LeaseKeeper
+from celery_app.runtime import run_occurrence
 from kernel import Kernel
 from kernel.errors import InvalidArgument
 from kernel.states import Effect

@@ -21,7 +21,8 @@ from servers import serving
 from sqlalchemy.engine import make_url
 
 from adapters.registry import load_adapters
-from celery_app.runtime import LeaseKeeper, run_occurrence
+from celery_app.held_run import LeaseKeeper
+from celery_app.runtime import run_occurrence
 from kernel import Kernel
 from kernel.db.schema import jobs, metadata
 from kernel.records import dumps, loads

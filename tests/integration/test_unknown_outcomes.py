@@ -21,7 +21,8 @@ from integration.stack import Stack
 from servers import serving
 
 from adapters.http import HttpAdapter
-from celery_app.runtime import LeaseKeeper, run_occurrence
+from celery_app.held_run import LeaseKeeper
+from celery_app.runtime import run_occurrence
 from kernel import Kernel
 
 #: The server answers a charge this long after it came: past the job's timeout (2 s).

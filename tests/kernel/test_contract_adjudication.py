@@ -9,10 +9,10 @@ import pytest
 
 from kernel.errors import InvalidArgument, LeaseLost, StateConflict
 from kernel.occurrences.adapter_verdicts import MAX_ASKS
+from kernel.reports import Verdict
 from kernel.states import Decision
 from kernel.states import OccurrenceStatus as S
 from kernel.store import Kernel
-from kernel.types import Verdict
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness

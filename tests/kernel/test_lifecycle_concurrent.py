@@ -48,10 +48,10 @@ from lifecycle_model import (
     snapshot,
 )
 
+from kernel.reports import Verdict
 from kernel.states import Decision
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from kernel.types import Verdict
 from tests.kernel.interleave import Actors, Outcome, problems, refusals_are_kernel_errors
 
 STEPS = 60

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from adapters.callable import CallableAdapter
-from celery_app.runtime import LeaseKeeper, run_occurrence
+from celery_app.held_run import LeaseKeeper
+from celery_app.runtime import run_occurrence
 from kernel import Kernel, RenewAnswer
 
 RENEWING = threading.Event()

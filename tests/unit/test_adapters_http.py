@@ -18,8 +18,8 @@ from unit.adapter_support import make_context, make_occurrence
 from adapters.base import AdapterError, AdjudicationContext, Cancelled, ErrorClass
 from adapters.http import HttpAdapter
 from kernel.errors import InvalidArgument
+from kernel.reports import Verdict
 from kernel.states import Decision, Effect
-from kernel.types import Verdict
 
 
 class Recorder(ThreadingHTTPServer):

@@ -16,7 +16,7 @@ from unit.test_jobspec import EXAMPLE
 from beat_schedule.jobfiles import validate_job_file
 from kernel.errors import InvalidArgument
 from kernel.spec.jobspec import JobSpec, validate_job_spec
-from kernel.spec.payloads import check_payload
+from kernel.spec.payload_kinds import check_payload
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

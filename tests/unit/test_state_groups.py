@@ -7,6 +7,7 @@ import re
 
 from kernel import states
 from kernel.db import schema
+from kernel.db.checks import OCCURRENCE_CHECKS
 from kernel.states import OccurrenceStatus as S
 
 
@@ -29,7 +30,7 @@ def test_the_groups_nest_and_hold_the_states_the_old_tuples_forgot() -> None:
 
 
 def test_the_schema_says_the_same() -> None:
-    checks = dict(schema.OCCURRENCE_CHECKS)
+    checks = dict(OCCURRENCE_CHECKS)
     settled_check = checks["ck_occurrences_settled_iff_final"].split(" AND ")[0]
     assert _quoted(settled_check) == set(states.SETTLED)
     assert _quoted(checks["ck_occurrences_no_waiting_cancel"]) == set(states.CLAIMABLE)
