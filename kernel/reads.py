@@ -19,7 +19,7 @@ from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, NotFound
 from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
 from kernel.statements.predicates import claimable_now, status_is
-from kernel.states import ControlState, OccurrenceStatus
+from kernel.states import SETTLED, ControlState, OccurrenceStatus
 from kernel.types import Event, Job, Occurrence
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
 MAX_LIST = 1000
 S = OccurrenceStatus
 OCC = occurrences
-_FINAL = frozenset({S.SUCCEEDED, S.DEAD_LETTER, S.CANCELLED, S.SKIPPED})
 
 
 def _bounded(limit: int) -> int:
@@ -254,7 +253,7 @@ def _live_count_sql(dialect: str) -> sa.TextClause:
 def _count_query() -> sa.CompoundSelect[Any]:
     """Each final state counted up to COUNT_CAP + 1 through ``occurrences_settled_status``."""
     parts: list[sa.Select[str, int]] = []
-    for state in (S.SUCCEEDED, S.DEAD_LETTER, S.CANCELLED, S.SKIPPED):
+    for state in SETTLED:
         bounded = (
             sa.select(sa.literal_column("1").label("one"))
             .select_from(OCC)
@@ -281,7 +280,7 @@ def status_counts(tx: Tx) -> dict[str, Any]:
     capped = []
     live = tx.conn.execute(_live_count_sql(tx.conn.dialect.name)).all()
     for status, n in [*live, *tx.conn.execute(_count_query())]:
-        if status in _FINAL and n > COUNT_CAP:
+        if status in SETTLED and n > COUNT_CAP:
             n = COUNT_CAP
             capped.append(status)
         counts[status] += n
