@@ -34,6 +34,7 @@ _PG_SCAN = re.compile(r"Seq Scan on (occurrences|events)\b")
 
 READERS: dict[str, Callable[[Kernel, int], object]] = {
     "status": lambda kernel, _: kernel.status(),
+    "watchdog": lambda kernel, _: kernel.watchdog(grace=60),
     "job health": lambda kernel, _: kernel.job_health(),
     "a job's occurrences": lambda kernel, _: kernel.list_occurrences(job_id="job", limit=50),
     "event log": lambda kernel, _: kernel.events(after_id=0, limit=100),
@@ -41,9 +42,8 @@ READERS: dict[str, Callable[[Kernel, int], object]] = {
     "an occurrence's events": lambda kernel, occ: kernel.events(occurrence_id=occ, limit=1000),
     "last event id": lambda kernel, _: kernel.last_event_id(),
 }
-# Not yet flat on SQLite, left out until fixed (issue 42 item 4): the watchdog's runs past
-# their timeout and the runtime-control listing walk every row (by id; through
-# occurrences_job), the unfiltered occurrence list walks ids newest first (bounded by its
+# Not yet flat on SQLite, left out until fixed (issue 42 item 4): the runtime-control
+# listing walks every row (through occurrences_job), the unfiltered occurrence list walks ids newest first (bounded by its
 # LIMIT, which this check cannot tell from a full scan).
 
 
