@@ -18,8 +18,8 @@ from kernel.db.schema import (
 from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, NotFound
 from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
-from kernel.statements.predicates import NOT_PAUSED, claimable_now
-from kernel.states import ControlState, OccurrenceStatus
+from kernel.statements.predicates import claimable_now, status_is
+from kernel.states import SETTLED, ControlState, OccurrenceStatus
 from kernel.types import Event, Job, Occurrence
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "MAX_RUNTIME_CONTROLS",
     "runtime_controls",
     "status_counts",
+    "COUNT_CAP",
 ]
 
 MAX_LIST = 1000
@@ -192,7 +193,7 @@ def runtime_controls(
         .select_from(OCC.outerjoin(controls, controls.c.occurrence_id == OCC.c.id))
         .where(
             sa.or_(
-                OCC.c.status == S.RUNNING,
+                status_is(S.RUNNING),
                 controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.PAUSED)),
             )
         )
@@ -220,24 +221,76 @@ def runtime_controls(
     ]
 
 
+#: Final states are counted up to this many: beyond it the count says "at least" (in
+#: ``capped``), so a status read costs the same with a year of history as with a day's.
+COUNT_CAP = 10_000
+#: Each unsettled state counted through the partial index whose predicate the count
+#: repeats; SQLite is told the index (``INDEXED BY``): without statistics its planner
+#: prefers walking ``occurrences_job``, which covers every row of history.
+_LIVE_COUNTS = (
+    (
+        "occurrences_claimable",
+        "status IN ('queued', 'retry_wait') AND NOT EXISTS (SELECT 1 FROM controls"
+        " WHERE controls.occurrence_id = occurrences.id AND controls.state = 'paused')",
+    ),
+    ("occurrences_running", "status = 'running'"),
+    ("occurrences_awaiting_approval", "status = 'awaiting_approval'"),
+    ("occurrences_adjudication", "status = 'needs_adjudication'"),
+)
+
+
+def _live_count_sql(dialect: str) -> sa.TextClause:
+    return sa.text(
+        " UNION ALL ".join(
+            "SELECT status, count(*) AS n FROM occurrences"
+            + (f" INDEXED BY {index}" if dialect == "sqlite" else "")
+            + f" WHERE {where} GROUP BY status"
+            for index, where in _LIVE_COUNTS
+        )
+    )
+
+
+def _count_query() -> sa.CompoundSelect[Any]:
+    """Each final state counted up to COUNT_CAP + 1 through ``occurrences_settled_status``."""
+    parts: list[sa.Select[str, int]] = []
+    for state in SETTLED:
+        bounded = (
+            sa.select(sa.literal_column("1").label("one"))
+            .select_from(OCC)
+            .where(status_is(state), OCC.c.settled_at.is_not(None))
+            .limit(COUNT_CAP + 1)
+            .subquery()
+        )
+        parts.append(
+            sa.select(
+                sa.literal(state.value).label("status"), sa.func.count().label("n")
+            ).select_from(bounded)
+        )
+    return sa.union_all(*parts)
+
+
 def status_counts(tx: Tx) -> dict[str, Any]:
     """Counts per status, leases about to expire, paused, oldest claimable age (ms).
 
     A paused occurrence is counted once, under ``paused`` (``counts`` has that key after
-    the statuses), not also under the status its row keeps (retry_wait).
+    the statuses), not also under the status its row keeps (retry_wait). A final state
+    with more than COUNT_CAP occurrences counts COUNT_CAP and is named in ``capped``.
     """
     counts = {s.value: 0 for s in S}
-    for status, n in tx.conn.execute(
-        sa.select(OCC.c.status, sa.func.count()).where(NOT_PAUSED).group_by(OCC.c.status)
-    ):
-        counts[status] = n
+    capped = []
+    live = tx.conn.execute(_live_count_sql(tx.conn.dialect.name)).all()
+    for status, n in [*live, *tx.conn.execute(_count_query())]:
+        if status in SETTLED and n > COUNT_CAP:
+            n = COUNT_CAP
+            capped.append(status)
+        counts[status] += n
     paused = tx.conn.execute(
         sa.select(sa.func.count()).where(controls.c.state == ControlState.PAUSED)
     ).scalar_one()
     counts[ControlState.PAUSED.value] = paused
     expiring = tx.conn.execute(
         sa.select(sa.func.count()).where(
-            OCC.c.status == S.RUNNING, OCC.c.lease_expires_at <= tx.now + 10_000
+            status_is(S.RUNNING), OCC.c.lease_expires_at <= tx.now + 10_000
         )
     ).scalar_one()
     oldest = tx.conn.execute(
@@ -245,6 +298,7 @@ def status_counts(tx: Tx) -> dict[str, Any]:
     ).scalar()
     return {
         "counts": counts,
+        "capped": capped,
         "paused": paused,
         "leases_expiring_10s": expiring,
         "oldest_claimable_age_ms": None if oldest is None else tx.now - oldest,

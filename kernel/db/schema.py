@@ -223,6 +223,22 @@ occurrences = sa.Table(
         sqlite_where=sa.text("settled_at IS NOT NULL"),
         postgresql_where=sa.text("settled_at IS NOT NULL"),
     ),
+    # Status counts each final state up to a bound by a seek here (revision 0012); job_id
+    # before settled_at so that a job's last success is a seek here too (kernel/jobs/health.py).
+    sa.Index(
+        "occurrences_settled_status",
+        "status",
+        "job_id",
+        "settled_at",
+        sqlite_where=sa.text("settled_at IS NOT NULL"),
+        postgresql_where=sa.text("settled_at IS NOT NULL"),
+    ),
+    sa.Index(
+        "occurrences_adjudication",
+        "updated_at",
+        sqlite_where=sa.text("status = 'needs_adjudication'"),
+        postgresql_where=sa.text("status = 'needs_adjudication'"),
+    ),
     sa.Index(
         "occurrences_awaiting_approval",
         "approval_due_at",
@@ -296,6 +312,15 @@ events = sa.Table(
     sa.Column("data", sa.Text, nullable=False),
     sa.Index("events_occurrence", "occurrence_id", "id"),
     sa.Index("events_job", "job_id", "id"),
+    # A job's revisions without walking its whole log (revision 0012); only definition
+    # events get an entry, so a run's events cost nothing here.
+    sa.Index(
+        "events_job_definitions",
+        "job_id",
+        "id",
+        sqlite_where=sa.text("type IN ('job_defined', 'job_revised')"),
+        postgresql_where=sa.text("type IN ('job_defined', 'job_revised')"),
+    ),
 )
 
 beats = sa.Table(

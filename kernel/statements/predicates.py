@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from kernel.db.schema import controls, occurrences
 from kernel.states import CLAIMABLE, ControlState
 
-__all__ = ["CLAIMABLE_STATUS", "NOT_PAUSED", "OF_OCCURRENCE", "claimable_now"]
+__all__ = ["CLAIMABLE_STATUS", "NOT_PAUSED", "OF_OCCURRENCE", "claimable_now", "status_is"]
 
 #: The bind of an occurrence's id in an UPDATE of a table that has an ``occurrence_id``
 #: column (controls, budget reservations, adjudication asks); every other statement binds
@@ -34,3 +34,13 @@ def claimable_now(now: Any) -> sa.ColumnElement[bool]:
     asks besides (a pool slot, the job allowing it, no unresolved run before it) is the
     caller's filter."""
     return sa.and_(CLAIMABLE_STATUS, occurrences.c.available_at <= now, NOT_PAUSED)
+
+
+def status_is(*states: str) -> sa.ColumnElement[bool]:
+    """The occurrence is in one of ``states``, written into the statement's text: SQLite
+    uses a partial index (``occurrences_running``, ...) only for a predicate it can prove
+    from the text, which a bound parameter is not; reads that must not walk history use it."""
+    literals = [sa.literal(str(state), literal_execute=True) for state in states]
+    if len(literals) == 1:
+        return occurrences.c.status == literals[0]
+    return occurrences.c.status.in_(literals)
