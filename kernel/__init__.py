@@ -17,6 +17,7 @@ from kernel.errors import (
     StorageUnavailable,
 )
 from kernel.events import EventType
+from kernel.follow import EventCursor
 from kernel.jobs.cancellation import JobCancel
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
 from kernel.spec.notify import Notify
@@ -73,6 +74,7 @@ __all__ = [
     "StorageUnavailable",
     "PermissionDenied",
     "EventType",
+    "EventCursor",
     "OccurrenceStatus",
     "ControlState",
     "Decision",

@@ -39,6 +39,8 @@ operator_requests
     replay answers "deduplicated" and a replay with other evidence is refused.
 events
     Append-only log; every state change writes its events in its transaction.
+    ``xact`` (PostgreSQL; revision 0012) is the writing transaction's id, set by the
+    column's default: followers read by it, since ids commit out of order there.
 beats
     Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
 pools
@@ -317,8 +319,15 @@ events = sa.Table(
     sa.Column("occurrence_id", sa.BigInteger),
     sa.Column("fence", sa.Integer),
     sa.Column("data", sa.Text, nullable=False),
+    sa.Column("xact", sa.BigInteger),
     sa.Index("events_occurrence", "occurrence_id", "id"),
     sa.Index("events_job", "job_id", "id"),
+    sa.Index(
+        "events_xact",
+        "xact",
+        sqlite_where=sa.text("xact IS NOT NULL"),
+        postgresql_where=sa.text("xact IS NOT NULL"),
+    ),
 )
 
 beats = sa.Table(
