@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -29,7 +31,7 @@ from kernel.db.schema import events
 from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
 from kernel.reads import MAX_LIST
-from kernel.records import event_from_row
+from kernel.records import event_from_row, from_dt
 from kernel.types import Event
 
 __all__ = ["EventCursor", "cursor_now", "follow_events"]
@@ -61,6 +63,12 @@ class EventCursor:
             return str(self.after_id)
         tail = f"@{self.upto}" if self.upto is not None else ""
         return f"{self.after_id}@{self.seen or ''}{tail}"
+
+    def past(self, event_id: int, page_end: EventCursor) -> EventCursor:
+        """The cursor just past ``event_id``, one of the events a read from this cursor
+        returned with ``page_end``: a follower that stops there resumes after it."""
+        upto = page_end.upto if page_end.upto is not None else page_end.seen
+        return EventCursor(event_id, self.seen, upto)
 
     @classmethod
     def parse(cls, token: str) -> EventCursor:
@@ -98,10 +106,11 @@ def follow_events(
     job_id: str | None,
     occurrence_id: int | None,
     types: Sequence[str] | None,
+    since: datetime | None,
     limit: int,
 ) -> tuple[list[Event], EventCursor]:
-    """The events committed past ``cursor`` (at most ``limit``, filtered), and the cursor
-    past them.
+    """The events committed past ``cursor`` (at most ``limit``, filtered as
+    :func:`kernel.reads.read_events` filters), and the cursor past them.
 
     Raises:
         InvalidArgument: (``cursor``) a PostgreSQL cursor given to a SQLite kernel.
@@ -113,6 +122,8 @@ def follow_events(
         query = query.where(events.c.occurrence_id == occurrence_id)
     if types:
         query = query.where(events.c.type.in_(list(types)))
+    if since is not None:
+        query = query.where(events.c.at >= from_dt(since))
     if not _postgres(tx):
         if cursor.seen is not None or cursor.upto is not None:
             raise InvalidArgument("cursor", "a PostgreSQL cursor cannot follow a SQLite kernel")
@@ -134,26 +145,24 @@ def follow_events(
     return found, EventCursor(seen=upto)
 
 
-class _PgSnapshot(sa.types.UserDefinedType[str]):
+class _PgType(sa.types.UserDefinedType[str]):
+    """A PostgreSQL type SQLAlchemy has no name for (``pg_snapshot``, ``xid8``)."""
+
     cache_ok = True
 
-    def get_col_spec(self) -> str:
-        return "pg_snapshot"
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.name
 
 
-class _Xid8(sa.types.UserDefinedType[str]):
-    cache_ok = True
-
-    def get_col_spec(self) -> str:
-        return "xid8"
-
-
-_PG_SNAPSHOT = _PgSnapshot()
+_PG_SNAPSHOT, _XID8 = _PgType("pg_snapshot"), _PgType("xid8")
 
 
 def _visible(snapshot: str) -> sa.ColumnElement[bool]:
     """The event's transaction is visible in ``snapshot`` (always, before revision 0012)."""
-    xact = sa.cast(sa.cast(events.c.xact, sa.Text), _Xid8())
+    xact = sa.cast(sa.cast(events.c.xact, sa.Text), _XID8)
     return sa.or_(
         events.c.xact.is_(None),
         sa.func.pg_visible_in_snapshot(xact, sa.cast(snapshot, _PG_SNAPSHOT), type_=sa.Boolean),

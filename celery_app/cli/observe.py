@@ -20,7 +20,7 @@ from celery_app.cli.secret_files import open_secret_files
 from celery_app.cli.settings_report import settings_checks, settings_listing
 from celery_app.config import KernelSettings, open_kernel
 from celery_app.operations import beat_health, beat_warning
-from kernel import Event, Job, Kernel, KernelError
+from kernel import Event, EventCursor, InvalidArgument, Job, Kernel, KernelError
 from kernel.redaction import is_sensitive_name, masked_url
 
 __all__ = ["doctor", "events", "status"]
@@ -92,17 +92,36 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
 
 
 def _stream(
-    kernel: Kernel, after: int, job_id: str | None, occurrence_id: int | None, interval: float
-) -> Iterator[Event]:
+    kernel: Kernel,
+    cursor: EventCursor,
+    job_id: str | None,
+    occurrence_id: int | None,
+    interval: float,
+) -> Iterator[tuple[Event, EventCursor]]:
+    """New events by commit, each with the cursor that resumes just past it."""
     while True:
-        page = kernel.events(
-            after_id=after, job_id=job_id, occurrence_id=occurrence_id, limit=_PAGE
+        page, end = kernel.follow_events(
+            cursor, job_id=job_id, occurrence_id=occurrence_id, limit=_PAGE
         )
-        yield from page
-        if page:
-            after = page[-1].id
+        for event in page:
+            yield event, cursor.past(event.id, end)
+        cursor = end
         if len(page) < _PAGE:
             time.sleep(interval)
+
+
+class _Cursor(click.ParamType):  # type: ignore[type-arg]
+    """An event id, or (with --follow) a cursor a followed event printed."""
+
+    name = "cursor"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, EventCursor):
+            return value
+        try:
+            return EventCursor.parse(str(value))
+        except InvalidArgument as exc:
+            self.fail(exc.message, param, ctx)
 
 
 @command("events")
@@ -117,10 +136,11 @@ def _stream(
 )
 @click.option(
     "--after",
-    type=click.IntRange(min=0),
+    type=_Cursor(),
     default=None,
     metavar="ID",
-    help="Only events after this id (default: 0; with --follow: the newest).",
+    help="Only events after this id (default: 0; with --follow: the newest), or with "
+    "--follow the cursor a followed event printed (--json), to resume there.",
 )
 @click.option(
     "--before",
@@ -148,7 +168,7 @@ def events(
     env: Env,
     job_id: str | None,
     occurrence_id: int | None,
-    after: int | None,
+    after: EventCursor | None,
     before: int | None,
     limit: int,
     follow: bool,
@@ -157,21 +177,28 @@ def events(
     """The event log, oldest first, a page at a time; --follow streams new events.
 
     A page says when more events exist and which --after or --before shows them.
-    With --json, --follow prints one JSON object per line.
+    With --json, --follow prints one JSON object per line: the event and the
+    ``cursor`` that resumes just past it (--after CURSOR). --follow reads by commit: an
+    event whose transaction commits after a later id's is still printed, once.
     """
     kernel = env.kernel
     if follow and before is not None:
         raise click.UsageError("--before pages through the past; it cannot --follow")
     if not follow:
-        _events_page(env, kernel, job_id, occurrence_id, after or 0, before, limit)
+        if after is not None and after != EventCursor(after.after_id):
+            raise click.UsageError("--after CURSOR resumes a follow: add --follow")
+        _events_page(
+            env, kernel, job_id, occurrence_id, after.after_id if after else 0, before, limit
+        )
         return
-    start = kernel.last_event_id() if after is None else after
+    start = kernel.event_cursor() if after is None else after
+    newest = kernel.last_event_id() if after is None else after.after_id
     # On stderr in both modes: it tells people (and scripts waiting for it) where the stream starts.
-    click.echo(f"following events after id {start} (Ctrl-C to stop)", err=True)
-    for event in _stream(kernel, start, job_id, occurrence_id, interval):
+    click.echo(f"following events after id {newest} (Ctrl-C to stop)", err=True)
+    for event, resume in _stream(kernel, start, job_id, occurrence_id, interval):
         d = event.to_dict()
         click.echo(
-            format_json(d)
+            format_json({**d, "cursor": resume.token})
             if env.json
             else line((d["id"], d["at"], d["type"], d["job_id"], d["occurrence_id"], d["data"]))
         )

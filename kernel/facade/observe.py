@@ -89,6 +89,7 @@ class ObserveFacade(FacadeBase):
         job_id: str | None = None,
         occurrence_id: int | None = None,
         types: Sequence[str] | None = None,
+        since: datetime | None = None,
         limit: int = 100,
     ) -> tuple[list[Event], EventCursor]:
         """The events committed past ``cursor`` (None: from the oldest kept), oldest
@@ -101,6 +102,7 @@ class ObserveFacade(FacadeBase):
             job_id=job_id,
             occurrence_id=occurrence_id,
             types=types,
+            since=since,
             limit=limit,
         )
 
