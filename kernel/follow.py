@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import sqlalchemy as sa
 
@@ -36,9 +36,6 @@ from kernel.types import Event
 
 __all__ = ["EventCursor", "cursor_now", "follow_events"]
 
-#: A token longer than this is refused; a snapshot lists the transactions in progress,
-#: a few dozen ids on a busy server.
-MAX_TOKEN = 8192
 _SNAPSHOT = re.compile(r"\d{1,20}:\d{1,20}:(\d{1,20}(,\d{1,20})*)?")
 
 
@@ -55,6 +52,9 @@ class EventCursor:
     after_id: int = 0
     seen: str | None = None
     upto: str | None = None
+    #: A longer token is refused; a snapshot lists the transactions in progress, a few
+    #: dozen ids on a busy server.
+    MAX_TOKEN: ClassVar[int] = 8192
 
     @property
     def token(self) -> str:
@@ -77,7 +77,7 @@ class EventCursor:
         Raises:
             InvalidArgument: (``cursor``) not a token this module wrote.
         """
-        parts = token.split("@") if len(token) <= MAX_TOKEN else []
+        parts = token.split("@") if len(token) <= cls.MAX_TOKEN else []
         after, *snapshots = parts or [""]
         if not after.isdigit() or len(after) > 20 or len(snapshots) > 2:
             raise InvalidArgument("cursor", f"{token[:60]!r}: expected an event id or a cursor")

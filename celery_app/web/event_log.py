@@ -32,7 +32,6 @@ from starlette.concurrency import run_in_threadpool
 from celery_app import operations
 from celery_app.web.console import Context, PageLogin, render, stream_url
 from kernel import Event, EventCursor, EventType, InvalidArgument, Kernel, KernelError
-from kernel.follow import MAX_TOKEN
 
 __all__ = ["MAX_STREAMS", "STREAM_S", "LiveStreams", "router"]
 
@@ -148,7 +147,7 @@ async def live(
     context: Context,
     login: PageLogin,
     filters: EventFilters,
-    after: Annotated[str, Query(max_length=MAX_TOKEN)] = "0",
+    after: Annotated[str, Query(max_length=EventCursor.MAX_TOKEN)] = "0",
 ) -> Response:
     cursor = EventCursor.parse(after)
     # A reconnecting browser names the last message it got; one we cannot read restarts
