@@ -1,5 +1,6 @@
-"""``kernel events --follow`` on PostgreSQL (issue 39 item 5): an event whose transaction
-commits after a later id is printed, once, and a printed cursor resumes past it."""
+"""Following the log on PostgreSQL (issue 39 item 5): ``events --follow`` prints an event
+whose transaction commits after a later id, once, and a printed cursor resumes past it;
+``occurrences logs --follow`` reads through the same cursor."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from cli.support import Lines
+from cli.support import Lines, define
 
 from kernel import Kernel
 
@@ -66,3 +67,19 @@ def test_events_follow_prints_a_late_commit_once_and_resumes_from_a_cursor(
     for proc in (follow, resumed):
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 130
+
+
+def test_occurrence_logs_follow_reads_the_same_cursor_until_the_run_settles(
+    spawn, kernel: Kernel
+) -> None:
+    define(kernel, "chatty")
+    occ = kernel.run_now("chatty", request_id="r", operator="t", force=True).occurrence.id
+    assert kernel.claim(occ, owner="w", lease=60) is not None
+    kernel.append_output(occ, owner="w", fence=1, chunks=[("stdout", "one\n")])
+    logs = spawn("occurrences", "logs", str(occ), "--follow", "--json", "--interval", "0.1")
+    out = Lines(logs.stdout)
+    assert json.loads(out.next())["text"] == "one\n"
+    kernel.append_output(occ, owner="w", fence=1, chunks=[("stderr", "two\n")])
+    assert json.loads(out.next())["text"] == "two\n"
+    kernel.succeed(occ, owner="w", fence=1)
+    assert logs.wait(timeout=30) == 0
