@@ -133,12 +133,9 @@ def follow_events(
     query = query.where(_visible(upto))
     if cursor.seen is not None:
         # Only transactions the last snapshot did not see: the index finds those at or
-        # above its xmin; NULL (before revision 0012) is older than any snapshot.
+        # above its xmin.
         xmin = sa.func.pg_snapshot_xmin(sa.cast(cursor.seen, _PG_SNAPSHOT))
-        query = query.where(
-            events.c.xact >= sa.cast(sa.cast(xmin, sa.Text), sa.BigInteger),
-            sa.not_(_visible(cursor.seen)),
-        )
+        query = query.where(events.c.xact >= _bigint(xmin), sa.not_(_visible(cursor.seen)))
     found = _page(tx, query, limit)
     if len(found) == limit:
         return found, EventCursor(found[-1].id, cursor.seen, upto)
@@ -160,11 +157,25 @@ class _PgType(sa.types.UserDefinedType[str]):
 _PG_SNAPSHOT, _XID8 = _PgType("pg_snapshot"), _PgType("xid8")
 
 
+def _bigint(xid8: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+    return sa.cast(sa.cast(xid8, sa.Text), sa.BigInteger)
+
+
+#: No transaction that wrote a row this statement sees can have started after it.
+_NEWER_THAN_ANY = _bigint(sa.func.pg_snapshot_xmax(sa.func.pg_current_snapshot()))
+
+
 def _visible(snapshot: str) -> sa.ColumnElement[bool]:
-    """The event's transaction is visible in ``snapshot`` (always, before revision 0012)."""
+    """The event's transaction is visible in ``snapshot``.
+
+    Always for a row older than revision 0012 (NULL), and for a row whose id is past
+    every transaction this server has started: it was restored from a dump of another
+    cluster, its transaction committed there.
+    """
     xact = sa.cast(sa.cast(events.c.xact, sa.Text), _XID8)
     return sa.or_(
         events.c.xact.is_(None),
+        events.c.xact >= _NEWER_THAN_ANY,
         sa.func.pg_visible_in_snapshot(xact, sa.cast(snapshot, _PG_SNAPSHOT), type_=sa.Boolean),
     )
 
