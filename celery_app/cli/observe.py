@@ -139,8 +139,8 @@ class _Cursor(click.ParamType):  # type: ignore[type-arg]
     type=_Cursor(),
     default=None,
     metavar="ID",
-    help="Only events after this id (default: 0; with --follow: the newest), or with "
-    "--follow the cursor a followed event printed (--json), to resume there.",
+    help="Only events after this id (default: 0; with --follow: the newest), or past the "
+    "cursor a page or a followed event printed (--json), late commits included.",
 )
 @click.option(
     "--before",
@@ -176,7 +176,8 @@ def events(
 ) -> None:
     """The event log, oldest first, a page at a time; --follow streams new events.
 
-    A page says when more events exist and which --after or --before shows them.
+    A page says when more events exist and which --after or --before shows them; with
+    --json it carries the ``cursor`` that --after takes to read on by commit.
     With --json, --follow prints one JSON object per line: the event and the
     ``cursor`` that resumes just past it (--after CURSOR). --follow reads by commit: an
     event whose transaction commits after a later id's is still printed, once.
@@ -185,11 +186,7 @@ def events(
     if follow and before is not None:
         raise click.UsageError("--before pages through the past; it cannot --follow")
     if not follow:
-        if after is not None and after != EventCursor(after.after_id):
-            raise click.UsageError("--after CURSOR resumes a follow: add --follow")
-        _events_page(
-            env, kernel, job_id, occurrence_id, after.after_id if after else 0, before, limit
-        )
+        _events_page(env, kernel, job_id, occurrence_id, after or EventCursor(), before, limit)
         return
     start = kernel.event_cursor() if after is None else after
     newest = kernel.last_event_id() if after is None else after.after_id
@@ -209,14 +206,18 @@ def _events_page(
     kernel: Kernel,
     job_id: str | None,
     occurrence_id: int | None,
-    after: int,
+    after: EventCursor,
     before: int | None,
     limit: int,
 ) -> None:
     """One page of events, and whether more lie beyond it in the direction paged."""
-    data = operations.events(kernel, after, job_id, occurrence_id, limit, before_id=before)
+    if before is not None and after != EventCursor(after.after_id):
+        raise click.UsageError("--before pages by id: give --after an event id, not a cursor")
+    data = operations.events(
+        kernel, after.after_id, job_id, occurrence_id, limit, before_id=before, cursor=after
+    )
     if before is None:
-        hint = f"more events after id {data['last_id']}: --after {data['last_id']}"
+        hint = f"more events after id {data['last_id']}: --after {data['cursor']}"
     else:
         first = data["first_id"] if data["first_id"] is not None else before
         hint = f"older events before id {first}: --before {first}"

@@ -1,6 +1,7 @@
 """Following the log on PostgreSQL (issue 39 item 5): ``events --follow`` prints an event
 whose transaction commits after a later id, once, and a printed cursor resumes past it;
-``occurrences logs --follow`` reads through the same cursor."""
+a page's cursor reads on past late commits too; ``occurrences logs --follow`` reads
+through the same cursor."""
 
 from __future__ import annotations
 
@@ -83,3 +84,19 @@ def test_occurrence_logs_follow_reads_the_same_cursor_until_the_run_settles(
     assert json.loads(out.next())["text"] == "two\n"
     kernel.succeed(occ, owner="w", fence=1)
     assert logs.wait(timeout=30) == 0
+
+
+def test_a_page_cursor_reads_on_past_a_late_commit(cli, kernel: Kernel, caller: sa.Engine) -> None:
+    for task in ("proj.held", "proj.later"):  # their implicit jobs exist before the race
+        kernel.enqueue(task=task)
+    with caller.connect() as conn:
+        trans = conn.begin()
+        held = kernel.enqueue(task="proj.held", connection=conn).occurrence_id
+        later = kernel.enqueue(task="proj.later").occurrence_id
+        page = cli("events", "--json").json()
+        assert later in {e["occurrence_id"] for e in page["events"]}
+        assert held not in {e["occurrence_id"] for e in page["events"]}
+        trans.commit()
+    on = cli("events", "--after", page["cursor"], "--json").json()
+    assert [e["occurrence_id"] for e in on["events"]] == [held] and not on["more"]
+    assert on["events"][0]["id"] < page["last_id"]  # an id cursor would have skipped it

@@ -14,8 +14,8 @@ from kernel.store import Kernel
 from kernel.testing import ManualClock
 
 
-def _alembic(url: str, *steps: tuple[str, str], before: str | None = None) -> None:
-    """Run ``(command, revision)`` steps, then ``before`` (SQL) in the same transaction."""
+def _alembic(url: str, *steps: tuple[str, str], then: str | None = None) -> None:
+    """Run ``(command, revision)`` steps, then ``then`` (SQL) in the same transaction."""
     cfg = Config()
     cfg.set_main_option("script_location", "kernel:migrations")
     engine = create_kernel_engine(url)
@@ -24,8 +24,8 @@ def _alembic(url: str, *steps: tuple[str, str], before: str | None = None) -> No
             cfg.attributes["connection"] = conn
             for step, revision in steps:
                 getattr(command, step)(cfg, revision)
-            if before is not None:
-                conn.execute(sa.text(before))
+            if then is not None:
+                conn.execute(sa.text(then))
     finally:
         engine.dispose()
 
@@ -34,7 +34,7 @@ def test_old_events_are_followed_once_beside_new_ones(kernel_url: str) -> None:
     _alembic(
         kernel_url,
         ("upgrade", "0011"),
-        before="INSERT INTO events (at, type, job_id, data) VALUES (1, 'job_defined', 'old', '{}')",
+        then="INSERT INTO events (at, type, job_id, data) VALUES (1, 'job_defined', 'old', '{}')",
     )
     kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
     try:
