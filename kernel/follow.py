@@ -36,7 +36,9 @@ from kernel.types import Event
 
 __all__ = ["EventCursor", "cursor_now", "follow_events"]
 
-_SNAPSHOT = re.compile(r"\d{1,20}:\d{1,20}:(\d{1,20}(,\d{1,20})*)?")
+_ID = re.compile(r"[0-9]{1,19}")
+_SNAPSHOT = re.compile(r"([0-9]{1,19}):([0-9]{1,19}):([0-9]{1,19}(?:,[0-9]{1,19})*)?")
+_BIG = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +81,28 @@ class EventCursor:
         """
         parts = token.split("@") if len(token) <= cls.MAX_TOKEN else []
         after, *snapshots = parts or [""]
-        if not after.isdigit() or len(after) > 20 or len(snapshots) > 2:
+        if not _ID.fullmatch(after) or int(after) > _BIG or len(snapshots) > 2:
             raise InvalidArgument("cursor", f"{token[:60]!r}: expected an event id or a cursor")
         seen = snapshots[0] if snapshots else None
         upto = snapshots[1] if len(snapshots) == 2 else None
         if seen == "" and upto is not None:
             seen = None
-        for snapshot in (seen, upto):
-            if snapshot is not None and not _SNAPSHOT.fullmatch(snapshot):
-                raise InvalidArgument("cursor", f"{token[:60]!r}: not a cursor this kernel wrote")
+        if not all(_is_snapshot(s) for s in (seen, upto) if s is not None):
+            raise InvalidArgument("cursor", f"{token[:60]!r}: not a cursor this kernel wrote")
         return cls(int(after), seen, upto)
+
+
+def _is_snapshot(text: str) -> bool:
+    """``text`` is a snapshot as PostgreSQL writes one: 0 < xmin <= xmax, the ids in
+    progress ascending between them (anything else its cast would refuse)."""
+    found = _SNAPSHOT.fullmatch(text)
+    if found is None:
+        return False
+    xmin, xmax = int(found[1]), int(found[2])
+    running = [int(x) for x in found[3].split(",")] if found[3] else []
+    return 0 < xmin <= xmax <= _BIG and all(
+        xmin <= x < xmax and (i == 0 or running[i - 1] <= x) for i, x in enumerate(running)
+    )
 
 
 def cursor_now(tx: Tx) -> EventCursor:

@@ -103,7 +103,9 @@ def test_a_follower_pages_filters_and_resumes_from_its_token(k: Harness) -> None
 
 
 def test_a_cursor_that_is_no_token_is_refused(k: Harness) -> None:
-    for token in ("", "x", "1@2", "1@1:2:3@4:5:6@", "-1", "1@1:2:a"):
+    bad = ("", "x", "1@2", "1@1:2:3@4:5:6@", "-1", "1@1:2:a", "\u0663", "9" * 19, "1@5:3:",
+           "1@0:3:", "1@3:9:9", "1@3:9:5,4", "1@1:2:" + "1," * 5000)  # fmt: skip
+    for token in bad:
         with pytest.raises(InvalidArgument, match="cursor"):
             EventCursor.parse(token)
     snapshot = EventCursor.parse("3@10:12:11")
@@ -112,6 +114,9 @@ def test_a_cursor_that_is_no_token_is_refused(k: Harness) -> None:
     if k.backend == "sqlite":
         with pytest.raises(InvalidArgument, match="PostgreSQL cursor"):
             k.kernel.follow_events(snapshot)
+    else:  # every snapshot the parser accepts, the server takes
+        for token in ("3@10:12:11", "0@@5:5:", "0@5:9:5,5,8@9:9:"):
+            k.kernel.follow_events(EventCursor.parse(token))
 
 
 def test_rows_restored_from_another_cluster_are_delivered_once(k: Harness) -> None:
