@@ -28,7 +28,7 @@ from typing import Any
 from adapters.base import CHECKPOINT_V1, ExecutionContext
 from celery_app.settings import INTERRUPTED_EXIT
 from celery_app.shell import celery_command
-from kernel import Event, KernelError
+from kernel import Event, EventCursor, KernelError
 
 __all__ = ["heartbeat", "count_slowly", "main"]
 
@@ -174,7 +174,8 @@ def _run(seconds: float, children: list[tuple[subprocess.Popen[bytes], str]]) ->
         ("beat", ["-A", "celery_app", "beat", "--loglevel=INFO", "-s", str(var / "beat-state")]),
     ):
         children.append((_start(name, args, env, var), name))
-    cursor, paused_once, counter = 0, False, None
+    paused_once, counter = False, None
+    cursor: EventCursor | None = None  # from the first event
     deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
@@ -187,8 +188,8 @@ def _run(seconds: float, children: list[tuple[subprocess.Popen[bytes], str]]) ->
                     "count-to-ten", request_id=f"demo-{uuid.uuid4().hex[:8]}", operator="demo"
                 ).occurrence.id
                 _say(f"run-now count-to-ten -> occurrence {counter}")
-            for event in kernel.events(after_id=cursor, limit=200):
-                cursor = event.id
+            found, cursor = kernel.follow_events(cursor, limit=200)
+            for event in found:
                 _say(_describe(event))
             if counter is not None and not paused_once:
                 paused_once = _pause_and_resume(kernel, counter)

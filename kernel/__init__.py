@@ -28,6 +28,7 @@ from kernel.errors import (
     StorageUnavailable,
 )
 from kernel.events import EventType
+from kernel.follow import EventCursor
 from kernel.jobs.cancellation import JobCancel
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
 from kernel.redaction import MASK, holds_credential, is_sensitive_name, masked_url, redacted_spec
@@ -118,6 +119,7 @@ __all__ = [
     "StorageUnavailable",
     "PermissionDenied",
     "EventType",
+    "EventCursor",
     "OccurrenceStatus",
     "ControlState",
     "Decision",

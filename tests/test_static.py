@@ -103,7 +103,7 @@ _KERNEL_LAYERS: tuple[frozenset[str], ...] = tuple(
         "spec",
         "statements",
         "transitions",
-        "reads",
+        "reads follow",
         "limits",
         "occurrences",
         "jobs",

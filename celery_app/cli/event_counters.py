@@ -1,7 +1,9 @@
 """``kernel exporter``'s counters and claim-latency histogram, from tailing the event log.
 
-Each scrape reads the events written since the last one (a bounded number per scrape),
-so they count what the kernel *recorded* — every worker's claims, not one process's.
+Each scrape reads the events committed since the last one (a bounded number per scrape;
+``kernel.follow_events``, so a transaction that commits after a later id is still
+counted, once), so they count what the kernel *recorded* — every worker's claims, not
+one process's.
 The tail starts at the oldest retained event, so after a restart the counters resume
 near their old values (Prometheus treats any drop as a reset).
 
@@ -17,7 +19,7 @@ from datetime import datetime
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric
 
-from kernel import Event, EventType, Kernel, OccurrenceStatus
+from kernel import Event, EventCursor, EventType, Kernel, OccurrenceStatus
 
 __all__ = ["EventCounters"]
 
@@ -50,7 +52,7 @@ class EventCounters:
     """What the event log counted so far (not thread-safe: the collector serialises)."""
 
     def __init__(self) -> None:
-        self._after = 0
+        self._cursor = EventCursor()
         self._waiting: dict[int, float] = {}
         self._claims = Counter(
             "celery_kernel_claims", "Claims recorded by the kernel.", registry=None
@@ -139,13 +141,11 @@ class EventCounters:
         ]
 
     def tail(self, kernel: Kernel) -> None:
-        """Count the events written since the last call (at most a bounded number)."""
+        """Count the events committed since the last call (at most a bounded number)."""
         for _ in range(_MAX_PAGES_PER_SCRAPE):
-            page = kernel.events(after_id=self._after, limit=_PAGE)
+            page, self._cursor = kernel.follow_events(self._cursor, limit=_PAGE)
             for event in page:
                 self._count(event)
-            if page:
-                self._after = page[-1].id
             if len(page) < _PAGE:
                 return
 

@@ -21,7 +21,16 @@ from celery_app.cli.settings_report import settings_checks, settings_listing
 from celery_app.config import open_kernel
 from celery_app.operations import beat_health, beat_warning, format_age, format_json
 from celery_app.settings import KernelSettings
-from kernel import Event, Job, Kernel, KernelError, is_sensitive_name, masked_url
+from kernel import (
+    Event,
+    EventCursor,
+    InvalidArgument,
+    Job,
+    Kernel,
+    KernelError,
+    is_sensitive_name,
+    masked_url,
+)
 
 __all__ = ["doctor", "events", "status"]
 
@@ -93,17 +102,36 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
 
 
 def _stream(
-    kernel: Kernel, after: int, job_id: str | None, occurrence_id: int | None, interval: float
-) -> Iterator[Event]:
+    kernel: Kernel,
+    cursor: EventCursor,
+    job_id: str | None,
+    occurrence_id: int | None,
+    interval: float,
+) -> Iterator[tuple[Event, EventCursor]]:
+    """New events by commit, each with the cursor that resumes just past it."""
     while True:
-        page = kernel.events(
-            after_id=after, job_id=job_id, occurrence_id=occurrence_id, limit=_PAGE
+        page, end = kernel.follow_events(
+            cursor, job_id=job_id, occurrence_id=occurrence_id, limit=_PAGE
         )
-        yield from page
-        if page:
-            after = page[-1].id
+        for event in page:
+            yield event, cursor.past(event.id, end)
+        cursor = end
         if len(page) < _PAGE:
             time.sleep(interval)
+
+
+class _Cursor(click.ParamType):  # type: ignore[type-arg]
+    """An event id, or (with --follow) a cursor a followed event printed."""
+
+    name = "cursor"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, EventCursor):
+            return value
+        try:
+            return EventCursor.parse(str(value))
+        except InvalidArgument as exc:
+            self.fail(exc.message, param, ctx)
 
 
 @command("events")
@@ -118,10 +146,11 @@ def _stream(
 )
 @click.option(
     "--after",
-    type=click.IntRange(min=0),
+    type=_Cursor(),
     default=None,
     metavar="ID",
-    help="Only events after this id (default: 0; with --follow: the newest).",
+    help="Only events after this id (default: 0; with --follow: the newest), or past the "
+    "cursor a page or a followed event printed (--json), late commits included.",
 )
 @click.option(
     "--before",
@@ -149,7 +178,7 @@ def events(
     env: Env,
     job_id: str | None,
     occurrence_id: int | None,
-    after: int | None,
+    after: EventCursor | None,
     before: int | None,
     limit: int,
     follow: bool,
@@ -157,22 +186,26 @@ def events(
 ) -> None:
     """The event log, oldest first, a page at a time; --follow streams new events.
 
-    A page says when more events exist and which --after or --before shows them.
-    With --json, --follow prints one JSON object per line.
+    A page says when more events exist and which --after or --before shows them; with
+    --json it carries the ``cursor`` that --after takes to read on by commit.
+    With --json, --follow prints one JSON object per line: the event and the
+    ``cursor`` that resumes just past it (--after CURSOR). --follow reads by commit: an
+    event whose transaction commits after a later id's is still printed, once.
     """
     kernel = env.kernel
     if follow and before is not None:
         raise click.UsageError("--before pages through the past; it cannot --follow")
     if not follow:
-        _events_page(env, kernel, job_id, occurrence_id, after or 0, before, limit)
+        _events_page(env, kernel, job_id, occurrence_id, after or EventCursor(), before, limit)
         return
-    start = kernel.last_event_id() if after is None else after
+    start = kernel.event_cursor() if after is None else after
+    newest = kernel.last_event_id() if after is None else after.after_id
     # On stderr in both modes: it tells people (and scripts waiting for it) where the stream starts.
-    click.echo(f"following events after id {start} (Ctrl-C to stop)", err=True)
-    for event in _stream(kernel, start, job_id, occurrence_id, interval):
+    click.echo(f"following events after id {newest} (Ctrl-C to stop)", err=True)
+    for event, resume in _stream(kernel, start, job_id, occurrence_id, interval):
         d = event.to_dict()
         click.echo(
-            format_json(d)
+            format_json({**d, "cursor": resume.token})
             if env.json
             else line((d["id"], d["at"], d["type"], d["job_id"], d["occurrence_id"], d["data"]))
         )
@@ -183,14 +216,18 @@ def _events_page(
     kernel: Kernel,
     job_id: str | None,
     occurrence_id: int | None,
-    after: int,
+    after: EventCursor,
     before: int | None,
     limit: int,
 ) -> None:
     """One page of events, and whether more lie beyond it in the direction paged."""
-    data = operations.events(kernel, after, job_id, occurrence_id, limit, before_id=before)
+    if before is not None and after != EventCursor(after.after_id):
+        raise click.UsageError("--before pages by id: give --after an event id, not a cursor")
+    data = operations.events(
+        kernel, after.after_id, job_id, occurrence_id, limit, before_id=before, cursor=after
+    )
     if before is None:
-        hint = f"more events after id {data['last_id']}: --after {data['last_id']}"
+        hint = f"more events after id {data['last_id']}: --after {data['cursor']}"
     else:
         first = data["first_id"] if data["first_id"] is not None else before
         hint = f"older events before id {first}: --before {first}"

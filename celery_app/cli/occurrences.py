@@ -211,13 +211,11 @@ def _logs(env: Env, occurrence_id: int, fence: int | None, follow: bool, interva
 
 def _follow(kernel: Kernel, occurrence_id: int, interval: float) -> Iterator[dict[str, Any]]:
     """Output chunks as they are stored; ends once the occurrence settled and all is read."""
-    after = 0
+    cursor = None
     while True:
         settled = kernel.get_occurrence(occurrence_id).status not in ACTIVE
-        page = kernel.events(after_id=after, occurrence_id=occurrence_id, limit=_EVENT_PAGE)
+        page, cursor = kernel.follow_events(cursor, occurrence_id=occurrence_id, limit=_EVENT_PAGE)
         yield from output_chunks([e.to_dict() for e in page])
-        if page:
-            after = page[-1].id
         if len(page) < _EVENT_PAGE:
             if settled:
                 return

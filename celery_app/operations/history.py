@@ -9,7 +9,7 @@ from typing import Any
 
 from celery_app.operations.times import iso
 from celery_app.settings import KernelSettings
-from kernel import EventType, Kernel, redacted_spec
+from kernel import EventCursor, EventType, Kernel, redacted_spec
 
 __all__ = [
     "events",
@@ -34,12 +34,15 @@ def events(
     *,
     types: Sequence[str] | None = None,
     since: datetime | None = None,
+    cursor: EventCursor | None = None,
 ) -> dict[str, Any]:
     """One page of the event log, oldest first, and whether more lie beyond it.
 
-    After ``after_id`` by default; with ``before_id`` the page ends just before it
-    (paging back). ``more`` says whether the direction paged has more events. Only
-    events of ``types`` and at or after ``since``, when given.
+    After ``after_id`` (or from ``cursor``) by default, read by commit like a follower,
+    with the ``cursor`` that reads the next page (late commits included); with
+    ``before_id`` the page ends just before it (paging back). ``more`` says whether the
+    direction paged has more events. Only events of ``types`` and at or after ``since``,
+    when given.
     """
     scope: dict[str, Any] = {
         "job_id": job_id,
@@ -47,20 +50,24 @@ def events(
         "types": types,
         "since": since,
     }
-    found = kernel.events(after_id=after_id, before_id=before_id, limit=limit, **scope)
+    start = cursor or EventCursor(after_id)
     if before_id is None:
-        last = found[-1].id if found else after_id
-        more = bool(found) and bool(kernel.events(after_id=last, limit=1, **scope))
+        found, end = kernel.follow_events(start, limit=limit, **scope)
+        more = bool(found) and bool(kernel.follow_events(end, limit=1, **scope)[0])
+        page = {"cursor": end.token}
     else:
+        found = kernel.events(after_id=after_id, before_id=before_id, limit=limit, **scope)
         first = found[0].id if found else before_id
         more = bool(found) and bool(
             kernel.events(after_id=after_id, before_id=first, limit=1, **scope)
         )
+        page = {}
     return {
         "events": [event.to_dict() for event in found],
         "first_id": found[0].id if found else None,
-        "last_id": found[-1].id if found else after_id,
+        "last_id": found[-1].id if found else start.after_id,
         "more": more,
+        **page,
     }
 
 

@@ -22,7 +22,7 @@ from celery_app.web.actions import ACTIONS, Empty, WebAction
 from celery_app.web.auth import refuse_unless
 from celery_app.web.context import WebContext
 from celery_app.web.users import Role, User
-from kernel import EventType, OccurrenceStatus
+from kernel import EventCursor, EventType, InvalidArgument, OccurrenceStatus
 
 __all__ = ["router"]
 
@@ -169,7 +169,16 @@ def events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     type: Annotated[list[EventType] | None, Query(description="Only these types.")] = None,
     since: Annotated[datetime | None, Query(description="Only at or after this time.")] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=EventCursor.MAX_TOKEN,
+            description="Read on from a page's `cursor`, by commit (instead of `after`).",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
+    if cursor is not None and (after or before is not None):
+        raise InvalidArgument("cursor", "reads on from a page: give it without after or before")
     return operations.events(
         context.kernel,
         after,
@@ -179,6 +188,7 @@ def events(
         before_id=before,
         types=type,
         since=since and operations.utc(since),
+        cursor=None if cursor is None else EventCursor.parse(cursor),
     )
 
 

@@ -106,8 +106,8 @@ def render(
 
 def stream_url(kernel: Kernel, query: Sequence[tuple[str, str]] = ()) -> str:
     """The live stream (see :mod:`.event_log`) of the events a page shows (``query``: its
-    filters), from the newest event when it was rendered."""
-    return "/live?" + urlencode([*query, ("after", str(kernel.last_event_id()))])
+    filters), from the events committed when it was rendered."""
+    return "/live?" + urlencode([*query, ("after", kernel.event_cursor().token)])
 
 
 def error_page(request: Request, code: str, message: str, status_code: int) -> Response:

@@ -2,17 +2,20 @@
 
 The events page shows the latest events first, filtered by job, occurrence, type and
 time, and pages back towards older ones. ``/live`` is a server-sent event stream fed
-from the same log: the server polls the log after the last id it sent (one read a
-second per stream) and sends each new batch; the console's script refreshes the page
-when one arrives. A stream needs a session like every page, lasts at most
-:data:`STREAM_S` (the browser reconnects, resuming from ``Last-Event-ID``), at most
-:data:`MAX_STREAMS` are open at once, and all end within a poll when the server is
-asked to stop, so they never hold its shutdown open.
+from the same log: the server follows it by commit (``kernel.follow_events``, so a
+transaction that commits after a later id is still sent), one read a second per
+stream, and sends each new batch with the cursor past it as the message id; the
+console's script refreshes the page when one arrives. A stream needs a session like
+every page, lasts at most :data:`STREAM_S` (the browser reconnects, resuming from
+``Last-Event-ID``), at most :data:`MAX_STREAMS` are open at once, and all end within a
+poll when the server is asked to stop, so they never hold its shutdown open.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 import threading
 import time
@@ -28,7 +31,7 @@ from starlette.concurrency import run_in_threadpool
 
 from celery_app import operations
 from celery_app.web.console import Context, PageLogin, render, stream_url
-from kernel import Event, EventType, InvalidArgument, Kernel, KernelError
+from kernel import Event, EventCursor, EventType, InvalidArgument, Kernel, KernelError
 
 __all__ = ["MAX_STREAMS", "STREAM_S", "LiveStreams", "router"]
 
@@ -144,10 +147,13 @@ async def live(
     context: Context,
     login: PageLogin,
     filters: EventFilters,
-    after: Annotated[int, Query(ge=0, le=_BIG)] = 0,
+    after: Annotated[str, Query(max_length=EventCursor.MAX_TOKEN)] = "0",
 ) -> Response:
-    resumed = request.headers.get("last-event-id", "")
-    cursor = max(after, int(resumed)) if resumed.isdigit() and len(resumed) < 20 else after
+    cursor = EventCursor.parse(after)
+    # A reconnecting browser names the last message it got; one we cannot read restarts
+    # from the page's own cursor rather than failing the stream.
+    with contextlib.suppress(InvalidArgument):
+        cursor = EventCursor.parse(request.headers.get("last-event-id", ""))
     streams: LiveStreams = request.app.state.live
     if streams.open >= streams.limit:
         raise TooManyStreams(f"{streams.limit} live streams are open; reload the page later")
@@ -159,10 +165,10 @@ async def live(
 
 
 async def _stream(
-    kernel: Kernel, streams: LiveStreams, cursor: int, scope: dict[str, Any]
+    kernel: Kernel, streams: LiveStreams, cursor: EventCursor, scope: dict[str, Any]
 ) -> AsyncIterator[str]:
     """``retry``, then one ``events`` message per batch of new events (its ``id`` the
-    last event's), a comment now and then, until the stream's time is up or the server
+    cursor past them), a comment now and then, until the stream's time is up or the server
     stops. A client that goes ends it at once: the response is cancelled then."""
     streams.open += 1
     try:
@@ -170,12 +176,13 @@ async def _stream(
         ends = time.monotonic() + STREAM_S
         quiet_since = time.monotonic()
         while not streams.stopping.is_set() and time.monotonic() < ends:
-            found: list[Event] = await run_in_threadpool(
-                kernel.events, after_id=cursor, limit=_BATCH, **scope
+            found: list[Event]
+            found, cursor = await run_in_threadpool(
+                functools.partial(kernel.follow_events, cursor, limit=_BATCH, **scope)
             )
             if found:
-                cursor = found[-1].id
-                yield f"id: {cursor}\nevent: events\ndata: {json.dumps(_summaries(found))}\n\n"
+                data = json.dumps(_summaries(found))
+                yield f"id: {cursor.token}\nevent: events\ndata: {data}\n\n"
                 quiet_since = time.monotonic()
             elif time.monotonic() - quiet_since >= _KEEPALIVE_S:
                 yield ": still here\n\n"

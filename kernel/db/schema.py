@@ -39,6 +39,8 @@ operator_requests
     replay answers "deduplicated" and a replay with other evidence is refused.
 events
     Append-only log; every state change writes its events in its transaction.
+    ``xact`` (PostgreSQL; revision 0013) is the writing transaction's id, set by the
+    column's default: followers read by it, since ids commit out of order there.
 beats
     Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
 pools
@@ -310,6 +312,7 @@ events = sa.Table(
     sa.Column("occurrence_id", sa.BigInteger),
     sa.Column("fence", sa.Integer),
     sa.Column("data", sa.Text, nullable=False),
+    sa.Column("xact", sa.BigInteger),
     sa.Index("events_occurrence", "occurrence_id", "id"),
     sa.Index("events_job", "job_id", "id"),
     # A job's revisions without walking its whole log (revision 0012); only definition
@@ -320,6 +323,12 @@ events = sa.Table(
         "id",
         sqlite_where=sa.text("type IN ('job_defined', 'job_revised')"),
         postgresql_where=sa.text("type IN ('job_defined', 'job_revised')"),
+    ),
+    sa.Index(
+        "events_xact",
+        "xact",
+        sqlite_where=sa.text("xact IS NOT NULL"),
+        postgresql_where=sa.text("xact IS NOT NULL"),
     ),
 )
 

@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from kernel import reads
+from kernel import follow, reads
 from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read
+from kernel.follow import EventCursor
 from kernel.states import ACTIVE
 from kernel.types import Event, Job, Occurrence
 from kernel.upkeep import watchdog
@@ -76,8 +77,39 @@ class ObserveFacade(FacadeBase):
 
     @read
     def last_event_id(self, tx: Tx) -> int:
-        """The newest event's id (0 for none): where ``events --follow`` starts."""
+        """The newest event's id (0 for none)."""
         return reads.last_event_id(tx)
+
+    @read
+    def follow_events(
+        self,
+        tx: Tx,
+        cursor: EventCursor | None = None,
+        *,
+        job_id: str | None = None,
+        occurrence_id: int | None = None,
+        types: Sequence[str] | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> tuple[list[Event], EventCursor]:
+        """The events committed past ``cursor`` (None: from the oldest kept), oldest
+        first, and the cursor to pass next: unlike ``events(after_id=...)`` it never skips
+        a transaction that commits after a later id did (PostgreSQL). The one reader of
+        every follower: ``events --follow``, the console's ``/live``, the exporter."""
+        return follow.follow_events(
+            tx,
+            cursor or EventCursor(),
+            job_id=job_id,
+            occurrence_id=occurrence_id,
+            types=types,
+            since=since,
+            limit=limit,
+        )
+
+    @read
+    def event_cursor(self, tx: Tx) -> EventCursor:
+        """A cursor past every event committed now: where a follow of new events starts."""
+        return follow.cursor_now(tx)
 
     @read
     def runtime_controls(

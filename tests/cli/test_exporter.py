@@ -8,9 +8,11 @@ import socket
 import time
 import urllib.request
 
+import sqlalchemy as sa
 from cli.support import Lines, define
 from prometheus_client.parser import text_string_to_metric_families
 
+from celery_app.cli.event_counters import EventCounters
 from celery_app.cli.exporter import KernelCollector
 from kernel import Decision, Kernel, Verdict
 
@@ -144,3 +146,33 @@ def test_verdicts_are_counted_by_authority_and_decision(kernel: Kernel) -> None:
         (("authority", "adapter"), ("decision", "cannot_tell")): 1,
         (("authority", "operator"), ("decision", "abandon")): 1,
     }
+
+
+def test_a_transaction_that_commits_after_a_later_id_is_counted_once(
+    pg_database_url: str,
+) -> None:
+    """Issue 39 item 5: on PostgreSQL an occurrence created in a transaction left open
+    while a later id commits still has its claim latency observed, and only once."""
+    kernel = Kernel.open(pg_database_url, migrate_schema=True)
+    caller = sa.create_engine(pg_database_url, poolclass=sa.pool.NullPool)
+    counters = EventCounters()
+    try:
+        for task in ("proj.held", "proj.later"):  # their implicit jobs exist before the race
+            kernel.enqueue(task=task)
+        with caller.connect() as conn:
+            trans = conn.begin()
+            held = kernel.enqueue(task="proj.held", connection=conn).occurrence_id
+            later = kernel.enqueue(task="proj.later").occurrence_id
+            assert held is not None and later is not None and held < later
+            assert kernel.claim(later, owner="w", lease=60) is not None
+            counters.tail(kernel)
+            trans.commit()
+        assert kernel.claim(held, owner="w", lease=60) is not None
+        counters.tail(kernel)
+        counters.tail(kernel)
+    finally:
+        caller.dispose()
+        kernel.close()
+    samples = {s.name: s.value for m in counters.metrics() for s in m.samples}
+    assert samples["celery_kernel_claims_total"] == 2
+    assert samples["celery_kernel_claim_latency_seconds_count"] == 2

@@ -96,6 +96,7 @@ def test_events_page_by_id_and_filter(cli, kernel: Kernel) -> None:
     assert everything["last_id"] == everything["events"][-1]["id"]
     page = cli("events", "--after", "2", "--limit", "2", "--json").json()
     assert [e["id"] for e in page["events"]] == [3, 4]
+    assert page["cursor"] == "4"  # on SQLite the cursor is the last id
     only_b = cli("events", "--job", "b", "--json").json()["events"]
     assert {e["job_id"] for e in only_b} == {"b"}
     occ = cli("events", "--occurrence", "1", "--json").json()["events"]

@@ -97,6 +97,11 @@ def test_the_events_page_shows_the_latest_first_filtered_and_pages_back(
         assert page.status_code == 200, page.text
         assert {e["type"] for e in page.json()["events"]} == {"job_run_now"}
         assert page.json()["more"] is True
+        on = api.get("/api/events", params={"job": job, "type": "job_run_now",
+                                            "cursor": page.json()["cursor"]})  # fmt: skip
+        assert on.status_code == 200 and on.json()["events"][0]["id"] > page.json()["last_id"]
+        both = api.get("/api/events", params={"cursor": "1", "after": 1})
+        assert both.status_code == 422 and "cursor" in both.text
         since = api.get("/api/events", params={"job": job, "since": "2999-01-01T00:00:00Z"})
         assert since.status_code == 200 and since.json()["events"] == []
 
@@ -128,7 +133,9 @@ def test_the_live_stream_sends_new_events_of_its_filter(web: Web, operator: http
     assert message["event"] == "events"
     assert sorted(e["type"] for e in sent) == ["job_run_now", "occurrence_created"]
     assert {e["job_id"] for e in sent} == {job} and occ in {e["occurrence_id"] for e in sent}
-    assert int(message["id"]) == sent[-1]["id"]
+    assert int(message["id"]) == sent[-1]["id"]  # on SQLite the cursor is the last id
+    refused = operator.get("/live", params={"after": "1@not-a-snapshot"})
+    assert refused.status_code == 422 and "INVALID_ARGUMENT" in refused.text
 
 
 def test_swagger_ui_is_served_from_the_server_itself(web: Web) -> None:
