@@ -92,7 +92,9 @@ class UpkeepSteps:
                 fixed["running"],
                 extra={"action": "pool_reconciled", "beat_id": self.beat_id, **fixed},
             )
-        found = kernel.record_watchdog(grace=self.settings.watchdog_grace)
+        found = kernel.record_watchdog(
+            grace=self.settings.watchdog_grace, default_timeout=self.settings.default_timeout
+        )
         if found["new_events"]:
             log.warning(
                 "watchdog: %d overdue firing(s), %d run(s) past their timeout, "

@@ -89,10 +89,16 @@ class KernelCollector(Collector):
     """A prometheus_client collector over one kernel (thread-safe; scrapes serialise)."""
 
     def __init__(
-        self, kernel: Kernel, *, beat_retention_s: float, watchdog_grace_s: float = 60.0
+        self,
+        kernel: Kernel,
+        *,
+        beat_retention_s: float,
+        watchdog_grace_s: float = 60.0,
+        default_timeout_s: float | None = None,
     ) -> None:
         self._kernel = kernel
         self._watchdog_grace_s = watchdog_grace_s
+        self._default_timeout_s = default_timeout_s
         self._beat_retention_s = beat_retention_s
         self._lock = threading.Lock()
         self._counters = EventCounters()
@@ -104,7 +110,9 @@ class KernelCollector(Collector):
                 status = self._kernel.status()
                 beats = self._kernel.beats()
                 budgets = self._kernel.list_budgets()
-                watch = self._kernel.watchdog(grace=self._watchdog_grace_s)
+                watch = self._kernel.watchdog(
+                    grace=self._watchdog_grace_s, default_timeout=self._default_timeout_s
+                )
                 pools = self._kernel.pools()
                 health = self._kernel.job_health()
             except KernelError:
@@ -230,6 +238,7 @@ def exporter(env: Env, port: int, host: str) -> None:
             env.kernel,
             beat_retention_s=settings.beat_retention,
             watchdog_grace_s=settings.watchdog_grace,
+            default_timeout_s=settings.default_timeout,
         )
     )
     try:

@@ -96,14 +96,15 @@ def schedule_findings(app: Any, kernel: Kernel | None) -> dict[str, list[dict[st
 
 def status(kernel: Kernel, app: Any) -> dict[str, Any]:
     """Counts per status, pauses, expiring leases, dead letters, Beats and warnings."""
-    retention = KernelSettings.from_app(app).beat_retention
+    settings = KernelSettings.from_app(app)
+    retention = settings.beat_retention
     counted = kernel.status()
     now = datetime.fromtimestamp(counted["now_ms"] / 1000, UTC)
     beats = beat_health(kernel.beats(), now, retention)
     counts = counted["counts"]
     age_ms = counted["oldest_claimable_age_ms"]
     warning = beat_warning(beats, retention, app)
-    watch = kernel.watchdog(grace=KernelSettings.from_app(app).watchdog_grace)
+    watch = kernel.watchdog(grace=settings.watchdog_grace, default_timeout=settings.default_timeout)
     findings = schedule_findings(app, kernel)
     return {
         "now": iso(now),

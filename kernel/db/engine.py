@@ -56,7 +56,7 @@ _ROLLBACK = DriverStatement(sa.text("ROLLBACK"), "sqlite")
 #: The schema revision this code needs: the newest in kernel/migrations/versions (a test
 #: holds it to alembic's head). alembic itself is imported only to migrate or to name an
 #: unknown revision: a worker on a current schema never loads it (~9 MB per process).
-HEAD_REVISION = "0013"
+HEAD_REVISION = "0014"
 _VERSION_TABLE = "alembic_version"
 
 
@@ -363,6 +363,12 @@ def migrate(engine: sa.Engine) -> tuple[str | None, str]:
     Raises:
         SchemaUnknown: the database is at a revision this release does not know.
     """
+    # A current schema is read, not locked: a process opening the kernel inside its own
+    # write transaction (the first enqueue with ``connection=`` on SQLite) would otherwise
+    # wait for the write lock its own transaction holds.
+    with engine.connect().execution_options(kernel_read_only=True) as conn:
+        if schema_revision(conn) == HEAD_REVISION:
+            return HEAD_REVISION, HEAD_REVISION
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # Workers and Beats starting together all migrate; one at a time, the

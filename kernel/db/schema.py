@@ -140,6 +140,10 @@ jobs = sa.Table(
     sa.Column("after_job", sa.String(128)),
     sa.Column("defined_at", Ms, nullable=False),
     sa.Column("updated_at", Ms, nullable=False),
+    # The firings its schedule made and did not skip: what ``max_runs`` bounds (0014).
+    sa.Column("scheduled_runs", sa.Integer, nullable=False, server_default="0"),
+    # Disabled by its schedule running out: the firings it made still run (0014).
+    sa.Column("schedule_spent", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Index(
         "jobs_due",
         "next_fire_at",

@@ -58,6 +58,10 @@ def lease_ms(lease: float | None) -> int | None:
     return None if lease is None else ms(lease, "lease")
 
 
+def timeout_ms(default_timeout: float | None) -> int | None:
+    return None if default_timeout is None else ms(default_timeout, "default_timeout")
+
+
 def _transaction(
     method: Callable[Concatenate[F, Tx, P], R], read_only: bool
 ) -> Callable[Concatenate[F, P], R]:

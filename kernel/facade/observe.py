@@ -8,7 +8,7 @@ from typing import Any
 
 from kernel import follow, reads
 from kernel.db.tx import Tx
-from kernel.facade.base import FacadeBase, ms, read
+from kernel.facade.base import FacadeBase, ms, read, timeout_ms
 from kernel.follow import EventCursor
 from kernel.states import ACTIVE
 from kernel.types import Event, Job, Occurrence
@@ -130,10 +130,13 @@ class ObserveFacade(FacadeBase):
         return reads.status_counts(tx)
 
     @read
-    def watchdog(self, tx: Tx, *, grace: float = 60.0) -> dict[str, Any]:
+    def watchdog(
+        self, tx: Tx, *, grace: float = 60.0, default_timeout: float | None = None
+    ) -> dict[str, Any]:
         """Overdue firings, runs past their timeout (+ ``grace`` seconds) and the
-        adjudication backlog; reads only."""
-        return watchdog.findings(tx, ms(grace, "grace"))
+        adjudication backlog; reads only. ``default_timeout``: seconds that bound a run
+        whose job sets no ``timeout`` (the workers' ``kernel_default_timeout``)."""
+        return watchdog.findings(tx, ms(grace, "grace"), timeout_ms(default_timeout))
 
     def checkup(self) -> list[Finding]:
         """What ``kernel doctor`` reports about storage: the schema's fingerprint, the

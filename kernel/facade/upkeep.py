@@ -8,7 +8,7 @@ from typing import Any
 
 from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
-from kernel.facade.base import FacadeBase, ms, write
+from kernel.facade.base import FacadeBase, ms, timeout_ms, write
 from kernel.limits import pools
 from kernel.upkeep import history, retention, watchdog
 
@@ -41,10 +41,12 @@ class UpkeepFacade(FacadeBase):
         return retention.apply_retention(tx, dict(ages), limit)
 
     @write
-    def record_watchdog(self, tx: Tx, *, grace: float = 60.0) -> dict[str, Any]:
+    def record_watchdog(
+        self, tx: Tx, *, grace: float = 60.0, default_timeout: float | None = None
+    ) -> dict[str, Any]:
         """:meth:`watchdog`, appending ``watchdog_overdue`` / ``watchdog_overrun`` once per
         finding (Beat calls it periodically); ``new_events`` counts those appended."""
-        return watchdog.record_findings(tx, ms(grace, "grace"))
+        return watchdog.record_findings(tx, ms(grace, "grace"), timeout_ms(default_timeout))
 
     @write
     def reconcile_pools(self, tx: Tx) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from kernel.db.schema import occurrences
 from kernel.db.tx import Tx
 from kernel.errors import RevisionConflict
 from kernel.events import EventType
+from kernel.jobs.retirement import count_runs
 from kernel.occurrences.firing import admit, create_gated, lock_job
 from kernel.spec.run_params import with_params
 from kernel.states import OccurrenceStatus
@@ -99,6 +100,8 @@ def backfill(
             skipped.append((key, made.skip_reason or "skipped"))
         elif made.id is not None:
             created.append(made.id)
+    if created:  # runs of its schedule: they count toward its max_runs
+        count_runs(tx, job_id, job.revision, len(created))
     recorded: dict[str, Any] = {
         "operator": operator,
         "revision": job.revision,

@@ -14,7 +14,7 @@ from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConf
 from kernel.events import EventType
 from kernel.jobs.chain_order import parents_first
 from kernel.jobs.fan_in import FAN_IN_MARK, check_fan_in, refuse_parent_delete
-from kernel.jobs.retirement import retire, retirement, runs_left
+from kernel.jobs.retirement import count_runs, retire, retirement, runs_left
 from kernel.limits.budgets import check_ref
 from kernel.occurrences.chains import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.occurrences.firing import admit, create_gated, create_occurrence, lock_job
@@ -329,7 +329,7 @@ def fire(
     spec = loads(advanced.spec)
     created: list[int] = []
     skipped: list[tuple[str, str]] = []
-    left = runs_left(tx, job_id, spec["schedule"])
+    left = runs_left(spec["schedule"], advanced.scheduled_runs)
     if left == 0:  # its max_runs are made (it was enabled again): retired, nothing owed
         missed, missed_count, firings = (), 0, ()
     for key, at in missed:
@@ -365,6 +365,9 @@ def fire(
             else:
                 created.append(made.id)
                 left = None if left is None else left - 1
+    if created:
+        made_in_all = count_runs(tx, job_id, expected_revision, len(created))
+        left = runs_left(spec["schedule"], made_in_all)
     reason = retirement(spec["schedule"], next_cursor is None, left)
     if reason is not None:
         runs = {"max_runs": spec["schedule"]["max_runs"]} if left == 0 else {}

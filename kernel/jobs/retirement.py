@@ -1,30 +1,27 @@
 """When a scheduled job has no firings left: a one-shot that fired, a schedule past its
 ``end``, a job whose schedule made its ``max_runs`` runs. Such a job is retired (disabled,
-event ``job_disabled`` with the reason) in the transaction that made its last firing.
+event ``job_disabled`` with the reason, its schedule spent) in the transaction that made
+its last firing; the firings it made still run (``JOB_ALLOWS_CLAIM``).
 
-A job's runs are the occurrences its schedule made (trigger keys of the schedule's kind,
-``cron:`` or ``every:``; backfilled ones included, as they carry the same keys) that were
-not skipped. They are counted under the job row Beat's cursor advance holds, up to
-``max_runs`` and no further, so the count never reads more than the bound.
+A job's runs are the firings its schedule made that were not skipped (a backfill's
+included), counted on the job row as they are made (``jobs.scheduled_runs``), under the
+row the maker holds: history pruned later does not give runs back.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-
-from kernel.db.schema import occurrences
 from kernel.db.tx import Tx
 from kernel.events import EventType
-from kernel.states import OccurrenceStatus
 from kernel.transitions import occurrences as T
-from kernel.transitions.jobs import SCHEDULE_RETIRES_JOB
+from kernel.transitions.jobs import SCHEDULE_COUNTS_RUNS, SCHEDULE_RETIRES_JOB
 
 __all__ = [
     "MAX_RUNS_REACHED",
     "ONE_SHOT_FIRED",
     "SCHEDULE_ENDED",
+    "count_runs",
     "retire",
     "retirement",
     "runs_left",
@@ -35,29 +32,20 @@ ONE_SHOT_FIRED = "one_shot_fired"
 SCHEDULE_ENDED = "schedule_ended"
 MAX_RUNS_REACHED = "max_runs_reached"
 
-OCC = occurrences
 
-
-def runs_left(tx: Tx, job_id: str, schedule: dict[str, Any] | None) -> int | None:
-    """How many more runs the job's ``schedule.max_runs`` allows; None without one."""
+def runs_left(schedule: dict[str, Any] | None, made: int) -> int | None:
+    """How many more runs the job's ``schedule.max_runs`` allows after the ``made`` its
+    schedule made (``jobs.scheduled_runs``); None without a bound."""
     bound = schedule.get("max_runs") if schedule else None
-    if schedule is None or bound is None:
-        return None
-    kind = "cron" if "cron" in schedule else "every"
-    made = (
-        sa.select(OCC.c.id)
-        .where(
-            OCC.c.job_id == job_id,
-            # A range on the (job_id, trigger_key) unique index: the schedule's own keys.
-            OCC.c.trigger_key >= f"{kind}:",
-            OCC.c.trigger_key < f"{kind};",
-            OCC.c.status != OccurrenceStatus.SKIPPED.value,
-        )
-        .limit(int(bound))
-        .subquery()
-    )
-    counted = tx.conn.execute(sa.select(sa.func.count()).select_from(made)).scalar_one()
-    return max(int(bound) - int(counted), 0)
+    return None if bound is None else max(int(bound) - made, 0)
+
+
+def count_runs(tx: Tx, job_id: str, revision: int, made: int) -> int:
+    """Count ``made`` more runs of the job's schedule; the job's count after them."""
+    params = {"job_id": job_id, "expected_revision": revision, "made": made}
+    counted = T.run(tx, SCHEDULE_COUNTS_RUNS, params)
+    assert counted is not None, "the maker holds the job's row at this revision"
+    return int(counted.scheduled_runs)
 
 
 def retirement(schedule: dict[str, Any] | None, exhausted: bool, left: int | None) -> str | None:

@@ -296,25 +296,25 @@ HISTORY_MAX = 100_000
 
 class History(Section):
     """How many settled runs of a job Beat's retention keeps, newest first: at most
-    ``succeeded`` successes and ``failed`` dead letters (None: only the age limits)."""
+    ``succeeded`` successes. ``failed`` is refused: dead letters are unresolved until an
+    operator requeues them, and are never pruned (SPEC §6)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={"anyOf": [{"required": ["succeeded"]}, {"required": ["failed"]}]}
-    )
-
-    succeeded: Annotated[int, integer(1, HISTORY_MAX)] | None = Field(
-        default=None, description="Successful runs kept, the newest (at least 1)."
+    succeeded: Annotated[int, integer(1, HISTORY_MAX)] = Field(
+        description="Successful runs kept, the newest (at least 1)."
     )
     failed: Annotated[int, integer(1, HISTORY_MAX)] | None = Field(
         default=None,
-        description="Dead-lettered runs kept, the newest (at least 1); older ones are deleted "
-        "even though unresolved.",
+        description="Refused: dead letters are kept until an operator requeues them.",
     )
 
     @model_validator(mode="after")
-    def _bounded(self) -> Self:
-        if self.succeeded is None and self.failed is None:
-            raise refuse("must set succeeded or failed (or both)")
+    def _no_failed(self) -> Self:
+        if self.failed is not None:
+            raise refuse(
+                "dead letters are kept until an operator requeues them (unresolved runs "
+                "are never pruned); remove history.failed",
+                "failed",
+            )
         return self
 
     def to_dict(self) -> dict[str, Any]:

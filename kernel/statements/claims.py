@@ -70,7 +70,8 @@ _claimable_now = sa.or_(
 )
 
 #: A disabled job's occurrences wait (seed semantics) except manual ones: a run-now
-#: works for a disabled job (SPEC §6), retries of it included.
+#: works for a disabled job (SPEC §6), retries of it included; and those of a job its
+#: schedule retired (its last firings run: the job was not stopped, it ran out).
 #: The patterns are SQL literals, not binds: SQLite re-prepares a statement whose LIKE
 #: pattern is a bound parameter at every run (its LIKE optimisation plans for the
 #: value), which cost the claim three times its UPDATE (bench/README.md).
@@ -78,7 +79,7 @@ JOB_ALLOWS_CLAIM = sa.or_(
     OCC.c.trigger_key.like(sa.literal_column("'manual:%'")),
     # A one-shot job is disabled by its own firing (kernel.jobs.definitions.fire); that firing runs.
     OCC.c.trigger_key.like(sa.literal_column("'at:%'")),
-    sa.exists().where(jobs.c.id == OCC.c.job_id, jobs.c.enabled),
+    sa.exists().where(jobs.c.id == OCC.c.job_id, jobs.c.enabled | jobs.c.schedule_spent),
 )
 
 #: Claim by compare-and-set on what the claimer decided from: the fence, status and

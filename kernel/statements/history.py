@@ -16,6 +16,7 @@ from kernel.db.schema import (
     operator_requests,
     requeue_grants,
 )
+from kernel.states import RESOLVED
 
 __all__ = [
     "FORGET_OCCURRENCE_ROWS",
@@ -60,12 +61,14 @@ _PAST_LIMIT = (
     .limit(p("limit"))
     .offset(p("keep"))
 )
-#: Delete one job's runs of one status past its newest ``keep``, at most ``limit``.
+#: Delete one job's runs of one status past its newest ``keep``, at most ``limit``;
+#: never an unresolved run (a dead letter, an adjudication: SPEC §6), whatever is asked.
 DELETE_PAST_HISTORY_LIMIT = (
     sa.delete(OCC)
     .where(
         OCC.c.id.in_(_PAST_LIMIT.scalar_subquery()),
         OCC.c.status == p("status"),
+        OCC.c.status.in_([s.value for s in RESOLVED]),
     )
     .returning(OCC.c.id, OCC.c.trigger_key)
 )

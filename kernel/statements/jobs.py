@@ -30,6 +30,7 @@ __all__ = [
     "ADVANCE_CURSOR",
     "SET_ENABLED",
     "RETIRE_JOB",
+    "COUNT_SCHEDULED_RUNS",
     "DELETE_IDLE_JOB",
     "EXPIRE_FINISHED_JOB",
 ]
@@ -62,11 +63,16 @@ DEFINE_JOB = {"postgresql": _define(postgresql.insert), "sqlite": _define(sqlite
 
 
 def _revise(next_fire_at: Any) -> sa.Update:
-    """The next revision of a job still at ``expected_revision``."""
+    """The next revision of a job still at ``expected_revision``. A job its schedule
+    retired stays so while the revision leaves it disabled (its firings still run)."""
     return (
         sa.update(jobs)
         .where(jobs.c.id == p("job_id"), jobs.c.revision == p("expected_revision"))
-        .values(revision=jobs.c.revision + 1, **{**_DEFINITION, "next_fire_at": next_fire_at})
+        .values(
+            revision=jobs.c.revision + 1,
+            schedule_spent=sa.and_(jobs.c.schedule_spent, sa.not_(p("enabled", sa.Boolean))),
+            **{**_DEFINITION, "next_fire_at": next_fire_at},
+        )
     )
 
 
@@ -83,7 +89,8 @@ REVISE_LIVE_JOB = _revise(
 
 def _advance(cursor_guard: sa.ColumnElement[bool]) -> sa.Update:
     """Beat's cursor compare-and-set: the job still enabled at ``expected_revision``
-    with the cursor it planned from; the job's spec when it moved."""
+    with the cursor it planned from; the job's spec and the runs its schedule made
+    (the row is held from here, so they stay so) when it moved."""
     return (
         sa.update(jobs)
         .where(
@@ -97,7 +104,7 @@ def _advance(cursor_guard: sa.ColumnElement[bool]) -> sa.Update:
             next_trigger_key=p("next_trigger_key"),
             next_fire_at=p("next_fire_at"),
         )
-        .returning(jobs.c.spec)
+        .returning(jobs.c.spec, jobs.c.scheduled_runs)
     )
 
 
@@ -107,11 +114,13 @@ PLAN_CURSOR = _advance(sa.and_(sa.not_(jobs.c.planned), jobs.c.next_trigger_key.
 ADVANCE_CURSOR = _advance(sa.and_(jobs.c.planned, jobs.c.next_trigger_key == p("expected_cursor")))
 
 #: Flip ``enabled`` only when it is the other way; the cursor is re-planned from now.
+#: An operator's disable holds the job's waiting firings, whatever retired it before.
 SET_ENABLED = (
     sa.update(jobs)
     .where(jobs.c.id == p("job_id"), jobs.c.enabled != p("enabled"))
     .values(
         enabled=p("enabled"),
+        schedule_spent=False,
         planned=False,
         next_fire_at=None,
         next_trigger_key=None,
@@ -121,11 +130,20 @@ SET_ENABLED = (
 )
 
 #: Retire a job whose schedule has no firings left: disabled, if still enabled at
-#: ``expected_revision``.
+#: ``expected_revision``, its schedule spent (the firings it made still run).
 RETIRE_JOB = (
     sa.update(jobs)
     .where(jobs.c.id == p("job_id"), jobs.c.revision == p("expected_revision"), jobs.c.enabled)
-    .values(enabled=False, updated_at=p("now"))
+    .values(enabled=False, schedule_spent=True, updated_at=p("now"))
+)
+
+#: Count ``made`` runs of the job's schedule (Beat's firings, a backfill's), under the
+#: row its maker holds: what ``max_runs`` bounds, whatever history is kept later.
+COUNT_SCHEDULED_RUNS = (
+    sa.update(jobs)
+    .where(jobs.c.id == p("job_id"), jobs.c.revision == p("expected_revision"))
+    .values(scheduled_runs=jobs.c.scheduled_runs + p("made", sa.Integer))
+    .returning(jobs.c.scheduled_runs)
 )
 
 _child = jobs.alias("child")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from kernel.events import EventType as E
 from kernel.statements.jobs import (
     ADVANCE_CURSOR,
+    COUNT_SCHEDULED_RUNS,
     DEFINE_JOB,
     DELETE_IDLE_JOB,
     EXPIRE_FINISHED_JOB,
@@ -39,6 +40,7 @@ __all__ = [
     "OPERATOR_DISABLES_JOB",
     "OPERATOR_CANCELS_JOB",
     "SCHEDULE_RETIRES_JOB",
+    "SCHEDULE_COUNTS_RUNS",
     "SOURCE_RETIRES_JOB",
     "SOURCE_RESTORES_JOB",
     "OPERATOR_DELETES_JOB",
@@ -126,8 +128,17 @@ SCHEDULE_RETIRES_JOB = Transition(
     "Beat made its last firing (one-shot fired, schedule past its end, max_runs made)",
     (DISABLED,),
     RETIRE_JOB,
-    "enabled at the revision Beat fired (kernel/jobs/retirement.py)",
+    "enabled at the revision Beat fired (kernel/jobs/retirement.py); its schedule spent: "
+    "the firings it made still run",
     (E.JOB_DISABLED,),
+)
+SCHEDULE_COUNTS_RUNS = Transition(
+    _EITHER,
+    "Beat's firings or a backfill made runs of the job's schedule",
+    _EITHER,
+    COUNT_SCHEDULED_RUNS,
+    "at the revision they were made under, its row held: the count max_runs bounds",
+    (),
 )
 SOURCE_RETIRES_JOB = Transition(
     _EITHER,
@@ -175,6 +186,7 @@ JOB_TRANSITIONS: tuple[Transition, ...] = (
     OPERATOR_DISABLES_JOB,
     OPERATOR_CANCELS_JOB,
     SCHEDULE_RETIRES_JOB,
+    SCHEDULE_COUNTS_RUNS,
     SOURCE_RETIRES_JOB,
     SOURCE_RESTORES_JOB,
     OPERATOR_DELETES_JOB,

@@ -1,13 +1,12 @@
-"""Per-job history limits: a job's ``history: {succeeded: N, failed: M}`` keeps only its
-newest N successes and M dead letters (Kubernetes' successfulJobsHistoryLimit /
-failedJobsHistoryLimit), applied by Beat's retention pass beside the per-status ages.
+"""Per-job history limits: a job's ``history: {succeeded: N}`` keeps only its newest N
+successes (Kubernetes' successfulJobsHistoryLimit), applied by Beat's retention pass
+beside the per-status ages.
 
 Each (job, status) is one guarded DELETE that decides inside itself which runs are past
 the limit (ordered by ``settled_at``, newest kept, on the ``occurrences_job`` index) and
-still carry that status: a dead letter an operator requeues at the same moment is
-either requeued first (and no longer matches) or deleted first (and the requeue finds
-nothing), never deleted after it runs again. Dead letters are otherwise kept until
-resolved; a job that sets ``history.failed`` asks for the older ones to go.
+still carry a status history may lose. Dead letters are unresolved until an operator
+requeues them and are never pruned (SPEC §6): ``history.failed`` is refused at
+definition, and a job stored with it from an earlier release keeps every dead letter.
 """
 
 from __future__ import annotations
@@ -26,11 +25,9 @@ from kernel.upkeep.history import forget
 
 __all__ = ["LIMITED_STATUSES", "limit_history"]
 
-#: The spec's ``history`` keys and the status each limits.
-LIMITED_STATUSES: dict[str, OccurrenceStatus] = {
-    "succeeded": OccurrenceStatus.SUCCEEDED,
-    "failed": OccurrenceStatus.DEAD_LETTER,
-}
+#: The spec's ``history`` keys and the status each limits (each one of
+#: :data:`kernel.states.RESOLVED`, which the DELETE checks again).
+LIMITED_STATUSES: dict[str, OccurrenceStatus] = {"succeeded": OccurrenceStatus.SUCCEEDED}
 
 # Canonical JSON: a spec with history limits holds this key exactly as written.
 _LIMITED_JOBS = (

@@ -1,14 +1,13 @@
 """Retention: settled history and finished jobs deleted by age, in bounded batches.
 
 Beat applies it on its own (``KERNEL_RETENTION_*``); ``kernel prune`` is the manual
-form. Only finished history goes: succeeded, cancelled and skipped occurrences
-older than their status's age, and a job's runs past its ``history`` limits. Dead
-letters (unless the job's ``history.failed`` limits them) and occurrences needing
-adjudication are unresolved and never pruned. A job is deleted when it is finished and asked for
-it: ``delete_after_run`` (a one-shot job that ran) at once, ``ttl`` that long after
-it finished; finished means disabled (a one-shot job is disabled once it fired),
-every occurrence settled and resolved, and no job chained after it. A budget's
-counters of a window that ended more than the longest window ago go too.
+form. Only finished history goes: succeeded, cancelled and skipped occurrences older
+than their status's age, and a job's successes past its ``history`` limit. Dead letters
+and occurrences needing adjudication are unresolved and never pruned. A job is deleted
+when it is finished and asked for it: ``delete_after_run`` (a one-shot job that ran) at
+once, ``ttl`` that long after it finished; finished means disabled (a one-shot job is
+disabled once it fired), every occurrence settled and resolved, and no job chained after
+it. A budget's counters of a window that ended more than the longest window ago go too.
 """
 
 from __future__ import annotations

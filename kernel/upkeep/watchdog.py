@@ -3,7 +3,9 @@
 * overdue firings: an enabled, planned job whose fire cursor is more than ``grace``
   in the past (no Beat materialised it);
 * runs past their timeout: running occurrences whose current claim is older than the
-  job's ``timeout`` plus ``grace`` (the worker should have stopped them);
+  timeout their worker applies plus ``grace`` (the worker should have stopped them): the
+  job's ``timeout``, else the workers' default (``kernel_default_timeout``, handed in by
+  the caller from the same settings);
 * the adjudication backlog: occurrences waiting for an operator's verdict;
 * failing watchdog jobs: those whose latest check failed (:mod:`kernel.upkeep.watchdog_jobs`).
 
@@ -56,8 +58,9 @@ def _overdue(tx: Tx, grace_ms: int) -> tuple[int, list[dict[str, Any]]]:
     ]
 
 
-def _overrunning(tx: Tx, grace_ms: int) -> list[dict[str, Any]]:
-    """Running occurrences with a timeout whose current claim began too long ago."""
+def _overrunning(tx: Tx, grace_ms: int, default_ms: int | None) -> list[dict[str, Any]]:
+    """Running occurrences with a timeout (their own, else ``default_ms``) whose current
+    claim began too long ago."""
     claimed_at = (
         sa.select(sa.func.max(events.c.at))
         .where(
@@ -78,10 +81,11 @@ def _overrunning(tx: Tx, grace_ms: int) -> list[dict[str, Any]]:
     rows = tx.conn.execute(query).all()
     found = []
     for r in rows:
-        timeout = loads(r.definition).get("timeout")
-        if timeout is None or r.at is None:
+        own = loads(r.definition).get("timeout")
+        timeout_ms = default_ms if own is None else int(own * 1000)
+        if timeout_ms is None or r.at is None:
             continue
-        over = tx.now - r.at - int(timeout * 1000)
+        over = tx.now - r.at - timeout_ms
         if over > grace_ms:
             found.append(
                 {"occurrence_id": r.id, "job_id": r.job_id, "fence": r.fence, "over_ms": over}
@@ -89,9 +93,9 @@ def _overrunning(tx: Tx, grace_ms: int) -> list[dict[str, Any]]:
     return found[:MAX_FINDINGS]
 
 
-def findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
-    """Overdue firings, runs past their timeout, the adjudication backlog and failing
-    watchdog jobs, now."""
+def findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None) -> dict[str, Any]:
+    """Overdue firings, runs past their timeout (``default_timeout_ms`` for a job that
+    sets none), the adjudication backlog and failing watchdog jobs, now."""
     overdue_count, overdue = _overdue(tx, grace_ms)
     backlog_query = sa.select(sa.func.count(), sa.func.min(OCC.c.updated_at)).where(
         status_is(S.NEEDS_ADJUDICATION)
@@ -101,7 +105,7 @@ def findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
         "grace_ms": grace_ms,
         "overdue_firings": overdue_count,
         "overdue": overdue,
-        "overrunning": _overrunning(tx, grace_ms),
+        "overrunning": _overrunning(tx, grace_ms, default_timeout_ms),
         "needs_adjudication": backlog[0],
         "oldest_adjudication_age_ms": None if backlog[1] is None else tx.now - backlog[1],
         "failing_watchdogs": failing_watchdogs(tx, MAX_FINDINGS),
@@ -120,14 +124,14 @@ def _holds(key: str, value: str) -> Any:
     return events.c.data.like(f"%{escaped}%", escape="/")
 
 
-def record_findings(tx: Tx, grace_ms: int) -> dict[str, Any]:
+def record_findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None) -> dict[str, Any]:
     """:func:`findings`, with an event for each overdue cursor or overrunning run seen
     for the first time; ``new_events`` counts them."""
     if tx.is_postgres:
         # Taken before the reads: under READ COMMITTED each later statement then sees
         # what a recorder that held the lock first committed.
         advisory_xact_lock(tx.conn, _RECORDING_LOCK)
-    found = findings(tx, grace_ms)
+    found = findings(tx, grace_ms, default_timeout_ms)
     new = 0
     for late in found["overdue"]:
         seen = _recorded(

@@ -20,6 +20,16 @@ def _retired_because(beat: Beat, job_id: str = "job") -> list[str]:
     return [e.data.get("reason") for e in events if e.type == EventType.JOB_DISABLED]
 
 
+def _run_queued(beat: Beat) -> list[str]:
+    """Claim and settle every queued run as a worker would, the job retired or not
+    (issue 39 item 1: the firing that retired it was never claimable); their statuses."""
+    for occurrence in beat.occurrences(status="queued"):
+        claim = beat.kernel.claim(occurrence.id, owner="w1")
+        assert claim is not None, f"{occurrence.trigger_key} is not claimable"
+        beat.kernel.succeed(occurrence.id, owner="w1", fence=claim.fence)
+    return [o.status.value for o in beat.occurrences()]
+
+
 def test_a_bounded_schedule_fires_only_between_start_and_end_then_retires(beat: Beat) -> None:
     beat.define(
         overlap="allow",
@@ -35,6 +45,7 @@ def test_a_bounded_schedule_fires_only_between_start_and_end_then_retires(beat: 
     assert beat.keys() == [beat.key(3), beat.key(4), beat.key(5)]
     assert not beat.kernel.get_job("job").enabled
     assert _retired_because(beat) == ["schedule_ended"]
+    assert _run_queued(beat) == ["succeeded"] * 3
     late = why_answer(beat.kernel, "job", beat.minute(7))
     assert late["outcome"] == "ended" and "retired" in late["reason"]
     early = why_answer(beat.kernel, "job", beat.minute(1))
@@ -49,6 +60,7 @@ def test_max_runs_counts_the_runs_made_and_retires_the_job(beat: Beat) -> None:
 
     assert beat.keys() == ["manual:manual-1", beat.key(1), beat.key(2)]
     assert _retired_because(beat) == ["max_runs_reached"]
+    assert _run_queued(beat) == ["succeeded"] * 3
     later = why_answer(beat.kernel, "job", beat.minute(4))
     assert later["outcome"] == "disabled" and "max_runs" in later["reason"]
 

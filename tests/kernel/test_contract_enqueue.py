@@ -151,6 +151,29 @@ def test_in_a_rolled_back_transaction_nothing_exists_and_nothing_is_hinted(k: Ha
     engine.dispose()
 
 
+def test_a_kernel_opened_after_the_callers_write_enqueues_in_its_transaction(
+    k: Harness,
+) -> None:
+    """The first transactional enqueue of a process (issue 39 item 6): the caller wrote in
+    its transaction, then its process opens the kernel (migrating, as a client does) and
+    enqueues on the connection. Opening takes no write lock: on SQLite the caller's own
+    write holds it until the commit."""
+    engine = _caller_engine(k)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE orders (id INTEGER PRIMARY KEY)"))
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO orders (id) VALUES (1)"))
+        fresh = Kernel.open(k.url, migrate_schema=True, clock=k.clock, busy_timeout_ms=300)
+        try:
+            made = fresh.enqueue(task=TASK, key="order-1", connection=conn)
+        finally:
+            fresh.close()
+    assert k.kernel.get_occurrence(made.occurrence_id).trigger_key == "key:order-1"
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM orders")).scalar() == 1
+    engine.dispose()
+
+
 def test_a_connection_the_kernel_cannot_write_through_is_refused(
     k: Harness, tmp_path: Path, postgres_url: str
 ) -> None:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import sqlalchemy as sa
 
 from kernel.errors import InvalidArgument, NotFound
 from kernel.states import OccurrenceStatus as S
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.interleave import Actors, race_rounds, refusals_are_kernel_errors
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
@@ -36,8 +35,8 @@ def _statuses(kernel: Kernel, job: str) -> dict[int, str]:
     return {o.id: o.status.value for o in kernel.list_occurrences(job_id=job, limit=1000)}
 
 
-def test_the_newest_runs_of_each_limited_status_are_kept(k: Harness) -> None:
-    k.define("limited", history={"succeeded": 2, "failed": 1})
+def test_the_newest_successes_are_kept_and_every_dead_letter(k: Harness) -> None:
+    k.define("limited", history={"succeeded": 2})
     k.define("unlimited")
     ok = [_settle(k.kernel, k.clock, "limited", f"s{n}", succeed=True) for n in range(4)]
     dead = [_settle(k.kernel, k.clock, "limited", f"f{n}", succeed=False) for n in range(3)]
@@ -46,28 +45,47 @@ def test_the_newest_runs_of_each_limited_status_are_kept(k: Harness) -> None:
     other = [_settle(k.kernel, k.clock, "unlimited", f"o{n}", succeed=n % 2 == 0) for n in range(4)]
 
     done = k.kernel.apply_retention(NO_AGES)
-    assert (done["occurrences"], done["more"]) == (4, False)
+    assert (done["occurrences"], done["more"]) == (2, False)
     assert _statuses(k.kernel, "limited") == {
         ok[2]: "succeeded",
         ok[3]: "succeeded",
-        dead[2]: "dead_letter",
+        **{d: "dead_letter" for d in dead},  # unresolved: never pruned (SPEC §6)
         cancelled.occurrence.id: "cancelled",
     }
     assert sorted(_statuses(k.kernel, "unlimited")) == other
-    for gone in (ok[0], dead[0]):
-        with pytest.raises(NotFound):
-            k.kernel.get_occurrence(gone)
-        assert k.kernel.events(occurrence_id=gone) == []
+    with pytest.raises(NotFound):
+        k.kernel.get_occurrence(ok[0])
+    assert k.kernel.events(occurrence_id=ok[0]) == []
     job_events = k.kernel.events(job_id="limited", limit=1000)
     pruned = [e for e in job_events if e.type == "history_pruned"]
-    assert sorted((e.data["statuses"], e.data["occurrences"], e.data["kept"]) for e in pruned) == [
-        (["dead_letter"], 2, 1),
+    assert [(e.data["statuses"], e.data["occurrences"], e.data["kept"]) for e in pruned] == [
         (["succeeded"], 2, 2),
     ]
     assert {e.data["reason"] for e in pruned} == {"history"}
     kept_keys = {k.kernel.get_occurrence(o).trigger_key for o in ok[2:]}
     assert not kept_keys & {key for e in pruned for key in e.data["trigger_keys"]}
     assert k.kernel.apply_retention(NO_AGES)["occurrences"] == 0  # nothing left past a limit
+
+
+def test_a_job_stored_with_history_failed_keeps_its_dead_letters(k: Harness) -> None:
+    """A job defined while ``history.failed`` was accepted still holds it in its stored
+    spec: retention prunes none of its dead letters, and each can be requeued."""
+    k.define("limited", history={"succeeded": 1})
+    engine = sa.create_engine(k.url)
+    with engine.begin() as conn:  # the spec as an earlier release stored it
+        conn.execute(
+            sa.text("UPDATE jobs SET spec = replace(spec, :was, :now) WHERE id = 'limited'"),
+            {"was": '"history":{"succeeded":1}', "now": '"history":{"failed":1,"succeeded":1}'},
+        )
+    engine.dispose()
+    assert k.kernel.get_job("limited").spec["history"] == {"failed": 1, "succeeded": 1}
+    dead = [_settle(k.kernel, k.clock, "limited", f"f{n}", succeed=False) for n in range(3)]
+
+    assert k.kernel.apply_retention(NO_AGES)["occurrences"] == 0
+    assert _statuses(k.kernel, "limited") == {d: "dead_letter" for d in dead}
+    assert "occurrence_dead_letter" in k.event_types(dead[0])
+    requeued = k.kernel.requeue(dead[0], request_id="rq", operator="ops")
+    assert requeued.occurrence.status == S.RETRY_WAIT
 
 
 def test_a_pass_deletes_at_most_its_limit_and_says_more_is_left(k: Harness) -> None:
@@ -82,8 +100,9 @@ def test_a_pass_deletes_at_most_its_limit_and_says_more_is_left(k: Harness) -> N
 
 #: Each refused ``history`` and the field the refusal names.
 BAD_HISTORY: list[tuple[Any, str]] = [
-    ({}, "history"),
-    ({"failed": 0}, "history.failed"),
+    ({}, "history.succeeded"),
+    ({"succeeded": 1, "failed": 0}, "history.failed"),
+    ({"succeeded": 5, "failed": 5}, "history.failed"),  # dead letters wait for an operator
     ({"succeeded": "ten"}, "history.succeeded"),
     ({"kept": 3}, "history.kept"),
     ([10], "history"),
@@ -97,35 +116,3 @@ def test_bad_history_limits_are_refused_naming_the_field(k: Harness) -> None:
         assert refused.value.field == field, history
     assert k.kernel.list_jobs() == []
     assert k.kernel.events(limit=10) == []
-
-
-@pytest.fixture
-def pair(k: Harness) -> Iterator[tuple[Kernel, Actors]]:
-    actors = Actors(k.url, [k.clock, k.clock])
-    yield k.kernel, actors
-    actors.close()
-
-
-def test_a_requeue_racing_the_limit_either_wins_or_finds_nothing(
-    k: Harness, pair: tuple[Kernel, Actors]
-) -> None:
-    kernel, actors = pair
-    postgres = k.backend == "postgres"
-    for i in range(race_rounds(postgres, 20)):
-        job = f"race-{i}"
-        k.define(job, history={"failed": 1})
-        older = _settle(kernel, k.clock, job, f"{job}-a", succeed=False)
-        _settle(kernel, k.clock, job, f"{job}-b", succeed=False)
-        pruned, requeued = actors.run(
-            lambda kk: kk.apply_retention(NO_AGES),
-            lambda kk, o=older, j=job: kk.requeue(o, request_id=f"rq-{j}", operator="ops"),
-            hold=older,
-        )
-        refusals_are_kernel_errors([pruned, requeued])
-        assert pruned.ok, (i, pruned)
-        if requeued.ok:  # requeued first: no longer a dead letter, so the limit spared it
-            assert kernel.get_occurrence(older).status == S.RETRY_WAIT, i
-            assert pruned.value["occurrences"] == 0, (i, pruned)
-        else:  # deleted first: the requeue finds nothing
-            assert requeued.code == "NOT_FOUND", (i, requeued)
-            assert pruned.value["occurrences"] == 1, (i, pruned)

@@ -54,3 +54,21 @@ def test_the_adjudication_backlog_is_counted_with_its_age(k: Harness) -> None:
     assert found["needs_adjudication"] == 1
     assert found["oldest_adjudication_age_ms"] == 100_000
     assert k.kernel.get_occurrence(claim.occurrence.id).status == "needs_adjudication"
+
+
+def test_a_run_past_the_default_timeout_is_found_when_its_job_sets_none(k: Harness) -> None:
+    """Workers bound a job without ``timeout`` by ``kernel_default_timeout``; the watchdog
+    reports its overrun by the same bound (issue 39 item 12); a job's own wins."""
+    k.define("bounded-by-default", lease="1h")
+    claim = k.running("bounded-by-default", lease=3600)
+    k.define("own", timeout="1h", lease="1h")
+    k.running("own", lease=3600)  # its own timeout, longer than the default
+    k.clock.advance(60 + 5)
+    assert k.kernel.watchdog(grace=10, default_timeout=60)["overrunning"] == []
+    k.clock.advance(6)
+    assert k.kernel.watchdog(grace=10)["overrunning"] == []  # no default: unbounded
+    found = k.kernel.record_watchdog(grace=10, default_timeout=60)
+    assert [(r["occurrence_id"], r["over_ms"]) for r in found["overrunning"]] == [
+        (claim.occurrence.id, 11_000)
+    ]
+    assert "watchdog_overrun" in k.event_types(claim.occurrence.id)
