@@ -126,6 +126,18 @@ metadata = sa.MetaData()
 Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 Ms = sa.BigInteger
 
+
+def _partial(name: str, *columns: str, where: str, unique: bool = False) -> sa.Index:
+    """An index of only the rows ``where`` holds, the same on both dialects."""
+    return sa.Index(
+        name,
+        *columns,
+        unique=unique,
+        sqlite_where=sa.text(where),
+        postgresql_where=sa.text(where),
+    )
+
+
 jobs = sa.Table(
     "jobs",
     metadata,
@@ -144,18 +156,8 @@ jobs = sa.Table(
     sa.Column("scheduled_runs", sa.Integer, nullable=False, server_default="0"),
     # Disabled by its schedule running out: the firings it made still run (0014).
     sa.Column("schedule_spent", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Index(
-        "jobs_due",
-        "next_fire_at",
-        sqlite_where=sa.text("enabled AND planned"),
-        postgresql_where=sa.text("enabled AND planned"),
-    ),
-    sa.Index(
-        "jobs_unplanned",
-        "id",
-        sqlite_where=sa.text("enabled AND NOT planned"),
-        postgresql_where=sa.text("enabled AND NOT planned"),
-    ),
+    _partial("jobs_due", "next_fire_at", where="enabled AND planned"),
+    _partial("jobs_unplanned", "id", where="enabled AND NOT planned"),
     sa.Index("jobs_after", "after_job"),
 )
 
@@ -201,64 +203,34 @@ occurrences = sa.Table(
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
     # plan turn settle-by-id into a scan of every running row.
-    sa.Index(
-        "occurrences_claimable",
-        "available_at",
-        sqlite_where=sa.text("status IN ('queued', 'retry_wait')"),
-        postgresql_where=sa.text("status IN ('queued', 'retry_wait')"),
-    ),
-    sa.Index(
-        "occurrences_running",
-        "lease_expires_at",
-        sqlite_where=sa.text("status = 'running'"),
-        postgresql_where=sa.text("status = 'running'"),
-    ),
+    _partial("occurrences_claimable", "available_at", where="status IN ('queued', 'retry_wait')"),
+    _partial("occurrences_running", "lease_expires_at", where="status = 'running'"),
     # settled_at too: a job's last success or failure is one seek (kernel/jobs/health.py).
     sa.Index("occurrences_job", "job_id", "status", "settled_at"),
     # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
     # writes an entry into every index whose predicate its new row version meets.
-    sa.Index(
-        "occurrences_pool",
-        "pool",
-        sqlite_where=sa.text("status = 'running' AND pool IS NOT NULL"),
-        postgresql_where=sa.text("status = 'running' AND pool IS NOT NULL"),
-    ),
-    sa.Index(
-        "occurrences_settled",
-        "settled_at",
-        sqlite_where=sa.text("settled_at IS NOT NULL"),
-        postgresql_where=sa.text("settled_at IS NOT NULL"),
-    ),
+    _partial("occurrences_pool", "pool", where="status = 'running' AND pool IS NOT NULL"),
+    _partial("occurrences_settled", "settled_at", where="settled_at IS NOT NULL"),
     # Status counts each final state up to a bound by a seek here (revision 0012); job_id
     # before settled_at so that a job's last success is a seek here too (kernel/jobs/health.py).
-    sa.Index(
+    _partial(
         "occurrences_settled_status",
         "status",
         "job_id",
         "settled_at",
-        sqlite_where=sa.text("settled_at IS NOT NULL"),
-        postgresql_where=sa.text("settled_at IS NOT NULL"),
+        where="settled_at IS NOT NULL",
     ),
-    sa.Index(
-        "occurrences_adjudication",
-        "updated_at",
-        sqlite_where=sa.text("status = 'needs_adjudication'"),
-        postgresql_where=sa.text("status = 'needs_adjudication'"),
-    ),
-    sa.Index(
-        "occurrences_awaiting_approval",
-        "approval_due_at",
-        sqlite_where=sa.text("status = 'awaiting_approval'"),
-        postgresql_where=sa.text("status = 'awaiting_approval'"),
+    _partial("occurrences_adjudication", "updated_at", where="status = 'needs_adjudication'"),
+    _partial(
+        "occurrences_awaiting_approval", "approval_due_at", where="status = 'awaiting_approval'"
     ),
     # One running exclusive occurrence per job (overlap queue/replace): the data
     # guard two claimers on PostgreSQL cannot both pass (revision 0002).
-    sa.Index(
+    _partial(
         "occurrences_one_running_exclusive",
         "job_id",
         unique=True,
-        sqlite_where=sa.text("status = 'running' AND exclusive"),
-        postgresql_where=sa.text("status = 'running' AND exclusive"),
+        where="status = 'running' AND exclusive",
     ),
     *(sa.CheckConstraint(condition, name=name) for name, condition in OCCURRENCE_CHECKS),
 )
@@ -321,19 +293,10 @@ events = sa.Table(
     sa.Index("events_job", "job_id", "id"),
     # A job's revisions without walking its whole log (revision 0012); only definition
     # events get an entry, so a run's events cost nothing here.
-    sa.Index(
-        "events_job_definitions",
-        "job_id",
-        "id",
-        sqlite_where=sa.text("type IN ('job_defined', 'job_revised')"),
-        postgresql_where=sa.text("type IN ('job_defined', 'job_revised')"),
+    _partial(
+        "events_job_definitions", "job_id", "id", where="type IN ('job_defined', 'job_revised')"
     ),
-    sa.Index(
-        "events_xact",
-        "xact",
-        sqlite_where=sa.text("xact IS NOT NULL"),
-        postgresql_where=sa.text("xact IS NOT NULL"),
-    ),
+    _partial("events_xact", "xact", where="xact IS NOT NULL"),
 )
 
 beats = sa.Table(
@@ -427,11 +390,6 @@ notifications = sa.Table(
     sa.Column("created_at", Ms, nullable=False),
     sa.Column("updated_at", Ms, nullable=False),
     sa.UniqueConstraint("occurrence_id", "fence", name="notifications_run"),
-    sa.Index(
-        "notifications_due",
-        "next_at",
-        sqlite_where=sa.text("state = 'pending'"),
-        postgresql_where=sa.text("state = 'pending'"),
-    ),
+    _partial("notifications_due", "next_at", where="state = 'pending'"),
     *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
 )
