@@ -61,7 +61,7 @@ def job_spec(job_id: str, max_attempts: int, tag: int = 0) -> dict[str, Any]:
 
 def snapshot(kernel: Kernel) -> Snapshot:
     """Every row of every table the lifecycle touches."""
-    with kernel.db.engine.connect() as conn:
+    with kernel.engine.connect() as conn:
         return {
             table: [
                 dict(r)

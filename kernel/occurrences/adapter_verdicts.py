@@ -29,6 +29,7 @@ from kernel.reads import get_occurrence
 from kernel.records import loads, to_dt
 from kernel.spec.durations import canonical_json
 from kernel.states import Decision, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import AdapterAsk, Adjudication, DispatchHint, Occurrence, Verdict
 
@@ -56,7 +57,7 @@ def ask_adapter(tx: Tx, occurrence_id: int, *, asker: str, window_ms: int) -> Ad
     (decided, asked by another worker now, left to the operator, or gone)."""
     token = uuid.uuid4().hex
     deadline = tx.now + window_ms
-    asked = T.run(
+    asked = door.run(
         tx,
         T.WORKER_ASKS_ADAPTER,
         {
@@ -98,7 +99,7 @@ def adapter_adjudicates(tx: Tx, occurrence_id: int, *, token: str, verdict: Verd
     evidence = _checked_evidence(verdict.evidence)
     to_status = S.SUCCEEDED if decision == Decision.APPLIED else S.RETRY_WAIT
     settled = to_status == S.SUCCEEDED
-    decided = T.run(
+    decided = door.run(
         tx,
         T.ADAPTER_ADJUDICATES,
         {
@@ -134,7 +135,7 @@ def adapter_cannot_tell(tx: Tx, occurrence_id: int, *, token: str, reason: str) 
         StateConflict: the occurrence no longer needs adjudication (an operator decided).
         LeaseLost: the ask expired or another worker asks now.
     """
-    marked = T.run(
+    marked = door.run(
         tx,
         T.ADAPTER_CANNOT_TELL,
         {"of_occurrence": occurrence_id, "ask_token": token, "now": tx.now},

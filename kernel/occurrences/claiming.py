@@ -17,6 +17,7 @@ from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
 from kernel.statements.predicates import claimable_now
 from kernel.states import ControlState, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Claim
 
@@ -114,14 +115,14 @@ def claim(
     if o["exclusive"] and tx.is_postgres:
         claimed = _claim_exclusive(tx, transition, params)
     else:
-        claimed = T.run(tx, transition, params)
+        claimed = door.run(tx, transition, params)
     if claimed is None:
         pools.give_back(tx, slot)
         # Moved since it was read (PostgreSQL): decide once more from what it is now.
         return claim(tx, occurrence_id, owner, lease_ms, again=False) if again else None
     fence = claimed._mapping["fence"]
     if state == ControlState.PAUSE_REQUESTED:
-        T.run(
+        door.run(
             tx,
             T.PAUSE_REQUEST_REBOUND,
             {"of_occurrence": occurrence_id, "new_fence": fence, "now": tx.now},
@@ -159,7 +160,7 @@ def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) 
         "lease_ms": lease_ms,
     }
     # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
-    claimed = T.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
+    claimed = door.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
     return None if claimed is None else _queued_claim(tx, claimed, owner)
 
 
@@ -210,7 +211,7 @@ def succeed_and_claim(
             "owner_json": dumps(owner),
             "lease_ms": lease_ms,
         }
-        both = T.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)
+        both = door.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)
         if both is not None and both.id is not None:
             return _queued_claim(tx, both, owner)
         if both is not None:  # settled, committed alone: the claim is a transaction of its own
@@ -243,7 +244,7 @@ def _claim_exclusive(
     and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
     savepoint = tx.conn.begin_nested()
     try:
-        claimed = T.run(tx, transition, params)
+        claimed = door.run(tx, transition, params)
     except sa.exc.IntegrityError as exc:
         savepoint.rollback()
         if constraint_name(exc) != EXCLUSIVE_INDEX:

@@ -34,6 +34,7 @@ from kernel.occurrences.rows import record_request
 from kernel.records import dumps, job_from_row
 from kernel.spec.run_params import params_digest, with_params
 from kernel.states import ACTIVE, UNSETTLED, WAITING, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Job
 
@@ -235,7 +236,7 @@ def create_occurrence(
         "approval_due_at": tx.now + int(spec["approval"]["timeout"] * 1000) if awaiting else None,
         "approval_auto": spec["approval"]["auto"] if awaiting else None,
     }
-    inserted = T.run(tx, T.BEAT_FIRES, values)
+    inserted = door.run(tx, T.BEAT_FIRES, values)
     new_id = inserted.id if inserted is not None else None
     if new_id is None:
         existing = tx.conn.execute(

@@ -16,6 +16,7 @@ from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
 from kernel.records import dumps, loads
 from kernel.states import OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
 __all__ = ["expire_leases", "expire"]
@@ -53,7 +54,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
     """Settle one expired lease (``m``: its occurrence row as read) if it decides its
     own end, with its events; None when it does not, or moved since it was read.
     ``give_back=False``: the caller gives the pool slot back (``m["pool"]``)."""
-    expired = T.run(
+    expired = door.run(
         tx,
         T.LEASE_EXPIRES,
         {

@@ -22,12 +22,12 @@ from kernel.errors import (
 )
 from kernel.events import EventType, settled_event
 from kernel.limits import budgets, pools
-from kernel.occurrences import result_hooks
 from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer
 
@@ -69,7 +69,7 @@ def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> 
         "now": tx.now,
         "lease_until": tx.now + lease_ms,
     }
-    renewed = T.run(tx, T.WORKER_RENEWS, params)
+    renewed = door.run(tx, T.WORKER_RENEWS, params)
     if renewed is None:
         raise lease_lost(tx, occurrence_id, owner, fence)
     control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
@@ -155,7 +155,7 @@ def settle(
             retry_delay_ms = int(delay_s * 1000)
     else:
         raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
-    updated = T.run(
+    updated = door.run(
         tx,
         _SETTLES[outcome],
         {
@@ -187,7 +187,7 @@ def settle(
         # ``control_open`` is read from SETTLE's snapshot: a pause request committed
         # while SETTLE waited for the row lock is not in it, so the control is ended
         # unconditionally, in the statement that also writes the events.
-        T.run_count(
+        door.run_count(
             tx,
             T.CONTROL_ENDS_WITH_SETTLE,
             {
@@ -211,7 +211,6 @@ def settle(
         )
     if to_status == S.SUCCEEDED:
         budgets.settle_units(tx, occurrence_id, result)
-        result_hooks.after_success(tx, occurrence_id, u["job_id"], fence, result)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,
@@ -230,11 +229,9 @@ def _without_traceback(error: dict[str, Any]) -> dict[str, Any]:
 
 
 def owes_more(result: Any) -> bool:
-    """A success whose result the kernel acts on beyond the settle: budget units it
-    reports, or a registered kind's result hook."""
-    return isinstance(result, Mapping) and (
-        budgets.REPORTED_UNITS_KEY in result or result_hooks.wanted(result)
-    )
+    """A success whose result the settle acts on beyond its row and event: budget units
+    it reports. (A watchdog's report is the facade's, after the settle: same transaction.)"""
+    return isinstance(result, Mapping) and budgets.REPORTED_UNITS_KEY in result
 
 
 def succeed_plain_params(
@@ -257,7 +254,7 @@ def _succeed_plain(
     """WORKER_SUCCEEDS_PLAIN; False (nothing written) when its guard held for no row,
     a lost lease included: SETTLE then decides, and says which."""
     params = succeed_plain_params(tx, occurrence_id, owner, fence, result)
-    settled = T.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
+    settled = door.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
     if settled is None:
         return False
     tx.observe_now(settled.now)
@@ -309,7 +306,7 @@ def release(
     if pause_request_id is not None:
         if tx.is_postgres:
             st.LOCK_OCCURRENCE.first(tx.conn, {"occurrence_id": occurrence_id})
-        acked = T.run(
+        acked = door.run(
             tx,
             T.WORKER_ACKS_PAUSE,
             {
@@ -324,7 +321,7 @@ def release(
             raise _ack_refused(
                 tx, occurrence_id, owner, fence, pause_request_id, expected_revision, safe_point
             )
-    released = T.run(
+    released = door.run(
         tx,
         T.WORKER_RELEASES,
         {
@@ -352,7 +349,7 @@ def release(
         )
         return
     if pause_request_id is None:
-        handed = T.run(
+        handed = door.run(
             tx,
             T.WORKER_RELEASES_CONTROL,
             {**params, "occurrence_id": occurrence_id, "safe_points": dumps([safe_point])},

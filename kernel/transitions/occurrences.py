@@ -12,7 +12,7 @@ the guard decides, such as a pool's ``room`` or ``full``) in
 :mod:`kernel.transitions.limits`.
 
 The kernel performs a transition only through its row (:mod:`kernel.transitions.door`):
-``run(tx, WORKER_SUCCEEDS, params)`` executes the row's statement, and any event a row
+``door.run(tx, WORKER_SUCCEEDS, params)`` executes the row's statement, and any event a row
 lists may be appended only in a transaction that ran a row listing it (``Tx.emit``
 checks). tests/kernel/test_state_machine.py checks the kernel against these rows,
 tests/kernel/test_transitions.py the rows themselves, tests/kernel/test_table_walk.py
@@ -26,7 +26,7 @@ from kernel.events import EventType as E
 from kernel.states import CLAIMABLE, WAITING
 from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
-from kernel.transitions.door import Transition, run, run_all, run_count, run_many
+from kernel.transitions.door import Transition
 from kernel.transitions.jobs import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
 from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS
 
@@ -43,10 +43,6 @@ __all__ = [
     "TRANSITION_EVENTS",
     "allowed_pairs",
     "statement_name",
-    "run",
-    "run_all",
-    "run_count",
-    "run_many",
 ]
 
 _HELD = "running, owner and fence as held, lease live"

@@ -31,7 +31,7 @@ from kernel.db.schema import (
 from kernel.events import EVENTS_OUTSIDE_THE_TABLE, EventType
 from kernel.transitions import occurrences as T
 
-KERNEL = Path(T.__file__).resolve().parent
+KERNEL = Path(T.__file__).resolve().parent.parent  # kernel/
 
 
 def _forms(statement: Any) -> Iterator[Any]:
@@ -100,10 +100,10 @@ def _sources() -> Iterator[tuple[str, ast.AST]]:
 
 #: The table's modules: the rows and the door that runs them.
 _TABLE_MODULES = {
-    "transitions.py",
-    "transition_door.py",
-    "job_transitions.py",
-    "limit_transitions.py",
+    "transitions/occurrences.py",
+    "transitions/door.py",
+    "transitions/jobs.py",
+    "transitions/limits.py",
 }
 
 
@@ -177,12 +177,12 @@ def test_only_tx_writes_events_and_only_statements_build_dml() -> None:
     )
     # Python's one writer (Tx.emit) and SQL's one builder (a statement's own events on
     # PostgreSQL): the same columns either way.
-    assert set(event_writers) == {"tx.py", "statements/logged.py"}
+    assert set(event_writers) == {"db/tx.py", "statements/logged.py"}
     outside = sorted(
         name
         for name, tree in _sources()
         if not name.startswith("statements/")
-        and name != "tx.py"
+        and name != "db/tx.py"
         and any(_builds(n, _DML) for n in ast.walk(tree))
     )
     assert outside == []
@@ -214,7 +214,7 @@ def _statements_named(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 def test_a_rows_statement_runs_only_through_the_door() -> None:
     """No kernel module outside kernel/statements/ and the table's names a row's statement:
-    the kernel reaches it through its row (``T.run``, ``run_all``, ``run_count``) only."""
+    the kernel reaches it through its row (``door.run``, ``run_all``, ``run_count``) only."""
     rows = {T.statement_name(row) for row in T.TRANSITIONS}
     named = sorted(
         f"{name}:{line} {statement}"
