@@ -15,7 +15,7 @@ from kernel.events import EventType
 from kernel.limits import pools
 from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
-from kernel.statements.predicates import claimable_now
+from kernel.statements.predicates import claimable_now, lease_expired
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
@@ -54,7 +54,7 @@ def claim(
     o = row._mapping
     tx.observe_now(o["now"])
     state = o["control_state"]
-    if o["status"] == S.RUNNING and o["lease_expires_at"] <= tx.now and _ends_on_expiry(o, state):
+    if o["lease_expired"] and _ends_on_expiry(o, state):
         # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
         lease_expiry.expire(tx, o)
         return None
@@ -78,7 +78,7 @@ def claim(
     # The expired run was asked to pause: its reclaimer acknowledges the pause
     # at its first safe point, so it spends no attempt either.
     free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
-    if not free and o["attempt"] >= o["max_attempts"]:
+    if not free and not o["attempts_left"]:
         return None
     if (o["exclusive"] or o["delivery"] == "at-most-once") and _job_blocks(tx, o):
         return None
@@ -230,7 +230,7 @@ def _snapshot_lease_ms(definition: str) -> int:
 def _ends_on_expiry(o: Any, state: str | None) -> bool:
     """Whether the EXPIRE statement settles this expired lease (its CASE, in Python only
     to choose the statement; EXPIRE decides again from the row when it writes)."""
-    exhausted = o["attempt"] >= o["max_attempts"] and state not in _FREE_RECLAIM
+    exhausted = not o["attempts_left"] and state not in _FREE_RECLAIM
     return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or exhausted
 
 
@@ -293,7 +293,7 @@ def claim_next(
     )
     # Not filtered by JOB_ALLOWS_CLAIM: an expiry that settles the run does so whatever
     # the job (CLAIM refuses the reclaim of a disabled job's run).
-    expired = sa.and_(o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now)
+    expired = lease_expired(tx.now)
     for condition in (waiting, expired):
         query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)
         if queues:
