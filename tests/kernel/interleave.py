@@ -351,7 +351,7 @@ def occurrence_state(kernel: Kernel, occ_id: int) -> dict[str, Any]:
         query = sa.text(f"SELECT * FROM {table} WHERE {key} = :id ORDER BY {order}")  # noqa: S608
         return [dict(r) for r in conn.execute(query, {"id": occ_id}).mappings()]
 
-    with kernel.db.engine.connect() as conn:
+    with kernel.engine.connect() as conn:
         (occurrence,) = rows("occurrences", "id", "id")
         controls = rows("controls", "occurrence_id", "occurrence_id")
         grants = [g for g in rows("requeue_grants", "occurrence_id", "created_at")]
@@ -447,7 +447,7 @@ def counter_problems(kernel: Kernel) -> list[str]:
     running occurrences (at most its limit), a budget window's runs and units and its
     unreleased reservations (at most a shared budget's limits)."""
     found = []
-    with kernel.db.engine.connect() as conn:
+    with kernel.engine.connect() as conn:
         pools = conn.execute(
             sa.text(
                 'SELECT p.name, p.running, p."limit", (SELECT count(*) FROM occurrences o'

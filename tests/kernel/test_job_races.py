@@ -42,7 +42,7 @@ def pair(kernel_url: str) -> Iterator[tuple[Kernel, Actors, bool]]:
 
 
 def _unsettled(kernel: Kernel, job_id: str) -> int:
-    with kernel.db.engine.connect() as conn:
+    with kernel.engine.connect() as conn:
         return int(
             conn.execute(
                 sa.text(

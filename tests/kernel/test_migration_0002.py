@@ -73,7 +73,7 @@ def test_upgrade_from_0001_keeps_data_and_repairs_stranded_cancels(kernel_url: s
         stranded = kernel.get_occurrence(2)
         assert stranded.status == "cancelled" and stranded.settled_at is not None
         assert kernel.get_occurrence(3).status == "succeeded"
-        with kernel.db.engine.begin() as conn, pytest.raises(sa.exc.IntegrityError):
+        with kernel.engine.begin() as conn, pytest.raises(sa.exc.IntegrityError):
             conn.execute(sa.text("UPDATE occurrences SET lease_owner = 'x' WHERE id = 3"))
     finally:
         kernel.close()

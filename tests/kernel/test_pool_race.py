@@ -41,7 +41,7 @@ def pool_world(pg_database_url: str) -> Iterator[tuple[Kernel, Actors, ManualClo
 
 def _counted(kernel: Kernel) -> tuple[int, int]:
     """(the pool's counter, its occurrences running now), read in one snapshot."""
-    with kernel.db.engine.connect() as conn:
+    with kernel.engine.connect() as conn:
         row = conn.execute(
             sa.text(
                 "SELECT (SELECT running FROM pools WHERE name = 'db'),"

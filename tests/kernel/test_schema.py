@@ -141,7 +141,7 @@ def test_settle_by_id_stays_a_primary_key_lookup_with_many_rows_in_flight(
         template = kernel.run_now(
             "job", request_id="seed", operator="test", force=True
         ).occurrence.id
-        with kernel.db.engine.begin() as conn:
+        with kernel.engine.begin() as conn:
             conn.execute(
                 sa.text(
                     """

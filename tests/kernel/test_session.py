@@ -36,10 +36,10 @@ def _write(tx: Tx, *, core: bool, driver: bool, refuse: bool) -> None:
 @pytest.mark.parametrize("core", [False, True], ids=["driver-only", "core-and-driver"])
 def test_a_write_commits_or_refuses_as_one_transaction(kernel_url: str, core: bool) -> None:
     kernel = Kernel.open(kernel_url, migrate_schema=True)
-    session = Session(kernel.db.engine, kernel.db.clock)
+    session = Session(kernel.engine, kernel.clock)
 
     def count() -> int:
-        with kernel.db.engine.connect() as conn:
+        with kernel.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one())
 
     before = count()
@@ -81,7 +81,7 @@ def test_a_forked_child_writes_on_a_connection_of_its_own(tmp_path: Path) -> Non
         assert os.read(read, 1) == bytes([0])
         kernel._session.run(_write, core=False, driver=True, refuse=False)
         assert kernel._session._held.conn is parent_conn
-        with kernel.db.engine.connect() as conn:
+        with kernel.engine.connect() as conn:
             written = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one()
         assert written == 3
     finally:

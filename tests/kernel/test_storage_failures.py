@@ -69,7 +69,7 @@ def _job(job_id: str, size: int = BIG) -> dict[str, Any]:
 
 
 def _integrity(kernel: Kernel) -> str:
-    with kernel.db.engine.connect() as conn:
+    with kernel.engine.connect() as conn:
         return str(conn.exec_driver_sql("PRAGMA integrity_check").scalar_one())
 
 
@@ -238,13 +238,13 @@ def test_postgres_connection_lost_during_commit_is_an_unknown_commit(
         if armed:
             terminator.kill(conn)
 
-    sa.event.listen(kernel.db.engine, "commit", kill_before_commit)
+    sa.event.listen(kernel.engine, "commit", kill_before_commit)
     try:
         with pytest.raises(StorageUnavailable) as lost:
             kernel.define_job(_job("during", 64))
     finally:
         armed = False
-        sa.event.remove(kernel.db.engine, "commit", kill_before_commit)
+        sa.event.remove(kernel.engine, "commit", kill_before_commit)
     assert lost.value.commit_state == "unknown"
     assert "perhaps committed" in lost.value.message
     # The kill came before COMMIT reached the server, so the change is in fact not there.
