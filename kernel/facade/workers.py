@@ -7,7 +7,7 @@ from typing import Any
 
 from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, lease_ms, ms, write
-from kernel.occurrences import claiming, output, runs
+from kernel.occurrences import claiming, output, releases, runs
 from kernel.states import Effect
 from kernel.types import Claim, RenewAnswer
 from kernel.upkeep import watchdog_jobs
@@ -173,9 +173,9 @@ class WorkerFacade(FacadeBase):
         expected_revision: int | None,
     ) -> None:
         """Both acts are the kernel's one release at a safe point
-        (:func:`kernel.occurrences.runs.release`); a pause request id makes it the pause's
+        (:func:`kernel.occurrences.releases.release`); a pause request id makes it the pause's
         acknowledgement."""
-        runs.release(
+        releases.release(
             tx,
             occurrence_id,
             owner,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,11 +23,65 @@ from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Claim
 
-__all__ = ["EXCLUSIVE_INDEX", "claim", "claim_next", "succeed_and_claim"]
+__all__ = ["EXCLUSIVE_INDEX", "ClaimDecision", "claim", "claim_next", "decide", "succeed_and_claim"]
 
 #: The partial unique index that lets one exclusive occurrence of a job run (schema.py).
 EXCLUSIVE_INDEX = "occurrences_one_running_exclusive"
 S = OccurrenceStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDecision:
+    """What a claim does with the row it read (:func:`decide`): take it (``take``), settle
+    its expired lease (``expire``), or leave it (neither)."""
+
+    take: bool = False
+    expire: bool = False
+    #: A reclaim of an expired run (it takes no new pool slot).
+    reclaiming: bool = False
+    #: It resumes a handed-back or resumed run from its checkpoint, as the same attempt.
+    resuming: bool = False
+    #: No attempt spent: resuming, an operator's requeue grant, or a pause to acknowledge.
+    free: bool = False
+    #: Another run of the job may hold it back (BLOCKING_IN_JOB, read before the write).
+    ask_job: bool = False
+
+
+_LEAVE = ClaimDecision()
+
+
+def decide(o: Mapping[Any, Any], control: sa.Row[Any] | None, grant: str | None) -> ClaimDecision:
+    """The claim of the occurrence row ``o`` (OCCURRENCE_FOR_CLAIM: its ``lease_expired``
+    and ``attempts_left`` decided by the statements' predicates), its control row and an
+    unused requeue grant for its fence. Pure: the guarded write decides again."""
+    state = o["control_state"]
+    if o["lease_expired"] and _ends_on_expiry(o, state):
+        # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
+        return ClaimDecision(expire=True)
+    if state == ControlState.PAUSED or o["cancel_requested"]:
+        return _LEAVE
+    reclaiming = o["status"] == S.RUNNING
+    resuming = _resumes(o, control)
+    # The expired run was asked to pause: its reclaimer acknowledges the pause
+    # at its first safe point, so it spends no attempt either.
+    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
+    if not free and not o["attempts_left"]:
+        return _LEAVE
+    return ClaimDecision(
+        take=True,
+        reclaiming=reclaiming,
+        resuming=resuming,
+        free=free,
+        ask_job=bool(o["exclusive"]) or o["delivery"] == "at-most-once",
+    )
+
+
+def _resumes(o: Mapping[Any, Any], control: sa.Row[Any] | None) -> bool:
+    """Running under a resumed control means this run was claimed from it: a reclaim of
+    it resumes from the same checkpoint, as the same attempt."""
+    return o["control_state"] == ControlState.RESUMED and (
+        o["status"] == S.RUNNING or (control is not None and control.expected_fence == o["fence"])
+    )
 
 
 def claim(
@@ -40,12 +96,30 @@ def claim(
 
     A queued occurrence that never held a lease, with nothing else to decide (no control,
     pool, exclusivity or unknown outcome to look at), is claimed by one statement with no
-    read before it; every other one is decided from a read of the row.
+    read before it; every other one is read (:func:`_read`), decided (:func:`decide`)
+    and written (:func:`_take`).
     """
     if again:
         queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
             return queued
+    read = _read(tx, occurrence_id)
+    if read is None:
+        return None
+    o, control, grant = read
+    decision = decide(o, control, grant)
+    if decision.expire:
+        lease_expiry.expire(tx, o)
+    if not decision.take or (decision.ask_job and _job_blocks(tx, o)):
+        return None
+    return _take(tx, o, control, grant, decision, owner, lease_ms, again)
+
+
+def _read(
+    tx: Tx, occurrence_id: int
+) -> tuple[Mapping[Any, Any], sa.Row[Any] | None, str | None] | None:
+    """What a claim decides from: the row (locked on PostgreSQL), its control and, for a
+    run waiting to retry that does not resume, an unused requeue grant for its fence."""
     row = st.OCCURRENCE_FOR_CLAIM.first(
         tx.conn, {"occurrence_id": occurrence_id, "now": tx.now_param()}
     )
@@ -53,48 +127,43 @@ def claim(
         return None
     o = row._mapping
     tx.observe_now(o["now"])
-    state = o["control_state"]
-    if o["lease_expired"] and _ends_on_expiry(o, state):
-        # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
-        lease_expiry.expire(tx, o)
-        return None
     control = None
-    if state is not None:
+    if o["control_state"] is not None:
         control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
-    c = control._mapping if control is not None else None
-    if state == ControlState.PAUSED or o["cancel_requested"]:
-        return None
-    reclaiming = o["status"] == S.RUNNING
-    # Running under a resumed control means this run was claimed from it: a
-    # reclaim of it resumes from the same checkpoint, as the same attempt.
-    resuming = state == ControlState.RESUMED and (
-        reclaiming or (c is not None and c["expected_fence"] == o["fence"])
-    )
     grant = None
-    if not resuming and o["status"] == S.RETRY_WAIT:
+    if o["status"] == S.RETRY_WAIT and not _resumes(o, control):
         grant = tx.conn.execute(
             st.UNCLAIMED_GRANT, {"occurrence_id": occurrence_id, "fence": o["fence"]}
         ).scalar()
-    # The expired run was asked to pause: its reclaimer acknowledges the pause
-    # at its first safe point, so it spends no attempt either.
-    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
-    if not free and not o["attempts_left"]:
-        return None
-    if (o["exclusive"] or o["delivery"] == "at-most-once") and _job_blocks(tx, o):
-        return None
+    return o, control, grant
+
+
+def _take(
+    tx: Tx,
+    o: Mapping[Any, Any],
+    control: sa.Row[Any] | None,
+    grant: str | None,
+    decision: ClaimDecision,
+    owner: str,
+    lease_ms: int | None,
+    again: bool,
+) -> Claim | None:
+    """CLAIM (or RECLAIM) as decided, in the run's pool slot; then the pause request's new
+    fence, the grant used and the event."""
+    occurrence_id, state = o["id"], o["control_state"]
     # A reclaim runs in the slot its expired run took.
-    slot = o["pool"] if not reclaiming else None
+    slot = o["pool"] if not decision.reclaiming else None
     if slot is not None and not pools.take_slot(tx, slot):
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = _snapshot_lease_ms(o["definition"])
-    attempt_inc = 0 if free else 1
+    attempt_inc = 0 if decision.free else 1
     claimed_event = {
         "owner": owner,
         "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
         "previous_status": o["status"],
         "previous_owner": o["lease_owner"],
-        **({"resumed": True} if resuming else {}),
+        **({"resumed": True} if decision.resuming else {}),
         **({"requeue_request_id": grant} if grant is not None else {}),
     }
     event_data = dumps(claimed_event)
@@ -111,7 +180,7 @@ def claim(
         "event_data": event_data,
     }
     # PostgreSQL writes the claim's event in CLAIM's own statement (CLAIM_AND_LOG).
-    transition = T.WORKER_RECLAIMS if reclaiming else T.WORKER_CLAIMS
+    transition = T.WORKER_RECLAIMS if decision.reclaiming else T.WORKER_CLAIMS
     if o["exclusive"] and tx.is_postgres:
         claimed = _claim_exclusive(tx, transition, params)
     else:
@@ -137,15 +206,16 @@ def claim(
             occurrence_id=occurrence_id,
             fence=fence,
         )
+    after = control
     if control is not None and state != ControlState.TERMINAL:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
-    occurrence = occurrence_from_row(claimed, control)
+        after = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
+    occurrence = occurrence_from_row(claimed, after)
     return Claim(
         occurrence=occurrence,
         owner=owner,
         fence=fence,
         lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
-        resumed=resuming,
+        resumed=decision.resuming,
         checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
     )
 
@@ -227,7 +297,7 @@ def _snapshot_lease_ms(definition: str) -> int:
     return int(float(loads(definition)["lease"]) * 1000)
 
 
-def _ends_on_expiry(o: Any, state: str | None) -> bool:
+def _ends_on_expiry(o: Mapping[Any, Any], state: str | None) -> bool:
     """Whether the EXPIRE statement settles this expired lease (its CASE, in Python only
     to choose the statement; EXPIRE decides again from the row when it writes)."""
     exhausted = not o["attempts_left"] and state not in _FREE_RECLAIM

@@ -1,7 +1,7 @@
 """An operator's runtime control of a running occurrence: pause request and resume.
 
 The holder's side (acknowledge at a safe point, warm hand back) is
-:func:`kernel.occurrences.runs.release`. Both actions write first and read only when their
+:func:`kernel.occurrences.releases.release`. Both actions write first and read only when their
 guarded statement changed nothing, to raise the precise error.
 """
 
