@@ -206,9 +206,9 @@ def adapter_asks_due(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispat
         )
         .order_by(OCC.c.updated_at, OCC.c.id)
         .limit(limit)
+        # A second pump skips these (PostgreSQL; SQLite renders no FOR UPDATE).
+        .with_for_update(skip_locked=True, of=OCC)
     )
-    if tx.is_postgres:
-        query = query.with_for_update(skip_locked=True, of=OCC)
     hints = [DispatchHint(r.id, r.job_id, r.queue, r.kind) for r in tx.conn.execute(query)]
     mark_hinted(tx, hints)
     return hints

@@ -36,8 +36,7 @@ _REASON_MAX = 500
 
 def hold(tx: Tx, job_id: str, approval: dict[str, Any]) -> tuple[S, str | None]:
     """Whether a new firing awaits approval, or is skipped because too many already do."""
-    if tx.is_postgres:
-        tx.conn.execute(st.LOCK_JOB, {"job_id": job_id})
+    tx.lock(st.LOCK_JOB, {"job_id": job_id})
     waiting = tx.conn.execute(st.AWAITING_IN_JOB, {"job_id": job_id}).scalar_one()
     if waiting >= approval["max_pending"]:
         return S.SKIPPED, "approval_backlog"

@@ -198,14 +198,15 @@ def _take(
         )
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
-    if not tx.is_postgres:
-        tx.emit_json(
-            EventType.OCCURRENCE_CLAIMED,
-            event_data,
-            job_id=o["job_id"],
-            occurrence_id=occurrence_id,
-            fence=fence,
-        )
+    door.append(
+        tx,
+        transition,
+        EventType.OCCURRENCE_CLAIMED,
+        event_data,
+        job_id=o["job_id"],
+        occurrence_id=occurrence_id,
+        fence=fence,
+    )
     after = control
     if control is not None and state != ControlState.TERMINAL:
         after = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
@@ -235,19 +236,25 @@ def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) 
 
 
 def _queued_claim(tx: Tx, claimed: sa.Row[Any], owner: str) -> Claim:
-    """The Claim of a row WORKER_CLAIMS_QUEUED's statement claimed; SQLite's event."""
+    """The Claim of a row WORKER_CLAIMS_QUEUED's statement claimed, and its event where
+    the statement did not write it."""
     c = claimed._mapping
     occurrence_id = c["id"]
     tx.observe_now(c["now"])
-    if not tx.is_postgres:  # PostgreSQL wrote it in the statement
-        event = {"owner": owner, "attempt": c["attempt"], "previous_status": S.QUEUED.value}
-        tx.emit_json(
-            EventType.OCCURRENCE_CLAIMED,
-            dumps({**event, "previous_owner": None}),
-            job_id=c["job_id"],
-            occurrence_id=occurrence_id,
-            fence=c["fence"],
-        )
+    door.append(
+        tx,
+        T.WORKER_CLAIMS_QUEUED,
+        EventType.OCCURRENCE_CLAIMED,
+        {
+            "owner": owner,
+            "attempt": c["attempt"],
+            "previous_status": S.QUEUED.value,
+            "previous_owner": None,
+        },
+        job_id=c["job_id"],
+        occurrence_id=occurrence_id,
+        fence=c["fence"],
+    )
     occurrence = occurrence_from_row(claimed)
     return Claim(
         occurrence=occurrence,
@@ -370,8 +377,8 @@ def claim_next(
             query = query.where(o.c.queue.in_(queues))
         if kinds:
             query = query.where(o.c.kind.in_(kinds))
-        if tx.is_postgres:
-            query = query.with_for_update(skip_locked=True, of=o)
+        # Another claimer skips these (PostgreSQL; SQLite renders no FOR UPDATE).
+        query = query.with_for_update(skip_locked=True, of=o)
         batch = list(tx.conn.execute(query).scalars())
         got = _first_claim(tx, batch, owner, lease_ms)
         # Expired leases the claims settled leave the candidates: a full batch of

@@ -71,9 +71,8 @@ def lock_job(tx: Tx, job_id: str) -> Job:
     Raises:
         NotFound: no such job.
     """
-    query = sa.select(jobs).where(jobs.c.id == job_id)
-    if tx.is_postgres:
-        query = query.with_for_update()
+    # SQLite renders no FOR UPDATE: its write transaction already holds every row.
+    query = sa.select(jobs).where(jobs.c.id == job_id).with_for_update()
     row = tx.conn.execute(query).first()
     if row is None:
         raise NotFound(f"job {job_id!r} does not exist", job_id=job_id)

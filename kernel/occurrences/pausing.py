@@ -162,8 +162,7 @@ def resume(
         tx, request_id, "resume", str(occurrence_id), {"revision": expected_revision}, operator
     ):
         return True
-    if tx.is_postgres:
-        st.LOCK_OCCURRENCE.first(tx.conn, {"occurrence_id": occurrence_id})
+    tx.lock(st.LOCK_OCCURRENCE, {"occurrence_id": occurrence_id})
     resumed = door.run(
         tx,
         T.CONTROL_RESUMES,

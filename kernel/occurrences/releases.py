@@ -160,8 +160,7 @@ def _ack_pause(
 ) -> None:
     """WORKER_ACKS_PAUSE, first: the control becomes ``paused`` before RELEASE hands the
     run back (the occurrence's lock taken first on PostgreSQL, as every writer does)."""
-    if tx.is_postgres:
-        st.LOCK_OCCURRENCE.first(tx.conn, {"occurrence_id": occurrence_id})
+    tx.lock(st.LOCK_OCCURRENCE, {"occurrence_id": occurrence_id})
     acked = door.run(
         tx,
         T.WORKER_ACKS_PAUSE,

@@ -298,14 +298,15 @@ def _succeed_plain(
     if settled is None:
         return False
     tx.observe_now(settled.now)
-    if not tx.is_postgres:  # PostgreSQL wrote it in the statement
-        tx.emit(
-            EventType.OCCURRENCE_SUCCEEDED,
-            job_id=settled.job_id,
-            occurrence_id=occurrence_id,
-            fence=fence,
-            attempt=settled.attempt,
-        )
+    door.append(
+        tx,
+        T.WORKER_SUCCEEDS_PLAIN,
+        EventType.OCCURRENCE_SUCCEEDED,
+        {"attempt": settled.attempt},
+        job_id=settled.job_id,
+        occurrence_id=occurrence_id,
+        fence=fence,
+    )
     return True
 
 
