@@ -47,26 +47,23 @@ class ClaimDecision:
     ask_job: bool = False
 
 
-_LEAVE = ClaimDecision()
-
-
 def decide(o: Mapping[Any, Any], control: sa.Row[Any] | None, grant: str | None) -> ClaimDecision:
     """The claim of the occurrence row ``o`` (OCCURRENCE_FOR_CLAIM: its ``lease_expired``
     and ``attempts_left`` decided by the statements' predicates), its control row and an
     unused requeue grant for its fence. Pure: the guarded write decides again."""
     state = o["control_state"]
-    if o["lease_expired"] and _ends_on_expiry(o, state):
+    if o["lease_expired"] and lease_expiry.ends_run(o):
         # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
         return ClaimDecision(expire=True)
     if state == ControlState.PAUSED or o["cancel_requested"]:
-        return _LEAVE
+        return ClaimDecision()
     reclaiming = o["status"] == S.RUNNING
     resuming = _resumes(o, control)
     # The expired run was asked to pause: its reclaimer acknowledges the pause
     # at its first safe point, so it spends no attempt either.
     free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
     if not free and not o["attempts_left"]:
-        return _LEAVE
+        return ClaimDecision()
     return ClaimDecision(
         take=True,
         reclaiming=reclaiming,
@@ -158,15 +155,7 @@ def _take(
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = _snapshot_lease_ms(o["definition"])
     attempt_inc = 0 if decision.free else 1
-    claimed_event = {
-        "owner": owner,
-        "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
-        "previous_status": o["status"],
-        "previous_owner": o["lease_owner"],
-        **({"resumed": True} if decision.resuming else {}),
-        **({"requeue_request_id": grant} if grant is not None else {}),
-    }
-    event_data = dumps(claimed_event)
+    event_data = _claimed_event(o, owner, attempt_inc, decision.resuming, grant)
     params = {
         "occurrence_id": occurrence_id,
         "seen_fence": o["fence"],
@@ -304,14 +293,20 @@ def _snapshot_lease_ms(definition: str) -> int:
     return int(float(loads(definition)["lease"]) * 1000)
 
 
-def _ends_on_expiry(o: Mapping[Any, Any], state: str | None) -> bool:
-    """Whether the EXPIRE statement settles this expired lease (its CASE, in Python only
-    to choose the statement; EXPIRE decides again from the row when it writes)."""
-    exhausted = not o["attempts_left"] and state not in _FREE_RECLAIM
-    return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or exhausted
-
-
-_FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
+def _claimed_event(
+    o: Mapping[Any, Any], owner: str, attempt_inc: int, resuming: bool, grant: str | None
+) -> str:
+    """``occurrence_claimed``'s data (canonical JSON: PostgreSQL's CLAIM writes it too)."""
+    return dumps(
+        {
+            "owner": owner,
+            "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
+            "previous_status": o["status"],
+            "previous_owner": o["lease_owner"],
+            **({"resumed": True} if resuming else {}),
+            **({"requeue_request_id": grant} if grant is not None else {}),
+        }
+    )
 
 
 def _claim_exclusive(
