@@ -18,7 +18,7 @@ from kernel.db.schema import (
 from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, NotFound
 from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
-from kernel.statements.predicates import claimable_now, status_is
+from kernel.statements.predicates import claimable_now, lease_expired, status_is
 from kernel.states import SETTLED, ControlState, OccurrenceStatus
 from kernel.types import Event, Job, Occurrence
 
@@ -289,9 +289,7 @@ def status_counts(tx: Tx) -> dict[str, Any]:
     ).scalar_one()
     counts[ControlState.PAUSED.value] = paused
     expiring = tx.conn.execute(
-        sa.select(sa.func.count()).where(
-            status_is(S.RUNNING), OCC.c.lease_expires_at <= tx.now + 10_000
-        )
+        sa.select(sa.func.count()).where(lease_expired(tx.now + 10_000, literal_status=True))
     ).scalar_one()
     oldest = tx.conn.execute(
         sa.select(sa.func.min(OCC.c.available_at)).where(claimable_now(tx.now))

@@ -21,6 +21,7 @@ from kernel.errors import InvalidArgument, SchemaUnknown
 from kernel.redaction import masked_url
 
 __all__ = [
+    "ADVISORY_XACT_LOCK",
     "advisory_xact_lock",
     "anchored_sqlite_url",
     "begin_sqlite_write",
@@ -280,9 +281,13 @@ def end_sqlite_write(conn: sa.Connection, *, commit: bool) -> None:
         _ROLLBACK.execute(conn)
 
 
+#: Wait for PostgreSQL's advisory lock ``:key``, held until the transaction ends.
+ADVISORY_XACT_LOCK = sa.text("SELECT pg_advisory_xact_lock(:key)")
+
+
 def advisory_xact_lock(conn: sa.Connection, key: int) -> None:
     """Wait for PostgreSQL's advisory lock ``key``, held until the transaction ends."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    conn.execute(ADVISORY_XACT_LOCK, {"key": key})
 
 
 def schema_revision(conn: sa.Connection) -> str | None:

@@ -93,6 +93,17 @@ class Tx:
             if driver.info.transaction_status == _PG_IDLE:
                 driver.autocommit = False
 
+    def lock(self, statement: sa.Executable | DriverStatement, params: Mapping[str, Any]) -> None:
+        """Run ``statement``, whose only work is a lock (a row's ``FOR UPDATE``, an advisory
+        lock), where there is one to take: on PostgreSQL. SQLite's write transaction
+        (``BEGIN IMMEDIATE``) already excludes every other writer."""
+        if not self.is_postgres:
+            return
+        if isinstance(statement, DriverStatement):
+            statement.first(self.conn, params)
+        else:
+            self.conn.execute(statement, params)
+
     def observe_now(self, reading: int) -> None:
         """The instant a StatementNow statement ran at (its ``now`` column)."""
         if self._now is None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, lease_ms, ms, write
-from kernel.occurrences import claiming, output, result_hooks, runs
+from kernel.occurrences import claiming, output, releases, runs
 from kernel.states import Effect
 from kernel.types import Claim, RenewAnswer
 from kernel.upkeep import watchdog_jobs
@@ -16,10 +16,6 @@ from kernel.upkeep import watchdog_jobs
 TRACEBACK_LIMIT = 8000
 
 __all__ = ["WorkerFacade"]
-
-# The built-in kinds whose succeeded result asks the kernel for more
-# (kernel.occurrences.result_hooks).
-result_hooks.register(watchdog_jobs.KIND, watchdog_jobs.record_report)
 
 
 class WorkerFacade(FacadeBase):
@@ -64,7 +60,7 @@ class WorkerFacade(FacadeBase):
         self, tx: Tx, occurrence_id: int, *, owner: str, fence: int, result: Any = None
     ) -> None:
         """Settle as succeeded (fenced); chained children fire in the same transaction."""
-        runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result, alone=True)
+        _succeed(tx, occurrence_id, owner, fence, result, alone=True)
 
     @write
     def succeed_and_claim(
@@ -81,6 +77,9 @@ class WorkerFacade(FacadeBase):
         """:meth:`succeed` and then :meth:`claim` of ``next_occurrence_id`` by the same owner,
         committed together (a batch's next run). The claim's None changes nothing; LeaseLost
         from the settle leaves both undone."""
+        if _may_report(result):
+            _succeed(tx, occurrence_id, owner, fence, result, alone=False)
+            return claiming.claim(tx, next_occurrence_id, owner, lease_ms(lease))
         return claiming.succeed_and_claim(
             tx, occurrence_id, owner, fence, result, next_occurrence_id, lease_ms(lease)
         )
@@ -174,9 +173,9 @@ class WorkerFacade(FacadeBase):
         expected_revision: int | None,
     ) -> None:
         """Both acts are the kernel's one release at a safe point
-        (:func:`kernel.occurrences.runs.release`); a pause request id makes it the pause's
+        (:func:`kernel.occurrences.releases.release`); a pause request id makes it the pause's
         acknowledgement."""
-        runs.release(
+        releases.release(
             tx,
             occurrence_id,
             owner,
@@ -200,3 +199,26 @@ class WorkerFacade(FacadeBase):
         """Store ``(stream, text)`` chunks of a run's output (fenced; see
         :mod:`kernel.occurrences.output`)."""
         output.append_output(tx, occurrence_id, owner, fence, chunks)
+
+
+def _succeed(tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool) -> None:
+    """The settle of a success, and a watchdog check's report (alert, self-destruct) in its
+    transaction: upkeep sits above the occurrences' code, so the facade composes the two."""
+    report = _may_report(result)
+    runs.settle(
+        tx,
+        occurrence_id,
+        owner,
+        fence,
+        outcome="succeeded",
+        result=result,
+        alone=alone and not report,  # the report is written after the settle
+    )
+    if report:
+        watchdog_jobs.record_report(tx, occurrence_id, fence, result)
+
+
+def _may_report(result: Any) -> bool:
+    """A result under the watchdog's key: :func:`~kernel.upkeep.watchdog_jobs.record_report`
+    reads it (a plain success calls nothing more, so its path stays short)."""
+    return isinstance(result, Mapping) and watchdog_jobs.KIND in result

@@ -22,7 +22,7 @@ from kernel.occurrences.control import request_cancel
 from kernel.occurrences.firing import lock_job
 from kernel.occurrences.rows import record_request
 from kernel.states import ACTIVE, OccurrenceStatus
-from kernel.transitions import occurrences as T
+from kernel.transitions import door
 from kernel.transitions.jobs import OPERATOR_CANCELS_JOB
 
 __all__ = ["JobCancel", "cancel_job"]
@@ -83,7 +83,9 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
     stopping: list[int] = []
     for each in tree:
         lock_job(tx, each)
-        changed = T.run(tx, OPERATOR_CANCELS_JOB, {"job_id": each, "enabled": False, "now": tx.now})
+        changed = door.run(
+            tx, OPERATOR_CANCELS_JOB, {"job_id": each, "enabled": False, "now": tx.now}
+        )
         if changed is not None:
             disabled.append(each)
             tx.emit(

@@ -22,7 +22,7 @@ from kernel.records import dumps, job_from_row, loads, to_dt
 from kernel.redaction import redacted_spec
 from kernel.spec.jobspec import JobSpec, validate_job_spec
 from kernel.states import UNSETTLED, OccurrenceStatus
-from kernel.transitions import occurrences as T
+from kernel.transitions import door
 from kernel.transitions.jobs import (
     BEAT_ADVANCES_CURSOR,
     BEAT_PLANS_CURSOR,
@@ -140,7 +140,7 @@ def define_job(tx: Tx, raw: Mapping[str, Any], operator: str | None = None) -> t
         )
     _check_chain(tx, spec)
     check_ref(tx, spec.id, spec.to_dict().get("budget"))
-    inserted = T.run(tx, JOB_DEFINED, _definition(tx, spec))
+    inserted = door.run(tx, JOB_DEFINED, _definition(tx, spec))
     if inserted is None:  # a concurrent definer won; compare with what it wrote
         return define_job(tx, raw, operator)
     tx.emit(
@@ -175,7 +175,7 @@ def revise_job(
     # recorded by the catch-up policy, not silently dropped.
     revise = LIVE_JOB_REVISED if current.enabled and spec.enabled else JOB_REVISED
     params = {**_definition(tx, spec), "expected_revision": expected_revision}
-    changed = T.run_count(tx, revise, params)
+    changed = door.run_count(tx, revise, params)
     if changed != 1:
         raise RevisionConflict(f"job {spec.id!r} changed while being revised", job_id=spec.id)
     tx.emit(
@@ -220,7 +220,7 @@ def set_enabled(
     """Enable or disable; enabling re-plans from now so a long pause does not burst.
     ``reason`` goes into the event when the kernel itself makes the change."""
     change = OPERATOR_ENABLES_JOB if enabled else OPERATOR_DISABLES_JOB
-    changed = T.run(tx, change, {"job_id": job_id, "enabled": enabled, "now": tx.now})
+    changed = door.run(tx, change, {"job_id": job_id, "enabled": enabled, "now": tx.now})
     if changed is None:
         return get_job(tx, job_id), False  # already so (or NotFound)
     why: dict[str, Any] = {"reason": reason} if reason else {}
@@ -238,7 +238,7 @@ def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
     """Delete a definition; refused while any of its occurrences is unsettled."""
     lock_job(tx, job_id)  # NotFound; on PostgreSQL no occurrence of it is made meanwhile
     refuse_parent_delete(tx, job_id)
-    deleted = T.run(tx, OPERATOR_DELETES_JOB, {"job_id": job_id})
+    deleted = door.run(tx, OPERATOR_DELETES_JOB, {"job_id": job_id})
     if deleted is not None:
         tx.emit(EventType.JOB_DELETED, job_id=job_id, revision=deleted.revision, **_by(operator))
         return
@@ -323,7 +323,7 @@ def fire(
         "next_trigger_key": next_cursor[0] if next_cursor else None,
         "next_fire_at": next_cursor[1] if next_cursor else None,
     }
-    advanced = T.run(tx, advance, params)
+    advanced = door.run(tx, advance, params)
     if advanced is None:
         return FireReport(stale=True)
     spec = loads(advanced.spec)

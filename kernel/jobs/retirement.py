@@ -14,6 +14,7 @@ from typing import Any
 
 from kernel.db.tx import Tx
 from kernel.events import EventType
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.transitions.jobs import SCHEDULE_COUNTS_RUNS, SCHEDULE_RETIRES_JOB
 
@@ -64,6 +65,6 @@ def retire(tx: Tx, job_id: str, revision: int, reason: str, **data: Any) -> None
     """Disable the job (if still at ``revision`` and enabled) with event ``job_disabled``
     giving ``reason``: its ``ttl`` / ``delete_after_run`` count from here."""
     params = {"job_id": job_id, "expected_revision": revision, "now": tx.now}
-    retired = T.run_count(tx, SCHEDULE_RETIRES_JOB, params)
+    retired = door.run_count(tx, SCHEDULE_RETIRES_JOB, params)
     if retired:
         tx.emit(EventType.JOB_DISABLED, job_id=job_id, revision=revision, reason=reason, **data)

@@ -22,7 +22,7 @@ from kernel.db.schema import jobs
 from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.jobs.definitions import set_enabled
-from kernel.transitions import occurrences as T
+from kernel.transitions import door
 from kernel.transitions.jobs import SOURCE_OWNS_JOBS, SOURCE_RESTORES_JOB, SOURCE_RETIRES_JOB
 
 __all__ = ["SourceSync", "sync_source"]
@@ -46,13 +46,13 @@ def sync_source(tx: Tx, source: str, owned: Mapping[str, str]) -> SourceSync:
         tx.conn.execute(sa.select(jobs.c.id).where(jobs.c.id.in_(sorted(owned)))).scalars()
     )
     listing = {"of_source": source, "keep": keep, "now": tx.now}
-    restored = [row.job_id for row in T.run_all(tx, SOURCE_RESTORES_JOB, listing)]
-    T.run_many(
+    restored = [row.job_id for row in door.run_all(tx, SOURCE_RESTORES_JOB, listing)]
+    door.run_many(
         tx,
         SOURCE_OWNS_JOBS,
         [{"job_id": i, "source": source, "name": owned[i], "retired_at": None} for i in keep],
     )
-    retired = T.run_all(tx, SOURCE_RETIRES_JOB, listing)
+    retired = door.run_all(tx, SOURCE_RETIRES_JOB, listing)
     for row in retired:
         set_enabled(tx, row.job_id, False)
         tx.emit(EventType.JOB_RETIRED, job_id=row.job_id, source=source, name=row.name)

@@ -26,7 +26,7 @@ from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.spec.durations import text
 from kernel.spec.sections import Budget
-from kernel.transitions import occurrences as T
+from kernel.transitions import door
 from kernel.transitions.limits import (
     BUDGET_DEFINED,
     FIRING_OPENS_BUDGET_WINDOW,
@@ -83,8 +83,8 @@ def reserve(tx: Tx, job_id: str, ref: dict[str, Any] | str) -> Reservation | Non
     window_ms = int(limits["window"] * 1000)
     window_start = tx.now - tx.now % window_ms
     key = {"budget_key": name, "window_key": window_start}
-    T.run_count(tx, FIRING_OPENS_BUDGET_WINDOW, key)
-    taken = T.run(
+    door.run_count(tx, FIRING_OPENS_BUDGET_WINDOW, key)
+    taken = door.run(
         tx,
         FIRING_RESERVES_BUDGET,
         {**key, "unit_count": 1, "max_runs": limits["max_runs"], "max_units": limits["max_units"]},
@@ -94,7 +94,7 @@ def reserve(tx: Tx, job_id: str, ref: dict[str, Any] | str) -> Reservation | Non
 
 def attach(tx: Tx, occurrence_id: int, reservation: Reservation) -> None:
     """Record that occurrence ``occurrence_id`` holds ``reservation``."""
-    T.run_count(
+    door.run_count(
         tx,
         RESERVATION_RECORDED,
         {
@@ -109,7 +109,7 @@ def attach(tx: Tx, occurrence_id: int, reservation: Reservation) -> None:
 
 def unreserve(tx: Tx, reservation: Reservation) -> None:
     """Give back a reservation no occurrence took (the firing existed already)."""
-    T.run_count(
+    door.run_count(
         tx,
         WINDOW_GIVES_BACK_RESERVATION,
         {
@@ -122,7 +122,7 @@ def unreserve(tx: Tx, reservation: Reservation) -> None:
 
 def release(tx: Tx, occurrence_id: int, *, job_id: str) -> None:
     """The occurrence ended without running: its reservation (if any) stops counting."""
-    released = T.run(tx, RESERVATION_RELEASED, {"of_occurrence": occurrence_id, "now": tx.now})
+    released = door.run(tx, RESERVATION_RELEASED, {"of_occurrence": occurrence_id, "now": tx.now})
     if released is None:
         return
     unreserve(tx, Reservation(released.budget, released.window_start, released.units))
@@ -143,15 +143,19 @@ def settle_units(tx: Tx, occurrence_id: int, result: Any) -> None:
     units = result[REPORTED_UNITS_KEY]
     if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= MAX_BUDGET:
         return  # not a count: the reserved unit stands
-    T.run_count(tx, RUN_SETTLES_WINDOW_UNITS, {"occurrence_id": occurrence_id, "unit_count": units})
-    T.run(tx, RUN_SETTLES_RESERVATION_UNITS, {"of_occurrence": occurrence_id, "unit_count": units})
+    door.run_count(
+        tx, RUN_SETTLES_WINDOW_UNITS, {"occurrence_id": occurrence_id, "unit_count": units}
+    )
+    door.run(
+        tx, RUN_SETTLES_RESERVATION_UNITS, {"of_occurrence": occurrence_id, "unit_count": units}
+    )
 
 
 def set_budgets(tx: Tx, defined: Mapping[str, Budget]) -> list[str]:
     """Create or update shared budgets (read by :func:`kernel.spec.jobspec.read_budget`)."""
     for name, read in defined.items():
         budget = read.to_dict()
-        T.run_count(
+        door.run_count(
             tx,
             BUDGET_DEFINED,
             {

@@ -6,7 +6,7 @@ from kernel import statements as st
 from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.spec.jobspec import check_limit
-from kernel.transitions import occurrences as T
+from kernel.transitions import door
 from kernel.transitions.limits import (
     CLAIM_TAKES_POOL_SLOT,
     OPERATOR_SETS_POOL_LIMIT,
@@ -20,13 +20,13 @@ __all__ = ["take_slot", "give_back", "set_limit", "list_pools", "reconcile"]
 
 def take_slot(tx: Tx, pool: str) -> bool:
     """Take one running slot of ``pool``; False (nothing changed) when it is full."""
-    return T.run(tx, CLAIM_TAKES_POOL_SLOT, {"pool": pool}) is not None
+    return door.run(tx, CLAIM_TAKES_POOL_SLOT, {"pool": pool}) is not None
 
 
 def give_back(tx: Tx, pool: str | None) -> None:
     """A run of ``pool`` ended (None: the occurrence is in no pool)."""
     if pool is not None:
-        T.run_count(tx, RUN_GIVES_BACK_POOL_SLOT, {"pool": pool})
+        door.run_count(tx, RUN_GIVES_BACK_POOL_SLOT, {"pool": pool})
 
 
 def set_limit(tx: Tx, name: str, limit: int) -> tuple[Pool, bool]:
@@ -36,7 +36,7 @@ def set_limit(tx: Tx, name: str, limit: int) -> tuple[Pool, bool]:
     wait until enough of its runs end.
     """
     check_limit(name, limit)
-    if T.run(tx, OPERATOR_SETS_POOL_LIMIT, {"pool": name, "limit": limit}) is not None:
+    if door.run(tx, OPERATOR_SETS_POOL_LIMIT, {"pool": name, "limit": limit}) is not None:
         tx.emit(EventType.POOL_LIMIT_SET, pool=name, limit=limit)
         return _pool(tx, name), True
     return _pool(tx, name), False
@@ -61,7 +61,7 @@ def reconcile(tx: Tx) -> list[dict[str, object]]:
     """
     corrected: list[dict[str, object]] = []
     for name, was in tx.conn.execute(st.DRIFTED_POOLS).all():
-        reconciled = T.run(tx, UPKEEP_RECONCILES_POOL, {"pool": name, "was": was})
+        reconciled = door.run(tx, UPKEEP_RECONCILES_POOL, {"pool": name, "was": was})
         if reconciled is not None:
             running = reconciled.running
             tx.emit(EventType.POOL_RECONCILED, pool=name, was=was, running=running)

@@ -30,6 +30,7 @@ from kernel.records import loads, to_dt
 from kernel.reports import AdapterAsk, Adjudication, Verdict
 from kernel.spec.durations import canonical_json
 from kernel.states import Decision, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import DispatchHint, Occurrence
 
@@ -57,7 +58,7 @@ def ask_adapter(tx: Tx, occurrence_id: int, *, asker: str, window_ms: int) -> Ad
     (decided, asked by another worker now, left to the operator, or gone)."""
     token = uuid.uuid4().hex
     deadline = tx.now + window_ms
-    asked = T.run(
+    asked = door.run(
         tx,
         T.WORKER_ASKS_ADAPTER,
         {
@@ -99,7 +100,7 @@ def adapter_adjudicates(tx: Tx, occurrence_id: int, *, token: str, verdict: Verd
     evidence = _checked_evidence(verdict.evidence)
     to_status = S.SUCCEEDED if decision == Decision.APPLIED else S.RETRY_WAIT
     settled = to_status == S.SUCCEEDED
-    decided = T.run(
+    decided = door.run(
         tx,
         T.ADAPTER_ADJUDICATES,
         {
@@ -135,7 +136,7 @@ def adapter_cannot_tell(tx: Tx, occurrence_id: int, *, token: str, reason: str) 
         StateConflict: the occurrence no longer needs adjudication (an operator decided).
         LeaseLost: the ask expired or another worker asks now.
     """
-    marked = T.run(
+    marked = door.run(
         tx,
         T.ADAPTER_CANNOT_TELL,
         {"of_occurrence": occurrence_id, "ask_token": token, "now": tx.now},
@@ -206,9 +207,9 @@ def adapter_asks_due(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispat
         )
         .order_by(OCC.c.updated_at, OCC.c.id)
         .limit(limit)
+        # A second pump skips these (PostgreSQL; SQLite renders no FOR UPDATE).
+        .with_for_update(skip_locked=True, of=OCC)
     )
-    if tx.is_postgres:
-        query = query.with_for_update(skip_locked=True, of=OCC)
     hints = [DispatchHint(r.id, r.job_id, r.queue, r.kind) for r in tx.conn.execute(query)]
     mark_hinted(tx, hints)
     return hints

@@ -21,6 +21,7 @@ from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.occurrences.rows import occurrence_row, record_request
 from kernel.states import OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
 __all__ = [
@@ -35,8 +36,7 @@ _REASON_MAX = 500
 
 def hold(tx: Tx, job_id: str, approval: dict[str, Any]) -> tuple[S, str | None]:
     """Whether a new firing awaits approval, or is skipped because too many already do."""
-    if tx.is_postgres:
-        tx.conn.execute(st.LOCK_JOB, {"job_id": job_id})
+    tx.lock(st.LOCK_JOB, {"job_id": job_id})
     waiting = tx.conn.execute(st.AWAITING_IN_JOB, {"job_id": job_id}).scalar_one()
     if waiting >= approval["max_pending"]:
         return S.SKIPPED, "approval_backlog"
@@ -73,9 +73,9 @@ def decide(
         return True
     params = {"occurrence_id": occurrence_id, "now": tx.now}
     moved = (
-        T.run(tx, T.OPERATOR_APPROVES, params)
+        door.run(tx, T.OPERATOR_APPROVES, params)
         if approved
-        else T.run(tx, T.OPERATOR_REJECTS, {**params, "reason": "approval_rejected"})
+        else door.run(tx, T.OPERATOR_REJECTS, {**params, "reason": "approval_rejected"})
     )
     if moved is None:
         raise _not_awaiting(tx, occurrence_id, "approved" if approved else "rejected")
@@ -96,7 +96,7 @@ def decide(
 
 def apply_timeouts(tx: Tx, limit: int) -> dict[str, int]:
     """Apply the auto action of up to ``limit`` occurrences whose approval timed out."""
-    decided = T.run_all(tx, T.APPROVAL_TIMES_OUT, {"now": tx.now, "limit": limit})
+    decided = door.run_all(tx, T.APPROVAL_TIMES_OUT, {"now": tx.now, "limit": limit})
     counts = {"approved": 0, "rejected": 0}
     for row in decided:
         approved = row.status == S.QUEUED

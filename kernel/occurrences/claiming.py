@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -15,16 +17,68 @@ from kernel.events import EventType
 from kernel.limits import pools
 from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
-from kernel.statements.predicates import claimable_now
+from kernel.statements.predicates import claimable_now, lease_expired
 from kernel.states import ControlState, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Claim
 
-__all__ = ["EXCLUSIVE_INDEX", "claim", "claim_next", "succeed_and_claim"]
+__all__ = ["EXCLUSIVE_INDEX", "ClaimDecision", "claim", "claim_next", "decide", "succeed_and_claim"]
 
 #: The partial unique index that lets one exclusive occurrence of a job run (schema.py).
 EXCLUSIVE_INDEX = "occurrences_one_running_exclusive"
 S = OccurrenceStatus
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDecision:
+    """What a claim does with the row it read (:func:`decide`): take it (``take``), settle
+    its expired lease (``expire``), or leave it (neither)."""
+
+    take: bool = False
+    expire: bool = False
+    #: A reclaim of an expired run (it takes no new pool slot).
+    reclaiming: bool = False
+    #: It resumes a handed-back or resumed run from its checkpoint, as the same attempt.
+    resuming: bool = False
+    #: No attempt spent: resuming, an operator's requeue grant, or a pause to acknowledge.
+    free: bool = False
+    #: Another run of the job may hold it back (BLOCKING_IN_JOB, read before the write).
+    ask_job: bool = False
+
+
+def decide(o: Mapping[Any, Any], control: sa.Row[Any] | None, grant: str | None) -> ClaimDecision:
+    """The claim of the occurrence row ``o`` (OCCURRENCE_FOR_CLAIM: its ``lease_expired``
+    and ``attempts_left`` decided by the statements' predicates), its control row and an
+    unused requeue grant for its fence. Pure: the guarded write decides again."""
+    state = o["control_state"]
+    if o["lease_expired"] and lease_expiry.ends_run(o):
+        # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
+        return ClaimDecision(expire=True)
+    if state == ControlState.PAUSED or o["cancel_requested"]:
+        return ClaimDecision()
+    reclaiming = o["status"] == S.RUNNING
+    resuming = _resumes(o, control)
+    # The expired run was asked to pause: its reclaimer acknowledges the pause
+    # at its first safe point, so it spends no attempt either.
+    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
+    if not free and not o["attempts_left"]:
+        return ClaimDecision()
+    return ClaimDecision(
+        take=True,
+        reclaiming=reclaiming,
+        resuming=resuming,
+        free=free,
+        ask_job=bool(o["exclusive"]) or o["delivery"] == "at-most-once",
+    )
+
+
+def _resumes(o: Mapping[Any, Any], control: sa.Row[Any] | None) -> bool:
+    """Running under a resumed control means this run was claimed from it: a reclaim of
+    it resumes from the same checkpoint, as the same attempt."""
+    return o["control_state"] == ControlState.RESUMED and (
+        o["status"] == S.RUNNING or (control is not None and control.expected_fence == o["fence"])
+    )
 
 
 def claim(
@@ -39,12 +93,30 @@ def claim(
 
     A queued occurrence that never held a lease, with nothing else to decide (no control,
     pool, exclusivity or unknown outcome to look at), is claimed by one statement with no
-    read before it; every other one is decided from a read of the row.
+    read before it; every other one is read (:func:`_read`), decided (:func:`decide`)
+    and written (:func:`_take`).
     """
     if again:
         queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
             return queued
+    read = _read(tx, occurrence_id)
+    if read is None:
+        return None
+    o, control, grant = read
+    decision = decide(o, control, grant)
+    if decision.expire:
+        lease_expiry.expire(tx, o)
+    if not decision.take or (decision.ask_job and _job_blocks(tx, o)):
+        return None
+    return _take(tx, o, control, grant, decision, owner, lease_ms, again)
+
+
+def _read(
+    tx: Tx, occurrence_id: int
+) -> tuple[Mapping[Any, Any], sa.Row[Any] | None, str | None] | None:
+    """What a claim decides from: the row (locked on PostgreSQL), its control and, for a
+    run waiting to retry that does not resume, an unused requeue grant for its fence."""
     row = st.OCCURRENCE_FOR_CLAIM.first(
         tx.conn, {"occurrence_id": occurrence_id, "now": tx.now_param()}
     )
@@ -52,51 +124,38 @@ def claim(
         return None
     o = row._mapping
     tx.observe_now(o["now"])
-    state = o["control_state"]
-    if o["status"] == S.RUNNING and o["lease_expires_at"] <= tx.now and _ends_on_expiry(o, state):
-        # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
-        lease_expiry.expire(tx, o)
-        return None
     control = None
-    if state is not None:
+    if o["control_state"] is not None:
         control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
-    c = control._mapping if control is not None else None
-    if state == ControlState.PAUSED or o["cancel_requested"]:
-        return None
-    reclaiming = o["status"] == S.RUNNING
-    # Running under a resumed control means this run was claimed from it: a
-    # reclaim of it resumes from the same checkpoint, as the same attempt.
-    resuming = state == ControlState.RESUMED and (
-        reclaiming or (c is not None and c["expected_fence"] == o["fence"])
-    )
     grant = None
-    if not resuming and o["status"] == S.RETRY_WAIT:
+    if o["status"] == S.RETRY_WAIT and not _resumes(o, control):
         grant = tx.conn.execute(
             st.UNCLAIMED_GRANT, {"occurrence_id": occurrence_id, "fence": o["fence"]}
         ).scalar()
-    # The expired run was asked to pause: its reclaimer acknowledges the pause
-    # at its first safe point, so it spends no attempt either.
-    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
-    if not free and o["attempt"] >= o["max_attempts"]:
-        return None
-    if (o["exclusive"] or o["delivery"] == "at-most-once") and _job_blocks(tx, o):
-        return None
+    return o, control, grant
+
+
+def _take(
+    tx: Tx,
+    o: Mapping[Any, Any],
+    control: sa.Row[Any] | None,
+    grant: str | None,
+    decision: ClaimDecision,
+    owner: str,
+    lease_ms: int | None,
+    again: bool,
+) -> Claim | None:
+    """CLAIM (or RECLAIM) as decided, in the run's pool slot; then the pause request's new
+    fence, the grant used and the event."""
+    occurrence_id, state = o["id"], o["control_state"]
     # A reclaim runs in the slot its expired run took.
-    slot = o["pool"] if not reclaiming else None
+    slot = o["pool"] if not decision.reclaiming else None
     if slot is not None and not pools.take_slot(tx, slot):
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = _snapshot_lease_ms(o["definition"])
-    attempt_inc = 0 if free else 1
-    claimed_event = {
-        "owner": owner,
-        "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
-        "previous_status": o["status"],
-        "previous_owner": o["lease_owner"],
-        **({"resumed": True} if resuming else {}),
-        **({"requeue_request_id": grant} if grant is not None else {}),
-    }
-    event_data = dumps(claimed_event)
+    attempt_inc = 0 if decision.free else 1
+    event_data = _claimed_event(o, owner, attempt_inc, decision.resuming, grant)
     params = {
         "occurrence_id": occurrence_id,
         "seen_fence": o["fence"],
@@ -110,41 +169,43 @@ def claim(
         "event_data": event_data,
     }
     # PostgreSQL writes the claim's event in CLAIM's own statement (CLAIM_AND_LOG).
-    transition = T.WORKER_RECLAIMS if reclaiming else T.WORKER_CLAIMS
+    transition = T.WORKER_RECLAIMS if decision.reclaiming else T.WORKER_CLAIMS
     if o["exclusive"] and tx.is_postgres:
         claimed = _claim_exclusive(tx, transition, params)
     else:
-        claimed = T.run(tx, transition, params)
+        claimed = door.run(tx, transition, params)
     if claimed is None:
         pools.give_back(tx, slot)
         # Moved since it was read (PostgreSQL): decide once more from what it is now.
         return claim(tx, occurrence_id, owner, lease_ms, again=False) if again else None
     fence = claimed._mapping["fence"]
     if state == ControlState.PAUSE_REQUESTED:
-        T.run(
+        door.run(
             tx,
             T.PAUSE_REQUEST_REBOUND,
             {"of_occurrence": occurrence_id, "new_fence": fence, "now": tx.now},
         )
     if grant is not None:
         tx.conn.execute(st.USE_GRANT, {"grant_id": grant, "now": tx.now})
-    if not tx.is_postgres:
-        tx.emit_json(
-            EventType.OCCURRENCE_CLAIMED,
-            event_data,
-            job_id=o["job_id"],
-            occurrence_id=occurrence_id,
-            fence=fence,
-        )
+    door.append(
+        tx,
+        transition,
+        EventType.OCCURRENCE_CLAIMED,
+        event_data,
+        job_id=o["job_id"],
+        occurrence_id=occurrence_id,
+        fence=fence,
+    )
+    after = control
     if control is not None and state != ControlState.TERMINAL:
-        control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
-    occurrence = occurrence_from_row(claimed, control)
+        after = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
+    occurrence = occurrence_from_row(claimed, after)
     return Claim(
         occurrence=occurrence,
         owner=owner,
         fence=fence,
         lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
-        resumed=resuming,
+        resumed=decision.resuming,
         checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
     )
 
@@ -158,24 +219,30 @@ def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) 
         "lease_ms": lease_ms,
     }
     # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
-    claimed = T.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
+    claimed = door.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
     return None if claimed is None else _queued_claim(tx, claimed, owner)
 
 
 def _queued_claim(tx: Tx, claimed: sa.Row[Any], owner: str) -> Claim:
-    """The Claim of a row WORKER_CLAIMS_QUEUED's statement claimed; SQLite's event."""
+    """The Claim of a row WORKER_CLAIMS_QUEUED's statement claimed, and its event where
+    the statement did not write it."""
     c = claimed._mapping
     occurrence_id = c["id"]
     tx.observe_now(c["now"])
-    if not tx.is_postgres:  # PostgreSQL wrote it in the statement
-        event = {"owner": owner, "attempt": c["attempt"], "previous_status": S.QUEUED.value}
-        tx.emit_json(
-            EventType.OCCURRENCE_CLAIMED,
-            dumps({**event, "previous_owner": None}),
-            job_id=c["job_id"],
-            occurrence_id=occurrence_id,
-            fence=c["fence"],
-        )
+    door.append(
+        tx,
+        T.WORKER_CLAIMS_QUEUED,
+        EventType.OCCURRENCE_CLAIMED,
+        {
+            "owner": owner,
+            "attempt": c["attempt"],
+            "previous_status": S.QUEUED.value,
+            "previous_owner": None,
+        },
+        job_id=c["job_id"],
+        occurrence_id=occurrence_id,
+        fence=c["fence"],
+    )
     occurrence = occurrence_from_row(claimed)
     return Claim(
         occurrence=occurrence,
@@ -208,7 +275,7 @@ def succeed_and_claim(
             "next_id": next_id,
             "lease_ms": lease_ms,
         }
-        both = T.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)
+        both = door.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)
         if both is not None and both.id is not None:
             return _queued_claim(tx, both, owner)
         if both is not None:  # settled, committed alone: the claim is a transaction of its own
@@ -224,14 +291,20 @@ def _snapshot_lease_ms(definition: str) -> int:
     return int(float(loads(definition)["lease"]) * 1000)
 
 
-def _ends_on_expiry(o: Any, state: str | None) -> bool:
-    """Whether the EXPIRE statement settles this expired lease (its CASE, in Python only
-    to choose the statement; EXPIRE decides again from the row when it writes)."""
-    exhausted = o["attempt"] >= o["max_attempts"] and state not in _FREE_RECLAIM
-    return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or exhausted
-
-
-_FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
+def _claimed_event(
+    o: Mapping[Any, Any], owner: str, attempt_inc: int, resuming: bool, grant: str | None
+) -> str:
+    """``occurrence_claimed``'s data (canonical JSON: PostgreSQL's CLAIM writes it too)."""
+    return dumps(
+        {
+            "owner": owner,
+            "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
+            "previous_status": o["status"],
+            "previous_owner": o["lease_owner"],
+            **({"resumed": True} if resuming else {}),
+            **({"requeue_request_id": grant} if grant is not None else {}),
+        }
+    )
 
 
 def _claim_exclusive(
@@ -241,7 +314,7 @@ def _claim_exclusive(
     and the unique index ``occurrences_one_running_exclusive`` then refuses the second."""
     savepoint = tx.conn.begin_nested()
     try:
-        claimed = T.run(tx, transition, params)
+        claimed = door.run(tx, transition, params)
     except sa.exc.IntegrityError as exc:
         savepoint.rollback()
         if constraint_name(exc) != EXCLUSIVE_INDEX:
@@ -290,15 +363,15 @@ def claim_next(
     )
     # Not filtered by JOB_ALLOWS_CLAIM: an expiry that settles the run does so whatever
     # the job (CLAIM refuses the reclaim of a disabled job's run).
-    expired = sa.and_(o.c.status == S.RUNNING, o.c.lease_expires_at <= tx.now)
+    expired = lease_expired(tx.now)
     for condition in (waiting, expired):
         query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)
         if queues:
             query = query.where(o.c.queue.in_(queues))
         if kinds:
             query = query.where(o.c.kind.in_(kinds))
-        if tx.is_postgres:
-            query = query.with_for_update(skip_locked=True, of=o)
+        # Another claimer skips these (PostgreSQL; SQLite renders no FOR UPDATE).
+        query = query.with_for_update(skip_locked=True, of=o)
         batch = list(tx.conn.execute(query).scalars())
         got = _first_claim(tx, batch, owner, lease_ms)
         # Expired leases the claims settled leave the candidates: a full batch of

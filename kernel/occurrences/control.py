@@ -7,6 +7,7 @@ from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.states import OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
 __all__ = ["end_control", "request_cancel"]
@@ -16,7 +17,7 @@ S = OccurrenceStatus
 
 def end_control(tx: Tx, occurrence_id: int, *, job_id: str, fence: int | None) -> None:
     """Make the occurrence's control ``terminal``; a pause still pending ends with an event."""
-    ended = T.run(tx, T.CONTROL_ENDS, {"occurrence_id": occurrence_id, "now": tx.now})
+    ended = door.run(tx, T.CONTROL_ENDS, {"occurrence_id": occurrence_id, "now": tx.now})
     if ended is not None and ended.pause_request_id is not None and ended.paused_at is None:
         tx.emit(
             EventType.CONTROL_TERMINAL,
@@ -32,7 +33,7 @@ def request_cancel(tx: Tx, occurrence_id: int, *, reason: str) -> OccurrenceStat
     """Cancel at once if waiting; flag a running one for its worker. Returns the status
     this left (``cancelled``, or ``running`` when flagged); None: nothing to do (already
     asked, or it ended, perhaps just now)."""
-    moved = T.run(tx, T.OPERATOR_CANCELS, {"occurrence_id": occurrence_id, "now": tx.now})
+    moved = door.run(tx, T.OPERATOR_CANCELS, {"occurrence_id": occurrence_id, "now": tx.now})
     if moved is None:
         return None
     if moved.status == S.CANCELLED:

@@ -34,6 +34,7 @@ from kernel.occurrences.rows import record_request
 from kernel.records import dumps, job_from_row
 from kernel.spec.run_params import params_digest, with_params
 from kernel.states import ACTIVE, UNSETTLED, WAITING, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Job
 
@@ -70,9 +71,8 @@ def lock_job(tx: Tx, job_id: str) -> Job:
     Raises:
         NotFound: no such job.
     """
-    query = sa.select(jobs).where(jobs.c.id == job_id)
-    if tx.is_postgres:
-        query = query.with_for_update()
+    # SQLite renders no FOR UPDATE: its write transaction already holds every row.
+    query = sa.select(jobs).where(jobs.c.id == job_id).with_for_update()
     row = tx.conn.execute(query).first()
     if row is None:
         raise NotFound(f"job {job_id!r} does not exist", job_id=job_id)
@@ -235,19 +235,9 @@ def create_occurrence(
         "approval_due_at": tx.now + int(spec["approval"]["timeout"] * 1000) if awaiting else None,
         "approval_auto": spec["approval"]["auto"] if awaiting else None,
     }
-    inserted = T.run(tx, T.BEAT_FIRES, values)
-    new_id = inserted.id if inserted is not None else None
-    if new_id is None:
-        existing = tx.conn.execute(
-            sa.select(occurrences.c.id, occurrences.c.status).where(
-                occurrences.c.job_id == job_id, occurrences.c.trigger_key == trigger_key
-            )
-        ).first()
-        return Created(
-            id=existing.id if existing else None,
-            created=False,
-            status=OccurrenceStatus(existing.status) if existing else None,
-        )
+    inserted = door.run(tx, T.BEAT_FIRES, values)
+    if inserted is None or inserted.id is None:
+        return _existing(tx, job_id, trigger_key)
     event = (
         EventType.OCCURRENCE_SKIPPED
         if status == OccurrenceStatus.SKIPPED
@@ -257,18 +247,28 @@ def create_occurrence(
         "trigger_key": trigger_key,
         "revision": revision,
         "scheduled_for": scheduled_for,
+        **({"reason": skip_reason} if skip_reason else {}),
+        **({"parent_id": parent_id} if parent_id is not None else {}),
+        **({"awaiting_approval": True} if awaiting else {}),
+        **({"params": params} if params is not None else {}),
+        **(extra or {}),
     }
-    if skip_reason:
-        data["reason"] = skip_reason
-    if parent_id is not None:
-        data["parent_id"] = parent_id
-    if awaiting:
-        data["awaiting_approval"] = True
-    if params is not None:
-        data["params"] = params
-    data.update(extra or {})
-    tx.emit(event, job_id=job_id, occurrence_id=new_id, **data)
-    return Created(id=new_id, created=True, status=status, skip_reason=skip_reason)
+    tx.emit(event, job_id=job_id, occurrence_id=inserted.id, **data)
+    return Created(id=inserted.id, created=True, status=status, skip_reason=skip_reason)
+
+
+def _existing(tx: Tx, job_id: str, trigger_key: str) -> Created:
+    """The firing the unique keys kept from a second insert (None: under another key)."""
+    existing = tx.conn.execute(
+        sa.select(occurrences.c.id, occurrences.c.status).where(
+            occurrences.c.job_id == job_id, occurrences.c.trigger_key == trigger_key
+        )
+    ).first()
+    return Created(
+        id=existing.id if existing else None,
+        created=False,
+        status=OccurrenceStatus(existing.status) if existing else None,
+    )
 
 
 def _refusal(job: Job, reason: str, active: list[int]) -> StateConflict:

@@ -15,10 +15,11 @@ from kernel.limits import pools
 from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
 from kernel.records import dumps, loads
-from kernel.states import OccurrenceStatus
+from kernel.states import ControlState, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
-__all__ = ["expire_leases", "expire"]
+__all__ = ["ends_run", "expire_leases", "expire"]
 
 _ADJUDICATION_ERROR = dumps(
     {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
@@ -53,7 +54,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
     """Settle one expired lease (``m``: its occurrence row as read) if it decides its
     own end, with its events; None when it does not, or moved since it was read.
     ``give_back=False``: the caller gives the pool slot back (``m["pool"]``)."""
-    expired = T.run(
+    expired = door.run(
         tx,
         T.LEASE_EXPIRES,
         {
@@ -96,3 +97,15 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
             parent_depth=m["chain_depth"],
         )
     return to_status
+
+
+#: Control states under which a reclaim spends no attempt: exhausted attempts end no run.
+_FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
+
+
+def ends_run(o: Any) -> bool:
+    """Whether EXPIRE settles this expired lease (``o``: a claim's read, its
+    ``attempts_left`` and ``control_state`` included). EXPIRE's CASE, in Python only to
+    choose the statement: EXPIRE decides again from the row when it writes."""
+    exhausted = not o["attempts_left"] and o["control_state"] not in _FREE_RECLAIM
+    return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or exhausted

@@ -17,6 +17,7 @@ from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import loads
 from kernel.states import OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
 __all__ = ["requeue", "cancel"]
@@ -37,7 +38,7 @@ def requeue(
     evidence = {"fence": expected_fence, "error_code": expected_error_code}
     if record_request(tx, request_id, "requeue", str(occurrence_id), evidence, operator):
         return True
-    revived = T.run(
+    revived = door.run(
         tx,
         T.OPERATOR_REQUEUES,
         {

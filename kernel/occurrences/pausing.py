@@ -1,7 +1,7 @@
 """An operator's runtime control of a running occurrence: pause request and resume.
 
 The holder's side (acknowledge at a safe point, warm hand back) is
-:func:`kernel.occurrences.runs.release`. Both actions write first and read only when their
+:func:`kernel.occurrences.releases.release`. Both actions write first and read only when their
 guarded statement changed nothing, to raise the precise error.
 """
 
@@ -25,6 +25,7 @@ from kernel.events import EventType
 from kernel.occurrences.rows import control_row, occurrence_row, record_request
 from kernel.records import dumps, loads
 from kernel.states import ControlState, OccurrenceStatus, SafePoint
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
 __all__ = ["capability_digest", "request_pause", "resume"]
@@ -69,7 +70,7 @@ def request_pause(
             "declares no safe point; it cannot be paused (cancel it instead)",
             occurrence_id=occurrence_id,
         )
-    requested = T.run(
+    requested = door.run(
         tx,
         T.OPERATOR_REQUESTS_PAUSE,
         {
@@ -161,9 +162,8 @@ def resume(
         tx, request_id, "resume", str(occurrence_id), {"revision": expected_revision}, operator
     ):
         return True
-    if tx.is_postgres:
-        st.LOCK_OCCURRENCE.first(tx.conn, {"occurrence_id": occurrence_id})
-    resumed = T.run(
+    tx.lock(st.LOCK_OCCURRENCE, {"occurrence_id": occurrence_id})
+    resumed = door.run(
         tx,
         T.CONTROL_RESUMES,
         {
@@ -183,7 +183,7 @@ def resume(
                 state=c["state"] if c else None,
             )
         raise stale_revision(occurrence_id, expected_revision, c["revision"])
-    available = T.run(tx, T.OPERATOR_RESUMES, {"occurrence_id": occurrence_id, "now": tx.now})
+    available = door.run(tx, T.OPERATOR_RESUMES, {"occurrence_id": occurrence_id, "now": tx.now})
     o = available._mapping if available is not None else occurrence_row(tx, occurrence_id)
     tx.emit(
         EventType.OCCURRENCE_RESUMED,

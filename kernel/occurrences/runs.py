@@ -1,46 +1,43 @@
-"""A holder's writes: renew, settle, release (pause ack, hand back).
+"""A holder's writes: renew and settle (a release at a safe point: kernel/occurrences/releases.py).
 
-A lease that expires is settled by kernel/occurrences/lease_expiry.py."""
+A settle is read, a pure decision (:func:`decide`) and SETTLE's guarded write. A lease that
+expires is settled by kernel/occurrences/lease_expiry.py."""
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kernel import statements as st
 from kernel.db.tx import Tx
 from kernel.errors import (
     InvalidArgument,
-    KernelError,
     LeaseLost,
     NotFound,
-    PauseUnsupported,
-    RevisionConflict,
-    StateConflict,
 )
 from kernel.events import EventType, settled_event
 from kernel.limits import budgets, pools
-from kernel.occurrences import result_hooks
 from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
-from kernel.records import checkpoint_envelope, dumps, loads, to_dt
+from kernel.records import dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer
 
 __all__ = [
-    "MAX_CHECKPOINT_BYTES",
+    "SettleDecision",
+    "decide",
+    "lease_lost",
     "renew",
     "settle",
     "owes_more",
     "succeed_plain_params",
-    "release",
 ]
 
-MAX_CHECKPOINT_BYTES = 64 * 1024
 S = OccurrenceStatus
 
 
@@ -69,7 +66,7 @@ def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> 
         "now": tx.now,
         "lease_until": tx.now + lease_ms,
     }
-    renewed = T.run(tx, T.WORKER_RENEWS, params)
+    renewed = door.run(tx, T.WORKER_RENEWS, params)
     if renewed is None:
         raise lease_lost(tx, occurrence_id, owner, fence)
     control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
@@ -85,6 +82,44 @@ def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> 
     return RenewAnswer(
         lease_expires_at=expires, pause=pause, cancel_requested=bool(renewed.cancel_requested)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SettleDecision:
+    """The state SETTLE is asked to write (:func:`decide`; SETTLE itself may still turn a
+    retry into a cancel, or an at-most-once run's unknown outcome into needs_adjudication)."""
+
+    to_status: OccurrenceStatus
+    retry_delay_ms: int = 0
+    effect: Effect = Effect.NOT_APPLIED
+
+
+def decide(
+    outcome: str,
+    row: Mapping[Any, Any] | None,
+    *,
+    effect: Effect,
+    retryable: bool,
+    retry_in: float | None,
+    rnd: random.Random | None,
+) -> SettleDecision:
+    """What a holder's ``outcome`` settles to. ``row`` (a failure's only): the occurrence
+    as read, whose snapshot's retry policy and attempts decide retry_wait or dead_letter
+    (:func:`kernel.spec.retry.retry_decision`). Pure."""
+    if outcome != "failed":
+        return SettleDecision(S.SUCCEEDED if outcome == "succeeded" else S.CANCELLED)
+    assert row is not None
+    decision = retry_decision(
+        loads(row["definition"])["retry"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        retryable=retryable,
+        rnd=rnd,
+    )
+    if not decision.retry:
+        return SettleDecision(S.DEAD_LETTER, effect=effect)
+    delay_s = decision.delay_s if retry_in is None else max(0.0, retry_in)
+    return SettleDecision(S.RETRY_WAIT, int(delay_s * 1000), effect)
 
 
 def settle(
@@ -118,44 +153,12 @@ def settle(
     plain = outcome == "succeeded" and not owes_more(result)
     if plain and _succeed_plain(tx, occurrence_id, owner, fence, result, alone):
         return S.SUCCEEDED
-    retry_delay_ms = 0
-    failed_effect = Effect.NOT_APPLIED
-    if outcome == "succeeded":
-        to_status = S.SUCCEEDED
-    elif outcome == "cancelled":
-        to_status = S.CANCELLED
-    elif outcome == "failed":
-        if error is None or not error.get("code"):
-            raise InvalidArgument("error", "a failure needs an error with a code")
-        try:
-            failed_effect = Effect(effect)
-        except ValueError:
-            raise InvalidArgument(
-                "effect", f"must be one of {', '.join(Effect)}, not {effect!r}"
-            ) from None
-        row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
-        if row is None:
-            raise NotFound(
-                f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id
-            )
-        m = row._mapping
-        spec = loads(m["definition"])
-        decision = retry_decision(
-            spec["retry"],
-            attempt=m["attempt"],
-            max_attempts=m["max_attempts"],
-            retryable=retryable,
-            rnd=rnd,
-        )
-        # SETTLE turns a retry into a cancel when one is pending, and an at-most-once
-        # run's unknown outcome into needs_adjudication (decided in the statement).
-        to_status = S.RETRY_WAIT if decision.retry else S.DEAD_LETTER
-        if to_status == S.RETRY_WAIT:
-            delay_s = decision.delay_s if retry_in is None else max(0.0, retry_in)
-            retry_delay_ms = int(delay_s * 1000)
-    else:
-        raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
-    updated = T.run(
+    failed_effect = _checked(outcome, error, effect)
+    row = _read_failed(tx, occurrence_id) if outcome == "failed" else None
+    decided = decide(
+        outcome, row, effect=failed_effect, retryable=retryable, retry_in=retry_in, rnd=rnd
+    )
+    updated = door.run(
         tx,
         _SETTLES[outcome],
         {
@@ -163,16 +166,53 @@ def settle(
             "owner": owner,
             "held_fence": fence,
             "now": tx.now_param(),
-            "to_status": to_status.value,
-            "retry_delay_ms": retry_delay_ms,
-            "effect": failed_effect.value,
+            "to_status": decided.to_status.value,
+            "retry_delay_ms": decided.retry_delay_ms,
+            "effect": decided.effect.value,
             "result_json": dumps(result) if outcome == "succeeded" else None,
             "error_json": dumps(error) if error is not None else None,
         },
     )
     if updated is None:
         raise lease_lost(tx, occurrence_id, owner, fence)
-    u = updated._mapping
+    return _settled(tx, occurrence_id, updated._mapping, fence, result, error)
+
+
+def _checked(outcome: str, error: dict[str, Any] | None, effect: Effect | str) -> Effect:
+    """The failed run's effect; refuses an unknown outcome, a failure without an error
+    code and an unknown effect, naming each."""
+    if outcome not in _SETTLES:
+        raise InvalidArgument("outcome", f"must be succeeded, failed or cancelled, not {outcome!r}")
+    if outcome != "failed":
+        return Effect.NOT_APPLIED
+    if error is None or not error.get("code"):
+        raise InvalidArgument("error", "a failure needs an error with a code")
+    try:
+        return Effect(effect)
+    except ValueError:
+        raise InvalidArgument(
+            "effect", f"must be one of {', '.join(Effect)}, not {effect!r}"
+        ) from None
+
+
+def _read_failed(tx: Tx, occurrence_id: int) -> Mapping[Any, Any]:
+    """The occurrence a failure is decided from (its snapshot's retry policy, attempts)."""
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
+    if row is None:
+        raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
+    return row._mapping
+
+
+def _settled(
+    tx: Tx,
+    occurrence_id: int,
+    u: Mapping[Any, Any],
+    fence: int,
+    result: Any,
+    error: dict[str, Any] | None,
+) -> OccurrenceStatus:
+    """What follows SETTLE's row ``u`` in its transaction: the pool slot given back, the
+    control ended and the event, reported budget units, chained children."""
     tx.observe_now(u["now"])
     pools.give_back(tx, u["pool"])
     to_status = S(u["status"])
@@ -187,7 +227,7 @@ def settle(
         # ``control_open`` is read from SETTLE's snapshot: a pause request committed
         # while SETTLE waited for the row lock is not in it, so the control is ended
         # unconditionally, in the statement that also writes the events.
-        T.run_count(
+        door.run_count(
             tx,
             T.CONTROL_ENDS_WITH_SETTLE,
             {
@@ -211,7 +251,6 @@ def settle(
         )
     if to_status == S.SUCCEEDED:
         budgets.settle_units(tx, occurrence_id, result)
-        result_hooks.after_success(tx, occurrence_id, u["job_id"], fence, result)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,
@@ -230,11 +269,9 @@ def _without_traceback(error: dict[str, Any]) -> dict[str, Any]:
 
 
 def owes_more(result: Any) -> bool:
-    """A success whose result the kernel acts on beyond the settle: budget units it
-    reports, or a registered kind's result hook."""
-    return isinstance(result, Mapping) and (
-        budgets.REPORTED_UNITS_KEY in result or result_hooks.wanted(result)
-    )
+    """A success whose result the settle acts on beyond its row and event: budget units
+    it reports. (A watchdog's report is the facade's, after the settle: same transaction.)"""
+    return isinstance(result, Mapping) and budgets.REPORTED_UNITS_KEY in result
 
 
 def succeed_plain_params(
@@ -257,18 +294,19 @@ def _succeed_plain(
     """WORKER_SUCCEEDS_PLAIN; False (nothing written) when its guard held for no row,
     a lost lease included: SETTLE then decides, and says which."""
     params = succeed_plain_params(tx, occurrence_id, owner, fence, result)
-    settled = T.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
+    settled = door.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
     if settled is None:
         return False
     tx.observe_now(settled.now)
-    if not tx.is_postgres:  # PostgreSQL wrote it in the statement
-        tx.emit(
-            EventType.OCCURRENCE_SUCCEEDED,
-            job_id=settled.job_id,
-            occurrence_id=occurrence_id,
-            fence=fence,
-            attempt=settled.attempt,
-        )
+    door.append(
+        tx,
+        T.WORKER_SUCCEEDS_PLAIN,
+        EventType.OCCURRENCE_SUCCEEDED,
+        {"attempt": settled.attempt},
+        job_id=settled.job_id,
+        occurrence_id=occurrence_id,
+        fence=fence,
+    )
     return True
 
 
@@ -278,134 +316,3 @@ _SETTLES = {
     "failed": T.WORKER_FAILS,
     "cancelled": T.WORKER_STOPS_ON_CANCEL,
 }
-
-
-def release(
-    tx: Tx,
-    occurrence_id: int,
-    owner: str,
-    fence: int,
-    *,
-    safe_point: str,
-    checkpoint: Any,
-    pause_request_id: str | None,
-    expected_revision: int | None,
-) -> None:
-    """Hand a running occurrence back at a safe point, storing its checkpoint.
-
-    With ``pause_request_id`` this acknowledges that pause: the control becomes
-    ``paused`` and only a resume makes it claimable. Without, it is a warm
-    shutdown: the control becomes ``resumed`` so any worker picks it up at once
-    from the checkpoint, consuming no attempt (``paused`` instead when a pause of
-    this run is pending). A pending cancel request makes it ``cancelled``.
-    """
-    encoded = dumps(checkpoint)
-    if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
-        raise InvalidArgument(
-            "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
-        )
-    stored = checkpoint_envelope(safe_point, checkpoint)
-    params = {"held_fence": fence, "now": tx.now, "checkpoint": stored}
-    if pause_request_id is not None:
-        if tx.is_postgres:
-            st.LOCK_OCCURRENCE.first(tx.conn, {"occurrence_id": occurrence_id})
-        acked = T.run(
-            tx,
-            T.WORKER_ACKS_PAUSE,
-            {
-                **params,
-                "of_occurrence": occurrence_id,
-                "request_id": pause_request_id,
-                "expected_revision": expected_revision,
-                "quoted_safe_point": dumps(safe_point),
-            },
-        )
-        if acked is None:
-            raise _ack_refused(
-                tx, occurrence_id, owner, fence, pause_request_id, expected_revision, safe_point
-            )
-    released = T.run(
-        tx,
-        T.WORKER_RELEASES,
-        {
-            "occurrence_id": occurrence_id,
-            "owner": owner,
-            "held_fence": fence,
-            "now": tx.now,
-            "cancel_error": dumps({"code": "CANCELLED", "message": "cancelled at a safe point"}),
-        },
-    )
-    if released is None:
-        raise lease_lost(tx, occurrence_id, owner, fence)
-    pools.give_back(tx, released.pool)
-    if released.status == S.CANCELLED:
-        # A pending cancel wins (decided by RELEASE): a handed-back cancel-requested
-        # row would wait for ever, since no claim takes it.
-        end_control(tx, occurrence_id, job_id=released.job_id, fence=fence)
-        tx.emit(
-            EventType.OCCURRENCE_CANCELLED,
-            job_id=released.job_id,
-            occurrence_id=occurrence_id,
-            fence=fence,
-            attempt=released.attempt,
-            error={"code": "CANCELLED", "message": "cancelled at a safe point"},
-        )
-        return
-    if pause_request_id is None:
-        handed = T.run(
-            tx,
-            T.WORKER_RELEASES_CONTROL,
-            {**params, "occurrence_id": occurrence_id, "safe_points": dumps([safe_point])},
-        )
-        assert handed is not None  # an upsert always returns its row
-        if handed.state == ControlState.PAUSED:
-            # A warm hand back while this run's pause is pending honours the pause.
-            pause_request_id = handed.pause_request_id
-    tx.emit(
-        EventType.OCCURRENCE_PAUSED if pause_request_id else EventType.OCCURRENCE_HANDED_BACK,
-        job_id=released.job_id,
-        occurrence_id=occurrence_id,
-        fence=fence,
-        safe_point=safe_point,
-        checkpoint_digest=hashlib.sha256(stored.encode()).hexdigest(),
-        **({"request_id": pause_request_id} if pause_request_id else {}),
-    )
-
-
-def _ack_refused(
-    tx: Tx,
-    occurrence_id: int,
-    owner: str,
-    fence: int,
-    pause_request_id: str,
-    expected_revision: int | None,
-    safe_point: str,
-) -> KernelError:
-    """Why ACK_PAUSE changed nothing, read once after the fact."""
-    control = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
-    c = control._mapping if control is not None else None
-    if (
-        c is None
-        or c["state"] != ControlState.PAUSE_REQUESTED
-        or c["pause_request_id"] != pause_request_id
-    ):
-        return StateConflict(
-            f"occurrence {occurrence_id}: pause request {pause_request_id!r} is no longer pending",
-            occurrence_id=occurrence_id,
-            state=c["state"] if c else None,
-        )
-    if expected_revision is not None and c["revision"] != expected_revision:
-        return RevisionConflict(
-            f"occurrence {occurrence_id}: control revision is {c['revision']}, "
-            f"not {expected_revision}",
-            occurrence_id=occurrence_id,
-            expected_revision=expected_revision,
-            actual_revision=c["revision"],
-        )
-    if c["expected_fence"] != fence:
-        return lease_lost(tx, occurrence_id, owner, fence)
-    return PauseUnsupported(
-        f"occurrence {occurrence_id}: the adapter did not declare {safe_point!r} a safe point",
-        occurrence_id=occurrence_id,
-        safe_point=safe_point,
-    )

@@ -19,6 +19,7 @@ from kernel.occurrences.control import end_control
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import dumps
 from kernel.states import Decision, OccurrenceStatus
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
 __all__ = ["OPERATOR", "ADAPTER", "adjudicate", "apply_verdict"]
@@ -51,7 +52,7 @@ def adjudicate(
         ),
     }[verdict]
     settled = to_status != S.RETRY_WAIT
-    decided = T.run(
+    decided = door.run(
         tx,
         T.OPERATOR_ADJUDICATES,
         {

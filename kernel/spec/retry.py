@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RetryDecision", "retry_decision", "backoff_seconds"]
+__all__ = ["RetryDecision", "attempts_left", "retry_decision", "backoff_seconds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +37,12 @@ def backoff_seconds(
     return min(longest, max(0.0, capped * (1.0 + spread)))
 
 
+def attempts_left(attempt: int, max_attempts: int) -> bool:
+    """Whether another attempt may start: the mirror of the statements' ``ATTEMPTS_LEFT``
+    (:mod:`kernel.statements.predicates`), for a decision taken from a row already read."""
+    return attempt < max_attempts
+
+
 def retry_decision(
     policy: dict[str, Any],
     *,
@@ -46,6 +52,6 @@ def retry_decision(
     rnd: random.Random | None = None,
 ) -> RetryDecision:
     """Retry when the error is retryable and attempts remain; otherwise give up."""
-    if not retryable or attempt >= max_attempts:
+    if not retryable or not attempts_left(attempt, max_attempts):
         return RetryDecision(retry=False, delay_s=0.0)
     return RetryDecision(retry=True, delay_s=backoff_seconds(policy, attempt, rnd))

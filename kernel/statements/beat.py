@@ -14,7 +14,7 @@ from kernel.db.driver import DriverStatement
 from kernel.db.schema import beats, occurrences
 from kernel.statements.claims import JOB_ALLOWS_CLAIM, NO_UNRESOLVED_RUN
 from kernel.statements.pools import ROOM_IN_POOL
-from kernel.statements.predicates import NOT_PAUSED, claimable_now
+from kernel.statements.predicates import NOT_PAUSED, claimable_now, lease_expired
 
 __all__ = [
     "CREATE_OCCURRENCE",
@@ -92,8 +92,7 @@ _waiting = sa.and_(
     _not_recent,
 )
 _expired = sa.and_(
-    OCC.c.status == "running",
-    OCC.c.lease_expires_at <= p("now"),
+    lease_expired(p("now")),
     OCC.c.delivery == "at-least-once",
     NOT_PAUSED,
     # The last hint led to the claim whose lease just expired: hint again at once.

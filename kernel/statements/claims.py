@@ -15,7 +15,7 @@ from kernel.db.json_text import json_object
 from kernel.db.schema import controls, jobs, occurrences, requeue_grants
 from kernel.events import EventType
 from kernel.statements.logged import logged
-from kernel.statements.predicates import CLAIMABLE_STATUS, claimable_now
+from kernel.statements.predicates import ATTEMPTS_LEFT, claimable_now, lease_expired
 from kernel.statements.settles import PLAIN_SUCCESS, PLAIN_SUCCESS_LOGGED
 
 __all__ = [
@@ -42,7 +42,14 @@ CTL = controls
 #: free, grant used, expiry settled) is what holds when CLAIM writes: a concurrent
 #: adjudicate or cancel is waited for, not overtaken. (SQLite: BEGIN IMMEDIATE already.)
 OCCURRENCE_FOR_CLAIM = DriverStatement(
-    sa.select(OCC, CTL.c.state.label("control_state"), StatementNow().label("now"))
+    sa.select(
+        OCC,
+        CTL.c.state.label("control_state"),
+        StatementNow().label("now"),
+        # What the claim decides from, as every statement decides it (predicates).
+        lease_expired(StatementNow()).label("lease_expired"),
+        ATTEMPTS_LEFT.label("attempts_left"),
+    )
     .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
     .where(OCC.c.id == p("occurrence_id"))
     .with_for_update(of=OCC)
@@ -60,13 +67,10 @@ UNCLAIMED_GRANT = (
     .limit(1)
 )
 
-_claimable_now = sa.or_(
-    sa.and_(CLAIMABLE_STATUS, OCC.c.available_at <= p("now")),
-    sa.and_(
-        OCC.c.status == "running",
-        OCC.c.lease_expires_at <= p("now"),
-        OCC.c.delivery == "at-least-once",
-    ),
+#: Claimable now, or an at-least-once run whose lease expired (a reclaim).
+_claimable_or_reclaimable = sa.or_(
+    claimable_now(p("now")),
+    sa.and_(lease_expired(p("now")), OCC.c.delivery == "at-least-once"),
 )
 
 #: A disabled job's occurrences wait (seed semantics) except manual ones: a run-now
@@ -98,7 +102,7 @@ _claim = (
         )
         == p("seen_control_state"),
         OCC.c.cancel_requested.is_(False),
-        _claimable_now,
+        _claimable_or_reclaimable,
         JOB_ALLOWS_CLAIM,
     )
     .values(
@@ -157,9 +161,9 @@ def _claim_queued(dialect: str, occurrence_param: str = "occurrence_id") -> sa.U
         .where(
             OCC.c.id == p(occurrence_param),
             OCC.c.status == "queued",
-            OCC.c.available_at <= now,
+            claimable_now(now),
             OCC.c.lease_owner.is_(None),
-            OCC.c.attempt < OCC.c.max_attempts,
+            ATTEMPTS_LEFT,
             OCC.c.cancel_requested.is_(False),
             OCC.c.exclusive.is_(False),
             OCC.c.delivery == "at-least-once",

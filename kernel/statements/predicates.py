@@ -9,7 +9,15 @@ import sqlalchemy as sa
 from kernel.db.schema import controls, occurrences
 from kernel.states import CLAIMABLE, ControlState
 
-__all__ = ["CLAIMABLE_STATUS", "NOT_PAUSED", "OF_OCCURRENCE", "claimable_now", "status_is"]
+__all__ = [
+    "ATTEMPTS_LEFT",
+    "CLAIMABLE_STATUS",
+    "NOT_PAUSED",
+    "OF_OCCURRENCE",
+    "claimable_now",
+    "lease_expired",
+    "status_is",
+]
 
 #: The bind of an occurrence's id in an UPDATE of a table that has an ``occurrence_id``
 #: column (controls, budget reservations, adjudication asks); every other statement binds
@@ -21,6 +29,11 @@ OF_OCCURRENCE = "of_occurrence"
 #: The status is one a claim may take (:data:`kernel.states.CLAIMABLE`). Literals, not
 #: an expanding IN, so the driver form of a statement is rendered once.
 CLAIMABLE_STATUS = occurrences.c.status.in_([sa.literal(s.value) for s in CLAIMABLE])
+
+#: An attempt remains: where the kernel decides "attempts left" (a claim that spends one,
+#: a lease expiry, a settle's retry). :func:`kernel.spec.retry.attempts_left` mirrors it
+#: for the settle's pure decision.
+ATTEMPTS_LEFT = occurrences.c.attempt < occurrences.c.max_attempts
 
 #: No paused control holds the occurrence (a paused one waits in retry_wait).
 NOT_PAUSED = ~sa.exists().where(
@@ -44,3 +57,12 @@ def status_is(*states: str) -> sa.ColumnElement[bool]:
     if len(literals) == 1:
         return occurrences.c.status == literals[0]
     return occurrences.c.status.in_(literals)
+
+
+def lease_expired(now: Any, *, literal_status: bool = False) -> sa.ColumnElement[bool]:
+    """The occurrence runs under a lease that expired by ``now`` (a value or a bind
+    parameter): a claim may reclaim it, or its expiry settle it. ``literal_status`` writes
+    the status into the text (:func:`status_is`), for reads run by SQLAlchemy that must
+    use SQLite's partial index; a statement compiled once for the driver keeps it bound."""
+    running = status_is("running") if literal_status else occurrences.c.status == "running"
+    return sa.and_(running, occurrences.c.lease_expires_at <= now)

@@ -188,7 +188,7 @@ _unchanged_since_read = sa.literal_column("occurrences.xmin") == (
 def succeed_plain(dialect: str) -> sa.Update:
     """A success that owes nothing beyond its own row and event, decided whole in one
     statement: no open control, no pool slot to give back, no job chained after it (the
-    caller knows the result asks for no budget units or result hook)."""
+    caller knows the result asks for no budget units)."""
     now = StatementNow()
     guard = [lease_held_at(now), OCC.c.pool.is_(None), ~_control_open, ~_has_children]
     if dialect == "postgresql":

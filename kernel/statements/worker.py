@@ -22,7 +22,7 @@ from kernel.db.driver import DriverStatement
 from kernel.db.schema import controls, events, occurrences
 from kernel.events import EventType
 from kernel.statements.logged import logged
-from kernel.statements.predicates import OF_OCCURRENCE
+from kernel.statements.predicates import ATTEMPTS_LEFT, OF_OCCURRENCE, lease_expired
 from kernel.statements.settles import lease_held_at
 from kernel.states import ACTIVE
 
@@ -92,8 +92,8 @@ REBIND_PAUSE_REQUEST = (
 
 #: Attempts left, or a pause requested / resumed: a reclaim of such a run is
 #: free (claiming.claim), so lease expiry never dead-letters it for exhaustion.
-_attempts_left = sa.or_(
-    OCC.c.attempt < OCC.c.max_attempts,
+_may_reclaim = sa.or_(
+    ATTEMPTS_LEFT,
     sa.exists().where(
         CTL.c.occurrence_id == OCC.c.id,
         CTL.c.state.in_((sa.literal("pause_requested"), sa.literal("resumed"))),
@@ -113,12 +113,11 @@ EXPIRED_LEASES = (
         OCC.c.pool,
     )
     .where(
-        OCC.c.status == "running",
-        OCC.c.lease_expires_at <= p("now"),
+        lease_expired(p("now")),
         sa.or_(
             OCC.c.cancel_requested,
             OCC.c.delivery == "at-most-once",
-            sa.not_(_attempts_left),
+            sa.not_(_may_reclaim),
         ),
     )
     .order_by(OCC.c.lease_expires_at)
@@ -128,7 +127,7 @@ EXPIRED_LEASES = (
 _expired_to = sa.case(
     (OCC.c.cancel_requested, "cancelled"),
     (OCC.c.delivery == "at-most-once", "needs_adjudication"),
-    (sa.not_(_attempts_left), "dead_letter"),
+    (sa.not_(_may_reclaim), "dead_letter"),
 )
 
 #: Settle an expired lease that decides its own end, fenced; the choice is made
@@ -138,9 +137,8 @@ EXPIRE = (
     sa.update(OCC)
     .where(
         OCC.c.id == p("occurrence_id"),
-        OCC.c.status == "running",
+        lease_expired(p("now")),
         OCC.c.fence == p("held_fence"),
-        OCC.c.lease_expires_at <= p("now"),
         _expired_to.is_not(None),
     )
     .values(

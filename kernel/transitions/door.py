@@ -16,7 +16,7 @@ from kernel.events import EventType as E
 if TYPE_CHECKING:
     from kernel.db.tx import Tx
 
-__all__ = ["Statement", "Transition", "run", "run_all", "run_count", "run_many"]
+__all__ = ["Statement", "Transition", "append", "run", "run_all", "run_count", "run_many"]
 
 #: What performs a transition: a Core statement, a driver-run one, or one per dialect.
 Statement = sa.Executable | DriverStatement | Mapping[str, sa.Executable | DriverStatement]
@@ -30,6 +30,9 @@ class Transition:
     statement: Statement
     guard: str
     events: tuple[E, ...]
+    #: The dialects whose form of ``statement`` writes the row's events itself (a
+    #: data-modifying CTE); on the others :func:`append` writes them after it.
+    logged_on: tuple[str, ...] = ()
 
 
 def run(
@@ -88,3 +91,25 @@ def run_many(tx: Tx, transition: Transition, param_sets: Sequence[Mapping[str, A
     assert isinstance(statement, sa.Executable), "a batch is one Core statement"
     if param_sets:
         tx.conn.execute(statement, list(param_sets))
+
+
+def append(
+    tx: Tx,
+    transition: Transition,
+    type_: str,
+    data: str | Mapping[str, Any],
+    *,
+    job_id: str | None,
+    occurrence_id: int | None,
+    fence: int | None,
+) -> None:
+    """Append ``transition``'s event ``type_`` unless its statement wrote it already on
+    this dialect (``logged_on``): one call whichever back end, in the transaction that ran
+    the row. ``data``: the event's data, or its canonical JSON (``records.dumps``) when the
+    caller built that text for the statement too."""
+    if tx.dialect in transition.logged_on:
+        return
+    if not isinstance(data, str):
+        tx.emit(type_, job_id=job_id, occurrence_id=occurrence_id, fence=fence, **data)
+    else:
+        tx.emit_json(type_, data, job_id=job_id, occurrence_id=occurrence_id, fence=fence)

@@ -12,7 +12,7 @@ the guard decides, such as a pool's ``room`` or ``full``) in
 :mod:`kernel.transitions.limits`.
 
 The kernel performs a transition only through its row (:mod:`kernel.transitions.door`):
-``run(tx, WORKER_SUCCEEDS, params)`` executes the row's statement, and any event a row
+``door.run(tx, WORKER_SUCCEEDS, params)`` executes the row's statement, and any event a row
 lists may be appended only in a transaction that ran a row listing it (``Tx.emit``
 checks). tests/kernel/test_state_machine.py checks the kernel against these rows,
 tests/kernel/test_transitions.py the rows themselves, tests/kernel/test_table_walk.py
@@ -26,7 +26,7 @@ from kernel.events import EventType as E
 from kernel.states import CLAIMABLE, WAITING
 from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
-from kernel.transitions.door import Transition, run, run_all, run_count, run_many
+from kernel.transitions.door import Transition
 from kernel.transitions.jobs import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
 from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS
 
@@ -43,13 +43,11 @@ __all__ = [
     "TRANSITION_EVENTS",
     "allowed_pairs",
     "statement_name",
-    "run",
-    "run_all",
-    "run_count",
-    "run_many",
 ]
 
 _HELD = "running, owner and fence as held, lease live"
+#: The hot path's rows write their events in their own statement on PostgreSQL.
+_LOGGED_ON_POSTGRES = ("postgresql",)
 
 BEAT_FIRES = Transition(
     ("none",),
@@ -84,6 +82,7 @@ WORKER_CLAIMS = Transition(
     "unique running index, and no earlier exclusive one of the job could start first "
     "(BLOCKING_IN_JOB); pool: a slot taken first (TAKE_POOL_SLOT, running < limit)",
     (E.OCCURRENCE_CLAIMED,),
+    logged_on=_LOGGED_ON_POSTGRES,
 )
 WORKER_CLAIMS_QUEUED = Transition(
     (S.QUEUED,),
@@ -94,6 +93,7 @@ WORKER_CLAIMS_QUEUED = Transition(
     "neither exclusive nor at-most-once, job enabled or the run manual; any other claim "
     "is decided from a read (WORKER_CLAIMS, WORKER_RECLAIMS)",
     (E.OCCURRENCE_CLAIMED,),
+    logged_on=_LOGGED_ON_POSTGRES,
 )
 WORKER_RECLAIMS = Transition(
     (S.RUNNING,),
@@ -104,6 +104,7 @@ WORKER_RECLAIMS = Transition(
     "manual; no attempt spent (nor needed) when a pause is requested or the run was "
     "resumed; keeps its pool slot",
     (E.OCCURRENCE_CLAIMED,),
+    logged_on=_LOGGED_ON_POSTGRES,
 )
 WORKER_RENEWS = Transition((S.RUNNING,), "worker renews", (S.RUNNING,), st.RENEW, _HELD, ())
 WORKER_SUCCEEDS = Transition(
@@ -120,9 +121,10 @@ WORKER_SUCCEEDS_PLAIN = Transition(
     (S.SUCCEEDED,),
     st.SUCCEED_PLAIN_BY_DIALECT,
     _HELD + "; no open control, no pool, no job chained after it, and on PostgreSQL the "
-    "row unchanged since the statement's snapshot; the result reports no budget units and "
-    "no result hook's key (any other success is WORKER_SUCCEEDS)",
+    "row unchanged since the statement's snapshot; the result reports no budget units "
+    "(any other success is WORKER_SUCCEEDS)",
     (E.OCCURRENCE_SUCCEEDED,),
+    logged_on=_LOGGED_ON_POSTGRES,
 )
 WORKER_SUCCEEDS_AND_CLAIMS_NEXT = Transition(
     (S.RUNNING,),
@@ -133,6 +135,7 @@ WORKER_SUCCEEDS_AND_CLAIMS_NEXT = Transition(
     "under WORKER_CLAIMS_QUEUED's guard, and only if the run settled; SQLite runs those "
     "two rows in turn",
     (E.OCCURRENCE_SUCCEEDED, E.OCCURRENCE_CLAIMED),
+    logged_on=_LOGGED_ON_POSTGRES,
 )
 WORKER_FAILS = Transition(
     (S.RUNNING,),
@@ -350,6 +353,7 @@ CONTROL_ENDS_WITH_SETTLE = Transition(
     "not terminal; a statement after SETTLE, so that its snapshot sees a pause request "
     "that committed while SETTLE waited for the row",
     (E.CONTROL_TERMINAL,),
+    logged_on=_LOGGED_ON_POSTGRES,
 )
 
 CONTROL_TRANSITIONS: tuple[Transition, ...] = (

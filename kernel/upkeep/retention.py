@@ -22,7 +22,7 @@ from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.records import loads
-from kernel.transitions import occurrences as T
+from kernel.transitions import door
 from kernel.transitions.jobs import RETENTION_EXPIRES_JOB, RETENTION_FORGETS_JOB_SOURCE
 from kernel.transitions.limits import RETENTION_PRUNES_BUDGET_WINDOWS
 from kernel.upkeep.history import PRUNABLE, prune
@@ -51,7 +51,7 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
         if not after_run and ttl is None:
             continue  # the pattern matched inside a payload
         age_ms = 0 if after_run else int(ttl * 1000)
-        gone = T.run(
+        gone = door.run(
             tx,
             RETENTION_EXPIRES_JOB,
             {
@@ -63,7 +63,7 @@ def expire_jobs(tx: Tx, limit: int) -> list[str]:
         )
         if gone is None:
             continue
-        T.run_count(tx, RETENTION_FORGETS_JOB_SOURCE, {"job_id": row.id})
+        door.run_count(tx, RETENTION_FORGETS_JOB_SOURCE, {"job_id": row.id})
         deleted.append(row.id)
         tx.emit(
             EventType.JOB_EXPIRED,
@@ -84,7 +84,7 @@ BUDGET_WINDOW_KEPT_MS = 2 * 31 * 86_400_000
 def prune_budget_windows(tx: Tx, limit: int) -> int:
     """Delete up to ``limit`` budget windows that ended long ago; how many went."""
     params = {"cutoff": tx.now - BUDGET_WINDOW_KEPT_MS, "limit": limit}
-    return T.run_count(tx, RETENTION_PRUNES_BUDGET_WINDOWS, params)
+    return door.run_count(tx, RETENTION_PRUNES_BUDGET_WINDOWS, params)
 
 
 def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.engine import advisory_xact_lock
+from kernel.db.engine import ADVISORY_XACT_LOCK
 from kernel.db.schema import events, jobs, occurrences
 from kernel.db.tx import Tx
 from kernel.events import EventType
@@ -127,10 +127,9 @@ def _holds(key: str, value: str) -> Any:
 def record_findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None) -> dict[str, Any]:
     """:func:`findings`, with an event for each overdue cursor or overrunning run seen
     for the first time; ``new_events`` counts them."""
-    if tx.is_postgres:
-        # Taken before the reads: under READ COMMITTED each later statement then sees
-        # what a recorder that held the lock first committed.
-        advisory_xact_lock(tx.conn, _RECORDING_LOCK)
+    # Taken before the reads: under READ COMMITTED each later statement then sees
+    # what a recorder that held the lock first committed.
+    tx.lock(ADVISORY_XACT_LOCK, {"key": _RECORDING_LOCK})
     found = findings(tx, grace_ms, default_timeout_ms)
     new = 0
     for late in found["overdue"]:

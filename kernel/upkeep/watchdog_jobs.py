@@ -1,7 +1,7 @@
 """Watchdog jobs: what a check's report does, in the transaction that settles its run.
 
 A ``watchdog`` run succeeds with ``{"watchdog": report}`` (``adapters.watchdog``).
-When it settles, :func:`record_report` (its kind's :mod:`kernel.occurrences.result_hooks` hook):
+When it settles, :func:`record_report` (run by the facade in the settle's transaction):
 
 * appends ``watchdog_alert`` when the check failed (job, occurrence, the watched
   ``target``, the check, ``reason``, ``exit_code``, ``message``, ``output_tail``,
@@ -38,8 +38,7 @@ __all__ = [
     "record_report",
 ]
 
-#: The kind, and the key of a watchdog run's result that holds its check's report
-#: (:mod:`kernel.occurrences.result_hooks`).
+#: The kind, and the key of a watchdog run's result that holds its check's report.
 KIND = "watchdog"
 #: The ``job_disabled`` reason of a self-destruct, by whether the check passed.
 SELF_DESTRUCTED = {True: "watchdog_check_passed", False: "watchdog_watch_over"}
@@ -48,16 +47,19 @@ OCC = occurrences
 _KIND_JSON = f'%"kind":"{KIND}"%'
 
 
-def record_report(tx: Tx, occurrence_id: int, job_id: str, fence: int, result: Any) -> None:
+def record_report(tx: Tx, occurrence_id: int, fence: int, result: Any) -> None:
     """Alert and self-destruct as a settled watchdog run's report says (see the module)."""
     if not isinstance(result, Mapping) or not isinstance(result.get(KIND), Mapping):
         return
-    definition = tx.conn.execute(
-        sa.select(OCC.c.definition).where(OCC.c.id == occurrence_id, OCC.c.kind == KIND)
-    ).scalar_one_or_none()
-    if definition is None:
+    row = tx.conn.execute(
+        sa.select(OCC.c.job_id, OCC.c.definition).where(
+            OCC.c.id == occurrence_id, OCC.c.kind == KIND
+        )
+    ).first()
+    if row is None:
         return  # another kind's result that happens to look like a report
-    payload: dict[str, Any] = loads(definition)["payload"]
+    job_id: str = row.job_id
+    payload: dict[str, Any] = loads(row.definition)["payload"]
     report = result[KIND]
     passed = report.get("passed") is True
     over = _watch_over(tx, job_id, payload)

@@ -98,3 +98,22 @@ def test_another_kinds_verdict_shaped_result_is_only_a_result(k: Harness) -> Non
     k.kernel.succeed(claim.occurrence.id, owner="w1", fence=claim.fence, result=result)
     assert "watchdog_alert" not in k.event_types(claim.occurrence.id)
     assert k.kernel.watchdog()["failing_watchdogs"] == []
+
+
+def test_a_report_settled_with_the_next_claim_alerts_in_that_transaction(k: Harness) -> None:
+    # A batch's run settled by succeed_and_claim: its report counts as succeed's does.
+    _watchdog(k, "batch", self_destruct=False)
+    claim = k.kernel.claim(k.fire("batch").created[0], owner="w1", lease=30)
+    assert claim is not None
+    k.define("next")
+    nxt = k.fire("next").created[0]
+    verdict = {"passed": False, "reason": "exit", "exit_code": 1, "message": "m"}
+    got = k.kernel.succeed_and_claim(
+        claim.occurrence.id,
+        owner="w1",
+        fence=claim.fence,
+        result={"watchdog": verdict},
+        next_occurrence_id=nxt,
+    )
+    assert got is not None and got.occurrence.id == nxt
+    assert "watchdog_alert" in k.event_types(claim.occurrence.id)

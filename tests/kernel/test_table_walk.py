@@ -214,7 +214,7 @@ def _statements_named(tree: ast.AST) -> Iterator[tuple[int, str]]:
 
 def test_a_rows_statement_runs_only_through_the_door() -> None:
     """No kernel module outside kernel/statements/ and the table's names a row's statement:
-    the kernel reaches it through its row (``T.run``, ``run_all``, ``run_count``) only."""
+    the kernel reaches it through its row (``door.run``, ``run_all``, ``run_count``) only."""
     rows = {T.statement_name(row) for row in T.TRANSITIONS}
     named = sorted(
         f"{name}:{line} {statement}"

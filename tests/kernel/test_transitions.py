@@ -10,6 +10,7 @@ from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.testing import memory_kernel
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.transitions.jobs import OPERATOR_ENABLES_JOB
 from kernel.transitions.limits import OPERATOR_SETS_POOL_LIMIT
@@ -68,7 +69,7 @@ def test_an_occurrence_event_needs_a_row_that_ran_in_its_transaction() -> None:
             tx.emit(EventType.HISTORY_PRUNED)  # not a transition's event
             with pytest.raises(AssertionError, match="occurrence_succeeded appended without"):
                 tx.emit(EventType.OCCURRENCE_SUCCEEDED, occurrence_id=1)
-            assert T.run(tx, T.OPERATOR_REQUEUES, _requeue_params()) is None  # no such row
+            assert door.run(tx, T.OPERATOR_REQUEUES, _requeue_params()) is None  # no such row
             tx.emit(EventType.OCCURRENCE_REQUEUED, occurrence_id=1)
             with pytest.raises(AssertionError):
                 tx.emit(EventType.OCCURRENCE_CLAIMED, occurrence_id=1)
@@ -91,9 +92,9 @@ def test_a_job_or_pool_event_needs_a_row_that_ran_in_its_transaction() -> None:
             with pytest.raises(AssertionError, match="pool_limit_set appended without"):
                 tx.emit(EventType.POOL_LIMIT_SET, pool="p", limit=2)
             enabling = {"job_id": "j", "enabled": True, "now": 0}
-            assert T.run(tx, OPERATOR_ENABLES_JOB, enabling) is None  # no such job
+            assert door.run(tx, OPERATOR_ENABLES_JOB, enabling) is None  # no such job
             tx.emit(EventType.JOB_ENABLED, job_id="j")
-            assert T.run(tx, OPERATOR_SETS_POOL_LIMIT, {"pool": "p", "limit": 2}) is not None
+            assert door.run(tx, OPERATOR_SETS_POOL_LIMIT, {"pool": "p", "limit": 2}) is not None
             tx.emit(EventType.POOL_LIMIT_SET, pool="p", limit=2)
             with pytest.raises(AssertionError, match="job_disabled appended without"):
                 tx.emit(EventType.JOB_DISABLED, job_id="j")

@@ -17,9 +17,9 @@ def test_one_occurrence_passes_few_modules_from_beat_to_its_settle() -> None:
         modules
     )
     assert len(modules) <= MOST_MODULES, modules
-    # A plain success owes nothing more: the settle reaches no budget, pool or hook code.
+    # A plain success owes nothing more: the settle reaches no budget, pool or watchdog code.
     assert not {
         "kernel.limits.budgets",
         "kernel.limits.pools",
-        "kernel.occurrences.result_hooks",
+        "kernel.upkeep.watchdog_jobs",
     } & set(modules)
