@@ -11,7 +11,6 @@ explicitly, whatever the setting.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,14 +23,19 @@ from celery.utils.time import maybe_make_aware
 
 from celery_app.enqueueing import enqueue, result
 from celery_app.settings import KernelSettings
-from kernel import Enqueued
+from kernel import Enqueued, InvalidArgument
 
 __all__ = ["RoutedResult", "TaskShortcut", "hook_apply_async"]
 
-log = logging.getLogger("celery_kernel.enqueue")
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key).
 _ROUTED_OPTIONS = frozenset({"countdown", "eta", "priority", "queue", "task_id"})
+#: Options about how Celery would publish a message the kernel does not send: the
+#: occurrence is the message, so they change nothing a run does.
+_PUBLISHING_OPTIONS = frozenset(
+    {"compression", "connection", "exchange", "producer", "publisher", "reply_to", "retry",
+     "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,16 +55,31 @@ class RoutedResult:
         return result(self.app, self.occurrence_id, timeout)
 
 
-def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> RoutedResult:
-    ignored = sorted(
-        name for name, value in options.items() if name not in _ROUTED_OPTIONS and value
+def refused_options(options: Mapping[str, Any]) -> list[str]:
+    """The options of a routed call the kernel cannot honour: canvas links (``link``,
+    ``link_error``, a chain's rest, a chord, a group), ``expires``, time limits,
+    ``headers``, ``shadow``, a serializer other than JSON, ``ignore_result``..."""
+    return sorted(
+        name
+        for name, value in options.items()
+        if value not in (None, False)
+        and name not in _ROUTED_OPTIONS | _PUBLISHING_OPTIONS
+        and not (name == "serializer" and value == "json")
     )
-    if ignored:
-        log.warning(
-            "task %s through the kernel: apply_async options %s are not honoured",
-            task.name,
-            ", ".join(ignored),
-            extra={"action": "enqueue_options_ignored", "task": task.name},
+
+
+def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> RoutedResult:
+    refused = refused_options(options)
+    if refused:
+        # Refused before anything is written: dropping a link or a chain's rest would
+        # leave the caller waiting on a step that never runs.
+        raise InvalidArgument(
+            ", ".join(refused),
+            f"task {task.name} is routed through the kernel (kernel_route_tasks), which "
+            f"does not honour these apply_async options; it honours "
+            f"{', '.join(sorted(_ROUTED_OPTIONS))}. Call the task without them, or leave "
+            f"it out of kernel_route_tasks to publish it through Celery",
+            task=task.name,
         )
     eta = options.get("eta")
     if isinstance(eta, str):
