@@ -15,7 +15,6 @@ from typing import Any
 from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.transitions import door
-from kernel.transitions import occurrences as T
 from kernel.transitions.jobs import SCHEDULE_COUNTS_RUNS, SCHEDULE_RETIRES_JOB
 
 __all__ = [
@@ -44,7 +43,7 @@ def runs_left(schedule: dict[str, Any] | None, made: int) -> int | None:
 def count_runs(tx: Tx, job_id: str, revision: int, made: int) -> int:
     """Count ``made`` more runs of the job's schedule; the job's count after them."""
     params = {"job_id": job_id, "expected_revision": revision, "made": made}
-    counted = T.run(tx, SCHEDULE_COUNTS_RUNS, params)
+    counted = door.run(tx, SCHEDULE_COUNTS_RUNS, params)
     assert counted is not None, "the maker holds the job's row at this revision"
     return int(counted.scheduled_runs)
 
