@@ -19,7 +19,8 @@ from typing import Any
 from adapters.base import Adapter, HandBack
 from celery_app.kill_timer import KillTimer
 from celery_app.run_output import RunLogger, RunOutput
-from kernel import Claim, Kernel, KernelError, LeaseLost
+from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
+from kernel.records import checkpoint_data, checkpoint_envelope
 from kernel.spec.jobspec import SELF_FENCE_MARGIN_S, renew_interval
 from kernel.types import PendingPause
 
@@ -115,6 +116,10 @@ class HeldRun:
         self.self_fenced = False
         self.timed_out = False
         self.pause: PendingPause | None = claim_pause(claim)
+        # The newest checkpoint the run gave since the last renewal, as stored text: a
+        # snapshot, since job code may change its object after the call. The next renewal
+        # stores it (one commit per renewal, not per call); None: nothing new.
+        self.progress: str | None = None
         occurrence = claim.occurrence
         definition = occurrence.definition
         self.lease_s = float(definition["lease"])
@@ -153,12 +158,14 @@ class HeldRun:
                 return
             started = time.monotonic()
             self.next_renew = started + self.renew_interval
+            progress = self.progress
             try:
                 answer = self.kernel.renew(
                     self.claim.occurrence.id,
                     owner=self.claim.owner,
                     fence=self.claim.fence,
                     lease=self.lease_s,
+                    checkpoint=None if progress is None else checkpoint_data(progress),
                 )
             except LeaseLost as exc:
                 if self.finished.is_set():
@@ -177,6 +184,8 @@ class HeldRun:
                 return
             if not self.self_fenced:
                 self.renewed_at = started
+            if self.progress is progress:  # else the run gave a newer one meanwhile
+                self.progress = None
             self.pause = answer.pause
             if answer.cancel_requested:
                 self.cancelled.set()
@@ -228,11 +237,15 @@ class HeldRun:
         return shutdown_marker(self.main_pid).exists()
 
     def on_safe_point(self, safe_point: str, data: Any) -> None:
-        """Hand the occurrence back here if a pause or a warm shutdown is pending."""
+        """Keep the data the run gave for the next renewal to store; hand the occurrence
+        back here if a pause or a warm shutdown is pending."""
         if self.lease_lost:
             raise HandBack()
         if safe_point not in self.adapter.runtime_control.safe_points:
             return
+        if safe_point == SafePoint.ADAPTER_CHECKPOINT and data is not None:
+            # Encoded now: a checkpoint over the bound is refused to the job at its call.
+            self.progress = checkpoint_envelope(safe_point, data)
         occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
         pending = self.pause
         pause = pending if pending is not None and safe_point in pending.safe_points else None

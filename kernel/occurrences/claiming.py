@@ -145,7 +145,7 @@ def claim(
         fence=fence,
         lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
         resumed=resuming,
-        checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
+        checkpoint=occurrence.checkpoint,
     )
 
 

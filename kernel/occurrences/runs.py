@@ -25,7 +25,7 @@ from kernel.limits import budgets, pools
 from kernel.occurrences import result_hooks
 from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
-from kernel.records import checkpoint_envelope, dumps, loads, to_dt
+from kernel.records import MAX_CHECKPOINT_BYTES, checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transitions import occurrences as T
@@ -40,7 +40,6 @@ __all__ = [
     "release",
 ]
 
-MAX_CHECKPOINT_BYTES = 64 * 1024
 S = OccurrenceStatus
 
 
@@ -60,14 +59,23 @@ def lease_lost(tx: Tx, occurrence_id: int, owner: str, fence: int) -> LeaseLost 
     )
 
 
-def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> RenewAnswer:
-    """Extend a live lease; answer with any pause or cancel request pending."""
+def renew(
+    tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int, checkpoint: Any = None
+) -> RenewAnswer:
+    """Extend a live lease; answer with any pause or cancel request pending.
+
+    ``checkpoint``: the newest data the run gave at its ``adapter_checkpoint`` safe points
+    since its last renewal, stored with the lease (fenced as the renewal is) as the
+    occurrence's checkpoint, which the next claim hands over; None keeps the stored one.
+    """
+    stored = None if checkpoint is None else checkpoint_envelope("adapter_checkpoint", checkpoint)
     params = {
         "occurrence_id": occurrence_id,
         "owner": owner,
         "held_fence": fence,
         "now": tx.now,
         "lease_until": tx.now + lease_ms,
+        "checkpoint": stored,
     }
     renewed = T.run(tx, T.WORKER_RENEWS, params)
     if renewed is None:
@@ -299,11 +307,6 @@ def release(
     from the checkpoint, consuming no attempt (``paused`` instead when a pause of
     this run is pending). A pending cancel request makes it ``cancelled``.
     """
-    encoded = dumps(checkpoint)
-    if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
-        raise InvalidArgument(
-            "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
-        )
     stored = checkpoint_envelope(safe_point, checkpoint)
     params = {"held_fence": fence, "now": tx.now, "checkpoint": stored}
     if pause_request_id is not None:
@@ -333,6 +336,7 @@ def release(
             "held_fence": fence,
             "now": tx.now,
             "cancel_error": dumps({"code": "CANCELLED", "message": "cancelled at a safe point"}),
+            "checkpoint": stored,
         },
     )
     if released is None:
