@@ -19,8 +19,7 @@ from typing import Any
 from adapters.base import Adapter, HandBack
 from celery_app.kill_timer import KillTimer
 from celery_app.run_output import RunLogger, RunOutput
-from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint
-from kernel.records import checkpoint_data, checkpoint_envelope
+from kernel import Claim, Kernel, KernelError, LeaseLost, SafePoint, checkpoint_copy
 from kernel.spec.jobspec import SELF_FENCE_MARGIN_S, renew_interval
 from kernel.types import PendingPause
 
@@ -116,10 +115,10 @@ class HeldRun:
         self.self_fenced = False
         self.timed_out = False
         self.pause: PendingPause | None = claim_pause(claim)
-        # The newest checkpoint the run gave since the last renewal, as stored text: a
-        # snapshot, since job code may change its object after the call. The next renewal
-        # stores it (one commit per renewal, not per call); None: nothing new.
-        self.progress: str | None = None
+        # The newest checkpoint the run gave since the last renewal, boxed (its data may be
+        # falsy) and copied (job code may change its object after the call). The next
+        # renewal stores it (one commit per renewal, not per call); None: nothing new.
+        self.progress: tuple[Any] | None = None
         occurrence = claim.occurrence
         definition = occurrence.definition
         self.lease_s = float(definition["lease"])
@@ -165,7 +164,7 @@ class HeldRun:
                     owner=self.claim.owner,
                     fence=self.claim.fence,
                     lease=self.lease_s,
-                    checkpoint=None if progress is None else checkpoint_data(progress),
+                    checkpoint=None if progress is None else progress[0],
                 )
             except LeaseLost as exc:
                 if self.finished.is_set():
@@ -244,8 +243,8 @@ class HeldRun:
         if safe_point not in self.adapter.runtime_control.safe_points:
             return
         if safe_point == SafePoint.ADAPTER_CHECKPOINT and data is not None:
-            # Encoded now: a checkpoint over the bound is refused to the job at its call.
-            self.progress = checkpoint_envelope(safe_point, data)
+            # Copied now: a checkpoint over the bound is refused to the job at its call.
+            self.progress = (checkpoint_copy(data),)
         occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
         pending = self.pause
         pause = pending if pending is not None and safe_point in pending.safe_points else None

@@ -19,6 +19,7 @@ from kernel.errors import (
 from kernel.events import EventType
 from kernel.jobs.cancellation import JobCancel
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
+from kernel.records import checkpoint_copy
 from kernel.spec.notify import Notify
 from kernel.spec.run_params import with_params
 from kernel.states import (
@@ -55,6 +56,7 @@ __all__ = [
     "LIMITED_STATUSES",
     "Notify",
     "with_params",
+    "checkpoint_copy",
     "FireReport",
     "Firing",
     "JobCancel",

@@ -15,6 +15,7 @@ from kernel.types import Beat, Control, Event, Job, Occurrence
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",
     "MAX_CHECKPOINT_BYTES",
+    "checkpoint_copy",
     "checkpoint_envelope",
     "checkpoint_data",
     "to_dt",
@@ -62,16 +63,32 @@ MAX_CHECKPOINT_BYTES = 64 * 1024
 _ENVELOPE_KEYS = frozenset({"schema_version", "safe_point", "data"})
 
 
+def _bounded(data: Any) -> str:
+    encoded = dumps(data)
+    if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
+        raise InvalidArgument(
+            "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
+        )
+    return encoded
+
+
+def checkpoint_copy(data: Any) -> Any:
+    """``data`` as a checkpoint keeps it: a copy through canonical JSON, so later changes
+    to the caller's object do not reach it.
+
+    Raises:
+        InvalidArgument: ``data`` exceeds ``MAX_CHECKPOINT_BYTES`` as canonical JSON.
+    """
+    return json.loads(_bounded(data))
+
+
 def checkpoint_envelope(safe_point: str, data: Any) -> str:
     """The checkpoint as stored: ``{schema_version, safe_point, data}``, canonical JSON.
 
     Raises:
         InvalidArgument: ``data`` exceeds ``MAX_CHECKPOINT_BYTES`` as canonical JSON.
     """
-    if len(dumps(data).encode()) > MAX_CHECKPOINT_BYTES:
-        raise InvalidArgument(
-            "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
-        )
+    _bounded(data)
     return dumps(
         {"schema_version": CHECKPOINT_SCHEMA_VERSION, "safe_point": safe_point, "data": data}
     )
