@@ -147,7 +147,8 @@ class ExecutionContext:
     Attributes:
         occurrence: the claimed occurrence (``id``, ``job_id``, ``trigger_key``,
             ``scheduled_for``, ``attempt``, ``fence``, ``payload``).
-        resumed: the checkpoint stored when the occurrence paused, else ``None``.
+        resumed: the data of the occurrence's newest stored checkpoint (given by an
+            earlier run of it, at a pause or with a lease renewal), else ``None``.
         cancelled: set when the occurrence must stop (cancel or lost lease).
         logger: where job code should log; its lines are kept in the run's output.
         timeout_s: the job's timeout in seconds, or ``None`` for none.
@@ -209,12 +210,16 @@ class ExecutionContext:
     def checkpoint(self, data: Any) -> None:
         """Offer a safe point carrying ``data`` (JSON-serialisable, at most 64 KiB).
 
-        Returns normally when nothing is pending. A cancelled occurrence stops
-        here too, so job code that checkpoints needs no separate cancel check.
+        ``data`` is the run's progress: the newest is stored with the next lease renewal,
+        so a later run of the occurrence (its worker killed, a retry) starts with it in
+        ``resumed``. ``None`` carries no progress. Returns normally when nothing is
+        pending. A cancelled occurrence stops here too, so job code that checkpoints
+        needs no separate cancel check.
 
         Raises:
             Cancelled: ``cancelled`` is set.
             HandBack: the runtime stored ``data`` and took the occurrence back.
+            InvalidArgument: ``data`` exceeds 64 KiB as canonical JSON.
         """
         if self.cancelled.is_set():
             raise Cancelled(f"occurrence {self.occurrence.id} was cancelled")

@@ -26,6 +26,8 @@ from kernel import (
     KernelError,
     LeaseLost,
     PendingPause,
+    SafePoint,
+    checkpoint_copy,
     renew_interval,
 )
 
@@ -121,6 +123,10 @@ class HeldRun:
         self.self_fenced = False
         self.timed_out = False
         self.pause: PendingPause | None = claim_pause(claim)
+        # The newest checkpoint the run gave since the last renewal, boxed (its data may be
+        # falsy) and copied (job code may change its object after the call). The next
+        # renewal stores it (one commit per renewal, not per call); None: nothing new.
+        self.progress: tuple[Any] | None = None
         occurrence = claim.occurrence
         definition = occurrence.definition
         self.lease_s = float(definition["lease"])
@@ -159,12 +165,14 @@ class HeldRun:
                 return
             started = time.monotonic()
             self.next_renew = started + self.renew_interval
+            progress = self.progress
             try:
                 answer = self.kernel.renew(
                     self.claim.occurrence.id,
                     owner=self.claim.owner,
                     fence=self.claim.fence,
                     lease=self.lease_s,
+                    checkpoint=None if progress is None else progress[0],
                 )
             except LeaseLost as exc:
                 if self.finished.is_set():
@@ -183,6 +191,8 @@ class HeldRun:
                 return
             if not self.self_fenced:
                 self.renewed_at = started
+            if self.progress is progress:  # else the run gave a newer one meanwhile
+                self.progress = None
             self.pause = answer.pause
             if answer.cancel_requested:
                 self.cancelled.set()
@@ -234,11 +244,15 @@ class HeldRun:
         return shutdown_marker(self.main_pid).exists()
 
     def on_safe_point(self, safe_point: str, data: Any) -> None:
-        """Hand the occurrence back here if a pause or a warm shutdown is pending."""
+        """Keep the data the run gave for the next renewal to store; hand the occurrence
+        back here if a pause or a warm shutdown is pending."""
         if self.lease_lost:
             raise HandBack()
         if safe_point not in self.adapter.runtime_control.safe_points:
             return
+        if safe_point == SafePoint.ADAPTER_CHECKPOINT and data is not None:
+            # Copied now: a checkpoint over the bound is refused to the job at its call.
+            self.progress = (checkpoint_copy(data),)
         occurrence_id, owner, fence = self.claim.occurrence.id, self.claim.owner, self.claim.fence
         pending = self.pause
         pause = pending if pending is not None and safe_point in pending.safe_points else None

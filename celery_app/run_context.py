@@ -3,7 +3,8 @@
 A task that runs long marks itself ``kernel_checkpoints=True`` and calls
 ``current_run.checkpoint(progress)`` at points where it may stop: there a pause
 is acknowledged, a warm shutdown hands the run back, and a cancel stops it.
-The next run of the occurrence finds that progress in ``current_run.resumed``.
+The progress is stored with the run's next lease renewal, so the next run of the
+occurrence (after a pause, a killed worker or a retry) finds it in ``current_run.resumed``.
 Outside a kernel run (the task called directly, or through plain Celery) every
 call is harmless: ``checkpoint`` returns, ``resumed`` is None, ``cancelled`` False.
 """
@@ -37,7 +38,7 @@ class CurrentRun:
 
     @property
     def resumed(self) -> Any:
-        """The data of the checkpoint this run resumes from, else None."""
+        """The data of the occurrence's newest checkpoint this run resumes from, else None."""
         ctx = self._ctx
         return None if ctx is None else ctx.resumed
 
@@ -48,7 +49,8 @@ class CurrentRun:
         return ctx is not None and ctx.cancelled.is_set()
 
     def checkpoint(self, data: Any = None) -> None:
-        """A safe point carrying ``data`` (JSON, at most 64 KiB) to resume from.
+        """A safe point carrying ``data`` (JSON, at most 64 KiB) to resume from; stored
+        with the next lease renewal (``None``: no progress to store).
 
         Returns when nothing is pending. Raises ``adapters.Cancelled`` when the
         occurrence was cancelled, and ``adapters.HandBack`` (a BaseException, so

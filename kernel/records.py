@@ -8,11 +8,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.errors import InvalidArgument
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.types import Beat, Control, Event, Job, Occurrence
 
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",
+    "MAX_CHECKPOINT_BYTES",
+    "checkpoint_copy",
     "checkpoint_envelope",
     "checkpoint_data",
     "to_dt",
@@ -55,11 +58,37 @@ def loads(text: str | None) -> Any:
 
 #: The stored checkpoint's envelope version; ``data`` is what the adapter gave.
 CHECKPOINT_SCHEMA_VERSION = 1
+#: The most a checkpoint's data may take as canonical JSON (SPEC §4).
+MAX_CHECKPOINT_BYTES = 64 * 1024
 _ENVELOPE_KEYS = frozenset({"schema_version", "safe_point", "data"})
 
 
+def _bounded(data: Any) -> str:
+    encoded = dumps(data)
+    if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
+        raise InvalidArgument(
+            "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
+        )
+    return encoded
+
+
+def checkpoint_copy(data: Any) -> Any:
+    """``data`` as a checkpoint keeps it: a copy through canonical JSON, so later changes
+    to the caller's object do not reach it.
+
+    Raises:
+        InvalidArgument: ``data`` exceeds ``MAX_CHECKPOINT_BYTES`` as canonical JSON.
+    """
+    return json.loads(_bounded(data))
+
+
 def checkpoint_envelope(safe_point: str, data: Any) -> str:
-    """The checkpoint as stored: ``{schema_version, safe_point, data}``, canonical JSON."""
+    """The checkpoint as stored: ``{schema_version, safe_point, data}``, canonical JSON.
+
+    Raises:
+        InvalidArgument: ``data`` exceeds ``MAX_CHECKPOINT_BYTES`` as canonical JSON.
+    """
+    _bounded(data)
     return dumps(
         {"schema_version": CHECKPOINT_SCHEMA_VERSION, "safe_point": safe_point, "data": data}
     )
@@ -136,9 +165,7 @@ def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None
         updated_at=_dt(m["updated_at"]),
         settled_at=to_dt(m["settled_at"]),
         control=control,
-        checkpoint=checkpoint_data(control_row._mapping["checkpoint"])
-        if control_row is not None
-        else None,
+        checkpoint=checkpoint_data(m["checkpoint"]),
         approval_due_at=to_dt(m["approval_due_at"]),
     )
 

@@ -27,10 +27,14 @@ occurrences
     ``priority``: among claimable occurrences the pump hints higher ones first (an
     enqueue's ``priority``; 0 otherwise). An enqueued occurrence's trigger key is
     ``key:<key>`` (its caller's idempotency key) or ``enqueue:<random>`` (revision 0010).
+    ``checkpoint``: the newest checkpoint a run of it stored (canonical JSON envelope, data
+    <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
+    claim resumes from it (revision 0015).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
-    to one claim; ``checkpoint`` is canonical JSON (<= 64 KiB).
+    to one claim; ``checkpoint`` is the one stored when the run paused or was handed
+    back (the occurrence's own ``checkpoint`` is the newest of any kind).
 requeue_grants
     An operator's permission for one more claim of a dead letter without
     consuming an attempt; ``claimed_at`` is set by the claim that uses it.
@@ -199,6 +203,7 @@ occurrences = sa.Table(
     sa.Column("approval_due_at", Ms),
     sa.Column("approval_auto", sa.String(8)),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("checkpoint", sa.Text),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic

@@ -50,10 +50,24 @@ class WorkerFacade(FacadeBase):
 
     @write
     def renew(
-        self, tx: Tx, occurrence_id: int, *, owner: str, fence: int, lease: float
+        self,
+        tx: Tx,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        lease: float,
+        checkpoint: Any = None,
     ) -> RenewAnswer:
-        """Extend the lease. Raises LeaseLost when (owner, fence) no longer holds it."""
-        return runs.renew(tx, occurrence_id, owner, fence, ms(lease, "lease"))
+        """Extend the lease, storing ``checkpoint`` (the run's newest progress, ≤ 64 KiB of
+        JSON; None: none since the last renewal) with it, fenced. A later claim of the
+        occurrence (after a crash, a retry) resumes from it.
+
+        Raises:
+            LeaseLost: (owner, fence) no longer holds the lease; nothing is stored.
+            InvalidArgument: the checkpoint exceeds 64 KiB.
+        """
+        return runs.renew(tx, occurrence_id, owner, fence, ms(lease, "lease"), checkpoint)
 
     @write
     def succeed(

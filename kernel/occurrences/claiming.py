@@ -206,7 +206,7 @@ def _take(
         fence=fence,
         lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
         resumed=decision.resuming,
-        checkpoint=occurrence.checkpoint if state not in (None, ControlState.TERMINAL) else None,
+        checkpoint=occurrence.checkpoint,
     )
 
 

@@ -11,7 +11,6 @@ from typing import Any
 from kernel import statements as st
 from kernel.db.tx import Tx
 from kernel.errors import (
-    InvalidArgument,
     KernelError,
     PauseUnsupported,
     RevisionConflict,
@@ -26,9 +25,8 @@ from kernel.states import ControlState, OccurrenceStatus
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
-__all__ = ["MAX_CHECKPOINT_BYTES", "release"]
+__all__ = ["release"]
 
-MAX_CHECKPOINT_BYTES = 64 * 1024
 S = OccurrenceStatus
 
 
@@ -51,11 +49,6 @@ def release(
     from the checkpoint, consuming no attempt (``paused`` instead when a pause of
     this run is pending). A pending cancel request makes it ``cancelled``.
     """
-    encoded = dumps(checkpoint)
-    if len(encoded.encode()) > MAX_CHECKPOINT_BYTES:
-        raise InvalidArgument(
-            "checkpoint", f"exceeds {MAX_CHECKPOINT_BYTES} bytes as canonical JSON"
-        )
     stored = checkpoint_envelope(safe_point, checkpoint)
     params = {"held_fence": fence, "now": tx.now, "checkpoint": stored}
     if pause_request_id is not None:
@@ -71,6 +64,7 @@ def release(
             "held_fence": fence,
             "now": tx.now,
             "cancel_error": dumps({"code": "CANCELLED", "message": "cancelled at a safe point"}),
+            "checkpoint": stored,
         },
     )
     if released is None:

@@ -21,7 +21,7 @@ from kernel.events import EventType, settled_event
 from kernel.limits import budgets, pools
 from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
-from kernel.records import dumps, loads, to_dt
+from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transitions import door
@@ -57,14 +57,23 @@ def lease_lost(tx: Tx, occurrence_id: int, owner: str, fence: int) -> LeaseLost 
     )
 
 
-def renew(tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int) -> RenewAnswer:
-    """Extend a live lease; answer with any pause or cancel request pending."""
+def renew(
+    tx: Tx, occurrence_id: int, owner: str, fence: int, lease_ms: int, checkpoint: Any = None
+) -> RenewAnswer:
+    """Extend a live lease; answer with any pause or cancel request pending.
+
+    ``checkpoint``: the newest data the run gave at its ``adapter_checkpoint`` safe points
+    since its last renewal, stored with the lease (fenced as the renewal is) as the
+    occurrence's checkpoint, which the next claim hands over; None keeps the stored one.
+    """
+    stored = None if checkpoint is None else checkpoint_envelope("adapter_checkpoint", checkpoint)
     params = {
         "occurrence_id": occurrence_id,
         "owner": owner,
         "held_fence": fence,
         "now": tx.now,
         "lease_until": tx.now + lease_ms,
+        "checkpoint": stored,
     }
     renewed = door.run(tx, T.WORKER_RENEWS, params)
     if renewed is None:

@@ -56,15 +56,22 @@ LOCK_OCCURRENCE = DriverStatement(
 
 _lease_held = lease_held_at(p("now"))
 
+#: The holder extends its lease; the run's newest checkpoint rides along (NULL: none
+#: given since the last renewal, the stored one stays), fenced by the same guard.
 RENEW = (
     sa.update(OCC)
     .where(_lease_held)
-    .values(lease_expires_at=p("lease_until"), updated_at=p("now"))
+    .values(
+        lease_expires_at=p("lease_until"),
+        checkpoint=sa.func.coalesce(p("checkpoint", type_=sa.Text), OCC.c.checkpoint),
+        updated_at=p("now"),
+    )
     .returning(OCC.c.cancel_requested)
 )
 
-#: The holder hands the occurrence back unfinished (pause ack, warm shutdown);
-#: a pending cancel wins, decided in the statement: the row ends ``cancelled``.
+#: The holder hands the occurrence back unfinished (pause ack, warm shutdown), its
+#: checkpoint the occurrence's newest; a pending cancel wins, decided in the statement:
+#: the row ends ``cancelled``.
 RELEASE = (
     sa.update(OCC)
     .where(_lease_held)
@@ -78,6 +85,7 @@ RELEASE = (
             (OCC.c.cancel_requested, p("cancel_error", type_=sa.Text)), else_=OCC.c.last_error
         ),
         settled_at=sa.case((OCC.c.cancel_requested, p("now")), else_=None),
+        checkpoint=p("checkpoint"),
         updated_at=p("now"),
     )
     .returning(OCC.c.job_id, OCC.c.status, OCC.c.attempt, OCC.c.pool)

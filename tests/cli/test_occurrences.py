@@ -139,3 +139,15 @@ def test_unknown_occurrence(cli, kernel: Kernel) -> None:
         == "Error NOT_FOUND: occurrence 999 does not exist"
     )
     assert cli("occurrences", "show", "nine").code == 2
+
+
+def test_show_of_a_running_occurrence_prints_its_progress(cli, kernel: Kernel) -> None:
+    """The checkpoint the run gave with its last lease renewal is its progress, shown while
+    it runs."""
+    define(kernel, "a")
+    occ = kernel.run_now("a", request_id="r", operator="t", force=True).occurrence.id
+    kernel.claim(occ, owner="w1", lease=30)
+    kernel.renew(occ, owner="w1", fence=1, lease=30, checkpoint={"done": 3})
+    shown = cli("occurrences", "show", str(occ), "--json").json()
+    assert (shown["status"], shown["checkpoint"]) == ("running", {"done": 3})
+    assert 'checkpoint        {"done":3}' in cli("occurrences", "show", str(occ)).out

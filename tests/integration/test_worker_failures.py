@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 from functools import partial
+from typing import Any
 
 import pytest
 from integration.stack import Stack, ended
@@ -44,6 +45,39 @@ def test_killed_worker_is_reclaimed_with_a_higher_fence(stack: Stack) -> None:
         ("occurrence_claimed", 2),
         ("occurrence_succeeded", 2),
     ]
+
+
+def test_a_killed_run_resumes_from_its_last_renewed_checkpoint(stack: Stack) -> None:
+    """Checkpoints are progress: the lease keeper's renewals carry the newest one, so a run
+    whose worker is SIGKILLed is taken up by another worker from there, not from zero."""
+    total = 60
+    steps = {"total": total, "step_s": 0.25}
+    stack.use_jobs(stack.job("steps", "steps", kwargs=steps, lease="5s", max_attempts=3))
+    doomed = stack.start_worker("doomed")
+    stack.start_beat("beat")
+    occ_id = stack.run_now("steps")
+
+    def progress() -> dict[str, Any] | None:
+        shown = stack.cli("occurrences", "show", str(occ_id))
+        done = (shown["checkpoint"] or {}).get("done", 0)
+        return shown if shown["status"] == "running" and done >= 3 else None
+
+    shown = stack.wait(progress, timeout=30, what="progress shown while the run runs")
+    assert shown["fence"] == 1
+    assert len(doomed.crash()) >= 2, "the pool child was not killed with its parent"
+    renewed = stack.occurrence(occ_id).checkpoint["done"]  # the last renewal before the kill
+    assert 3 <= renewed < total
+    survivor = stack.start_worker("survivor")
+    stack.wait(lambda: status(stack, occ_id) == "succeeded", timeout=60, what="the reclaimed run")
+
+    done = stack.occurrence(occ_id)
+    assert done.fence == 2 and done.result == {"done": total, "resumed_from": renewed, "fence": 2}
+    ran = stack.ledger(occurrence_id=occ_id, event="step")
+    second = [step for step in ran if step["fence"] == 2]
+    assert [step["step"] for step in second] == list(range(renewed, total))
+    assert all(survivor.owns(step["pid"]) for step in second)
+    # The first run got at least as far as its last renewed checkpoint, maybe a little past.
+    assert [step["step"] for step in ran if step["fence"] == 1][:renewed] == list(range(renewed))
 
 
 @pytest.mark.parametrize("stack", ["redis", "rabbitmq"], indirect=True)

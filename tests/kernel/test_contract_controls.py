@@ -391,10 +391,11 @@ def test_the_checkpoint_is_stored_in_an_envelope_and_the_paused_event_has_its_di
     # Callers see the data only.
     assert k.kernel.get_occurrence(occ_id).checkpoint == {"cursor": 41}
     k.kernel.resume(occ_id, request_id="resume-1", operator="ops")
-    # A row written before the envelope holds the data itself, and still reads.
+    # A row written before the envelope holds the data itself, and still reads (revision
+    # 0012 copied the controls' checkpoints, as they were, into their occurrences).
     with k.kernel.engine.begin() as conn:
         conn.execute(
-            sa.text("UPDATE controls SET checkpoint = :c WHERE occurrence_id = :id"),
+            sa.text("UPDATE occurrences SET checkpoint = :c WHERE id = :id"),
             {"c": '{"cursor":40}', "id": occ_id},
         )
     claim = k.kernel.claim(occ_id, owner="w2", lease=30)

@@ -283,6 +283,60 @@ def test_hand_back_then_claim_resumes_without_an_attempt(k: Harness) -> None:
     assert k.kernel.get_occurrence(occ_id).control.state == "terminal"  # type: ignore[union-attr]
 
 
+def test_renew_stores_the_checkpoint_fenced_and_a_reclaim_resumes_from_it(k: Harness) -> None:
+    """A checkpoint rides on the renewal: stored only under the live lease, the newest one
+    wins, a renewal without one keeps it, and the next claim after the lease expired hands
+    it over (the attempt counts as any reclaim's does)."""
+    claim = k.running(max_attempts=3)
+    occ_id = claim.occurrence.id
+    k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 1})
+    k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 2})
+    k.kernel.renew(occ_id, owner="w1", fence=1, lease=30)  # nothing new since the last one
+    running = k.kernel.get_occurrence(occ_id)
+    assert (running.status, running.checkpoint, running.control) == (S.RUNNING, {"done": 2}, None)
+    # A stale holder's checkpoint is refused with its renewal and changes nothing.
+    for owner, fence in (("w2", 1), ("w1", 2)):
+        with pytest.raises(LeaseLost):
+            k.kernel.renew(occ_id, owner=owner, fence=fence, lease=30, checkpoint={"done": 99})
+    assert k.kernel.get_occurrence(occ_id).checkpoint == {"done": 2}
+
+    k.clock.advance(31)  # the worker died: its lease expires
+    with pytest.raises(LeaseLost):
+        k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 3})
+    again = k.kernel.claim(occ_id, owner="w2", lease=30)
+    assert again is not None and again.fence == 2 and again.checkpoint == {"done": 2}
+    assert not again.resumed and again.occurrence.attempt == 2
+    with pytest.raises(LeaseLost):  # the old holder, fenced by the reclaim
+        k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 3})
+    k.kernel.renew(occ_id, owner="w2", fence=2, lease=30, checkpoint={"done": 4})
+    assert k.kernel.get_occurrence(occ_id).checkpoint == {"done": 4}
+
+
+def test_a_hand_back_after_progress_resumes_from_the_hand_back(k: Harness) -> None:
+    """The newest checkpoint wins whichever act stored it: progress, then a hand back."""
+    claim = k.running()
+    occ_id = claim.occurrence.id
+    k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 1})
+    k.kernel.hand_back(
+        occ_id, owner="w1", fence=1, safe_point="adapter_checkpoint", checkpoint={"done": 2}
+    )
+    resumed = k.kernel.claim(occ_id, owner="w2", lease=30)
+    assert resumed is not None and resumed.resumed and resumed.checkpoint == {"done": 2}
+    k.kernel.renew(occ_id, owner="w2", fence=2, lease=30, checkpoint={"done": 3})
+    k.clock.advance(31)
+    reclaimed = k.kernel.claim(occ_id, owner="w3", lease=30)
+    assert reclaimed is not None and reclaimed.checkpoint == {"done": 3}
+
+
+def test_a_renewed_checkpoint_over_64_kib_is_refused(k: Harness) -> None:
+    claim = k.running()
+    occ_id = claim.occurrence.id
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"blob": "x" * 65536})
+    assert refused.value.field == "checkpoint"
+    assert k.kernel.get_occurrence(occ_id).checkpoint is None
+
+
 def test_a_checkpoint_over_64_kib_is_refused(k: Harness) -> None:
     claim = k.running()
     occ_id = claim.occurrence.id

@@ -30,7 +30,8 @@ Violations (each column fails the run when non-zero):
   contradicts, or it was claimed again after it succeeded.
 * **rewind**: a run resumed from a checkpoint the ledger contradicts (no earlier run
   finished the step before it; the run that handed back went on past it; the resumed
-  run re-ran a step before it).
+  run re-ran a step before it). A run that lost its lease may have gone on past the
+  checkpoint its last renewal stored: those steps are redone (at-least-once).
 * **handback**: a pause/resume or warm shutdown that hit no run, or whose run was not
   handed back (``occurrence_paused`` and ``occurrence_resumed`` / ``occurrence_handed_back``)
   and finished by a later fence (from its checkpoint or, when the run stopped before a
@@ -288,7 +289,12 @@ class _Judge:
                     f" {due - self.real(x):.1f} s before its due time",
                 )
             self._stale(occurrence_id, what, written)
-            for index, rewind in _continuations(written):
+            handed_back = {
+                e.fence
+                for e in self.events_of[occurrence_id]
+                if e.type in ("occurrence_paused", "occurrence_handed_back")
+            }
+            for index, rewind in _continuations(written, handed_back):
                 window = self._at(self.ev.lines[index])
                 window.counts["resumed"] += 1
                 if rewind:
@@ -415,14 +421,17 @@ def _lost_update(row: KernelRow, events: list[KernelEvent]) -> tuple[float, str]
     return None
 
 
-def _continuations(written: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, str | None]]:
+def _continuations(
+    written: list[tuple[int, dict[str, Any]]], handed_back: set[int | None]
+) -> list[tuple[int, str | None]]:
     """Each run of one occurrence resumed from a checkpoint: (index of its ``start``, how the
     ledger contradicts its checkpoint, if it does).
 
-    A checkpoint ``{"done": k}`` is stored only when a run hands the occurrence back
-    right after its step k-1 (pause or warm shutdown), so the last run to write step
-    k-1 before the resumed one started is the one that handed it back: it must have
-    written nothing past it, and the resumed run nothing before it.
+    A checkpoint ``{"done": k}`` is given right after step k-1, so the last run to write
+    step k-1 before the resumed one started is the one that stored it: the resumed run must
+    have written nothing before it, and a run that stored it by handing the occurrence back
+    (its fence in ``handed_back``) nothing past it; one that stored it with a lease renewal
+    and then lost its lease may have gone on (those steps are redone), but not to its end.
     """
     resumed: list[tuple[int, str | None]] = []
     for index, line in written:
@@ -437,11 +446,12 @@ def _continuations(written: list[tuple[int, dict[str, Any]]]) -> list[tuple[int,
                 (index, f"fence {fence} resumed from step {k}, no earlier run got there")
             )
             continue
+        stopped_there = finished[-1] in handed_back
         past = [
             x
             for _, x in earlier
             if x["fence"] == finished[-1]
-            and (x["event"] == "end" or (x["event"] == "step" and x["step"] >= k))
+            and (x["event"] == "end" or (stopped_there and x["event"] == "step" and x["step"] >= k))
         ]
         before = [
             x for _, x in written if x["fence"] == fence and x["event"] == "step" and x["step"] < k

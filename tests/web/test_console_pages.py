@@ -47,6 +47,15 @@ def test_pause_is_offered_only_when_the_adapter_can_pause(web: Web, operator: ht
     assert 'id="no-pause"' not in page
 
 
+def test_a_running_occurrence_shows_its_progress(web: Web, operator: httpx.Client) -> None:
+    """The checkpoint its lease keeper stored with the last renewal, while it runs."""
+    occ = _running(web)
+    web.kernel.renew(occ, owner="w1", fence=1, lease=600, checkpoint={"done": 12})
+    page = operator.get(f"/occurrences/{occ}").text
+    shown = re.search(r'<pre id="checkpoint">(.*?)</pre>', page, re.S)
+    assert shown is not None and json.loads(html.unescape(shown.group(1))) == {"done": 12}
+
+
 def test_the_footer_names_the_kernels_absolute_database(web: Web, operator: httpx.Client) -> None:
     page = operator.get("/jobs").text
     database = web.users_file.parent / "kernel.db"

@@ -1,0 +1,61 @@
+"""Revision 0015 upgrades a 0014 database with a paused occurrence: the checkpoint its
+control holds becomes the occurrence's own, so its resume still starts from it."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+from kernel.db.engine import create_kernel_engine
+from kernel.store import Kernel
+from kernel.testing import ManualClock
+
+_COLUMNS = (
+    "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
+    " max_attempts, fence, available_at, queue, kind, delivery, exclusive, definition,"
+    " cancel_requested, chain_depth, created_at, updated_at"
+)
+_ENVELOPE = '{"data":{"done":7},"safe_point":"adapter_checkpoint","schema_version":1}'
+
+
+def test_upgrade_from_0014_keeps_a_paused_checkpoint(kernel_url: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", "kernel:migrations")
+    engine = create_kernel_engine(kernel_url)
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0014")
+            conn.execute(
+                sa.text(
+                    "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
+                    " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
+                    " 'retry_wait', 1, 3, 1, 1, 'default', 'callable', 'at-least-once', false,"
+                    " '{\"lease\": 30}', false, 0, 1, 1)"
+                ),
+                [{"id": 1, "key": "paused"}, {"id": 2, "key": "plain"}],
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO controls (occurrence_id, state, revision, expected_fence,"
+                    " safe_points, checkpoint, updated_at)"
+                    " VALUES (1, 'resumed', 3, 1, '[\"adapter_checkpoint\"]', :c, 1)"
+                ),
+                {"c": _ENVELOPE},
+            )
+    finally:
+        engine.dispose()
+    kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
+    try:
+        assert kernel.get_occurrence(2).checkpoint is None
+        assert kernel.get_occurrence(1).checkpoint == {"done": 7}
+        claim = kernel.claim(1, owner="w", lease=30)
+        assert claim is not None and claim.resumed and claim.checkpoint == {"done": 7}
+    finally:
+        kernel.close()
