@@ -56,6 +56,9 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        # Starlette's slash redirect (/static -> /static/) writes the Host header into an
+        # absolute Location: a path that is not a route is a 404 instead.
+        redirect_slashes=False,
     )
     app.state.context = context
     app.include_router(api.router)
