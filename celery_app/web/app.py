@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -24,6 +25,7 @@ from starlette.exceptions import HTTPException
 
 from celery_app.settings import WebSettings
 from celery_app.web import api, confirm, console, event_log, job_pages, occurrence_pages
+from celery_app.web.api_links import add_links
 from celery_app.web.context import SECURITY_HEADERS, WebContext
 from celery_app.web.door import Door
 from celery_app.web.errors import CODE_BY_HTTP, error_body, is_api, refusal
@@ -61,6 +63,13 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
         redirect_slashes=False,
     )
     app.state.context = context
+
+    def openapi_with_links() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            add_links(FastAPI.openapi(app))  # built once, kept in app.openapi_schema
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi_with_links  # type: ignore[method-assign]
     app.include_router(api.router)
     app.include_router(console.router)
     app.include_router(job_pages.router)
