@@ -31,6 +31,7 @@ __all__ = [
     "AdjudicationContext",
     "Adapter",
     "BaseAdapter",
+    "bound_message",
     "read_payload",
     "tail_text",
 ]
@@ -304,18 +305,17 @@ class BaseAdapter(ABC):
         """Classify ``exc``: unknown failures are retryable ``ADAPTER_ERROR``.
 
         An exception the job's code raised is its own answer (effect not applied); a
-        timeout (the run's, or one the code met) leaves the effect unknown.
+        timeout (the run's, or one the code met) leaves the effect unknown. The message is
+        whole: the runtime masks secrets in it, then cuts it (:func:`bound_message`).
         """
         if isinstance(exc, AdapterError):
-            return ErrorClass(
-                exc.retryable, exc.code, _bounded(exc.message), exc.effect, exc.retry_in
-            )
+            return ErrorClass(exc.retryable, exc.code, exc.message, exc.effect, exc.retry_in)
         if isinstance(exc, Cancelled):
-            return ErrorClass(False, "CANCELLED", _bounded(str(exc) or "cancelled"))
+            return ErrorClass(False, "CANCELLED", str(exc) or "cancelled")
         if isinstance(exc, TimeoutError):
-            return ErrorClass(True, "TIMEOUT", _bounded(str(exc) or "timed out"), Effect.UNKNOWN)
+            return ErrorClass(True, "TIMEOUT", str(exc) or "timed out", Effect.UNKNOWN)
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-        return ErrorClass(True, "ADAPTER_ERROR", _bounded(text))
+        return ErrorClass(True, "ADAPTER_ERROR", text)
 
 
 def read_payload(payload: Mapping[str, Any], model: type[P]) -> P:
@@ -339,5 +339,7 @@ def tail_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
-def _bounded(message: str) -> str:
+def bound_message(message: str) -> str:
+    """``message`` cut to the length a failure's message is stored with, marked when cut.
+    Secrets are masked in it first: a cut through one would leave a piece no scrub finds."""
     return message if len(message) <= _MESSAGE_LIMIT else message[: _MESSAGE_LIMIT - 3] + "..."

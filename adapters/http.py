@@ -33,9 +33,8 @@ from adapters.base import (
     Cancelled,
     ExecutionContext,
     read_payload,
-    tail_text,
 )
-from adapters.secrets import resolve_secrets
+from adapters.secrets import masked_prefix, resolve_secrets, secret_reach
 from kernel import Decision, Effect, HttpPayload, Occurrence, Verdict, is_sensitive_name
 
 __all__ = ["HttpAdapter", "BODY_LIMIT"]
@@ -96,7 +95,7 @@ class HttpAdapter(BaseAdapter):
             with self._send(request, timeout, deadline, answered) as response:
                 status, location = response.status, response.headers.get("Location")
                 if status not in _REDIRECTS or not location:
-                    return _outcome(target, response)
+                    return _outcome(target, response, ctx.secrets)
             answered = f"{target} answered {status}"
             next_url = urljoin(request.full_url, location)
             if hops == payload.redirect_limit:
@@ -241,15 +240,17 @@ def _origin(parts: Any) -> tuple[str, str, int]:
     return parts.scheme, (parts.hostname or "").lower(), parts.port or default
 
 
-def _outcome(target: str, response: http.client.HTTPResponse) -> dict[str, Any]:
-    """A final answer as the run's result, or its failure."""
+def _outcome(target: str, response: http.client.HTTPResponse, secrets: set[str]) -> dict[str, Any]:
+    """A final answer as the run's result, or its failure; ``secrets`` are masked in the
+    body before it is cut (a piece of one left in front of the cut would be recognised by
+    nothing later)."""
     status = response.status
     if not 200 <= status < 300:
-        raise _status_error(target, response)
+        raise _status_error(target, response, secrets)
     try:
-        body, truncated = _read_head(response, BODY_LIMIT)
-        if not truncated and response.length:  # http.client counts what Content-Length owes
-            raise http.client.IncompleteRead(body, response.length)
+        head, cut = _read_head(response, BODY_LIMIT + secret_reach(secrets))
+        if not cut and response.length:  # http.client counts what Content-Length owes
+            raise http.client.IncompleteRead(head, response.length)
     except (OSError, http.client.HTTPException) as exc:
         # The status line came: the server has said what it did.
         raise AdapterError(
@@ -258,7 +259,9 @@ def _outcome(target: str, response: http.client.HTTPResponse) -> dict[str, Any]:
             retryable=True,
             effect=Effect.APPLIED,
         ) from exc
-    return {"status": status, "body": _decode(body, response.headers), "truncated": truncated}
+    text = _decode(head, response.headers)
+    body = masked_prefix(text, BODY_LIMIT, secrets, complete=not cut)
+    return {"status": status, "body": body, "truncated": cut or len(head) > BODY_LIMIT}
 
 
 def _where(url: str) -> str:
@@ -295,18 +298,21 @@ def _decode(body: bytes, headers: Message) -> str:
     return body.decode("utf-8", errors="replace")
 
 
-def _status_error(target: str, response: http.client.HTTPResponse) -> AdapterError:
+def _status_error(
+    target: str, response: http.client.HTTPResponse, secrets: set[str]
+) -> AdapterError:
     """A final answer other than 2xx. Its effect is unknown: the server answered, and
-    only a ``lookup`` or an operator can judge what its refusal means for the effect."""
+    only a ``lookup`` or an operator can judge what its refusal means for the effect.
+    The start of its body says why, ``secrets`` masked before the cut."""
     status = response.status
+    limit = _ERROR_BODY_IN_MESSAGE
     try:
-        head, _ = _read_head(response, _ERROR_BODY_IN_MESSAGE)
+        head, cut = _read_head(response, limit + secret_reach(secrets))
     except (OSError, http.client.HTTPException):
-        head = b""  # the status says enough
-    body = _decode(head, response.headers).strip()
-    message = f"{target} answered {status} {response.reason}" + (
-        f": {tail_text(body, _ERROR_BODY_IN_MESSAGE)}" if body else ""
-    )
+        head, cut = b"", False  # the status says enough
+    shown = masked_prefix(_decode(head, response.headers), limit, secrets, complete=not cut)
+    body = shown.strip() + ("..." if cut or len(head) > limit else "")
+    message = f"{target} answered {status} {response.reason}" + (f": {body}" if body else "")
     if status == 429 or status >= 500:
         code = "HTTP_429" if status == 429 else "HTTP_5XX"
         return AdapterError(code, message, retryable=True, effect=Effect.UNKNOWN)

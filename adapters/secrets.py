@@ -25,8 +25,10 @@ from adapters.base import AdapterError
 __all__ = [
     "SECRETS_FILE_ENV",
     "resolve_secrets",
+    "masked_prefix",
     "scrub",
     "scrub_value",
+    "secret_reach",
     "secret_forms",
     "StreamScrubber",
 ]
@@ -79,6 +81,28 @@ def scrub_value(value: Any, secrets: Iterable[str]) -> Any:
     if isinstance(value, list | tuple):
         return [scrub_value(item, secrets) for item in value]
     return value
+
+
+def secret_reach(secrets: Iterable[str]) -> int:
+    """Bytes a reader must read past a cut so that a secret lying across it is whole in
+    what was read (0 without secrets): see :func:`masked_prefix`."""
+    found = _forms_pattern(frozenset(secrets))
+    return 0 if found is None else 4 * found[1]  # UTF-8: at most 4 bytes a character
+
+
+def masked_prefix(text: str, limit: int, secrets: Iterable[str], *, complete: bool) -> str:
+    """At most ``limit`` characters from the start of ``text``, secrets masked before the
+    cut, so a secret lying across it leaves no piece.
+
+    ``text`` is a whole (``complete``), or the start of something longer read at least
+    :func:`secret_reach` past ``limit``: then its last characters, which may begin a secret
+    the unread rest completes, are left out with that rest.
+    """
+    scrubber = StreamScrubber()
+    masked = scrubber.feed(text, secrets)
+    if complete:
+        masked += scrubber.close(secrets)
+    return masked[:limit]
 
 
 def secret_forms(value: str) -> set[str]:

@@ -15,7 +15,15 @@ from typing import Any
 
 from billiard.exceptions import SoftTimeLimitExceeded
 
-from adapters.base import Adapter, AdapterError, Cancelled, ErrorClass, ExecutionContext, HandBack
+from adapters.base import (
+    Adapter,
+    AdapterError,
+    Cancelled,
+    ErrorClass,
+    ExecutionContext,
+    HandBack,
+    bound_message,
+)
 from adapters.secrets import scrub, scrub_value
 from celery_app.adjudication import ask_adapter
 from celery_app.held_run import (
@@ -256,7 +264,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id), None
         error = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
-        message = scrub(error.message, ctx.secrets)
+        message = bound_message(scrub(error.message, ctx.secrets))
         trace = _job_traceback(exc, ctx.secrets)
         final = not error.retryable or occurrence.attempt >= occurrence.max_attempts
         # Logged as Celery logs a task's failure: with its traceback, at ERROR when final.

@@ -582,12 +582,18 @@ class WebSettings:
         trusted_proxies: addresses or networks of the proxies whose ``X-Forwarded-For`` and
             ``X-Forwarded-Proto`` are believed (``KERNEL_WEB_TRUSTED_PROXIES``, comma-
             separated); none by default, so no client can pick the address it is limited by.
+        header_timeout: seconds a request's headers may take to arrive, from the connection
+            or its first byte (``KERNEL_WEB_HEADER_TIMEOUT``, default 10); then 408 and closed.
+        body_timeout: seconds a request's body may take to arrive after its headers
+            (``KERNEL_WEB_BODY_TIMEOUT``, default 30); then the connection is closed.
     """
 
     max_body: int
     secure_cookies: bool
     sign_in_limit: int
     trusted_proxies: tuple[str, ...] = ()
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
     #: Per attribute, the Celery key it is read from.
     keys: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -632,6 +638,22 @@ class WebSettings:
                 (),
                 _networks,
                 "IP addresses or networks, comma-separated (127.0.0.1, 10.0.0.0/8)",
+            ),
+            header_timeout=read(
+                "header_timeout",
+                "KERNEL_WEB_HEADER_TIMEOUT",
+                "kernel_web_header_timeout",
+                10.0,
+                _seconds(0.5, 3600),
+                "a duration from 0.5 s to 1 h",
+            ),
+            body_timeout=read(
+                "body_timeout",
+                "KERNEL_WEB_BODY_TIMEOUT",
+                "kernel_web_body_timeout",
+                30.0,
+                _seconds(0.5, 3600),
+                "a duration from 0.5 s to 1 h",
             ),
             keys=source.keys,
         )

@@ -44,4 +44,4 @@ def web(ctx: click.Context, host: str, port: int) -> None:
     limiter = SignInLimiter(settings.sign_in_limit)
     app = create_app(WebContext(env.app, kernel, users, Sessions(), settings, limiter))
     click.echo(f"console and API on http://{host}:{port}/ (users: {users.path})", err=True)
-    serve(app, host, port, settings.trusted_proxies)
+    serve(app, host, port, settings)

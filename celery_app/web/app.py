@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request, Response
@@ -21,10 +23,13 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
+from celery_app.settings import WebSettings
 from celery_app.web import api, confirm, console, event_log, job_pages, occurrence_pages
+from celery_app.web.api_links import add_links
 from celery_app.web.context import SECURITY_HEADERS, WebContext
 from celery_app.web.door import Door
 from celery_app.web.errors import CODE_BY_HTTP, error_body, is_api, refusal
+from celery_app.web.read_deadlines import ReadDeadlines
 from kernel import KernelError
 
 __all__ = ["create_app", "serve"]
@@ -53,8 +58,18 @@ def create_app(context: WebContext, *, close_kernel: bool = False) -> FastAPI:
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        # Starlette's slash redirect (/static -> /static/) writes the Host header into an
+        # absolute Location: a path that is not a route is a 404 instead.
+        redirect_slashes=False,
     )
     app.state.context = context
+
+    def openapi_with_links() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            add_links(FastAPI.openapi(app))  # built once, kept in app.openapi_schema
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi_with_links  # type: ignore[method-assign]
     app.include_router(api.router)
     app.include_router(console.router)
     app.include_router(job_pages.router)
@@ -113,20 +128,25 @@ class _Server(uvicorn.Server):
     """uvicorn's server, ending the live streams as soon as it is asked to stop (a
     graceful shutdown waits for every open response, and a stream never ends itself).
 
-    ``X-Forwarded-*`` headers are believed only from ``trusted_proxies`` (uvicorn's own
-    default believes any loopback client, so anyone on the host picks their address).
+    ``X-Forwarded-*`` headers are believed only from ``settings.trusted_proxies``
+    (uvicorn's own default believes any loopback client, so anyone on the host picks their
+    address); a request is read within ``settings.header_timeout`` and ``body_timeout``.
     """
 
-    def __init__(
-        self, app: FastAPI, host: str, port: int, trusted_proxies: tuple[str, ...]
-    ) -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, settings: WebSettings) -> None:
+        trusted = settings.trusted_proxies
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
             log_level="info",
-            proxy_headers=bool(trusted_proxies),
-            forwarded_allow_ips=list(trusted_proxies),
+            proxy_headers=bool(trusted),
+            forwarded_allow_ips=list(trusted),
+            http=partial(
+                ReadDeadlines,
+                header_timeout=settings.header_timeout,
+                body_timeout=settings.body_timeout,
+            ),  # type: ignore[arg-type]  # uvicorn calls it as it would a class
         )
         super().__init__(config)
         self.streams = app.state.live
@@ -136,6 +156,6 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: FastAPI, host: str, port: int, trusted_proxies: tuple[str, ...] = ()) -> None:
-    """Serve ``app`` until SIGINT or SIGTERM, believing proxy headers from ``trusted_proxies``."""
-    _Server(app, host, port, trusted_proxies).run()
+def serve(app: FastAPI, host: str, port: int, settings: WebSettings) -> None:
+    """Serve ``app`` until SIGINT or SIGTERM, as ``settings`` say (proxies, read deadlines)."""
+    _Server(app, host, port, settings).run()

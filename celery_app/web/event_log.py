@@ -28,6 +28,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
 from celery_app import operations
 from celery_app.web.console import Context, PageLogin, render, stream_url
@@ -63,8 +64,49 @@ class LiveStreams:
         self.open = 0
         self.stopping = threading.Event()
 
+    def take(self) -> _Slot:
+        """A slot for one stream, taken now (the check and the count in one step, with no
+        ``await`` between them: a burst of requests cannot all pass the check).
+
+        Raises:
+            TooManyStreams: every slot is taken.
+        """
+        if self.open >= self.limit:
+            raise TooManyStreams(f"{self.limit} live streams are open; reload the page later")
+        self.open += 1
+        return _Slot(self)
+
     def stop(self) -> None:
         self.stopping.set()
+
+
+class _Slot:
+    """One taken stream slot; giving it back twice counts once."""
+
+    def __init__(self, streams: LiveStreams) -> None:
+        self._streams: LiveStreams | None = streams
+
+    def give_back(self) -> None:
+        if self._streams is not None:
+            self._streams.open -= 1
+            self._streams = None
+
+
+class _LiveResponse(StreamingResponse):
+    """The stream's response: it gives its slot back when it ends, however it ends — a
+    client gone before the stream's first byte never runs the stream at all."""
+
+    def __init__(self, slot: _Slot, content: AsyncIterator[str]) -> None:
+        super().__init__(
+            content, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
+        )
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.give_back()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +197,7 @@ async def live(
     with contextlib.suppress(InvalidArgument):
         cursor = EventCursor.parse(request.headers.get("last-event-id", ""))
     streams: LiveStreams = request.app.state.live
-    if streams.open >= streams.limit:
-        raise TooManyStreams(f"{streams.limit} live streams are open; reload the page later")
-    return StreamingResponse(
-        _stream(context.kernel, streams, cursor, filters.scope),
-        media_type="text/event-stream",
-        headers={"X-Accel-Buffering": "no"},
-    )
+    return _LiveResponse(streams.take(), _stream(context.kernel, streams, cursor, filters.scope))
 
 
 async def _stream(
@@ -170,26 +206,22 @@ async def _stream(
     """``retry``, then one ``events`` message per batch of new events (its ``id`` the
     cursor past them), a comment now and then, until the stream's time is up or the server
     stops. A client that goes ends it at once: the response is cancelled then."""
-    streams.open += 1
-    try:
-        yield "retry: 2000\n\n"
-        ends = time.monotonic() + STREAM_S
-        quiet_since = time.monotonic()
-        while not streams.stopping.is_set() and time.monotonic() < ends:
-            found: list[Event]
-            found, cursor = await run_in_threadpool(
-                functools.partial(kernel.follow_events, cursor, limit=_BATCH, **scope)
-            )
-            if found:
-                data = json.dumps(_summaries(found))
-                yield f"id: {cursor.token}\nevent: events\ndata: {data}\n\n"
-                quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= _KEEPALIVE_S:
-                yield ": still here\n\n"
-                quiet_since = time.monotonic()
-            await asyncio.sleep(POLL_S)
-    finally:
-        streams.open -= 1
+    yield "retry: 2000\n\n"
+    ends = time.monotonic() + STREAM_S
+    quiet_since = time.monotonic()
+    while not streams.stopping.is_set() and time.monotonic() < ends:
+        found: list[Event]
+        found, cursor = await run_in_threadpool(
+            functools.partial(kernel.follow_events, cursor, limit=_BATCH, **scope)
+        )
+        if found:
+            data = json.dumps(_summaries(found))
+            yield f"id: {cursor.token}\nevent: events\ndata: {data}\n\n"
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= _KEEPALIVE_S:
+            yield ": still here\n\n"
+            quiet_since = time.monotonic()
+        await asyncio.sleep(POLL_S)
 
 
 def _summaries(found: list[Event]) -> list[dict[str, Any]]:

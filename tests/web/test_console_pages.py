@@ -4,13 +4,16 @@ definition's revisions, Swagger UI."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import re
+import socket
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -239,3 +242,36 @@ def test_live_streams_are_bounded_and_a_closed_one_frees_its_slot(
                 break
         assert time.monotonic() < deadline, "closed streams kept their slots"
         time.sleep(0.2)
+
+
+async def _burst(web: Web, cookies: httpx.Cookies, count: int) -> list[int]:
+    """Open ``count`` live streams at once; their statuses, read while all are open."""
+    limits = httpx.Limits(max_connections=count)
+    async with httpx.AsyncClient(
+        base_url=web.url, cookies=cookies, limits=limits, timeout=30
+    ) as client, AsyncExitStack() as streams:  # fmt: skip
+        opened = await asyncio.gather(
+            *(streams.enter_async_context(client.stream("GET", "/live")) for _ in range(count))
+        )
+        return [s.status_code for s in opened]
+
+
+def test_a_burst_of_live_streams_gets_no_more_than_the_cap(
+    web: Web, operator: httpx.Client
+) -> None:
+    # Before the slot was taken in the route, 99 of a burst of 100 were let in.
+    statuses = asyncio.run(_burst(web, operator.cookies, MAX_STREAMS + 36))
+    assert sorted(set(statuses)) == [200, 503] and statuses.count(200) == MAX_STREAMS
+    # Clients that leave before their stream starts give their slots back too.
+    address = urlsplit(web.url)
+    cookie = "; ".join(f"{k}={v}" for k, v in operator.cookies.items())
+    request = f"GET /live HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n\r\n".encode()
+    for _ in range(MAX_STREAMS + 36):
+        with socket.create_connection((address.hostname, address.port)) as gone:
+            gone.sendall(request)
+    deadline = time.monotonic() + 20
+    while (taken := asyncio.run(_burst(web, operator.cookies, MAX_STREAMS + 1))).count(
+        200
+    ) != MAX_STREAMS:
+        assert time.monotonic() < deadline, f"slots kept: only {taken.count(200)} streams open"
+        time.sleep(0.5)

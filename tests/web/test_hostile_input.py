@@ -367,3 +367,12 @@ def test_run_params_cannot_change_what_runs_for_any_role(web: Web) -> None:
             assert error["details"]["field"] == "params.callable"  # type: ignore[index]
             assert "not a run parameter" in str(error["message"])
     assert web.kernel.list_occurrences(job_id=job) == []
+
+
+@pytest.mark.parametrize("path", ["/static", "/static/", "/jobs/", "/api/jobs/", "/login/"])
+def test_no_answer_reflects_the_host_header(web: Web, path: str) -> None:
+    # Starlette's slash redirect built an absolute URL from Host: /static -> http://evil/...
+    with web.api(web.tokens["viewer"]) as client:
+        answer = client.get(path, headers={"Host": "evil.example"})
+    assert "evil.example" not in answer.headers.get("location", ""), answer.headers
+    assert "evil.example" not in answer.text
