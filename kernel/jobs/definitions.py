@@ -264,12 +264,8 @@ def delete_job(tx: Tx, job_id: str, operator: str | None = None) -> None:
 
 
 def _index_predicate(name: str) -> sa.TextClause:
-    """The WHERE of partial index ``name``, to repeat verbatim in a query.
-
-    SQLite uses a partial index only when the query's WHERE contains the index's
-    terms as written: SQLAlchemy's ``enabled = 1`` does not match ``enabled`` and
-    the due query scanned every job.
-    """
+    """The WHERE of partial index ``name``, verbatim: SQLite uses a partial index only for
+    its terms as written (``enabled = 1`` does not match ``enabled``: the query scanned)."""
     index = next(i for i in jobs.indexes if i.name == name)
     predicate: sa.TextClause = index.dialect_options["sqlite"]["where"]
     return predicate
