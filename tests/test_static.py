@@ -159,9 +159,6 @@ def test_the_kernel_root_and_folders_stay_small() -> None:
 
 #: Lines a kernel module may have: past them it wants splitting by noun (issue 37).
 _KERNEL_MODULE_LINES = 400
-#: Modules still past the bound while another branch of issue 37 splits them (settle's
-#: read, decision and write): emptied when that branch lands.
-_KERNEL_MODULES_BEING_SPLIT = {"kernel/occurrences/runs.py"}
 
 
 def test_no_kernel_module_is_past_the_bound() -> None:
@@ -171,7 +168,7 @@ def test_no_kernel_module_is_past_the_bound() -> None:
         if "migrations" not in path.parts
         and len(path.read_text(encoding="utf-8").splitlines()) > _KERNEL_MODULE_LINES
     }
-    assert long <= _KERNEL_MODULES_BEING_SPLIT, sorted(long - _KERNEL_MODULES_BEING_SPLIT)
+    assert long == set(), sorted(long)
 
 
 #: The kernel modules the layers above may import: the facade and what its methods take
