@@ -68,7 +68,11 @@ def _field(text: str, top: int) -> set[int]:
 
 
 def cron_dues(expr: str, zone: str, after: datetime, until: datetime) -> list[datetime]:
-    """Instants of a minute/hour cron (other fields ``*``) in ``zone``, in (after, until]."""
+    """Instants of a minute/hour cron (other fields ``*``) in ``zone``, in (after, until].
+
+    A wall time a spring-forward skips fires at the gap's end for a fixed hour (the job's
+    ``dst.gap``, ``shift_forward``), and not at all for a wildcard hour, as under cron and
+    Celery: the next hour's own firing stands for it."""
     minute, hour, *rest = expr.split()
     assert rest == ["*", "*", "*"], "the soak's crons vary minute and hour only"
     tz = ZoneInfo(zone)
@@ -77,18 +81,24 @@ def cron_dues(expr: str, zone: str, after: datetime, until: datetime) -> list[da
     while day <= until.astimezone(tz).date() + timedelta(days=1):
         for h in sorted(_field(hour, 24)):
             for m in sorted(_field(minute, 60)):
-                dues.add(_instant(datetime(day.year, day.month, day.day, h, m), tz))
+                wall = datetime(day.year, day.month, day.day, h, m)
+                if hour != "*" or _exists(wall, tz):
+                    dues.add(_instant(wall, tz))
         day += timedelta(days=1)
     return sorted(d for d in dues if after < d <= until)
 
 
+def _exists(wall: datetime, tz: ZoneInfo) -> bool:
+    """Whether ``wall`` is a time the zone's clocks show (not inside a spring-forward gap)."""
+    first = wall.replace(tzinfo=tz, fold=0)
+    return first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == wall
+
+
 def _instant(wall: datetime, tz: ZoneInfo) -> datetime:
     """The instant a wall time fires: its first occurrence, or the end of the gap it is in."""
-    while True:
-        first = wall.replace(tzinfo=tz, fold=0)
-        if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == wall:
-            return first.astimezone(UTC)
+    while not _exists(wall, tz):
         wall += timedelta(minutes=1)  # a wall time the gap skips: the next that exists
+    return wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
 
 
 def every_dues(seconds: int, after: datetime, until: datetime) -> list[datetime]:
