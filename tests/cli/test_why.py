@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -157,18 +158,26 @@ def test_an_admission_skip_and_a_cancelled_job_are_explained(cli, kernel: Kernel
 
 
 def test_a_time_past_the_calendar_is_one_line_not_a_traceback(cli, kernel: Kernel) -> None:
-    """Issue 24: ``why``/``preview`` near year 1 or 9999 raised OverflowError."""
+    """Issue 24: ``why``/``preview`` near year 1 or 9999 raised OverflowError. Schedules fire
+    from 1970 to 9000 (issue 41): a question asked from or up to the calendar's ends is
+    answered within those years."""
     define(kernel, "edge", schedule={"every": "60s"})
     define(kernel, "decade", schedule={"every": "3650d"})
+    result = cli("why", "edge", "--at", "0001-01-01T00:00:00")
+    assert result.code == 1 and "INVALID_ARGUMENT" in result.err, (result.out, result.err)
+    assert "years 1 to 9999" in result.err and "Traceback" not in result.err
     for args in (
-        ("why", "edge", "--at", "9999-12-31T23:59:59"),
-        ("why", "edge", "--at", "0001-01-01T00:00:00"),
-        ("jobs", "preview", "edge", "--after", "9999-12-31T23:59:59"),
-        ("jobs", "preview", "decade", "--next", "1000"),
+        ("why", "edge", "--at", "9999-12-31T23:59:59", "--json"),
+        ("jobs", "preview", "edge", "--after", "0001-01-01T00:00:00", "--json"),
+        ("jobs", "preview", "edge", "--after", "9999-12-31T23:59:59", "--json"),
+        ("jobs", "preview", "decade", "--next", "1000", "--json"),
     ):
         result = cli(*args)
-        assert result.code == 1, (args, result.out, result.err)
-        assert "INVALID_ARGUMENT" in result.err and "years 1 to 9999" in result.err, args
+        assert result.code == 0, (args, result.out, result.err)
+        assert "Traceback" not in result.err and "9001-" not in result.out, args
+    firings = json.loads(cli("jobs", "preview", "decade", "--next", "1000", "--json").out)
+    assert 0 < len(firings["firings"]) < 1000
+    assert firings["firings"][-1]["utc"] < "9000-01-01T00:00:01Z"
     for args in (
         ("why", "edge", "--at", "0001-01-01T00:00:00+14:00"),
         ("jobs", "preview", "edge", "--after", "0001-01-01T00:00:00+14:00"),
