@@ -139,6 +139,11 @@ class ObserveFacade(FacadeBase):
         return {**reads.status_counts(tx), "unplannable": plan_errors.unplannable_jobs(tx)}
 
     @read
+    def unplannable_jobs(self, tx: Tx) -> list[dict[str, Any]]:
+        """The enabled jobs Beat cannot plan: ``job_id``, ``revision``, ``error``."""
+        return plan_errors.unplannable_jobs(tx)
+
+    @read
     def watchdog(
         self, tx: Tx, *, grace: float = 60.0, default_timeout: float | None = None
     ) -> dict[str, Any]:
@@ -155,5 +160,5 @@ class ObserveFacade(FacadeBase):
             schema_fingerprint(self.engine),
             file_modes(self.engine),
             secrets_in_clear(self.list_jobs()),
-            unplannable(self.status()["unplannable"]),
+            unplannable(self.unplannable_jobs()),
         ]
