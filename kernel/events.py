@@ -92,6 +92,9 @@ class EventType(StrEnum):
     NOTIFICATION_DELIVERED = "notification_delivered"
     #: A try failed (``error``): tried again at ``next_at``, or given up (``gave_up``).
     NOTIFICATION_FAILED = "notification_failed"
+    #: Beat could not plan (or fire) the job's ``revision``: ``error`` says why; Beat
+    #: fires none of it until a new revision (``kernel status``/``doctor`` list it).
+    JOB_UNPLANNABLE = "job_unplannable"
 
 
 _SETTLED = {

@@ -21,7 +21,7 @@ from beat_schedule import timing
 from celery_app.adjudication import hint_adapter_asks
 from celery_app.hints import publish_hints
 from celery_app.settings import KernelSettings
-from kernel import Job, Kernel, KernelError, StorageUnavailable
+from kernel import Job, Kernel, KernelError, RevisionConflict, StorageUnavailable
 
 __all__ = ["FiringSteps", "plan_job"]
 
@@ -65,6 +65,9 @@ class FiringSteps:
     #: Job id -> ``send_task`` options from its beat_schedule entry's ``options``.
     hint_options: dict[str, dict[str, Any]]
 
+    #: (job id, revision) pairs this Beat recorded as unplannable: one write per revision.
+    unplannable: set[tuple[str, int]]
+
     def _materialise(self, kernel: Kernel) -> None:
         now = kernel.now()
         for job in kernel.due_jobs():
@@ -77,6 +80,9 @@ class FiringSteps:
                     exc,
                     exc_info=not isinstance(exc, KernelError),
                     extra={"action": "materialise_failed", "job_id": job.id},
+                )
+                self._record_unplannable(
+                    kernel, job, f"its schedule cannot be planned: {type(exc).__name__}: {exc}"
                 )
                 continue
             try:
@@ -99,6 +105,8 @@ class FiringSteps:
                     exc,
                     extra={"action": "materialise_failed", "job_id": job.id},
                 )
+                if not isinstance(exc, RevisionConflict):  # a race with an edit is no finding
+                    self._record_unplannable(kernel, job, f"firing it was refused: {exc}")
                 continue
             if report.created or report.skipped:
                 log.info(
@@ -108,6 +116,25 @@ class FiringSteps:
                     len(report.skipped),
                     extra={"action": "materialised", "job_id": job.id},
                 )
+
+    def _record_unplannable(self, kernel: Kernel, job: Job, error: str) -> None:
+        """Make the failure the job's event and ``status``/``doctor`` finding, once per
+        revision of it this Beat meets (the kernel also refuses a second record)."""
+        if (job.id, job.revision) in self.unplannable:
+            return
+        try:
+            kernel.record_unplannable(job.id, revision=job.revision, error=error)
+        except StorageUnavailable:
+            raise
+        except KernelError as exc:  # the next tick tries again
+            log.warning(
+                "job %s: could not record that it cannot be planned: %s",
+                job.id,
+                exc,
+                extra={"action": "unplannable_not_recorded", "job_id": job.id},
+            )
+            return
+        self.unplannable.add((job.id, job.revision))
 
     def _pump(self, kernel: Kernel) -> None:
         hints = kernel.dispatch_batch(

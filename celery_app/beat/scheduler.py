@@ -43,6 +43,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
         self._stop_code: int | None = None
         self._unavailable_since: float | None = None
         self.hint_options = {}
+        self.unplannable = set()
         self.beat_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         try:  # before anything else: Celery builds a scheduler for its banner first
             self.settings = KernelSettings.from_app(app)

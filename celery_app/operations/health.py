@@ -115,11 +115,23 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
         "needs_adjudication": counts["needs_adjudication"],
         "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
         "beats": beats,
-        "warnings": ([warning] if warning else []) + watchdog_warnings(watch),
+        "warnings": ([warning] if warning else [])
+        + watchdog_warnings(watch)
+        + _unplannable_warnings(counted["unplannable"]),
         "watchdog": watch,
+        "unplannable_jobs": counted["unplannable"],
         "refused_entries": findings["refused"],
         "changed_entries": findings["changed"],
     }
+
+
+def _unplannable_warnings(found: list[dict[str, Any]]) -> list[str]:
+    """One warning per enabled job Beat cannot plan (``Kernel.status``'s ``unplannable``)."""
+    return [
+        f"job {j['job_id']} (revision {j['revision']}) cannot be planned, none of its runs "
+        f"is made: {j['error']}; fix its schedule and re-apply it"
+        for j in found
+    ]
 
 
 def watchdog_warnings(watch: dict[str, Any]) -> list[str]:

@@ -13,6 +13,9 @@ jobs
     enable); a planned job with a NULL cursor has no firings left. ``after_job``
     mirrors ``spec.after.job`` so chained children are found by index; a fan-in job
     (``spec.after.all``) holds ``*fan-in*`` there, so Beat finds fan-ins by the same index.
+    ``scheduled_runs``: the runs its schedule made (``max_runs`` bounds them); ``schedule_spent``:
+    disabled by its schedule running out (0014). ``plan_error``: why Beat cannot plan or fire
+    this revision; its next fire or revision clears it (0016).
 occurrences
     One row per logical firing (SPEC I1: unique ``idempotency_key`` and unique
     (job_id, trigger_key)). ``definition`` is the job spec snapshot (I5).
@@ -84,14 +87,12 @@ notifications
     | ``failed`` (given up). A try whose worker died stays ``delivering``: it may have
     been delivered, and it is not tried again.
 
-Invariants the database enforces (CHECKs, revision 0002): a status is one of
-OccurrenceStatus; a lease (owner + expiry) exists exactly while ``running``;
-no ``queued``/``retry_wait`` row carries ``cancel_requested`` (no claim would
-take it); ``settled_at`` is set exactly in the final states; counters are
-non-negative. A partial unique index allows one running exclusive occurrence
-per job. A control's state is one of ControlState. A pool's running counter is never
-negative and its limit at least 1 (revision 0006). The conditions are
-:mod:`kernel.db.checks`.
+Invariants the database enforces (CHECKs, revision 0002): a status is one of OccurrenceStatus;
+a lease (owner + expiry) exists exactly while ``running``; no ``queued``/``retry_wait`` row
+carries ``cancel_requested`` (no claim would take it); ``settled_at`` is set exactly in the
+final states; counters are non-negative. A partial unique index allows one running exclusive
+occurrence per job. A control's state is one of ControlState. A pool's running counter is never
+negative and its limit at least 1 (revision 0006). The conditions are :mod:`kernel.db.checks`.
 """
 
 from __future__ import annotations
@@ -156,10 +157,9 @@ jobs = sa.Table(
     sa.Column("after_job", sa.String(128)),
     sa.Column("defined_at", Ms, nullable=False),
     sa.Column("updated_at", Ms, nullable=False),
-    # The firings its schedule made and did not skip: what ``max_runs`` bounds (0014).
     sa.Column("scheduled_runs", sa.Integer, nullable=False, server_default="0"),
-    # Disabled by its schedule running out: the firings it made still run (0014).
     sa.Column("schedule_spent", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("plan_error", sa.Text),
     _partial("jobs_due", "next_fire_at", where="enabled AND planned"),
     _partial("jobs_unplanned", "id", where="enabled AND NOT planned"),
     sa.Index("jobs_after", "after_job"),

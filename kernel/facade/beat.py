@@ -8,6 +8,7 @@ from datetime import datetime
 from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, write
 from kernel.jobs import definitions as job_ops
+from kernel.jobs import plan_errors
 from kernel.occurrences import dispatch, lease_expiry
 from kernel.records import from_dt
 from kernel.types import Beat, DispatchHint, Job
@@ -55,6 +56,18 @@ class BeatFacade(FacadeBase):
             missed_count=len(missed) if missed_count is None else missed_count,
             next_cursor=(next_cursor[0], from_dt(next_cursor[1])) if next_cursor else None,
         )
+
+    @write
+    def record_unplannable(self, tx: Tx, job_id: str, *, revision: int, error: str) -> bool:
+        """Record that Beat cannot plan (or fire) ``job_id`` at ``revision``: ``error`` on
+        its row and event ``job_unplannable``, once per revision (``kernel status`` and
+        ``kernel doctor`` list it until the revision fires or a new one replaces it).
+
+        Returns:
+            True when recorded now; False when the job moved on or the revision already
+            holds an error.
+        """
+        return plan_errors.mark_unplannable(tx, job_id, revision, error)
 
     @write
     def dispatch_batch(

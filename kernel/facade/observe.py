@@ -10,10 +10,17 @@ from kernel import follow, reads
 from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, timeout_ms
 from kernel.follow import EventCursor
+from kernel.jobs import plan_errors
 from kernel.states import ACTIVE
 from kernel.types import Event, Job, Occurrence
 from kernel.upkeep import watchdog
-from kernel.upkeep.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
+from kernel.upkeep.checkup import (
+    Finding,
+    file_modes,
+    schema_fingerprint,
+    secrets_in_clear,
+    unplannable,
+)
 
 __all__ = ["ObserveFacade"]
 
@@ -127,7 +134,14 @@ class ObserveFacade(FacadeBase):
 
     @read
     def status(self, tx: Tx) -> dict[str, Any]:
-        return reads.status_counts(tx)
+        """:func:`reads.status_counts`, and ``unplannable``: the enabled jobs Beat cannot
+        plan (``job_id``, ``revision``, ``error``; :meth:`record_unplannable`)."""
+        return {**reads.status_counts(tx), "unplannable": plan_errors.unplannable_jobs(tx)}
+
+    @read
+    def unplannable_jobs(self, tx: Tx) -> list[dict[str, Any]]:
+        """The enabled jobs Beat cannot plan: ``job_id``, ``revision``, ``error``."""
+        return plan_errors.unplannable_jobs(tx)
 
     @read
     def watchdog(
@@ -140,9 +154,11 @@ class ObserveFacade(FacadeBase):
 
     def checkup(self) -> list[Finding]:
         """What ``kernel doctor`` reports about storage: the schema's fingerprint, the
-        SQLite files' modes, and jobs that store secret-looking values in clear."""
+        SQLite files' modes, jobs that store secret-looking values in clear, and enabled
+        jobs Beat cannot plan."""
         return [
             schema_fingerprint(self.engine),
             file_modes(self.engine),
             secrets_in_clear(self.list_jobs()),
+            unplannable(self.unplannable_jobs()),
         ]

@@ -30,6 +30,7 @@ __all__ = [
     "ADVANCE_CURSOR",
     "SET_ENABLED",
     "RETIRE_JOB",
+    "MARK_UNPLANNABLE",
     "COUNT_SCHEDULED_RUNS",
     "DELETE_IDLE_JOB",
     "EXPIRE_FINISHED_JOB",
@@ -46,6 +47,7 @@ _DEFINITION: dict[str, Any] = {
     "after_job": p("after_job"),
     "defined_at": p("now"),
     "updated_at": p("now"),
+    "plan_error": None,
 }
 
 
@@ -103,6 +105,7 @@ def _advance(cursor_guard: sa.ColumnElement[bool]) -> sa.Update:
             planned=True,
             next_trigger_key=p("next_trigger_key"),
             next_fire_at=p("next_fire_at"),
+            plan_error=None,
         )
         .returning(jobs.c.spec, jobs.c.scheduled_runs)
     )
@@ -135,6 +138,19 @@ RETIRE_JOB = (
     sa.update(jobs)
     .where(jobs.c.id == p("job_id"), jobs.c.revision == p("expected_revision"), jobs.c.enabled)
     .values(enabled=False, schedule_spent=True, updated_at=p("now"))
+)
+
+#: Record why Beat cannot plan the job still enabled at ``expected_revision``, once: a
+#: revision already marked keeps its first error (no event per tick, per Beat).
+MARK_UNPLANNABLE = (
+    sa.update(jobs)
+    .where(
+        jobs.c.id == p("job_id"),
+        jobs.c.revision == p("expected_revision"),
+        jobs.c.enabled,
+        jobs.c.plan_error.is_(None),
+    )
+    .values(plan_error=p("error"))
 )
 
 #: Count ``made`` runs of the job's schedule (Beat's firings, a backfill's), under the

@@ -16,6 +16,7 @@ from kernel.statements.jobs import (
     DEFINE_JOB,
     DELETE_IDLE_JOB,
     EXPIRE_FINISHED_JOB,
+    MARK_UNPLANNABLE,
     PLAN_CURSOR,
     RETIRE_JOB,
     REVISE_JOB,
@@ -36,6 +37,7 @@ __all__ = [
     "LIVE_JOB_REVISED",
     "BEAT_PLANS_CURSOR",
     "BEAT_ADVANCES_CURSOR",
+    "BEAT_CANNOT_PLAN_JOB",
     "OPERATOR_ENABLES_JOB",
     "OPERATOR_DISABLES_JOB",
     "OPERATOR_CANCELS_JOB",
@@ -97,6 +99,15 @@ BEAT_ADVANCES_CURSOR = Transition(
     "enabled at the revision Beat read, cursor as Beat planned from (another Beat got "
     "there first: stale, nothing made)",
     (),
+)
+BEAT_CANNOT_PLAN_JOB = Transition(
+    (ENABLED,),
+    "Beat cannot plan a job's schedule, or firing it is refused",
+    (ENABLED,),
+    MARK_UNPLANNABLE,
+    "enabled at the revision Beat read, no error recorded for it yet (one event per "
+    "revision); the revision's next fire, or a new revision, clears the error",
+    (E.JOB_UNPLANNABLE,),
 )
 OPERATOR_ENABLES_JOB = Transition(
     (DISABLED,),
@@ -182,6 +193,7 @@ JOB_TRANSITIONS: tuple[Transition, ...] = (
     LIVE_JOB_REVISED,
     BEAT_PLANS_CURSOR,
     BEAT_ADVANCES_CURSOR,
+    BEAT_CANNOT_PLAN_JOB,
     OPERATOR_ENABLES_JOB,
     OPERATOR_DISABLES_JOB,
     OPERATOR_CANCELS_JOB,

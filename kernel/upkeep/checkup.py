@@ -12,6 +12,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -20,7 +21,7 @@ from kernel.db.schema_shape import EXPECTED_FILE, edited_migrations
 from kernel.spec.jobspec import stored_secrets
 from kernel.types import Job
 
-__all__ = ["Finding", "file_modes", "schema_fingerprint", "secrets_in_clear"]
+__all__ = ["Finding", "file_modes", "schema_fingerprint", "secrets_in_clear", "unplannable"]
 
 #: SQLite's companions of a database file, which hold its recent writes.
 _SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
@@ -76,6 +77,20 @@ def secrets_in_clear(jobs: Iterable[Job]) -> Finding:
             "secret_headers: and re-apply: " + "; ".join(found),
         )
     return Finding("stored secrets", "ok", "no job stores a secret-looking value")
+
+
+def unplannable(found: Iterable[dict[str, Any]]) -> Finding:
+    """Enabled jobs whose current revision Beat cannot plan (``Kernel.status``'s
+    ``unplannable``): none of their firings is made until the job is revised."""
+    listed = [f"{j['job_id']} (revision {j['revision']}): {j['error']}" for j in found]
+    if listed:
+        return Finding(
+            "schedules",
+            "fail",
+            "Beat cannot plan these jobs and fires none of their runs; fix the schedule "
+            "and re-apply: " + "; ".join(listed),
+        )
+    return Finding("schedules", "ok", "Beat plans every enabled job")
 
 
 def schema_fingerprint(engine: sa.Engine) -> Finding:

@@ -165,3 +165,64 @@ def test_a_job_beat_cannot_plan_stops_no_other_job(sqlite_beat: Beat) -> None:
     assert not [
         r for r in sqlite_beat.caplog.records if getattr(r, "action", None) == "tick_step_failed"
     ]
+
+
+def _store_unplannable_schedule(beat: Beat, job_id: str) -> None:
+    """Store, behind apply's back, a schedule no date arithmetic can take (as a definition
+    stored before today's checks would be)."""
+    import json
+
+    import sqlalchemy as sa
+
+    from kernel.db.schema import jobs
+
+    with beat.kernel.engine.begin() as conn:
+        spec = json.loads(
+            conn.execute(sa.select(jobs.c.spec).where(jobs.c.id == job_id)).scalar_one()
+        )
+        spec["schedule"] = {"every": 1e300}
+        conn.execute(sa.update(jobs).where(jobs.c.id == job_id).values(spec=json.dumps(spec)))
+
+
+def test_a_job_beat_cannot_plan_is_its_event_and_a_status_and_doctor_finding(beat: Beat) -> None:
+    from celery_app import operations
+
+    beat.define("broken")
+    beat.define("fine")
+    _store_unplannable_schedule(beat, "broken")
+    for minute in (3.5, 4.5):  # Beat.tick refuses a tick that logged materialise_failed
+        beat.clock.set(beat.minute(minute))
+        beat.scheduler.tick()
+    assert beat.keys("fine")[-1] == beat.key(4)
+    # Once per revision, however many ticks failed.
+    [event] = beat.kernel.events(job_id="broken", types=["job_unplannable"])
+    assert event.data["revision"] == 1 and event.data["error"]
+    [finding] = beat.kernel.status()["unplannable"]
+    assert (finding["job_id"], finding["revision"]) == ("broken", 1)
+    assert finding["error"] == event.data["error"]
+    warnings = operations.status(beat.kernel, beat.scheduler.app)["warnings"]
+    assert [w for w in warnings if "broken" in w and finding["error"] in w]
+    [check] = [f for f in beat.kernel.checkup() if f.name == "schedules"]
+    assert check.status == "fail" and "broken" in check.detail and finding["error"] in check.detail
+
+    # A new revision clears it until Beat fails to plan that one too.
+    beat.kernel.apply_job({**beat.kernel.get_job("broken").spec, "schedule": {"every": 120}})
+    assert beat.kernel.status()["unplannable"] == []
+    assert [f.status for f in beat.kernel.checkup() if f.name == "schedules"] == ["ok"]
+    beat.tick(beat.minute(6.5))
+    assert beat.kernel.status()["unplannable"] == []
+    assert len(beat.kernel.events(job_id="broken", types=["job_unplannable"])) == 1
+
+
+def test_a_later_fire_of_the_revision_clears_its_plan_error(beat: Beat) -> None:
+    beat.define("job")
+    beat.tick()
+    assert beat.kernel.record_unplannable("job", revision=1, error="FIRST: refused")
+    # Once per revision, whichever Beat asks: the first error stays, no second event.
+    assert not beat.kernel.record_unplannable("job", revision=1, error="SECOND: refused")
+    assert not beat.kernel.record_unplannable("job", revision=2, error="no such revision")
+    assert [f["error"] for f in beat.kernel.status()["unplannable"]] == ["FIRST: refused"]
+    assert len(beat.kernel.events(job_id="job", types=["job_unplannable"])) == 1
+    beat.tick(beat.minute(1))
+    assert beat.keys() == [beat.key(1)]
+    assert beat.kernel.status()["unplannable"] == []

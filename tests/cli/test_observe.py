@@ -143,6 +143,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "schema": "ok",
         "file modes": "ok",
         "stored secrets": "ok",
+        "schedules": "ok",
         "secret files": "ok",
         "job kinds": "ok",
         "job env": "ok",
@@ -154,6 +155,27 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
     text = cli("doctor")
     assert text.code == 0
     assert re.search(r"^job kinds +OK ", text.out, re.MULTILINE)
+
+
+def test_status_and_doctor_list_a_job_beat_cannot_plan(cli, kernel: Kernel) -> None:
+    define(kernel, "broken")
+    define(kernel, "fine")
+    kernel.record_beat("beat-1", host="h1", interval=60)
+    # As Beat records it (celery_app/beat/firings.py) when the job's schedule cannot be planned.
+    error = "its schedule cannot be planned: OverflowError: date value out of range"
+    assert kernel.record_unplannable("broken", revision=1, error=error)
+    data = cli("status", "--json").json()
+    assert data["unplannable_jobs"] == [{"job_id": "broken", "revision": 1, "error": error}]
+    [warning] = data["warnings"]
+    assert warning.startswith("job broken (revision 1) cannot be planned") and error in warning
+    assert f"WARNING: {warning}" in cli("status").out
+    result = cli("doctor", "--json")
+    assert result.code == 1
+    checks = {c["name"]: c for c in result.json()["checks"]}
+    assert checks["schedules"]["status"] == "fail"
+    assert f"broken (revision 1): {error}" in checks["schedules"]["detail"]
+    assert "fine" not in checks["schedules"]["detail"]
+    assert re.search(r"^schedules +FAIL .*broken", cli("doctor").out, re.MULTILINE)
 
 
 def test_doctor_warns_about_open_secrets_files_users_file_and_var_folder(
