@@ -138,6 +138,13 @@ def watchdog_warnings(watch: dict[str, Any]) -> list[str]:
             f"{len(watch['overrunning'])} run(s) are past their timeout by more than {grace} "
             f"(occurrences {runs}): is their worker alive?"
         )
+    if watch["stranded"]:
+        waiting = ", ".join(str(o["occurrence_id"]) for o in watch["stranded"][:5])
+        warnings.append(
+            f"{len(watch['stranded'])} occurrence(s) could run for more than {grace}, nothing "
+            f"holds them, and no worker took them (occurrences {waiting}): is a worker "
+            "consuming their queue? `kernel why OCCURRENCE`"
+        )
     if watch["needs_adjudication"]:
         warnings.append(
             f"{watch['needs_adjudication']} occurrence(s) await adjudication (oldest "
