@@ -10,11 +10,10 @@ from kernel import follow, reads
 from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, timeout_ms
 from kernel.follow import EventCursor
-from kernel.occurrences import blockers
-from kernel.occurrences.blockers import Blocker
 from kernel.states import ACTIVE
 from kernel.types import Event, Job, Occurrence
-from kernel.upkeep import watchdog
+from kernel.upkeep import blockers, watchdog
+from kernel.upkeep.blockers import Blocker
 from kernel.upkeep.checkup import Finding, file_modes, schema_fingerprint, secrets_in_clear
 
 __all__ = ["ObserveFacade"]

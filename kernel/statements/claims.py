@@ -252,7 +252,7 @@ def blocking_in_job(
     the arguments (binds, or the columns of another alias of ``occurrences``) from
     starting: one running, for an exclusive occurrence (overlap queue/replace), and under
     every policy an at-most-once run whose outcome is unknown (it may still be having its
-    effect). The claim counts them (BLOCKING_IN_JOB); :mod:`kernel.statements.blockers`
+    effect). The claim counts them (BLOCKING_IN_JOB); :mod:`kernel.upkeep.blockers`
     names the first."""
     return sa.and_(
         OCC.c.job_id == job_id,

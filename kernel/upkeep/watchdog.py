@@ -7,7 +7,7 @@
   job's ``timeout``, else the workers' default (``kernel_default_timeout``, handed in by
   the caller from the same settings);
 * stranded occurrences: claimable for more than ``grace`` (no blocker holds them:
-  kernel.statements.blockers), yet no claim took them — a defect, or no worker;
+  kernel.upkeep.blockers), yet no claim took them — a defect, or no worker;
 * the adjudication backlog: occurrences waiting for an operator's verdict;
 * failing watchdog jobs: those whose latest check failed (:mod:`kernel.upkeep.watchdog_jobs`).
 
@@ -31,10 +31,10 @@ from kernel.db.engine import ADVISORY_XACT_LOCK
 from kernel.db.schema import events, jobs, occurrences
 from kernel.db.tx import Tx
 from kernel.events import EventType
-from kernel.occurrences.blockers import stranded
 from kernel.records import loads
 from kernel.statements.predicates import status_is
 from kernel.states import OccurrenceStatus
+from kernel.upkeep.blockers import stranded
 from kernel.upkeep.watchdog_jobs import failing_watchdogs
 
 __all__ = ["MAX_FINDINGS", "findings", "record_findings"]
