@@ -24,7 +24,8 @@ from kernel.events import EventType
 from kernel.records import loads, to_dt
 from kernel.statements.claims import JOB_ALLOWS_CLAIM, blocking_in_job
 from kernel.statements.pools import ROOM_IN_POOL
-from kernel.statements.predicates import CLAIMABLE_STATUS, NOT_PAUSED, claimable_now
+from kernel.statements.predicates import CLAIMABLE_STATUS, NOT_PAUSED, claimable_now, status_is
+from kernel.states import CLAIMABLE
 from kernel.types import iso_z
 
 __all__ = ["BLOCKER_KINDS", "Blocker", "blocker", "blockers", "stranded"]
@@ -108,7 +109,10 @@ _blockers = sa.select(
 #: The blockers of the occurrences ``ids`` at ``now``.
 _BLOCKERS = _blockers.where(W.c.id.in_(p("ids", expanding=True))).order_by(W.c.id)
 
-_stranded = _blockers.where(_of_waiting(CLAIMABLE_STATUS), W.c.available_at < p("since")).subquery()
+# The status as literals (status_is): SQLite then walks the partial index of waiting rows.
+_stranded = _blockers.where(
+    _of_waiting(status_is(*CLAIMABLE)), W.c.available_at < p("since")
+).subquery()
 #: Waiting occurrences that could have started before ``since`` and have no blocker at
 #: ``now``: nothing holds them, yet no claim took them (the watchdog's ``stranded``).
 _STRANDED = (
