@@ -72,6 +72,8 @@ class EventType(StrEnum):
     WATCHDOG_OVERDUE = "watchdog_overdue"
     #: The watchdog found a run still going past its timeout.
     WATCHDOG_OVERRUN = "watchdog_overrun"
+    #: The watchdog found an occurrence claimable for long with nothing holding it, unclaimed.
+    WATCHDOG_STRANDED = "watchdog_stranded"
     #: A pool's limit was set (``kernel pools set``, or a job file's ``pools:``).
     POOL_LIMIT_SET = "pool_limit_set"
     #: A watchdog job's check failed (kernel.upkeep.watchdog_jobs): the alert of record.
@@ -126,6 +128,7 @@ EVENTS_OUTSIDE_THE_TABLE: dict[EventType, str] = {
     _E.BEAT_FORGOTTEN: "a silent Beat removed from the registry of Beats",
     _E.WATCHDOG_OVERDUE: "an observation of a late cursor; nothing changed",
     _E.WATCHDOG_OVERRUN: "an observation of a long run; nothing changed",
+    _E.WATCHDOG_STRANDED: "an observation of a run nothing holds and nothing took; nothing changed",
     _E.WATCHDOG_ALERT: "a watchdog job's failed check, the alert of record",
     _E.NOTIFICATION_RECORDED: "a delivery of the notification outbox, not a noun of the table",
     _E.NOTIFICATION_DELIVERED: "a delivery try of the notification outbox",

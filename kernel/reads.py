@@ -270,7 +270,7 @@ def _count_query() -> sa.CompoundSelect[Any]:
 
 
 def status_counts(tx: Tx) -> dict[str, Any]:
-    """Counts per status, leases about to expire, paused, oldest claimable age (ms).
+    """Counts per status, leases about to expire, paused, oldest claimable age (ms) and id.
 
     A paused occurrence is counted once, under ``paused`` (``counts`` has that key after
     the statuses), not also under the status its row keeps (retry_wait). A final state
@@ -292,13 +292,18 @@ def status_counts(tx: Tx) -> dict[str, Any]:
         sa.select(sa.func.count()).where(lease_expired(tx.now + 10_000, literal_status=True))
     ).scalar_one()
     oldest = tx.conn.execute(
-        sa.select(sa.func.min(OCC.c.available_at)).where(claimable_now(tx.now))
-    ).scalar()
+        sa.select(OCC.c.id, OCC.c.available_at)
+        .where(claimable_now(tx.now))
+        .order_by(OCC.c.available_at, OCC.c.id)
+        .limit(1)
+    ).first()
     return {
         "counts": counts,
         "capped": capped,
         "paused": paused,
         "leases_expiring_10s": expiring,
-        "oldest_claimable_age_ms": None if oldest is None else tx.now - oldest,
+        "oldest_claimable_age_ms": None if oldest is None else tx.now - oldest.available_at,
+        # Its blocker says whether it waits for a worker or for something else.
+        "oldest_claimable_id": None if oldest is None else oldest.id,
         "now_ms": tx.now,
     }

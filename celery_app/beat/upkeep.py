@@ -98,9 +98,10 @@ class UpkeepSteps:
         if found["new_events"]:
             log.warning(
                 "watchdog: %d overdue firing(s), %d run(s) past their timeout, "
-                "%d occurrence(s) awaiting adjudication",
+                "%d occurrence(s) stranded, %d occurrence(s) awaiting adjudication",
                 found["overdue_firings"],
                 len(found["overrunning"]),
+                len(found["stranded"]),
                 found["needs_adjudication"],
                 extra={"action": "watchdog_findings", "beat_id": self.beat_id},
             )

@@ -71,6 +71,10 @@ def run_action(env: Env, request_id: str | None, operator: str | None, action: A
         operator if operator is not None else default_operator(),
         action,
     )
+    # What the occurrence now waits for, so an action that leaves it waiting says why
+    # (a forced run-now behind an unresolved run); None when it runs or settled.
+    blocker = env.kernel.blocker(data["occurrence"]["id"])
+    data["blocker"] = None if blocker is None else blocker.to_dict()
 
     def render() -> str:
         occ = data["occurrence"]
@@ -86,6 +90,7 @@ def run_action(env: Env, request_id: str | None, operator: str | None, action: A
                 ("control", (occ["control"] or {}).get("state")),
                 ("fence", occ["fence"]),
                 ("cancel requested", occ["cancel_requested"]),
+                ("waiting for", blocker.text if blocker and blocker.kind != "none" else None),
                 ("note", data.get("note")),
             ],
             full_last=True,

@@ -155,6 +155,12 @@ class KernelCollector(Collector):
             len(watch["overrunning"]),
         )
         yield _gauge(
+            "celery_kernel_stranded_occurrences",
+            "Occurrences claimable for more than the watchdog grace that nothing holds and no "
+            "worker took (at most 100 counted).",
+            len(watch["stranded"]),
+        )
+        yield _gauge(
             "celery_kernel_failing_watchdogs",
             "Watchdog jobs whose latest check failed.",
             len(watch["failing_watchdogs"]),

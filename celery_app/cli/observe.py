@@ -51,7 +51,6 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
     }
     counts = data["counts"]
     beats = data["beats"]
-    age_s = data["oldest_claimable_age_s"]
     # The same test as operations.beat_warning: other warnings (the watchdog's) follow it.
     beat_down = not beats or all(b["stale"] for b in beats)
     refused = data["refused_entries"]
@@ -68,10 +67,7 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
                     ("dead letters", counts["dead_letter"]),
                     ("needs adjudication", counts["needs_adjudication"]),
                     ("awaiting approval", counts["awaiting_approval"]),
-                    (
-                        "oldest claimable",
-                        "-" if age_s is None else f"waiting {format_age(age_s)}",
-                    ),
+                    ("oldest claimable", _oldest(data)),
                 ]
             ),
             "",
@@ -99,6 +95,15 @@ def status(env: Env, fail_on_stale_beat: bool) -> None:
     env.emit(data, render)
     if fail_on_stale_beat and beat_down:
         raise SystemExit(3)
+
+
+def _oldest(data: dict[str, Any]) -> str:
+    """How long the oldest claimable occurrence has waited, and what for."""
+    age_s, blocker = data["oldest_claimable_age_s"], data["oldest_claimable_blocker"]
+    if age_s is None:
+        return "-"
+    what = blocker["text"] if blocker else "running by now"
+    return f"waiting {format_age(age_s)} (occurrence {data['oldest_claimable_id']}: {what})"
 
 
 def _stream(

@@ -15,11 +15,18 @@ __all__ = ["render_story"]
 
 
 def render_story(data: dict[str, Any]) -> str:
-    """The story as text: the occurrence's row, then one line per step, then the last
-    error's traceback when one was kept."""
+    """The story as text: the occurrence's row and what it waits for, then one line per
+    step, then the last error's traceback when one was kept."""
+    blocker = data["blocker"]
     return "\n".join(
         [
-            fields([("occurrence", data["occurrence"]["id"]), ("job", data["job_id"])]),
+            fields(
+                [
+                    ("occurrence", data["occurrence"]["id"]),
+                    ("job", data["job_id"]),
+                    ("waiting for", None if blocker is None else blocker["text"]),
+                ]
+            ),
             table(OCCURRENCE_HEADERS, occurrence_dict_rows([data["occurrence"]])),
             "",
             table(

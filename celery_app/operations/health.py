@@ -103,6 +103,8 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
     beats = beat_health(kernel.beats(), now, retention)
     counts = counted["counts"]
     age_ms = counted["oldest_claimable_age_ms"]
+    oldest_id = counted["oldest_claimable_id"]
+    oldest_blocker = None if oldest_id is None else kernel.blocker(oldest_id)
     warning = beat_warning(beats, retention, app)
     watch = kernel.watchdog(grace=settings.watchdog_grace, default_timeout=settings.default_timeout)
     findings = schedule_findings(app, kernel)
@@ -114,6 +116,9 @@ def status(kernel: Kernel, app: Any) -> dict[str, Any]:
         "dead_letters": counts["dead_letter"],
         "needs_adjudication": counts["needs_adjudication"],
         "oldest_claimable_age_s": None if age_ms is None else age_ms / 1000,
+        "oldest_claimable_id": oldest_id,
+        # What the oldest waits for (kind "none": only a worker to take it).
+        "oldest_claimable_blocker": oldest_blocker.to_dict() if oldest_blocker else None,
         "beats": beats,
         "warnings": ([warning] if warning else [])
         + watchdog_warnings(watch)
@@ -149,6 +154,13 @@ def watchdog_warnings(watch: dict[str, Any]) -> list[str]:
         warnings.append(
             f"{len(watch['overrunning'])} run(s) are past their timeout by more than {grace} "
             f"(occurrences {runs}): is their worker alive?"
+        )
+    if watch["stranded"]:
+        waiting = ", ".join(str(o["occurrence_id"]) for o in watch["stranded"][:5])
+        warnings.append(
+            f"{len(watch['stranded'])} occurrence(s) could run for more than {grace}, nothing "
+            f"holds them, and no worker took them (occurrences {waiting}): is a worker "
+            "consuming their queue? `kernel why OCCURRENCE`"
         )
     if watch["needs_adjudication"]:
         warnings.append(

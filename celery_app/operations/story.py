@@ -155,10 +155,13 @@ def occurrence_story(kernel: Kernel, occurrence_id: int) -> dict[str, Any]:
     for step in story:
         del step["at_s"]
     first, last = (story[0]["at"], story[-1]["at"]) if story else (None, None)
+    blocker = kernel.blocker(occurrence_id)
     return {
         "occurrence": occurrence,
         "job_id": occurrence["job_id"],
         "status": occurrence["status"],
+        # Why it waits, when it waits (None: running or settled; kind "none": claimable).
+        "blocker": None if blocker is None else blocker.to_dict(),
         "story": story,
         "first_at": first,
         "last_at": last,

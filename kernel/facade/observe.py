@@ -13,7 +13,8 @@ from kernel.follow import EventCursor
 from kernel.jobs import plan_errors
 from kernel.states import ACTIVE
 from kernel.types import Event, Job, Occurrence
-from kernel.upkeep import watchdog
+from kernel.upkeep import blockers, watchdog
+from kernel.upkeep.blockers import Blocker
 from kernel.upkeep.checkup import (
     Finding,
     file_modes,
@@ -144,10 +145,22 @@ class ObserveFacade(FacadeBase):
         return plan_errors.unplannable_jobs(tx)
 
     @read
+    def blocker(self, tx: Tx, occurrence_id: int) -> Blocker | None:
+        """Why the occurrence is not claimable now (kind ``none``: it is), decided from the
+        predicates the claim uses; None when it runs or settled. Raises NotFound."""
+        return blockers.blocker(tx, occurrence_id)
+
+    @read
+    def blockers(self, tx: Tx, occurrence_ids: Sequence[int]) -> dict[int, Blocker | None]:
+        """:meth:`blocker` of each occurrence found (ids not found are left out)."""
+        return blockers.blockers(tx, list(occurrence_ids))
+
+    @read
     def watchdog(
         self, tx: Tx, *, grace: float = 60.0, default_timeout: float | None = None
     ) -> dict[str, Any]:
-        """Overdue firings, runs past their timeout (+ ``grace`` seconds) and the
+        """Overdue firings, runs past their timeout (+ ``grace`` seconds), occurrences
+        stranded (claimable for ``grace`` with nothing holding them, yet not taken) and the
         adjudication backlog; reads only. ``default_timeout``: seconds that bound a run
         whose job sets no ``timeout`` (the workers' ``kernel_default_timeout``)."""
         return watchdog.findings(tx, ms(grace, "grace"), timeout_ms(default_timeout))

@@ -6,6 +6,8 @@ every task's path (why: kernel/statements/worker.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
@@ -29,6 +31,7 @@ __all__ = [
     "SUCCEED_AND_CLAIM_QUEUED",
     "USE_GRANT",
     "BLOCKING_IN_JOB",
+    "blocking_in_job",
     "NO_UNRESOLVED_RUN",
 ]
 
@@ -236,31 +239,57 @@ USE_GRANT = (
     .values(claimed_at=p("now"))
 )
 
-#: The occurrences of its job that keep ``occurrence_id`` from starting: one running, for an
-#: exclusive occurrence (overlap queue/replace), and under every policy an at-most-once
-#: run whose outcome is unknown (it may still be having its effect). One statement, one
-#: snapshot: a run settling into needs_adjudication meanwhile is seen in one state or the
-#: other, and two exclusive runs are refused by ``occurrences_one_running_exclusive``.
-BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
-    OCC.c.job_id == p("job_id"),
-    OCC.c.id != p("occurrence_id"),
-    sa.or_(
-        OCC.c.status == "needs_adjudication",
-        sa.and_(OCC.c.status == "running", p("exclusive", type_=sa.Boolean)),
-        # Exclusive runs start in order (overlap queue, a sequential backfill): one that
-        # became available earlier and could start now goes first, whichever hint a
-        # worker got first. Not for a reclaim: its expired run holds the job's one slot.
-        sa.and_(
-            p("waits_turn", type_=sa.Boolean),
-            OCC.c.exclusive,
-            claimable_now(p("now")),
-            JOB_ALLOWS_CLAIM,  # a disabled job's waiting firings hold no run-now back
-            sa.or_(
-                OCC.c.available_at < p("available_at"),
-                sa.and_(OCC.c.available_at == p("available_at"), OCC.c.id < p("occurrence_id")),
+
+def blocking_in_job(
+    job_id: Any,
+    occurrence_id: Any,
+    exclusive: Any,
+    waits_turn: Any,
+    now: Any,
+    available_at: Any,
+) -> sa.ColumnElement[bool]:
+    """An occurrence of the job (the ``occurrences`` row) that keeps the one described by
+    the arguments (binds, or the columns of another alias of ``occurrences``) from
+    starting: one running, for an exclusive occurrence (overlap queue/replace), and under
+    every policy an at-most-once run whose outcome is unknown (it may still be having its
+    effect). The claim counts them (BLOCKING_IN_JOB); :mod:`kernel.upkeep.blockers`
+    names the first."""
+    return sa.and_(
+        OCC.c.job_id == job_id,
+        OCC.c.id != occurrence_id,
+        sa.or_(
+            OCC.c.status == "needs_adjudication",
+            sa.and_(OCC.c.status == "running", exclusive),
+            # Exclusive runs start in order (overlap queue, a sequential backfill): one that
+            # became available earlier and could start now goes first, whichever hint a
+            # worker got first. Not for a reclaim: its expired run holds the job's one slot.
+            sa.and_(
+                waits_turn,
+                OCC.c.exclusive,
+                claimable_now(now),
+                JOB_ALLOWS_CLAIM,  # a disabled job's waiting firings hold no run-now back
+                sa.or_(
+                    OCC.c.available_at < available_at,
+                    sa.and_(OCC.c.available_at == available_at, OCC.c.id < occurrence_id),
+                ),
             ),
         ),
-    ),
+    )
+
+
+#: How many occurrences of its job keep ``occurrence_id`` from starting (:func:`blocking_in_job`).
+#: One statement, one snapshot: a run settling into needs_adjudication meanwhile is seen in
+#: one state or the other, and two exclusive runs are refused by
+#: ``occurrences_one_running_exclusive``.
+BLOCKING_IN_JOB = sa.select(sa.func.count()).where(
+    blocking_in_job(
+        p("job_id"),
+        p("occurrence_id"),
+        p("exclusive", type_=sa.Boolean),
+        p("waits_turn", type_=sa.Boolean),
+        p("now"),
+        p("available_at"),
+    )
 )
 
 _unresolved = OCC.alias("unresolved")

@@ -6,12 +6,15 @@
   timeout their worker applies plus ``grace`` (the worker should have stopped them): the
   job's ``timeout``, else the workers' default (``kernel_default_timeout``, handed in by
   the caller from the same settings);
+* stranded occurrences: claimable for more than ``grace`` (no blocker holds them:
+  kernel.upkeep.blockers), yet no claim took them — a defect, or no worker;
 * the adjudication backlog: occurrences waiting for an operator's verdict;
 * failing watchdog jobs: those whose latest check failed (:mod:`kernel.upkeep.watchdog_jobs`).
 
 :func:`findings` only reads. :func:`record_findings` (Beat, periodically) appends one
 event per finding it has not recorded before — ``watchdog_overdue`` once per job and
-cursor, ``watchdog_overrun`` once per occurrence and fence — so a stuck state is
+cursor, ``watchdog_overrun`` once per occurrence and fence, ``watchdog_stranded`` once
+per occurrence and fence — so a stuck state is
 reported once, not every tick. Every Beat records: on PostgreSQL the recorders take
 turns under one transaction-scoped advisory lock, so two Beats at the same instant do
 not both find a finding new (SQLite's ``BEGIN IMMEDIATE`` already serialises them).
@@ -31,6 +34,7 @@ from kernel.events import EventType
 from kernel.records import loads
 from kernel.statements.predicates import status_is
 from kernel.states import OccurrenceStatus
+from kernel.upkeep.blockers import stranded
 from kernel.upkeep.watchdog_jobs import failing_watchdogs
 
 __all__ = ["MAX_FINDINGS", "findings", "record_findings"]
@@ -106,6 +110,7 @@ def findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None) -> di
         "overdue_firings": overdue_count,
         "overdue": overdue,
         "overrunning": _overrunning(tx, grace_ms, default_timeout_ms),
+        "stranded": stranded(tx, grace_ms, MAX_FINDINGS),
         "needs_adjudication": backlog[0],
         "oldest_adjudication_age_ms": None if backlog[1] is None else tx.now - backlog[1],
         "failing_watchdogs": failing_watchdogs(tx, MAX_FINDINGS),
@@ -161,6 +166,22 @@ def record_findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None
                 occurrence_id=run["occurrence_id"],
                 fence=run["fence"],
                 over_ms=run["over_ms"],
+            )
+            new += 1
+    for waiting in found["stranded"]:
+        seen = _recorded(
+            tx,
+            EventType.WATCHDOG_STRANDED,
+            events.c.occurrence_id == waiting["occurrence_id"],
+            events.c.fence == waiting["fence"],
+        )
+        if not seen:
+            tx.emit(
+                EventType.WATCHDOG_STRANDED,
+                job_id=waiting["job_id"],
+                occurrence_id=waiting["occurrence_id"],
+                fence=waiting["fence"],
+                waiting_ms=waiting["waiting_ms"],
             )
             new += 1
     return {**found, "new_events": new}

@@ -86,6 +86,7 @@ def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
     assert m[("celery_kernel_job_cancels_total", ())] == 1
     assert m[("celery_kernel_overdue_firings", ())] == 0
     assert m[("celery_kernel_runs_past_timeout", ())] == 0
+    assert m[("celery_kernel_stranded_occurrences", ())] == 0  # the queued one is fresh
     assert m[("celery_kernel_oldest_adjudication_age_seconds", ())] == 0
     assert m[("celery_kernel_occurrences", (("status", "cancelled"),))] == 1
     # Four first claims waited from creation; the reclaim after expiry is not a latency.

@@ -48,6 +48,27 @@ def test_status_counts_and_a_fresh_beat(cli, kernel: Kernel) -> None:
     assert "beat-1" in text and "WARNING" not in text
 
 
+def test_status_names_what_the_oldest_claimable_occurrence_waits_for(cli, kernel: Kernel) -> None:
+    """Issue 39 item 9: "oldest claimable waiting 9m" said nothing of why."""
+    define(kernel, "held", pool="p")
+    first, second = (
+        kernel.run_now("held", request_id=f"r{n}", operator="t", force=True).occurrence.id
+        for n in range(2)
+    )
+    assert kernel.claim(second, owner="w1", lease=60) is not None  # pool p (limit 1) is full
+    data = cli("status", "--json").json()
+    assert data["oldest_claimable_id"] == first
+    assert (data["oldest_claimable_blocker"]["kind"], data["oldest_claimable_blocker"]["pool"]) == (
+        "pool_full",
+        "p",
+    )
+    assert re.search(
+        rf"^oldest claimable\s+waiting \S+ \(occurrence {first}: pool p is full\)$",
+        cli("status").out,
+        re.M,
+    ), cli("status").out
+
+
 def test_status_warns_about_the_adjudication_backlog(cli, kernel: Kernel) -> None:
     define(kernel, "once", delivery="at-most-once", lease="5s", kill_grace="0.5s")
     occ = kernel.run_now("once", request_id="r", operator="t").occurrence.id

@@ -56,3 +56,22 @@ def test_why_explains_a_self_destructed_watchdog(cli, kernel: Kernel) -> None:
     off = cli("why", "until-up", "--at", asked, "--json").json()
     assert off["outcome"] == "disabled"
     assert off["reason"].endswith("it is a watchdog whose check passed (self_destruct)")
+
+
+def test_status_warns_of_a_stranded_occurrence_and_not_of_a_held_one(
+    cli, kernel: Kernel, monkeypatch
+) -> None:
+    """Issue 39: claimable past the watchdog's grace, nothing holding it, unclaimed."""
+    monkeypatch.setenv("KERNEL_WATCHDOG_GRACE", "1")
+    for job_id in ("free", "held"):
+        spec = {"id": job_id, "kind": "callable", "payload": {"callable": "m:f"}, "pool": "p"}
+        kernel.define_job({**spec, "pool": None} if job_id == "free" else spec)
+    free = kernel.run_now("free", request_id="f", operator="t").occurrence.id
+    for request_id in ("h1", "h2"):
+        held = kernel.run_now("held", request_id=request_id, operator="t", force=True)
+    assert kernel.claim(held.occurrence.id, owner="w", lease=600) is not None  # pool p full
+    time.sleep(1.1)
+
+    data = cli("status", "--json").json()
+    assert [s["occurrence_id"] for s in data["watchdog"]["stranded"]] == [free]
+    assert any(f"(occurrences {free})" in w for w in data["warnings"]), data["warnings"]

@@ -236,3 +236,26 @@ def test_why_asks_about_now_and_relative_times_in_human_durations(cli, kernel: K
     assert re.search(r"still ahead \(in \d+[hm]\d\d[ms]\)$", ahead["reason"]), ahead["reason"]
     far = cli("why", "hourly", "--at", "2999-01-01T00:00:00Z").out
     assert re.search(r"still ahead \(in \d+d\d+h\)", far), far
+
+
+def test_a_run_now_behind_an_unresolved_run_says_what_it_waits_for(cli, kernel: Kernel) -> None:
+    """Issue 39 item 9: ``why`` and a forced ``run-now`` name the run it waits behind."""
+    define(kernel, "charge", schedule=None, delivery="at-most-once", max_attempts=3)
+    first = kernel.run_now("charge", request_id="r1", operator="alice").occurrence.id
+    claim = kernel.claim(first, owner="w1", lease=60)
+    kernel.fail(first, owner="w1", fence=claim.fence, code="TIMEOUT", message="no answer",
+                effect="unknown")  # fmt: skip
+    assert kernel.get_occurrence(first).status == "needs_adjudication"
+
+    forced = cli("jobs", "run-now", "charge", "--force", "--request-id", "r2")
+    assert forced.code == 0, forced.out
+    waiting = f"awaiting adjudication of occurrence {first} (at-most-once)"
+    assert re.search(rf"^waiting for\s+{re.escape(waiting)}$", forced.out, re.M), forced.out
+    second = int(re.search(r"^occurrence\s+(\d+)", forced.out, re.M).group(1))
+
+    data = cli("why", str(second), "--json").json()
+    assert data["blocker"]["kind"] == "awaiting_adjudication"
+    assert data["blocker"]["waits_for"] == first
+    assert waiting in cli("why", str(second)).out
+    told = cli("why", str(first), "--json").json()["blocker"]
+    assert (told["kind"], told["waits_for"]) == ("awaiting_adjudication", first)

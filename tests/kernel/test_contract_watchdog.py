@@ -9,9 +9,15 @@ if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
 
 
+def _fire_and_take(k: Harness, job_id: str) -> None:
+    """A firing a worker takes at once (left queued, it would be ``stranded`` too)."""
+    for occurrence_id in k.fire(job_id).created:
+        assert k.kernel.claim(occurrence_id, owner="w1", lease=3600) is not None
+
+
 def test_an_overdue_cursor_is_found_and_recorded_once_per_cursor(k: Harness) -> None:
     k.define("late", schedule={"every": "1m"})
-    k.fire("late")  # the cursor now points one minute ahead
+    _fire_and_take(k, "late")  # the cursor now points one minute ahead
     assert k.kernel.watchdog(grace=30)["overdue_firings"] == 0
     k.clock.advance(60 + 31)
     found = k.kernel.record_watchdog(grace=30)
@@ -20,7 +26,7 @@ def test_an_overdue_cursor_is_found_and_recorded_once_per_cursor(k: Harness) -> 
     assert late["job_id"] == "late" and late["late_ms"] == 31_000
     assert k.kernel.record_watchdog(grace=30)["new_events"] == 0
     # Beat catches up: the next late cursor is a new finding.
-    k.fire("late")
+    _fire_and_take(k, "late")
     k.clock.advance(3600)
     assert k.kernel.record_watchdog(grace=30)["new_events"] == 1
     events = [e for e in k.kernel.events(job_id="late") if e.type == "watchdog_overdue"]
