@@ -27,6 +27,8 @@ JOBS = {
 #: Jobs whose firings await approval; the timeout approves (run-now is never held).
 GATED = {"gate": {"required": True, "timeout": "60s", "auto": "approve", "max_pending": 10000}}
 APPROVAL_TIMEOUT_S = 60
+#: The jobs' ``max_lost_leases``: small, so that walks reach the poison-pill bound.
+MAX_LOST_LEASES = 1
 RUNNABLE = ("queued", "retry_wait")
 SETTLED = ("succeeded", "dead_letter", "cancelled", "skipped")
 #: After these an at-most-once occurrence may be claimed again: its holder reported
@@ -43,7 +45,9 @@ STATE_TABLES = ("jobs", "occurrences", "controls", "requeue_grants")
 Snapshot = dict[str, list[dict[str, Any]]]
 
 
-def job_spec(job_id: str, max_attempts: int, tag: int = 0) -> dict[str, Any]:
+def job_spec(
+    job_id: str, max_attempts: int, tag: int = 0, max_lost_leases: int = MAX_LOST_LEASES
+) -> dict[str, Any]:
     """A callable job; ``tag`` changes the payload (a new revision) and nothing the model tracks."""
     return {
         "id": job_id,
@@ -53,6 +57,7 @@ def job_spec(job_id: str, max_attempts: int, tag: int = 0) -> dict[str, Any]:
         "max_queued": 10000,  # the model does not track admission's backlog bound
         "delivery": JOBS[job_id],
         "max_attempts": max_attempts,
+        "max_lost_leases": max_lost_leases,
         "lease": f"{LEASE_S}s",
         "retry": {"backoff": "10s", "factor": 2, "max": "1h", "jitter": 0},
         **({"approval": GATED[job_id]} if job_id in GATED else {}),
@@ -97,6 +102,7 @@ class MOcc:
     available_at: int
     status: str = "queued"
     attempt: int = 0
+    lost_leases: int = 0  # reclaims after an expired lease (they spend no attempt)
     fence: int = 0
     owner: str | None = None
     lease_until: int | None = None
@@ -178,15 +184,16 @@ class Model:
         if o.status in RUNNABLE:
             due = o.available_at <= self.now
         else:
-            due = o.status == "running" and o.delivery == "at-least-once" and not self.live(o)
+            due = (
+                o.status == "running"
+                and o.delivery == "at-least-once"
+                and not self.live(o)
+                and o.lost_leases < MAX_LOST_LEASES
+            )
         reclaiming = o.status == "running"
-        # A reclaim of a resumed run, or of one asked to pause, is the same attempt.
+        # A reclaim is the same attempt: its worker was lost, the task did not fail.
         resuming = c is not None and c.state == "resumed" and (reclaiming or c.fence == o.fence)
-        free = (
-            resuming
-            or (o.status == "retry_wait" and o.grant_fence == o.fence)
-            or (reclaiming and c is not None and c.state == "pause_requested")
-        )
+        free = resuming or (o.status == "retry_wait" and o.grant_fence == o.fence) or reclaiming
         if not due or (not free and o.attempt >= o.max_attempts):
             return None
         return free, resuming
@@ -210,6 +217,7 @@ class Model:
         free, resuming = got
         if free and not resuming:
             o.grant_fence = None
+        o.lost_leases += o.status == "running"
         o.fence, o.attempt = o.fence + 1, o.attempt + (not free)
         o.status, o.owner, o.lease_until = "running", owner, self.now + LEASE_S * 1000
         if o.control is not None and o.control.state == "pause_requested":
@@ -332,10 +340,8 @@ class Model:
             status, error = "cancelled", None
         elif o.delivery == "at-most-once":
             status, error = "needs_adjudication", "LEASE_EXPIRED"
-        elif o.attempt >= o.max_attempts and not (
-            o.control is not None and o.control.state in ("pause_requested", "resumed")
-        ):
-            status, error = "dead_letter", "LEASE_EXPIRED"
+        elif o.lost_leases >= MAX_LOST_LEASES:
+            status, error = "dead_letter", "POISON_PILL"
         else:
             return None
         self._leave(o, status, error)

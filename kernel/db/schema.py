@@ -32,7 +32,8 @@ occurrences
     ``key:<key>`` (its caller's idempotency key) or ``enqueue:<random>`` (revision 0010).
     ``checkpoint``: the newest checkpoint a run of it stored (canonical JSON envelope, data
     <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
-    claim resumes from it (revision 0015).
+    claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
+    (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -135,11 +136,7 @@ Ms = sa.BigInteger
 def _partial(name: str, *columns: str, where: str, unique: bool = False) -> sa.Index:
     """An index of only the rows ``where`` holds, the same on both dialects."""
     return sa.Index(
-        name,
-        *columns,
-        unique=unique,
-        sqlite_where=sa.text(where),
-        postgresql_where=sa.text(where),
+        name, *columns, unique=unique, sqlite_where=sa.text(where), postgresql_where=sa.text(where)
     )
 
 
@@ -204,6 +201,8 @@ occurrences = sa.Table(
     sa.Column("approval_auto", sa.String(8)),
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Column("checkpoint", sa.Text),
+    sa.Column("lost_leases", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic

@@ -33,7 +33,7 @@ from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
 from kernel.records import dumps, loads
 from kernel.spec.durations import canonical_json
-from kernel.spec.jobspec import MAX_PAYLOAD_BYTES, validate_job_spec
+from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, validate_job_spec
 from kernel.spec.sections import ID
 from kernel.statements import MAX_ROWS, enqueue_occurrences, enqueue_params
 from kernel.states import Delivery
@@ -221,6 +221,7 @@ def _prepare(
             "idempotency_key": f"{spec['id']}|{trigger_key}",
             "scheduled_for": available_at,
             "max_attempts": spec["max_attempts"],
+            "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
             "available_at": available_at,
             # A caller who publishes the hint at once: the pump waits kernel_rehint_after.
             "dispatched_at": now if hinted and claimable else None,

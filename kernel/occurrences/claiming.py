@@ -41,16 +41,17 @@ class ClaimDecision:
     reclaiming: bool = False
     #: It resumes a handed-back or resumed run from its checkpoint, as the same attempt.
     resuming: bool = False
-    #: No attempt spent: resuming, an operator's requeue grant, or a pause to acknowledge.
+    #: No attempt spent: resuming, an operator's requeue grant, or a reclaim.
     free: bool = False
     #: Another run of the job may hold it back (BLOCKING_IN_JOB, read before the write).
     ask_job: bool = False
 
 
 def decide(o: Mapping[Any, Any], control: sa.Row[Any] | None, grant: str | None) -> ClaimDecision:
-    """The claim of the occurrence row ``o`` (OCCURRENCE_FOR_CLAIM: its ``lease_expired``
-    and ``attempts_left`` decided by the statements' predicates), its control row and an
-    unused requeue grant for its fence. Pure: the guarded write decides again."""
+    """The claim of the occurrence row ``o`` (OCCURRENCE_FOR_CLAIM: its ``lease_expired``,
+    ``attempts_left`` and ``lost_leases_left`` decided by the statements' predicates),
+    its control row and an unused requeue grant for its fence. Pure: the guarded write
+    decides again."""
     state = o["control_state"]
     if o["lease_expired"] and lease_expiry.ends_run(o):
         # Settled here as Beat's expiry would: with no Beat running, nothing stays running.
@@ -59,9 +60,9 @@ def decide(o: Mapping[Any, Any], control: sa.Row[Any] | None, grant: str | None)
         return ClaimDecision()
     reclaiming = o["status"] == S.RUNNING
     resuming = _resumes(o, control)
-    # The expired run was asked to pause: its reclaimer acknowledges the pause
-    # at its first safe point, so it spends no attempt either.
-    free = resuming or grant is not None or (reclaiming and state == ControlState.PAUSE_REQUESTED)
+    # A reclaim spends no attempt: its worker was lost, the task did not fail (CLAIM
+    # counts a lost lease instead, within the run's bound).
+    free = resuming or grant is not None or reclaiming
     if not free and not o["attempts_left"]:
         return ClaimDecision()
     return ClaimDecision(
@@ -87,9 +88,9 @@ def claim(
     """Take ``occurrence_id`` if it is claimable now; None (no change) when it is not.
 
     Fence + 1. The attempt counts unless this claim resumes a handed-back or
-    paused-and-resumed occurrence at the fence it was released on (or reclaims
-    such a run, or one asked to pause, after its lease expired), or uses an
-    operator's requeue grant.
+    paused-and-resumed occurrence at the fence it was released on, reclaims a run
+    whose lease expired (a lost lease: counted against ``max_lost_leases``), or uses
+    an operator's requeue grant.
 
     A queued occurrence that never held a lease, with nothing else to decide (no control,
     pool, exclusivity or unknown outcome to look at), is claimed by one statement with no
@@ -155,7 +156,7 @@ def _take(
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = _snapshot_lease_ms(o["definition"])
     attempt_inc = 0 if decision.free else 1
-    event_data = _claimed_event(o, owner, attempt_inc, decision.resuming, grant)
+    event_data = _claimed_event(o, owner, attempt_inc, decision, grant)
     params = {
         "occurrence_id": occurrence_id,
         "seen_fence": o["fence"],
@@ -292,7 +293,7 @@ def _snapshot_lease_ms(definition: str) -> int:
 
 
 def _claimed_event(
-    o: Mapping[Any, Any], owner: str, attempt_inc: int, resuming: bool, grant: str | None
+    o: Mapping[Any, Any], owner: str, attempt_inc: int, decision: ClaimDecision, grant: str | None
 ) -> str:
     """``occurrence_claimed``'s data (canonical JSON: PostgreSQL's CLAIM writes it too)."""
     return dumps(
@@ -301,7 +302,9 @@ def _claimed_event(
             "attempt": o["attempt"] + attempt_inc,  # CLAIM compares the attempt it read
             "previous_status": o["status"],
             "previous_owner": o["lease_owner"],
-            **({"resumed": True} if resuming else {}),
+            **({"resumed": True} if decision.resuming else {}),
+            # CLAIM counts the lost lease of a reclaim: what it writes, as the attempt.
+            **({"lost_leases": o["lost_leases"] + 1} if decision.reclaiming else {}),
             **({"requeue_request_id": grant} if grant is not None else {}),
         }
     )

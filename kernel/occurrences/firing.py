@@ -32,6 +32,7 @@ from kernel.occurrences import approvals
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import record_request
 from kernel.records import dumps, job_from_row
+from kernel.spec.jobspec import MAX_LOST_LEASES
 from kernel.spec.run_params import params_digest, with_params
 from kernel.states import ACTIVE, UNSETTLED, WAITING, OccurrenceStatus
 from kernel.transitions import door
@@ -217,6 +218,7 @@ def create_occurrence(
         "status": status.value,
         "attempt": 0,
         "max_attempts": spec["max_attempts"],
+        "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
         "fence": 0,
         "available_at": available_at if available_at is not None else tx.now,
         "queue": spec["queue"],

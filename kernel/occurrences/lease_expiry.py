@@ -15,7 +15,7 @@ from kernel.limits import pools
 from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
 from kernel.records import dumps, loads
-from kernel.states import ControlState, OccurrenceStatus
+from kernel.states import OccurrenceStatus
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
@@ -31,7 +31,7 @@ def expire_leases(tx: Tx, limit: int) -> dict[str, int]:
     """Settle what an expired lease decides on its own; leave the rest reclaimable.
 
     Cancel requested → cancelled; at-most-once → needs_adjudication (the run may
-    have had its effect, I6); attempts exhausted → dead_letter LEASE_EXPIRED.
+    have had its effect, I6); lost leases exhausted → dead_letter POISON_PILL.
     The EXPIRE statement makes that choice from the row as it is when it writes.
     """
     counts = {"cancelled": 0, "needs_adjudication": 0, "dead_letter": 0}
@@ -62,12 +62,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
             "held_fence": m["fence"],
             "now": tx.now,
             "adjudication_error": _ADJUDICATION_ERROR,
-            "exhausted_error": dumps(
-                {
-                    "code": "LEASE_EXPIRED",
-                    "message": f"lease expired on the last attempt ({m['attempt']})",
-                }
-            ),
+            "exhausted_error": _poison_pill(m["lost_leases"]),
         },
     )
     if expired is None:
@@ -99,13 +94,21 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
     return to_status
 
 
-#: Control states under which a reclaim spends no attempt: exhausted attempts end no run.
-_FREE_RECLAIM = (ControlState.PAUSE_REQUESTED, ControlState.RESUMED)
+def _poison_pill(lost: int) -> str:
+    """The error of a run dead-lettered for losing one lease more than its bound."""
+    return dumps(
+        {
+            "code": "POISON_PILL",
+            "message": f"poison pill: the run lost its lease again after {lost} reclaim(s) "
+            f"(max_lost_leases {lost}), each time with its worker; it is not reclaimed "
+            "again: find what kills its workers, then requeue it",
+        }
+    )
 
 
 def ends_run(o: Any) -> bool:
     """Whether EXPIRE settles this expired lease (``o``: a claim's read, its
-    ``attempts_left`` and ``control_state`` included). EXPIRE's CASE, in Python only to
-    choose the statement: EXPIRE decides again from the row when it writes."""
-    exhausted = not o["attempts_left"] and o["control_state"] not in _FREE_RECLAIM
-    return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or exhausted
+    ``lost_leases_left`` included). EXPIRE's CASE, in Python only to choose the
+    statement: EXPIRE decides again from the row when it writes."""
+    poisoned = not o["lost_leases_left"]
+    return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or poisoned

@@ -54,6 +54,7 @@ from kernel.spec.sections import (
 from kernel.states import Delivery, Overlap
 
 __all__ = [
+    "MAX_LOST_LEASES",
     "MAX_PAYLOAD_BYTES",
     "ONE_SHOT",
     "SELF_FENCE_MARGIN_S",
@@ -90,6 +91,8 @@ ONE_SHOT = frozenset({"at", "in"})
 SELF_FENCE_MARGIN_S = 1.0
 _RENEW_FRACTION = 3
 _MAX_QUEUED = 25
+#: Leases a run may lose (its worker killed, its host lost) and still be reclaimed.
+MAX_LOST_LEASES = 3
 _KIND = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
 
@@ -119,6 +122,11 @@ class JobSpec(Section):
         default=3, description="Attempts before a run is dead-lettered."
     )
     retry: RetryPolicy = Field(default=RetryPolicy(), description="Backoff between attempts.")
+    max_lost_leases: Annotated[int, integer(0, 1000)] = Field(
+        default=MAX_LOST_LEASES,
+        description="Reclaims of a run whose worker was lost (no attempt spent); one more "
+        "lost lease dead-letters it as a poison pill.",
+    )
     lease_s: Annotated[float, seconds(5, 86400)] = Field(
         default=60.0, alias="lease", description="How long a worker holds a run between renewals."
     )
@@ -239,6 +247,8 @@ class JobSpec(Section):
             spec["history"] = self.history.to_dict()
         if self.notify is not None:
             spec["notify"] = self.notify.to_dict()
+        if self.max_lost_leases != MAX_LOST_LEASES:
+            spec["max_lost_leases"] = self.max_lost_leases
         return spec
 
     @classmethod

@@ -36,6 +36,7 @@ _COLUMNS = (
     "status",
     "attempt",
     "max_attempts",
+    "max_lost_leases",
     "fence",
     "available_at",
     "queue",

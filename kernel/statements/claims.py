@@ -17,7 +17,12 @@ from kernel.db.json_text import json_object
 from kernel.db.schema import controls, jobs, occurrences, requeue_grants
 from kernel.events import EventType
 from kernel.statements.logged import logged
-from kernel.statements.predicates import ATTEMPTS_LEFT, claimable_now, lease_expired
+from kernel.statements.predicates import (
+    ATTEMPTS_LEFT,
+    LOST_LEASES_LEFT,
+    claimable_now,
+    lease_expired,
+)
 from kernel.statements.settles import PLAIN_SUCCESS, PLAIN_SUCCESS_LOGGED
 
 __all__ = [
@@ -52,6 +57,7 @@ OCCURRENCE_FOR_CLAIM = DriverStatement(
         # What the claim decides from, as every statement decides it (predicates).
         lease_expired(StatementNow()).label("lease_expired"),
         ATTEMPTS_LEFT.label("attempts_left"),
+        LOST_LEASES_LEFT.label("lost_leases_left"),
     )
     .select_from(OCC.outerjoin(CTL, CTL.c.occurrence_id == OCC.c.id))
     .where(OCC.c.id == p("occurrence_id"))
@@ -70,10 +76,11 @@ UNCLAIMED_GRANT = (
     .limit(1)
 )
 
-#: Claimable now, or an at-least-once run whose lease expired (a reclaim).
+#: Claimable now, or an at-least-once run whose lease expired with lost leases left (a
+#: reclaim).
 _claimable_or_reclaimable = sa.or_(
     claimable_now(p("now")),
-    sa.and_(lease_expired(p("now")), OCC.c.delivery == "at-least-once"),
+    sa.and_(lease_expired(p("now")), OCC.c.delivery == "at-least-once", LOST_LEASES_LEFT),
 )
 
 #: A disabled job's occurrences wait (seed semantics) except manual ones: a run-now
@@ -112,6 +119,8 @@ _claim = (
         status="running",
         fence=OCC.c.fence + 1,
         attempt=OCC.c.attempt + p("attempt_inc"),
+        # A reclaim (the row still running, its lease expired) counts a lost lease.
+        lost_leases=OCC.c.lost_leases + sa.case((OCC.c.status == "running", 1), else_=0),
         lease_owner=p("owner"),
         lease_expires_at=p("lease_until"),
         updated_at=p("now"),

@@ -29,6 +29,7 @@ ENQUEUE_COLUMNS = (
     "idempotency_key",
     "scheduled_for",
     "max_attempts",
+    "max_lost_leases",
     "available_at",
     "dispatched_at",
     "queue",

@@ -12,6 +12,7 @@ from kernel.states import CLAIMABLE, ControlState
 __all__ = [
     "ATTEMPTS_LEFT",
     "CLAIMABLE_STATUS",
+    "LOST_LEASES_LEFT",
     "NOT_PAUSED",
     "OF_OCCURRENCE",
     "claimable_now",
@@ -34,6 +35,10 @@ CLAIMABLE_STATUS = occurrences.c.status.in_([sa.literal(s.value) for s in CLAIMA
 #: a lease expiry, a settle's retry). :func:`kernel.spec.retry.attempts_left` mirrors it
 #: for the settle's pure decision.
 ATTEMPTS_LEFT = occurrences.c.attempt < occurrences.c.max_attempts
+
+#: A lost lease may be reclaimed: fewer reclaims after an expired lease than the run's
+#: bound (a poison pill past it: lease expiry dead-letters it). A reclaim spends no attempt.
+LOST_LEASES_LEFT = occurrences.c.lost_leases < occurrences.c.max_lost_leases
 
 #: No paused control holds the occurrence (a paused one waits in retry_wait).
 NOT_PAUSED = ~sa.exists().where(

@@ -22,7 +22,7 @@ from kernel.db.driver import DriverStatement
 from kernel.db.schema import controls, events, occurrences
 from kernel.events import EventType
 from kernel.statements.logged import logged
-from kernel.statements.predicates import ATTEMPTS_LEFT, OF_OCCURRENCE, lease_expired
+from kernel.statements.predicates import LOST_LEASES_LEFT, OF_OCCURRENCE, lease_expired
 from kernel.statements.settles import lease_held_at
 from kernel.states import ACTIVE
 
@@ -98,23 +98,13 @@ REBIND_PAUSE_REQUEST = (
     .returning(CTL.c.revision)
 )
 
-#: Attempts left, or a pause requested / resumed: a reclaim of such a run is
-#: free (claiming.claim), so lease expiry never dead-letters it for exhaustion.
-_may_reclaim = sa.or_(
-    ATTEMPTS_LEFT,
-    sa.exists().where(
-        CTL.c.occurrence_id == OCC.c.id,
-        CTL.c.state.in_((sa.literal("pause_requested"), sa.literal("resumed"))),
-    ),
-)
-
 EXPIRED_LEASES = (
     sa.select(
         OCC.c.id,
         OCC.c.job_id,
         OCC.c.fence,
         OCC.c.attempt,
-        OCC.c.max_attempts,
+        OCC.c.lost_leases,
         OCC.c.delivery,
         OCC.c.cancel_requested,
         OCC.c.chain_depth,
@@ -125,7 +115,7 @@ EXPIRED_LEASES = (
         sa.or_(
             OCC.c.cancel_requested,
             OCC.c.delivery == "at-most-once",
-            sa.not_(_may_reclaim),
+            sa.not_(LOST_LEASES_LEFT),
         ),
     )
     .order_by(OCC.c.lease_expires_at)
@@ -135,12 +125,13 @@ EXPIRED_LEASES = (
 _expired_to = sa.case(
     (OCC.c.cancel_requested, "cancelled"),
     (OCC.c.delivery == "at-most-once", "needs_adjudication"),
-    (sa.not_(_may_reclaim), "dead_letter"),
+    (sa.not_(LOST_LEASES_LEFT), "dead_letter"),
 )
 
 #: Settle an expired lease that decides its own end, fenced; the choice is made
-#: from the row as it is now: a pending cancel, at-most-once delivery, or no
-#: attempts left. Any other expired row stays running, for a claim to reclaim.
+#: from the row as it is now: a pending cancel, at-most-once delivery, or no lost
+#: leases left (a poison pill). Any other expired row stays running, for a claim to
+#: reclaim (spending no attempt: a lost worker is not the task's failure).
 EXPIRE = (
     sa.update(OCC)
     .where(

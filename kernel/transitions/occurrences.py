@@ -100,9 +100,9 @@ WORKER_RECLAIMS = Transition(
     "worker reclaims an expired lease",
     (S.RUNNING,),
     st.CLAIM_BY_DIALECT,
-    "fence as seen, lease expired, at-least-once, no cancel, job enabled or the run "
-    "manual; no attempt spent (nor needed) when a pause is requested or the run was "
-    "resumed; keeps its pool slot",
+    "fence as seen, lease expired, at-least-once, lost leases left (lost_leases < "
+    "max_lost_leases), no cancel, job enabled or the run manual; no attempt spent (nor "
+    "needed), one lost lease counted; keeps its pool slot",
     (E.OCCURRENCE_CLAIMED,),
     logged_on=_LOGGED_ON_POSTGRES,
 )
@@ -173,8 +173,8 @@ LEASE_EXPIRES = Transition(
     "Beat expires a lease, or a claim meets one that its expiry settles",
     (S.CANCELLED, S.NEEDS_ADJUDICATION, S.DEAD_LETTER),
     st.EXPIRE,
-    "running, fence as read, lease expired; CASE cancel / at-most-once / exhausted "
-    "(not while a pause is requested or the run was resumed)",
+    "running, fence as read, lease expired; CASE cancel / at-most-once / no lost lease "
+    "left (dead_letter POISON_PILL)",
     (E.OCCURRENCE_CANCELLED, E.OCCURRENCE_NEEDS_ADJUDICATION, E.OCCURRENCE_DEAD_LETTER),
 )
 OPERATOR_CANCELS_WAITING = Transition(

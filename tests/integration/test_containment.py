@@ -132,13 +132,14 @@ def test_detached_grandchildren_stop_within_the_lease(stack: Stack, mode: str, f
                 os.kill(pid, signal.SIGCONT)
 
 
-# argv: ledger directory, the writer's source. Records which writers of earlier attempts it
-# finds alive; the first attempt then starts one in a session of its own and waits.
+# argv: ledger directory, the writer's source. Records which writers of earlier runs it
+# finds alive; the first run (fence 1) then starts one in a session of its own and waits.
+# A reclaim after the lost lease runs as the same attempt, at fence 2.
 _RETRIED = textwrap.dedent(
     """
     import json, os, pathlib, subprocess, sys, time
     where, writer = pathlib.Path(sys.argv[1]), sys.argv[2]
-    attempt = os.environ["KERNEL_ATTEMPT"]
+    fence = os.environ["KERNEL_FENCE"]
     alive = []
     for pidfile in sorted(where.glob("writer-*.pid")):
         try:
@@ -147,8 +148,8 @@ _RETRIED = textwrap.dedent(
             continue
         if stat.rpartition(")")[2].split()[0] not in ("Z", "X"):
             alive.append(pidfile.name)
-    (where / f"seen-{attempt}.json").write_text(json.dumps(alive))
-    if attempt != "1":
+    (where / f"seen-{fence}.json").write_text(json.dumps(alive))
+    if fence != "1":
         sys.exit(0)
     subprocess.Popen(
         [sys.executable, "-c", writer, str(where / "writer-1")], start_new_session=True

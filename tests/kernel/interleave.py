@@ -421,7 +421,7 @@ def problems(state: dict[str, Any], now_ms: int) -> list[str]:
             expiry_takes = (
                 o["cancel_requested"]
                 or o["delivery"] == "at-most-once"
-                or o["attempt"] >= o["max_attempts"]
+                or o["lost_leases"] >= o["max_lost_leases"]
             )
             if not expiry_takes and control == "paused":
                 pass  # an operator resume makes it claimable

@@ -329,7 +329,7 @@ def test_a_paused_occurrence_can_be_cancelled(k: Harness) -> None:
 
 
 def test_a_reclaim_after_a_pause_request_or_a_resume_spends_no_attempt(k: Harness) -> None:
-    # Asked to pause, then the lease expired on the last attempt: reclaimed, not dead-lettered.
+    # Asked to pause, then the lease expired on the last attempt: reclaimed, no attempt spent.
     asked = k.running("asked", max_attempts=1).occurrence.id
     pause(k, asked)
     # Claimed from a resumed control (a warm hand back), then the lease expired.
@@ -358,8 +358,8 @@ def test_a_reclaim_after_a_pause_request_or_a_resume_spends_no_attempt(k: Harnes
         (3, 1, True),
     ]
 
-    # A plain run on its last attempt is still dead-lettered when its lease expires.
-    plain = k.running("plain", max_attempts=1).occurrence.id
+    # A plain run with no lost lease left is dead-lettered when its lease expires.
+    plain = k.running("plain", max_lost_leases=0).occurrence.id
     k.clock.advance(31)
     assert k.kernel.expire_leases()["dead_letter"] == 1
     assert k.kernel.get_occurrence(plain).status == S.DEAD_LETTER

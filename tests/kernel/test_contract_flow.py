@@ -53,7 +53,7 @@ def test_a_child_fires_on_its_parents_outcome(k: Harness) -> None:
 
 
 def test_a_retry_is_not_an_outcome_but_a_lease_expiry_dead_letter_is(k: Harness) -> None:
-    k.define("parent", max_attempts=2)
+    k.define("parent", max_attempts=2, max_lost_leases=0)
     k.define("child", after={"job": "parent", "on": "failure"})
     claim = k.running("parent")
     k.kernel.fail(claim.occurrence.id, owner="w1", fence=1, code="BOOM", message="again")

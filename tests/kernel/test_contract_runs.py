@@ -167,7 +167,8 @@ def test_an_expired_at_least_once_lease_is_reclaimed_and_fences_the_old_owner(k:
     assert k.kernel.get_occurrence(occ_id).status == S.RUNNING
 
     second = k.kernel.claim(occ_id, owner="w2", lease=30)
-    assert second is not None and (second.fence, second.occurrence.attempt) == (2, 2)
+    # A lost worker is not the task's failure: the reclaim spends no attempt.
+    assert second is not None and (second.fence, second.occurrence.attempt) == (2, 1)
     # Every write of the zombie is refused and changes nothing.
     writes = (
         lambda: k.kernel.renew(occ_id, owner="w1", fence=1, lease=30),
@@ -191,15 +192,15 @@ def test_an_expired_at_least_once_lease_is_reclaimed_and_fences_the_old_owner(k:
     assert k.kernel.get_occurrence(occ_id).status == S.SUCCEEDED
 
 
-def test_an_expired_lease_on_the_last_attempt_dead_letters(k: Harness) -> None:
-    claim = k.running(max_attempts=1)
+def test_an_expired_lease_past_its_lost_leases_dead_letters(k: Harness) -> None:
+    claim = k.running(max_lost_leases=0)
     occ_id = claim.occurrence.id
     k.clock.advance(29)
     assert k.kernel.expire_leases()["dead_letter"] == 0
     k.clock.advance(1)
     assert k.kernel.expire_leases()["dead_letter"] == 1
     occ = k.kernel.get_occurrence(occ_id)
-    assert occ.status == S.DEAD_LETTER and (occ.last_error or {}).get("code") == "LEASE_EXPIRED"
+    assert occ.status == S.DEAD_LETTER and (occ.last_error or {}).get("code") == "POISON_PILL"
     last = k.kernel.events(occurrence_id=occ_id)[-1]
     assert (last.type, last.fence, last.data["reason"]) == (
         "occurrence_dead_letter",
@@ -212,8 +213,8 @@ def test_an_expired_lease_on_the_last_attempt_dead_letters(k: Harness) -> None:
 
 
 def test_a_claim_settles_an_expired_lease_that_its_expiry_decides(k: Harness) -> None:
-    by_id = k.running("by-id", max_attempts=1).occurrence.id
-    by_next = k.running("by-next", max_attempts=1).occurrence.id
+    by_id = k.running("by-id", max_lost_leases=0).occurrence.id
+    by_next = k.running("by-next", max_lost_leases=0).occurrence.id
     cancelled = k.running("cancelled").occurrence.id
     k.kernel.cancel(cancelled, request_id="cancel-1", operator="ops")
     k.clock.advance(30)
@@ -225,7 +226,7 @@ def test_a_claim_settles_an_expired_lease_that_its_expiry_decides(k: Harness) ->
     for occ_id in (by_id, by_next):
         occ = k.kernel.get_occurrence(occ_id)
         assert occ.status == S.DEAD_LETTER
-        assert (occ.last_error or {}).get("code") == "LEASE_EXPIRED"
+        assert (occ.last_error or {}).get("code") == "POISON_PILL"
         last = k.kernel.events(occurrence_id=occ_id)[-1]
         assert (last.type, last.fence, last.data["reason"]) == (
             "occurrence_dead_letter",
@@ -286,7 +287,7 @@ def test_hand_back_then_claim_resumes_without_an_attempt(k: Harness) -> None:
 def test_renew_stores_the_checkpoint_fenced_and_a_reclaim_resumes_from_it(k: Harness) -> None:
     """A checkpoint rides on the renewal: stored only under the live lease, the newest one
     wins, a renewal without one keeps it, and the next claim after the lease expired hands
-    it over (the attempt counts as any reclaim's does)."""
+    it over (no attempt spent, as by any reclaim)."""
     claim = k.running(max_attempts=3)
     occ_id = claim.occurrence.id
     k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 1})
@@ -305,7 +306,7 @@ def test_renew_stores_the_checkpoint_fenced_and_a_reclaim_resumes_from_it(k: Har
         k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 3})
     again = k.kernel.claim(occ_id, owner="w2", lease=30)
     assert again is not None and again.fence == 2 and again.checkpoint == {"done": 2}
-    assert not again.resumed and again.occurrence.attempt == 2
+    assert not again.resumed and again.occurrence.attempt == 1
     with pytest.raises(LeaseLost):  # the old holder, fenced by the reclaim
         k.kernel.renew(occ_id, owner="w1", fence=1, lease=30, checkpoint={"done": 3})
     k.kernel.renew(occ_id, owner="w2", fence=2, lease=30, checkpoint={"done": 4})

@@ -473,6 +473,7 @@ class KernelMachine(RuleBasedStateMachine):
             got = (
                 r["status"],
                 r["attempt"],
+                r["lost_leases"],
                 r["fence"],
                 r["lease_owner"],
                 r["lease_expires_at"],
@@ -483,6 +484,7 @@ class KernelMachine(RuleBasedStateMachine):
             want = (
                 o.status,
                 o.attempt,
+                o.lost_leases,
                 o.fence,
                 o.owner,
                 o.lease_until,
@@ -554,10 +556,12 @@ def test_lifecycle_matches_the_model() -> None:
 # -- sequences the machine found rarely, pinned ---------------------------------------------
 
 
-def _running(kernel: Kernel, n: int, job_id: str = "alo", attempts: int = 3) -> list[Any]:
+def _running(
+    kernel: Kernel, n: int, job_id: str = "alo", attempts: int = 3, lost_leases: int = 1
+) -> list[Any]:
     """Define ``job_id`` if needed; fire ``n`` occurrences and claim each (owner w1)."""
     if job_id not in {j.id for j in kernel.list_jobs()}:
-        kernel.define_job(job_spec(job_id, attempts))
+        kernel.define_job(job_spec(job_id, attempts, max_lost_leases=lost_leases))
     job = kernel.get_job(job_id)
     now = kernel.now()
     report = kernel.fire(
@@ -606,7 +610,8 @@ def test_a_hand_back_while_a_pause_is_pending_pauses() -> None:
 
 
 def test_claim_next_looks_past_a_backlog_it_cannot_claim() -> None:
-    """More paused occurrences, or exhausted expired leases, than one candidate batch."""
+    """More paused occurrences, or expired leases with no lost lease left, than one
+    candidate batch."""
     clock = ManualClock()
     kernel = memory_kernel(clock)
     for i, c in enumerate(_running(kernel, 20)):
@@ -621,8 +626,8 @@ def test_claim_next_looks_past_a_backlog_it_cannot_claim() -> None:
     got = kernel.claim_next(owner="w2", lease=LEASE_S)
     assert got is not None and got.occurrence.id == fresh.occurrence.id
     kernel.succeed(fresh.occurrence.id, owner="w2", fence=2)
-    _running(kernel, 20, "alo-b", attempts=1)
+    _running(kernel, 20, "alo-b", lost_leases=0)
     (reclaimable,) = _running(kernel, 1, "alo")
-    clock.advance(LEASE_S + 1)  # every lease expired; only the last one has attempts left
+    clock.advance(LEASE_S + 1)  # every lease expired; only the last one may be reclaimed
     got = kernel.claim_next(owner="w3", lease=LEASE_S)
     assert got is not None and got.occurrence.id == reclaimable.occurrence.id

@@ -17,6 +17,7 @@ def _row(**fields: Any) -> dict[str, Any]:
         "cancel_requested": False,
         "lease_expired": False,
         "attempts_left": True,
+        "lost_leases_left": True,
         "exclusive": False,
         "delivery": "at-least-once",
         **fields,
@@ -42,10 +43,12 @@ def test_a_resumed_control_at_the_rows_fence_resumes_as_the_same_attempt() -> No
 
 def test_an_expired_lease_that_decides_its_end_is_settled_not_taken() -> None:
     running = _row(status="running", fence=2, lease_expired=True)
-    assert decide({**running, "attempts_left": False}, None, None) == ClaimDecision(expire=True)
+    assert decide({**running, "lost_leases_left": False}, None, None) == ClaimDecision(expire=True)
     assert decide({**running, "delivery": "at-most-once"}, None, None) == ClaimDecision(expire=True)
-    # A pause was asked of the expired run: its reclaim is free, so nothing ends it.
-    paused = {**running, "attempts_left": False, "control_state": "pause_requested"}
+    # A lost worker is not the task's failure: the reclaim is free, attempts left or not.
+    spent = {**running, "attempts_left": False}
+    assert decide(spent, None, None) == ClaimDecision(take=True, reclaiming=True, free=True)
+    paused = {**spent, "control_state": "pause_requested"}
     assert decide(paused, None, None) == ClaimDecision(take=True, reclaiming=True, free=True)
 
 
