@@ -293,7 +293,7 @@ def status_counts(tx: Tx) -> dict[str, Any]:
     ).scalar_one()
     oldest = tx.conn.execute(
         sa.select(OCC.c.id, OCC.c.available_at)
-        .where(claimable_now(tx.now))
+        .where(claimable_now(tx.now, literal_status=True))
         .order_by(OCC.c.available_at, OCC.c.id)
         .limit(1)
     ).first()

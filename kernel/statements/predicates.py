@@ -46,12 +46,13 @@ NOT_PAUSED = ~sa.exists().where(
 )
 
 
-def claimable_now(now: Any) -> sa.ColumnElement[bool]:
+def claimable_now(now: Any, *, literal_status: bool = False) -> sa.ColumnElement[bool]:
     """The occurrence is claimable at ``now`` (a value or a bind parameter): its status
     is claimable, its ``available_at`` has come, and no pause holds it. What a claim
     asks besides (a pool slot, the job allowing it, no unresolved run before it) is the
-    caller's filter."""
-    return sa.and_(CLAIMABLE_STATUS, occurrences.c.available_at <= now, NOT_PAUSED)
+    caller's filter. ``literal_status`` as for :func:`lease_expired`."""
+    status = status_is(*(s.value for s in CLAIMABLE)) if literal_status else CLAIMABLE_STATUS
+    return sa.and_(status, occurrences.c.available_at <= now, NOT_PAUSED)
 
 
 def status_is(*states: str) -> sa.ColumnElement[bool]:
