@@ -18,6 +18,7 @@ from adapters.base import (
     ExecutionContext,
     HandBack,
     RuntimeControl,
+    bound_message,
     read_payload,
 )
 from kernel.spec.payloads import ShellPayload
@@ -118,11 +119,13 @@ def test_default_classification(exc: BaseException, expected: ErrorClass) -> Non
     assert Echo().classify_error(exc) == expected
 
 
-def test_classified_messages_are_bounded() -> None:
+def test_messages_are_bounded_after_classification_not_in_it() -> None:
+    """classify_error keeps the whole message; the runtime masks it, then bounds it
+    (bound_message), so a cut never leaves a piece of a secret (issue 41 item 6)."""
     error = Echo().classify_error(ValueError("x" * 10_000))
-
-    assert len(error.message) == 2000
-    assert error.message.endswith("...")
+    assert error.message == "x" * 10_000
+    bounded = bound_message(error.message)
+    assert len(bounded) == 2000 and bounded.endswith("...")
 
 
 def test_read_payload_uses_the_kind_s_model_and_refuses_a_bad_snapshot() -> None:
