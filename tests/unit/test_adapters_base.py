@@ -123,7 +123,7 @@ def test_messages_are_bounded_after_classification_not_in_it() -> None:
     """classify_error keeps the whole message; the runtime masks it, then bounds it
     (bound_message), so a cut never leaves a piece of a secret (issue 41 item 6)."""
     error = Echo().classify_error(ValueError("x" * 10_000))
-    assert error.message == "x" * 10_000
+    assert error.message == "ValueError: " + "x" * 10_000
     bounded = bound_message(error.message)
     assert len(bounded) == 2000 and bounded.endswith("...")
 
