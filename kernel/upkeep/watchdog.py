@@ -122,6 +122,14 @@ def _recorded(tx: Tx, type_: str, *where: Any) -> bool:
     return tx.conn.execute(query).first() is not None
 
 
+def _record_once(tx: Tx, type_: str, where: tuple[Any, ...], **data: Any) -> int:
+    """Append ``type_`` unless an event of it matching ``where`` is recorded; 1 if appended."""
+    if _recorded(tx, type_, *where):
+        return 0
+    tx.emit(type_, **data)
+    return 1
+
+
 def _holds(key: str, value: str) -> Any:
     """``events.data`` (canonical JSON) holds ``"key":value`` exactly."""
     quoted = f'"{key}":' + json.dumps(value, ensure_ascii=False)
@@ -130,58 +138,33 @@ def _holds(key: str, value: str) -> Any:
 
 
 def record_findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None) -> dict[str, Any]:
-    """:func:`findings`, with an event for each overdue cursor or overrunning run seen
-    for the first time; ``new_events`` counts them."""
+    """:func:`findings`, with an event for each overdue cursor, overrunning run or stranded
+    occurrence seen for the first time; ``new_events`` counts them."""
     # Taken before the reads: under READ COMMITTED each later statement then sees
     # what a recorder that held the lock first committed.
     tx.lock(ADVISORY_XACT_LOCK, {"key": _RECORDING_LOCK})
     found = findings(tx, grace_ms, default_timeout_ms)
     new = 0
     for late in found["overdue"]:
-        seen = _recorded(
+        new += _record_once(
             tx,
             EventType.WATCHDOG_OVERDUE,
-            events.c.job_id == late["job_id"],
-            _holds("trigger_key", late["trigger_key"]),
+            (events.c.job_id == late["job_id"], _holds("trigger_key", late["trigger_key"])),
+            job_id=late["job_id"],
+            trigger_key=late["trigger_key"],
+            late_ms=late["late_ms"],
         )
-        if not seen:
-            tx.emit(
-                EventType.WATCHDOG_OVERDUE,
-                job_id=late["job_id"],
-                trigger_key=late["trigger_key"],
-                late_ms=late["late_ms"],
-            )
-            new += 1
-    for run in found["overrunning"]:
-        seen = _recorded(
+    for run, type_, how_long in (
+        *((run, EventType.WATCHDOG_OVERRUN, "over_ms") for run in found["overrunning"]),
+        *((run, EventType.WATCHDOG_STRANDED, "waiting_ms") for run in found["stranded"]),
+    ):
+        new += _record_once(
             tx,
-            EventType.WATCHDOG_OVERRUN,
-            events.c.occurrence_id == run["occurrence_id"],
-            events.c.fence == run["fence"],
+            type_,
+            (events.c.occurrence_id == run["occurrence_id"], events.c.fence == run["fence"]),
+            job_id=run["job_id"],
+            occurrence_id=run["occurrence_id"],
+            fence=run["fence"],
+            **{how_long: run[how_long]},
         )
-        if not seen:
-            tx.emit(
-                EventType.WATCHDOG_OVERRUN,
-                job_id=run["job_id"],
-                occurrence_id=run["occurrence_id"],
-                fence=run["fence"],
-                over_ms=run["over_ms"],
-            )
-            new += 1
-    for waiting in found["stranded"]:
-        seen = _recorded(
-            tx,
-            EventType.WATCHDOG_STRANDED,
-            events.c.occurrence_id == waiting["occurrence_id"],
-            events.c.fence == waiting["fence"],
-        )
-        if not seen:
-            tx.emit(
-                EventType.WATCHDOG_STRANDED,
-                job_id=waiting["job_id"],
-                occurrence_id=waiting["occurrence_id"],
-                fence=waiting["fence"],
-                waiting_ms=waiting["waiting_ms"],
-            )
-            new += 1
     return {**found, "new_events": new}
