@@ -44,6 +44,7 @@ from kernel.spec.durations import (
 )
 from kernel.spec.jobfile import job_file_schema
 from kernel.spec.jobspec import (
+    MAX_LOST_LEASES,
     SELF_FENCE_MARGIN_S,
     Budget,
     JobSpec,
@@ -95,6 +96,7 @@ from kernel.upkeep.history_limits import LIMITED_STATUSES
 
 __all__ = [
     "Kernel",
+    "MAX_LOST_LEASES",
     "EARLIEST_INSTANT",
     "LATEST_INSTANT",
     "MAX_DURATION_S",

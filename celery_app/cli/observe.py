@@ -22,6 +22,7 @@ from celery_app.config import open_kernel
 from celery_app.operations import beat_health, beat_warning, format_age, format_json
 from celery_app.settings import KernelSettings
 from kernel import (
+    MAX_LOST_LEASES,
     Event,
     EventCursor,
     InvalidArgument,
@@ -327,6 +328,7 @@ def _doctor_checks(app: Any) -> list[dict[str, str]]:
         )
         checks.append(_passed_secrets_check(kernel.list_jobs()))
         checks.append(_timeout_check(kernel.list_jobs(), settings.default_timeout))
+        checks.append(_attempts_check(kernel.list_jobs()))
         status = kernel.status()
         now = datetime.fromtimestamp(status["now_ms"] / 1000, UTC)
         retention = settings.beat_retention
@@ -401,6 +403,18 @@ def _timeout_check(jobs: list[Job], default_timeout: float | None) -> dict[str, 
         f"jobs without a timeout may run forever: {named}; set their timeout, or "
         "KERNEL_DEFAULT_TIMEOUT / kernel_default_timeout for every job without one",
     )
+
+
+def _attempts_check(jobs: list[Job]) -> dict[str, str]:
+    """Each enabled job's effective attempts: runs that fail (retries, ``self.retry()``)
+    spend ``max_attempts``; workers that die under it spend ``max_lost_leases`` instead."""
+    effective = [
+        f"{job.id} {job.spec.get('max_attempts', 1)} attempts, "
+        f"{job.spec.get('max_lost_leases', MAX_LOST_LEASES)} lost leases"
+        for job in sorted(jobs, key=lambda j: j.id)
+        if job.enabled
+    ]
+    return _check("attempts", "ok", "; ".join(effective) or "no enabled job")
 
 
 def _broker_check(app: Any) -> dict[str, str]:

@@ -169,6 +169,7 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
         "job kinds": "ok",
         "job env": "ok",
         "timeouts": "ok",
+        "attempts": "ok",
         "beat": "ok",
         "attention": "ok",
         "broker": "ok",
@@ -176,6 +177,15 @@ def test_doctor_reports_a_healthy_kernel(cli, kernel: Kernel) -> None:
     text = cli("doctor")
     assert text.code == 0
     assert re.search(r"^job kinds +OK ", text.out, re.MULTILINE)
+
+
+def test_doctor_shows_every_jobs_effective_attempts(cli, kernel: Kernel) -> None:
+    """Issue 38 item 4: failures spend max_attempts, dead workers max_lost_leases."""
+    define(kernel, "a", timeout="1m", max_attempts=4)
+    define(kernel, "b", timeout="1m", max_lost_leases=0)
+    checks = {c["name"]: c for c in cli("doctor", "--json").json()["checks"]}
+    detail = checks["attempts"]["detail"]
+    assert detail == "a 4 attempts, 3 lost leases; b 3 attempts, 0 lost leases"
 
 
 def test_status_and_doctor_list_a_job_beat_cannot_plan(cli, kernel: Kernel) -> None:
