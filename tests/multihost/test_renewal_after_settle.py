@@ -34,10 +34,14 @@ SETTLED = threading.Event()
 class SettleOvertakesRenewal(Kernel):
     """The real kernel, with each renewal held in flight until the run has settled."""
 
-    def renew(self, occurrence_id: int, *, owner: str, fence: int, lease: float) -> RenewAnswer:
+    def renew(
+        self, occurrence_id: int, *, owner: str, fence: int, lease: float, checkpoint: Any = None
+    ) -> RenewAnswer:
         RENEWING.set()
         SETTLED.wait(30)
-        return super().renew(occurrence_id, owner=owner, fence=fence, lease=lease)
+        return super().renew(
+            occurrence_id, owner=owner, fence=fence, lease=lease, checkpoint=checkpoint
+        )
 
     def succeed(self, occurrence_id: int, *, owner: str, fence: int, result: Any = None) -> None:
         super().succeed(occurrence_id, owner=owner, fence=fence, result=result)
