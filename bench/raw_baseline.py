@@ -4,7 +4,7 @@ Per call, the statements the kernel sends, written for the bare driver (sqlite3,
 psycopg) on the kernel's schema, with the event JSON built the same way. Keep in
 step with kernel/occurrences/claiming.py (``claim``), kernel/occurrences/runs.py (``settle``),
 kernel/statements/claims.py and settles.py, and
-kernel/db/tx.py (``Tx.emit``): the benchmark's ratio is only as honest as this mirror.
+kernel/transaction/tx.py (``Tx.emit``): the benchmark's ratio is only as honest as this mirror.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ class RawWorker:
     def _emit(
         self, now: int, type_: str, job_id: str, occ_id: int, fence: int, data: dict[str, Any]
     ) -> None:
-        """The event INSERT, as kernel/db/tx.py ``Tx.emit`` writes it."""
+        """The event INSERT, as kernel/transaction/tx.py ``Tx.emit`` writes it."""
         params = {"at": now, "type": type_, "job_id": job_id, "occurrence_id": occ_id}
         self.execute("event", {**params, "fence": fence, "data": _dumps(data)})
 

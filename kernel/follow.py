@@ -28,10 +28,10 @@ from typing import Any, ClassVar
 import sqlalchemy as sa
 
 from kernel.db.schema import events
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
 from kernel.reads import MAX_LIST
 from kernel.records import event_from_row, from_dt
+from kernel.transaction.tx import Tx
 from kernel.types import Event
 
 __all__ = ["EventCursor", "cursor_now", "follow_events"]

@@ -15,11 +15,11 @@ from kernel.db.schema import (
     jobs,
     occurrences,
 )
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, NotFound
 from kernel.records import event_from_row, from_dt, job_from_row, occurrence_from_row
 from kernel.statements.predicates import claimable_now, lease_expired, status_is
 from kernel.states import SETTLED, ControlState, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.types import Event, Job, Occurrence
 
 __all__ = [

@@ -14,7 +14,6 @@ import sqlalchemy as sa
 from kernel.db.clock import Clock, default_clock
 from kernel.db.driver import render_all
 from kernel.db.engine import check_schema, create_kernel_engine, migrate
-from kernel.db.session import Session
 from kernel.db.translate import guard
 from kernel.facade import (
     BeatFacade,
@@ -31,6 +30,7 @@ from kernel.facade import (
 )
 from kernel.jobs import definitions as job_ops
 from kernel.records import to_dt
+from kernel.transaction.session import Session
 
 __all__ = ["Kernel", "FireReport"]
 

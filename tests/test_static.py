@@ -91,10 +91,11 @@ def test_status_groups_are_named_once() -> None:
 # -- the kernel's folders ---------------------------------------------------------------
 #
 # Dependencies flow down this list and never up: the vocabulary every layer speaks (root
-# modules), the database floor, what a user may write, the statements, the transition
-# table and its door, the readers, then the nouns by meaning (limits, occurrences, jobs,
-# upkeep), and the door that composes them (the facade, the store; the package itself
-# above all). A new module must be placed: in a folder, or at the root by name here.
+# modules), the database floor, what a user may write, the statements, the transaction
+# that runs them and appends its events, the transition table and its door, the readers,
+# then the nouns by meaning (limits, occurrences, jobs, upkeep), and the door that
+# composes them (the facade, the store; the package itself above all). A new module must
+# be placed: in a folder, or at the root by name here.
 _KERNEL_LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(names.split())
     for names in (
@@ -102,6 +103,7 @@ _KERNEL_LAYERS: tuple[frozenset[str], ...] = tuple(
         "db migrations",
         "spec",
         "statements",
+        "transaction",
         "transitions",
         "reads follow",
         "limits",

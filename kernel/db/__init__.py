@@ -1,2 +1,2 @@
-"""The database floor: engines, sessions and transactions, the driver, the clock, error
-translation, the schema."""
+"""The database floor the statements stand on: engines, the driver, the clock, error
+translation, the schema and its checks."""

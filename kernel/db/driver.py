@@ -12,7 +12,7 @@ statement runs on the connection's DBAPI connection inside its transaction, type
 processors convert binds and results, rows are ``sqlalchemy.Row`` objects, and a
 driver error arrives wrapped as SQLAlchemy's ``DBAPIError`` — a lost connection
 invalidated, with ``connection_invalidated`` set — so errors are translated in
-one place (``kernel/db/session.py``) whichever way a statement ran.
+one place (``kernel/transaction/session.py``) whichever way a statement ran.
 """
 
 from __future__ import annotations

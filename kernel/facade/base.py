@@ -35,9 +35,9 @@ import sqlalchemy as sa
 
 from kernel import reads
 from kernel.db.clock import Clock
-from kernel.db.session import Session
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
+from kernel.transaction.session import Session
+from kernel.transaction.tx import Tx
 from kernel.types import ActionResult
 
 __all__ = ["FacadeBase", "write", "read", "answered", "ms", "lease_ms"]

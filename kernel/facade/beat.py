@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, write
 from kernel.jobs import definitions as job_ops
 from kernel.jobs import plan_errors
 from kernel.occurrences import dispatch, lease_expiry
 from kernel.records import from_dt
+from kernel.transaction.tx import Tx
 from kernel.types import Beat, DispatchHint, Job
 from kernel.upkeep import beats
 

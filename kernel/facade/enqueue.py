@@ -1,5 +1,5 @@
 """The facade's enqueue: a task's ad hoc runs, idempotent by key, optionally inside a
-caller's own transaction (kernel/jobs/enqueueing.py, kernel/db/borrowed.py)."""
+caller's own transaction (kernel/jobs/enqueueing.py, kernel/transaction/borrowed.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from kernel.db.borrowed import Borrowed
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, write
 from kernel.jobs import enqueueing
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
+from kernel.transaction.borrowed import Borrowed
+from kernel.transaction.tx import Tx
 
 __all__ = ["EnqueueFacade"]
 

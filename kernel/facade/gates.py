@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, answered, read, write
 from kernel.limits import budgets
 from kernel.limits import pools as pool_ops
 from kernel.occurrences import approvals
 from kernel.spec import jobspec
 from kernel.spec.sections import Budget
+from kernel.transaction.tx import Tx
 from kernel.types import ActionResult, Pool
 
 __all__ = ["GateFacade", "checked_budgets"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, read, write
 from kernel.jobs import health as job_health
 from kernel.reports import JobHealth, Notification
+from kernel.transaction.tx import Tx
 from kernel.upkeep import notify
 
 __all__ = ["HealthFacade"]

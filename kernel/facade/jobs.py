@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, read, write
 from kernel.facade.gates import checked_budgets
 from kernel.jobs import cancellation, sources
@@ -14,6 +13,7 @@ from kernel.jobs.cancellation import JobCancel
 from kernel.limits import budgets
 from kernel.limits import pools as pool_ops
 from kernel.spec.sections import Budget
+from kernel.transaction.tx import Tx
 from kernel.types import Job
 
 __all__ = ["JobFacade"]

@@ -7,11 +7,11 @@ from datetime import datetime
 from typing import Any
 
 from kernel import follow, reads
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, timeout_ms
 from kernel.follow import EventCursor
 from kernel.jobs import plan_errors
 from kernel.states import ACTIVE
+from kernel.transaction.tx import Tx
 from kernel.types import Event, Job, Occurrence
 from kernel.upkeep import blockers, watchdog
 from kernel.upkeep.blockers import Blocker

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, answered, write
 from kernel.occurrences import firing, pausing, verdicts
 from kernel.occurrences import operator as op
+from kernel.transaction.tx import Tx
 from kernel.types import ActionResult
 
 __all__ = ["OperatorFacade"]

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, read, write
 from kernel.jobs import backfill as backfill_ops
 from kernel.jobs import fan_in
 from kernel.records import from_dt
+from kernel.transaction.tx import Tx
 
 __all__ = ["ScheduleFacade"]
 

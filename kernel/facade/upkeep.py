@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
 from kernel.facade.base import FacadeBase, ms, timeout_ms, write
 from kernel.limits import pools
+from kernel.transaction.tx import Tx
 from kernel.upkeep import history, retention, watchdog
 
 __all__ = ["UpkeepFacade"]

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, ms, read, write
 from kernel.occurrences import adapter_verdicts
 from kernel.reports import AdapterAsk, Adjudication, Verdict
+from kernel.transaction.tx import Tx
 from kernel.types import DispatchHint, Occurrence
 
 __all__ = ["VerdictFacade"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.facade.base import FacadeBase, lease_ms, ms, write
 from kernel.occurrences import claiming, output, releases, runs
 from kernel.states import Effect
+from kernel.transaction.tx import Tx
 from kernel.types import Claim, RenewAnswer
 from kernel.upkeep import watchdog_jobs
 

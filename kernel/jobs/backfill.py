@@ -20,13 +20,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import occurrences
-from kernel.db.tx import Tx
 from kernel.errors import RevisionConflict
 from kernel.events import EventType
 from kernel.jobs.retirement import count_runs
 from kernel.occurrences.firing import admit, create_gated, lock_job
 from kernel.spec.run_params import with_params
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 
 __all__ = ["BackfillReport", "backfill", "existing_firings"]
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.occurrences.chains import MAX_CHAIN_DEPTH
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.firing import lock_job
 from kernel.occurrences.rows import record_request
 from kernel.states import ACTIVE, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.jobs import OPERATOR_CANCELS_JOB
 

@@ -9,7 +9,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.jobs.chain_order import parents_first
@@ -22,6 +21,7 @@ from kernel.records import dumps, job_from_row, loads, to_dt
 from kernel.redaction import redacted_spec
 from kernel.spec.jobspec import JobSpec, validate_job_spec
 from kernel.states import UNSETTLED, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.jobs import (
     BEAT_ADVANCES_CURSOR,

@@ -27,7 +27,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
@@ -37,6 +36,7 @@ from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, validate_job
 from kernel.spec.sections import ID
 from kernel.statements import MAX_ROWS, enqueue_occurrences, enqueue_params
 from kernel.states import Delivery
+from kernel.transaction.tx import Tx
 from kernel.transitions import occurrences as T
 
 __all__ = [

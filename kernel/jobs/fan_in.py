@@ -34,11 +34,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.occurrences.firing import admit, create_gated, lock_job
 from kernel.records import job_from_row
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.types import Job
 
 __all__ = [

@@ -18,10 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.records import to_dt
 from kernel.reports import JobHealth
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 
 __all__ = ["JobHealth", "job_health", "job_health_query"]
 

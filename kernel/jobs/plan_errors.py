@@ -13,8 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs
-from kernel.db.tx import Tx
 from kernel.events import EventType as E
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.jobs import BEAT_CANNOT_PLAN_JOB
 

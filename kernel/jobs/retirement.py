@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.events import EventType
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.jobs import SCHEDULE_COUNTS_RUNS, SCHEDULE_RETIRES_JOB
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.jobs.definitions import set_enabled
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.jobs import SOURCE_OWNS_JOBS, SOURCE_RESTORES_JOB, SOURCE_RETIRES_JOB
 

@@ -21,11 +21,11 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.db.schema import budget_windows, budgets
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.spec.durations import text
 from kernel.spec.sections import Budget
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.limits import (
     BUDGET_DEFINED,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.spec.jobspec import check_limit
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.limits import (
     CLAIM_TAKES_POOL_SLOT,

@@ -20,7 +20,6 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.db.schema import adjudication_asks, events, occurrences
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, LeaseLost, NotFound, StateConflict
 from kernel.events import EventType
 from kernel.occurrences.dispatch import mark_hinted
@@ -30,6 +29,7 @@ from kernel.records import loads, to_dt
 from kernel.reports import AdapterAsk, Adjudication, Verdict
 from kernel.spec.durations import canonical_json
 from kernel.states import Decision, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import DispatchHint, Occurrence

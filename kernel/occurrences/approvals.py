@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.errors import StateConflict
 from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.occurrences.rows import occurrence_row, record_request
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 

@@ -7,9 +7,9 @@ import re
 from typing import Any
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.occurrences.firing import admit, create_gated, lock_job
+from kernel.transaction.tx import Tx
 
 __all__ = [
     "DEFAULT_FANOUT",

@@ -12,13 +12,13 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.db.translate import constraint_name
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.limits import pools
 from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
 from kernel.statements.predicates import claimable_now, lease_expired
 from kernel.states import ControlState, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Claim

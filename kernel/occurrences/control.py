@@ -3,10 +3,10 @@ settling path), and asking an occurrence to cancel (an operator, a job cancel, `
 
 from __future__ import annotations
 
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 

@@ -6,8 +6,8 @@ from functools import lru_cache
 from typing import Any
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.records import loads
+from kernel.transaction.tx import Tx
 from kernel.types import DispatchHint
 
 __all__ = ["dispatch_batch", "mark_hinted"]

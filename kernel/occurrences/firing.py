@@ -24,7 +24,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.errors import NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
 from kernel.limits import budgets
@@ -35,6 +34,7 @@ from kernel.records import dumps, job_from_row
 from kernel.spec.jobspec import MAX_LOST_LEASES
 from kernel.spec.run_params import params_digest, with_params
 from kernel.states import ACTIVE, UNSETTLED, WAITING, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Job

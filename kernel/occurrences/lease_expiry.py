@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.events import settled_event
 from kernel.limits import pools
 from kernel.occurrences.chains import fire_children
 from kernel.occurrences.control import end_control
 from kernel.records import dumps, loads
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 

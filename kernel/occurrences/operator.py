@@ -6,7 +6,6 @@ Pause and resume are in :mod:`kernel.occurrences.pausing`.
 
 from __future__ import annotations
 
-from kernel.db.tx import Tx
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -17,6 +16,7 @@ from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import loads
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 

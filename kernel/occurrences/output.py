@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.occurrences.runs import lease_lost
 from kernel.records import dumps
+from kernel.transaction.tx import Tx
 
 __all__ = ["append_output"]
 

@@ -11,7 +11,6 @@ import hashlib
 from collections.abc import Sequence
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.errors import (
     FenceConflict,
     InvalidArgument,
@@ -25,6 +24,7 @@ from kernel.events import EventType
 from kernel.occurrences.rows import control_row, occurrence_row, record_request
 from kernel.records import dumps, loads
 from kernel.states import ControlState, OccurrenceStatus, SafePoint
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 

@@ -9,7 +9,6 @@ import hashlib
 from typing import Any
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.errors import (
     KernelError,
     PauseUnsupported,
@@ -22,6 +21,7 @@ from kernel.occurrences.control import end_control
 from kernel.occurrences.runs import lease_lost
 from kernel.records import checkpoint_envelope, dumps
 from kernel.states import ControlState, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.errors import EvidenceConflict, InvalidArgument, NotFound
 from kernel.records import dumps, loads
+from kernel.transaction.tx import Tx
 
 __all__ = ["record_request", "grant", "occurrence_row", "control_row"]
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.errors import (
     InvalidArgument,
     LeaseLost,
@@ -24,6 +23,7 @@ from kernel.occurrences.control import end_control
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer

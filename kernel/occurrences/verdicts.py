@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.occurrences.chains import fire_children
@@ -19,6 +18,7 @@ from kernel.occurrences.control import end_control
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import dumps
 from kernel.states import Decision, OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 

@@ -1,6 +1,7 @@
-"""The one shape of an event row that a statement writes itself (on PostgreSQL, as a
-data-modifying CTE: a transition and its events in one round trip). ``Tx.emit`` writes
-the same columns from Python where a statement cannot (SQLite)."""
+"""The event log's INSERTs, in one place: the one shape of an event row that a statement
+writes itself (on PostgreSQL, as a data-modifying CTE: a transition and its events in one
+round trip), and the rows ``Tx.emit`` appends from Python where a statement cannot
+(SQLite), one (on the driver: every transition writes one) or many at a time."""
 
 from __future__ import annotations
 
@@ -8,11 +9,19 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from kernel.db.driver import DriverStatement
 from kernel.db.schema import events
 
-__all__ = ["logged"]
+__all__ = ["INSERT_EVENT", "INSERT_EVENTS", "logged"]
 
 _EVENT_COLUMNS = ["at", "type", "job_id", "occurrence_id", "fence", "data"]
+
+#: One event row from its bound columns, on the driver.
+INSERT_EVENT = DriverStatement(
+    sa.insert(events).values({name: sa.bindparam(name) for name in _EVENT_COLUMNS})
+)
+#: Event rows given as a list of column dicts (one round trip for many).
+INSERT_EVENTS = sa.insert(events)
 
 
 def logged(

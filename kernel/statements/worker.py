@@ -5,7 +5,7 @@ owner and lease the caller observed, so zero rows means someone else moved
 first and the caller gets a precise domain error, never a silent overwrite.
 
 The statements a worker runs per task (claims.py, settles.py; events in
-kernel/db/tx.py) are :class:`~kernel.db.driver.DriverStatement` s: still Core, rendered
+kernel/transaction/tx.py) are :class:`~kernel.db.driver.DriverStatement` s: still Core, rendered
 once per dialect and run on the driver, because SQLAlchemy's per-execution cost
 would otherwise exceed the database's (bench/kernel_throughput.py).
 """

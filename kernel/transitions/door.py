@@ -14,7 +14,7 @@ from kernel.db.driver import DriverStatement
 from kernel.events import EventType as E
 
 if TYPE_CHECKING:
-    from kernel.db.tx import Tx
+    from kernel.transaction.tx import Tx
 
 __all__ = ["Statement", "Transition", "append", "run", "run_all", "run_count", "run_many"]
 

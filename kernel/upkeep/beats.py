@@ -6,9 +6,9 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.db.schema import beats
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.records import beat_from_row
+from kernel.transaction.tx import Tx
 from kernel.types import Beat
 
 __all__ = ["record_beat", "list_beats", "deregister_beat", "forget_silent_beats"]

@@ -18,7 +18,6 @@ from sqlalchemy import bindparam as p
 from sqlalchemy.sql.util import ClauseAdapter
 
 from kernel.db.schema import events, occurrences
-from kernel.db.tx import Tx
 from kernel.errors import NotFound
 from kernel.events import EventType
 from kernel.records import loads, to_dt
@@ -26,6 +25,7 @@ from kernel.statements.claims import JOB_ALLOWS_CLAIM, blocking_in_job
 from kernel.statements.pools import ROOM_IN_POOL
 from kernel.statements.predicates import CLAIMABLE_STATUS, NOT_PAUSED, claimable_now, status_is
 from kernel.states import CLAIMABLE
+from kernel.transaction.tx import Tx
 from kernel.types import iso_z
 
 __all__ = ["BLOCKER_KINDS", "Blocker", "blocker", "blockers", "stranded"]

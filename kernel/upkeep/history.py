@@ -8,9 +8,9 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.db.schema import occurrences
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.states import RESOLVED
+from kernel.transaction.tx import Tx
 
 __all__ = ["PRUNABLE", "forget", "prune"]
 

@@ -17,10 +17,10 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.db.schema import jobs
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.records import loads
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.upkeep.history import forget
 
 __all__ = ["LIMITED_STATUSES", "limit_history"]

@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from kernel import statements as st
 from kernel.db.schema import notifications
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, NotFound, StateConflict
 from kernel.events import EventType, settled_event
 from kernel.records import dumps, loads, to_dt
@@ -31,6 +30,7 @@ from kernel.reports import Notification
 from kernel.spec.notify import NOTIFY_EVENTS, Notify
 from kernel.states import FAILED
 from kernel.states import OccurrenceStatus as S
+from kernel.transaction.tx import Tx
 
 __all__ = ["claim", "delivered", "due", "get", "record", "try_failed"]
 

@@ -18,10 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.records import loads
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.jobs import RETENTION_EXPIRES_JOB, RETENTION_FORGETS_JOB_SOURCE
 from kernel.transitions.limits import RETENTION_PRUNES_BUDGET_WINDOWS

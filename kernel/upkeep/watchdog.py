@@ -29,11 +29,11 @@ import sqlalchemy as sa
 
 from kernel.db.engine import ADVISORY_XACT_LOCK
 from kernel.db.schema import events, jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.records import loads
 from kernel.statements.predicates import status_is
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 from kernel.upkeep.blockers import stranded
 from kernel.upkeep.watchdog_jobs import failing_watchdogs
 

@@ -25,11 +25,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.jobs.definitions import set_enabled
 from kernel.records import loads
 from kernel.states import OccurrenceStatus
+from kernel.transaction.tx import Tx
 
 __all__ = [
     "KIND",

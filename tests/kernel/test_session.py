@@ -15,11 +15,11 @@ import sqlalchemy as sa
 
 from kernel.db.process_id import current_pid
 from kernel.db.schema import events
-from kernel.db.session import Session
-from kernel.db.tx import Tx
 from kernel.errors import NotFound
 from kernel.events import EventType
 from kernel.store import Kernel
+from kernel.transaction.session import Session
+from kernel.transaction.tx import Tx
 
 
 def _write(tx: Tx, *, core: bool, driver: bool, refuse: bool) -> None:

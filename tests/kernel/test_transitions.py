@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from kernel import statements as st
-from kernel.db.tx import Tx
 from kernel.events import EventType
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.testing import memory_kernel
+from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.transitions.jobs import OPERATOR_ENABLES_JOB

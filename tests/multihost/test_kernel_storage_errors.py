@@ -3,7 +3,7 @@
 During ``pg_ctl stop -m fast`` the harness's ``Kernel.now()`` raised SQLAlchemy's
 ``OperationalError`` ("connection refused") where the other kernel calls raise
 ``STORAGE_UNAVAILABLE`` (SPEC I8). Beat calls ``now()`` in every tick, so a database
-outage showed there as a traceback. Pinned here since the fix (kernel/db/session.py).
+outage showed there as a traceback. Pinned here since the fix (kernel/transaction/session.py).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from kernel.db.clock import Clock
 from kernel.db.engine import begin_sqlite_write, end_sqlite_write
 from kernel.db.process_id import current_pid
 from kernel.db.translate import Phase, connection_lost, translate
-from kernel.db.tx import Tx
 from kernel.db.writer_gate import WriterGate
 from kernel.errors import KernelError
+from kernel.transaction.tx import Tx
 
 __all__ = ["Session"]
 

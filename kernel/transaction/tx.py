@@ -9,17 +9,12 @@ import sqlalchemy as sa
 
 from kernel.db.clock import Clock, DatabaseClock
 from kernel.db.driver import DriverStatement
-from kernel.db.schema import events
 from kernel.events import EVENTS_OUTSIDE_THE_TABLE
 from kernel.records import dumps
+from kernel.statements.logged import INSERT_EVENT, INSERT_EVENTS
 
 __all__ = ["Tx"]
 
-# Every transition writes one: the hot path's statement, so it runs on the driver.
-_EVENT_FIELDS = ("at", "type", "job_id", "occurrence_id", "fence", "data")
-_INSERT_EVENT = DriverStatement(
-    sa.insert(events).values({name: sa.bindparam(name) for name in _EVENT_FIELDS})
-)
 #: psycopg's ``TransactionStatus.IDLE``: no statement of a transaction sent yet.
 _PG_IDLE = 0
 
@@ -132,7 +127,7 @@ class Tx:
         """``emit`` with its data already in canonical JSON (``records.dumps``), for a
         caller that built that text for a statement too."""
         self._check_event(type_)
-        _INSERT_EVENT.execute(
+        INSERT_EVENT.execute(
             self.conn,
             {
                 "at": self.now,
@@ -151,7 +146,7 @@ class Tx:
             return
         self._check_event(type_)
         self.conn.execute(
-            sa.insert(events),
+            INSERT_EVENTS,
             [
                 {
                     "at": self.now,

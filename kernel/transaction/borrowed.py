@@ -25,8 +25,8 @@ from sqlalchemy.dialects.postgresql.psycopg import _log_notices
 
 from kernel.db.clock import Clock
 from kernel.db.translate import translate
-from kernel.db.tx import Tx
 from kernel.errors import InvalidArgument, KernelError
+from kernel.transaction.tx import Tx
 
 __all__ = ["Borrowed"]
 
