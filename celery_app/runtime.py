@@ -42,6 +42,7 @@ from kernel import (
     OccurrenceStatus,
     SafePoint,
     StorageUnavailable,
+    attempts_left,
 )
 
 __all__ = [
@@ -266,7 +267,9 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
         error = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
         message = bound_message(scrub(error.message, ctx.secrets))
         trace = _job_traceback(exc, ctx.secrets)
-        final = not error.retryable or occurrence.attempt >= occurrence.max_attempts
+        final = not error.retryable or not attempts_left(
+            occurrence.attempt, occurrence.max_attempts
+        )
         # Logged as Celery logs a task's failure: with its traceback, at ERROR when final.
         run.log.log(
             logging.ERROR if final else logging.WARNING,

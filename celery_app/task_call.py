@@ -23,6 +23,7 @@ from celery.exceptions import Retry
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
 from celery_app.task_names import RUN_OCCURRENCE
+from kernel import attempts_left
 
 __all__ = ["call_task", "task_id"]
 
@@ -89,7 +90,9 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             state = states.REVOKED
             raise
         except Exception as exc:
-            retrying = retries_on(task, exc) and occurrence.attempt < occurrence.max_attempts
+            retrying = retries_on(task, exc) and attempts_left(
+                occurrence.attempt, occurrence.max_attempts
+            )
             state = states.RETRY if retrying else states.FAILURE
             _failed(task, run_id, exc, args, kwargs, retrying)
             raise

@@ -64,6 +64,7 @@ from kernel.spec.payloads import (
     WatchdogAlert,
     WatchdogPayload,
 )
+from kernel.spec.retry import attempts_left
 from kernel.spec.run_params import with_params
 from kernel.states import (
     ACTIVE,
@@ -96,6 +97,7 @@ from kernel.upkeep.history_limits import LIMITED_STATUSES
 
 __all__ = [
     "Kernel",
+    "attempts_left",
     "MAX_LOST_LEASES",
     "EARLIEST_INSTANT",
     "LATEST_INSTANT",
