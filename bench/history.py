@@ -169,7 +169,7 @@ class Side:
             from celery_app.cli.exporter import KernelCollector
 
             self._collector = KernelCollector(self.kernel, beat_retention_s=86400)
-            while self._collector._counters._after < self.kernel.last_event_id():
+            while self._collector._counters._cursor.after_id < self.kernel.last_event_id():
                 list(self._collector.collect())
         list(self._collector.collect())
 

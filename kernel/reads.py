@@ -135,7 +135,12 @@ def read_events(
     if before_id is not None:
         query = query.where(events.c.id < before_id)
     if types:
-        query = query.where(events.c.type.in_(list(types)))
+        # Inline: a job's definition events are a partial index whose predicate names the
+        # types, and SQLite uses it only for a query that names them as literals too.
+        known: sa.BindParameter[list[str]] = sa.bindparam(
+            "types", sorted(set(types)), expanding=True, literal_execute=True
+        )
+        query = query.where(events.c.type.in_(known))
     if since is not None:
         query = query.where(events.c.at >= from_dt(since))
     if job_id is not None:
@@ -169,41 +174,27 @@ def runtime_controls(
     unknown = sorted(set(statuses or ()) - set(RUNTIME_STATES))
     if unknown:
         raise InvalidArgument("statuses", f"unknown {unknown}; known: {list(RUNTIME_STATES)}")
-    state = sa.case(
-        (controls.c.state == ControlState.PAUSED, "paused"),
-        (controls.c.state == ControlState.PAUSE_REQUESTED, "pause_requested"),
-        else_="running",
+    # Two parts, each bounded by live work: running rows through their partial index, and
+    # rows with a pause control (requested or acknowledged) through the controls table.
+    # One OR over both would walk the occurrences of every job (issue 42 item 4).
+    pausing = (ControlState.PAUSE_REQUESTED, ControlState.PAUSED)
+    running = _runtime_rows(
+        OCC.outerjoin(controls, controls.c.occurrence_id == OCC.c.id), status_is(S.RUNNING)
     )
-    changed = sa.case(
-        (controls.c.updated_at > OCC.c.updated_at, controls.c.updated_at), else_=OCC.c.updated_at
+    paused = _runtime_rows(
+        controls.join(OCC, OCC.c.id == controls.c.occurrence_id),
+        sa.and_(controls.c.state.in_(pausing), sa.not_(status_is(S.RUNNING))),
     )
+    rows = sa.union_all(running, paused).subquery("runtime")
     query = (
-        sa.select(
-            OCC.c.id,
-            OCC.c.job_id,
-            OCC.c.kind,
-            OCC.c.status,
-            OCC.c.fence,
-            OCC.c.attempt,
-            OCC.c.lease_expires_at,
-            state.label("state"),
-            controls.c.revision,
-            changed.label("changed_at"),
-        )
-        .select_from(OCC.outerjoin(controls, controls.c.occurrence_id == OCC.c.id))
-        .where(
-            sa.or_(
-                status_is(S.RUNNING),
-                controls.c.state.in_((ControlState.PAUSE_REQUESTED, ControlState.PAUSED)),
-            )
-        )
-        .order_by(changed.desc(), OCC.c.id)
+        sa.select(rows)
+        .order_by(rows.c.changed_at.desc(), rows.c.id)
         .limit(min(limit, MAX_RUNTIME_CONTROLS))
     )
     if statuses:
-        query = query.where(state.in_(tuple(statuses)))
+        query = query.where(rows.c.state.in_(tuple(statuses)))
     if kinds:
-        query = query.where(OCC.c.kind.in_(tuple(kinds)))
+        query = query.where(rows.c.kind.in_(tuple(kinds)))
     return [
         {
             "id": r.id,
@@ -219,6 +210,34 @@ def runtime_controls(
         }
         for r in tx.conn.execute(query)
     ]
+
+
+def _runtime_rows(joined: sa.FromClause, where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """One part of :func:`runtime_controls`: its columns over ``joined`` rows meeting ``where``."""
+    state = sa.case(
+        (controls.c.state == ControlState.PAUSED, "paused"),
+        (controls.c.state == ControlState.PAUSE_REQUESTED, "pause_requested"),
+        else_="running",
+    )
+    changed = sa.case(
+        (controls.c.updated_at > OCC.c.updated_at, controls.c.updated_at), else_=OCC.c.updated_at
+    )
+    return (
+        sa.select(
+            OCC.c.id,
+            OCC.c.job_id,
+            OCC.c.kind,
+            OCC.c.status,
+            OCC.c.fence,
+            OCC.c.attempt,
+            OCC.c.lease_expires_at,
+            state.label("state"),
+            controls.c.revision,
+            changed.label("changed_at"),
+        )
+        .select_from(joined)
+        .where(where)
+    )
 
 
 #: Final states are counted up to this many: beyond it the count says "at least" (in

@@ -34,6 +34,7 @@ occurrences
     <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
     claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
     (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
+    ``occurrences_job_newest`` walks a job's rows newest first (revision 0018).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -51,23 +52,6 @@ events
     column's default: followers read by it, since ids commit out of order there.
 beats
     Each Beat's heartbeat: ``last_tick_at`` and its tick interval.
-pools
-    A resource pool: ``limit`` occurrences of it may run at once; ``running`` counts
-    those that do. A claim takes a slot (``running + 1`` only while ``running <
-    limit``, one guarded statement) and every statement that ends a run gives it
-    back, in the same transaction (revision 0006). A pool a job names but nothing
-    defines gets a row with limit 1 at its first claim.
-budgets
-    Shared budgets by name, as the job files' ``budgets:`` section sets them:
-    ``window_s`` and the limits ``max_runs`` / ``max_units`` (NULL: unlimited).
-budget_windows
-    Usage of one budget in one fixed window (``window_start``: epoch ms, a multiple
-    of the window). ``budget`` is a shared budget's name or ``job:<id>`` for a
-    job's own. ``runs``/``units`` only grow by the guarded reserve (never past a
-    limit) and shrink when a reservation is released.
-budget_reservations
-    What one occurrence took from its budget window; ``released_at`` is set when
-    it ended without running (cancelled, rejected), its units given back.
 job_sources
     One row per job a declarative source owns (``source``: ``beat_schedule``;
     ``name``: the entry's own name, which the job id was derived from); ``retired_at``
@@ -94,6 +78,7 @@ carries ``cancel_requested`` (no claim would take it); ``settled_at`` is set exa
 final states; counters are non-negative. A partial unique index allows one running exclusive
 occurrence per job. A control's state is one of ControlState. A pool's running counter is never
 negative and its limit at least 1 (revision 0006). The conditions are :mod:`kernel.db.checks`.
+The tables of pools and budgets are :mod:`kernel.db.limit_tables`.
 """
 
 from __future__ import annotations
@@ -105,7 +90,6 @@ from kernel.db.checks import (
     CONTROL_CHECKS,
     NOTIFICATION_CHECKS,
     OCCURRENCE_CHECKS,
-    POOL_CHECKS,
 )
 
 __all__ = [
@@ -117,11 +101,7 @@ __all__ = [
     "operator_requests",
     "events",
     "beats",
-    "pools",
     "job_sources",
-    "budgets",
-    "budget_windows",
-    "budget_reservations",
     "adjudication_asks",
     "notifications",
 ]
@@ -211,6 +191,7 @@ occurrences = sa.Table(
     _partial("occurrences_running", "lease_expires_at", where="status = 'running'"),
     # settled_at too: a job's last success or failure is one seek (kernel/jobs/health.py).
     sa.Index("occurrences_job", "job_id", "status", "settled_at"),
+    sa.Index("occurrences_job_newest", "job_id", "id"),
     # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
     # writes an entry into every index whose predicate its new row version meets.
     _partial("occurrences_pool", "pool", where="status = 'running' AND pool IS NOT NULL"),
@@ -313,15 +294,6 @@ beats = sa.Table(
     sa.Column("last_tick_at", Ms, nullable=False),
 )
 
-pools = sa.Table(
-    "pools",
-    metadata,
-    sa.Column("name", sa.String(128), primary_key=True),
-    sa.Column("limit", sa.Integer, nullable=False),
-    sa.Column("running", sa.Integer, nullable=False, server_default="0"),
-    *(sa.CheckConstraint(condition, name=name) for name, condition in POOL_CHECKS),
-)
-
 job_sources = sa.Table(
     "job_sources",
     metadata,
@@ -329,37 +301,6 @@ job_sources = sa.Table(
     sa.Column("source", sa.String(64), nullable=False),
     sa.Column("name", sa.String(1024), nullable=False),
     sa.Column("retired_at", Ms),
-)
-
-budgets = sa.Table(
-    "budgets",
-    metadata,
-    sa.Column("name", sa.String(128), primary_key=True),
-    sa.Column("window_s", sa.Float, nullable=False),
-    sa.Column("max_runs", sa.Integer),
-    sa.Column("max_units", sa.Integer),
-    sa.Column("updated_at", Ms, nullable=False),
-)
-
-budget_windows = sa.Table(
-    "budget_windows",
-    metadata,
-    sa.Column("budget", sa.String(140), primary_key=True),
-    sa.Column("window_start", Ms, primary_key=True),
-    sa.Column("runs", sa.Integer, nullable=False),
-    sa.Column("units", sa.BigInteger, nullable=False),
-    sa.CheckConstraint("runs >= 0 AND units >= 0", name="ck_budget_windows_counters"),
-)
-
-budget_reservations = sa.Table(
-    "budget_reservations",
-    metadata,
-    sa.Column("occurrence_id", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("budget", sa.String(140), nullable=False),
-    sa.Column("window_start", Ms, nullable=False),
-    sa.Column("units", sa.BigInteger, nullable=False),
-    sa.Column("reserved_at", Ms, nullable=False),
-    sa.Column("released_at", Ms),
 )
 
 adjudication_asks = sa.Table(

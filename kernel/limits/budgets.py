@@ -20,7 +20,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel import statements as st
-from kernel.db.schema import budget_windows, budgets
+from kernel.db.limit_tables import budget_windows, budgets
 from kernel.errors import InvalidArgument
 from kernel.events import EventType
 from kernel.spec.durations import text

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.db.schema import budget_reservations, budget_windows, budgets, jobs, occurrences
+from kernel.db.limit_tables import budget_reservations, budget_windows, budgets
+from kernel.db.schema import jobs, occurrences
 from kernel.statements.predicates import OF_OCCURRENCE
 
 __all__ = [

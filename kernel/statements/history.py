@@ -6,9 +6,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 
+from kernel.db.limit_tables import budget_reservations
 from kernel.db.schema import (
     adjudication_asks,
-    budget_reservations,
     controls,
     events,
     notifications,

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.db.schema import occurrences, pools
+from kernel.db.limit_tables import pools
+from kernel.db.schema import occurrences
 from kernel.statements.predicates import CLAIMABLE_STATUS
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 import sqlalchemy as sa
 
-from kernel.db.schema import budget_windows
+from kernel.db.limit_tables import budget_windows
 from kernel.errors import InvalidArgument, NotFound
 from kernel.states import OccurrenceStatus as S
 

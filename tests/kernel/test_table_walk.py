@@ -17,16 +17,13 @@ from sqlalchemy.sql import visitors
 
 from kernel import statements as st
 from kernel.db.driver import DriverStatement
+from kernel.db.limit_tables import budget_reservations, budget_windows, budgets, pools
 from kernel.db.schema import (
-    budget_reservations,
-    budget_windows,
-    budgets,
     controls,
     events,
     job_sources,
     jobs,
     occurrences,
-    pools,
 )
 from kernel.events import EVENTS_OUTSIDE_THE_TABLE, EventType
 from kernel.transitions import occurrences as T
