@@ -120,8 +120,7 @@ def _routed(app: Any, name: str) -> bool:
     """Whether a call of task ``name`` on ``app`` goes through the kernel."""
     if not getattr(app, "_kernel_installed", False) or name.startswith("kernel."):
         return False
-    patterns = _routes(app)
-    return bool(patterns) and any(fnmatchcase(name, p) for p in patterns)
+    return any(fnmatchcase(name, p) for p in _routes(app) or ())
 
 
 _hook_lock = threading.Lock()
