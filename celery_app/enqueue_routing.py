@@ -4,8 +4,12 @@
 :func:`hook_apply_async` (called by ``install(app)``) wraps Celery's
 ``Task.apply_async`` once per process: for an app the kernel is installed on, a task
 whose name matches a ``kernel_route_tasks`` glob pattern is enqueued
-(:func:`celery_app.enqueue`) instead of published, and answers a :class:`RoutedResult`;
-every other call is Celery's own. ``my_task.kernel.delay(...)`` enqueues one task
+(:func:`celery_app.enqueue`) instead of published, and answers Celery's own
+``AsyncResult`` under the task id Celery would have given (``task_id``, else a fresh
+uuid), which is the occurrence's key and the body's ``self.request.id``; the worker
+writes the run's outcome to the app's result backend under it
+(:mod:`celery_app.task_results`). ``app.send_task`` of a routed name is routed the same
+way. Every other call is Celery's own. ``my_task.kernel.delay(...)`` enqueues one task
 explicitly, whatever the setting.
 """
 
@@ -13,46 +17,31 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from fnmatch import fnmatchcase
 from typing import Any
 
+from celery import Celery
 from celery.app.task import Task
+from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
-from celery_app.enqueueing import enqueue, result
+from celery_app.enqueueing import enqueue
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
 
-__all__ = ["RoutedResult", "TaskShortcut", "hook_apply_async"]
+__all__ = ["TaskShortcut", "hook_apply_async"]
 
 
-#: ``apply_async`` options a routed call honours (``task_id`` becomes the key).
-_ROUTED_OPTIONS = frozenset({"countdown", "eta", "priority", "queue", "task_id"})
+#: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
+#: ``result_cls`` is the class of what it answers).
+_ROUTED_OPTIONS = frozenset({"countdown", "eta", "priority", "queue", "task_id", "result_cls"})
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
     {"compression", "connection", "exchange", "producer", "publisher", "reply_to", "retry",
      "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id"}
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class RoutedResult:
-    """What a routed ``.delay()`` / ``.apply_async()`` returns in place of an AsyncResult."""
-
-    app: Any
-    occurrence_id: int
-    deduplicated: bool
-
-    @property
-    def id(self) -> str:
-        return str(self.occurrence_id)
-
-    def get(self, timeout: float | None = None) -> Any:
-        """The run's result (:func:`result`)."""
-        return result(self.app, self.occurrence_id, timeout)
 
 
 def refused_options(options: Mapping[str, Any]) -> list[str]:
@@ -68,7 +57,7 @@ def refused_options(options: Mapping[str, Any]) -> list[str]:
     )
 
 
-def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> RoutedResult:
+def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> Any:
     refused = refused_options(options)
     if refused:
         # Refused before anything is written: dropping a link or a chain's rest would
@@ -84,18 +73,22 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
     eta = options.get("eta")
     if isinstance(eta, str):
         eta = datetime.fromisoformat(eta)
-    made = enqueue(
+    # As Celery's apply_async: the caller's task id, else a fresh one. As the key, the same
+    # task id twice is one occurrence.
+    task_id = options.get("task_id") or uuid()
+    enqueue(
         task.app,
         task.name,
         list(args or ()),
         dict(kwargs or {}),
-        key=options.get("task_id"),
+        key=task_id,
         queue=options.get("queue"),
         countdown=options.get("countdown"),
         eta=None if eta is None else maybe_make_aware(eta),
         priority=options.get("priority"),
     )
-    return RoutedResult(task.app, made.occurrence_id, made.deduplicated)
+    result_cls = options.get("result_cls") or task.AsyncResult
+    return result_cls(task_id)
 
 
 class TaskShortcut:
@@ -123,25 +116,50 @@ def _routes(app: Any) -> tuple[str, ...] | None:
         return app._kernel_route_tasks  # type: ignore[no-any-return]
 
 
+def _routed(app: Any, name: str) -> bool:
+    """Whether a call of task ``name`` on ``app`` goes through the kernel."""
+    if not getattr(app, "_kernel_installed", False) or name.startswith("kernel."):
+        return False
+    return any(fnmatchcase(name, p) for p in _routes(app) or ())
+
+
 _hook_lock = threading.Lock()
 
 
 def hook_apply_async() -> None:
-    """Route ``apply_async`` (and so ``delay``) of the tasks ``kernel_route_tasks`` names,
-    for apps the kernel is installed on; every other call is Celery's own. Idempotent."""
+    """Route ``apply_async`` (and so ``delay``) and ``app.send_task`` of the tasks
+    ``kernel_route_tasks`` names, for apps the kernel is installed on; every other call is
+    Celery's own. Idempotent."""
     with _hook_lock:
         if getattr(Task.apply_async, "_kernel_routed", False):
             return
         celerys = Task.apply_async
+        celerys_send = Celery.send_task
 
         def apply_async(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-            app = self.app
-            if getattr(app, "_kernel_installed", False) and not self.name.startswith("kernel."):
-                patterns = _routes(app)
-                if patterns and any(fnmatchcase(self.name, p) for p in patterns):
-                    return _routed_call(self, args, kwargs, options)
+            if _routed(self.app, self.name):
+                return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)
+
+        def send_task(
+            self: Any, name: str, args: Any = None, kwargs: Any = None, **options: Any
+        ) -> Any:
+            # A routed task's apply_async never reaches here; a caller naming it does.
+            if _routed(self, name):
+                self.loader.import_default_modules()  # its task, to read its settings
+                task = self.tasks.get(name)
+                if task is None:
+                    raise InvalidArgument(
+                        "name",
+                        f"task {name!r} is routed through the kernel (kernel_route_tasks), "
+                        f"which needs it registered in this process to enqueue it: import "
+                        f"its module (or list it in the app's imports)",
+                        task=name,
+                    )
+                return _routed_call(task, args, kwargs, options)
+            return celerys_send(self, name, args, kwargs, **options)
 
         apply_async._kernel_routed = True  # type: ignore[attr-defined]
         Task.apply_async = apply_async
+        Celery.send_task = send_task
         Task.kernel = property(TaskShortcut)

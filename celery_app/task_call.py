@@ -3,8 +3,9 @@
 The ``task`` adapter runs the app's task inside ``kernel.run_occurrence``; here the body
 gets what it would get from Celery's tracer: ``self.request`` (id, retries, args, kwargs,
 delivery_info, hostname ...), Celery's task signals sent by the app's task (not the
-kernel's wrapper), and ``self.retry()`` turned into a kernel retry after its countdown
-or at its eta.
+kernel's wrapper), ``self.retry()`` turned into a kernel retry after its countdown
+or at its eta, and its outcome in the app's result backend under ``self.request.id``
+(:mod:`celery_app.task_results`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from celery.exceptions import Retry
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
 from celery_app.task_names import RUN_OCCURRENCE
+from celery_app.task_results import store_failure, store_retry, store_success
 from kernel import attempts_left
 
 __all__ = ["call_task", "task_id"]
@@ -30,10 +32,17 @@ __all__ = ["call_task", "task_id"]
 #: Task ids of kernel runs: one per occurrence, kept across its retries as Celery keeps a
 #: retried task's id.
 _RUN_IDS = uuid.UUID("5f0c5bd4-3a53-4c55-9d43-0f9b1e2b2a10")
+#: The trigger key of an enqueue with a key (:func:`kernel.enqueue`'s ``key:<key>``).
+_KEYED = "key:"
 
 
 def task_id(ctx: ExecutionContext) -> str:
+    """The run's ``self.request.id``: an enqueued run's key, which a routed call made its
+    task id (the id its caller's AsyncResult has); else (a Beat firing, an unkeyed enqueue)
+    one derived from the occurrence."""
     occurrence = ctx.occurrence
+    if occurrence.trigger_key.startswith(_KEYED):
+        return occurrence.trigger_key.removeprefix(_KEYED)
     key = f"{occurrence.job_id}\n{occurrence.trigger_key}\n{occurrence.id}"
     return str(uuid.uuid5(_RUN_IDS, key))
 
@@ -75,11 +84,10 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
         signals.task_prerun.send(sender=task, task_id=run_id, task=task, args=args, kwargs=kwargs)
         try:
             retval = run()
+            store_success(task, run_id, retval)
         except Retry as exc:
             state = states.RETRY
-            signals.task_retry.send(
-                sender=task, request=task.request, reason=exc, einfo=ExceptionInfo()
-            )
+            _retried(task, run_id, exc, attempts_left(occurrence.attempt, occurrence.max_attempts))
             raise AdapterError(
                 "TASK_RETRY",
                 str(exc),
@@ -114,13 +122,26 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
         task.pop_request()
 
 
+def _retried(task: Any, run_id: str, retry: Retry, retrying: bool) -> None:
+    """``self.retry()``: RETRY while the kernel has attempts left, else the run's last
+    attempt ends as a failure with what the body retried on."""
+    einfo = ExceptionInfo()
+    if retrying:
+        store_retry(task, run_id, retry.exc, einfo)
+    else:
+        store_failure(task, run_id, retry.exc or retry, einfo)
+    signals.task_retry.send(sender=task, request=task.request, reason=retry, einfo=einfo)
+
+
 def _failed(
     task: Any, run_id: str, exc: Exception, args: list[Any], kwargs: dict[str, Any], retrying: bool
 ) -> None:
     einfo = ExceptionInfo(sys.exc_info())
     if retrying:  # autoretry_for: Celery's own retry would send task_retry
+        store_retry(task, run_id, exc, einfo)
         signals.task_retry.send(sender=task, request=task.request, reason=exc, einfo=einfo)
         return
+    store_failure(task, run_id, exc, einfo)
     signals.task_failure.send(
         sender=task,
         task_id=run_id,

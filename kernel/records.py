@@ -15,6 +15,7 @@ from kernel.types import Beat, Control, Event, Job, Occurrence
 __all__ = [
     "CHECKPOINT_SCHEMA_VERSION",
     "MAX_CHECKPOINT_BYTES",
+    "MAX_RESULT_BYTES",
     "checkpoint_copy",
     "checkpoint_envelope",
     "checkpoint_data",
@@ -22,6 +23,7 @@ __all__ = [
     "from_dt",
     "dumps",
     "loads",
+    "stored_result",
     "job_from_row",
     "occurrence_from_row",
     "control_from_row",
@@ -54,6 +56,38 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+#: The most a run's result may take as canonical JSON; past it (or not JSON at all) the
+#: kernel keeps its type and a bounded repr (:func:`stored_result`).
+MAX_RESULT_BYTES = 64 * 1024
+#: The characters of a repr kept for a result the kernel cannot store as it is.
+_RESULT_REPR_CHARS = 1000
+
+
+def stored_result(value: Any) -> Any:
+    """What the kernel keeps of a run's result: ``value`` when it is JSON of at most
+    :data:`MAX_RESULT_BYTES`, else ``{"unstored_result": {type, repr, reason}}`` — a run
+    that returned an object (or a huge value) still settles, and the row says why its
+    value is not there."""
+    if value is None or isinstance(value, bool | int | str) and len(str(value)) < 1024:
+        return value  # the common case, without encoding it twice
+    try:
+        size = len(dumps(value).encode())
+    except (TypeError, ValueError) as exc:
+        reason = f"not JSON ({exc})"
+    else:
+        if size <= MAX_RESULT_BYTES:
+            return value
+        reason = f"{size} bytes of JSON, over the kernel's {MAX_RESULT_BYTES}-byte bound"
+    kind = type(value)
+    return {
+        "unstored_result": {
+            "type": f"{kind.__module__}.{kind.__qualname__}",
+            "repr": repr(value)[:_RESULT_REPR_CHARS],
+            "reason": reason,
+        }
+    }
 
 
 #: The stored checkpoint's envelope version; ``data`` is what the adapter gave.

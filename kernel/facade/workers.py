@@ -7,6 +7,7 @@ from typing import Any
 
 from kernel.facade.base import FacadeBase, lease_ms, ms, write
 from kernel.occurrences import claiming, output, releases, runs
+from kernel.records import stored_result
 from kernel.states import Effect
 from kernel.transaction.tx import Tx
 from kernel.types import Claim, RenewAnswer
@@ -73,8 +74,11 @@ class WorkerFacade(FacadeBase):
     def succeed(
         self, tx: Tx, occurrence_id: int, *, owner: str, fence: int, result: Any = None
     ) -> None:
-        """Settle as succeeded (fenced); chained children fire in the same transaction."""
-        _succeed(tx, occurrence_id, owner, fence, result, alone=True)
+        """Settle as succeeded (fenced); chained children fire in the same transaction.
+
+        ``result`` is stored as :func:`~kernel.records.stored_result` keeps it: JSON of at
+        most 64 KiB, else its type and a bounded repr."""
+        _succeed(tx, occurrence_id, owner, fence, stored_result(result), alone=True)
 
     @write
     def succeed_and_claim(
@@ -91,6 +95,7 @@ class WorkerFacade(FacadeBase):
         """:meth:`succeed` and then :meth:`claim` of ``next_occurrence_id`` by the same owner,
         committed together (a batch's next run). The claim's None changes nothing; LeaseLost
         from the settle leaves both undone."""
+        result = stored_result(result)
         if _may_report(result):
             _succeed(tx, occurrence_id, owner, fence, result, alone=False)
             return claiming.claim(tx, next_occurrence_id, owner, lease_ms(lease))

@@ -80,7 +80,7 @@ ROUTED = """\
 import json
 from myproj_tasks import routed
 sent = routed.delay("plain-delay")
-print(json.dumps({"id": sent.occurrence_id}))
+print(json.dumps({"id": sent.id}))
 """
 
 
@@ -133,8 +133,10 @@ def test_enqueue_is_transactional_and_a_routed_delay_survives_a_killed_worker(
     assert [x["label"] for x in project.ledger(task="record")] == ["committed"]
 
     # A plain .delay() of a routed task: an occurrence, claimed by the first worker ...
-    sent = project.client(ROUTED)["id"]
-    assert stack.occurrence(sent).job_id == "task:myproj.routed"
+    task_id = project.client(ROUTED)["id"]
+    [routed] = stack.occurrences("task:myproj.routed")
+    assert routed.trigger_key == f"key:{task_id}"  # the caller's AsyncResult id is its key
+    sent = routed.id
     started = stack.wait(lambda: project.ledger(task="routed", event="started"), timeout=30,
                          what="routed run started")  # fmt: skip
     assert started[0]["pid"] in first.children() or started[0]["pid"] == first.pid

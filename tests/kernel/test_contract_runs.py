@@ -78,6 +78,32 @@ def test_renew_extends_a_live_lease_and_refuses_anyone_else(k: Harness) -> None:
     assert f"occurrence {occ_id}" in lost.value.message
 
 
+def test_a_result_json_cannot_hold_or_too_large_is_stored_bounded_saying_so(k: Harness) -> None:
+    """A success is settled whatever its value: a value JSON cannot hold (a task returning
+    an object) or one past the bound is stored as its type and a bounded repr, saying so,
+    instead of raising in the worker and leaving the run to its lease's expiry (issue 40)."""
+    from kernel.records import MAX_RESULT_BYTES
+
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<Opaque " + "x" * 5000 + ">"
+
+    claim = k.running()
+    occ_id = claim.occurrence.id
+    k.kernel.succeed(occ_id, owner="w1", fence=1, result={"value": Opaque()})
+    occ = k.kernel.get_occurrence(occ_id)
+    assert occ.status == S.SUCCEEDED
+    unstored = occ.result["unstored_result"]
+    assert unstored["type"] == "builtins.dict" and "not JSON" in unstored["reason"]
+    assert unstored["repr"].startswith("{'value': <Opaque xxx") and len(unstored["repr"]) <= 1000
+
+    [big_id] = k.occurrences()
+    k.kernel.claim(big_id, owner="w1", lease=30)
+    k.kernel.succeed(big_id, owner="w1", fence=1, result="y" * (MAX_RESULT_BYTES + 1))
+    big = k.kernel.get_occurrence(big_id).result["unstored_result"]
+    assert big["type"] == "builtins.str" and f"{MAX_RESULT_BYTES}" in big["reason"]
+
+
 def test_success_settles_once_and_is_never_claimed_again(k: Harness) -> None:
     claim = k.running()
     occ_id = claim.occurrence.id

@@ -72,3 +72,22 @@ def test_honoured_and_publishing_options_are_accepted(routed_app: Any) -> None:
     routed_app.routed.apply_async(("later",), countdown=5, priority=3, reply_to="r", retry=True)
     routed_app.routed.apply_async(("json",), serializer="json")
     assert len(_occurrences(routed_app)) == 3
+
+
+def test_a_routed_call_answers_celerys_async_result_under_the_task_id(routed_app: Any) -> None:
+    """The caller gets Celery's own AsyncResult with the id Celery would have given
+    (``task_id``, else a fresh uuid); that id is the occurrence's key, so the same
+    ``task_id`` twice is one occurrence, and ``send_task`` of a routed name goes through
+    the kernel as well (issue 40)."""
+    from celery.result import AsyncResult
+
+    given = routed_app.routed.apply_async(("a",), task_id="order-7")
+    again = routed_app.routed.apply_async(("a",), task_id="order-7")
+    fresh = routed_app.routed.delay("b")
+    sent = routed_app.send_task("routedopts.routed", ("c",))
+    for answered in (given, again, fresh, sent):
+        assert isinstance(answered, AsyncResult) and answered.backend is routed_app.backend
+    assert given.id == again.id == "order-7"
+    assert len({fresh.id, sent.id, "order-7"}) == 3
+    keys = sorted(o.trigger_key for o in _occurrences(routed_app))
+    assert keys == sorted(f"key:{i}" for i in ("order-7", fresh.id, sent.id))

@@ -1,0 +1,87 @@
+"""A kernel run's outcome in the app's result backend, written as Celery's worker writes it.
+
+A routed call answers Celery's ``AsyncResult`` under the run's task id
+(:func:`celery_app.task_call.task_id`); the body's end is stored here under that id, as
+Celery's tracer stores it (``celery/app/trace.py``): SUCCESS with the return value through
+the backend's own serializer, RETRY with the exception of a run the kernel retries,
+FAILURE with the exception and its traceback. ``ignore_result`` (the task's, else
+``task_ignore_result``) skips a success, and a failure unless the task sets
+``store_errors_even_if_ignored``. The kernel keeps its own bounded JSON copy of the value
+(:func:`kernel.records.stored_result`); the backend is for Celery's callers.
+
+The kernel owns what Celery would chain from the backend: errbacks are not called here.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from billiard.einfo import ExceptionInfo
+from celery.app.task import get_actual_ignore_result
+from celery.utils.serialization import get_pickleable_exception
+from kombu.exceptions import EncodeError
+
+__all__ = ["store_failure", "store_retry", "store_success"]
+
+log = logging.getLogger("celery_kernel.worker")
+
+
+def store_success(task: Any, run_id: str, retval: Any) -> None:
+    """SUCCESS with ``retval`` unless the result is ignored.
+
+    Raises:
+        EncodeError: the backend's serializer refuses the value; as in stock Celery, the
+            run then fails with it (the caller stores FAILURE, the kernel dead-letters).
+    """
+    request = task.request
+    ignored = get_actual_ignore_result(task, request)
+    try:
+        task.backend.mark_as_done(run_id, retval, request=request, store_result=not ignored)
+    except EncodeError:
+        raise
+    except Exception as exc:  # the backend is down: the kernel's settle still records the run
+        _not_stored(task, run_id, "SUCCESS", exc)
+
+
+def store_retry(task: Any, run_id: str, exc: BaseException | None, einfo: ExceptionInfo) -> None:
+    """RETRY with ``exc`` (what the run raised), when errors are stored."""
+    if not _stores_errors(task):
+        return
+    try:
+        task.backend.mark_as_retry(run_id, exc, einfo.traceback, request=task.request)
+    except Exception as error:  # the backend is down: the kernel records the retry
+        _not_stored(task, run_id, "RETRY", error)
+
+
+def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionInfo) -> None:
+    """FAILURE with ``exc`` (as a type the caller can rebuild) and its traceback."""
+    if not _stores_errors(task):
+        return
+    try:
+        task.backend.mark_as_failure(
+            run_id,
+            get_pickleable_exception(exc),
+            einfo.traceback,
+            request=task.request,
+            call_errbacks=False,
+        )
+    except Exception as error:  # the backend is down: the kernel records the failure
+        _not_stored(task, run_id, "FAILURE", error)
+
+
+def _stores_errors(task: Any) -> bool:
+    if get_actual_ignore_result(task, task.request):
+        return bool(task.store_errors_even_if_ignored)
+    return True
+
+
+def _not_stored(task: Any, run_id: str, state: str, exc: Exception) -> None:
+    log.warning(
+        "result backend: %s of task %s (id %s) not stored: %s; the kernel has the run's outcome",
+        state,
+        task.name,
+        run_id,
+        exc,
+        extra={"action": "result_not_stored", "task_id": run_id},
+    )
