@@ -80,15 +80,13 @@ adjudication_asks
     ``asking``, or ``cannot_tell`` (the adapter could not tell: only the operator
     decides). The verdicts themselves are ``occurrence_adjudicated`` events.
 notifications
-    A job's ``notify`` of one event of a run (revision 0009), written in the transaction
-    of the change that causes it: unique (``occurrence_id``, ``fence``, ``event``), so a
-    run notifies each event at most once (revision 0019). ``event`` is ``dead_letter``,
-    ``failed``, ``needs_adjudication``, or a watchdog finding (``overrun``,
-    ``stranded``); ``body`` the canonical JSON sent; ``state`` ``pending`` (a try may
-    start at ``next_at``) -> ``delivering`` (``token`` names the one try in flight) ->
-    ``delivered`` | ``pending`` again (the try failed, ``tries`` < the job's attempts)
-    | ``failed`` (given up). A try whose worker died stays ``delivering``: it may have
-    been delivered, and it is not tried again.
+    A job's ``notify`` of a run's ``event`` (dead_letter, failed, needs_adjudication,
+    overrun, stranded), written by the change that causes it, once per run and event
+    (unique ``occurrence_id, fence, event``, revision 0019). ``body``: the JSON sent.
+    ``state`` ``pending`` (a try may start at ``next_at``) -> ``delivering`` (``token``
+    names the one try) -> ``delivered`` | ``pending`` again (the try failed, ``tries`` <
+    the job's attempts) | ``failed`` (given up). A try whose worker died stays
+    ``delivering``: it may have been delivered, and it is not tried again.
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of OccurrenceStatus;
 a lease (owner + expiry) exists exactly while ``running``; no ``queued``/``retry_wait`` row
