@@ -1,11 +1,12 @@
-"""``kernel.notify``: a job's ``notify`` of a failed run, delivered by a worker after
-the settle.
+"""``kernel.notify``: a job's ``notify`` of a run's event, delivered by a worker.
 
-The worker that settled a run failed records its notification in the kernel
-(:func:`after_settle`, once per run whatever the hints) and sends a ``kernel.notify``
-hint to the job's queue; the run's settle is already committed and the run's task goes
-on. A worker takes one try (a guarded claim, :meth:`Kernel.claim_notification`), so a
-duplicate hint or a second worker delivers nothing, and either:
+The kernel records a notification in the transaction of the change that causes it (a
+dead letter, a failed run, a run needing adjudication, a watchdog finding; whoever made
+it). The worker that settled the run sends a ``kernel.notify`` hint of those its settle
+recorded to the job's queue (:func:`hint_run`); the notifications of changes Beat or a
+claim made are hinted by Beat (:func:`rehint_overdue`). A worker takes one try (a
+guarded claim, :meth:`Kernel.claim_notification`), so a duplicate hint or a second
+worker delivers nothing, and either:
 
 * sends the Celery task ``notify.task`` by name with ``notification=`` the body, to the
   job's queue (delivered once the broker took the message); or
@@ -17,8 +18,9 @@ duplicate hint or a second worker delivers nothing, and either:
 
 A failed try is recorded and hinted again after its backoff (``countdown``) while the
 job's ``notify.attempts`` allow, else given up; every step is an event of the run. A
-hint that was lost (a broker outage right after the settle) is made up by Beat, which
-hints notifications overdue by ``REHINT_AFTER_S`` once a minute (:func:`rehint_overdue`).
+hint that was lost (a broker outage right after the settle), or never sent (a change
+Beat or a claim made), is made up by Beat, which hints notifications overdue by
+``REHINT_AFTER_S`` once a minute (:func:`rehint_overdue`).
 """
 
 from __future__ import annotations
@@ -37,15 +39,18 @@ from celery_app.hints import send_notification_hint, send_notification_task
 from celery_app.scope import Scope
 from celery_app.task_names import NOTIFY
 from celery_app.worker_process import process_resources
-from kernel import FAILED, Claim, Kernel, KernelError, Notification, Notify
+from kernel import FAILED, Claim, Kernel, KernelError, Notification, OccurrenceStatus
 
-__all__ = ["REHINT_AFTER_S", "after_settle", "deliver", "register", "rehint_overdue"]
+__all__ = ["REHINT_AFTER_S", "deliver", "hint_run", "register", "rehint_overdue"]
 
 #: Seconds an http notification's request may take.
 HTTP_TIMEOUT_S = 30.0
 #: Seconds a pending notification may be due before Beat hints it again (its own hint,
 #: sent with a countdown, is taken well within this unless it was lost).
 REHINT_AFTER_S = 60.0
+
+#: The statuses whose settle may have recorded a notification of its run.
+NOTIFYING = (*FAILED, OccurrenceStatus.NEEDS_ADJUDICATION)
 
 log = logging.getLogger("celery_kernel.notify")
 
@@ -55,55 +60,34 @@ def register(celery_app: Any) -> Any:
     return celery_app.task(name=NOTIFY, bind=True, ignore_result=True)(notify_task)
 
 
-def after_settle(app: Any, kernel: Kernel, claim: Claim, status: str) -> int | None:
-    """Record and hint the notification of the run ``claim`` held, which settled in
-    ``status``, when its job's ``notify`` asks; the notification's id, else None.
+def hint_run(app: Any, kernel: Kernel, claim: Claim, status: str) -> list[int]:
+    """Hint the notifications that the settle of the run ``claim`` held (in ``status``)
+    recorded with it; their ids.
 
-    Never raises: the run is settled whatever becomes of its notification (a storage or
-    broker failure is logged; a recorded notification whose hint was lost stays pending).
+    Never raises: the run and its notifications are committed whatever becomes of a hint
+    (a storage or broker failure is logged; Beat hints a lost one again).
     """
     occurrence = claim.occurrence
-    spec = occurrence.definition.get("notify")
-    if not spec or status not in FAILED:
-        return None
-    event = Notify.model_validate(spec).event_of(status)
-    if event is None:
-        return None
-    ids = {"occurrence_id": occurrence.id, "job_id": occurrence.job_id, "fence": claim.fence}
+    if not occurrence.definition.get("notify") or status not in NOTIFYING:
+        return []
     try:
-        settled = kernel.get_occurrence(occurrence.id)
-        body = {
-            "event": event,
-            "job_id": occurrence.job_id,
-            "occurrence_id": occurrence.id,
-            "fence": claim.fence,
-            "attempt": occurrence.attempt,
-            "trigger_key": occurrence.trigger_key,
-            "scheduled_for": occurrence.to_dict()["scheduled_for"],
-            "status": status,
-            "error": settled.last_error,
-            "queue": occurrence.queue,
-        }
-        made = kernel.record_notification(
-            occurrence.id,
-            fence=claim.fence,
-            job_id=occurrence.job_id,
-            event=event,
-            target=spec,
-            body=body,
-        )
-        if made is not None:
-            _hint(app, made, occurrence.queue)
-        return made
+        made = kernel.run_notifications(occurrence.id, claim.fence)
+        for notification in made:
+            _hint(app, notification.id, occurrence.queue)
+        return [notification.id for notification in made]
     except (KernelError, OperationalError) as exc:
         log.warning(
-            "occurrence %s: its %s notification was not recorded or hinted: %s",
+            "occurrence %s: its notifications were not hinted (Beat hints them later): %s",
             occurrence.id,
-            event,
             exc,
-            extra={"action": "notify_not_sent", **ids},
+            extra={
+                "action": "notify_not_sent",
+                "occurrence_id": occurrence.id,
+                "job_id": occurrence.job_id,
+                "fence": claim.fence,
+            },
         )
-        return None
+        return []
 
 
 def _hint(app: Any, notification_id: int, queue: str, countdown: float = 0.0) -> None:
@@ -214,10 +198,13 @@ def _failed(app: Any, kernel: Kernel, taken: Notification, error: str, retryable
     return "retry"
 
 
-def rehint_overdue(app: Any, kernel: Kernel, limit: int = 100) -> int:
-    """Hint the pending notifications overdue by :data:`REHINT_AFTER_S` (their hints were
-    lost); how many. A hint that was only slow is found taken and dropped."""
-    overdue = kernel.due_notifications(limit, overdue_for=REHINT_AFTER_S)
+def rehint_overdue(
+    app: Any, kernel: Kernel, limit: int = 100, overdue_for: float = REHINT_AFTER_S
+) -> int:
+    """Hint the pending notifications overdue by ``overdue_for`` seconds (their hints
+    were lost, or none was sent); how many. A hint that was only slow is found taken and
+    dropped."""
+    overdue = kernel.due_notifications(limit, overdue_for=overdue_for)
     for notification in overdue:
         _hint(app, notification.id, str(notification.body.get("queue")))
     if overdue:

@@ -97,7 +97,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
                 if outcome.error_code is not None:
                     failures.append(outcome.failure(occurrence_id))
                     if occurrence_id in claims and outcome.status is not None:
-                        notify.after_settle(
+                        notify.hint_run(
                             task.app, resources.kernel, claims[occurrence_id], outcome.status
                         )
     except StorageUnavailable as exc:

@@ -91,13 +91,14 @@ class JobHealth:
 
 @dataclass(frozen=True, slots=True)
 class Notification:
-    """A job's ``notify`` of one failed run (:mod:`kernel.upkeep.notify`).
+    """A job's ``notify`` of one event of a run (:mod:`kernel.transitions.notices`).
 
     Attributes:
         id: the notification (sent as ``X-Kernel-Notification`` / in the body).
-        occurrence_id, fence: the run that failed.
+        occurrence_id, fence: the run it is about.
         job_id: its job.
-        event: ``dead_letter`` or ``failed``.
+        event: ``dead_letter``, ``failed``, ``needs_adjudication``, ``overrun`` or
+            ``stranded``.
         state: ``pending``, ``delivering``, ``delivered`` or ``failed``.
         tries: tries started so far.
         next_at: when a try may start (pending).

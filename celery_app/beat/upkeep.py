@@ -55,7 +55,10 @@ class UpkeepSteps:
                 )
 
     def _expire(self, kernel: Kernel) -> None:
-        kernel.expire_leases()
+        settled = kernel.expire_leases()
+        if settled["dead_letter"] or settled["needs_adjudication"]:
+            # Their notifications were recorded with them; no worker hints those.
+            notify.rehint_overdue(self.app, kernel, overdue_for=0.0)
 
     def _fan_in(self, kernel: Kernel) -> None:
         """Fire (or record as skipped) the fan-in jobs whose parents all settled."""
@@ -96,6 +99,7 @@ class UpkeepSteps:
             grace=self.settings.watchdog_grace, default_timeout=self.settings.default_timeout
         )
         if found["new_events"]:
+            notify.rehint_overdue(self.app, kernel, overdue_for=0.0)
             log.warning(
                 "watchdog: %d overdue firing(s), %d run(s) past their timeout, "
                 "%d occurrence(s) stranded, %d occurrence(s) awaiting adjudication",

@@ -64,13 +64,13 @@ adjudication_asks
     ``asking``, or ``cannot_tell`` (the adapter could not tell: only the operator
     decides). The verdicts themselves are ``occurrence_adjudicated`` events.
 notifications
-    A job's ``notify`` of one failed run (revision 0009): unique (``occurrence_id``,
-    ``fence``), so a run notifies at most once. ``event`` is ``dead_letter`` or
-    ``failed``; ``body`` the canonical JSON sent; ``state`` ``pending`` (a try may
-    start at ``next_at``) -> ``delivering`` (``token`` names the one try in flight) ->
-    ``delivered`` | ``pending`` again (the try failed, ``tries`` < the job's attempts)
-    | ``failed`` (given up). A try whose worker died stays ``delivering``: it may have
-    been delivered, and it is not tried again.
+    A job's ``notify`` of a run's ``event`` (dead_letter, failed, needs_adjudication,
+    overrun, stranded), written by the change that causes it, once per run and event
+    (unique ``occurrence_id, fence, event``, revision 0019). ``body``: the JSON sent.
+    ``state`` ``pending`` (a try may start at ``next_at``) -> ``delivering`` (``token``
+    names the one try) -> ``delivered`` | ``pending`` again (the try failed, ``tries`` <
+    the job's attempts) | ``failed`` (given up). A try whose worker died stays
+    ``delivering``: it may have been delivered, and it is not tried again.
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of OccurrenceStatus;
 a lease (owner + expiry) exists exactly while ``running``; no ``queued``/``retry_wait`` row
@@ -324,7 +324,7 @@ notifications = sa.Table(
     sa.Column("occurrence_id", sa.BigInteger, nullable=False),
     sa.Column("fence", sa.Integer, nullable=False),
     sa.Column("job_id", sa.String(128), nullable=False),
-    sa.Column("event", sa.String(16), nullable=False),
+    sa.Column("event", sa.String(32), nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("tries", sa.Integer, nullable=False),
     sa.Column("next_at", Ms, nullable=False),
@@ -334,7 +334,7 @@ notifications = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.Column("created_at", Ms, nullable=False),
     sa.Column("updated_at", Ms, nullable=False),
-    sa.UniqueConstraint("occurrence_id", "fence", name="notifications_run"),
+    sa.UniqueConstraint("occurrence_id", "fence", "event", name="notifications_run_event"),
     _partial("notifications_due", "next_at", where="state = 'pending'"),
     *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
 )

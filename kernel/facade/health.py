@@ -1,9 +1,6 @@
-"""The facade's part for job health: how each job is doing, and failure notifications."""
+"""The facade's part for job health: how each job is doing, and its notifications' delivery."""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 from kernel.facade.base import FacadeBase, read, write
 from kernel.jobs import health as job_health
@@ -20,31 +17,6 @@ class HealthFacade(FacadeBase):
         """Last success, last failure, consecutive failures and next firing of every job
         (or only ``job_id``; an unknown id gives an empty answer), by job id; one query."""
         return job_health.job_health(tx, job_id)
-
-    @write
-    def record_notification(
-        self,
-        tx: Tx,
-        occurrence_id: int,
-        *,
-        fence: int,
-        job_id: str,
-        event: str,
-        target: Mapping[str, Any],
-        body: Mapping[str, Any],
-    ) -> int | None:
-        """Record the notification of the run (``occurrence_id``, ``fence``) that settled
-        failed (``event``: dead_letter or failed); its id, or None when that run did not
-        settle failed or already has one (:mod:`kernel.upkeep.notify`)."""
-        return notify.record(
-            tx,
-            occurrence_id,
-            fence=fence,
-            job_id=job_id,
-            event=event,
-            target=target,
-            body=body,
-        )
 
     @write
     def claim_notification(self, tx: Tx, notification_id: int) -> Notification | None:
@@ -77,6 +49,12 @@ class HealthFacade(FacadeBase):
     def notification(self, tx: Tx, notification_id: int) -> Notification:
         """One notification. Raises NotFound when there is none."""
         return notify.get(tx, notification_id)
+
+    @read
+    def run_notifications(self, tx: Tx, occurrence_id: int, fence: int) -> list[Notification]:
+        """The pending notifications of the run (``occurrence_id``, ``fence``): those its
+        settle recorded, for its worker to hint."""
+        return notify.of_run(tx, occurrence_id, fence)
 
     @read
     def due_notifications(

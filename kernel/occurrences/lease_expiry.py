@@ -16,7 +16,7 @@ from kernel.occurrences.control import end_control
 from kernel.records import dumps, loads
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
-from kernel.transitions import door
+from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 
 __all__ = ["ends_run", "expire_leases", "expire"]
@@ -81,6 +81,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
         reason="lease_expired",
         **({"error": error} if error else {}),
     )
+    notices.notify(tx, m["id"], m["fence"], to_status)
     if to_status == S.DEAD_LETTER:
         fire_children(
             tx,

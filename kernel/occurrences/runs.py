@@ -24,7 +24,7 @@ from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transaction.tx import Tx
-from kernel.transitions import door
+from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer
 
@@ -221,7 +221,8 @@ def _settled(
     error: dict[str, Any] | None,
 ) -> OccurrenceStatus:
     """What follows SETTLE's row ``u`` in its transaction: the pool slot given back, the
-    control ended and the event, reported budget units, chained children."""
+    control ended and the event, reported budget units, the job's notification,
+    chained children."""
     tx.observe_now(u["now"])
     pools.give_back(tx, u["pool"])
     to_status = S(u["status"])
@@ -260,6 +261,7 @@ def _settled(
         )
     if to_status == S.SUCCEEDED:
         budgets.settle_units(tx, occurrence_id, result)
+    notices.notify(tx, occurrence_id, fence, to_status)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,

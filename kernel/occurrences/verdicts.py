@@ -19,7 +19,7 @@ from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import dumps
 from kernel.states import Decision, OccurrenceStatus
 from kernel.transaction.tx import Tx
-from kernel.transitions import door
+from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 
 __all__ = ["OPERATOR", "ADAPTER", "adjudicate", "apply_verdict"]
@@ -102,6 +102,7 @@ def apply_verdict(
         grant(tx, occurrence_id, grant_id, decided.fence, "LEASE_EXPIRED")
         return
     end_control(tx, occurrence_id, job_id=decided.job_id, fence=decided.fence)
+    notices.notify(tx, occurrence_id, decided.fence, to_status)
     if decided.has_children:
         fire_children(
             tx,

@@ -1,8 +1,13 @@
-"""A job's failure notifications: ``notify: {on: [dead_letter, failed], task: NAME | http: URL}``.
+"""A job's notifications: ``notify: {on: [dead_letter, ...], task: NAME | http: URL}``.
 
-``on`` names the settles that notify: ``failed`` every failed run (retried or not),
-``dead_letter`` a run that made the occurrence a dead letter (with both, such a run
-notifies once, as ``dead_letter``). The target is a Celery task (sent by name with the
+``on`` names what notifies: ``dead_letter`` an occurrence made a dead letter (whoever
+made it: its worker, a lease's expiry, an operator's verdict), ``failed`` every failed
+run (retried or not; with both, a run that dead-letters notifies once, as
+``dead_letter``), ``needs_adjudication`` a run left waiting for a verdict, ``stranded``
+the watchdog's finding of an occurrence nothing holds and nothing took, ``watchdog``
+every finding the watchdog makes of one of the job's runs (``overrun``, ``stranded``).
+The kernel records each in the transaction of the change that causes it
+(:mod:`kernel.transitions.notices`). The target is a Celery task (sent by name with the
 notification as its ``notification`` keyword) or an http POST of it; the http form is
 an http payload (:class:`kernel.spec.payloads.HttpPayload`: ``url``, ``headers``,
 ``secret_headers``), checked and sent by the same rules as an http job.
@@ -23,8 +28,10 @@ from kernel.states import FAILED
 
 __all__ = ["NOTIFY_EVENTS", "Notify"]
 
-#: What can notify, in the order of precedence when one settle is both.
-NOTIFY_EVENTS = ("dead_letter", "failed")
+#: What ``on`` may name, in the order of precedence when one change is two of them.
+NOTIFY_EVENTS = ("dead_letter", "failed", "needs_adjudication", "stranded", "watchdog")
+#: The watchdog's findings about one run, by the name a notification carries.
+_FINDINGS = ("overrun", "stranded")
 _HTTP_FIELDS = ("url", "headers", "secret_headers")
 
 
@@ -72,13 +79,14 @@ _HTTP = Check(
 
 
 class Notify(Section):
-    """Who hears of a job's failed runs: once per run, retried ``attempts`` times at most,
-    ``backoff_s`` doubling between tries."""
+    """Who hears of a job's failed and stuck runs: once per run and event, retried
+    ``attempts`` times at most, ``backoff_s`` doubling between tries."""
 
     on: list[Annotated[str, choice(*NOTIFY_EVENTS)]] = Field(
         default_factory=lambda: ["dead_letter"],
         min_length=1,
-        description="Which settles notify: dead_letter, failed (every failed run).",
+        description="What notifies: dead_letter, failed (every failed run), "
+        "needs_adjudication, stranded, watchdog (every finding of a run).",
     )
     task: Annotated[str, text(1024)] | None = Field(
         default=None, description="A Celery task sent the notification (its name)."
@@ -105,9 +113,19 @@ class Notify(Section):
         return {k: v for k, v in super().to_dict().items() if v is not None}
 
     def event_of(self, status: str) -> str | None:
-        """The event a run that settled in ``status`` notifies as, or None."""
+        """The event a run that moved to ``status`` notifies as, or None."""
         if status == "dead_letter" and "dead_letter" in self.on:
             return "dead_letter"
         if status in FAILED and "failed" in self.on:
             return "failed"
+        if status == "needs_adjudication" and status in self.on:
+            return status
+        return None
+
+    def finding_of(self, finding: str) -> str | None:
+        """The event the watchdog's ``finding`` (overrun, stranded) of a run notifies
+        as (the finding's own name), or None."""
+        assert finding in _FINDINGS, finding
+        if finding in self.on or "watchdog" in self.on:
+            return finding
         return None

@@ -1,7 +1,8 @@
-"""Failure notifications' statements: record one per failed run, take a try, end it.
+"""Notifications' statements: record one with the change that causes it, take a try, end it.
 
-Each decides in its own WHERE: a notification is recorded only after its run's failed
-settle event and only once per run (unique ``occurrence_id, fence``); a try is taken
+Each decides in its own WHERE: a notification is recorded only while its occurrence is
+at the fence and in a status the change made (read in the change's own transaction) and
+only once per run and event (unique ``occurrence_id, fence, event``); a try is taken
 only while pending and due, and ended only by the token that took it.
 """
 
@@ -13,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.db.schema import events, notifications
+from kernel.db.schema import notifications, occurrences
 
 __all__ = [
     "RECORD_NOTIFICATION",
@@ -23,12 +24,8 @@ __all__ = [
 ]
 
 N = notifications
+OCC = occurrences
 
-_RUN_FAILED = sa.exists().where(
-    events.c.occurrence_id == p("occurrence_id"),
-    events.c.fence == p("fence"),
-    events.c.type.in_(p("settle_types", expanding=True)),
-)
 _COLUMNS = (
     "occurrence_id",
     "fence",
@@ -45,12 +42,13 @@ _COLUMNS = (
 
 
 def _record(insert: Any) -> Any:
-    """A pending notification of the run (``occurrence_id``, ``fence``), only if that
-    run's settle event is one of ``settle_types`` and the run has none yet."""
+    """A pending notification ``event`` of the run (``occurrence_id``, ``fence``), only
+    while the occurrence is at that fence in one of ``statuses`` and the run has no
+    notification of that event yet."""
     values = sa.select(
-        p("occurrence_id", type_=sa.BigInteger),
-        p("fence", type_=sa.Integer),
-        p("job_id", type_=sa.String),
+        OCC.c.id,
+        OCC.c.fence,
+        OCC.c.job_id,
         p("event", type_=sa.String),
         sa.literal("pending"),
         sa.literal(0),
@@ -59,11 +57,15 @@ def _record(insert: Any) -> Any:
         p("body", type_=sa.Text),
         p("now", type_=sa.BigInteger),
         p("now", type_=sa.BigInteger),
-    ).where(_RUN_FAILED)
+    ).where(
+        OCC.c.id == p("occurrence_id"),
+        OCC.c.fence == p("fence"),
+        OCC.c.status.in_(p("statuses", expanding=True)),
+    )
     return (
         insert(N)
         .from_select(list(_COLUMNS), values)
-        .on_conflict_do_nothing(index_elements=[N.c.occurrence_id, N.c.fence])
+        .on_conflict_do_nothing(index_elements=[N.c.occurrence_id, N.c.fence, N.c.event])
         .returning(N.c.id)
     )
 

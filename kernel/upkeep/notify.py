@@ -1,9 +1,7 @@
-"""Failure notifications (a job's ``notify``): recorded once per run, claimed per try.
+"""Notifications (a job's ``notify``): delivered at most once, claimed per try.
 
-The worker that settled a failed run records its notification (:func:`record`): one
-INSERT that writes only if that run's settle event exists (this occurrence, this fence,
-a failed status) and the run has none yet (unique ``occurrence_id, fence``), so a
-second worker, a duplicate hint or a replay records nothing. A try is claimed by one
+A notification is recorded by the change that causes it, in that change's transaction
+(:mod:`kernel.transitions.notices`), once per run and event. A try is claimed by one
 guarded UPDATE (``pending`` and due -> ``delivering`` with a fresh token,
 :func:`claim`), and only the token's holder ends it (:func:`delivered`,
 :func:`try_failed`), so two workers never deliver the same notification. A failed try
@@ -15,24 +13,19 @@ notification never holds up a run or its settle.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import ValidationError
 
 from kernel import statements as st
 from kernel.db.schema import notifications
-from kernel.errors import InvalidArgument, NotFound, StateConflict
-from kernel.events import EventType, settled_event
-from kernel.records import dumps, loads, to_dt
+from kernel.errors import NotFound, StateConflict
+from kernel.events import EventType
+from kernel.records import loads, to_dt
 from kernel.reports import Notification
-from kernel.spec.notify import NOTIFY_EVENTS, Notify
-from kernel.states import FAILED
-from kernel.states import OccurrenceStatus as S
 from kernel.transaction.tx import Tx
 
-__all__ = ["claim", "delivered", "due", "get", "record", "try_failed"]
+__all__ = ["claim", "delivered", "due", "get", "of_run", "try_failed"]
 
 N = notifications
 _TRY_TOKEN_BYTES = 12
@@ -55,49 +48,6 @@ def _notification(row: Any) -> Notification:
         body=loads(row.body),
         last_error=row.last_error,
     )
-
-
-def record(
-    tx: Tx,
-    occurrence_id: int,
-    *,
-    fence: int,
-    job_id: str,
-    event: str,
-    target: Mapping[str, Any],
-    body: Mapping[str, Any],
-) -> int | None:
-    """Record the notification of the run (``occurrence_id``, ``fence``) that failed;
-    its id, or None when that run did not settle failed or already has one."""
-    try:
-        notify = Notify.model_validate(dict(target)).to_dict()
-    except ValidationError:
-        raise InvalidArgument("target", "must be a job's notify section") from None
-    if event not in NOTIFY_EVENTS:
-        raise InvalidArgument("event", f"must be one of {', '.join(NOTIFY_EVENTS)}")
-    statuses = (S.DEAD_LETTER,) if event == "dead_letter" else FAILED
-    settle_types = [settled_event(status).value for status in statuses]
-    params = {
-        "occurrence_id": occurrence_id,
-        "fence": fence,
-        "job_id": job_id,
-        "event": event,
-        "now": tx.now,
-        "target": dumps(notify),
-        "body": dumps(dict(body)),
-        "settle_types": settle_types,
-    }
-    made = tx.conn.execute(st.RECORD_NOTIFICATION[tx.dialect], params).scalar()
-    if made is not None:
-        tx.emit(
-            EventType.NOTIFICATION_RECORDED,
-            job_id=job_id,
-            occurrence_id=occurrence_id,
-            fence=fence,
-            notification_id=made,
-            notify_event=event,
-        )
-    return None if made is None else int(made)
 
 
 def claim(tx: Tx, notification_id: int) -> Notification | None:
@@ -204,5 +154,15 @@ def due(tx: Tx, limit: int, overdue_ms: int = 0) -> list[Notification]:
         .where(N.c.state == "pending", N.c.next_at <= tx.now - overdue_ms)
         .order_by(N.c.next_at)
         .limit(limit)
+    )
+    return [_notification(row) for row in rows]
+
+
+def of_run(tx: Tx, occurrence_id: int, fence: int) -> list[Notification]:
+    """The pending notifications of the run (``occurrence_id``, ``fence``), oldest first."""
+    rows = tx.conn.execute(
+        sa.select(N)
+        .where(N.c.occurrence_id == occurrence_id, N.c.fence == fence, N.c.state == "pending")
+        .order_by(N.c.id)
     )
     return [_notification(row) for row in rows]

@@ -14,8 +14,9 @@
 :func:`findings` only reads. :func:`record_findings` (Beat, periodically) appends one
 event per finding it has not recorded before — ``watchdog_overdue`` once per job and
 cursor, ``watchdog_overrun`` once per occurrence and fence, ``watchdog_stranded`` once
-per occurrence and fence — so a stuck state is
-reported once, not every tick. Every Beat records: on PostgreSQL the recorders take
+per occurrence and fence — so a stuck state is reported once, not every tick. A run's
+finding is notified with its event, when its job's ``notify.on`` names ``watchdog`` (or
+``stranded``, for that finding). Every Beat records: on PostgreSQL the recorders take
 turns under one transaction-scoped advisory lock, so two Beats at the same instant do
 not both find a finding new (SQLite's ``BEGIN IMMEDIATE`` already serialises them).
 """
@@ -34,6 +35,7 @@ from kernel.records import loads
 from kernel.statements.predicates import status_is
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
+from kernel.transitions import notices
 from kernel.upkeep.blockers import stranded
 from kernel.upkeep.watchdog_jobs import failing_watchdogs
 
@@ -45,6 +47,8 @@ OCC = occurrences
 MAX_FINDINGS = 100
 #: The advisory lock key watchdog recorders take on PostgreSQL ("WDOG").
 _RECORDING_LOCK = 0x57444F47
+#: A run's finding event, by the name its notification carries (``notify.on``).
+_FINDINGS = {EventType.WATCHDOG_OVERRUN: "overrun", EventType.WATCHDOG_STRANDED: "stranded"}
 
 
 def _overdue(tx: Tx, grace_ms: int) -> tuple[int, list[dict[str, Any]]]:
@@ -158,7 +162,7 @@ def record_findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None
         *((run, EventType.WATCHDOG_OVERRUN, "over_ms") for run in found["overrunning"]),
         *((run, EventType.WATCHDOG_STRANDED, "waiting_ms") for run in found["stranded"]),
     ):
-        new += _record_once(
+        recorded = _record_once(
             tx,
             type_,
             (events.c.occurrence_id == run["occurrence_id"], events.c.fence == run["fence"]),
@@ -167,4 +171,8 @@ def record_findings(tx: Tx, grace_ms: int, default_timeout_ms: int | None = None
             fence=run["fence"],
             **{how_long: run[how_long]},
         )
+        if recorded:
+            finding = _FINDINGS[type_]
+            notices.notify(tx, run["occurrence_id"], run["fence"], finding, finding=True)
+        new += recorded
     return {**found, "new_events": new}

@@ -29,14 +29,8 @@ def test_a_lost_notification_hint_is_sent_again_by_beat(sqlite_beat: Beat) -> No
     claim = kernel.claim(occ, owner="w", lease=60)
     assert claim is not None
     kernel.fail(occ, owner="w", fence=claim.fence, code="X", message="x", retryable=False)
-    made = kernel.record_notification(
-        occ,
-        fence=claim.fence,
-        job_id="failing",
-        event="dead_letter",
-        target=kernel.get_job("failing").spec["notify"],
-        body={"queue": "alerts"},
-    )  # as the settling worker does; its hint is lost
+    # The settle recorded its notification; the settling worker's hint is lost.
+    [made] = [n.id for n in kernel.run_notifications(occ, claim.fence)]
     beat.tick(beat.clock.now + timedelta(seconds=30))
     assert _hinted(beat, "alerts") == []  # not overdue yet: its own hint may be on its way
     beat.scheduler._next_notify = 0.0  # the minute between passes, elapsed

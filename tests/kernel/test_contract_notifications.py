@@ -1,4 +1,5 @@
-"""Failure notifications: recorded once per failed run, one try at a time, retried with backoff."""
+"""Notifications: recorded once per run and event by its settle, one try at a time, retried
+with backoff."""
 
 from __future__ import annotations
 
@@ -24,23 +25,23 @@ def _failed_run(k: Harness, job: str = "job", *, retryable: bool) -> tuple[int, 
     return occ, claim.fence
 
 
-def _record(kernel: Kernel, occ: int, fence: int, event: str = "failed") -> int | None:
-    return kernel.record_notification(
-        occ, fence=fence, job_id="job", event=event, target=NOTIFY, body={"occurrence_id": occ}
-    )
+def _recorded(kernel: Kernel, occ: int, fence: int) -> int | None:
+    """The pending notification the run's settle recorded, if any."""
+    made = kernel.run_notifications(occ, fence)
+    assert len(made) <= 1
+    return made[0].id if made else None
 
 
 def test_a_failed_run_records_one_notification(k: Harness) -> None:
     k.define("job", notify=NOTIFY)
     occ, fence = _failed_run(k, retryable=True)
-    made = _record(k.kernel, occ, fence)
+    made = _recorded(k.kernel, occ, fence)
     assert made is not None
-    assert _record(k.kernel, occ, fence) is None  # the same run again: nothing
-    assert _record(k.kernel, occ, fence + 1) is None  # a run that did not happen
-    assert _record(k.kernel, occ, fence, event="dead_letter") is None  # it was retried
+    assert _recorded(k.kernel, occ, fence + 1) is None  # a run that did not happen
     notification = k.kernel.notification(made)
     assert (notification.state, notification.tries, notification.event) == ("pending", 0, "failed")
-    assert notification.body == {"occurrence_id": occ}
+    assert notification.body["occurrence_id"] == occ
+    assert (notification.body["status"], notification.body["error"]["code"]) == ("retry_wait", "X")
     recorded = [e for e in k.kernel.events(occurrence_id=occ) if e.type == "notification_recorded"]
     assert [(e.fence, e.data["notification_id"]) for e in recorded] == [(fence, made)]
 
@@ -48,13 +49,13 @@ def test_a_failed_run_records_one_notification(k: Harness) -> None:
 def test_a_succeeded_run_records_nothing(k: Harness) -> None:
     claim = k.running("job", notify=NOTIFY)
     k.kernel.succeed(claim.occurrence.id, owner="w1", fence=claim.fence)
-    assert _record(k.kernel, claim.occurrence.id, claim.fence) is None
+    assert _recorded(k.kernel, claim.occurrence.id, claim.fence) is None
 
 
 def test_tries_back_off_and_give_up_after_the_attempts(k: Harness) -> None:
     k.define("job", notify=NOTIFY)
     occ, fence = _failed_run(k, retryable=False)
-    made = _record(k.kernel, occ, fence, event="dead_letter")
+    made = _recorded(k.kernel, occ, fence)
     assert made is not None
     first = k.kernel.claim_notification(made)
     assert first is not None and first.token is not None and first.tries == 1
@@ -78,7 +79,7 @@ def test_tries_back_off_and_give_up_after_the_attempts(k: Harness) -> None:
 def test_a_delivered_notification_is_not_tried_again(k: Harness) -> None:
     k.define("job", notify=NOTIFY)
     occ, fence = _failed_run(k, retryable=True)
-    made = _record(k.kernel, occ, fence)
+    made = _recorded(k.kernel, occ, fence)
     assert made is not None
     assert [n.id for n in k.kernel.due_notifications()] == [made]
     taken = k.kernel.claim_notification(made)
@@ -97,20 +98,28 @@ def actors(k: Harness) -> Iterator[Actors]:
     made.close()
 
 
-def test_two_workers_record_and_claim_a_notification_once(k: Harness, actors: Actors) -> None:
-    k.define("job", notify=NOTIFY)
+def test_beat_and_a_claim_meeting_one_expired_lease_notify_once(k: Harness, actors: Actors) -> None:
+    # Beat's expiry and a claim that meets the same expired lease, released together:
+    # one dead letter, one notification, and one worker takes its try.
+    k.define("job", notify={**NOTIFY, "on": ["dead_letter"]}, max_lost_leases=0)
     for i in range(race_rounds(k.backend == "postgres", 20)):
-        occ, fence = _failed_run(k, retryable=True)
-        recorded: list[Any] = actors.run(
-            lambda kk, o=occ, f=fence: _record(kk, o, f),
-            lambda kk, o=occ, f=fence: _record(kk, o, f),
+        claim = k.running("job")
+        occ = claim.occurrence.id
+        k.clock.advance(31)
+        settled: list[Any] = actors.run(
+            lambda kk: kk.expire_leases()["dead_letter"],
+            lambda kk, o=occ: kk.claim(o, owner="w2", lease=30),
         )
-        refusals_are_kernel_errors(recorded)
-        made = [r.value for r in recorded if r.value is not None]
-        assert len(made) == 1, (i, recorded)
+        refusals_are_kernel_errors(settled)
+        assert settled[1].value is None, (i, settled)
+        assert k.kernel.get_occurrence(occ).status == "dead_letter"
+        dead = [e for e in k.event_types(occ) if e == "occurrence_dead_letter"]
+        assert len(dead) == 1, (i, settled)
+        made = k.kernel.run_notifications(occ, claim.fence)
+        assert [n.event for n in made] == ["dead_letter"], (i, settled)
         claims = actors.run(
-            lambda kk, n=made[0]: kk.claim_notification(n),
-            lambda kk, n=made[0]: kk.claim_notification(n),
+            lambda kk, n=made[0].id: kk.claim_notification(n),
+            lambda kk, n=made[0].id: kk.claim_notification(n),
         )
         refusals_are_kernel_errors(claims)
         assert len([c for c in claims if c.value is not None]) == 1, (i, claims)
