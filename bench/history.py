@@ -346,11 +346,14 @@ def measure(sides: dict[str, Side], repeat: int, n: int) -> list[Measured]:
         for size in ("empty", "large"):
             measured.samples[size] = _timed(lambda s=sides[size], r=read: r(s), repeat)  # type: ignore[misc]
         results.append(measured)
-        print(f"  {name}: {measured.percentile_ms('empty'):.1f} -> {measured.percentile_ms('large'):.1f} ms")
+        empty, large = measured.percentile_ms("empty"), measured.percentile_ms("large")
+        print(f"  {name}: {empty:.1f} -> {large:.1f} ms")
     return results
 
 
-def _claim_latencies(side: Side, seconds: float, stop: threading.Event | None = None) -> list[float]:
+def _claim_latencies(
+    side: Side, seconds: float, stop: threading.Event | None = None
+) -> list[float]:
     """Claim latencies (s) of claim+settle pairs run back to back for ``seconds`` (or until
     ``stop`` is set)."""
     latencies: list[float] = []
