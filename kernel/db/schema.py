@@ -34,6 +34,9 @@ occurrences
     <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
     claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
     (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
+    ``links``: an enqueued run's ``{"callbacks": [...], "errbacks": [...]}`` (plain JSON
+    signatures, kernel/spec/enqueue_request.py), made occurrences by the transaction that
+    settles it succeeded or dead-lettered; NULL when it has none (revision 0021).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -203,6 +206,7 @@ occurrences = sa.Table(
     sa.Column("checkpoint", sa.Text),
     sa.Column("lost_leases", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
+    sa.Column("links", sa.Text),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
