@@ -141,7 +141,8 @@ def test_an_operator_s_abandon_makes_the_errback_and_a_cancel_none(k: Harness) -
         ({"task": "t", "chord": {}}, "callbacks[0].chord"),
         ({"task": "t", "options": {"expires": 3}}, "callbacks[0].options.expires"),
         ({"task": "t", "options": {"priority": 999}}, "callbacks[0].priority"),
-        ({"task": "t", "callbacks": [{"task": "u", "args": [{1}]}]}, "callbacks[0].callbacks[0].args[0]"),
+        ({"task": "t", "callbacks": [{"task": "u", "args": [{1}]}]},
+         "callbacks[0].callbacks[0].args[0]"),
     ],
 )  # fmt: skip
 def test_a_link_the_kernel_cannot_honour_is_refused_naming_it(
