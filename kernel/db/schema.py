@@ -17,26 +17,22 @@ jobs
     disabled by its schedule running out (0014). ``plan_error``: why Beat cannot plan or fire
     this revision; its next fire or revision clears it (0016).
 occurrences
-    One row per logical firing (SPEC I1: unique ``idempotency_key`` and unique
-    (job_id, trigger_key)). ``definition`` is the job spec snapshot (I5).
-    ``fence`` grows by one per claim; ``lease_owner``/``lease_expires_at`` name
-    the live holder. ``available_at`` gates claims of queued/retry_wait rows;
-    ``dispatched_at`` is when the pump last published a hint. ``exclusive`` rows
-    wait while another occurrence of the same job runs (overlap queue/replace);
-    ``pool`` rows wait while the pool is full. ``cancel_requested`` is seen by
-    the running worker on renew. ``chain_depth``/``parent_id`` give chain lineage.
-    ``approval_due_at``/``approval_auto``: while ``awaiting_approval``, when Beat
-    applies the job's auto action (``approve`` | ``reject``) (revision 0005).
-    ``priority``: among claimable occurrences the pump hints higher ones first (an
-    enqueue's ``priority``; 0 otherwise). An enqueued occurrence's trigger key is
-    ``key:<key>`` (its caller's idempotency key) or ``enqueue:<random>`` (revision 0010).
-    ``checkpoint``: the newest checkpoint a run of it stored (canonical JSON envelope, data
-    <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
-    claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
-    (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
-    ``links``: an enqueued run's ``{"callbacks": [...], "errbacks": [...]}`` (plain JSON
-    signatures, kernel/spec/enqueue_request.py), made occurrences by the transaction that
-    settles it succeeded or dead-lettered; NULL when it has none (revision 0021).
+    One row per logical firing (SPEC I1: unique ``idempotency_key`` and unique (job_id,
+    trigger_key)). ``definition`` is the job spec snapshot (I5). ``fence`` grows by one per claim;
+    ``lease_owner``/``lease_expires_at`` name the live holder. ``available_at`` gates claims of
+    queued/retry_wait rows; ``dispatched_at`` is when the pump last published a hint. ``exclusive``
+    rows wait while another occurrence of the same job runs (overlap queue/replace); ``pool`` rows
+    wait while the pool is full. ``cancel_requested`` is seen by the running worker on renew.
+    ``chain_depth``/``parent_id`` give chain lineage. ``approval_due_at``/``approval_auto``: while
+    ``awaiting_approval``, when Beat applies the job's auto action (``approve`` | ``reject``)
+    (revision 0005). ``priority``: among claimable occurrences the pump hints higher ones first (an
+    enqueue's ``priority``; 0 otherwise). An enqueued occurrence's trigger key is ``key:<key>``
+    (its caller's idempotency key) or ``enqueue:<random>`` (revision 0010). ``checkpoint``: the
+    newest checkpoint a run of it stored (canonical JSON envelope, data <= 64 KiB): with a lease
+    renewal while it runs, or at a pause or hand back; the next claim resumes from it (revision
+    0015). ``lost_leases``: reclaims after an expired lease (no attempt spent); at
+    ``max_lost_leases`` an expiry dead-letters it (revision 0017). ``links``: an enqueue's
+    callbacks and errbacks (kernel/spec/enqueue_request.py; 0021).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
