@@ -152,3 +152,18 @@ def test_a_link_the_kernel_cannot_honour_is_refused_naming_it(
         k.kernel.enqueue(task="proj.a", callbacks=[link])
     assert refused.value.field == field
     assert k.kernel.list_occurrences(limit=10) == []
+
+
+def test_a_link_whose_job_was_deleted_is_not_made_and_says_so(k: Harness) -> None:
+    made = k.kernel.enqueue(task="proj.a", callbacks=[sig("proj.gone", task_id="gone-1")])
+    k.kernel.delete_job("task:proj.gone", operator="op")
+    fence = _run(k, made.occurrence_id)
+    k.kernel.succeed(made.occurrence_id, owner="w1", fence=fence, result=1)
+    assert k.kernel.get_occurrence(made.occurrence_id).status == S.SUCCEEDED
+    last = k.kernel.events(occurrence_id=made.occurrence_id)[-1]
+    assert (last.type, last.job_id, last.data["reason"]) == (
+        "link_not_made",
+        "task:proj.gone",
+        "job_deleted",
+    )
+    assert last.data["trigger_key"] == "key:gone-1"
