@@ -35,6 +35,7 @@ occurrences
     claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
     (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
     ``occurrences_job_newest`` walks a job's rows newest first (revision 0018).
+    ``links``: an enqueue's callbacks and errbacks (kernel/spec/enqueue_request.py; 0020).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -183,6 +184,7 @@ occurrences = sa.Table(
     sa.Column("checkpoint", sa.Text),
     sa.Column("lost_leases", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
+    sa.Column("links", sa.Text),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic

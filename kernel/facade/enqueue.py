@@ -30,6 +30,8 @@ class EnqueueFacade(FacadeBase):
         eta: datetime | None = None,
         priority: int | None = None,
         settings: Mapping[str, Any] | None = None,
+        callbacks: Sequence[Mapping[str, Any]] = (),
+        errbacks: Sequence[Mapping[str, Any]] = (),
         connection: Any = None,
         hinted: bool = False,
     ) -> Enqueued:
@@ -44,6 +46,9 @@ class EnqueueFacade(FacadeBase):
             countdown: seconds before it may be claimed; ``eta``: the instant (aware).
             priority: 0-255; higher ones are hinted first.
             settings: job spec fields from the task's options (its implicit job's).
+            callbacks, errbacks: signatures made occurrences when it succeeds, or is
+                dead-lettered (kernel/spec/enqueue_request.py: Celery's link, a chain's
+                rest, link_error).
             connection: a SQLAlchemy Connection in an open transaction, or a psycopg
                 connection, on the kernel's database: the occurrence is inserted in
                 that transaction and exists exactly when it commits (its hint is then
@@ -57,8 +62,9 @@ class EnqueueFacade(FacadeBase):
                 can write through; nothing is written.
         """
         request = EnqueueRequest(
-            task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {}
-        )
+            task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {},
+            callbacks, errbacks,
+        )  # fmt: skip
         return self.enqueue_many([request], connection=connection, hinted=hinted)[0]
 
     def enqueue_many(

@@ -11,7 +11,7 @@ from typing import Any
 from kernel import statements as st
 from kernel.events import settled_event
 from kernel.limits import pools
-from kernel.occurrences.chains import fire_children
+from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
 from kernel.records import dumps, loads
 from kernel.states import OccurrenceStatus
@@ -91,6 +91,13 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
             result=None,
             error=error,
             parent_depth=m["chain_depth"],
+        )
+        fire_links(
+            tx,
+            parent_id=m["id"],
+            links=expired.links,
+            trigger_key=expired.trigger_key,
+            succeeded=False,
         )
     return to_status
 

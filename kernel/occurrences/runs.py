@@ -18,7 +18,7 @@ from kernel.errors import (
 )
 from kernel.events import EventType, settled_event
 from kernel.limits import budgets, pools
-from kernel.occurrences.chains import fire_children
+from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
@@ -271,6 +271,15 @@ def _settled(
             result=result,
             error=error,
             parent_depth=u["chain_depth"],
+        )
+    if to_status in (S.SUCCEEDED, S.DEAD_LETTER):
+        fire_links(
+            tx,
+            parent_id=occurrence_id,
+            links=u["links"],
+            trigger_key=u["trigger_key"],
+            succeeded=to_status == S.SUCCEEDED,
+            result=result,
         )
     return to_status
 

@@ -38,6 +38,8 @@ ENQUEUE_COLUMNS = (
     "definition",
     "created_at",
     "priority",
+    "links",
+    "parent_id",
 )
 _CONSTANTS: dict[str, Any] = {
     "status": "queued",

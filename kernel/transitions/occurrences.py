@@ -65,12 +65,13 @@ BEAT_FIRES = Transition(
 )
 TASK_ENQUEUED = Transition(
     ("none",),
-    "a task is enqueued (create)",
+    "a task is enqueued, or a settled run's link fires (create)",
     (S.QUEUED,),
     st.ENQUEUE_OCCURRENCE,
     "its job (task:<name>) exists, held FOR KEY SHARE on PostgreSQL; unique idempotency "
     "key (task:<name>|key:<caller's key>): an existing or concurrently inserted key is "
-    "not inserted again (one statement per batch of rows)",
+    "not inserted again (one statement per batch of rows); a link (callbacks on success, "
+    "errbacks on dead_letter) in the transaction of that settle, lease expiry or verdict",
     (E.OCCURRENCE_CREATED,),
 )
 WORKER_CLAIMS = Transition(
