@@ -56,6 +56,15 @@ class UpkeepSteps:
 
     def _expire(self, kernel: Kernel) -> None:
         kernel.expire_leases()
+        # Past their start deadline (expires), waiting runs are skipped even with no worker
+        # to meet them.
+        skipped = kernel.skip_expired()
+        if skipped:
+            log.info(
+                "%d occurrence(s) skipped: expired before they started",
+                skipped,
+                extra={"action": "expired_skipped", "beat_id": self.beat_id},
+            )
 
     def _fan_in(self, kernel: Kernel) -> None:
         """Fire (or record as skipped) the fan-in jobs whose parents all settled."""

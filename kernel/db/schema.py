@@ -203,12 +203,20 @@ occurrences = sa.Table(
     sa.Column("checkpoint", sa.Text),
     sa.Column("lost_leases", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
+    # The start deadline (Celery's ``expires``): a waiting row met at or after it is
+    # settled skipped ``expired``, never claimed (revision 0018).
+    sa.Column("expires_at", Ms),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
     # plan turn settle-by-id into a scan of every running row.
     _partial("occurrences_claimable", "available_at", where="status IN ('queued', 'retry_wait')"),
     _partial("occurrences_running", "lease_expires_at", where="status = 'running'"),
+    _partial(
+        "occurrences_expiring",
+        "expires_at",
+        where="status IN ('queued', 'retry_wait') AND expires_at IS NOT NULL",
+    ),
     # settled_at too: a job's last success or failure is one seek (kernel/jobs/health.py).
     sa.Index("occurrences_job", "job_id", "status", "settled_at"),
     # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it

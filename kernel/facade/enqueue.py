@@ -29,6 +29,7 @@ class EnqueueFacade(FacadeBase):
         countdown: float | None = None,
         eta: datetime | None = None,
         priority: int | None = None,
+        expires: float | datetime | None = None,
         settings: Mapping[str, Any] | None = None,
         connection: Any = None,
         hinted: bool = False,
@@ -43,6 +44,8 @@ class EnqueueFacade(FacadeBase):
             queue, delivery: this run's, else the job's.
             countdown: seconds before it may be claimed; ``eta``: the instant (aware).
             priority: 0-255; higher ones are hinted first.
+            expires: the start deadline, seconds from now or an aware datetime (Celery's
+                ``expires``): not started by then, the run is skipped ``expired``.
             settings: job spec fields from the task's options (its implicit job's).
             connection: a SQLAlchemy Connection in an open transaction, or a psycopg
                 connection, on the kernel's database: the occurrence is inserted in
@@ -57,7 +60,17 @@ class EnqueueFacade(FacadeBase):
                 can write through; nothing is written.
         """
         request = EnqueueRequest(
-            task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {}
+            task,
+            args,
+            kwargs,
+            key,
+            queue,
+            delivery,
+            countdown,
+            eta,
+            priority,
+            expires=expires,
+            settings=settings or {},
         )
         return self.enqueue_many([request], connection=connection, hinted=hinted)[0]
 

@@ -73,6 +73,8 @@ class EnqueueRequest:
         countdown: seconds from now before it may be claimed; ``eta``: the instant
             (timezone-aware). At most one of them.
         priority: 0-255; among claimable occurrences higher ones are hinted first.
+        expires: a start deadline, seconds from now or an aware datetime (Celery's
+            ``expires``): not started by then, the run is skipped ``expired``.
         settings: job spec fields from the task's own options (timeout, max_attempts,
             retry, queue, ...), which define its implicit job.
     """
@@ -86,6 +88,7 @@ class EnqueueRequest:
     countdown: float | None = None
     eta: datetime | None = None
     priority: int | None = None
+    expires: float | datetime | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -231,6 +234,7 @@ def _prepare(
             "definition": text,
             "created_at": now,
             "priority": priority,
+            "expires_at": _deadline_ms(request.expires, now),
         },
         job_id=spec["id"],
         claimable=claimable,
@@ -252,6 +256,22 @@ def _delay_ms(countdown: float | None, eta: datetime | None, now: int) -> int:
             raise InvalidArgument("eta", "must be a datetime with a time zone")
         return max(0, int(eta.timestamp() * 1000) - now)
     return 0
+
+
+def _deadline_ms(expires: float | datetime | None, now: int) -> int | None:
+    """The start deadline of ``expires`` as Celery reads it: seconds after the call, or
+    an instant."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None or expires.utcoffset() is None:
+            raise InvalidArgument("expires", "must be a datetime with a time zone")
+        return int(expires.timestamp() * 1000)
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        raise InvalidArgument("expires", "must be a number of seconds or a datetime")
+    if not 0 <= expires <= 366 * 86400:
+        raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
+    return now + round(expires * 1000)
 
 
 def _ensure_job(tx: Tx, spec: Mapping[str, Any]) -> None:
@@ -372,4 +392,6 @@ def _event(row: _Row, occurrence_id: int, revision: int) -> dict[str, Any]:
     }
     if values["priority"]:
         data["priority"] = values["priority"]
+    if values["expires_at"] is not None:
+        data["expires_at"] = values["expires_at"]
     return {"job_id": row.job_id, "occurrence_id": occurrence_id, "data": data}

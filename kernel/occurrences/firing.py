@@ -29,6 +29,7 @@ from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.occurrences import approvals
 from kernel.occurrences.control import request_cancel
+from kernel.occurrences.deadlines import deadline_ms
 from kernel.occurrences.rows import record_request
 from kernel.records import dumps, job_from_row
 from kernel.spec.jobspec import MAX_LOST_LEASES
@@ -209,6 +210,7 @@ def create_occurrence(
     whatever the overlap policy (a sequential backfill).
     """
     awaiting = status == OccurrenceStatus.AWAITING_APPROVAL
+    available_at = available_at if available_at is not None else tx.now
     values = {
         "job_id": job_id,
         "job_revision": revision,
@@ -220,7 +222,8 @@ def create_occurrence(
         "max_attempts": spec["max_attempts"],
         "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
         "fence": 0,
-        "available_at": available_at if available_at is not None else tx.now,
+        "available_at": available_at,
+        "expires_at": deadline_ms(available_at, spec.get("expires")),
         "queue": spec["queue"],
         "kind": spec["kind"],
         "delivery": spec["delivery"],

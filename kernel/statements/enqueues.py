@@ -38,6 +38,7 @@ ENQUEUE_COLUMNS = (
     "definition",
     "created_at",
     "priority",
+    "expires_at",
 )
 _CONSTANTS: dict[str, Any] = {
     "status": "queued",

@@ -271,6 +271,16 @@ OPERATOR_RESUMES = Transition(
     (E.OCCURRENCE_RESUMED,),
 )
 
+START_DEADLINE_PASSES = Transition(
+    CLAIMABLE,
+    "a claim or Beat's upkeep meets an occurrence past its start deadline (expires)",
+    (S.SKIPPED,),
+    st.SKIP_EXPIRED,
+    "waiting (queued or retry_wait), not paused, expires_at <= now; the batch "
+    "(PostgreSQL: skip-locked) re-checked by the outer WHERE",
+    (E.OCCURRENCE_SKIPPED,),
+)
+
 OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     BEAT_FIRES,
     TASK_ENQUEUED,
@@ -295,6 +305,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     OPERATOR_REJECTS,
     APPROVAL_TIMES_OUT,
     OPERATOR_RESUMES,
+    START_DEADLINE_PASSES,
 )
 
 OPERATOR_REQUESTS_PAUSE = Transition(
