@@ -29,7 +29,7 @@ __all__ = ["RoutedResult", "TaskShortcut", "hook_apply_async"]
 
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key).
-_ROUTED_OPTIONS = frozenset({"countdown", "eta", "priority", "queue", "task_id"})
+_ROUTED_OPTIONS = frozenset({"countdown", "eta", "expires", "priority", "queue", "task_id"})
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
@@ -57,7 +57,7 @@ class RoutedResult:
 
 def refused_options(options: Mapping[str, Any]) -> list[str]:
     """The options of a routed call the kernel cannot honour: canvas links (``link``,
-    ``link_error``, a chain's rest, a chord, a group), ``expires``, time limits,
+    ``link_error``, a chain's rest, a chord, a group), time limits,
     ``headers``, ``shadow``, a serializer other than JSON, ``ignore_result``..."""
     return sorted(
         name
@@ -81,9 +81,8 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
             f"it out of kernel_route_tasks to publish it through Celery",
             task=task.name,
         )
-    eta = options.get("eta")
-    if isinstance(eta, str):
-        eta = datetime.fromisoformat(eta)
+    # As Celery's apply_async: the task's own expires unless the call gives one.
+    expires = options.get("expires", getattr(task, "expires", None))
     made = enqueue(
         task.app,
         task.name,
@@ -92,10 +91,19 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         key=options.get("task_id"),
         queue=options.get("queue"),
         countdown=options.get("countdown"),
-        eta=None if eta is None else maybe_make_aware(eta),
+        eta=_instant(options.get("eta")),
         priority=options.get("priority"),
+        expires=_instant(expires),
     )
     return RoutedResult(task.app, made.occurrence_id, made.deduplicated)
+
+
+def _instant(value: Any) -> Any:
+    """An ``eta`` or ``expires`` as Celery takes it: ISO text or a datetime (naive ones in
+    the app's zone) made aware; a number of seconds as it is."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return maybe_make_aware(value) if isinstance(value, datetime) else value
 
 
 class TaskShortcut:

@@ -57,7 +57,9 @@ __all__ = [
 log = logging.getLogger("celery_kernel.enqueue")
 
 #: The parameters of one run in :func:`enqueue_many`'s list, besides ``task``.
-_RUN_FIELDS = ("args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority")
+_RUN_FIELDS = (
+    "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "expires"
+)  # fmt: skip
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
 #: Settled without success: result() raises.
@@ -159,6 +161,7 @@ def enqueue(
     countdown: float | None = None,
     eta: datetime | None = None,
     priority: int | None = None,
+    expires: float | datetime | None = None,
     connection: Any = None,
 ) -> Enqueued:
     """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
@@ -173,6 +176,8 @@ def enqueue(
         delivery: ``at-least-once`` or ``at-most-once``.
         countdown, eta: claimable only after so many seconds, or from an aware datetime.
         priority: 0-255; higher runs are hinted first.
+        expires: a start deadline, seconds from now or an aware datetime (Celery's
+            ``expires``): not started by then, the run is skipped ``expired``, never late.
         connection: your open transaction on the kernel's database (a SQLAlchemy
             Connection, a psycopg 3 connection, or Django's ``connection`` inside
             ``transaction.atomic()``): the occurrence exists exactly when it commits.
@@ -194,6 +199,7 @@ def enqueue(
         "countdown": countdown,
         "eta": eta,
         "priority": priority,
+        "expires": expires,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
     return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]
