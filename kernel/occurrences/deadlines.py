@@ -5,7 +5,6 @@ claim (:func:`skip_expired` of one id, kernel/occurrences/claiming.py) or Beat's
 
 from __future__ import annotations
 
-from kernel import statements as st
 from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.occurrences.control import end_control

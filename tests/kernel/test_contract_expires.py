@@ -31,11 +31,12 @@ def test_a_claim_at_the_deadline_skips_the_run_instead_of_starting_it(k: Harness
     assert occ.expires_at == occ.available_at + timedelta(seconds=90)
     blocker = k.kernel.blocker(occ_id)
     assert blocker is not None and blocker.kind == "none"
-    assert blocker.text.endswith(f"; expires at {occ.to_dict()['expires_at']} if not started by then")
+    deadline = occ.to_dict()["expires_at"]
+    assert blocker.text.endswith(f"; expires at {deadline} if not started by then")
     k.clock.advance(90)
     blocker = k.kernel.blocker(occ_id)
     assert blocker is not None and blocker.kind == "expired"
-    assert blocker.text.startswith(f"expired at {occ.to_dict()['expires_at']} before it started")
+    assert blocker.text.startswith(f"expired at {deadline} before it started")
     # Nothing holds it that a person must free: the watchdog does not call it stranded.
     k.clock.advance(3600)
     assert k.kernel.watchdog(grace=60)["stranded"] == []
