@@ -1,8 +1,8 @@
 """A start deadline (issue 38 item 7) raced: a claim (or ``claim_next``) and Beat's upkeep
 meet the same expired occurrence at once. Exactly one settles it skipped ``expired``, with
-one event; the other finds it settled or passes it by; nothing runs it. On PostgreSQL every other round
-holds the occurrence's row until both have read (:mod:`race_world`); 20 rounds there, 5
-on SQLite."""
+one event; the other finds it settled or passes it by; nothing runs it. On PostgreSQL
+every other round holds the occurrence's row until both have read (:mod:`race_world`);
+20 rounds there, 5 on SQLite."""
 
 from __future__ import annotations
 
