@@ -34,6 +34,8 @@ occurrences
     <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
     claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
     (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
+    ``expires_at``: the start deadline (Celery's ``expires``): a waiting row met at or after
+    it is settled ``skipped`` (reason ``expired``), never claimed (revision 0018).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -109,22 +111,10 @@ from kernel.db.checks import (
 )
 
 __all__ = [
-    "metadata",
-    "jobs",
-    "occurrences",
-    "controls",
-    "requeue_grants",
-    "operator_requests",
-    "events",
-    "beats",
-    "pools",
-    "job_sources",
-    "budgets",
-    "budget_windows",
-    "budget_reservations",
-    "adjudication_asks",
-    "notifications",
-]
+    "metadata", "jobs", "occurrences", "controls", "requeue_grants", "operator_requests",
+    "events", "beats", "pools", "job_sources", "budgets", "budget_windows",
+    "budget_reservations", "adjudication_asks", "notifications",
+]  # fmt: skip
 
 metadata = sa.MetaData()
 
@@ -203,8 +193,6 @@ occurrences = sa.Table(
     sa.Column("checkpoint", sa.Text),
     sa.Column("lost_leases", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
-    # The start deadline (Celery's ``expires``): a waiting row met at or after it is
-    # settled skipped ``expired``, never claimed (revision 0018).
     sa.Column("expires_at", Ms),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),

@@ -9,7 +9,7 @@ from datetime import datetime
 from kernel.facade.base import FacadeBase, ms, read, write
 from kernel.jobs import definitions as job_ops
 from kernel.jobs import plan_errors
-from kernel.occurrences import deadlines, dispatch, lease_expiry
+from kernel.occurrences import dispatch, lease_expiry
 from kernel.records import from_dt
 from kernel.transaction.tx import Tx
 from kernel.types import Beat, DispatchHint, Job
@@ -85,7 +85,7 @@ class BeatFacade(FacadeBase):
     def skip_expired(self, tx: Tx, limit: int = 200) -> int:
         """Settle skipped ``expired`` up to ``limit`` waiting occurrences whose start
         deadline (``expires``) passed, with their events: how many."""
-        return deadlines.skip_expired(tx, limit=limit)
+        return lease_expiry.skip_expired(tx, limit=limit)
 
     @write
     def record_beat(self, tx: Tx, beat_id: str, *, host: str, interval: float) -> None:

@@ -14,7 +14,7 @@ from kernel.db.schema import occurrences
 from kernel.db.translate import constraint_name
 from kernel.events import EventType
 from kernel.limits import pools
-from kernel.occurrences import deadlines, lease_expiry, runs
+from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
 from kernel.statements.predicates import claimable_now, lease_expired, start_expired
 from kernel.states import ControlState, OccurrenceStatus
@@ -105,7 +105,7 @@ def claim(
         return None
     o, control, grant = read
     if o["deadline_passed"]:  # never started late: settled as Beat's upkeep would
-        deadlines.skip_expired(tx, occurrence_id=occurrence_id)
+        lease_expiry.skip_expired(tx, occurrence_id=occurrence_id)
         return None
     decision = decide(o, control, grant)
     if decision.expire:

@@ -29,7 +29,6 @@ from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.occurrences import approvals
 from kernel.occurrences.control import request_cancel
-from kernel.occurrences.deadlines import deadline_ms
 from kernel.occurrences.rows import record_request
 from kernel.records import dumps, job_from_row
 from kernel.spec.jobspec import MAX_LOST_LEASES
@@ -184,6 +183,13 @@ def idempotency_key(
     return key if params is None else f"{key}|p{params_digest(params)}"
 
 
+def _deadline_ms(available_at: int, expires_s: float | None) -> int | None:
+    """The start deadline of an occurrence that may first start at ``available_at`` (ms)
+    and expires ``expires_s`` after it (None: no deadline). Counted from the time it may
+    start, as Celery counts from when Beat or the caller sends the message."""
+    return None if expires_s is None else available_at + round(expires_s * 1000)
+
+
 def create_occurrence(
     tx: Tx,
     *,
@@ -223,7 +229,7 @@ def create_occurrence(
         "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
         "fence": 0,
         "available_at": available_at,
-        "expires_at": deadline_ms(available_at, spec.get("expires")),
+        "expires_at": _deadline_ms(available_at, spec.get("expires")),
         "queue": spec["queue"],
         "kind": spec["kind"],
         "delivery": spec["delivery"],

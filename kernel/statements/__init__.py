@@ -8,8 +8,6 @@ from kernel.statements.beat import *  # noqa: F403
 from kernel.statements.beat import __all__ as _beat
 from kernel.statements.claims import *  # noqa: F403
 from kernel.statements.claims import __all__ as _claims
-from kernel.statements.deadlines import *  # noqa: F403
-from kernel.statements.deadlines import __all__ as _deadlines
 from kernel.statements.enqueues import *  # noqa: F403
 from kernel.statements.enqueues import __all__ as _enqueues
 from kernel.statements.gates import *  # noqa: F403
@@ -45,5 +43,4 @@ __all__ = [
     *_notifications,
     *_adjudication,
     *_enqueues,
-    *_deadlines,
 ]

@@ -31,19 +31,10 @@ from kernel.transitions.jobs import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
 from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS
 
 __all__ = [
-    "Transition",
-    "OCCURRENCE_TRANSITIONS",
-    "CONTROL_TRANSITIONS",
-    "JOB_TRANSITIONS",
-    "JOB_SOURCE_TRANSITIONS",
-    "POOL_TRANSITIONS",
-    "BUDGET_TRANSITIONS",
-    "OPERATOR_CANCELS",
-    "TRANSITIONS",
-    "TRANSITION_EVENTS",
-    "allowed_pairs",
-    "statement_name",
-]
+    "Transition", "OCCURRENCE_TRANSITIONS", "CONTROL_TRANSITIONS", "JOB_TRANSITIONS",
+    "JOB_SOURCE_TRANSITIONS", "POOL_TRANSITIONS", "BUDGET_TRANSITIONS", "OPERATOR_CANCELS",
+    "TRANSITIONS", "TRANSITION_EVENTS", "allowed_pairs", "statement_name",
+]  # fmt: skip
 
 _HELD = "running, owner and fence as held, lease live"
 #: The hot path's rows write their events in their own statement on PostgreSQL.
@@ -276,8 +267,7 @@ START_DEADLINE_PASSES = Transition(
     "a claim or Beat's upkeep meets an occurrence past its start deadline (expires)",
     (S.SKIPPED,),
     st.SKIP_EXPIRED,
-    "waiting (queued or retry_wait), not paused, expires_at <= now; the batch "
-    "(PostgreSQL: skip-locked) re-checked by the outer WHERE",
+    "waiting, not paused, expires_at <= now; the skip-locked batch re-checked by the outer WHERE",
     (E.OCCURRENCE_SKIPPED,),
 )
 
