@@ -58,8 +58,8 @@ log = logging.getLogger("celery_kernel.enqueue")
 
 #: The parameters of one run in :func:`enqueue_many`'s list, besides ``task``.
 _RUN_FIELDS = (
-    "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "callbacks",
-    "errbacks",
+    "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "expires",
+    "callbacks", "errbacks",
 )  # fmt: skip
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
@@ -180,6 +180,7 @@ def enqueue(
     priority: int | None = None,
     callbacks: Sequence[Mapping[str, Any]] = (),
     errbacks: Sequence[Mapping[str, Any]] = (),
+    expires: float | datetime | None = None,
     connection: Any = None,
 ) -> Enqueued:
     """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
@@ -198,6 +199,8 @@ def enqueue(
             ``kwargs``, ``immutable``, ``options`` task_id/queue/countdown/priority, and
             their own ``callbacks``/``errbacks``), enqueued by the settle that makes this
             run succeeded, or dead-lettered (a routed call's link, chain, link_error).
+        expires: a start deadline, seconds from now or an aware datetime (Celery's
+            ``expires``): not started by then, the run is skipped ``expired``, never late.
         connection: your open transaction on the kernel's database (a SQLAlchemy
             Connection, a psycopg 3 connection, or Django's ``connection`` inside
             ``transaction.atomic()``): the occurrence exists exactly when it commits.
@@ -221,6 +224,7 @@ def enqueue(
         "priority": priority,
         "callbacks": callbacks,
         "errbacks": errbacks,
+        "expires": expires,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
     return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]

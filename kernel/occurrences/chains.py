@@ -163,6 +163,8 @@ def enqueued_event(row: EnqueueRow, occurrence_id: int, revision: int) -> dict[s
         data["priority"] = values["priority"]
     if values["parent_id"] is not None:
         data["parent_id"] = values["parent_id"]
+    if values["expires_at"] is not None:
+        data["expires_at"] = values["expires_at"]
     return {"job_id": row.job_id, "occurrence_id": occurrence_id, "data": data}
 
 

@@ -24,6 +24,7 @@ from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transaction.tx import Tx
+from kernel.transitions import controls as TC
 from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer
@@ -239,7 +240,7 @@ def _settled(
         # unconditionally, in the statement that also writes the events.
         door.run_count(
             tx,
-            T.CONTROL_ENDS_WITH_SETTLE,
+            TC.CONTROL_ENDS_WITH_SETTLE,
             {
                 "occurrence_id": occurrence_id,
                 "now": tx.now,

@@ -77,6 +77,8 @@ class EnqueueRequest:
         countdown: seconds from now before it may be claimed; ``eta``: the instant
             (timezone-aware). At most one of them.
         priority: 0-255; among claimable occurrences higher ones are hinted first.
+        expires: a start deadline, seconds from now or an aware datetime (Celery's
+            ``expires``): not started by then, the run is skipped ``expired``.
         settings: job spec fields from the task's own options (timeout, max_attempts,
             retry, queue, ...), which define its implicit job.
         callbacks: signatures made occurrences when it succeeds (module docstring).
@@ -95,6 +97,7 @@ class EnqueueRequest:
     settings: Mapping[str, Any] = field(default_factory=dict)
     callbacks: Sequence[Mapping[str, Any]] = ()
     errbacks: Sequence[Mapping[str, Any]] = ()
+    expires: float | datetime | None = None
 
 
 def task_job_id(task: str) -> str:
@@ -222,6 +225,7 @@ def prepare(
             "definition": text,
             "created_at": now,
             "priority": priority,
+            "expires_at": _deadline_ms(request.expires, now),
             "links": links,
             "parent_id": parent_id,
         },
@@ -246,6 +250,22 @@ def _delay_ms(countdown: float | None, eta: datetime | None, now: int) -> int:
             raise InvalidArgument("eta", "must be a datetime with a time zone")
         return max(0, int(eta.timestamp() * 1000) - now)
     return 0
+
+
+def _deadline_ms(expires: float | datetime | None, now: int) -> int | None:
+    """The start deadline of ``expires`` as Celery reads it: seconds after the call, or
+    an instant."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None or expires.utcoffset() is None:
+            raise InvalidArgument("expires", "must be a datetime with a time zone")
+        return int(expires.timestamp() * 1000)
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        raise InvalidArgument("expires", "must be a number of seconds or a datetime")
+    if not 0 <= expires <= 366 * 86400:
+        raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
+    return now + round(expires * 1000)
 
 
 def _links(

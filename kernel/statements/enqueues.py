@@ -40,6 +40,7 @@ ENQUEUE_COLUMNS = (
     "priority",
     "links",
     "parent_id",
+    "expires_at",
 )
 _CONSTANTS: dict[str, Any] = {
     "status": "queued",

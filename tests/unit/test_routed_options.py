@@ -6,6 +6,7 @@ occurrences by the settle."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,11 @@ def _occurrences(app: Any) -> list[Any]:
             lambda app: app.routed.apply_async(("a",), link=app.other.s().set(expires=5)),
             "link[0].options.expires",
         ),
-        (lambda app: app.routed.apply_async(("a",), expires=30), "expires"),
         (lambda app: app.routed.apply_async(("a",), time_limit=5), "time_limit"),
         (lambda app: app.routed.apply_async(("a",), serializer="pickle"), "serializer"),
         (lambda app: app.routed.apply_async(("a",), headers={"tenant": "x"}), "headers"),
     ],
-    ids=["group", "group-in-chain", "link-expires", "expires", "time_limit", "pickle", "headers"],
+    ids=["group", "group-in-chain", "link-expires", "time_limit", "pickle", "headers"],
 )
 def test_an_option_the_kernel_cannot_honour_is_refused_naming_it(
     routed_app: Any, call: Any, named: str
@@ -150,3 +150,36 @@ def test_link_and_link_error_become_the_run_s_callback_and_errback(routed_app: A
     )
     _settle(app, _by_key(app, failing.id).id, failed=True)
     assert _by_key(app, "eb-2").payload["args"] == ["run-2"]  # errback(task_id), as a task
+
+
+def test_countdown_eta_and_expires_of_a_routed_call_are_the_occurrences_times(
+    routed_app: Any,
+) -> None:
+    """As Celery reads them: ``countdown``/``eta`` the time it may start, ``expires``
+    seconds after the call or an instant (ISO text too) its start deadline."""
+    at = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
+    before = datetime.now(UTC)
+    routed_app.routed.apply_async(("countdown",), countdown=90, expires=120)
+    routed_app.routed.apply_async(("eta",), eta=at, expires=at + timedelta(minutes=5))
+    routed_app.routed.apply_async(("iso",), eta=at.isoformat(), expires=at.isoformat())
+    routed_app.routed.apply_async(("none",))
+    after = datetime.now(UTC)
+    got = {o.payload["args"][0]: o for o in _occurrences(routed_app)}
+    countdown = got["countdown"]
+    assert before + timedelta(seconds=90) <= countdown.available_at <= after + timedelta(seconds=90)
+    assert countdown.expires_at is not None
+    assert before + timedelta(seconds=120) <= countdown.expires_at <= after + timedelta(seconds=120)
+    assert (got["eta"].available_at, got["eta"].expires_at) == (at, at + timedelta(minutes=5))
+    assert (got["iso"].available_at, got["iso"].expires_at) == (at, at)
+    assert got["none"].expires_at is None
+
+
+def test_a_tasks_own_expires_applies_to_a_routed_call(routed_app: Any) -> None:
+    routed_app.routed.expires = 60
+    try:
+        before = datetime.now(UTC)
+        routed_app.routed.delay("own")
+        [occ] = _occurrences(routed_app)
+        assert occ.expires_at is not None and occ.expires_at >= before + timedelta(seconds=60)
+    finally:
+        routed_app.routed.expires = None
