@@ -32,7 +32,12 @@ from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
 from kernel.records import dumps, loads
 from kernel.spec.durations import canonical_json
-from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, validate_job_spec
+from kernel.spec.jobspec import (
+    MAX_LOST_LEASES,
+    MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY,
+    validate_job_spec,
+)
 from kernel.spec.sections import ID
 from kernel.statements import MAX_ROWS, enqueue_occurrences, enqueue_params
 from kernel.states import Delivery
@@ -52,8 +57,6 @@ __all__ = [
 
 #: The longest caller's key.
 MAX_KEY = 200
-#: Priorities run from 0 (the default) to this; the pump hints higher ones first.
-MAX_PRIORITY = 255
 TASK_JOB_PREFIX = "task:"
 #: Stand-ins in a definition's template for what each run has of its own.
 _OWN = {"payload": "\x00payload", "queue": "\x00queue", "delivery": "\x00delivery"}
@@ -100,6 +103,7 @@ class Enqueued:
         queue: the queue its hint goes to.
         claimable: whether it may be claimed now (no countdown/eta in the future).
         timeout: its job's timeout in seconds (the hint's time limit), or None.
+        priority: its priority (0-255), which its hint carries.
     """
 
     occurrence_id: int
@@ -108,6 +112,7 @@ class Enqueued:
     queue: str
     claimable: bool
     timeout: float | None = None
+    priority: int = 0
 
 
 def task_job_id(task: str) -> str:
@@ -203,7 +208,7 @@ def _prepare(
         raise InvalidArgument(
             "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
         )
-    priority = 0 if request.priority is None else request.priority
+    priority = spec.get("priority", 0) if request.priority is None else request.priority
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
     available_at = now + _delay_ms(request.countdown, request.eta, now)
@@ -354,6 +359,7 @@ def enqueue(
                 row.values["queue"],
                 row.claimable and created,
                 row.timeout,
+                row.values["priority"],
             )
         )
         if created:

@@ -351,7 +351,8 @@ def claim_next(
     queues: tuple[str, ...] | None,
     kinds: tuple[str, ...] | None,
 ) -> Claim | None:
-    """Claim the oldest claimable occurrence matching the filters, or None."""
+    """Claim the claimable occurrence of highest priority, oldest first, matching the
+    filters, or None."""
     o = occurrences
     # Paused rows are never claimable (claimable_now): left in, a backlog of them fills
     # every candidate batch and starves the work behind it. A waiting row never carries
@@ -368,7 +369,9 @@ def claim_next(
     # the job (CLAIM refuses the reclaim of a disabled job's run).
     expired = lease_expired(tx.now)
     for condition in (waiting, expired):
-        query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)
+        # Higher priority first, as the pump hints them (a job's or an enqueue's).
+        order = (o.c.priority.desc(), o.c.available_at, o.c.id)
+        query = sa.select(o.c.id).where(condition).order_by(*order).limit(16)
         if queues:
             query = query.where(o.c.queue.in_(queues))
         if kinds:

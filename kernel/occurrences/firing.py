@@ -226,6 +226,7 @@ def create_occurrence(
         "delivery": spec["delivery"],
         "exclusive": exclusive or spec["overlap"] in ("queue", "replace"),
         "pool": spec["pool"],
+        "priority": spec.get("priority", 0),
         "definition": dumps(spec),
         "skip_reason": skip_reason,
         "cancel_requested": False,

@@ -56,6 +56,7 @@ from kernel.states import Delivery, Overlap
 __all__ = [
     "MAX_LOST_LEASES",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PRIORITY",
     "ONE_SHOT",
     "SELF_FENCE_MARGIN_S",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
@@ -87,6 +88,8 @@ _POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 MAX_RENEW_INTERVAL_S = 2.0
 #: Schedules that fire once.
 ONE_SHOT = frozenset({"at", "in"})
+#: Priorities run from 0 (the default) to this; higher ones are hinted and claimed first.
+MAX_PRIORITY = 255
 #: Effects are gone this long before the lease can expire (clock rates, scheduling).
 SELF_FENCE_MARGIN_S = 1.0
 _RENEW_FRACTION = 3
@@ -132,6 +135,10 @@ class JobSpec(Section):
     )
     timeout_s: Annotated[float, seconds()] | None = Field(
         default=None, alias="timeout", description="Longest run; null: unbounded."
+    )
+    priority: Annotated[int, integer(0, MAX_PRIORITY)] = Field(
+        default=0,
+        description="0-255: among claimable runs, higher ones are hinted and claimed first.",
     )
     overlap: Annotated[Overlap, enum_choice(Overlap)] = Field(
         default=Overlap.SKIP,
@@ -249,6 +256,8 @@ class JobSpec(Section):
             spec["notify"] = self.notify.to_dict()
         if self.max_lost_leases != MAX_LOST_LEASES:
             spec["max_lost_leases"] = self.max_lost_leases
+        if self.priority:
+            spec["priority"] = self.priority
         return spec
 
     @classmethod
