@@ -21,6 +21,7 @@ from typing import Any
 from celery.app.task import Task
 from celery.utils.time import maybe_make_aware
 
+from beat_schedule.task_settings import kernel_priority
 from celery_app.enqueueing import enqueue, result
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
@@ -81,7 +82,7 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
             f"it out of kernel_route_tasks to publish it through Celery",
             task=task.name,
         )
-    eta = options.get("eta")
+    eta, priority = options.get("eta"), options.get("priority")
     if isinstance(eta, str):
         eta = datetime.fromisoformat(eta)
     made = enqueue(
@@ -93,7 +94,8 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         queue=options.get("queue"),
         countdown=options.get("countdown"),
         eta=None if eta is None else maybe_make_aware(eta),
-        priority=options.get("priority"),
+        # Celery's priority as the app's broker orders it, on the kernel's scale.
+        priority=None if priority is None else kernel_priority(task.app.conf, priority, "priority"),
     )
     return RoutedResult(task.app, made.occurrence_id, made.deduplicated)
 

@@ -274,7 +274,7 @@ def _publish(app: Any, client: _Client, made: list[Enqueued]) -> None:
     """Publish the hints of the runs just made that may run now (the pump sends them
     again after ``kernel_rehint_after`` when the broker is down)."""
     hints = [
-        DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout)
+        DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout, priority=m.priority)
         for m in made
         if m.claimable
     ]

@@ -293,9 +293,9 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_refusals() 
     assert specs["p"]["max_attempts"] == 4 and "timeout" not in specs["p"]
     assert specs["p"]["retry"] == {"backoff": 180.0, "factor": 1.0, "max": 180.0, "jitter": 0.0}
     assert "max_attempts" not in specs["u"]
-    assert read.hints == {
-        "f": {"priority": 3, "routing_key": "rk", "expires": 30, "headers": {"h": "1"}}
-    }
+    # The entry's priority is its job's (its runs', claimed and hinted by it).
+    assert specs["f"]["priority"] == 3 and "priority" not in specs["p"]
+    assert read.hints == {"f": {"routing_key": "rk", "expires": 30, "headers": {"h": "1"}}}
     warnings = {e.name: " ".join(e.warnings) for e in read.entries}
     refused = {e.name: e.refused for e in read.entries if e.refused}
     # Celery would honour these; the kernel refuses the entry naming them, never drops them.
@@ -367,3 +367,46 @@ def test_beat_applies_a_job_files_pools_with_its_jobs(
     beat = open_beat(f"sqlite:///{tmp_path / 'kernel.db'}", kernel_jobs_file=str(jobs_file))
     assert [(p.name, p.limit) for p in beat.kernel.pools()] == [("db", 2)]
     assert [j.id for j in beat.kernel.list_jobs()] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("broker", "entry", "default", "kernel", "hinted"),
+    [
+        # AMQP (RabbitMQ): higher first, as the kernel; the numbers pass through.
+        ("amqp://guest@localhost//", 255, 3, (255, 3), (255, 3)),
+        # Redis: Celery runs 0 (and a message with none) first, 9 last.
+        ("redis://localhost:6379/0", 0, 7, (9, 2), (0, 7)),
+    ],
+)
+def test_a_priority_keeps_celerys_order_on_the_apps_broker(
+    broker: str,
+    entry: int,
+    default: int,
+    kernel: tuple[int, ...],
+    hinted: tuple[int | None, ...],
+) -> None:
+    from beat_schedule.task_settings import broker_priority
+
+    app = Celery("prio", broker=broker, set_as_current=False)
+    app.conf.task_default_priority = default  # each task's ``priority``
+
+    name = f"plain-{default}"
+
+    @app.task(name=name)
+    def plain() -> None: ...
+
+    conf = app.conf
+    conf.beat_schedule = {
+        "urgent": {"task": name, "schedule": 60, "options": {"priority": entry}},
+        "plain": {"task": name, "schedule": 60},
+    }
+    specs = {s["id"]: s for s in read_beat_schedule(conf, app.tasks).specs}
+    got = tuple(specs[name].get("priority", 0) for name in ("urgent", "plain"))
+    assert got == kernel
+    # The hint goes out with Celery's number again: the broker orders it as Celery would.
+    assert tuple(broker_priority(conf, k) for k in got) == hinted
+    assert broker_priority(conf, 0) is None  # the kernel's default: Celery's own default
+    conf.beat_schedule = {"bad": {"task": name, "schedule": 60, "options": {"priority": 300}}}
+    [refused] = read_beat_schedule(conf, app.tasks).entries
+    assert refused.refused is not None and "options.priority" in refused.refused
+    assert "300" in refused.refused
