@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from kombu import Connection
+from kombu.connection import Connection
 
 from kernel import InvalidArgument
 
@@ -75,7 +75,8 @@ def hint_options(name: str, options: Mapping[str, Any]) -> tuple[dict[str, Any],
 def _lower_first(broker_url: str | None, transport: str | None) -> bool:
     """Whether Celery's priorities on this broker run lower first (Redis: kombu's
     ``priority_steps`` queues, polled from step 0); AMQP's run higher first."""
-    return Connection(broker_url, transport=transport).transport.driver_type == "redis"
+    driver = Connection(broker_url, transport=transport).transport.driver_type  # type: ignore[no-untyped-call]
+    return bool(driver == "redis")
 
 
 def _redis_flip(conf: Any) -> bool:
