@@ -31,6 +31,7 @@ class EnqueueFacade(FacadeBase):
         priority: int | None = None,
         settings: Mapping[str, Any] | None = None,
         connection: Any = None,
+        timeout: float | None = None,
         hinted: bool = False,
     ) -> Enqueued:
         """Make an occurrence of ``task``'s implicit job (``task:<task>``), or find the
@@ -42,8 +43,10 @@ class EnqueueFacade(FacadeBase):
                 answers the same occurrence, ``deduplicated``.
             queue, delivery: this run's, else the job's.
             countdown: seconds before it may be claimed; ``eta``: the instant (aware).
-            priority: 0-255; higher ones are hinted first.
+            priority: 0-255; higher ones are hinted and claimed first.
             settings: job spec fields from the task's options (its implicit job's).
+            timeout: this run's longest run in seconds, else the job's (its definition's,
+                so the worker's time limits enforce it).
             connection: a SQLAlchemy Connection in an open transaction, or a psycopg
                 connection, on the kernel's database: the occurrence is inserted in
                 that transaction and exists exactly when it commits (its hint is then
@@ -57,7 +60,17 @@ class EnqueueFacade(FacadeBase):
                 can write through; nothing is written.
         """
         request = EnqueueRequest(
-            task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {}
+            task,
+            args,
+            kwargs,
+            key,
+            queue,
+            delivery,
+            countdown,
+            eta,
+            priority,
+            settings or {},
+            timeout,
         )
         return self.enqueue_many([request], connection=connection, hinted=hinted)[0]
 

@@ -31,7 +31,7 @@ from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
 from kernel.records import dumps, loads
-from kernel.spec.durations import canonical_json
+from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration
 from kernel.spec.jobspec import (
     MAX_LOST_LEASES,
     MAX_PAYLOAD_BYTES,
@@ -59,8 +59,15 @@ __all__ = [
 MAX_KEY = 200
 TASK_JOB_PREFIX = "task:"
 #: Stand-ins in a definition's template for what each run has of its own.
-_OWN = {"payload": "\x00payload", "queue": "\x00queue", "delivery": "\x00delivery"}
+_OWN = {
+    "payload": "\x00payload",
+    "queue": "\x00queue",
+    "delivery": "\x00delivery",
+    "timeout": "\x00timeout",
+}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
+#: A run's own timeout is read as a job's is.
+_RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,8 @@ class EnqueueRequest:
         priority: 0-255; among claimable occurrences higher ones are hinted first.
         settings: job spec fields from the task's own options (timeout, max_attempts,
             retry, queue, ...), which define its implicit job.
+        timeout: this run's longest run in seconds (a call's ``time_limit``), else its
+            job's: its definition's, which the worker's time limits enforce.
     """
 
     task: str
@@ -90,6 +99,7 @@ class EnqueueRequest:
     eta: datetime | None = None
     priority: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
+    timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +145,7 @@ def _task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
     validation and a whole spec's encoding per call would cost more than the insert.
 
     The template is the canonical JSON of the spec with stand-ins for what each run has
-    of its own (payload, queue, delivery), which :func:`_definition` splices in."""
+    of its own (payload, queue, delivery, timeout), which :func:`_definition` splices in."""
     settings = loads(settings_json)
     job_id = task_job_id(task)
     if len(job_id) > 128 or not ID.fullmatch(job_id):
@@ -169,13 +179,23 @@ class _Row:
         return str(self.values["idempotency_key"])
 
 
-def _definition(template: str, task: str, args: str, kwargs: str, queue: str, delivery: str) -> str:
+def _definition(
+    template: str,
+    task: str,
+    args: str,
+    kwargs: str,
+    queue: str,
+    delivery: str,
+    timeout: float | None,
+) -> str:
     """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
-    run's payload, queue and delivery gives (canonical ``args``/``kwargs`` spliced in)."""
+    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs``
+    spliced in)."""
     own = {
         "payload": f'{{"args":{args},"kwargs":{kwargs},"task":{dumps(task)}}}',
         "queue": dumps(queue),
         "delivery": dumps(delivery),
+        "timeout": dumps(timeout),
     }
     for name, value in own.items():
         template = template.replace(_STAND_INS[name], value, 1)
@@ -212,7 +232,10 @@ def _prepare(
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
     available_at = now + _delay_ms(request.countdown, request.eta, now)
-    text = _definition(template, request.task, args, kwargs, queue, delivery)
+    timeout = (
+        spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
+    )
+    text = _definition(template, request.task, args, kwargs, queue, delivery, timeout)
     if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
         raise InvalidArgument(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
@@ -239,7 +262,7 @@ def _prepare(
         },
         job_id=spec["id"],
         claimable=claimable,
-        timeout=spec["timeout"],
+        timeout=timeout,
     )
 
 
