@@ -211,6 +211,9 @@ def entry_to_spec(
         spec["queue"] = options["queue"]
     if task is not None:
         spec.update(task_fields(name, task)[0])
+    limit = options.get("soft_time_limit") or options.get("time_limit")
+    if limit:  # the soft limit (else the hard one) is the timeout, as a task's own are
+        spec["timeout"] = limit
     if options.get("priority") is not None:
         where = f"beat_schedule[{name!r}].options.priority"
         spec["priority"] = kernel_priority(conf or {}, options["priority"], where)

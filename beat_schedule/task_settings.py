@@ -28,8 +28,8 @@ __all__ = [
 
 #: ``options`` keys the dispatch pump passes to ``send_task`` for the entry's hints.
 HINT_OPTIONS = ("routing_key", "exchange", "expires", "headers")
-#: ``options`` keys that become job fields (``queue``, ``priority``).
-_JOB_OPTIONS = ("queue", "priority")
+#: ``options`` keys that become job fields (``queue``, ``priority``, ``timeout``).
+_JOB_OPTIONS = ("queue", "priority", "soft_time_limit", "time_limit")
 #: Celery's priorities on Redis run the other way: 0 (also a message with none) first,
 #: down to 9, which kombu clamps higher values to.
 _REDIS_LAST = 9

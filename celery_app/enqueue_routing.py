@@ -30,7 +30,9 @@ __all__ = ["RoutedResult", "TaskShortcut", "hook_apply_async"]
 
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key).
-_ROUTED_OPTIONS = frozenset({"countdown", "eta", "priority", "queue", "task_id"})
+_ROUTED_OPTIONS = frozenset(
+    {"countdown", "eta", "priority", "queue", "task_id", "soft_time_limit", "time_limit"}
+)
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
@@ -58,7 +60,7 @@ class RoutedResult:
 
 def refused_options(options: Mapping[str, Any]) -> list[str]:
     """The options of a routed call the kernel cannot honour: canvas links (``link``,
-    ``link_error``, a chain's rest, a chord, a group), ``expires``, time limits,
+    ``link_error``, a chain's rest, a chord, a group), ``expires``,
     ``headers``, ``shadow``, a serializer other than JSON, ``ignore_result``..."""
     return sorted(
         name
@@ -96,6 +98,9 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         eta=None if eta is None else maybe_make_aware(eta),
         # Celery's priority as the app's broker orders it, on the kernel's scale.
         priority=None if priority is None else kernel_priority(task.app.conf, priority, "priority"),
+        # The soft limit (else the hard one) is the run's timeout, as a task's own limits
+        # are its job's (beat_schedule.task_settings.task_fields).
+        timeout=options.get("soft_time_limit") or options.get("time_limit"),
     )
     return RoutedResult(task.app, made.occurrence_id, made.deduplicated)
 

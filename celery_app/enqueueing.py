@@ -57,7 +57,9 @@ __all__ = [
 log = logging.getLogger("celery_kernel.enqueue")
 
 #: The parameters of one run in :func:`enqueue_many`'s list, besides ``task``.
-_RUN_FIELDS = ("args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority")
+_RUN_FIELDS = (
+    "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "timeout"
+)  # fmt: skip
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
 #: Settled without success: result() raises.
@@ -160,6 +162,7 @@ def enqueue(
     eta: datetime | None = None,
     priority: int | None = None,
     connection: Any = None,
+    timeout: float | None = None,
 ) -> Enqueued:
     """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
 
@@ -172,7 +175,9 @@ def enqueue(
         queue: the queue of its run (default: the task's, else ``celery``).
         delivery: ``at-least-once`` or ``at-most-once``.
         countdown, eta: claimable only after so many seconds, or from an aware datetime.
-        priority: 0-255; higher runs are hinted first.
+        priority: 0-255; higher runs are hinted and claimed first.
+        timeout: this run's longest run in seconds, else its task's time limit: the body
+            gets Celery's ``SoftTimeLimitExceeded`` then, and is ended shortly after.
         connection: your open transaction on the kernel's database (a SQLAlchemy
             Connection, a psycopg 3 connection, or Django's ``connection`` inside
             ``transaction.atomic()``): the occurrence exists exactly when it commits.
@@ -194,6 +199,7 @@ def enqueue(
         "countdown": countdown,
         "eta": eta,
         "priority": priority,
+        "timeout": timeout,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
     return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]

@@ -410,3 +410,16 @@ def test_a_priority_keeps_celerys_order_on_the_apps_broker(
     [refused] = read_beat_schedule(conf, app.tasks).entries
     assert refused.refused is not None and "options.priority" in refused.refused
     assert "300" in refused.refused
+
+
+def test_an_entrys_time_limits_are_its_jobs_timeout() -> None:
+    """``options.soft_time_limit``/``time_limit`` were refused; now the soft limit (else
+    the hard one) is the job's timeout, as a task's own limits are (issue 38 item 7)."""
+    conf = {"beat_schedule": {
+        "soft": {"task": "t", "schedule": 60, "options": {"soft_time_limit": 4, "time_limit": 9}},
+        "hard": {"task": "t", "schedule": 60, "options": {"time_limit": 7}},
+    }}  # fmt: skip
+    read = read_beat_schedule(conf)
+    assert [e.refused for e in read.entries] == [None, None]
+    assert {s["id"]: s["timeout"] for s in read.specs} == {"soft": 4, "hard": 7}
+    assert read.hints == {}
