@@ -31,13 +31,9 @@ from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
 from kernel.records import dumps, loads
+from kernel.spec import jobspec
 from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration
-from kernel.spec.jobspec import (
-    MAX_LOST_LEASES,
-    MAX_PAYLOAD_BYTES,
-    MAX_PRIORITY,
-    validate_job_spec,
-)
+from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, validate_job_spec
 from kernel.spec.sections import ID
 from kernel.statements import MAX_ROWS, enqueue_occurrences, enqueue_params
 from kernel.states import Delivery
@@ -46,7 +42,6 @@ from kernel.transitions import occurrences as T
 
 __all__ = [
     "MAX_KEY",
-    "MAX_PRIORITY",
     "TASK_JOB_PREFIX",
     "EnqueueRequest",
     "Enqueued",
@@ -59,12 +54,7 @@ __all__ = [
 MAX_KEY = 200
 TASK_JOB_PREFIX = "task:"
 #: Stand-ins in a definition's template for what each run has of its own.
-_OWN = {
-    "payload": "\x00payload",
-    "queue": "\x00queue",
-    "delivery": "\x00delivery",
-    "timeout": "\x00timeout",
-}
+_OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
 #: A run's own timeout is read as a job's is.
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
@@ -229,8 +219,8 @@ def _prepare(
             "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
         )
     priority = spec.get("priority", 0) if request.priority is None else request.priority
-    if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
-        raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
+    if type(priority) is not int or not 0 <= priority <= jobspec.MAX_PRIORITY:
+        raise InvalidArgument("priority", f"must be an integer from 0 to {jobspec.MAX_PRIORITY}")
     available_at = now + _delay_ms(request.countdown, request.eta, now)
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")

@@ -369,8 +369,7 @@ def claim_next(
     # the job (CLAIM refuses the reclaim of a disabled job's run).
     expired = lease_expired(tx.now)
     for condition in (waiting, expired):
-        # Higher priority first, as the pump hints them (a job's or an enqueue's).
-        order = (o.c.priority.desc(), o.c.available_at, o.c.id)
+        order = (o.c.priority.desc(), o.c.available_at, o.c.id)  # as the pump hints them
         query = sa.select(o.c.id).where(condition).order_by(*order).limit(16)
         if queues:
             query = query.where(o.c.queue.in_(queues))
