@@ -34,6 +34,8 @@ occurrences
     <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
     claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
     (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
+    ``rate_limit``: the rate limit its claim takes a token of (its snapshot's ``rate_limit``
+    spaces them; NULL: none) (revision 0020).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -57,6 +59,10 @@ pools
     limit``, one guarded statement) and every statement that ends a run gives it
     back, in the same transaction (revision 0006). A pool a job names but nothing
     defines gets a row with limit 1 at its first claim.
+rate_limits
+    A rate limit's token (revision 0020): ``name`` is ``task:<task>`` for a task's runs, else
+    the job's id. A claim takes it only at or after ``next_free_at`` and sets it to now plus
+    its run's interval (one guarded statement); a refused claim's occurrence waits until then.
 budgets
     Shared budgets by name, as the job files' ``budgets:`` section sets them:
     ``window_s`` and the limits ``max_runs`` / ``max_units`` (NULL: unlimited).
@@ -107,24 +113,6 @@ from kernel.db.checks import (
     OCCURRENCE_CHECKS,
     POOL_CHECKS,
 )
-
-__all__ = [
-    "metadata",
-    "jobs",
-    "occurrences",
-    "controls",
-    "requeue_grants",
-    "operator_requests",
-    "events",
-    "beats",
-    "pools",
-    "job_sources",
-    "budgets",
-    "budget_windows",
-    "budget_reservations",
-    "adjudication_asks",
-    "notifications",
-]
 
 metadata = sa.MetaData()
 
@@ -203,6 +191,7 @@ occurrences = sa.Table(
     sa.Column("checkpoint", sa.Text),
     sa.Column("lost_leases", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
+    sa.Column("rate_limit", sa.String(200)),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
@@ -397,3 +386,13 @@ notifications = sa.Table(
     _partial("notifications_due", "next_at", where="state = 'pending'"),
     *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
 )
+
+rate_limits = sa.Table(
+    "rate_limits",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("next_free_at", Ms, nullable=False),
+)
+
+#: The tables, each by its own name.
+__all__ = ["metadata", *metadata.tables]

@@ -30,6 +30,7 @@ from kernel.db.schema import jobs, occurrences
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
+from kernel.limits.held import rate_limit_name
 from kernel.records import dumps, loads
 from kernel.spec import jobspec
 from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration
@@ -249,6 +250,7 @@ def _prepare(
             "definition": text,
             "created_at": now,
             "priority": priority,
+            "rate_limit": rate_limit_name(spec),
         },
         job_id=spec["id"],
         claimable=claimable,

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from kernel.db.schema import jobs, occurrences
 from kernel.errors import NotFound, RevisionConflict, StateConflict
 from kernel.events import EventType
-from kernel.limits import budgets
+from kernel.limits import budgets, held
 from kernel.occurrences import approvals
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import record_request
@@ -227,6 +227,7 @@ def create_occurrence(
         "exclusive": exclusive or spec["overlap"] in ("queue", "replace"),
         "pool": spec["pool"],
         "priority": spec.get("priority", 0),
+        "rate_limit": held.rate_limit_name(spec),
         "definition": dumps(spec),
         "skip_reason": skip_reason,
         "cancel_requested": False,

@@ -31,7 +31,7 @@ from pydantic import Field, ValidationError, model_validator
 from kernel.errors import InvalidArgument
 from kernel.redaction import holds_credential, is_sensitive_name
 from kernel.spec.durations import canonical_json, child_path, parse_duration
-from kernel.spec.fields import BOOLEAN, OBJECT, enum_choice, integer, refuse, seconds, text
+from kernel.spec.fields import BOOLEAN, OBJECT, RATE, enum_choice, integer, refuse, seconds, text
 from kernel.spec.notify import Notify
 from kernel.spec.payload_kinds import MAX_PAYLOAD_BYTES, check_payload
 from kernel.spec.payloads import SHELL_OUTPUT_LIMIT_DEFAULT
@@ -139,6 +139,9 @@ class JobSpec(Section):
     priority: Annotated[int, integer(0, MAX_PRIORITY)] = Field(
         default=0,
         description="0-255: among claimable runs, higher ones are hinted and claimed first.",
+    )
+    rate_limit: Annotated[str, RATE] | None = Field(
+        default=None, description="Runs start at most this often ('30/m'), across all workers."
     )
     overlap: Annotated[Overlap, enum_choice(Overlap)] = Field(
         default=Overlap.SKIP,
@@ -256,8 +259,7 @@ class JobSpec(Section):
             spec["notify"] = self.notify.to_dict()
         if self.max_lost_leases != MAX_LOST_LEASES:
             spec["max_lost_leases"] = self.max_lost_leases
-        if self.priority:
-            spec["priority"] = self.priority
+        spec.update((k, v) for k in ("priority", "rate_limit") if (v := getattr(self, k)))
         return spec
 
     @classmethod

@@ -38,6 +38,7 @@ ENQUEUE_COLUMNS = (
     "definition",
     "created_at",
     "priority",
+    "rate_limit",
 )
 _CONSTANTS: dict[str, Any] = {
     "status": "queued",

@@ -28,7 +28,7 @@ from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
 from kernel.transitions.door import Transition
 from kernel.transitions.jobs import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
-from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS
+from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS, RATE_TRANSITIONS
 
 __all__ = [
     "Transition",
@@ -373,6 +373,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     *JOB_TRANSITIONS,
     *JOB_SOURCE_TRANSITIONS,
     *POOL_TRANSITIONS,
+    *RATE_TRANSITIONS,
     *BUDGET_TRANSITIONS,
 )
 
