@@ -4,8 +4,9 @@ A ``beat_schedule`` entry names a task whose decorator may set time limits and
 automatic retries, and an ``options`` dict Celery would pass to ``apply_async``. On
 the kernel the task body runs inside ``kernel.run_occurrence``, so each setting is
 either turned into the job's own field (timeout, attempts, backoff: the kernel owns
-the retry), carried on the published hint (routing, priority, expiry, headers), or
-refused by name: nothing is dropped.
+the retry; the rate limit, which the kernel keeps across all workers), carried on the
+published hint (routing, priority, expiry, headers), or refused by name: nothing is
+dropped.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
+from celery.utils.time import rate
 from kombu.connection import Connection
 
 from kernel import InvalidArgument
@@ -106,7 +108,8 @@ def broker_priority(conf: Any, priority: int) -> int | None:
 
 
 def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
-    """Job spec fields from the task's priority, time limits and automatic-retry settings.
+    """Job spec fields from the task's priority, rate limit, time limits and automatic-retry
+    settings.
 
     Returns (fields, warnings). The job gets the task's ``max_retries`` + 1 attempts
     (``retry_kwargs["max_retries"]`` under ``autoretry_for``): ``self.retry()`` and
@@ -118,6 +121,9 @@ def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
     warnings: list[str] = []
     if task.priority is not None:
         fields["priority"] = kernel_priority(task.app.conf, task.priority, "priority")
+    # Celery's own reading: none or 0 is no limit, and worker_disable_rate_limits drops them.
+    if task.rate_limit and rate(task.rate_limit) and not task.app.conf.worker_disable_rate_limits:
+        fields["rate_limit"] = task.rate_limit
     limits = [v for v in (task.soft_time_limit, task.time_limit) if v]
     if limits:
         # The soft limit (or the hard one) is the job's timeout: the worker publishes

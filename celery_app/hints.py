@@ -84,16 +84,24 @@ def publish_hints(
 
 
 def resend_run_hints(
-    app: Any, occurrence_ids: list[int], *, queue: str, shadow: str | None, per_message: int
+    app: Any,
+    occurrence_ids: list[int],
+    *,
+    queue: str,
+    shadow: str | None,
+    per_message: int,
+    countdown: float | None = None,
 ) -> None:
     """Send a batch's unstarted ids again to ``queue``, ``per_message`` a message, under
-    the batch's ``shadow`` name (so Flower still shows the job)."""
+    the batch's ``shadow`` name (so Flower still shows the job); ``countdown``: delivered
+    so many seconds from now (a rate-limited run's, when its token is free)."""
     for start in range(0, len(occurrence_ids), per_message):
         app.send_task(
             RUN_OCCURRENCE,
             args=occurrence_ids[start : start + per_message],
             queue=queue,
             shadow=shadow,
+            countdown=countdown,
             serializer=_KERNEL_SERIALIZER,
         )
 
