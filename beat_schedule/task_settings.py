@@ -107,6 +107,15 @@ def broker_priority(conf: Any, priority: int) -> int | None:
     return _REDIS_LAST - min(priority, _REDIS_LAST) if priority else None
 
 
+def _limits(value: Any) -> bool:
+    """Whether Celery reads the task's ``rate_limit`` as a limit (none and 0 are none); one
+    Celery cannot read is the job's too, and the job spec's check refuses it naming it."""
+    try:
+        return bool(value) and bool(rate(value))
+    except (KeyError, ValueError, TypeError):
+        return True
+
+
 def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
     """Job spec fields from the task's priority, rate limit, time limits and automatic-retry
     settings.
@@ -122,7 +131,7 @@ def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:
     if task.priority is not None:
         fields["priority"] = kernel_priority(task.app.conf, task.priority, "priority")
     # Celery's own reading: none or 0 is no limit, and worker_disable_rate_limits drops them.
-    if task.rate_limit and rate(task.rate_limit) and not task.app.conf.worker_disable_rate_limits:
+    if _limits(task.rate_limit) and not task.app.conf.worker_disable_rate_limits:
         fields["rate_limit"] = task.rate_limit
     limits = [v for v in (task.soft_time_limit, task.time_limit) if v]
     if limits:

@@ -423,3 +423,27 @@ def test_an_entrys_time_limits_are_its_jobs_timeout() -> None:
     assert [e.refused for e in read.entries] == [None, None]
     assert {s["id"]: s["timeout"] for s in read.specs} == {"soft": 4, "hard": 7}
     assert read.hints == {}
+
+
+def test_a_tasks_rate_limit_is_its_entrys_job_as_celery_reads_it() -> None:
+    """A task's ``rate_limit`` is its job's, kept by the kernel across workers (issue 38
+    item 7); none or 0 is no limit, and ``worker_disable_rate_limits`` drops them, as
+    under Celery; a limit Celery could not read refuses the entry naming it."""
+    app = Celery("rate", set_as_current=False)
+    limits = {"slow": "20/m", "number": 2, "zero": 0, "none": None, "bad": "20/d"}
+
+    def body() -> None: ...
+
+    for name, limit in limits.items():
+        app.task(name=name, rate_limit=limit)(body)
+    app.conf.beat_schedule = {name: {"task": name, "schedule": 60} for name in limits}
+    read = read_beat_schedule(app.conf, app.tasks)
+    specs = {s["id"]: s for s in read.specs}
+    got = {name: specs[name].get("rate_limit") for name in ("slow", "number", "zero", "none")}
+    assert got == {"slow": "20/m", "number": 2, "zero": None, "none": None}
+    [bad] = [e for e in read.entries if e.name == "bad"]
+    assert bad.refused is not None and "rate_limit" in bad.refused and "20/d" in bad.refused
+    app.conf.worker_disable_rate_limits = True
+    app.conf.beat_schedule = {"slow": {"task": "slow", "schedule": 60}}
+    [spec] = read_beat_schedule(app.conf, app.tasks).specs
+    assert "rate_limit" not in spec
