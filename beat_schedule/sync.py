@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery.schedules import crontab, schedule
 
-from beat_schedule.task_settings import expires_field, hint_options, task_fields
+from beat_schedule.task_settings import expires_field, hint_options, kernel_priority, task_fields
 from kernel import InvalidArgument, Job, Kernel, NotFound, validate_job_spec
 
 __all__ = [
@@ -180,12 +180,19 @@ def _schedule(name: str, value: Any, timezone: str | None) -> dict[str, Any]:
 
 
 def entry_to_spec(
-    name: str, entry: Mapping[str, Any], *, timezone: str | None = "UTC", task: Any = None
+    name: str,
+    entry: Mapping[str, Any],
+    *,
+    timezone: str | None = "UTC",
+    task: Any = None,
+    conf: Any = None,
 ) -> dict[str, Any]:
     """One ``beat_schedule`` entry as a ``task`` job spec; its ``kernel`` key sets other fields.
 
-    ``task``, the registered Celery task when known, contributes its time limits and
-    retry settings (see :func:`~beat_schedule.task_settings.task_fields`).
+    ``task``, the registered Celery task when known, contributes its priority, time limits
+    and retry settings (see :func:`~beat_schedule.task_settings.task_fields`); ``conf``,
+    the app's, tells how its broker orders ``options.priority``
+    (:func:`~beat_schedule.task_settings.kernel_priority`).
     """
     if "task" not in entry or "schedule" not in entry:
         raise InvalidArgument(f"beat_schedule[{name!r}]", "needs 'task' and 'schedule'")
@@ -199,12 +206,18 @@ def entry_to_spec(
         },
         "schedule": _schedule(name, entry["schedule"], timezone),
     }
-    queue = (entry.get("options") or {}).get("queue")
-    if queue:
-        spec["queue"] = queue
+    options = entry.get("options") or {}
+    if options.get("queue"):
+        spec["queue"] = options["queue"]
     if task is not None:
         spec.update(task_fields(name, task)[0])
-    spec.update(expires_field(name, entry.get("options") or {}, task))
+    spec.update(expires_field(name, options, task))
+    limit = options.get("soft_time_limit") or options.get("time_limit")
+    if limit:  # the soft limit (else the hard one) is the timeout, as a task's own are
+        spec["timeout"] = limit
+    if options.get("priority") is not None:
+        where = f"beat_schedule[{name!r}].options.priority"
+        spec["priority"] = kernel_priority(conf or {}, options["priority"], where)
     spec.update(entry.get("kernel") or {})
     return spec
 
@@ -265,7 +278,7 @@ def read_beat_schedule(conf: Any, tasks: Mapping[str, Any] | None = None) -> Bea
     entries: list[BeatEntry] = []
     by_id: dict[str, BeatEntry] = {}
     for name, raw in (conf.get("beat_schedule") or {}).items():
-        entries.append(entry := _read_entry(name, raw, timezone, tasks))
+        entries.append(entry := _read_entry(name, raw, timezone, tasks, conf))
         if entry.job_id is None:
             continue
         other = by_id.setdefault(entry.job_id, entry)
@@ -281,7 +294,11 @@ def read_beat_schedule(conf: Any, tasks: Mapping[str, Any] | None = None) -> Bea
 
 
 def _read_entry(
-    name: str, raw: Mapping[str, Any], timezone: str | None, tasks: Mapping[str, Any] | None
+    name: str,
+    raw: Mapping[str, Any],
+    timezone: str | None,
+    tasks: Mapping[str, Any] | None,
+    conf: Any,
 ) -> BeatEntry:
     try:
         entry = BeatEntry(name, _job_id(name))
@@ -298,7 +315,7 @@ def _read_entry(
         else:
             entry.warnings += task_fields(name, task)[1]
     try:
-        spec = entry_to_spec(name, raw, timezone=timezone, task=task)
+        spec = entry_to_spec(name, raw, timezone=timezone, task=task, conf=conf)
     except InvalidArgument as exc:
         entry.refused = str(exc)
         return entry

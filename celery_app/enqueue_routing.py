@@ -26,6 +26,7 @@ from celery.app.task import Task
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
+from beat_schedule.task_settings import kernel_priority
 from celery_app.canvas_links import CANVAS_OPTIONS, links
 from celery_app.enqueueing import enqueue
 from celery_app.settings import KernelSettings
@@ -36,10 +37,11 @@ __all__ = ["TaskShortcut", "hook_apply_async"]
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
 #: ``result_cls`` is the class of what it answers; link, link_error and a chain's rest become
-#: kernel links: celery_app/canvas_links.py).
+#: kernel links: celery_app/canvas_links.py; the time limits the run's timeout).
 _ROUTED_OPTIONS = frozenset(
-    {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls", *CANVAS_OPTIONS}
-)
+    {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls",
+     "soft_time_limit", "time_limit", *CANVAS_OPTIONS}
+)  # fmt: skip
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
@@ -49,7 +51,7 @@ _PUBLISHING_OPTIONS = frozenset(
 
 
 def refused_options(options: Mapping[str, Any]) -> list[str]:
-    """The options of a routed call the kernel cannot honour: a chord, a group, time limits,
+    """The options of a routed call the kernel cannot honour: a chord, a group,
     ``headers``, ``shadow``, a serializer other than JSON, ``ignore_result``..."""
     return sorted(
         name
@@ -78,6 +80,7 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
     # task id twice is one occurrence. The task's own expires unless the call gives one.
     task_id = options.get("task_id") or uuid()
     expires = options.get("expires", getattr(task, "expires", None))
+    priority = options.get("priority")
     enqueue(
         task.app,
         task.name,
@@ -87,10 +90,14 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         queue=options.get("queue"),
         countdown=options.get("countdown"),
         eta=_instant(options.get("eta")),
-        priority=options.get("priority"),
+        # Celery's priority as the app's broker orders it, on the kernel's scale.
+        priority=None if priority is None else kernel_priority(task.app.conf, priority, "priority"),
         callbacks=callbacks,
         errbacks=errbacks,
         expires=_instant(expires),
+        # The soft limit (else the hard one) is the run's timeout, as a task's own limits
+        # are its job's (beat_schedule.task_settings.task_fields).
+        timeout=options.get("soft_time_limit") or options.get("time_limit"),
     )
     result_cls = options.get("result_cls") or task.AsyncResult
     return result_cls(task_id)

@@ -59,7 +59,7 @@ log = logging.getLogger("celery_kernel.enqueue")
 #: The parameters of one run in :func:`enqueue_many`'s list, besides ``task``.
 _RUN_FIELDS = (
     "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "expires",
-    "callbacks", "errbacks",
+    "timeout", "callbacks", "errbacks",
 )  # fmt: skip
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
@@ -182,6 +182,7 @@ def enqueue(
     errbacks: Sequence[Mapping[str, Any]] = (),
     expires: float | datetime | None = None,
     connection: Any = None,
+    timeout: float | None = None,
 ) -> Enqueued:
     """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
 
@@ -194,13 +195,15 @@ def enqueue(
         queue: the queue of its run (default: the task's, else ``celery``).
         delivery: ``at-least-once`` or ``at-most-once``.
         countdown, eta: claimable only after so many seconds, or from an aware datetime.
-        priority: 0-255; higher runs are hinted first.
+        priority: 0-255; higher runs are hinted and claimed first.
         callbacks, errbacks: kernel link signatures (plain JSON: ``task``, ``args``,
             ``kwargs``, ``immutable``, ``options`` task_id/queue/countdown/priority, and
             their own ``callbacks``/``errbacks``), enqueued by the settle that makes this
             run succeeded, or dead-lettered (a routed call's link, chain, link_error).
         expires: a start deadline, seconds from now or an aware datetime (Celery's
             ``expires``): not started by then, the run is skipped ``expired``, never late.
+        timeout: this run's longest run in seconds, else its task's time limit: the body
+            gets Celery's ``SoftTimeLimitExceeded`` then, and is ended shortly after.
         connection: your open transaction on the kernel's database (a SQLAlchemy
             Connection, a psycopg 3 connection, or Django's ``connection`` inside
             ``transaction.atomic()``): the occurrence exists exactly when it commits.
@@ -225,6 +228,7 @@ def enqueue(
         "callbacks": callbacks,
         "errbacks": errbacks,
         "expires": expires,
+        "timeout": timeout,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
     return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]
@@ -305,7 +309,7 @@ def _publish(app: Any, client: _Client, made: list[Enqueued]) -> None:
     """Publish the hints of the runs just made that may run now (the pump sends them
     again after ``kernel_rehint_after`` when the broker is down)."""
     hints = [
-        DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout)
+        DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout, priority=m.priority)
         for m in made
         if m.claimable
     ]

@@ -17,6 +17,7 @@ from typing import Any
 
 from celery.utils.saferepr import saferepr
 
+from beat_schedule.task_settings import broker_priority
 from celery_app.task_names import ADJUDICATE_OCCURRENCE, NOTIFY, RUN_OCCURRENCE
 from kernel import DispatchHint
 
@@ -62,33 +63,45 @@ def publish_hints(
     Only hints with nothing of their own in the message batch: no Celery time limit
     (one limit cannot time several runs) and no beat_schedule ``options``. A queue with
     more such hints than ``batch_max`` gets them in messages of at most ``batch_max`` ids
-    (sizes evened out); otherwise each goes alone, so a single firing is never held back.
+    (sizes evened out; one priority a message); otherwise each goes alone, so a single
+    firing is never held back. A hint carries its run's priority as Celery's on the
+    app's broker (:func:`~beat_schedule.task_settings.broker_priority`), so a Redis or
+    RabbitMQ priority queue orders them as the kernel does.
     """
-    batchable: dict[str, list[DispatchHint]] = {}
+    batchable: dict[tuple[str, int | None], list[DispatchHint]] = {}
     for hint in hints:
         options = {**hint_options.get(hint.job_id, {}), **_time_limits(hint.kind, hint.timeout)}
+        priority = broker_priority(app.conf, hint.priority)
         if options:
-            _send(app, producer, [hint], options)
+            _send(app, producer, [hint], {**options, "priority": priority})
         else:
-            batchable.setdefault(hint.queue, []).append(hint)
-    for queue_hints in batchable.values():
+            batchable.setdefault((hint.queue, priority), []).append(hint)
+    for (_, priority), queue_hints in batchable.items():
         count = len(queue_hints)
         messages = -(-count // batch_max) if count > batch_max else count
         for index in range(messages):
-            _send(app, producer, queue_hints[index::messages], {})
+            _send(app, producer, queue_hints[index::messages], {"priority": priority})
 
 
 def resend_run_hints(
-    app: Any, occurrence_ids: list[int], *, queue: str, shadow: str | None, per_message: int
+    app: Any,
+    occurrence_ids: list[int],
+    *,
+    queue: str,
+    shadow: str | None,
+    per_message: int,
+    countdown: float | None = None,
 ) -> None:
     """Send a batch's unstarted ids again to ``queue``, ``per_message`` a message, under
-    the batch's ``shadow`` name (so Flower still shows the job)."""
+    the batch's ``shadow`` name (so Flower still shows the job); ``countdown``: delivered
+    so many seconds from now (a rate-limited run's, when its token is free)."""
     for start in range(0, len(occurrence_ids), per_message):
         app.send_task(
             RUN_OCCURRENCE,
             args=occurrence_ids[start : start + per_message],
             queue=queue,
             shadow=shadow,
+            countdown=countdown,
             serializer=_KERNEL_SERIALIZER,
         )
 

@@ -61,7 +61,8 @@ class RunOutcome:
     Attributes:
         result: ``succeeded``, ``retry_wait``, ``dead_letter``, ``failed`` (no adapter
             of the occurrence's kind), ``cancelled``, ``handed_back``, ``lease_lost``,
-            ``not_claimable`` or ``rehinted`` (a batch's unstarted id sent again).
+            ``not_claimable``, ``rehinted`` (a batch's unstarted id sent again) or
+            ``rate_limited`` (refused until its rate limit's token is free; sent again then).
         job_id: the occurrence's job, once claimed.
         error_code: set only when the kernel recorded a failure of this run.
         status: the kernel status that failure settled in (``retry_wait`` or ``dead_letter``).

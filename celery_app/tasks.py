@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 from kombu.exceptions import OperationalError
 
 from celery_app import notify, run_events
 from celery_app.hints import resend_run_hints
-from celery_app.runtime import run_occurrences
+from celery_app.runtime import RunOutcome, run_occurrences
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.worker_process import process_resources
-from kernel import Claim, StorageUnavailable
+from kernel import Claim, Kernel, StorageUnavailable
 
 __all__ = ["register", "OccurrenceFailed"]
 
@@ -50,7 +51,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
 
     A hint carries one occurrence id, or several of one queue when its backlog is deep
     (the pump's batches). Returns what happened to each (``succeeded``, ``handed_back``,
-    ``cancelled``, ``lease_lost``, ``not_claimable``, ``rehinted``,
+    ``cancelled``, ``lease_lost``, ``not_claimable``, ``rehinted``, ``rate_limited``,
     ``storage_unavailable``): a list for several ids; for one, what its run returned
     when it succeeded (so Celery's log line and Flower show a task's real result), else
     the string.
@@ -90,6 +91,8 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
                 rehint=lambda rest, per_message: _rehint(task, rest, per_message),
             ):
                 occurrence_id = ids[len(results)]
+                if outcome.result == "not_claimable":
+                    outcome = _wait_for_token(task, resources.kernel, occurrence_id, outcome)
                 results.append(outcome.result)
                 value = outcome.value
                 if events is not None:
@@ -143,3 +146,38 @@ def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:
             exc,
             extra={"action": "batch_rehint_failed", "occurrence_ids": occurrence_ids},
         )
+
+
+def _wait_for_token(task: Any, kernel: Kernel, occurrence_id: int, refused: RunOutcome) -> Any:
+    """A hint refused because its run's rate limit has no token yet is sent again, to be
+    delivered when the token is free (a rate-limited task is delayed, never dropped, as
+    under Celery): ``rate_limited``. Any other refusal stands (``refused``)."""
+    blocker = kernel.blocker(occurrence_id)
+    if blocker is None or blocker.kind != "rate_limited" or blocker.not_before is None:
+        return refused
+    wait = (datetime.fromisoformat(blocker.not_before) - datetime.now(UTC)).total_seconds()
+    log.info(
+        "occurrence %s: %s; hint sent again for then",
+        occurrence_id,
+        blocker.text,
+        extra={"action": "rate_limited", "occurrence_id": occurrence_id},
+    )
+    queue = task.request.delivery_info["routing_key"]
+    try:
+        resend_run_hints(
+            task.app,
+            [occurrence_id],
+            queue=queue,
+            shadow=task.request.shadow,
+            per_message=1,
+            countdown=max(wait, 0.0),
+        )
+    except OperationalError as exc:  # the broker is down: the pump hints it when free
+        log.warning(
+            "broker unavailable, rate-limited occurrence %s not sent again (%s); the pump "
+            "hints it once its token is free",
+            occurrence_id,
+            exc,
+            extra={"action": "rate_limited_rehint_failed", "occurrence_id": occurrence_id},
+        )
+    return RunOutcome("rate_limited")

@@ -48,8 +48,6 @@ from kernel.spec.jobspec import (
     SELF_FENCE_MARGIN_S,
     Budget,
     JobSpec,
-    check_limit,
-    read_budget,
     renew_interval,
     validate_job_spec,
 )
@@ -66,6 +64,7 @@ from kernel.spec.payloads import (
 )
 from kernel.spec.retry import attempts_left
 from kernel.spec.run_params import with_params
+from kernel.spec.sections import check_limit, read_budget
 from kernel.states import (
     ACTIVE,
     CLAIMABLE,

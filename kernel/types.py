@@ -254,6 +254,8 @@ class DispatchHint:
     #: The occurrence's payload (its definition's), for monitors' view of the hint: a
     #: ``task`` run's args and kwargs. Shared between hints of one definition: read only.
     payload: Mapping[str, Any] | None = None
+    #: 0-255, higher first: the hint's broker priority (Celery's, translated by the glue).
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from kernel.transitions.limits import RATE_TRANSITIONS
 from kernel.transitions.occurrences import (
     BUDGET_TRANSITIONS,
     CONTROL_TRANSITIONS,
@@ -139,6 +140,12 @@ def states_page() -> str:
             "row yet.",
             "",
             _table(POOL_TRANSITIONS),
+            "## Rate limits",
+            "",
+            "A rate limit's state is when its next token is free: `free` (that time has",
+            "come) or `taken`; `none` is no row yet.",
+            "",
+            _table(RATE_TRANSITIONS),
             "## Budgets",
             "",
             "A budget window's state is its counters: a row names the condition, `room` for",

@@ -1,4 +1,4 @@
-"""The tables of the kernel's limits: pools and budgets (SQLAlchemy Core, on
+"""The tables of the kernel's limits: pools, rate limits and budgets (SQLAlchemy Core, on
 :data:`kernel.db.schema.metadata`). Times are epoch milliseconds, as in :mod:`kernel.db.schema`.
 
 pools
@@ -7,6 +7,10 @@ pools
     limit``, one guarded statement) and every statement that ends a run gives it
     back, in the same transaction (revision 0006). A pool a job names but nothing
     defines gets a row with limit 1 at its first claim.
+rate_limits
+    A rate limit's token (revision 0022): ``name`` is ``task:<task>`` for a task's runs, else
+    the job's id. A claim takes it only at or after ``next_free_at`` and sets it to now plus
+    its run's interval (one guarded statement); a refused claim's occurrence waits until then.
 budgets
     Shared budgets by name, as the job files' ``budgets:`` section sets them:
     ``window_s`` and the limits ``max_runs`` / ``max_units`` (NULL: unlimited).
@@ -27,7 +31,7 @@ import sqlalchemy as sa
 from kernel.db.checks import POOL_CHECKS
 from kernel.db.schema import Ms, metadata
 
-__all__ = ["pools", "budgets", "budget_windows", "budget_reservations"]
+__all__ = ["pools", "rate_limits", "budgets", "budget_windows", "budget_reservations"]
 
 pools = sa.Table(
     "pools",
@@ -67,4 +71,11 @@ budget_reservations = sa.Table(
     sa.Column("units", sa.BigInteger, nullable=False),
     sa.Column("reserved_at", Ms, nullable=False),
     sa.Column("released_at", Ms),
+)
+
+rate_limits = sa.Table(
+    "rate_limits",
+    metadata,
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("next_free_at", Ms, nullable=False),
 )

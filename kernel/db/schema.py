@@ -38,6 +38,8 @@ occurrences
     ``links``: an enqueue's callbacks and errbacks (kernel/spec/enqueue_request.py; 0020).
     ``expires_at``: the start deadline (Celery's ``expires``): a waiting row met at or after
     it is settled ``skipped`` (reason ``expired``), never claimed (revision 0021).
+    ``rate_limit``: the rate limit its claim takes a token of (its snapshot's ``rate_limit``
+    spaces them; NULL: none) (revision 0022).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -81,7 +83,7 @@ carries ``cancel_requested`` (no claim would take it); ``settled_at`` is set exa
 final states; counters are non-negative. A partial unique index allows one running exclusive
 occurrence per job. A control's state is one of ControlState. A pool's running counter is never
 negative and its limit at least 1 (revision 0006). The conditions are :mod:`kernel.db.checks`.
-The tables of pools and budgets are :mod:`kernel.db.limit_tables`.
+The tables of pools, rate limits and budgets are :mod:`kernel.db.limit_tables`.
 """
 
 from __future__ import annotations
@@ -188,6 +190,7 @@ occurrences = sa.Table(
     sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
     sa.Column("links", sa.Text),
     sa.Column("expires_at", Ms),
+    sa.Column("rate_limit", sa.String(200)),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic

@@ -34,6 +34,7 @@ class EnqueueFacade(FacadeBase):
         callbacks: Sequence[Mapping[str, Any]] = (),
         errbacks: Sequence[Mapping[str, Any]] = (),
         connection: Any = None,
+        timeout: float | None = None,
         hinted: bool = False,
     ) -> Enqueued:
         """Make an occurrence of ``task``'s implicit job (``task:<task>``), or find the
@@ -45,10 +46,12 @@ class EnqueueFacade(FacadeBase):
                 answers the same occurrence, ``deduplicated``.
             queue, delivery: this run's, else the job's.
             countdown: seconds before it may be claimed; ``eta``: the instant (aware).
-            priority: 0-255; higher ones are hinted first.
+            priority: 0-255; higher ones are hinted and claimed first.
             expires: the start deadline, seconds from now or an aware datetime (Celery's
                 ``expires``): not started by then, the run is skipped ``expired``.
             settings: job spec fields from the task's options (its implicit job's).
+            timeout: this run's longest run in seconds, else the job's (its definition's,
+                so the worker's time limits enforce it).
             callbacks, errbacks: signatures made occurrences when it succeeds, or is
                 dead-lettered (kernel/spec/enqueue_request.py: Celery's link, a chain's
                 rest, link_error).
@@ -66,7 +69,7 @@ class EnqueueFacade(FacadeBase):
         """
         request = EnqueueRequest(
             task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {},
-            callbacks, errbacks, expires,
+            callbacks, errbacks, expires, timeout,
         )  # fmt: skip
         return self.enqueue_many([request], connection=connection, hinted=hinted)[0]
 

@@ -9,7 +9,7 @@ from kernel.facade.base import FacadeBase, answered, read, write
 from kernel.limits import budgets
 from kernel.limits import pools as pool_ops
 from kernel.occurrences import approvals
-from kernel.spec import jobspec
+from kernel.spec import sections
 from kernel.spec.sections import Budget
 from kernel.transaction.tx import Tx
 from kernel.types import ActionResult, Pool
@@ -19,7 +19,7 @@ __all__ = ["GateFacade", "checked_budgets"]
 
 def checked_budgets(defined: Mapping[str, Mapping[str, Any] | Budget]) -> dict[str, Budget]:
     """Each budget read by the spec's model (a :class:`Budget` is already read)."""
-    return {name: jobspec.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
+    return {name: sections.read_budget(b, f"budgets.{name}") for name, b in defined.items()}
 
 
 class GateFacade(FacadeBase):

@@ -31,7 +31,6 @@ from kernel.occurrences.chains import enqueued_event, existing_keys, insert_enqu
 from kernel.records import loads
 from kernel.spec.enqueue_request import (
     MAX_KEY,
-    MAX_PRIORITY,
     TASK_JOB_PREFIX,
     EnqueueRequest,
     EnqueueRow,
@@ -44,7 +43,6 @@ from kernel.transitions import occurrences as T
 
 __all__ = [
     "MAX_KEY",
-    "MAX_PRIORITY",
     "TASK_JOB_PREFIX",
     "EnqueueRequest",
     "Enqueued",
@@ -64,7 +62,8 @@ class Enqueued:
         job_id: ``task:<task name>``.
         queue: the queue its hint goes to.
         claimable: whether it may be claimed now (no countdown/eta in the future).
-        timeout: its job's timeout in seconds (the hint's time limit), or None.
+        timeout: its timeout in seconds (the hint's time limit), or None.
+        priority: its priority (0-255), which its hint carries.
     """
 
     occurrence_id: int
@@ -73,6 +72,7 @@ class Enqueued:
     queue: str
     claimable: bool
     timeout: float | None = None
+    priority: int = 0
 
 
 def _ensure_job(tx: Tx, spec: Mapping[str, Any]) -> None:
@@ -151,6 +151,7 @@ def enqueue(
                 row.values["queue"],
                 row.claimable and created,
                 row.timeout,
+                row.values["priority"],
             )
         )
         if created:

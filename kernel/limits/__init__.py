@@ -1,1 +1,1 @@
-"""What a run counts against: pools and budgets."""
+"""What a run counts against: pools, rate limits and budgets."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kernel import statements as st
 from kernel.events import EventType
-from kernel.spec.jobspec import check_limit
+from kernel.spec.sections import check_limit
 from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.limits import (

@@ -13,7 +13,7 @@ from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.db.translate import constraint_name
 from kernel.events import EventType
-from kernel.limits import pools
+from kernel.limits import held as limits
 from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
 from kernel.statements.predicates import claimable_now, lease_expired, start_expired
@@ -149,12 +149,11 @@ def _take(
     lease_ms: int | None,
     again: bool,
 ) -> Claim | None:
-    """CLAIM (or RECLAIM) as decided, in the run's pool slot; then the pause request's new
-    fence, the grant used and the event."""
+    """CLAIM (or RECLAIM) as decided, in the run's pool slot, under its rate limit's token;
+    then the pause request's new fence, the grant used and the event."""
     occurrence_id, state = o["id"], o["control_state"]
-    # A reclaim runs in the slot its expired run took.
-    slot = o["pool"] if not decision.reclaiming else None
-    if slot is not None and not pools.take_slot(tx, slot):
+    held = limits.take(tx, o, decision.reclaiming)  # its pool slot and rate limit's token
+    if held is None:
         return None
     if lease_ms is None:  # the job's own lease, from the snapshot this run executes
         lease_ms = _snapshot_lease_ms(o["definition"])
@@ -179,7 +178,7 @@ def _take(
     else:
         claimed = door.run(tx, transition, params)
     if claimed is None:
-        pools.give_back(tx, slot)
+        held.give_back(tx)
         # Moved since it was read (PostgreSQL): decide once more from what it is now.
         return claim(tx, occurrence_id, owner, lease_ms, again=False) if again else None
     fence = claimed._mapping["fence"]
@@ -354,7 +353,8 @@ def claim_next(
     queues: tuple[str, ...] | None,
     kinds: tuple[str, ...] | None,
 ) -> Claim | None:
-    """Claim the oldest claimable occurrence matching the filters, or None."""
+    """Claim the claimable occurrence of highest priority, oldest first, matching the
+    filters, or None."""
     o = occurrences
     # Paused rows are never claimable (claimable_now): left in, a backlog of them fills
     # every candidate batch and starves the work behind it. A waiting row never carries
@@ -363,6 +363,7 @@ def claim_next(
     waiting = sa.and_(
         claimable_now(tx.now),
         st.ROOM_IN_POOL,
+        st.rate_token_free(tx.now),
         st.JOB_ALLOWS_CLAIM,
         # Left in, a job's backlog behind an unresolved run fills every candidate batch.
         st.NO_UNRESOLVED_RUN,
@@ -371,7 +372,8 @@ def claim_next(
     # the job (CLAIM refuses the reclaim of a disabled job's run); nor is a start deadline.
     expired = lease_expired(tx.now)
     for condition in (waiting, expired, start_expired(tx.now)):
-        query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)
+        order = (o.c.priority.desc(), o.c.available_at, o.c.id)  # as the pump hints them
+        query = sa.select(o.c.id).where(condition).order_by(*order).limit(16)
         if queues:
             query = query.where(o.c.queue.in_(queues))
         if kinds:

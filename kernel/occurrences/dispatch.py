@@ -22,7 +22,10 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         {"now": tx.now, "rehint_before": tx.now - rehint_after_ms, "limit": limit},
     )
     rows.sort(key=lambda r: (r.status == "running", -r.priority, r.available_at, r.id))
-    return [DispatchHint(r.id, r.job_id, r.queue, r.kind, *_hinted(r.definition)) for r in rows]
+    return [
+        DispatchHint(r.id, r.job_id, r.queue, r.kind, *_hinted(r.definition), r.priority)
+        for r in rows
+    ]
 
 
 @lru_cache(maxsize=256)

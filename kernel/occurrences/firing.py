@@ -31,6 +31,7 @@ from kernel.occurrences import approvals
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import record_request
 from kernel.records import dumps, job_from_row
+from kernel.spec.durations import rate_limit_name
 from kernel.spec.jobspec import MAX_LOST_LEASES
 from kernel.spec.run_params import params_digest, with_params
 from kernel.states import ACTIVE, UNSETTLED, WAITING, OccurrenceStatus
@@ -235,6 +236,8 @@ def create_occurrence(
         "delivery": spec["delivery"],
         "exclusive": exclusive or spec["overlap"] in ("queue", "replace"),
         "pool": spec["pool"],
+        "priority": spec.get("priority", 0),
+        "rate_limit": rate_limit_name(spec),
         "definition": dumps(spec),
         "skip_reason": skip_reason,
         "cancel_requested": False,

@@ -42,6 +42,9 @@ __all__ = [
     "integer",
     "parse_duration",
     "payload_json",
+    "rate",
+    "rate_interval_ms",
+    "rate_limit_name",
     "real",
     "text",
     "time_zone",
@@ -240,6 +243,48 @@ def duration(
         return seconds
 
     return read
+
+
+#: A rate's unit as Celery writes it (``"30/m"``), in milliseconds.
+_RATE_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000}
+_RATE = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)(?:/([smh]))?")
+
+
+def rate(value: object, field: str) -> str:
+    """Celery's ``rate_limit``: ``"N/s"``, ``"N/m"``, ``"N/h"`` or a number (per second),
+    as ``"N/unit"``. The kernel spaces runs in whole milliseconds: at most 1000/s."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = repr(float(value))
+    found = _RATE.fullmatch(value.strip()) if isinstance(value, str) else None
+    if found is None or float(found[1]) <= 0:
+        raise InvalidArgument(
+            field, f"{value!r} is not a rate: write runs per unit, e.g. '30/m', '2/s', '100/h'"
+        )
+    text = f"{float(found[1]):g}/{found[2] or 's'}"
+    if rate_interval_ms(text) < 1:
+        raise InvalidArgument(field, f"{value!r}: at most 1000/s (runs are spaced in ms)")
+    return text
+
+
+#: A task's runs share its rate limit whatever job made them (Beat entries, enqueues), as
+#: Celery keeps one per task; another kind's, its job's.
+_TASK_LIMIT = "task:"
+
+
+def rate_limit_name(spec: Mapping[str, Any]) -> str | None:
+    """The rate limit whose token a claim of a run of ``spec`` takes; None: it has none."""
+    if not spec.get("rate_limit"):
+        return None
+    if spec["kind"] == "task":
+        return f"{_TASK_LIMIT}{spec['payload']['task']}"
+    return str(spec["id"])
+
+
+def rate_interval_ms(text: str) -> int:
+    """The least time between two runs under a rate read by :func:`rate`, as Celery's
+    token bucket (capacity 1) spaces them."""
+    count, unit = text.split("/")
+    return int(_RATE_UNIT_MS[unit] / float(count))
 
 
 def cron_expression(value: object, field: str) -> str:

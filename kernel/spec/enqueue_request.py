@@ -33,14 +33,18 @@ from typing import Any
 
 from kernel.errors import InvalidArgument
 from kernel.records import dumps, loads
-from kernel.spec.durations import canonical_json
-from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, validate_job_spec
+from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration, rate_limit_name
+from kernel.spec.jobspec import (
+    MAX_LOST_LEASES,
+    MAX_PAYLOAD_BYTES,
+    MAX_PRIORITY,
+    validate_job_spec,
+)
 from kernel.spec.sections import ID
 from kernel.states import Delivery
 
 __all__ = [
     "MAX_KEY",
-    "MAX_PRIORITY",
     "TASK_JOB_PREFIX",
     "EnqueueRequest",
     "EnqueueRow",
@@ -52,12 +56,12 @@ __all__ = [
 
 #: The longest caller's key.
 MAX_KEY = 200
-#: Priorities run from 0 (the default) to this; the pump hints higher ones first.
-MAX_PRIORITY = 255
 TASK_JOB_PREFIX = "task:"
 #: Stand-ins in a definition's template for what each run has of its own.
-_OWN = {"payload": "\x00payload", "queue": "\x00queue", "delivery": "\x00delivery"}
+_OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
+#: A run's own timeout is read as a job's is.
+_RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks"}
 )
@@ -79,6 +83,8 @@ class EnqueueRequest:
         priority: 0-255; among claimable occurrences higher ones are hinted first.
         expires: a start deadline, seconds from now or an aware datetime (Celery's
             ``expires``): not started by then, the run is skipped ``expired``.
+        timeout: this run's longest run in seconds (a call's ``time_limit``), else its
+            job's: its definition's, which the worker's time limits enforce.
         settings: job spec fields from the task's own options (timeout, max_attempts,
             retry, queue, ...), which define its implicit job.
         callbacks: signatures made occurrences when it succeeds (module docstring).
@@ -98,6 +104,7 @@ class EnqueueRequest:
     callbacks: Sequence[Mapping[str, Any]] = ()
     errbacks: Sequence[Mapping[str, Any]] = ()
     expires: float | datetime | None = None
+    timeout: float | None = None
 
 
 def task_job_id(task: str) -> str:
@@ -156,13 +163,18 @@ class EnqueueRow:
         return str(self.values["idempotency_key"])
 
 
-def _definition(template: str, task: str, args: str, kwargs: str, queue: str, delivery: str) -> str:
+def _definition(
+    template: str, task: str, args: str, kwargs: str, queue: str, delivery: str,
+    timeout: float | None,
+) -> str:  # fmt: skip
     """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
-    run's payload, queue and delivery gives (canonical ``args``/``kwargs`` spliced in)."""
+    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs``
+    spliced in)."""
     own = {
         "payload": f'{{"args":{args},"kwargs":{kwargs},"task":{dumps(task)}}}',
         "queue": dumps(queue),
         "delivery": dumps(delivery),
+        "timeout": dumps(timeout),
     }
     for name, value in own.items():
         template = template.replace(_STAND_INS[name], value, 1)
@@ -196,11 +208,14 @@ def prepare(
         raise InvalidArgument(
             "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
         )
-    priority = 0 if request.priority is None else request.priority
+    priority = spec.get("priority", 0) if request.priority is None else request.priority
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
     available_at = now + _delay_ms(request.countdown, request.eta, now)
-    text = _definition(template, request.task, args, kwargs, queue, delivery)
+    timeout = (
+        spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
+    )
+    text = _definition(template, request.task, args, kwargs, queue, delivery, timeout)
     if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
         raise InvalidArgument(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
@@ -226,12 +241,13 @@ def prepare(
             "created_at": now,
             "priority": priority,
             "expires_at": _deadline_ms(request.expires, now),
+            "rate_limit": rate_limit_name(spec),
             "links": links,
             "parent_id": parent_id,
         },
         job_id=spec["id"],
         claimable=claimable,
-        timeout=spec["timeout"],
+        timeout=timeout,
         links=jobs_of_links,
     )
 

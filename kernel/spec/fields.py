@@ -28,6 +28,7 @@ __all__ = [
     "ERROR_TYPE",
     "INSTANT",
     "OBJECT",
+    "RATE",
     "TIME_ZONE",
     "Check",
     "choice",
@@ -132,6 +133,10 @@ TIME_ZONE = Check(d.time_zone, {"type": "string", "description": "IANA zone, e.g
 INSTANT = Check(
     d.instant,
     {"type": "string", "format": "date-time", "description": "ISO 8601 with a UTC offset"},
+)
+RATE = Check(
+    d.rate,
+    {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?(/[smh])?$", "examples": ["30/m", "2/s"]},
 )
 #: An object whose content another model judges (a payload: :mod:`kernel.spec.payloads`).
 OBJECT = Check(_object, {"type": "object"})

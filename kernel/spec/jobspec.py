@@ -31,7 +31,7 @@ from pydantic import Field, ValidationError, model_validator
 from kernel.errors import InvalidArgument
 from kernel.redaction import holds_credential, is_sensitive_name
 from kernel.spec.durations import canonical_json, child_path, parse_duration
-from kernel.spec.fields import BOOLEAN, OBJECT, enum_choice, integer, refuse, seconds, text
+from kernel.spec.fields import BOOLEAN, OBJECT, RATE, enum_choice, integer, refuse, seconds, text
 from kernel.spec.notify import Notify
 from kernel.spec.payload_kinds import MAX_PAYLOAD_BYTES, check_payload
 from kernel.spec.payloads import SHELL_OUTPUT_LIMIT_DEFAULT
@@ -56,6 +56,7 @@ from kernel.states import Delivery, Overlap
 __all__ = [
     "MAX_LOST_LEASES",
     "MAX_PAYLOAD_BYTES",
+    "MAX_PRIORITY",
     "ONE_SHOT",
     "SELF_FENCE_MARGIN_S",
     "SHELL_OUTPUT_LIMIT_DEFAULT",
@@ -70,23 +71,19 @@ __all__ = [
     "OutputPolicy",
     "RetryPolicy",
     "canonical_json",
-    "check_limit",
     "parse_duration",
-    "read_budget",
     "renew_interval",
     "stored_secrets",
     "validate_job_spec",
 ]
 
-#: A pool's limit is at most this.
-MAX_POOL_LIMIT = 1_000_000
-#: A pool name, as a job's ``pool`` field allows it.
-_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 #: Seconds between a run's lease renewals never exceed this: pause and cancel requests
 #: arrive with the renewal's answer, so a long lease must not mean a long wait for them.
 MAX_RENEW_INTERVAL_S = 2.0
 #: Schedules that fire once.
 ONE_SHOT = frozenset({"at", "in"})
+#: Priorities run from 0 (the default) to this; higher ones are hinted and claimed first.
+MAX_PRIORITY = 255
 #: Effects are gone this long before the lease can expire (clock rates, scheduling).
 SELF_FENCE_MARGIN_S = 1.0
 _RENEW_FRACTION = 3
@@ -137,6 +134,13 @@ class JobSpec(Section):
         default=None,
         alias="expires",
         description="A firing not started this long after it could is skipped (expired).",
+    )
+    priority: Annotated[int, integer(0, MAX_PRIORITY)] = Field(
+        default=0,
+        description="0-255: among claimable runs, higher ones are hinted and claimed first.",
+    )
+    rate_limit: Annotated[str, RATE] | None = Field(
+        default=None, description="Runs start at most this often ('30/m'), across all workers."
     )
     overlap: Annotated[Overlap, enum_choice(Overlap)] = Field(
         default=Overlap.SKIP,
@@ -256,6 +260,7 @@ class JobSpec(Section):
             spec["expires"] = self.expires_s
         if self.max_lost_leases != MAX_LOST_LEASES:
             spec["max_lost_leases"] = self.max_lost_leases
+        spec.update((k, v) for k in ("priority", "rate_limit") if (v := getattr(self, k)))
         return spec
 
     @classmethod
@@ -369,28 +374,3 @@ def _without_effect(spec: JobSpec, raw: Mapping[str, object]) -> list[Problem]:
             )
         )
     return found
-
-
-def read_budget(value: object, field: str) -> Budget:
-    """A shared budget (a job file's ``budgets.NAME``) checked by the spec's model; a
-    :class:`Budget` is already checked (frozen) and passes as it is, so a job file's
-    budgets, read by :mod:`beat_schedule.jobfiles`, are validated once."""
-    if isinstance(value, Budget):
-        return value
-    try:
-        return Budget.model_validate(value)
-    except ValidationError as exc:
-        raise_problems(problems_of(exc, Budget, field))
-        raise  # raise_problems raised: pydantic found at least one problem
-
-
-def check_limit(name: object, limit: object) -> None:
-    """Refuse a pool name or limit the kernel would not store."""
-    if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
-        raise InvalidArgument(
-            "pool", f"{name!r} is not a pool name (letters, digits and . _ : -, at most 128)"
-        )
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_POOL_LIMIT:
-        raise InvalidArgument(
-            "limit", f"must be a whole number from 1 to {MAX_POOL_LIMIT}, not {limit!r}"
-        )

@@ -17,9 +17,11 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationError,
     model_validator,
 )
 
+from kernel.errors import InvalidArgument
 from kernel.spec.fields import (
     BOOLEAN,
     choice,
@@ -29,6 +31,7 @@ from kernel.spec.fields import (
     seconds,
     text,
 )
+from kernel.spec.problems import problems_of, raise_problems
 
 __all__ = [
     "DEFAULT_FANOUT",
@@ -46,6 +49,9 @@ __all__ = [
     "OutputPolicy",
     "RetryPolicy",
     "Section",
+    "MAX_POOL_LIMIT",
+    "check_limit",
+    "read_budget",
 ]
 
 ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
@@ -319,3 +325,34 @@ class History(Section):
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in super().to_dict().items() if v is not None}
+
+
+#: A pool's limit is at most this.
+MAX_POOL_LIMIT = 1_000_000
+#: A pool name, as a job's ``pool`` field allows it.
+_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def read_budget(value: object, field: str) -> Budget:
+    """A shared budget (a job file's ``budgets.NAME``) checked by the spec's model; a
+    :class:`Budget` is already checked (frozen) and passes as it is, so a job file's
+    budgets, read by :mod:`beat_schedule.jobfiles`, are validated once."""
+    if isinstance(value, Budget):
+        return value
+    try:
+        return Budget.model_validate(value)
+    except ValidationError as exc:
+        raise_problems(problems_of(exc, Budget, field))
+        raise  # raise_problems raised: pydantic found at least one problem
+
+
+def check_limit(name: object, limit: object) -> None:
+    """Refuse a pool name or limit the kernel would not store."""
+    if not isinstance(name, str) or not _POOL_NAME.fullmatch(name):
+        raise InvalidArgument(
+            "pool", f"{name!r} is not a pool name (letters, digits and . _ : -, at most 128)"
+        )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_POOL_LIMIT:
+        raise InvalidArgument(
+            "limit", f"must be a whole number from 1 to {MAX_POOL_LIMIT}, not {limit!r}"
+        )

@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kernel.db.driver import DriverStatement
 from kernel.db.schema import beats, occurrences
 from kernel.statements.claims import JOB_ALLOWS_CLAIM, NO_UNRESOLVED_RUN
-from kernel.statements.pools import ROOM_IN_POOL
+from kernel.statements.pools import ROOM_IN_POOL, rate_token_free
 from kernel.statements.predicates import NOT_PAUSED, claimable_now, lease_expired
 
 __all__ = [
@@ -45,6 +45,8 @@ _COLUMNS = (
     "delivery",
     "exclusive",
     "pool",
+    "priority",
+    "rate_limit",
     "definition",
     "skip_reason",
     "cancel_requested",
@@ -90,6 +92,8 @@ _waiting = sa.and_(
         ~sa.exists().where(_running.c.job_id == OCC.c.job_id, _running.c.status == "running"),
     ),
     ROOM_IN_POOL,
+    # A rate-limited run is hinted when its token is free, not to be refused before.
+    rate_token_free(p("now")),
     NO_UNRESOLVED_RUN,
     _not_recent,
 )

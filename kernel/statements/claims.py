@@ -166,7 +166,8 @@ _SNAPSHOT_LEASE_MS = {
 def _claim_queued(dialect: str, occurrence_param: str = "occurrence_id") -> sa.Update:
     """The common claim decided whole in one statement, with no read before it: a queued
     occurrence that never held a lease, with attempts left, no control, no pool, neither
-    exclusive nor at-most-once (claiming.claim decides every other case from a read).
+    exclusive nor at-most-once, no rate limit (claiming.claim decides every other case
+    from a read).
     The lease is the caller's (``lease_ms``) or the snapshot's; ``now`` is the server's
     clock on PostgreSQL (the transaction's first statement reads it)."""
     now = StatementNow()
@@ -183,6 +184,7 @@ def _claim_queued(dialect: str, occurrence_param: str = "occurrence_id") -> sa.U
             OCC.c.exclusive.is_(False),
             OCC.c.delivery == "at-least-once",
             OCC.c.pool.is_(None),
+            OCC.c.rate_limit.is_(None),
             ~sa.exists().where(CTL.c.occurrence_id == OCC.c.id),
             JOB_ALLOWS_CLAIM,
         )

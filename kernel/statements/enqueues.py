@@ -41,6 +41,7 @@ ENQUEUE_COLUMNS = (
     "links",
     "parent_id",
     "expires_at",
+    "rate_limit",
 )
 _CONSTANTS: dict[str, Any] = {
     "status": "queued",

@@ -1,9 +1,11 @@
-"""A pool's slots: taken by a claim, given back by whatever ends the run.
+"""A pool's slots: taken by a claim, given back by whatever ends the run; and a rate
+limit's token, taken by a claim.
 
 The limit is enforced by the data: ``running`` grows only while it is below
 ``limit``, decided in the statement under the pool row's lock, so two claimers on
 PostgreSQL cannot both take the last slot (the second waits for the first's row
-and then sees its count).
+and then sees its count). A rate limit's ``next_free_at`` moves only when it has come,
+under the same lock, so two claimers cannot both take one token.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.db.limit_tables import pools
+from kernel.db.limit_tables import pools, rate_limits
 from kernel.db.schema import occurrences
 from kernel.statements.predicates import CLAIMABLE_STATUS
 
@@ -30,6 +32,10 @@ __all__ = [
     "ROOM_IN_POOL",
     "DRIFTED_POOLS",
     "RECONCILE_POOL",
+    "TAKE_RATE_TOKEN",
+    "GIVE_BACK_RATE_TOKEN",
+    "RATE_FREE_AT",
+    "rate_token_free",
 ]
 
 #: The default limit of a pool a job names and nothing defines (SPEC §6).
@@ -111,3 +117,47 @@ RECONCILE_POOL = (
     .values(running=_HELD)
     .returning(pools.c.running)
 )
+
+
+def _take_token(insert: Any) -> Any:
+    """The rate limit's token, if it is free at ``now``: its next one is free at ``until``
+    (now + the run's interval); zero rows when it is not free yet. A limit with no row
+    yet is made here, this token taken."""
+    statement = insert(rate_limits).values(name=p("rate_limit"), next_free_at=p("until"))
+    return statement.on_conflict_do_update(
+        index_elements=[rate_limits.c.name],
+        set_={"next_free_at": statement.excluded.next_free_at},
+        where=rate_limits.c.next_free_at <= p("now"),
+    ).returning(rate_limits.c.next_free_at)
+
+
+TAKE_RATE_TOKEN = {
+    "postgresql": _take_token(postgresql.insert),
+    "sqlite": _take_token(sqlite.insert),
+}
+
+#: A claim that took the token failed after all: the token is free again, unless another
+#: claim took it since.
+GIVE_BACK_RATE_TOKEN = (
+    sa.update(rate_limits)
+    .where(rate_limits.c.name == p("rate_limit"), rate_limits.c.next_free_at == p("until"))
+    .values(next_free_at=p("now"))
+)
+
+#: When the occurrence's rate limit has its next token (NULL: no limit, or never taken).
+RATE_FREE_AT = (
+    sa.select(rate_limits.c.next_free_at)
+    .where(rate_limits.c.name == occurrences.c.rate_limit)
+    .scalar_subquery()
+)
+
+
+def rate_token_free(now: Any) -> sa.ColumnElement[bool]:
+    """The occurrence has no rate limit, or its limit's token is free at ``now``: a filter
+    for what to hint and which candidates to try (TAKE_RATE_TOKEN is the guard)."""
+    return sa.or_(
+        occurrences.c.rate_limit.is_(None),
+        ~sa.exists().where(
+            rate_limits.c.name == occurrences.c.rate_limit, rate_limits.c.next_free_at > now
+        ),
+    )

@@ -4,7 +4,8 @@
 Their state is a counter, so a row's from and to name the condition its guard decides,
 not a stored status: ``none`` is no row yet; a pool has ``room`` (running below its
 limit) or is ``full``; a budget window has ``room`` for one more reservation under its
-budget's limits or is ``spent``; a budget reservation is ``held`` (counted) or
+budget's limits or is ``spent``; a rate limit's token is ``free`` (its time has come) or
+``taken``; a budget reservation is ``held`` (counted) or
 ``released``; a shared budget is ``defined``. A row that moves a counter without
 deciding the condition lists every condition it may leave.
 """
@@ -25,9 +26,11 @@ from kernel.statements.gates import (
 )
 from kernel.statements.pools import (
     GIVE_BACK_POOL_SLOT,
+    GIVE_BACK_RATE_TOKEN,
     RECONCILE_POOL,
     SET_POOL_LIMIT,
     TAKE_POOL_SLOT,
+    TAKE_RATE_TOKEN,
 )
 from kernel.transitions.door import Transition
 
@@ -37,6 +40,9 @@ __all__ = [
     "RUN_GIVES_BACK_POOL_SLOT",
     "UPKEEP_RECONCILES_POOL",
     "POOL_TRANSITIONS",
+    "CLAIM_TAKES_RATE_TOKEN",
+    "CLAIM_GIVES_BACK_RATE_TOKEN",
+    "RATE_TRANSITIONS",
     "BUDGET_DEFINED",
     "FIRING_OPENS_BUDGET_WINDOW",
     "FIRING_RESERVES_BUDGET",
@@ -51,6 +57,7 @@ __all__ = [
 
 NONE, ROOM, FULL, SPENT = "none", "room", "full", "spent"
 HELD, RELEASED, DEFINED = "held", "released", "defined"
+FREE, TAKEN = "free", "taken"
 
 OPERATOR_SETS_POOL_LIMIT = Transition(
     (NONE, ROOM, FULL),
@@ -93,6 +100,26 @@ POOL_TRANSITIONS: tuple[Transition, ...] = (
     RUN_GIVES_BACK_POOL_SLOT,
     UPKEEP_RECONCILES_POOL,
 )
+
+CLAIM_TAKES_RATE_TOKEN = Transition(
+    (NONE, FREE),
+    "a claim of an occurrence with a rate limit takes its token",
+    (TAKEN,),
+    TAKE_RATE_TOKEN,
+    "next_free_at <= now under the limit's row lock, then now + the run's interval (taken: "
+    "the claim is refused, the occurrence waits until then); a limit with no row is made",
+    (),
+)
+CLAIM_GIVES_BACK_RATE_TOKEN = Transition(
+    (TAKEN,),
+    "the claim that took the token did not take the run",
+    (FREE,),
+    GIVE_BACK_RATE_TOKEN,
+    "next_free_at still what this claim set (no other claim took a token since)",
+    (),
+)
+
+RATE_TRANSITIONS: tuple[Transition, ...] = (CLAIM_TAKES_RATE_TOKEN, CLAIM_GIVES_BACK_RATE_TOKEN)
 
 BUDGET_DEFINED = Transition(
     (NONE, DEFINED),

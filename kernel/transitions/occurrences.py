@@ -29,7 +29,7 @@ from kernel.states import OccurrenceStatus as S
 from kernel.transitions.controls import CONTROL_TRANSITIONS
 from kernel.transitions.door import LOGGED_ON_POSTGRES, Transition
 from kernel.transitions.jobs import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
-from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS
+from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS, RATE_TRANSITIONS
 
 __all__ = [
     "Transition", "OCCURRENCE_TRANSITIONS", "CONTROL_TRANSITIONS", "JOB_TRANSITIONS",
@@ -305,6 +305,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     *JOB_TRANSITIONS,
     *JOB_SOURCE_TRANSITIONS,
     *POOL_TRANSITIONS,
+    *RATE_TRANSITIONS,
     *BUDGET_TRANSITIONS,
 )
 

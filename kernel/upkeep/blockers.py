@@ -1,6 +1,6 @@
 """Why an unsettled occurrence is not claimable now: its blocker, named by SQL built from
 the very predicates a claim filters and decides with (predicates, JOB_ALLOWS_CLAIM,
-blocking_in_job, ROOM_IN_POOL), so the claim and ``why`` cannot disagree; and the
+blocking_in_job, ROOM_IN_POOL, rate_token_free), so the claim and ``why`` cannot disagree; and the
 occurrences nothing holds that no claim took (the watchdog's ``stranded``).
 
 Each predicate is written for the ``occurrences`` table; here the occurrence asked about
@@ -22,7 +22,7 @@ from kernel.errors import NotFound
 from kernel.events import EventType
 from kernel.records import loads, to_dt
 from kernel.statements.claims import JOB_ALLOWS_CLAIM, blocking_in_job
-from kernel.statements.pools import ROOM_IN_POOL
+from kernel.statements.pools import RATE_FREE_AT, ROOM_IN_POOL, rate_token_free
 from kernel.statements.predicates import (
     CLAIMABLE_STATUS,
     NOT_PAUSED,
@@ -56,6 +56,7 @@ BLOCKER_KINDS = (
     "not_before",
     "behind",
     "pool_full",
+    "rate_limited",
     "none",
 )
 
@@ -95,6 +96,7 @@ _kind = sa.case(
     (_unresolved_of.is_not(None), "awaiting_adjudication"),
     (_behind.is_not(None), "behind"),
     (~_of_waiting(ROOM_IN_POOL), "pool_full"),
+    (~_of_waiting(rate_token_free(p("now"))), "rate_limited"),
     else_="none",
 )
 #: The occurrence it waits for: itself awaiting a verdict, the unresolved run, the run ahead.
@@ -112,6 +114,8 @@ _blockers = sa.select(
     W.c.expires_at,
     W.c.pool,
     W.c.fence,
+    W.c.rate_limit,
+    _of_waiting(RATE_FREE_AT).label("rate_free_at"),
     _kind.label("blocker"),
     _waits_for.label("waits_for"),
 )
@@ -145,8 +149,9 @@ _LAST_JOB_DISABLED = (
 class Blocker:
     """Why ``occurrence_id`` is not claimable now (``kind``, one of
     :data:`kernel.statements.blockers.BLOCKER_KINDS`; ``none``: it is), with what names
-    it: the occurrence it waits for, the time it waits for, its pool, why its job is
-    disabled, its start deadline. ``text`` says it for a person."""
+    it: the occurrence it waits for, the time it waits for (``not_before``: its own, or its
+    rate limit's next token), its pool, why its job is disabled, its start deadline. ``text``
+    says it for a person."""
 
     occurrence_id: int
     job_id: str
@@ -191,6 +196,8 @@ def _said(row: Any, job_disabled_by: str | None) -> str:
         return f"behind occurrence {row.waits_for} (one run of the job at a time)"
     if kind == "pool_full":
         return f"pool {row.pool} is full"
+    if kind == "rate_limited":
+        return f"rate limited until {iso_z(to_dt(row.rate_free_at))} (rate limit {row.rate_limit})"
     return "none: claimable now"
 
 
@@ -216,10 +223,16 @@ def _blocker(tx: Tx, row: Any) -> Blocker | None:
         kind=row.blocker,
         text=_text(row, job_disabled_by),
         waits_for=row.waits_for,
-        not_before=iso_z(to_dt(row.available_at)) if row.blocker == "not_before" else None,
+        not_before=_not_before(row),
         pool=row.pool if row.blocker == "pool_full" else None,
         expires_at=iso_z(to_dt(row.expires_at)),
     )
+
+
+def _not_before(row: Any) -> str | None:
+    """The time it waits for: its own ``available_at``, or its rate limit's next token."""
+    at = {"not_before": row.available_at, "rate_limited": row.rate_free_at}.get(row.blocker)
+    return None if at is None else iso_z(to_dt(at))
 
 
 def blockers(tx: Tx, occurrence_ids: list[int]) -> dict[int, Blocker | None]:

@@ -302,7 +302,9 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_refusals() 
     # expires is the job's start deadline (the entry's, else the task's), not the hint's.
     assert specs["f"]["expires"] == 30.0 and specs["own"]["expires"] == 45.0
     assert "expires" not in specs["p"]
-    assert read.hints == {"f": {"priority": 3, "routing_key": "rk", "headers": {"h": "1"}}}
+    # The entry's priority is its job's (its runs', claimed and hinted by it).
+    assert specs["f"]["priority"] == 3 and "priority" not in specs["p"]
+    assert read.hints == {"f": {"routing_key": "rk", "headers": {"h": "1"}}}
     warnings = {e.name: " ".join(e.warnings) for e in read.entries}
     refused = {e.name: e.refused for e in read.entries if e.refused}
     # Celery would honour these; the kernel refuses the entry naming them, never drops them.
@@ -375,3 +377,83 @@ def test_beat_applies_a_job_files_pools_with_its_jobs(
     beat = open_beat(f"sqlite:///{tmp_path / 'kernel.db'}", kernel_jobs_file=str(jobs_file))
     assert [(p.name, p.limit) for p in beat.kernel.pools()] == [("db", 2)]
     assert [j.id for j in beat.kernel.list_jobs()] == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("broker", "entry", "default", "kernel", "hinted"),
+    [
+        # AMQP (RabbitMQ): higher first, as the kernel; the numbers pass through.
+        ("amqp://guest@localhost//", 255, 3, (255, 3), (255, 3)),
+        # Redis: Celery runs 0 (and a message with none) first, 9 last.
+        ("redis://localhost:6379/0", 0, 7, (9, 2), (0, 7)),
+    ],
+)
+def test_a_priority_keeps_celerys_order_on_the_apps_broker(
+    broker: str,
+    entry: int,
+    default: int,
+    kernel: tuple[int, ...],
+    hinted: tuple[int | None, ...],
+) -> None:
+    from beat_schedule.task_settings import broker_priority
+
+    app = Celery("prio", broker=broker, set_as_current=False)
+    app.conf.task_default_priority = default  # each task's ``priority``
+
+    name = f"plain-{default}"
+
+    @app.task(name=name)
+    def plain() -> None: ...
+
+    conf = app.conf
+    conf.beat_schedule = {
+        "urgent": {"task": name, "schedule": 60, "options": {"priority": entry}},
+        "plain": {"task": name, "schedule": 60},
+    }
+    specs = {s["id"]: s for s in read_beat_schedule(conf, app.tasks).specs}
+    got = tuple(specs[name].get("priority", 0) for name in ("urgent", "plain"))
+    assert got == kernel
+    # The hint goes out with Celery's number again: the broker orders it as Celery would.
+    assert tuple(broker_priority(conf, k) for k in got) == hinted
+    assert broker_priority(conf, 0) is None  # the kernel's default: Celery's own default
+    conf.beat_schedule = {"bad": {"task": name, "schedule": 60, "options": {"priority": 300}}}
+    [refused] = read_beat_schedule(conf, app.tasks).entries
+    assert refused.refused is not None and "options.priority" in refused.refused
+    assert "300" in refused.refused
+
+
+def test_an_entrys_time_limits_are_its_jobs_timeout() -> None:
+    """``options.soft_time_limit``/``time_limit`` were refused; now the soft limit (else
+    the hard one) is the job's timeout, as a task's own limits are (issue 38 item 7)."""
+    conf = {"beat_schedule": {
+        "soft": {"task": "t", "schedule": 60, "options": {"soft_time_limit": 4, "time_limit": 9}},
+        "hard": {"task": "t", "schedule": 60, "options": {"time_limit": 7}},
+    }}  # fmt: skip
+    read = read_beat_schedule(conf)
+    assert [e.refused for e in read.entries] == [None, None]
+    assert {s["id"]: s["timeout"] for s in read.specs} == {"soft": 4, "hard": 7}
+    assert read.hints == {}
+
+
+def test_a_tasks_rate_limit_is_its_entrys_job_as_celery_reads_it() -> None:
+    """A task's ``rate_limit`` is its job's, kept by the kernel across workers (issue 38
+    item 7); none or 0 is no limit, and ``worker_disable_rate_limits`` drops them, as
+    under Celery; a limit Celery could not read refuses the entry naming it."""
+    app = Celery("rate", set_as_current=False)
+    limits = {"slow": "20/m", "number": 2, "zero": 0, "none": None, "bad": "20/d"}
+
+    def body() -> None: ...
+
+    for name, limit in limits.items():
+        app.task(name=name, rate_limit=limit)(body)
+    app.conf.beat_schedule = {name: {"task": name, "schedule": 60} for name in limits}
+    read = read_beat_schedule(app.conf, app.tasks)
+    specs = {s["id"]: s for s in read.specs}
+    got = {name: specs[name].get("rate_limit") for name in ("slow", "number", "zero", "none")}
+    assert got == {"slow": "20/m", "number": 2, "zero": None, "none": None}
+    [bad] = [e for e in read.entries if e.name == "bad"]
+    assert bad.refused is not None and "rate_limit" in bad.refused and "20/d" in bad.refused
+    app.conf.worker_disable_rate_limits = True
+    app.conf.beat_schedule = {"slow": {"task": "slow", "schedule": 60}}
+    [spec] = read_beat_schedule(app.conf, app.tasks).specs
+    assert "rate_limit" not in spec

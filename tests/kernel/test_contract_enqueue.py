@@ -266,3 +266,18 @@ def test_callers_of_a_key_an_open_transaction_holds_wait_for_it_and_get_its_occu
         engine.dispose()
         for caller in callers:
             caller.close()
+
+
+def test_a_runs_own_timeout_is_its_definitions_not_its_jobs(k: Harness) -> None:
+    """A routed ``apply_async(time_limit=...)``: this run's limit, the job unchanged."""
+    own = k.kernel.enqueue(task=TASK, settings=SETTINGS, timeout=5.5)
+    plain = k.kernel.enqueue(task=TASK, settings=SETTINGS)
+    assert own.timeout == 5.5 and plain.timeout == 30.0
+    assert k.kernel.get_occurrence(own.occurrence_id).definition["timeout"] == 5.5
+    assert k.kernel.get_occurrence(plain.occurrence_id).definition["timeout"] == 30.0
+    assert k.kernel.get_job("task:proj.send_invoice").spec["timeout"] == 30.0
+    hints = {h.occurrence_id: h.timeout for h in k.kernel.dispatch_batch(limit=9, rehint_after=30)}
+    assert hints == {own.occurrence_id: 5.5, plain.occurrence_id: 30.0}
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue(task=TASK, timeout=-1)
+    assert refused.value.field == "timeout"

@@ -13,7 +13,7 @@ from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.transitions.jobs import OPERATOR_ENABLES_JOB
-from kernel.transitions.limits import OPERATOR_SETS_POOL_LIMIT
+from kernel.transitions.limits import OPERATOR_SETS_POOL_LIMIT, RATE_TRANSITIONS
 from kernel.transitions.occurrences import (
     BUDGET_TRANSITIONS,
     CONTROL_TRANSITIONS,
@@ -43,6 +43,7 @@ def test_rows_use_known_states_only() -> None:
         (JOB_TRANSITIONS, {"none", "enabled", "disabled"}),
         (JOB_SOURCE_TRANSITIONS, {"none", "owned", "retired"}),
         (POOL_TRANSITIONS, {"none", "room", "full"}),
+        (RATE_TRANSITIONS, {"none", "free", "taken"}),
         (BUDGET_TRANSITIONS, {"none", "defined", "room", "spent", "held", "released"}),
     )
     for rows, states in nouns:

@@ -59,11 +59,10 @@ def _occurrences(app: Any) -> list[Any]:
             lambda app: app.routed.apply_async(("a",), link=app.other.s().set(expires=5)),
             "link[0].options.expires",
         ),
-        (lambda app: app.routed.apply_async(("a",), time_limit=5), "time_limit"),
         (lambda app: app.routed.apply_async(("a",), serializer="pickle"), "serializer"),
         (lambda app: app.routed.apply_async(("a",), headers={"tenant": "x"}), "headers"),
     ],
-    ids=["group", "group-in-chain", "link-expires", "time_limit", "pickle", "headers"],
+    ids=["group", "group-in-chain", "link-expires", "pickle", "headers"],
 )
 def test_an_option_the_kernel_cannot_honour_is_refused_naming_it(
     routed_app: Any, call: Any, named: str
@@ -183,3 +182,24 @@ def test_a_tasks_own_expires_applies_to_a_routed_call(routed_app: Any) -> None:
         assert occ.expires_at is not None and occ.expires_at >= before + timedelta(seconds=60)
     finally:
         routed_app.routed.expires = None
+
+
+def test_a_calls_time_limits_and_priority_are_its_runs_own(routed_app: Any) -> None:
+    """Honoured, not refused (issue 38 item 7): the soft limit (else the hard one) is the
+    run's timeout, which its hint's Celery time limits enforce; the job is unchanged."""
+    routed_app.routed.apply_async(("soft",), soft_time_limit=4, time_limit=9)
+    routed_app.routed.apply_async(("hard",), time_limit=7, priority=200)
+    routed_app.routed.apply_async(("plain",))
+    runs = {o.payload["args"][0]: o for o in _occurrences(routed_app)}
+    assert {label: o.definition["timeout"] for label, o in runs.items()} == {
+        "soft": 4,
+        "hard": 7,
+        "plain": None,
+    }
+    kernel = Kernel.open(routed_app.url)
+    try:
+        hints = {h.occurrence_id: h for h in kernel.dispatch_batch(limit=9, rehint_after=0)}
+    finally:
+        kernel.close()
+    assert hints[runs["hard"].id].priority == 200 and hints[runs["plain"].id].priority == 0
+    assert hints[runs["soft"].id].timeout == 4
