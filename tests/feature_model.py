@@ -18,8 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 from hypothesis import strategies as st
 
-from kernel import Kernel
-from kernel.db.schema import events, jobs, notifications, occurrences
+from kernel import Claim, Kernel, Notify
+from kernel.db.schema import events, jobs, metadata, notifications, occurrences
 from kernel.records import loads
 from kernel.states import UNSETTLED
 
@@ -71,8 +71,10 @@ def features(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         spec["history"] = {"succeeded": 1}
     if draw(st.booleans()):
-        spec["notify"] = {"on": draw(st.sampled_from([["dead_letter"], ["dead_letter", "failed"]])),
-                          "task": "tests.notified"}  # fmt: skip
+        spec["notify"] = {
+            "on": draw(st.sampled_from([["dead_letter"], ["dead_letter", "failed"]])),
+            "task": "tests.notified",
+        }
     return spec
 
 
@@ -90,8 +92,10 @@ def scheduled_spec(draw: st.DrawFn, job_id: str, start: datetime) -> dict[str, A
 @st.composite
 def chained_spec(draw: st.DrawFn) -> dict[str, Any]:
     """The job fired when one of the scheduled jobs settles."""
-    after = {"job": draw(st.sampled_from(SCHEDULED)),
-             "on": draw(st.sampled_from(["success", "failure", "complete"]))}  # fmt: skip
+    after = {
+        "job": draw(st.sampled_from(SCHEDULED)),
+        "on": draw(st.sampled_from(["success", "failure", "complete"])),
+    }
     return {**_base(CHAINED), **draw(features()), "after": after}
 
 
@@ -130,8 +134,16 @@ def snapshot(kernel: Kernel) -> Snapshot:
     o = occurrences
     with kernel.engine.connect() as conn:
         rows = conn.execute(
-            sa.select(o.c.id, o.c.job_id, o.c.status, o.c.fence, o.c.lease_owner,
-                      o.c.lease_expires_at, o.c.pool, o.c.definition)  # fmt: skip
+            sa.select(
+                o.c.id,
+                o.c.job_id,
+                o.c.status,
+                o.c.fence,
+                o.c.lease_owner,
+                o.c.lease_expires_at,
+                o.c.pool,
+                o.c.definition,
+            )
         ).all()
         last = conn.execute(sa.select(sa.func.coalesce(sa.func.max(events.c.id), 0))).scalar()
         n = notifications
@@ -143,8 +155,16 @@ def snapshot(kernel: Kernel) -> Snapshot:
         enabled = conn.execute(sa.select(jobs.c.id, jobs.c.enabled)).all()
     return Snapshot(
         rows={
-            r.id: Row(r.id, r.job_id, r.status, r.fence, r.lease_owner, r.lease_expires_at,
-                      r.pool, _notify_of(r.definition))  # fmt: skip
+            r.id: Row(
+                r.id,
+                r.job_id,
+                r.status,
+                r.fence,
+                r.lease_owner,
+                r.lease_expires_at,
+                r.pool,
+                _notify_of(r.definition),
+            )
             for r in rows
         },
         last_event=int(last or 0),
@@ -170,7 +190,9 @@ def waiting_has_a_blocker(kernel: Kernel, now: Snapshot, disabled_by_operator: s
                 f"{other.status if other else 'gone'}: {blocker.text}"
             )
         if blocker.kind == "pool_full":
-            holders = [r.id for r in now.rows.values() if r.status == "running" and r.pool == row.pool]
+            holders = [
+                r.id for r in now.rows.values() if r.status == "running" and r.pool == row.pool
+            ]
             assert holders, f"occurrence {occ_id}: pool {row.pool} is full with no run in it"
         if blocker.kind == "job_disabled":
             assert row.job_id in disabled_by_operator, (
@@ -184,7 +206,9 @@ def leases_hold(before: Snapshot, now: Snapshot) -> None:
         old = before.rows.get(row.id)
         assert old is None or row.fence >= old.fence, f"occurrence {row.id}: fence went back"
         if row.status == "running":
-            assert row.lease_owner and row.lease_expires_at, f"occurrence {row.id}: running unleased"
+            assert row.lease_owner and row.lease_expires_at, (
+                f"occurrence {row.id}: running unleased"
+            )
 
 
 def transitions_logged(kernel: Kernel, before: Snapshot, now: Snapshot) -> None:
@@ -247,3 +271,31 @@ def created_within_bounds(
         end = datetime.fromisoformat(schedule["end"])
         late = [occ for occ, at in made if at > end]
         assert not late, f"occurrences {late} scheduled after end {end}"
+
+
+def wipe(url: str) -> None:
+    """Empty every kernel table (the schema stays migrated): each example starts clean."""
+    kernel = Kernel.open(url)
+    try:
+        with kernel.engine.begin() as conn:
+            for table in reversed(metadata.sorted_tables):
+                conn.execute(table.delete())
+    finally:
+        kernel.close()
+
+
+def worker_notifies(kernel: Kernel, claim: Claim, status: str) -> None:
+    """What the worker does after it settled ``claim``'s run failed in ``status``
+    (celery_app/notify.py ``after_settle``): record the notification its job asks for."""
+    spec = claim.occurrence.definition.get("notify")
+    event = Notify.model_validate(spec).event_of(status) if spec else None
+    if spec and event is not None:
+        occ = claim.occurrence
+        kernel.record_notification(
+            occ.id,
+            fence=claim.fence,
+            job_id=occ.job_id,
+            event=event,
+            target=spec,
+            body={"status": status},
+        )

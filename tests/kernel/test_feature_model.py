@@ -21,16 +21,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
-)
 from feature_model import (
     CHAINED,
     LEASE_S,
@@ -48,11 +38,22 @@ from feature_model import (
     transitions_logged,
     unresolved_kept,
     waiting_has_a_blocker,
+    wipe,
+    worker_notifies,
+)
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
 )
 
 from celery_app.beat.firings import plan_job
-from kernel import Claim, Kernel, KernelError, LeaseLost, Notify
-from kernel.db.schema import metadata
+from kernel import Claim, Kernel, KernelError, LeaseLost
 from kernel.testing import ManualClock
 
 if TYPE_CHECKING:
@@ -85,17 +86,6 @@ CI = settings(
 )
 
 
-def _wipe(url: str) -> None:
-    """Empty every kernel table (the schema stays migrated): each example starts clean."""
-    kernel = Kernel.open(url)
-    try:
-        with kernel.engine.begin() as conn:
-            for table in reversed(metadata.sorted_tables):
-                conn.execute(table.delete())
-    finally:
-        kernel.close()
-
-
 class FeatureMachine(RuleBasedStateMachine):
     """The kernel under every feature at once; see the module docstring."""
 
@@ -106,7 +96,7 @@ class FeatureMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        _wipe(self.url)
+        wipe(self.url)
         self.clock = ManualClock()
         self.kernel = Kernel.open(self.url, clock=self.clock, check_schema=False)
         self.holders: dict[int, Claim] = {}  # live runs by occurrence
@@ -162,8 +152,13 @@ class FeatureMachine(RuleBasedStateMachine):
     def _heartbeat(self) -> None:
         """Every live holder renews, as its lease keeper does, and acts on what it learns."""
         for occ_id, claim in list(self.holders.items()):
-            answer = self.kernel.renew(occ_id, owner=claim.owner, fence=claim.fence,
-                                       lease=LEASE_S, checkpoint={"seq": self.seq})  # fmt: skip
+            answer = self.kernel.renew(
+                occ_id,
+                owner=claim.owner,
+                fence=claim.fence,
+                lease=LEASE_S,
+                checkpoint={"seq": self.seq},
+            )
             if answer.cancel_requested:
                 del self.holders[occ_id]
                 self.kernel.cancelled(occ_id, owner=claim.owner, fence=claim.fence)
@@ -250,23 +245,19 @@ class FeatureMachine(RuleBasedStateMachine):
         occ_id = self._pick(data, list(self.holders), "holder")
         assert occ_id is not None
         claim = self.holders.pop(occ_id)
-        held = {"owner": claim.owner, "fence": claim.fence}
         if outcome == "success":
-            self.kernel.succeed(occ_id, result="ok", **held)
+            self.kernel.succeed(occ_id, owner=claim.owner, fence=claim.fence, result="ok")
             return
-        status = self.kernel.fail(occ_id, code="BOOM", message="it failed", **held,
-                                  retryable=outcome != "fatal",
-                                  effect="unknown" if outcome == "unknown" else "not_applied")  # fmt: skip
-        self._notify(claim, status)
-
-    def _notify(self, claim: Claim, status: str) -> None:
-        """What the worker does after its settle (celery_app/notify.py after_settle)."""
-        spec = claim.occurrence.definition.get("notify")
-        event = Notify.model_validate(spec).event_of(status) if spec else None
-        if event is not None:
-            occ = claim.occurrence
-            self.kernel.record_notification(occ.id, fence=claim.fence, job_id=occ.job_id,
-                                            event=event, target=spec, body={"status": status})  # fmt: skip
+        status = self.kernel.fail(
+            occ_id,
+            owner=claim.owner,
+            fence=claim.fence,
+            code="BOOM",
+            message="it failed",
+            retryable=outcome != "fatal",
+            effect="unknown" if outcome == "unknown" else "not_applied",
+        )
+        worker_notifies(self.kernel, claim, status)
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data())
@@ -302,8 +293,12 @@ class FeatureMachine(RuleBasedStateMachine):
     def pause(self, data: st.DataObject) -> None:
         occ_id = self._pick(data, list(self.holders), "paused")
         assert occ_id is not None
-        self._operator(self.kernel.request_pause, occ_id,
-                       expected_fence=self.holders[occ_id].fence, safe_points=SAFE_POINTS)  # fmt: skip
+        self._operator(
+            self.kernel.request_pause,
+            occ_id,
+            expected_fence=self.holders[occ_id].fence,
+            safe_points=SAFE_POINTS,
+        )
 
     @rule(data=st.data())
     def resume(self, data: st.DataObject) -> None:
@@ -364,14 +359,9 @@ def _run(url: str) -> None:
     run_state_machine_as_test(machine, settings=CI)
 
 
-@pytest.fixture
-def migrated(kernel: Kernel, kernel_url: str) -> str:
-    """The URL of a migrated kernel database (the ``kernel`` fixture migrated it)."""
-    return kernel_url
-
-
-def test_features_compose(migrated: str) -> None:
-    _run(migrated)
+def test_features_compose(kernel: Kernel, kernel_url: str) -> None:
+    """On the database ``kernel`` migrated."""
+    _run(kernel_url)
 
 
 def _dead_letter(k: Harness, occurrence_id: int) -> None:
