@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from hypothesis import strategies as st
 
-from kernel import Claim, Kernel, Notify
+from kernel import Kernel
 from kernel.db.schema import events, jobs, metadata, notifications, occurrences
 from kernel.records import loads
 from kernel.states import UNSETTLED
@@ -32,10 +32,10 @@ LEASE_S = 30.0
 WAITING = frozenset(UNSETTLED) - {"running"}
 #: The blockers that name the occurrence waited for.
 WAITS_FOR_ANOTHER = ("behind", "awaiting_adjudication")
-#: Statuses of a settled run that a job's ``notify`` subscribes to, and whose notification
-#: the invariant counts. The lead extends it with ``needs_adjudication`` once notifications
-#: are written in the transition's transaction (issue 39 item 4).
-NOTIFIED_STATUSES = ("dead_letter",)
+#: Statuses of a run that a job's ``notify`` subscribes to, and whose notification the
+#: invariant counts: written by the transition that made the status, whoever made it.
+NOTIFIED_STATUSES = ("dead_letter", "needs_adjudication")
+_NOTIFY_ON = (["dead_letter"], ["dead_letter", "failed"], ["needs_adjudication", "dead_letter"])
 
 
 def _base(job_id: str) -> dict[str, Any]:
@@ -72,7 +72,15 @@ def features(draw: st.DrawFn) -> dict[str, Any]:
         spec["history"] = {"succeeded": 1}
     if draw(st.booleans()):
         spec["notify"] = {
-            "on": draw(st.sampled_from([["dead_letter"], ["dead_letter", "failed"]])),
+            "on": draw(
+                st.sampled_from(
+                    [
+                        ["dead_letter"],
+                        ["dead_letter", "failed"],
+                        ["needs_adjudication", "dead_letter"],
+                    ]
+                )
+            ),
             "task": "tests.notified",
         }
     return spec
@@ -282,20 +290,3 @@ def wipe(url: str) -> None:
                 conn.execute(table.delete())
     finally:
         kernel.close()
-
-
-def worker_notifies(kernel: Kernel, claim: Claim, status: str) -> None:
-    """What the worker does after it settled ``claim``'s run failed in ``status``
-    (celery_app/notify.py ``after_settle``): record the notification its job asks for."""
-    spec = claim.occurrence.definition.get("notify")
-    event = Notify.model_validate(spec).event_of(status) if spec else None
-    if spec and event is not None:
-        occ = claim.occurrence
-        kernel.record_notification(
-            occ.id,
-            fence=claim.fence,
-            job_id=occ.job_id,
-            event=event,
-            target=spec,
-            body={"status": status},
-        )

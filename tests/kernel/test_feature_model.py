@@ -39,7 +39,6 @@ from feature_model import (
     unresolved_kept,
     waiting_has_a_blocker,
     wipe,
-    worker_notifies,
 )
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -65,12 +64,6 @@ OWNERS = ("w1", "w2", "w3")
 SAFE_POINTS = ("before_execute", "adapter_checkpoint")
 #: Refusals an operator may meet on a run that moved meanwhile: not errors of the kernel.
 OPERATOR_REFUSALS = {"STATE_CONFLICT", "FENCE_CONFLICT", "PAUSE_UNSUPPORTED"}
-#: Why I13 (:func:`feature_model.notified_once`) is off in the machine and expected to fail
-#: below: the lead turns ``FeatureMachine.check_notifications`` on when it holds.
-NOT_NOTIFIED = (
-    "issue 39 item 4: only the worker records a notification, after its own settle; a dead "
-    "letter made by lease expiry, a claim or an operator's verdict is never notified"
-)
 #: Retention's ages (seconds) for the prunable statuses, short so that it prunes.
 RETENTION = {"succeeded": 60.0, "cancelled": 60.0, "skipped": 60.0}
 
@@ -90,9 +83,6 @@ class FeatureMachine(RuleBasedStateMachine):
     """The kernel under every feature at once; see the module docstring."""
 
     url = ""
-    #: I13 for every dead letter, whoever made it: off until issue 39 item 4 (NOT_NOTIFIED;
-    #: the xfail tests below show it failing today).
-    check_notifications = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -248,7 +238,7 @@ class FeatureMachine(RuleBasedStateMachine):
         if outcome == "success":
             self.kernel.succeed(occ_id, owner=claim.owner, fence=claim.fence, result="ok")
             return
-        status = self.kernel.fail(
+        self.kernel.fail(
             occ_id,
             owner=claim.owner,
             fence=claim.fence,
@@ -257,7 +247,6 @@ class FeatureMachine(RuleBasedStateMachine):
             retryable=outcome != "fatal",
             effect="unknown" if outcome == "unknown" else "not_applied",
         )
-        worker_notifies(self.kernel, claim, status)
 
     @precondition(lambda self: self.holders)
     @rule(data=st.data())
@@ -349,8 +338,7 @@ class FeatureMachine(RuleBasedStateMachine):
         leases_hold(self.before, now)
         transitions_logged(self.kernel, self.before, now)
         unresolved_kept(new_unresolved(self.before), now)
-        if self.check_notifications:
-            notified_once(now)
+        notified_once(now)
         self.before = now
 
 
@@ -365,15 +353,14 @@ def test_features_compose(kernel: Kernel, kernel_url: str) -> None:
 
 
 def _dead_letter(k: Harness, occurrence_id: int) -> None:
-    """The setup made a dead letter (else the test fails, it does not xfail)."""
+    """The setup made a dead letter."""
     if k.kernel.get_occurrence(occurrence_id).status != "dead_letter":
         pytest.fail(f"occurrence {occurrence_id} is no dead letter")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_NOTIFIED)
 def test_a_dead_letter_made_by_lease_expiry_is_notified(k: Harness) -> None:
     """A notify job's run whose worker was killed on its last lost lease: Beat's lease
-    expiry makes it a dead letter (POISON_PILL), and nobody is told."""
+    expiry makes it a dead letter (POISON_PILL), and its notification with it."""
     k.define("job", max_lost_leases=0, notify={"on": ["dead_letter"], "task": "t"})
     claim = k.running("job")
     k.clock.advance(LEASE_S + 1)
@@ -382,7 +369,6 @@ def test_a_dead_letter_made_by_lease_expiry_is_notified(k: Harness) -> None:
     notified_once(snapshot(k.kernel))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=NOT_NOTIFIED)
 def test_a_dead_letter_made_by_an_abandon_verdict_is_notified(k: Harness) -> None:
     k.define("job", delivery="at-most-once", notify={"on": ["dead_letter"], "task": "t"})
     claim = k.running("job")
