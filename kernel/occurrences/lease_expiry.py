@@ -82,6 +82,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
         **({"error": error} if error else {}),
     )
     notices.notify(tx, m["id"], m["fence"], to_status)
+    notices.owe_result(tx, m["id"], m["fence"], to_status)
     if to_status == S.DEAD_LETTER:
         fire_children(
             tx,
