@@ -56,7 +56,7 @@ class UpkeepSteps:
 
     def _expire(self, kernel: Kernel) -> None:
         settled = kernel.expire_leases()
-        if settled["dead_letter"] or settled["needs_adjudication"]:
+        if any(settled.values()):
             # Their notifications were recorded with them; no worker hints those.
             notify.rehint_overdue(self.app, kernel, overdue_for=0.0)
 
