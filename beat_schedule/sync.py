@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery.schedules import crontab, schedule
 
-from beat_schedule.task_settings import hint_options, task_fields
+from beat_schedule.task_settings import expires_field, hint_options, task_fields
 from kernel import InvalidArgument, Job, Kernel, NotFound, validate_job_spec
 
 __all__ = [
@@ -204,6 +204,7 @@ def entry_to_spec(
         spec["queue"] = queue
     if task is not None:
         spec.update(task_fields(name, task)[0])
+    spec.update(expires_field(name, entry.get("options") or {}, task))
     spec.update(entry.get("kernel") or {})
     return spec
 
@@ -309,7 +310,7 @@ def _read_entry(
         entry.refused = f"{exc.code}: beat_schedule[{name!r}]: {exc.message}"
         return entry
     try:
-        entry.hint, warnings = hint_options(name, raw.get("options") or {})
+        entry.hint = hint_options(name, raw.get("options") or {})
     except InvalidArgument as exc:
         entry.refused = f"{exc.code}: {exc.message}"
         return entry
@@ -321,7 +322,6 @@ def _read_entry(
         )
         return entry
     entry.spec = spec
-    entry.warnings += warnings
     return entry
 
 

@@ -4,21 +4,22 @@ A ``beat_schedule`` entry names a task whose decorator may set time limits and
 automatic retries, and an ``options`` dict Celery would pass to ``apply_async``. On
 the kernel the task body runs inside ``kernel.run_occurrence``, so each setting is
 either turned into the job's own field (timeout, attempts, backoff: the kernel owns
-the retry), carried on the published hint (routing, priority, expiry, headers), or
-refused by name: nothing is dropped.
+the retry; ``expires``: the job's start deadline), carried on the published hint
+(routing, priority, headers), or refused by name: nothing is dropped.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
 from kernel import InvalidArgument
 
-__all__ = ["HINT_OPTIONS", "hint_options", "task_fields"]
+__all__ = ["HINT_OPTIONS", "expires_field", "hint_options", "task_fields"]
 
 #: ``options`` keys the dispatch pump passes to ``send_task`` for the entry's hints.
-HINT_OPTIONS = ("routing_key", "exchange", "priority", "expires", "headers")
+HINT_OPTIONS = ("routing_key", "exchange", "priority", "headers")
 #: Celery's default ``retry_backoff_max`` and ``default_retry_delay`` (seconds).
 _BACKOFF_MAX = 600.0
 _RETRY_DELAY = 180.0
@@ -29,30 +30,48 @@ _FULL_JITTER = 0.5
 _MAX_ATTEMPTS = 1000
 
 
-def hint_options(name: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """(what the pump passes to ``send_task`` for this entry, warnings naming the entry).
+def hint_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """What the pump passes to ``send_task`` for this entry's hints.
 
-    ``queue`` becomes the job's queue and is not repeated here.
+    ``queue`` becomes the job's queue and ``expires`` its start deadline
+    (:func:`expires_field`); neither is repeated here.
 
     Raises:
         InvalidArgument: ``options`` holds a key the kernel does not honour (``countdown``,
             ``link``, ...): the entry is refused naming it, never run without it.
     """
-    refused = sorted(set(options) - {*HINT_OPTIONS, "queue"})
+    refused = sorted(set(options) - {*HINT_OPTIONS, "queue", "expires"})
     if refused:
         raise InvalidArgument(
             "options",
             f"beat_schedule[{name!r}]: options {', '.join(refused)} are not honoured on the "
-            f"kernel (it honours queue, {', '.join(HINT_OPTIONS)}): remove them from the entry",
+            f"kernel (it honours queue, expires, {', '.join(HINT_OPTIONS)}): remove them "
+            "from the entry",
         )
-    honoured = {key: options[key] for key in HINT_OPTIONS if options.get(key) is not None}
-    warnings = []
-    if "expires" in honoured:
-        warnings.append(
-            f"beat_schedule[{name!r}]: options.expires drops an unclaimed hint; the kernel "
-            "publishes it again after kernel_rehint_after rather than skipping the run"
+    return {key: options[key] for key in HINT_OPTIONS if options.get(key) is not None}
+
+
+def expires_field(name: str, options: Mapping[str, Any], task: Any) -> dict[str, Any]:
+    """The job's ``expires`` (seconds after each firing may start) from the entry's
+    ``options.expires``, else the task's own ``expires``, as Celery's Beat passes them.
+
+    Raises:
+        InvalidArgument: a datetime (one instant cannot bound every firing of a recurring
+            entry) or anything but a number of seconds.
+    """
+    expires = options.get("expires")
+    if expires is None and task is not None:
+        expires = getattr(task, "expires", None)
+    if expires is None:
+        return {}
+    if isinstance(expires, bool) or not isinstance(expires, numbers.Real):
+        raise InvalidArgument(
+            "options",
+            f"beat_schedule[{name!r}]: options.expires {expires!r} is one instant, which "
+            "cannot bound every firing of a recurring entry: give a number of seconds after "
+            "each firing",
         )
-    return honoured, warnings
+    return {"expires": float(expires)}
 
 
 def task_fields(name: str, task: Any) -> tuple[dict[str, Any], list[str]]:

@@ -34,6 +34,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -73,18 +74,20 @@ SIZES = {  # --full: the issue's sizes (occurrences, events)
 
 @dataclass
 class Measured:
-    """One measure's samples per size: seconds per call, or a rate."""
+    """One measure's samples per size: seconds per call (shown at percentile ``p``), or a
+    rate. The prune's row puts idle claims under "empty" and claims during it under "large"."""
 
     name: str
     rate: bool = False
+    p: float = 0.95
     samples: dict[str, list[float]] = field(default_factory=dict)
 
-    def p95_ms(self, size: str) -> float:
+    def percentile_ms(self, size: str) -> float:
         values = sorted(self.samples[size])
-        return values[min(len(values) - 1, int(0.95 * len(values)))] * 1000
+        return values[min(len(values) - 1, int(self.p * len(values)))] * 1000
 
     def value(self, size: str) -> float:
-        return statistics.median(self.samples[size]) if self.rate else self.p95_ms(size)
+        return statistics.median(self.samples[size]) if self.rate else self.percentile_ms(size)
 
     def ratio(self) -> float:
         return self.value("large") / self.value("empty")
@@ -343,8 +346,65 @@ def measure(sides: dict[str, Side], repeat: int, n: int) -> list[Measured]:
         for size in ("empty", "large"):
             measured.samples[size] = _timed(lambda s=sides[size], r=read: r(s), repeat)  # type: ignore[misc]
         results.append(measured)
-        print(f"  {name}: {measured.p95_ms('empty'):.1f} -> {measured.p95_ms('large'):.1f} ms")
+        empty, large = measured.percentile_ms("empty"), measured.percentile_ms("large")
+        print(f"  {name}: {empty:.1f} -> {large:.1f} ms")
     return results
+
+
+def _claim_latencies(
+    side: Side, seconds: float, stop: threading.Event | None = None
+) -> list[float]:
+    """Claim latencies (s) of claim+settle pairs run back to back for ``seconds`` (or until
+    ``stop`` is set)."""
+    latencies: list[float] = []
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends and not (stop is not None and stop.is_set()):
+        for occ_id in side.queued(20):
+            start = time.perf_counter()
+            claim = side.kernel.claim(occ_id, owner=OWNER, lease=LEASE_S)
+            latencies.append(time.perf_counter() - start)
+            assert claim is not None, f"occurrence {occ_id} was not claimed"
+            side.kernel.succeed(occ_id, owner=OWNER, fence=claim.fence)
+    return latencies
+
+
+def prune_while_claiming(side: Side, seconds: float) -> Measured:
+    """Claim p99 idle, then while retention (Beat's bounded passes, on its own kernel)
+    deletes the older half of the history; prints the rows and rate it pruned."""
+    idle = _claim_latencies(side, seconds)
+    pruner = Kernel.open(side.url)
+    pruned = {"occurrences": 0, "events": 0}
+    stop = threading.Event()
+    keep_s = SPAN_DAYS / 2 * 86_400
+    ages = {"succeeded": keep_s, "cancelled": keep_s, "skipped": keep_s}
+
+    def prune() -> None:
+        try:
+            while not stop.is_set():
+                done = pruner.apply_retention(ages, limit=500)
+                pruned["occurrences"] += done["occurrences"]
+                pruned["events"] += done["events"]
+                if not done["more"]:
+                    break
+        finally:
+            stop.set()
+
+    started = time.monotonic()
+    thread = threading.Thread(target=prune, name="pruner")
+    thread.start()
+    during = _claim_latencies(side, 3600.0, stop)
+    thread.join()
+    took = time.monotonic() - started
+    pruner.close()
+    print(
+        f"  prune: {pruned['occurrences']:,} occurrences and {pruned['events']:,} events in"
+        f" {took:.1f} s ({pruned['occurrences'] / max(took, 1e-9):,.0f} occurrences/s),"
+        f" {len(during)} claims meanwhile",
+        flush=True,
+    )
+    measured = Measured("claim p99 during prune", p=0.99)
+    measured.samples = {"empty": idle, "large": during}
+    return measured
 
 
 def report(
@@ -356,7 +416,7 @@ def report(
     )
     print(f"{'measure':<28} {'empty':>12} {'large':>12} {'large/empty':>12}")
     for m in rows:
-        unit = "/s" if m.rate else " ms p95"
+        unit = "/s" if m.rate else f" ms p{round(m.p * 100)}"
         print(
             f"{m.name:<28} {m.value('empty'):>9.1f}{unit:<3}"[:41].ljust(41)
             + f" {m.value('large'):>9.1f}   {m.ratio():>10.2f}"
@@ -381,6 +441,7 @@ def run(backend: str, pg_url: str | None, args: argparse.Namespace, workdir: Pat
     with _sides(backend, pg_url, workdir) as sides:
         built = build_history(sides["large"], occurrences, events)
         rows = measure(sides, args.repeat, args.n)
+        rows.append(prune_while_claiming(sides["large"], args.idle_s))
         report(backend, occurrences, events, built, rows)
 
 
@@ -392,6 +453,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full", action="store_true", help="the issue's sizes per back end")
     parser.add_argument("--repeat", type=int, default=20, help="timed calls per reader and size")
     parser.add_argument("--n", type=int, default=300, help="pairs and enqueues per rate sample")
+    parser.add_argument(
+        "--idle-s", type=float, default=5.0, help="seconds of idle claims before the prune"
+    )
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
     with ExitStack() as stack:

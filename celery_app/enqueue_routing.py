@@ -26,6 +26,7 @@ from celery.app.task import Task
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
+from celery_app.canvas_links import CANVAS_OPTIONS, links
 from celery_app.enqueueing import enqueue
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
@@ -34,8 +35,11 @@ __all__ = ["TaskShortcut", "hook_apply_async"]
 
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
-#: ``result_cls`` is the class of what it answers).
-_ROUTED_OPTIONS = frozenset({"countdown", "eta", "priority", "queue", "task_id", "result_cls"})
+#: ``result_cls`` is the class of what it answers; link, link_error and a chain's rest become
+#: kernel links: celery_app/canvas_links.py).
+_ROUTED_OPTIONS = frozenset(
+    {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls", *CANVAS_OPTIONS}
+)
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
@@ -45,8 +49,7 @@ _PUBLISHING_OPTIONS = frozenset(
 
 
 def refused_options(options: Mapping[str, Any]) -> list[str]:
-    """The options of a routed call the kernel cannot honour: canvas links (``link``,
-    ``link_error``, a chain's rest, a chord, a group), ``expires``, time limits,
+    """The options of a routed call the kernel cannot honour: a chord, a group, time limits,
     ``headers``, ``shadow``, a serializer other than JSON, ``ignore_result``..."""
     return sorted(
         name
@@ -70,12 +73,11 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
             f"it out of kernel_route_tasks to publish it through Celery",
             task=task.name,
         )
-    eta = options.get("eta")
-    if isinstance(eta, str):
-        eta = datetime.fromisoformat(eta)
+    callbacks, errbacks = links(options)
     # As Celery's apply_async: the caller's task id, else a fresh one. As the key, the same
-    # task id twice is one occurrence.
+    # task id twice is one occurrence. The task's own expires unless the call gives one.
     task_id = options.get("task_id") or uuid()
+    expires = options.get("expires", getattr(task, "expires", None))
     enqueue(
         task.app,
         task.name,
@@ -84,11 +86,22 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         key=task_id,
         queue=options.get("queue"),
         countdown=options.get("countdown"),
-        eta=None if eta is None else maybe_make_aware(eta),
+        eta=_instant(options.get("eta")),
         priority=options.get("priority"),
+        callbacks=callbacks,
+        errbacks=errbacks,
+        expires=_instant(expires),
     )
     result_cls = options.get("result_cls") or task.AsyncResult
     return result_cls(task_id)
+
+
+def _instant(value: Any) -> Any:
+    """An ``eta`` or ``expires`` as Celery takes it: ISO text or a datetime (naive ones in
+    the app's zone) made aware; a number of seconds as it is."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return maybe_make_aware(value) if isinstance(value, datetime) else value
 
 
 class TaskShortcut:

@@ -57,7 +57,10 @@ __all__ = [
 log = logging.getLogger("celery_kernel.enqueue")
 
 #: The parameters of one run in :func:`enqueue_many`'s list, besides ``task``.
-_RUN_FIELDS = ("args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority")
+_RUN_FIELDS = (
+    "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "expires",
+    "callbacks", "errbacks",
+)  # fmt: skip
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
 #: Settled without success: result() raises.
@@ -151,7 +154,23 @@ def _task_settings(app: Any, name: str) -> dict[str, Any]:
 def _request(app: Any, task: str, run: Mapping[str, Any]) -> EnqueueRequest:
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
-    return EnqueueRequest(task, settings=_task_settings(app, task), **run)
+    links = {name: _with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
+    return EnqueueRequest(task, settings=_task_settings(app, task), **{**run, **links})
+
+
+def _with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Kernel link signatures (kernel/spec/enqueue_request.py), each with its task's
+    implicit job settings, as the enqueue of that task would define them."""
+    return [
+        {
+            **sig,
+            # A signature without a task is refused by the kernel, naming its place.
+            "settings": _task_settings(app, sig["task"]) if sig.get("task") else {},
+            "callbacks": _with_settings(app, sig.get("callbacks") or ()),
+            "errbacks": _with_settings(app, sig.get("errbacks") or ()),
+        }
+        for sig in signatures
+    ]
 
 
 def enqueue(
@@ -166,6 +185,9 @@ def enqueue(
     countdown: float | None = None,
     eta: datetime | None = None,
     priority: int | None = None,
+    callbacks: Sequence[Mapping[str, Any]] = (),
+    errbacks: Sequence[Mapping[str, Any]] = (),
+    expires: float | datetime | None = None,
     connection: Any = None,
 ) -> Enqueued:
     """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
@@ -181,6 +203,12 @@ def enqueue(
             ``kernel_options`` delivery, else at-least-once.
         countdown, eta: claimable only after so many seconds, or from an aware datetime.
         priority: 0-255; higher runs are hinted first.
+        callbacks, errbacks: kernel link signatures (plain JSON: ``task``, ``args``,
+            ``kwargs``, ``immutable``, ``options`` task_id/queue/countdown/priority, and
+            their own ``callbacks``/``errbacks``), enqueued by the settle that makes this
+            run succeeded, or dead-lettered (a routed call's link, chain, link_error).
+        expires: a start deadline, seconds from now or an aware datetime (Celery's
+            ``expires``): not started by then, the run is skipped ``expired``, never late.
         connection: your open transaction on the kernel's database (a SQLAlchemy
             Connection, a psycopg 3 connection, or Django's ``connection`` inside
             ``transaction.atomic()``): the occurrence exists exactly when it commits.
@@ -202,6 +230,9 @@ def enqueue(
         "countdown": countdown,
         "eta": eta,
         "priority": priority,
+        "callbacks": callbacks,
+        "errbacks": errbacks,
+        "expires": expires,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
     return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]

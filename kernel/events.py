@@ -64,6 +64,9 @@ class EventType(StrEnum):
     BUDGET_RELEASED = "budget_released"
     #: A chained child was not fired: its parent's fan-out bound (``after.fanout``) was hit.
     CHAIN_FANOUT_EXCEEDED = "chain_fanout_exceeded"
+    #: A settled run's callback or errback was not made: its task's job was deleted since
+    #: the run was enqueued (``reason``, the link's ``trigger_key``).
+    LINK_NOT_MADE = "link_not_made"
     #: An operator cancelled a job (``kernel jobs cancel``): disabled, its work cancelled.
     JOB_CANCELLED = "job_cancelled"
     #: Retention deleted a finished job (``delete_after_run`` or ``ttl``).
@@ -122,6 +125,7 @@ EVENTS_OUTSIDE_THE_TABLE: dict[EventType, str] = {
     _E.FIRINGS_MISSED: "counts firings Beat passed without making them; the cursor is a row's",
     _E.CHAIN_DEPTH_EXCEEDED: "a chained child not made: nothing changed",
     _E.CHAIN_FANOUT_EXCEEDED: "a chained child not made: nothing changed",
+    _E.LINK_NOT_MADE: "a run's link not made: nothing changed",
     _E.RUN_OUTPUT: "a run's output, stored by its fenced holder; no state moves",
     _E.HISTORY_PRUNED: "settled history deleted; no live state moves",
     _E.BEAT_STOPPED: "a Beat left the registry of Beats, which holds no state of the table",

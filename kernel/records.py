@@ -201,6 +201,7 @@ def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None
         control=control,
         checkpoint=checkpoint_data(m["checkpoint"]),
         approval_due_at=to_dt(m["approval_due_at"]),
+        expires_at=to_dt(m["expires_at"]),
     )
 
 

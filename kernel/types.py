@@ -141,6 +141,8 @@ class Occurrence:
     checkpoint: Any = None
     #: While awaiting approval: when Beat applies the job's ``approval.auto``.
     approval_due_at: datetime | None = None
+    #: The start deadline (``expires``): not started by then, it is skipped ``expired``.
+    expires_at: datetime | None = None
 
     @property
     def kind(self) -> str:
@@ -157,8 +159,10 @@ class Occurrence:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of SPEC §7 (``show`` adds checkpoint, result, events); an
-        occurrence awaiting approval adds ``approval_due_at``."""
+        occurrence awaiting approval adds ``approval_due_at``, one with a start deadline
+        ``expires_at``."""
         approval = {"approval_due_at": iso_z(self.approval_due_at)} if self.approval_due_at else {}
+        deadline = {"expires_at": iso_z(self.expires_at)} if self.expires_at else {}
         return {
             "id": self.id,
             "job_id": self.job_id,
@@ -179,6 +183,7 @@ class Occurrence:
             "created_at": iso_z(self.created_at),
             "settled_at": iso_z(self.settled_at),
             **approval,
+            **deadline,
         }
 
 

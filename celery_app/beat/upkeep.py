@@ -59,6 +59,15 @@ class UpkeepSteps:
         if any(settled.values()):
             # Their notifications were recorded with them; no worker hints those.
             notify.rehint_overdue(self.app, kernel, overdue_for=0.0)
+        # Past their start deadline (expires), waiting runs are skipped even with no worker
+        # to meet them.
+        skipped = kernel.skip_expired()
+        if skipped:
+            log.info(
+                "%d occurrence(s) skipped: expired before they started",
+                skipped,
+                extra={"action": "expired_skipped", "beat_id": self.beat_id},
+            )
 
     def _fan_in(self, kernel: Kernel) -> None:
         """Fire (or record as skipped) the fan-in jobs whose parents all settled."""

@@ -36,6 +36,12 @@ __all__ = ["enqueue"]
 @click.option(
     "--priority", type=click.IntRange(0, 255), help="0-255: higher runs are hinted first."
 )
+@click.option(
+    "--expires",
+    type=click.FloatRange(min=0),
+    metavar="S",
+    help="Not started within S seconds, the run is skipped (expired), never run late.",
+)
 def enqueue(
     env: Env,
     task: str,
@@ -47,6 +53,7 @@ def enqueue(
     countdown: float | None,
     eta: datetime | None,
     priority: int | None,
+    expires: float | None,
 ) -> None:
     """Enqueue a run of TASK: a durable occurrence of its job task:TASK, then its hint."""
     if countdown is not None and eta is not None:
@@ -63,6 +70,7 @@ def enqueue(
         countdown=countdown,
         eta=eta,
         priority=priority,
+        expires=expires,
     )
 
     def render() -> str:
@@ -75,6 +83,7 @@ def enqueue(
                 ("status", occ["status"]),
                 ("trigger key", occ["trigger_key"]),
                 ("scheduled for", occ["scheduled_for"]),
+                *([("expires at", occ["expires_at"])] if occ.get("expires_at") else []),
             ]
         )
 

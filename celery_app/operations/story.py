@@ -32,6 +32,7 @@ SKIPPED_BECAUSE = {
     "outside_catchup_window": "Beat was down; the firing was older than the catch-up window",
     "fan_in_timeout": "not every parent of the fan-in succeeded within after.within",
     "fan_in_parent_failed": "a parent of the fan-in did not succeed for this firing",
+    "expired": "no worker started it before its start deadline (expires); it never runs late",
 }
 
 
@@ -128,6 +129,8 @@ def _skipped(data: dict[str, Any]) -> str:
     reason = str(data.get("reason") or "skipped")
     meaning = SKIPPED_BECAUSE.get(reason)
     said = f" ({meaning.format(budget=data.get('budget'))})" if meaning else ""
+    if reason == "expired":  # settled after it was created, not at its admission
+        return f"skipped: expired at {data.get('expires_at')}{said}"
     return f"{_source(data)}; not admitted, skipped: {reason}{said}"
 
 

@@ -263,6 +263,8 @@ class EnqueueBody(BaseModel):
     countdown: float | None = None
     eta: datetime | None = None
     priority: int | None = None
+    #: Seconds from now or an instant: not started by then, the run is skipped (expired).
+    expires: float | datetime | None = None
 
 
 @router.post(

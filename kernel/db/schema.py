@@ -35,6 +35,9 @@ occurrences
     claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
     (no attempt spent); at ``max_lost_leases`` an expiry dead-letters it (revision 0017).
     ``occurrences_job_newest`` walks a job's rows newest first (revision 0018).
+    ``links``: an enqueue's callbacks and errbacks (kernel/spec/enqueue_request.py; 0020).
+    ``expires_at``: the start deadline (Celery's ``expires``): a waiting row met at or after
+    it is settled ``skipped`` (reason ``expired``), never claimed (revision 0021).
 controls
     Runtime control of one occurrence: pause_requested -> paused -> resumed ->
     terminal. ``revision`` is the CAS token; ``expected_fence`` binds the request
@@ -183,12 +186,19 @@ occurrences = sa.Table(
     sa.Column("checkpoint", sa.Text),
     sa.Column("lost_leases", sa.Integer, nullable=False, server_default="0"),
     sa.Column("max_lost_leases", sa.Integer, nullable=False, server_default="3"),
+    sa.Column("links", sa.Text),
+    sa.Column("expires_at", Ms),
     sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
     # plan turn settle-by-id into a scan of every running row.
     _partial("occurrences_claimable", "available_at", where="status IN ('queued', 'retry_wait')"),
     _partial("occurrences_running", "lease_expires_at", where="status = 'running'"),
+    _partial(
+        "occurrences_expiring",
+        "expires_at",
+        where="status IN ('queued', 'retry_wait') AND expires_at IS NOT NULL",
+    ),
     # settled_at too: a job's last success or failure is one seek (kernel/jobs/health.py).
     sa.Index("occurrences_job", "job_id", "status", "settled_at"),
     sa.Index("occurrences_job_newest", "job_id", "id"),

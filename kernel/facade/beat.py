@@ -1,4 +1,5 @@
-"""The facade's Beat side: due jobs, firing, dispatch hints, lease expiry, the Beat registry."""
+"""The facade's Beat side: due jobs, firing, dispatch hints, lease expiry, start deadlines,
+the Beat registry."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ class BeatFacade(FacadeBase):
     @write
     def expire_leases(self, tx: Tx, limit: int = 200) -> dict[str, int]:
         return lease_expiry.expire_leases(tx, limit)
+
+    @write
+    def skip_expired(self, tx: Tx, limit: int = 200) -> int:
+        """Settle skipped ``expired`` up to ``limit`` waiting occurrences whose start
+        deadline (``expires``) passed, with their events: how many."""
+        return lease_expiry.skip_expired(tx, limit=limit)
 
     @write
     def record_beat(self, tx: Tx, beat_id: str, *, host: str, interval: float) -> None:

@@ -29,7 +29,10 @@ class EnqueueFacade(FacadeBase):
         countdown: float | None = None,
         eta: datetime | None = None,
         priority: int | None = None,
+        expires: float | datetime | None = None,
         settings: Mapping[str, Any] | None = None,
+        callbacks: Sequence[Mapping[str, Any]] = (),
+        errbacks: Sequence[Mapping[str, Any]] = (),
         connection: Any = None,
         hinted: bool = False,
     ) -> Enqueued:
@@ -43,7 +46,12 @@ class EnqueueFacade(FacadeBase):
             queue, delivery: this run's, else the job's.
             countdown: seconds before it may be claimed; ``eta``: the instant (aware).
             priority: 0-255; higher ones are hinted first.
+            expires: the start deadline, seconds from now or an aware datetime (Celery's
+                ``expires``): not started by then, the run is skipped ``expired``.
             settings: job spec fields from the task's options (its implicit job's).
+            callbacks, errbacks: signatures made occurrences when it succeeds, or is
+                dead-lettered (kernel/spec/enqueue_request.py: Celery's link, a chain's
+                rest, link_error).
             connection: a SQLAlchemy Connection in an open transaction, or a psycopg
                 connection, on the kernel's database: the occurrence is inserted in
                 that transaction and exists exactly when it commits (its hint is then
@@ -57,8 +65,9 @@ class EnqueueFacade(FacadeBase):
                 can write through; nothing is written.
         """
         request = EnqueueRequest(
-            task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {}
-        )
+            task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {},
+            callbacks, errbacks, expires,
+        )  # fmt: skip
         return self.enqueue_many([request], connection=connection, hinted=hinted)[0]
 
     def enqueue_many(

@@ -1,21 +1,32 @@
-"""Chained jobs: a child fires in the transaction that settles its parent."""
+"""Chained jobs and links: a child job's occurrence, or a run's callbacks and errbacks
+(kernel/spec/enqueue_request.py), made in the transaction that settles the parent."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
+import sqlalchemy as sa
+
 from kernel import statements as st
+from kernel.db.schema import occurrences
 from kernel.events import EventType
 from kernel.occurrences.firing import admit, create_gated, lock_job
+from kernel.spec.enqueue_request import EnqueueRow, link_requests, prepare
 from kernel.transaction.tx import Tx
+from kernel.transitions import occurrences as T
 
 __all__ = [
     "DEFAULT_FANOUT",
     "MAX_CHAIN_DEPTH",
+    "enqueued_event",
+    "existing_keys",
     "fanout_limit",
     "fire_children",
+    "fire_links",
+    "insert_enqueued",
     "condition_matches",
     "outcome_text",
 ]
@@ -108,3 +119,98 @@ def fire_children(
             parent_id=parent_id,
             chain_depth=depth,
         )
+
+
+def insert_enqueued(tx: Tx, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, int]]:
+    """Insert enqueued ``rows`` where their job exists and their key is new (TASK_ENQUEUED).
+
+    Returns:
+        idempotency key -> (occurrence id, job revision) of each row inserted.
+    """
+    tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
+    made: dict[str, tuple[int, int]] = {}
+    step = st.MAX_ROWS[tx.dialect]
+    for start in range(0, len(rows), step):
+        chunk = [row.values for row in rows[start : start + step]]
+        statement = st.enqueue_occurrences(tx.dialect, len(chunk))
+        for r in tx.conn.execute(statement, st.enqueue_params(tx.dialect, chunk)):
+            made[r.idempotency_key] = (r.id, r.job_revision)
+    return made
+
+
+def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
+    """idempotency key -> occurrence id of those of ``keys`` that exist."""
+    if not keys:
+        return {}
+    rows = tx.conn.execute(
+        sa.select(occurrences.c.idempotency_key, occurrences.c.id).where(
+            occurrences.c.idempotency_key.in_(keys)
+        )
+    )
+    return {r.idempotency_key: r.id for r in rows}
+
+
+def enqueued_event(row: EnqueueRow, occurrence_id: int, revision: int) -> dict[str, Any]:
+    """The ``occurrence_created`` event of an inserted row (``Tx.emit_rows``)."""
+    values = row.values
+    data: dict[str, Any] = {
+        "trigger_key": values["trigger_key"],
+        "revision": revision,
+        "scheduled_for": values["scheduled_for"],
+        "enqueued": True,
+    }
+    if values["priority"]:
+        data["priority"] = values["priority"]
+    if values["parent_id"] is not None:
+        data["parent_id"] = values["parent_id"]
+    if values["expires_at"] is not None:
+        data["expires_at"] = values["expires_at"]
+    return {"job_id": row.job_id, "occurrence_id": occurrence_id, "data": data}
+
+
+def fire_links(
+    tx: Tx,
+    *,
+    parent_id: int,
+    links: str | None,
+    trigger_key: str,
+    succeeded: bool,
+    result: Any = None,
+) -> None:
+    """Make the settled run's callbacks (``succeeded``) or errbacks (dead letter) occurrences,
+    each once: its key is its own task id (or its parent and place), so a second settle
+    of the same run (a requeued dead letter dying again) finds them made.
+
+    An errback's first argument is the failed run's task id: its enqueue key (Celery's
+    task id) when it has one, else its occurrence id. A link whose task's job was deleted
+    since the parent was enqueued is not made (``link_not_made``)."""
+    if links is None:
+        return
+    task_id = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
+    requests = link_requests(
+        links,
+        succeeded=succeeded,
+        result=result,
+        parent_id=parent_id,
+        parent_task_id=task_id or str(parent_id),
+    )
+    if not requests:
+        return
+    rows = [prepare(request, {}, tx.now, False, parent_id) for request in requests]
+    made = insert_enqueued(tx, rows)
+    tx.emit_rows(
+        EventType.OCCURRENCE_CREATED,
+        [enqueued_event(row, *made[row.key]) for row in rows if row.key in made],
+    )
+    missing = [row for row in rows if row.key not in made]
+    if missing:
+        existing = existing_keys(tx, [row.key for row in missing])
+        for row in missing:
+            if row.key not in existing:
+                tx.emit(
+                    EventType.LINK_NOT_MADE,
+                    job_id=row.job_id,
+                    occurrence_id=parent_id,
+                    reason="job_deleted",
+                    trigger_key=row.values["trigger_key"],
+                )

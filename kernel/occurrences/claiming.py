@@ -16,9 +16,10 @@ from kernel.events import EventType
 from kernel.limits import pools
 from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
-from kernel.statements.predicates import claimable_now, lease_expired
+from kernel.statements.predicates import claimable_now, lease_expired, start_expired
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.transaction.tx import Tx
+from kernel.transitions import controls as TC
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 from kernel.types import Claim
@@ -94,9 +95,8 @@ def claim(
 
     A queued occurrence that never held a lease, with nothing else to decide (no control,
     pool, exclusivity or unknown outcome to look at), is claimed by one statement with no
-    read before it; every other one is read (:func:`_read`), decided (:func:`decide`)
-    and written (:func:`_take`).
-    """
+    read before it; every other one is read (:func:`_read`), skipped when past its start
+    deadline, else decided (:func:`decide`) and written (:func:`_take`)."""
     if again:
         queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
@@ -105,6 +105,9 @@ def claim(
     if read is None:
         return None
     o, control, grant = read
+    if o["deadline_passed"]:  # never started late: settled as Beat's upkeep would
+        lease_expiry.skip_expired(tx, occurrence_id=occurrence_id)
+        return None
     decision = decide(o, control, grant)
     if decision.expire:
         lease_expiry.expire(tx, o)
@@ -183,7 +186,7 @@ def _take(
     if state == ControlState.PAUSE_REQUESTED:
         door.run(
             tx,
-            T.PAUSE_REQUEST_REBOUND,
+            TC.PAUSE_REQUEST_REBOUND,
             {"of_occurrence": occurrence_id, "new_fence": fence, "now": tx.now},
         )
     if grant is not None:
@@ -365,9 +368,9 @@ def claim_next(
         st.NO_UNRESOLVED_RUN,
     )
     # Not filtered by JOB_ALLOWS_CLAIM: an expiry that settles the run does so whatever
-    # the job (CLAIM refuses the reclaim of a disabled job's run).
+    # the job (CLAIM refuses the reclaim of a disabled job's run); nor is a start deadline.
     expired = lease_expired(tx.now)
-    for condition in (waiting, expired):
+    for condition in (waiting, expired, start_expired(tx.now)):
         query = sa.select(o.c.id).where(condition).order_by(o.c.available_at, o.c.id).limit(16)
         if queues:
             query = query.where(o.c.queue.in_(queues))
@@ -377,9 +380,9 @@ def claim_next(
         query = query.with_for_update(skip_locked=True, of=o)
         batch = list(tx.conn.execute(query).scalars())
         got = _first_claim(tx, batch, owner, lease_ms)
-        # Expired leases the claims settled leave the candidates: a full batch of
-        # them may hide a reclaimable one; look again until nothing moves.
-        while got is None and condition is expired and len(batch) == 16:
+        # Expired leases and deadlines the claims settled leave the candidates: a full
+        # batch of them may hide a reclaimable one; look again until nothing moves.
+        while got is None and condition is not waiting and len(batch) == 16:
             again = list(tx.conn.execute(query).scalars())
             if again == batch:
                 break
@@ -391,8 +394,5 @@ def claim_next(
 
 
 def _first_claim(tx: Tx, candidates: list[int], owner: str, lease_ms: int | None) -> Claim | None:
-    for occurrence_id in candidates:
-        got = claim(tx, occurrence_id, owner, lease_ms)
-        if got is not None:
-            return got
-    return None
+    claims = (claim(tx, occurrence_id, owner, lease_ms) for occurrence_id in candidates)
+    return next((got for got in claims if got is not None), None)

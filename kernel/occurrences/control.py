@@ -7,6 +7,7 @@ from kernel.events import EventType
 from kernel.limits import budgets
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
+from kernel.transitions import controls as TC
 from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 
@@ -17,7 +18,7 @@ S = OccurrenceStatus
 
 def end_control(tx: Tx, occurrence_id: int, *, job_id: str, fence: int | None) -> None:
     """Make the occurrence's control ``terminal``; a pause still pending ends with an event."""
-    ended = door.run(tx, T.CONTROL_ENDS, {"occurrence_id": occurrence_id, "now": tx.now})
+    ended = door.run(tx, TC.CONTROL_ENDS, {"occurrence_id": occurrence_id, "now": tx.now})
     if ended is not None and ended.pause_request_id is not None and ended.paused_at is None:
         tx.emit(
             EventType.CONTROL_TERMINAL,

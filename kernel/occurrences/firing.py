@@ -183,6 +183,13 @@ def idempotency_key(
     return key if params is None else f"{key}|p{params_digest(params)}"
 
 
+def _deadline_ms(available_at: int, expires_s: float | None) -> int | None:
+    """The start deadline of an occurrence that may first start at ``available_at`` (ms)
+    and expires ``expires_s`` after it (None: no deadline). Counted from the time it may
+    start, as Celery counts from when Beat or the caller sends the message."""
+    return None if expires_s is None else available_at + round(expires_s * 1000)
+
+
 def create_occurrence(
     tx: Tx,
     *,
@@ -209,6 +216,7 @@ def create_occurrence(
     whatever the overlap policy (a sequential backfill).
     """
     awaiting = status == OccurrenceStatus.AWAITING_APPROVAL
+    available_at = available_at if available_at is not None else tx.now
     values = {
         "job_id": job_id,
         "job_revision": revision,
@@ -220,7 +228,8 @@ def create_occurrence(
         "max_attempts": spec["max_attempts"],
         "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
         "fence": 0,
-        "available_at": available_at if available_at is not None else tx.now,
+        "available_at": available_at,
+        "expires_at": _deadline_ms(available_at, spec.get("expires")),
         "queue": spec["queue"],
         "kind": spec["kind"],
         "delivery": spec["delivery"],

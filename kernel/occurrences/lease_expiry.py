@@ -1,7 +1,10 @@
-"""A lease that expired: settled when it decides its own end, else left reclaimable.
+"""Expiries. A lease that expired: settled when it decides its own end, else left
+reclaimable. A start deadline (Celery's ``expires``) that passed: an occurrence not started
+by its ``expires_at`` is never started, it is settled skipped ``expired``.
 
-Beat's upkeep settles expired leases in batches (:func:`expire_leases`); a claim that
-finds one settles it first (:func:`expire`, kernel/occurrences/claiming.py).
+Beat's upkeep settles both in batches (:func:`expire_leases`, :func:`skip_expired`); a
+claim that finds one settles it first (:func:`expire`, :func:`skip_expired` of its id,
+kernel/occurrences/claiming.py), so one with no worker does not wait either.
 """
 
 from __future__ import annotations
@@ -9,17 +12,18 @@ from __future__ import annotations
 from typing import Any
 
 from kernel import statements as st
-from kernel.events import settled_event
-from kernel.limits import pools
-from kernel.occurrences.chains import fire_children
+from kernel.events import EventType, settled_event
+from kernel.limits import budgets, pools
+from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
-from kernel.records import dumps, loads
+from kernel.records import dumps, loads, to_dt
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
+from kernel.types import iso_z
 
-__all__ = ["ends_run", "expire_leases", "expire"]
+__all__ = ["ends_run", "expire_leases", "expire", "skip_expired"]
 
 _ADJUDICATION_ERROR = dumps(
     {"code": "LEASE_EXPIRED", "message": "lease expired after the run may have begun"}
@@ -93,6 +97,13 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
             error=error,
             parent_depth=m["chain_depth"],
         )
+        fire_links(
+            tx,
+            parent_id=m["id"],
+            links=expired.links,
+            trigger_key=expired.trigger_key,
+            succeeded=False,
+        )
     return to_status
 
 
@@ -114,3 +125,25 @@ def ends_run(o: Any) -> bool:
     statement: EXPIRE decides again from the row when it writes."""
     poisoned = not o["lost_leases_left"]
     return bool(o["cancel_requested"]) or o["delivery"] == "at-most-once" or poisoned
+
+
+def skip_expired(tx: Tx, *, occurrence_id: int | None = None, limit: int = 200) -> int:
+    """Settle skipped ``expired`` the occurrence ``occurrence_id`` if its deadline passed
+    (None: up to ``limit`` of every such one); how many were."""
+    params = {"now": tx.now, "occurrence_id": occurrence_id, "limit": limit}
+    skipped = door.run_all(tx, T.START_DEADLINE_PASSES, params)
+    for row in skipped:
+        # A resumed run's control ends with it; a run that never started gives back
+        # the budget it reserved (a retry's first attempt spent it).
+        end_control(tx, row.id, job_id=row.job_id, fence=row.fence)
+        if row.attempt == 0:
+            budgets.release(tx, row.id, job_id=row.job_id)
+        tx.emit(
+            EventType.OCCURRENCE_SKIPPED,
+            job_id=row.job_id,
+            occurrence_id=row.id,
+            fence=row.fence,
+            reason="expired",
+            expires_at=iso_z(to_dt(row.expires_at)),
+        )
+    return len(skipped)

@@ -25,6 +25,7 @@ from kernel.occurrences.rows import control_row, occurrence_row, record_request
 from kernel.records import dumps, loads
 from kernel.states import ControlState, OccurrenceStatus, SafePoint
 from kernel.transaction.tx import Tx
+from kernel.transitions import controls as TC
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
@@ -72,7 +73,7 @@ def request_pause(
         )
     requested = door.run(
         tx,
-        T.OPERATOR_REQUESTS_PAUSE,
+        TC.OPERATOR_REQUESTS_PAUSE,
         {
             "occurrence_id": occurrence_id,
             "request_id": request_id,
@@ -165,7 +166,7 @@ def resume(
     tx.lock(st.LOCK_OCCURRENCE, {"occurrence_id": occurrence_id})
     resumed = door.run(
         tx,
-        T.CONTROL_RESUMES,
+        TC.CONTROL_RESUMES,
         {
             "of_occurrence": occurrence_id,
             "request_id": request_id,

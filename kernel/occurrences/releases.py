@@ -22,6 +22,7 @@ from kernel.occurrences.runs import lease_lost
 from kernel.records import checkpoint_envelope, dumps
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.transaction.tx import Tx
+from kernel.transitions import controls as TC
 from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 
@@ -87,7 +88,7 @@ def release(
     if pause_request_id is None:
         handed = door.run(
             tx,
-            T.WORKER_RELEASES_CONTROL,
+            TC.WORKER_RELEASES_CONTROL,
             {**params, "occurrence_id": occurrence_id, "safe_points": dumps([safe_point])},
         )
         assert handed is not None  # an upsert always returns its row
@@ -158,7 +159,7 @@ def _ack_pause(
     tx.lock(st.LOCK_OCCURRENCE, {"occurrence_id": occurrence_id})
     acked = door.run(
         tx,
-        T.WORKER_ACKS_PAUSE,
+        TC.WORKER_ACKS_PAUSE,
         {
             **params,
             "of_occurrence": occurrence_id,

@@ -18,12 +18,13 @@ from kernel.errors import (
 )
 from kernel.events import EventType, settled_event
 from kernel.limits import budgets, pools
-from kernel.occurrences.chains import fire_children
+from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transaction.tx import Tx
+from kernel.transitions import controls as TC
 from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer
@@ -239,7 +240,7 @@ def _settled(
         # unconditionally, in the statement that also writes the events.
         door.run_count(
             tx,
-            T.CONTROL_ENDS_WITH_SETTLE,
+            TC.CONTROL_ENDS_WITH_SETTLE,
             {
                 "occurrence_id": occurrence_id,
                 "now": tx.now,
@@ -273,6 +274,15 @@ def _settled(
             result=result,
             error=error,
             parent_depth=u["chain_depth"],
+        )
+    if to_status in (S.SUCCEEDED, S.DEAD_LETTER):
+        fire_links(
+            tx,
+            parent_id=occurrence_id,
+            links=u["links"],
+            trigger_key=u["trigger_key"],
+            succeeded=to_status == S.SUCCEEDED,
+            result=result,
         )
     return to_status
 

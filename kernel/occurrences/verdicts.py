@@ -13,7 +13,7 @@ from typing import Any
 
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
-from kernel.occurrences.chains import fire_children
+from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import dumps
@@ -114,3 +114,11 @@ def apply_verdict(
             error=error,
             parent_depth=decided.chain_depth,
         )
+    # An applied run's result was never reported: its callbacks receive None.
+    fire_links(
+        tx,
+        parent_id=occurrence_id,
+        links=decided.links,
+        trigger_key=decided.trigger_key,
+        succeeded=to_status == S.SUCCEEDED,
+    )

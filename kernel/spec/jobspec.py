@@ -133,6 +133,11 @@ class JobSpec(Section):
     timeout_s: Annotated[float, seconds()] | None = Field(
         default=None, alias="timeout", description="Longest run; null: unbounded."
     )
+    expires_s: Annotated[float, seconds()] | None = Field(
+        default=None,
+        alias="expires",
+        description="A firing not started this long after it could is skipped (expired).",
+    )
     overlap: Annotated[Overlap, enum_choice(Overlap)] = Field(
         default=Overlap.SKIP,
         description="A firing while a run is unsettled: skip, allow, queue, replace.",
@@ -247,6 +252,8 @@ class JobSpec(Section):
             spec["history"] = self.history.to_dict()
         if self.notify is not None:
             spec["notify"] = self.notify.to_dict()
+        if self.expires_s is not None:
+            spec["expires"] = self.expires_s
         if self.max_lost_leases != MAX_LOST_LEASES:
             spec["max_lost_leases"] = self.max_lost_leases
         return spec

@@ -39,6 +39,7 @@ _COLUMNS = (
     "max_lost_leases",
     "fence",
     "available_at",
+    "expires_at",
     "queue",
     "kind",
     "delivery",

@@ -21,6 +21,7 @@ from kernel.statements.predicates import (
     ATTEMPTS_LEFT,
     LOST_LEASES_LEFT,
     claimable_now,
+    deadline_passed,
     lease_expired,
 )
 from kernel.statements.settles import PLAIN_SUCCESS, PLAIN_SUCCESS_LOGGED
@@ -56,6 +57,8 @@ OCCURRENCE_FOR_CLAIM = DriverStatement(
         StatementNow().label("now"),
         # What the claim decides from, as every statement decides it (predicates).
         lease_expired(StatementNow()).label("lease_expired"),
+        # Paused or not (the control is in this FROM): SKIP_EXPIRED decides the rest.
+        deadline_passed(StatementNow()).label("deadline_passed"),
         ATTEMPTS_LEFT.label("attempts_left"),
         LOST_LEASES_LEFT.label("lost_leases_left"),
     )

@@ -38,6 +38,9 @@ ENQUEUE_COLUMNS = (
     "definition",
     "created_at",
     "priority",
+    "links",
+    "parent_id",
+    "expires_at",
 )
 _CONSTANTS: dict[str, Any] = {
     "status": "queued",

@@ -1,4 +1,5 @@
-"""Statements of the gates a firing passes: the approval hold and the run budget.
+"""Statements of the gates a firing passes: the approval hold, the run budget and the start
+deadline (``expires``).
 
 Each decision is the guard of one statement: an approval is decided by the
 status still being ``awaiting_approval``, a budget reservation by the window's
@@ -16,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from kernel.db.limit_tables import budget_reservations, budget_windows, budgets
 from kernel.db.schema import jobs, occurrences
-from kernel.statements.predicates import OF_OCCURRENCE
+from kernel.statements.predicates import OF_OCCURRENCE, start_expired
 
 __all__ = [
     "LOCK_JOB",
@@ -24,6 +25,7 @@ __all__ = [
     "APPROVE",
     "REJECT",
     "APPLY_APPROVAL_TIMEOUTS",
+    "SKIP_EXPIRED",
     "OPEN_BUDGET_WINDOW",
     "RESERVE_BUDGET",
     "RECORD_RESERVATION",
@@ -108,6 +110,33 @@ APPLY_APPROVAL_TIMEOUTS = (
         updated_at=p("now"),
     )
     .returning(OCC.c.id, OCC.c.job_id, OCC.c.fence, OCC.c.status)
+)
+
+_expired = start_expired(p("now"))
+#: NULL: every expired occurrence (Beat's sweep); else only that one (a claim met it).
+_which = sa.or_(
+    sa.cast(p("occurrence_id"), sa.BigInteger).is_(None), OCC.c.id == p("occurrence_id")
+)
+
+#: Skip expired occurrences, the earliest deadline first, at most ``limit``. Whoever meets
+#: one (a claim, Beat's upkeep) runs this; the outer guard decides again on the row as it
+#: is when written, so of a claim and the sweep racing exactly one settles it (PostgreSQL:
+#: the batch skips a row a claim holds locked, and a claim that waited reads it settled).
+SKIP_EXPIRED = (
+    sa.update(OCC)
+    .where(
+        _expired,
+        OCC.c.id.in_(
+            sa.select(OCC.c.id)
+            .where(_expired, _which)
+            .order_by(OCC.c.expires_at, OCC.c.id)
+            .limit(p("limit"))
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        ),
+    )
+    .values(status="skipped", skip_reason="expired", settled_at=p("now"), updated_at=p("now"))
+    .returning(OCC.c.id, OCC.c.job_id, OCC.c.fence, OCC.c.attempt, OCC.c.expires_at)
 )
 
 OPEN_BUDGET_WINDOW = _per_dialect(

@@ -41,6 +41,8 @@ VERDICT_RETURNS = (
     OCC.c.fence,
     OCC.c.chain_depth,
     sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
+    OCC.c.links,
+    OCC.c.trigger_key,
 )
 
 

@@ -15,8 +15,11 @@ __all__ = [
     "LOST_LEASES_LEFT",
     "NOT_PAUSED",
     "OF_OCCURRENCE",
+    "before_deadline",
     "claimable_now",
+    "deadline_passed",
     "lease_expired",
+    "start_expired",
     "status_is",
 ]
 
@@ -48,11 +51,29 @@ NOT_PAUSED = ~sa.exists().where(
 
 def claimable_now(now: Any, *, literal_status: bool = False) -> sa.ColumnElement[bool]:
     """The occurrence is claimable at ``now`` (a value or a bind parameter): its status
-    is claimable, its ``available_at`` has come, and no pause holds it. What a claim
-    asks besides (a pool slot, the job allowing it, no unresolved run before it) is the
-    caller's filter. ``literal_status`` as for :func:`lease_expired`."""
+    is claimable, its ``available_at`` has come, its start deadline has not, and no pause
+    holds it. What a claim asks besides (a pool slot, the job allowing it, no unresolved
+    run before it) is the caller's filter. ``literal_status`` as for :func:`lease_expired`."""
     status = status_is(*(s.value for s in CLAIMABLE)) if literal_status else CLAIMABLE_STATUS
-    return sa.and_(status, occurrences.c.available_at <= now, NOT_PAUSED)
+    return sa.and_(status, occurrences.c.available_at <= now, before_deadline(now), NOT_PAUSED)
+
+
+def before_deadline(now: Any) -> sa.ColumnElement[bool]:
+    """The occurrence has no start deadline (``expires_at``, Celery's ``expires``), or
+    ``now`` is before it."""
+    return sa.or_(occurrences.c.expires_at.is_(None), occurrences.c.expires_at > now)
+
+
+def deadline_passed(now: Any) -> sa.ColumnElement[bool]:
+    """A waiting occurrence whose start deadline came by ``now``, paused or not."""
+    return sa.and_(CLAIMABLE_STATUS, occurrences.c.expires_at <= now)
+
+
+def start_expired(now: Any) -> sa.ColumnElement[bool]:
+    """A waiting occurrence whose start deadline came by ``now``: it is never started, the
+    first claim or upkeep that meets it settles it skipped ``expired``. A paused one
+    waits for its operator; resumed, it is expired then."""
+    return sa.and_(deadline_passed(now), NOT_PAUSED)
 
 
 def status_is(*states: str) -> sa.ColumnElement[bool]:

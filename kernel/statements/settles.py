@@ -118,6 +118,8 @@ SETTLE = DriverStatement(
         .where(CTL.c.occurrence_id == p("occurrence_id"), CTL.c.state != "terminal")
         .label("control_open"),
         sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
+        OCC.c.links,
+        OCC.c.trigger_key,
         _settle_now.label("now"),
     )
 )
@@ -187,10 +189,11 @@ _unchanged_since_read = sa.literal_column("occurrences.xmin") == (
 
 def succeed_plain(dialect: str) -> sa.Update:
     """A success that owes nothing beyond its own row and event, decided whole in one
-    statement: no open control, no pool slot to give back, no job chained after it (the
-    caller knows the result asks for no budget units)."""
+    statement: no open control, no pool slot to give back, no job chained after it, no
+    links (the caller knows the result asks for no budget units)."""
     now = StatementNow()
     guard = [lease_held_at(now), OCC.c.pool.is_(None), ~_control_open, ~_has_children]
+    guard.append(OCC.c.links.is_(None))
     if dialect == "postgresql":
         guard.append(_unchanged_since_read)
     return (

@@ -156,7 +156,7 @@ EXPIRE = (
         ),
         updated_at=p("now"),
     )
-    .returning(OCC.c.status, OCC.c.last_error, OCC.c.pool)
+    .returning(OCC.c.status, OCC.c.last_error, OCC.c.pool, OCC.c.links, OCC.c.trigger_key)
 )
 
 _running = OCC.c.status == "running"

@@ -16,10 +16,23 @@ from kernel.events import EventType as E
 if TYPE_CHECKING:
     from kernel.transaction.tx import Tx
 
-__all__ = ["Statement", "Transition", "append", "run", "run_all", "run_count", "run_many"]
+__all__ = [
+    "LOGGED_ON_POSTGRES",
+    "Statement",
+    "Transition",
+    "append",
+    "run",
+    "run_all",
+    "run_count",
+    "run_many",
+]
 
 #: What performs a transition: a Core statement, a driver-run one, or one per dialect.
 Statement = sa.Executable | DriverStatement | Mapping[str, sa.Executable | DriverStatement]
+
+
+#: The hot path's rows write their events in their own statement on PostgreSQL.
+LOGGED_ON_POSTGRES = ("postgresql",)
 
 
 @dataclass(frozen=True, slots=True)

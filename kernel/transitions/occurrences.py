@@ -6,7 +6,8 @@ One row per (from states, trigger): the state it leads to, the statement in
 (what must still hold when it writes), and the events it appends. Where the
 outcome depends on the row (a cancel pending, attempts left), the statement
 decides it (``CASE``), and the row lists every state it can reach. The rows of
-occurrences and controls are here; those of jobs are in :mod:`kernel.transitions.jobs`,
+occurrences are here; those of runtime controls in :mod:`kernel.transitions.controls`,
+those of jobs in :mod:`kernel.transitions.jobs`,
 those of pools and budgets (whose state is a counter: their rows name the condition
 the guard decides, such as a pool's ``room`` or ``full``) in
 :mod:`kernel.transitions.limits`.
@@ -24,30 +25,19 @@ from __future__ import annotations
 from kernel import statements as st
 from kernel.events import EventType as E
 from kernel.states import CLAIMABLE, WAITING
-from kernel.states import ControlState as C
 from kernel.states import OccurrenceStatus as S
-from kernel.transitions.door import Transition
+from kernel.transitions.controls import CONTROL_TRANSITIONS
+from kernel.transitions.door import LOGGED_ON_POSTGRES, Transition
 from kernel.transitions.jobs import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
 from kernel.transitions.limits import BUDGET_TRANSITIONS, POOL_TRANSITIONS
 
 __all__ = [
-    "Transition",
-    "OCCURRENCE_TRANSITIONS",
-    "CONTROL_TRANSITIONS",
-    "JOB_TRANSITIONS",
-    "JOB_SOURCE_TRANSITIONS",
-    "POOL_TRANSITIONS",
-    "BUDGET_TRANSITIONS",
-    "OPERATOR_CANCELS",
-    "TRANSITIONS",
-    "TRANSITION_EVENTS",
-    "allowed_pairs",
-    "statement_name",
-]
+    "Transition", "OCCURRENCE_TRANSITIONS", "CONTROL_TRANSITIONS", "JOB_TRANSITIONS",
+    "JOB_SOURCE_TRANSITIONS", "POOL_TRANSITIONS", "BUDGET_TRANSITIONS", "OPERATOR_CANCELS",
+    "TRANSITIONS", "TRANSITION_EVENTS", "allowed_pairs", "statement_name",
+]  # fmt: skip
 
 _HELD = "running, owner and fence as held, lease live"
-#: The hot path's rows write their events in their own statement on PostgreSQL.
-_LOGGED_ON_POSTGRES = ("postgresql",)
 
 BEAT_FIRES = Transition(
     ("none",),
@@ -65,12 +55,13 @@ BEAT_FIRES = Transition(
 )
 TASK_ENQUEUED = Transition(
     ("none",),
-    "a task is enqueued (create)",
+    "a task is enqueued, or a settled run's link fires (create)",
     (S.QUEUED,),
     st.ENQUEUE_OCCURRENCE,
     "its job (task:<name>) exists, held FOR KEY SHARE on PostgreSQL; unique idempotency "
     "key (task:<name>|key:<caller's key>): an existing or concurrently inserted key is "
-    "not inserted again (one statement per batch of rows)",
+    "not inserted again (one statement per batch of rows); a link (callbacks on success, "
+    "errbacks on dead_letter) in the transaction of that settle, lease expiry or verdict",
     (E.OCCURRENCE_CREATED,),
 )
 WORKER_CLAIMS = Transition(
@@ -82,7 +73,7 @@ WORKER_CLAIMS = Transition(
     "unique running index, and no earlier exclusive one of the job could start first "
     "(BLOCKING_IN_JOB); pool: a slot taken first (TAKE_POOL_SLOT, running < limit)",
     (E.OCCURRENCE_CLAIMED,),
-    logged_on=_LOGGED_ON_POSTGRES,
+    logged_on=LOGGED_ON_POSTGRES,
 )
 WORKER_CLAIMS_QUEUED = Transition(
     (S.QUEUED,),
@@ -93,7 +84,7 @@ WORKER_CLAIMS_QUEUED = Transition(
     "neither exclusive nor at-most-once, job enabled or the run manual; any other claim "
     "is decided from a read (WORKER_CLAIMS, WORKER_RECLAIMS)",
     (E.OCCURRENCE_CLAIMED,),
-    logged_on=_LOGGED_ON_POSTGRES,
+    logged_on=LOGGED_ON_POSTGRES,
 )
 WORKER_RECLAIMS = Transition(
     (S.RUNNING,),
@@ -104,7 +95,7 @@ WORKER_RECLAIMS = Transition(
     "max_lost_leases), no cancel, job enabled or the run manual; no attempt spent (nor "
     "needed), one lost lease counted; keeps its pool slot",
     (E.OCCURRENCE_CLAIMED,),
-    logged_on=_LOGGED_ON_POSTGRES,
+    logged_on=LOGGED_ON_POSTGRES,
 )
 WORKER_RENEWS = Transition((S.RUNNING,), "worker renews", (S.RUNNING,), st.RENEW, _HELD, ())
 WORKER_SUCCEEDS = Transition(
@@ -124,7 +115,7 @@ WORKER_SUCCEEDS_PLAIN = Transition(
     "row unchanged since the statement's snapshot; the result reports no budget units "
     "(any other success is WORKER_SUCCEEDS)",
     (E.OCCURRENCE_SUCCEEDED,),
-    logged_on=_LOGGED_ON_POSTGRES,
+    logged_on=LOGGED_ON_POSTGRES,
 )
 WORKER_SUCCEEDS_AND_CLAIMS_NEXT = Transition(
     (S.RUNNING,),
@@ -135,7 +126,7 @@ WORKER_SUCCEEDS_AND_CLAIMS_NEXT = Transition(
     "under WORKER_CLAIMS_QUEUED's guard, and only if the run settled; SQLite runs those "
     "two rows in turn",
     (E.OCCURRENCE_SUCCEEDED, E.OCCURRENCE_CLAIMED),
-    logged_on=_LOGGED_ON_POSTGRES,
+    logged_on=LOGGED_ON_POSTGRES,
 )
 WORKER_FAILS = Transition(
     (S.RUNNING,),
@@ -271,6 +262,15 @@ OPERATOR_RESUMES = Transition(
     (E.OCCURRENCE_RESUMED,),
 )
 
+START_DEADLINE_PASSES = Transition(
+    CLAIMABLE,
+    "a claim or Beat's upkeep meets an occurrence past its start deadline (expires)",
+    (S.SKIPPED,),
+    st.SKIP_EXPIRED,
+    "waiting, not paused, expires_at <= now; the skip-locked batch re-checked by the outer WHERE",
+    (E.OCCURRENCE_SKIPPED,),
+)
+
 OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     BEAT_FIRES,
     TASK_ENQUEUED,
@@ -295,75 +295,7 @@ OCCURRENCE_TRANSITIONS: tuple[Transition, ...] = (
     OPERATOR_REJECTS,
     APPROVAL_TIMES_OUT,
     OPERATOR_RESUMES,
-)
-
-OPERATOR_REQUESTS_PAUSE = Transition(
-    ("none", C.TERMINAL, C.RESUMED),
-    "operator requests a pause",
-    (C.PAUSE_REQUESTED,),
-    st.REQUEST_PAUSE,
-    "occurrence running (fence when given), lease live; revision when given",
-    (E.OCCURRENCE_PAUSE_REQUESTED,),
-)
-PAUSE_REQUEST_REBOUND = Transition(
-    (C.PAUSE_REQUESTED,),
-    "worker claims again",
-    (C.PAUSE_REQUESTED,),
-    st.REBIND_PAUSE_REQUEST,
-    "pause_requested",
-    (),
-)
-WORKER_ACKS_PAUSE = Transition(
-    (C.PAUSE_REQUESTED,),
-    "worker acknowledges at a safe point",
-    (C.PAUSED, C.TERMINAL),
-    st.ACK_PAUSE,
-    "request id, fence, revision when given, safe point; CASE cancel -> terminal",
-    (E.OCCURRENCE_PAUSED,),
-)
-WORKER_RELEASES_CONTROL = Transition(
-    ("none", C.PAUSE_REQUESTED, C.RESUMED, C.TERMINAL),
-    "worker hands back (warm shutdown)",
-    (C.RESUMED, C.PAUSED),
-    st.RELEASE_CONTROL,
-    "upsert; CASE pause pending for this fence -> paused",
-    (E.OCCURRENCE_HANDED_BACK, E.OCCURRENCE_PAUSED),
-)
-CONTROL_RESUMES = Transition(
-    (C.PAUSED,),
-    "operator resumes",
-    (C.RESUMED,),
-    st.RESUME,
-    "paused; revision when given",
-    (E.OCCURRENCE_RESUMED,),
-)
-CONTROL_ENDS = Transition(
-    (C.PAUSE_REQUESTED, C.PAUSED, C.RESUMED),
-    "occurrence settles",
-    (C.TERMINAL,),
-    st.TERMINATE_CONTROL,
-    "not terminal",
-    (E.CONTROL_TERMINAL,),
-)
-CONTROL_ENDS_WITH_SETTLE = Transition(
-    (C.PAUSE_REQUESTED, C.PAUSED, C.RESUMED),
-    "occurrence settles (PostgreSQL: with the settle's events, in one statement)",
-    (C.TERMINAL,),
-    st.SETTLED_EVENTS,
-    "not terminal; a statement after SETTLE, so that its snapshot sees a pause request "
-    "that committed while SETTLE waited for the row",
-    (E.CONTROL_TERMINAL,),
-    logged_on=_LOGGED_ON_POSTGRES,
-)
-
-CONTROL_TRANSITIONS: tuple[Transition, ...] = (
-    OPERATOR_REQUESTS_PAUSE,
-    PAUSE_REQUEST_REBOUND,
-    WORKER_ACKS_PAUSE,
-    WORKER_RELEASES_CONTROL,
-    CONTROL_RESUMES,
-    CONTROL_ENDS,
-    CONTROL_ENDS_WITH_SETTLE,
+    START_DEADLINE_PASSES,
 )
 
 #: Every row of the table.

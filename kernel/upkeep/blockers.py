@@ -23,7 +23,13 @@ from kernel.events import EventType
 from kernel.records import loads, to_dt
 from kernel.statements.claims import JOB_ALLOWS_CLAIM, blocking_in_job
 from kernel.statements.pools import ROOM_IN_POOL
-from kernel.statements.predicates import CLAIMABLE_STATUS, NOT_PAUSED, claimable_now, status_is
+from kernel.statements.predicates import (
+    CLAIMABLE_STATUS,
+    NOT_PAUSED,
+    claimable_now,
+    start_expired,
+    status_is,
+)
 from kernel.states import CLAIMABLE
 from kernel.transaction.tx import Tx
 from kernel.types import iso_z
@@ -45,6 +51,7 @@ BLOCKER_KINDS = (
     "awaiting_approval",
     "awaiting_adjudication",
     "paused",
+    "expired",
     "job_disabled",
     "not_before",
     "behind",
@@ -81,6 +88,8 @@ _kind = sa.case(
     (W.c.status == "needs_adjudication", "awaiting_adjudication"),
     (~_of_waiting(CLAIMABLE_STATUS), sa.null()),
     (~_of_waiting(NOT_PAUSED), "paused"),
+    # Past its start deadline: the next claim or Beat's upkeep skips it; never stranded.
+    (_of_waiting(start_expired(p("now"))), "expired"),
     (~_of_waiting(JOB_ALLOWS_CLAIM), "job_disabled"),
     (~_of_waiting(claimable_now(p("now"))), "not_before"),
     (_unresolved_of.is_not(None), "awaiting_adjudication"),
@@ -100,6 +109,7 @@ _blockers = sa.select(
     W.c.job_id,
     W.c.status,
     W.c.available_at,
+    W.c.expires_at,
     W.c.pool,
     W.c.fence,
     _kind.label("blocker"),
@@ -136,7 +146,7 @@ class Blocker:
     """Why ``occurrence_id`` is not claimable now (``kind``, one of
     :data:`kernel.statements.blockers.BLOCKER_KINDS`; ``none``: it is), with what names
     it: the occurrence it waits for, the time it waits for, its pool, why its job is
-    disabled. ``text`` says it for a person."""
+    disabled, its start deadline. ``text`` says it for a person."""
 
     occurrence_id: int
     job_id: str
@@ -145,12 +155,20 @@ class Blocker:
     waits_for: int | None = None
     not_before: str | None = None
     pool: str | None = None
+    expires_at: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def _text(row: Any, job_disabled_by: str | None) -> str:
+    said = _said(row, job_disabled_by)
+    if row.expires_at is None or row.blocker == "expired":
+        return said
+    return f"{said}; expires at {iso_z(to_dt(row.expires_at))} if not started by then"
+
+
+def _said(row: Any, job_disabled_by: str | None) -> str:
     kind = row.blocker
     if kind == "awaiting_approval":
         return "awaiting approval (kernel occurrences approve|reject)"
@@ -160,6 +178,11 @@ def _text(row: Any, job_disabled_by: str | None) -> str:
         return f"awaiting adjudication of occurrence {row.waits_for} (at-most-once)"
     if kind == "paused":
         return "paused (kernel resume)"
+    if kind == "expired":
+        return (
+            f"expired at {iso_z(to_dt(row.expires_at))} before it started: the next claim "
+            "or Beat's upkeep records it skipped (expired)"
+        )
     if kind == "job_disabled":
         return f"job {row.job_id} is disabled{job_disabled_by or ''} (kernel jobs enable)"
     if kind == "not_before":
@@ -195,6 +218,7 @@ def _blocker(tx: Tx, row: Any) -> Blocker | None:
         waits_for=row.waits_for,
         not_before=iso_z(to_dt(row.available_at)) if row.blocker == "not_before" else None,
         pool=row.pool if row.blocker == "pool_full" else None,
+        expires_at=iso_z(to_dt(row.expires_at)),
     )
 
 

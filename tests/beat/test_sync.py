@@ -275,6 +275,9 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_refusals() 
     @app.task(name="plain")
     def plain() -> None: ...
 
+    @app.task(name="stale", expires=45)
+    def stale() -> None: ...
+
     conf = {"beat_schedule": {
         "f": {"task": "flaky", "schedule": 60,
               "options": {"queue": "q1", "priority": 3, "routing_key": "rk", "expires": 30,
@@ -283,6 +286,9 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_refusals() 
         "u": {"task": "unknown", "schedule": 60},
         "late": {"task": "plain", "schedule": 60, "options": {"countdown": 5, "link": "x"}},
         "rel": {"task": "plain", "schedule": 60, "relative": True},
+        "at": {"task": "plain", "schedule": 60,
+               "options": {"expires": datetime(2030, 1, 1, tzinfo=UTC)}},
+        "own": {"task": "stale", "schedule": 60},
     }}  # fmt: skip
     read = read_beat_schedule(conf, app.tasks)
     specs = {spec["id"]: spec for spec in read.specs}
@@ -293,17 +299,19 @@ def test_task_settings_and_options_become_job_fields_hint_options_or_refusals() 
     assert specs["p"]["max_attempts"] == 4 and "timeout" not in specs["p"]
     assert specs["p"]["retry"] == {"backoff": 180.0, "factor": 1.0, "max": 180.0, "jitter": 0.0}
     assert "max_attempts" not in specs["u"]
-    assert read.hints == {
-        "f": {"priority": 3, "routing_key": "rk", "expires": 30, "headers": {"h": "1"}}
-    }
+    # expires is the job's start deadline (the entry's, else the task's), not the hint's.
+    assert specs["f"]["expires"] == 30.0 and specs["own"]["expires"] == 45.0
+    assert "expires" not in specs["p"]
+    assert read.hints == {"f": {"priority": 3, "routing_key": "rk", "headers": {"h": "1"}}}
     warnings = {e.name: " ".join(e.warnings) for e in read.entries}
     refused = {e.name: e.refused for e in read.entries if e.refused}
     # Celery would honour these; the kernel refuses the entry naming them, never drops them.
-    assert set(refused) == {"late", "rel"} and "late" not in specs and "rel" not in specs
+    assert set(refused) == {"late", "rel", "at"} and not {"late", "rel", "at"} & set(specs)
+    assert "options.expires" in refused["at"] and "number of seconds" in refused["at"]
     assert "options countdown, link are not honoured" in refused["late"]
     assert "'relative' is not honoured" in refused["rel"]
     assert "task 'unknown' is not registered" in warnings["u"]
-    assert warnings["p"] == ""
+    assert warnings["p"] == "" and warnings["f"] == ""
 
 
 def test_the_pump_publishes_hints_with_the_entrys_options_and_celerys_time_limits(

@@ -52,3 +52,31 @@ def test_kernel_enqueue(kernel: Kernel, tmp_path: Path, monkeypatch: pytest.Monk
         error = json.loads(refused.stdout)["error"]
         assert error["code"] == code and words in error["message"], error
     assert len(kernel.list_occurrences(limit=10)) == 2
+
+
+def test_kernel_enqueue_expires_and_why_names_the_deadline_then_the_skip(
+    kernel: Kernel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNEL_VAR_DIR", str(tmp_path / "var"))
+    made = _enqueue("shop.send_invoice", "--expires", "3600", "--json")
+    assert made.exit_code == 0, made.output
+    occ = json.loads(made.stdout)["occurrence"]
+    assert occ["expires_at"] > occ["created_at"]
+
+    def why(occurrence_id: int) -> str:
+        said = CliRunner().invoke(
+            celery_main, ["-A", "cli.enqueue_app", "kernel", "why", str(occurrence_id)]
+        )
+        assert said.exit_code == 0, said.output
+        return said.stdout
+
+    assert f"expires at {occ['expires_at']} if not started by then" in why(occ["id"])
+    stale = json.loads(_enqueue("shop.send_invoice", "--expires", "0", "--json").stdout)
+    stale_id = stale["occurrence"]["id"]
+    assert "before it started" in why(stale_id)
+    assert kernel.skip_expired() == 1  # Beat's upkeep, with no worker on the queue
+    said = why(stale_id)
+    deadline = stale["occurrence"]["expires_at"]
+    assert f"skipped: expired at {deadline} (no worker started it" in said, said
+    refused = _enqueue("shop.send_invoice", "--expires", "-1")
+    assert refused.exit_code != 0 and "--expires" in refused.output

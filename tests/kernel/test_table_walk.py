@@ -98,6 +98,7 @@ def _sources() -> Iterator[tuple[str, ast.AST]]:
 #: The table's modules: the rows and the door that runs them.
 _TABLE_MODULES = {
     "transitions/occurrences.py",
+    "transitions/controls.py",
     "transitions/door.py",
     "transitions/jobs.py",
     "transitions/limits.py",

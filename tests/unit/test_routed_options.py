@@ -1,10 +1,12 @@
 """A routed call (``kernel_route_tasks``) refuses the ``apply_async`` options the kernel
 cannot honour, naming them, before anything is written (issue 38 item 7, issue 40):
 stock Celery honours a ``link`` or a chain's rest, and a routed call that dropped them
-left the caller waiting on a step that never ran."""
+left the caller waiting on a step that never ran: those are kernel links now, made
+occurrences by the settle."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +48,22 @@ def _occurrences(app: Any) -> list[Any]:
 @pytest.mark.parametrize(
     ("call", "named"),
     [
-        (lambda app: app.routed.apply_async(("a",), link=app.other.s()), "link"),
-        (lambda app: app.routed.apply_async(("a",), link_error=app.other.s()), "link_error"),
-        (lambda app: chain(app.routed.s("a"), app.other.s()).apply_async(), "chain"),
         (lambda app: group(app.routed.s("a"), app.routed.s("b")).apply_async(), "group_id"),
-        (lambda app: app.routed.apply_async(("a",), expires=30), "expires"),
+        (
+            lambda app: chain(
+                app.routed.s("a"), app.other.s(), group(app.other.s(), app.other.s())
+            ).apply_async(),
+            "chain[1]",
+        ),
+        (
+            lambda app: app.routed.apply_async(("a",), link=app.other.s().set(expires=5)),
+            "link[0].options.expires",
+        ),
         (lambda app: app.routed.apply_async(("a",), time_limit=5), "time_limit"),
         (lambda app: app.routed.apply_async(("a",), serializer="pickle"), "serializer"),
         (lambda app: app.routed.apply_async(("a",), headers={"tenant": "x"}), "headers"),
     ],
-    ids=["link", "link_error", "chain", "group", "expires", "time_limit", "pickle", "headers"],
+    ids=["group", "group-in-chain", "link-expires", "time_limit", "pickle", "headers"],
 )
 def test_an_option_the_kernel_cannot_honour_is_refused_naming_it(
     routed_app: Any, call: Any, named: str
@@ -91,3 +99,87 @@ def test_a_routed_call_answers_celerys_async_result_under_the_task_id(routed_app
     assert len({fresh.id, sent.id, "order-7"}) == 3
     keys = sorted(o.trigger_key for o in _occurrences(routed_app))
     assert keys == sorted(f"key:{i}" for i in ("order-7", fresh.id, sent.id))
+
+
+def _settle(app: Any, occurrence_id: int, result: Any = None, failed: bool = False) -> None:
+    kernel = Kernel.open(app.url)
+    try:
+        claim = kernel.claim(occurrence_id, owner="w", lease=30)
+        assert claim is not None
+        if failed:
+            kernel.fail(occurrence_id, owner="w", fence=claim.fence, code="E", message="m",
+                        retryable=False)  # fmt: skip
+        else:
+            kernel.succeed(occurrence_id, owner="w", fence=claim.fence, result=result)
+    finally:
+        kernel.close()
+
+
+def _by_key(app: Any, key: str) -> Any:
+    [occ] = [o for o in _occurrences(app) if o.trigger_key == f"key:{key}"]
+    return occ
+
+
+def test_a_chain_s_steps_are_made_by_each_settle_with_the_previous_result(
+    routed_app: Any,
+) -> None:
+    app = routed_app
+    answer = chain(app.routed.s("a"), app.other.s(), app.other.si("last")).apply_async()
+    [first] = _occurrences(app)
+    assert first.payload["task"] == "routedopts.routed"
+    _settle(app, first.id, "A")
+    [second] = [o for o in _occurrences(app) if o.id != first.id]
+    assert second.payload == {"task": "routedopts.other", "args": ["A"], "kwargs": {}}
+    _settle(app, second.id, "B")
+    # The chain's AsyncResult is its last step's: the kernel's key for that step.
+    last = _by_key(app, answer.id)
+    assert last.payload["args"] == ["last"]  # immutable
+    assert len(_occurrences(app)) == 3
+
+
+def test_link_and_link_error_become_the_run_s_callback_and_errback(routed_app: Any) -> None:
+    app = routed_app
+    ok = app.other.s("x").set(task_id="cb-1")
+    err = app.other.s().set(task_id="eb-1")
+    made = app.routed.apply_async(("a",), task_id="run-1", link=ok, link_error=err)
+    _settle(app, _by_key(app, made.id).id, "done")
+    assert _by_key(app, "cb-1").payload["args"] == ["done", "x"]
+    assert [o for o in _occurrences(app) if o.trigger_key == "key:eb-1"] == []
+    failing = app.routed.apply_async(
+        ("b",), task_id="run-2", link_error=err.clone().set(task_id="eb-2")
+    )
+    _settle(app, _by_key(app, failing.id).id, failed=True)
+    assert _by_key(app, "eb-2").payload["args"] == ["run-2"]  # errback(task_id), as a task
+
+
+def test_countdown_eta_and_expires_of_a_routed_call_are_the_occurrences_times(
+    routed_app: Any,
+) -> None:
+    """As Celery reads them: ``countdown``/``eta`` the time it may start, ``expires``
+    seconds after the call or an instant (ISO text too) its start deadline."""
+    at = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
+    before = datetime.now(UTC)
+    routed_app.routed.apply_async(("countdown",), countdown=90, expires=120)
+    routed_app.routed.apply_async(("eta",), eta=at, expires=at + timedelta(minutes=5))
+    routed_app.routed.apply_async(("iso",), eta=at.isoformat(), expires=at.isoformat())
+    routed_app.routed.apply_async(("none",))
+    after = datetime.now(UTC)
+    got = {o.payload["args"][0]: o for o in _occurrences(routed_app)}
+    countdown = got["countdown"]
+    assert before + timedelta(seconds=90) <= countdown.available_at <= after + timedelta(seconds=90)
+    assert countdown.expires_at is not None
+    assert before + timedelta(seconds=120) <= countdown.expires_at <= after + timedelta(seconds=120)
+    assert (got["eta"].available_at, got["eta"].expires_at) == (at, at + timedelta(minutes=5))
+    assert (got["iso"].available_at, got["iso"].expires_at) == (at, at)
+    assert got["none"].expires_at is None
+
+
+def test_a_tasks_own_expires_applies_to_a_routed_call(routed_app: Any) -> None:
+    routed_app.routed.expires = 60
+    try:
+        before = datetime.now(UTC)
+        routed_app.routed.delay("own")
+        [occ] = _occurrences(routed_app)
+        assert occ.expires_at is not None and occ.expires_at >= before + timedelta(seconds=60)
+    finally:
+        routed_app.routed.expires = None

@@ -1,0 +1,91 @@
+"""A routed call's canvas options as kernel links: ``link``, ``link_error`` and a chain's
+rest (``options['chain']``, as Celery's ``_chain.run`` passes it to the first step's
+``apply_async``) become the plain JSON signatures the kernel stores with the occurrence
+and enqueues when it settles (kernel/spec/enqueue_request.py), whether their tasks are
+routed or not: the kernel makes each step durably, exactly once.
+
+What a link cannot carry is refused when the canvas is applied, naming it: a group, a
+chord or a nested chain among the steps (not made durable yet), and step options the
+kernel does not honour (``eta``, ``expires``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kernel import InvalidArgument
+
+__all__ = ["CANVAS_OPTIONS", "links"]
+
+#: The apply_async options this module turns into links.
+CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
+#: A step's options a kernel link honours.
+_STEP_OPTIONS = ("task_id", "queue", "countdown", "priority")
+#: A step's options about Celery's own bookkeeping of a message the kernel does not send.
+_UNUSED_STEP_OPTIONS = frozenset(
+    {"reply_to", "parent_id", "root_id", "group_id", "group_index", "chord", "serializer",
+     "add_to_parent", "stamped_headers", "stamps"}
+)  # fmt: skip
+
+
+def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(callbacks, errbacks) of a routed call's ``options``: its ``link`` signatures and
+    the chain's next step (carrying the steps after it), and its ``link_error`` ones.
+
+    Raises:
+        InvalidArgument: a step is a group, chord or chain, or has an option a link
+            cannot honour (``field`` names where).
+    """
+    callbacks = [_signature(s, f"link[{i}]") for i, s in enumerate(_many(options.get("link")))]
+    errbacks = [
+        _signature(s, f"link_error[{i}]") for i, s in enumerate(_many(options.get("link_error")))
+    ]
+    # Celery keeps the rest reversed: the next step is the list's last.
+    rest = list(reversed(options.get("chain") or ()))
+    steps = [_signature(s, f"chain[{i}]") for i, s in enumerate(rest)]
+    for step, after in zip(steps, steps[1:], strict=False):
+        step["callbacks"].insert(0, after)
+    return (steps[:1] + callbacks, errbacks)
+
+
+def _many(value: Any) -> Sequence[Any]:
+    if value is None:
+        return ()
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One Celery signature (a Signature is a dict) as a kernel link."""
+    kind = sig.get("subtask_type")
+    if kind:
+        raise InvalidArgument(
+            where,
+            f"a {kind} inside a canvas routed through the kernel (kernel_route_tasks) is "
+            "not made durable yet; apply it on its own, or leave its tasks out of "
+            "kernel_route_tasks",
+        )
+    options = dict(sig.get("options") or {})
+    refused = sorted(
+        name
+        for name, value in options.items()
+        if value not in (None, False, [], ())
+        and name not in {*_STEP_OPTIONS, *CANVAS_OPTIONS, *_UNUSED_STEP_OPTIONS}
+    )
+    if refused:
+        raise InvalidArgument(
+            f"{where}.options.{refused[0]}",
+            f"a step of a canvas routed through the kernel (kernel_route_tasks) honours "
+            f"only {', '.join(_STEP_OPTIONS)}, link and link_error; call it without "
+            f"{refused[0]}",
+        )
+    nested, errbacks = links({name: options.get(name) for name in CANVAS_OPTIONS})
+    return {
+        "task": sig.get("task"),
+        "args": list(sig.get("args") or ()),
+        "kwargs": dict(sig.get("kwargs") or {}),
+        "immutable": bool(sig.get("immutable")),
+        "options": {name: options[name] for name in _STEP_OPTIONS if options.get(name) is not None},
+        "callbacks": nested,
+        "errbacks": errbacks,
+    }

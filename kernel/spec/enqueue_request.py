@@ -1,0 +1,379 @@
+"""An enqueue request checked and made an occurrence's row, and the links it carries.
+
+The rows are built here, below the statements, because two actors make them: an enqueue
+(kernel/jobs/enqueueing.py) and the settle that fires a run's links
+(kernel/occurrences/chains.py), both through the one statement
+:func:`kernel.statements.enqueue_occurrences`.
+
+A link is a plain JSON signature (the kernel never imports Celery)::
+
+    {"task": name, "args": [...], "kwargs": {...}, "immutable": false,
+     "options": {"task_id": ..., "queue": ..., "countdown": ..., "priority": ...},
+     "settings": {job fields of the task's implicit job},
+     "callbacks": [signature, ...], "errbacks": [signature, ...]}
+
+``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps
+after it as its own callbacks) become occurrences when the run succeeds, the result
+prepended to their arguments unless immutable; ``errbacks`` (``link_error``) when it is
+dead-lettered, the failed run's task id prepended unless immutable — the call Celery
+makes of an errback that takes one argument, ``errback(task_id)``, as a task (Celery's
+other form, ``errback(request, exc, traceback)``, is a function call inside the dying
+worker and cannot outlive it). Each is keyed by its ``options.task_id`` (Celery's id of
+that step), else by its parent and place, so it is created once.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kernel.errors import InvalidArgument
+from kernel.records import dumps, loads
+from kernel.spec.durations import canonical_json
+from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, validate_job_spec
+from kernel.spec.sections import ID
+from kernel.states import Delivery
+
+__all__ = [
+    "MAX_KEY",
+    "MAX_PRIORITY",
+    "TASK_JOB_PREFIX",
+    "EnqueueRequest",
+    "EnqueueRow",
+    "link_requests",
+    "prepare",
+    "task_job_id",
+    "task_job_spec",
+]
+
+#: The longest caller's key.
+MAX_KEY = 200
+#: Priorities run from 0 (the default) to this; the pump hints higher ones first.
+MAX_PRIORITY = 255
+TASK_JOB_PREFIX = "task:"
+#: Stand-ins in a definition's template for what each run has of its own.
+_OWN = {"payload": "\x00payload", "queue": "\x00queue", "delivery": "\x00delivery"}
+_STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
+_SIGNATURE_FIELDS = frozenset(
+    {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks"}
+)
+_SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "priority"})
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRequest:
+    """One ad hoc run of ``task``.
+
+    Attributes:
+        task: the task's registered name.
+        args, kwargs: its arguments (JSON).
+        key: idempotency key (<= 200 characters): the same key of the same task is the
+            same occurrence.
+        queue, delivery: this run's, else its job's.
+        countdown: seconds from now before it may be claimed; ``eta``: the instant
+            (timezone-aware). At most one of them.
+        priority: 0-255; among claimable occurrences higher ones are hinted first.
+        expires: a start deadline, seconds from now or an aware datetime (Celery's
+            ``expires``): not started by then, the run is skipped ``expired``.
+        settings: job spec fields from the task's own options (timeout, max_attempts,
+            retry, queue, ...), which define its implicit job.
+        callbacks: signatures made occurrences when it succeeds (module docstring).
+        errbacks: signatures made occurrences when it is dead-lettered.
+    """
+
+    task: str
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] | None = None
+    key: str | None = None
+    queue: str | None = None
+    delivery: str | None = None
+    countdown: float | None = None
+    eta: datetime | None = None
+    priority: int | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    callbacks: Sequence[Mapping[str, Any]] = ()
+    errbacks: Sequence[Mapping[str, Any]] = ()
+    expires: float | datetime | None = None
+
+
+def task_job_id(task: str) -> str:
+    """The id of ``task``'s implicit job."""
+    return f"{TASK_JOB_PREFIX}{task}"
+
+
+def task_job_spec(task: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalised definition of ``task``'s implicit job (do not change it: it is shared).
+
+    Raises:
+        InvalidArgument: the name makes no job id, or a setting is invalid.
+    """
+    return _task_job(task, canonical_json(dict(settings), "settings"))[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
+    """(spec, template of a run's definition), made once per task and settings: a pydantic
+    validation and a whole spec's encoding per call would cost more than the insert.
+
+    The template is the canonical JSON of the spec with stand-ins for what each run has
+    of its own (payload, queue, delivery), which :func:`_definition` splices in."""
+    settings = loads(settings_json)
+    job_id = task_job_id(task)
+    if len(job_id) > 128 or not ID.fullmatch(job_id):
+        raise InvalidArgument(
+            "task", f"{task!r} makes no job id {job_id!r} (at most 128 of A-Z a-z 0-9 . _ : -)"
+        )
+    raw = {
+        "overlap": "allow",
+        **settings,
+        "id": job_id,
+        "kind": "task",
+        "payload": {"task": task, "args": [], "kwargs": {}},
+        "schedule": None,
+    }
+    spec = validate_job_spec(raw).to_dict()
+    return spec, dumps({**spec, **_OWN})
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueRow:
+    """One request as the statement's values, and what its answer needs; ``links``: the
+    signatures' implicit jobs (task name -> settings), which must exist before they fire."""
+
+    values: dict[str, Any]
+    job_id: str
+    claimable: bool
+    timeout: float | None
+    links: dict[str, Mapping[str, Any]]
+
+    @property
+    def key(self) -> str:
+        """Its idempotency key (unique among occurrences)."""
+        return str(self.values["idempotency_key"])
+
+
+def _definition(template: str, task: str, args: str, kwargs: str, queue: str, delivery: str) -> str:
+    """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
+    run's payload, queue and delivery gives (canonical ``args``/``kwargs`` spliced in)."""
+    own = {
+        "payload": f'{{"args":{args},"kwargs":{kwargs},"task":{dumps(task)}}}',
+        "queue": dumps(queue),
+        "delivery": dumps(delivery),
+    }
+    for name, value in own.items():
+        template = template.replace(_STAND_INS[name], value, 1)
+    return template
+
+
+def prepare(
+    request: EnqueueRequest, specs: dict[str, dict[str, Any]], now: int, hinted: bool,
+    parent_id: int | None = None,
+) -> EnqueueRow:  # fmt: skip
+    """Check one request and make its row (InvalidArgument names the field); ``specs``
+    collects its implicit job's spec. ``parent_id``: the run whose link it is."""
+    if not isinstance(request.task, str) or not request.task:
+        raise InvalidArgument("task", "must be a task's name")
+    job_id = task_job_id(request.task)
+    spec, template = _task_job(request.task, canonical_json(dict(request.settings), "settings"))
+    spec = specs.setdefault(job_id, spec)
+    args = canonical_json(list(request.args), "args")
+    kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")
+    key = request.key
+    if key is not None:
+        if not key or len(key) > MAX_KEY:
+            raise InvalidArgument("key", f"must be 1 to {MAX_KEY} characters, not {len(key)}")
+        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in key):
+            raise InvalidArgument("key", "must not contain control characters or surrogates")
+    queue = spec["queue"] if request.queue is None else request.queue
+    if len(queue) > 64 or not ID.fullmatch(queue):
+        raise InvalidArgument("queue", f"{queue!r}: at most 64 of A-Z a-z 0-9 . _ : -")
+    delivery = spec["delivery"] if request.delivery is None else request.delivery
+    if delivery not in {d.value for d in Delivery}:
+        raise InvalidArgument(
+            "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
+        )
+    priority = 0 if request.priority is None else request.priority
+    if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
+    available_at = now + _delay_ms(request.countdown, request.eta, now)
+    text = _definition(template, request.task, args, kwargs, queue, delivery)
+    if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
+        raise InvalidArgument(
+            "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
+        )
+    links, jobs_of_links = _links(request.callbacks, request.errbacks)
+    trigger_key = f"key:{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
+    claimable = available_at <= now
+    return EnqueueRow(
+        values={
+            "job_id": spec["id"],
+            "trigger_key": trigger_key,
+            "idempotency_key": f"{spec['id']}|{trigger_key}",
+            "scheduled_for": available_at,
+            "max_attempts": spec["max_attempts"],
+            "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
+            "available_at": available_at,
+            # A caller who publishes the hint at once: the pump waits kernel_rehint_after.
+            "dispatched_at": now if hinted and claimable else None,
+            "queue": queue,
+            "delivery": delivery,
+            "pool": spec["pool"],
+            "definition": text,
+            "created_at": now,
+            "priority": priority,
+            "expires_at": _deadline_ms(request.expires, now),
+            "links": links,
+            "parent_id": parent_id,
+        },
+        job_id=spec["id"],
+        claimable=claimable,
+        timeout=spec["timeout"],
+        links=jobs_of_links,
+    )
+
+
+def _delay_ms(countdown: float | None, eta: datetime | None, now: int) -> int:
+    if countdown is not None and eta is not None:
+        raise InvalidArgument("eta", "give countdown or eta, not both")
+    if countdown is not None:
+        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+            raise InvalidArgument("countdown", "must be a number of seconds")
+        if not 0 <= countdown <= 366 * 86400:
+            raise InvalidArgument("countdown", "must be from 0 to 366 days in seconds")
+        return int(countdown * 1000)
+    if eta is not None:
+        if not isinstance(eta, datetime) or eta.tzinfo is None or eta.utcoffset() is None:
+            raise InvalidArgument("eta", "must be a datetime with a time zone")
+        return max(0, int(eta.timestamp() * 1000) - now)
+    return 0
+
+
+def _deadline_ms(expires: float | datetime | None, now: int) -> int | None:
+    """The start deadline of ``expires`` as Celery reads it: seconds after the call, or
+    an instant."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None or expires.utcoffset() is None:
+            raise InvalidArgument("expires", "must be a datetime with a time zone")
+        return int(expires.timestamp() * 1000)
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        raise InvalidArgument("expires", "must be a number of seconds or a datetime")
+    if not 0 <= expires <= 366 * 86400:
+        raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
+    return now + round(expires * 1000)
+
+
+def _links(
+    callbacks: Sequence[Mapping[str, Any]], errbacks: Sequence[Mapping[str, Any]]
+) -> tuple[str | None, dict[str, Mapping[str, Any]]]:
+    """The ``links`` column (canonical JSON, or None without links) and every task a
+    signature names, at any depth, with its settings."""
+    tasks: dict[str, Mapping[str, Any]] = {}
+    checked = {
+        "callbacks": [_signature(s, f"callbacks[{i}]", tasks) for i, s in enumerate(callbacks)],
+        "errbacks": [_signature(s, f"errbacks[{i}]", tasks) for i, s in enumerate(errbacks)],
+    }
+    if not checked["callbacks"] and not checked["errbacks"]:
+        return None, tasks
+    text = canonical_json(checked, "links")
+    if len(text.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidArgument("links", f"the links exceed {MAX_PAYLOAD_BYTES} bytes as JSON")
+    return text, tasks
+
+
+def _signature(
+    raw: Mapping[str, Any], path: str, tasks: dict[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """One signature checked and normalised; InvalidArgument names its path and field."""
+    if not isinstance(raw, Mapping):
+        raise InvalidArgument(path, "a link must be a signature (a JSON object)")
+    unknown = sorted(set(raw) - _SIGNATURE_FIELDS)
+    if unknown:
+        raise InvalidArgument(f"{path}.{unknown[0]}", "is not a field of a kernel link")
+    options = dict(raw.get("options") or {})
+    refused = sorted(name for name, v in options.items() if v is not None
+                     and name not in _SIGNATURE_OPTIONS)  # fmt: skip
+    if refused:
+        raise InvalidArgument(
+            f"{path}.options.{refused[0]}",
+            f"a kernel link honours the options {', '.join(sorted(_SIGNATURE_OPTIONS))}",
+        )
+    task = raw.get("task")
+    if not isinstance(task, str) or not task:
+        raise InvalidArgument(f"{path}.task", "must be a task's name")
+    settings = raw.get("settings") or {}
+    if (
+        not isinstance(raw.get("args") or [], list | tuple)
+        or not isinstance(raw.get("kwargs") or {}, Mapping)
+        or not isinstance(settings, Mapping)
+    ):
+        raise InvalidArgument(path, "args must be a list, kwargs and settings objects")
+    settings = dict(settings)
+    try:
+        own = {"args": raw.get("args"), "kwargs": raw.get("kwargs")}  # its links: below
+        prepare(_request(task, own, options, settings, (), None), {}, 0, False)
+    except InvalidArgument as exc:
+        why = exc.message.removeprefix(f"{exc.field}: ")
+        raise InvalidArgument(f"{path}.{exc.field}", why) from None
+    tasks.setdefault(task, settings)
+    return {
+        "task": task,
+        "args": list(raw.get("args") or ()),
+        "kwargs": dict(raw.get("kwargs") or {}),
+        "immutable": bool(raw.get("immutable", False)),
+        "options": {name: v for name, v in options.items() if v is not None},
+        "settings": settings,
+        "callbacks": [_signature(s, f"{path}.callbacks[{i}]", tasks)
+                      for i, s in enumerate(raw.get("callbacks") or ())],
+        "errbacks": [_signature(s, f"{path}.errbacks[{i}]", tasks)
+                     for i, s in enumerate(raw.get("errbacks") or ())],
+    }  # fmt: skip
+
+
+def _request(
+    task: str,
+    sig: Mapping[str, Any],
+    options: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    first: Sequence[Any],
+    key: str | None,
+) -> EnqueueRequest:
+    return EnqueueRequest(
+        task,
+        args=[*first, *(sig.get("args") or ())],
+        kwargs=dict(sig.get("kwargs") or {}),
+        key=options.get("task_id") or key,
+        queue=options.get("queue"),
+        countdown=options.get("countdown"),
+        priority=options.get("priority"),
+        settings=settings,
+        callbacks=sig.get("callbacks") or (),
+        errbacks=sig.get("errbacks") or (),
+    )
+
+
+def link_requests(
+    links_json: str, *, succeeded: bool, result: Any, parent_id: int, parent_task_id: str
+) -> list[EnqueueRequest]:
+    """The runs a settled run's links make: its callbacks after a success (``result``
+    first unless immutable), else its errbacks (``parent_task_id`` first unless
+    immutable). Pure: the stored links were checked when the run was enqueued."""
+    links = loads(links_json)
+    kind = "callbacks" if succeeded else "errbacks"
+    first = [result] if succeeded else [parent_task_id]
+    return [
+        _request(
+            sig["task"],
+            sig,
+            sig["options"],
+            sig["settings"],
+            () if sig["immutable"] else first,
+            f"{kind}:{parent_id}:{index}",
+        )
+        for index, sig in enumerate(links[kind])
+    ]
