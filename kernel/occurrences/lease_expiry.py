@@ -146,4 +146,5 @@ def skip_expired(tx: Tx, *, occurrence_id: int | None = None, limit: int = 200) 
             reason="expired",
             expires_at=iso_z(to_dt(row.expires_at)),
         )
+        notices.owe_result(tx, row.id, row.fence, S.SKIPPED)
     return len(skipped)

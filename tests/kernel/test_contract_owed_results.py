@@ -127,3 +127,15 @@ def test_a_workers_own_failure_and_unkeyed_or_other_runs_owe_nothing(k: Harness)
     fired = k.occurrences("job", 1)[0]  # a callable job's firing
     k.kernel.cancel(fired, request_id="c4", operator="ops")
     assert _owed(k, fired) == []
+
+
+def test_a_run_past_its_start_deadline_owes_its_skip_whoever_meets_it(k: Harness) -> None:
+    by_beat = k.kernel.enqueue(task=TASK, key="beat", expires=10).occurrence_id
+    by_claim = k.kernel.enqueue(task=TASK, key="claim", expires=10).occurrence_id
+    k.clock.advance(11)
+    assert _count_inside(k, lambda tx: lease_expiry.skip_expired(tx), by_beat) == 1
+    assert k.kernel.claim(by_claim, owner="w1", lease=30) is None
+    assert k.kernel.skip_expired() == 1
+    for occ_id in (by_beat, by_claim):
+        assert k.kernel.get_occurrence(occ_id).status == S.SKIPPED
+        assert _owed(k, occ_id) == [(0, "skipped", "", "pending")]
