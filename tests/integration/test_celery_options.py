@@ -81,6 +81,18 @@ class Side:
         self.stack.wait(lambda: proc.logged("ready."), timeout=60, what=f"{proc.name} ready")
         return proc
 
+    def start_beat(self) -> Proc:
+        proc = Proc(
+            f"{self.name}-beat",
+            [sys.executable, "-m", "celery", "-A", "options_app", "beat", "-l", "INFO",
+             "-s", str(self.stack.root / f"{self.name}-schedule")],
+            cwd=self.stack.root,
+            env=self.env,
+        )  # fmt: skip
+        self.stack.procs.append(proc)
+        self.stack.wait(lambda: self.stack.kernel.beats(), timeout=60, what="beat heartbeat")
+        return proc
+
     def ledger(self, **match: Any) -> list[dict[str, Any]]:
         if not self.ledger_path.exists():
             return []
@@ -165,3 +177,65 @@ def test_2_priority_orders_a_backlog_as_the_broker_does(
     else:
         # Redis runs Celery's 0 first and 9 last; the kernel keeps that order.
         assert high["stock"] == high["kernel"] == 20, order
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_3_time_limits_of_a_call_reach_the_body_and_end_the_run(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    stock, kernel = sides
+    for side in sides:
+        worker = side.start_worker()
+        side.call(("soft", "soft", {"soft_time_limit": 1}), ("hard", "hard", {"time_limit": 2}))
+        if side is stock:
+            hard_id = stock.ledger(call="hard")[0]["id"]
+            stack.wait(lambda: worker.logged(f"exceeded for opts.hard[{hard_id}]"),
+                       timeout=60, what="stock: the hard limit's kill")  # fmt: skip
+        else:
+            stack.wait(lambda: stack.settled("task:opts.hard") and _occurrence(stack, "hard"),
+                       timeout=60, what="kernel: the hard-limited run settled")  # fmt: skip
+    for side in sides:
+        # soft_time_limit: the body is told, and stops in time.
+        assert [x["event"] for x in side.ledger(task="soft")] == [
+            "started", "SoftTimeLimitExceeded"
+        ], side.name
+        # time_limit: the run is ended before its body finishes.
+        assert [x["event"] for x in side.ledger(task="hard")] == ["started"], side.name
+    log = stack.procs[0].log()
+    soft_id = stock.ledger(call="soft")[0]["id"]
+    assert f"opts.soft[{soft_id}] succeeded" in log and "'stopped in time'" in log
+    # Stock Celery: the pool kills the process at the hard limit (no SoftTimeLimitExceeded).
+    assert f"Hard time limit (2s) exceeded for opts.hard[{hard_id}]" in log
+    assert "raised error: TimeLimitExceeded(2)" in log
+    # The kernel: the soft-limited run succeeded with what the body returned; the
+    # hard-limited one is a TIMEOUT failure, final (max_retries=0).
+    soft = _occurrence(stack, "soft")
+    assert (soft.status.value, soft.result) == ("succeeded", "stopped in time"), soft
+    hard = _occurrence(stack, "hard")
+    assert (hard.status.value, hard.last_error["code"]) == ("dead_letter", "TIMEOUT"), hard
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_4_countdown_and_eta_hold_a_call_back(stack: Stack, sides: tuple[Side, Side]) -> None:
+    for side in sides:
+        side.start_worker()
+        if side.kernel:
+            # A run held back is hinted by Beat's dispatch pump when due (docs/enqueue.md:
+            # a Beat must run), where stock Celery's worker holds the message itself.
+            side.start_beat()
+        side.call(("record", "countdown", {"countdown": 3}), ("record", "eta", {"eta_in": 3}),
+                  ("record", "now", {}))  # fmt: skip
+        stack.wait(lambda side=side: len(side.ledger(task="record")) == 3, timeout=60,
+                   what=f"{side.name}: three runs")  # fmt: skip
+    for side in sides:
+        waited = {tag: _started(side, tag) - side.ledger(call=tag)[0]["at"]
+                  for tag in ("countdown", "eta", "now")}  # fmt: skip
+        # Not before its time (a tenth of a second for the clocks' reading), and the call
+        # without one was not held back behind them.
+        assert waited["countdown"] > 2.9 and waited["eta"] > 2.9, (side.name, waited)
+        assert waited["now"] < waited["countdown"], (side.name, waited)
+
+
+def _started(side: Side, tag: str) -> float:
+    [line] = side.ledger(task="record", tag=tag)
+    return float(line["at"])
