@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +54,7 @@ class Side:
 
     @property
     def ledger_path(self) -> Path:
-        return self.stack.root / f"{self.name}.jsonl"
+        return Path(self.stack.root, f"{self.name}.jsonl")
 
     @property
     def env(self) -> dict[str, str]:
@@ -142,9 +143,7 @@ def test_1_expires_a_call_no_worker_took_in_time_never_runs(
 
 
 def _since_call(side: Side, tag: str) -> float:
-    import time
-
-    return time.time() - side.ledger(call=tag)[0]["at"]
+    return time.time() - float(side.ledger(call=tag)[0]["at"])
 
 
 def _occurrence(stack: Stack, tag: str) -> Any:
@@ -217,11 +216,11 @@ def test_3_time_limits_of_a_call_reach_the_body_and_end_the_run(
     assert (hard.status.value, hard.last_error["code"]) == ("dead_letter", "TIMEOUT"), hard
 
 
-def _hard_ended(side: Side, worker: Proc) -> bool:
+def _hard_ended(side: Side, worker: Proc) -> Any:
     """Stock: the pool killed the process (its log says so); the kernel: the run settled."""
     if side.kernel:
-        return side.stack.settled("task:opts.hard") and bool(
-            side.stack.occurrences("task:opts.hard")
+        return bool(side.stack.occurrences("task:opts.hard")) and side.stack.settled(
+            "task:opts.hard"
         )
     return worker.logged(f"exceeded for opts.hard[{side.ledger(call='hard')[0]['id']}]")
 
