@@ -1,0 +1,59 @@
+"""An own app (not ``celery_app``) whose tasks record what they saw, for the Celery
+option proofs (tests/integration/test_celery_options.py, issue 38 item 7).
+
+Run as stock Celery by default; with ``OPTS_KERNEL`` set, ``install(app)`` puts it on
+the kernel and routes its tasks through it (``kernel_route_tasks``). The same calls with
+the same options are then compared by what the tasks wrote to ``OPTS_LEDGER``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+
+QUEUE = os.environ["OPTS_QUEUE"]  # each side of a test has its own
+
+app = Celery("opts")
+# Read by Celery on AMQP only: the queue is declared as a priority queue (0-9).
+app.conf.task_queue_max_priority = 10
+if os.environ.get("OPTS_KERNEL"):
+    from celery_app import install
+
+    app.conf.kernel_route_tasks = ["opts.record", "opts.soft", "opts.hard"]
+    install(app)
+
+
+def note(**fields: object) -> None:
+    """One line of the ledger; ``at`` is the wall clock the test compares with the call's."""
+    with open(os.environ["OPTS_LEDGER"], "a") as ledger:
+        ledger.write(json.dumps({**fields, "at": time.time()}) + "\n")
+
+
+@app.task(name="opts.record", queue=QUEUE)
+def record(tag: str) -> str:
+    note(task="record", tag=tag)
+    return tag
+
+
+@app.task(name="opts.soft", max_retries=0, queue=QUEUE)
+def soft(tag: str) -> str:
+    note(task="soft", tag=tag, event="started")
+    try:
+        time.sleep(60)
+    except SoftTimeLimitExceeded:
+        note(task="soft", tag=tag, event="SoftTimeLimitExceeded")
+        return "stopped in time"
+    note(task="soft", tag=tag, event="finished")
+    return "ran to the end"
+
+
+@app.task(name="opts.hard", max_retries=0, queue=QUEUE)
+def hard(tag: str) -> str:
+    note(task="hard", tag=tag, event="started")
+    time.sleep(60)
+    note(task="hard", tag=tag, event="finished")
+    return "ran to the end"

@@ -1,0 +1,251 @@
+"""Celery's options mean on the kernel what they mean to stock Celery (issue 38 item 7).
+
+One own app (``options_app.py``, not ``celery_app``) is run twice in each test, on real
+worker processes and a real broker: as stock Celery (no kernel), then with
+``install(app)`` and its tasks routed through the kernel (``kernel_route_tasks``). The
+same calls, with the same options, must mean the same thing, read from what the tasks
+recorded: ``expires`` never runs a stale call, ``priority`` orders a backlog as the
+broker orders it, ``soft_time_limit`` reaches the body and ``time_limit`` ends the run,
+``countdown``/``eta`` hold the start back.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.stack import Proc, Stack
+
+pytestmark = pytest.mark.long
+
+#: Makes the calls given as JSON ``[task, tag, options]``; ``eta_in`` is an ``eta`` that
+#: many seconds from the call. Each call's task id and wall-clock time go to the ledger first.
+CALLS = """\
+import json, sys, uuid
+from datetime import UTC, datetime, timedelta
+import options_app as opts
+for task, tag, options in json.loads(sys.argv[1]):
+    options["task_id"] = str(uuid.uuid4())
+    opts.note(call=tag, id=options["task_id"])
+    if "eta_in" in options:
+        options["eta"] = datetime.now(UTC) + timedelta(seconds=options.pop("eta_in"))
+    getattr(opts, task).apply_async((tag,), **options)
+"""
+
+
+@dataclass
+class Side:
+    """The app as stock Celery or on the kernel: its own queue, ledger and worker."""
+
+    stack: Stack
+    kernel: bool
+    queue: str = field(default_factory=lambda: f"opts-{uuid.uuid4().hex[:10]}")
+
+    @property
+    def name(self) -> str:
+        return "kernel" if self.kernel else "stock"
+
+    @property
+    def ledger_path(self) -> Path:
+        return Path(self.stack.root, f"{self.name}.jsonl")
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in self.stack.env.items() if k != "CELERY_CONFIG_MODULE"}
+        env.update(OPTS_QUEUE=self.queue, OPTS_LEDGER=str(self.ledger_path))
+        if self.kernel:
+            env.update(OPTS_KERNEL="1", KERNEL_DATABASE_URL=self.stack.database_url)
+        return env
+
+    def call(self, *calls: tuple[str, str, dict[str, Any]]) -> None:
+        subprocess.run([sys.executable, "-c", CALLS, json.dumps(calls)], cwd=self.stack.root,
+                       env=self.env, check=True, timeout=120)  # fmt: skip
+
+    def start_worker(self) -> Proc:
+        """One process taking one message at a time (prefork: time limits need it)."""
+        proc = Proc(
+            f"{self.name}-worker",
+            [sys.executable, "-m", "celery", "-A", "options_app", "worker", "-P", "prefork",
+             "-c", "1", "--prefetch-multiplier", "1", "-Q", self.queue,
+             "-n", f"{self.name}@%h", "-l", "INFO", "--without-mingle", "--without-gossip"],
+            cwd=self.stack.root,
+            env=self.env,
+        )  # fmt: skip
+        self.stack.procs.append(proc)
+        self.stack.wait(lambda: proc.logged("ready."), timeout=60, what=f"{proc.name} ready")
+        return proc
+
+    def start_beat(self) -> Proc:
+        proc = Proc(
+            f"{self.name}-beat",
+            [sys.executable, "-m", "celery", "-A", "options_app", "beat", "-l", "INFO",
+             "-s", str(self.stack.root / f"{self.name}-schedule")],
+            cwd=self.stack.root,
+            env=self.env,
+        )  # fmt: skip
+        self.stack.procs.append(proc)
+        self.stack.wait(lambda: self.stack.kernel.beats(), timeout=60, what="beat heartbeat")
+        return proc
+
+    def ledger(self, **match: Any) -> list[dict[str, Any]]:
+        if not self.ledger_path.exists():
+            return []
+        lines = [json.loads(line) for line in self.ledger_path.read_text().splitlines()]
+        return [line for line in lines if all(line.get(k) == v for k, v in match.items())]
+
+    def kernel_cli(self, *args: str) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "options_app", "kernel", *args, "--json"],
+            cwd=self.stack.root, env=self.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done
+        return json.loads(done.stdout)
+
+
+@pytest.fixture
+def sides(stack: Stack) -> tuple[Side, Side]:
+    return Side(stack, kernel=False), Side(stack, kernel=True)
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_1_expires_a_call_no_worker_took_in_time_never_runs(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    for side in sides:
+        # Queued while no worker listens; the deadline passes before one starts.
+        side.call(("record", "stale", {"expires": 2}))
+        stack.wait(lambda side=side: _since_call(side, "stale") > 3, timeout=30,
+                   what="expires passed")  # fmt: skip
+        side.start_worker()
+        side.call(("record", "fresh", {"expires": 60}))
+        stack.wait(lambda side=side: side.ledger(task="record", tag="fresh"), timeout=60,
+                   what=f"{side.name}: the fresh call ran")  # fmt: skip
+    stock, kernel = sides
+    # Stock Celery: the worker got the message after its expiry and revoked it unrun.
+    assert stock.ledger(task="record", tag="stale") == []
+    stale_id = stock.ledger(call="stale")[0]["id"]
+    assert f"Discarding revoked task: opts.record[{stale_id}]" in stack.procs[0].log()
+    # The kernel: the run was skipped `expired` (its event, and `why` says so), never run.
+    assert kernel.ledger(task="record", tag="stale") == []
+    stale = _occurrence(stack, "stale")
+    assert (stale.status.value, stale.skip_reason) == ("skipped", "expired"), stale
+    skipped = [e for e in stack.kernel.events(occurrence_id=stale.id, limit=100)
+               if e.type == "occurrence_skipped"]  # fmt: skip
+    assert len(skipped) == 1 and "expired" in json.dumps(skipped[0].data), skipped
+    assert "expired" in json.dumps(kernel.kernel_cli("why", str(stale.id)))
+
+
+def _since_call(side: Side, tag: str) -> float:
+    return time.time() - float(side.ledger(call=tag)[0]["at"])
+
+
+def _occurrence(stack: Stack, tag: str) -> Any:
+    """The kernel's run of the routed call given ``tag``."""
+    found = [o for o in stack.kernel.list_occurrences(limit=1000)
+             if (o.definition.get("payload") or {}).get("args") == [tag]]  # fmt: skip
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("stack", ["redis", "rabbitmq"], indirect=True)
+def test_2_priority_orders_a_backlog_as_the_broker_does(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    # One at 9 before and one after 20 at 0, all queued while no worker runs; then one
+    # worker taking one message at a time.
+    calls = [
+        ("record", "high-first", {"priority": 9}),
+        *(("record", f"low-{n:02}", {"priority": 0}) for n in range(20)),
+        ("record", "high-last", {"priority": 9}),
+    ]
+    order = {}
+    for side in sides:
+        side.call(*calls)
+        side.start_worker()
+        stack.wait(lambda side=side: len(side.ledger(task="record")) == 22, timeout=90,
+                   what=f"{side.name}: 22 runs")  # fmt: skip
+        order[side.name] = [line["tag"] for line in side.ledger(task="record")]
+    high = {}
+    for name, ran in order.items():
+        assert sorted(ran) == sorted(tag for _, tag, _ in calls), ran
+        high[name] = [ran.index("high-first"), ran.index("high-last")]
+    if stack.env["CELERY_BROKER_URL"].startswith("amqp"):
+        # A priority queue (task_queue_max_priority): higher first. Stock Celery's worker
+        # may run one message it fetched before the broker sorted the backlog.
+        assert max(high["stock"]) <= 2 and high["kernel"] == [0, 1], order
+    else:
+        # Redis runs Celery's 0 first and 9 last; the kernel keeps that order.
+        assert high["stock"] == high["kernel"] == [20, 21], order
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_3_time_limits_of_a_call_reach_the_body_and_end_the_run(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    stock = sides[0]
+    for side in sides:
+        worker = side.start_worker()
+        side.call(("soft", "soft", {"soft_time_limit": 1}), ("hard", "hard", {"time_limit": 2}))
+        stack.wait(lambda side=side, worker=worker: _hard_ended(side, worker), timeout=60,
+                   what=f"{side.name}: the hard-limited run ended")  # fmt: skip
+    for side in sides:
+        # soft_time_limit: the body is told, and stops in time.
+        told = [x["event"] for x in side.ledger(task="soft")]
+        assert told == ["started", "SoftTimeLimitExceeded"], side.name
+        # time_limit: the run is ended before its body finishes.
+        assert [x["event"] for x in side.ledger(task="hard")] == ["started"], side.name
+    log = stack.procs[0].log()
+    hard_id = stock.ledger(call="hard")[0]["id"]
+    soft_id = stock.ledger(call="soft")[0]["id"]
+    assert f"opts.soft[{soft_id}] succeeded" in log and "'stopped in time'" in log
+    # Stock Celery: the pool kills the process at the hard limit (no SoftTimeLimitExceeded).
+    assert f"Hard time limit (2s) exceeded for opts.hard[{hard_id}]" in log
+    assert "raised error: TimeLimitExceeded(2)" in log
+    # The kernel: the soft-limited run succeeded with what the body returned; the
+    # hard-limited one is a TIMEOUT failure, final (max_retries=0).
+    soft = _occurrence(stack, "soft")
+    assert (soft.status.value, soft.result) == ("succeeded", "stopped in time"), soft
+    hard = _occurrence(stack, "hard")
+    assert (hard.status.value, hard.last_error["code"]) == ("dead_letter", "TIMEOUT"), hard
+
+
+def _hard_ended(side: Side, worker: Proc) -> Any:
+    """Stock: the pool killed the process (its log says so); the kernel: the run settled."""
+    if side.kernel:
+        return bool(side.stack.occurrences("task:opts.hard")) and side.stack.settled(
+            "task:opts.hard"
+        )
+    return worker.logged(f"exceeded for opts.hard[{side.ledger(call='hard')[0]['id']}]")
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_4_countdown_and_eta_hold_a_call_back(stack: Stack, sides: tuple[Side, Side]) -> None:
+    for side in sides:
+        side.start_worker()
+        if side.kernel:
+            # A run held back is hinted by Beat's dispatch pump when due (docs/enqueue.md:
+            # a Beat must run), where stock Celery's worker holds the message itself.
+            side.start_beat()
+        side.call(("record", "countdown", {"countdown": 3}), ("record", "eta", {"eta_in": 3}),
+                  ("record", "now", {}))  # fmt: skip
+        stack.wait(lambda side=side: len(side.ledger(task="record")) == 3, timeout=60,
+                   what=f"{side.name}: three runs")  # fmt: skip
+    for side in sides:
+        waited = {tag: _started(side, tag) - side.ledger(call=tag)[0]["at"]
+                  for tag in ("countdown", "eta", "now")}  # fmt: skip
+        # Not before its time (a tenth of a second for the clocks' reading), and the call
+        # without one was not held back behind them.
+        assert waited["countdown"] > 2.9 and waited["eta"] > 2.9, (side.name, waited)
+        assert waited["now"] < waited["countdown"], (side.name, waited)
+
+
+def _started(side: Side, tag: str) -> float:
+    [line] = side.ledger(task="record", tag=tag)
+    return float(line["at"])
