@@ -25,6 +25,7 @@ from kernel.transitions import occurrences as T
 __all__ = [
     "DEFAULT_FANOUT",
     "MAX_CHAIN_DEPTH",
+    "cancelled_links",
     "enqueued_event",
     "existing_keys",
     "fanout_limit",
@@ -206,6 +207,17 @@ def fire_links(
     chord_id = loads(links).get("chord")
     if chord_id is not None:
         _settle_chord_member(tx, chord_id, parent_id, succeeded and not cancelled, cancelled)
+
+
+def cancelled_links(tx: Tx, occurrence_id: int) -> None:
+    """What a cancelled run's links make: its chord fails (read here: a cancel's statement
+    does not return the links, and a cancel of a chord's member is rare)."""
+    links = tx.conn.execute(
+        sa.select(occurrences.c.links).where(occurrences.c.id == occurrence_id)
+    ).scalar()
+    fire_links(
+        tx, parent_id=occurrence_id, links=links, trigger_key="", succeeded=False, cancelled=True
+    )
 
 
 def _settle_chord_member(

@@ -122,3 +122,24 @@ def test_a_new_chord_over_an_existing_run_is_refused(k: Harness) -> None:
         k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": _body()})
     assert refused.value.field == "requests[0].key"
     assert len(k.kernel.list_occurrences(limit=10)) == 1
+
+
+def test_a_member_cancelled_fails_the_chord_and_the_others_ending_changes_nothing(
+    k: Harness,
+) -> None:
+    body = _body(errbacks=[{"task": "proj.on_chord_error", "options": {"task_id": "eb-1"}}])
+    made = k.kernel.enqueue_many(_members(3), chord={"id": "g1", "body": body})
+    running = k.kernel.claim(made[2].occurrence_id, owner="w1", lease=30)
+    assert running is not None
+    k.kernel.cancel(made[0].occurrence_id, request_id="c1", operator="op")
+    [errback] = _keyed(k, "eb-1")
+    assert errback.payload["args"] == ["body-1"]
+    failed = [e for e in k.kernel.events() if e.type == "chord_failed"]
+    assert [e.data["reason"] for e in failed] == ["cancelled"]
+    # The others end as they may: the chord failed once, its body never made.
+    k.kernel.cancel(made[2].occurrence_id, request_id="c2", operator="op")
+    # A run asked to stop that finishes anyway succeeds; its chord has failed already.
+    k.kernel.succeed(made[2].occurrence_id, owner="w1", fence=running.fence, result=2)
+    _succeed(k, made[1].occurrence_id, 1)
+    assert _keyed(k, "body-1") == []
+    assert len(_keyed(k, "eb-1")) == 1
