@@ -10,19 +10,24 @@ FAILURE with the exception and its traceback. ``ignore_result`` (the task's, els
 (:func:`kernel.records.stored_result`); the backend is for Celery's callers.
 
 The kernel owns what Celery would chain from the backend: errbacks are not called here.
+A chord the worker's own settle failed (a member dead-lettered or cancelled) has its
+body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
+when a member fails: the body never runs, and its caller's ``.get()`` raises.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery.app.task import get_actual_ignore_result
+from celery.exceptions import ChordError
 from celery.utils.serialization import get_pickleable_exception
 from kombu.exceptions import EncodeError
 
-__all__ = ["store_failure", "store_retry", "store_success"]
+__all__ = ["store_chord_failure", "store_failure", "store_retry", "store_success"]
 
 log = logging.getLogger("celery_kernel.worker")
 
@@ -68,6 +73,27 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
         )
     except Exception as error:  # the backend is down: the kernel records the failure
         _not_stored(task, run_id, "FAILURE", error)
+
+
+def store_chord_failure(app: Any, chord_failed: Mapping[str, Any], error_code: str | None) -> None:
+    """FAILURE with ``ChordError`` for the body of the chord a ``chord_failed`` event's
+    data names, in its task's backend (else the app's)."""
+    task = app.tasks.get(chord_failed["body_task"])
+    backend = task.backend if task is not None else app.backend
+    member = chord_failed["member_task_id"]
+    why = "was cancelled" if chord_failed["reason"] == "cancelled" else f"raised {error_code}"
+    body_id = chord_failed["body_task_id"]
+    try:
+        backend.mark_as_failure(body_id, ChordError(f"Dependency {member} {why}"), None)
+    except Exception as error:  # the backend is down: the kernel has the chord's failure
+        log.warning(
+            "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "
+            "has the chord's failure",
+            chord_failed["body_task"],
+            body_id,
+            error,
+            extra={"action": "result_not_stored", "task_id": body_id},
+        )
 
 
 def _stores_errors(task: Any) -> bool:

@@ -206,22 +206,33 @@ def fire_links(
         _make_links(tx, parent_id, requests)
     chord_id = loads(links).get("chord")
     if chord_id is not None:
-        _settle_chord_member(tx, chord_id, parent_id, succeeded and not cancelled, cancelled)
+        member = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
+        _settle_chord_member(
+            tx, chord_id, parent_id, member or str(parent_id), succeeded and not cancelled,
+            cancelled,
+        )  # fmt: skip
 
 
 def cancelled_links(tx: Tx, occurrence_id: int) -> None:
     """What a cancelled run's links make: its chord fails (read here: a cancel's statement
     does not return the links, and a cancel of a chord's member is rare)."""
-    links = tx.conn.execute(
-        sa.select(occurrences.c.links).where(occurrences.c.id == occurrence_id)
-    ).scalar()
+    row = tx.conn.execute(
+        sa.select(occurrences.c.links, occurrences.c.trigger_key).where(
+            occurrences.c.id == occurrence_id
+        )
+    ).one()
     fire_links(
-        tx, parent_id=occurrence_id, links=links, trigger_key="", succeeded=False, cancelled=True
+        tx,
+        parent_id=occurrence_id,
+        links=row.links,
+        trigger_key=row.trigger_key,
+        succeeded=False,
+        cancelled=True,
     )
 
 
 def _settle_chord_member(
-    tx: Tx, chord_id: str, member_id: int, succeeded: bool, cancelled: bool
+    tx: Tx, chord_id: str, member_id: int, member_task_id: str, succeeded: bool, cancelled: bool
 ) -> None:
     """A chord's member settled for good. Its success counts the chord down in one guarded
     statement (the chord's row held until this settle commits: the next member's settle
@@ -274,7 +285,9 @@ def _settle_chord_member(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
         chord_id=chord_id,
+        body_task=body["task"],
         body_task_id=body_task_id,
+        member_task_id=member_task_id,
         reason="cancelled" if cancelled else "dead_letter",
     )
 

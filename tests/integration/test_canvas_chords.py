@@ -3,7 +3,8 @@ measured against stock Celery on the same Redis (broker and result backend).
 
 * ``chord([add.s(i, i) for i in range(10)])(tsum.s()).get()`` and
   ``group(add.s(i, i) ...).delay().get()`` with ``add`` and ``tsum`` routed answer what
-  the same canvas of stock tasks answers, on a worker of two processes;
+  the same canvas of stock tasks answers, on a worker of two processes; so does a chord
+  with a failing member (``ChordError``, the body's errback once, the body never);
 * a chord of 20 members on three workers, one SIGKILLed while it runs a member: the
   member's lease expires, another worker runs it again (at least once), and the body
   runs once, with every member's result in group order.
@@ -40,6 +41,12 @@ def tsum(values):
     note(task="tsum", values=values)
     return sum(values)
 
+def boom(x):
+    raise KeyError(x)
+
+def on_err(task_id):
+    note(task="on_err", failed=task_id)
+
 def slow_add(x, y):
     note(task="slow_add", event="start", x=x)
     time.sleep(1.5)
@@ -47,7 +54,7 @@ def slow_add(x, y):
     return x + y
 
 for side in ("routed", "stock"):
-    for body in (add, tsum):
+    for body in (add, tsum, boom, on_err):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
 app.task(name="myproj.routed.slow_add", kernel_options={"lease": "5s"})(slow_add)
 """
@@ -68,6 +75,15 @@ for side in ("routed", "stock"):
         "header": [r.id for r in made.parent.results],
         "group": group(add.s(i, 1) for i in range(5)).delay().get(timeout=60),
     }
+    boom, on_err = app.tasks[f"myproj.{side}.boom"], app.tasks[f"myproj.{side}.on_err"]
+    failing = chord([add.s(1, 1), boom.s(7)])(tsum.s().on_error(on_err.s()))
+    try:
+        failing.get(timeout=60)  # follows its parent: the member's own error first
+    except Exception as exc:
+        raised = type(exc).__name__
+    value = failing.get(timeout=60, propagate=False, follow_parents=False)
+    out[side]["failed"] = {"raised": raised, "value": type(value).__name__,
+                           "status": failing.status, "body": failing.id}
 print(json.dumps(out))
 """
 
@@ -98,11 +114,30 @@ def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
     assert stock["chord"] == 90 and stock["group"] == [1, 2, 3, 4, 5]
     assert routed["chord"] == stock["chord"] and routed["group"] == stock["group"]
     assert routed["chord_type"] == stock["chord_type"] == "AsyncResult"
+    # A member that fails fails the chord as Celery fails it: .get() raises the member's
+    # error, the body's own result is FAILURE with ChordError, the body never runs, its
+    # errback runs once with the body's task id.
+    for side in (routed, stock):
+        failed = side["failed"]
+        assert (failed["raised"], failed["value"], failed["status"]) == (
+            "KeyError",
+            "ChordError",
+            "FAILURE",
+        )
+
+    def both_errbacks() -> list[dict[str, str]] | None:
+        ran = project.ledger(task="on_err")
+        return ran if len(ran) >= 2 else None
+
+    errbacks = stack.wait(both_errbacks, timeout=60, what="both sides' errbacks ran")
+    assert sorted(x["failed"] for x in errbacks) == sorted(
+        side["failed"]["body"] for side in (routed, stock)
+    )
     # Through the kernel: each member an occurrence keyed by its Celery task id, the
     # body one, made by the last member's settle.
     members = {o.trigger_key for o in stack.occurrences("task:myproj.routed.add")}
     assert {f"key:{i}" for i in routed["header"]} <= members
-    [body] = stack.occurrences("task:myproj.routed.tsum")
+    [body] = stack.occurrences("task:myproj.routed.tsum")  # the failed chord's: never made
     assert body.payload["args"] == [[2 * i for i in range(10)]]
     assert body.status.value == "succeeded"
 
