@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.schema import jobs
+from kernel.db.schema import chords, jobs
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
@@ -203,18 +203,24 @@ def _chord_of(
 
 
 def _make_chord(tx: Tx, chord_id: str, body: str, answers: Sequence[Enqueued]) -> None:
-    """The chord's row, its members in group order; a replayed chord (its id exists)
-    is the one made before, and a new chord over existing runs is refused (their links
-    do not name it: it would never complete)."""
+    """The chord's row, its members in group order. A replayed chord (its id exists with
+    these members) is the one made before; a new chord over existing runs, or an existing
+    id over other runs, is refused: their links would count down a chord they are not
+    members of, or one that never completes."""
+    members = dumps([a.occurrence_id for a in answers])
     params = {
-        "chord_id": chord_id,
-        "members": dumps([a.occurrence_id for a in answers]),
-        "body": body,
-        "remaining": len(answers),
-        "now": tx.now,
-    }
-    made = door.run(tx, ENQUEUE_MAKES_CHORD, params) is not None
-    if made and any(a.deduplicated for a in answers):
+        "chord_id": chord_id, "members": members, "body": body,
+        "remaining": len(answers), "now": tx.now,
+    }  # fmt: skip
+    if door.run(tx, ENQUEUE_MAKES_CHORD, params) is None:
+        made = tx.conn.execute(
+            sa.select(chords.c.members).where(chords.c.id == chord_id)
+        ).scalar_one()
+        if made != members:
+            raise InvalidArgument(
+                "chord.id", f"{chord_id!r} is an existing chord's id, with other members"
+            )
+    elif any(a.deduplicated for a in answers):
         index = next(i for i, a in enumerate(answers) if a.deduplicated)
         raise InvalidArgument(
             f"requests[{index}].key",

@@ -150,3 +150,12 @@ def test_a_member_cancelled_fails_the_chord_and_the_others_ending_changes_nothin
     _succeed(k, made[1].occurrence_id, 1)
     assert _keyed(k, "body-1") == []
     assert len(_keyed(k, "eb-1")) == 1
+
+
+def test_an_existing_chord_s_id_over_other_runs_is_refused(k: Harness) -> None:
+    k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": _body()})
+    others = _members(2, chord="g2")
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(others, chord={"id": "g1", "body": _body()})
+    assert refused.value.field == "chord.id"
+    assert len(k.kernel.list_occurrences(limit=10)) == 2
