@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kernel.jobs.enqueueing import EnqueueRequest
+from kernel import EnqueueRequest
 from tests.kernel.interleave import LEASE_S, refusals_are_kernel_errors
 from tests.kernel.race_world import World, world_factory
 

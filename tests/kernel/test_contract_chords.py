@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kernel import InvalidArgument
-from kernel.jobs.enqueueing import EnqueueRequest
+from kernel import EnqueueRequest, InvalidArgument
 from kernel.states import OccurrenceStatus as S
 
 if TYPE_CHECKING:
