@@ -172,7 +172,8 @@ class Side:
             from celery_app.cli.exporter import KernelCollector
 
             self._collector = KernelCollector(self.kernel, beat_retention_s=86400)
-            while self._collector._counters._cursor.after_id < self.kernel.last_event_id():
+            last = self.kernel.last_event_id()
+            while not _caught_up(self._collector._counters._cursor, last):
                 list(self._collector.collect())
         list(self._collector.collect())
 
@@ -180,6 +181,14 @@ class Side:
         if self._web is not None:
             self._web.close()
         self.kernel.close()
+
+
+def _caught_up(cursor: Any, last_event_id: int) -> bool:
+    """Whether a follower's cursor is past ``last_event_id``: on SQLite by id; on
+    PostgreSQL once a whole batch is read (its snapshot saw every event up to then)."""
+    if cursor.seen is not None or cursor.upto is not None:
+        return cursor.upto is None
+    return bool(cursor.after_id >= last_event_id)
 
 
 def _web_client(kernel: Kernel, workdir: Path, url: str) -> TestClient:

@@ -68,13 +68,20 @@ _FINAL_FAILURES = frozenset(SETTLED) - {OccurrenceStatus.SUCCEEDED}
 
 
 class RunFailed(KernelError):
-    """The run settled without success; ``code`` is its error's (or its status, upper-case)."""
+    """The run settled without success; ``code`` is its error's (or its status, upper-case).
+
+    Also what a routed call's ``AsyncResult`` holds when the kernel dead-lettered the
+    run without its body's answer (:func:`celery_app.task_results.store_end`).
+    """
 
     code = "RUN_FAILED"
 
     def __init__(self, message: str, code: str, **details: Any) -> None:
         super().__init__(message, **details)
         self.code = code
+        # A result backend stores an exception as its type and args and rebuilds it
+        # from them: both arguments go with it.
+        self.args = (message, code)
 
 
 class ResultTimeout(KernelError, TimeoutError):
@@ -174,7 +181,7 @@ def enqueue(
     *,
     key: str | None = None,
     queue: str | None = None,
-    delivery: str = "at-least-once",
+    delivery: str | None = None,
     countdown: float | None = None,
     eta: datetime | None = None,
     priority: int | None = None,
@@ -193,7 +200,8 @@ def enqueue(
         key: idempotency key (<= 200 characters): the same key of the same task gives the
             same occurrence, ``deduplicated``, for as long as it is retained.
         queue: the queue of its run (default: the task's, else ``celery``).
-        delivery: ``at-least-once`` or ``at-most-once``.
+        delivery: ``at-least-once`` or ``at-most-once``; else the task's
+            ``kernel_options`` delivery, else at-least-once.
         countdown, eta: claimable only after so many seconds, or from an aware datetime.
         priority: 0-255; higher runs are hinted and claimed first.
         callbacks, errbacks: kernel link signatures (plain JSON: ``task``, ``args``,

@@ -16,6 +16,10 @@ worker delivers nothing, and either:
   is not allowed is given up as ``NOT_ALLOWED``). The header ``X-Kernel-Notification``
   carries the notification id, for a receiver that deduplicates.
 
+The kernel also owes a routed run's end its worker did not answer for to the app's
+result backend (target ``result_backend``): its delivery stores that end under the
+caller's task id (:func:`celery_app.task_results.store_end`) and sends nothing else.
+
 A failed try is recorded and hinted again after its backoff (``countdown``) while the
 job's ``notify.attempts`` allow, else given up; every step is an event of the run. A
 hint that was lost (a broker outage right after the settle), or never sent (a change
@@ -38,6 +42,7 @@ from adapters.secrets import scrub
 from celery_app.hints import send_notification_hint, send_notification_task
 from celery_app.scope import Scope
 from celery_app.task_names import NOTIFY
+from celery_app.task_results import store_end
 from celery_app.worker_process import process_resources
 from kernel import FAILED, Claim, Kernel, KernelError, Notification, OccurrenceStatus
 
@@ -115,7 +120,10 @@ def deliver(
     assert taken.token is not None
     body = {**taken.body, "notification_id": taken.id}
     try:
-        if "task" in taken.target:
+        if taken.target.get("result_backend"):
+            task_name = kernel.get_occurrence(taken.occurrence_id).payload["task"]
+            store_end(app, task_name, taken.body)
+        elif "task" in taken.target:
             send_notification_task(app, taken.target["task"], body)
         else:
             _post(kernel, adapters, scope, taken, body)

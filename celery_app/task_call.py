@@ -24,7 +24,7 @@ from celery.exceptions import Retry
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
 from celery_app.task_names import RUN_OCCURRENCE
-from celery_app.task_results import store_failure, store_retry, store_success
+from celery_app.task_results import KEYED, store_failure, store_retry, store_success
 from kernel import attempts_left
 
 __all__ = ["call_task", "task_id"]
@@ -32,8 +32,6 @@ __all__ = ["call_task", "task_id"]
 #: Task ids of kernel runs: one per occurrence, kept across its retries as Celery keeps a
 #: retried task's id.
 _RUN_IDS = uuid.UUID("5f0c5bd4-3a53-4c55-9d43-0f9b1e2b2a10")
-#: The trigger key of an enqueue with a key (:func:`kernel.enqueue`'s ``key:<key>``).
-_KEYED = "key:"
 
 
 def task_id(ctx: ExecutionContext) -> str:
@@ -41,8 +39,8 @@ def task_id(ctx: ExecutionContext) -> str:
     task id (the id its caller's AsyncResult has); else (a Beat firing, an unkeyed enqueue)
     one derived from the occurrence."""
     occurrence = ctx.occurrence
-    if occurrence.trigger_key.startswith(_KEYED):
-        return occurrence.trigger_key.removeprefix(_KEYED)
+    if occurrence.trigger_key.startswith(KEYED):
+        return occurrence.trigger_key.removeprefix(KEYED)
     key = f"{occurrence.job_id}\n{occurrence.trigger_key}\n{occurrence.id}"
     return str(uuid.uuid5(_RUN_IDS, key))
 

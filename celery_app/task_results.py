@@ -9,6 +9,13 @@ FAILURE with the exception and its traceback. ``ignore_result`` (the task's, els
 ``store_errors_even_if_ignored``. The kernel keeps its own bounded JSON copy of the value
 (:func:`kernel.records.stored_result`); the backend is for Celery's callers.
 
+A routed run the kernel ended without its body's answer (a lease lost on its last
+attempt, an operator's abandon, a cancel, a rejected approval) reaches the backend
+through the kernel's owed row (:func:`kernel.transitions.notices.owe_result`), which a
+worker delivers once with :func:`store_end`: FAILURE with :class:`RunFailed` naming the
+kernel's error code for a dead letter, REVOKED for a cancelled or skipped run, as Celery
+shows a revoked task.
+
 The kernel owns what Celery would chain from the backend: errbacks are not called here.
 A chord the worker's own settle failed (a member dead-lettered or cancelled) has its
 body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
@@ -27,7 +34,13 @@ from celery.exceptions import ChordError
 from celery.utils.serialization import get_pickleable_exception
 from kombu.exceptions import EncodeError
 
-__all__ = ["store_chord_failure", "store_failure", "store_retry", "store_success"]
+from adapters.base import AdapterError
+from celery_app.enqueueing import RunFailed
+
+__all__ = ["store_chord_failure", "store_end", "store_failure", "store_retry", "store_success"]
+
+#: The trigger key of a keyed enqueue: its key is the task id the caller holds.
+KEYED = "key:"
 
 log = logging.getLogger("celery_kernel.worker")
 
@@ -51,7 +64,7 @@ def store_success(task: Any, run_id: str, retval: Any) -> None:
 
 def store_retry(task: Any, run_id: str, exc: BaseException | None, einfo: ExceptionInfo) -> None:
     """RETRY with ``exc`` (what the run raised), when errors are stored."""
-    if not _stores_errors(task):
+    if not _stores_errors(task, task.request):
         return
     try:
         task.backend.mark_as_retry(run_id, exc, einfo.traceback, request=task.request)
@@ -61,7 +74,7 @@ def store_retry(task: Any, run_id: str, exc: BaseException | None, einfo: Except
 
 def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionInfo) -> None:
     """FAILURE with ``exc`` (as a type the caller can rebuild) and its traceback."""
-    if not _stores_errors(task):
+    if not _stores_errors(task, task.request):
         return
     try:
         task.backend.mark_as_failure(
@@ -84,7 +97,9 @@ def store_chord_failure(app: Any, chord_failed: Mapping[str, Any], error_code: s
     why = "was cancelled" if chord_failed["reason"] == "cancelled" else f"raised {error_code}"
     body_id = chord_failed["body_task_id"]
     try:
-        backend.mark_as_failure(body_id, ChordError(f"Dependency {member} {why}"), None)
+        backend.mark_as_failure(
+            body_id, ChordError(f"Dependency {member} {why}"), None, call_errbacks=False
+        )
     except Exception as error:  # the backend is down: the kernel has the chord's failure
         log.warning(
             "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "
@@ -96,8 +111,40 @@ def store_chord_failure(app: Any, chord_failed: Mapping[str, Any], error_code: s
         )
 
 
-def _stores_errors(task: Any) -> bool:
-    if get_actual_ignore_result(task, task.request):
+def store_end(app: Any, task_name: str, body: Mapping[str, Any]) -> bool:
+    """Store the end the kernel made of a routed run (an owed row's ``body``: its
+    ``trigger_key``, ``status``, ``error``) under the caller's task id; whether it was
+    stored (not when the task ignores its results and errors).
+
+    Raises:
+        AdapterError: retryable ``RESULT_BACKEND_UNAVAILABLE``, the backend refused it.
+    """
+    task = app.tasks.get(task_name)
+    if task is not None and not _stores_errors(task, None):
+        return False
+    backend = app.backend if task is None else task.backend
+    run_id = str(body["trigger_key"]).removeprefix(KEYED)
+    error = body.get("error") or {}
+    code = str(error.get("code") or body["status"]).upper()
+    message = error.get("message") or f"the run was {body['status']}"
+    occurrence = f"occurrence {body['occurrence_id']} {body['status']}"
+    try:
+        if body["status"] == "dead_letter":
+            failed = RunFailed(f"{occurrence}: {message}", code)
+            backend.mark_as_failure(run_id, failed, None, call_errbacks=False)
+        else:
+            backend.mark_as_revoked(run_id, f"{occurrence} ({code}): {message}")
+    except Exception as exc:
+        raise AdapterError(
+            "RESULT_BACKEND_UNAVAILABLE",
+            f"the result backend did not take the end of task id {run_id}: {exc}",
+            retryable=True,
+        ) from exc
+    return True
+
+
+def _stores_errors(task: Any, request: Any) -> bool:
+    if get_actual_ignore_result(task, request):
         return bool(task.store_errors_even_if_ignored)
     return True
 

@@ -56,12 +56,13 @@ class UpkeepSteps:
 
     def _expire(self, kernel: Kernel) -> None:
         settled = kernel.expire_leases()
-        if settled["dead_letter"] or settled["needs_adjudication"]:
-            # Their notifications were recorded with them; no worker hints those.
-            notify.rehint_overdue(self.app, kernel, overdue_for=0.0)
         # Past their start deadline (expires), waiting runs are skipped even with no worker
         # to meet them.
         skipped = kernel.skip_expired()
+        if any(settled.values()) or skipped:
+            # Their notifications (and owed results) were recorded with them; no worker
+            # hints those.
+            notify.rehint_overdue(self.app, kernel, overdue_for=0.0)
         if skipped:
             log.info(
                 "%d occurrence(s) skipped: expired before they started",

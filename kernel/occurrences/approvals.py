@@ -21,7 +21,7 @@ from kernel.limits import budgets
 from kernel.occurrences.rows import occurrence_row, record_request
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
-from kernel.transitions import door
+from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 
 __all__ = [
@@ -91,6 +91,7 @@ def decide(
     )
     if not approved:
         budgets.release(tx, occurrence_id, job_id=moved.job_id)
+        notices.owe_result(tx, occurrence_id, moved.fence, S.SKIPPED)
     return False
 
 
@@ -113,4 +114,5 @@ def apply_timeouts(tx: Tx, limit: int) -> dict[str, int]:
         else:
             counts["rejected"] += 1
             budgets.release(tx, row.id, job_id=row.job_id)
+            notices.owe_result(tx, row.id, row.fence, S.SKIPPED)
     return counts

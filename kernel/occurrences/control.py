@@ -8,7 +8,7 @@ from kernel.limits import budgets
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import controls as TC
-from kernel.transitions import door
+from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 
 __all__ = ["end_control", "request_cancel"]
@@ -48,6 +48,8 @@ def request_cancel(tx: Tx, occurrence_id: int, *, reason: str) -> OccurrenceStat
         fence=moved.fence,
         reason=reason,
     )
+    if moved.status == S.CANCELLED:
+        notices.owe_result(tx, occurrence_id, moved.fence, S.CANCELLED)
     if moved.status == S.CANCELLED and moved.attempt == 0:
         budgets.release(tx, occurrence_id, job_id=moved.job_id)  # it never ran
     return S(moved.status)

@@ -86,6 +86,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
         **({"error": error} if error else {}),
     )
     notices.notify(tx, m["id"], m["fence"], to_status)
+    notices.owe_result(tx, m["id"], m["fence"], to_status)
     if to_status == S.DEAD_LETTER:
         fire_children(
             tx,
@@ -154,4 +155,5 @@ def skip_expired(tx: Tx, *, occurrence_id: int | None = None, limit: int = 200) 
             reason="expired",
             expires_at=iso_z(to_dt(row.expires_at)),
         )
+        notices.owe_result(tx, row.id, row.fence, S.SKIPPED)
     return len(skipped)

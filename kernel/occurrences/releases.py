@@ -24,7 +24,7 @@ from kernel.records import checkpoint_envelope, dumps
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import controls as TC
-from kernel.transitions import door
+from kernel.transitions import door, notices
 from kernel.transitions import occurrences as T
 
 __all__ = ["release"]
@@ -85,6 +85,7 @@ def release(
             attempt=released.attempt,
             error={"code": "CANCELLED", "message": "cancelled at a safe point"},
         )
+        notices.owe_result(tx, occurrence_id, fence, S.CANCELLED)
         return
     if pause_request_id is None:
         handed = door.run(

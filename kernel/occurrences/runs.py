@@ -263,6 +263,8 @@ def _settled(
     if to_status == S.SUCCEEDED:
         budgets.settle_units(tx, occurrence_id, result)
     notices.notify(tx, occurrence_id, fence, to_status)
+    if to_status == S.CANCELLED:  # the body stopped on the cancel and answered nothing
+        notices.owe_result(tx, occurrence_id, fence, to_status)
     if to_status in (S.SUCCEEDED, S.DEAD_LETTER) and u["has_children"]:
         fire_children(
             tx,

@@ -103,6 +103,7 @@ def apply_verdict(
         return
     end_control(tx, occurrence_id, job_id=decided.job_id, fence=decided.fence)
     notices.notify(tx, occurrence_id, decided.fence, to_status)
+    notices.owe_result(tx, occurrence_id, decided.fence, to_status)
     if decided.has_children:
         fire_children(
             tx,

@@ -10,6 +10,13 @@ The INSERT (``RECORD_NOTIFICATION``) writes only while the occurrence is at the 
 fence in a status the change made, and only once per run and event (unique
 ``occurrence_id, fence, event``), so a change replayed or made twice notifies once.
 Delivery is the worker's (``kernel.notify``, one guarded try at a time).
+
+:func:`owe_result` uses the same outbox for an implicit subscriber: a run enqueued with a
+key of a ``task`` job (the id a routed Celery call gave its caller) that ends without its
+worker's answer (a lease lost for good, an operator's abandon, a cancel, a skip) owes that
+end to the app's result backend, or the caller's result would wait forever. The row
+(target ``{"result_backend": true}``, event ``result``) is written with the end, once per
+run and fence; the worker that delivers it writes the end as Celery shows it.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from kernel.states import CLAIMABLE, FAILED, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.types import iso_z
 
-__all__ = ["notify"]
+__all__ = ["RESULT_EVENT", "notify", "owe_result"]
 
 S = OccurrenceStatus
 #: The statuses a run's change may notify as (``Notify.event_of``); others read nothing.
@@ -36,6 +43,14 @@ _FINDING_STATUSES = {
     "overrun": (S.RUNNING.value,),
     "stranded": tuple(s.value for s in CLAIMABLE),
 }
+#: The event of a run's end owed to the result backend (one per run and fence).
+RESULT_EVENT = "result"
+#: The ends a run's worker never writes to the result backend itself.
+_OWED_ENDS = frozenset({S.DEAD_LETTER, S.CANCELLED, S.SKIPPED})
+#: The trigger key of a keyed enqueue: its key is the caller's task id.
+_KEYED = "key:"
+#: Tries of an owed result (the backend down), the first again after ``backoff`` seconds.
+_RESULT_TARGET = {"result_backend": True, "attempts": 5, "backoff": 30.0}
 
 
 def notify(
@@ -60,15 +75,46 @@ def notify(
     if event is None:
         return None
     statuses = _FINDING_STATUSES[change] if finding else (change,)
+    return _record(tx, row, fence, statuses, event, subscribed.to_dict())
+
+
+def owe_result(tx: Tx, occurrence_id: int, fence: int, end: str) -> int | None:
+    """Record that the end (``end``: dead_letter, cancelled, skipped) of the run
+    (``occurrence_id``, ``fence``) is owed to the result backend, when the run is a
+    keyed enqueue of a ``task`` job; the row's id, else None.
+
+    Callers are the changes a worker's body did not answer for: a lease's expiry, a
+    verdict, a cancel (also the worker's settle of one: its body wrote nothing), a skip.
+    """
+    if end not in _OWED_ENDS:
+        return None
+    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
+    if row is None or not row.trigger_key.startswith(_KEYED):
+        return None
+    if loads(row.definition).get("kind") != "task":
+        return None
+    return _record(tx, row, fence, (end,), RESULT_EVENT, _RESULT_TARGET)
+
+
+def _record(
+    tx: Tx,
+    row: Any,
+    fence: int,
+    statuses: tuple[str, ...],
+    event: str,
+    target: Mapping[str, Any],
+) -> int | None:
+    """Record the notification ``event`` of the run to ``target`` (guarded by the run's
+    ``statuses`` at ``fence``, once per run and event); its id, else None."""
     made = tx.conn.execute(
         st.RECORD_NOTIFICATION[tx.dialect],
         {
-            "occurrence_id": occurrence_id,
+            "occurrence_id": row.id,
             "fence": fence,
             "statuses": list(statuses),
             "event": event,
             "now": tx.now,
-            "target": dumps(subscribed.to_dict()),
+            "target": dumps(dict(target)),
             "body": dumps(_body(row._mapping, fence, event)),
         },
     ).scalar()
@@ -77,7 +123,7 @@ def notify(
     tx.emit(
         EventType.NOTIFICATION_RECORDED,
         job_id=row.job_id,
-        occurrence_id=occurrence_id,
+        occurrence_id=row.id,
         fence=fence,
         notification_id=made,
         notify_event=event,
