@@ -17,7 +17,7 @@ kernel's error code for a dead letter, REVOKED for a cancelled or skipped run, a
 shows a revoked task.
 
 The kernel owns what Celery would chain from the backend: errbacks are not called here.
-A chord the worker's own settle failed (a member dead-lettered or cancelled) has its
+A chord whose member's end failed it (the worker's dead letter, or an owed end) has its
 body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
 when a member fails: the body never runs, and its caller's ``.get()`` raises.
 """
@@ -88,27 +88,27 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
         _not_stored(task, run_id, "FAILURE", error)
 
 
-def store_chord_failure(app: Any, chord_failed: Mapping[str, Any], error_code: str | None) -> None:
-    """FAILURE with ``ChordError`` for the body of the chord a ``chord_failed`` event's
-    data names, in its task's backend (else the app's)."""
-    task = app.tasks.get(chord_failed["body_task"])
-    backend = task.backend if task is not None else app.backend
-    member = chord_failed["member_task_id"]
-    why = "was cancelled" if chord_failed["reason"] == "cancelled" else f"raised {error_code}"
-    body_id = chord_failed["body_task_id"]
-    try:
-        backend.mark_as_failure(
-            body_id, ChordError(f"Dependency {member} {why}"), None, call_errbacks=False
-        )
-    except Exception as error:  # the backend is down: the kernel has the chord's failure
-        log.warning(
-            "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "
-            "has the chord's failure",
-            chord_failed["body_task"],
-            body_id,
-            error,
-            extra={"action": "result_not_stored", "task_id": body_id},
-        )
+def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: str) -> None:
+    """FAILURE with ``ChordError`` for the body of the chord the run's end failed (its
+    ``chord_failed`` event, one read), in the body task's backend (else the app's);
+    nothing when the end failed no chord."""
+    for failed in kernel.events(occurrence_id=occurrence_id, types=["chord_failed"], limit=1):
+        chord = failed.data
+        task = app.tasks.get(chord["body_task"])
+        backend = task.backend if task is not None else app.backend
+        why = "was cancelled" if chord["reason"] == "cancelled" else f"raised {error_code}"
+        error = ChordError(f"Dependency {chord['member_task_id']} {why}")
+        try:
+            backend.mark_as_failure(chord["body_task_id"], error, None, call_errbacks=False)
+        except Exception as exc:  # the backend is down: the kernel has the chord's failure
+            log.warning(
+                "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "
+                "has the chord's failure",
+                chord["body_task"],
+                chord["body_task_id"],
+                exc,
+                extra={"action": "result_not_stored", "task_id": chord["body_task_id"]},
+            )
 
 
 def store_end(app: Any, task_name: str, body: Mapping[str, Any]) -> bool:

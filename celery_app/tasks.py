@@ -98,8 +98,10 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
                 value = outcome.value
                 if events is not None:
                     events.ended(occurrence_id, outcome)
-                if outcome.status == "dead_letter" or outcome.result == "cancelled":
-                    _chord_failed(task.app, resources.kernel, occurrence_id, outcome)
+                if outcome.status == "dead_letter":  # other ends: the owed row's delivery
+                    store_chord_failure(
+                        task.app, resources.kernel, occurrence_id, str(outcome.error_code)
+                    )
                 if outcome.error_code is not None:
                     failures.append(outcome.failure(occurrence_id))
                     if occurrence_id in claims and outcome.status is not None:
@@ -121,13 +123,6 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
     if len(ids) > 1:
         return results
     return value if results[0] == "succeeded" else results[0]
-
-
-def _chord_failed(app: Any, kernel: Kernel, occurrence_id: int, outcome: RunOutcome) -> None:
-    """The run's settle failed its chord: the body's FAILURE, as Celery writes it (one read,
-    only after a dead letter or cancel)."""
-    for event in kernel.events(occurrence_id=occurrence_id, types=["chord_failed"], limit=1):
-        store_chord_failure(app, event.data, outcome.error_code)
 
 
 def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:

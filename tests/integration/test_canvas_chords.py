@@ -8,7 +8,10 @@ measured against stock Celery on the same Redis (broker and result backend).
 * a chord of 20 members on three workers, one SIGKILLed while it runs a member: the
   member's lease expires, another worker runs it again (at least once), and the body
   runs once, with every member's result in group order (SQLite, and PostgreSQL where
-  the members' settles meet on the chord's row from several workers).
+  the members' settles meet on the chord's row from several workers);
+* a member whose worker is SIGKILLed on its last attempt fails the chord: the body's
+  result is FAILURE with ``ChordError`` (written with the member's owed end), its
+  errback runs once, the body never.
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ for side in ("routed", "stock"):
     for body in (add, tsum, boom, on_err):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
 app.task(name="myproj.routed.slow_add", kernel_options={"lease": "5s"})(slow_add)
+
+@app.task(name="myproj.routed.dies", kernel_options={"lease": "5s", "max_attempts": 1,
+                                                     "max_lost_leases": 0})
+def dies(x):
+    note(task="dies", x=x)
+    time.sleep(60)
 """
 
 SIDE_BY_SIDE = """\
@@ -96,6 +105,25 @@ app.loader.import_default_modules()
 add, tsum = app.tasks["myproj.routed.slow_add"], app.tasks["myproj.routed.tsum"]
 made = chord([add.s(i, i) for i in range(20)])(tsum.s())
 print(json.dumps({"body": made.id}))
+"""
+
+DIES = """\
+import json
+from celery import chord
+from myproj import app
+app.loader.import_default_modules()
+add, dies = app.tasks["myproj.routed.add"], app.tasks["myproj.routed.dies"]
+tsum, on_err = app.tasks["myproj.routed.tsum"], app.tasks["myproj.routed.on_err"]
+made = chord([add.s(1, 1), dies.s(2)])(tsum.s().on_error(on_err.s()))
+print(json.dumps({"body": made.id}))
+"""
+
+READ_BODY = """\
+import json, sys
+from myproj import app
+body = app.AsyncResult(sys.argv[1])
+value = body.get(timeout=90, propagate=False, follow_parents=False)
+print(json.dumps({"value": type(value).__name__, "status": body.status}))
 """
 
 
@@ -175,3 +203,30 @@ def test_a_chord_whose_member_s_worker_is_killed_runs_its_body_once(stack: Stack
     assert len(members) == 20 and {o.status.value for o in members} == {"succeeded"}
     # The killed member ran again elsewhere (at least once): more starts than members.
     assert len(project.ledger(task="slow_add", event="start")) > 20
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
+    stack: Stack,
+) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    first = project.worker("w1")
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    body_id = project.client(DIES)["body"]
+    stack.wait(lambda: project.ledger(task="dies"), timeout=30, what="the member started")
+    first.crash()  # SIGKILL on its only attempt: Beat's lease expiry dead-letters it
+    project.worker("w2")
+    # The end no worker answered is owed to the backend; its delivery writes the body's
+    # ChordError too, as Celery's backend does when a member fails (stock Celery never
+    # finishes a chord whose member's worker was killed).
+    read = READ_BODY.replace("sys.argv[1]", repr(body_id))
+    assert project.client(read) == {"value": "ChordError", "status": "FAILURE"}
+    errback = stack.wait(
+        lambda: project.ledger(task="on_err"), timeout=60, what="the body's errback ran"
+    )
+    assert [x["failed"] for x in errback] == [body_id]
+    assert stack.occurrences("task:myproj.routed.tsum") == []
+    assert project.ledger(task="tsum") == []
