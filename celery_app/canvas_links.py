@@ -16,7 +16,7 @@ from typing import Any
 
 from kernel import InvalidArgument
 
-__all__ = ["CANVAS_OPTIONS", "links"]
+__all__ = ["CANVAS_OPTIONS", "link_signature", "links"]
 
 #: The apply_async options this module turns into links.
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
@@ -37,13 +37,14 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         InvalidArgument: a step is a group, chord or chain, or has an option a link
             cannot honour (``field`` names where).
     """
-    callbacks = [_signature(s, f"link[{i}]") for i, s in enumerate(_many(options.get("link")))]
+    callbacks = [link_signature(s, f"link[{i}]") for i, s in enumerate(_many(options.get("link")))]
     errbacks = [
-        _signature(s, f"link_error[{i}]") for i, s in enumerate(_many(options.get("link_error")))
+        link_signature(s, f"link_error[{i}]")
+        for i, s in enumerate(_many(options.get("link_error")))
     ]
     # Celery keeps the rest reversed: the next step is the list's last.
     rest = list(reversed(options.get("chain") or ()))
-    steps = [_signature(s, f"chain[{i}]") for i, s in enumerate(rest)]
+    steps = [link_signature(s, f"chain[{i}]") for i, s in enumerate(rest)]
     for step, after in zip(steps, steps[1:], strict=False):
         step["callbacks"].insert(0, after)
     return (steps[:1] + callbacks, errbacks)
@@ -55,8 +56,9 @@ def _many(value: Any) -> Sequence[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """One Celery signature (a Signature is a dict) as a kernel link."""
+def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """One Celery signature (a Signature is a dict) as a kernel link (a step, a link, a
+    chord's body); InvalidArgument as :func:`links`, ``where`` first in its field."""
     kind = sig.get("subtask_type")
     if kind:
         raise InvalidArgument(

@@ -32,7 +32,7 @@ from celery_app.enqueueing import enqueue
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
 
-__all__ = ["TaskShortcut", "hook_apply_async"]
+__all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_run"]
 
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
@@ -63,10 +63,24 @@ def refused_options(options: Mapping[str, Any]) -> list[str]:
 
 
 def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> Any:
+    task_id, run = routed_run(task, args, kwargs, options)
+    enqueue(task.app, task.name, **run)
+    result_cls = options.get("result_cls") or task.AsyncResult
+    return result_cls(task_id)
+
+
+def routed_run(
+    task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """(task id, :func:`celery_app.enqueue`'s parameters) of a routed call of ``task``.
+
+    Raises:
+        InvalidArgument: an option the kernel cannot honour (named), before anything
+            is written: dropping a link or a chain's rest would leave the caller waiting
+            on a step that never runs.
+    """
     refused = refused_options(options)
     if refused:
-        # Refused before anything is written: dropping a link or a chain's rest would
-        # leave the caller waiting on a step that never runs.
         raise InvalidArgument(
             ", ".join(refused),
             f"task {task.name} is routed through the kernel (kernel_route_tasks), which "
@@ -81,26 +95,24 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
     task_id = options.get("task_id") or uuid()
     expires = options.get("expires", getattr(task, "expires", None))
     priority = options.get("priority")
-    enqueue(
-        task.app,
-        task.name,
-        list(args or ()),
-        dict(kwargs or {}),
-        key=task_id,
-        queue=options.get("queue"),
-        countdown=options.get("countdown"),
-        eta=_instant(options.get("eta")),
+    return task_id, {
+        "args": list(args or ()),
+        "kwargs": dict(kwargs or {}),
+        "key": task_id,
+        "queue": options.get("queue"),
+        "countdown": options.get("countdown"),
+        "eta": _instant(options.get("eta")),
         # Celery's priority as the app's broker orders it, on the kernel's scale.
-        priority=None if priority is None else kernel_priority(task.app.conf, priority, "priority"),
-        callbacks=callbacks,
-        errbacks=errbacks,
-        expires=_instant(expires),
+        "priority": (
+            None if priority is None else kernel_priority(task.app.conf, priority, "priority")
+        ),
+        "callbacks": callbacks,
+        "errbacks": errbacks,
+        "expires": _instant(expires),
         # The soft limit (else the hard one) is the run's timeout, as a task's own limits
         # are its job's (beat_schedule.task_settings.task_fields).
-        timeout=options.get("soft_time_limit") or options.get("time_limit"),
-    )
-    result_cls = options.get("result_cls") or task.AsyncResult
-    return result_cls(task_id)
+        "timeout": options.get("soft_time_limit") or options.get("time_limit"),
+    }
 
 
 def _instant(value: Any) -> Any:
@@ -136,7 +148,7 @@ def _routes(app: Any) -> tuple[str, ...] | None:
         return app._kernel_route_tasks  # type: ignore[no-any-return]
 
 
-def _routed(app: Any, name: str) -> bool:
+def routed(app: Any, name: str) -> bool:
     """Whether a call of task ``name`` on ``app`` goes through the kernel."""
     if not getattr(app, "_kernel_installed", False) or name.startswith("kernel."):
         return False
@@ -157,7 +169,7 @@ def hook_apply_async() -> None:
         celerys_send = Celery.send_task
 
         def apply_async(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-            if _routed(self.app, self.name):
+            if routed(self.app, self.name):
                 return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)
 
@@ -165,7 +177,7 @@ def hook_apply_async() -> None:
             self: Any, name: str, args: Any = None, kwargs: Any = None, **options: Any
         ) -> Any:
             # A routed task's apply_async never reaches here; a caller naming it does.
-            if _routed(self, name):
+            if routed(self, name):
                 self.loader.import_default_modules()  # its task, to read its settings
                 task = self.tasks.get(name)
                 if task is None:

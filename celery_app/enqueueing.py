@@ -249,10 +249,16 @@ def enqueue_on(kernel: Kernel, app: Any, task_name: str, **run: Any) -> Enqueued
 
 
 def enqueue_many(
-    app: Any, runs: Sequence[Mapping[str, Any]], connection: Any = None
+    app: Any,
+    runs: Sequence[Mapping[str, Any]],
+    connection: Any = None,
+    *,
+    chord: Mapping[str, Any] | None = None,
 ) -> list[Enqueued]:
     """Several runs in one transaction: each a mapping with ``task`` and any of
     :func:`enqueue`'s keyword parameters. All of them are written, or none.
+    ``chord``: ``{"id": ..., "body": kernel link signature}``: the runs are its members,
+    in group order (:meth:`kernel.Kernel.enqueue_many`).
 
     Raises:
         NotFound, InvalidArgument: as :func:`enqueue`, the field prefixed ``runs[i].``.
@@ -271,18 +277,26 @@ def enqueue_many(
         except InvalidArgument as exc:
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
-    return _enqueue(app, requests, connection, client)
+    if chord is not None:
+        chord = {**chord, "body": _with_settings(app, [chord["body"]])[0]}
+    return _enqueue(app, requests, connection, client, chord)
 
 
 def _enqueue(
-    app: Any, requests: list[EnqueueRequest], connection: Any, client: _Client
+    app: Any,
+    requests: list[EnqueueRequest],
+    connection: Any,
+    client: _Client,
+    chord: Mapping[str, Any] | None = None,
 ) -> list[Enqueued]:
     on_commit = _django_on_commit(connection)
     if on_commit is not None:
         connection = _django_driver_connection(connection)
     hinted = connection is None or on_commit is not None
     try:
-        made = client.kernel.enqueue_many(requests, connection=connection, hinted=hinted)
+        made = client.kernel.enqueue_many(
+            requests, connection=connection, hinted=hinted, chord=chord
+        )
     except InvalidArgument as exc:
         if len(requests) > 1 and exc.field.startswith("requests["):
             raise InvalidArgument(

@@ -14,6 +14,7 @@ from typing import Any
 
 from celery_app import adjudication, notify, signals, tasks
 from celery_app.broker import use_embedded_broker
+from celery_app.canvas_groups import hook_canvas
 from celery_app.enqueue_routing import hook_apply_async
 
 __all__ = ["KERNEL_DEFAULTS", "install", "kernel_defaults_layer"]
@@ -95,5 +96,6 @@ def install(app: Any) -> Any:
     notify.register(app)
     signals.connect(app)
     hook_apply_async()  # kernel_route_tasks; `my_task.kernel.delay(...)`
+    hook_canvas()  # a group or chord of routed tasks
     app._kernel_installed = True
     return app

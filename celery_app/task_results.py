@@ -17,6 +17,9 @@ kernel's error code for a dead letter, REVOKED for a cancelled or skipped run, a
 shows a revoked task.
 
 The kernel owns what Celery would chain from the backend: errbacks are not called here.
+A chord whose member's end failed it (the worker's dead letter, or an owed end) has its
+body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
+when a member fails: the body never runs, and its caller's ``.get()`` raises.
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery.app.task import get_actual_ignore_result
+from celery.exceptions import ChordError
 from celery.utils.serialization import get_pickleable_exception
 from kombu.exceptions import EncodeError
 
 from adapters.base import AdapterError
 from celery_app.enqueueing import RunFailed
 
-__all__ = ["store_end", "store_failure", "store_retry", "store_success"]
+__all__ = ["store_chord_failure", "store_end", "store_failure", "store_retry", "store_success"]
 
 #: The trigger key of a keyed enqueue: its key is the task id the caller holds.
 KEYED = "key:"
@@ -82,6 +86,29 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
         )
     except Exception as error:  # the backend is down: the kernel records the failure
         _not_stored(task, run_id, "FAILURE", error)
+
+
+def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: str) -> None:
+    """FAILURE with ``ChordError`` for the body of the chord the run's end failed (its
+    ``chord_failed`` event, one read), in the body task's backend (else the app's);
+    nothing when the end failed no chord."""
+    for failed in kernel.events(occurrence_id=occurrence_id, types=["chord_failed"], limit=1):
+        chord = failed.data
+        task = app.tasks.get(chord["body_task"])
+        backend = task.backend if task is not None else app.backend
+        why = "was cancelled" if chord["reason"] == "cancelled" else f"raised {error_code}"
+        error = ChordError(f"Dependency {chord['member_task_id']} {why}")
+        try:
+            backend.mark_as_failure(chord["body_task_id"], error, None, call_errbacks=False)
+        except Exception as exc:  # the backend is down: the kernel has the chord's failure
+            log.warning(
+                "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "
+                "has the chord's failure",
+                chord["body_task"],
+                chord["body_task_id"],
+                exc,
+                extra={"action": "result_not_stored", "task_id": chord["body_task_id"]},
+            )
 
 
 def store_end(app: Any, task_name: str, body: Mapping[str, Any]) -> bool:

@@ -67,6 +67,12 @@ class EventType(StrEnum):
     #: A settled run's callback or errback was not made: its task's job was deleted since
     #: the run was enqueued (``reason``, the link's ``trigger_key``).
     LINK_NOT_MADE = "link_not_made"
+    #: A chord's last member succeeded: its body was made (``chord_id``, ``body``: its key).
+    CHORD_COMPLETED = "chord_completed"
+    #: A chord's member failed for good (dead letter or cancel): its body is never made,
+    #: its errbacks were (``chord_id``, ``body_task``, ``body_task_id``, ``member_task_id``,
+    #: ``reason``).
+    CHORD_FAILED = "chord_failed"
     #: An operator cancelled a job (``kernel jobs cancel``): disabled, its work cancelled.
     JOB_CANCELLED = "job_cancelled"
     #: Retention deleted a finished job (``delete_after_run`` or ``ttl``).

@@ -76,6 +76,11 @@ notifications
     names the one try) -> ``delivered`` | ``pending`` again (the try failed, ``tries`` <
     the job's attempts) | ``failed`` (given up). A try whose worker died stays
     ``delivering``: it may have been delivered, and it is not tried again.
+chords
+    A chord (revision 0023): ``id`` (Celery's group id), ``members`` (their occurrence ids
+    in group order, JSON), ``body`` (its signature as links JSON). Each member's success
+    takes one from ``remaining``; the one reaching 0 makes the body. A member that fails
+    for good sets ``failed_at`` (once); the body is then never made.
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of OccurrenceStatus;
 a lease (owner + expiry) exists exactly while ``running``; no ``queued``/``retry_wait`` row
@@ -109,6 +114,7 @@ __all__ = [
     "job_sources",
     "adjudication_asks",
     "notifications",
+    "chords",
 ]
 
 metadata = sa.MetaData()
@@ -350,4 +356,15 @@ notifications = sa.Table(
     sa.UniqueConstraint("occurrence_id", "fence", "event", name="notifications_run_event"),
     _partial("notifications_due", "next_at", where="state = 'pending'"),
     *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
+)
+
+chords = sa.Table(
+    "chords",
+    metadata,
+    sa.Column("id", sa.String(200), primary_key=True),
+    sa.Column("members", sa.Text, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("remaining", sa.Integer, nullable=False),
+    sa.Column("failed_at", Ms),
+    sa.Column("created_at", Ms, nullable=False),
 )

@@ -79,15 +79,25 @@ class EnqueueFacade(FacadeBase):
         *,
         connection: Any = None,
         hinted: bool = False,
+        chord: Mapping[str, Any] | None = None,
     ) -> list[Enqueued]:
         """:meth:`enqueue` for many runs in one transaction (one insert per batch; SQLite: per 500):
-        all of them, or (on any refusal, ``field`` starting ``requests[i].``) none."""
+        all of them, or (on any refusal, ``field`` starting ``requests[i].``) none.
+
+        ``chord``: ``{"id": <chord id>, "body": <signature>}`` (Celery's group id, and a
+        link signature, kernel/spec/enqueue_request.py): the runs are the chord's
+        members, in group order. The settle of the last one to succeed makes the body
+        (keyed by its ``options.task_id``, else ``chord:<id>``), the members' results
+        as its first argument; a member dead-lettered or cancelled makes the body's
+        errbacks instead (the body's task id first), once, and the body never."""
         defined = self._enqueue_state()
         if connection is None:
-            return self._enqueue(requests, defined, hinted)
+            return self._enqueue(requests, defined, hinted, chord)
         return self._borrowed.run(
             connection,
-            lambda tx: enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted),
+            lambda tx: enqueueing.enqueue(
+                tx, requests, defined=defined, hinted=hinted, chord=chord
+            ),
         )
 
     @write
@@ -97,9 +107,10 @@ class EnqueueFacade(FacadeBase):
         requests: Sequence[EnqueueRequest],
         defined: dict[str, dict[str, Any]],
         hinted: bool,
+        chord: Mapping[str, Any] | None,
     ) -> list[Enqueued]:
         """The runs enqueued in a transaction of the kernel's own."""
-        return enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted)
+        return enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted, chord=chord)
 
     def _enqueue_state(self) -> dict[str, dict[str, Any]]:
         """The specs this kernel ensured, by job id (one definition per process and task)."""

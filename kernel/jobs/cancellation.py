@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
 from kernel.events import EventType
-from kernel.occurrences.chains import MAX_CHAIN_DEPTH
+from kernel.occurrences.chains import MAX_CHAIN_DEPTH, cancelled_links
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.firing import lock_job
 from kernel.occurrences.rows import record_request
@@ -100,6 +100,8 @@ def cancel_job(tx: Tx, job_id: str, *, cascade: bool, request_id: str, operator:
         asked: list[int] = []
         for occurrence_id in active:
             moved = request_cancel(tx, occurrence_id, reason=f"job_cancel:{operator}")
+            if moved == S.CANCELLED:
+                cancelled_links(tx, occurrence_id)
             if moved is None:
                 # Nothing moved: running and asked already (it is stopping), or it ended
                 # since it was listed (an occurrence cancel, a settle): not ours to report.

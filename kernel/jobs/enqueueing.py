@@ -23,23 +23,26 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.schema import jobs
+from kernel.db.schema import chords, jobs
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
 from kernel.occurrences.chains import enqueued_event, existing_keys, insert_enqueued
-from kernel.records import loads
+from kernel.records import dumps, loads
 from kernel.spec.enqueue_request import (
     MAX_KEY,
     TASK_JOB_PREFIX,
     EnqueueRequest,
     EnqueueRow,
+    checked_links,
     prepare,
     task_job_id,
     task_job_spec,
 )
 from kernel.transaction.tx import Tx
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
+from kernel.transitions.chords import ENQUEUE_MAKES_CHORD
 
 __all__ = [
     "MAX_KEY",
@@ -99,16 +102,21 @@ def enqueue(
     *,
     defined: dict[str, dict[str, Any]],
     hinted: bool = False,
+    chord: Mapping[str, Any] | None = None,
 ) -> list[Enqueued]:
     """Make (or find, by key) one occurrence per request, in this transaction.
 
     ``defined``: job id -> the spec this process last ensured, so a task's job is
     defined once per process (and again when its settings change or it was deleted).
     ``hinted``: the caller publishes the claimable ones' hints itself, at once.
+    ``chord``: ``{"id": ..., "body": signature}``: the requests are a chord's members, in
+    group order; the settle of the last to succeed makes the body, their results its
+    first argument (kernel/occurrences/chains.py).
 
     Raises:
         InvalidArgument: a request is invalid (``field`` names it, ``requests[i].`` first
-            in a batch); nothing is written.
+            in a batch), or a chord's body or id is, or a new chord's member exists
+            already; nothing is written.
     """
     specs: dict[str, dict[str, Any]] = {}
     rows: list[EnqueueRow] = []
@@ -120,9 +128,12 @@ def enqueue(
                 raise
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"requests[{index}].{exc.field}", why) from None
+    body = None if chord is None else _chord_of(chord, rows)
     for row in rows:  # a link's job exists before its parent can settle
         for task, settings in row.links.items():
             specs.setdefault(task_job_id(task), task_job_spec(task, settings))
+    for task, settings in body[1].items() if body else ():
+        specs.setdefault(task_job_id(task), task_job_spec(task, settings))
     for job_id, spec in specs.items():
         if defined.get(job_id) is not spec:  # the cached spec: the same settings
             _ensure_job(tx, spec)
@@ -157,4 +168,61 @@ def enqueue(
         if created:
             events.append(enqueued_event(row, *made[row.key]))
     tx.emit_rows(EventType.OCCURRENCE_CREATED, events)
+    if chord is not None and body is not None:
+        _make_chord(tx, str(chord["id"]), body[0], answers)
     return answers
+
+
+def _chord_of(
+    chord: Mapping[str, Any], rows: Sequence[EnqueueRow]
+) -> tuple[str, dict[str, Mapping[str, Any]]]:
+    """A chord's body checked (its links JSON, and the tasks it names, with their
+    settings), and each member's links made to name the chord."""
+    chord_id = chord.get("id")
+    if not isinstance(chord_id, str) or not 0 < len(chord_id) <= MAX_KEY - 10:
+        raise InvalidArgument("chord.id", f"must be 1 to {MAX_KEY - 10} characters")
+    if not rows:
+        raise InvalidArgument("requests", "a chord needs at least one member")
+    raw = chord.get("body")
+    if not isinstance(raw, Mapping):
+        raise InvalidArgument("chord.body", "must be a signature (a JSON object)")
+    # Keyed by its own task id, else by the chord: made once whichever member makes it.
+    given = raw.get("options") or {}
+    if not isinstance(given, Mapping):
+        raise InvalidArgument("chord.body.options", "must be a JSON object")
+    options = {"task_id": f"chord:{chord_id}", **{k: v for k, v in given.items() if v is not None}}
+    try:
+        text, tasks = checked_links([{**raw, "options": options}], [])
+    except InvalidArgument as exc:
+        why = exc.message.removeprefix(f"{exc.field}: ")
+        raise InvalidArgument(exc.field.replace("callbacks[0]", "chord.body"), why) from None
+    for row in rows:
+        links = loads(row.values["links"] or '{"callbacks": [], "errbacks": []}')
+        row.values["links"] = dumps({**links, "chord": chord_id})
+    return str(text), tasks
+
+
+def _make_chord(tx: Tx, chord_id: str, body: str, answers: Sequence[Enqueued]) -> None:
+    """The chord's row, its members in group order. A replayed chord (its id exists with
+    these members) is the one made before; a new chord over existing runs, or an existing
+    id over other runs, is refused: their links would count down a chord they are not
+    members of, or one that never completes."""
+    members = dumps([a.occurrence_id for a in answers])
+    params = {
+        "chord_id": chord_id, "members": members, "body": body,
+        "remaining": len(answers), "now": tx.now,
+    }  # fmt: skip
+    if door.run(tx, ENQUEUE_MAKES_CHORD, params) is None:
+        made = tx.conn.execute(
+            sa.select(chords.c.members).where(chords.c.id == chord_id)
+        ).scalar_one()
+        if made != members:
+            raise InvalidArgument(
+                "chord.id", f"{chord_id!r} is an existing chord's id, with other members"
+            )
+    elif any(a.deduplicated for a in answers):
+        index = next(i for i, a in enumerate(answers) if a.deduplicated)
+        raise InvalidArgument(
+            f"requests[{index}].key",
+            f"is the key of an existing run: a new chord ({chord_id!r}) needs new members",
+        )

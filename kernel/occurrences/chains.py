@@ -1,5 +1,6 @@
 """Chained jobs and links: a child job's occurrence, or a run's callbacks and errbacks
-(kernel/spec/enqueue_request.py), made in the transaction that settles the parent."""
+(kernel/spec/enqueue_request.py), made in the transaction that settles the parent; and a
+chord's body, made by the settle of its last member (kernel/transitions/chords.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,17 @@ from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.events import EventType
 from kernel.occurrences.firing import admit, create_gated, lock_job
-from kernel.spec.enqueue_request import EnqueueRow, link_requests, prepare
+from kernel.records import dumps, loads
+from kernel.spec.enqueue_request import EnqueueRequest, EnqueueRow, link_requests, prepare
 from kernel.transaction.tx import Tx
+from kernel.transitions import chords as TC
+from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
 __all__ = [
     "DEFAULT_FANOUT",
     "MAX_CHAIN_DEPTH",
+    "cancelled_links",
     "enqueued_event",
     "existing_keys",
     "fanout_limit",
@@ -176,24 +181,119 @@ def fire_links(
     trigger_key: str,
     succeeded: bool,
     result: Any = None,
+    cancelled: bool = False,
 ) -> None:
     """Make the settled run's callbacks (``succeeded``) or errbacks (dead letter) occurrences,
     each once: its key is its own task id (or its parent and place), so a second settle
-    of the same run (a requeued dead letter dying again) finds them made.
+    of the same run (a requeued dead letter dying again) finds them made. A chord's member
+    counts its chord down, or fails it (:func:`_settle_chord_member`); a ``cancelled`` run
+    only fails its chord (Celery calls no errback of a revoked task).
 
     An errback's first argument is the failed run's task id: its enqueue key (Celery's
     task id) when it has one, else its occurrence id. A link whose task's job was deleted
     since the parent was enqueued is not made (``link_not_made``)."""
     if links is None:
         return
-    task_id = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
-    requests = link_requests(
-        links,
-        succeeded=succeeded,
-        result=result,
-        parent_id=parent_id,
-        parent_task_id=task_id or str(parent_id),
+    if not cancelled:
+        task_id = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
+        requests = link_requests(
+            links,
+            succeeded=succeeded,
+            result=result,
+            parent_id=parent_id,
+            parent_task_id=task_id or str(parent_id),
+        )
+        _make_links(tx, parent_id, requests)
+    chord_id = loads(links).get("chord")
+    if chord_id is not None:
+        member = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
+        _settle_chord_member(
+            tx, chord_id, parent_id, member or str(parent_id), succeeded and not cancelled,
+            cancelled,
+        )  # fmt: skip
+
+
+def cancelled_links(tx: Tx, occurrence_id: int) -> None:
+    """What a cancelled run's links make: its chord fails (read here: a cancel's statement
+    does not return the links, and a cancel of a chord's member is rare)."""
+    row = tx.conn.execute(
+        sa.select(occurrences.c.links, occurrences.c.trigger_key).where(
+            occurrences.c.id == occurrence_id
+        )
+    ).one()
+    fire_links(
+        tx,
+        parent_id=occurrence_id,
+        links=row.links,
+        trigger_key=row.trigger_key,
+        succeeded=False,
+        cancelled=True,
     )
+
+
+def _settle_chord_member(
+    tx: Tx, chord_id: str, member_id: int, member_task_id: str, succeeded: bool, cancelled: bool
+) -> None:
+    """A chord's member settled for good. Its success counts the chord down in one guarded
+    statement (the chord's row held until this settle commits: the next member's settle
+    waits, then counts after it); the one that reads 0 makes the body, the members'
+    results in group order first. Its failure fails the chord once: the body's errbacks
+    are made, the body's task id first, and the body never is."""
+    params = {"chord_id": chord_id, "now": tx.now}
+    if succeeded:
+        row = door.run(tx, TC.MEMBER_SUCCEEDS_IN_CHORD, params)
+        if row is None or row.remaining > 0:
+            return
+        members = loads(row.members)
+        stored = dict(
+            tx.conn.execute(
+                sa.select(occurrences.c.id, occurrences.c.result).where(
+                    occurrences.c.id.in_(members)
+                )
+            ).all()
+        )
+        results = [loads(stored.get(member)) for member in members]
+        requests = link_requests(
+            row.body, succeeded=True, result=results, parent_id=member_id, parent_task_id=""
+        )
+        _make_links(tx, member_id, requests)
+        tx.emit(
+            EventType.CHORD_COMPLETED,
+            occurrence_id=member_id,
+            chord_id=chord_id,
+            body=requests[0].key,
+        )
+        return
+    failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
+    if failed is None:
+        return
+    body = loads(failed.body)["callbacks"][0]
+    body_task_id = body["options"]["task_id"]
+    errbacks = dumps({"callbacks": [], "errbacks": body["errbacks"]})
+    _make_links(
+        tx,
+        member_id,
+        link_requests(
+            errbacks,
+            succeeded=False,
+            result=None,
+            parent_id=member_id,
+            parent_task_id=body_task_id,
+        ),
+    )
+    tx.emit(
+        EventType.CHORD_FAILED,
+        occurrence_id=member_id,
+        chord_id=chord_id,
+        body_task=body["task"],
+        body_task_id=body_task_id,
+        member_task_id=member_task_id,
+        reason="cancelled" if cancelled else "dead_letter",
+    )
+
+
+def _make_links(tx: Tx, parent_id: int, requests: Sequence[EnqueueRequest]) -> None:
+    """The occurrences of ``requests`` (a settled run's links) whose keys are new."""
     if not requests:
         return
     rows = [prepare(request, {}, tx.now, False, parent_id) for request in requests]

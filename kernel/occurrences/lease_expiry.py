@@ -104,6 +104,15 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
             trigger_key=expired.trigger_key,
             succeeded=False,
         )
+    elif to_status == S.CANCELLED:  # a cancelled chord member fails its chord
+        fire_links(
+            tx,
+            parent_id=m["id"],
+            links=expired.links,
+            trigger_key=expired.trigger_key,
+            succeeded=False,
+            cancelled=True,
+        )
     return to_status
 
 

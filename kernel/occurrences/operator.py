@@ -12,6 +12,7 @@ from kernel.errors import (
     StateConflict,
 )
 from kernel.events import EventType
+from kernel.occurrences.chains import cancelled_links
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import loads
@@ -97,7 +98,10 @@ def cancel(tx: Tx, occurrence_id: int, *, request_id: str, operator: str) -> boo
     """Cancel: at once when waiting; a running one is asked and its worker stops."""
     if record_request(tx, request_id, "cancel", str(occurrence_id), {}, operator):
         return True
-    if request_cancel(tx, occurrence_id, reason=f"operator:{operator}") is not None:
+    moved = request_cancel(tx, occurrence_id, reason=f"operator:{operator}")
+    if moved == S.CANCELLED:
+        cancelled_links(tx, occurrence_id)
+    if moved is not None:
         return False
     o = occurrence_row(tx, occurrence_id)  # zero rows: read once for the precise answer
     if o["status"] != S.RUNNING:

@@ -17,6 +17,7 @@ from kernel.errors import (
 )
 from kernel.events import EventType
 from kernel.limits import pools
+from kernel.occurrences.chains import cancelled_links
 from kernel.occurrences.control import end_control
 from kernel.occurrences.runs import lease_lost
 from kernel.records import checkpoint_envelope, dumps
@@ -75,6 +76,7 @@ def release(
         # A pending cancel wins (decided by RELEASE): a handed-back cancel-requested
         # row would wait for ever, since no claim takes it.
         end_control(tx, occurrence_id, job_id=released.job_id, fence=fence)
+        cancelled_links(tx, occurrence_id)
         tx.emit(
             EventType.OCCURRENCE_CANCELLED,
             job_id=released.job_id,

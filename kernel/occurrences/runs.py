@@ -275,7 +275,7 @@ def _settled(
             error=error,
             parent_depth=u["chain_depth"],
         )
-    if to_status in (S.SUCCEEDED, S.DEAD_LETTER):
+    if to_status in (S.SUCCEEDED, S.DEAD_LETTER, S.CANCELLED):
         fire_links(
             tx,
             parent_id=occurrence_id,
@@ -283,6 +283,7 @@ def _settled(
             trigger_key=u["trigger_key"],
             succeeded=to_status == S.SUCCEEDED,
             result=result,
+            cancelled=to_status == S.CANCELLED,
         )
     return to_status
 

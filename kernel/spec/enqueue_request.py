@@ -48,6 +48,7 @@ __all__ = [
     "TASK_JOB_PREFIX",
     "EnqueueRequest",
     "EnqueueRow",
+    "checked_links",
     "link_requests",
     "prepare",
     "task_job_id",
@@ -220,7 +221,7 @@ def prepare(
         raise InvalidArgument(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
         )
-    links, jobs_of_links = _links(request.callbacks, request.errbacks)
+    links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
     trigger_key = f"key:{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
     claimable = available_at <= now
     return EnqueueRow(
@@ -284,7 +285,7 @@ def _deadline_ms(expires: float | datetime | None, now: int) -> int | None:
     return now + round(expires * 1000)
 
 
-def _links(
+def checked_links(
     callbacks: Sequence[Mapping[str, Any]], errbacks: Sequence[Mapping[str, Any]]
 ) -> tuple[str | None, dict[str, Mapping[str, Any]]]:
     """The ``links`` column (canonical JSON, or None without links) and every task a

@@ -1,4 +1,5 @@
-"""Enqueue's statement: occurrences of a task's implicit job, one statement per batch."""
+"""Enqueue's statement: occurrences of a task's implicit job, one statement per batch;
+and a chord's row, which its members' settles count down."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.db.schema import jobs, occurrences
+from kernel.db.schema import chords, jobs, occurrences
 
 __all__ = [
+    "CHORD_MEMBER_FAILS",
+    "CHORD_MEMBER_SUCCEEDS",
+    "INSERT_CHORD",
     "ENQUEUE_COLUMNS",
     "ENQUEUE_OCCURRENCE",
     "MAX_ROWS",
@@ -127,3 +131,37 @@ MAX_ROWS = {"postgresql": 5000, "sqlite": 500}
 #: The one-row statement per dialect (the transition table's; a batch uses
 #: :func:`enqueue_occurrences` with its row count).
 ENQUEUE_OCCURRENCE = {dialect: enqueue_occurrences(dialect, 1) for dialect in _INSERTS}
+
+
+def _p(name: str) -> sa.BindParameter[Any]:
+    return sa.bindparam(name)
+
+
+def _insert_chord(insert: Any) -> Any:
+    return (
+        insert(chords)
+        .values(
+            id=_p("chord_id"), members=_p("members"), body=_p("body"),
+            remaining=_p("remaining"), created_at=_p("now"),
+        )
+        .on_conflict_do_nothing()
+        .returning(chords.c.id)
+    )  # fmt: skip
+
+
+#: A chord's row, made with its members; an id that exists is not made again (zero rows).
+INSERT_CHORD = {dialect: _insert_chord(insert) for dialect, insert in _INSERTS.items()}
+_OPEN = sa.and_(chords.c.id == _p("chord_id"), chords.c.remaining > 0, chords.c.failed_at.is_(None))
+#: A member succeeded: one fewer to wait for, while the chord is open (the row stays held
+#: until the settle commits, so the next member's settle counts after it). The one that
+#: reads ``remaining`` 0 makes the body.
+CHORD_MEMBER_SUCCEEDS = (
+    sa.update(chords)
+    .where(_OPEN)
+    .values(remaining=chords.c.remaining - 1)
+    .returning(chords.c.remaining, chords.c.members, chords.c.body)
+)
+#: A member failed for good: the chord fails, once (zero rows when it failed already).
+CHORD_MEMBER_FAILS = (
+    sa.update(chords).where(_OPEN).values(failed_at=_p("now")).returning(chords.c.body)
+)

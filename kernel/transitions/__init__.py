@@ -1,1 +1,1 @@
-"""The transition table (occurrences, jobs, limits) and the door every write goes through."""
+"""The transition table (occurrences, jobs, limits, chords) and the door all writes go through."""

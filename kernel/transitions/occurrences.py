@@ -26,6 +26,7 @@ from kernel import statements as st
 from kernel.events import EventType as E
 from kernel.states import CLAIMABLE, WAITING
 from kernel.states import OccurrenceStatus as S
+from kernel.transitions.chords import CHORD_TRANSITIONS
 from kernel.transitions.controls import CONTROL_TRANSITIONS
 from kernel.transitions.door import LOGGED_ON_POSTGRES, Transition
 from kernel.transitions.jobs import JOB_SOURCE_TRANSITIONS, JOB_TRANSITIONS
@@ -307,6 +308,7 @@ TRANSITIONS: tuple[Transition, ...] = (
     *POOL_TRANSITIONS,
     *RATE_TRANSITIONS,
     *BUDGET_TRANSITIONS,
+    *CHORD_TRANSITIONS,
 )
 
 #: Every event some row appends: only a transaction that ran such a row may append one.

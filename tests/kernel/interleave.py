@@ -131,14 +131,17 @@ class Actors:
                 outcome = Outcome(crash=traceback.format_exc())
             self._results.put((index, outcome))
 
-    def run(self, *ops: Op, hold: int | None = None) -> list[Outcome]:
+    def run(
+        self, *ops: Op, hold: int | str | None = None, hold_table: str = "occurrences"
+    ) -> list[Outcome]:
         """Run ``ops[i]`` on actor i, all released at once; outcomes in the order of ``ops``.
 
         ``hold`` (PostgreSQL only; ignored on SQLite, whose writers are serial anyway):
-        lock that occurrence's row first and keep it until every actor is done or waits.
+        lock that occurrence's row (the row of that id in ``hold_table``) first and keep
+        it until every actor is done or waits.
         """
         assert len(ops) == len(self.kernels), "one operation per actor"
-        with self._held(hold) as waiting_for:
+        with self._held(hold, hold_table) as waiting_for:
             for inbox, op in zip(self._inboxes, ops, strict=True):
                 inbox.put(op)
             got: dict[int, Outcome] = {}
@@ -182,14 +185,13 @@ class Actors:
         got[index] = outcome
 
     @contextlib.contextmanager
-    def _held(self, occurrence_id: int | None) -> Iterator[Callable[[], int] | None]:
-        if occurrence_id is None or self._side is None:
+    def _held(self, row_id: int | str | None, table: str) -> Iterator[Callable[[], int] | None]:
+        if row_id is None or self._side is None:
             yield None
             return
         with self._side.connect() as conn, conn.begin():
             conn.execute(
-                sa.text("SELECT 1 FROM occurrences WHERE id = :id FOR UPDATE"),
-                {"id": occurrence_id},
+                sa.text(f"SELECT 1 FROM {table} WHERE id = :id FOR UPDATE"), {"id": row_id}
             )
             me = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
 

@@ -19,6 +19,7 @@ from kernel import statements as st
 from kernel.db.driver import DriverStatement
 from kernel.db.limit_tables import budget_reservations, budget_windows, budgets, pools
 from kernel.db.schema import (
+    chords,
     controls,
     events,
     job_sources,
@@ -44,8 +45,10 @@ def _forms(statement: Any) -> Iterator[Any]:
 
 #: Tables every write of which changes a state: a job's definition, enabled flag and
 #: cursor, which source owns it (and whether that source retired it), a pool's limit and
-#: counter, a budget, its windows' counters and reservations.
-_WHOLLY_STATE = (jobs, job_sources, pools, budgets, budget_windows, budget_reservations)
+#: counter, a budget, its windows' counters and reservations, a chord's count-down.
+_WHOLLY_STATE = (
+    jobs, job_sources, pools, budgets, budget_windows, budget_reservations, chords
+)  # fmt: skip
 
 
 def _parts(statement: Any) -> Iterator[Any]:
@@ -102,6 +105,7 @@ _TABLE_MODULES = {
     "transitions/door.py",
     "transitions/jobs.py",
     "transitions/limits.py",
+    "transitions/chords.py",
 }
 
 

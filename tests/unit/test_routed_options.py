@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from celery import Celery, chain, group
+from celery import Celery, chain, chord, group
 
 from celery_app import install
 from kernel import InvalidArgument, Kernel
@@ -48,7 +48,15 @@ def _occurrences(app: Any) -> list[Any]:
 @pytest.mark.parametrize(
     ("call", "named"),
     [
-        (lambda app: group(app.routed.s("a"), app.routed.s("b")).apply_async(), "group_id"),
+        (lambda app: group(app.routed.s("a"), app.other.s("b")).apply_async(), "group[1]"),
+        (
+            lambda app: chord([app.routed.s("a")])(chain(app.other.s(), app.other.s())),
+            "chord.body",
+        ),
+        (
+            lambda app: chord([app.routed.s("a")])(app.other.s().set(expires=5)),
+            "chord.body.options.expires",
+        ),
         (
             lambda app: chain(
                 app.routed.s("a"), app.other.s(), group(app.other.s(), app.other.s())
@@ -62,7 +70,15 @@ def _occurrences(app: Any) -> list[Any]:
         (lambda app: app.routed.apply_async(("a",), serializer="pickle"), "serializer"),
         (lambda app: app.routed.apply_async(("a",), headers={"tenant": "x"}), "headers"),
     ],
-    ids=["group", "group-in-chain", "link-expires", "pickle", "headers"],
+    ids=[
+        "mixed-group",
+        "chord-chain-body",
+        "chord-body-expires",
+        "group-in-chain",
+        "link-expires",
+        "pickle",
+        "headers",
+    ],
 )
 def test_an_option_the_kernel_cannot_honour_is_refused_naming_it(
     routed_app: Any, call: Any, named: str
@@ -203,3 +219,17 @@ def test_a_calls_time_limits_and_priority_are_its_runs_own(routed_app: Any) -> N
         kernel.close()
     assert hints[runs["hard"].id].priority == 200 and hints[runs["plain"].id].priority == 0
     assert hints[runs["soft"].id].timeout == 4
+
+
+def test_a_routed_group_and_chord_are_made_in_one_enqueue_under_their_task_ids(
+    routed_app: Any,
+) -> None:
+    def keys() -> list[str]:
+        return [o.trigger_key for o in sorted(_occurrences(routed_app), key=lambda o: o.id)]
+
+    made = group(routed_app.routed.s(label) for label in "abc").apply_async()
+    assert keys() == [f"key:{r.id}" for r in made.results]
+    body = chord([routed_app.routed.s("x"), routed_app.routed.s("y")])(routed_app.other.s())
+    # The body's result, its parent the header's: the body waits for its members.
+    assert keys()[3:] == [f"key:{r.id}" for r in body.parent.results]
+    assert f"key:{body.id}" not in keys()

@@ -1,0 +1,198 @@
+"""A routed group or chord through the kernel: its members made in one transaction.
+
+``group(add.s(1, 1), add.s(2, 2)).delay()`` whose tasks are all routed
+(``kernel_route_tasks``) enqueues every member in one :func:`celery_app.enqueue_many`,
+each keyed by the task id Celery froze for it, and answers Celery's ``GroupResult``
+under the group id (each member's result is the worker's to write, as for any routed
+call). ``chord(header)(body)`` over such a header does the same with the kernel's chord:
+the settle of the last member to succeed makes the body (its results in group order
+first), exactly once; a member that fails for good fails the chord and makes the body's
+errbacks instead (kernel/occurrences/chains.py). It answers the body's ``AsyncResult``,
+its parent the header's ``GroupResult``, as Celery's chord does. Celery's own chord
+machinery (``apply_chord``, ``chord_unlock``, ``on_chord_part_return``) is not used: a
+second path to the body would run it twice.
+
+A group whose tasks are partly routed, a member or body that is itself a canvas (a
+chain, group or chord), and a chord's options a kernel chord cannot carry are refused
+when applied, naming them. Groups and chords of tasks none of which is routed are
+Celery's own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from celery.canvas import Signature, _chord, group, maybe_signature
+from celery.result import GroupResult
+from celery.utils import uuid
+
+from celery_app.canvas_links import link_signature
+from celery_app.enqueue_routing import routed, routed_run
+from celery_app.enqueueing import enqueue_many
+from kernel import InvalidArgument
+
+__all__ = ["hook_canvas"]
+
+#: Options Celery sets on a member for its own bookkeeping of the group: the kernel
+#: keeps the group in the members' keys and, for a chord, in its row.
+_GROUP_BOOKKEEPING = ("group_id", "group_index", "chord", "root_id", "parent_id")
+
+
+def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | None:
+    """The group's signatures when every one is a routed task's, None when none is
+    (Celery's own group).
+
+    Raises:
+        InvalidArgument: some are routed and some not, or a member is a canvas.
+    """
+    members = [maybe_signature(task, app=app) for task in tasks]
+    are_routed = [not m.get("subtask_type") and routed(app, m.task) for m in members]
+    if not any(are_routed):
+        return None
+    for index, (member, is_routed) in enumerate(zip(members, are_routed, strict=True)):
+        if not is_routed:
+            what = member.get("subtask_type") or f"task {member.task}, not routed"
+            raise InvalidArgument(
+                f"{where}[{index}]",
+                f"a {where} routed through the kernel (kernel_route_tasks) is made of "
+                f"routed tasks only, not a {what}: route them all, or none",
+            )
+    return members
+
+
+def _runs(
+    members: Sequence[Signature],
+    group_id: str,
+    partial_args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it)
+    and its enqueue parameters; (their AsyncResults, the runs)."""
+    results, runs = [], []
+    for index, member in enumerate(members):
+        results.append(member.freeze(group_id=group_id, group_index=index))
+        # As Celery's group applies a member: the call's options over the member's own,
+        # the call's arguments before the member's unless it is immutable.
+        merged = {**member.options, **options}
+        for name in _GROUP_BOOKKEEPING:
+            merged.pop(name, None)
+        merged["task_id"] = results[-1].id
+        args = list(member.args) if member.immutable else [*partial_args, *member.args]
+        task = member.type
+        _, run = routed_run(task, args, {**member.kwargs, **(kwargs or {})}, merged)
+        runs.append({"task": task.name, **run})
+    return results, runs
+
+
+def _group_apply_async(celerys: Any) -> Any:
+    def apply_async(
+        self: group,
+        args: Any = None,
+        kwargs: Any = None,
+        add_to_parent: bool = True,
+        producer: Any = None,
+        link: Any = None,
+        link_error: Any = None,
+        **options: Any,
+    ) -> Any:
+        app = self.app
+        members = (
+            None
+            if not getattr(app, "_kernel_installed", False)
+            or app.conf.task_always_eager
+            or link is not None
+            or link_error is not None  # Celery's own TypeError names them
+            else _members(app, list(self.tasks), "group")
+        )
+        if members is None:
+            return celerys(self, args, kwargs, add_to_parent, producer, link, link_error, **options)
+        if options.get("chord") is not None:
+            raise InvalidArgument(
+                "chord",
+                "a chord whose header is a nested group is not made durable yet; give "
+                "the chord its tasks as a list",
+            )
+        options, group_id, _ = self._freeze_gid(options)
+        results, runs = _runs(members, group_id, args or (), kwargs, options)
+        enqueue_many(app, runs)
+        return app.GroupResult(group_id, results)
+
+    apply_async._kernel_routed = True  # type: ignore[attr-defined]
+    return apply_async
+
+
+def _chord_run(celerys: Any) -> Any:
+    def run(
+        self: _chord,
+        header: group,
+        body: Signature,
+        partial_args: Any,
+        app: Any = None,
+        interval: Any = None,
+        countdown: Any = 1,
+        max_retries: Any = None,
+        eager: bool = False,
+        task_id: str | None = None,
+        kwargs: Any = None,
+        header_delay: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Any:
+        app = app or self._get_app(body)
+        tasks = list(header.tasks)
+        members = (
+            _members(app, tasks, "chord header")
+            if getattr(app, "_kernel_installed", False) and tasks
+            else None
+        )
+        if members is None:
+            return celerys(
+                self, header, body, partial_args, app, interval, countdown, max_retries,
+                eager, task_id, kwargs, header_delay, **options,
+            )  # fmt: skip
+        group_id = header.options.get("task_id") or uuid()
+        options = dict(self.options, **options)
+        delay = {
+            key: (header_delay or {}).get(key, options.get(key)) for key in ("countdown", "eta")
+        }
+        for key in ("countdown", "eta", "task_id", "chain", "chord"):
+            options.pop(key, None)
+        # The chord's options (link, link_error, queue...) are its body's, as in Celery.
+        body = self._add_body_callbacks(body, options)
+        body.options.update(self._body_options(options))
+        if body.get("subtask_type"):
+            raise InvalidArgument(
+                "chord.body",
+                f"a {body['subtask_type']} as the body of a chord routed through the kernel "
+                "(kernel_route_tasks) is not made durable yet; give it one task, or "
+                "chain the rest after that task",
+            )
+        body_result = body.freeze(task_id or uuid(), group_id=group_id)
+        results, runs = _runs(
+            members,
+            group_id,
+            partial_args or (),
+            kwargs,
+            {k: v for k, v in delay.items() if v is not None},
+        )
+        enqueue_many(app, runs, chord={"id": group_id, "body": link_signature(body, "chord.body")})
+        body_result.parent = GroupResult(group_id, results, app=app)
+        return body_result
+
+    run._kernel_routed = True  # type: ignore[attr-defined]
+    return run
+
+
+_hook_lock = threading.Lock()
+
+
+def hook_canvas() -> None:
+    """Route ``group.apply_async`` and ``chord.run`` of routed tasks (module docstring),
+    for apps the kernel is installed on; idempotent."""
+    with _hook_lock:
+        if getattr(group.apply_async, "_kernel_routed", False):
+            return
+        group.apply_async = _group_apply_async(group.apply_async)
+        _chord.run = _chord_run(_chord.run)

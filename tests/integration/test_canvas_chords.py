@@ -1,0 +1,232 @@
+"""Groups and chords end to end (issue 40): routed through the kernel on real workers,
+measured against stock Celery on the same Redis (broker and result backend).
+
+* ``chord([add.s(i, i) for i in range(10)])(tsum.s()).get()`` and
+  ``group(add.s(i, i) ...).delay().get()`` with ``add`` and ``tsum`` routed answer what
+  the same canvas of stock tasks answers, on a worker of two processes; so does a chord
+  with a failing member (``ChordError``, the body's errback once, the body never);
+* a chord of 20 members on three workers, one SIGKILLed while it runs a member: the
+  member's lease expires, another worker runs it again (at least once), and the body
+  runs once, with every member's result in group order (SQLite, and PostgreSQL where
+  the members' settles meet on the chord's row from several workers);
+* a member whose worker is SIGKILLed on its last attempt fails the chord: the body's
+  result is FAILURE with ``ChordError`` (written with the member's owed end), its
+  errback runs once, the body never.
+"""
+
+from __future__ import annotations
+
+import pytest
+from integration.stack import Stack
+from integration.test_enqueue import Project
+
+pytestmark = pytest.mark.long
+
+SETTINGS = """\
+import os
+imports = ["myproj_tasks"]
+broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
+kernel_route_tasks = ["myproj.routed.*"]
+kernel_rehint_after = 1.0
+"""
+
+TASKS = """\
+import json, os, time
+from myproj import app
+
+def note(**fields):
+    with open("ledger.jsonl", "a") as ledger:
+        ledger.write(json.dumps({"pid": os.getpid(), "ppid": os.getppid(), **fields}) + "\\n")
+
+def add(x, y):
+    return x + y
+
+def tsum(values):
+    note(task="tsum", values=values)
+    return sum(values)
+
+def boom(x):
+    raise KeyError(x)
+
+def on_err(task_id):
+    note(task="on_err", failed=task_id)
+
+def slow_add(x, y):
+    note(task="slow_add", event="start", x=x)
+    time.sleep(1.5)
+    note(task="slow_add", event="done", x=x)
+    return x + y
+
+for side in ("routed", "stock"):
+    for body in (add, tsum, boom, on_err):
+        app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
+app.task(name="myproj.routed.slow_add", kernel_options={"lease": "5s"})(slow_add)
+
+@app.task(name="myproj.routed.dies", kernel_options={"lease": "5s", "max_attempts": 1,
+                                                     "max_lost_leases": 0})
+def dies(x):
+    note(task="dies", x=x)
+    time.sleep(60)
+"""
+
+SIDE_BY_SIDE = """\
+import json
+from celery import chord, group
+from myproj import app
+app.loader.import_default_modules()
+
+out = {}
+for side in ("routed", "stock"):
+    add, tsum = app.tasks[f"myproj.{side}.add"], app.tasks[f"myproj.{side}.tsum"]
+    made = chord([add.s(i, i) for i in range(10)])(tsum.s())
+    out[side] = {
+        "chord": made.get(timeout=60),
+        "chord_type": type(made).__name__,
+        "header": [r.id for r in made.parent.results],
+        "group": group(add.s(i, 1) for i in range(5)).delay().get(timeout=60),
+    }
+    boom, on_err = app.tasks[f"myproj.{side}.boom"], app.tasks[f"myproj.{side}.on_err"]
+    failing = chord([add.s(1, 1), boom.s(7)])(tsum.s().on_error(on_err.s()))
+    try:
+        failing.get(timeout=60)  # follows its parent: the member's own error first
+    except Exception as exc:
+        raised = type(exc).__name__
+    value = failing.get(timeout=60, propagate=False, follow_parents=False)
+    out[side]["failed"] = {"raised": raised, "value": type(value).__name__,
+                           "status": failing.status, "body": failing.id}
+print(json.dumps(out))
+"""
+
+KILLED = """\
+import json
+from celery import chord
+from myproj import app
+app.loader.import_default_modules()
+add, tsum = app.tasks["myproj.routed.slow_add"], app.tasks["myproj.routed.tsum"]
+made = chord([add.s(i, i) for i in range(20)])(tsum.s())
+print(json.dumps({"body": made.id}))
+"""
+
+DIES = """\
+import json
+from celery import chord
+from myproj import app
+app.loader.import_default_modules()
+add, dies = app.tasks["myproj.routed.add"], app.tasks["myproj.routed.dies"]
+tsum, on_err = app.tasks["myproj.routed.tsum"], app.tasks["myproj.routed.on_err"]
+made = chord([add.s(1, 1), dies.s(2)])(tsum.s().on_error(on_err.s()))
+print(json.dumps({"body": made.id}))
+"""
+
+READ_BODY = """\
+import json, sys
+from myproj import app
+body = app.AsyncResult(sys.argv[1])
+value = body.get(timeout=90, propagate=False, follow_parents=False)
+print(json.dumps({"value": type(value).__name__, "status": body.status}))
+"""
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
+                           "--without-mingle", "--without-gossip")  # fmt: skip
+    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
+    # Beat's pump hints the runs a settle makes (the body), as for any link.
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    out = project.client(SIDE_BY_SIDE)
+    routed, stock = out["routed"], out["stock"]
+    assert stock["chord"] == 90 and stock["group"] == [1, 2, 3, 4, 5]
+    assert routed["chord"] == stock["chord"] and routed["group"] == stock["group"]
+    assert routed["chord_type"] == stock["chord_type"] == "AsyncResult"
+    # A member that fails fails the chord as Celery fails it: .get() raises the member's
+    # error, the body's own result is FAILURE with ChordError, the body never runs, its
+    # errback runs once with the body's task id.
+    for side in (routed, stock):
+        failed = side["failed"]
+        assert (failed["raised"], failed["value"], failed["status"]) == (
+            "KeyError",
+            "ChordError",
+            "FAILURE",
+        )
+
+    def both_errbacks() -> list[dict[str, str]] | None:
+        ran = project.ledger(task="on_err")
+        return ran if len(ran) >= 2 else None
+
+    errbacks = stack.wait(both_errbacks, timeout=60, what="both sides' errbacks ran")
+    assert sorted(x["failed"] for x in errbacks) == sorted(
+        side["failed"]["body"] for side in (routed, stock)
+    )
+    # Through the kernel: each member an occurrence keyed by its Celery task id, the
+    # body one, made by the last member's settle.
+    members = {o.trigger_key for o in stack.occurrences("task:myproj.routed.add")}
+    assert {f"key:{i}" for i in routed["header"]} <= members
+    [body] = stack.occurrences("task:myproj.routed.tsum")  # the failed chord's: never made
+    assert body.payload["args"] == [[2 * i for i in range(10)]]
+    assert body.status.value == "succeeded"
+
+
+@pytest.mark.parametrize("stack", ["redis", "redis+postgres"], indirect=True)
+def test_a_chord_whose_member_s_worker_is_killed_runs_its_body_once(stack: Stack) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    workers = [project.worker(name) for name in ("w1", "w2", "w3")]
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    body_id = project.client(KILLED)["body"]
+    victim = workers[0]
+
+    def running_on_victim() -> list[int]:
+        started = project.ledger(task="slow_add", event="start", ppid=victim.popen.pid)
+        done = {(x["pid"], x["x"]) for x in project.ledger(task="slow_add", event="done")}
+        return [x["pid"] for x in started if (x["pid"], x["x"]) not in done]
+
+    [member_pid] = stack.wait(running_on_victim, timeout=60, what="w1 running a member")
+    killed = victim.crash()
+    assert member_pid in killed
+    body = stack.wait(
+        lambda: [o for o in stack.occurrences("task:myproj.routed.tsum")
+                 if o.status.value == "succeeded"],
+        timeout=120,
+        what="the chord's body ran",
+    )  # fmt: skip
+    assert [o.trigger_key for o in body] == [f"key:{body_id}"]
+    [ran] = project.ledger(task="tsum")
+    assert ran["values"] == [2 * i for i in range(20)]
+    members = stack.occurrences("task:myproj.routed.slow_add")
+    assert len(members) == 20 and {o.status.value for o in members} == {"succeeded"}
+    # The killed member ran again elsewhere (at least once): more starts than members.
+    assert len(project.ledger(task="slow_add", event="start")) > 20
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
+    stack: Stack,
+) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    first = project.worker("w1")
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    body_id = project.client(DIES)["body"]
+    stack.wait(lambda: project.ledger(task="dies"), timeout=30, what="the member started")
+    first.crash()  # SIGKILL on its only attempt: Beat's lease expiry dead-letters it
+    project.worker("w2")
+    # The end no worker answered is owed to the backend; its delivery writes the body's
+    # ChordError too, as Celery's backend does when a member fails (stock Celery never
+    # finishes a chord whose member's worker was killed).
+    read = READ_BODY.replace("sys.argv[1]", repr(body_id))
+    assert project.client(read) == {"value": "ChordError", "status": "FAILURE"}
+    errback = stack.wait(
+        lambda: project.ledger(task="on_err"), timeout=60, what="the body's errback ran"
+    )
+    assert [x["failed"] for x in errback] == [body_id]
+    assert stack.occurrences("task:myproj.routed.tsum") == []
+    assert project.ledger(task="tsum") == []

@@ -1,0 +1,63 @@
+"""A chord's last two members settling at once (issue 40): exactly one of the two settles
+makes the body, with every member's result in group order — never both, never neither.
+
+Two actors at once, round after round (:mod:`interleave`); on PostgreSQL every other round
+holds the chord's row lock until both settles wait on it, so both count down the row
+from the same state, one after the other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from kernel import EnqueueRequest
+from tests.kernel.interleave import LEASE_S, refusals_are_kernel_errors
+from tests.kernel.race_world import World, world_factory
+
+pytestmark = pytest.mark.long
+
+__all__ = ["world_factory"]  # fixtures
+
+
+def test_the_last_two_members_at_once_make_one_body(world_factory: Callable[..., World]) -> None:
+    world = world_factory()
+    kernel = world.stage.kernel
+
+    def round_(i: int) -> None:
+        chord = f"c{i}"
+        made = kernel.enqueue_many(
+            [EnqueueRequest("proj.add", args=[m], key=f"{chord}-{m}") for m in range(3)],
+            chord={"id": chord, "body": {"task": "proj.tsum", "options": {"task_id": f"b{i}"}}},
+        )
+        ids = [m.occurrence_id for m in made]
+        fences = []
+        for occ in ids:
+            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
+            assert claim is not None
+            fences.append(claim.fence)
+        kernel.succeed(ids[0], owner="w1", fence=fences[0], result=0)
+        outcomes = world.actors.run(
+            lambda k: k.succeed(ids[1], owner="w1", fence=fences[1], result=1),
+            lambda k: k.succeed(ids[2], owner="w1", fence=fences[2], result=2),
+            hold=chord if i % 2 == 0 else None,
+            hold_table="chords",
+        )
+        refusals_are_kernel_errors(outcomes)
+        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
+        bodies = [
+            o
+            for o in kernel.list_occurrences(job_id="task:proj.tsum", limit=500)
+            if o.trigger_key == f"key:b{i}"
+        ]
+        assert len(bodies) == 1, f"round {i}: {len(bodies)} bodies"
+        assert bodies[0].payload["args"] == [[0, 1, 2]], f"round {i}"
+        completed = [
+            e
+            for occ in ids[1:]
+            for e in kernel.events(occurrence_id=occ)
+            if e.type == "chord_completed"
+        ]
+        assert len(completed) == 1, f"round {i}"
+
+    world.repeat(round_, rounds=30)

@@ -1,0 +1,160 @@
+"""Groups and chords (issue 40): a chord's members are made in one transaction under its
+id; the settle of the last member to succeed makes the body once, the members' results in
+group order first; a member that fails for good fails the chord: the body's errbacks are
+made once, the body never. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from kernel import EnqueueRequest, InvalidArgument
+from kernel.states import OccurrenceStatus as S
+
+if TYPE_CHECKING:
+    from kernel.types import Occurrence
+    from tests.kernel.conftest import Harness
+
+ONCE = {"max_attempts": 1, "max_lost_leases": 0}
+
+
+def _members(n: int, chord: str = "g1", **settings: Any) -> list[EnqueueRequest]:
+    return [
+        EnqueueRequest("proj.add", args=[i, i], key=f"{chord}-m{i}", settings=settings)
+        for i in range(n)
+    ]
+
+
+def _body(**more: Any) -> dict[str, Any]:
+    return {"task": "proj.tsum", "args": ["extra"], "options": {"task_id": "body-1"}, **more}
+
+
+def _keyed(k: Harness, task_id: str) -> list[Occurrence]:
+    return [o for o in k.kernel.list_occurrences(limit=500) if o.trigger_key == f"key:{task_id}"]
+
+
+def _succeed(k: Harness, occurrence_id: int, result: Any) -> None:
+    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
+    assert claim is not None
+    k.kernel.succeed(occurrence_id, owner="w1", fence=claim.fence, result=result)
+
+
+def _fail(k: Harness, occurrence_id: int) -> str:
+    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
+    assert claim is not None
+    return k.kernel.fail(occurrence_id, owner="w1", fence=claim.fence, code="E", message="x")
+
+
+def test_a_group_is_made_in_one_transaction_or_not_at_all(k: Harness) -> None:
+    bad = [*_members(3), EnqueueRequest("proj.add", args=[{1}])]
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(bad, chord={"id": "g1", "body": _body()})
+    assert refused.value.field == "requests[3].args[0]"
+    assert k.kernel.list_occurrences(limit=10) == []
+    made = k.kernel.enqueue_many(_members(3), chord={"id": "g1", "body": _body()})
+    created = [e for e in k.kernel.events() if e.type == "occurrence_created"]
+    # One transaction: every member's creation in it (the event log's xact on PostgreSQL;
+    # on both, the one statement's rows share one instant).
+    assert [e.occurrence_id for e in created] == [m.occurrence_id for m in made]
+    assert len({e.at for e in created}) == 1
+
+
+def test_the_last_member_makes_the_body_once_with_the_results_in_group_order(
+    k: Harness,
+) -> None:
+    made = k.kernel.enqueue_many(_members(4), chord={"id": "g1", "body": _body()})
+    # Settled out of order: the results are still in the group's order.
+    for index in (2, 0, 3):
+        _succeed(k, made[index].occurrence_id, index * 10)
+        assert _keyed(k, "body-1") == []
+    _succeed(k, made[1].occurrence_id, {"one": 1})
+    [body] = _keyed(k, "body-1")
+    assert body.payload == {
+        "task": "proj.tsum",
+        "args": [[0, {"one": 1}, 20, 30], "extra"],
+        "kwargs": {},
+    }
+    assert body.status == S.QUEUED
+    completed = [e for e in k.kernel.events() if e.type == "chord_completed"]
+    assert [(e.occurrence_id, e.data["chord_id"]) for e in completed] == [
+        (made[1].occurrence_id, "g1")
+    ]
+    # The same chord enqueued again is the same chord: nothing new.
+    again = k.kernel.enqueue_many(_members(4), chord={"id": "g1", "body": _body()})
+    assert all(a.deduplicated for a in again)
+    assert len(k.kernel.list_occurrences(limit=100)) == 5
+
+
+def test_a_member_dead_lettered_fails_the_chord_errbacks_once_body_never(k: Harness) -> None:
+    body = _body(errbacks=[{"task": "proj.on_chord_error", "options": {"task_id": "eb-1"}}])
+    made = k.kernel.enqueue_many(_members(3, **ONCE), chord={"id": "g1", "body": body})
+    _succeed(k, made[0].occurrence_id, 0)
+    assert _fail(k, made[1].occurrence_id) == "dead_letter"
+    # Celery's errback(task_id) of the body: the body's task id first.
+    [errback] = _keyed(k, "eb-1")
+    assert errback.payload["args"] == ["body-1"]
+    # A second member dying and the last succeeding change nothing.
+    assert _fail(k, made[2].occurrence_id) == "dead_letter"
+    assert _keyed(k, "body-1") == []
+    assert len(_keyed(k, "eb-1")) == 1
+    failed = [e for e in k.kernel.events() if e.type == "chord_failed"]
+    # What the worker writes the body's ChordError from (celery_app/task_results.py).
+    assert [e.data for e in failed] == [
+        {
+            "chord_id": "g1",
+            "body_task": "proj.tsum",
+            "body_task_id": "body-1",
+            "member_task_id": "g1-m1",
+            "reason": "dead_letter",
+        }
+    ]
+
+
+def test_a_member_killed_on_its_last_attempt_fails_the_chord(k: Harness) -> None:
+    body = _body(errbacks=[{"task": "proj.on_chord_error", "options": {"task_id": "eb-1"}}])
+    made = k.kernel.enqueue_many(_members(2, **ONCE), chord={"id": "g1", "body": body})
+    _succeed(k, made[0].occurrence_id, 0)
+    assert k.kernel.claim(made[1].occurrence_id, owner="w1", lease=30) is not None
+    k.clock.advance(60)
+    assert k.kernel.expire_leases()["dead_letter"] == 1
+    assert len(_keyed(k, "eb-1")) == 1
+    assert _keyed(k, "body-1") == []
+
+
+def test_a_new_chord_over_an_existing_run_is_refused(k: Harness) -> None:
+    k.kernel.enqueue(task="proj.add", args=[0, 0], key="g1-m0")
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": _body()})
+    assert refused.value.field == "requests[0].key"
+    assert len(k.kernel.list_occurrences(limit=10)) == 1
+
+
+def test_a_member_cancelled_fails_the_chord_and_the_others_ending_changes_nothing(
+    k: Harness,
+) -> None:
+    body = _body(errbacks=[{"task": "proj.on_chord_error", "options": {"task_id": "eb-1"}}])
+    made = k.kernel.enqueue_many(_members(3), chord={"id": "g1", "body": body})
+    running = k.kernel.claim(made[2].occurrence_id, owner="w1", lease=30)
+    assert running is not None
+    k.kernel.cancel(made[0].occurrence_id, request_id="c1", operator="op")
+    [errback] = _keyed(k, "eb-1")
+    assert errback.payload["args"] == ["body-1"]
+    failed = [e for e in k.kernel.events() if e.type == "chord_failed"]
+    assert [e.data["reason"] for e in failed] == ["cancelled"]
+    # The others end as they may: the chord failed once, its body never made.
+    k.kernel.cancel(made[2].occurrence_id, request_id="c2", operator="op")
+    # A run asked to stop that finishes anyway succeeds; its chord has failed already.
+    k.kernel.succeed(made[2].occurrence_id, owner="w1", fence=running.fence, result=2)
+    _succeed(k, made[1].occurrence_id, 1)
+    assert _keyed(k, "body-1") == []
+    assert len(_keyed(k, "eb-1")) == 1
+
+
+def test_an_existing_chord_s_id_over_other_runs_is_refused(k: Harness) -> None:
+    k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": _body()})
+    others = _members(2, chord="g2")
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(others, chord={"id": "g1", "body": _body()})
+    assert refused.value.field == "chord.id"
+    assert len(k.kernel.list_occurrences(limit=10)) == 2
