@@ -133,7 +133,7 @@ def insert_enqueued(tx: Tx, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, 
     for start in range(0, len(rows), step):
         chunk = [row.values for row in rows[start : start + step]]
         statement = st.enqueue_occurrences(tx.dialect, len(chunk))
-        for r in tx.conn.execute(statement, st.enqueue_params(tx.dialect, chunk)):
+        for r in statement.all(tx.conn, st.enqueue_params(tx.dialect, chunk)):
             made[r.idempotency_key] = (r.id, r.job_revision)
     return made
 

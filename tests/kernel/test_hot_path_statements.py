@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
+import sqlalchemy as sa
+from psycopg import _queries as psycopg_queries
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel import EnqueueRequest, Kernel
 from kernel import statements as st
 from kernel.db.driver import DriverStatement, render_all
+
+#: A statement's rendering for psycopg (DriverStatement._rendered's key).
+PSYCOPG = ("postgresql", "psycopg", "pyformat")
 
 
 def _driver_statements() -> dict[str, DriverStatement]:
@@ -27,7 +34,9 @@ def test_no_driver_statement_binds_a_like_pattern() -> None:
     assert {"CLAIM", "SETTLE", "OCCURRENCE_FOR_CLAIM"} <= statements.keys()
     bound_like = re.compile(r"\bLIKE\s+\?")
     rendered = {
-        name: str(s.statement.compile(dialect=sqlite.dialect())) for name, s in statements.items()
+        name: str(s.statement.compile(dialect=sqlite.dialect()))
+        for name, s in statements.items()
+        if s.dialect in (None, "sqlite")
     }
     assert not [name for name, sql in rendered.items() if bound_like.search(sql)]
     # The claim does carry the disabled-job guard, as literals.
@@ -42,3 +51,47 @@ def test_render_all_renders_each_statement_for_its_own_dialect_only() -> None:
         for name, statement in _driver_statements().items():
             rendered = {key[0] for key in statement._rendered}
             assert (dialect.name in rendered) == (statement.dialect in (None, dialect.name)), name
+
+
+def test_warm_enqueue_claim_and_settle_send_nothing_through_core(kernel: Kernel) -> None:
+    # Core's per-execution work (cache key, execution context, result set-up) cost more
+    # CPU than the driver's own per statement (bench/cpu_per_op.py, issue 42): once a
+    # process has defined a task's job, its enqueues and runs go on the driver only.
+    kernel.enqueue(task="lean.task", args=[0])  # defines the task's implicit job
+    through_core: list[str] = []
+
+    def seen(conn: Any, statement: Any, *args: Any) -> None:
+        through_core.append(str(statement))
+
+    sa.event.listen(kernel.engine, "before_execute", seen)
+    try:
+        one = kernel.enqueue(task="lean.task", args=[1])
+        many = kernel.enqueue_many([EnqueueRequest("lean.task", [i]) for i in range(3)])
+        for made in (one, *many):
+            claim = kernel.claim(made.occurrence_id, owner="w", lease=30)
+            assert claim is not None
+            kernel.succeed(made.occurrence_id, owner="w", fence=claim.fence, result=made.job_id)
+    finally:
+        sa.event.remove(kernel.engine, "before_execute", seen)
+    assert through_core == []
+    assert kernel.get_occurrence(many[2].occurrence_id).result == "task:lean.task"
+
+
+def test_psycopg_converts_each_driver_statement_once_per_process() -> None:
+    # psycopg parses a query's placeholders again at every execution when its text is
+    # longer than its cache's limit: 53 and 92 µs of CPU for the claim and a batch's
+    # settle-and-claim on every run (bench/cpu_per_op.py, issue 42).
+    render_all(postgresql.psycopg.dialect())  # the first render of each lets psycopg cache it
+    limit = psycopg_queries.MAX_CACHED_STATEMENT_LENGTH
+    longer = {
+        name: len(s._rendered[PSYCOPG].sql.encode())
+        for name, s in _driver_statements().items()
+        if s.dialect in (None, "postgresql")
+    }
+    assert {name: n for name, n in longer.items() if n > limit} == {}
+    binds = {
+        name: len(set(re.findall(r"%\((\w+)\)s", s._rendered[PSYCOPG].sql)))
+        for name, s in _driver_statements().items()
+        if s.dialect in (None, "postgresql")
+    }
+    assert max(binds.values()) <= psycopg_queries.MAX_CACHED_STATEMENT_PARAMS
