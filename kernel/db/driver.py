@@ -83,7 +83,11 @@ class DriverStatement:
 
     def execute_many(self, conn: sa.Connection, params: Sequence[Mapping[str, Any]]) -> None:
         """Run a statement that returns no rows once per parameter set, in one driver
-        call (the driver's ``executemany``; psycopg pipelines it)."""
+        call (the driver's ``executemany``; psycopg pipelines it, which for one set costs
+        more CPU than an ``execute``)."""
+        if len(params) == 1:
+            self.execute(conn, params[0])
+            return
         r = self._rendered.get(_key(conn.dialect)) or self._render(conn.dialect)
         self._send(conn, r, [_args(r, p) for p in params], many=True)
 

@@ -69,8 +69,9 @@ def _row(index: int) -> sa.Select[Any]:
 def _given(dialect: str, rows: int) -> Any:
     """The rows' values as a FROM: on PostgreSQL ``unnest`` of one array per column (one
     plan whatever the count; a UNION of hundreds of SELECTs took seconds to plan), on
-    SQLite a UNION ALL of one SELECT per row."""
-    if dialect == "postgresql":
+    SQLite a UNION ALL of one SELECT per row. One row is a SELECT of its values on both
+    (psycopg's dumping of 18 one-element arrays cost more CPU than the INSERT)."""
+    if dialect == "postgresql" and rows != 1:
         arrays = (
             sa.cast(sa.bindparam(name), postgresql.ARRAY(OCC.c[name].type))
             for name in ENQUEUE_COLUMNS
@@ -83,7 +84,7 @@ def _given(dialect: str, rows: int) -> Any:
 
 def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column)."""
-    if dialect == "postgresql":
+    if dialect == "postgresql" and len(rows) != 1:
         return {name: [row[name] for row in rows] for name in ENQUEUE_COLUMNS}
     return {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in ENQUEUE_COLUMNS}
 
@@ -101,7 +102,7 @@ def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
     the INSERT itself, bench/cpu_per_op.py): one statement per row count, kept for the
     process (at most :data:`MAX_ROWS` of them).
     """
-    return _statement(dialect, 0 if dialect == "postgresql" else rows)
+    return _statement(dialect, 0 if dialect == "postgresql" and rows != 1 else rows)
 
 
 @functools.cache

@@ -95,3 +95,15 @@ def test_psycopg_converts_each_driver_statement_once_per_process() -> None:
         if s.dialect in (None, "postgresql")
     }
     assert max(binds.values()) <= psycopg_queries.MAX_CACHED_STATEMENT_PARAMS
+
+
+def test_one_enqueued_row_binds_its_values_not_arrays_on_postgresql() -> None:
+    # psycopg's dumping of one array per column cost more CPU than the INSERT of one row;
+    # a batch keeps unnest's arrays (one plan whatever its size).
+    one, many = (st.enqueue_occurrences("postgresql", n) for n in (1, 2))
+    assert "unnest" not in one.statement.compile(dialect=postgresql.psycopg.dialect()).string
+    assert "unnest" in many.statement.compile(dialect=postgresql.psycopg.dialect()).string
+    assert st.enqueue_occurrences("postgresql", 3) is many
+    assert set(st.enqueue_params("postgresql", [{n: 1 for n in st.ENQUEUE_COLUMNS}])) == {
+        f"{name}_0" for name in st.ENQUEUE_COLUMNS
+    }
