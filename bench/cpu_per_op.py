@@ -9,6 +9,9 @@ without Celery:
   (bench/raw_baseline.py, the same mirror bench/kernel_throughput.py uses);
 * ``claim+succeed``: ``Kernel.claim`` then ``Kernel.succeed`` of one queued occurrence;
 * ``succeed_and_claim``: a batch's step, settling one run and claiming the next;
+* ``run_occurrence``: the worker's whole run of one occurrence without Celery
+  (``celery_app.runtime.run_occurrence``: claim, a ``callable`` job's no-op body
+  through its adapter, settle);
 * ``enqueue``: one ``Kernel.enqueue`` (task, args, no key);
 * ``enqueue_many/500``: ``Kernel.enqueue_many`` of 500 requests, per call.
 
@@ -38,9 +41,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from adapters.registry import load_adapters  # noqa: E402
 from bench.kernel_throughput import BUSY_TIMEOUT_MS, _prepare  # noqa: E402
 from bench.raw_baseline import RawWorker  # noqa: E402
 from bench.support import fresh_database, server  # noqa: E402
+from celery_app.held_run import LeaseKeeper  # noqa: E402
+from celery_app.runtime import run_occurrence  # noqa: E402
 from kernel import EnqueueRequest, Kernel  # noqa: E402
 
 __all__ = ["main"]
@@ -48,7 +54,23 @@ __all__ = ["main"]
 OWNER = "cpu-bench"
 LEASE_S = 300.0
 BULK = 500
-OPS = ("floor-sql", "claim+succeed", "succeed_and_claim", "enqueue", "enqueue_many/500")
+OPS = (
+    "floor-sql",
+    "claim+succeed",
+    "succeed_and_claim",
+    "run_occurrence",
+    "enqueue",
+    "enqueue_many/500",
+)
+#: The job ``run_occurrence`` runs: a body that does nothing, through the callable adapter.
+CALLABLE_JOB = {
+    "id": "bench-callable",
+    "kind": "callable",
+    "payload": {"callable": "builtins:dict"},
+    "overlap": "allow",
+    "max_queued": 10_000,
+    "max_attempts": 1,
+}
 
 
 def _request(i: int) -> EnqueueRequest:
@@ -60,6 +82,13 @@ def _steps(url: str, n: int) -> dict[str, tuple[int, Callable[[], Iterator[None]
     ids = _prepare(url, 3 * n + 3, "NORMAL")
     kernel = Kernel.open(url, sqlite_synchronous="NORMAL", busy_timeout_ms=BUSY_TIMEOUT_MS)
     raw = RawWorker(url, "NORMAL", BUSY_TIMEOUT_MS)
+    kernel.define_job(CALLABLE_JOB)
+    run_ids = [
+        kernel.run_now(CALLABLE_JOB["id"], request_id=f"r{i}", operator="bench").occurrence.id
+        for i in range(n + 1)
+    ]
+    adapters = load_adapters()
+    keeper = LeaseKeeper()
     floor_ids, pair_ids, chain_ids = ids[: n + 1], ids[n + 1 : 2 * n + 2], ids[2 * n + 2 :]
 
     def floor() -> Iterator[None]:
@@ -83,6 +112,12 @@ def _steps(url: str, n: int) -> dict[str, tuple[int, Callable[[], Iterator[None]
             )
             yield
 
+    def run() -> Iterator[None]:
+        for occ_id in run_ids:
+            outcome = run_occurrence(kernel, adapters, occ_id, main_pid=0, keeper=keeper)
+            assert outcome.result == "succeeded", outcome
+            yield
+
     def one() -> Iterator[None]:
         for i in range(n + 1):
             kernel.enqueue(task="bench.enqueued", args=[i])
@@ -98,6 +133,7 @@ def _steps(url: str, n: int) -> dict[str, tuple[int, Callable[[], Iterator[None]
         "floor-sql": (n, floor),
         "claim+succeed": (n, pair),
         "succeed_and_claim": (n - 1, chain),
+        "run_occurrence": (n, run),
         "enqueue": (n, one),
         "enqueue_many/500": (bulk_n, bulk),
     }
