@@ -80,8 +80,9 @@ class EnqueueFacade(FacadeBase):
         connection: Any = None,
         hinted: bool = False,
     ) -> list[Enqueued]:
-        """:meth:`enqueue` for many runs in one transaction (one insert per batch; SQLite: per 500):
-        all of them, or (on any refusal, ``field`` starting ``requests[i].``) none."""
+        """:meth:`enqueue` for many runs in one transaction (one insert per batch; SQLite:
+        per power of two of them, at most 256): all of them, or (on any refusal, ``field``
+        starting ``requests[i].``) none."""
         defined = self._enqueue_state()
         if connection is None:
             return self._enqueue(requests, defined, hinted)

@@ -17,6 +17,7 @@ __all__ = [
     "ENQUEUE_COLUMNS",
     "ENQUEUE_OCCURRENCE",
     "MAX_ROWS",
+    "enqueue_chunks",
     "enqueue_occurrences",
     "enqueue_params",
 ]
@@ -104,7 +105,7 @@ def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
     key get one occurrence). Returns each inserted row's ``id``, ``idempotency_key``
     and ``job_revision``. Sent on the driver (Core's execution of it cost more CPU than
     the INSERT itself, bench/cpu_per_op.py): one statement per row count, kept for the
-    process (at most :data:`MAX_ROWS` of them).
+    process (:func:`enqueue_chunks` keeps the counts few).
     """
     return _statement(dialect, 0 if dialect == "postgresql" and rows != 1 else rows)
 
@@ -132,6 +133,27 @@ def _statement(dialect: str, rows: int) -> DriverStatement:
 
 #: Rows one statement takes at most: SQLite limits a compound SELECT to 500 terms.
 MAX_ROWS = {"postgresql": 5000, "sqlite": 500}
+
+
+def enqueue_chunks(dialect: str, rows: int) -> list[tuple[int, int]]:
+    """(first row, row count) of each statement enqueuing ``rows`` rows, in order.
+
+    On SQLite a statement has one SELECT per row and is kept per row count
+    (:func:`enqueue_occurrences`), so counts are powers of two: whatever sizes a process
+    enqueues, it keeps at most nine statements (1 to 256 rows). PostgreSQL's batch is one
+    statement for every count: chunks of :data:`MAX_ROWS`.
+    """
+    if dialect == "postgresql":
+        step = MAX_ROWS[dialect]
+        return [(start, min(step, rows - start)) for start in range(0, rows, step)]
+    chunks: list[tuple[int, int]] = []
+    start = 0
+    while start < rows:
+        size = 1 << (min(rows - start, MAX_ROWS[dialect]).bit_length() - 1)
+        chunks.append((start, size))
+        start += size
+    return chunks
+
 
 #: The one-row statement per dialect (the transition table's; a batch uses
 #: :func:`enqueue_occurrences` with its row count).

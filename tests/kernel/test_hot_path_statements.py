@@ -127,3 +127,31 @@ def test_a_batchs_values_arrive_as_given(kernel: Kernel) -> None:
         occurrence = kernel.get_occurrence(answer.occurrence_id)
         assert occurrence.payload["args"] == odd and occurrence.payload["kwargs"] == {"k": odd}
         assert occurrence.trigger_key == f'key:k"\\{i}é'
+
+
+def test_batches_of_every_size_keep_few_statements() -> None:
+    # A SQLite batch's statement has one SELECT per row and is kept for the process (a
+    # 500-row one renders to ~300 kB): batch sizes are split into powers of two, so a
+    # process that enqueues batches of every size keeps ten of them, not 500.
+    sizes: set[int] = set()
+    for n in range(1, 1200):
+        for dialect in ("sqlite", "postgresql"):
+            chunks = st.enqueue_chunks(dialect, n)
+            assert [start for start, _ in chunks] == [
+                sum(size for _, size in chunks[:i]) for i in range(len(chunks))
+            ]
+            assert sum(size for _, size in chunks) == n
+            assert all(size <= st.MAX_ROWS[dialect] for _, size in chunks)
+            sizes.update(size for _, size in chunks if dialect == "sqlite")
+    assert len(sizes) <= 10
+    assert st.enqueue_chunks("postgresql", 1199) == [(0, 1199)]
+
+
+def test_a_batch_across_chunks_dedupes_in_order(kernel: Kernel) -> None:
+    keys = [f"k{i % 290}" for i in range(300)]  # the last ten repeat the first ten
+    made = kernel.enqueue_many(
+        [EnqueueRequest("lean.chunks", [i], key=k) for i, k in enumerate(keys)]
+    )
+    assert [m.deduplicated for m in made] == [False] * 290 + [True] * 10
+    assert [m.occurrence_id for m in made[290:]] == [m.occurrence_id for m in made[:10]]
+    assert kernel.get_occurrence(made[295].occurrence_id).payload["args"] == [5]
