@@ -81,26 +81,21 @@ class DriverStatement:
         """Run a statement that returns no rows; return the driver's rowcount."""
         return self._run(conn, params, fetch=False)[1]
 
+    def execute_many(self, conn: sa.Connection, params: Sequence[Mapping[str, Any]]) -> None:
+        """Run a statement that returns no rows once per parameter set, in one driver
+        call (the driver's ``executemany``; psycopg pipelines it, which for one set costs
+        more CPU than an ``execute``)."""
+        if len(params) == 1:
+            self.execute(conn, params[0])
+            return
+        r = self._rendered.get(_key(conn.dialect)) or self._render(conn.dialect)
+        self._send(conn, r, [_args(r, p) for p in params], many=True)
+
     def _run(
         self, conn: sa.Connection, params: Mapping[str, Any] | None, *, fetch: bool
     ) -> tuple[list[sa.Row[Any]], int]:
-        dialect = conn.dialect
-        r = self._rendered.get(_key(dialect)) or self._render(dialect)
-        values = {**r.defaults, **params} if params else dict(r.defaults)
-        for name, process in r.bind_processors.items():
-            if name in values:
-                values[name] = process(values[name])
-        args = r.arrange(values)
-        dbapi_conn: Any = conn.connection.dbapi_connection
-        cursor = dbapi_conn.cursor()
-        try:
-            cursor.execute(r.sql, args)
-            raw = cursor.fetchall() if fetch else ()
-            count = int(cursor.rowcount)
-        except dialect.loaded_dbapi.Error as exc:
-            raise _wrap(conn, exc, r.sql, args, cursor) from exc
-        finally:
-            cursor.close()
+        r = self._rendered.get(_key(conn.dialect)) or self._render(conn.dialect)
+        raw, count = self._send(conn, r, _args(r, params), fetch=fetch)
         if not r.result_processors:
             return [r.make_row(row) for row in raw], count
         rows = []
@@ -110,6 +105,27 @@ class DriverStatement:
                 cells[i] = process(cells[i])
             rows.append(r.make_row(cells))
         return rows, count
+
+    @staticmethod
+    def _send(
+        conn: sa.Connection, r: _Rendered, args: Any, *, fetch: bool = False, many: bool = False
+    ) -> tuple[Sequence[Any], int]:
+        """The driver's rows (when ``fetch``) and rowcount, a driver error wrapped."""
+        dialect = conn.dialect
+        dbapi_conn: Any = conn.connection.dbapi_connection
+        cursor = dbapi_conn.cursor()
+        try:
+            if many:
+                cursor.executemany(r.sql, args)
+            else:
+                cursor.execute(r.sql, args)
+            raw = cursor.fetchall() if fetch else ()
+            count = int(cursor.rowcount)
+        except dialect.loaded_dbapi.Error as exc:
+            raise _wrap(conn, exc, r.sql, args, cursor) from exc
+        finally:
+            cursor.close()
+        return raw, count
 
     def _render(self, dialect: sa.Dialect) -> _Rendered:
         compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
@@ -139,6 +155,8 @@ class DriverStatement:
             make_row=result_tuple([c.key for c in columns]),
             result_processors=result_processors,
         )
+        if dialect.driver == "psycopg":
+            _psycopg_caches(len(rendered.sql.encode()))
         self._rendered[_key(dialect)] = rendered
         return rendered
 
@@ -160,6 +178,31 @@ def render_all(dialect: sa.Dialect) -> int:
         if _key(dialect) not in statement._rendered:
             statement._render(dialect)
     return len(made)
+
+
+def _psycopg_caches(length: int) -> None:
+    """Let psycopg keep its parse of a query ``length`` bytes long.
+
+    psycopg parses the placeholders of a query longer than its cache's limit (4096 bytes,
+    kept low against an ORM's one-off queries) again at every execution: 53 and 92 µs of
+    CPU per run for the claim and a batch's settle-and-claim (bench/cpu_per_op.py). The
+    kernel's statements are a fixed few, so the limit grows to fit the longest of them.
+    """
+    from psycopg import _queries
+
+    # A private of psycopg's: where a version lacks it, its own limit stays (only slower).
+    limit = getattr(_queries, "MAX_CACHED_STATEMENT_LENGTH", None)
+    if isinstance(limit, int) and limit < length:
+        _queries.MAX_CACHED_STATEMENT_LENGTH = length
+
+
+def _args(r: _Rendered, params: Mapping[str, Any] | None) -> Any:
+    """One run's bind values as the driver takes them (defaults, processors, order)."""
+    values = {**r.defaults, **params} if params else dict(r.defaults)
+    for name, process in r.bind_processors.items():
+        if name in values:
+            values[name] = process(values[name])
+    return r.arrange(values)
 
 
 def _key(dialect: sa.Dialect) -> tuple[str, str, str]:

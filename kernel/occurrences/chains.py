@@ -134,11 +134,10 @@ def insert_enqueued(tx: Tx, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, 
     """
     tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
     made: dict[str, tuple[int, int]] = {}
-    step = st.MAX_ROWS[tx.dialect]
-    for start in range(0, len(rows), step):
-        chunk = [row.values for row in rows[start : start + step]]
-        statement = st.enqueue_occurrences(tx.dialect, len(chunk))
-        for r in tx.conn.execute(statement, st.enqueue_params(tx.dialect, chunk)):
+    for start, size in st.enqueue_chunks(tx.dialect, len(rows)):
+        chunk = [row.values for row in rows[start : start + size]]
+        statement = st.enqueue_occurrences(tx.dialect, size)
+        for r in statement.all(tx.conn, st.enqueue_params(tx.dialect, chunk)):
             made[r.idempotency_key] = (r.id, r.job_revision)
     return made
 

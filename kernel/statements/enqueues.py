@@ -4,12 +4,14 @@ and a chord's row, which its members' settles count down."""
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel.db.driver import DriverStatement
 from kernel.db.schema import chords, jobs, occurrences
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "ENQUEUE_COLUMNS",
     "ENQUEUE_OCCURRENCE",
     "MAX_ROWS",
+    "enqueue_chunks",
     "enqueue_occurrences",
     "enqueue_params",
 ]
@@ -70,28 +73,32 @@ def _row(index: int) -> sa.Select[Any]:
 
 
 def _given(dialect: str, rows: int) -> Any:
-    """The rows' values as a FROM: on PostgreSQL ``unnest`` of one array per column (one
-    plan whatever the count; a UNION of hundreds of SELECTs took seconds to plan), on
-    SQLite a UNION ALL of one SELECT per row."""
-    if dialect == "postgresql":
-        arrays = (
-            sa.cast(sa.bindparam(name), postgresql.ARRAY(OCC.c[name].type))
-            for name in ENQUEUE_COLUMNS
-        )
+    """The rows' values as a FROM: on PostgreSQL one JSON text read as a record set (one
+    plan whatever the count; a UNION of hundreds of SELECTs took seconds to plan, and
+    psycopg's escaping of text arrays' quotes cost more CPU than the rest of a batch),
+    on SQLite a UNION ALL of one SELECT per row. One row is a SELECT of its values on
+    both."""
+    if dialect == "postgresql" and rows != 1:
+        text = sa.cast(sa.bindparam("given", type_=sa.Text), postgresql.JSON)
         columns = (sa.column(name, OCC.c[name].type) for name in ENQUEUE_COLUMNS)
-        return sa.func.unnest(*arrays).table_valued(*columns).render_derived(name="given")
+        return (
+            sa.func.json_to_recordset(text)
+            .table_valued(*columns)
+            .render_derived(name="given", with_types=True)
+        )
     values = _row(0) if rows == 1 else sa.union_all(*(_row(i) for i in range(rows)))
     return values.subquery("given")
 
 
 def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column)."""
-    if dialect == "postgresql":
-        return {name: [row[name] for row in rows] for name in ENQUEUE_COLUMNS}
+    if dialect == "postgresql" and len(rows) != 1:
+        given = [{name: row[name] for name in ENQUEUE_COLUMNS} for row in rows]
+        return {"given": json.dumps(given, separators=(",", ":"))}
     return {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in ENQUEUE_COLUMNS}
 
 
-def enqueue_occurrences(dialect: str, rows: int) -> Any:
+def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
     """INSERT ``rows`` new occurrences of existing jobs unless their key exists
     (parameters: :func:`enqueue_params`; at most :data:`MAX_ROWS` of the dialect).
 
@@ -100,13 +107,15 @@ def enqueue_occurrences(dialect: str, rows: int) -> Any:
     and the unique ``idempotency_key`` refuses a key that exists or is being inserted
     by another transaction (which then waits for that one to end: two callers of one
     key get one occurrence). Returns each inserted row's ``id``, ``idempotency_key``
-    and ``job_revision``.
+    and ``job_revision``. Sent on the driver (Core's execution of it cost more CPU than
+    the INSERT itself, bench/cpu_per_op.py): one statement per row count, kept for the
+    process (:func:`enqueue_chunks` keeps the counts few).
     """
-    return _statement(dialect, 0 if dialect == "postgresql" else rows)
+    return _statement(dialect, 0 if dialect == "postgresql" and rows != 1 else rows)
 
 
-@functools.lru_cache(maxsize=64)
-def _statement(dialect: str, rows: int) -> Any:
+@functools.cache
+def _statement(dialect: str, rows: int) -> DriverStatement:
     given = _given(dialect, rows)
     select = sa.select(
         *(given.c[name] for name in ENQUEUE_COLUMNS),
@@ -118,15 +127,37 @@ def _statement(dialect: str, rows: int) -> Any:
         select = select.with_for_update(read=True, key_share=True, of=jobs)
     columns = [*ENQUEUE_COLUMNS, "job_revision", *_CONSTANTS, "updated_at"]
     insert: Any = _INSERTS[dialect](OCC)
-    return (
+    return DriverStatement(
         insert.from_select(columns, select)
         .on_conflict_do_nothing()
-        .returning(OCC.c.id, OCC.c.idempotency_key, OCC.c.job_revision)
+        .returning(OCC.c.id, OCC.c.idempotency_key, OCC.c.job_revision),
+        dialect,
     )
 
 
 #: Rows one statement takes at most: SQLite limits a compound SELECT to 500 terms.
 MAX_ROWS = {"postgresql": 5000, "sqlite": 500}
+
+
+def enqueue_chunks(dialect: str, rows: int) -> list[tuple[int, int]]:
+    """(first row, row count) of each statement enqueuing ``rows`` rows, in order.
+
+    On SQLite a statement has one SELECT per row and is kept per row count
+    (:func:`enqueue_occurrences`), so counts are powers of two: whatever sizes a process
+    enqueues, it keeps at most nine statements (1 to 256 rows). PostgreSQL's batch is one
+    statement for every count: chunks of :data:`MAX_ROWS`.
+    """
+    if dialect == "postgresql":
+        step = MAX_ROWS[dialect]
+        return [(start, min(step, rows - start)) for start in range(0, rows, step)]
+    chunks: list[tuple[int, int]] = []
+    start = 0
+    while start < rows:
+        size = 1 << (min(rows - start, MAX_ROWS[dialect]).bit_length() - 1)
+        chunks.append((start, size))
+        start += size
+    return chunks
+
 
 #: The one-row statement per dialect (the transition table's; a batch uses
 #: :func:`enqueue_occurrences` with its row count).

@@ -12,16 +12,15 @@ import sqlalchemy as sa
 from kernel.db.driver import DriverStatement
 from kernel.db.schema import events
 
-__all__ = ["INSERT_EVENT", "INSERT_EVENTS", "logged"]
+__all__ = ["INSERT_EVENT", "logged"]
 
 _EVENT_COLUMNS = ["at", "type", "job_id", "occurrence_id", "fence", "data"]
 
-#: One event row from its bound columns, on the driver.
+#: One event row from its bound columns, on the driver (``execute_many`` for many rows in
+#: one round trip).
 INSERT_EVENT = DriverStatement(
     sa.insert(events).values({name: sa.bindparam(name) for name in _EVENT_COLUMNS})
 )
-#: Event rows given as a list of column dicts (one round trip for many).
-INSERT_EVENTS = sa.insert(events)
 
 
 def logged(

@@ -11,7 +11,7 @@ from kernel.db.clock import Clock, DatabaseClock
 from kernel.db.driver import DriverStatement
 from kernel.events import EVENTS_OUTSIDE_THE_TABLE
 from kernel.records import dumps
-from kernel.statements.logged import INSERT_EVENT, INSERT_EVENTS
+from kernel.statements.logged import INSERT_EVENT
 
 __all__ = ["Tx"]
 
@@ -145,8 +145,8 @@ class Tx:
         if not rows:
             return
         self._check_event(type_)
-        self.conn.execute(
-            INSERT_EVENTS,
+        INSERT_EVENT.execute_many(
+            self.conn,
             [
                 {
                     "at": self.now,

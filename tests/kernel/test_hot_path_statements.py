@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
+import sqlalchemy as sa
+from psycopg import _queries as psycopg_queries
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel import EnqueueRequest, Kernel
 from kernel import statements as st
 from kernel.db.driver import DriverStatement, render_all
+
+#: A statement's rendering for psycopg (DriverStatement._rendered's key).
+PSYCOPG = ("postgresql", "psycopg", "pyformat")
 
 
 def _driver_statements() -> dict[str, DriverStatement]:
@@ -27,7 +34,9 @@ def test_no_driver_statement_binds_a_like_pattern() -> None:
     assert {"CLAIM", "SETTLE", "OCCURRENCE_FOR_CLAIM"} <= statements.keys()
     bound_like = re.compile(r"\bLIKE\s+\?")
     rendered = {
-        name: str(s.statement.compile(dialect=sqlite.dialect())) for name, s in statements.items()
+        name: str(s.statement.compile(dialect=sqlite.dialect()))
+        for name, s in statements.items()
+        if s.dialect in (None, "sqlite")
     }
     assert not [name for name, sql in rendered.items() if bound_like.search(sql)]
     # The claim does carry the disabled-job guard, as literals.
@@ -42,3 +51,107 @@ def test_render_all_renders_each_statement_for_its_own_dialect_only() -> None:
         for name, statement in _driver_statements().items():
             rendered = {key[0] for key in statement._rendered}
             assert (dialect.name in rendered) == (statement.dialect in (None, dialect.name)), name
+
+
+def test_warm_enqueue_claim_and_settle_send_nothing_through_core(kernel: Kernel) -> None:
+    # Core's per-execution work (cache key, execution context, result set-up) cost more
+    # CPU than the driver's own per statement (bench/cpu_per_op.py, issue 42): once a
+    # process has defined a task's job, its enqueues and runs go on the driver only.
+    kernel.enqueue(task="lean.task", args=[0])  # defines the task's implicit job
+    through_core: list[str] = []
+
+    def seen(conn: Any, statement: Any, *args: Any) -> None:
+        through_core.append(str(statement))
+
+    sa.event.listen(kernel.engine, "before_execute", seen)
+    try:
+        one = kernel.enqueue(task="lean.task", args=[1])
+        many = kernel.enqueue_many([EnqueueRequest("lean.task", [i]) for i in range(3)])
+        for made in (one, *many):
+            claim = kernel.claim(made.occurrence_id, owner="w", lease=30)
+            assert claim is not None
+            kernel.succeed(made.occurrence_id, owner="w", fence=claim.fence, result=made.job_id)
+    finally:
+        sa.event.remove(kernel.engine, "before_execute", seen)
+    assert through_core == []
+    assert kernel.get_occurrence(many[2].occurrence_id).result == "task:lean.task"
+
+
+def test_psycopg_converts_each_driver_statement_once_per_process() -> None:
+    # psycopg parses a query's placeholders again at every execution when its text is
+    # longer than its cache's limit: 53 and 92 µs of CPU for the claim and a batch's
+    # settle-and-claim on every run (bench/cpu_per_op.py, issue 42).
+    render_all(postgresql.psycopg.dialect())  # the first render of each lets psycopg cache it
+    limit = psycopg_queries.MAX_CACHED_STATEMENT_LENGTH
+    longer = {
+        name: len(s._rendered[PSYCOPG].sql.encode())
+        for name, s in _driver_statements().items()
+        if s.dialect in (None, "postgresql")
+    }
+    assert {name: n for name, n in longer.items() if n > limit} == {}
+    binds = {
+        name: len(set(re.findall(r"%\((\w+)\)s", s._rendered[PSYCOPG].sql)))
+        for name, s in _driver_statements().items()
+        if s.dialect in (None, "postgresql")
+    }
+    assert max(binds.values()) <= psycopg_queries.MAX_CACHED_STATEMENT_PARAMS
+
+
+def test_one_enqueued_row_binds_its_values_not_arrays_on_postgresql() -> None:
+    # psycopg's dumping of one array per column cost more CPU than the INSERT of one row;
+    # a batch is one statement whatever its size (one plan).
+    one, many = (st.enqueue_occurrences("postgresql", n) for n in (1, 2))
+    sql = {s: s.statement.compile(dialect=postgresql.psycopg.dialect()).string for s in (one, many)}
+    assert "unnest" not in sql[one] and "json_to_recordset" not in sql[one]
+    assert "json_to_recordset" in sql[many]
+    assert st.enqueue_occurrences("postgresql", 3) is many
+    assert set(st.enqueue_params("postgresql", [{n: 1 for n in st.ENQUEUE_COLUMNS}])) == {
+        f"{name}_0" for name in st.ENQUEUE_COLUMNS
+    }
+
+
+def test_a_batch_is_one_json_parameter_on_postgresql() -> None:
+    # psycopg escapes every quote of a text array's elements through re.sub: for 500 runs'
+    # definitions (JSON, full of quotes) that was more CPU than everything else of the
+    # batch. The rows go as one JSON text, which the server reads as a record set.
+    rows = [{name: None for name in st.ENQUEUE_COLUMNS} for _ in range(2)]
+    assert list(st.enqueue_params("postgresql", rows)) == ["given"]
+
+
+def test_a_batchs_values_arrive_as_given(kernel: Kernel) -> None:
+    odd = ['quote " backslash \\ slash / é 漢 🎉', {"nested": ['"x"', "\\n", "\t"]}, 2**62, None]
+    made = kernel.enqueue_many(
+        [EnqueueRequest("lean.odd", odd, {"k": odd}, key=f'k"\\{i}é') for i in range(3)]
+    )
+    for i, answer in enumerate(made):
+        occurrence = kernel.get_occurrence(answer.occurrence_id)
+        assert occurrence.payload["args"] == odd and occurrence.payload["kwargs"] == {"k": odd}
+        assert occurrence.trigger_key == f'key:k"\\{i}é'
+
+
+def test_batches_of_every_size_keep_few_statements() -> None:
+    # A SQLite batch's statement has one SELECT per row and is kept for the process (a
+    # 500-row one renders to ~300 kB): batch sizes are split into powers of two, so a
+    # process that enqueues batches of every size keeps ten of them, not 500.
+    sizes: set[int] = set()
+    for n in range(1, 1200):
+        for dialect in ("sqlite", "postgresql"):
+            chunks = st.enqueue_chunks(dialect, n)
+            assert [start for start, _ in chunks] == [
+                sum(size for _, size in chunks[:i]) for i in range(len(chunks))
+            ]
+            assert sum(size for _, size in chunks) == n
+            assert all(size <= st.MAX_ROWS[dialect] for _, size in chunks)
+            sizes.update(size for _, size in chunks if dialect == "sqlite")
+    assert len(sizes) <= 10
+    assert st.enqueue_chunks("postgresql", 1199) == [(0, 1199)]
+
+
+def test_a_batch_across_chunks_dedupes_in_order(kernel: Kernel) -> None:
+    keys = [f"k{i % 290}" for i in range(300)]  # the last ten repeat the first ten
+    made = kernel.enqueue_many(
+        [EnqueueRequest("lean.chunks", [i], key=k) for i, k in enumerate(keys)]
+    )
+    assert [m.deduplicated for m in made] == [False] * 290 + [True] * 10
+    assert [m.occurrence_id for m in made[290:]] == [m.occurrence_id for m in made[:10]]
+    assert kernel.get_occurrence(made[295].occurrence_id).payload["args"] == [5]

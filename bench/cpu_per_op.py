@@ -1,0 +1,202 @@
+"""CPU per kernel operation in one process: what the kernel's own Python costs.
+
+Wall-clock rates on a shared machine move with everyone else's load; the CPU this
+process spends per operation (``time.process_time``) does not. For each back end (a
+temporary SQLite file in WAL mode, and a durable PostgreSQL) it times, in one process
+without Celery:
+
+* ``floor-sql``: the kernel's claim and success statements sent on the bare driver
+  (bench/raw_baseline.py, the same mirror bench/kernel_throughput.py uses);
+* ``claim+succeed``: ``Kernel.claim`` then ``Kernel.succeed`` of one queued occurrence;
+* ``succeed_and_claim``: a batch's step, settling one run and claiming the next;
+* ``run_occurrence``: the worker's whole run of one occurrence without Celery
+  (``celery_app.runtime.run_occurrence``: claim, a ``callable`` job's no-op body
+  through its adapter, settle);
+* ``enqueue``: one ``Kernel.enqueue`` (task, args, no key);
+* ``enqueue_many/500``: ``Kernel.enqueue_many`` of 500 requests, per call.
+
+Run from the repository root::
+
+    .venv/bin/python bench/cpu_per_op.py                 # 2000 runs per operation
+    .venv/bin/python bench/cpu_per_op.py --n 500 --backends sqlite
+    .venv/bin/python bench/cpu_per_op.py --profile claim+succeed --backends sqlite
+
+``--profile OP`` runs that operation under cProfile and prints its top entries (own
+time) instead of the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from adapters.registry import load_adapters  # noqa: E402
+from bench.kernel_throughput import BUSY_TIMEOUT_MS, _prepare  # noqa: E402
+from bench.raw_baseline import RawWorker  # noqa: E402
+from bench.support import fresh_database, server  # noqa: E402
+from celery_app.held_run import LeaseKeeper  # noqa: E402
+from celery_app.runtime import run_occurrence  # noqa: E402
+from kernel import EnqueueRequest, Kernel  # noqa: E402
+
+__all__ = ["main"]
+
+OWNER = "cpu-bench"
+LEASE_S = 300.0
+BULK = 500
+OPS = (
+    "floor-sql",
+    "claim+succeed",
+    "succeed_and_claim",
+    "run_occurrence",
+    "enqueue",
+    "enqueue_many/500",
+)
+#: The job ``run_occurrence`` runs: a body that does nothing, through the callable adapter.
+CALLABLE_JOB = {
+    "id": "bench-callable",
+    "kind": "callable",
+    "payload": {"callable": "builtins:dict"},
+    "overlap": "allow",
+    "max_queued": 10_000,
+    "max_attempts": 1,
+}
+
+
+def _request(i: int) -> EnqueueRequest:
+    return EnqueueRequest("bench.enqueued", [i], {})
+
+
+def _steps(url: str, n: int) -> dict[str, tuple[int, Callable[[], Iterator[None]]]]:
+    """Per operation: how many to time, and a generator doing one per ``next``."""
+    ids = _prepare(url, 3 * n + 3, "NORMAL")
+    kernel = Kernel.open(url, sqlite_synchronous="NORMAL", busy_timeout_ms=BUSY_TIMEOUT_MS)
+    raw = RawWorker(url, "NORMAL", BUSY_TIMEOUT_MS)
+    kernel.define_job(CALLABLE_JOB)
+    run_ids = [
+        kernel.run_now(CALLABLE_JOB["id"], request_id=f"r{i}", operator="bench").occurrence.id
+        for i in range(n + 1)
+    ]
+    adapters = load_adapters()
+    keeper = LeaseKeeper()
+    floor_ids, pair_ids, chain_ids = ids[: n + 1], ids[n + 1 : 2 * n + 2], ids[2 * n + 2 :]
+
+    def floor() -> Iterator[None]:
+        for occ_id in floor_ids:
+            raw.succeed(occ_id, OWNER, raw.claim(occ_id, OWNER, int(LEASE_S * 1000)))
+            yield
+
+    def pair() -> Iterator[None]:
+        for occ_id in pair_ids:
+            claim = kernel.claim(occ_id, owner=OWNER, lease=LEASE_S)
+            assert claim is not None, occ_id
+            kernel.succeed(occ_id, owner=OWNER, fence=claim.fence)
+            yield
+
+    def chain() -> Iterator[None]:
+        held = kernel.claim(chain_ids[0], owner=OWNER, lease=LEASE_S)
+        for occ_id, next_id in zip(chain_ids, chain_ids[1:], strict=False):
+            assert held is not None, occ_id
+            held = kernel.succeed_and_claim(
+                occ_id, owner=OWNER, fence=held.fence, next_occurrence_id=next_id, lease=LEASE_S
+            )
+            yield
+
+    def run() -> Iterator[None]:
+        for occ_id in run_ids:
+            outcome = run_occurrence(kernel, adapters, occ_id, main_pid=0, keeper=keeper)
+            assert outcome.result == "succeeded", outcome
+            yield
+
+    def one() -> Iterator[None]:
+        for i in range(n + 1):
+            kernel.enqueue(task="bench.enqueued", args=[i])
+            yield
+
+    def bulk() -> Iterator[None]:
+        while True:
+            kernel.enqueue_many([_request(i) for i in range(BULK)])
+            yield
+
+    bulk_n = max(2, n // 100)
+    return {
+        "floor-sql": (n, floor),
+        "claim+succeed": (n, pair),
+        "succeed_and_claim": (n - 1, chain),
+        "run_occurrence": (n, run),
+        "enqueue": (n, one),
+        "enqueue_many/500": (bulk_n, bulk),
+    }
+
+
+def _time(make: Callable[[], Iterator[None]], count: int) -> float:
+    """CPU µs per step; the first step warms caches and connections, untimed."""
+    steps = make()
+    next(steps)
+    start = time.process_time()
+    for _ in range(count):
+        next(steps)
+    return (time.process_time() - start) / count * 1e6
+
+
+def _profile(make: Callable[[], Iterator[None]], count: int, top: int) -> str:
+    steps = make()
+    next(steps)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(count):
+        next(steps)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--n", type=int, default=2000, help="operations timed per row")
+    parser.add_argument("--backends", nargs="+", choices=("sqlite", "postgres"),
+                        default=["sqlite", "postgres"])  # fmt: skip
+    parser.add_argument("--profile", choices=OPS, help="cProfile this operation instead")
+    parser.add_argument("--top", type=int, default=25, help="profile entries shown")
+    parser.add_argument("--postgres-url", help="use this server instead of starting one")
+    args = parser.parse_args(argv)
+    table: dict[str, dict[str, float]] = {}
+    with ExitStack() as stack:
+        pg_url = (
+            stack.enter_context(server("postgres", args.postgres_url, durable=True))
+            if "postgres" in args.backends
+            else None
+        )
+        for backend in args.backends:
+            with fresh_database(pg_url if backend == "postgres" else None, "cpu-bench-") as url:
+                steps = _steps(url, args.n)
+                if args.profile:
+                    count, make = steps[args.profile]
+                    print(f"== {backend}: {args.profile} x{count}")
+                    print(_profile(make, count, args.top))
+                    continue
+                table[backend] = {op: _time(make, count) for op, (count, make) in steps.items()}
+    if table:
+        print(f"CPU µs per operation ({args.n} runs; enqueue_many per call of {BULK})")
+        print(f"{'operation':<20}" + "".join(f"{b:>12}" for b in table))
+        for op in OPS:
+            print(f"{op:<20}" + "".join(f"{table[b][op]:>12.0f}" for b in table))
+        for b, row in table.items():
+            over = row["claim+succeed"] - row["floor-sql"]
+            print(f"{b}: claim+succeed over floor-sql {over:.0f} µs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
