@@ -59,8 +59,10 @@ def loads(text: str | None) -> Any:
 
 
 #: The most a run's result may take as canonical JSON; past it (or not JSON at all) the
-#: kernel keeps its type and a bounded repr (:func:`stored_result`).
-MAX_RESULT_BYTES = 64 * 1024
+#: kernel keeps its type and a bounded repr (:func:`stored_result`). Above every adapter's
+#: own bound on what it reports (a shell job's two streams at ``output_limit`` <= 10 MiB
+#: each, escaped; an http body's 64 KiB), so only a task's own return value can pass it.
+MAX_RESULT_BYTES = 64 * 1024 * 1024
 #: The characters of a repr kept for a result the kernel cannot store as it is.
 _RESULT_REPR_CHARS = 1000
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +14,7 @@ from adapters.shell import CONTAINMENT_ENV
 from adapters.supervisor import SUBREAPER, containment
 from beat_schedule.sync import read_beat_schedule
 from celery_app import operations
-from celery_app.cli.output import Env, command, fields, line, table
+from celery_app.cli.output import Env, command, fields, interrupt_at_wait, line, table
 from celery_app.cli.secret_files import open_secret_files
 from celery_app.cli.settings_report import settings_checks, settings_listing
 from celery_app.config import open_kernel
@@ -115,15 +114,16 @@ def _stream(
     interval: float,
 ) -> Iterator[tuple[Event, EventCursor]]:
     """New events by commit, each with the cursor that resumes just past it."""
-    while True:
-        page, end = kernel.follow_events(
-            cursor, job_id=job_id, occurrence_id=occurrence_id, limit=_PAGE
-        )
-        for event in page:
-            yield event, cursor.past(event.id, end)
-        cursor = end
-        if len(page) < _PAGE:
-            time.sleep(interval)
+    with interrupt_at_wait() as wait:
+        while True:
+            page, end = kernel.follow_events(
+                cursor, job_id=job_id, occurrence_id=occurrence_id, limit=_PAGE
+            )
+            for event in page:
+                yield event, cursor.past(event.id, end)
+            cursor = end
+            if len(page) < _PAGE:
+                wait(interval)
 
 
 class _Cursor(click.ParamType):  # type: ignore[type-arg]

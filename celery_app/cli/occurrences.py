@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import click
 
 from celery_app import operations
-from celery_app.cli.output import Env, _printable, command, fields, table
+from celery_app.cli.output import Env, _printable, command, fields, interrupt_at_wait, table
 from celery_app.operations import format_json, occurrence_events, output_chunks
 from kernel import ACTIVE, ControlState, Kernel, Occurrence, OccurrenceStatus
 
@@ -212,11 +211,14 @@ def _logs(env: Env, occurrence_id: int, fence: int | None, follow: bool, interva
 def _follow(kernel: Kernel, occurrence_id: int, interval: float) -> Iterator[dict[str, Any]]:
     """Output chunks as they are stored; ends once the occurrence settled and all is read."""
     cursor = None
-    while True:
-        settled = kernel.get_occurrence(occurrence_id).status not in ACTIVE
-        page, cursor = kernel.follow_events(cursor, occurrence_id=occurrence_id, limit=_EVENT_PAGE)
-        yield from output_chunks([e.to_dict() for e in page])
-        if len(page) < _EVENT_PAGE:
-            if settled:
-                return
-            time.sleep(interval)
+    with interrupt_at_wait() as wait:
+        while True:
+            settled = kernel.get_occurrence(occurrence_id).status not in ACTIVE
+            page, cursor = kernel.follow_events(
+                cursor, occurrence_id=occurrence_id, limit=_EVENT_PAGE
+            )
+            yield from output_chunks([e.to_dict() for e in page])
+            if len(page) < _EVENT_PAGE:
+                if settled:
+                    return
+                wait(interval)

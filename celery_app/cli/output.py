@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Sequence
+import signal
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
@@ -36,6 +39,7 @@ __all__ = [
     "Env",
     "Instant",
     "command",
+    "interrupt_at_wait",
     "fields",
     "line",
     "table",
@@ -154,6 +158,41 @@ def command(
         return cmd
 
     return decorate
+
+
+@contextmanager
+def interrupt_at_wait() -> Iterator[Callable[[float], None]]:
+    """A follow loop's wait between polls, where Ctrl-C ends the loop (KeyboardInterrupt).
+
+    A Ctrl-C that arrives during a read is kept until the read is done and raised at the
+    next wait: raised inside the driver, it would end the command as a storage error
+    (exit 1) instead of an interruption (exit 130).
+    """
+    asked = waiting = False
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal asked
+        asked = True
+        if waiting:
+            raise KeyboardInterrupt
+
+    def wait(seconds: float) -> None:
+        nonlocal waiting
+        if asked:
+            raise KeyboardInterrupt
+        waiting = True
+        try:
+            time.sleep(seconds)
+        finally:
+            waiting = False
+        if asked:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield wait
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class Instant(click.ParamType):  # type: ignore[type-arg]

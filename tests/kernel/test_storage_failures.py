@@ -1,6 +1,6 @@
 """Storage failures surface as STORAGE_UNAVAILABLE and never half-apply a change (SPEC I8).
 
-SQLite: the database lives on a 512 KiB tmpfs that the kernel's own writes fill, or
+SQLite: the database lives on a 1 MiB tmpfs that the kernel's own writes fill, or
 that is remounted read-only (``mode=ro`` files are covered in test_error_codes.py).
 Mounting needs root (CI runs as root); elsewhere these tests skip with the reason.
 PostgreSQL: the kernel's backend is terminated from a second connection in the middle
@@ -25,7 +25,7 @@ from kernel.errors import StorageUnavailable
 from kernel.store import Kernel
 from kernel.testing import ManualClock
 
-#: Each filling job carries this much payload text: a few dozen fill 512 KiB.
+#: Each filling job carries this much payload text: a few dozen fill 1 MiB.
 BIG = 40 * 1024
 FILLER_BYTES = 128 * 1024
 
@@ -40,11 +40,12 @@ def _mount(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 512 KiB tmpfs mounted for this test; unmounted after it."""
+    """A 1 MiB tmpfs mounted for this test; unmounted after it. The migrated schema and
+    its WAL take about half of it (a checkpoint at close needs room for both)."""
     where = tmp_path / "tiny"
     where.mkdir()
     done = (
-        _mount("-t", "tmpfs", "-o", "size=512k", "tmpfs", str(where))
+        _mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where))
         if sys.platform == "linux"
         else None
     )
@@ -82,7 +83,7 @@ def test_sqlite_disk_full_refuses_the_write_and_keeps_what_was_committed(tiny_fs
     try:
         committed: list[str] = []
         full = None
-        for n in range(64):  # 512 KiB / 40 KiB: full long before this bound
+        for n in range(64):  # 1 MiB / 40 KiB: full long before this bound
             try:
                 kernel.define_job(_job(f"fill-{n:02d}"))
             except StorageUnavailable as exc:
