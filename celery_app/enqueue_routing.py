@@ -28,7 +28,7 @@ from celery.utils.time import maybe_make_aware
 
 from beat_schedule.task_settings import kernel_priority
 from celery_app.canvas_links import CANVAS_OPTIONS, links
-from celery_app.enqueueing import enqueue
+from celery_app.enqueueing import enqueue, run_queue
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
 
@@ -87,7 +87,8 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         list(args or ()),
         dict(kwargs or {}),
         key=task_id,
-        queue=options.get("queue"),
+        # The queue Celery's router picks for this very call (task_routes, task.queue...).
+        queue=run_queue(task.app, task.name, args or (), kwargs, options),
         countdown=options.get("countdown"),
         eta=_instant(options.get("eta")),
         # Celery's priority as the app's broker orders it, on the kernel's scale.
