@@ -348,19 +348,26 @@ def _django_driver_connection(connection: Any) -> Any:
 
 
 def _publish(app: Any, client: _Client, made: list[Enqueued]) -> None:
-    """Publish the hints of the runs just made that may run now (the pump sends them
-    again after ``kernel_rehint_after`` when the broker is down)."""
+    """Publish the hints of the runs just made: at once for those that may run now, with
+    Celery's ``eta`` for those held back by countdown/eta, so no Beat is needed (the pump
+    sends them again ``kernel_rehint_after`` past their time when the broker is down)."""
     hints = [
         DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout, priority=m.priority)
         for m in made
-        if m.claimable
+        if m.claimable or m.not_before is not None
     ]
     if not hints:
         return
+    etas = {m.occurrence_id: m.not_before for m in made if m.not_before is not None}
     try:
         with app.producer_or_acquire() as producer:
             publish_hints(
-                app, producer, hints, batch_max=client.settings.batch_max, hint_options={}
+                app,
+                producer,
+                hints,
+                batch_max=client.settings.batch_max,
+                hint_options={},
+                etas=etas,
             )
     except OperationalError as exc:
         log.warning(
