@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from celery.exceptions import QueueNotFound
-from kombu import Queue
+from kombu.entity import Queue
 
 from kernel import InvalidArgument
 
