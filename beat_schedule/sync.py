@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery.schedules import crontab, schedule
 
+from beat_schedule.routing import routed_queue
 from beat_schedule.task_settings import expires_field, hint_options, kernel_priority, task_fields
 from kernel import InvalidArgument, Job, Kernel, NotFound, validate_job_spec
 
@@ -186,8 +187,12 @@ def entry_to_spec(
     timezone: str | None = "UTC",
     task: Any = None,
     conf: Any = None,
+    app: Any = None,
 ) -> dict[str, Any]:
     """One ``beat_schedule`` entry as a ``task`` job spec; its ``kernel`` key sets other fields.
+
+    ``app``, the Celery app when known, routes it: its queue is the one Celery's router
+    picks (:func:`~beat_schedule.routing.routed_queue`); without it, ``options.queue``.
 
     ``task``, the registered Celery task when known, contributes its priority, time limits
     and retry settings (see :func:`~beat_schedule.task_settings.task_fields`); ``conf``,
@@ -207,7 +212,14 @@ def entry_to_spec(
         "schedule": _schedule(name, entry["schedule"], timezone),
     }
     options = entry.get("options") or {}
-    if options.get("queue"):
+    if app is not None and "queue" not in (entry.get("kernel") or {}):
+        # The queue Celery's Beat would send it to: options, task_routes, task.queue...
+        payload = spec["payload"]
+        where = f"beat_schedule[{name!r}].options.queue"
+        spec["queue"] = routed_queue(
+            app, entry["task"], payload["args"], payload["kwargs"], options, where=where
+        )
+    elif options.get("queue"):
         spec["queue"] = options["queue"]
     if task is not None:
         spec.update(task_fields(name, task)[0])
@@ -267,8 +279,11 @@ class BeatSchedule:
         return {e.job_id: e.hint for e in self.entries if e.job_id and e.spec and e.hint}
 
 
-def read_beat_schedule(conf: Any, tasks: Mapping[str, Any] | None = None) -> BeatSchedule:
-    """Read ``conf.beat_schedule``; ``tasks`` (``app.tasks``) gives each task's settings.
+def read_beat_schedule(
+    conf: Any, tasks: Mapping[str, Any] | None = None, *, app: Any = None
+) -> BeatSchedule:
+    """Read ``conf.beat_schedule``; ``tasks`` (``app.tasks``) gives each task's settings;
+    ``app`` (the Celery app) routes each entry to its queue as Celery's Beat would.
 
     Crontabs are read in the app's zone (:func:`beat_zone`), so a change of that zone
     changes their specs: a new revision of each job.
@@ -278,7 +293,7 @@ def read_beat_schedule(conf: Any, tasks: Mapping[str, Any] | None = None) -> Bea
     entries: list[BeatEntry] = []
     by_id: dict[str, BeatEntry] = {}
     for name, raw in (conf.get("beat_schedule") or {}).items():
-        entries.append(entry := _read_entry(name, raw, timezone, tasks, conf))
+        entries.append(entry := _read_entry(name, raw, timezone, tasks, conf, app))
         if entry.job_id is None:
             continue
         other = by_id.setdefault(entry.job_id, entry)
@@ -299,6 +314,7 @@ def _read_entry(
     timezone: str | None,
     tasks: Mapping[str, Any] | None,
     conf: Any,
+    app: Any,
 ) -> BeatEntry:
     try:
         entry = BeatEntry(name, _job_id(name))
@@ -315,7 +331,7 @@ def _read_entry(
         else:
             entry.warnings += task_fields(name, task)[1]
     try:
-        spec = entry_to_spec(name, raw, timezone=timezone, task=task, conf=conf)
+        spec = entry_to_spec(name, raw, timezone=timezone, task=task, conf=conf, app=app)
     except InvalidArgument as exc:
         entry.refused = str(exc)
         return entry

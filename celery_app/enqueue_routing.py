@@ -28,7 +28,7 @@ from celery.utils.time import maybe_make_aware
 
 from beat_schedule.task_settings import kernel_priority
 from celery_app.canvas_links import CANVAS_OPTIONS, links
-from celery_app.enqueueing import enqueue
+from celery_app.enqueueing import enqueue, run_queue
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
 
@@ -99,7 +99,8 @@ def routed_run(
         "args": list(args or ()),
         "kwargs": dict(kwargs or {}),
         "key": task_id,
-        "queue": options.get("queue"),
+        # The queue Celery's router picks for this very call (task_routes, task.queue...).
+        "queue": run_queue(task.app, task.name, args or (), kwargs, options),
         "countdown": options.get("countdown"),
         "eta": _instant(options.get("eta")),
         # Celery's priority as the app's broker orders it, on the kernel's scale.

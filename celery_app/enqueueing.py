@@ -29,6 +29,7 @@ from typing import Any
 
 from kombu.exceptions import OperationalError
 
+from beat_schedule.routing import routed_queue
 from beat_schedule.task_settings import task_fields
 from celery_app.config import ensure_broker_folders, open_kernel
 from celery_app.hints import publish_hints
@@ -151,11 +152,30 @@ def _task_settings(app: Any, name: str) -> dict[str, Any]:
     return {**fields, **options}
 
 
+def run_queue(
+    app: Any,
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+) -> str | None:
+    """The queue of a run of the registered ``task`` called with Celery ``options``: the
+    one Celery's router picks (:func:`~beat_schedule.routing.routed_queue`); None (its
+    job's queue) when the call names none and the task's ``kernel_options`` do."""
+    own = getattr(app.tasks[task], "kernel_options", None) or {}
+    if options.get("queue") is None and "queue" in own:
+        return None
+    return routed_queue(app, task, args, kwargs, options)
+
+
 def _request(app: Any, task: str, run: Mapping[str, Any]) -> EnqueueRequest:
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
     links = {name: _with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
-    return EnqueueRequest(task, settings=_task_settings(app, task), **{**run, **links})
+    settings = _task_settings(app, task)
+    if run.get("queue") is None:
+        run = {**run, "queue": run_queue(app, task, run.get("args") or (), run.get("kwargs"), {})}
+    return EnqueueRequest(task, settings=settings, **{**run, **links})
 
 
 def _with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -166,11 +186,25 @@ def _with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[di
             **sig,
             # A signature without a task is refused by the kernel, naming its place.
             "settings": _task_settings(app, sig["task"]) if sig.get("task") else {},
+            **({"options": _routed_options(app, sig)} if sig.get("task") else {}),
             "callbacks": _with_settings(app, sig.get("callbacks") or ()),
             "errbacks": _with_settings(app, sig.get("errbacks") or ()),
         }
         for sig in signatures
     ]
+
+
+def _routed_options(app: Any, sig: Mapping[str, Any]) -> Any:
+    """A link's options with the queue Celery's router picks for it (from its own
+    arguments: a router function cannot see the result a non-immutable link gets)."""
+    options = sig.get("options") or {}
+    if not isinstance(options, Mapping):
+        return options  # refused by the kernel, naming it
+    args, kwargs = sig.get("args") or (), sig.get("kwargs") or {}
+    if not isinstance(args, Sequence) or not isinstance(kwargs, Mapping):
+        return options  # refused by the kernel, naming them
+    queue = run_queue(app, sig["task"], args, kwargs, options)
+    return dict(options) if queue is None else {**options, "queue": queue}
 
 
 def enqueue(
@@ -328,19 +362,26 @@ def _django_driver_connection(connection: Any) -> Any:
 
 
 def _publish(app: Any, client: _Client, made: list[Enqueued]) -> None:
-    """Publish the hints of the runs just made that may run now (the pump sends them
-    again after ``kernel_rehint_after`` when the broker is down)."""
+    """Publish the hints of the runs just made: at once for those that may run now, with
+    Celery's ``eta`` for those held back by countdown/eta, so no Beat is needed (the pump
+    sends them again ``kernel_rehint_after`` past their time when the broker is down)."""
     hints = [
         DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout, priority=m.priority)
         for m in made
-        if m.claimable
+        if m.claimable or m.not_before is not None
     ]
     if not hints:
         return
+    etas = {m.occurrence_id: m.not_before for m in made if m.not_before is not None}
     try:
         with app.producer_or_acquire() as producer:
             publish_hints(
-                app, producer, hints, batch_max=client.settings.batch_max, hint_options={}
+                app,
+                producer,
+                hints,
+                batch_max=client.settings.batch_max,
+                hint_options={},
+                etas=etas,
             )
     except OperationalError as exc:
         log.warning(

@@ -13,6 +13,8 @@ Beat loads this module: it imports no worker code (runtime, adapters).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from celery.utils.saferepr import saferepr
@@ -57,6 +59,7 @@ def publish_hints(
     *,
     batch_max: int,
     hint_options: dict[str, dict[str, Any]],
+    etas: Mapping[int, datetime] | None = None,
 ) -> None:
     """Send ``hints`` as ``run_occurrence`` messages, batching a queue's when it is deep.
 
@@ -66,11 +69,15 @@ def publish_hints(
     (sizes evened out; one priority a message); otherwise each goes alone, so a single
     firing is never held back. A hint carries its run's priority as Celery's on the
     app's broker (:func:`~beat_schedule.task_settings.broker_priority`), so a Redis or
-    RabbitMQ priority queue orders them as the kernel does.
+    RabbitMQ priority queue orders them as the kernel does. ``etas``: occurrence id ->
+    the time a run held back (countdown/eta) may start, sent alone with Celery's ``eta``
+    so the worker holds it until then, as it holds a stock Celery message.
     """
     batchable: dict[tuple[str, int | None], list[DispatchHint]] = {}
     for hint in hints:
         options = {**hint_options.get(hint.job_id, {}), **_time_limits(hint.kind, hint.timeout)}
+        if etas and hint.occurrence_id in etas:
+            options["eta"] = etas[hint.occurrence_id]
         priority = broker_priority(app.conf, hint.priority)
         if options:
             _send(app, producer, [hint], {**options, "priority": priority})

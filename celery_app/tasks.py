@@ -20,6 +20,9 @@ __all__ = ["register", "OccurrenceFailed"]
 
 log = logging.getLogger("celery_kernel.worker")
 
+#: A claim's blocker that passes at a known time -> the outcome of a hint sent again then.
+_DUE_LATER = {"rate_limited": "rate_limited", "not_before": "rehinted"}
+
 
 class OccurrenceFailed(Exception):
     """The run failed and the kernel recorded it (``retry_wait`` or ``dead_letter``).
@@ -93,7 +96,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
             ):
                 occurrence_id = ids[len(results)]
                 if outcome.result == "not_claimable":
-                    outcome = _wait_for_token(task, resources.kernel, occurrence_id, outcome)
+                    outcome = _hint_when_due(task, resources.kernel, occurrence_id, outcome)
                 results.append(outcome.result)
                 value = outcome.value
                 if events is not None:
@@ -153,19 +156,20 @@ def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:
         )
 
 
-def _wait_for_token(task: Any, kernel: Kernel, occurrence_id: int, refused: RunOutcome) -> Any:
-    """A hint refused because its run's rate limit has no token yet is sent again, to be
-    delivered when the token is free (a rate-limited task is delayed, never dropped, as
-    under Celery): ``rate_limited``. Any other refusal stands (``refused``)."""
+def _hint_when_due(task: Any, kernel: Kernel, occurrence_id: int, refused: RunOutcome) -> Any:
+    """A hint refused because its run's rate limit has no token yet (``rate_limited``), or
+    because it came before the run's countdown/eta, the worker's clock ahead of the
+    database's (``rehinted``), is sent again, to be delivered then: delayed, never dropped,
+    as under Celery. Any other refusal stands (``refused``)."""
     blocker = kernel.blocker(occurrence_id)
-    if blocker is None or blocker.kind != "rate_limited" or blocker.not_before is None:
+    if blocker is None or blocker.kind not in _DUE_LATER or blocker.not_before is None:
         return refused
     wait = (datetime.fromisoformat(blocker.not_before) - datetime.now(UTC)).total_seconds()
     log.info(
         "occurrence %s: %s; hint sent again for then",
         occurrence_id,
         blocker.text,
-        extra={"action": "rate_limited", "occurrence_id": occurrence_id},
+        extra={"action": blocker.kind, "occurrence_id": occurrence_id},
     )
     queue = task.request.delivery_info["routing_key"]
     try:
@@ -177,12 +181,13 @@ def _wait_for_token(task: Any, kernel: Kernel, occurrence_id: int, refused: RunO
             per_message=1,
             countdown=max(wait, 0.0),
         )
-    except OperationalError as exc:  # the broker is down: the pump hints it when free
+    except OperationalError as exc:  # the broker is down: the pump hints it when due
         log.warning(
-            "broker unavailable, rate-limited occurrence %s not sent again (%s); the pump "
-            "hints it once its token is free",
+            "broker unavailable, occurrence %s (%s) not sent again (%s); the pump hints it "
+            "when it may start",
             occurrence_id,
+            blocker.kind,
             exc,
-            extra={"action": "rate_limited_rehint_failed", "occurrence_id": occurrence_id},
+            extra={"action": f"{blocker.kind}_rehint_failed", "occurrence_id": occurrence_id},
         )
-    return RunOutcome("rate_limited")
+    return RunOutcome(_DUE_LATER[blocker.kind])

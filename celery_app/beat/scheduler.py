@@ -75,7 +75,7 @@ class KernelScheduler(FiringSteps, UpkeepSteps, Scheduler):
         try:
             ensure_broker_folders(self.app)  # the pump publishes from this process
             self.kernel = open_kernel(self.app)
-            beat_schedule = read_beat_schedule(self.app.conf, self.app.tasks)
+            beat_schedule = read_beat_schedule(self.app.conf, self.app.tasks, app=self.app)
             sync_beat_schedule(self.kernel, beat_schedule, source=self.settings.beat_source)
         except KernelError as exc:
             refuse_start("beat", exc)

@@ -259,7 +259,7 @@ def _check(name: str, status: str, detail: str) -> dict[str, str]:
 def _beat_schedule_checks(app: Any, kernel: Kernel | None) -> list[dict[str, str]]:
     """One ``beat_schedule`` check per refused entry (fail), per entry that differs from
     its job (warn) and per warning (warn)."""
-    schedule = read_beat_schedule(app.conf, app.tasks)
+    schedule = read_beat_schedule(app.conf, app.tasks, app=app)
     findings = operations.schedule_findings(app, kernel)
     checks = [_check("schedule", "fail", r["reason"]) for r in findings["refused"]]
     checks += [_check("schedule", "warn", c["detail"]) for c in findings["changed"]]

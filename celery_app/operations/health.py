@@ -73,7 +73,7 @@ def schedule_findings(app: Any, kernel: Kernel | None) -> dict[str, list[dict[st
     its next start; an entry drawn at import does so at every start). Without a kernel
     only the refusals are known.
     """
-    schedule = read_beat_schedule(app.conf, app.tasks)
+    schedule = read_beat_schedule(app.conf, app.tasks, app=app)
     jobs = {job.id: job for job in kernel.list_jobs()} if kernel is not None else {}
     refused, changed = [], []
     for entry in schedule.entries:

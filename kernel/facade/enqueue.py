@@ -60,8 +60,9 @@ class EnqueueFacade(FacadeBase):
                 that transaction and exists exactly when it commits (its hint is then
                 the pump's, or the caller's after the commit).
             hinted: the caller publishes the hint itself, at once (or, with a
-                ``connection``, right after its commit): the pump waits
-                ``rehint_after`` before it hints the occurrence too.
+                ``connection``, right after its commit), one held back by countdown/eta
+                delivered at its ``not_before``: the pump waits ``rehint_after`` past
+                the time it may start before it hints the occurrence too.
 
         Raises:
             InvalidArgument: a field is invalid, or ``connection`` is not one the kernel

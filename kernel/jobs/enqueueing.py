@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,7 +29,7 @@ from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
 from kernel.occurrences.chains import enqueued_event, existing_keys, insert_enqueued
-from kernel.records import dumps, loads
+from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
     MAX_KEY,
     TASK_JOB_PREFIX,
@@ -67,6 +68,8 @@ class Enqueued:
         claimable: whether it may be claimed now (no countdown/eta in the future).
         timeout: its timeout in seconds (the hint's time limit), or None.
         priority: its priority (0-255), which its hint carries.
+        not_before: when a run made now and held back by countdown/eta may start (its
+            hint's Celery ``eta``), else None.
     """
 
     occurrence_id: int
@@ -76,6 +79,7 @@ class Enqueued:
     claimable: bool
     timeout: float | None = None
     priority: int = 0
+    not_before: datetime | None = None
 
 
 def _ensure_job(tx: Tx, spec: Mapping[str, Any]) -> None:
@@ -163,6 +167,7 @@ def enqueue(
                 row.claimable and created,
                 row.timeout,
                 row.values["priority"],
+                to_dt(row.values["available_at"]) if created and not row.claimable else None,
             )
         )
         if created:

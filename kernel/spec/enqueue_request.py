@@ -233,8 +233,9 @@ def prepare(
             "max_attempts": spec["max_attempts"],
             "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
             "available_at": available_at,
-            # A caller who publishes the hint at once: the pump waits kernel_rehint_after.
-            "dispatched_at": now if hinted and claimable else None,
+            # A caller who publishes the hint at once (one held back: delivered when it
+            # may start): the pump waits kernel_rehint_after past that time.
+            "dispatched_at": available_at if hinted else None,
             "queue": queue,
             "delivery": delivery,
             "pool": spec["pool"],

@@ -20,10 +20,12 @@ QUEUE = os.environ["OPTS_QUEUE"]  # each side of a test has its own
 app = Celery("opts")
 # Read by Celery on AMQP only: the queue is declared as a priority queue (0-9).
 app.conf.task_queue_max_priority = 10
+# opts.routed has no queue of its own: task_routes (a glob) sends it to the side's queue.
+app.conf.task_routes = {"opts.rout*": {"queue": QUEUE}}
 if os.environ.get("OPTS_KERNEL"):
     from celery_app import install
 
-    app.conf.kernel_route_tasks = ["opts.record", "opts.soft", "opts.hard"]
+    app.conf.kernel_route_tasks = ["opts.record", "opts.soft", "opts.hard", "opts.routed"]
     install(app)
 
 
@@ -57,3 +59,9 @@ def hard(tag: str) -> str:
     time.sleep(60)
     note(task="hard", tag=tag, event="finished")
     return "ran to the end"
+
+
+@app.task(name="opts.routed")
+def routed(tag: str) -> str:
+    note(task="routed", tag=tag)
+    return tag

@@ -227,12 +227,10 @@ def _hard_ended(side: Side, worker: Proc) -> Any:
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_4_countdown_and_eta_hold_a_call_back(stack: Stack, sides: tuple[Side, Side]) -> None:
+    """No Beat runs: a held-back call's hint is published at the call with Celery's own
+    ``eta``, so the worker holds it as it holds a stock message, and claims at the time."""
     for side in sides:
         side.start_worker()
-        if side.kernel:
-            # A run held back is hinted by Beat's dispatch pump when due (docs/enqueue.md:
-            # a Beat must run), where stock Celery's worker holds the message itself.
-            side.start_beat()
         side.call(("record", "countdown", {"countdown": 3}), ("record", "eta", {"eta_in": 3}),
                   ("record", "now", {}))  # fmt: skip
         stack.wait(lambda side=side: len(side.ledger(task="record")) == 3, timeout=60,
@@ -249,3 +247,18 @@ def test_4_countdown_and_eta_hold_a_call_back(stack: Stack, sides: tuple[Side, S
 def _started(side: Side, tag: str) -> float:
     [line] = side.ledger(task="record", tag=tag)
     return float(line["at"])
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_5_task_routes_send_a_call_to_the_queue_its_worker_consumes(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    """``opts.routed`` has no queue of its own; ``task_routes`` names the one queue the
+    worker consumes, and the call runs there, as under stock Celery."""
+    for side in sides:
+        side.start_worker()
+        side.call(("routed", "by-route", {}))
+        stack.wait(lambda side=side: side.ledger(task="routed"), timeout=60,
+                   what=f"{side.name}: the routed call ran")  # fmt: skip
+    run = _occurrence(stack, "by-route")
+    assert (run.queue, run.status.value) == (sides[1].queue, "succeeded"), run

@@ -43,3 +43,27 @@ def test_purged_queue_is_refilled_by_the_dispatch_pump(stack: Stack, redis_url: 
     for occ_id in ids:
         assert stack.occurrence(occ_id).status.value == "succeeded"
         assert [run["fence"] for run in stack.ledger(occurrence_id=occ_id)] == [1]
+
+
+def test_a_hint_before_its_runs_time_is_sent_again_for_that_time(stack: Stack) -> None:
+    """A hint that arrives before its run may start (a worker's clock ahead of the
+    database's, a retry's backoff) is not dropped: it is sent again for that time, and
+    the run happens then, with no Beat to hint it."""
+    worker = stack.start_worker("worker")
+    backoff = {"backoff": 3.0, "factor": 1.0, "max": 3.0, "jitter": 0.0}
+    stack.define(stack.job("held", "record", lease="5s", max_attempts=2, retry=backoff))
+    occ_id = stack.run_now("held")
+    claim = stack.kernel.claim(occ_id, owner="test", lease=30)
+    assert claim is not None
+    stack.kernel.fail(occ_id, owner="test", fence=claim.fence, code="E", message="again",
+                      retryable=True)  # fmt: skip
+    due = stack.occurrence(occ_id).available_at
+
+    stack.send_hints(occ_id)  # now, seconds before the retry's time
+    stack.wait(lambda: stack.occurrence(occ_id).status.value == "succeeded", timeout=30,
+               what="the run at its time")  # fmt: skip
+    assert f"occurrence {occ_id}: not before" in worker.log()
+    [run] = stack.ledger(occurrence_id=occ_id)
+    assert (run["fence"], run["attempt"]) == (2, 2), run
+    settled = stack.occurrence(occ_id).settled_at
+    assert settled is not None and settled >= due

@@ -108,6 +108,28 @@ def test_countdown_eta_and_priority(k: Harness) -> None:
     assert _hinted_ids(k.kernel) == {at.occurrence_id}
 
 
+def test_a_held_back_run_hinted_by_its_caller_is_the_pumps_only_past_rehint_after(
+    k: Harness,
+) -> None:
+    """The caller publishes a held-back run's hint at once, for its time (Celery's eta):
+    ``not_before`` says when, and the pump hints it only ``rehint_after`` past that
+    time, as it waits for a hint published at once."""
+    later = k.kernel.enqueue(task=TASK, countdown=60, hinted=True)
+    now = k.kernel.enqueue(task=TASK, hinted=True)
+    assert later.not_before == k.clock.now + timedelta(seconds=60)
+    assert now.not_before is None and now.claimable
+    assert k.kernel.enqueue(task=TASK, countdown=60, key="x", hinted=True).not_before
+    assert k.kernel.enqueue(task=TASK, countdown=60, key="x").not_before is None  # found
+    k.clock.advance(61)
+    assert later.occurrence_id not in _hinted_ids_after(k.kernel, 30)
+    k.clock.advance(30)
+    assert later.occurrence_id in _hinted_ids_after(k.kernel, 30)
+
+
+def _hinted_ids_after(kernel: Kernel, rehint_after: float) -> set[int]:
+    return {h.occurrence_id for h in kernel.dispatch_batch(limit=100, rehint_after=rehint_after)}
+
+
 def test_an_operator_disable_holds_enqueued_runs_and_survives_a_new_process(k: Harness) -> None:
     k.kernel.enqueue(task=TASK, settings=SETTINGS)
     k.kernel.set_job_enabled("task:proj.send_invoice", False)
