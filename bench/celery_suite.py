@@ -84,8 +84,10 @@ def kernel_database(postgres: bool, postgres_url: str | None) -> Iterator[str]:
         yield url
 
 
-def run_side(side: str, root: Path, args: argparse.Namespace, workdir: Path) -> Path:
-    """Run pytest for one side on its own Redis; return its junit XML."""
+def run_side(side: str, root: Path, args: argparse.Namespace, workdir: Path) -> tuple[Path, str]:
+    """Run pytest for one side on its own Redis; return its junit XML and, for the
+    kernel side, the kernel's occurrences by status afterwards (what was routed)."""
+    counts = ""
     junit = workdir / f"{side}.xml"
     redis = servers().start_redis()
     try:
@@ -117,9 +119,19 @@ def run_side(side: str, root: Path, args: argparse.Namespace, workdir: Path) -> 
                 beat = Worker(workdir, env, 0, app="bench.suite_plugin", command="beat")
                 stack.callback(beat.stop)
             pytest_run(side, root, args, env, junit, workdir)
+            if side == "kernel":
+                counts = kernel_counts(env)
     finally:
         redis.stop()
-    return junit
+    return junit, counts
+
+
+def kernel_counts(env: dict[str, str]) -> str:
+    """The status table of ``kernel status``: its lines up to the first blank one."""
+    argv = [sys.executable, "-m", "celery", "-A", "bench.suite_plugin", "kernel", "status"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    return "\n".join(lines[1 : lines.index("")] if "" in lines else lines[1:])
 
 
 def pytest_run(
@@ -241,8 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = suite_root(args.cache)
     workdir = Path(tempfile.mkdtemp(prefix="celery-suite-"))
-    results = {side: outcomes(run_side(side, root, args, workdir)) for side in args.sides}
+    results: dict[str, dict[str, Outcome]] = {}
+    counts = ""
+    for side in args.sides:
+        junit, side_counts = run_side(side, root, args, workdir)
+        results[side] = outcomes(junit)
+        counts = counts or side_counts
     text = table(results)
+    if counts:
+        text += (
+            f"\nThe kernel's occurrences after its side (`kernel status`):\n\n```\n{counts}\n```\n"
+        )
     print(text)
     if args.out:
         args.out.write_text(text)

@@ -1,4 +1,4 @@
-"""Loaded into Celery's own integration suite by ``bench/celery_suite.py`` (``-p bench.suite_plugin``).
+"""Loaded into Celery's integration suite by ``bench/celery_suite.py`` (``-p bench.suite_plugin``).
 
 Both sides: every test gets the run's per-test bound (``SUITE_TEST_TIMEOUT`` seconds),
 also those Celery marks with its own 300 s (``flaky``), so a side that hangs still
@@ -32,7 +32,7 @@ def pytest_configure(config: Any) -> None:
     made = testing_app.TestApp
 
     def kernel_test_app(*args: Any, **kwargs: Any) -> Celery:
-        return install(made(*args, **kwargs))  # type: ignore[no-any-return]
+        return install(made(*args, **kwargs))
 
     # celery.contrib.pytest imports TestApp from this module each time it makes an app.
     testing_app.TestApp = kernel_test_app
