@@ -52,7 +52,8 @@ def suite_root(cache: Path) -> Path:
     """The folder holding ``t/`` of the installed Celery's sdist, downloaded once."""
     release = version("celery")
     root = cache / f"celery-{release}"
-    if (root / "pyproject.toml").exists():
+    done = root / ".extracted"  # written last: a half extraction is done again
+    if done.exists():
         return root
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / f"celery-{release}.tar.gz"
@@ -64,13 +65,17 @@ def suite_root(cache: Path) -> Path:
             timeout=600,
         )
     with tarfile.open(archive) as tar:
+        top = f"celery-{release}/"
+        # Celery's pytest settings, t/'s own modules (helpers the suite imports), t/integration.
         wanted = [
             m
             for m in tar.getmembers()
-            if m.name in (f"celery-{release}/t/__init__.py", f"celery-{release}/pyproject.toml")
-            or m.name.startswith(f"celery-{release}/t/integration/")
+            if m.name == f"{top}pyproject.toml"
+            or (m.name.startswith(f"{top}t/") and m.name.count("/") == 2 and m.isfile())
+            or m.name.startswith(f"{top}t/integration/")
         ]
         tar.extractall(cache, members=wanted, filter="data")
+    done.touch()
     return root
 
 

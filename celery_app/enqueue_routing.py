@@ -158,6 +158,11 @@ def hook_apply_async() -> None:
 
         def apply_async(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
             if _routed(self.app, self.name):
+                # Celery's own check of the call against the body's signature (a task
+                # class registered by hand may have none).
+                check = getattr(self, "__header__", None) if self.typing else None
+                if check is not None:
+                    check(*(args or ()), **(kwargs or {}))
                 return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)
 

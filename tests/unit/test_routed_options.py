@@ -203,3 +203,22 @@ def test_a_calls_time_limits_and_priority_are_its_runs_own(routed_app: Any) -> N
         kernel.close()
     assert hints[runs["hard"].id].priority == 200 and hints[runs["plain"].id].priority == 0
     assert hints[runs["soft"].id].timeout == 4
+
+
+def test_wrong_arguments_are_refused_as_celery_refuses_them(routed_app: Any) -> None:
+    # Celery checks a typed task's arguments against its signature before publishing
+    # (Celery's t/integration test_wrong_arguments); a routed call wrote the occurrence
+    # and the run failed later instead.
+
+    @routed_app.task(name="routedopts.untyped", shared=False, typing=False)
+    def untyped(label: str) -> str:
+        return label
+
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    with pytest.raises(TypeError):
+        routed_app.routed.delay()
+    with pytest.raises(TypeError):
+        routed_app.routed.apply_async(("a",), {"wrong": 1})
+    assert _occurrences(routed_app) == []
+    untyped.delay()  # typing=False: not checked at the call, as in Celery
+    assert len(_occurrences(routed_app)) == 1
