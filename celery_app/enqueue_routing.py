@@ -163,6 +163,9 @@ def hook_apply_async() -> None:
                 check = getattr(self, "__header__", None) if self.typing else None
                 if check is not None:
                     check(*(args or ()), **(kwargs or {}))
+                # A pydantic=True task's models, dumped as Celery dumps them for JSON.
+                if self._dump_pydantic_arguments is not None:
+                    args, kwargs = self._dump_pydantic_arguments(args, kwargs)
                 return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from celery import Celery, chain, group
+from pydantic import BaseModel
 
 from celery_app import install
 from kernel import InvalidArgument, Kernel
@@ -222,3 +223,24 @@ def test_wrong_arguments_are_refused_as_celery_refuses_them(routed_app: Any) -> 
     assert _occurrences(routed_app) == []
     untyped.delay()  # typing=False: not checked at the call, as in Celery
     assert len(_occurrences(routed_app)) == 1
+
+
+class Pair(BaseModel):
+    x: int
+    y: int
+
+
+def test_a_pydantic_tasks_model_arguments_are_dumped_as_celery_dumps_them(
+    routed_app: Any,
+) -> None:
+    # Celery's apply_async dumps the models a pydantic=True task rebuilds (Celery's
+    # t/integration test_pydantic_model_arguments); a routed call refused them as not JSON.
+    @routed_app.task(name="routedopts.pair", shared=False, pydantic=True)
+    def pair(data: Pair) -> int:
+        return data.x + data.y
+
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    pair.delay(Pair(x=1, y=2))
+    pair.apply_async(kwargs={"data": Pair(x=3, y=4)})
+    payloads = sorted((o.payload["args"], o.payload["kwargs"]) for o in _occurrences(routed_app))
+    assert payloads == [([], {"data": {"x": 3, "y": 4}}), ([{"x": 1, "y": 2}], {})]
