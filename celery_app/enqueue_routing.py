@@ -103,6 +103,22 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
     return result_cls(task_id)
 
 
+def _as_celery_calls(task: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """What Celery's ``apply_async`` does to a call before it publishes: its refusals
+    (``ValueError``, ``TypeError``) and the arguments it sends."""
+    soft, hard = task.soft_time_limit, task.time_limit
+    if soft and hard and soft > hard:
+        raise ValueError("soft_time_limit must be less than or equal to time_limit")
+    # The call against the body's signature (a task class registered by hand may have none).
+    check = getattr(task, "__header__", None) if task.typing else None
+    if check is not None:
+        check(*(args or ()), **(kwargs or {}))
+    # A pydantic=True task's models, dumped as Celery dumps them for JSON.
+    if task._dump_pydantic_arguments is not None:
+        args, kwargs = task._dump_pydantic_arguments(args, kwargs)
+    return args, kwargs
+
+
 def _instant(value: Any) -> Any:
     """An ``eta`` or ``expires`` as Celery takes it: ISO text or a datetime (naive ones in
     the app's zone) made aware; a number of seconds as it is."""
@@ -158,14 +174,7 @@ def hook_apply_async() -> None:
 
         def apply_async(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
             if _routed(self.app, self.name):
-                # Celery's own check of the call against the body's signature (a task
-                # class registered by hand may have none).
-                check = getattr(self, "__header__", None) if self.typing else None
-                if check is not None:
-                    check(*(args or ()), **(kwargs or {}))
-                # A pydantic=True task's models, dumped as Celery dumps them for JSON.
-                if self._dump_pydantic_arguments is not None:
-                    args, kwargs = self._dump_pydantic_arguments(args, kwargs)
+                args, kwargs = _as_celery_calls(self, args, kwargs)
                 return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)
 

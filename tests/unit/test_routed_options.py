@@ -244,3 +244,16 @@ def test_a_pydantic_tasks_model_arguments_are_dumped_as_celery_dumps_them(
     pair.apply_async(kwargs={"data": Pair(x=3, y=4)})
     payloads = sorted((o.payload["args"], o.payload["kwargs"]) for o in _occurrences(routed_app))
     assert payloads == [([], {"data": {"x": 3, "y": 4}}), ([{"x": 1, "y": 2}], {})]
+
+
+def test_a_soft_limit_past_the_hard_one_is_refused_as_celery_refuses_it(routed_app: Any) -> None:
+    # Celery's apply_async raises ValueError for such a task before publishing (Celery's
+    # t/integration test_soft_time_limit_exceeding_time_limit); a routed call enqueued it.
+    @routed_app.task(name="routedopts.limits", shared=False, time_limit=5, soft_time_limit=10)
+    def limits() -> None:
+        return None
+
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    with pytest.raises(ValueError, match="soft_time_limit must be less than or equal"):
+        limits.delay()
+    assert _occurrences(routed_app) == []
