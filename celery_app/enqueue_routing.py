@@ -23,6 +23,7 @@ from typing import Any
 
 from celery import Celery
 from celery.app.task import Task
+from celery.backends.base import BaseKeyValueStoreBackend
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
@@ -99,6 +100,12 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         # are its job's (beat_schedule.task_settings.task_fields).
         timeout=options.get("soft_time_limit") or options.get("time_limit"),
     )
+    if not task.ignore_result and isinstance(task.backend, BaseKeyValueStoreBackend):
+        # As Celery's send_task: the backend follows the id now (Redis subscribes to its
+        # result channel), so an answer written before the caller's get() is not missed.
+        # (A key-value backend needs no producer for it; the RPC one declares its reply
+        # queue on the publishing channel, and a routed call publishes none.)
+        task.backend.on_task_call(None, task_id)
     result_cls = options.get("result_cls") or task.AsyncResult
     return result_cls(task_id)
 

@@ -257,3 +257,37 @@ def test_a_soft_limit_past_the_hard_one_is_refused_as_celery_refuses_it(routed_a
     with pytest.raises(ValueError, match="soft_time_limit must be less than or equal"):
         limits.delay()
     assert _occurrences(routed_app) == []
+
+
+def test_a_routed_call_subscribes_to_its_result_as_celerys_publish_does(
+    tmp_path: Path, redis_url: str
+) -> None:
+    # Celery's send_task asks the result backend to follow the new task id (Redis:
+    # subscribes to its result channel) so the answer is not missed (Celery's
+    # t/integration test_asyncresult_get_cancels_subscription); a routed call did not.
+    import redis
+
+    url = f"sqlite:///{tmp_path}/kernel.db"
+    Kernel.open(url, migrate_schema=True).close()
+    app = Celery("routedsub", broker="memory://", backend=redis_url, set_as_current=False)
+    app.conf.update(kernel_database_url=url, kernel_route_tasks=["routedsub.*"])
+    install(app)
+
+    @app.task(name="routedsub.add", shared=False)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(name="routedsub.quiet", shared=False, ignore_result=True)
+    def quiet() -> None:
+        return None
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        result = add.delay(1, 2)
+        quiet_result = quiet.delay()
+        channels = set(client.pubsub_channels())
+        assert f"celery-task-meta-{result.id}".encode() in channels
+        assert f"celery-task-meta-{quiet_result.id}".encode() not in channels
+    finally:
+        client.close()
+        app.backend.result_consumer.cancel_for(result.id)
