@@ -100,14 +100,16 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         # are its job's (beat_schedule.task_settings.task_fields).
         timeout=options.get("soft_time_limit") or options.get("time_limit"),
     )
-    if not task.ignore_result and isinstance(task.backend, BaseKeyValueStoreBackend):
+    ignored = bool(task.ignore_result)
+    if not ignored and isinstance(task.backend, BaseKeyValueStoreBackend):
         # As Celery's send_task: the backend follows the id now (Redis subscribes to its
         # result channel), so an answer written before the caller's get() is not missed.
         # (A key-value backend needs no producer for it; the RPC one declares its reply
         # queue on the publishing channel, and a routed call publishes none.)
         task.backend.on_task_call(None, task_id)
-    result_cls = options.get("result_cls") or task.AsyncResult
-    return result_cls(task_id)
+    result = (options.get("result_cls") or task.AsyncResult)(task_id)
+    result.ignored = ignored  # as Celery's send_task
+    return result
 
 
 def _as_celery_calls(task: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:

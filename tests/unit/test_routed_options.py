@@ -288,6 +288,8 @@ def test_a_routed_call_subscribes_to_its_result_as_celerys_publish_does(
         channels = set(client.pubsub_channels())
         assert f"celery-task-meta-{result.id}".encode() in channels
         assert f"celery-task-meta-{quiet_result.id}".encode() not in channels
+        # Celery's send_task says which results are ignored on the AsyncResult.
+        assert (result.ignored, quiet_result.ignored) == (False, True)
     finally:
         client.close()
         app.backend.result_consumer.cancel_for(result.id)
