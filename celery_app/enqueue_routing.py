@@ -23,6 +23,7 @@ from typing import Any
 
 from celery import Celery
 from celery.app.task import Task
+from celery.backends.base import BaseKeyValueStoreBackend
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
@@ -65,8 +66,16 @@ def refused_options(options: Mapping[str, Any]) -> list[str]:
 def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> Any:
     task_id, run = routed_run(task, args, kwargs, options)
     enqueue(task.app, task.name, **run)
-    result_cls = options.get("result_cls") or task.AsyncResult
-    return result_cls(task_id)
+    ignored = bool(task.ignore_result)
+    if not ignored and isinstance(task.backend, BaseKeyValueStoreBackend):
+        # As Celery's send_task: the backend follows the id now (Redis subscribes to its
+        # result channel), so an answer written before the caller's get() is not missed.
+        # (A key-value backend needs no producer for it; the RPC one declares its reply
+        # queue on the publishing channel, and a routed call publishes none.)
+        task.backend.on_task_call(None, task_id)
+    result = (options.get("result_cls") or task.AsyncResult)(task_id)
+    result.ignored = ignored  # as Celery's send_task
+    return result
 
 
 def routed_run(
@@ -114,6 +123,22 @@ def routed_run(
         # are its job's (beat_schedule.task_settings.task_fields).
         "timeout": options.get("soft_time_limit") or options.get("time_limit"),
     }
+
+
+def _as_celery_calls(task: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """What Celery's ``apply_async`` does to a call before it publishes: its refusals
+    (``ValueError``, ``TypeError``) and the arguments it sends."""
+    soft, hard = task.soft_time_limit, task.time_limit
+    if soft and hard and soft > hard:
+        raise ValueError("soft_time_limit must be less than or equal to time_limit")
+    # The call against the body's signature (a task class registered by hand may have none).
+    check = getattr(task, "__header__", None) if task.typing else None
+    if check is not None:
+        check(*(args or ()), **(kwargs or {}))
+    # A pydantic=True task's models, dumped as Celery dumps them for JSON.
+    if task._dump_pydantic_arguments is not None:
+        args, kwargs = task._dump_pydantic_arguments(args, kwargs)
+    return args, kwargs
 
 
 def _instant(value: Any) -> Any:
@@ -171,6 +196,7 @@ def hook_apply_async() -> None:
 
         def apply_async(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
             if routed(self.app, self.name):
+                args, kwargs = _as_celery_calls(self, args, kwargs)
                 return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from celery import Celery, chain, chord, group
+from pydantic import BaseModel
 
 from celery_app import install
 from kernel import InvalidArgument, Kernel
@@ -233,3 +234,92 @@ def test_a_routed_group_and_chord_are_made_in_one_enqueue_under_their_task_ids(
     # The body's result, its parent the header's: the body waits for its members.
     assert keys()[3:] == [f"key:{r.id}" for r in body.parent.results]
     assert f"key:{body.id}" not in keys()
+
+
+def test_wrong_arguments_are_refused_as_celery_refuses_them(routed_app: Any) -> None:
+    # Celery checks a typed task's arguments against its signature before publishing
+    # (Celery's t/integration test_wrong_arguments); a routed call wrote the occurrence
+    # and the run failed later instead.
+
+    @routed_app.task(name="routedopts.untyped", shared=False, typing=False)
+    def untyped(label: str) -> str:
+        return label
+
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    with pytest.raises(TypeError):
+        routed_app.routed.delay()
+    with pytest.raises(TypeError):
+        routed_app.routed.apply_async(("a",), {"wrong": 1})
+    assert _occurrences(routed_app) == []
+    untyped.delay()  # typing=False: not checked at the call, as in Celery
+    assert len(_occurrences(routed_app)) == 1
+
+
+class Pair(BaseModel):
+    x: int
+    y: int
+
+
+def test_a_pydantic_tasks_model_arguments_are_dumped_as_celery_dumps_them(
+    routed_app: Any,
+) -> None:
+    # Celery's apply_async dumps the models a pydantic=True task rebuilds (Celery's
+    # t/integration test_pydantic_model_arguments); a routed call refused them as not JSON.
+    @routed_app.task(name="routedopts.pair", shared=False, pydantic=True)
+    def pair(data: Pair) -> int:
+        return data.x + data.y
+
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    pair.delay(Pair(x=1, y=2))
+    pair.apply_async(kwargs={"data": Pair(x=3, y=4)})
+    payloads = sorted((o.payload["args"], o.payload["kwargs"]) for o in _occurrences(routed_app))
+    assert payloads == [([], {"data": {"x": 3, "y": 4}}), ([{"x": 1, "y": 2}], {})]
+
+
+def test_a_soft_limit_past_the_hard_one_is_refused_as_celery_refuses_it(routed_app: Any) -> None:
+    # Celery's apply_async raises ValueError for such a task before publishing (Celery's
+    # t/integration test_soft_time_limit_exceeding_time_limit); a routed call enqueued it.
+    @routed_app.task(name="routedopts.limits", shared=False, time_limit=5, soft_time_limit=10)
+    def limits() -> None:
+        return None
+
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    with pytest.raises(ValueError, match="soft_time_limit must be less than or equal"):
+        limits.delay()
+    assert _occurrences(routed_app) == []
+
+
+def test_a_routed_call_subscribes_to_its_result_as_celerys_publish_does(
+    tmp_path: Path, redis_url: str
+) -> None:
+    # Celery's send_task asks the result backend to follow the new task id (Redis:
+    # subscribes to its result channel) so the answer is not missed (Celery's
+    # t/integration test_asyncresult_get_cancels_subscription); a routed call did not.
+    import redis
+
+    url = f"sqlite:///{tmp_path}/kernel.db"
+    Kernel.open(url, migrate_schema=True).close()
+    app = Celery("routedsub", broker="memory://", backend=redis_url, set_as_current=False)
+    app.conf.update(kernel_database_url=url, kernel_route_tasks=["routedsub.*"])
+    install(app)
+
+    @app.task(name="routedsub.add", shared=False)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(name="routedsub.quiet", shared=False, ignore_result=True)
+    def quiet() -> None:
+        return None
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        result = add.delay(1, 2)
+        quiet_result = quiet.delay()
+        channels = set(client.pubsub_channels())
+        assert f"celery-task-meta-{result.id}".encode() in channels
+        assert f"celery-task-meta-{quiet_result.id}".encode() not in channels
+        # Celery's send_task says which results are ignored on the AsyncResult.
+        assert (result.ignored, quiet_result.ignored) == (False, True)
+    finally:
+        client.close()
+        app.backend.result_consumer.cancel_for(result.id)
