@@ -6,13 +6,17 @@ routed or not: the kernel makes each step durably, exactly once.
 
 What a link cannot carry is refused when the canvas is applied, naming it: a group, a
 chord or a nested chain among the steps (not made durable yet), and step options the
-kernel does not honour (``eta``, ``expires``, ...).
+kernel does not honour (``expires``, ...). A step's ``eta`` is stored as ISO text (a link
+is JSON), made aware in the app's zone as Celery reads a naive one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
+
+from celery.utils.time import maybe_make_aware
 
 from kernel import InvalidArgument
 
@@ -21,7 +25,7 @@ __all__ = ["CANVAS_OPTIONS", "link_signature", "links"]
 #: The apply_async options this module turns into links.
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
 #: A step's options a kernel link honours.
-_STEP_OPTIONS = ("task_id", "queue", "countdown", "priority")
+_STEP_OPTIONS = ("task_id", "queue", "countdown", "eta", "priority")
 #: A step's options about Celery's own bookkeeping of a message the kernel does not send.
 _UNUSED_STEP_OPTIONS = frozenset(
     {"reply_to", "parent_id", "root_id", "group_id", "group_index", "chord", "serializer",
@@ -81,6 +85,8 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
             f"only {', '.join(_STEP_OPTIONS)}, link and link_error; call it without "
             f"{refused[0]}",
         )
+    if isinstance(options.get("eta"), datetime):
+        options["eta"] = maybe_make_aware(options["eta"]).isoformat()
     nested, errbacks = links({name: options.get(name) for name in CANVAS_OPTIONS})
     return {
         "task": sig.get("task"),

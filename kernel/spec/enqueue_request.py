@@ -8,7 +8,8 @@ The rows are built here, below the statements, because two actors make them: an 
 A link is a plain JSON signature (the kernel never imports Celery)::
 
     {"task": name, "args": [...], "kwargs": {...}, "immutable": false,
-     "options": {"task_id": ..., "queue": ..., "countdown": ..., "priority": ...},
+     "options": {"task_id": ..., "queue": ..., "countdown": ..., "eta": ISO text with
+                 a zone, "priority": ...},
      "settings": {job fields of the task's implicit job},
      "callbacks": [signature, ...], "errbacks": [signature, ...]}
 
@@ -66,7 +67,7 @@ _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks"}
 )
-_SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "priority"})
+_SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,11 +368,23 @@ def _request(
         key=options.get("task_id") or key,
         queue=options.get("queue"),
         countdown=options.get("countdown"),
+        eta=_instant(options.get("eta")),
         priority=options.get("priority"),
         settings=settings,
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
     )
+
+
+def _instant(eta: Any) -> Any:
+    """A link's ``eta`` (ISO text: a link is JSON) as the datetime a request takes;
+    anything else as it is, for :func:`prepare` to refuse."""
+    if not isinstance(eta, str):
+        return eta
+    try:
+        return datetime.fromisoformat(eta)
+    except ValueError:
+        raise InvalidArgument("eta", f"{eta!r} is no ISO 8601 instant") from None
 
 
 def link_requests(

@@ -141,6 +141,8 @@ def test_an_operator_s_abandon_makes_the_errback_and_a_cancel_none(k: Harness) -
         ({"task": "t", "chord": {}}, "callbacks[0].chord"),
         ({"task": "t", "options": {"expires": 3}}, "callbacks[0].options.expires"),
         ({"task": "t", "options": {"priority": 999}}, "callbacks[0].priority"),
+        ({"task": "t", "options": {"eta": "soon"}}, "callbacks[0].eta"),
+        ({"task": "t", "options": {"eta": "2031-05-01T12:00"}}, "callbacks[0].eta"),
         ({"task": "t", "callbacks": [{"task": "u", "args": [{1}]}]},
          "callbacks[0].callbacks[0].args[0]"),
     ],

@@ -233,3 +233,27 @@ def test_a_routed_group_and_chord_are_made_in_one_enqueue_under_their_task_ids(
     # The body's result, its parent the header's: the body waits for its members.
     assert keys()[3:] == [f"key:{r.id}" for r in body.parent.results]
     assert f"key:{body.id}" not in keys()
+
+
+def test_a_chain_step_s_own_countdown_and_eta_hold_it_back_once_made(routed_app: Any) -> None:
+    """A step's ``countdown`` counts from the settle that makes it (Celery sends the next
+    step then); its ``eta`` is its instant, a datetime or ISO text as Celery takes it."""
+    app = routed_app
+    at = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
+    chain(app.routed.s("a"), app.other.s().set(countdown=60, task_id="later")).apply_async()
+    chain(app.routed.s("b"), app.other.s(), app.other.s().set(eta=at, task_id="at")).apply_async()
+    iso = app.other.s().set(eta=at.isoformat(), task_id="iso-cb")
+    app.routed.apply_async(("c",), task_id="iso", link=iso)
+    first, second = (
+        next(o for o in _occurrences(app) if o.payload["args"] == [label]) for label in "ab"
+    )
+    before = datetime.now(UTC)
+    _settle(app, first.id, "A")
+    after = datetime.now(UTC)
+    later = _by_key(app, "later")
+    assert before + timedelta(seconds=60) <= later.available_at <= after + timedelta(seconds=60)
+    _settle(app, second.id, "B")
+    _settle(app, next(o for o in _occurrences(app) if o.payload["args"] == ["B"]).id, "C")
+    assert _by_key(app, "at").available_at == at
+    _settle(app, _by_key(app, "iso").id, "D")
+    assert _by_key(app, "iso-cb").available_at == at
