@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from celery import Celery, chain, chord, group
+from celery.result import GroupResult
 
 from celery_app import install
 from kernel import InvalidArgument, Kernel
@@ -257,3 +258,28 @@ def test_a_chain_step_s_own_countdown_and_eta_hold_it_back_once_made(routed_app:
     assert _by_key(app, "at").available_at == at
     _settle(app, _by_key(app, "iso").id, "D")
     assert _by_key(app, "iso-cb").available_at == at
+
+
+def test_map_starmap_and_chunks_of_a_routed_task_go_through_the_kernel(routed_app: Any) -> None:
+    """Celery runs ``task.map``/``task.starmap`` as one builtin call (``celery.map``,
+    ``celery.starmap``) looping over the task's body, and ``task.chunks`` as a group of
+    ``celery.starmap`` calls: over a routed task each is an occurrence of that builtin,
+    made under the task id Celery answers, whose body is the builtin's own loop."""
+    app = routed_app
+    mapped = app.routed.map(["a", "b"]).delay()
+    starred = app.routed.starmap([("c",), ("d",)]).apply_async(task_id="star-1")
+    assert starred.id == "star-1"
+    chunked = app.routed.chunks([(str(i),) for i in range(5)], 2).apply_async()
+    assert isinstance(chunked, GroupResult) and len(chunked.results) == 3
+    occurrences = {o.trigger_key.removeprefix("key:"): o for o in _occurrences(app)}
+    assert set(occurrences) == {mapped.id, "star-1", *(r.id for r in chunked.results)}
+    for task_id, builtin, expected in [
+        (mapped.id, "celery.map", ["a", "b"]),
+        ("star-1", "celery.starmap", ["c", "d"]),
+        (chunked.results[2].id, "celery.starmap", ["4"]),
+    ]:
+        payload = occurrences[task_id].payload
+        assert payload["task"] == builtin
+        assert payload["kwargs"]["task"]["task"] == "routedopts.routed"
+        # What the kernel worker's task adapter calls: the builtin's body.
+        assert app.tasks[builtin].run(*payload["args"], **payload["kwargs"]) == expected
