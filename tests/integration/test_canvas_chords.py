@@ -11,7 +11,9 @@ measured against stock Celery on the same Redis (broker and result backend).
   the members' settles meet on the chord's row from several workers);
 * a member whose worker is SIGKILLed on its last attempt fails the chord: the body's
   result is FAILURE with ``ChordError`` (written with the member's owed end), its
-  errback runs once, the body never.
+  errback runs once, the body never;
+* ``task.map``, ``task.starmap``, ``task.chunks`` and a chain whose steps carry their own
+  ``countdown``/``eta`` answer what stock Celery answers, each routed one an occurrence.
 """
 
 from __future__ import annotations
@@ -116,6 +118,27 @@ add, dies = app.tasks["myproj.routed.add"], app.tasks["myproj.routed.dies"]
 tsum, on_err = app.tasks["myproj.routed.tsum"], app.tasks["myproj.routed.on_err"]
 made = chord([add.s(1, 1), dies.s(2)])(tsum.s().on_error(on_err.s()))
 print(json.dumps({"body": made.id}))
+"""
+
+MAPS = """\
+import json
+from datetime import datetime, timedelta, timezone
+from celery import chain
+from myproj import app
+app.loader.import_default_modules()
+
+out = {}
+for side in ("routed", "stock"):
+    add, tsum = app.tasks[f"myproj.{side}.add"], app.tasks[f"myproj.{side}.tsum"]
+    soon = datetime.now(timezone.utc) + timedelta(seconds=2)
+    stepped = chain(add.s(1, 1), add.s(3).set(countdown=1), add.s(5).set(eta=soon))
+    out[side] = {
+        "map": tsum.map([[1, 2], [3, 4]]).delay().get(timeout=60),
+        "starmap": add.starmap([(1, 2), (3, 4)]).delay().get(timeout=60),
+        "chunks": add.chunks([(i, i) for i in range(5)], 2).delay().get(timeout=60),
+        "chain": stepped.apply_async().get(timeout=60),
+    }
+print(json.dumps(out))
 """
 
 READ_BODY = """\
@@ -230,3 +253,28 @@ def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
     assert [x["failed"] for x in errback] == [body_id]
     assert stack.occurrences("task:myproj.routed.tsum") == []
     assert project.ledger(task="tsum") == []
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_map_starmap_chunks_and_timed_steps_answer_as_stock_celery(stack: Stack) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
+                           "--without-mingle", "--without-gossip")  # fmt: skip
+    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
+    # Beat's pump hints the steps a settle makes and the ones held back until due.
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    out = project.client(MAPS)
+    assert out["stock"] == {
+        "map": [3, 7], "starmap": [3, 7], "chunks": [[0, 2], [4, 6], [8]], "chain": 10,
+    }  # fmt: skip
+    assert out["routed"] == out["stock"]
+    builtins = {o.payload["task"] for o in stack.occurrences("task:celery.map")} | {
+        o.payload["task"] for o in stack.occurrences("task:celery.starmap")
+    }
+    assert builtins == {"celery.map", "celery.starmap"}
+    assert len(stack.occurrences("task:celery.starmap")) == 4  # starmap + 3 chunks
+    steps = stack.occurrences("task:myproj.routed.add")
+    assert sorted(o.result for o in steps) == [2, 5, 10]
