@@ -283,3 +283,30 @@ def test_map_starmap_and_chunks_of_a_routed_task_go_through_the_kernel(routed_ap
         assert payload["kwargs"]["task"]["task"] == "routedopts.routed"
         # What the kernel worker's task adapter calls: the builtin's body.
         assert app.tasks[builtin].run(*payload["args"], **payload["kwargs"]) == expected
+
+
+def test_a_chord_as_a_chain_s_step_is_made_by_the_settle_before_it(routed_app: Any) -> None:
+    """``chain(a, chord([b, b.si(z)], c), d)``: a's settle makes the chord's members under
+    Celery's task ids (a's result first unless immutable); the last member's settle makes
+    the body with their results in group order; d follows the body. The chain answers
+    d's AsyncResult, a chain ending in the chord the body's."""
+    app = routed_app
+    app.conf.result_backend = "cache+memory://"  # Celery's chain checks chords are allowed
+    header = [app.other.s(), app.other.si("z")]
+    answer = chain(app.routed.s("a"), chord(header, app.other.s()), app.other.s()).apply_async()
+    [first] = _occurrences(app)
+    _settle(app, first.id, "A")
+    members = sorted((o for o in _occurrences(app) if o.id != first.id), key=lambda o: o.id)
+    assert [m.payload["args"] for m in members] == [["A"], ["z"]]
+    for member, result in zip(members, ("x", "y"), strict=True):
+        _settle(app, member.id, result)
+    [body] = [o for o in _occurrences(app) if o.id not in {first.id, *(m.id for m in members)}]
+    assert body.payload["args"] == [["x", "y"]]
+    _settle(app, body.id, "xy")
+    assert _by_key(app, answer.id).payload["args"] == ["xy"]
+    ending = chain(app.routed.s("b"), chord([app.other.s()], app.other.s())).apply_async()
+    [start] = [o for o in _occurrences(app) if o.payload["args"] == ["b"]]
+    _settle(app, start.id, "B")
+    [member] = [o for o in _occurrences(app) if o.payload["args"] == ["B"]]
+    _settle(app, member.id, "m")
+    assert _by_key(app, ending.id).payload["args"] == [["m"]]
