@@ -12,8 +12,10 @@ measured against stock Celery on the same Redis (broker and result backend).
 * a member whose worker is SIGKILLed on its last attempt fails the chord: the body's
   result is FAILURE with ``ChordError`` (written with the member's owed end), its
   errback runs once, the body never;
-* ``task.map``, ``task.starmap``, ``task.chunks`` and a chain whose steps carry their own
-  ``countdown``/``eta`` answer what stock Celery answers, each routed one an occurrence.
+* ``task.map``, ``task.starmap``, ``task.chunks``, a chain whose steps carry their own
+  ``countdown``/``eta``, and a chain with a chord as a step (in the middle, and last as
+  a group followed by a task) answer what stock Celery answers, each routed one an
+  occurrence.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ print(json.dumps({"body": made.id}))
 MAPS = """\
 import json
 from datetime import datetime, timedelta, timezone
-from celery import chain
+from celery import chain, chord, group
 from myproj import app
 app.loader.import_default_modules()
 
@@ -137,6 +139,12 @@ for side in ("routed", "stock"):
         "starmap": add.starmap([(1, 2), (3, 4)]).delay().get(timeout=60),
         "chunks": add.chunks([(i, i) for i in range(5)], 2).delay().get(timeout=60),
         "chain": stepped.apply_async().get(timeout=60),
+        "chord_step": chain(
+            add.s(1, 1), chord([add.s(1), add.s(2)], tsum.s()), add.s(100)
+        ).apply_async().get(timeout=60),
+        "chord_last": chain(add.s(1, 1), group(add.s(1), add.s(2)), tsum.s()).apply_async().get(
+            timeout=60
+        ),
     }
 print(json.dumps(out))
 """
@@ -269,6 +277,7 @@ def test_map_starmap_chunks_and_timed_steps_answer_as_stock_celery(stack: Stack)
     out = project.client(MAPS)
     assert out["stock"] == {
         "map": [3, 7], "starmap": [3, 7], "chunks": [[0, 2], [4, 6], [8]], "chain": 10,
+        "chord_step": 107, "chord_last": 7,
     }  # fmt: skip
     assert out["routed"] == out["stock"]
     builtins = {o.payload["task"] for o in stack.occurrences("task:celery.map")} | {
@@ -277,4 +286,5 @@ def test_map_starmap_chunks_and_timed_steps_answer_as_stock_celery(stack: Stack)
     assert builtins == {"celery.map", "celery.starmap"}
     assert len(stack.occurrences("task:celery.starmap")) == 4  # starmap + 3 chunks
     steps = stack.occurrences("task:myproj.routed.add")
-    assert sorted(o.result for o in steps) == [2, 5, 10]
+    # The timed chain's three steps, and each chord chain's first step, members and last.
+    assert sorted(o.result for o in steps) == [2, 2, 2, 3, 3, 4, 4, 5, 10, 107]
