@@ -13,9 +13,9 @@ measured against stock Celery on the same Redis (broker and result backend).
   result is FAILURE with ``ChordError`` (written with the member's owed end), its
   errback runs once, the body never;
 * ``task.map``, ``task.starmap``, ``task.chunks``, a chain whose steps carry their own
-  ``countdown``/``eta``, and a chain with a chord as a step (in the middle, and last as
-  a group followed by a task) answer what stock Celery answers, each routed one an
-  occurrence.
+  ``countdown``/``eta``, a chain with a chord as a step (in the middle, and last as a
+  group followed by a task) and ``self.replace(sig)`` (returned or raised, and in a
+  chain) answer what stock Celery answers, each routed one an occurrence.
 """
 
 from __future__ import annotations
@@ -61,9 +61,17 @@ def slow_add(x, y):
     note(task="slow_add", event="done", x=x)
     return x + y
 
+def replaced(self, x):
+    return self.replace(app.tasks[self.name.replace("replaced", "add")].s(x, 10))
+
+def raised(self, x):
+    raise self.replace(app.tasks[self.name.replace("raised", "add")].s(x, 20))
+
 for side in ("routed", "stock"):
     for body in (add, tsum, boom, on_err):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
+    for body in (replaced, raised):
+        app.task(name=f"myproj.{side}.{body.__name__}", shared=False, bind=True)(body)
 app.task(name="myproj.routed.slow_add", kernel_options={"lease": "5s"})(slow_add)
 
 @app.task(name="myproj.routed.dies", kernel_options={"lease": "5s", "max_attempts": 1,
@@ -146,6 +154,12 @@ for side in ("routed", "stock"):
             timeout=60
         ),
     }
+    replaced, raised = app.tasks[f"myproj.{side}.replaced"], app.tasks[f"myproj.{side}.raised"]
+    out[side]["replace"] = [
+        replaced.delay(1).get(timeout=60),
+        raised.delay(2).get(timeout=60),
+        chain(replaced.s(3), add.s(100)).apply_async().get(timeout=60),
+    ]
 print(json.dumps(out))
 """
 
@@ -264,7 +278,7 @@ def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
 
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
-def test_map_starmap_chunks_and_timed_steps_answer_as_stock_celery(stack: Stack) -> None:
+def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: Stack) -> None:
     project = Project(stack)
     (stack.root / "myproj_settings.py").write_text(SETTINGS)
     (stack.root / "myproj_tasks.py").write_text(TASKS)
@@ -277,7 +291,7 @@ def test_map_starmap_chunks_and_timed_steps_answer_as_stock_celery(stack: Stack)
     out = project.client(MAPS)
     assert out["stock"] == {
         "map": [3, 7], "starmap": [3, 7], "chunks": [[0, 2], [4, 6], [8]], "chain": 10,
-        "chord_step": 107, "chord_last": 7,
+        "chord_step": 107, "chord_last": 7, "replace": [11, 22, 113],
     }  # fmt: skip
     assert out["routed"] == out["stock"]
     builtins = {o.payload["task"] for o in stack.occurrences("task:celery.map")} | {
@@ -286,5 +300,11 @@ def test_map_starmap_chunks_and_timed_steps_answer_as_stock_celery(stack: Stack)
     assert builtins == {"celery.map", "celery.starmap"}
     assert len(stack.occurrences("task:celery.starmap")) == 4  # starmap + 3 chunks
     steps = stack.occurrences("task:myproj.routed.add")
-    # The timed chain's three steps, and each chord chain's first step, members and last.
-    assert sorted(o.result for o in steps) == [2, 2, 2, 3, 3, 4, 4, 5, 10, 107]
+    # The timed chain's three steps, each chord chain's first step, members and last, and
+    # the step after a replaced run, made by its settle with the replacement's result.
+    assert sorted(o.result for o in steps) == [2, 2, 2, 3, 3, 4, 4, 5, 10, 107, 113]
+    # A replaced run's result is its replacement's, applied in the run (Celery's eager
+    # replace), whether the body returns or raises self.replace(...).
+    replaced = stack.occurrences("task:myproj.routed.replaced")
+    raised = stack.occurrences("task:myproj.routed.raised")
+    assert sorted(o.result for o in replaced) == [11, 13] and [o.result for o in raised] == [22]
