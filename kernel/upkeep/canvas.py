@@ -150,8 +150,11 @@ def _next(links: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     made = []
     for kind, when in (("callbacks", "succeeds"), ("errbacks", "is dead-lettered")):
         for sig in (links or {}).get(kind) or ():
-            made.append({"task": sig["task"], "task_id": sig["options"].get("task_id"),
-                         "when": when})  # fmt: skip
+            step = {"task": sig["task"], "task_id": sig["options"].get("task_id"), "when": when}
+            if "chord" in sig:  # a chord step: its members now, the body after them
+                step["chord"] = sig["chord"]["id"]
+                step["members"] = len(sig["chord"]["header"])
+            made.append(step)
     return made
 
 
@@ -172,4 +175,10 @@ def _waits_for(
     made = _next(links)
     if not made or status in SETTLED:
         return None
-    return "its settle: " + "; ".join(f"{m['task']} is made when it {m['when']}" for m in made)
+    return "its settle: " + "; ".join(
+        f"chord {m['chord']}'s {m['members']} members are made when it {m['when']}, then "
+        f"{m['task']}"
+        if "chord" in m
+        else f"{m['task']} is made when it {m['when']}"
+        for m in made
+    )

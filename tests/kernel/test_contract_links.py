@@ -169,6 +169,8 @@ def test_a_chord_as_a_chain_step_is_made_by_the_settle_before_it(k: Harness) -> 
         task="proj.a", key="a-1", callbacks=[{**body, "chord": {"id": "g-1", "header": header}}]
     )
     assert k.kernel.get_job("task:proj.b").spec["kind"] == "task"  # defined at the enqueue
+    [step] = k.kernel.canvas(made.occurrence_id)["next"]
+    assert (step["chord"], step["members"], step["task"]) == ("g-1", 2, "proj.total")
     k.kernel.succeed(made.occurrence_id, owner="w1", fence=_run(k, made.occurrence_id), result=7)
     first, second = _by_key(k, "m-1"), _by_key(k, "m-2")
     assert (first.payload["args"], second.payload["args"]) == ([7], [5])
