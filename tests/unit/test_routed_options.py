@@ -310,3 +310,17 @@ def test_a_chord_as_a_chain_s_step_is_made_by_the_settle_before_it(routed_app: A
     [member] = [o for o in _occurrences(app) if o.payload["args"] == ["B"]]
     _settle(app, member.id, "m")
     assert _by_key(app, ending.id).payload["args"] == [["m"]]
+
+
+def test_a_chain_starting_with_a_routed_chord_follows_its_body(routed_app: Any) -> None:
+    """``chain(chord([a], b), c)``: Celery hands the chain's rest to the chord, whose body
+    carries it: c is made by the body's settle."""
+    app = routed_app
+    app.conf.result_backend = "cache+memory://"  # Celery's chain checks chords are allowed
+    answer = chain(chord([app.routed.s("a")], app.other.s()), app.other.s()).apply_async()
+    [member] = _occurrences(app)
+    _settle(app, member.id, "A")
+    [body] = [o for o in _occurrences(app) if o.id != member.id]
+    assert body.payload["args"] == [["A"]]
+    _settle(app, body.id, "B")
+    assert _by_key(app, answer.id).payload["args"] == ["B"]
