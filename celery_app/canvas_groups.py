@@ -29,7 +29,7 @@ from celery.result import GroupResult
 from celery.utils import uuid
 
 from celery_app.canvas_links import link_signature
-from celery_app.enqueue_routing import routed, routed_run
+from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
 from kernel import InvalidArgument
 
@@ -48,7 +48,11 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
         InvalidArgument: some are routed and some not, or a member is a canvas.
     """
     members = [maybe_signature(task, app=app) for task in tasks]
-    are_routed = [not m.get("subtask_type") and routed(app, m.task) for m in members]
+    # A chunks' members are celery.starmap calls (xstarmap) over its task.
+    are_routed = [
+        m.get("subtask_type") in (None, "xmap", "xstarmap") and routed_call(app, m.task, m.kwargs)
+        for m in members
+    ]
     if not any(are_routed):
         return None
     for index, (member, is_routed) in enumerate(zip(members, are_routed, strict=True)):

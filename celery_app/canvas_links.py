@@ -4,15 +4,25 @@ rest (``options['chain']``, as Celery's ``_chain.run`` passes it to the first st
 and enqueues when it settles (kernel/spec/enqueue_request.py), whether their tasks are
 routed or not: the kernel makes each step durably, exactly once.
 
-What a link cannot carry is refused when the canvas is applied, naming it: a group, a
-chord or a nested chain among the steps (not made durable yet), and step options the
-kernel does not honour (``eta``, ``expires``, ...).
+A chord among the steps (``chain(a, chord(header, body), d)``, and a group followed by a
+task, which Celery makes a chord) is one link too: the body's signature carrying the
+chord's id and header (kernel/spec/enqueue_request.py); the step before it makes the
+members, the last member the body, and the steps after it follow the body.
+
+What a link cannot carry is refused when the canvas is applied, naming it: a group or a
+nested chain among the steps, a chord's member that is a canvas, and step options the
+kernel does not honour (``expires``, ...). A step's ``eta`` is stored as ISO text (a link
+is JSON), made aware in the app's zone as Celery reads a naive one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
+
+from celery.utils import uuid
+from celery.utils.time import maybe_make_aware
 
 from kernel import InvalidArgument
 
@@ -21,7 +31,7 @@ __all__ = ["CANVAS_OPTIONS", "link_signature", "links"]
 #: The apply_async options this module turns into links.
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
 #: A step's options a kernel link honours.
-_STEP_OPTIONS = ("task_id", "queue", "countdown", "priority")
+_STEP_OPTIONS = ("task_id", "queue", "countdown", "eta", "priority")
 #: A step's options about Celery's own bookkeeping of a message the kernel does not send.
 _UNUSED_STEP_OPTIONS = frozenset(
     {"reply_to", "parent_id", "root_id", "group_id", "group_index", "chord", "serializer",
@@ -56,10 +66,44 @@ def _many(value: Any) -> Sequence[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
+def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
+    refused = sorted(
+        name
+        for name, value in options.items()
+        if value not in (None, False, [], ()) and name not in honoured | _UNUSED_STEP_OPTIONS
+    )
+    if refused:
+        raise InvalidArgument(
+            f"{where}.options.{refused[0]}",
+            f"a step of a canvas routed through the kernel (kernel_route_tasks) honours "
+            f"only {', '.join(sorted(honoured))}; call it without {refused[0]}",
+        )
+
+
+def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A chord among a canvas's steps as one link: its body's, carrying the chord's id
+    (Celery's group id, frozen with the chain) and its header's members."""
+    _refuse(dict(sig.get("options") or {}), {"task_id"}, where)
+    kwargs = sig.get("kwargs") or {}
+    if kwargs.get("kwargs"):
+        raise InvalidArgument(
+            f"{where}.kwargs", "a chord step's own kwargs are not passed on; give them to its body"
+        )
+    header = kwargs.get("header") or ()
+    if isinstance(header, Mapping):  # a group: its tasks
+        header = (header.get("kwargs") or {}).get("tasks") or ()
+    group_id = (sig.get("options") or {}).get("task_id") or uuid()
+    members = [link_signature(m, f"{where}.header[{i}]") for i, m in enumerate(header)]
+    body = link_signature(kwargs.get("body") or {}, f"{where}.body")
+    return {**body, "chord": {"id": group_id, "header": members}}
+
+
 def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     """One Celery signature (a Signature is a dict) as a kernel link (a step, a link, a
     chord's body); InvalidArgument as :func:`links`, ``where`` first in its field."""
     kind = sig.get("subtask_type")
+    if kind == "chord":
+        return _chord_step(sig, where)
     if kind:
         raise InvalidArgument(
             where,
@@ -68,19 +112,9 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
             "kernel_route_tasks",
         )
     options = dict(sig.get("options") or {})
-    refused = sorted(
-        name
-        for name, value in options.items()
-        if value not in (None, False, [], ())
-        and name not in {*_STEP_OPTIONS, *CANVAS_OPTIONS, *_UNUSED_STEP_OPTIONS}
-    )
-    if refused:
-        raise InvalidArgument(
-            f"{where}.options.{refused[0]}",
-            f"a step of a canvas routed through the kernel (kernel_route_tasks) honours "
-            f"only {', '.join(_STEP_OPTIONS)}, link and link_error; call it without "
-            f"{refused[0]}",
-        )
+    _refuse(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS}, where)
+    if isinstance(options.get("eta"), datetime):
+        options["eta"] = maybe_make_aware(options["eta"]).isoformat()
     nested, errbacks = links({name: options.get(name) for name in CANVAS_OPTIONS})
     return {
         "task": sig.get("task"),

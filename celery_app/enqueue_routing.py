@@ -9,8 +9,10 @@ whose name matches a ``kernel_route_tasks`` glob pattern is enqueued
 uuid), which is the occurrence's key and the body's ``self.request.id``; the worker
 writes the run's outcome to the app's result backend under it
 (:mod:`celery_app.task_results`). ``app.send_task`` of a routed name is routed the same
-way. Every other call is Celery's own. ``my_task.kernel.delay(...)`` enqueues one task
-explicitly, whatever the setting.
+way, and so is a ``task.map``/``task.starmap`` of a routed task (Celery's builtin
+``celery.map``/``celery.starmap`` call, whose body loops over the task's: the kernel
+worker runs that loop as Celery's worker would). Every other call is Celery's own.
+``my_task.kernel.delay(...)`` enqueues one task explicitly, whatever the setting.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from celery.utils.time import maybe_make_aware
 
 from beat_schedule.task_settings import kernel_priority
 from celery_app.canvas_links import CANVAS_OPTIONS, links
-from celery_app.enqueueing import enqueue, run_queue
+from celery_app.enqueueing import MAP_BUILTINS, enqueue, run_queue
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
 
-__all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_run"]
+__all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_call", "routed_run"]
 
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
@@ -47,7 +49,8 @@ _ROUTED_OPTIONS = frozenset(
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
     {"compression", "connection", "exchange", "producer", "publisher", "reply_to", "retry",
-     "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id"}
+     "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id",
+     "route_name"}
 )  # fmt: skip
 
 
@@ -99,6 +102,18 @@ def routed_run(
             task=task.name,
         )
     callbacks, errbacks = links(options)
+    if task.name in MAP_BUILTINS:
+        # As Celery routes the builtin by its task's name (route_name): on its queue.
+        kwargs = {**kwargs, "it": list(kwargs["it"])}
+        inner = _inner(kwargs)
+        queue = (
+            run_queue(task.app, inner, (), {}, options)
+            if inner in task.app.tasks
+            else options.get("queue")
+        )
+    else:
+        # The queue Celery's router picks for this very call (task_routes, task.queue...).
+        queue = run_queue(task.app, task.name, args or (), kwargs, options)
     # As Celery's apply_async: the caller's task id, else a fresh one. As the key, the same
     # task id twice is one occurrence. The task's own expires unless the call gives one.
     task_id = options.get("task_id") or uuid()
@@ -108,8 +123,7 @@ def routed_run(
         "args": list(args or ()),
         "kwargs": dict(kwargs or {}),
         "key": task_id,
-        # The queue Celery's router picks for this very call (task_routes, task.queue...).
-        "queue": run_queue(task.app, task.name, args or (), kwargs, options),
+        "queue": queue,
         "countdown": options.get("countdown"),
         "eta": _instant(options.get("eta")),
         # Celery's priority as the app's broker orders it, on the kernel's scale.
@@ -181,6 +195,21 @@ def routed(app: Any, name: str) -> bool:
     return any(fnmatchcase(name, p) for p in _routes(app) or ())
 
 
+def _inner(kwargs: Mapping[str, Any] | None) -> Any:
+    """The name of the task a map builtin's ``kwargs`` loop over."""
+    inner = (kwargs or {}).get("task")
+    return inner.get("task") if isinstance(inner, Mapping) else getattr(inner, "name", inner)
+
+
+def routed_call(app: Any, name: str, kwargs: Mapping[str, Any] | None) -> bool:
+    """Whether a call of task ``name`` with ``kwargs`` goes through the kernel: a routed
+    task's, or a map builtin's over a routed task."""
+    if name in MAP_BUILTINS:
+        inner = _inner(kwargs)
+        return isinstance(inner, str) and routed(app, inner)
+    return routed(app, name)
+
+
 _hook_lock = threading.Lock()
 
 
@@ -195,7 +224,7 @@ def hook_apply_async() -> None:
         celerys_send = Celery.send_task
 
         def apply_async(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-            if routed(self.app, self.name):
+            if routed_call(self.app, self.name, kwargs):
                 args, kwargs = _as_celery_calls(self, args, kwargs)
                 return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)

@@ -64,6 +64,10 @@ _RUN_FIELDS = (
 )  # fmt: skip
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
+#: But these: Celery's builtins that run a task's body over many arguments in one call
+#: (``task.map``, ``task.starmap``, each of ``task.chunks``' members), enqueued when
+#: that task is routed (celery_app/enqueue_routing.py).
+MAP_BUILTINS = frozenset({"celery.map", "celery.starmap"})
 #: Settled without success: result() raises.
 _FINAL_FAILURES = frozenset(SETTLED) - {OccurrenceStatus.SUCCEEDED}
 
@@ -130,7 +134,7 @@ def _task_settings(app: Any, name: str) -> dict[str, Any]:
     """The implicit job's fields from the registered task ``name`` (NOT_FOUND if none):
     its time limits, retry settings and queue, then its ``kernel_options`` (job spec
     fields, as a ``beat_schedule`` entry's ``kernel`` key)."""
-    if name.startswith(_NOT_ENQUEUED):
+    if name.startswith(_NOT_ENQUEUED) and name not in MAP_BUILTINS:
         raise InvalidArgument("task", f"{name!r} is Celery's or the kernel's own task")
     task = app.tasks.get(name)
     if task is None:

@@ -4,13 +4,14 @@ The ``task`` adapter runs the app's task inside ``kernel.run_occurrence``; here 
 gets what it would get from Celery's tracer: ``self.request`` (id, retries, args, kwargs,
 delivery_info, hostname ...), Celery's task signals sent by the app's task (not the
 kernel's wrapper), ``self.retry()`` turned into a kernel retry after its countdown
-or at its eta, and its outcome in the app's result backend under ``self.request.id``
-(:mod:`celery_app.task_results`).
+or at its eta, ``self.replace(sig)`` (:func:`hook_replace`), and its outcome in the
+app's result backend under ``self.request.id`` (:mod:`celery_app.task_results`).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
@@ -18,8 +19,9 @@ from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery import signals, states
-from celery.app.task import Context
+from celery.app.task import Context, Task
 from celery.exceptions import Retry
+from celery.result import allow_join_result
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
@@ -27,7 +29,7 @@ from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import KEYED, store_failure, store_retry, store_success
 from kernel import attempts_left
 
-__all__ = ["call_task", "task_id"]
+__all__ = ["call_task", "hook_replace", "task_id"]
 
 #: Task ids of kernel runs: one per occurrence, kept across its retries as Celery keeps a
 #: retried task's id.
@@ -73,6 +75,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
         origin=outer.origin,
         headers=None,
         called_directly=False,
+        kernel_run=True,  # hook_replace: this run's replace() is the kernel's
         # Celery's retry() sends a new message unless the run is eager; the kernel, not
         # the broker, owns this run's retry, so retry() only raises its Retry here.
         is_eager=True,
@@ -81,7 +84,10 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     try:
         signals.task_prerun.send(sender=task, task_id=run_id, task=task, args=args, kwargs=kwargs)
         try:
-            retval = run()
+            try:
+                retval = run()
+            except _Replaced as replaced:
+                retval = replaced.value
             store_success(task, run_id, retval)
         except Retry as exc:
             state = states.RETRY
@@ -118,6 +124,39 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             state=state,
         )
         task.pop_request()
+
+
+class _Replaced(Exception):  # noqa: N818 - not an error: how a replaced body ends
+    """A kernel run's ``self.replace(sig)`` done: the replacement's result, the run's."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__("replaced")
+        self.value = value
+
+
+_hook_lock = threading.Lock()
+
+
+def hook_replace() -> None:
+    """``self.replace(sig)`` inside a kernel run: Celery's eager path, its replacement
+    applied in the run (Celery has given it the run's task id, the callbacks and the
+    chain's rest stay the run's: kernel links fired by its settle), and its result the
+    run's, whether the body returns or raises ``self.replace(...)``; a failing
+    replacement fails the run. Elsewhere Celery's own. Idempotent."""
+    with _hook_lock:
+        if getattr(Task.on_replace, "_kernel_run", False):
+            return
+        celerys = Task.on_replace
+
+        def on_replace(self: Any, sig: Any) -> Any:
+            if not getattr(self.request, "kernel_run", False):
+                return celerys(self, sig)
+            # Joined inside the run's own lease, as Celery's eager replace joins it.
+            with allow_join_result():
+                raise _Replaced(sig.apply().get())
+
+        on_replace._kernel_run = True  # type: ignore[attr-defined]
+        Task.on_replace = on_replace
 
 
 def _retried(task: Any, run_id: str, retry: Retry, retrying: bool) -> None:

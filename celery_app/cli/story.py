@@ -11,7 +11,33 @@ from celery_app.cli.occurrences import OCCURRENCE_HEADERS, occurrence_dict_rows,
 from celery_app.cli.output import fields, table
 from celery_app.operations import format_age
 
-__all__ = ["render_story"]
+__all__ = ["canvas_fields", "render_story"]
+
+
+def canvas_fields(canvas: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """The occurrence's place in its canvas as lines (none outside one)."""
+    if canvas is None:
+        return []
+    parent, chord = canvas["parent"], canvas["chord"]
+    role = canvas["role"]
+    if chord is not None and role == "chord member":
+        role = f"member {chord['member_index'] + 1} of {chord['members']} of chord {chord['id']}"
+    elif chord is not None:
+        role = f"body of chord {chord['id']} ({chord['members']} members)"
+    if chord is not None:
+        role += f", {chord['state']}"
+    place = role if canvas["steps"] == 1 else f"{role}, step {canvas['step']} of {canvas['steps']}"
+    made = None
+    if parent is not None:
+        made = (
+            f"made by occurrence {parent['occurrence_id']} (task id {parent['task_id']}, "
+            f"{parent['job_id']}, {parent['status']})"
+        )
+    return [
+        ("canvas", place),
+        ("parent", made),
+        ("canvas waits for", canvas["waits_for"]),
+    ]
 
 
 def render_story(data: dict[str, Any]) -> str:
@@ -25,6 +51,7 @@ def render_story(data: dict[str, Any]) -> str:
                     ("occurrence", data["occurrence"]["id"]),
                     ("job", data["job_id"]),
                     ("waiting for", None if blocker is None else blocker["text"]),
+                    *canvas_fields(data["canvas"]),
                 ]
             ),
             table(OCCURRENCE_HEADERS, occurrence_dict_rows([data["occurrence"]])),

@@ -165,6 +165,8 @@ def occurrence_story(kernel: Kernel, occurrence_id: int) -> dict[str, Any]:
         "status": occurrence["status"],
         # Why it waits, when it waits (None: running or settled; kind "none": claimable).
         "blocker": None if blocker is None else blocker.to_dict(),
+        # Its place in a Celery canvas (chain, link, chord), None outside one.
+        "canvas": kernel.canvas(occurrence_id),
         "story": story,
         "first_at": first,
         "last_at": last,

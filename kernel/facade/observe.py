@@ -13,7 +13,7 @@ from kernel.jobs import plan_errors
 from kernel.states import ACTIVE
 from kernel.transaction.tx import Tx
 from kernel.types import Event, Job, Occurrence
-from kernel.upkeep import blockers, watchdog
+from kernel.upkeep import blockers, canvas, watchdog
 from kernel.upkeep.blockers import Blocker
 from kernel.upkeep.checkup import (
     Finding,
@@ -149,6 +149,12 @@ class ObserveFacade(FacadeBase):
         """Why the occurrence is not claimable now (kind ``none``: it is), decided from the
         predicates the claim uses; None when it runs or settled. Raises NotFound."""
         return blockers.blocker(tx, occurrence_id)
+
+    @read
+    def canvas(self, tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
+        """The occurrence's place in a canvas (kernel/upkeep/canvas.py: its parent, step,
+        chord, what its settle makes), None when it is in none. Raises NotFound."""
+        return canvas.canvas(tx, occurrence_id)
 
     @read
     def blockers(self, tx: Tx, occurrence_ids: Sequence[int]) -> dict[int, Blocker | None]:

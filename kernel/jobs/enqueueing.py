@@ -24,11 +24,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.schema import chords, jobs
+from kernel.db.schema import jobs
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
-from kernel.occurrences.chains import enqueued_event, existing_keys, insert_enqueued
+from kernel.occurrences.chains import enqueued_event, existing_keys, insert_enqueued, make_chord
 from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
     MAX_KEY,
@@ -41,9 +41,7 @@ from kernel.spec.enqueue_request import (
     task_job_spec,
 )
 from kernel.transaction.tx import Tx
-from kernel.transitions import door
 from kernel.transitions import occurrences as T
-from kernel.transitions.chords import ENQUEUE_MAKES_CHORD
 
 __all__ = [
     "MAX_KEY",
@@ -174,7 +172,11 @@ def enqueue(
             events.append(enqueued_event(row, *made[row.key]))
     tx.emit_rows(EventType.OCCURRENCE_CREATED, events)
     if chord is not None and body is not None:
-        _make_chord(tx, str(chord["id"]), body[0], answers)
+        refused = make_chord(
+            tx, str(chord["id"]), body[0], [(a.occurrence_id, a.deduplicated) for a in answers]
+        )
+        if refused is not None:
+            raise InvalidArgument(*refused)
     return answers
 
 
@@ -205,29 +207,3 @@ def _chord_of(
         links = loads(row.values["links"] or '{"callbacks": [], "errbacks": []}')
         row.values["links"] = dumps({**links, "chord": chord_id})
     return str(text), tasks
-
-
-def _make_chord(tx: Tx, chord_id: str, body: str, answers: Sequence[Enqueued]) -> None:
-    """The chord's row, its members in group order. A replayed chord (its id exists with
-    these members) is the one made before; a new chord over existing runs, or an existing
-    id over other runs, is refused: their links would count down a chord they are not
-    members of, or one that never completes."""
-    members = dumps([a.occurrence_id for a in answers])
-    params = {
-        "chord_id": chord_id, "members": members, "body": body,
-        "remaining": len(answers), "now": tx.now,
-    }  # fmt: skip
-    if door.run(tx, ENQUEUE_MAKES_CHORD, params) is None:
-        made = tx.conn.execute(
-            sa.select(chords.c.members).where(chords.c.id == chord_id)
-        ).scalar_one()
-        if made != members:
-            raise InvalidArgument(
-                "chord.id", f"{chord_id!r} is an existing chord's id, with other members"
-            )
-    elif any(a.deduplicated for a in answers):
-        index = next(i for i, a in enumerate(answers) if a.deduplicated)
-        raise InvalidArgument(
-            f"requests[{index}].key",
-            f"is the key of an existing run: a new chord ({chord_id!r}) needs new members",
-        )

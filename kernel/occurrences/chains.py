@@ -1,6 +1,8 @@
 """Chained jobs and links: a child job's occurrence, or a run's callbacks and errbacks
-(kernel/spec/enqueue_request.py), made in the transaction that settles the parent; and a
-chord's body, made by the settle of its last member (kernel/transitions/chords.py)."""
+(kernel/spec/enqueue_request.py), made in the transaction that settles the parent; a
+chord's members and row, made by an enqueue or by a callback that is a chord (a chord as
+a chain's step); and a chord's body, made by the settle of its last member
+(kernel/transitions/chords.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +14,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel import statements as st
-from kernel.db.schema import occurrences
+from kernel.db.schema import chords, occurrences
 from kernel.events import EventType
 from kernel.occurrences.firing import admit, create_gated, lock_job
 from kernel.records import dumps, loads
-from kernel.spec.enqueue_request import EnqueueRequest, EnqueueRow, link_requests, prepare
+from kernel.spec.enqueue_request import (
+    ChordStep,
+    EnqueueRequest,
+    EnqueueRow,
+    chord_steps,
+    link_requests,
+    prepare,
+)
 from kernel.transaction.tx import Tx
 from kernel.transitions import chords as TC
 from kernel.transitions import door
@@ -32,6 +41,7 @@ __all__ = [
     "fire_children",
     "fire_links",
     "insert_enqueued",
+    "make_chord",
     "condition_matches",
     "outcome_text",
 ]
@@ -203,6 +213,8 @@ def fire_links(
             parent_task_id=task_id or str(parent_id),
         )
         _make_links(tx, parent_id, requests)
+        for step in chord_steps(links, result=result, parent_id=parent_id) if succeeded else ():
+            _make_chord_step(tx, parent_id, step)
     chord_id = loads(links).get("chord")
     if chord_id is not None:
         member = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
@@ -291,11 +303,71 @@ def _settle_chord_member(
     )
 
 
+def make_chord(
+    tx: Tx, chord_id: str, body: str, members: Sequence[tuple[int, bool]]
+) -> tuple[str, str] | None:
+    """The chord's row over ``members`` ((occurrence id, whether it existed before) in
+    group order). A replayed chord (its id exists with these members) is the one made
+    before. A new chord over existing runs, or an existing id over other runs, is not
+    made: their links would count down a chord they are not members of, or one that
+    never completes; answers (field, message) then."""
+    ids = dumps([occurrence_id for occurrence_id, _ in members])
+    params = {
+        "chord_id": chord_id, "members": ids, "body": body,
+        "remaining": len(members), "now": tx.now,
+    }  # fmt: skip
+    if door.run(tx, TC.ENQUEUE_MAKES_CHORD, params) is None:
+        made = tx.conn.execute(
+            sa.select(chords.c.members).where(chords.c.id == chord_id)
+        ).scalar_one()
+        if made != ids:
+            return "chord.id", f"{chord_id!r} is an existing chord's id, with other members"
+        return None
+    existed = [index for index, (_, old) in enumerate(members) if old]
+    if existed:
+        return (
+            f"requests[{existed[0]}].key",
+            f"is the key of an existing run: a new chord ({chord_id!r}) needs new members",
+        )
+    return None
+
+
+def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
+    """A callback that is a chord: its members (each naming the chord in its links) and
+    its row, in the settle's transaction; a chord that cannot be made so is not, and
+    says why (``link_not_made``)."""
+    rows = [prepare(request, {}, tx.now, False, parent_id) for request in step.members]
+    for row in rows:
+        links = loads(row.values["links"]) or {"callbacks": [], "errbacks": []}
+        row.values["links"] = dumps({**links, "chord": step.chord_id})
+    made = _insert_links(tx, parent_id, rows)
+    existing = existing_keys(tx, [row.key for row in rows if row.key not in made])
+    if not all(row.key in made or row.key in existing for row in rows):
+        return  # a member's job was deleted: _insert_links said so; no chord to count down
+    members = [
+        (made[row.key][0], False) if row.key in made else (existing[row.key], True) for row in rows
+    ]
+    refused = make_chord(tx, step.chord_id, step.body, members)
+    if refused is not None:
+        tx.emit(
+            EventType.LINK_NOT_MADE,
+            job_id=rows[0].job_id,
+            occurrence_id=parent_id,
+            reason="chord_refused",
+            chord_id=step.chord_id,
+            message=refused[1],
+        )
+
+
 def _make_links(tx: Tx, parent_id: int, requests: Sequence[EnqueueRequest]) -> None:
     """The occurrences of ``requests`` (a settled run's links) whose keys are new."""
-    if not requests:
-        return
-    rows = [prepare(request, {}, tx.now, False, parent_id) for request in requests]
+    if requests:
+        _insert_links(tx, parent_id, [prepare(r, {}, tx.now, False, parent_id) for r in requests])
+
+
+def _insert_links(tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, int]]:
+    """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
+    job was deleted since; answers :func:`insert_enqueued`'s."""
     made = insert_enqueued(tx, rows)
     tx.emit_rows(
         EventType.OCCURRENCE_CREATED,
@@ -313,3 +385,4 @@ def _make_links(tx: Tx, parent_id: int, requests: Sequence[EnqueueRequest]) -> N
                     reason="job_deleted",
                     trigger_key=row.values["trigger_key"],
                 )
+    return made

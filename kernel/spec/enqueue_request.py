@@ -8,9 +8,15 @@ The rows are built here, below the statements, because two actors make them: an 
 A link is a plain JSON signature (the kernel never imports Celery)::
 
     {"task": name, "args": [...], "kwargs": {...}, "immutable": false,
-     "options": {"task_id": ..., "queue": ..., "countdown": ..., "priority": ...},
+     "options": {"task_id": ..., "queue": ..., "countdown": ..., "eta": ISO text with
+                 a zone, "priority": ...},
      "settings": {job fields of the task's implicit job},
      "callbacks": [signature, ...], "errbacks": [signature, ...]}
+
+A callback may carry ``"chord": {"id": <Celery's group id>, "header": [signature, ...]}``:
+a chord as a chain's step. Its firing makes the header's runs, the chord's members (the
+result first unless immutable), and the chord's row, whose body is the signature itself
+(without ``chord``): the last member's settle makes it, the rest of the chain after it.
 
 ``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps
 after it as its own callbacks) become occurrences when the run succeeds, the result
@@ -24,7 +30,6 @@ that step), else by its parent and place, so it is created once.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,9 +43,17 @@ from kernel.spec.jobspec import (
     MAX_LOST_LEASES,
     MAX_PAYLOAD_BYTES,
     MAX_PRIORITY,
-    validate_job_spec,
 )
 from kernel.spec.sections import ID
+from kernel.spec.task_runs import (
+    TASK_JOB_PREFIX,
+    deadline_ms,
+    delay_ms,
+    run_definition,
+    task_job,
+    task_job_id,
+    task_job_spec,
+)
 from kernel.states import Delivery
 
 __all__ = [
@@ -48,7 +61,9 @@ __all__ = [
     "TASK_JOB_PREFIX",
     "EnqueueRequest",
     "EnqueueRow",
+    "ChordStep",
     "checked_links",
+    "chord_steps",
     "link_requests",
     "prepare",
     "task_job_id",
@@ -57,16 +72,13 @@ __all__ = [
 
 #: The longest caller's key.
 MAX_KEY = 200
-TASK_JOB_PREFIX = "task:"
-#: Stand-ins in a definition's template for what each run has of its own.
-_OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
-_STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
 #: A run's own timeout is read as a job's is.
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
 _SIGNATURE_FIELDS = frozenset(
-    {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks"}
-)
-_SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "priority"})
+    {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
+     "chord"}
+)  # fmt: skip
+_SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,45 +120,6 @@ class EnqueueRequest:
     timeout: float | None = None
 
 
-def task_job_id(task: str) -> str:
-    """The id of ``task``'s implicit job."""
-    return f"{TASK_JOB_PREFIX}{task}"
-
-
-def task_job_spec(task: str, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The normalised definition of ``task``'s implicit job (do not change it: it is shared).
-
-    Raises:
-        InvalidArgument: the name makes no job id, or a setting is invalid.
-    """
-    return _task_job(task, canonical_json(dict(settings), "settings"))[0]
-
-
-@functools.lru_cache(maxsize=1024)
-def _task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
-    """(spec, template of a run's definition), made once per task and settings: a pydantic
-    validation and a whole spec's encoding per call would cost more than the insert.
-
-    The template is the canonical JSON of the spec with stand-ins for what each run has
-    of its own (payload, queue, delivery), which :func:`_definition` splices in."""
-    settings = loads(settings_json)
-    job_id = task_job_id(task)
-    if len(job_id) > 128 or not ID.fullmatch(job_id):
-        raise InvalidArgument(
-            "task", f"{task!r} makes no job id {job_id!r} (at most 128 of A-Z a-z 0-9 . _ : -)"
-        )
-    raw = {
-        "overlap": "allow",
-        **settings,
-        "id": job_id,
-        "kind": "task",
-        "payload": {"task": task, "args": [], "kwargs": {}},
-        "schedule": None,
-    }
-    spec = validate_job_spec(raw).to_dict()
-    return spec, dumps({**spec, **_OWN})
-
-
 @dataclass(frozen=True, slots=True)
 class EnqueueRow:
     """One request as the statement's values, and what its answer needs; ``links``: the
@@ -164,24 +137,6 @@ class EnqueueRow:
         return str(self.values["idempotency_key"])
 
 
-def _definition(
-    template: str, task: str, args: str, kwargs: str, queue: str, delivery: str,
-    timeout: float | None,
-) -> str:  # fmt: skip
-    """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
-    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs``
-    spliced in)."""
-    own = {
-        "payload": f'{{"args":{args},"kwargs":{kwargs},"task":{dumps(task)}}}',
-        "queue": dumps(queue),
-        "delivery": dumps(delivery),
-        "timeout": dumps(timeout),
-    }
-    for name, value in own.items():
-        template = template.replace(_STAND_INS[name], value, 1)
-    return template
-
-
 def prepare(
     request: EnqueueRequest, specs: dict[str, dict[str, Any]], now: int, hinted: bool,
     parent_id: int | None = None,
@@ -191,7 +146,7 @@ def prepare(
     if not isinstance(request.task, str) or not request.task:
         raise InvalidArgument("task", "must be a task's name")
     job_id = task_job_id(request.task)
-    spec, template = _task_job(request.task, canonical_json(dict(request.settings), "settings"))
+    spec, template = task_job(request.task, canonical_json(dict(request.settings), "settings"))
     spec = specs.setdefault(job_id, spec)
     args = canonical_json(list(request.args), "args")
     kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")
@@ -212,11 +167,11 @@ def prepare(
     priority = spec.get("priority", 0) if request.priority is None else request.priority
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
-    available_at = now + _delay_ms(request.countdown, request.eta, now)
+    available_at = now + delay_ms(request.countdown, request.eta, now)
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
-    text = _definition(template, request.task, args, kwargs, queue, delivery, timeout)
+    text = run_definition(template, request.task, args, kwargs, queue, delivery, timeout)
     if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
         raise InvalidArgument(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
@@ -242,7 +197,7 @@ def prepare(
             "definition": text,
             "created_at": now,
             "priority": priority,
-            "expires_at": _deadline_ms(request.expires, now),
+            "expires_at": deadline_ms(request.expires, now),
             "rate_limit": rate_limit_name(spec),
             "links": links,
             "parent_id": parent_id,
@@ -252,38 +207,6 @@ def prepare(
         timeout=timeout,
         links=jobs_of_links,
     )
-
-
-def _delay_ms(countdown: float | None, eta: datetime | None, now: int) -> int:
-    if countdown is not None and eta is not None:
-        raise InvalidArgument("eta", "give countdown or eta, not both")
-    if countdown is not None:
-        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-            raise InvalidArgument("countdown", "must be a number of seconds")
-        if not 0 <= countdown <= 366 * 86400:
-            raise InvalidArgument("countdown", "must be from 0 to 366 days in seconds")
-        return int(countdown * 1000)
-    if eta is not None:
-        if not isinstance(eta, datetime) or eta.tzinfo is None or eta.utcoffset() is None:
-            raise InvalidArgument("eta", "must be a datetime with a time zone")
-        return max(0, int(eta.timestamp() * 1000) - now)
-    return 0
-
-
-def _deadline_ms(expires: float | datetime | None, now: int) -> int | None:
-    """The start deadline of ``expires`` as Celery reads it: seconds after the call, or
-    an instant."""
-    if expires is None:
-        return None
-    if isinstance(expires, datetime):
-        if expires.tzinfo is None or expires.utcoffset() is None:
-            raise InvalidArgument("expires", "must be a datetime with a time zone")
-        return int(expires.timestamp() * 1000)
-    if isinstance(expires, bool) or not isinstance(expires, int | float):
-        raise InvalidArgument("expires", "must be a number of seconds or a datetime")
-    if not 0 <= expires <= 366 * 86400:
-        raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
-    return now + round(expires * 1000)
 
 
 def checked_links(
@@ -339,7 +262,9 @@ def _signature(
         why = exc.message.removeprefix(f"{exc.field}: ")
         raise InvalidArgument(f"{path}.{exc.field}", why) from None
     tasks.setdefault(task, settings)
+    chord = _chord_step(raw.get("chord"), path, tasks)
     return {
+        **({"chord": chord} if chord is not None else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -351,6 +276,27 @@ def _signature(
         "errbacks": [_signature(s, f"{path}.errbacks[{i}]", tasks)
                      for i, s in enumerate(raw.get("errbacks") or ())],
     }  # fmt: skip
+
+
+def _chord_step(raw: Any, path: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A callback's ``chord`` checked: its id, and its header's signatures (plain tasks:
+    a member that is itself a chord is not made)."""
+    if raw is None:
+        return None
+    where = f"{path}.chord"
+    if ".errbacks[" in path or path.startswith("errbacks["):
+        raise InvalidArgument(where, "a chord is made by a success: as a callback, not an errback")
+    if not isinstance(raw, Mapping):
+        raise InvalidArgument(where, "must be an object: id and header")
+    chord_id, header = raw.get("id"), raw.get("header")
+    if not isinstance(chord_id, str) or not 0 < len(chord_id) <= MAX_KEY - 10:
+        raise InvalidArgument(f"{where}.id", f"must be 1 to {MAX_KEY - 10} characters")
+    if not isinstance(header, list | tuple) or not header:
+        raise InvalidArgument(f"{where}.header", "must be a non-empty list of signatures")
+    members = [_signature(s, f"{where}.header[{i}]", tasks) for i, s in enumerate(header)]
+    if any("chord" in member for member in members):
+        raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
+    return {"id": chord_id, "header": members}
 
 
 def _request(
@@ -368,11 +314,23 @@ def _request(
         key=options.get("task_id") or key,
         queue=options.get("queue"),
         countdown=options.get("countdown"),
+        eta=_instant(options.get("eta")),
         priority=options.get("priority"),
         settings=settings,
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
     )
+
+
+def _instant(eta: Any) -> Any:
+    """A link's ``eta`` (ISO text: a link is JSON) as the datetime a request takes;
+    anything else as it is, for :func:`prepare` to refuse."""
+    if not isinstance(eta, str):
+        return eta
+    try:
+        return datetime.fromisoformat(eta)
+    except ValueError:
+        raise InvalidArgument("eta", f"{eta!r} is no ISO 8601 instant") from None
 
 
 def link_requests(
@@ -394,4 +352,35 @@ def link_requests(
             f"{kind}:{parent_id}:{index}",
         )
         for index, sig in enumerate(links[kind])
+        if "chord" not in sig
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class ChordStep:
+    """A chord a settled run's callback makes: its id, its members' runs (group order)
+    and its row's body (links JSON of the one signature it makes at the end)."""
+
+    chord_id: str
+    members: list[EnqueueRequest]
+    body: str
+
+
+def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordStep]:
+    """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
+    others): each header member keyed by its task id, else by the chord and place."""
+    steps = []
+    for sig in loads(links_json)["callbacks"]:
+        chord = sig.get("chord")
+        if chord is None:
+            continue
+        members = [
+            _request(
+                m["task"], m, m["options"], m["settings"], () if m["immutable"] else [result],
+                f"chord:{chord['id']}:{index}",
+            )
+            for index, m in enumerate(chord["header"])
+        ]  # fmt: skip
+        body = {name: value for name, value in sig.items() if name != "chord"}
+        steps.append(ChordStep(chord["id"], members, dumps({"callbacks": [body], "errbacks": []})))
+    return steps

@@ -1,2 +1,2 @@
 """What keeps the kernel healthy: the watchdog, retention, history, Beats, notifications,
-checkup."""
+checkup, and what ``why`` reads: blockers, a canvas's story."""

@@ -11,7 +11,11 @@ measured against stock Celery on the same Redis (broker and result backend).
   the members' settles meet on the chord's row from several workers);
 * a member whose worker is SIGKILLed on its last attempt fails the chord: the body's
   result is FAILURE with ``ChordError`` (written with the member's owed end), its
-  errback runs once, the body never.
+  errback runs once, the body never;
+* ``task.map``, ``task.starmap``, ``task.chunks``, a chain whose steps carry their own
+  ``countdown``/``eta``, a chain with a chord as a step (in the middle, and last as a
+  group followed by a task) and ``self.replace(sig)`` (returned or raised, and in a
+  chain) answer what stock Celery answers, each routed one an occurrence.
 """
 
 from __future__ import annotations
@@ -57,9 +61,17 @@ def slow_add(x, y):
     note(task="slow_add", event="done", x=x)
     return x + y
 
+def replaced(self, x):
+    return self.replace(app.tasks[self.name.replace("replaced", "add")].s(x, 10))
+
+def raised(self, x):
+    raise self.replace(app.tasks[self.name.replace("raised", "add")].s(x, 20))
+
 for side in ("routed", "stock"):
     for body in (add, tsum, boom, on_err):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
+    for body in (replaced, raised):
+        app.task(name=f"myproj.{side}.{body.__name__}", shared=False, bind=True)(body)
 app.task(name="myproj.routed.slow_add", kernel_options={"lease": "5s"})(slow_add)
 
 @app.task(name="myproj.routed.dies", kernel_options={"lease": "5s", "max_attempts": 1,
@@ -116,6 +128,39 @@ add, dies = app.tasks["myproj.routed.add"], app.tasks["myproj.routed.dies"]
 tsum, on_err = app.tasks["myproj.routed.tsum"], app.tasks["myproj.routed.on_err"]
 made = chord([add.s(1, 1), dies.s(2)])(tsum.s().on_error(on_err.s()))
 print(json.dumps({"body": made.id}))
+"""
+
+MAPS = """\
+import json
+from datetime import datetime, timedelta, timezone
+from celery import chain, chord, group
+from myproj import app
+app.loader.import_default_modules()
+
+out = {}
+for side in ("routed", "stock"):
+    add, tsum = app.tasks[f"myproj.{side}.add"], app.tasks[f"myproj.{side}.tsum"]
+    soon = datetime.now(timezone.utc) + timedelta(seconds=2)
+    stepped = chain(add.s(1, 1), add.s(3).set(countdown=1), add.s(5).set(eta=soon))
+    out[side] = {
+        "map": tsum.map([[1, 2], [3, 4]]).delay().get(timeout=60),
+        "starmap": add.starmap([(1, 2), (3, 4)]).delay().get(timeout=60),
+        "chunks": add.chunks([(i, i) for i in range(5)], 2).delay().get(timeout=60),
+        "chain": stepped.apply_async().get(timeout=60),
+        "chord_step": chain(
+            add.s(1, 1), chord([add.s(1), add.s(2)], tsum.s()), add.s(100)
+        ).apply_async().get(timeout=60),
+        "chord_last": chain(add.s(1, 1), group(add.s(1), add.s(2)), tsum.s()).apply_async().get(
+            timeout=60
+        ),
+    }
+    replaced, raised = app.tasks[f"myproj.{side}.replaced"], app.tasks[f"myproj.{side}.raised"]
+    out[side]["replace"] = [
+        replaced.delay(1).get(timeout=60),
+        raised.delay(2).get(timeout=60),
+        chain(replaced.s(3), add.s(100)).apply_async().get(timeout=60),
+    ]
+print(json.dumps(out))
 """
 
 READ_BODY = """\
@@ -230,3 +275,36 @@ def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
     assert [x["failed"] for x in errback] == [body_id]
     assert stack.occurrences("task:myproj.routed.tsum") == []
     assert project.ledger(task="tsum") == []
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: Stack) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
+                           "--without-mingle", "--without-gossip")  # fmt: skip
+    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
+    # Beat's pump hints the steps a settle makes and the ones held back until due.
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    out = project.client(MAPS)
+    assert out["stock"] == {
+        "map": [3, 7], "starmap": [3, 7], "chunks": [[0, 2], [4, 6], [8]], "chain": 10,
+        "chord_step": 107, "chord_last": 7, "replace": [11, 22, 113],
+    }  # fmt: skip
+    assert out["routed"] == out["stock"]
+    builtins = {o.payload["task"] for o in stack.occurrences("task:celery.map")} | {
+        o.payload["task"] for o in stack.occurrences("task:celery.starmap")
+    }
+    assert builtins == {"celery.map", "celery.starmap"}
+    assert len(stack.occurrences("task:celery.starmap")) == 4  # starmap + 3 chunks
+    steps = stack.occurrences("task:myproj.routed.add")
+    # The timed chain's three steps, each chord chain's first step, members and last, and
+    # the step after a replaced run, made by its settle with the replacement's result.
+    assert sorted(o.result for o in steps) == [2, 2, 2, 3, 3, 4, 4, 5, 10, 107, 113]
+    # A replaced run's result is its replacement's, applied in the run (Celery's eager
+    # replace), whether the body returns or raises self.replace(...).
+    replaced = stack.occurrences("task:myproj.routed.replaced")
+    raised = stack.occurrences("task:myproj.routed.raised")
+    assert sorted(o.result for o in replaced) == [11, 13] and [o.result for o in raised] == [22]

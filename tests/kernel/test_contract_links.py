@@ -138,9 +138,14 @@ def test_an_operator_s_abandon_makes_the_errback_and_a_cancel_none(k: Harness) -
     ("link", "field"),
     [
         ({"task": ""}, "callbacks[0].task"),
-        ({"task": "t", "chord": {}}, "callbacks[0].chord"),
+        ({"task": "t", "chord": {}}, "callbacks[0].chord.id"),
+        ({"task": "t", "chord": {"id": "g", "header": []}}, "callbacks[0].chord.header"),
+        ({"task": "t", "chord": {"id": "g", "header": [{"task": "u", "chord": {
+            "id": "h", "header": [{"task": "v"}]}}]}}, "callbacks[0].chord.header"),
         ({"task": "t", "options": {"expires": 3}}, "callbacks[0].options.expires"),
         ({"task": "t", "options": {"priority": 999}}, "callbacks[0].priority"),
+        ({"task": "t", "options": {"eta": "soon"}}, "callbacks[0].eta"),
+        ({"task": "t", "options": {"eta": "2031-05-01T12:00"}}, "callbacks[0].eta"),
         ({"task": "t", "callbacks": [{"task": "u", "args": [{1}]}]},
          "callbacks[0].callbacks[0].args[0]"),
     ],
@@ -152,6 +157,40 @@ def test_a_link_the_kernel_cannot_honour_is_refused_naming_it(
         k.kernel.enqueue(task="proj.a", callbacks=[link])
     assert refused.value.field == field
     assert k.kernel.list_occurrences(limit=10) == []
+
+
+def test_a_chord_as_a_chain_step_is_made_by_the_settle_before_it(k: Harness) -> None:
+    """``chain(a, chord([b, b.si(5)], total), after)``: a's settle makes the chord's
+    members (a's result first unless immutable) and its row; the last member's settle
+    makes the body, the rest of the chain follows the body."""
+    header = [sig("proj.b", task_id="m-1"), sig("proj.b", 5, task_id="m-2", immutable=True)]
+    body = sig("proj.total", task_id="body-1", callbacks=[sig("proj.after", task_id="after-1")])
+    made = k.kernel.enqueue(
+        task="proj.a", key="a-1", callbacks=[{**body, "chord": {"id": "g-1", "header": header}}]
+    )
+    assert k.kernel.get_job("task:proj.b").spec["kind"] == "task"  # defined at the enqueue
+    [step] = k.kernel.canvas(made.occurrence_id)["next"]
+    assert (step["chord"], step["members"], step["task"]) == ("g-1", 2, "proj.total")
+    k.kernel.succeed(made.occurrence_id, owner="w1", fence=_run(k, made.occurrence_id), result=7)
+    first, second = _by_key(k, "m-1"), _by_key(k, "m-2")
+    assert (first.payload["args"], second.payload["args"]) == ([7], [5])
+    assert k.kernel.canvas(first.id)["chord"]["remaining"] == 2
+    for member, result in ((second, "y"), (first, "x")):
+        assert not [o for o in k.kernel.list_occurrences(limit=100) if "body-1" in o.trigger_key]
+        k.kernel.succeed(member.id, owner="w1", fence=_run(k, member.id), result=result)
+    total = _by_key(k, "body-1")
+    assert total.payload["args"] == [["x", "y"]]  # group order
+    k.kernel.succeed(total.id, owner="w1", fence=_run(k, total.id), result="xy")
+    assert _by_key(k, "after-1").payload["args"] == ["xy"]
+    assert len(k.kernel.list_occurrences(limit=100)) == 5
+
+
+def test_a_chord_cannot_be_an_errback(k: Harness) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue(
+            task="proj.a", errbacks=[{"task": "t", "chord": {"id": "g", "header": [{"task": "u"}]}}]
+        )
+    assert refused.value.field == "errbacks[0].chord"
 
 
 def test_a_link_whose_job_was_deleted_is_not_made_and_says_so(k: Harness) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from celery import Celery, chain, chord, group
+from celery.result import GroupResult
 from pydantic import BaseModel
 
 from celery_app import install
@@ -323,3 +324,93 @@ def test_a_routed_call_subscribes_to_its_result_as_celerys_publish_does(
     finally:
         client.close()
         app.backend.result_consumer.cancel_for(result.id)
+
+
+def test_a_chain_step_s_own_countdown_and_eta_hold_it_back_once_made(routed_app: Any) -> None:
+    """A step's ``countdown`` counts from the settle that makes it (Celery sends the next
+    step then); its ``eta`` is its instant, a datetime or ISO text as Celery takes it."""
+    app = routed_app
+    at = datetime(2031, 5, 1, 12, 0, tzinfo=UTC)
+    chain(app.routed.s("a"), app.other.s().set(countdown=60, task_id="later")).apply_async()
+    chain(app.routed.s("b"), app.other.s(), app.other.s().set(eta=at, task_id="at")).apply_async()
+    iso = app.other.s().set(eta=at.isoformat(), task_id="iso-cb")
+    app.routed.apply_async(("c",), task_id="iso", link=iso)
+    first, second = (
+        next(o for o in _occurrences(app) if o.payload["args"] == [label]) for label in "ab"
+    )
+    before = datetime.now(UTC)
+    _settle(app, first.id, "A")
+    after = datetime.now(UTC)
+    later = _by_key(app, "later")
+    assert before + timedelta(seconds=60) <= later.available_at <= after + timedelta(seconds=60)
+    _settle(app, second.id, "B")
+    _settle(app, next(o for o in _occurrences(app) if o.payload["args"] == ["B"]).id, "C")
+    assert _by_key(app, "at").available_at == at
+    _settle(app, _by_key(app, "iso").id, "D")
+    assert _by_key(app, "iso-cb").available_at == at
+
+
+def test_map_starmap_and_chunks_of_a_routed_task_go_through_the_kernel(routed_app: Any) -> None:
+    """Celery runs ``task.map``/``task.starmap`` as one builtin call (``celery.map``,
+    ``celery.starmap``) looping over the task's body, and ``task.chunks`` as a group of
+    ``celery.starmap`` calls: over a routed task each is an occurrence of that builtin,
+    made under the task id Celery answers, whose body is the builtin's own loop."""
+    app = routed_app
+    mapped = app.routed.map(["a", "b"]).delay()
+    starred = app.routed.starmap([("c",), ("d",)]).apply_async(task_id="star-1")
+    assert starred.id == "star-1"
+    chunked = app.routed.chunks([(str(i),) for i in range(5)], 2).apply_async()
+    assert isinstance(chunked, GroupResult) and len(chunked.results) == 3
+    occurrences = {o.trigger_key.removeprefix("key:"): o for o in _occurrences(app)}
+    assert set(occurrences) == {mapped.id, "star-1", *(r.id for r in chunked.results)}
+    for task_id, builtin, expected in [
+        (mapped.id, "celery.map", ["a", "b"]),
+        ("star-1", "celery.starmap", ["c", "d"]),
+        (chunked.results[2].id, "celery.starmap", ["4"]),
+    ]:
+        payload = occurrences[task_id].payload
+        assert payload["task"] == builtin
+        assert payload["kwargs"]["task"]["task"] == "routedopts.routed"
+        # What the kernel worker's task adapter calls: the builtin's body.
+        assert app.tasks[builtin].run(*payload["args"], **payload["kwargs"]) == expected
+
+
+def test_a_chord_as_a_chain_s_step_is_made_by_the_settle_before_it(routed_app: Any) -> None:
+    """``chain(a, chord([b, b.si(z)], c), d)``: a's settle makes the chord's members under
+    Celery's task ids (a's result first unless immutable); the last member's settle makes
+    the body with their results in group order; d follows the body. The chain answers
+    d's AsyncResult, a chain ending in the chord the body's."""
+    app = routed_app
+    app.conf.result_backend = "cache+memory://"  # Celery's chain checks chords are allowed
+    header = [app.other.s(), app.other.si("z")]
+    answer = chain(app.routed.s("a"), chord(header, app.other.s()), app.other.s()).apply_async()
+    [first] = _occurrences(app)
+    _settle(app, first.id, "A")
+    members = sorted((o for o in _occurrences(app) if o.id != first.id), key=lambda o: o.id)
+    assert [m.payload["args"] for m in members] == [["A"], ["z"]]
+    for member, result in zip(members, ("x", "y"), strict=True):
+        _settle(app, member.id, result)
+    [body] = [o for o in _occurrences(app) if o.id not in {first.id, *(m.id for m in members)}]
+    assert body.payload["args"] == [["x", "y"]]
+    _settle(app, body.id, "xy")
+    assert _by_key(app, answer.id).payload["args"] == ["xy"]
+    ending = chain(app.routed.s("b"), chord([app.other.s()], app.other.s())).apply_async()
+    [start] = [o for o in _occurrences(app) if o.payload["args"] == ["b"]]
+    _settle(app, start.id, "B")
+    [member] = [o for o in _occurrences(app) if o.payload["args"] == ["B"]]
+    _settle(app, member.id, "m")
+    assert _by_key(app, ending.id).payload["args"] == [["m"]]
+
+
+def test_a_chain_starting_with_a_routed_chord_follows_its_body(routed_app: Any) -> None:
+    """``chain(chord([a], b), c)``: Celery hands the chain's rest to the chord, whose body
+    carries it: c is made by the body's settle."""
+    app = routed_app
+    app.conf.result_backend = "cache+memory://"  # Celery's chain checks chords are allowed
+    answer = chain(chord([app.routed.s("a")], app.other.s()), app.other.s()).apply_async()
+    [member] = _occurrences(app)
+    _settle(app, member.id, "A")
+    [body] = [o for o in _occurrences(app) if o.id != member.id]
+    assert body.payload["args"] == [["A"]]
+    _settle(app, body.id, "B")
+    assert _by_key(app, answer.id).payload["args"] == ["B"]

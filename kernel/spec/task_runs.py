@@ -1,0 +1,122 @@
+"""The parts of an enqueued run's row that are not its request's own fields: its task's
+implicit job (one per task and settings, its spec validated once), the run's definition
+(that spec with the run's payload, queue, delivery and timeout spliced in) and its times
+(``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from kernel.errors import InvalidArgument
+from kernel.records import dumps, loads
+from kernel.spec.durations import canonical_json
+from kernel.spec.jobspec import validate_job_spec
+from kernel.spec.sections import ID
+
+__all__ = [
+    "TASK_JOB_PREFIX",
+    "deadline_ms",
+    "delay_ms",
+    "run_definition",
+    "task_job",
+    "task_job_id",
+    "task_job_spec",
+]
+
+TASK_JOB_PREFIX = "task:"
+#: Stand-ins in a definition's template for what each run has of its own.
+_OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
+_STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
+
+
+def task_job_id(task: str) -> str:
+    """The id of ``task``'s implicit job."""
+    return f"{TASK_JOB_PREFIX}{task}"
+
+
+def task_job_spec(task: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The normalised definition of ``task``'s implicit job (do not change it: it is shared).
+
+    Raises:
+        InvalidArgument: the name makes no job id, or a setting is invalid.
+    """
+    return task_job(task, canonical_json(dict(settings), "settings"))[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
+    """(spec, template of a run's definition), made once per task and settings: a pydantic
+    validation and a whole spec's encoding per call would cost more than the insert.
+
+    The template is the canonical JSON of the spec with stand-ins for what each run has
+    of its own (payload, queue, delivery), which :func:`run_definition` splices in."""
+    settings = loads(settings_json)
+    job_id = task_job_id(task)
+    if len(job_id) > 128 or not ID.fullmatch(job_id):
+        raise InvalidArgument(
+            "task", f"{task!r} makes no job id {job_id!r} (at most 128 of A-Z a-z 0-9 . _ : -)"
+        )
+    raw = {
+        "overlap": "allow",
+        **settings,
+        "id": job_id,
+        "kind": "task",
+        "payload": {"task": task, "args": [], "kwargs": {}},
+        "schedule": None,
+    }
+    spec = validate_job_spec(raw).to_dict()
+    return spec, dumps({**spec, **_OWN})
+
+
+def run_definition(
+    template: str, task: str, args: str, kwargs: str, queue: str, delivery: str,
+    timeout: float | None,
+) -> str:  # fmt: skip
+    """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
+    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs``
+    spliced in)."""
+    own = {
+        "payload": f'{{"args":{args},"kwargs":{kwargs},"task":{dumps(task)}}}',
+        "queue": dumps(queue),
+        "delivery": dumps(delivery),
+        "timeout": dumps(timeout),
+    }
+    for name, value in own.items():
+        template = template.replace(_STAND_INS[name], value, 1)
+    return template
+
+
+def delay_ms(countdown: float | None, eta: datetime | None, now: int) -> int:
+    if countdown is not None and eta is not None:
+        raise InvalidArgument("eta", "give countdown or eta, not both")
+    if countdown is not None:
+        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+            raise InvalidArgument("countdown", "must be a number of seconds")
+        if not 0 <= countdown <= 366 * 86400:
+            raise InvalidArgument("countdown", "must be from 0 to 366 days in seconds")
+        return int(countdown * 1000)
+    if eta is not None:
+        if not isinstance(eta, datetime) or eta.tzinfo is None or eta.utcoffset() is None:
+            raise InvalidArgument("eta", "must be a datetime with a time zone")
+        return max(0, int(eta.timestamp() * 1000) - now)
+    return 0
+
+
+def deadline_ms(expires: float | datetime | None, now: int) -> int | None:
+    """The start deadline of ``expires`` as Celery reads it: seconds after the call, or
+    an instant."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        if expires.tzinfo is None or expires.utcoffset() is None:
+            raise InvalidArgument("expires", "must be a datetime with a time zone")
+        return int(expires.timestamp() * 1000)
+    if isinstance(expires, bool) or not isinstance(expires, int | float):
+        raise InvalidArgument("expires", "must be a number of seconds or a datetime")
+    if not 0 <= expires <= 366 * 86400:
+        raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
+    return now + round(expires * 1000)
