@@ -123,9 +123,16 @@ def _canvas_notes(rows: list[Row], column: str) -> list[str]:
 
 
 def _without(evidence: Evidence, **match: Any) -> None:
-    evidence.lines = [
-        x for x in evidence.lines if not all(x.get(k) == v for k, v in match.items())
+    evidence.lines = [x for x in evidence.lines if not all(x.get(k) == v for k, v in match.items())]
+
+
+def _end(evidence: Evidence, **match: Any) -> dict[str, Any]:
+    [line] = [
+        x
+        for x in evidence.lines
+        if x.get("phase") == "end" and all(x.get(k) == v for k, v in match.items())
     ]
+    return line
 
 
 def test_canvases_are_judged_from_the_ledger_a_rerun_under_one_id_is_no_second_run() -> None:
@@ -154,13 +161,13 @@ def test_a_chord_whose_body_never_ran_or_got_its_results_out_of_order_is_a_chord
 
 def test_a_failed_chord_s_body_or_a_second_errback_is_a_chord_violation() -> None:
     evidence = clean_run()
-    [errback] = [x for x in evidence.lines if x.get("canvas") == "chord-b" and x.get("role") == "errback" and x["phase"] == "end"]  # fmt: skip
+    errback = _end(evidence, canvas="chord-b", role="errback")
     evidence.lines.append({**errback, "task_id": "errbacks:9:0"})
     assert _canvas_notes(check(evidence), "chord") == [
         "chord: chord-b: errback made 2 times (once owed)"
     ]
     evidence = clean_run()
-    [body] = [x for x in evidence.lines if x.get("task_id") == "body-a" and x["attempt"] == 1 and x["phase"] == "end"]  # fmt: skip
+    body = _end(evidence, task_id="body-a", attempt=1)
     evidence.lines.append({**body, "canvas": "chord-b", "task_id": "body-b"})
     assert _canvas_notes(check(evidence), "chord") == [
         "chord: chord-b: body ran although member 1 failed"
