@@ -37,6 +37,8 @@ _RUNS = {
     "max_attempts": 50,
     "retry": {"backoff": "1s", "factor": 1, "max": "2s", "jitter": 0},
 }
+#: Long enough for the faults aimed at busy workers to strike runs of canvases too.
+_WORK_S = 1.0
 #: A run that fails on purpose is dead-lettered at once.
 _FAILS = {"lease": "5s", "max_attempts": 1}
 
@@ -58,7 +60,7 @@ def _note(task: Any, role: str, phase: str, ledger: str, canvas: str, **extra: A
 @app.task(name="chaos_canvas.member", bind=True, queue="chaos", kernel_options=_RUNS)
 def member(self: Any, *, ledger: str, canvas: str, index: int) -> str:
     _note(self, "member", "start", ledger, canvas, index=index)
-    time.sleep(0.3)
+    time.sleep(_WORK_S)
     _note(self, "member", "end", ledger, canvas, index=index)
     return f"{canvas}:{index}"
 
@@ -72,7 +74,7 @@ def doomed(self: Any, *, ledger: str, canvas: str, index: int) -> str:
 @app.task(name="chaos_canvas.body", bind=True, queue="chaos", kernel_options=_RUNS)
 def body(self: Any, results: list[str], *, ledger: str, canvas: str) -> int:
     _note(self, "body", "start", ledger, canvas, results=results)
-    time.sleep(0.2)
+    time.sleep(_WORK_S)
     _note(self, "body", "end", ledger, canvas, results=results)
     return len(results)
 
@@ -87,7 +89,7 @@ def on_error(self: Any, failed: str, *, ledger: str, canvas: str) -> None:
 def step(self: Any, *previous: list[int], ledger: str, canvas: str, n: int) -> list[int]:
     done = list(previous[0]) if previous else []
     _note(self, "step", "start", ledger, canvas, n=n, previous=done)
-    time.sleep(0.2)
+    time.sleep(_WORK_S)
     _note(self, "step", "end", ledger, canvas, n=n, previous=done)
     return [*done, n]
 
