@@ -18,9 +18,10 @@ again after its worker died (at least once) has one, under a later attempt.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["COLUMNS", "canvas_findings"]
+__all__ = ["COLUMNS", "CanvasFindings", "canvas_findings"]
 
 #: The violation column of each kind of canvas.
 COLUMNS = {"chord": "chord", "chain": "chain", "link_error": "link"}
@@ -28,10 +29,19 @@ COLUMNS = {"chord": "chord", "chain": "chain", "link_error": "link"}
 _Ran = list[tuple[int, dict[str, Any]]]
 
 
-def canvas_findings(
-    lines: list[dict[str, Any]],
-) -> tuple[list[float], list[tuple[float, str, str]]]:
-    """(when each judged canvas was applied, [(when, column, why) per violation])."""
+@dataclass
+class CanvasFindings:
+    """Each by when its canvas was applied (the driver's clock, the harness's own)."""
+
+    judged: list[float] = field(default_factory=list)
+    #: A run started again under its task id (its worker died or lost its lease).
+    reruns: list[float] = field(default_factory=list)
+    #: (when, column, why) per violation.
+    violations: list[tuple[float, str, str]] = field(default_factory=list)
+
+
+def canvas_findings(lines: list[dict[str, Any]]) -> CanvasFindings:
+    """The canvases of ``lines`` judged (see the module's docstring)."""
     plans: dict[str, dict[str, Any]] = {}
     applied: set[str] = set()
     ran: dict[str, _Ran] = defaultdict(list)
@@ -43,18 +53,19 @@ def canvas_findings(
             applied.add(line["canvas"])
         elif event == "canvas":
             ran[line["canvas"]].append((index, line))
-    judged: list[float] = []
-    found: list[tuple[float, str, str]] = []
+    found = CanvasFindings()
     for canvas, plan in plans.items():
         runs = ran.get(canvas, [])
         if canvas not in applied and not runs:
             continue
         at = float(plan["t"])
-        judged.append(at)
+        found.judged.append(at)
+        starts = [x["task_id"] for _, x in runs if x["phase"] == "start"]
+        found.reruns += [at] * (len(starts) - len(set(starts)))
         why = _JUDGES[plan["kind"]](plan, runs)
         if why:
-            found.append((at, COLUMNS[plan["kind"]], f"{canvas}: {why}"))
-    return judged, found
+            found.violations.append((at, COLUMNS[plan["kind"]], f"{canvas}: {why}"))
+    return found
 
 
 def _ids(runs: _Ran, role: str, **match: Any) -> set[str]:

@@ -53,7 +53,8 @@ Violations (each column fails the run when non-zero):
 Information, not judged: ``expected`` firings, ``skipped`` (each reason in the notes),
 ``reruns`` (a fresh start under a later fence), ``adjudicate``, ``resumed`` and
 ``recovery_s`` (the longest an every-second firing waited from due time to ``end``),
-``canvas`` (canvases judged).
+``canvas`` (canvases judged) and ``canvas_reruns`` (their runs started again under the
+same task id), each by the window its canvas was applied in.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ VIOLATIONS = (
     "lost", "extra", "double", "duplicate", "overlap", "late", "early", "lost_update", "rewind",
     "handback", "exit", "stuck", "errors", "chord", "chain", "link",
 )  # fmt: skip
-INFO = ("reruns", "adjudicate", "resumed", "transport_exit", "canvas")
+INFO = ("reruns", "adjudicate", "resumed", "transport_exit", "canvas", "canvas_reruns")
 #: Why kombu ended a worker when its broker went away (the README's "Supervise
 #: workers"): Redis restoring unacknowledged messages without a connection.
 TRANSPORT_EXITS = (
@@ -173,10 +174,11 @@ def check(
         judge.windows.at(when).add("transport_exit" if known else "exit", what)
     for when, what in evidence.errors:
         judge.windows.at(when).add("errors", what)
-    judged, found = canvas_findings(evidence.lines)
-    for when in judged:
-        judge.windows.at(when).counts["canvas"] += 1
-    for when, column, why in found:
+    canvases = canvas_findings(evidence.lines)
+    for column, times in (("canvas", canvases.judged), ("canvas_reruns", canvases.reruns)):
+        for when in times:
+            judge.windows.at(when).counts[column] += 1
+    for when, column, why in canvases.violations:
         judge.windows.at(when).add(column, why)
     return judge.windows.by_fault()
 

@@ -141,6 +141,7 @@ def test_canvases_are_judged_from_the_ledger_a_rerun_under_one_id_is_no_second_r
     # The clean run's chord body ran twice under one id (its worker died after its end):
     # at least once, not a second body. The apply refused by a fault made nothing.
     assert sum(row.counts["canvas"] for row in rows) == 4
+    assert sum(row.counts["canvas_reruns"] for row in rows) == 1
 
 
 def test_a_chord_whose_body_never_ran_or_got_its_results_out_of_order_is_a_chord_violation() -> (
