@@ -12,9 +12,13 @@ restarted with its queue lost and with it kept; a partition of one host, 40 % pa
 loss on one host's link and a throttled (congested, high-latency) link, each healed
 later; an operator's ``kernel pause`` of a running checkpointing occurrence and its
 ``kernel resume``; a warm shutdown (SIGTERM) of a worker whose checkpointing runs hand
-back and resume elsewhere. Then, on one host with SQLite on a small tmpfs, the disk is
-filled and freed again. Every job appends to an external ledger; the checker
-(``tests/multihost/checker.py``) judges it with the kernel's rows and events and
+back and resume elsewhere. All along, a driver on the services host applies canvases
+through the product's app every ``--canvas-every`` seconds
+(``tests/multihost/chaos_canvas.py``: a routed chord whose body records its members'
+results, a chain of 3, a member and a task failing on purpose with their errbacks),
+judged by ``tests/multihost/canvas_checker.py``. Then, on one host with SQLite on a
+small tmpfs, the disk is filled and freed again. Every job appends to an external
+ledger; the checker (``tests/multihost/checker.py``) judges it with the kernel's rows and events and
 prints what each injection did and saw, then a table per fault. Exit status: 0 clean,
 1 on any violation, 3 when namespaces cannot be made here. ``--self-test`` judges a
 made-up clean run and one mutant per violation instead (no root needed).
@@ -42,6 +46,7 @@ from integration.stack import Proc, wait_until  # noqa: E402
 from multihost.checker import Row, check  # noqa: E402
 from multihost.cluster import (  # noqa: E402
     LEASE_S,
+    MULTIHOST_DIR,
     QUEUE,
     Cluster,
     HostPlan,
@@ -68,6 +73,8 @@ SKEW_S = 300.0
 _BASELINE_S = 8.0
 _DRAIN_S = 60.0
 _DISK_PHASE_S = 24.0
+#: The checker's canvas columns: a canvas still under way when judged is one of these.
+_CANVAS = ("chord", "chain", "link")
 
 #: A fault's action returns what it injected, for the run's report.
 Fault = tuple[str, Callable[[Cluster, int], str]]
@@ -158,15 +165,24 @@ def wait_drained(judged: Callable[[], list[Row]], revive: Callable[[], None]) ->
 
     def settled() -> bool:
         revive()
-        return not any(
-            row.counts["lost"] or row.counts["stuck"] or row.counts["handback"] for row in judged()
-        )
+        pending = ("lost", "stuck", "handback", *_CANVAS)
+        return not any(row.counts[column] for row in judged() for column in pending)
 
     with contextlib.suppress(AssertionError):
         wait_until(settled, timeout=_DRAIN_S, what="late firings", interval=2.0)
 
 
-def multi_host_phase(seconds: float, spacing: float, run_dir: Path, broker: str) -> list[Row]:
+def canvas_driver(cluster: Cluster, seconds: float, every_s: float) -> Proc:
+    """The canvas firings' driver, on the services host (the harness's) with the
+    workers' configuration: a user's process applying canvases through the product."""
+    argv = [sys.executable, str(MULTIHOST_DIR / "chaos_canvas.py"), str(cluster.ledger),
+            "--every", str(every_s), "--seconds", str(seconds)]  # fmt: skip
+    return Proc("canvas-driver", argv, cwd=cluster.run_dir, env=cluster.env)
+
+
+def multi_host_phase(
+    seconds: float, spacing: float, run_dir: Path, broker: str, canvas_every_s: float
+) -> list[Row]:
     network = Network(workers=3)
     try:
         join_namespace(network.services.namespace)  # the harness sits on the services host
@@ -178,17 +194,20 @@ def multi_host_phase(seconds: float, spacing: float, run_dir: Path, broker: str)
         cluster = Cluster(network, run_dir, plans, broker)
         try:
             cluster.start()
-            return _inject(cluster, seconds, spacing, broker)
+            return _inject(cluster, seconds, spacing, broker, canvas_every_s)
         finally:
             cluster.stop()
     finally:
         network.remove()
 
 
-def _inject(cluster: Cluster, seconds: float, spacing: float, broker: str) -> list[Row]:
+def _inject(
+    cluster: Cluster, seconds: float, spacing: float, broker: str, canvas_every_s: float
+) -> list[Row]:
     first = time.time()
     sampler = LeaseSampler(cluster)
     sampler.start()
+    driver = canvas_driver(cluster, seconds, canvas_every_s)
     print(f"workload running on {len(cluster.network.workers)} hosts; faults every {spacing:.0f}s")
     time.sleep(_BASELINE_S)
     faults: list[FaultRecord] = []
@@ -206,6 +225,11 @@ def _inject(cluster: Cluster, seconds: float, spacing: float, broker: str) -> li
             faults.append(FaultRecord(name.format(broker=broker), at, injected))
             time.sleep(max(0.0, at + spacing - time.time()))
         rounds += 1
+    if driver.popen.poll() not in (None, 0):  # it stopped applying: the canvases proved less
+        sampler.errors.append((time.time(), f"canvas driver exited:\n{driver.tail()}"[:600]))
+    driver.expected_exit = True
+    driver.terminate()
+    driver.reap(time.monotonic() + 20)
     owed = expectations(first, time.time())
     wait_drained(lambda: judge(cluster, faults, owed, sampler.errors), cluster.revive)
     sampler.done.set()
@@ -331,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
         default="redis",
         help="the Celery broker on the services host (RabbitMQ: Debian's rabbitmq-server)",
     )
+    parser.add_argument(
+        "--canvas-every", type=float, default=6.0, help="seconds between canvas firings"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
     parser.add_argument("--verbose", action="store_true", help="print every note")
     parser.add_argument(
@@ -347,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(tempfile.mkdtemp(prefix="kernel-chaos-"))
     seconds = max(args.minutes * 60 - _DISK_PHASE_S - 30, args.spacing * len(FAULTS) + _BASELINE_S)
     try:
-        rows = multi_host_phase(seconds, args.spacing, run_dir, args.broker)
+        rows = multi_host_phase(seconds, args.spacing, run_dir, args.broker, args.canvas_every)
         rows += disk_full_phase(run_dir)
     except NetworkUnavailable as exc:
         print(f"chaos run not possible here: {exc}", file=sys.stderr)

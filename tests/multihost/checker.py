@@ -46,10 +46,15 @@ Violations (each column fails the run when non-zero):
   waiting for an operator) whose settle the kernel never acknowledged.
 * **errors**: anything else the harness saw go wrong (a kernel call raising something
   other than a kernel error, a lease longer than the database clock allows).
+* **chord** / **chain** / **link**: a canvas firing (``canvas_checker.py``) whose body,
+  step or errback was not made exactly once, given what it is owed, in order; charged
+  to the window it was applied in.
 
 Information, not judged: ``expected`` firings, ``skipped`` (each reason in the notes),
 ``reruns`` (a fresh start under a later fence), ``adjudicate``, ``resumed`` and
-``recovery_s`` (the longest an every-second firing waited from due time to ``end``).
+``recovery_s`` (the longest an every-second firing waited from due time to ``end``),
+``canvas`` (canvases judged) and ``canvas_reruns`` (their runs started again under the
+same task id), each by the window its canvas was applied in.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from multihost.canvas_checker import canvas_findings
 from multihost.evidence import Evidence, Expectation, Handback, KernelEvent, KernelRow
 
 __all__ = ["INFO", "VIOLATIONS", "Row", "check"]
@@ -71,9 +77,9 @@ STUCK_AFTER_S = 90.0
 
 VIOLATIONS = (
     "lost", "extra", "double", "duplicate", "overlap", "late", "early", "lost_update", "rewind",
-    "handback", "exit", "stuck", "errors",
+    "handback", "exit", "stuck", "errors", "chord", "chain", "link",
 )  # fmt: skip
-INFO = ("reruns", "adjudicate", "resumed", "transport_exit")
+INFO = ("reruns", "adjudicate", "resumed", "transport_exit", "canvas", "canvas_reruns")
 #: Why kombu ended a worker when its broker went away (the README's "Supervise
 #: workers"): Redis restoring unacknowledged messages without a connection.
 TRANSPORT_EXITS = (
@@ -168,6 +174,12 @@ def check(
         judge.windows.at(when).add("transport_exit" if known else "exit", what)
     for when, what in evidence.errors:
         judge.windows.at(when).add("errors", what)
+    canvases = canvas_findings(evidence.lines)
+    for column, times in (("canvas", canvases.judged), ("canvas_reruns", canvases.reruns)):
+        for when in times:
+            judge.windows.at(when).counts[column] += 1
+    for when, column, why in canvases.violations:
+        judge.windows.at(when).add(column, why)
     return judge.windows.by_fault()
 
 

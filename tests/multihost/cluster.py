@@ -48,7 +48,12 @@ LEASE_S = 5
 #: its lease renewals late for seconds more.
 _RECOVERY_S = 10.0
 SETTINGS_MODULE = "chaos_settings"
-_SETTINGS = "kernel_rehint_after = 2.0\n"
+#: The canvas firings' tasks (``chaos_canvas.py``) are the workers' and routed.
+_SETTINGS = """\
+kernel_rehint_after = 2.0
+imports = ["chaos_canvas"]
+kernel_route_tasks = ["chaos_canvas.*"]
+"""
 _READY_TIMEOUT = 60.0
 
 

@@ -2,8 +2,10 @@
 
 The clean run holds what a faulty but correct deployment leaves behind: a skipped
 firing with its reason, an at-least-once rerun after a lost lease, a checkpointing run
-paused, resumed and finished by a later fence, and lines written on a host whose clock
-is 5 minutes ahead. Each mutant changes it the way one violation would; the checker
+paused, resumed and finished by a later fence, lines written on a host whose clock
+is 5 minutes ahead, and canvases (a chord whose body ran again after its worker died,
+a chord failed on purpose, a chain, a link_error, an apply refused by a fault). Each
+mutant changes it the way one violation would; the checker
 must flag each in its own column and in no other (``self_test``).
 """
 
@@ -124,6 +126,7 @@ def clean_run() -> Evidence:
     run.write("step", "long", due, oid, 2, due + 5.4, step=2)
     run.write("end", "long", due, oid, 2, due + 5.5)
     run.event("succeeded", oid, 2, due + 5.6)
+    _canvases(run, T0 + 1)
     return Evidence(
         lines=run.lines,
         rows=run.rows,
@@ -143,8 +146,49 @@ def clean_run() -> Evidence:
     )
 
 
+def _canvases(run: _Run, at: float) -> None:
+    """The canvas firings as the driver (``canvas_applying`` / ``_applied``) and their runs
+    (``canvas``, ``start`` and ``end``) write them."""
+
+    def applied(kind: str, canvas: str, *events: str, **plan: Any) -> None:
+        for event in events or ("canvas_applying", "canvas_applied"):
+            run.lines.append({"event": event, "kind": kind, "canvas": canvas, "t": at, **plan})
+
+    def ran(role: str, canvas: str, task_id: str, *phases: str, **extra: Any) -> None:
+        extra.setdefault("attempt", 1)
+        for phase in phases or ("start", "end"):
+            run.lines.append(
+                {"event": "canvas", "role": role, "phase": phase, "canvas": canvas,
+                 "task_id": task_id, "host": "h1", "t": at + 0.5, **extra}
+            )  # fmt: skip
+
+    applied("chord", "chord-a", members=2, doomed=None, body_id="body-a")
+    results = ["chord-a:0", "chord-a:1"]
+    ran("member", "chord-a", "m0", index=0)
+    ran("member", "chord-a", "m1", index=1)
+    ran("body", "chord-a", "body-a", results=results)
+    ran("body", "chord-a", "body-a", attempt=2, results=results)  # at least once
+    applied("chord", "chord-b", members=2, doomed=1, body_id="body-b")
+    ran("member", "chord-b", "n0", index=0)
+    ran("doomed", "chord-b", "n1", "start", index=1)
+    ran("errback", "chord-b", "errbacks:1:0", failed="body-b")
+    applied("chain", "chain-a", steps=3)
+    for n in range(3):
+        ran("step", "chain-a", f"s{n}", n=n, previous=list(range(n)))
+    applied("link_error", "link-a", task_id="f0")
+    ran("doomed", "link-a", "f0", "start", index=0)
+    ran("errback", "link-a", "errbacks:2:0", failed="f0")
+    applied("chord", "chord-c", "canvas_applying", "canvas_refused", members=2, doomed=None,
+            body_id="body-c")  # fmt: skip
+
+
+def _canvas_copy(ev: Evidence, of: str, **changes: Any) -> None:
+    """The canvas run of task id ``of`` made again, as ``changes`` say."""
+    ev.lines += [{**x, **changes} for x in ev.lines if x.get("task_id") == of]
+
+
 def _lines(ev: Evidence, job: str, due: float) -> list[dict[str, Any]]:
-    return [x for x in ev.lines if (x["job_id"], x["scheduled_for"]) == (job, due)]
+    return [x for x in ev.lines if (x.get("job_id"), x.get("scheduled_for")) == (job, due)]
 
 
 def _row(ev: Evidence, job: str, due: float) -> KernelRow:
@@ -160,7 +204,7 @@ def _drop(ev: Evidence, job: str, due: float) -> None:
     """Lose one firing altogether: no occurrence, no line, no event."""
     oid = _row(ev, job, due).id
     ev.rows = [r for r in ev.rows if r.id != oid]
-    ev.lines = [x for x in ev.lines if x["occurrence_id"] != oid]
+    ev.lines = [x for x in ev.lines if x.get("occurrence_id") != oid]
     ev.events = [e for e in ev.events if e.occurrence_id != oid]
 
 
@@ -174,7 +218,7 @@ def _rewrite(
 ) -> None:
     """Replace one occurrence's lines and events by ``(event, fence, seconds after due)``."""
     oid = _row(ev, job, due).id
-    ev.lines = [x for x in ev.lines if x["occurrence_id"] != oid]
+    ev.lines = [x for x in ev.lines if x.get("occurrence_id") != oid]
     ev.events = [e for e in ev.events if e.occurrence_id != oid]
     run = _Run()
     for event, line_fence, after in lines:
@@ -236,7 +280,7 @@ def _lost_update(ev: Evidence) -> None:
 def _rewind(ev: Evidence) -> None:
     """The paused run went on to step 2, yet its successor resumed from step 2."""
     ev.lines = [*ev.lines]
-    paused = [x for x in ev.lines if x["occurrence_id"] == PAUSED_ID and x["fence"] == 1]
+    paused = [x for x in ev.lines if x.get("occurrence_id") == PAUSED_ID and x["fence"] == 1]
     ev.lines.insert(
         ev.lines.index(paused[-1]) + 1, paused[-1] | {"step": 2, "t": paused[-1]["t"] + 0.05}
     )
@@ -276,6 +320,12 @@ MUTANTS: dict[str, Callable[[Evidence], None]] = {
     "exit": lambda ev: setattr(ev, "exits", [(T0 + 7, "worker-h1-4 exit status 1")]),
     "stuck": _stuck,
     "errors": lambda ev: setattr(ev, "errors", [(T0 + 2, "lease ends 300 s ahead")]),
+    # The last member's settle made the body twice (two settles both counted down).
+    "chord": lambda ev: _canvas_copy(ev, "body-a", task_id="body-a2", attempt=1),
+    # The settle of step 1 never made step 2.
+    "chain": lambda ev: setattr(ev, "lines", [x for x in ev.lines if x.get("task_id") != "s2"]),
+    # The dead letter's errback made by the worker and again by Beat's lease expiry.
+    "link": lambda ev: _canvas_copy(ev, "errbacks:2:0", task_id="errbacks:3:0"),
 }
 
 

@@ -4,7 +4,8 @@
 exits 0 only when no violation column of its checker (``tests/multihost/checker.py``)
 is non-zero. The table must also show that the pause/resume and the warm shutdown
 were injected and each handed a run back that a later run finished (its ``handback``
-column): a control fault that did nothing proves nothing.
+column): a control fault that did nothing proves nothing; so must canvases have been
+judged (the ``canvas`` column).
 It needs root
 (network namespaces, a tmpfs): elsewhere the test is skipped, except under ``CI=true``,
 where CI runs as root and a skip would hide a broken harness.
@@ -55,6 +56,8 @@ def test_ci_sized_chaos_run_loses_nothing_and_runs_at_most_once_jobs_once() -> N
     table = _table(done.stdout)
     for fault in ("pause_resume", "warm_shutdown"):
         assert table[fault]["handback"] == "0" and int(table[fault]["injected"]) >= 1, report
+    # Canvases were applied under the faults and judged (their columns are 0 by the exit).
+    assert sum(int(row["canvas"]) for row in table.values()) >= 10, report
 
 
 def _table(stdout: str) -> dict[str, dict[str, str]]:

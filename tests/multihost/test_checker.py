@@ -5,9 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from multihost.checker import VIOLATIONS, Row, check
-from multihost.evidence import Handback
+from multihost.evidence import Evidence, Handback
 from multihost.mutations import T0, _replace_row, _rewrite, clean_run, self_test
 from multihost.report import failed
 
@@ -115,3 +116,71 @@ def test_runs_held_behind_an_unresolved_at_most_once_run_wait_for_its_verdict() 
     rows = list(check(evidence))
     assert sum(row.counts["lost"] for row in rows) == len(held)
     assert sum(row.counts["stuck"] for row in rows) == len(held)
+
+
+def _canvas_notes(rows: list[Row], column: str) -> list[str]:
+    return [note for row in rows for note in row.notes if note.startswith(f"{column}:")]
+
+
+def _without(evidence: Evidence, **match: Any) -> None:
+    evidence.lines = [x for x in evidence.lines if not all(x.get(k) == v for k, v in match.items())]
+
+
+def _end(evidence: Evidence, **match: Any) -> dict[str, Any]:
+    [line] = [
+        x
+        for x in evidence.lines
+        if x.get("phase") == "end" and all(x.get(k) == v for k, v in match.items())
+    ]
+    return line
+
+
+def test_canvases_are_judged_from_the_ledger_a_rerun_under_one_id_is_no_second_run() -> None:
+    rows = check(clean_run())
+    assert not failed(rows)
+    # The clean run's chord body ran twice under one id (its worker died after its end):
+    # at least once, not a second body. The apply refused by a fault made nothing.
+    assert sum(row.counts["canvas"] for row in rows) == 4
+    assert sum(row.counts["canvas_reruns"] for row in rows) == 1
+
+
+def test_a_chord_whose_body_never_ran_or_got_its_results_out_of_order_is_a_chord_violation() -> (
+    None
+):
+    evidence = clean_run()
+    _without(evidence, role="body")
+    assert _canvas_notes(check(evidence), "chord") == [
+        "chord: chord-a: body made 0 times (once owed), ids []"
+    ]
+    evidence = clean_run()
+    for line in evidence.lines:
+        if line.get("role") == "body":
+            line["results"] = list(reversed(line["results"]))
+    [note] = _canvas_notes(check(evidence), "chord")
+    assert "not the members' in order" in note
+
+
+def test_a_failed_chord_s_body_or_a_second_errback_is_a_chord_violation() -> None:
+    evidence = clean_run()
+    errback = _end(evidence, canvas="chord-b", role="errback")
+    evidence.lines.append({**errback, "task_id": "errbacks:9:0"})
+    assert _canvas_notes(check(evidence), "chord") == [
+        "chord: chord-b: errback made 2 times (once owed)"
+    ]
+    evidence = clean_run()
+    body = _end(evidence, task_id="body-a", attempt=1)
+    evidence.lines.append({**body, "canvas": "chord-b", "task_id": "body-b"})
+    assert _canvas_notes(check(evidence), "chord") == [
+        "chord: chord-b: body ran although member 1 failed"
+    ]
+
+
+def test_a_chain_step_started_before_the_one_before_it_finished_is_a_chain_violation() -> None:
+    evidence = clean_run()
+    steps = [i for i, x in enumerate(evidence.lines) if x.get("role") == "step"]
+    first_end, second_start = steps[1], steps[2]
+    lines = evidence.lines
+    lines[first_end], lines[second_start] = lines[second_start], lines[first_end]
+    assert _canvas_notes(check(evidence), "chain") == [
+        "chain: chain-a: step 1 started before step 0 finished"
+    ]
