@@ -97,21 +97,14 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
             error=error,
             parent_depth=m["chain_depth"],
         )
+    if to_status in (S.DEAD_LETTER, S.CANCELLED):  # a cancelled chord member fails its chord
         fire_links(
             tx,
             parent_id=m["id"],
             links=expired.links,
             trigger_key=expired.trigger_key,
             succeeded=False,
-        )
-    elif to_status == S.CANCELLED:  # a cancelled chord member fails its chord
-        fire_links(
-            tx,
-            parent_id=m["id"],
-            links=expired.links,
-            trigger_key=expired.trigger_key,
-            succeeded=False,
-            cancelled=True,
+            cancelled=to_status == S.CANCELLED,
         )
     return to_status
 
