@@ -26,8 +26,8 @@ from celery.result import allow_join_result
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
 from celery_app.task_names import RUN_OCCURRENCE
-from celery_app.task_results import KEYED, store_failure, store_retry, store_success
-from kernel import attempts_left
+from celery_app.task_results import store_failure, store_retry, store_success
+from kernel import attempts_left, caller_key
 
 __all__ = ["call_task", "hook_replace", "task_id"]
 
@@ -41,8 +41,9 @@ def task_id(ctx: ExecutionContext) -> str:
     task id (the id its caller's AsyncResult has); else (a Beat firing, an unkeyed enqueue)
     one derived from the occurrence."""
     occurrence = ctx.occurrence
-    if occurrence.trigger_key.startswith(KEYED):
-        return occurrence.trigger_key.removeprefix(KEYED)
+    keyed = caller_key(occurrence.trigger_key)
+    if keyed is not None:
+        return keyed
     key = f"{occurrence.job_id}\n{occurrence.trigger_key}\n{occurrence.id}"
     return str(uuid.uuid5(_RUN_IDS, key))
 

@@ -36,11 +36,9 @@ from kombu.exceptions import EncodeError
 
 from adapters.base import AdapterError
 from celery_app.enqueueing import RunFailed
+from kernel import caller_key
 
 __all__ = ["store_chord_failure", "store_end", "store_failure", "store_retry", "store_success"]
-
-#: The trigger key of a keyed enqueue: its key is the task id the caller holds.
-KEYED = "key:"
 
 log = logging.getLogger("celery_kernel.worker")
 
@@ -123,7 +121,8 @@ def store_end(app: Any, task_name: str, body: Mapping[str, Any]) -> bool:
     if task is not None and not _stores_errors(task, None):
         return False
     backend = app.backend if task is None else task.backend
-    run_id = str(body["trigger_key"]).removeprefix(KEYED)
+    trigger_key = str(body["trigger_key"])
+    run_id = caller_key(trigger_key) or trigger_key
     error = body.get("error") or {}
     code = str(error.get("code") or body["status"]).upper()
     message = error.get("message") or f"the run was {body['status']}"

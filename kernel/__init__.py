@@ -42,6 +42,7 @@ from kernel.spec.durations import (
     parse_duration,
     text,
 )
+from kernel.spec.enqueue_request import caller_key
 from kernel.spec.jobfile import job_file_schema
 from kernel.spec.jobspec import (
     MAX_LOST_LEASES,
@@ -110,6 +111,7 @@ __all__ = [
     "Firing",
     "JobCancel",
     "Enqueued",
+    "caller_key",
     "EnqueueRequest",
     "KernelError",
     "InvalidArgument",

@@ -22,6 +22,7 @@ from kernel.spec.enqueue_request import (
     ChordStep,
     EnqueueRequest,
     EnqueueRow,
+    caller_key,
     chord_steps,
     link_requests,
     prepare,
@@ -204,7 +205,7 @@ def fire_links(
     if links is None:
         return
     if not cancelled:
-        task_id = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
+        task_id = caller_key(trigger_key)
         requests = link_requests(
             links,
             succeeded=succeeded,
@@ -217,7 +218,7 @@ def fire_links(
             _make_chord_step(tx, parent_id, step)
     chord_id = loads(links).get("chord")
     if chord_id is not None:
-        member = trigger_key.removeprefix("key:") if trigger_key.startswith("key:") else None
+        member = caller_key(trigger_key)
         _settle_chord_member(
             tx, chord_id, parent_id, member or str(parent_id), succeeded and not cancelled,
             cancelled,

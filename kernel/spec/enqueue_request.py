@@ -62,6 +62,7 @@ __all__ = [
     "EnqueueRequest",
     "EnqueueRow",
     "ChordStep",
+    "caller_key",
     "checked_links",
     "chord_steps",
     "link_requests",
@@ -69,6 +70,16 @@ __all__ = [
     "task_job_id",
     "task_job_spec",
 ]
+
+#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
+_KEYED = "key:"
+
+
+def caller_key(trigger_key: str) -> str | None:
+    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
+    id), else None."""
+    return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
+
 
 #: The longest caller's key.
 MAX_KEY = 200
@@ -177,7 +188,7 @@ def prepare(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
         )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
-    trigger_key = f"key:{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
+    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
     claimable = available_at <= now
     return EnqueueRow(
         values={

@@ -27,6 +27,7 @@ from typing import Any
 from kernel import statements as st
 from kernel.events import EventType
 from kernel.records import dumps, loads, to_dt
+from kernel.spec.enqueue_request import caller_key
 from kernel.spec.notify import Notify
 from kernel.states import CLAIMABLE, FAILED, OccurrenceStatus
 from kernel.transaction.tx import Tx
@@ -47,8 +48,6 @@ _FINDING_STATUSES = {
 RESULT_EVENT = "result"
 #: The ends a run's worker never writes to the result backend itself.
 _OWED_ENDS = frozenset({S.DEAD_LETTER, S.CANCELLED, S.SKIPPED})
-#: The trigger key of a keyed enqueue: its key is the caller's task id.
-_KEYED = "key:"
 #: Tries of an owed result (the backend down), the first again after ``backoff`` seconds.
 _RESULT_TARGET = {"result_backend": True, "attempts": 5, "backoff": 30.0}
 
@@ -89,7 +88,7 @@ def owe_result(tx: Tx, occurrence_id: int, fence: int, end: str) -> int | None:
     if end not in _OWED_ENDS:
         return None
     row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
-    if row is None or not row.trigger_key.startswith(_KEYED):
+    if row is None or caller_key(row.trigger_key) is None:
         return None
     if loads(row.definition).get("kind") != "task":
         return None

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from kernel.db.schema import chords, occurrences
 from kernel.errors import NotFound
 from kernel.records import loads
+from kernel.spec.enqueue_request import caller_key
 from kernel.states import SETTLED
 from kernel.transaction.tx import Tx
 
@@ -43,15 +44,14 @@ def _row(tx: Tx, occurrence_id: int) -> Any:
 
 def _task_id(row: Any) -> str:
     """Its Celery task id: its enqueue key, else its occurrence id."""
-    key = str(row.trigger_key)
-    return key.removeprefix("key:") if key.startswith("key:") else str(row.id)
+    return caller_key(str(row.trigger_key)) or str(row.id)
 
 
 def _made_as(parent: Any, child: Any) -> str | None:
     """How ``parent``'s links made ``child``: ``callback``, ``errback`` or None (a key
     is a signature's task id, else ``<kind>:<parent>:<index>``)."""
     links = loads(parent.links) or {}
-    key = str(child.trigger_key).removeprefix("key:")
+    key = caller_key(str(child.trigger_key)) or str(child.trigger_key)
     for kind in ("callbacks", "errbacks"):
         for index, sig in enumerate(links.get(kind) or ()):
             if key in (sig["options"].get("task_id"), f"{kind}:{parent.id}:{index}"):
