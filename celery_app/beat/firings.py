@@ -21,11 +21,26 @@ from beat_schedule import timing
 from celery_app.adjudication import hint_adapter_asks
 from celery_app.hints import publish_hints
 from celery_app.settings import KernelSettings
-from kernel import Job, Kernel, KernelError, RevisionConflict, StorageUnavailable
+from kernel import FireReport, Job, Kernel, KernelError, RevisionConflict, StorageUnavailable
 
-__all__ = ["FiringSteps", "plan_job"]
+__all__ = ["FiringSteps", "fire_plan", "plan_job"]
 
 log = logging.getLogger("celery_kernel.beat")
+
+
+def fire_plan(kernel: Kernel, job: Job, plan: timing.Plan) -> FireReport:
+    """Fire ``plan`` of ``job`` (:func:`plan_job`) by compare-and-set on the job's revision
+    and cursor as read: a Beat that read an older one is refused, not doubled."""
+    return kernel.fire(
+        job.id,
+        expected_revision=job.revision,
+        expected_cursor=job.next_trigger_key if job.planned else None,
+        firings=plan.fire,
+        missed=plan.missed,
+        missed_reason=plan.missed_reason,
+        missed_count=plan.missed_count,
+        next_cursor=plan.next_cursor,
+    )
 
 
 def plan_job(kernel: Kernel, job: Job, now: datetime) -> timing.Plan:
@@ -86,16 +101,7 @@ class FiringSteps:
                 )
                 continue
             try:
-                report = kernel.fire(
-                    job.id,
-                    expected_revision=job.revision,
-                    expected_cursor=job.next_trigger_key if job.planned else None,
-                    firings=plan.fire,
-                    missed=plan.missed,
-                    missed_reason=plan.missed_reason,
-                    missed_count=plan.missed_count,
-                    next_cursor=plan.next_cursor,
-                )
+                report = fire_plan(kernel, job, plan)
             except StorageUnavailable:
                 raise
             except KernelError as exc:

@@ -51,7 +51,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from celery_app.beat.firings import plan_job
+from celery_app.beat.firings import fire_plan, plan_job
 from kernel import Claim, Kernel, KernelError, LeaseLost
 from kernel.testing import ManualClock
 
@@ -184,16 +184,7 @@ class FeatureMachine(RuleBasedStateMachine):
         now = self.kernel.now()
         for job in self.kernel.due_jobs():
             plan = plan_job(self.kernel, job, now)
-            report = self.kernel.fire(
-                job.id,
-                expected_revision=job.revision,
-                expected_cursor=job.next_trigger_key if job.planned else None,
-                firings=plan.fire,
-                missed=plan.missed,
-                missed_reason=plan.missed_reason,
-                missed_count=plan.missed_count,
-                next_cursor=plan.next_cursor,
-            )
+            report = fire_plan(self.kernel, job, plan)
             made = [(i, self.kernel.get_occurrence(i).scheduled_for) for i in report.created]
             created_within_bounds(job.spec["schedule"] or {}, self.made[job.id], made)
             self.made[job.id] += len(made)
