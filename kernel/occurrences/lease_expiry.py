@@ -85,8 +85,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
         reason="lease_expired",
         **({"error": error} if error else {}),
     )
-    notices.notify(tx, m["id"], m["fence"], to_status)
-    notices.owe_result(tx, m["id"], m["fence"], to_status)
+    notices.ended_unanswered(tx, m["id"], m["fence"], to_status)
     if to_status == S.DEAD_LETTER:
         fire_children(
             tx,

@@ -102,8 +102,7 @@ def apply_verdict(
         grant(tx, occurrence_id, grant_id, decided.fence, "LEASE_EXPIRED")
         return
     end_control(tx, occurrence_id, job_id=decided.job_id, fence=decided.fence)
-    notices.notify(tx, occurrence_id, decided.fence, to_status)
-    notices.owe_result(tx, occurrence_id, decided.fence, to_status)
+    notices.ended_unanswered(tx, occurrence_id, decided.fence, to_status)
     if decided.has_children:
         fire_children(
             tx,

@@ -33,7 +33,7 @@ from kernel.states import CLAIMABLE, FAILED, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.types import iso_z
 
-__all__ = ["RESULT_EVENT", "notify", "owe_result"]
+__all__ = ["RESULT_EVENT", "ended_unanswered", "notify", "owe_result"]
 
 S = OccurrenceStatus
 #: The statuses a run's change may notify as (``Notify.event_of``); others read nothing.
@@ -65,16 +65,8 @@ def notify(
     """
     if not finding and change not in _NOTIFYING:
         return None
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
-    spec = None if row is None else loads(row.definition).get("notify")
-    if row is None or not spec:
-        return None
-    subscribed = Notify.model_validate(spec)
-    event = subscribed.finding_of(change) if finding else subscribed.event_of(change)
-    if event is None:
-        return None
-    statuses = _FINDING_STATUSES[change] if finding else (change,)
-    return _record(tx, row, fence, statuses, event, subscribed.to_dict())
+    row = _read(tx, occurrence_id)
+    return None if row is None else _notify(tx, row, fence, change, finding)
 
 
 def owe_result(tx: Tx, occurrence_id: int, fence: int, end: str) -> int | None:
@@ -87,10 +79,43 @@ def owe_result(tx: Tx, occurrence_id: int, fence: int, end: str) -> int | None:
     """
     if end not in _OWED_ENDS:
         return None
-    row = tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
-    if row is None or caller_key(row.trigger_key) is None:
+    row = _read(tx, occurrence_id)
+    return None if row is None else _owe(tx, row, fence, end)
+
+
+def ended_unanswered(tx: Tx, occurrence_id: int, fence: int, end: str) -> None:
+    """A run's end that its worker did not answer for (a lease's expiry, a verdict): its
+    job's notification (:func:`notify`) and its result owed (:func:`owe_result`), from
+    one read of its row."""
+    if end not in _NOTIFYING and end not in _OWED_ENDS:
+        return
+    row = _read(tx, occurrence_id)
+    if row is None:
+        return
+    if end in _NOTIFYING:
+        _notify(tx, row, fence, end, False)
+    if end in _OWED_ENDS:
+        _owe(tx, row, fence, end)
+
+
+def _read(tx: Tx, occurrence_id: int) -> Any:
+    return tx.conn.execute(st.OCCURRENCE_BY_ID, {"occurrence_id": occurrence_id}).first()
+
+
+def _notify(tx: Tx, row: Any, fence: int, change: str, finding: bool) -> int | None:
+    spec = loads(row.definition).get("notify")
+    if not spec:
         return None
-    if loads(row.definition).get("kind") != "task":
+    subscribed = Notify.model_validate(spec)
+    event = subscribed.finding_of(change) if finding else subscribed.event_of(change)
+    if event is None:
+        return None
+    statuses = _FINDING_STATUSES[change] if finding else (change,)
+    return _record(tx, row, fence, statuses, event, subscribed.to_dict())
+
+
+def _owe(tx: Tx, row: Any, fence: int, end: str) -> int | None:
+    if caller_key(row.trigger_key) is None or loads(row.definition).get("kind") != "task":
         return None
     return _record(tx, row, fence, (end,), RESULT_EVENT, _RESULT_TARGET)
 
