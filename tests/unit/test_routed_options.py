@@ -582,3 +582,24 @@ def test_a_secret_looking_header_is_masked_where_the_run_is_shown(routed_app: An
     made = routed_app.routed.apply_async(("a",), headers={"Authorization": "Bearer x", "t": 1})
     shown = redacted_spec(_by_key(routed_app, made.id).definition)
     assert shown["payload"]["request"]["headers"] == {"Authorization": "***", "t": 1}
+
+
+def test_the_end_the_kernel_made_of_a_run_whose_call_ignored_results_is_not_written(
+    routed_app: Any,
+) -> None:
+    """A run the kernel ended without its body (cancelled, lease lost for good) owes its
+    end to the backend: not when its call said ``ignore_result=True``, as Celery's worker
+    writes no REVOKED for such a call."""
+    from celery import states
+
+    from celery_app.task_results import store_end
+
+    routed_app.conf.result_backend = "cache+memory://"
+    ended = {}
+    for label, ignore in (("quiet", True), ("heard", None)):
+        made = routed_app.routed.apply_async((label,), ignore_result=ignore)
+        occurrence = _by_key(routed_app, made.id)
+        body = {"trigger_key": occurrence.trigger_key, "status": "cancelled", "error": None,
+                "occurrence_id": occurrence.id}  # fmt: skip
+        ended[label] = (store_end(routed_app, occurrence.payload, body), made.state)
+    assert ended == {"quiet": (False, states.PENDING), "heard": (True, states.REVOKED)}
