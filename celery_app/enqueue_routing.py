@@ -165,10 +165,11 @@ def _given(options: Mapping[str, Any], name: str, task: Any) -> Any:
 
 
 def _request_fields(task: Any, options: Mapping[str, Any]) -> dict[str, Any]:
-    """What the call's message would carry for the body's ``self.request``
-    (kernel.TaskRequest): custom headers, properties, the time limits (the call's, else
-    the task's, as Celery's apply_async merges them), the call's ignore_result, argsrepr
-    and kwargsrepr, and stamps (the options ``stamped_headers`` names)."""
+    """What the call's message would carry for the body's ``self.request`` (the run's
+    ``TaskRequest``, kernel/spec/sections.py): custom headers, properties, the time limits
+    (the call's, else the task's, as Celery's apply_async merges them), the call's
+    ignore_result, argsrepr and kwargsrepr, and stamps (the options ``stamped_headers``
+    names)."""
     stamped = list(options.get("stamped_headers") or ())
     fields = {
         "headers": options.get("headers") or None,

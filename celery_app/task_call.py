@@ -131,7 +131,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
 
 
 def _celery_request(given: dict[str, Any], outer: Any, run_id: str) -> dict[str, Any]:
-    """The request fields a routed call's message set (kernel.TaskRequest, stored with the
+    """The request fields a routed call's message set (its ``TaskRequest``, stored with the
     run), as Celery's worker makes them of its message: each custom header a field of its
     own, the time limits as its ``timelimit`` pair, the call's properties over the hint
     message's, and the call's ``ignore_result`` only when it gave one (else the task's)."""

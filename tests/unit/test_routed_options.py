@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from celery import Celery, chain, chord, group
-from celery.utils import uuid
 from celery.result import GroupResult
+from celery.utils import uuid
 from pydantic import BaseModel
 
 from celery_app import install
@@ -547,8 +547,12 @@ def test_an_ignored_result_is_not_written_by_the_run(routed_app: Any) -> None:
     routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
     keeping = _seeing(routed_app, "routedopts.seen")
     ignoring = _seeing(routed_app, "routedopts.quiet", ignore_result=True)
-    ignored, _, _ = _routed_request(routed_app, lambda: keeping.apply_async(("a",), ignore_result=True))
-    kept, _, _ = _routed_request(routed_app, lambda: ignoring.apply_async(("b",), ignore_result=False))
+    ignored, _, _ = _routed_request(
+        routed_app, lambda: keeping.apply_async(("a",), ignore_result=True)
+    )
+    kept, _, _ = _routed_request(
+        routed_app, lambda: ignoring.apply_async(("b",), ignore_result=False)
+    )
     assert ignored.ignored is True and ignored.get(timeout=1) is None
     assert routed_app.backend.get_state(ignored.id) == states.PENDING
     assert routed_app.backend.get_state(kept.id) == states.SUCCESS
@@ -568,10 +572,8 @@ def test_argsrepr_and_kwargsrepr_are_what_monitors_see_of_a_routed_run(
     _, _, message = _stock_request(stock_app, lambda: stock_task.apply_async(("pw",), **given))
     result = routed_task.apply_async(("pw",), **given)
     shown = call_reprs(_by_key(routed_app, result.id).payload)
-    assert shown == (message.headers["argsrepr"], message.headers["kwargsrepr"]) == (
-        "(hidden,)",
-        "{}",
-    )
+    stock = (message.headers["argsrepr"], message.headers["kwargsrepr"])
+    assert shown == stock == ("(hidden,)", "{}")
     plain = routed_task.delay("open")
     assert call_reprs(_by_key(routed_app, plain.id).payload) == ("['open']", "{}")
 
