@@ -6,7 +6,9 @@ worker processes and a real broker: as stock Celery (no kernel), then with
 same calls, with the same options, must mean the same thing, read from what the tasks
 recorded: ``expires`` never runs a stale call, ``priority`` orders a backlog as the
 broker orders it, ``soft_time_limit`` reaches the body and ``time_limit`` ends the run,
-``countdown``/``eta`` hold the start back.
+``countdown``/``eta`` hold the start back, and what a call sets for the body's
+``self.request`` (custom headers, ``app_id``, time limits, ``ignore_result``, stamps)
+reaches it.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ class Side:
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in self.stack.env.items() if k != "CELERY_CONFIG_MODULE"}
-        env.update(OPTS_QUEUE=self.queue, OPTS_LEDGER=str(self.ledger_path))
+        env.update(OPTS_QUEUE=self.queue, OPTS_LEDGER=str(self.ledger_path),
+                   OPTS_BACKEND=self.stack.env["CELERY_BROKER_URL"])  # fmt: skip
         if self.kernel:
             env.update(OPTS_KERNEL="1", KERNEL_DATABASE_URL=self.stack.database_url)
         return env
@@ -262,3 +265,47 @@ def test_5_task_routes_send_a_call_to_the_queue_its_worker_consumes(
                    what=f"{side.name}: the routed call ran")  # fmt: skip
     run = _occurrence(stack, "by-route")
     assert (run.queue, run.status.value) == (sides[1].queue, "succeeded"), run
+
+
+#: Calls whose request fields the body records; each side must record the same.
+_REQUEST_CALLS = [
+    ("headers", {"headers": {"x-test-header": "v", "tenant": "t"}}),
+    ("app_id", {"app_id": "1234"}),
+    ("own-limits", {}),
+    ("call-limits", {"time_limit": 30, "soft_time_limit": 20}),
+    ("ignored", {"ignore_result": True}),
+    ("stamped", {"stamped_headers": ["monitoring_id"], "monitoring_id": "m-1"}),
+]
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_6_what_a_call_sets_reaches_the_body_s_request(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    """Celery's t/integration test_properties, test_task_retried_headers,
+    test_request_time_limits_*, test_ignore_result: the same calls, the same request."""
+    import redis
+
+    seen = {}
+    for side in sides:
+        side.start_worker()
+        side.call(*(("request", tag, options) for tag, options in _REQUEST_CALLS))
+        stack.wait(lambda side=side: len(side.ledger(task="request")) == len(_REQUEST_CALLS),
+                   timeout=60, what=f"{side.name}: the calls ran")  # fmt: skip
+        seen[side.name] = {
+            line["tag"]: {k: v for k, v in line.items() if k not in {"at", "task"}}
+            for line in side.ledger(task="request")
+        }
+    assert seen["kernel"] == seen["stock"], seen
+    assert seen["kernel"]["headers"]["tenant"] == "t" and seen["kernel"]["app_id"]["app_id"]
+    client = redis.Redis.from_url(stack.env["CELERY_BROKER_URL"])
+    try:
+        for side in sides:
+            ids = {tag: side.ledger(call=tag)[0]["id"] for tag in ("ignored", "stamped")}
+            # One process runs the calls in turn: once the later call's result is stored,
+            # the ignored one's would have been.
+            stack.wait(lambda ids=ids: client.exists(f"celery-task-meta-{ids['stamped']}"),
+                       timeout=30, what=f"{side.name}: the last result stored")  # fmt: skip
+            assert not client.exists(f"celery-task-meta-{ids['ignored']}"), side.name
+    finally:
+        client.close()
