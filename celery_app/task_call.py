@@ -22,7 +22,6 @@ from celery import signals, states
 from celery.app.task import Context, Task
 from celery.exceptions import Retry
 from celery.result import allow_join_result
-from celery.worker import state as worker_state
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
@@ -94,10 +93,6 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             except _Replaced as replaced:
                 retval = replaced.value
             store_success(task, run_id, retval)
-            # As Celery's worker notes a task it ran successfully: under the id its caller
-            # holds (Celery notes the hint's own). Read where the body ran in the worker's
-            # process (solo, threads); a prefork child's set is its own.
-            worker_state.successful_requests.add(run_id)
         except Retry as exc:
             state = states.RETRY
             _retried(task, run_id, exc, attempts_left(occurrence.attempt, occurrence.max_attempts))

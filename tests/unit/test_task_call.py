@@ -9,7 +9,7 @@ from typing import Any
 import celery
 import pytest
 from celery import signals
-from unit.adapter_support import make_context, make_occurrence
+from unit.adapter_support import make_context
 
 from adapters.base import AdapterError
 from adapters.task import TaskAdapter
@@ -80,26 +80,3 @@ def test_retry_past_max_retries_raises_the_exc_given_as_a_final_failure(
     assert (caught.value.code, caught.value.retryable) == ("TASK_FAILED", False)
     assert caught.value.message == "ValueError: still bad"
     assert [name for name, _ in sent] == ["task_prerun", "task_failure", "task_postrun"]
-
-
-def test_a_run_that_succeeded_is_known_to_the_worker_by_its_task_id(app: celery.Celery) -> None:
-    """Celery's worker notes the id of each task it ran successfully
-    (``celery.worker.state.successful_requests``; Celery's t/integration tests wait on it):
-    a kernel run is noted under its task id, the one its caller holds, not the hint's."""
-    from celery.worker import state as worker_state
-
-    @app.task(name="t.fine", shared=False)
-    def fine() -> int:
-        return 1
-
-    @app.task(name="t.broken", shared=False)
-    def broken() -> None:
-        raise ValueError("no")
-
-    ok, bad = (make_context("task", {"task": name}) for name in ("t.fine", "t.broken"))
-    bad.occurrence = make_occurrence("task", {"task": "t.broken"}, occurrence_id=8)
-    _adapter(app).execute(ok)
-    with pytest.raises(AdapterError):
-        _adapter(app).execute(bad)
-    assert task_id(ok) in worker_state.successful_requests
-    assert task_id(bad) not in worker_state.successful_requests
