@@ -29,7 +29,8 @@ if os.environ.get("OPTS_KERNEL"):
     from celery_app import install
 
     app.conf.kernel_route_tasks = [
-        "opts.record", "opts.soft", "opts.hard", "opts.routed", "opts.request"
+        "opts.record", "opts.soft", "opts.hard", "opts.routed", "opts.request",
+        "opts.retry_once",
     ]  # fmt: skip
     install(app)
 
@@ -88,4 +89,15 @@ def request(self: object, tag: str) -> str:
         stamped_headers=seen.stamped_headers,
         stamps=seen.stamps,
     )
+    return tag
+
+
+@app.task(name="opts.retry_once", bind=True, queue=QUEUE, max_retries=1)
+def retry_once(self: object, tag: str) -> str:
+    """Retried once; then what its request still holds of the call."""
+    seen = self.request  # type: ignore[attr-defined]
+    if not seen.retries:
+        raise self.retry(countdown=0)  # type: ignore[attr-defined]
+    note(task="retry_once", tag=tag, headers=seen.headers,
+         ignore_result=get_actual_ignore_result(self, seen))  # fmt: skip
     return tag

@@ -278,34 +278,50 @@ _REQUEST_CALLS = [
 ]
 
 
+#: Retried once: what the request still holds of the call after the retry.
+_RETRIED_CALLS = [
+    ("retry-headers", {"headers": {"x-test-header": "v"}}),
+    ("retry-ignored", {"ignore_result": True}),
+]
+
+
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_6_what_a_call_sets_reaches_the_body_s_request(
     stack: Stack, sides: tuple[Side, Side]
 ) -> None:
     """Celery's t/integration test_properties, test_task_retried_headers,
-    test_request_time_limits_*, test_ignore_result: the same calls, the same request."""
+    test_request_time_limits_*, test_ignore_result, test_retry_preserves_ignore_result_true:
+    the same calls, the same request, across a retry too; an ignored result is not stored."""
     import redis
 
     seen = {}
     for side in sides:
         side.start_worker()
-        side.call(*(("request", tag, options) for tag, options in _REQUEST_CALLS))
-        stack.wait(lambda side=side: len(side.ledger(task="request")) == len(_REQUEST_CALLS),
+        if side.kernel:
+            side.start_beat()  # its pump hints a retried run again
+        side.call(*(("request", tag, options) for tag, options in _REQUEST_CALLS),
+                  *(("retry_once", tag, options) for tag, options in _RETRIED_CALLS))  # fmt: skip
+        stack.wait(lambda side=side: len(side.ledger(task="request")) == len(_REQUEST_CALLS)
+                   and len(side.ledger(task="retry_once")) == len(_RETRIED_CALLS),
                    timeout=60, what=f"{side.name}: the calls ran")  # fmt: skip
         seen[side.name] = {
-            line["tag"]: {k: v for k, v in line.items() if k not in {"at", "task"}}
-            for line in side.ledger(task="request")
+            line["tag"]: {k: v for k, v in line.items() if k != "at"}
+            for line in side.ledger(task="request") + side.ledger(task="retry_once")
         }
     assert seen["kernel"] == seen["stock"], seen
     assert seen["kernel"]["headers"]["tenant"] == "t" and seen["kernel"]["app_id"]["app_id"]
+    assert seen["kernel"]["retry-headers"]["headers"] == {"x-test-header": "v"}
     client = redis.Redis.from_url(stack.env["CELERY_BROKER_URL"])
     try:
         for side in sides:
-            ids = {tag: side.ledger(call=tag)[0]["id"] for tag in ("ignored", "stamped")}
-            # One process runs the calls in turn: once the later call's result is stored,
-            # the ignored one's would have been.
-            stack.wait(lambda ids=ids: client.exists(f"celery-task-meta-{ids['stamped']}"),
+            # One process runs the calls in turn: once a later call's result is stored,
+            # the ignored ones' would have been.
+            side.call(("request", "last", {}))
+            last = side.ledger(call="last")[0]["id"]
+            stack.wait(lambda last=last: client.exists(f"celery-task-meta-{last}"),
                        timeout=30, what=f"{side.name}: the last result stored")  # fmt: skip
-            assert not client.exists(f"celery-task-meta-{ids['ignored']}"), side.name
+            for tag in ("ignored", "retry-ignored", "app_id"):
+                stored = client.exists(f"celery-task-meta-{side.ledger(call=tag)[0]['id']}")
+                assert bool(stored) is (tag == "app_id"), (side.name, tag)
     finally:
         client.close()
