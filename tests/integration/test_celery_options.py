@@ -61,8 +61,9 @@ class Side:
     @property
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in self.stack.env.items() if k != "CELERY_CONFIG_MODULE"}
-        env.update(OPTS_QUEUE=self.queue, OPTS_LEDGER=str(self.ledger_path),
-                   OPTS_BACKEND=self.stack.env["CELERY_BROKER_URL"])  # fmt: skip
+        env.update(OPTS_QUEUE=self.queue, OPTS_LEDGER=str(self.ledger_path))
+        if env["CELERY_BROKER_URL"].startswith("redis"):  # results there too (test_6)
+            env["OPTS_BACKEND"] = env["CELERY_BROKER_URL"]
         if self.kernel:
             env.update(OPTS_KERNEL="1", KERNEL_DATABASE_URL=self.stack.database_url)
         return env
