@@ -363,7 +363,7 @@ def check_limit(name: object, limit: object) -> None:
 
 
 _Limit = Annotated[float, seconds(0.0, allow_zero=True)]
-_Repr = Annotated[str, text(16 * 1024, empty=True)]
+_Repr = Annotated[str, text(8 * 1024, empty=True)]
 _Object = Annotated[dict[str, Any], OBJECT]
 
 

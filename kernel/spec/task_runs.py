@@ -22,6 +22,7 @@ from kernel.spec.problems import problems_of, raise_problems
 from kernel.spec.sections import ID, TaskRequest
 
 __all__ = [
+    "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
     "deadline_ms",
     "delay_ms",
@@ -33,6 +34,8 @@ __all__ = [
 ]
 
 TASK_JOB_PREFIX = "task:"
+#: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
+MAX_REQUEST_BYTES = 32 * 1024
 #: Stand-ins in a definition's template for what each run has of its own.
 _OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
@@ -91,7 +94,12 @@ def task_request(request: Mapping[str, Any] | None) -> str | None:
     except ValidationError as exc:
         raise_problems(problems_of(exc, TaskRequest, "request"))
         raise  # raise_problems raised: pydantic reports at least one problem
-    return canonical_json(given, "request") if given else None
+    text = canonical_json(given, "request") if given else None
+    if text is not None and len(text.encode()) > MAX_REQUEST_BYTES:
+        raise InvalidArgument(
+            "request", f"the request fields exceed {MAX_REQUEST_BYTES} bytes as JSON"
+        )
+    return text
 
 
 def run_definition(

@@ -86,6 +86,7 @@ REFUSED = [
     ({"request": {"time_limit": -1}}, "request.time_limit"),
     ({"request": {"stamps": {"s": {1}}}}, "request.stamps.s"),
     ({"request": {"timeout": 5}}, "request.timeout"),
+    ({"request": {"headers": {"h": "x" * 40_000}}}, "request"),
 ]
 
 
