@@ -83,6 +83,27 @@ def refused_options(options: Mapping[str, Any]) -> list[str]:
     return sorted(refused)
 
 
+def _refusal(name: str, refused: list[str]) -> str:
+    """Why a routed call is refused: a custom header named like one of Celery's request
+    fields, an option the kernel does not honour."""
+    headers = [field.removeprefix("headers.") for field in refused if field.startswith("headers.")]
+    options = [field for field in refused if not field.startswith("headers.")]
+    why = []
+    if headers:
+        why.append(
+            f"it gives a call's custom headers to the body's self.request as Celery does, "
+            f"where {', '.join(headers)} would replace Celery's own field: rename the header"
+        )
+    if options:
+        why.append(
+            f"it does not honour the apply_async options {', '.join(options)}; it honours "
+            f"{', '.join(sorted(_ROUTED_OPTIONS | _PROPERTIES))} and the stamps "
+            f"stamped_headers names: call the task without them, or leave it out of "
+            f"kernel_route_tasks to publish it through Celery"
+        )
+    return f"task {name} is routed through the kernel (kernel_route_tasks): {'; '.join(why)}"
+
+
 def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> Any:
     task_id, run = routed_run(task, args, kwargs, options)
     enqueue(task.app, task.name, **run)
@@ -111,14 +132,7 @@ def routed_run(
     """
     refused = refused_options(options)
     if refused:
-        raise InvalidArgument(
-            ", ".join(refused),
-            f"task {task.name} is routed through the kernel (kernel_route_tasks), which "
-            f"does not honour these apply_async options; it honours "
-            f"{', '.join(sorted(_ROUTED_OPTIONS))}. Call the task without them, or leave "
-            f"it out of kernel_route_tasks to publish it through Celery",
-            task=task.name,
-        )
+        raise InvalidArgument(", ".join(refused), _refusal(task.name, refused), task=task.name)
     callbacks, errbacks = links(options)
     if task.name in MAP_BUILTINS:
         # As Celery routes the builtin by its task's name (route_name): on its queue.
