@@ -58,10 +58,11 @@ _PUBLISHING_OPTIONS = frozenset(
      "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id",
      "route_name"}
 )  # fmt: skip
-#: The request fields Celery's worker sets from its own headers: a custom header of one of
-#: these names would replace Celery's value (Celery's ``Context._get_custom_headers``).
+#: The request fields Celery's worker sets from its own headers (Celery's
+#: ``Context._get_custom_headers``), and the kernel's: a custom header of one of these names
+#: would replace that value.
 _CELERY_FIELDS = frozenset(
-    {*Context.__dict__, "lang", "task", "argsrepr", "kwargsrepr", "compression"}
+    {*Context.__dict__, "lang", "task", "argsrepr", "kwargsrepr", "compression", "kernel_run"}
 )
 
 

@@ -64,23 +64,27 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     outer = wrapper.request if wrapper is not None else Context()
     given = payload.get("request") or {}
     task.push_request(
-        **_celery_request(given, outer, run_id),
-        id=run_id,
-        correlation_id=run_id,
-        root_id=run_id,
-        parent_id=None,
-        args=args,
-        kwargs=kwargs,
-        retries=occurrence.attempt - 1,
-        delivery_info=outer.delivery_info,
-        hostname=outer.hostname,
-        reply_to=outer.reply_to,
-        origin=outer.origin,
-        called_directly=False,
-        kernel_run=True,  # hook_replace: this run's replace() is the kernel's
-        # Celery's retry() sends a new message unless the run is eager; the kernel, not
-        # the broker, owns this run's retry, so retry() only raises its Retry here.
-        is_eager=True,
+        **{
+            # What the call's message set first: the kernel's own fields win over a header
+            # of the same name (a routed call refuses one; a job file may hold one).
+            **_celery_request(given, outer, run_id),
+            "id": run_id,
+            "correlation_id": run_id,
+            "root_id": run_id,
+            "parent_id": None,
+            "args": args,
+            "kwargs": kwargs,
+            "retries": occurrence.attempt - 1,
+            "delivery_info": outer.delivery_info,
+            "hostname": outer.hostname,
+            "reply_to": outer.reply_to,
+            "origin": outer.origin,
+            "called_directly": False,
+            "kernel_run": True,  # hook_replace: this run's replace() is the kernel's
+            # Celery's retry() sends a new message unless the run is eager; the kernel, not
+            # the broker, owns this run's retry, so retry() only raises its Retry here.
+            "is_eager": True,
+        }
     )
     # As Celery's Context: the custom headers alone (not the kernel's own fields above).
     task.request.headers = given.get("headers")

@@ -72,6 +72,10 @@ def _occurrences(app: Any) -> list[Any]:
         ),
         (lambda app: app.routed.apply_async(("a",), serializer="pickle"), "serializer"),
         (lambda app: app.routed.apply_async(("a",), headers={"retries": 9}), "headers.retries"),
+        (
+            lambda app: app.routed.apply_async(("a",), headers={"kernel_run": 0}),
+            "headers.kernel_run",
+        ),
         (lambda app: app.routed.apply_async(("a",), expiration=5), "expiration"),
     ],
     ids=[
@@ -82,6 +86,7 @@ def _occurrences(app: Any) -> list[Any]:
         "link-expires",
         "pickle",
         "celery-header",
+        "kernel-header",
         "expiration",
     ],
 )
