@@ -24,7 +24,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from celery import Celery
-from celery.app.task import Task
+from celery.app.task import Context, Task
 from celery.backends.base import BaseKeyValueStoreBackend
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
@@ -40,11 +40,17 @@ __all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_call", "routed_
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
 #: ``result_cls`` is the class of what it answers; link, link_error and a chain's rest become
-#: kernel links: celery_app/canvas_links.py; the time limits the run's timeout).
+#: kernel links: celery_app/canvas_links.py; the time limits the run's timeout; the request
+#: fields below reach the body's ``self.request`` as Celery's worker gives them).
 _ROUTED_OPTIONS = frozenset(
     {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls",
-     "soft_time_limit", "time_limit", *CANVAS_OPTIONS}
+     "soft_time_limit", "time_limit", "headers", "ignore_result", "argsrepr", "kwargsrepr",
+     "stamped_headers", *CANVAS_OPTIONS}
 )  # fmt: skip
+#: Message properties a call may set, which Celery's worker shows in
+#: ``self.request.properties``: metadata only (``expiration``, ``delivery_mode`` and the
+#: like would ask the broker for something the kernel does not do with its hint).
+_PROPERTIES = frozenset({"app_id", "type", "message_id", "timestamp"})
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
@@ -52,24 +58,58 @@ _PUBLISHING_OPTIONS = frozenset(
      "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id",
      "route_name"}
 )  # fmt: skip
+#: The request fields Celery's worker sets from its own headers (Celery's
+#: ``Context._get_custom_headers``), and the kernel's: a custom header of one of these names
+#: would replace that value.
+_CELERY_FIELDS = frozenset(
+    {*Context.__dict__, "lang", "task", "argsrepr", "kwargsrepr", "compression", "kernel_run"}
+)
 
 
 def refused_options(options: Mapping[str, Any]) -> list[str]:
-    """The options of a routed call the kernel cannot honour: a chord, a group,
-    ``headers``, ``shadow``, a serializer other than JSON, ``ignore_result``..."""
-    return sorted(
+    """The options of a routed call the kernel cannot honour: a serializer other than JSON,
+    ``shadow``, a broker's ``expiration``, a custom header that is one of Celery's own
+    request fields (``headers.<name>``)..."""
+    stamps = set(options.get("stamped_headers") or ())
+    refused = [
         name
         for name, value in options.items()
         if value not in (None, False)
-        and name not in _ROUTED_OPTIONS | _PUBLISHING_OPTIONS
+        and name not in _ROUTED_OPTIONS | _PUBLISHING_OPTIONS | _PROPERTIES | stamps
         and not (name == "serializer" and value == "json")
-    )
+    ]
+    refused += [
+        f"headers.{name}" for name in options.get("headers") or {} if name in _CELERY_FIELDS
+    ]
+    return sorted(refused)
+
+
+def _refusal(name: str, refused: list[str]) -> str:
+    """Why a routed call is refused: a custom header named like one of Celery's request
+    fields, an option the kernel does not honour."""
+    headers = [field.removeprefix("headers.") for field in refused if field.startswith("headers.")]
+    options = [field for field in refused if not field.startswith("headers.")]
+    why = []
+    if headers:
+        why.append(
+            f"it gives a call's custom headers to the body's self.request as Celery does, "
+            f"where {', '.join(headers)} would replace Celery's own field: rename the header"
+        )
+    if options:
+        why.append(
+            f"it does not honour the apply_async options {', '.join(options)}; it honours "
+            f"{', '.join(sorted(_ROUTED_OPTIONS | _PROPERTIES))} and the stamps "
+            f"stamped_headers names: call the task without them, or leave it out of "
+            f"kernel_route_tasks to publish it through Celery"
+        )
+    return f"task {name} is routed through the kernel (kernel_route_tasks): {'; '.join(why)}"
 
 
 def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> Any:
     task_id, run = routed_run(task, args, kwargs, options)
     enqueue(task.app, task.name, **run)
-    ignored = bool(task.ignore_result)
+    # As Celery's apply_async: the call's ignore_result, else the task's.
+    ignored = bool(_given(options, "ignore_result", task))
     if not ignored and isinstance(task.backend, BaseKeyValueStoreBackend):
         # As Celery's send_task: the backend follows the id now (Redis subscribes to its
         # result channel), so an answer written before the caller's get() is not missed.
@@ -93,14 +133,7 @@ def routed_run(
     """
     refused = refused_options(options)
     if refused:
-        raise InvalidArgument(
-            ", ".join(refused),
-            f"task {task.name} is routed through the kernel (kernel_route_tasks), which "
-            f"does not honour these apply_async options; it honours "
-            f"{', '.join(sorted(_ROUTED_OPTIONS))}. Call the task without them, or leave "
-            f"it out of kernel_route_tasks to publish it through Celery",
-            task=task.name,
-        )
+        raise InvalidArgument(", ".join(refused), _refusal(task.name, refused), task=task.name)
     callbacks, errbacks = links(options)
     if task.name in MAP_BUILTINS:
         # As Celery routes the builtin by its task's name (route_name): on its queue.
@@ -136,7 +169,35 @@ def routed_run(
         # The soft limit (else the hard one) is the run's timeout, as a task's own limits
         # are its job's (beat_schedule.task_settings.task_fields).
         "timeout": options.get("soft_time_limit") or options.get("time_limit"),
+        "request": _request_fields(task, options),
     }
+
+
+def _given(options: Mapping[str, Any], name: str, task: Any) -> Any:
+    """An option as Celery's ``apply_async`` reads it: the call's (even None), else the
+    task's own."""
+    return options[name] if name in options else getattr(task, name, None)
+
+
+def _request_fields(task: Any, options: Mapping[str, Any]) -> dict[str, Any]:
+    """What the call's message would carry for the body's ``self.request`` (the run's
+    ``TaskRequest``, kernel/spec/sections.py): custom headers, properties, the time limits
+    (the call's, else the task's, as Celery's apply_async merges them), the call's
+    ignore_result, argsrepr and kwargsrepr, and stamps (the options ``stamped_headers``
+    names)."""
+    stamped = list(options.get("stamped_headers") or ())
+    fields = {
+        "headers": options.get("headers") or None,
+        "properties": {n: options[n] for n in sorted(_PROPERTIES) if options.get(n) is not None},
+        "time_limit": _given(options, "time_limit", task),
+        "soft_time_limit": _given(options, "soft_time_limit", task),
+        "ignore_result": options.get("ignore_result"),
+        "argsrepr": options.get("argsrepr"),
+        "kwargsrepr": options.get("kwargsrepr"),
+        "stamped_headers": stamped or None,
+        "stamps": {name: options.get(name) for name in stamped},
+    }
+    return {name: value for name, value in fields.items() if value not in (None, {})}
 
 
 def _as_celery_calls(task: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:

@@ -60,7 +60,7 @@ log = logging.getLogger("celery_kernel.enqueue")
 #: The parameters of one run in :func:`enqueue_many`'s list, besides ``task``.
 _RUN_FIELDS = (
     "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "expires",
-    "timeout", "callbacks", "errbacks",
+    "timeout", "callbacks", "errbacks", "request",
 )  # fmt: skip
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
@@ -228,6 +228,7 @@ def enqueue(
     expires: float | datetime | None = None,
     connection: Any = None,
     timeout: float | None = None,
+    request: Mapping[str, Any] | None = None,
 ) -> Enqueued:
     """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
 
@@ -250,6 +251,10 @@ def enqueue(
             ``expires``): not started by then, the run is skipped ``expired``, never late.
         timeout: this run's longest run in seconds, else its task's time limit: the body
             gets Celery's ``SoftTimeLimitExceeded`` then, and is ended shortly after.
+        request: fields of the body's ``self.request`` as a Celery call's message sets
+            them (``headers``, ``properties``, ``ignore_result``, ``time_limit``,
+            ``soft_time_limit``, ``argsrepr``, ``kwargsrepr``, ``stamped_headers``,
+            ``stamps``): a routed call's options (celery_app/enqueue_routing.py).
         connection: your open transaction on the kernel's database (a SQLAlchemy
             Connection, a psycopg 3 connection, or Django's ``connection`` inside
             ``transaction.atomic()``): the occurrence exists exactly when it commits.
@@ -275,6 +280,7 @@ def enqueue(
         "errbacks": errbacks,
         "expires": expires,
         "timeout": timeout,
+        "request": request,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
     return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]

@@ -24,6 +24,7 @@ from celery_app.task_names import ADJUDICATE_OCCURRENCE, NOTIFY, RUN_OCCURRENCE
 from kernel import DispatchHint
 
 __all__ = [
+    "call_reprs",
     "publish_adjudication_hints",
     "publish_hints",
     "resend_run_hints",
@@ -161,8 +162,19 @@ def _call_reprs(hints: list[DispatchHint]) -> dict[str, str]:
     task's own args and kwargs, as Celery's message would, not the occurrence id."""
     if len(hints) != 1 or hints[0].kind != "task" or hints[0].payload is None:
         return {}
-    payload = hints[0].payload
-    return {
-        "argsrepr": saferepr(list(payload.get("args") or ()), _REPR_MAX),
-        "kwargsrepr": saferepr(dict(payload.get("kwargs") or {}), _REPR_MAX),
-    }
+    argsrepr, kwargsrepr = call_reprs(hints[0].payload)
+    return {"argsrepr": argsrepr, "kwargsrepr": kwargsrepr}
+
+
+def call_reprs(payload: Mapping[str, Any]) -> tuple[str, str]:
+    """(argsrepr, kwargsrepr) of a ``task`` run, as Celery's logs and events show its call:
+    those the call gave (Celery's ``argsrepr``/``kwargsrepr``, which keep secrets out of
+    them), else its arguments cut short."""
+    given = payload.get("request") or {}
+    argsrepr, kwargsrepr = given.get("argsrepr"), given.get("kwargsrepr")
+    return (
+        saferepr(list(payload.get("args") or ()), _REPR_MAX) if argsrepr is None else argsrepr,
+        saferepr(dict(payload.get("kwargs") or {}), _REPR_MAX)
+        if kwargsrepr is None
+        else kwargsrepr,
+    )

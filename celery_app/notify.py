@@ -121,8 +121,7 @@ def deliver(
     body = {**taken.body, "notification_id": taken.id}
     try:
         if taken.target.get("result_backend"):
-            task_name = kernel.get_occurrence(taken.occurrence_id).payload["task"]
-            store_end(app, task_name, taken.body)
+            store_end(app, kernel.get_occurrence(taken.occurrence_id).payload, taken.body)
             code = (taken.body.get("error") or {}).get("code") or taken.body["status"]
             store_chord_failure(app, kernel, taken.occurrence_id, str(code))
         elif "task" in taken.target:

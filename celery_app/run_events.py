@@ -20,6 +20,7 @@ from typing import Any
 from celery.signals import task_received
 from celery.utils.saferepr import saferepr
 
+from celery_app.hints import call_reprs
 from celery_app.runtime import RunOutcome
 from kernel import Claim
 
@@ -67,16 +68,18 @@ class RunEvents:
         occurrence = claim.occurrence
         uuid = self._uuid(occurrence.id)
         self._started[occurrence.id] = time.monotonic()
-        payload = occurrence.payload
-        task_run = occurrence.kind == "task"  # a task's own call, as Celery's events show it
+        # A task's own call, as Celery's events show it; else the occurrence.
+        args, kwargs = (
+            call_reprs(occurrence.payload)
+            if occurrence.kind == "task"
+            else (f"[{occurrence.id}]", "{}")
+        )
         self.dispatcher.send(
             "task-received",
             uuid=uuid,
             name=occurrence.job_id,
-            args=saferepr(list(payload.get("args") or ()), _REPR_MAX)
-            if task_run
-            else f"[{occurrence.id}]",
-            kwargs=saferepr(dict(payload.get("kwargs") or {}), _REPR_MAX) if task_run else "{}",
+            args=args,
+            kwargs=kwargs,
             retries=max(claim.occurrence.attempt - 1, 0),
         )
         self.dispatcher.send("task-started", uuid=uuid)

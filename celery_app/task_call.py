@@ -62,25 +62,32 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     # The hint's message as the worker got it (none when the body runs outside a worker).
     wrapper = task.app.tasks.get(RUN_OCCURRENCE)
     outer = wrapper.request if wrapper is not None else Context()
+    given = payload.get("request") or {}
     task.push_request(
-        id=run_id,
-        correlation_id=run_id,
-        root_id=run_id,
-        parent_id=None,
-        args=args,
-        kwargs=kwargs,
-        retries=occurrence.attempt - 1,
-        delivery_info=outer.delivery_info,
-        hostname=outer.hostname,
-        reply_to=outer.reply_to,
-        origin=outer.origin,
-        headers=None,
-        called_directly=False,
-        kernel_run=True,  # hook_replace: this run's replace() is the kernel's
-        # Celery's retry() sends a new message unless the run is eager; the kernel, not
-        # the broker, owns this run's retry, so retry() only raises its Retry here.
-        is_eager=True,
+        **{
+            # What the call's message set first: the kernel's own fields win over a header
+            # of the same name (a routed call refuses one; a job file may hold one).
+            **_celery_request(given, outer, run_id),
+            "id": run_id,
+            "correlation_id": run_id,
+            "root_id": run_id,
+            "parent_id": None,
+            "args": args,
+            "kwargs": kwargs,
+            "retries": occurrence.attempt - 1,
+            "delivery_info": outer.delivery_info,
+            "hostname": outer.hostname,
+            "reply_to": outer.reply_to,
+            "origin": outer.origin,
+            "called_directly": False,
+            "kernel_run": True,  # hook_replace: this run's replace() is the kernel's
+            # Celery's retry() sends a new message unless the run is eager; the kernel, not
+            # the broker, owns this run's retry, so retry() only raises its Retry here.
+            "is_eager": True,
+        }
     )
+    # As Celery's Context: the custom headers alone (not the kernel's own fields above).
+    task.request.headers = given.get("headers")
     state, retval = states.SUCCESS, None
     try:
         signals.task_prerun.send(sender=task, task_id=run_id, task=task, args=args, kwargs=kwargs)
@@ -125,6 +132,29 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             state=state,
         )
         task.pop_request()
+
+
+def _celery_request(given: dict[str, Any], outer: Any, run_id: str) -> dict[str, Any]:
+    """The request fields a routed call's message set (its ``TaskRequest``, stored with the
+    run), as Celery's worker makes them of its message: each custom header a field of its
+    own, the time limits as its ``timelimit`` pair, the call's properties over the hint
+    message's, and the call's ``ignore_result`` only when it gave one (else the task's)."""
+    fields = {
+        **(given.get("headers") or {}),
+        "timelimit": [given.get("time_limit"), given.get("soft_time_limit")],
+        "properties": {
+            **(outer.properties or {}),
+            "correlation_id": run_id,
+            **(given.get("properties") or {}),
+        },
+        "argsrepr": given.get("argsrepr"),
+        "kwargsrepr": given.get("kwargsrepr"),
+        "stamped_headers": given.get("stamped_headers"),
+        "stamps": given.get("stamps") or {},
+    }
+    if "ignore_result" in given:
+        fields["ignore_result"] = given["ignore_result"]
+    return fields
 
 
 class _Replaced(Exception):  # noqa: N818 - not an error: how a replaced body ends

@@ -4,8 +4,8 @@ A routed call answers Celery's ``AsyncResult`` under the run's task id
 (:func:`celery_app.task_call.task_id`); the body's end is stored here under that id, as
 Celery's tracer stores it (``celery/app/trace.py``): SUCCESS with the return value through
 the backend's own serializer, RETRY with the exception of a run the kernel retries,
-FAILURE with the exception and its traceback. ``ignore_result`` (the task's, else
-``task_ignore_result``) skips a success, and a failure unless the task sets
+FAILURE with the exception and its traceback. ``ignore_result`` (the call's, else the
+task's, else ``task_ignore_result``) skips a success, and a failure unless the task sets
 ``store_errors_even_if_ignored``. The kernel keeps its own bounded JSON copy of the value
 (:func:`kernel.records.stored_result`); the backend is for Celery's callers.
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from billiard.einfo import ExceptionInfo
-from celery.app.task import get_actual_ignore_result
+from celery.app.task import Context, get_actual_ignore_result
 from celery.exceptions import ChordError
 from celery.utils.serialization import get_pickleable_exception
 from kombu.exceptions import EncodeError
@@ -109,16 +109,19 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
             )
 
 
-def store_end(app: Any, task_name: str, body: Mapping[str, Any]) -> bool:
-    """Store the end the kernel made of a routed run (an owed row's ``body``: its
-    ``trigger_key``, ``status``, ``error``) under the caller's task id; whether it was
-    stored (not when the task ignores its results and errors).
+def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    """Store the end the kernel made of a routed run (its ``payload``; an owed row's
+    ``body``: its ``trigger_key``, ``status``, ``error``) under the caller's task id;
+    whether it was stored (not when the call, else the task, ignores its results and the
+    task does not store errors even so).
 
     Raises:
         AdapterError: retryable ``RESULT_BACKEND_UNAVAILABLE``, the backend refused it.
     """
-    task = app.tasks.get(task_name)
-    if task is not None and not _stores_errors(task, None):
+    task = app.tasks.get(payload["task"])
+    given = payload.get("request") or {}
+    call = Context(ignore_result=given["ignore_result"]) if "ignore_result" in given else None
+    if task is not None and not _stores_errors(task, call):
         return False
     backend = app.backend if task is None else task.backend
     trigger_key = str(body["trigger_key"])

@@ -3,7 +3,7 @@
 Secrets should be referred to by name (``payload.secrets``, ``payload.secret_headers``)
 so their values are never stored. Values stored anyway are masked wherever kernel
 data is shown: every ``payload.env`` value (its meaning is unknown, so all of them) and
-headers whose name says they carry credentials.
+headers whose name says they carry credentials (an http request's, a Celery call's).
 """
 
 from __future__ import annotations
@@ -75,11 +75,14 @@ def redacted_spec(spec: dict[str, Any]) -> dict[str, Any]:
     env = payload.get("env")
     if isinstance(env, dict):
         payload["env"] = {name: MASK for name in env}
-    headers = payload.get("headers")
-    if isinstance(headers, dict):
-        payload["headers"] = {
-            name: MASK if is_sensitive_name(name) else value for name, value in headers.items()
-        }
+    # An http request's headers, and those a task's Celery call gave (payload.request).
+    request = payload.get("request")
+    for holder in (payload, request if isinstance(request, dict) else {}):
+        headers = holder.get("headers")
+        if isinstance(headers, dict):
+            holder["headers"] = {
+                name: MASK if is_sensitive_name(name) else value for name, value in headers.items()
+            }
     url = payload.get("url")
     if isinstance(url, str):
         payload["url"] = masked_url(url)

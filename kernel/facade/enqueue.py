@@ -36,6 +36,7 @@ class EnqueueFacade(FacadeBase):
         connection: Any = None,
         timeout: float | None = None,
         hinted: bool = False,
+        request: Mapping[str, Any] | None = None,
     ) -> Enqueued:
         """Make an occurrence of ``task``'s implicit job (``task:<task>``), or find the
         one its ``key`` made.
@@ -55,6 +56,8 @@ class EnqueueFacade(FacadeBase):
             callbacks, errbacks: signatures made occurrences when it succeeds, or is
                 dead-lettered (kernel/spec/enqueue_request.py: Celery's link, a chain's
                 rest, link_error).
+            request: the fields of its body's ``self.request`` a Celery call set
+                (:class:`~kernel.spec.sections.TaskRequest`), kept in its payload.
             connection: a SQLAlchemy Connection in an open transaction, or a psycopg
                 connection, on the kernel's database: the occurrence is inserted in
                 that transaction and exists exactly when it commits (its hint is then
@@ -68,11 +71,11 @@ class EnqueueFacade(FacadeBase):
             InvalidArgument: a field is invalid, or ``connection`` is not one the kernel
                 can write through; nothing is written.
         """
-        request = EnqueueRequest(
+        run = EnqueueRequest(
             task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {},
-            callbacks, errbacks, expires, timeout,
+            callbacks, errbacks, expires, timeout, request,
         )  # fmt: skip
-        return self.enqueue_many([request], connection=connection, hinted=hinted)[0]
+        return self.enqueue_many([run], connection=connection, hinted=hinted)[0]
 
     def enqueue_many(
         self,

@@ -39,11 +39,7 @@ from typing import Any
 from kernel.errors import InvalidArgument
 from kernel.records import dumps, loads
 from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration, rate_limit_name
-from kernel.spec.jobspec import (
-    MAX_LOST_LEASES,
-    MAX_PAYLOAD_BYTES,
-    MAX_PRIORITY,
-)
+from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, MAX_PRIORITY
 from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
@@ -53,6 +49,7 @@ from kernel.spec.task_runs import (
     task_job,
     task_job_id,
     task_job_spec,
+    task_request,
 )
 from kernel.states import Delivery
 
@@ -113,6 +110,7 @@ class EnqueueRequest:
             retry, queue, ...), which define its implicit job.
         callbacks: signatures made occurrences when it succeeds (module docstring).
         errbacks: signatures made occurrences when it is dead-lettered.
+        request: the Celery request fields its call gave (``TaskRequest``), for its body.
     """
 
     task: str
@@ -129,6 +127,7 @@ class EnqueueRequest:
     errbacks: Sequence[Mapping[str, Any]] = ()
     expires: float | datetime | None = None
     timeout: float | None = None
+    request: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +181,8 @@ def prepare(
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
-    text = run_definition(template, request.task, args, kwargs, queue, delivery, timeout)
+    given = task_request(request.request)
+    text = run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout)
     if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
         raise InvalidArgument(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"

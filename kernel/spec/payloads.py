@@ -5,7 +5,10 @@ model's :meth:`Payload.to_dict` form) and the adapters read it through the same 
 (:meth:`Payload.read`), so the rules and defaults live here only. Any other kind's
 payload is any JSON object.
 
-* ``task``: ``{"task": name, "args": [...], "kwargs": {...}}``
+* ``task``: ``{"task": name, "args": [...], "kwargs": {...}}`` and, for a Celery call
+  that gave them, ``"request"``: the fields of the body's ``self.request`` the call set
+  (:class:`TaskRequest`: custom headers, message properties, time limits,
+  ``ignore_result``, ``argsrepr``/``kwargsrepr``, stamps).
 * ``callable``: ``{"callable": "pkg.module:function", "args": [...], "kwargs": {...}}``
 * ``shell``: ``{"argv": [str, ...], "cwd": str | None, "env": {NAME: value},
   "env_allow": [NAME, ...], "secrets": {NAME: SECRET}, "output_limit": bytes}``. The
@@ -43,7 +46,7 @@ from kernel.errors import InvalidArgument
 from kernel.spec.durations import child_path
 from kernel.spec.fields import BOOLEAN, INSTANT, Check, choice, integer, refuse, seconds, text
 from kernel.spec.problems import problems_of, raise_problems
-from kernel.spec.sections import Section
+from kernel.spec.sections import Section, TaskRequest
 
 __all__ = [
     "SHELL_OUTPUT_LIMIT_DEFAULT",
@@ -122,6 +125,11 @@ class TaskPayload(_Invocation):
     """Run a registered Celery task's body."""
 
     task: Annotated[str, text(1024)] = Field(description="The task's registered name.")
+    request: TaskRequest | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,  # a task job's normal form stays as it was
+        description="Fields of the body's self.request a Celery call set.",
+    )
 
 
 class CallablePayload(_Invocation):

@@ -1,5 +1,5 @@
 """The sections of a job spec: retry, catch-up, DST, chain, output, budget, approval, history
-(the schedule is :mod:`kernel.spec.schedule`).
+(the schedule is :mod:`kernel.spec.schedule`), and a task payload's Celery request.
 
 Each is a frozen model whose attribute ``<name>_s`` is the key ``<name>`` (seconds) as
 written; :meth:`Section.to_dict` gives the section as the spec writes it.
@@ -16,14 +16,17 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     Tag,
     ValidationError,
+    model_serializer,
     model_validator,
 )
 
 from kernel.errors import InvalidArgument
 from kernel.spec.fields import (
     BOOLEAN,
+    OBJECT,
     choice,
     integer,
     real,
@@ -43,6 +46,7 @@ __all__ = [
     "Budget",
     "BudgetRef",
     "CatchupPolicy",
+    "TaskRequest",
     "DstPolicy",
     "History",
     "Name",
@@ -356,3 +360,32 @@ def check_limit(name: object, limit: object) -> None:
         raise InvalidArgument(
             "limit", f"must be a whole number from 1 to {MAX_POOL_LIMIT}, not {limit!r}"
         )
+
+
+_Limit = Annotated[float, seconds(0.0, allow_zero=True)]
+_Repr = Annotated[str, text(8 * 1024, empty=True)]
+_Object = Annotated[dict[str, Any], OBJECT]
+
+
+class TaskRequest(Section):
+    """What a Celery call put in its message for the body's ``self.request``, kept with
+    the run so a kernel worker gives the body what Celery's would: custom ``headers``
+    (each also ``self.request.<name>``), message ``properties`` (``app_id`` ...), the
+    call's ``ignore_result`` over the task's, ``time_limit``/``soft_time_limit`` (the
+    run's timeout is its own), ``argsrepr``/``kwargsrepr`` (shown in logs and events
+    instead of the arguments), ``stamped_headers`` and ``stamps``. Only given fields
+    are stored."""
+
+    headers: _Object | None = None
+    properties: _Object | None = None
+    ignore_result: Annotated[bool, BOOLEAN] | None = None
+    time_limit: _Limit | None = None
+    soft_time_limit: _Limit | None = None
+    argsrepr: _Repr | None = None
+    kwargsrepr: _Repr | None = None
+    stamped_headers: list[Annotated[str, text(256)]] | None = None
+    stamps: _Object | None = None
+
+    @model_serializer(mode="wrap")
+    def _given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {name: v for name, v in handler(self).items() if v is not None}

@@ -1,6 +1,7 @@
 """The parts of an enqueued run's row that are not its request's own fields: its task's
 implicit job (one per task and settings, its spec validated once), the run's definition
-(that spec with the run's payload, queue, delivery and timeout spliced in) and its times
+(that spec with the run's payload, queue, delivery and timeout spliced in; the payload
+with the Celery request fields its call gave, checked here) and its times
 (``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline).
 """
 
@@ -11,13 +12,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from kernel.errors import InvalidArgument
 from kernel.records import dumps, loads
 from kernel.spec.durations import canonical_json
 from kernel.spec.jobspec import validate_job_spec
-from kernel.spec.sections import ID
+from kernel.spec.problems import problems_of, raise_problems
+from kernel.spec.sections import ID, TaskRequest
 
 __all__ = [
+    "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
     "deadline_ms",
     "delay_ms",
@@ -25,9 +30,12 @@ __all__ = [
     "task_job",
     "task_job_id",
     "task_job_spec",
+    "task_request",
 ]
 
 TASK_JOB_PREFIX = "task:"
+#: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
+MAX_REQUEST_BYTES = 32 * 1024
 #: Stand-ins in a definition's template for what each run has of its own.
 _OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
@@ -72,15 +80,38 @@ def task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
     return spec, dumps({**spec, **_OWN})
 
 
+def task_request(request: Mapping[str, Any] | None) -> str | None:
+    """A run's Celery request fields (:class:`~kernel.spec.sections.TaskRequest`) as
+    canonical JSON; None when the call gave none.
+
+    Raises:
+        InvalidArgument: a field is invalid (named ``request.<field>``).
+    """
+    if not request:
+        return None
+    try:
+        given = TaskRequest.model_validate(dict(request)).to_dict()
+    except ValidationError as exc:
+        raise_problems(problems_of(exc, TaskRequest, "request"))
+        raise  # raise_problems raised: pydantic reports at least one problem
+    text = canonical_json(given, "request") if given else None
+    if text is not None and len(text.encode()) > MAX_REQUEST_BYTES:
+        raise InvalidArgument(
+            "request", f"the request fields exceed {MAX_REQUEST_BYTES} bytes as JSON"
+        )
+    return text
+
+
 def run_definition(
-    template: str, task: str, args: str, kwargs: str, queue: str, delivery: str,
-    timeout: float | None,
+    template: str, task: str, args: str, kwargs: str, request: str | None, queue: str,
+    delivery: str, timeout: float | None,
 ) -> str:  # fmt: skip
     """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
-    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs``
-    spliced in)."""
+    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs`` and
+    ``request`` spliced in, in the sorted order of the payload's keys)."""
+    given = "" if request is None else f'"request":{request},'
     own = {
-        "payload": f'{{"args":{args},"kwargs":{kwargs},"task":{dumps(task)}}}',
+        "payload": f'{{"args":{args},"kwargs":{kwargs},{given}"task":{dumps(task)}}}',
         "queue": dumps(queue),
         "delivery": dumps(delivery),
         "timeout": dumps(timeout),

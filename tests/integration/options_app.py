@@ -13,11 +13,14 @@ import os
 import time
 
 from celery import Celery
+from celery.app.task import get_actual_ignore_result
 from celery.exceptions import SoftTimeLimitExceeded
 
 QUEUE = os.environ["OPTS_QUEUE"]  # each side of a test has its own
 
 app = Celery("opts")
+# Where results go, when a test reads them (both sides: the ids are uuids).
+app.conf.result_backend = os.environ.get("OPTS_BACKEND")
 # Read by Celery on AMQP only: the queue is declared as a priority queue (0-9).
 app.conf.task_queue_max_priority = 10
 # opts.routed has no queue of its own: task_routes (a glob) sends it to the side's queue.
@@ -25,7 +28,10 @@ app.conf.task_routes = {"opts.rout*": {"queue": QUEUE}}
 if os.environ.get("OPTS_KERNEL"):
     from celery_app import install
 
-    app.conf.kernel_route_tasks = ["opts.record", "opts.soft", "opts.hard", "opts.routed"]
+    app.conf.kernel_route_tasks = [
+        "opts.record", "opts.soft", "opts.hard", "opts.routed", "opts.request",
+        "opts.retry_once",
+    ]  # fmt: skip
     install(app)
 
 
@@ -64,4 +70,34 @@ def hard(tag: str) -> str:
 @app.task(name="opts.routed")
 def routed(tag: str) -> str:
     note(task="routed", tag=tag)
+    return tag
+
+
+@app.task(name="opts.request", bind=True, queue=QUEUE, time_limit=60, soft_time_limit=45)
+def request(self: object, tag: str) -> str:
+    """What the call gave the body's request: headers, properties, limits, stamps."""
+    seen = self.request  # type: ignore[attr-defined]
+    note(
+        task="request",
+        tag=tag,
+        headers=seen.headers,
+        tenant=getattr(seen, "tenant", None),
+        app_id=(seen.properties or {}).get("app_id"),
+        time_limit=seen.time_limit,
+        soft_time_limit=seen.soft_time_limit,
+        ignore_result=get_actual_ignore_result(self, seen),
+        stamped_headers=seen.stamped_headers,
+        stamps=seen.stamps,
+    )
+    return tag
+
+
+@app.task(name="opts.retry_once", bind=True, queue=QUEUE, max_retries=1)
+def retry_once(self: object, tag: str) -> str:
+    """Retried once; then what its request still holds of the call."""
+    seen = self.request  # type: ignore[attr-defined]
+    if not seen.retries:
+        raise self.retry(countdown=0)  # type: ignore[attr-defined]
+    note(task="retry_once", tag=tag, headers=seen.headers,
+         ignore_result=get_actual_ignore_result(self, seen))  # fmt: skip
     return tag

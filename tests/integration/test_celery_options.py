@@ -6,7 +6,9 @@ worker processes and a real broker: as stock Celery (no kernel), then with
 same calls, with the same options, must mean the same thing, read from what the tasks
 recorded: ``expires`` never runs a stale call, ``priority`` orders a backlog as the
 broker orders it, ``soft_time_limit`` reaches the body and ``time_limit`` ends the run,
-``countdown``/``eta`` hold the start back.
+``countdown``/``eta`` hold the start back, and what a call sets for the body's
+``self.request`` (custom headers, ``app_id``, time limits, ``ignore_result``, stamps)
+reaches it.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Side:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in self.stack.env.items() if k != "CELERY_CONFIG_MODULE"}
         env.update(OPTS_QUEUE=self.queue, OPTS_LEDGER=str(self.ledger_path))
+        if env["CELERY_BROKER_URL"].startswith("redis"):  # results there too (test_6)
+            env["OPTS_BACKEND"] = env["CELERY_BROKER_URL"]
         if self.kernel:
             env.update(OPTS_KERNEL="1", KERNEL_DATABASE_URL=self.stack.database_url)
         return env
@@ -262,3 +266,63 @@ def test_5_task_routes_send_a_call_to_the_queue_its_worker_consumes(
                    what=f"{side.name}: the routed call ran")  # fmt: skip
     run = _occurrence(stack, "by-route")
     assert (run.queue, run.status.value) == (sides[1].queue, "succeeded"), run
+
+
+#: Calls whose request fields the body records; each side must record the same.
+_REQUEST_CALLS = [
+    ("headers", {"headers": {"x-test-header": "v", "tenant": "t"}}),
+    ("app_id", {"app_id": "1234"}),
+    ("own-limits", {}),
+    ("call-limits", {"time_limit": 30, "soft_time_limit": 20}),
+    ("ignored", {"ignore_result": True}),
+    ("stamped", {"stamped_headers": ["monitoring_id"], "monitoring_id": "m-1"}),
+]
+
+
+#: Retried once: what the request still holds of the call after the retry.
+_RETRIED_CALLS = [
+    ("retry-headers", {"headers": {"x-test-header": "v"}}),
+    ("retry-ignored", {"ignore_result": True}),
+]
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_6_what_a_call_sets_reaches_the_body_s_request(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    """Celery's t/integration test_properties, test_task_retried_headers,
+    test_request_time_limits_*, test_ignore_result, test_retry_preserves_ignore_result_true:
+    the same calls, the same request, across a retry too; an ignored result is not stored."""
+    import redis
+
+    seen = {}
+    for side in sides:
+        side.start_worker()
+        if side.kernel:
+            side.start_beat()  # its pump hints a retried run again
+        side.call(*(("request", tag, options) for tag, options in _REQUEST_CALLS),
+                  *(("retry_once", tag, options) for tag, options in _RETRIED_CALLS))  # fmt: skip
+        stack.wait(lambda side=side: len(side.ledger(task="request")) == len(_REQUEST_CALLS)
+                   and len(side.ledger(task="retry_once")) == len(_RETRIED_CALLS),
+                   timeout=60, what=f"{side.name}: the calls ran")  # fmt: skip
+        seen[side.name] = {
+            line["tag"]: {k: v for k, v in line.items() if k != "at"}
+            for line in side.ledger(task="request") + side.ledger(task="retry_once")
+        }
+    assert seen["kernel"] == seen["stock"], seen
+    assert seen["kernel"]["headers"]["tenant"] == "t" and seen["kernel"]["app_id"]["app_id"]
+    assert seen["kernel"]["retry-headers"]["headers"] == {"x-test-header": "v"}
+    client = redis.Redis.from_url(stack.env["CELERY_BROKER_URL"])
+    try:
+        for side in sides:
+            # One process runs the calls in turn: once a later call's result is stored,
+            # the ignored ones' would have been.
+            side.call(("request", "last", {}))
+            last = side.ledger(call="last")[0]["id"]
+            stack.wait(lambda last=last: client.exists(f"celery-task-meta-{last}"),
+                       timeout=30, what=f"{side.name}: the last result stored")  # fmt: skip
+            for tag in ("ignored", "retry-ignored", "app_id"):
+                stored = client.exists(f"celery-task-meta-{side.ledger(call=tag)[0]['id']}")
+                assert bool(stored) is (tag == "app_id"), (side.name, tag)
+    finally:
+        client.close()

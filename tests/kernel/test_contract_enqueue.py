@@ -82,6 +82,11 @@ REFUSED = [
     ({"delivery": "twice"}, "delivery"),
     ({"queue": "no spaces"}, "queue"),
     ({"task": "bad name"}, "task"),
+    ({"request": {"headers": 3}}, "request.headers"),
+    ({"request": {"time_limit": -1}}, "request.time_limit"),
+    ({"request": {"stamps": {"s": {1}}}}, "request.stamps.s"),
+    ({"request": {"timeout": 5}}, "request.timeout"),
+    ({"request": {"headers": {"h": "x" * 40_000}}}, "request"),
 ]
 
 
@@ -303,3 +308,17 @@ def test_a_runs_own_timeout_is_its_definitions_not_its_jobs(k: Harness) -> None:
     with pytest.raises(InvalidArgument) as refused:
         k.kernel.enqueue(task=TASK, timeout=-1)
     assert refused.value.field == "timeout"
+
+
+def test_a_runs_celery_request_fields_are_its_payloads(k: Harness) -> None:
+    """What a routed Celery call set for its body's ``self.request`` is kept with the run,
+    in its payload (only the fields given); a run without any has none."""
+    given = {"headers": {"tenant": "t"}, "time_limit": 30, "ignore_result": False,
+             "stamped_headers": ["m"], "stamps": {"m": "1"}, "argsrepr": "(x,)"}  # fmt: skip
+    own = k.kernel.enqueue(task=TASK, args=[1], request={**given, "properties": None})
+    plain = k.kernel.enqueue(task=TASK, args=[1], request={})
+    assert k.kernel.get_occurrence(own.occurrence_id).payload == {
+        "task": TASK, "args": [1], "kwargs": {}, "request": {**given, "time_limit": 30.0},
+    }  # fmt: skip
+    assert "request" not in k.kernel.get_occurrence(plain.occurrence_id).payload
+    assert "request" not in k.kernel.get_job("task:proj.send_invoice").spec["payload"]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from celery import Celery, chain, chord, group
 from celery.result import GroupResult
+from celery.utils import uuid
 from pydantic import BaseModel
 
 from celery_app import install
@@ -70,7 +71,12 @@ def _occurrences(app: Any) -> list[Any]:
             "link[0].options.expires",
         ),
         (lambda app: app.routed.apply_async(("a",), serializer="pickle"), "serializer"),
-        (lambda app: app.routed.apply_async(("a",), headers={"tenant": "x"}), "headers"),
+        (lambda app: app.routed.apply_async(("a",), headers={"retries": 9}), "headers.retries"),
+        (
+            lambda app: app.routed.apply_async(("a",), headers={"kernel_run": 0}),
+            "headers.kernel_run",
+        ),
+        (lambda app: app.routed.apply_async(("a",), expiration=5), "expiration"),
     ],
     ids=[
         "mixed-group",
@@ -79,7 +85,9 @@ def _occurrences(app: Any) -> list[Any]:
         "group-in-chain",
         "link-expires",
         "pickle",
-        "headers",
+        "celery-header",
+        "kernel-header",
+        "expiration",
     ],
 )
 def test_an_option_the_kernel_cannot_honour_is_refused_naming_it(
@@ -414,3 +422,191 @@ def test_a_chain_starting_with_a_routed_chord_follows_its_body(routed_app: Any) 
     assert body.payload["args"] == [["A"]]
     _settle(app, body.id, "B")
     assert _by_key(app, answer.id).payload["args"] == ["B"]
+
+
+# What a routed run's body sees in ``self.request`` of what its call gave (issue 40):
+# compared with the request stock Celery's worker builds from the message the same call
+# publishes (read back from the in-memory broker and made Celery's own Request).
+
+
+def _seeing(app: Any, name: str, **task_options: Any) -> Any:
+    @app.task(name=name, bind=True, shared=False, **task_options)
+    def seen(self: Any, label: str) -> str:
+        app.seen.append(self.request)
+        return label
+
+    app.seen = []
+    return seen
+
+
+@pytest.fixture
+def stock_app() -> Any:
+    app = Celery("stockopts", broker="memory://", set_as_current=False)
+    # The in-memory broker is the process's: a queue of this test's own.
+    app.conf.update(result_backend="cache+memory://", task_default_queue=uuid())
+    yield app
+    app.close()
+
+
+def _stock_request(app: Any, call: Any) -> Any:
+    """The ``self.request`` stock Celery's worker gives the body of ``call()``'s message."""
+    from celery.app.task import Context
+    from celery.worker.request import Request
+
+    result = call()
+    with app.connection_for_read() as conn:
+        message = conn.SimpleQueue(app.conf.task_default_queue, no_ack=True).get(timeout=5)
+    request = Request(message, app=app, task=app.tasks[message.headers["task"]])
+    context = Context(request.request_dict, args=request.args, kwargs=request.kwargs,
+                      called_directly=False)  # fmt: skip
+    return result, context, message
+
+
+def _routed_request(app: Any, call: Any) -> Any:
+    """The ``self.request`` a kernel worker gives the body of the run ``call()`` made."""
+    from unit.adapter_support import make_context
+
+    from adapters.task import TaskAdapter
+    from celery_app.task_call import call_task
+
+    result = call()
+    occurrence = _by_key(app, result.id)
+    adapter = TaskAdapter(app)
+    adapter.call = call_task
+    ctx = make_context("task", occurrence.payload)  # the payload as a job's snapshot holds it
+    ctx.occurrence = occurrence  # its run id: the key, the caller's task id
+    adapter.execute(ctx)
+    return result, app.seen.pop(), occurrence
+
+
+def _request_fields(task: Any, request: Any) -> dict[str, Any]:
+    from celery.app.task import get_actual_ignore_result
+
+    return {
+        "headers": request.headers,
+        "tenant": getattr(request, "tenant", None),
+        "app_id": (request.properties or {}).get("app_id"),
+        "time_limit": request.time_limit,
+        "soft_time_limit": request.soft_time_limit,
+        "ignore_result": get_actual_ignore_result(task, request),
+        "stamped_headers": request.stamped_headers,
+        "stamps": request.stamps,
+    }
+
+
+class _Monitoring:
+    """A stamping visitor, as Celery's t/integration test_revoked_by_headers_* stamp."""
+
+    def __new__(cls) -> Any:
+        from celery.canvas import StampingVisitor
+
+        class Visitor(StampingVisitor):
+            def on_signature(self, sig: Any, **headers: Any) -> dict[str, Any]:
+                return {"monitoring_id": "m-1"}
+
+        return Visitor()
+
+
+def _stamped(task: Any) -> Any:
+    sig = task.si("a")
+    sig.stamp(visitor=_Monitoring())
+    return sig.apply_async()
+
+
+_CALLS = {
+    "plain": lambda t: t.delay("a"),
+    "headers": lambda t: t.apply_async(("a",), headers={"x-test-header": "v", "tenant": "t"}),
+    "app_id": lambda t: t.apply_async(("a",), app_id="1234"),
+    "time-limits": lambda t: t.apply_async(("a",), time_limit=30, soft_time_limit=20),
+    "ignore_result": lambda t: t.apply_async(("a",), ignore_result=True),
+    "keep-result": lambda t: t.apply_async(("a",), ignore_result=False),
+    "stamped": _stamped,
+}
+
+
+@pytest.mark.parametrize("call", list(_CALLS), ids=list(_CALLS))
+@pytest.mark.parametrize("own", [{}, {"time_limit": 60, "soft_time_limit": 45,
+                                      "ignore_result": True}], ids=["bare", "own"])  # fmt: skip
+def test_a_routed_run_s_request_holds_what_its_call_gave_as_celery_s_does(
+    routed_app: Any, stock_app: Any, call: str, own: dict[str, Any]
+) -> None:
+    """Custom ``headers`` (``self.request.headers`` and each as ``self.request.<name>``),
+    message properties (``app_id``), ``time_limit``/``soft_time_limit`` (the call's, else
+    the task's own), ``ignore_result`` and stamps reach the body as stock Celery's worker
+    gives them; they were refused, or the request had None."""
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    stock_task = _seeing(stock_app, "stockopts.seen", **own)
+    routed_task = _seeing(routed_app, "routedopts.seen", **own)
+    stock_result, stock, _ = _stock_request(stock_app, lambda: _CALLS[call](stock_task))
+    routed_result, routed, _ = _routed_request(routed_app, lambda: _CALLS[call](routed_task))
+    assert _request_fields(routed_task, routed) == _request_fields(stock_task, stock)
+    assert bool(routed_result.ignored) == bool(stock_result.ignored)
+
+
+def test_an_ignored_result_is_not_written_by_the_run(routed_app: Any) -> None:
+    """``ignore_result=True`` per call: the run writes no result (Celery's test_ignore_result,
+    test_retry_preserves_ignore_result_true), and ``False`` keeps an ignoring task's."""
+    from celery import states
+
+    routed_app.conf.result_backend = "cache+memory://"
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    keeping = _seeing(routed_app, "routedopts.seen")
+    ignoring = _seeing(routed_app, "routedopts.quiet", ignore_result=True)
+    ignored, _, _ = _routed_request(
+        routed_app, lambda: keeping.apply_async(("a",), ignore_result=True)
+    )
+    kept, _, _ = _routed_request(
+        routed_app, lambda: ignoring.apply_async(("b",), ignore_result=False)
+    )
+    assert ignored.ignored is True and ignored.get(timeout=1) is None
+    assert routed_app.backend.get_state(ignored.id) == states.PENDING
+    assert routed_app.backend.get_state(kept.id) == states.SUCCESS
+
+
+def test_argsrepr_and_kwargsrepr_are_what_monitors_see_of_a_routed_run(
+    routed_app: Any, stock_app: Any
+) -> None:
+    """Celery shows ``argsrepr``/``kwargsrepr`` in its logs and events instead of the
+    arguments (to keep secrets out of them); the kernel's hint and run events do too."""
+    from celery_app.hints import call_reprs
+
+    routed_app.conf.kernel_route_tasks = ["routedopts.*"]  # read at the first call
+    stock_task = _seeing(stock_app, "stockopts.seen")
+    routed_task = _seeing(routed_app, "routedopts.seen")
+    given = {"argsrepr": "(hidden,)", "kwargsrepr": "{}"}
+    _, _, message = _stock_request(stock_app, lambda: stock_task.apply_async(("pw",), **given))
+    result = routed_task.apply_async(("pw",), **given)
+    shown = call_reprs(_by_key(routed_app, result.id).payload)
+    stock = (message.headers["argsrepr"], message.headers["kwargsrepr"])
+    assert shown == stock == ("(hidden,)", "{}")
+    plain = routed_task.delay("open")
+    assert call_reprs(_by_key(routed_app, plain.id).payload) == ("['open']", "{}")
+
+
+def test_a_secret_looking_header_is_masked_where_the_run_is_shown(routed_app: Any) -> None:
+    from kernel import redacted_spec
+
+    made = routed_app.routed.apply_async(("a",), headers={"Authorization": "Bearer x", "t": 1})
+    shown = redacted_spec(_by_key(routed_app, made.id).definition)
+    assert shown["payload"]["request"]["headers"] == {"Authorization": "***", "t": 1}
+
+
+def test_the_end_the_kernel_made_of_a_run_whose_call_ignored_results_is_not_written(
+    routed_app: Any,
+) -> None:
+    """A run the kernel ended without its body (cancelled, lease lost for good) owes its
+    end to the backend: not when its call said ``ignore_result=True``, as Celery's worker
+    writes no REVOKED for such a call."""
+    from celery import states
+
+    from celery_app.task_results import store_end
+
+    routed_app.conf.result_backend = "cache+memory://"
+    ended = {}
+    for label, ignore in (("quiet", True), ("heard", None)):
+        made = routed_app.routed.apply_async((label,), ignore_result=ignore)
+        occurrence = _by_key(routed_app, made.id)
+        body = {"trigger_key": occurrence.trigger_key, "status": "cancelled", "error": None,
+                "occurrence_id": occurrence.id}  # fmt: skip
+        ended[label] = (store_end(routed_app, occurrence.payload, body), made.state)
+    assert ended == {"quiet": (False, states.PENDING), "heard": (True, states.REVOKED)}
