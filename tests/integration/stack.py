@@ -154,16 +154,21 @@ class Proc:
             self.popen.terminate()
 
     def stacks(self) -> str:
-        """The Python stacks of this process and its descendants (``py-spy dump``): where a
-        process that would not stop was, so that an intermittent hang says so once it happens."""
+        """The Python stacks of this process and its descendants, with their locals (``py-spy
+        dump``): where a process that would not stop was, so that an intermittent hang says so
+        the first time it happens."""
         spy = shutil.which("py-spy", path=Path(sys.executable).parent) or shutil.which("py-spy")
         if spy is None:
             return "(no py-spy on PATH or beside the interpreter: no stacks)"
         dumps = []
         for pid in [self.pid, *self.children()]:
             try:
+                # --locals: a hang's cause is often in them (a count awaited, the job held).
                 done = subprocess.run(
-                    [spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30
+                    [spy, "dump", "--locals", "--pid", str(pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
                 )
                 dumps.append(done.stdout if done.returncode == 0 else f"{pid}: {done.stderr}")
             except subprocess.TimeoutExpired:
