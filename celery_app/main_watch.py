@@ -50,7 +50,11 @@ def follow_main_process() -> None:
         pidfd = os.pidfd_open(main_pid)
     except (AttributeError, OSError):  # no pidfds here, or the main process is gone
         return
-    set_pdeathsig(0)
+    try:
+        set_pdeathsig(0)
+    except OSError:  # no prctl to be had (billiard loads it from libc.so.6): it stays set
+        os.close(pidfd)
+        return
     if os.getppid() != main_pid:  # it ended before the signal was cleared
         os.kill(os.getpid(), signal.SIGKILL)
     threading.Thread(
