@@ -27,6 +27,7 @@ from adapters.supervisor import containment
 from celery_app.broker import use_embedded_broker
 from celery_app.config import check_broker_url, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.held_run import clear_warm_shutdown, request_warm_shutdown
+from celery_app.main_watch import follow_main_process, note_forking_thread
 from celery_app.settings import KernelSettings
 from celery_app.worker_process import keep_for_pool, process_resources
 from kernel import KernelError, StorageUnavailable, masked_url
@@ -86,6 +87,7 @@ def connect(app: Any) -> None:
             refuse_start("worker", exc)
 
     def fresh_kernel_per_child(**_: Any) -> None:
+        follow_main_process()
         # A forked child must not reuse its parent's database connections; its own
         # resources are made now, before its first task.
         parent = getattr(app, "_kernel_resources", None)
@@ -115,6 +117,7 @@ def connect(app: Any) -> None:
                     gc.freeze()
 
             os.register_at_fork(before=freeze)
+            note_forking_thread()
 
     def remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
         # The warm-shutdown marker ends with its worker (Celery calls no step's shutdown()).

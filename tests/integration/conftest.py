@@ -40,7 +40,8 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Stack]:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Attach the tail of every process log to a failed test's report."""
+    """Attach the tail of every process log to a failed test's report, and the stacks of
+    a process that had to be killed."""
     report = yield
     made = getattr(item, "funcargs", {}).get("stack")
     if report.failed and isinstance(made, Stack):
@@ -48,4 +49,6 @@ def pytest_runtest_makereport(
             report.sections.append(
                 (f"{proc.name} log (pid {proc.pid}, last {LOG_TAIL} lines)", proc.tail())
             )
+            if proc.hang is not None:
+                report.sections.append((f"{proc.name} stacks when it was killed", proc.hang))
     return report

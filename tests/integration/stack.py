@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -91,6 +92,8 @@ class Proc:
         self.name = name
         self.log_path = cwd / f"{name}.log"
         self.expected_exit = False
+        #: Where the process was when :meth:`reap` had to kill it (its stacks), or None.
+        self.hang: str | None = None
         with self.log_path.open("wb") as log:
             self.popen = subprocess.Popen(
                 argv,
@@ -150,8 +153,31 @@ class Proc:
             self.signal_tree(signal.SIGCONT)
             self.popen.terminate()
 
+    def stacks(self) -> str:
+        """The Python stacks of this process and its descendants, with their locals (``py-spy
+        dump``): where a process that would not stop was, so that an intermittent hang says so
+        the first time it happens."""
+        spy = shutil.which("py-spy", path=Path(sys.executable).parent) or shutil.which("py-spy")
+        if spy is None:
+            return "(no py-spy on PATH or beside the interpreter: no stacks)"
+        dumps = []
+        for pid in [self.pid, *self.children()]:
+            try:
+                # --locals: a hang's cause is often in them (a count awaited, the job held).
+                done = subprocess.run(
+                    [spy, "dump", "--locals", "--pid", str(pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                dumps.append(done.stdout if done.returncode == 0 else f"{pid}: {done.stderr}")
+            except subprocess.TimeoutExpired:
+                dumps.append(f"{pid}: py-spy dump did not answer within 30 s")
+        return "\n".join(dumps)
+
     def reap(self, deadline: float) -> bool:
-        """Wait for the main process until ``deadline``, then SIGKILL what is left.
+        """Wait for the main process until ``deadline``, then SIGKILL what is left (its
+        stacks kept in :attr:`hang` first).
 
         Returns:
             True when the main process had to be killed.
@@ -160,6 +186,7 @@ class Proc:
             self.popen.wait(max(0.0, deadline - time.monotonic()))
             killed = False
         except subprocess.TimeoutExpired:
+            self.hang = self.stacks()
             self.popen.kill()
             self.popen.wait()
             killed = True
@@ -308,7 +335,10 @@ class Stack:
             proc.terminate()
         deadline = time.monotonic() + _STOP_GRACE
         hung = [proc.name for proc in self.procs if proc.reap(deadline)]
-        assert not hung, f"{hung} did not stop within {_STOP_GRACE:.0f}s of SIGTERM"
+        assert not hung, (
+            f"{hung} did not stop within {_STOP_GRACE:.0f}s of SIGTERM "
+            "(where each was: its 'stacks when it was killed' section)"
+        )
 
     def send_hints(self, *occurrence_ids: int, copies: int = 1) -> None:
         """Publish ``copies`` ``kernel.run_occurrence`` hints through the product's own app,
