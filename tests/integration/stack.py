@@ -43,7 +43,11 @@ _SETTINGS = "kernel_rehint_after = 1.0\n"
 ACKS_LATE = "task_acks_late = True\ntask_reject_on_worker_lost = True\n"
 _TERMINAL = frozenset({"succeeded", "dead_letter", "cancelled", "skipped", "needs_adjudication"})
 _READY_TIMEOUT = 30.0
-_STOP_GRACE = 20.0
+#: Above billiard's own bound on a stop: a pool process whose taken job its pool's
+#: shutdown flush discarded (the "taken" ack still unread) waits up to 30 s for its
+#: result to be read before it exits (Celery's prefork pool, not ours; the worker still
+#: exits). A process that outlasts this is hung.
+_STOP_GRACE = 40.0
 #: Lines of each process log attached to a failed test's report.
 LOG_TAIL = 60
 
