@@ -1,0 +1,134 @@
+"""A routed call is seen as its task by Celery's signals, events and worker state (issue 40).
+
+One own app (``ident_app.py``) runs twice on real worker processes, Redis and a real event
+receiver: as stock Celery, then with ``install(app)`` and ``ident.add`` routed through the
+kernel. The same call, ``add.apply_async((1, 2), task_id=T)``, must show T to what a team
+hooks on: ``before_task_publish``/``after_task_publish`` at the call, ``task_received`` in
+the worker, the worker's ``successful_requests``, and the ``task-sent``, ``task-received``,
+``task-started`` and ``task-succeeded`` events Flower builds its task list from.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.stack import Proc, Stack
+
+pytestmark = pytest.mark.long
+
+#: Makes one call under the task id given and waits for its result.
+CALL = """\
+import sys
+import ident_app
+assert ident_app.add.apply_async((1, 2), task_id=sys.argv[1]).get(timeout=60) == 3
+"""
+
+#: A real event receiver, as Flower's: every event to a JSON line.
+RECEIVE = """\
+import json, sys
+from ident_app import app
+
+def record(event):
+    with open(sys.argv[1], "a") as out:
+        out.write(json.dumps(event, default=repr) + "\\n")
+
+with app.connection_for_read() as conn:
+    print("receiving", flush=True)
+    app.events.Receiver(conn, handlers={"*": record}).capture(limit=None)
+"""
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _run_side(stack: Stack, name: str) -> dict[str, Any]:
+    """One side's call; what the signals, the worker's state and the events showed of it."""
+    root = stack.root
+    ledger, events = root / f"{name}.jsonl", root / f"{name}-events.jsonl"
+    env = {k: v for k, v in stack.env.items() if k != "CELERY_CONFIG_MODULE"}
+    env.update(IDENT_QUEUE=f"ident-{uuid.uuid4().hex[:10]}", IDENT_LEDGER=str(ledger),
+               IDENT_BROKER=env["CELERY_BROKER_URL"])  # fmt: skip
+    if name == "kernel":
+        env.update(IDENT_KERNEL="1", KERNEL_DATABASE_URL=stack.database_url)
+
+    def start(proc_name: str, argv: list[str]) -> Proc:
+        proc = Proc(f"{name}-{proc_name}", [sys.executable, *argv], cwd=root, env=env)
+        stack.procs.append(proc)
+        return proc
+
+    worker = start("worker", ["-m", "celery", "-A", "ident_app", "worker", "-E", "-P", "prefork",
+                              "-c", "1", "-Q", env["IDENT_QUEUE"], "-n", f"{name}@%h",
+                              "-l", "INFO", "--without-mingle", "--without-gossip"])  # fmt: skip
+    stack.wait(lambda: worker.logged("ready."), timeout=60, what=f"{name} worker ready")
+    receiver = start("events", ["-c", RECEIVE, str(events)])
+    stack.wait(lambda: receiver.logged("receiving"), timeout=30, what=f"{name} receiver")
+    # The receiver's queue is bound once it has seen an event: the worker's heartbeat.
+    stack.wait(lambda: any(e["type"] == "worker-heartbeat" for e in _lines(events)),
+               timeout=30, what=f"{name} events received")  # fmt: skip
+    task_id = str(uuid.uuid4())
+    subprocess.run([sys.executable, "-c", CALL, task_id], cwd=root, env=env, check=True,
+                   timeout=120)  # fmt: skip
+
+    # The run's end reaches the receiver after the caller's result: wait for it.
+    stack.wait(lambda: any(e["type"] == "task-succeeded" for e in _lines(events)),
+               timeout=30, what=f"{name}: a task-succeeded event")  # fmt: skip
+    shown = {e["type"]: e for e in _lines(events) if e.get("uuid") == task_id}
+    inspected = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "ident_app", "inspect", "ident_successful",
+         "--json", "-d", f"{name}@{_host()}"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert inspected.returncode == 0, inspected
+    successful = next(iter(json.loads(inspected.stdout).values()))
+    return {"id": task_id, "ledger": _lines(ledger), "events": shown, "successful": successful}
+
+
+def _host() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _identity(side: dict[str, Any]) -> dict[str, Any]:
+    """What the call's monitors saw of it, by its task id."""
+    task_id, ledger, events = side["id"], side["ledger"], side["events"]
+
+    def signal(name: str) -> list[Any]:
+        return [(x.get("sender"), x.get("name")) for x in ledger
+                if x["signal"] == name and x["id"] == task_id]  # fmt: skip
+
+    return {
+        "before_task_publish": signal("before_task_publish"),
+        "after_task_publish": signal("after_task_publish"),
+        "task_received": signal("task_received"),
+        "successful_requests": task_id in side["successful"],
+        "events": sorted(events),
+        "received": tuple(events.get("task-received", {}).get(f) for f in ("name", "args", "kwargs")),
+        "sent": tuple(events.get("task-sent", {}).get(f) for f in ("name", "args")),
+        "result": events.get("task-succeeded", {}).get("result"),
+    }
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_routed_call_is_seen_by_its_task_id_as_stock_celery_shows_it(stack: Stack) -> None:
+    stock, kernel = (_identity(_run_side(stack, side)) for side in ("stock", "kernel"))
+    assert stock == {
+        "before_task_publish": [("ident.add", None)],
+        "after_task_publish": [("ident.add", None)],
+        "task_received": [(None, "ident.add")],
+        "successful_requests": True,
+        "events": ["task-received", "task-sent", "task-started", "task-succeeded"],
+        "received": ("ident.add", "(1, 2)", "{}"),
+        "sent": ("ident.add", "(1, 2)"),
+        "result": "3",
+    }
+    assert kernel == stock
