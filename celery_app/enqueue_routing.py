@@ -40,15 +40,16 @@ __all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_call", "routed_
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
 #: ``result_cls`` is the class of what it answers; link, link_error and a chain's rest become
-#: kernel links: celery_app/canvas_links.py; the time limits the run's timeout).
+#: kernel links: celery_app/canvas_links.py; the time limits the run's timeout; ``producer``
+#: publishes the run's hint).
 _ROUTED_OPTIONS = frozenset(
     {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls",
-     "soft_time_limit", "time_limit", *CANVAS_OPTIONS}
+     "soft_time_limit", "time_limit", "producer", *CANVAS_OPTIONS}
 )  # fmt: skip
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
-    {"compression", "connection", "exchange", "producer", "publisher", "reply_to", "retry",
+    {"compression", "connection", "exchange", "publisher", "reply_to", "retry",
      "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id",
      "route_name"}
 )  # fmt: skip
@@ -68,7 +69,7 @@ def refused_options(options: Mapping[str, Any]) -> list[str]:
 
 def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> Any:
     task_id, run = routed_run(task, args, kwargs, options)
-    enqueue(task.app, task.name, **run)
+    enqueue(task.app, task.name, producer=options.get("producer"), **run)
     ignored = bool(task.ignore_result)
     if not ignored and isinstance(task.backend, BaseKeyValueStoreBackend):
         # As Celery's send_task: the backend follows the id now (Redis subscribes to its

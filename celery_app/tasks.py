@@ -180,6 +180,8 @@ def _hint_when_due(task: Any, kernel: Kernel, occurrence_id: int, refused: RunOu
             shadow=task.request.shadow,
             per_message=1,
             countdown=max(wait, 0.0),
+            # A hint of this run alone had the run's task id: its hint sent again keeps it.
+            task_id=task.request.id if len(task.request.args or ()) == 1 else None,
         )
     except OperationalError as exc:  # the broker is down: the pump hints it when due
         log.warning(

@@ -35,16 +35,19 @@ def note(**fields: Any) -> None:
         ledger.write(json.dumps(fields, default=repr) + "\n")
 
 
+def _published(signal: str, sender: Any, headers: Any) -> None:
+    headers = headers or {}
+    note(signal=signal, sender=sender, id=headers.get("id"), name=headers.get("shadow"))
+
+
 @signals.before_task_publish.connect(weak=False)
 def before_publish(sender: Any = None, headers: Any = None, **_: Any) -> None:
-    headers = headers or {}
-    note(signal="before_task_publish", sender=sender, id=headers.get("id"), task=headers.get("task"))
+    _published("before_task_publish", sender, headers)
 
 
 @signals.after_task_publish.connect(weak=False)
 def after_publish(sender: Any = None, headers: Any = None, **_: Any) -> None:
-    headers = headers or {}
-    note(signal="after_task_publish", sender=sender, id=headers.get("id"), task=headers.get("task"))
+    _published("after_task_publish", sender, headers)
 
 
 @signals.task_received.connect(weak=False)
