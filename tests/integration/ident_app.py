@@ -61,6 +61,7 @@ def ident_successful(state: Any) -> list[str]:
     return sorted(worker_state.successful_requests)
 
 
-@app.task(name="ident.add")
-def add(x: int, y: int) -> int:
+@app.task(name="ident.add", bind=True)
+def add(self: Any, x: int, y: int) -> int:
+    note(ran=self.request.id)
     return x + y

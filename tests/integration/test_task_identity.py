@@ -36,6 +36,18 @@ import ident_app
 assert ident_app.add.apply_async((1, 2), task_id=sys.argv[1]).get(timeout=60) == 3
 """
 
+#: Makes one call held back 4 s, revokes it at once and prints its state once it is ready.
+REVOKE = """\
+import sys, time
+import ident_app
+result = ident_app.add.apply_async((1, 2), task_id=sys.argv[1], countdown=4)
+result.revoke()
+deadline = time.monotonic() + 60
+while not result.ready() and time.monotonic() < deadline:
+    time.sleep(0.2)
+print(result.state)
+"""
+
 #: A real event receiver, as Flower's: every event to a JSON line.
 RECEIVE = """\
 import json, sys
@@ -57,26 +69,40 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def _run_side(stack: Stack, name: str) -> dict[str, Any]:
-    """One side's call; what the signals, the worker's state and the events showed of it."""
-    root = stack.root
-    ledger, events = root / f"{name}.jsonl", root / f"{name}-events.jsonl"
+def _side_env(stack: Stack, name: str) -> dict[str, str]:
+    """The environment of one side: its own queue and ledger; the kernel's routes the task."""
     env = {k: v for k, v in stack.env.items() if k != "CELERY_CONFIG_MODULE"}
-    env.update(IDENT_QUEUE=f"ident-{uuid.uuid4().hex[:10]}", IDENT_LEDGER=str(ledger),
+    env.update(IDENT_QUEUE=f"ident-{uuid.uuid4().hex[:10]}",
+               IDENT_LEDGER=str(stack.root / f"{name}.jsonl"),
                IDENT_BROKER=env["CELERY_BROKER_URL"])  # fmt: skip
     if name == "kernel":
         env.update(IDENT_KERNEL="1", KERNEL_DATABASE_URL=stack.database_url)
+    return env
 
-    def start(proc_name: str, argv: list[str]) -> Proc:
-        proc = Proc(f"{name}-{proc_name}", [sys.executable, *argv], cwd=root, env=env)
-        stack.procs.append(proc)
-        return proc
 
-    worker = start("worker", ["-m", "celery", "-A", "ident_app", "worker", "-E", "-P", "prefork",
-                              "-c", "1", "-Q", env["IDENT_QUEUE"], "-n", f"{name}@%h",
-                              "-l", "INFO", "--without-mingle", "--without-gossip"])  # fmt: skip
-    stack.wait(lambda: worker.logged("ready."), timeout=60, what=f"{name} worker ready")
-    receiver = start("events", ["-c", RECEIVE, str(events)])
+def _start(stack: Stack, name: str, env: dict[str, str], argv: list[str]) -> Proc:
+    proc = Proc(name, [sys.executable, *argv], cwd=stack.root, env=env)
+    stack.procs.append(proc)
+    return proc
+
+
+def _start_worker(stack: Stack, side: str, env: dict[str, str]) -> Proc:
+    """One prefork process, task events on (``-E``), as a team would run it under Flower."""
+    worker = _start(stack, f"{side}-worker", env,
+                    ["-m", "celery", "-A", "ident_app", "worker", "-E", "-P", "prefork", "-c",
+                     "1", "-Q", env["IDENT_QUEUE"], "-n", f"{side}@%h", "-l", "INFO",
+                     "--without-mingle", "--without-gossip"])  # fmt: skip
+    stack.wait(lambda: worker.logged("ready."), timeout=60, what=f"{side} worker ready")
+    return worker
+
+
+def _run_side(stack: Stack, name: str) -> dict[str, Any]:
+    """One side's call; what the signals, the worker's state and the events showed of it."""
+    root = stack.root
+    env = _side_env(stack, name)
+    ledger, events = Path(env["IDENT_LEDGER"]), root / f"{name}-events.jsonl"
+    _start_worker(stack, name, env)
+    receiver = _start(stack, f"{name}-events", env, ["-c", RECEIVE, str(events)])
     stack.wait(lambda: receiver.logged("receiving"), timeout=30, what=f"{name} receiver")
     # The receiver's queue is bound once it has seen an event: the worker's heartbeat.
     stack.wait(lambda: any(e["type"] == "worker-heartbeat" for e in _lines(events)),
@@ -109,7 +135,7 @@ def _identity(side: dict[str, Any]) -> dict[str, Any]:
 
     def signal(name: str) -> list[Any]:
         return [(x.get("sender"), x.get("name")) for x in ledger
-                if x["signal"] == name and x["id"] == task_id]  # fmt: skip
+                if x.get("signal") == name and x["id"] == task_id]  # fmt: skip
 
     def event(kind: str, *fields: str) -> tuple[Any, ...]:
         got = events.get(kind, {})
@@ -151,3 +177,30 @@ def test_a_routed_call_is_seen_by_its_task_id_as_stock_celery_shows_it(stack: St
         "after_task_publish": published,
         "sent": ("kernel.run_occurrence", [1, 2]),
     }
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_revoked_routed_call_never_runs_and_says_revoked_as_stock(stack: Stack) -> None:
+    """``AsyncResult.revoke()`` of a call held back by its countdown: Celery marks it
+    REVOKED and the worker discards its message when due. Routed, that message is the run's
+    hint: the worker discards it, and the kernel cancels the run, so no later hint (Beat's
+    pump) runs it and the kernel says so."""
+    seen = {}
+    for name in ("stock", "kernel"):
+        env = _side_env(stack, name)
+        worker = _start_worker(stack, name, env)
+        task_id = str(uuid.uuid4())
+        done = subprocess.run([sys.executable, "-c", REVOKE, task_id], cwd=stack.root, env=env,
+                              capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+        discarded = f"Discarding revoked task: ident.add[{task_id}]"
+        stack.wait(lambda w=worker, line=discarded: w.logged(line),
+                   timeout=30, what=f"{name}: the revoked message discarded when due")  # fmt: skip
+        ran = [x for x in _lines(Path(env["IDENT_LEDGER"])) if x.get("ran") == task_id]
+        seen[name] = (done.stdout.strip(), ran)
+    assert seen == {"stock": ("REVOKED", []), "kernel": ("REVOKED", [])}
+
+    def cancelled() -> Any:
+        [run] = stack.kernel.list_occurrences(limit=10)
+        return run if run.status.value == "cancelled" else None
+
+    stack.wait(cancelled, timeout=30, what="the revoked call's run cancelled in the kernel")
