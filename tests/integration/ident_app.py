@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any
 
 from celery import Celery, signals
@@ -65,3 +66,10 @@ def ident_successful(state: Any) -> list[str]:
 def add(self: Any, x: int, y: int) -> int:
     note(ran=self.request.id)
     return x + y
+
+
+# A short lease: a killed run's lease expires within seconds (the kernel's; Celery ignores it).
+@app.task(name="ident.slow", bind=True, kernel_options={"lease": "5s"})
+def slow(self: Any) -> None:
+    note(started=self.request.id)
+    time.sleep(60)

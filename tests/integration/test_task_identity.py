@@ -48,6 +48,23 @@ while not result.ready() and time.monotonic() < deadline:
 print(result.state)
 """
 
+#: ``argv[1]``: ``call`` the slow task under the id ``argv[2]``, ``terminate`` it (a revoke
+#: with ``terminate=True``), or print its ``state`` once it is ready.
+TERMINATE = """\
+import sys, time
+import ident_app
+result = ident_app.app.AsyncResult(sys.argv[2])
+if sys.argv[1] == "call":
+    ident_app.slow.apply_async(task_id=sys.argv[2])
+elif sys.argv[1] == "terminate":
+    result.revoke(terminate=True)
+else:
+    deadline = time.monotonic() + 90
+    while not result.ready() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print(result.state)
+"""
+
 #: A real event receiver, as Flower's: every event to a JSON line.
 RECEIVE = """\
 import json, sys
@@ -204,3 +221,39 @@ def test_a_revoked_routed_call_never_runs_and_says_revoked_as_stock(stack: Stack
         return run if run.status.value == "cancelled" else None
 
     stack.wait(cancelled, timeout=30, what="the revoked call's run cancelled in the kernel")
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_routed_call_terminated_by_revoke_is_not_run_again(stack: Stack) -> None:
+    """``revoke(terminate=True)`` of a running call: Celery kills the process and the task
+    ends REVOKED, never run again. Routed, the worker cancels the run in the kernel before
+    it signals the process, so the run's expired lease ends it cancelled (Beat's upkeep)
+    instead of handing it to the next worker."""
+    seen = {}
+    for name in ("stock", "kernel"):
+        env = _side_env(stack, name)
+        _start_worker(stack, name, env)
+        ledger, task_id = Path(env["IDENT_LEDGER"]), str(uuid.uuid4())
+
+        def script(*args: str, env: dict[str, str] = env) -> str:
+            done = subprocess.run([sys.executable, "-c", TERMINATE, *args], cwd=stack.root,
+                                  env=env, capture_output=True, text=True, check=True,
+                                  timeout=150)  # fmt: skip
+            return done.stdout.strip()
+
+        def started(ledger: Path = ledger, task_id: str = task_id) -> list[Any]:
+            return [x for x in _lines(ledger) if x.get("started") == task_id]
+
+        script("call", task_id)
+        stack.wait(started, timeout=30, what=f"{name}: the slow call started")
+        script("terminate", task_id)
+        if name == "kernel":
+            # Asked by the worker that got the revoke, before any lease expired: no Beat yet.
+            stack.wait(lambda: stack.kernel.list_occurrences(limit=10)[0].cancel_requested,
+                       timeout=30, what="the terminated run's cancel requested")  # fmt: skip
+            beat = ["-m", "celery", "-A", "ident_app", "beat", "-s", str(stack.root / "beat")]
+            _start(stack, "kernel-beat", env, beat)
+        seen[name] = (script("state", task_id), len(started()))
+    [run] = stack.kernel.list_occurrences(limit=10)
+    assert run.status.value == "cancelled", run
+    assert seen == {"stock": ("REVOKED", 1), "kernel": ("REVOKED", 1)}
