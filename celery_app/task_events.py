@@ -9,9 +9,10 @@ Events are sent only when they are on, so this costs nothing otherwise.
 
 A hint of one run has that run's task id (a routed call's own), so Celery's revoke of
 that id (``AsyncResult.revoke()``) reaches it: the worker discards the message, as it
-discards a revoked task's, and the run is cancelled in the kernel. Discarded alone, the
-run would stay queued and Beat's pump would hint it again under the same id, until a
-worker that never heard of the revoke ran it.
+discards a revoked task's (or, with ``terminate=True``, kills the process running it),
+and the run is cancelled in the kernel. Discarded alone, the run would stay queued and
+Beat's pump would hint it again under the same id, until a worker that never heard of
+the revoke ran it; killed alone, its lease's expiry would hand it to another worker.
 """
 
 from __future__ import annotations
@@ -43,15 +44,23 @@ class NamedEventsRequest(Request):
         if not super().revoked():
             return False
         if self.id in worker_state.revoked:
-            _cancel_revoked(self.task.app, self.id, [int(x) for x in self.args or ()])
+            _cancel_revoked(self.task.app, self.id, self.args)
         return True
 
+    def terminate(self, pool: Any, signal: Any = None) -> None:
+        """``revoke(terminate=True)`` of the hint: its runs are cancelled in the kernel
+        before Celery signals the process running them, so the lease's expiry ends them
+        cancelled instead of another worker reclaiming them."""
+        if self.id in worker_state.revoked:
+            _cancel_revoked(self.task.app, self.id, self.args)
+        super().terminate(pool, signal)
 
-def _cancel_revoked(app: Any, task_id: str, occurrence_ids: list[int]) -> None:
+
+def _cancel_revoked(app: Any, task_id: str, occurrence_ids: Any) -> None:
     """Cancel the runs of a revoked hint, once per revoke and run (the request id); a run
     that has ended or is cancelled already stays as it is."""
     kernel = process_resources(app).kernel
-    for occurrence_id in occurrence_ids:
+    for occurrence_id in map(int, occurrence_ids or ()):
         try:
             kernel.cancel(
                 occurrence_id,
