@@ -24,6 +24,8 @@ app = Celery("ident")
 app.conf.result_backend = app.conf.broker_url = os.environ["IDENT_BROKER"]
 app.conf.task_default_queue = QUEUE
 app.conf.task_send_sent_event = True
+# Failures stored even for tasks that ignore results: the kernel's hint ignores its own.
+app.conf.task_store_errors_even_if_ignored = True
 if os.environ.get("IDENT_KERNEL"):
     from celery_app import install
 
@@ -73,3 +75,8 @@ def add(self: Any, x: int, y: int) -> int:
 def slow(self: Any) -> None:
     note(started=self.request.id)
     time.sleep(60)
+
+
+@app.task(name="ident.boom")
+def boom() -> None:
+    raise ValueError("boom")

@@ -65,6 +65,18 @@ else:
     print(result.state)
 """
 
+#: ``call`` the failing task under the id ``argv[2]`` and wait for its end, or print the
+#: exception its result holds.
+BOOM = """\
+import sys
+import ident_app
+result = ident_app.app.AsyncResult(sys.argv[2])
+if sys.argv[1] == "call":
+    ident_app.boom.apply_async(task_id=sys.argv[2]).get(timeout=60, propagate=False)
+else:
+    print(repr(result.result))
+"""
+
 #: A real event receiver, as Flower's: every event to a JSON line.
 RECEIVE = """\
 import json, sys
@@ -260,3 +272,24 @@ def test_a_routed_call_terminated_by_revoke_is_not_run_again(stack: Stack) -> No
             )  # fmt: skip
         seen[name] = (script("state", task_id), len(started()))
     assert seen == {"stock": ("REVOKED", 1), "kernel": ("REVOKED", 1)}
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_failed_routed_call_keeps_its_own_exception_as_stock(stack: Stack) -> None:
+    """The caller's result holds the task's exception, also once the hint that ran it has
+    ended (the hint's own failure is never stored under the run's id, even with
+    ``task_store_errors_even_if_ignored``)."""
+    held = {}
+    for name in ("stock", "kernel"):
+        env = _side_env(stack, name)
+        worker = _start_worker(stack, name, env)
+        task_id = str(uuid.uuid4())
+        run = [sys.executable, "-c", BOOM]
+        subprocess.run([*run, "call", task_id], cwd=stack.root, env=env, check=True, timeout=120)
+        # The message that ran it has ended: stock's task, the kernel's hint.
+        stack.wait(lambda w=worker, t=task_id: w.logged(f"[{t}] raised"), timeout=30,
+                   what=f"{name}: the message's end logged")  # fmt: skip
+        shown = subprocess.run([*run, "show", task_id], cwd=stack.root, env=env, check=True,
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        held[name] = shown.stdout.strip()
+    assert held == {"stock": "ValueError('boom')", "kernel": "ValueError('boom')"}
