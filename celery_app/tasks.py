@@ -41,8 +41,10 @@ def register(celery_app: Any) -> Any:
         bind=True,
         # Its own settings, whatever the app's task_* defaults: results live in the
         # kernel, a hint lost with its worker is re-published by the pump, and a hint is
-        # ids only (JSON).
+        # ids only (JSON). A hint of one run has the run's task id: the hint's own failure
+        # must never be stored over what the run stored under it.
         ignore_result=True,
+        store_errors_even_if_ignored=False,
         acks_late=False,
         serializer="json",
         throws=(OccurrenceFailed,),
