@@ -80,3 +80,10 @@ def slow(self: Any) -> None:
 @app.task(name="ident.boom")
 def boom() -> None:
     raise ValueError("boom")
+
+
+@app.task(name="ident.flaky", bind=True, max_retries=1)
+def flaky(self: Any) -> str:
+    if not self.request.retries:
+        raise self.retry(countdown=1)
+    return "ok"

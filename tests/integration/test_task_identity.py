@@ -293,3 +293,43 @@ def test_a_failed_routed_call_keeps_its_own_exception_as_stock(stack: Stack) -> 
                                capture_output=True, text=True, timeout=120)  # fmt: skip
         held[name] = shown.stdout.strip()
     assert held == {"stock": "ValueError('boom')", "kernel": "ValueError('boom')"}
+
+
+#: Calls the task that retries once and waits for its result.
+FLAKY = """\
+import sys
+import ident_app
+assert ident_app.flaky.apply_async(task_id=sys.argv[1]).get(timeout=60) == "ok"
+"""
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_retried_routed_call_shows_retry_to_monitors_as_stock(stack: Stack) -> None:
+    """Between a retried call's attempts, the worker's events say ``task-retried`` (Flower:
+    RETRY), as for Celery's retried task, not ``task-failed``; one task id throughout."""
+    shown = {}
+    for name in ("stock", "kernel"):
+        env = _side_env(stack, name)
+        _start_worker(stack, name, env)
+        events = stack.root / f"{name}-events.jsonl"
+        receiver = _start(stack, f"{name}-events", env, ["-c", RECEIVE, str(events)])
+        stack.wait(lambda r=receiver: r.logged("receiving"), timeout=30, what="receiver")
+        stack.wait(lambda e=events: any(x["type"] == "worker-heartbeat" for x in _lines(e)),
+                   timeout=30, what=f"{name} events received")  # fmt: skip
+        if name == "kernel":  # its pump hints the retry when it is due
+            beat = ["-m", "celery", "-A", "ident_app", "beat", "-s", str(stack.root / "beat")]
+            _start(stack, "kernel-beat", env, beat)
+        task_id = str(uuid.uuid4())
+        subprocess.run([sys.executable, "-c", FLAKY, task_id], cwd=stack.root, env=env,
+                       check=True, timeout=120)  # fmt: skip
+
+        def worker_events(e: Path = events, t: str = task_id) -> list[str] | None:
+            kinds = [x["type"] for x in _lines(e)
+                     if x.get("uuid") == t and x["type"] != "task-sent"]  # fmt: skip
+            return kinds if "task-succeeded" in kinds else None
+
+        # Sorted: a retry's next message may be received before the retry is announced.
+        shown[name] = sorted(stack.wait(worker_events, timeout=30, what=f"{name}: events"))
+    attempts = ["task-received", "task-received", "task-retried", "task-started", "task-started"]
+    assert shown["stock"] == [*attempts, "task-succeeded"]
+    assert shown["kernel"] == shown["stock"]
