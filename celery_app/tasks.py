@@ -6,6 +6,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from celery.exceptions import Retry
 from kombu.exceptions import OperationalError
 
 from celery_app import notify, run_events
@@ -70,6 +71,8 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
     Raises:
         OccurrenceFailed: a run failed (after the batch's other runs); the message names
             the job, the error code and the kernel status of each failure.
+        Retry: the hint's one run failed and the kernel retries it (its OccurrenceFailed
+            the reason), so Celery shows the run's task retried, not failed.
     """
     ids = [int(occurrence_id) for occurrence_id in occurrence_ids]
     results: list[str] = []
@@ -124,7 +127,12 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
         )
         results.append("storage_unavailable")
     if failures:
-        raise OccurrenceFailed("; ".join(failures))
+        failed = OccurrenceFailed("; ".join(failures))
+        if len(ids) == 1 and results == ["retry_wait"]:
+            # Its run's task, as Celery's retried task: task-retried to monitors (RETRY in
+            # Flower) until the pump's next hint of it. Raised, a Retry sends nothing.
+            raise Retry(str(failed), exc=failed)
+        raise failed
     if len(ids) > 1:
         return results
     return value if results[0] == "succeeded" else results[0]
