@@ -40,12 +40,13 @@ __all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_call", "routed_
 
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
 #: ``result_cls`` is the class of what it answers; link, link_error and a chain's rest become
-#: kernel links: celery_app/canvas_links.py; the time limits the run's timeout; the request
-#: fields below reach the body's ``self.request`` as Celery's worker gives them).
+#: kernel links: celery_app/canvas_links.py; the time limits the run's timeout; ``producer``
+#: publishes the run's hint; the request fields below reach the body's ``self.request`` as
+#: Celery's worker gives them).
 _ROUTED_OPTIONS = frozenset(
     {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls",
-     "soft_time_limit", "time_limit", "headers", "ignore_result", "argsrepr", "kwargsrepr",
-     "stamped_headers", *CANVAS_OPTIONS}
+     "soft_time_limit", "time_limit", "producer", "headers", "ignore_result", "argsrepr",
+     "kwargsrepr", "stamped_headers", *CANVAS_OPTIONS}
 )  # fmt: skip
 #: Message properties a call may set, which Celery's worker shows in
 #: ``self.request.properties``: metadata only (``expiration``, ``delivery_mode`` and the
@@ -54,7 +55,7 @@ _PROPERTIES = frozenset({"app_id", "type", "message_id", "timestamp"})
 #: Options about how Celery would publish a message the kernel does not send: the
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
-    {"compression", "connection", "exchange", "producer", "publisher", "reply_to", "retry",
+    {"compression", "connection", "exchange", "publisher", "reply_to", "retry",
      "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id",
      "route_name"}
 )  # fmt: skip
@@ -107,7 +108,7 @@ def _refusal(name: str, refused: list[str]) -> str:
 
 def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) -> Any:
     task_id, run = routed_run(task, args, kwargs, options)
-    enqueue(task.app, task.name, **run)
+    enqueue(task.app, task.name, producer=options.get("producer"), **run)
     # As Celery's apply_async: the call's ignore_result, else the task's.
     ignored = bool(_given(options, "ignore_result", task))
     if not ignored and isinstance(task.backend, BaseKeyValueStoreBackend):

@@ -229,6 +229,7 @@ def enqueue(
     connection: Any = None,
     timeout: float | None = None,
     request: Mapping[str, Any] | None = None,
+    producer: Any = None,
 ) -> Enqueued:
     """Run ``task_name`` through the kernel: a durable occurrence, then its hint.
 
@@ -258,6 +259,8 @@ def enqueue(
         connection: your open transaction on the kernel's database (a SQLAlchemy
             Connection, a psycopg 3 connection, or Django's ``connection`` inside
             ``transaction.atomic()``): the occurrence exists exactly when it commits.
+        producer: the kombu producer its hint is published with (a routed call's
+            ``producer``, as Celery's ``send_task`` takes it), else one of the app's pool.
 
     Returns:
         ``occurrence_id`` and ``deduplicated``.
@@ -283,7 +286,7 @@ def enqueue(
         "request": request,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
-    return _enqueue(app, [_request(app, task_name, run)], connection, client)[0]
+    return _enqueue(app, [_request(app, task_name, run)], connection, client, producer=producer)[0]
 
 
 def enqueue_on(kernel: Kernel, app: Any, task_name: str, **run: Any) -> Enqueued:
@@ -332,6 +335,7 @@ def _enqueue(
     connection: Any,
     client: _Client,
     chord: Mapping[str, Any] | None = None,
+    producer: Any = None,
 ) -> list[Enqueued]:
     on_commit = _django_on_commit(connection)
     if on_commit is not None:
@@ -349,9 +353,9 @@ def _enqueue(
             ) from None
         raise
     if connection is None:
-        _publish(app, client, made)
+        _publish(app, client, requests, made, producer)
     elif on_commit is not None:
-        on_commit(lambda: _publish(app, client, made))
+        on_commit(lambda: _publish(app, client, requests, made, producer))
     return made
 
 
@@ -371,23 +375,39 @@ def _django_driver_connection(connection: Any) -> Any:
     return connection.connection
 
 
-def _publish(app: Any, client: _Client, made: list[Enqueued]) -> None:
+def _publish(
+    app: Any,
+    client: _Client,
+    requests: list[EnqueueRequest],
+    made: list[Enqueued],
+    producer: Any = None,
+) -> None:
     """Publish the hints of the runs just made: at once for those that may run now, with
     Celery's ``eta`` for those held back by countdown/eta, so no Beat is needed (the pump
-    sends them again ``kernel_rehint_after`` past their time when the broker is down)."""
+    sends them again ``kernel_rehint_after`` past their time when the broker is down).
+    Each carries its run's task id and call (:func:`~celery_app.hints.publish_hints`)."""
     hints = [
-        DispatchHint(m.occurrence_id, m.job_id, m.queue, "task", m.timeout, priority=m.priority)
-        for m in made
+        DispatchHint(
+            m.occurrence_id,
+            m.job_id,
+            m.queue,
+            "task",
+            m.timeout,
+            {"task": r.task, "args": r.args, "kwargs": r.kwargs},
+            m.priority,
+            m.trigger_key,
+        )
+        for r, m in zip(requests, made, strict=True)
         if m.claimable or m.not_before is not None
     ]
     if not hints:
         return
     etas = {m.occurrence_id: m.not_before for m in made if m.not_before is not None}
     try:
-        with app.producer_or_acquire() as producer:
+        with app.producer_or_acquire(producer) as publisher:
             publish_hints(
                 app,
-                producer,
+                publisher,
                 hints,
                 batch_max=client.settings.batch_max,
                 hint_options={},

@@ -3,7 +3,9 @@
 A message is only a hint: the kernel decides who runs what, and a lost or duplicated
 message is repaired or refused there. ``run_occurrence`` hints carry one occurrence id,
 or up to ``kernel_batch_max`` ids of one queue when that queue's backlog is deep
-(:func:`publish_hints`); ``adjudicate_occurrence`` asks an adapter about an uncertain
+(:func:`publish_hints`); a hint of one run is that run's Celery message as monitors see
+it: its id is the run's task id (:func:`run_task_id`) and, for an enqueued run, its shadow
+is the task's name. ``adjudicate_occurrence`` asks an adapter about an uncertain
 run; ``notify`` delivers a notification, and a notification may name a task of the app.
 Callers handle the broker being down (``kombu.exceptions.OperationalError``): the pump
 sends a hint again after ``kernel_rehint_after``.
@@ -13,6 +15,7 @@ Beat loads this module: it imports no worker code (runtime, adapters).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -21,13 +24,14 @@ from celery.utils.saferepr import saferepr
 
 from beat_schedule.task_settings import broker_priority
 from celery_app.task_names import ADJUDICATE_OCCURRENCE, NOTIFY, RUN_OCCURRENCE
-from kernel import DispatchHint
+from kernel import DispatchHint, caller_key, task_job_id
 
 __all__ = [
     "call_reprs",
     "publish_adjudication_hints",
     "publish_hints",
     "resend_run_hints",
+    "run_task_id",
     "send_notification_hint",
     "send_notification_task",
 ]
@@ -44,6 +48,20 @@ _TIME_LIMITED_KINDS = frozenset({"task", "callable"})
 _HARD_LIMIT_MARGIN_S = 5.0
 #: The longest args or kwargs text a hint shows monitors (Celery's own bound).
 _REPR_MAX = 1024
+#: Task ids of kernel runs: one per occurrence, kept across its retries and its hints, as
+#: Celery keeps a retried task's id.
+_RUN_IDS = uuid.UUID("5f0c5bd4-3a53-4c55-9d43-0f9b1e2b2a10")
+
+
+def run_task_id(job_id: str, trigger_key: str, occurrence_id: int) -> str:
+    """A run's Celery task id: its body's ``self.request.id`` and the id of each hint of it
+    alone. An enqueued run's key, which a routed call made its task id (the id its caller's
+    AsyncResult has); else (a Beat firing, an unkeyed enqueue) one derived from the
+    occurrence."""
+    keyed = caller_key(trigger_key)
+    if keyed is not None:
+        return keyed
+    return str(uuid.uuid5(_RUN_IDS, f"{job_id}\n{trigger_key}\n{occurrence_id}"))
 
 
 def _time_limits(kind: str, timeout: float | None) -> dict[str, float]:
@@ -99,10 +117,12 @@ def resend_run_hints(
     shadow: str | None,
     per_message: int,
     countdown: float | None = None,
+    task_id: str | None = None,
 ) -> None:
     """Send a batch's unstarted ids again to ``queue``, ``per_message`` a message, under
     the batch's ``shadow`` name (so Flower still shows the job); ``countdown``: delivered
-    so many seconds from now (a rate-limited run's, when its token is free)."""
+    so many seconds from now (a rate-limited run's, when its token is free); ``task_id``:
+    the message's id (one run's hint sent again keeps its run's task id)."""
     for start in range(0, len(occurrence_ids), per_message):
         app.send_task(
             RUN_OCCURRENCE,
@@ -110,6 +130,7 @@ def resend_run_hints(
             queue=queue,
             shadow=shadow,
             countdown=countdown,
+            task_id=task_id,
             serializer=_KERNEL_SERIALIZER,
         )
 
@@ -144,26 +165,43 @@ def send_notification_task(app: Any, task_name: str, body: dict[str, Any]) -> No
 
 
 def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str, Any]) -> None:
-    jobs = {hint.job_id for hint in hints}
     app.send_task(
         RUN_OCCURRENCE,
         args=[hint.occurrence_id for hint in hints],
         queue=hints[0].queue,
-        # Flower names a message by its shadow: the job, when the message has one.
-        shadow=jobs.pop() if len(jobs) == 1 else None,
+        shadow=_shadow(hints),
         producer=producer,
-        **_call_reprs(hints),
+        **_run_identity(hints),
         **{**options, "serializer": _KERNEL_SERIALIZER},
     )
 
 
-def _call_reprs(hints: list[DispatchHint]) -> dict[str, str]:
-    """A lone ``task`` run's hint shows monitors (Flower, the worker's task events) the
-    task's own args and kwargs, as Celery's message would, not the occurrence id."""
-    if len(hints) != 1 or hints[0].kind != "task" or hints[0].payload is None:
+def _shadow(hints: list[DispatchHint]) -> str | None:
+    """The name monitors show for the message (Flower names a message by its shadow): a
+    task's own name for an enqueued run of it, as its stock message has; else the job,
+    when the message has one."""
+    jobs = {hint.job_id for hint in hints}
+    if len(jobs) != 1:
+        return None
+    job_id = jobs.pop()
+    task = (hints[0].payload or {}).get("task") if hints[0].kind == "task" else None
+    return task if isinstance(task, str) and job_id == task_job_id(task) else job_id
+
+
+def _run_identity(hints: list[DispatchHint]) -> dict[str, str]:
+    """A lone run's hint is its run's Celery message as monitors see it: its id is the
+    run's task id (Celery's publish signals, task-sent, task_received, the worker's state
+    and Flower show the id the caller's AsyncResult has, kept across the run's hints), and
+    a ``task`` run's hint shows its own args and kwargs, not the occurrence id."""
+    if len(hints) != 1:
         return {}
-    argsrepr, kwargsrepr = call_reprs(hints[0].payload)
-    return {"argsrepr": argsrepr, "kwargsrepr": kwargsrepr}
+    hint = hints[0]
+    identity = {}
+    if hint.trigger_key:
+        identity["task_id"] = run_task_id(hint.job_id, hint.trigger_key, hint.occurrence_id)
+    if hint.kind == "task" and hint.payload is not None:
+        identity["argsrepr"], identity["kwargsrepr"] = call_reprs(hint.payload)
+    return identity
 
 
 def call_reprs(payload: Mapping[str, Any]) -> tuple[str, str]:

@@ -7,7 +7,7 @@ batch, sent again). When the worker sends task events (``-E``, or Flower's
 (:func:`mark_batch`), and the pool process then sends, per run, the events Flower builds
 a task from: ``task-received`` and ``task-started`` when the run's claim is made,
 ``task-succeeded`` or ``task-failed`` when it ended, each named by the run's job and
-with its own id ``<message id>:<occurrence id>``.
+with the run's task id (:func:`celery_app.hints.run_task_id`, a routed call's own).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from celery.signals import task_received
 from celery.utils.saferepr import saferepr
 
-from celery_app.hints import call_reprs
+from celery_app.hints import call_reprs, run_task_id
 from celery_app.runtime import RunOutcome
 from kernel import Claim
 
@@ -56,18 +56,14 @@ def connect(task_name: str) -> None:
 class RunEvents:
     """The events of one batch's runs, sent through ``dispatcher``."""
 
-    def __init__(self, dispatcher: Any, message_id: str) -> None:
+    def __init__(self, dispatcher: Any) -> None:
         self.dispatcher = dispatcher
-        self.message_id = message_id
-        self._started: dict[int, float] = {}
-
-    def _uuid(self, occurrence_id: int) -> str:
-        return f"{self.message_id}:{occurrence_id}"
+        self._started: dict[int, tuple[str, float]] = {}  # occurrence id -> task id, start
 
     def started(self, claim: Claim) -> None:
         occurrence = claim.occurrence
-        uuid = self._uuid(occurrence.id)
-        self._started[occurrence.id] = time.monotonic()
+        uuid = run_task_id(occurrence.job_id, occurrence.trigger_key, occurrence.id)
+        self._started[occurrence.id] = (uuid, time.monotonic())
         # A task's own call, as Celery's events show it; else the occurrence.
         args, kwargs = (
             call_reprs(occurrence.payload)
@@ -85,10 +81,10 @@ class RunEvents:
         self.dispatcher.send("task-started", uuid=uuid)
 
     def ended(self, occurrence_id: int, outcome: RunOutcome) -> None:
-        began = self._started.pop(occurrence_id, None)
-        if began is None:
+        started = self._started.pop(occurrence_id, None)
+        if started is None:
             return  # never claimed here: nothing was announced
-        uuid = self._uuid(occurrence_id)
+        uuid, began = started
         if outcome.error_code is None:
             runtime = time.monotonic() - began
             result = saferepr(outcome.value, _REPR_MAX)
@@ -108,4 +104,4 @@ def run_events(task: Any) -> Iterator[RunEvents | None]:
         yield None
         return
     with task.app.events.default_dispatcher(hostname=request.hostname) as dispatcher:
-        yield RunEvents(dispatcher, request.id)
+        yield RunEvents(dispatcher)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -25,27 +24,18 @@ from celery.result import allow_join_result
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
+from celery_app.hints import run_task_id
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
-from kernel import attempts_left, caller_key
+from kernel import attempts_left
 
 __all__ = ["call_task", "hook_replace", "task_id"]
 
-#: Task ids of kernel runs: one per occurrence, kept across its retries as Celery keeps a
-#: retried task's id.
-_RUN_IDS = uuid.UUID("5f0c5bd4-3a53-4c55-9d43-0f9b1e2b2a10")
-
 
 def task_id(ctx: ExecutionContext) -> str:
-    """The run's ``self.request.id``: an enqueued run's key, which a routed call made its
-    task id (the id its caller's AsyncResult has); else (a Beat firing, an unkeyed enqueue)
-    one derived from the occurrence."""
+    """The run's ``self.request.id`` (:func:`celery_app.hints.run_task_id`)."""
     occurrence = ctx.occurrence
-    keyed = caller_key(occurrence.trigger_key)
-    if keyed is not None:
-        return keyed
-    key = f"{occurrence.job_id}\n{occurrence.trigger_key}\n{occurrence.id}"
-    return str(uuid.uuid5(_RUN_IDS, key))
+    return run_task_id(occurrence.job_id, occurrence.trigger_key, occurrence.id)
 
 
 def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:

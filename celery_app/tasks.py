@@ -6,6 +6,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from celery.exceptions import Retry
 from kombu.exceptions import OperationalError
 
 from celery_app import notify, run_events
@@ -41,8 +42,10 @@ def register(celery_app: Any) -> Any:
         bind=True,
         # Its own settings, whatever the app's task_* defaults: results live in the
         # kernel, a hint lost with its worker is re-published by the pump, and a hint is
-        # ids only (JSON).
+        # ids only (JSON). A hint of one run has the run's task id: the hint's own failure
+        # must never be stored over what the run stored under it.
         ignore_result=True,
+        store_errors_even_if_ignored=False,
         acks_late=False,
         serializer="json",
         throws=(OccurrenceFailed,),
@@ -68,6 +71,8 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
     Raises:
         OccurrenceFailed: a run failed (after the batch's other runs); the message names
             the job, the error code and the kernel status of each failure.
+        Retry: the hint's one run failed and the kernel retries it (its OccurrenceFailed
+            the reason), so Celery shows the run's task retried, not failed.
     """
     ids = [int(occurrence_id) for occurrence_id in occurrence_ids]
     results: list[str] = []
@@ -122,7 +127,12 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
         )
         results.append("storage_unavailable")
     if failures:
-        raise OccurrenceFailed("; ".join(failures))
+        failed = OccurrenceFailed("; ".join(failures))
+        if len(ids) == 1 and results == ["retry_wait"]:
+            # Its run's task, as Celery's retried task: task-retried to monitors (RETRY in
+            # Flower) until the pump's next hint of it. Raised, a Retry sends nothing.
+            raise Retry(str(failed), exc=failed)
+        raise failed
     if len(ids) > 1:
         return results
     return value if results[0] == "succeeded" else results[0]
@@ -180,6 +190,8 @@ def _hint_when_due(task: Any, kernel: Kernel, occurrence_id: int, refused: RunOu
             shadow=task.request.shadow,
             per_message=1,
             countdown=max(wait, 0.0),
+            # A hint of this run alone had the run's task id: its hint sent again keeps it.
+            task_id=task.request.id if len(task.request.args or ()) == 1 else None,
         )
     except OperationalError as exc:  # the broker is down: the pump hints it when due
         log.warning(

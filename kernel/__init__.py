@@ -66,6 +66,7 @@ from kernel.spec.payloads import (
 from kernel.spec.retry import attempts_left
 from kernel.spec.run_params import with_params
 from kernel.spec.sections import check_limit, read_budget
+from kernel.spec.task_runs import task_job_id
 from kernel.states import (
     ACTIVE,
     CLAIMABLE,
@@ -164,6 +165,7 @@ __all__ = [
     "validate_job_spec",
     "job_file_schema",
     "parse_duration",
+    "task_job_id",
     "text",
     "Payload",
     "CallablePayload",

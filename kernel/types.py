@@ -256,6 +256,8 @@ class DispatchHint:
     payload: Mapping[str, Any] | None = None
     #: 0-255, higher first: the hint's broker priority (Celery's, translated by the glue).
     priority: int = 0
+    #: The occurrence's trigger key, from which the glue names the run's Celery task id.
+    trigger_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

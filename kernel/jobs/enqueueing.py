@@ -68,6 +68,7 @@ class Enqueued:
         priority: its priority (0-255), which its hint carries.
         not_before: when a run made now and held back by countdown/eta may start (its
             hint's Celery ``eta``), else None.
+        trigger_key: its trigger key (the caller's ``key:<key>``, else ``enqueue:<uuid>``).
     """
 
     occurrence_id: int
@@ -78,6 +79,7 @@ class Enqueued:
     timeout: float | None = None
     priority: int = 0
     not_before: datetime | None = None
+    trigger_key: str = ""
 
 
 def _ensure_job(tx: Tx, spec: Mapping[str, Any]) -> None:
@@ -166,6 +168,7 @@ def enqueue(
                 row.timeout,
                 row.values["priority"],
                 to_dt(row.values["available_at"]) if created and not row.claimable else None,
+                row.values["trigger_key"],
             )
         )
         if created:

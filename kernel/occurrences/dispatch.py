@@ -23,7 +23,9 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
     )
     rows.sort(key=lambda r: (r.status == "running", -r.priority, r.available_at, r.id))
     return [
-        DispatchHint(r.id, r.job_id, r.queue, r.kind, *_hinted(r.definition), r.priority)
+        DispatchHint(
+            r.id, r.job_id, r.queue, r.kind, *_hinted(r.definition), r.priority, r.trigger_key
+        )
         for r in rows
     ]
 

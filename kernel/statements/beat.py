@@ -140,6 +140,7 @@ def _hint(dialect: str) -> Any:
             OCC.c.status,
             OCC.c.priority,
             OCC.c.available_at,
+            OCC.c.trigger_key,
         )
     )
 

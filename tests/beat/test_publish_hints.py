@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_app.hints import publish_hints
+from celery_app.hints import publish_hints, run_task_id
 from celery_app.task_names import RUN_OCCURRENCE
 from kernel.types import DispatchHint
 
@@ -60,3 +60,41 @@ def test_hints_with_time_limits_or_options_and_mixed_jobs() -> None:
     assert sorted(i for _, ids, _ in batches for i in ids) == [1, 2, 3, 4, 5]
     assert all(len(ids) <= 2 for _, ids, _ in batches) and len(batches) == 3
     assert all(shadow is None for _, ids, shadow in batches if len(ids) == 2)
+
+
+def identities(hints: list[DispatchHint], **options: Any) -> list[tuple[list[int], str, Any]]:
+    """(ids, message id, shadow) of each message ``publish_hints`` sends to queue ``q``."""
+    app = Celery("pump-test", broker="memory://")
+    with app.producer_or_acquire() as producer:
+        publish_hints(app, producer, hints, **options)
+    found = []
+    with app.connection_for_read() as conn, conn.SimpleQueue("q") as inbox:
+        while inbox.qsize():
+            message = inbox.get(timeout=1)
+            found.append((message.payload[0], message.headers["id"], message.headers["shadow"]))
+            message.ack()
+    return found
+
+
+def test_a_hint_of_one_run_carries_the_runs_task_id_and_a_batch_its_own() -> None:
+    routed = DispatchHint(1, "task:proj.add", "q", "task", payload={"task": "proj.add"},
+                          trigger_key="key:call-7")  # fmt: skip
+    fired = DispatchHint(2, "nightly", "q", "task", payload={"task": "proj.add"},
+                         trigger_key="beat:2026-12-05T00:00:00Z")  # fmt: skip
+    alone = identities([routed, fired], batch_max=4, hint_options={})
+    # A routed call's hint: the caller's task id, under the task's own name as Celery names
+    # its message; a Beat firing's: the id its body's self.request.id has, under the entry.
+    assert alone == [
+        ([1], "call-7", "proj.add"),
+        ([2], run_task_id("nightly", "beat:2026-12-05T00:00:00Z", 2), "nightly"),
+    ]
+    # Sent again by the pump, the same ids: one task across the run's hints.
+    assert identities([routed, fired], batch_max=4, hint_options={}) == alone
+
+
+def test_a_batch_of_runs_is_a_message_of_its_own_id() -> None:
+    runs = [DispatchHint(i, "task:proj.add", "q", "task", payload={"task": "proj.add"},
+                         trigger_key=f"key:call-{i}") for i in (1, 2, 3)]  # fmt: skip
+    batch, alone = sorted(identities(runs, batch_max=2, hint_options={}), key=lambda m: -len(m[0]))
+    assert (batch[0], alone[:2]) == ([1, 3], ([2], "call-2"))
+    assert batch[1] not in {"call-1", "call-2", "call-3"} and batch[2] == "proj.add"
