@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -42,6 +42,7 @@ __all__ = [
     "fire_children",
     "fire_links",
     "insert_enqueued",
+    "Made",
     "make_chord",
     "condition_matches",
     "outcome_text",
@@ -137,20 +138,49 @@ def fire_children(
         )
 
 
-def insert_enqueued(tx: Tx, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, int]]:
-    """Insert enqueued ``rows`` where their job exists and their key is new (TASK_ENQUEUED).
+class Made(NamedTuple):
+    """An enqueued row as its statement inserted it."""
+
+    occurrence_id: int
+    revision: int
+    available_at: int
+    expires_at: int | None
+
+
+def insert_enqueued(
+    tx: Tx, rows: Sequence[EnqueueRow], *, alone: bool = False
+) -> tuple[dict[str, Made], dict[str, int]]:
+    """Insert enqueued ``rows`` where their job exists and their key is new (TASK_ENQUEUED),
+    with their events. ``alone``: one row, sent as its own transaction where that is one
+    round trip (``Tx.all_alone``; the row is the whole change, or nothing is).
 
     Returns:
-        idempotency key -> (occurrence id, job revision) of each row inserted.
+        idempotency key -> the row inserted; and key -> occurrence id of the rows not
+        inserted whose key the statement saw existing (PostgreSQL only): a key not in
+        either was inserted by another transaction meanwhile, or its job does not exist.
     """
     tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
-    made: dict[str, tuple[int, int]] = {}
+    made: dict[str, Made] = {}
+    found: dict[str, int] = {}
     for start, size in st.enqueue_chunks(tx.dialect, len(rows)):
         chunk = [row.values for row in rows[start : start + size]]
         statement = st.enqueue_occurrences(tx.dialect, size)
-        for r in statement.all(tx.conn, st.enqueue_params(tx.dialect, chunk)):
-            made[r.idempotency_key] = (r.id, r.job_revision)
-    return made
+        params = {**st.enqueue_params(tx.dialect, chunk), "now": tx.now_param()}
+        answer = tx.all_alone(statement, params) if alone else statement.all(tx.conn, params)
+        for r in answer:
+            tx.observe_now(r.now)  # the instant of the chunks after it
+            if r.id is not None:
+                made[r.idempotency_key] = Made(r.id, r.job_revision, r.available_at, r.expires_at)
+            elif r.existing_id is not None:
+                found[r.idempotency_key] = r.existing_id
+    if not tx.is_postgres:  # PostgreSQL's statement wrote them
+        events, seen = [], set()
+        for row in rows:
+            if row.key in made and row.key not in seen:  # a key twice: the first made it
+                seen.add(row.key)
+                events.append(enqueued_event(row, made[row.key]))
+        tx.emit_rows(EventType.OCCURRENCE_CREATED, events)
+    return made, found
 
 
 def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
@@ -165,22 +195,23 @@ def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
     return {r.idempotency_key: r.id for r in rows}
 
 
-def enqueued_event(row: EnqueueRow, occurrence_id: int, revision: int) -> dict[str, Any]:
-    """The ``occurrence_created`` event of an inserted row (``Tx.emit_rows``)."""
+def enqueued_event(row: EnqueueRow, made: Made) -> dict[str, Any]:
+    """The ``occurrence_created`` event of an inserted row (``Tx.emit_rows``; on
+    PostgreSQL the statement writes the same: kernel/statements/enqueues.py)."""
     values = row.values
     data: dict[str, Any] = {
         "trigger_key": values["trigger_key"],
-        "revision": revision,
-        "scheduled_for": values["scheduled_for"],
+        "revision": made.revision,
+        "scheduled_for": made.available_at,
         "enqueued": True,
     }
     if values["priority"]:
         data["priority"] = values["priority"]
     if values["parent_id"] is not None:
         data["parent_id"] = values["parent_id"]
-    if values["expires_at"] is not None:
-        data["expires_at"] = values["expires_at"]
-    return {"job_id": row.job_id, "occurrence_id": occurrence_id, "data": data}
+    if made.expires_at is not None:
+        data["expires_at"] = made.expires_at
+    return {"job_id": row.job_id, "occurrence_id": made.occurrence_id, "data": data}
 
 
 def fire_links(
@@ -337,16 +368,16 @@ def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
     """A callback that is a chord: its members (each naming the chord in its links) and
     its row, in the settle's transaction; a chord that cannot be made so is not, and
     says why (``link_not_made``)."""
-    rows = [prepare(request, {}, tx.now, False, parent_id) for request in step.members]
+    rows = [prepare(request, {}, False, parent_id) for request in step.members]
     for row in rows:
         links = loads(row.values["links"]) or {"callbacks": [], "errbacks": []}
         row.values["links"] = dumps({**links, "chord": step.chord_id})
-    made = _insert_links(tx, parent_id, rows)
-    existing = existing_keys(tx, [row.key for row in rows if row.key not in made])
+    made, existing = _insert_links(tx, parent_id, rows)
     if not all(row.key in made or row.key in existing for row in rows):
         return  # a member's job was deleted: _insert_links said so; no chord to count down
     members = [
-        (made[row.key][0], False) if row.key in made else (existing[row.key], True) for row in rows
+        (made[row.key].occurrence_id, False) if row.key in made else (existing[row.key], True)
+        for row in rows
     ]
     refused = make_chord(tx, step.chord_id, step.body, members)
     if refused is not None:
@@ -363,27 +394,24 @@ def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
 def _make_links(tx: Tx, parent_id: int, requests: Sequence[EnqueueRequest]) -> None:
     """The occurrences of ``requests`` (a settled run's links) whose keys are new."""
     if requests:
-        _insert_links(tx, parent_id, [prepare(r, {}, tx.now, False, parent_id) for r in requests])
+        _insert_links(tx, parent_id, [prepare(r, {}, False, parent_id) for r in requests])
 
 
-def _insert_links(tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, int]]:
+def _insert_links(
+    tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]
+) -> tuple[dict[str, Made], dict[str, int]]:
     """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
-    job was deleted since; answers :func:`insert_enqueued`'s."""
-    made = insert_enqueued(tx, rows)
-    tx.emit_rows(
-        EventType.OCCURRENCE_CREATED,
-        [enqueued_event(row, *made[row.key]) for row in rows if row.key in made],
-    )
-    missing = [row for row in rows if row.key not in made]
-    if missing:
-        existing = existing_keys(tx, [row.key for row in missing])
-        for row in missing:
-            if row.key not in existing:
-                tx.emit(
-                    EventType.LINK_NOT_MADE,
-                    job_id=row.job_id,
-                    occurrence_id=parent_id,
-                    reason="job_deleted",
-                    trigger_key=row.values["trigger_key"],
-                )
-    return made
+    job was deleted since; answers the rows made, and the ids of the keys that existed."""
+    made, existing = insert_enqueued(tx, rows)
+    unseen = [row.key for row in rows if row.key not in made and row.key not in existing]
+    existing.update(existing_keys(tx, unseen))
+    for row in rows:
+        if row.key not in made and row.key not in existing:
+            tx.emit(
+                EventType.LINK_NOT_MADE,
+                job_id=row.job_id,
+                occurrence_id=parent_id,
+                reason="job_deleted",
+                trigger_key=row.values["trigger_key"],
+            )
+    return made, existing

@@ -134,11 +134,15 @@ class EnqueueRequest:
 @dataclass(frozen=True, slots=True)
 class EnqueueRow:
     """One request as the statement's values, and what its answer needs; ``links``: the
-    signatures' implicit jobs (task name -> settings), which must exist before they fire."""
+    signatures' implicit jobs (task name -> settings), which must exist before they fire.
+
+    Its times are relative to the statement's instant, which the statement reads itself
+    (the server's clock on PostgreSQL, without a round trip of its own): ``delay_ms``
+    after it, not before ``not_before``; the deadline ``expires_at``, or ``expires_after``
+    milliseconds after it."""
 
     values: dict[str, Any]
     job_id: str
-    claimable: bool
     timeout: float | None
     links: dict[str, Mapping[str, Any]]
 
@@ -149,7 +153,7 @@ class EnqueueRow:
 
 
 def prepare(
-    request: EnqueueRequest, specs: dict[str, dict[str, Any]], now: int, hinted: bool,
+    request: EnqueueRequest, specs: dict[str, dict[str, Any]], hinted: bool,
     parent_id: int | None = None,
 ) -> EnqueueRow:  # fmt: skip
     """Check one request and make its row (InvalidArgument names the field); ``specs``
@@ -178,7 +182,8 @@ def prepare(
     priority = spec.get("priority", 0) if request.priority is None else request.priority
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
-    available_at = now + delay_ms(request.countdown, request.eta, now)
+    delay, not_before = delay_ms(request.countdown, request.eta)
+    expires_after, expires_at = deadline_ms(request.expires)
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
@@ -189,32 +194,30 @@ def prepare(
         )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
     trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
-    claimable = available_at <= now
     return EnqueueRow(
         values={
             "job_id": spec["id"],
             "trigger_key": trigger_key,
             "idempotency_key": f"{spec['id']}|{trigger_key}",
-            "scheduled_for": available_at,
             "max_attempts": spec["max_attempts"],
             "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
-            "available_at": available_at,
+            "delay_ms": delay,
+            "not_before": not_before,
             # A caller who publishes the hint at once (one held back: delivered when it
             # may start): the pump waits kernel_rehint_after past that time.
-            "dispatched_at": available_at if hinted else None,
+            "hinted": hinted,
             "queue": queue,
             "delivery": delivery,
             "pool": spec["pool"],
             "definition": text,
-            "created_at": now,
             "priority": priority,
-            "expires_at": deadline_ms(request.expires, now),
+            "expires_at": expires_at,
+            "expires_after": expires_after,
             "rate_limit": rate_limit_name(spec),
             "links": links,
             "parent_id": parent_id,
         },
         job_id=spec["id"],
-        claimable=claimable,
         timeout=timeout,
         links=jobs_of_links,
     )
@@ -268,7 +271,7 @@ def _signature(
     settings = dict(settings)
     try:
         own = {"args": raw.get("args"), "kwargs": raw.get("kwargs")}  # its links: below
-        prepare(_request(task, own, options, settings, (), None), {}, 0, False)
+        prepare(_request(task, own, options, settings, (), None), {}, False)
     except InvalidArgument as exc:
         why = exc.message.removeprefix(f"{exc.field}: ")
         raise InvalidArgument(f"{path}.{exc.field}", why) from None

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -155,3 +160,53 @@ def test_a_batch_across_chunks_dedupes_in_order(kernel: Kernel) -> None:
     assert [m.deduplicated for m in made] == [False] * 290 + [True] * 10
     assert [m.occurrence_id for m in made[290:]] == [m.occurrence_id for m in made[:10]]
     assert kernel.get_occurrence(made[295].occurrence_id).payload["args"] == [5]
+
+
+@contextmanager
+def _round_trips(kernel: Kernel) -> Iterator[Callable[[], int]]:
+    """The server's answers (libpq's ``ReadyForQuery``: one per round trip) on the
+    kernel's held connection while the block runs; the count is read after it."""
+    held = kernel._session._held.conn
+    assert held is not None, "the kernel has written once: its connection is held"
+    pgconn = held.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+    with tempfile.TemporaryFile() as out:
+        pgconn.trace(os.dup(out.fileno()))
+        counted: list[int] = []
+        try:
+            yield lambda: counted[0]
+        finally:
+            pgconn.untrace()  # flushes the trace
+            out.seek(0)
+            counted.append(out.read().count(b"\tReadyForQuery"))
+
+
+def test_a_warm_enqueue_is_one_round_trip_on_postgresql(pg_database_url: str) -> None:
+    # Issue 42: BEGIN, the server's clock, the INSERT, its event and COMMIT were five
+    # round trips per enqueue. Now the statement reads the clock, writes the event and
+    # answers a key that exists, and is sent as its own transaction.
+    kernel = Kernel.open(pg_database_url, migrate_schema=True)
+    try:
+        kernel.enqueue(task="lean.one", args=[0])  # defines the task's implicit job
+        with _round_trips(kernel) as trips:
+            made = kernel.enqueue(task="lean.one", args=[1], key="k1")
+        assert trips() == 1 and not made.deduplicated and made.claimable
+        with _round_trips(kernel) as trips:
+            again = kernel.enqueue(task="lean.one", args=[1], key="k1")
+        assert trips() == 1 and again.deduplicated
+        assert again.occurrence_id == made.occurrence_id and not again.claimable
+        with _round_trips(kernel) as trips:
+            later = kernel.enqueue(task="lean.one", args=[2], countdown=60)
+        assert trips() == 1 and not later.claimable and later.not_before is not None
+        occurrence = kernel.get_occurrence(later.occurrence_id)
+        assert occurrence.available_at == later.not_before == occurrence.scheduled_for
+        assert later.not_before - occurrence.created_at == timedelta(seconds=60)
+        [created] = kernel.events(occurrence_id=made.occurrence_id)
+        assert created.type == "occurrence_created" and created.at == (
+            kernel.get_occurrence(made.occurrence_id).created_at
+        )
+        assert created.data == {
+            "enqueued": True, "revision": 1, "trigger_key": "key:k1",
+            "scheduled_for": int(created.at.timestamp() * 1000),
+        }  # fmt: skip
+    finally:
+        kernel.close()
