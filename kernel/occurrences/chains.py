@@ -162,7 +162,7 @@ def insert_enqueued(
     tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
     made: dict[str, Made] = {}
     found: dict[str, int] = {}
-    for start, size in st.enqueue_chunks(tx.dialect, len(rows)):
+    for start, size in st.enqueue_chunks(len(rows)):
         chunk = [row.values for row in rows[start : start + size]]
         statement = st.enqueue_occurrences(tx.dialect, size)
         params = {**st.enqueue_params(tx.dialect, chunk), "now": tx.now_param()}

@@ -85,33 +85,44 @@ def _row(index: int) -> sa.Select[Any]:
 
 
 def _given(dialect: str, rows: int) -> Any:
-    """The rows' values as a FROM: on PostgreSQL one JSON text read as a record set (one
-    plan whatever the count; a UNION of hundreds of SELECTs took seconds to plan, and
-    psycopg's escaping of text arrays' quotes cost more CPU than the rest of a batch),
-    on SQLite a UNION ALL of one SELECT per row. One row is a SELECT of its values on
-    both. PostgreSQL reads them twice (the insert, the answer): a CTE."""
-    if dialect == "postgresql" and rows != 1:
-        text = sa.cast(sa.bindparam("given", type_=sa.Text), postgresql.JSON)
+    """The rows' values as a FROM. A batch is one JSON text (one statement and one plan
+    whatever its size): PostgreSQL reads it as a record set, SQLite by ``json_each``.
+    A UNION of a SELECT per row took seconds to plan on PostgreSQL and SQLite caps it at
+    500 terms; psycopg's escaping of text arrays' quotes cost more CPU than the rest of
+    a batch. One row is a SELECT of its values. PostgreSQL reads them twice (the insert,
+    the answer): a CTE."""
+    if rows == 1:
+        values = _row(0)
+        return values.cte("given") if dialect == "postgresql" else values.subquery("given")
+    text = sa.bindparam("given", type_=sa.Text)
+    if dialect == "postgresql":
         columns = (sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
-        records = sa.func.json_to_recordset(text).table_valued(*columns)
+        records = sa.func.json_to_recordset(sa.cast(text, postgresql.JSON)).table_valued(*columns)
         return sa.select(records.render_derived(name="given", with_types=True)).cte("given")
-    values = _row(0) if rows == 1 else sa.union_all(*(_row(i) for i in range(rows)))
-    return values.cte("given") if dialect == "postgresql" else values.subquery("given")
+    each = sa.func.json_each(text).table_valued("value")
+    return sa.select(
+        *(
+            sa.type_coerce(
+                sa.func.json_extract(each.c.value, sa.literal_column(f"'$.{name}'")), _TYPES[name]
+            ).label(name)
+            for name in ENQUEUE_COLUMNS
+        )
+    ).subquery("given")
 
 
 def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column),
     but for ``now`` (``Tx.now_param``)."""
-    if dialect == "postgresql" and len(rows) != 1:
+    if len(rows) != 1:
         given = [{name: row[name] for name in ENQUEUE_COLUMNS} for row in rows]
         return {"given": json.dumps(given, separators=(",", ":"))}
-    return {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in ENQUEUE_COLUMNS}
+    return {f"{name}_0": rows[0][name] for name in ENQUEUE_COLUMNS}
 
 
 def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
     """INSERT ``rows`` new occurrences of existing jobs unless their key exists
     (parameters: :func:`enqueue_params` and ``now``, None on PostgreSQL for the server's
-    clock; at most :data:`MAX_ROWS` of the dialect).
+    clock; at most :data:`MAX_ROWS`).
 
     The guard is in the statement: a row is inserted only where its job exists (on
     PostgreSQL the job row is held ``FOR KEY SHARE``, so a concurrent delete waits),
@@ -127,10 +138,9 @@ def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
     inserted meanwhile, or a job that does not exist): one round trip.
 
     Sent on the driver (Core's execution of it cost more CPU than the INSERT itself,
-    bench/cpu_per_op.py): one statement per row count, kept for the process
-    (:func:`enqueue_chunks` keeps the counts few).
+    bench/cpu_per_op.py): two statements a dialect, one row and a batch.
     """
-    return _statement(dialect, 0 if dialect == "postgresql" and rows != 1 else rows)
+    return _statement(dialect, 1 if rows == 1 else 0)
 
 
 @functools.cache
@@ -218,28 +228,13 @@ def _created_logged(made: sa.CTE) -> sa.CTE:
     ).cte("created_logged")
 
 
-#: Rows one statement takes at most: SQLite limits a compound SELECT to 500 terms.
-MAX_ROWS = {"postgresql": 5000, "sqlite": 500}
+#: Rows one statement takes at most (a batch's JSON text stays a few megabytes).
+MAX_ROWS = 5000
 
 
-def enqueue_chunks(dialect: str, rows: int) -> list[tuple[int, int]]:
-    """(first row, row count) of each statement enqueuing ``rows`` rows, in order.
-
-    On SQLite a statement has one SELECT per row and is kept per row count
-    (:func:`enqueue_occurrences`), so counts are powers of two: whatever sizes a process
-    enqueues, it keeps at most nine statements (1 to 256 rows). PostgreSQL's batch is one
-    statement for every count: chunks of :data:`MAX_ROWS`.
-    """
-    if dialect == "postgresql":
-        step = MAX_ROWS[dialect]
-        return [(start, min(step, rows - start)) for start in range(0, rows, step)]
-    chunks: list[tuple[int, int]] = []
-    start = 0
-    while start < rows:
-        size = 1 << (min(rows - start, MAX_ROWS[dialect]).bit_length() - 1)
-        chunks.append((start, size))
-        start += size
-    return chunks
+def enqueue_chunks(rows: int) -> list[tuple[int, int]]:
+    """(first row, row count) of each statement enqueuing ``rows`` rows, in order."""
+    return [(start, min(MAX_ROWS, rows - start)) for start in range(0, rows, MAX_ROWS)]
 
 
 #: The one-row statement per dialect (the transition table's; a batch uses
