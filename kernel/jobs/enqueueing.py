@@ -120,9 +120,10 @@ def enqueue(
     """
     specs: dict[str, dict[str, Any]] = {}
     rows: list[EnqueueRow] = []
+    encoded: dict[int, str] = {}
     for index, request in enumerate(requests):
         try:
-            rows.append(prepare(request, specs, hinted))
+            rows.append(prepare(request, specs, hinted, encoded=encoded))
         except InvalidArgument as exc:
             if len(requests) == 1:
                 raise

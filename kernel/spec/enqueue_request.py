@@ -30,7 +30,7 @@ that step), else by its parent and place, so it is created once.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -81,6 +81,7 @@ def caller_key(trigger_key: str) -> str | None:
     return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
 
 
+_DELIVERIES = frozenset(d.value for d in Delivery)
 #: The longest caller's key.
 MAX_KEY = 200
 #: A run's own timeout is read as a job's is.
@@ -145,23 +146,27 @@ class EnqueueRow:
     job_id: str
     timeout: float | None
     links: dict[str, Mapping[str, Any]]
-
-    @property
-    def key(self) -> str:
-        """Its idempotency key (unique among occurrences)."""
-        return str(self.values["idempotency_key"])
+    #: Its idempotency key (unique among occurrences): ``values["idempotency_key"]``.
+    key: str
 
 
 def prepare(
     request: EnqueueRequest, specs: dict[str, dict[str, Any]], hinted: bool,
-    parent_id: int | None = None,
+    parent_id: int | None = None, encoded: dict[int, str] | None = None,
 ) -> EnqueueRow:  # fmt: skip
     """Check one request and make its row (InvalidArgument names the field); ``specs``
-    collects its implicit job's spec. ``parent_id``: the run whose link it is."""
+    collects its implicit job's spec. ``parent_id``: the run whose link it is.
+    ``encoded``: settings JSON by settings object, for a batch whose runs share one (a
+    task's settings, encoded once a batch, not once a run)."""
     if not isinstance(request.task, str) or not request.task:
         raise InvalidArgument("task", "must be a task's name")
     job_id = task_job_id(request.task)
-    spec, template = task_job(request.task, canonical_json(dict(request.settings), "settings"))
+    settings = None if encoded is None else encoded.get(id(request.settings))
+    if settings is None:
+        settings = canonical_json(dict(request.settings), "settings")
+        if encoded is not None:
+            encoded[id(request.settings)] = settings
+    spec, template = task_job(request.task, settings)
     spec = specs.setdefault(job_id, spec)
     args = canonical_json(list(request.args), "args")
     kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")
@@ -175,7 +180,7 @@ def prepare(
     if len(queue) > 64 or not ID.fullmatch(queue):
         raise InvalidArgument("queue", f"{queue!r}: at most 64 of A-Z a-z 0-9 . _ : -")
     delivery = spec["delivery"] if request.delivery is None else request.delivery
-    if delivery not in {d.value for d in Delivery}:
+    if delivery not in _DELIVERIES:
         raise InvalidArgument(
             "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
         )
@@ -193,12 +198,14 @@ def prepare(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
         )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
-    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
+    # A random firing: uuid4's 122 bits as 32 hex digits, without a UUID object per run.
+    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{os.urandom(16).hex()}"
+    idempotency_key = f"{spec['id']}|{trigger_key}"
     return EnqueueRow(
         values={
             "job_id": spec["id"],
             "trigger_key": trigger_key,
-            "idempotency_key": f"{spec['id']}|{trigger_key}",
+            "idempotency_key": idempotency_key,
             "max_attempts": spec["max_attempts"],
             "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
             "delay_ms": delay,
@@ -220,6 +227,7 @@ def prepare(
         job_id=spec["id"],
         timeout=timeout,
         links=jobs_of_links,
+        key=idempotency_key,
     )
 
 
