@@ -21,7 +21,7 @@ Run from the repository root::
     .venv/bin/python bench/cpu_per_op.py --n 500 --backends sqlite
     .venv/bin/python bench/cpu_per_op.py --profile claim+succeed --backends sqlite
 
-``--profile OP`` runs that operation under cProfile and prints its top entries (own
+``--profile OP`` runs that operation under cProfile (CPU time) and prints its top entries (own
 time) instead of the table.
 
 Beside the CPU, each operation's round trips: on PostgreSQL the server's answers
@@ -94,8 +94,8 @@ class RoundTrips:
 
     def __init__(self) -> None:
         self.pg: list[psycopg.Connection[Any]] = []
+        self.lite: list[sqlite3.Connection] = []
         self.sqlite = 0
-        self.on = False
 
     def install(self) -> None:
         connect_pg = psycopg.Connection.connect.__func__  # type: ignore[attr-defined]
@@ -108,7 +108,7 @@ class RoundTrips:
 
         def lite(*args: Any, **kwargs: Any) -> Any:
             conn = connect_sqlite(*args, **kwargs)
-            conn.set_trace_callback(self._statement)
+            self.lite.append(conn)
             return conn
 
         # Both names each module hands out (SQLAlchemy's dialects use psycopg.connect and
@@ -118,19 +118,22 @@ class RoundTrips:
         sqlite3.connect = sqlite3.dbapi2.connect = lite  # type: ignore[assignment]
 
     def _statement(self, _sql: str) -> None:
-        if self.on:
-            self.sqlite += 1
+        self.sqlite += 1
 
     def count(self, steps: Iterator[None], n: int) -> float:
         """Round trips per step over ``n`` steps."""
         live = [c for c in self.pg if not c.closed]
+        lite = [c for c in self.lite if _open(c)]
         with tempfile.TemporaryFile() as out:
             for conn in live:
                 conn.pgconn.trace(os.dup(out.fileno()))
-            self.sqlite, self.on = 0, True
+            for db in lite:  # only now: a callback per statement costs CPU the table counts
+                db.set_trace_callback(self._statement)
+            self.sqlite = 0
             for _ in range(n):
                 next(steps)
-            self.on = False
+            for db in lite:
+                db.set_trace_callback(None)
             for conn in live:
                 conn.pgconn.untrace()  # flushes its trace
             out.seek(0)
@@ -139,6 +142,14 @@ class RoundTrips:
 
 
 TRIPS = RoundTrips()
+
+
+def _open(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.total_changes  # noqa: B018 - raises on a closed connection
+    except sqlite3.ProgrammingError:
+        return False
+    return True
 
 
 def _request(i: int) -> EnqueueRequest:
@@ -224,7 +235,7 @@ def _time(make: Callable[[], Iterator[None]], count: int) -> tuple[float, float]
 def _profile(make: Callable[[], Iterator[None]], count: int, top: int) -> str:
     steps = make()
     next(steps)
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.process_time)  # CPU, as the table: not the waits
     profiler.enable()
     for _ in range(count):
         next(steps)
