@@ -176,7 +176,8 @@ def _statement(dialect: str, rows: int) -> DriverStatement:
     select = sa.select(*values.values()).where(jobs.c.id == given.c.job_id)
     if dialect == "postgresql":
         select = select.with_for_update(read=True, key_share=True, of=jobs)
-    insert: Any = _INSERTS[dialect](OCC).from_select(list(values), select).on_conflict_do_nothing()
+    dialect_insert: Any = _INSERTS[dialect](OCC)
+    insert = dialect_insert.from_select(list(values), select).on_conflict_do_nothing()
     made = (OCC.c.id, OCC.c.idempotency_key, OCC.c.job_revision, OCC.c.available_at,
             OCC.c.expires_at)  # fmt: skip
     if dialect == "sqlite":
