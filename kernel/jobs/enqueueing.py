@@ -27,7 +27,8 @@ import sqlalchemy as sa
 from kernel.db.schema import jobs
 from kernel.errors import InvalidArgument, StateConflict
 from kernel.jobs import definitions as job_ops
-from kernel.occurrences.chains import existing_keys, insert_enqueued, make_chord
+from kernel.occurrences.chains import make_chord
+from kernel.occurrences.rows import existing_keys, insert_enqueued
 from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
     MAX_KEY,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -17,6 +17,7 @@ from kernel import statements as st
 from kernel.db.schema import chords, occurrences
 from kernel.events import EventType
 from kernel.occurrences.firing import admit, create_gated, lock_job
+from kernel.occurrences.rows import Made, existing_keys, insert_enqueued
 from kernel.records import dumps, loads
 from kernel.spec.enqueue_request import (
     ChordStep,
@@ -30,19 +31,14 @@ from kernel.spec.enqueue_request import (
 from kernel.transaction.tx import Tx
 from kernel.transitions import chords as TC
 from kernel.transitions import door
-from kernel.transitions import occurrences as T
 
 __all__ = [
     "DEFAULT_FANOUT",
     "MAX_CHAIN_DEPTH",
     "cancelled_links",
-    "enqueued_event",
-    "existing_keys",
     "fanout_limit",
     "fire_children",
     "fire_links",
-    "insert_enqueued",
-    "Made",
     "make_chord",
     "condition_matches",
     "outcome_text",
@@ -136,82 +132,6 @@ def fire_children(
             parent_id=parent_id,
             chain_depth=depth,
         )
-
-
-class Made(NamedTuple):
-    """An enqueued row as its statement inserted it."""
-
-    occurrence_id: int
-    revision: int
-    available_at: int
-    expires_at: int | None
-
-
-def insert_enqueued(
-    tx: Tx, rows: Sequence[EnqueueRow], *, alone: bool = False
-) -> tuple[dict[str, Made], dict[str, int]]:
-    """Insert enqueued ``rows`` where their job exists and their key is new (TASK_ENQUEUED),
-    with their events. ``alone``: one row, sent as its own transaction where that is one
-    round trip (``Tx.all_alone``; the row is the whole change, or nothing is).
-
-    Returns:
-        idempotency key -> the row inserted; and key -> occurrence id of the rows not
-        inserted whose key the statement saw existing (PostgreSQL only): a key not in
-        either was inserted by another transaction meanwhile, or its job does not exist.
-    """
-    tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
-    made: dict[str, Made] = {}
-    found: dict[str, int] = {}
-    for start, size in st.enqueue_chunks(len(rows)):
-        chunk = [row.values for row in rows[start : start + size]]
-        statement = st.enqueue_occurrences(tx.dialect, size)
-        params = {**st.enqueue_params(tx.dialect, chunk), "now": tx.now_param()}
-        answer = tx.all_alone(statement, params) if alone else statement.all(tx.conn, params)
-        for r in answer:
-            tx.observe_now(r.now)  # the instant of the chunks after it
-            if r.id is not None:
-                made[r.idempotency_key] = Made(r.id, r.job_revision, r.available_at, r.expires_at)
-            elif r.existing_id is not None:
-                found[r.idempotency_key] = r.existing_id
-    if not tx.is_postgres:  # PostgreSQL's statement wrote them
-        events, seen = [], set()
-        for row in rows:
-            if row.key in made and row.key not in seen:  # a key twice: the first made it
-                seen.add(row.key)
-                events.append(enqueued_event(row, made[row.key]))
-        tx.emit_rows(EventType.OCCURRENCE_CREATED, events)
-    return made, found
-
-
-def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
-    """idempotency key -> occurrence id of those of ``keys`` that exist."""
-    if not keys:
-        return {}
-    rows = tx.conn.execute(
-        sa.select(occurrences.c.idempotency_key, occurrences.c.id).where(
-            occurrences.c.idempotency_key.in_(keys)
-        )
-    )
-    return {r.idempotency_key: r.id for r in rows}
-
-
-def enqueued_event(row: EnqueueRow, made: Made) -> dict[str, Any]:
-    """The ``occurrence_created`` event of an inserted row (``Tx.emit_rows``; on
-    PostgreSQL the statement writes the same: kernel/statements/enqueues.py)."""
-    values = row.values
-    data: dict[str, Any] = {
-        "trigger_key": values["trigger_key"],
-        "revision": made.revision,
-        "scheduled_for": made.available_at,
-        "enqueued": True,
-    }
-    if values["priority"]:
-        data["priority"] = values["priority"]
-    if values["parent_id"] is not None:
-        data["parent_id"] = values["parent_id"]
-    if made.expires_at is not None:
-        data["expires_at"] = made.expires_at
-    return {"job_id": row.job_id, "occurrence_id": made.occurrence_id, "data": data}
 
 
 def fire_links(

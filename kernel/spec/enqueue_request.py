@@ -39,17 +39,14 @@ from typing import Any
 from kernel.errors import InvalidArgument
 from kernel.records import dumps, loads
 from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration, rate_limit_name
-from kernel.spec.jobspec import (
-    MAX_LOST_LEASES,
-    MAX_PAYLOAD_BYTES,
-    MAX_PRIORITY,
-)
+from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, MAX_PRIORITY
 from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
     deadline_ms,
     delay_ms,
     run_definition,
+    settings_json,
     task_job,
     task_job_id,
     task_job_spec,
@@ -137,10 +134,8 @@ class EnqueueRow:
     """One request as the statement's values, and what its answer needs; ``links``: the
     signatures' implicit jobs (task name -> settings), which must exist before they fire.
 
-    Its times are relative to the statement's instant, which the statement reads itself
-    (the server's clock on PostgreSQL, without a round trip of its own): ``delay_ms``
-    after it, not before ``not_before``; the deadline ``expires_at``, or ``expires_after``
-    milliseconds after it."""
+    Its times are relative to the instant the statement reads (kernel/statements/enqueues.py):
+    ``delay_ms`` after it, not before ``not_before``; ``expires_at`` or ``expires_after``."""
 
     values: dict[str, Any]
     job_id: str
@@ -155,18 +150,12 @@ def prepare(
     parent_id: int | None = None, encoded: dict[int, str] | None = None,
 ) -> EnqueueRow:  # fmt: skip
     """Check one request and make its row (InvalidArgument names the field); ``specs``
-    collects its implicit job's spec. ``parent_id``: the run whose link it is.
-    ``encoded``: settings JSON by settings object, for a batch whose runs share one (a
-    task's settings, encoded once a batch, not once a run)."""
+    collects its implicit job's spec. ``parent_id``: the run whose link it is;
+    ``encoded``: :func:`~kernel.spec.task_runs.settings_json`'s."""
     if not isinstance(request.task, str) or not request.task:
         raise InvalidArgument("task", "must be a task's name")
     job_id = task_job_id(request.task)
-    settings = None if encoded is None else encoded.get(id(request.settings))
-    if settings is None:
-        settings = canonical_json(dict(request.settings), "settings")
-        if encoded is not None:
-            encoded[id(request.settings)] = settings
-    spec, template = task_job(request.task, settings)
+    spec, template = task_job(request.task, settings_json(request.settings, encoded))
     spec = specs.setdefault(job_id, spec)
     args = canonical_json(list(request.args), "args")
     kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")

@@ -22,6 +22,7 @@ __all__ = [
     "deadline_ms",
     "delay_ms",
     "run_definition",
+    "settings_json",
     "task_job",
     "task_job_id",
     "task_job_spec",
@@ -70,6 +71,17 @@ def task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
     }
     spec = validate_job_spec(raw).to_dict()
     return spec, dumps({**spec, **_OWN})
+
+
+def settings_json(settings: Mapping[str, Any], encoded: dict[int, str] | None) -> str:
+    """``settings`` as canonical JSON; ``encoded``: the texts by settings object, for a
+    batch whose runs share one (a task's settings: encoded once a batch, not once a run)."""
+    text = None if encoded is None else encoded.get(id(settings))
+    if text is None:
+        text = canonical_json(dict(settings), "settings")
+        if encoded is not None:
+            encoded[id(settings)] = text
+    return text
 
 
 def run_definition(
