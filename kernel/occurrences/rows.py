@@ -130,7 +130,7 @@ def insert_enqueued(
                 made[r.idempotency_key] = Made(r.id, r.job_revision, r.available_at, r.expires_at)
             elif r.existing_id is not None:
                 found[r.idempotency_key] = r.existing_id
-    if not tx.is_postgres:  # PostgreSQL's statement wrote them
+    if tx.dialect not in T.TASK_ENQUEUED.logged_on:  # else the statement wrote them
         events, seen = [], set()
         for row in rows:
             if row.key in made and row.key not in seen:  # a key twice: the first made it
