@@ -115,7 +115,7 @@ class RoundTrips:
         # sqlite3.dbapi2.connect).
         psycopg.Connection.connect = classmethod(pg)  # type: ignore[method-assign,assignment]
         psycopg.connect = psycopg.Connection.connect
-        sqlite3.connect = sqlite3.dbapi2.connect = lite  # type: ignore[assignment]
+        sqlite3.connect = sqlite3.dbapi2.connect = lite
 
     def _statement(self, _sql: str) -> None:
         self.sqlite += 1
