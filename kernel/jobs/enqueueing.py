@@ -139,8 +139,8 @@ def enqueue(
     for job_id, spec in specs.items():
         if defined.get(job_id) is not spec:  # the cached spec: the same settings
             _ensure_job(tx, spec)
-    # One run whose job this process defined already: on PostgreSQL its statement is the
-    # whole transaction (one round trip); what follows it, rarely, is one of its own.
+    # One run, no definition written before it: on PostgreSQL its statement is the whole
+    # transaction (one round trip); what follows it, rarely, is a transaction of its own.
     made, found = insert_enqueued(tx, rows, alone=len(rows) == 1 and chord is None)
     found.update(
         existing_keys(tx, [r.key for r in rows if r.key not in made and r.key not in found])
