@@ -21,8 +21,12 @@ Run from the repository root::
     .venv/bin/python bench/cpu_per_op.py --n 500 --backends sqlite
     .venv/bin/python bench/cpu_per_op.py --profile claim+succeed --backends sqlite
 
-``--profile OP`` runs that operation under cProfile and prints its top entries (own
+``--profile OP`` runs that operation under cProfile (CPU time) and prints its top entries (own
 time) instead of the table.
+
+Beside the CPU, each operation's round trips: on PostgreSQL the server's answers
+(libpq's ``ReadyForQuery``, traced on every connection of the process for a few
+untimed operations), on SQLite the statements sent (BEGIN and COMMIT included).
 """
 
 from __future__ import annotations
@@ -30,16 +34,22 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
+import sqlite3
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
 
 from adapters.registry import load_adapters  # noqa: E402
 from bench.kernel_throughput import BUSY_TIMEOUT_MS, _prepare  # noqa: E402
@@ -73,23 +83,93 @@ CALLABLE_JOB = {
 }
 
 
+#: Operations traced for the round-trip count (untimed, after the warm-up).
+TRACED = 5
+
+
+class RoundTrips:
+    """Counts round trips of every connection this process opens after :meth:`install`:
+    psycopg's by libpq's trace of the server's ``ReadyForQuery`` (one per answered
+    query, pipelined or not), sqlite3's by its trace callback (one per statement)."""
+
+    def __init__(self) -> None:
+        self.pg: list[psycopg.Connection[Any]] = []
+        self.lite: list[sqlite3.Connection] = []
+        self.sqlite = 0
+
+    def install(self) -> None:
+        connect_pg = psycopg.Connection.connect.__func__  # type: ignore[attr-defined]
+        connect_sqlite = sqlite3.connect
+
+        def pg(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            conn = connect_pg(cls, *args, **kwargs)
+            self.pg.append(conn)
+            return conn
+
+        def lite(*args: Any, **kwargs: Any) -> Any:
+            conn = connect_sqlite(*args, **kwargs)
+            self.lite.append(conn)
+            return conn
+
+        # Both names each module hands out (SQLAlchemy's dialects use psycopg.connect and
+        # sqlite3.dbapi2.connect).
+        psycopg.Connection.connect = classmethod(pg)  # type: ignore[method-assign,assignment]
+        psycopg.connect = psycopg.Connection.connect
+        sqlite3.connect = sqlite3.dbapi2.connect = lite
+
+    def _statement(self, _sql: str) -> None:
+        self.sqlite += 1
+
+    def count(self, steps: Iterator[None], n: int) -> float:
+        """Round trips per step over ``n`` steps."""
+        live = [c for c in self.pg if not c.closed]
+        lite = [c for c in self.lite if _open(c)]
+        with tempfile.TemporaryFile() as out:
+            for conn in live:
+                conn.pgconn.trace(os.dup(out.fileno()))
+            for db in lite:  # only now: a callback per statement costs CPU the table counts
+                db.set_trace_callback(self._statement)
+            self.sqlite = 0
+            for _ in range(n):
+                next(steps)
+            for db in lite:
+                db.set_trace_callback(None)
+            for conn in live:
+                conn.pgconn.untrace()  # flushes its trace
+            out.seek(0)
+            answers = out.read().count(b"\tReadyForQuery")
+        return (answers + self.sqlite) / n
+
+
+TRIPS = RoundTrips()
+
+
+def _open(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.total_changes  # noqa: B018 - raises on a closed connection
+    except sqlite3.ProgrammingError:
+        return False
+    return True
+
+
 def _request(i: int) -> EnqueueRequest:
     return EnqueueRequest("bench.enqueued", [i], {})
 
 
 def _steps(url: str, n: int) -> dict[str, tuple[int, Callable[[], Iterator[None]]]]:
     """Per operation: how many to time, and a generator doing one per ``next``."""
-    ids = _prepare(url, 3 * n + 3, "NORMAL")
+    m = n + TRACED  # each generator's steps: the timed ones, the traced ones, a warm-up
+    ids = _prepare(url, 3 * m + 3, "NORMAL")
     kernel = Kernel.open(url, sqlite_synchronous="NORMAL", busy_timeout_ms=BUSY_TIMEOUT_MS)
     raw = RawWorker(url, "NORMAL", BUSY_TIMEOUT_MS)
     kernel.define_job(CALLABLE_JOB)
     run_ids = [
         kernel.run_now(CALLABLE_JOB["id"], request_id=f"r{i}", operator="bench").occurrence.id
-        for i in range(n + 1)
+        for i in range(m + 1)
     ]
     adapters = load_adapters()
     keeper = LeaseKeeper()
-    floor_ids, pair_ids, chain_ids = ids[: n + 1], ids[n + 1 : 2 * n + 2], ids[2 * n + 2 :]
+    floor_ids, pair_ids, chain_ids = ids[: m + 1], ids[m + 1 : 2 * m + 2], ids[2 * m + 2 :]
 
     def floor() -> Iterator[None]:
         for occ_id in floor_ids:
@@ -119,7 +199,7 @@ def _steps(url: str, n: int) -> dict[str, tuple[int, Callable[[], Iterator[None]
             yield
 
     def one() -> Iterator[None]:
-        for i in range(n + 1):
+        for i in range(m + 1):
             kernel.enqueue(task="bench.enqueued", args=[i])
             yield
 
@@ -139,20 +219,23 @@ def _steps(url: str, n: int) -> dict[str, tuple[int, Callable[[], Iterator[None]
     }
 
 
-def _time(make: Callable[[], Iterator[None]], count: int) -> float:
-    """CPU µs per step; the first step warms caches and connections, untimed."""
+def _time(make: Callable[[], Iterator[None]], count: int) -> tuple[float, float]:
+    """CPU µs per step, and round trips per step; the first step warms caches and
+    connections, untimed, and :data:`TRACED` steps after the timed ones count round
+    trips (psycopg prepares a statement on its fifth run: one-off trips, not counted)."""
     steps = make()
     next(steps)
     start = time.process_time()
     for _ in range(count):
         next(steps)
-    return (time.process_time() - start) / count * 1e6
+    cpu = (time.process_time() - start) / count * 1e6
+    return cpu, TRIPS.count(steps, TRACED)
 
 
 def _profile(make: Callable[[], Iterator[None]], count: int, top: int) -> str:
     steps = make()
     next(steps)
-    profiler = cProfile.Profile()
+    profiler = cProfile.Profile(time.process_time)  # CPU, as the table: not the waits
     profiler.enable()
     for _ in range(count):
         next(steps)
@@ -171,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=25, help="profile entries shown")
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
     args = parser.parse_args(argv)
-    table: dict[str, dict[str, float]] = {}
+    TRIPS.install()
+    table: dict[str, dict[str, tuple[float, float]]] = {}
     with ExitStack() as stack:
         pg_url = (
             stack.enter_context(server("postgres", args.postgres_url, durable=True))
@@ -189,11 +273,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 table[backend] = {op: _time(make, count) for op, (count, make) in steps.items()}
     if table:
         print(f"CPU µs per operation ({args.n} runs; enqueue_many per call of {BULK})")
-        print(f"{'operation':<20}" + "".join(f"{b:>12}" for b in table))
+        print(f"{'operation':<20}" + "".join(f"{b:>12}{'trips':>7}" for b in table))
         for op in OPS:
-            print(f"{op:<20}" + "".join(f"{table[b][op]:>12.0f}" for b in table))
+            print(
+                f"{op:<20}"
+                + "".join(f"{table[b][op][0]:>12.0f}{table[b][op][1]:>7.1f}" for b in table)
+            )
         for b, row in table.items():
-            over = row["claim+succeed"] - row["floor-sql"]
+            over = row["claim+succeed"][0] - row["floor-sql"][0]
             print(f"{b}: claim+succeed over floor-sql {over:.0f} µs")
     return 0
 

@@ -172,11 +172,17 @@ def run_queue(
     return routed_queue(app, task, args, kwargs, options)
 
 
-def _request(app: Any, task: str, run: Mapping[str, Any]) -> EnqueueRequest:
+def _request(
+    app: Any, task: str, run: Mapping[str, Any], settings_of: dict[str, dict[str, Any]]
+) -> EnqueueRequest:
+    """One run's request; ``settings_of``: the task settings read so far in this call
+    (one object per task, which the kernel encodes once for all of a batch's runs)."""
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
     links = {name: _with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
-    settings = _task_settings(app, task)
+    settings = settings_of.get(task)
+    if settings is None:
+        settings = settings_of[task] = _task_settings(app, task)
     if run.get("queue") is None:
         run = {**run, "queue": run_queue(app, task, run.get("args") or (), run.get("kwargs"), {})}
     return EnqueueRequest(task, settings=settings, **{**run, **links})
@@ -286,13 +292,15 @@ def enqueue(
         "request": request,
     }
     client = _client(app)  # first: it loads the tasks of `imports`
-    return _enqueue(app, [_request(app, task_name, run)], connection, client, producer=producer)[0]
+    return _enqueue(
+        app, [_request(app, task_name, run, {})], connection, client, producer=producer
+    )[0]
 
 
 def enqueue_on(kernel: Kernel, app: Any, task_name: str, **run: Any) -> Enqueued:
     """:func:`enqueue` on an open kernel (the CLI's, the web server's), no connection."""
     client = _new_client(app, kernel)
-    return _enqueue(app, [_request(app, task_name, run)], None, client)[0]
+    return _enqueue(app, [_request(app, task_name, run, {})], None, client)[0]
 
 
 def enqueue_many(
@@ -312,6 +320,7 @@ def enqueue_many(
     """
     client = _client(app)
     requests = []
+    settings_of: dict[str, dict[str, Any]] = {}
     for index, run in enumerate(runs):
         try:
             if not isinstance(run, Mapping):
@@ -320,7 +329,7 @@ def enqueue_many(
             if unknown:
                 raise InvalidArgument(unknown[0], "is not a parameter of enqueue")
             fields = {name: run[name] for name in _RUN_FIELDS if name in run}
-            requests.append(_request(app, run.get("task"), fields))  # type: ignore[arg-type]
+            requests.append(_request(app, run.get("task"), fields, settings_of))  # type: ignore[arg-type]
         except InvalidArgument as exc:
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None

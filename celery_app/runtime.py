@@ -30,7 +30,7 @@ from celery_app.held_run import (
     HeldRun,
     LeaseKeeper,
     new_owner,
-    shutdown_marker,
+    shutting_down,
 )
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from kernel import (
@@ -127,7 +127,7 @@ def run_occurrences(
     pace = _BatchPace(time.monotonic(), len(occurrence_ids))
     for index, occurrence_id in enumerate(occurrence_ids):
         if carried is None:
-            if index and shutdown_marker(main_pid).exists():
+            if index and shutting_down(main_pid):
                 return
             claimed_at = time.monotonic()
             carried = _Carried(claimed_at, kernel.claim(occurrence_id, owner=owner))

@@ -19,7 +19,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from kernel.records import dumps
 
-__all__ = ["json_object"]
+__all__ = ["json_object", "omitted_when"]
 
 
 class _JsonText(sa.types.TypeDecorator[str]):
@@ -60,21 +60,42 @@ def _member(value: object, name: str) -> sa.ColumnElement[str] | str:
     raise TypeError(f"json_object member {name!r}: type it Integer or String, not {value.type!r}")
 
 
+class omitted_when:  # noqa: N801 - reads as a member's wrapper: x=omitted_when(cond, expr)
+    """A :func:`json_object` member left out of the object where ``condition`` holds
+    (``records.dumps`` of a dict built without that key)."""
+
+    __slots__ = ("condition", "value")
+
+    def __init__(self, condition: sa.ColumnElement[bool], value: object) -> None:
+        self.condition = condition
+        self.value = value
+
+
 def json_object(**members: object) -> sa.ColumnElement[str]:
     """``records.dumps(members)`` as one SQL expression.
 
     Args:
         members: each an SQL expression typed Integer or String (a bind parameter needs
-            its ``type_``), another :func:`json_object`, or a constant (written by
-            ``records.dumps`` when the statement is built).
+            its ``type_``), another :func:`json_object`, a constant (written by
+            ``records.dumps`` when the statement is built), or one of these
+            :class:`omitted_when` a condition holds (not the first member by name).
 
     Raises:
-        TypeError: a member's SQL type is neither (its JSON form would be a guess).
+        TypeError: a member's SQL type is neither (its JSON form would be a guess), or
+            the first member may be omitted.
     """
     parts: list[sa.ColumnElement[str] | str] = []
     for index, name in enumerate(sorted(members)):
-        parts.append(("{" if index == 0 else ",") + dumps(name) + ":")
-        parts.append(_member(members[name], name))
+        value = members[name]
+        head = ("{" if index == 0 else ",") + dumps(name) + ":"
+        if isinstance(value, omitted_when):
+            if index == 0:
+                raise TypeError(f"json_object member {name!r}: the first cannot be omitted")
+            text = sa.literal(head, sa.Text).concat(_member(value.value, name))
+            parts.append(sa.case((value.condition, sa.literal("", sa.Text)), else_=text))
+            continue
+        parts.append(head)
+        parts.append(_member(value, name))
     parts.append("}" if members else "{}")
     # Adjacent constant text as one literal: fewer parameters per statement.
     merged: list[sa.ColumnElement[str] | str] = []

@@ -85,9 +85,8 @@ class EnqueueFacade(FacadeBase):
         hinted: bool = False,
         chord: Mapping[str, Any] | None = None,
     ) -> list[Enqueued]:
-        """:meth:`enqueue` for many runs in one transaction (one insert per batch; SQLite:
-        per power of two of them, at most 256): all of them, or (on any refusal, ``field``
-        starting ``requests[i].``) none.
+        """:meth:`enqueue` for many runs in one transaction (one insert per 5000 of them):
+        all of them, or (on any refusal, ``field`` starting ``requests[i].``) none.
 
         ``chord``: ``{"id": <chord id>, "body": <signature>}`` (Celery's group id, and a
         link signature, kernel/spec/enqueue_request.py): the runs are the chord's

@@ -26,9 +26,9 @@ import sqlalchemy as sa
 
 from kernel.db.schema import jobs
 from kernel.errors import InvalidArgument, StateConflict
-from kernel.events import EventType
 from kernel.jobs import definitions as job_ops
-from kernel.occurrences.chains import enqueued_event, existing_keys, insert_enqueued, make_chord
+from kernel.occurrences.chains import make_chord
+from kernel.occurrences.rows import existing_keys, insert_enqueued
 from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
     MAX_KEY,
@@ -41,7 +41,6 @@ from kernel.spec.enqueue_request import (
     task_job_spec,
 )
 from kernel.transaction.tx import Tx
-from kernel.transitions import occurrences as T
 
 __all__ = [
     "MAX_KEY",
@@ -124,9 +123,10 @@ def enqueue(
     """
     specs: dict[str, dict[str, Any]] = {}
     rows: list[EnqueueRow] = []
+    encoded: dict[int, str] = {}
     for index, request in enumerate(requests):
         try:
-            rows.append(prepare(request, specs, tx.now, hinted))
+            rows.append(prepare(request, specs, hinted, encoded=encoded))
         except InvalidArgument as exc:
             if len(requests) == 1:
                 raise
@@ -141,39 +141,46 @@ def enqueue(
     for job_id, spec in specs.items():
         if defined.get(job_id) is not spec:  # the cached spec: the same settings
             _ensure_job(tx, spec)
-    tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
-    made = insert_enqueued(tx, rows)
-    found = existing_keys(tx, [row.key for row in rows if row.key not in made])
+    # One run, no definition written before it: on PostgreSQL its statement is the whole
+    # transaction (one round trip); what follows it, rarely, is a transaction of its own.
+    made, found = insert_enqueued(tx, rows, alone=len(rows) == 1 and chord is None)
+    found.update(
+        existing_keys(tx, [r.key for r in rows if r.key not in made and r.key not in found])
+    )
     orphans = [row for row in rows if row.key not in made and row.key not in found]
     if orphans:  # their job was deleted since this process defined it: define it again
         for job_id in {row.job_id for row in orphans}:
             _ensure_job(tx, specs[job_id])
-        made.update(insert_enqueued(tx, orphans))
+        made.update(insert_enqueued(tx, orphans)[0])
     for job_id, spec in specs.items():
         defined[job_id] = spec
     answers: list[Enqueued] = []
-    events: list[dict[str, Any]] = []
     seen: set[str] = set()
     for row in rows:
         created = row.key in made and row.key not in seen  # a key twice: the first made it
         seen.add(row.key)
-        occurrence_id = made[row.key][0] if row.key in made else found[row.key]
+        if not created:
+            occurrence_id = made[row.key].occurrence_id if row.key in made else found[row.key]
+            answers.append(
+                Enqueued(occurrence_id, True, row.job_id, row.values["queue"], False,
+                         row.timeout, row.values["priority"], None, row.values["trigger_key"])
+            )  # fmt: skip
+            continue
+        new = made[row.key]
+        held_back = new.available_at > tx.now
         answers.append(
             Enqueued(
-                occurrence_id,
-                not created,
+                new.occurrence_id,
+                False,
                 row.job_id,
                 row.values["queue"],
-                row.claimable and created,
+                not held_back,
                 row.timeout,
                 row.values["priority"],
-                to_dt(row.values["available_at"]) if created and not row.claimable else None,
+                to_dt(new.available_at) if held_back else None,
                 row.values["trigger_key"],
             )
         )
-        if created:
-            events.append(enqueued_event(row, *made[row.key]))
-    tx.emit_rows(EventType.OCCURRENCE_CREATED, events)
     if chord is not None and body is not None:
         refused = make_chord(
             tx, str(chord["id"]), body[0], [(a.occurrence_id, a.deduplicated) for a in answers]

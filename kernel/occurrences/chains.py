@@ -17,6 +17,7 @@ from kernel import statements as st
 from kernel.db.schema import chords, occurrences
 from kernel.events import EventType
 from kernel.occurrences.firing import admit, create_gated, lock_job
+from kernel.occurrences.rows import Made, existing_keys, insert_enqueued
 from kernel.records import dumps, loads
 from kernel.spec.enqueue_request import (
     ChordStep,
@@ -30,18 +31,14 @@ from kernel.spec.enqueue_request import (
 from kernel.transaction.tx import Tx
 from kernel.transitions import chords as TC
 from kernel.transitions import door
-from kernel.transitions import occurrences as T
 
 __all__ = [
     "DEFAULT_FANOUT",
     "MAX_CHAIN_DEPTH",
     "cancelled_links",
-    "enqueued_event",
-    "existing_keys",
     "fanout_limit",
     "fire_children",
     "fire_links",
-    "insert_enqueued",
     "make_chord",
     "condition_matches",
     "outcome_text",
@@ -135,52 +132,6 @@ def fire_children(
             parent_id=parent_id,
             chain_depth=depth,
         )
-
-
-def insert_enqueued(tx: Tx, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, int]]:
-    """Insert enqueued ``rows`` where their job exists and their key is new (TASK_ENQUEUED).
-
-    Returns:
-        idempotency key -> (occurrence id, job revision) of each row inserted.
-    """
-    tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
-    made: dict[str, tuple[int, int]] = {}
-    for start, size in st.enqueue_chunks(tx.dialect, len(rows)):
-        chunk = [row.values for row in rows[start : start + size]]
-        statement = st.enqueue_occurrences(tx.dialect, size)
-        for r in statement.all(tx.conn, st.enqueue_params(tx.dialect, chunk)):
-            made[r.idempotency_key] = (r.id, r.job_revision)
-    return made
-
-
-def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
-    """idempotency key -> occurrence id of those of ``keys`` that exist."""
-    if not keys:
-        return {}
-    rows = tx.conn.execute(
-        sa.select(occurrences.c.idempotency_key, occurrences.c.id).where(
-            occurrences.c.idempotency_key.in_(keys)
-        )
-    )
-    return {r.idempotency_key: r.id for r in rows}
-
-
-def enqueued_event(row: EnqueueRow, occurrence_id: int, revision: int) -> dict[str, Any]:
-    """The ``occurrence_created`` event of an inserted row (``Tx.emit_rows``)."""
-    values = row.values
-    data: dict[str, Any] = {
-        "trigger_key": values["trigger_key"],
-        "revision": revision,
-        "scheduled_for": values["scheduled_for"],
-        "enqueued": True,
-    }
-    if values["priority"]:
-        data["priority"] = values["priority"]
-    if values["parent_id"] is not None:
-        data["parent_id"] = values["parent_id"]
-    if values["expires_at"] is not None:
-        data["expires_at"] = values["expires_at"]
-    return {"job_id": row.job_id, "occurrence_id": occurrence_id, "data": data}
 
 
 def fire_links(
@@ -337,16 +288,16 @@ def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
     """A callback that is a chord: its members (each naming the chord in its links) and
     its row, in the settle's transaction; a chord that cannot be made so is not, and
     says why (``link_not_made``)."""
-    rows = [prepare(request, {}, tx.now, False, parent_id) for request in step.members]
+    rows = [prepare(request, {}, False, parent_id) for request in step.members]
     for row in rows:
         links = loads(row.values["links"]) or {"callbacks": [], "errbacks": []}
         row.values["links"] = dumps({**links, "chord": step.chord_id})
-    made = _insert_links(tx, parent_id, rows)
-    existing = existing_keys(tx, [row.key for row in rows if row.key not in made])
+    made, existing = _insert_links(tx, parent_id, rows)
     if not all(row.key in made or row.key in existing for row in rows):
         return  # a member's job was deleted: _insert_links said so; no chord to count down
     members = [
-        (made[row.key][0], False) if row.key in made else (existing[row.key], True) for row in rows
+        (made[row.key].occurrence_id, False) if row.key in made else (existing[row.key], True)
+        for row in rows
     ]
     refused = make_chord(tx, step.chord_id, step.body, members)
     if refused is not None:
@@ -363,27 +314,24 @@ def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
 def _make_links(tx: Tx, parent_id: int, requests: Sequence[EnqueueRequest]) -> None:
     """The occurrences of ``requests`` (a settled run's links) whose keys are new."""
     if requests:
-        _insert_links(tx, parent_id, [prepare(r, {}, tx.now, False, parent_id) for r in requests])
+        _insert_links(tx, parent_id, [prepare(r, {}, False, parent_id) for r in requests])
 
 
-def _insert_links(tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]) -> dict[str, tuple[int, int]]:
+def _insert_links(
+    tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]
+) -> tuple[dict[str, Made], dict[str, int]]:
     """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
-    job was deleted since; answers :func:`insert_enqueued`'s."""
-    made = insert_enqueued(tx, rows)
-    tx.emit_rows(
-        EventType.OCCURRENCE_CREATED,
-        [enqueued_event(row, *made[row.key]) for row in rows if row.key in made],
-    )
-    missing = [row for row in rows if row.key not in made]
-    if missing:
-        existing = existing_keys(tx, [row.key for row in missing])
-        for row in missing:
-            if row.key not in existing:
-                tx.emit(
-                    EventType.LINK_NOT_MADE,
-                    job_id=row.job_id,
-                    occurrence_id=parent_id,
-                    reason="job_deleted",
-                    trigger_key=row.values["trigger_key"],
-                )
-    return made
+    job was deleted since; answers the rows made, and the ids of the keys that existed."""
+    made, existing = insert_enqueued(tx, rows)
+    unseen = [row.key for row in rows if row.key not in made and row.key not in existing]
+    existing.update(existing_keys(tx, unseen))
+    for row in rows:
+        if row.key not in made and row.key not in existing:
+            tx.emit(
+                EventType.LINK_NOT_MADE,
+                job_id=row.job_id,
+                occurrence_id=parent_id,
+                reason="job_deleted",
+                trigger_key=row.values["trigger_key"],
+            )
+    return made, existing

@@ -1,5 +1,6 @@
-"""The floor every actor stands on: an occurrence's and its control's row, and the
-operator requests and requeue grants recorded by request id.
+"""The floor every actor stands on: an occurrence's and its control's row, the
+operator requests and requeue grants recorded by request id, and the enqueued rows two
+actors insert (an enqueue, and the settle that fires a run's links).
 
 Each operator action is idempotent by request id (SPEC I7): the first call records the
 request and the evidence the caller gave; a replay answers ``deduplicated``. Evidence a
@@ -9,14 +10,30 @@ replay. Explicitly given evidence that differs from the first call's is refused.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
 
 from kernel import statements as st
+from kernel.db.schema import occurrences
 from kernel.errors import EvidenceConflict, InvalidArgument, NotFound
+from kernel.events import EventType
 from kernel.records import dumps, loads
+from kernel.spec.enqueue_request import EnqueueRow
 from kernel.transaction.tx import Tx
+from kernel.transitions import occurrences as T
 
-__all__ = ["record_request", "grant", "occurrence_row", "control_row"]
+__all__ = [
+    "Made",
+    "control_row",
+    "enqueued_event",
+    "existing_keys",
+    "grant",
+    "insert_enqueued",
+    "occurrence_row",
+    "record_request",
+]
 
 
 def record_request(
@@ -76,3 +93,79 @@ def occurrence_row(tx: Tx, occurrence_id: int) -> Any:
 def control_row(tx: Tx, occurrence_id: int) -> Any:
     row = tx.conn.execute(st.CONTROL_BY_ID, {"occurrence_id": occurrence_id}).first()
     return row._mapping if row is not None else None
+
+
+class Made(NamedTuple):
+    """An enqueued row as its statement inserted it."""
+
+    occurrence_id: int
+    revision: int
+    available_at: int
+    expires_at: int | None
+
+
+def insert_enqueued(
+    tx: Tx, rows: Sequence[EnqueueRow], *, alone: bool = False
+) -> tuple[dict[str, Made], dict[str, int]]:
+    """Insert enqueued ``rows`` where their job exists and their key is new (TASK_ENQUEUED),
+    with their events. ``alone``: one row, sent as its own transaction where that is one
+    round trip (``Tx.all_alone``; the row is the whole change, or nothing is).
+
+    Returns:
+        idempotency key -> the row inserted; and key -> occurrence id of the rows not
+        inserted whose key the statement saw existing (PostgreSQL only): a key not in
+        either was inserted by another transaction meanwhile, or its job does not exist.
+    """
+    tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
+    made: dict[str, Made] = {}
+    found: dict[str, int] = {}
+    for start, size in st.enqueue_chunks(len(rows)):
+        chunk = [row.values for row in rows[start : start + size]]
+        statement = st.enqueue_occurrences(tx.dialect, size)
+        params = {**st.enqueue_params(tx.dialect, chunk), "now": tx.now_param()}
+        answer = tx.all_alone(statement, params) if alone else statement.all(tx.conn, params)
+        for r in answer:
+            tx.observe_now(r.now)  # the instant of the chunks after it
+            if r.id is not None:
+                made[r.idempotency_key] = Made(r.id, r.job_revision, r.available_at, r.expires_at)
+            elif r.existing_id is not None:
+                found[r.idempotency_key] = r.existing_id
+    if tx.dialect not in T.TASK_ENQUEUED.logged_on:  # else the statement wrote them
+        events, seen = [], set()
+        for row in rows:
+            if row.key in made and row.key not in seen:  # a key twice: the first made it
+                seen.add(row.key)
+                events.append(enqueued_event(row, made[row.key]))
+        tx.emit_rows(EventType.OCCURRENCE_CREATED, events)
+    return made, found
+
+
+def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
+    """idempotency key -> occurrence id of those of ``keys`` that exist."""
+    if not keys:
+        return {}
+    rows = tx.conn.execute(
+        sa.select(occurrences.c.idempotency_key, occurrences.c.id).where(
+            occurrences.c.idempotency_key.in_(keys)
+        )
+    )
+    return {r.idempotency_key: r.id for r in rows}
+
+
+def enqueued_event(row: EnqueueRow, made: Made) -> dict[str, Any]:
+    """The ``occurrence_created`` event of an inserted row (``Tx.emit_rows``; on
+    PostgreSQL the statement writes the same: kernel/statements/enqueues.py)."""
+    values = row.values
+    data: dict[str, Any] = {
+        "trigger_key": values["trigger_key"],
+        "revision": made.revision,
+        "scheduled_for": made.available_at,
+        "enqueued": True,
+    }
+    if values["priority"]:
+        data["priority"] = values["priority"]
+    if values["parent_id"] is not None:
+        data["parent_id"] = values["parent_id"]
+    if made.expires_at is not None:
+        data["expires_at"] = made.expires_at
+    return {"job_id": row.job_id, "occurrence_id": made.occurrence_id, "data": data}

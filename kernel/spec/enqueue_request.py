@@ -30,7 +30,7 @@ that step), else by its parent and place, so it is created once.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +46,7 @@ from kernel.spec.task_runs import (
     deadline_ms,
     delay_ms,
     run_definition,
+    settings_json,
     task_job,
     task_job_id,
     task_job_spec,
@@ -78,6 +79,7 @@ def caller_key(trigger_key: str) -> str | None:
     return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
 
 
+_DELIVERIES = frozenset(d.value for d in Delivery)
 #: The longest caller's key.
 MAX_KEY = 200
 #: A run's own timeout is read as a job's is.
@@ -133,30 +135,30 @@ class EnqueueRequest:
 @dataclass(frozen=True, slots=True)
 class EnqueueRow:
     """One request as the statement's values, and what its answer needs; ``links``: the
-    signatures' implicit jobs (task name -> settings), which must exist before they fire."""
+    signatures' implicit jobs (task name -> settings), which must exist before they fire.
+
+    Its times are relative to the instant the statement reads (kernel/statements/enqueues.py):
+    ``delay_ms`` after it, not before ``not_before``; ``expires_at`` or ``expires_after``."""
 
     values: dict[str, Any]
     job_id: str
-    claimable: bool
     timeout: float | None
     links: dict[str, Mapping[str, Any]]
-
-    @property
-    def key(self) -> str:
-        """Its idempotency key (unique among occurrences)."""
-        return str(self.values["idempotency_key"])
+    #: Its idempotency key (unique among occurrences): ``values["idempotency_key"]``.
+    key: str
 
 
 def prepare(
-    request: EnqueueRequest, specs: dict[str, dict[str, Any]], now: int, hinted: bool,
-    parent_id: int | None = None,
+    request: EnqueueRequest, specs: dict[str, dict[str, Any]], hinted: bool,
+    parent_id: int | None = None, encoded: dict[int, str] | None = None,
 ) -> EnqueueRow:  # fmt: skip
     """Check one request and make its row (InvalidArgument names the field); ``specs``
-    collects its implicit job's spec. ``parent_id``: the run whose link it is."""
+    collects its implicit job's spec. ``parent_id``: the run whose link it is;
+    ``encoded``: :func:`~kernel.spec.task_runs.settings_json`'s."""
     if not isinstance(request.task, str) or not request.task:
         raise InvalidArgument("task", "must be a task's name")
     job_id = task_job_id(request.task)
-    spec, template = task_job(request.task, canonical_json(dict(request.settings), "settings"))
+    spec, template = task_job(request.task, settings_json(request.settings, encoded))
     spec = specs.setdefault(job_id, spec)
     args = canonical_json(list(request.args), "args")
     kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")
@@ -170,14 +172,15 @@ def prepare(
     if len(queue) > 64 or not ID.fullmatch(queue):
         raise InvalidArgument("queue", f"{queue!r}: at most 64 of A-Z a-z 0-9 . _ : -")
     delivery = spec["delivery"] if request.delivery is None else request.delivery
-    if delivery not in {d.value for d in Delivery}:
+    if delivery not in _DELIVERIES:
         raise InvalidArgument(
             "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
         )
     priority = spec.get("priority", 0) if request.priority is None else request.priority
     if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
         raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
-    available_at = now + delay_ms(request.countdown, request.eta, now)
+    delay, not_before = delay_ms(request.countdown, request.eta)
+    expires_after, expires_at = deadline_ms(request.expires)
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
@@ -188,35 +191,36 @@ def prepare(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
         )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
-    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
-    claimable = available_at <= now
+    # A random firing: uuid4's 122 bits as 32 hex digits, without a UUID object per run.
+    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{os.urandom(16).hex()}"
+    idempotency_key = f"{spec['id']}|{trigger_key}"
     return EnqueueRow(
         values={
             "job_id": spec["id"],
             "trigger_key": trigger_key,
-            "idempotency_key": f"{spec['id']}|{trigger_key}",
-            "scheduled_for": available_at,
+            "idempotency_key": idempotency_key,
             "max_attempts": spec["max_attempts"],
             "max_lost_leases": spec.get("max_lost_leases", MAX_LOST_LEASES),
-            "available_at": available_at,
+            "delay_ms": delay,
+            "not_before": not_before,
             # A caller who publishes the hint at once (one held back: delivered when it
             # may start): the pump waits kernel_rehint_after past that time.
-            "dispatched_at": available_at if hinted else None,
+            "hinted": hinted,
             "queue": queue,
             "delivery": delivery,
             "pool": spec["pool"],
             "definition": text,
-            "created_at": now,
             "priority": priority,
-            "expires_at": deadline_ms(request.expires, now),
+            "expires_at": expires_at,
+            "expires_after": expires_after,
             "rate_limit": rate_limit_name(spec),
             "links": links,
             "parent_id": parent_id,
         },
         job_id=spec["id"],
-        claimable=claimable,
         timeout=timeout,
         links=jobs_of_links,
+        key=idempotency_key,
     )
 
 
@@ -268,7 +272,7 @@ def _signature(
     settings = dict(settings)
     try:
         own = {"args": raw.get("args"), "kwargs": raw.get("kwargs")}  # its links: below
-        prepare(_request(task, own, options, settings, (), None), {}, 0, False)
+        prepare(_request(task, own, options, settings, (), None), {}, False)
     except InvalidArgument as exc:
         why = exc.message.removeprefix(f"{exc.field}: ")
         raise InvalidArgument(f"{path}.{exc.field}", why) from None

@@ -27,6 +27,7 @@ __all__ = [
     "deadline_ms",
     "delay_ms",
     "run_definition",
+    "settings_json",
     "task_job",
     "task_job_id",
     "task_job_spec",
@@ -102,6 +103,17 @@ def task_request(request: Mapping[str, Any] | None) -> str | None:
     return text
 
 
+def settings_json(settings: Mapping[str, Any], encoded: dict[int, str] | None) -> str:
+    """``settings`` as canonical JSON; ``encoded``: the texts by settings object, for a
+    batch whose runs share one (a task's settings: encoded once a batch, not once a run)."""
+    text = None if encoded is None else encoded.get(id(settings))
+    if text is None:
+        text = canonical_json(dict(settings), "settings")
+        if encoded is not None:
+            encoded[id(settings)] = text
+    return text
+
+
 def run_definition(
     template: str, task: str, args: str, kwargs: str, request: str | None, queue: str,
     delivery: str, timeout: float | None,
@@ -121,7 +133,10 @@ def run_definition(
     return template
 
 
-def delay_ms(countdown: float | None, eta: datetime | None, now: int) -> int:
+def delay_ms(countdown: float | None, eta: datetime | None) -> tuple[int, int | None]:
+    """When a run may start, as the statement that makes it reads it against its own
+    instant (kernel/statements/enqueues.py): (milliseconds after that instant, the
+    earliest epoch millisecond or None): ``countdown`` is the first, ``eta`` the second."""
     if countdown is not None and eta is not None:
         raise InvalidArgument("eta", "give countdown or eta, not both")
     if countdown is not None:
@@ -129,25 +144,25 @@ def delay_ms(countdown: float | None, eta: datetime | None, now: int) -> int:
             raise InvalidArgument("countdown", "must be a number of seconds")
         if not 0 <= countdown <= 366 * 86400:
             raise InvalidArgument("countdown", "must be from 0 to 366 days in seconds")
-        return int(countdown * 1000)
+        return int(countdown * 1000), None
     if eta is not None:
         if not isinstance(eta, datetime) or eta.tzinfo is None or eta.utcoffset() is None:
             raise InvalidArgument("eta", "must be a datetime with a time zone")
-        return max(0, int(eta.timestamp() * 1000) - now)
-    return 0
+        return 0, int(eta.timestamp() * 1000)
+    return 0, None
 
 
-def deadline_ms(expires: float | datetime | None, now: int) -> int | None:
-    """The start deadline of ``expires`` as Celery reads it: seconds after the call, or
-    an instant."""
+def deadline_ms(expires: float | datetime | None) -> tuple[int | None, int | None]:
+    """The start deadline of ``expires`` as Celery reads it, seconds after the call or an
+    instant: (milliseconds after the statement's instant, or the epoch millisecond)."""
     if expires is None:
-        return None
+        return None, None
     if isinstance(expires, datetime):
         if expires.tzinfo is None or expires.utcoffset() is None:
             raise InvalidArgument("expires", "must be a datetime with a time zone")
-        return int(expires.timestamp() * 1000)
+        return None, int(expires.timestamp() * 1000)
     if isinstance(expires, bool) or not isinstance(expires, int | float):
         raise InvalidArgument("expires", "must be a number of seconds or a datetime")
     if not 0 <= expires <= 366 * 86400:
         raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
-    return now + round(expires * 1000)
+    return round(expires * 1000), None

@@ -11,8 +11,12 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
+from kernel.db.clock import StatementNow
 from kernel.db.driver import DriverStatement
+from kernel.db.json_text import json_object, omitted_when
 from kernel.db.schema import chords, jobs, occurrences
+from kernel.events import EventType
+from kernel.statements.logged import logged
 
 __all__ = [
     "CHORD_MEMBER_FAILS",
@@ -28,28 +32,36 @@ __all__ = [
 
 OCC = occurrences
 
-#: What each enqueued row is given (bind ``<name>_<row>``); its job's revision comes
-#: from the job row, the rest are the constants of a new queued occurrence.
+#: What each enqueued row is given (bind ``<name>_<row>``). Its times are relative to the
+#: statement's instant (kernel/spec/enqueue_request.py ``EnqueueRow``); its job's
+#: revision comes from the job row; the rest are the constants of a new queued occurrence.
 ENQUEUE_COLUMNS = (
     "job_id",
     "trigger_key",
     "idempotency_key",
-    "scheduled_for",
     "max_attempts",
     "max_lost_leases",
-    "available_at",
-    "dispatched_at",
+    "delay_ms",
+    "not_before",
+    "hinted",
     "queue",
     "delivery",
     "pool",
     "definition",
-    "created_at",
     "priority",
     "links",
     "parent_id",
     "expires_at",
+    "expires_after",
     "rate_limit",
 )
+_TYPES: dict[str, Any] = {
+    **{name: OCC.c[name].type for name in ENQUEUE_COLUMNS if name in OCC.c},
+    "delay_ms": sa.BigInteger(),
+    "not_before": sa.BigInteger(),
+    "hinted": sa.Boolean(),
+    "expires_after": sa.BigInteger(),
+}
 _CONSTANTS: dict[str, Any] = {
     "status": "queued",
     "attempt": 0,
@@ -66,97 +78,168 @@ def _row(index: int) -> sa.Select[Any]:
     """One row's values as a SELECT of typed binds (PostgreSQL cannot type a bare NULL)."""
     return sa.select(
         *(
-            sa.cast(sa.bindparam(f"{name}_{index}"), OCC.c[name].type).label(name)
+            sa.cast(sa.bindparam(f"{name}_{index}"), _TYPES[name]).label(name)
             for name in ENQUEUE_COLUMNS
         )
     )
 
 
 def _given(dialect: str, rows: int) -> Any:
-    """The rows' values as a FROM: on PostgreSQL one JSON text read as a record set (one
-    plan whatever the count; a UNION of hundreds of SELECTs took seconds to plan, and
-    psycopg's escaping of text arrays' quotes cost more CPU than the rest of a batch),
-    on SQLite a UNION ALL of one SELECT per row. One row is a SELECT of its values on
-    both."""
-    if dialect == "postgresql" and rows != 1:
-        text = sa.cast(sa.bindparam("given", type_=sa.Text), postgresql.JSON)
-        columns = (sa.column(name, OCC.c[name].type) for name in ENQUEUE_COLUMNS)
-        return (
-            sa.func.json_to_recordset(text)
-            .table_valued(*columns)
-            .render_derived(name="given", with_types=True)
+    """The rows' values as a FROM. A batch is one JSON text (one statement and one plan
+    whatever its size): PostgreSQL reads it as a record set, SQLite by ``json_each`` of
+    one array per row (objects cost SQLite 7 ms more per 500 runs than the per-row
+    SELECTs it replaced, arrays about 1). A UNION of a SELECT per row took seconds to plan
+    on PostgreSQL and SQLite caps it at 500 terms; psycopg's escaping of text arrays'
+    quotes cost more CPU than the rest of a batch. One row is a SELECT of its values.
+    PostgreSQL reads them twice (the insert, the answer): a CTE."""
+    if rows == 1:
+        values = _row(0)
+        return values.cte("given") if dialect == "postgresql" else values.subquery("given")
+    text = sa.bindparam("given", type_=sa.Text)
+    if dialect == "postgresql":
+        columns = (sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
+        records = sa.func.json_to_recordset(sa.cast(text, postgresql.JSON)).table_valued(*columns)
+        return sa.select(records.render_derived(name="given", with_types=True)).cte("given")
+    each = sa.func.json_each(text).table_valued("value")
+    return sa.select(
+        *(
+            sa.type_coerce(
+                sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'")), _TYPES[name]
+            ).label(name)
+            for i, name in enumerate(ENQUEUE_COLUMNS)
         )
-    values = _row(0) if rows == 1 else sa.union_all(*(_row(i) for i in range(rows)))
-    return values.subquery("given")
+    ).subquery("given")
 
 
 def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column)."""
-    if dialect == "postgresql" and len(rows) != 1:
-        given = [{name: row[name] for name in ENQUEUE_COLUMNS} for row in rows]
-        return {"given": json.dumps(given, separators=(",", ":"))}
-    return {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in ENQUEUE_COLUMNS}
+    """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column),
+    but for ``now`` (``Tx.now_param``)."""
+    if len(rows) == 1:
+        return {f"{name}_0": rows[0][name] for name in ENQUEUE_COLUMNS}
+    if dialect == "postgresql":
+        given: list[Any] = [{name: row[name] for name in ENQUEUE_COLUMNS} for row in rows]
+    else:
+        given = [[row[name] for name in ENQUEUE_COLUMNS] for row in rows]
+    return {"given": json.dumps(given, separators=(",", ":"))}
 
 
 def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
     """INSERT ``rows`` new occurrences of existing jobs unless their key exists
-    (parameters: :func:`enqueue_params`; at most :data:`MAX_ROWS` of the dialect).
+    (parameters: :func:`enqueue_params` and ``now``, None on PostgreSQL for the server's
+    clock; at most :data:`MAX_ROWS`).
 
     The guard is in the statement: a row is inserted only where its job exists (on
     PostgreSQL the job row is held ``FOR KEY SHARE``, so a concurrent delete waits),
     and the unique ``idempotency_key`` refuses a key that exists or is being inserted
     by another transaction (which then waits for that one to end: two callers of one
-    key get one occurrence). Returns each inserted row's ``id``, ``idempotency_key``
-    and ``job_revision``. Sent on the driver (Core's execution of it cost more CPU than
-    the INSERT itself, bench/cpu_per_op.py): one statement per row count, kept for the
-    process (:func:`enqueue_chunks` keeps the counts few).
+    key get one occurrence). Its times are read against the statement's instant.
+
+    Returns, on SQLite, each inserted row (``id``, ``idempotency_key``, ``job_revision``,
+    ``available_at``, ``expires_at``, ``now``; ``existing_id`` NULL), whose event the
+    caller appends. On PostgreSQL the statement writes the events itself and answers
+    every given row: the inserted one's columns, or NULL and the ``existing_id`` of the
+    key as the statement's snapshot saw it (NULL too for a key another transaction
+    inserted meanwhile, or a job that does not exist): one round trip.
+
+    Sent on the driver (Core's execution of it cost more CPU than the INSERT itself,
+    bench/cpu_per_op.py): two statements a dialect, one row and a batch.
     """
-    return _statement(dialect, 0 if dialect == "postgresql" and rows != 1 else rows)
+    return _statement(dialect, 1 if rows == 1 else 0)
 
 
 @functools.cache
 def _statement(dialect: str, rows: int) -> DriverStatement:
     given = _given(dialect, rows)
-    select = sa.select(
-        *(given.c[name] for name in ENQUEUE_COLUMNS),
-        jobs.c.revision,
-        *(sa.literal(value, OCC.c[name].type) for name, value in _CONSTANTS.items()),
-        given.c.created_at,
-    ).where(jobs.c.id == given.c.job_id)
+    now = StatementNow()
+    start = (sa.func.greatest if dialect == "postgresql" else sa.func.max)(
+        now + given.c.delay_ms, sa.func.coalesce(given.c.not_before, 0)
+    )
+    values = {
+        "job_id": given.c.job_id,
+        "trigger_key": given.c.trigger_key,
+        "idempotency_key": given.c.idempotency_key,
+        "scheduled_for": start,
+        "max_attempts": given.c.max_attempts,
+        "max_lost_leases": given.c.max_lost_leases,
+        "available_at": start,
+        "dispatched_at": sa.case((given.c.hinted, start), else_=sa.null()),
+        "queue": given.c.queue,
+        "delivery": given.c.delivery,
+        "pool": given.c.pool,
+        "definition": given.c.definition,
+        "created_at": now,
+        "priority": given.c.priority,
+        "links": given.c.links,
+        "parent_id": given.c.parent_id,
+        "expires_at": sa.func.coalesce(given.c.expires_at, now + given.c.expires_after),
+        "rate_limit": given.c.rate_limit,
+        "job_revision": jobs.c.revision,
+        **{name: sa.literal(value, OCC.c[name].type) for name, value in _CONSTANTS.items()},
+        "updated_at": now,
+    }
+    select = sa.select(*values.values()).where(jobs.c.id == given.c.job_id)
     if dialect == "postgresql":
         select = select.with_for_update(read=True, key_share=True, of=jobs)
-    columns = [*ENQUEUE_COLUMNS, "job_revision", *_CONSTANTS, "updated_at"]
-    insert: Any = _INSERTS[dialect](OCC)
-    return DriverStatement(
-        insert.from_select(columns, select)
-        .on_conflict_do_nothing()
-        .returning(OCC.c.id, OCC.c.idempotency_key, OCC.c.job_revision),
-        dialect,
+    dialect_insert: Any = _INSERTS[dialect](OCC)
+    insert = dialect_insert.from_select(list(values), select).on_conflict_do_nothing()
+    made = (OCC.c.id, OCC.c.idempotency_key, OCC.c.job_revision, OCC.c.available_at,
+            OCC.c.expires_at)  # fmt: skip
+    if dialect == "sqlite":
+        returning = insert.returning(
+            *made, OCC.c.created_at.label("now"), sa.null().label("existing_id")
+        )
+        return DriverStatement(returning, dialect)
+    inserted = insert.returning(
+        *made, OCC.c.job_id, OCC.c.trigger_key, OCC.c.priority, OCC.c.parent_id,
+        OCC.c.created_at,
+    ).cte("made")  # fmt: skip
+    existing = OCC.alias("existing")
+    answer = (
+        sa.select(
+            given.c.idempotency_key,
+            *(inserted.c[c.name] for c in made if c.name != "idempotency_key"),
+            now.label("now"),
+            existing.c.id.label("existing_id"),
+        )
+        .select_from(
+            given.outerjoin(
+                inserted, inserted.c.idempotency_key == given.c.idempotency_key
+            ).outerjoin(existing, existing.c.idempotency_key == given.c.idempotency_key)
+        )
+        .add_cte(_created_logged(inserted))
     )
+    return DriverStatement(answer, dialect)
 
 
-#: Rows one statement takes at most: SQLite limits a compound SELECT to 500 terms.
-MAX_ROWS = {"postgresql": 5000, "sqlite": 500}
+def _created_logged(made: sa.CTE) -> sa.CTE:
+    """The ``occurrence_created`` event of each row ``made`` inserted (PostgreSQL), its
+    data as ``kernel.occurrences.chains.enqueued_event`` writes it on SQLite."""
+    data = json_object(
+        enqueued=True,
+        expires_at=omitted_when(made.c.expires_at.is_(None), made.c.expires_at),
+        parent_id=omitted_when(made.c.parent_id.is_(None), made.c.parent_id),
+        priority=omitted_when(made.c.priority == 0, made.c.priority),
+        revision=made.c.job_revision,
+        scheduled_for=made.c.available_at,
+        trigger_key=made.c.trigger_key,
+    )
+    return logged(
+        made.c.created_at,
+        sa.literal(EventType.OCCURRENCE_CREATED.value),
+        made.c.job_id,
+        made.c.id,
+        sa.null(),
+        data,
+    ).cte("created_logged")
 
 
-def enqueue_chunks(dialect: str, rows: int) -> list[tuple[int, int]]:
-    """(first row, row count) of each statement enqueuing ``rows`` rows, in order.
+#: Rows one statement takes at most (a batch's JSON text stays a few megabytes).
+MAX_ROWS = 5000
 
-    On SQLite a statement has one SELECT per row and is kept per row count
-    (:func:`enqueue_occurrences`), so counts are powers of two: whatever sizes a process
-    enqueues, it keeps at most nine statements (1 to 256 rows). PostgreSQL's batch is one
-    statement for every count: chunks of :data:`MAX_ROWS`.
-    """
-    if dialect == "postgresql":
-        step = MAX_ROWS[dialect]
-        return [(start, min(step, rows - start)) for start in range(0, rows, step)]
-    chunks: list[tuple[int, int]] = []
-    start = 0
-    while start < rows:
-        size = 1 << (min(rows - start, MAX_ROWS[dialect]).bit_length() - 1)
-        chunks.append((start, size))
-        start += size
-    return chunks
+
+def enqueue_chunks(rows: int) -> list[tuple[int, int]]:
+    """(first row, row count) of each statement enqueuing ``rows`` rows, in order."""
+    return [(start, min(MAX_ROWS, rows - start)) for start in range(0, rows, MAX_ROWS)]
 
 
 #: The one-row statement per dialect (the transition table's; a batch uses

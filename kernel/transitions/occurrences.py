@@ -64,6 +64,7 @@ TASK_ENQUEUED = Transition(
     "not inserted again (one statement per batch of rows); a link (callbacks on success, "
     "errbacks on dead_letter) in the transaction of that settle, lease expiry or verdict",
     (E.OCCURRENCE_CREATED,),
+    logged_on=LOGGED_ON_POSTGRES,
 )
 WORKER_CLAIMS = Transition(
     CLAIMABLE,

@@ -113,6 +113,49 @@ def test_countdown_eta_and_priority(k: Harness) -> None:
     assert _hinted_ids(k.kernel) == {at.occurrence_id}
 
 
+def test_an_enqueued_runs_times_and_its_event_are_read_against_one_instant(k: Harness) -> None:
+    # The statement reads the instant itself (PostgreSQL builds the event's JSON in SQL,
+    # SQLite in Python): the same times and the same event on both, alone or in a batch.
+    now_ms = int(k.clock.now.timestamp() * 1000)
+    eta = k.clock.now + timedelta(minutes=2)
+    past = k.clock.now - timedelta(minutes=2)
+    deadline = k.clock.now + timedelta(hours=1)
+    for made in (
+        [k.kernel.enqueue(task=TASK, key="one", countdown=60, priority=7, expires=30)],
+        k.kernel.enqueue_many(
+            [
+                EnqueueRequest(TASK, key="eta", eta=eta, expires=deadline),
+                EnqueueRequest(TASK, key="past", eta=past),
+                EnqueueRequest(TASK, key="plain", priority=0),
+            ]
+        ),
+    ):
+        for answer in made:
+            occurrence = k.kernel.get_occurrence(answer.occurrence_id)
+            [event] = k.kernel.events(occurrence_id=answer.occurrence_id)
+            start = int(occurrence.available_at.timestamp() * 1000)
+            assert occurrence.created_at == k.clock.now == event.at
+            assert occurrence.scheduled_for == occurrence.available_at
+            assert answer.claimable == (start == now_ms)
+            assert answer.not_before == (None if answer.claimable else occurrence.available_at)
+            expected = {"enqueued": True, "revision": 1, "scheduled_for": start,
+                        "trigger_key": occurrence.trigger_key}  # fmt: skip
+            if occurrence.expires_at is not None:
+                expected["expires_at"] = int(occurrence.expires_at.timestamp() * 1000)
+            if answer.priority:
+                expected["priority"] = answer.priority
+            assert event.data == expected
+    starts = {
+        o.trigger_key: (o.available_at, o.expires_at) for o in k.kernel.list_occurrences(limit=9)
+    }
+    assert starts == {
+        "key:one": (k.clock.now + timedelta(seconds=60), k.clock.now + timedelta(seconds=30)),
+        "key:eta": (eta, deadline),
+        "key:past": (k.clock.now, None),
+        "key:plain": (k.clock.now, None),
+    }
+
+
 def test_a_held_back_run_hinted_by_its_caller_is_the_pumps_only_past_rehint_after(
     k: Harness,
 ) -> None:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -129,22 +135,11 @@ def test_a_batchs_values_arrive_as_given(kernel: Kernel) -> None:
         assert occurrence.trigger_key == f'key:k"\\{i}é'
 
 
-def test_batches_of_every_size_keep_few_statements() -> None:
-    # A SQLite batch's statement has one SELECT per row and is kept for the process (a
-    # 500-row one renders to ~300 kB): batch sizes are split into powers of two, so a
-    # process that enqueues batches of every size keeps ten of them, not 500.
-    sizes: set[int] = set()
-    for n in range(1, 1200):
-        for dialect in ("sqlite", "postgresql"):
-            chunks = st.enqueue_chunks(dialect, n)
-            assert [start for start, _ in chunks] == [
-                sum(size for _, size in chunks[:i]) for i in range(len(chunks))
-            ]
-            assert sum(size for _, size in chunks) == n
-            assert all(size <= st.MAX_ROWS[dialect] for _, size in chunks)
-            sizes.update(size for _, size in chunks if dialect == "sqlite")
-    assert len(sizes) <= 10
-    assert st.enqueue_chunks("postgresql", 1199) == [(0, 1199)]
+def test_a_batch_is_one_statement_up_to_max_rows() -> None:
+    # One statement per dialect for every batch size (its rows are one JSON text).
+    assert st.enqueue_occurrences("sqlite", 2) is st.enqueue_occurrences("sqlite", 499)
+    assert st.enqueue_chunks(1) == [(0, 1)]
+    assert st.enqueue_chunks(st.MAX_ROWS + 1) == [(0, st.MAX_ROWS), (st.MAX_ROWS, 1)]
 
 
 def test_a_batch_across_chunks_dedupes_in_order(kernel: Kernel) -> None:
@@ -155,3 +150,90 @@ def test_a_batch_across_chunks_dedupes_in_order(kernel: Kernel) -> None:
     assert [m.deduplicated for m in made] == [False] * 290 + [True] * 10
     assert [m.occurrence_id for m in made[290:]] == [m.occurrence_id for m in made[:10]]
     assert kernel.get_occurrence(made[295].occurrence_id).payload["args"] == [5]
+
+
+@contextmanager
+def _round_trips(kernel: Kernel) -> Iterator[Callable[[], int]]:
+    """The server's answers (libpq's ``ReadyForQuery``: one per round trip) on the
+    kernel's held connection while the block runs; the count is read after it."""
+    held = kernel._session._held.conn
+    assert held is not None, "the kernel has written once: its connection is held"
+    pgconn = held.connection.dbapi_connection.pgconn  # type: ignore[union-attr]
+    with tempfile.TemporaryFile() as out:
+        pgconn.trace(os.dup(out.fileno()))
+        counted: list[int] = []
+        try:
+            yield lambda: counted[0]
+        finally:
+            pgconn.untrace()  # flushes the trace
+            out.seek(0)
+            counted.append(out.read().count(b"\tReadyForQuery"))
+
+
+def test_a_warm_enqueue_is_one_round_trip_on_postgresql(pg_database_url: str) -> None:
+    # Issue 42: BEGIN, the server's clock, the INSERT, its event and COMMIT were five
+    # round trips per enqueue. Now the statement reads the clock, writes the event and
+    # answers a key that exists, and is sent as its own transaction.
+    kernel = Kernel.open(pg_database_url, migrate_schema=True)
+    try:
+        kernel.enqueue(task="lean.one", args=[0])  # defines the task's implicit job
+        with _round_trips(kernel) as trips:
+            made = kernel.enqueue(task="lean.one", args=[1], key="k1")
+        assert trips() == 1 and not made.deduplicated and made.claimable
+        with _round_trips(kernel) as trips:
+            again = kernel.enqueue(task="lean.one", args=[1], key="k1")
+        assert trips() == 1 and again.deduplicated
+        assert again.occurrence_id == made.occurrence_id and not again.claimable
+        with _round_trips(kernel) as trips:
+            later = kernel.enqueue(task="lean.one", args=[2], countdown=60)
+        assert trips() == 1 and not later.claimable and later.not_before is not None
+        occurrence = kernel.get_occurrence(later.occurrence_id)
+        assert occurrence.available_at == later.not_before == occurrence.scheduled_for
+        assert later.not_before - occurrence.created_at == timedelta(seconds=60)
+        [created] = kernel.events(occurrence_id=made.occurrence_id)
+        assert created.type == "occurrence_created" and created.at == (
+            kernel.get_occurrence(made.occurrence_id).created_at
+        )
+        assert created.data == {
+            "enqueued": True, "revision": 1, "trigger_key": "key:k1",
+            "scheduled_for": int(created.at.timestamp() * 1000),
+        }  # fmt: skip
+    finally:
+        kernel.close()
+
+
+def test_a_batch_is_one_insert_of_its_runs_on_sqlite(tmp_path: Path) -> None:
+    # Issue 42 item 2: a SQLite batch was one SELECT per row, split into powers of two
+    # (500 runs: six INSERTs, each statement kept per row count); its rows are now one
+    # JSON text read by json_each, as PostgreSQL reads them by json_to_recordset.
+    kernel = Kernel.open(f"sqlite:///{tmp_path / 'k.db'}", migrate_schema=True)
+    try:
+        kernel.enqueue(task="lean.bulk", args=[0])  # defines the task's implicit job
+        held = kernel._session._held.conn
+        assert held is not None
+        sent: list[str] = []
+        held.connection.dbapi_connection.set_trace_callback(sent.append)  # type: ignore[union-attr]
+        made = kernel.enqueue_many([EnqueueRequest("lean.bulk", [i]) for i in range(500)])
+        held.connection.dbapi_connection.set_trace_callback(None)  # type: ignore[union-attr]
+        inserts = [s for s in sent if s.lstrip().upper().startswith("INSERT INTO OCCURRENCES")]
+        assert len(inserts) == 1
+        assert len({m.occurrence_id for m in made}) == 500
+        assert kernel.get_occurrence(made[499].occurrence_id).payload["args"] == [499]
+    finally:
+        kernel.close()
+
+
+def test_a_warm_batch_is_one_statement_in_one_transaction_on_postgresql(
+    pg_database_url: str,
+) -> None:
+    kernel = Kernel.open(pg_database_url, migrate_schema=True)
+    try:
+        kernel.enqueue(task="lean.bulk", args=[0])  # defines the task's implicit job
+        with _round_trips(kernel) as trips:
+            made = kernel.enqueue_many([EnqueueRequest("lean.bulk", [i]) for i in range(500)])
+        assert trips() == 3  # BEGIN, the statement (events and all), COMMIT
+        assert len({m.occurrence_id for m in made}) == 500
+        events = kernel.events(occurrence_id=made[7].occurrence_id)
+        assert [e.type for e in events] == ["occurrence_created"]
+    finally:
+        kernel.close()

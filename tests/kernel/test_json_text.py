@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from kernel.db.json_text import json_object
+from kernel.db.json_text import json_object, omitted_when
 from kernel.records import dumps
 
 STRINGS = [
@@ -76,3 +76,18 @@ def test_numbers_nulls_constants_and_nesting_are_written_as_records_dumps_writes
 def test_a_member_of_no_json_type_is_refused_when_the_statement_is_built() -> None:
     with pytest.raises(TypeError, match="'when'"):
         json_object(when=sa.bindparam("when"))
+
+
+@pytest.mark.parametrize("present", [(), ("b",), ("d",), ("b", "c", "d")])
+def test_a_member_omitted_when_its_condition_holds_is_left_out(
+    engine: sa.Engine, present: tuple[str, ...]
+) -> None:
+    # An enqueue's event carries priority, parent and deadline only when the run has them.
+    values = {name: sa.bindparam(name, 7 if name in present else None, type_=sa.BigInteger)
+              for name in "bcd"}  # fmt: skip
+    built = json_object(
+        a=True, **{name: omitted_when(value.is_(None), value) for name, value in values.items()}
+    )
+    assert _built(engine, built) == dumps({"a": True, **{name: 7 for name in present}})
+    with pytest.raises(TypeError, match="first"):
+        json_object(a=omitted_when(sa.true(), 1), b=1)
