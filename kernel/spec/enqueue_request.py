@@ -18,14 +18,14 @@ a chord as a chain's step. Its firing makes the header's runs, the chord's membe
 result first unless immutable), and the chord's row, whose body is the signature itself
 (without ``chord``): the last member's settle makes it, the rest of the chain after it.
 
-``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps
-after it as its own callbacks) become occurrences when the run succeeds, the result
-prepended to their arguments unless immutable; ``errbacks`` (``link_error``) when it is
-dead-lettered, the failed run's task id prepended unless immutable — the call Celery
-makes of an errback that takes one argument, ``errback(task_id)``, as a task (Celery's
-other form, ``errback(request, exc, traceback)``, is a function call inside the dying
-worker and cannot outlive it). Each is keyed by its ``options.task_id`` (Celery's id of
-that step), else by its parent and place, so it is created once.
+``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after
+it as its own callbacks) become occurrences when the run succeeds, the result prepended to
+their arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered,
+the failed run's task id prepended unless immutable — the call Celery makes of an errback
+that takes one argument, ``errback(task_id)``, as a task (Celery's other form,
+``errback(request, exc, traceback)``, is a function call inside the dying worker and cannot
+outlive it). Each is keyed by its ``options.task_id`` (Celery's id of that step), else by
+its parent and place, so it is created once.
 """
 
 from __future__ import annotations
@@ -85,9 +85,8 @@ MAX_KEY = 200
 #: A run's own timeout is read as a job's is.
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
 _SIGNATURE_FIELDS = frozenset(
-    {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord"}
-)  # fmt: skip
+    {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks", "chord"}
+)
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
 
