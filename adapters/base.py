@@ -106,6 +106,8 @@ class ErrorClass:
             retrying; one whose effect is ``applied`` is not retried.
         retry_in: seconds before the retry, when the job code chose them (a Celery task's
             ``self.retry(countdown=...)``); else the job's backoff policy decides.
+        retry_with: the arguments the retry runs with (``{"args", "kwargs"}``), when a
+            task's code gave new ones (``self.retry(args=..., kwargs=...)``).
     """
 
     retryable: bool
@@ -113,6 +115,7 @@ class ErrorClass:
     message: str
     effect: Effect = Effect.NOT_APPLIED
     retry_in: float | None = None
+    retry_with: Mapping[str, Any] | None = None
 
 
 class AdapterError(Exception):
@@ -122,7 +125,8 @@ class AdapterError(Exception):
     unchanged, so raising ``AdapterError("BAD_INPUT", "...", retryable=False)``
     from a callable job dead-letters it without burning retries, and
     ``effect=Effect.UNKNOWN`` says the job cannot tell whether its effect happened;
-    ``retry_in`` sets the delay before a retry instead of the job's backoff.
+    ``retry_in`` sets the delay before a retry instead of the job's backoff,
+    ``retry_with`` the arguments the retry runs with (:class:`ErrorClass`).
     """
 
     def __init__(
@@ -133,6 +137,7 @@ class AdapterError(Exception):
         retryable: bool,
         effect: Effect = Effect.NOT_APPLIED,
         retry_in: float | None = None,
+        retry_with: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
@@ -140,6 +145,7 @@ class AdapterError(Exception):
         self.retryable = retryable
         self.effect = effect
         self.retry_in = retry_in
+        self.retry_with = retry_with
 
 
 class ExecutionContext:
@@ -309,7 +315,9 @@ class BaseAdapter(ABC):
         whole: the runtime masks secrets in it, then cuts it (:func:`bound_message`).
         """
         if isinstance(exc, AdapterError):
-            return ErrorClass(exc.retryable, exc.code, exc.message, exc.effect, exc.retry_in)
+            return ErrorClass(
+                exc.retryable, exc.code, exc.message, exc.effect, exc.retry_in, exc.retry_with
+            )
         if isinstance(exc, Cancelled):
             return ErrorClass(False, "CANCELLED", str(exc) or "cancelled")
         if isinstance(exc, TimeoutError):

@@ -291,6 +291,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
                 owner=owner,
                 fence=fence,
                 retry_in=error.retry_in,
+                retry_with=error.retry_with,
                 traceback=trace,
             )
         except LeaseLost as exc:

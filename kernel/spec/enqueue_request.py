@@ -47,6 +47,7 @@ from kernel.spec.jobspec import (
 from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
+    bounded_definition,
     deadline_ms,
     delay_ms,
     run_definition,
@@ -182,11 +183,9 @@ def prepare(
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
-    text = run_definition(template, request.task, args, kwargs, queue, delivery, timeout)
-    if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
-        raise InvalidArgument(
-            "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
-        )
+    text = bounded_definition(
+        run_definition(template, request.task, args, kwargs, queue, delivery, timeout), "args"
+    )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
     trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
     claimable = available_at <= now

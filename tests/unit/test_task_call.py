@@ -80,3 +80,32 @@ def test_retry_past_max_retries_raises_the_exc_given_as_a_final_failure(
     assert (caught.value.code, caught.value.retryable) == ("TASK_FAILED", False)
     assert caught.value.message == "ValueError: still bad"
     assert [name for name, _ in sent] == ["task_prerun", "task_failure", "task_postrun"]
+
+
+def test_retry_with_new_arguments_hands_them_to_the_kernel_and_is_not_eager(
+    app: celery.Celery,
+) -> None:
+    """``self.retry(args=...)`` / ``(kwargs=...)``: the arguments Celery's retry signature
+    carries (its own merge of old and new) go with the kernel retry; the body sees
+    ``is_eager`` False, as under a worker, and nothing is sent."""
+    seen: list[bool] = []
+
+    @app.task(name="t.switch", bind=True, shared=False, max_retries=1)
+    def switch(self: celery.Task, foo: int, bar: int, label: str | None = None) -> None:
+        seen.append(self.request.is_eager)
+        raise self.retry(args=(foo + 1, bar + 1), countdown=0)
+
+    ctx = make_context("task", {"task": "t.switch", "kwargs": {"foo": 1, "bar": 2,
+                                                              "label": "kept"}})  # fmt: skip
+    with pytest.raises(AdapterError) as caught:
+        _adapter(app).execute(ctx)
+    assert caught.value.retry_with == {"args": [2, 3], "kwargs": {"label": "kept"}}
+    assert seen == [False]
+
+    @app.task(name="t.same", bind=True, shared=False, max_retries=1)
+    def same(self: celery.Task, n: int) -> None:
+        raise self.retry(countdown=0)
+
+    with pytest.raises(AdapterError) as unchanged:
+        _adapter(app).execute(make_context("task", {"task": "t.same", "args": [1]}))
+    assert unchanged.value.retry_with is None  # nothing new to store
