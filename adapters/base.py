@@ -24,6 +24,7 @@ __all__ = [
     "CHECKPOINT_V1",
     "NO_RUNTIME_CONTROL",
     "HandBack",
+    "Redeliver",
     "Cancelled",
     "AdapterError",
     "ErrorClass",
@@ -86,6 +87,13 @@ class HandBack(BaseException):
     ``BaseException`` so that job code's ``except Exception`` cannot swallow it;
     code that must clean up should use ``finally``.
     """
+
+
+class Redeliver(HandBack):
+    """Job code asks for its run to go back to the queue as it was before it started
+    (Celery's ``Reject(requeue=True)``): the runtime hands the occurrence back at
+    ``before_execute``, spending no attempt, and the run that takes it back sees
+    :attr:`ExecutionContext.redelivered`."""
 
 
 class Cancelled(Exception):
@@ -156,6 +164,8 @@ class ExecutionContext:
             ``scheduled_for``, ``attempt``, ``fence``, ``payload``).
         resumed: the data of the occurrence's newest stored checkpoint (given by an
             earlier run of it, at a pause or with a lease renewal), else ``None``.
+        redelivered: this run takes back one that was handed back (a :class:`Redeliver`,
+            a warm shutdown, a resumed pause) rather than starting a new attempt.
         cancelled: set when the occurrence must stop (cancel or lost lease).
         logger: where job code should log; its lines are kept in the run's output.
         timeout_s: the job's timeout in seconds, or ``None`` for none.
@@ -174,6 +184,7 @@ class ExecutionContext:
         occurrence: Occurrence,
         *,
         resumed: Any | None,
+        redelivered: bool = False,
         cancelled: threading.Event,
         on_safe_point: Callable[[str, Any], None],
         logger: logging.Logger | logging.LoggerAdapter[Any],
@@ -185,6 +196,7 @@ class ExecutionContext:
     ) -> None:
         self.occurrence = occurrence
         self.resumed = resumed
+        self.redelivered = redelivered
         self.cancelled = cancelled
         self.logger = logger
         self.timeout_s = timeout_s

@@ -21,10 +21,10 @@ from typing import Any
 from billiard.einfo import ExceptionInfo
 from celery import signals, states
 from celery.app.task import Context, Task
-from celery.exceptions import Retry
+from celery.exceptions import Reject, Retry
 from celery.result import allow_join_result
 
-from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
+from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack, Redeliver
 from adapters.task import retries_on
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
@@ -72,7 +72,10 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
         args=args,
         kwargs=kwargs,
         retries=occurrence.attempt - 1,
-        delivery_info=outer.delivery_info,
+        # A run handed back (Reject(requeue=True)) comes back as Celery's redelivery.
+        delivery_info={**(outer.delivery_info or {}), "redelivered": True}
+        if ctx.redelivered
+        else outer.delivery_info,
         hostname=outer.hostname,
         reply_to=outer.reply_to,
         origin=outer.origin,
@@ -104,6 +107,10 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             state = states.REVOKED
             raise
         except Exception as exc:
+            if isinstance(exc, Reject) and exc.requeue:
+                # Celery's worker requeues the message: no failure, nothing stored.
+                state = states.REJECTED
+                raise Redeliver() from None
             retrying = retries_on(task, exc) and attempts_left(
                 occurrence.attempt, occurrence.max_attempts
             )
