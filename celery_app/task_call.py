@@ -221,9 +221,7 @@ def _failed(
     )
 
 
-def _new_arguments(
-    retry: Retry, args: list[Any], kwargs: dict[str, Any]
-) -> dict[str, Any] | None:
+def _new_arguments(retry: Retry, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """The arguments of Celery's retry signature (Celery's merge of the old ones and those
     ``retry(args=..., kwargs=...)`` gave) when they differ from the run's, else None."""
     sig = retry.sig

@@ -415,7 +415,7 @@ def test_a_retry_runs_with_the_arguments_the_job_code_gave_it(k: Harness) -> Non
     new = {"args": [2, 3], "kwargs": {"label": "kept"}}
     with pytest.raises(LeaseLost):
         k.kernel.fail(occ_id, owner="w1", fence=claim.fence + 1, code="TASK_RETRY",
-                      message="retry", retry_in=0, retry_with={"args": [9], "kwargs": {}})  # fmt: skip
+                      message="retry", retry_with={"args": [9], "kwargs": {}})  # fmt: skip
     before = k.kernel.get_occurrence(occ_id).definition
     status = k.kernel.fail(occ_id, owner="w1", fence=claim.fence, code="TASK_RETRY",
                            message="retry", retry_in=0, retry_with=new)  # fmt: skip
