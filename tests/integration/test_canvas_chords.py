@@ -14,8 +14,9 @@ measured against stock Celery on the same Redis (broker and result backend).
   errback runs once, the body never;
 * ``task.map``, ``task.starmap``, ``task.chunks``, a chain whose steps carry their own
   ``countdown``/``eta``, a chain with a chord as a step (in the middle, and last as a
-  group followed by a task) and ``self.replace(sig)`` (returned or raised, and in a
-  chain) answer what stock Celery answers, each routed one an occurrence.
+  group followed by a task), a chain whose last step is a group (one of its members a
+  chain) and ``self.replace(sig)`` (returned or raised, and in a chain) answer what
+  stock Celery answers, each routed one an occurrence.
 """
 
 from __future__ import annotations
@@ -153,6 +154,12 @@ for side in ("routed", "stock"):
         "chord_last": chain(add.s(1, 1), group(add.s(1), add.s(2)), tsum.s()).apply_async().get(
             timeout=60
         ),
+        "group_last": chain(add.s(1, 1), group(add.s(1), add.s(2))).apply_async().get(
+            timeout=60
+        ),
+        "group_chain_last": chain(
+            add.s(1, 1), group(add.s(1), chain(add.s(2), add.s(3)))
+        ).apply_async().get(timeout=60),
     }
     replaced, raised = app.tasks[f"myproj.{side}.replaced"], app.tasks[f"myproj.{side}.raised"]
     out[side]["replace"] = [
@@ -292,6 +299,7 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
     assert out["stock"] == {
         "map": [3, 7], "starmap": [3, 7], "chunks": [[0, 2], [4, 6], [8]], "chain": 10,
         "chord_step": 107, "chord_last": 7, "replace": [11, 22, 113],
+        "group_last": [3, 4], "group_chain_last": [3, 7],
     }  # fmt: skip
     assert out["routed"] == out["stock"]
     builtins = {o.payload["task"] for o in stack.occurrences("task:celery.map")} | {
@@ -300,9 +308,12 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
     assert builtins == {"celery.map", "celery.starmap"}
     assert len(stack.occurrences("task:celery.starmap")) == 4  # starmap + 3 chunks
     steps = stack.occurrences("task:myproj.routed.add")
-    # The timed chain's three steps, each chord chain's first step, members and last, and
-    # the step after a replaced run, made by its settle with the replacement's result.
-    assert sorted(o.result for o in steps) == [2, 2, 2, 3, 3, 4, 4, 5, 10, 107, 113]
+    # The timed chain's three steps, each chord chain's first step, members and last, the
+    # step after a replaced run, made by its settle with the replacement's result, and
+    # each group-last chain's first step and members (a chain member's two steps).
+    assert sorted(o.result for o in steps) == sorted(
+        [2, 2, 2, 3, 3, 4, 4, 5, 10, 107, 113, 2, 3, 4, 2, 3, 4, 7]
+    )
     # A replaced run's result is its replacement's, applied in the run (Celery's eager
     # replace), whether the body returns or raises self.replace(...).
     replaced = stack.occurrences("task:myproj.routed.replaced")
