@@ -16,9 +16,10 @@ reads). A chain among the steps or in such a group is its first step, carrying t
 of it as callbacks.
 
 What a link cannot carry is refused when the canvas is applied, naming it: a group
-followed by a step that Celery did not make a chord, a chord whose body is a group
-(Celery's ``group | group``: the kernel's chord makes one body), a chord's member that
-is a canvas, and step options the kernel does not honour (``expires``, ...). A step's
+followed by a step that Celery did not make a chord, a chord whose body is a group or
+a chord (Celery's ``group | group``: the kernel's chord makes one body task), a chord's
+member that is a canvas, a step of a chord Celery counts itself (its ``chord`` option),
+and step options the kernel does not honour (``expires``, ...). A step's
 ``eta`` is stored as ISO text (a link is JSON), made aware in the app's zone as Celery
 reads a naive one.
 """
@@ -41,8 +42,10 @@ CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
 #: A step's options a kernel link honours.
 _STEP_OPTIONS = ("task_id", "queue", "countdown", "eta", "priority")
 #: A step's options about Celery's own bookkeeping of a message the kernel does not send.
+#: (Not ``chord``: a step carrying one is a member of a chord Celery counts in its
+#: backend, which a kernel run never reports to: dropped, the chord would wait forever.)
 _UNUSED_STEP_OPTIONS = frozenset(
-    {"reply_to", "parent_id", "root_id", "group_id", "group_index", "chord", "serializer",
+    {"reply_to", "parent_id", "root_id", "group_id", "group_index", "serializer",
      "add_to_parent", "stamped_headers", "stamps"}
 )  # fmt: skip
 
@@ -112,6 +115,13 @@ def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
         for name, value in options.items()
         if value not in (None, False, [], ()) and name not in honoured | _UNUSED_STEP_OPTIONS
     )
+    if "chord" in refused:
+        raise InvalidArgument(
+            f"{where}.options.chord",
+            "a step of a chord that Celery counts itself (its header not routed through "
+            "the kernel, kernel_route_tasks) never reports to it; route the chord's tasks "
+            "too, or none of its steps",
+        )
     if refused:
         raise InvalidArgument(
             f"{where}.options.{refused[0]}",
@@ -143,6 +153,13 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
             )
     members = [link_signature(m, f"{where}.header[{i}]") for i, m in enumerate(header)]
     body = link_signature(kwargs.get("body") or {}, f"{where}.body")
+    if "chord" in body:
+        # A kernel chord makes one body task; its own chord would be lost.
+        raise InvalidArgument(
+            f"{where}.body",
+            "a chord whose body is a chord (Celery's group | group | task) is not made "
+            "durable through the kernel (kernel_route_tasks); put a task between them",
+        )
     return {**body, "chord": {"id": group_id, "header": members}}
 
 

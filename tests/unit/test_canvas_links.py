@@ -84,3 +84,23 @@ def test_a_chords_member_that_is_a_chain_is_refused_by_name(app: celery.Celery) 
     with pytest.raises(InvalidArgument) as refused:
         links(_first_step_options(app, canvas))
     assert refused.value.field == "chain[0].header[1]"
+
+
+def test_a_chord_whose_body_is_a_chord_is_refused_not_flattened(app: celery.Celery) -> None:
+    """``a | group(b, b) | group(c, c) | d``: Celery's chord whose body is a chord. A kernel
+    chord makes one body task: the inner chord's header would be lost (a wrong answer)."""
+    a = app.signature("t.a")
+    canvas = a.clone((1, 0)) | group(a.clone(), a.clone()) | group(a.clone(), a.clone()) | a.clone()
+    with pytest.raises(InvalidArgument) as refused:
+        links(_first_step_options(app, canvas))
+    assert refused.value.field == "chain[0].body"
+
+
+def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
+    """A step carrying Celery's ``chord`` (a member of a chord Celery counts in its
+    backend) never reports to it: refused, not dropped (the chord would wait forever)."""
+    a = app.signature("t.a")
+    step = a.clone((1,)).set(chord=a.clone())
+    with pytest.raises(InvalidArgument) as refused:
+        links({"chain": [group(step, a.clone())]})
+    assert refused.value.field == "chain[0][0].options.chord"
