@@ -12,10 +12,11 @@ its parent the header's ``GroupResult``, as Celery's chord does. Celery's own ch
 machinery (``apply_chord``, ``chord_unlock``, ``on_chord_part_return``) is not used: a
 second path to the body would run it twice.
 
-A group whose tasks are partly routed, a member or body that is itself a canvas (a
-chain, group or chord), and a chord's options a kernel chord cannot carry are refused
-when applied, naming them. Groups and chords of tasks none of which is routed are
-Celery's own.
+A chord whose body is a chord is the kernel's chord with ``then`` (the first chord's
+settle makes the second's members: kernel/spec/enqueue_request.py). A group whose tasks
+are partly routed, a member that is itself a canvas, a body that is a chain or group,
+and a chord's options a kernel chord cannot carry are refused when applied, naming them.
+Groups and chords of tasks none of which is routed are Celery's own.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def _chord_run(celerys: Any) -> Any:
         # The chord's options (link, link_error, queue...) are its body's, as in Celery.
         body = self._add_body_callbacks(body, options)
         body.options.update(self._body_options(options))
-        if body.get("subtask_type"):
+        if body.get("subtask_type") not in (None, "chord"):  # a chord: the kernel's `then`
             raise InvalidArgument(
                 "chord.body",
                 f"a {body['subtask_type']} as the body of a chord routed through the kernel "

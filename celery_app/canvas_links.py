@@ -16,10 +16,11 @@ reads). A chain among the steps or in such a group is its first step, carrying t
 of it as callbacks.
 
 What a link cannot carry is refused when the canvas is applied, naming it: a group
-followed by a step that Celery did not make a chord, a chord whose body is a group or
-a chord (Celery's ``group | group``: the kernel's chord makes one body task), a chord's
-member that is a canvas, a step of a chord Celery counts itself (its ``chord`` option),
-and step options the kernel does not honour (``expires``, ...). A step's
+followed by a step that Celery did not make a chord, a chord whose body is a group
+(the kernel's chord makes one body task; a body that is a chord, Celery's
+``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
+a canvas, a step of a chord Celery counts itself (its ``chord`` option), and step
+options the kernel does not honour (``expires``, ...). A step's
 ``eta`` is stored as ISO text (a link is JSON), made aware in the app's zone as Celery
 reads a naive one.
 """
@@ -151,16 +152,17 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
                 f"a chord's member that is a {member['subtask_type']} is not made durable "
                 "through the kernel (kernel_route_tasks); give the chord plain tasks",
             )
-    members = [link_signature(m, f"{where}.header[{i}]") for i, m in enumerate(header)]
+    # A frozen chord's members name its body as their ``chord``: this chord, the kernel's.
+    members = [
+        link_signature({**m, "options": {**(m.get("options") or {}), "chord": None}},
+                       f"{where}.header[{i}]")
+        for i, m in enumerate(header)
+    ]  # fmt: skip
     body = link_signature(kwargs.get("body") or {}, f"{where}.body")
-    if "chord" in body:
-        # A kernel chord makes one body task; its own chord would be lost.
-        raise InvalidArgument(
-            f"{where}.body",
-            "a chord whose body is a chord (Celery's group | group | task) is not made "
-            "durable through the kernel (kernel_route_tasks); put a task between them",
-        )
-    return {**body, "chord": {"id": group_id, "header": members}}
+    chord = {"id": group_id, "header": members}
+    if "chord" in body:  # Celery's group | group | task: this chord's body is a chord
+        chord["then"] = body["chord"]
+    return {**body, "chord": chord}
 
 
 def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:

@@ -17,6 +17,9 @@ A callback may carry ``"chord": {"id": <Celery's group id>, "header": [signature
 a chord as a chain's step. Its firing makes the header's runs, the chord's members (the
 result first unless immutable), and the chord's row, whose body is the signature itself
 (without ``chord``): the last member's settle makes it, the rest of the chain after it.
+The chord may carry ``"then": {"id", "header"}``, a chord whose body is a chord (Celery's
+``group | group | task``): the first chord's body is then the signature with that chord,
+made as a chord step by the settle that completes the first.
 
 ``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps
 after it as its own callbacks) become occurrences when the run succeeds, the result
@@ -290,14 +293,23 @@ def _signature(
 
 def _chord_step(raw: Any, path: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """A callback's ``chord`` checked: its id, and its header's signatures (plain tasks:
-    a member that is itself a chord is not made)."""
+    a member that is itself a chord is not made), and the chord it is followed by
+    (``then``), checked alike."""
     if raw is None:
         return None
-    where = f"{path}.chord"
     if ".errbacks[" in path or path.startswith("errbacks["):
-        raise InvalidArgument(where, "a chord is made by a success: as a callback, not an errback")
+        raise InvalidArgument(
+            f"{path}.chord", "a chord is made by a success: as a callback, not an errback"
+        )
+    return _chord_fields(raw, f"{path}.chord", tasks)
+
+
+def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise InvalidArgument(where, "must be an object: id and header")
+    unknown = sorted(set(raw) - {"id", "header", "then"})
+    if unknown:
+        raise InvalidArgument(f"{where}.{unknown[0]}", "is not a field of a chord step")
     chord_id, header = raw.get("id"), raw.get("header")
     if not isinstance(chord_id, str) or not 0 < len(chord_id) <= MAX_KEY - 10:
         raise InvalidArgument(f"{where}.id", f"must be 1 to {MAX_KEY - 10} characters")
@@ -306,7 +318,10 @@ def _chord_step(raw: Any, path: str, tasks: dict[str, Mapping[str, Any]]) -> dic
     members = [_signature(s, f"{where}.header[{i}]", tasks) for i, s in enumerate(header)]
     if any("chord" in member for member in members):
         raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
-    return {"id": chord_id, "header": members}
+    chord = {"id": chord_id, "header": members}
+    if raw.get("then") is not None:
+        chord["then"] = _chord_fields(raw["then"], f"{where}.then", tasks)
+    return chord
 
 
 def _request(
@@ -392,5 +407,7 @@ def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordSt
             for index, m in enumerate(chord["header"])
         ]  # fmt: skip
         body = {name: value for name, value in sig.items() if name != "chord"}
+        if "then" in chord:  # the body is itself a chord's: made as a chord step
+            body["chord"] = chord["then"]
         steps.append(ChordStep(chord["id"], members, dumps({"callbacks": [body], "errbacks": []})))
     return steps

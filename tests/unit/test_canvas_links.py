@@ -86,16 +86,6 @@ def test_a_chords_member_that_is_a_chain_is_refused_by_name(app: celery.Celery) 
     assert refused.value.field == "chain[0].header[1]"
 
 
-def test_a_chord_whose_body_is_a_chord_is_refused_not_flattened(app: celery.Celery) -> None:
-    """``a | group(b, b) | group(c, c) | d``: Celery's chord whose body is a chord. A kernel
-    chord makes one body task: the inner chord's header would be lost (a wrong answer)."""
-    a = app.signature("t.a")
-    canvas = a.clone((1, 0)) | group(a.clone(), a.clone()) | group(a.clone(), a.clone()) | a.clone()
-    with pytest.raises(InvalidArgument) as refused:
-        links(_first_step_options(app, canvas))
-    assert refused.value.field == "chain[0].body"
-
-
 def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
     """A step carrying Celery's ``chord`` (a member of a chord Celery counts in its
     backend) never reports to it: refused, not dropped (the chord would wait forever)."""
@@ -104,3 +94,18 @@ def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
     with pytest.raises(InvalidArgument) as refused:
         links({"chain": [group(step, a.clone())]})
     assert refused.value.field == "chain[0][0].options.chord"
+
+
+def test_a_chord_whose_body_is_a_chord_is_the_kernels_chord_then(app: celery.Celery) -> None:
+    """``a | group(b, b) | group(c, c) | d``: Celery's chord whose body is a chord, as the
+    kernel's chord step with ``then`` (its body's chord), whether Celery froze it or not."""
+    a = app.signature("t.a")
+    canvas = a.clone((1, 0)) | group(a.clone(), a.clone()) | group(a.clone(), a.clone()) | a.clone()
+    [step] = links(_first_step_options(app, canvas))[0]
+    assert len(step["chord"]["header"]) == 2 and len(step["chord"]["then"]["header"]) == 2
+    assert "chord" not in step["chord"]["then"]
+    frozen = celery.chord([a.clone()], celery.chord([a.clone(), a.clone()], a.clone()))
+    body_result = frozen.freeze()
+    [again] = links({"link": frozen})[0]
+    assert again["options"]["task_id"] == body_result.id  # the id the caller holds
+    assert len(again["chord"]["header"]) == 1 and len(again["chord"]["then"]["header"]) == 2
