@@ -318,7 +318,7 @@ def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> 
     members = [_signature(s, f"{where}.header[{i}]", tasks) for i, s in enumerate(header)]
     if any("chord" in member for member in members):
         raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
-    chord = {"id": chord_id, "header": members}
+    chord: dict[str, Any] = {"id": chord_id, "header": members}
     if raw.get("then") is not None:
         chord["then"] = _chord_fields(raw["then"], f"{where}.then", tasks)
     return chord
