@@ -61,19 +61,9 @@ from kernel.spec.task_runs import (
 from kernel.states import Delivery
 
 __all__ = [
-    "MAX_KEY",
-    "TASK_JOB_PREFIX",
-    "EnqueueRequest",
-    "EnqueueRow",
-    "ChordStep",
-    "caller_key",
-    "checked_links",
-    "chord_steps",
-    "link_requests",
-    "prepare",
-    "task_job_id",
-    "task_job_spec",
-]
+    "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "caller_key",
+    "checked_links", "chord_steps", "link_requests", "prepare", "task_job_id", "task_job_spec",
+]  # fmt: skip
 
 #: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
 _KEYED = "key:"
@@ -325,13 +315,9 @@ def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> 
 
 
 def _request(
-    task: str,
-    sig: Mapping[str, Any],
-    options: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    first: Sequence[Any],
-    key: str | None,
-) -> EnqueueRequest:
+    task: str, sig: Mapping[str, Any], options: Mapping[str, Any], settings: Mapping[str, Any],
+    first: Sequence[Any], key: str | None,
+) -> EnqueueRequest:  # fmt: skip
     return EnqueueRequest(
         task,
         args=[*first, *(sig.get("args") or ())],
