@@ -19,10 +19,10 @@ What a link cannot carry is refused when the canvas is applied, naming it: a gro
 followed by a step that Celery did not make a chord, a chord whose body is a group
 (the kernel's chord makes one body task; a body that is a chord, Celery's
 ``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
-a canvas, a step of a chord Celery counts itself (its ``chord`` option), and step
-options the kernel does not honour (``expires``, ...). A step's
-``eta`` is stored as ISO text (a link is JSON), made aware in the app's zone as Celery
-reads a naive one.
+a canvas, a chord whose body is a chain, a step of a chord Celery counts itself (its
+``chord`` option), and step options the kernel does not honour (``expires``, ...). A
+step's ``eta`` is stored as ISO text (a link is JSON), made aware in the app's zone as
+Celery reads a naive one.
 """
 
 from __future__ import annotations
@@ -158,7 +158,15 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
                        f"{where}.header[{i}]")
         for i, m in enumerate(header)
     ]  # fmt: skip
-    body = link_signature(kwargs.get("body") or {}, f"{where}.body")
+    raw_body = kwargs.get("body") or {}
+    if raw_body.get("subtask_type") == "chain":
+        # The chord's failure is written under its body's id: a chain's is its last step's.
+        raise InvalidArgument(
+            f"{where}.body",
+            "a chain as a chord's body is not made durable through the kernel "
+            "(kernel_route_tasks); give the chord one task and chain the rest after it",
+        )
+    body = link_signature(raw_body, f"{where}.body")
     chord = {"id": group_id, "header": members}
     if "chord" in body:  # Celery's group | group | task: this chord's body is a chord
         chord["then"] = body["chord"]

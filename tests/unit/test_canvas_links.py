@@ -109,3 +109,13 @@ def test_a_chord_whose_body_is_a_chord_is_the_kernels_chord_then(app: celery.Cel
     [again] = links({"link": frozen})[0]
     assert again["options"]["task_id"] == body_result.id  # the id the caller holds
     assert len(again["chord"]["header"]) == 1 and len(again["chord"]["then"]["header"]) == 2
+
+
+def test_a_chord_step_whose_body_is_a_chain_is_refused_by_name(app: celery.Celery) -> None:
+    """Its failure would be written under the chain's first step's id, not the one its
+    caller holds (the chain's last)."""
+    a = app.signature("t.a")
+    step = celery.chord([a.clone((1,))], chain(a.clone(), a.clone()))
+    with pytest.raises(InvalidArgument) as refused:
+        links({"link": step})
+    assert refused.value.field == "link[0].body"
