@@ -141,6 +141,9 @@ def _group_apply_async(celerys: Any) -> Any:
         options, group_id, _ = self._freeze_gid(options)
         results, runs = _runs(members, group_id, args or (), kwargs, options)
         enqueue_many(app, runs)
+        if len(results) == 1 and isinstance(results[0], GroupResult):
+            # As Celery's group(a | group(b, c)): the chain's own GroupResult.
+            return results[0]
         return app.GroupResult(group_id, results)
 
     apply_async._kernel_routed = True  # type: ignore[attr-defined]
