@@ -69,6 +69,10 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
     return members
 
 
+def _empty_chain(task: Any) -> bool:
+    return bool(task.get("subtask_type") == "chain" and not task.get("kwargs", {}).get("tasks"))
+
+
 def _routed_member(app: Any, member: Signature, *, chains: bool) -> bool:
     kind = member.get("subtask_type")
     if kind == "chain" and chains and member.tasks:
@@ -128,7 +132,8 @@ def _group_apply_async(celerys: Any) -> Any:
             or app.conf.task_always_eager
             or link is not None
             or link_error is not None  # Celery's own TypeError names them
-            else _members(app, list(self.tasks), "group")
+            # An empty chain is no member, as in Celery's group.
+            else _members(app, [t for t in self.tasks if not _empty_chain(t)], "group")
         )
         if members is None:
             return celerys(self, args, kwargs, add_to_parent, producer, link, link_error, **options)

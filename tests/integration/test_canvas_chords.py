@@ -173,6 +173,9 @@ for side in ("routed", "stock"):
         "group_of_a_chain_to_a_group": group(
             add.s(1, 2) | group(add.s(1), add.s(2))
         ).delay().get(timeout=60),
+        "group_with_empty_chains": group(
+            chain(), add.s(1, 2), chain(), add.s(3, 4)
+        ).apply_async().get(timeout=60),
     }
     replaced, raised = app.tasks[f"myproj.{side}.replaced"], app.tasks[f"myproj.{side}.raised"]
     out[side]["replace"] = [
@@ -314,7 +317,7 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
         "chord_step": 107, "chord_last": 7, "replace": [11, 22, 113],
         "group_last": [3, 4], "group_chain_last": [3, 7], "chord_of_chords": 14,
         "chord_body_chord": 4, "group_of_chains": [3, 10, 8],
-        "group_of_a_chain_to_a_group": [4, 5],
+        "group_of_a_chain_to_a_group": [4, 5], "group_with_empty_chains": [3, 7],
     }  # fmt: skip
     assert out["routed"] == out["stock"]
     builtins = {o.payload["task"] for o in stack.occurrences("task:celery.map")} | {
@@ -332,6 +335,7 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
         [2, 2, 2, 3, 3, 4, 4, 5, 10, 107, 113, 2, 3, 4, 2, 3, 4, 7, 2, 3, 4, 2]
         + [2, 3, 10, 4, 6, 8]
         + [3, 4, 5]
+        + [3, 7]
     )
     # A replaced run's result is its replacement's, applied in the run (Celery's eager
     # replace), whether the body returns or raises self.replace(...).
