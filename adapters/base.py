@@ -24,6 +24,7 @@ __all__ = [
     "CHECKPOINT_V1",
     "NO_RUNTIME_CONTROL",
     "HandBack",
+    "Redeliver",
     "Cancelled",
     "AdapterError",
     "ErrorClass",
@@ -88,6 +89,13 @@ class HandBack(BaseException):
     """
 
 
+class Redeliver(HandBack):
+    """Job code asks for its run to go back to the queue as it was before it started
+    (Celery's ``Reject(requeue=True)``): the runtime hands the occurrence back at
+    ``before_execute``, spending no attempt, and the run that takes it back sees
+    :attr:`ExecutionContext.redelivered`."""
+
+
 class Cancelled(Exception):
     """The occurrence was cancelled (operator cancel or lost lease) while it ran."""
 
@@ -106,6 +114,8 @@ class ErrorClass:
             retrying; one whose effect is ``applied`` is not retried.
         retry_in: seconds before the retry, when the job code chose them (a Celery task's
             ``self.retry(countdown=...)``); else the job's backoff policy decides.
+        retry_with: the arguments the retry runs with (``{"args", "kwargs"}``), when a
+            task's code gave new ones (``self.retry(args=..., kwargs=...)``).
     """
 
     retryable: bool
@@ -113,6 +123,7 @@ class ErrorClass:
     message: str
     effect: Effect = Effect.NOT_APPLIED
     retry_in: float | None = None
+    retry_with: Mapping[str, Any] | None = None
 
 
 class AdapterError(Exception):
@@ -122,7 +133,8 @@ class AdapterError(Exception):
     unchanged, so raising ``AdapterError("BAD_INPUT", "...", retryable=False)``
     from a callable job dead-letters it without burning retries, and
     ``effect=Effect.UNKNOWN`` says the job cannot tell whether its effect happened;
-    ``retry_in`` sets the delay before a retry instead of the job's backoff.
+    ``retry_in`` sets the delay before a retry instead of the job's backoff,
+    ``retry_with`` the arguments the retry runs with (:class:`ErrorClass`).
     """
 
     def __init__(
@@ -133,6 +145,7 @@ class AdapterError(Exception):
         retryable: bool,
         effect: Effect = Effect.NOT_APPLIED,
         retry_in: float | None = None,
+        retry_with: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
@@ -140,6 +153,7 @@ class AdapterError(Exception):
         self.retryable = retryable
         self.effect = effect
         self.retry_in = retry_in
+        self.retry_with = retry_with
 
 
 class ExecutionContext:
@@ -150,6 +164,8 @@ class ExecutionContext:
             ``scheduled_for``, ``attempt``, ``fence``, ``payload``).
         resumed: the data of the occurrence's newest stored checkpoint (given by an
             earlier run of it, at a pause or with a lease renewal), else ``None``.
+        redelivered: this run takes back one that was handed back (a :class:`Redeliver`,
+            a warm shutdown, a resumed pause) rather than starting a new attempt.
         cancelled: set when the occurrence must stop (cancel or lost lease).
         logger: where job code should log; its lines are kept in the run's output.
         timeout_s: the job's timeout in seconds, or ``None`` for none.
@@ -168,6 +184,7 @@ class ExecutionContext:
         occurrence: Occurrence,
         *,
         resumed: Any | None,
+        redelivered: bool = False,
         cancelled: threading.Event,
         on_safe_point: Callable[[str, Any], None],
         logger: logging.Logger | logging.LoggerAdapter[Any],
@@ -179,6 +196,7 @@ class ExecutionContext:
     ) -> None:
         self.occurrence = occurrence
         self.resumed = resumed
+        self.redelivered = redelivered
         self.cancelled = cancelled
         self.logger = logger
         self.timeout_s = timeout_s
@@ -309,7 +327,9 @@ class BaseAdapter(ABC):
         whole: the runtime masks secrets in it, then cuts it (:func:`bound_message`).
         """
         if isinstance(exc, AdapterError):
-            return ErrorClass(exc.retryable, exc.code, exc.message, exc.effect, exc.retry_in)
+            return ErrorClass(
+                exc.retryable, exc.code, exc.message, exc.effect, exc.retry_in, exc.retry_with
+            )
         if isinstance(exc, Cancelled):
             return ErrorClass(False, "CANCELLED", str(exc) or "cancelled")
         if isinstance(exc, TimeoutError):

@@ -12,10 +12,14 @@ its parent the header's ``GroupResult``, as Celery's chord does. Celery's own ch
 machinery (``apply_chord``, ``chord_unlock``, ``on_chord_part_return``) is not used: a
 second path to the body would run it twice.
 
-A group whose tasks are partly routed, a member or body that is itself a canvas (a
-chain, group or chord), and a chord's options a kernel chord cannot carry are refused
-when applied, naming them. Groups and chords of tasks none of which is routed are
-Celery's own.
+A chord whose body is a chord is the kernel's chord with ``then`` (the first chord's
+settle makes the second's members: kernel/spec/enqueue_request.py). A group's member
+may be a chain led by a routed task: that task is enqueued with the rest as its links,
+under the ids Celery froze (the chain's result, its last step's, is in the GroupResult).
+A group whose tasks are partly routed, a chord's member that is a canvas (or a group's
+other than such a chain), a body that is a chain or group, and a chord's options a kernel
+chord cannot carry are refused when applied, naming them.
+Groups and chords of tasks none of which is routed are Celery's own.
 """
 
 from __future__ import annotations
@@ -48,11 +52,10 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
         InvalidArgument: some are routed and some not, or a member is a canvas.
     """
     members = [maybe_signature(task, app=app) for task in tasks]
-    # A chunks' members are celery.starmap calls (xstarmap) over its task.
-    are_routed = [
-        m.get("subtask_type") in (None, "xmap", "xstarmap") and routed_call(app, m.task, m.kwargs)
-        for m in members
-    ]
+    # A chunks' members are celery.starmap calls (xstarmap) over its task. A group's
+    # member may be a chain led by a routed task (its rest: that task's links); a chord's
+    # may not (the chord counts its members' own ends).
+    are_routed = [_routed_member(app, m, chains=where == "group") for m in members]
     if not any(are_routed):
         return None
     for index, (member, is_routed) in enumerate(zip(members, are_routed, strict=True)):
@@ -64,6 +67,18 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
                 f"routed tasks only, not a {what}: route them all, or none",
             )
     return members
+
+
+def _empty_chain(task: Any) -> bool:
+    return bool(task.get("subtask_type") == "chain" and not task.get("kwargs", {}).get("tasks"))
+
+
+def _routed_member(app: Any, member: Signature, *, chains: bool) -> bool:
+    kind = member.get("subtask_type")
+    if kind == "chain" and chains and member.tasks:
+        member = maybe_signature(member.tasks[0], app=app)
+        kind = member.get("subtask_type")
+    return kind in (None, "xmap", "xstarmap") and routed_call(app, member.task, member.kwargs)
 
 
 def _runs(
@@ -78,12 +93,20 @@ def _runs(
     results, runs = [], []
     for index, member in enumerate(members):
         results.append(member.freeze(group_id=group_id, group_index=index))
+        rest: list[Any] = []
+        if member.get("subtask_type") == "chain":
+            # Its first step runs, the rest follows as that step's links: the steps as
+            # Celery's chain.run applies them (frozen, the next one last).
+            steps, _ = member._frozen
+            member, rest = steps[-1], list(steps[:-1])
         # As Celery's group applies a member: the call's options over the member's own,
         # the call's arguments before the member's unless it is immutable.
         merged = {**member.options, **options}
         for name in _GROUP_BOOKKEEPING:
             merged.pop(name, None)
-        merged["task_id"] = results[-1].id
+        merged["task_id"] = member.options.get("task_id") if rest else results[-1].id
+        if rest:
+            merged["chain"] = rest
         args = list(member.args) if member.immutable else [*partial_args, *member.args]
         task = member.type
         _, run = routed_run(task, args, {**member.kwargs, **(kwargs or {})}, merged)
@@ -109,7 +132,8 @@ def _group_apply_async(celerys: Any) -> Any:
             or app.conf.task_always_eager
             or link is not None
             or link_error is not None  # Celery's own TypeError names them
-            else _members(app, list(self.tasks), "group")
+            # An empty chain is no member, as in Celery's group.
+            else _members(app, [t for t in self.tasks if not _empty_chain(t)], "group")
         )
         if members is None:
             return celerys(self, args, kwargs, add_to_parent, producer, link, link_error, **options)
@@ -122,6 +146,9 @@ def _group_apply_async(celerys: Any) -> Any:
         options, group_id, _ = self._freeze_gid(options)
         results, runs = _runs(members, group_id, args or (), kwargs, options)
         enqueue_many(app, runs)
+        if len(results) == 1 and isinstance(results[0], GroupResult):
+            # As Celery's group(a | group(b, c)): the chain's own GroupResult.
+            return results[0]
         return app.GroupResult(group_id, results)
 
     apply_async._kernel_routed = True  # type: ignore[attr-defined]
@@ -166,7 +193,7 @@ def _chord_run(celerys: Any) -> Any:
         # The chord's options (link, link_error, queue...) are its body's, as in Celery.
         body = self._add_body_callbacks(body, options)
         body.options.update(self._body_options(options))
-        if body.get("subtask_type"):
+        if body.get("subtask_type") not in (None, "chord"):  # a chord: the kernel's `then`
             raise InvalidArgument(
                 "chord.body",
                 f"a {body['subtask_type']} as the body of a chord routed through the kernel "

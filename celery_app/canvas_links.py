@@ -9,10 +9,20 @@ task, which Celery makes a chord) is one link too: the body's signature carrying
 chord's id and header (kernel/spec/enqueue_request.py); the step before it makes the
 members, the last member the body, and the steps after it follow the body.
 
-What a link cannot carry is refused when the canvas is applied, naming it: a group or a
-nested chain among the steps, a chord's member that is a canvas, and step options the
-kernel does not honour (``expires``, ...). A step's ``eta`` is stored as ISO text (a link
-is JSON), made aware in the app's zone as Celery reads a naive one.
+A group as a chain's last step (``chain(a, group(b, c))``), or as a ``link``, is its
+members: each a callback of the step before, given its result first as Celery's group
+gives it, keyed by the task id Celery froze for it (the ids the caller's GroupResult
+reads). A chain among the steps or in such a group is its first step, carrying the rest
+of it as callbacks.
+
+What a link cannot carry is refused when the canvas is applied, naming it: a group
+followed by a step that Celery did not make a chord, a chord whose body is a group
+(the kernel's chord makes one body task; a body that is a chord, Celery's
+``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
+a canvas, a chord whose body is a chain, a step of a chord Celery counts itself (its
+``chord`` option), and step options the kernel does not honour (``expires``, ...). A
+step's ``eta`` is stored as ISO text (a link is JSON), made aware in the app's zone as
+Celery reads a naive one.
 """
 
 from __future__ import annotations
@@ -33,8 +43,10 @@ CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
 #: A step's options a kernel link honours.
 _STEP_OPTIONS = ("task_id", "queue", "countdown", "eta", "priority")
 #: A step's options about Celery's own bookkeeping of a message the kernel does not send.
+#: (Not ``chord``: a step carrying one is a member of a chord Celery counts in its
+#: backend, which a kernel run never reports to: dropped, the chord would wait forever.)
 _UNUSED_STEP_OPTIONS = frozenset(
-    {"reply_to", "parent_id", "root_id", "group_id", "group_index", "chord", "serializer",
+    {"reply_to", "parent_id", "root_id", "group_id", "group_index", "serializer",
      "add_to_parent", "stamped_headers", "stamps"}
 )  # fmt: skip
 
@@ -47,17 +59,49 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         InvalidArgument: a step is a group, chord or chain, or has an option a link
             cannot honour (``field`` names where).
     """
-    callbacks = [link_signature(s, f"link[{i}]") for i, s in enumerate(_many(options.get("link")))]
+    callbacks = [
+        made for i, s in enumerate(_many(options.get("link"))) for made in _made(s, f"link[{i}]")
+    ]
     errbacks = [
-        link_signature(s, f"link_error[{i}]")
+        made
         for i, s in enumerate(_many(options.get("link_error")))
+        for made in _made(s, f"link_error[{i}]")
     ]
     # Celery keeps the rest reversed: the next step is the list's last.
-    rest = list(reversed(options.get("chain") or ()))
-    steps = [link_signature(s, f"chain[{i}]") for i, s in enumerate(rest)]
-    for step, after in zip(steps, steps[1:], strict=False):
-        step["callbacks"].insert(0, after)
-    return (steps[:1] + callbacks, errbacks)
+    return _chained(list(reversed(options.get("chain") or ())), "chain") + callbacks, errbacks
+
+
+def _chained(steps: Sequence[Any], where: str) -> list[dict[str, Any]]:
+    """A chain's ``steps`` as the links its first step's run makes: that step (each next
+    one among the callbacks of the one before), or a last group's members."""
+    following: list[dict[str, Any]] = []
+    for i in reversed(range(len(steps))):
+        made = _made(steps[i], f"{where}[{i}]")
+        if following:
+            if len(made) != 1:
+                raise InvalidArgument(
+                    f"{where}[{i}]",
+                    "a group followed by a step is a chord: build it with chord() or "
+                    "group(...) | task, as Celery's chain does",
+                )
+            made[0]["callbacks"][:0] = following
+        following = made
+    return following
+
+
+def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    """What a signature among the links makes: a group its members, a chain its first
+    step (the rest its callbacks), anything else one link (:func:`link_signature`)."""
+    kind = sig.get("subtask_type")
+    if kind not in ("group", "chain"):
+        return [link_signature(sig, where)]
+    # The group's id or the chain's (its last step's) is in its members' keys: nothing
+    # else of its own options is honoured.
+    _refuse(dict(sig.get("options") or {}), {"task_id"}, where)
+    tasks = list((sig.get("kwargs") or {}).get("tasks") or ())
+    if kind == "chain":
+        return _chained(tasks, f"{where}.tasks")
+    return [made for i, task in enumerate(tasks) for made in _made(task, f"{where}[{i}]")]
 
 
 def _many(value: Any) -> Sequence[Any]:
@@ -72,6 +116,13 @@ def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
         for name, value in options.items()
         if value not in (None, False, [], ()) and name not in honoured | _UNUSED_STEP_OPTIONS
     )
+    if "chord" in refused:
+        raise InvalidArgument(
+            f"{where}.options.chord",
+            "a step of a chord that Celery counts itself (its header not routed through "
+            "the kernel, kernel_route_tasks) never reports to it; route the chord's tasks "
+            "too, or none of its steps",
+        )
     if refused:
         raise InvalidArgument(
             f"{where}.options.{refused[0]}",
@@ -93,9 +144,33 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     if isinstance(header, Mapping):  # a group: its tasks
         header = (header.get("kwargs") or {}).get("tasks") or ()
     group_id = (sig.get("options") or {}).get("task_id") or uuid()
-    members = [link_signature(m, f"{where}.header[{i}]") for i, m in enumerate(header)]
-    body = link_signature(kwargs.get("body") or {}, f"{where}.body")
-    return {**body, "chord": {"id": group_id, "header": members}}
+    for i, member in enumerate(header):
+        if member.get("subtask_type"):
+            # The chord counts its members' own ends: a canvas's would be its first step's.
+            raise InvalidArgument(
+                f"{where}.header[{i}]",
+                f"a chord's member that is a {member['subtask_type']} is not made durable "
+                "through the kernel (kernel_route_tasks); give the chord plain tasks",
+            )
+    # A frozen chord's members name its body as their ``chord``: this chord, the kernel's.
+    members = [
+        link_signature({**m, "options": {**(m.get("options") or {}), "chord": None}},
+                       f"{where}.header[{i}]")
+        for i, m in enumerate(header)
+    ]  # fmt: skip
+    raw_body = kwargs.get("body") or {}
+    if raw_body.get("subtask_type") == "chain":
+        # The chord's failure is written under its body's id: a chain's is its last step's.
+        raise InvalidArgument(
+            f"{where}.body",
+            "a chain as a chord's body is not made durable through the kernel "
+            "(kernel_route_tasks); give the chord one task and chain the rest after it",
+        )
+    body = link_signature(raw_body, f"{where}.body")
+    chord = {"id": group_id, "header": members}
+    if "chord" in body:  # Celery's group | group | task: this chord's body is a chord
+        chord["then"] = body["chord"]
+    return {**body, "chord": chord}
 
 
 def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -104,12 +179,16 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     kind = sig.get("subtask_type")
     if kind == "chord":
         return _chord_step(sig, where)
+    made = _made(sig, where) if kind == "chain" else []
+    if len(made) == 1:
+        return made[0]
     if kind:
+        what = "a group where one task must run (a chord's body: Celery's group | group)"
         raise InvalidArgument(
             where,
-            f"a {kind} inside a canvas routed through the kernel (kernel_route_tasks) is "
-            "not made durable yet; apply it on its own, or leave its tasks out of "
-            "kernel_route_tasks",
+            f"{what if kind in ('group', 'chain') else f'a {kind}'} inside a canvas routed "
+            "through the kernel (kernel_route_tasks) is not made durable; apply it on its "
+            "own, or leave its tasks out of kernel_route_tasks",
         )
     options = dict(sig.get("options") or {})
     _refuse(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS}, where)

@@ -298,6 +298,20 @@ class HeldRun:
             )
             raise HandBack()
 
+    def redeliver(self) -> None:
+        """The job asked for its run to go back to the queue (:class:`Redeliver`): handed
+        back as it was before it started, spending no attempt."""
+        self.output.flush(final=True)
+        claim = self.claim
+        self.kernel.hand_back(
+            claim.occurrence.id,
+            owner=claim.owner,
+            fence=claim.fence,
+            safe_point=SafePoint.BEFORE_EXECUTE.value,
+            checkpoint=None,
+        )
+        self.log.info("handed back for redelivery", extra={"action": "redelivered"})
+
 
 class LeaseKeeper:
     """One thread per process that renews the lease of every run in that process, and the

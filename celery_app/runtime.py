@@ -22,6 +22,7 @@ from adapters.base import (
     ErrorClass,
     ExecutionContext,
     HandBack,
+    Redeliver,
     bound_message,
 )
 from adapters.secrets import scrub, scrub_value
@@ -240,6 +241,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
     ctx = ExecutionContext(
         occurrence,
         resumed=claim.checkpoint,
+        redelivered=claim.resumed,
         cancelled=run.cancelled,
         on_safe_point=run.on_safe_point,
         logger=run.log,
@@ -254,6 +256,14 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
     try:
         run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
         result = adapter.resume(ctx) if claim.checkpoint is not None else adapter.execute(ctx)
+    except Redeliver:
+        if run.fenced:
+            return _fenced_off(run), None
+        try:
+            run.redeliver()
+        except LeaseLost as exc:
+            return _settle_refused(run, exc), None
+        return RunOutcome("handed_back", occurrence.job_id), None
     except HandBack:
         return RunOutcome("handed_back", occurrence.job_id), None
     except Exception as exc:  # job code may raise anything; the adapter classifies it
@@ -291,6 +301,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
                 owner=owner,
                 fence=fence,
                 retry_in=error.retry_in,
+                retry_with=error.retry_with,
                 traceback=trace,
             )
         except LeaseLost as exc:

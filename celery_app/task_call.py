@@ -4,7 +4,8 @@ The ``task`` adapter runs the app's task inside ``kernel.run_occurrence``; here 
 gets what it would get from Celery's tracer: ``self.request`` (id, retries, args, kwargs,
 delivery_info, hostname ...), Celery's task signals sent by the app's task (not the
 kernel's wrapper), ``self.retry()`` turned into a kernel retry after its countdown
-or at its eta, ``self.replace(sig)`` (:func:`hook_replace`), and its outcome in the
+or at its eta with the arguments it gives, ``self.replace(sig)`` (both
+:func:`hook_task_methods`), and its outcome in the
 app's result backend under ``self.request.id`` (:mod:`celery_app.task_results`).
 """
 
@@ -19,17 +20,17 @@ from typing import Any
 from billiard.einfo import ExceptionInfo
 from celery import signals, states
 from celery.app.task import Context, Task
-from celery.exceptions import Retry
+from celery.exceptions import Reject, Retry
 from celery.result import allow_join_result
 
-from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
+from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack, Redeliver
 from adapters.task import retries_on
 from celery_app.hints import run_task_id
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
 from kernel import attempts_left
 
-__all__ = ["call_task", "hook_replace", "task_id"]
+__all__ = ["call_task", "hook_task_methods", "task_id"]
 
 
 def task_id(ctx: ExecutionContext) -> str:
@@ -45,6 +46,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
         AdapterError: retryable ``TASK_RETRY`` when the body raised ``self.retry()``.
         Exception: whatever the body raised otherwise.
     """
+    hook_task_methods()
     occurrence = ctx.occurrence
     payload = occurrence.payload
     args, kwargs = list(payload.get("args") or ()), dict(payload.get("kwargs") or {})
@@ -65,15 +67,16 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             "args": args,
             "kwargs": kwargs,
             "retries": occurrence.attempt - 1,
-            "delivery_info": outer.delivery_info,
+            # A run handed back (Reject(requeue=True)) comes back as Celery's redelivery.
+            "delivery_info": {**(outer.delivery_info or {}), "redelivered": True}
+            if ctx.redelivered
+            else outer.delivery_info,
             "hostname": outer.hostname,
             "reply_to": outer.reply_to,
             "origin": outer.origin,
             "called_directly": False,
-            "kernel_run": True,  # hook_replace: this run's replace() is the kernel's
-            # Celery's retry() sends a new message unless the run is eager; the kernel, not
-            # the broker, owns this run's retry, so retry() only raises its Retry here.
-            "is_eager": True,
+            "kernel_run": True,  # hook_task_methods: its retry() and replace() are the kernel's
+            "is_eager": False,
         }
     )
     # As Celery's Context: the custom headers alone (not the kernel's own fields above).
@@ -95,11 +98,16 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
                 str(exc),
                 retryable=True,
                 retry_in=_seconds_until(exc.when, task.app.timezone),
+                retry_with=_new_arguments(exc, args, kwargs),
             ) from None
         except Cancelled:
             state = states.REVOKED
             raise
         except Exception as exc:
+            if isinstance(exc, Reject) and exc.requeue:
+                # Celery's worker requeues the message: no failure, nothing stored.
+                state = states.REJECTED
+                raise Redeliver() from None
             retrying = retries_on(task, exc) and attempts_left(
                 occurrence.attempt, occurrence.max_attempts
             )
@@ -158,26 +166,48 @@ class _Replaced(Exception):  # noqa: N818 - not an error: how a replaced body en
 _hook_lock = threading.Lock()
 
 
-def hook_replace() -> None:
-    """``self.replace(sig)`` inside a kernel run: Celery's eager path, its replacement
-    applied in the run (Celery has given it the run's task id, the callbacks and the
-    chain's rest stay the run's: kernel links fired by its settle), and its result the
-    run's, whether the body returns or raises ``self.replace(...)``; a failing
-    replacement fails the run. Elsewhere Celery's own. Idempotent."""
+def hook_task_methods() -> None:
+    """``self.replace(sig)`` and ``self.retry()`` inside a kernel run; elsewhere Celery's
+    own. Idempotent.
+
+    ``replace``: Celery's eager path, its replacement applied in the run (Celery has
+    given it the run's task id, the callbacks and the chain's rest stay the run's: kernel
+    links fired by its settle), and its result the run's, whether the body returns or
+    raises ``self.replace(...)``; a failing replacement fails the run.
+
+    ``retry``: Celery's, which builds the retry's signature (its arguments) and raises
+    ``Retry``, but sends nothing: the kernel, not the broker, owns this run's retry.
+    Celery's retry sends unless the run is eager, so it is told so for that call only;
+    the body itself sees ``is_eager`` False, as under a worker.
+    """
+    if getattr(Task.retry, "_kernel_run", False):
+        return
     with _hook_lock:
-        if getattr(Task.on_replace, "_kernel_run", False):
+        if getattr(Task.retry, "_kernel_run", False):
             return
-        celerys = Task.on_replace
+        celerys_replace, celerys_retry = Task.on_replace, Task.retry
 
         def on_replace(self: Any, sig: Any) -> Any:
             if not getattr(self.request, "kernel_run", False):
-                return celerys(self, sig)
+                return celerys_replace(self, sig)
             # Joined inside the run's own lease, as Celery's eager replace joins it.
             with allow_join_result():
                 raise _Replaced(sig.apply().get())
 
-        on_replace._kernel_run = True  # type: ignore[attr-defined]
+        def retry(self: Any, *args: Any, **kwargs: Any) -> Any:
+            request = self.request
+            if not getattr(request, "kernel_run", False):
+                return celerys_retry(self, *args, **kwargs)
+            request.is_eager = True
+            try:
+                return celerys_retry(self, *args, **kwargs)
+            finally:
+                request.is_eager = False
+
+        retry.__doc__ = celerys_retry.__doc__
+        retry._kernel_run = True  # type: ignore[attr-defined]
         Task.on_replace = on_replace
+        Task.retry = retry
 
 
 def _retried(task: Any, run_id: str, retry: Retry, retrying: bool) -> None:
@@ -209,6 +239,16 @@ def _failed(
         traceback=einfo.tb,
         einfo=einfo,
     )
+
+
+def _new_arguments(retry: Retry, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments of Celery's retry signature (Celery's merge of the old ones and those
+    ``retry(args=..., kwargs=...)`` gave) when they differ from the run's, else None."""
+    sig = retry.sig
+    if sig is None:
+        return None
+    new = {"args": list(sig.args or ()), "kwargs": dict(sig.kwargs or {})}
+    return None if new == {"args": args, "kwargs": kwargs} else new
 
 
 def _seconds_until(when: Any, zone: tzinfo) -> float | None:

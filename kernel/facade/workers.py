@@ -116,6 +116,7 @@ class WorkerFacade(FacadeBase):
         retryable: bool = True,
         effect: Effect | str = Effect.NOT_APPLIED,
         retry_in: float | None = None,
+        retry_with: Mapping[str, Any] | None = None,
         traceback: str | None = None,
     ) -> str:
         """Settle a failure (fenced): retry_wait with backoff, or dead_letter; returns which.
@@ -123,7 +124,9 @@ class WorkerFacade(FacadeBase):
         ``effect`` is what the failed run is known to have done (:class:`kernel.Effect`):
         an at-most-once occurrence whose effect is ``unknown`` goes to needs_adjudication
         instead, one whose effect is ``applied`` is not retried. ``retry_in`` (seconds)
-        replaces the backoff policy's delay when the job code chose one. ``traceback`` is
+        replaces the backoff policy's delay when the job code chose one; ``retry_with``
+        (``{"args": [...], "kwargs": {...}}``, a task's run only) the arguments the retry
+        runs with (checked and bounded as an enqueue's). ``traceback`` is
         kept with the error (its last ``TRACEBACK_LIMIT`` characters: the innermost frames).
         """
         error = {"code": code, "message": message[:2000]}
@@ -143,6 +146,7 @@ class WorkerFacade(FacadeBase):
             retryable=retryable,
             effect=effect,  # type: ignore[arg-type]  # settle refuses a wrong one by name
             retry_in=retry_in,
+            retry_with=retry_with,
         ).value
 
     @write

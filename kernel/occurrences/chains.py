@@ -220,11 +220,15 @@ def _settle_chord_member(
             row.body, succeeded=True, result=results, parent_id=member_id, parent_task_id=""
         )
         _make_links(tx, member_id, requests)
+        # A body that is a chord's (Celery's group | group | task): that chord's members.
+        steps = chord_steps(row.body, result=results, parent_id=member_id)
+        for step in steps:
+            _make_chord_step(tx, member_id, step)
         tx.emit(
             EventType.CHORD_COMPLETED,
             occurrence_id=member_id,
             chord_id=chord_id,
-            body=requests[0].key,
+            body=requests[0].key if requests else f"chord:{steps[0].chord_id}",
         )
         return
     failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)

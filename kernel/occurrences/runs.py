@@ -22,6 +22,7 @@ from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
 from kernel.spec.retry import retry_decision
+from kernel.spec.task_runs import retried_definition
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import controls as TC
@@ -146,6 +147,7 @@ def settle(
     rnd: random.Random | None = None,
     alone: bool = False,
     retry_in: float | None = None,
+    retry_with: Mapping[str, Any] | None = None,
 ) -> OccurrenceStatus:
     """End the holder's run. ``outcome`` is succeeded, failed or cancelled.
 
@@ -155,7 +157,8 @@ def settle(
 
     A failure goes to retry_wait (after ``retry_in`` seconds when the job code chose
     them, else the backoff of the snapshot's retry policy) while
-    attempts remain and the error is retryable, else to dead_letter. For an
+    attempts remain and the error is retryable, else to dead_letter. A retry runs with
+    the arguments ``retry_with`` (``{"args", "kwargs"}``) when a task's code gave new ones. For an
     at-most-once occurrence (its stored ``delivery``, read by SETTLE itself) a failure
     whose ``effect`` is unknown goes to needs_adjudication instead, and one whose effect
     is applied is not retried (dead_letter).
@@ -165,6 +168,12 @@ def settle(
         return S.SUCCEEDED
     failed_effect = _checked(outcome, error, effect)
     row = _read_failed(tx, occurrence_id) if outcome == "failed" else None
+    # Read from the row this holder's fence guards: no other writer changes a definition.
+    definition = (
+        None
+        if row is None or retry_with is None
+        else retried_definition(row["definition"], retry_with)
+    )
     decided = decide(
         outcome, row, effect=failed_effect, retryable=retryable, retry_in=retry_in, rnd=rnd
     )
@@ -181,6 +190,7 @@ def settle(
             "effect": decided.effect.value,
             "result_json": dumps(result) if outcome == "succeeded" else None,
             "error_json": dumps(error) if error is not None else None,
+            "definition_json": definition,
         },
     )
     if updated is None:

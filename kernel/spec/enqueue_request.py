@@ -17,6 +17,9 @@ A callback may carry ``"chord": {"id": <Celery's group id>, "header": [signature
 a chord as a chain's step. Its firing makes the header's runs, the chord's members (the
 result first unless immutable), and the chord's row, whose body is the signature itself
 (without ``chord``): the last member's settle makes it, the rest of the chain after it.
+The chord may carry ``"then": {"id", "header"}``, a chord whose body is a chord (Celery's
+``group | group | task``): the first chord's body is then the signature with that chord,
+made as a chord step by the settle that completes the first.
 
 ``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after
 it as its own callbacks) become occurrences when the run succeeds, the result prepended to
@@ -43,6 +46,7 @@ from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, MAX_PRIORITY
 from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
+    bounded_definition,
     deadline_ms,
     delay_ms,
     run_definition,
@@ -55,35 +59,22 @@ from kernel.spec.task_runs import (
 from kernel.states import Delivery
 
 __all__ = [
-    "MAX_KEY",
-    "TASK_JOB_PREFIX",
-    "EnqueueRequest",
-    "EnqueueRow",
-    "ChordStep",
-    "caller_key",
-    "checked_links",
-    "chord_steps",
-    "link_requests",
-    "prepare",
-    "task_job_id",
-    "task_job_spec",
-]
+    "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "caller_key",
+    "checked_links", "chord_steps", "link_requests", "prepare", "task_job_id", "task_job_spec",
+]  # fmt: skip
 
 #: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
 _KEYED = "key:"
 
 
 def caller_key(trigger_key: str) -> str | None:
-    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
-    id), else None."""
+    """The caller's key of an occurrence enqueued with one (a routed call's task id), or None."""
     return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
 
 
 _DELIVERIES = frozenset(d.value for d in Delivery)
-#: The longest caller's key.
-MAX_KEY = 200
-#: A run's own timeout is read as a job's is.
-_RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
+MAX_KEY = 200  # the longest caller's key
+_RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks", "chord"}
 )
@@ -184,11 +175,10 @@ def prepare(
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
     given = task_request(request.request)
-    text = run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout)
-    if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:  # the payload's limit, plus the spec
-        raise InvalidArgument(
-            "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
-        )
+    text = bounded_definition(
+        run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout),
+        "args",
+    )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
     # A random firing: uuid4's 122 bits as 32 hex digits, without a UUID object per run.
     trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{os.urandom(16).hex()}"
@@ -294,14 +284,23 @@ def _signature(
 
 def _chord_step(raw: Any, path: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any] | None:
     """A callback's ``chord`` checked: its id, and its header's signatures (plain tasks:
-    a member that is itself a chord is not made)."""
+    a member that is itself a chord is not made), and the chord it is followed by
+    (``then``), checked alike."""
     if raw is None:
         return None
-    where = f"{path}.chord"
     if ".errbacks[" in path or path.startswith("errbacks["):
-        raise InvalidArgument(where, "a chord is made by a success: as a callback, not an errback")
+        raise InvalidArgument(
+            f"{path}.chord", "a chord is made by a success: as a callback, not an errback"
+        )
+    return _chord_fields(raw, f"{path}.chord", tasks)
+
+
+def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise InvalidArgument(where, "must be an object: id and header")
+    unknown = sorted(set(raw) - {"id", "header", "then"})
+    if unknown:
+        raise InvalidArgument(f"{where}.{unknown[0]}", "is not a field of a chord step")
     chord_id, header = raw.get("id"), raw.get("header")
     if not isinstance(chord_id, str) or not 0 < len(chord_id) <= MAX_KEY - 10:
         raise InvalidArgument(f"{where}.id", f"must be 1 to {MAX_KEY - 10} characters")
@@ -310,17 +309,16 @@ def _chord_step(raw: Any, path: str, tasks: dict[str, Mapping[str, Any]]) -> dic
     members = [_signature(s, f"{where}.header[{i}]", tasks) for i, s in enumerate(header)]
     if any("chord" in member for member in members):
         raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
-    return {"id": chord_id, "header": members}
+    chord: dict[str, Any] = {"id": chord_id, "header": members}
+    if raw.get("then") is not None:
+        chord["then"] = _chord_fields(raw["then"], f"{where}.then", tasks)
+    return chord
 
 
 def _request(
-    task: str,
-    sig: Mapping[str, Any],
-    options: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    first: Sequence[Any],
-    key: str | None,
-) -> EnqueueRequest:
+    task: str, sig: Mapping[str, Any], options: Mapping[str, Any], settings: Mapping[str, Any],
+    first: Sequence[Any], key: str | None,
+) -> EnqueueRequest:  # fmt: skip
     return EnqueueRequest(
         task,
         args=[*first, *(sig.get("args") or ())],
@@ -396,5 +394,7 @@ def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordSt
             for index, m in enumerate(chord["header"])
         ]  # fmt: skip
         body = {name: value for name, value in sig.items() if name != "chord"}
+        if "then" in chord:  # the body is itself a chord's: made as a chord step
+            body["chord"] = chord["then"]
         steps.append(ChordStep(chord["id"], members, dumps({"callbacks": [body], "errbacks": []})))
     return steps

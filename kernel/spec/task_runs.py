@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from kernel.errors import InvalidArgument
 from kernel.records import dumps, loads
 from kernel.spec.durations import canonical_json
-from kernel.spec.jobspec import validate_job_spec
+from kernel.spec.jobspec import MAX_PAYLOAD_BYTES, validate_job_spec
 from kernel.spec.problems import problems_of, raise_problems
 from kernel.spec.sections import ID, TaskRequest
 
@@ -25,7 +25,9 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
     "deadline_ms",
+    "bounded_definition",
     "delay_ms",
+    "retried_definition",
     "run_definition",
     "settings_json",
     "task_job",
@@ -131,6 +133,42 @@ def run_definition(
     for name, value in own.items():
         template = template.replace(_STAND_INS[name], value, 1)
     return template
+
+
+def bounded_definition(text: str, field: str) -> str:
+    """A run's definition ``text``, refused (naming ``field``) when its arguments make it
+    larger than a payload may be, plus the room of the spec around them."""
+    if len(text.encode()) > MAX_PAYLOAD_BYTES + 4096:
+        raise InvalidArgument(
+            field, f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
+        )
+    return text
+
+
+def retried_definition(definition: str, retry_with: Mapping[str, Any]) -> str:
+    """A task run's ``definition`` with the arguments its retry runs with (Celery's
+    ``self.retry(args=..., kwargs=...)``), checked and bounded as an enqueue's are.
+
+    Raises:
+        InvalidArgument: ``retry_with`` is not ``{"args": [...], "kwargs": {...}}``, the
+            run is not a task's, or its arguments are no JSON or too large.
+    """
+    if (
+        not isinstance(retry_with, Mapping)
+        or set(retry_with) != {"args", "kwargs"}
+        or not isinstance(retry_with["args"], list | tuple)
+        or not isinstance(retry_with["kwargs"], Mapping)
+    ):
+        raise InvalidArgument("retry_with", 'must be {"args": [...], "kwargs": {...}}')
+    spec = loads(definition)
+    if spec.get("kind") != "task":
+        raise InvalidArgument(
+            "retry_with", f"only a task's run has arguments; this run is a {spec.get('kind')}'s"
+        )
+    args = canonical_json(list(retry_with["args"]), "retry_with.args")
+    kwargs = canonical_json(dict(retry_with["kwargs"]), "retry_with.kwargs")
+    payload = {**spec["payload"], "args": loads(args), "kwargs": loads(kwargs)}
+    return bounded_definition(dumps({**spec, "payload": payload}), "retry_with.args")
 
 
 def delay_ms(countdown: float | None, eta: datetime | None) -> tuple[int, int | None]:

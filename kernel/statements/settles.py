@@ -105,6 +105,18 @@ SETTLE = DriverStatement(
             (_settled_to.in_((sa.literal("retry_wait"), sa.literal("needs_adjudication"))), None),
             else_=_settle_now,
         ),
+        # A retry the job code gave new arguments (Celery's ``retry(args=...)``) runs
+        # with them: stored only when this statement decides the retry.
+        definition=sa.case(
+            (
+                sa.and_(
+                    _settled_to == sa.literal("retry_wait"),
+                    p("definition_json", type_=sa.Text).is_not(None),
+                ),
+                p("definition_json", type_=sa.Text),
+            ),
+            else_=OCC.c.definition,
+        ),
         **_ended_run(_settle_now),
     )
     .returning(

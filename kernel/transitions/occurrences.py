@@ -137,7 +137,8 @@ WORKER_FAILS = Transition(
     st.SETTLE,
     _HELD + "; CASE cancel_requested -> cancelled instead of retry_wait (or of an "
     "at-most-once run's adjudication); stored delivery at-most-once and effect unknown "
-    "-> needs_adjudication, effect applied -> dead_letter instead of retry_wait",
+    "-> needs_adjudication, effect applied -> dead_letter instead of retry_wait; a "
+    "retry_wait it decides stores the arguments the job code gave the retry (definition)",
     (
         E.OCCURRENCE_RETRY_WAIT,
         E.OCCURRENCE_DEAD_LETTER,

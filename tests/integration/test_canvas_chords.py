@@ -14,8 +14,10 @@ measured against stock Celery on the same Redis (broker and result backend).
   errback runs once, the body never;
 * ``task.map``, ``task.starmap``, ``task.chunks``, a chain whose steps carry their own
   ``countdown``/``eta``, a chain with a chord as a step (in the middle, and last as a
-  group followed by a task) and ``self.replace(sig)`` (returned or raised, and in a
-  chain) answer what stock Celery answers, each routed one an occurrence.
+  group followed by a task), a chain whose last step is a group (one of its members a
+  chain), a chord whose body is a chord (in a chain as ``group | group | task``, and
+  applied), a group whose members are chains and ``self.replace(sig)`` (returned or
+  raised, and in a chain) answer what stock Celery answers, each routed one an occurrence.
 """
 
 from __future__ import annotations
@@ -153,6 +155,27 @@ for side in ("routed", "stock"):
         "chord_last": chain(add.s(1, 1), group(add.s(1), add.s(2)), tsum.s()).apply_async().get(
             timeout=60
         ),
+        "group_last": chain(add.s(1, 1), group(add.s(1), add.s(2))).apply_async().get(
+            timeout=60
+        ),
+        "group_chain_last": chain(
+            add.s(1, 1), group(add.s(1), chain(add.s(2), add.s(3)))
+        ).apply_async().get(timeout=60),
+        "chord_of_chords": chain(
+            add.s(1, 1), group(add.s(1), add.s(2)), group(tsum.s(), tsum.s()), tsum.s()
+        ).apply_async().get(timeout=60),
+        "chord_body_chord": chord(
+            [add.s(1, 1)], chord([tsum.s(), tsum.s()], tsum.s())
+        ).apply_async().get(timeout=60),
+        "group_of_chains": group(
+            chain(add.s(1, 1), add.s(1)), add.s(5, 5), chain(add.s(2, 2), add.s(2), add.s(2))
+        ).delay().get(timeout=60),
+        "group_of_a_chain_to_a_group": group(
+            add.s(1, 2) | group(add.s(1), add.s(2))
+        ).delay().get(timeout=60),
+        "group_with_empty_chains": group(
+            chain(), add.s(1, 2), chain(), add.s(3, 4)
+        ).apply_async().get(timeout=60),
     }
     replaced, raised = app.tasks[f"myproj.{side}.replaced"], app.tasks[f"myproj.{side}.raised"]
     out[side]["replace"] = [
@@ -292,6 +315,9 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
     assert out["stock"] == {
         "map": [3, 7], "starmap": [3, 7], "chunks": [[0, 2], [4, 6], [8]], "chain": 10,
         "chord_step": 107, "chord_last": 7, "replace": [11, 22, 113],
+        "group_last": [3, 4], "group_chain_last": [3, 7], "chord_of_chords": 14,
+        "chord_body_chord": 4, "group_of_chains": [3, 10, 8],
+        "group_of_a_chain_to_a_group": [4, 5], "group_with_empty_chains": [3, 7],
     }  # fmt: skip
     assert out["routed"] == out["stock"]
     builtins = {o.payload["task"] for o in stack.occurrences("task:celery.map")} | {
@@ -300,9 +326,17 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
     assert builtins == {"celery.map", "celery.starmap"}
     assert len(stack.occurrences("task:celery.starmap")) == 4  # starmap + 3 chunks
     steps = stack.occurrences("task:myproj.routed.add")
-    # The timed chain's three steps, each chord chain's first step, members and last, and
-    # the step after a replaced run, made by its settle with the replacement's result.
-    assert sorted(o.result for o in steps) == [2, 2, 2, 3, 3, 4, 4, 5, 10, 107, 113]
+    # The timed chain's three steps, each chord chain's first step, members and last, the
+    # step after a replaced run, made by its settle with the replacement's result, and
+    # each group-last chain's first step and members (a chain member's two steps), the
+    # chord-of-chords chain's first step and first chord's members, and the chord whose
+    # body is a chord: its member, and the group of chains' steps and member.
+    assert sorted(o.result for o in steps) == sorted(
+        [2, 2, 2, 3, 3, 4, 4, 5, 10, 107, 113, 2, 3, 4, 2, 3, 4, 7, 2, 3, 4, 2]
+        + [2, 3, 10, 4, 6, 8]
+        + [3, 4, 5]
+        + [3, 7]
+    )
     # A replaced run's result is its replacement's, applied in the run (Celery's eager
     # replace), whether the body returns or raises self.replace(...).
     replaced = stack.occurrences("task:myproj.routed.replaced")

@@ -61,3 +61,46 @@ def test_the_last_two_members_at_once_make_one_body(world_factory: Callable[...,
         assert len(completed) == 1, f"round {i}"
 
     world.repeat(round_, rounds=30)
+
+
+def test_the_last_two_members_at_once_make_the_next_chord_once(
+    world_factory: Callable[..., World],
+) -> None:
+    """A chord whose body is a chord (``then``): the settle that completes the first makes
+    the second's members and row once, with the first's results in group order."""
+    world = world_factory()
+    kernel = world.stage.kernel
+
+    def round_(i: int) -> None:
+        chord = f"n{i}"
+        header = [{"task": "proj.add", "args": [j], "options": {"task_id": f"n{i}-2-{j}"}}
+                  for j in range(2)]  # fmt: skip
+        body = {"task": "proj.tsum", "options": {"task_id": f"nb{i}"},
+                "chord": {"id": f"{chord}-2", "header": header}}  # fmt: skip
+        made = kernel.enqueue_many(
+            [EnqueueRequest("proj.add", args=[m], key=f"{chord}-{m}") for m in range(2)],
+            chord={"id": chord, "body": body},
+        )
+        ids = [m.occurrence_id for m in made]
+        fences = []
+        for occ in ids:
+            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
+            assert claim is not None
+            fences.append(claim.fence)
+        outcomes = world.actors.run(
+            lambda k: k.succeed(ids[0], owner="w1", fence=fences[0], result=0),
+            lambda k: k.succeed(ids[1], owner="w1", fence=fences[1], result=1),
+            hold=chord if i % 2 == 0 else None,
+            hold_table="chords",
+        )
+        refusals_are_kernel_errors(outcomes)
+        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
+        second = [
+            o
+            for o in kernel.list_occurrences(job_id="task:proj.add", limit=500)
+            if o.trigger_key.startswith(f"key:n{i}-2-")
+        ]
+        assert sorted(o.payload["args"][1] for o in second) == [0, 1], f"round {i}"
+        assert all(o.payload["args"][0] == [0, 1] for o in second), f"round {i}"
+
+    world.repeat(round_, rounds=30)

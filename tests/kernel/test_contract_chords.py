@@ -158,3 +158,51 @@ def test_an_existing_chord_s_id_over_other_runs_is_refused(k: Harness) -> None:
         k.kernel.enqueue_many(others, chord={"id": "g1", "body": _body()})
     assert refused.value.field == "chord.id"
     assert len(k.kernel.list_occurrences(limit=10)) == 2
+
+
+def _header(chord: str, *args: Any) -> list[dict[str, Any]]:
+    return [
+        {"task": "proj.add", "args": [a], "options": {"task_id": f"{chord}-m{i}"}}
+        for i, a in enumerate(args)
+    ]
+
+
+def test_a_chords_body_may_be_a_chord_made_when_the_first_completes(k: Harness) -> None:
+    """Celery's ``group | group | task``: the first chord's body is a chord. The settle
+    that completes the first makes the second's members (the first's results first) and
+    its row; the second's last member makes the body; a member of the second that fails
+    fails it with the body's task id (the id the caller holds)."""
+    body = {**_body(), "chord": {"id": "g2", "header": _header("g2", 1, 2)}}
+    made = k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": body})
+    _succeed(k, made[0].occurrence_id, 0)
+    _succeed(k, made[1].occurrence_id, 2)
+    inner = [_keyed(k, f"g2-m{i}") for i in range(2)]
+    assert [o.payload["args"] for [o] in inner] == [[[0, 2], 1], [[0, 2], 2]]
+    assert _keyed(k, "body-1") == []
+    _succeed(k, inner[1][0].id, 20)
+    _succeed(k, inner[0][0].id, 10)
+    [made_body] = _keyed(k, "body-1")
+    assert made_body.payload["args"] == [[10, 20], "extra"]
+    completed = [e.data["chord_id"] for e in k.kernel.events() if e.type == "chord_completed"]
+    assert completed == ["g1", "g2"]
+
+
+def test_a_chain_step_that_is_a_chord_of_chords_fails_with_its_body_s_id(k: Harness) -> None:
+    """As a chain's step: ``{..., "chord": {"id", "header", "then": {"id", "header"}}}``
+    makes the first chord; its body is the signature with the ``then`` chord."""
+    step = {**_body(), "chord": {"id": "c1", "header": _header("c1", 1),
+                                 "then": {"id": "c2", "header": _header("c2", 5, 6)}}}  # fmt: skip
+    first = k.kernel.enqueue(task="proj.a", key="a-1", callbacks=[step], settings=ONCE)
+    _succeed(k, first.occurrence_id, 1)
+    [c1] = _keyed(k, "c1-m0")
+    assert c1.payload["args"] == [1, 1]
+    _succeed(k, c1.id, 2)
+    [m0], [m1] = _keyed(k, "c2-m0"), _keyed(k, "c2-m1")
+    assert m0.payload["args"] == [[2], 5]
+    _succeed(k, m0.id, 7)
+    claim = k.kernel.claim(m1.id, owner="w1", lease=30)
+    assert claim is not None
+    k.kernel.fail(m1.id, owner="w1", fence=claim.fence, code="E", message="x", retryable=False)
+    assert _keyed(k, "body-1") == []
+    [failed] = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
+    assert (failed["chord_id"], failed["body_task_id"]) == ("c2", "body-1")

@@ -401,3 +401,59 @@ def test_claim_next_takes_the_oldest_claimable_matching_the_filters(k: Harness) 
     k.clock.advance(31)
     got = k.kernel.claim_next(owner="w2", lease=30, queues=["reports"])
     assert got is not None and (got.occurrence.id, got.fence) == (other, 2)
+
+
+def test_a_retry_runs_with_the_arguments_the_job_code_gave_it(k: Harness) -> None:
+    """Celery's ``self.retry(args=..., kwargs=...)``: the retry's claim hands over the new
+    arguments (stored by the settle that scheduled it, fenced); the rest of the run's
+    definition is kept. A failure that dead-letters, or a stale fence, stores nothing."""
+    made = k.kernel.enqueue(task="proj.add", args=[1, 2], kwargs={"label": "kept"},
+                            settings={"max_attempts": 3})  # fmt: skip
+    occ_id = made.occurrence_id
+    claim = k.kernel.claim(occ_id, owner="w1", lease=30)
+    assert claim is not None
+    new = {"args": [2, 3], "kwargs": {"label": "kept"}}
+    with pytest.raises(LeaseLost):
+        k.kernel.fail(occ_id, owner="w1", fence=claim.fence + 1, code="TASK_RETRY",
+                      message="retry", retry_with={"args": [9], "kwargs": {}})  # fmt: skip
+    before = k.kernel.get_occurrence(occ_id).definition
+    status = k.kernel.fail(occ_id, owner="w1", fence=claim.fence, code="TASK_RETRY",
+                           message="retry", retry_in=0, retry_with=new)  # fmt: skip
+    assert status == "retry_wait"
+    again = k.kernel.claim(occ_id, owner="w1", lease=30)
+    assert again is not None and again.occurrence.attempt == 2
+    assert again.occurrence.payload == {"task": "proj.add", **new}
+    after = k.kernel.get_occurrence(occ_id).definition
+    assert {**after, "payload": None} == {**before, "payload": None}
+    # The last attempt's retry dead-letters: its arguments are not stored.
+    k.kernel.fail(occ_id, owner="w1", fence=again.fence, code="TASK_RETRY", message="retry",
+                  retry_in=0, retry_with={"args": [7], "kwargs": {}})  # fmt: skip
+    last = k.kernel.claim(occ_id, owner="w1", lease=30)
+    assert last is not None and last.occurrence.payload["args"] == [7]
+    k.kernel.fail(occ_id, owner="w1", fence=last.fence, code="TASK_RETRY", message="retry",
+                  retry_in=0, retry_with={"args": [8], "kwargs": {}})  # fmt: skip
+    occ = k.kernel.get_occurrence(occ_id)
+    assert occ.status == "dead_letter" and occ.payload["args"] == [7]
+
+
+def test_a_retrys_new_arguments_are_checked_as_an_enqueues(k: Harness) -> None:
+    """Arguments JSON cannot carry, or too large, are refused by name and change nothing;
+    a run that is not a task's has no arguments to change."""
+    made = k.kernel.enqueue(task="proj.add", args=[1], settings={"max_attempts": 3})
+    claim = k.kernel.claim(made.occurrence_id, owner="w1", lease=30)
+    assert claim is not None
+    for bad, field in (
+        ({"args": [{1, 2}], "kwargs": {}}, "retry_with.args[0]"),
+        ({"args": ["x" * (70 * 1024)], "kwargs": {}}, "retry_with.args"),
+        ({"args": [], "kwargs": {}, "queue": "q"}, "retry_with"),
+    ):
+        with pytest.raises(InvalidArgument) as refused:
+            k.kernel.fail(made.occurrence_id, owner="w1", fence=claim.fence, code="TASK_RETRY",
+                          message="retry", retry_with=bad)  # fmt: skip
+        assert refused.value.field == field
+    assert k.kernel.get_occurrence(made.occurrence_id).status == "running"
+    other = k.running(max_attempts=3)
+    with pytest.raises(InvalidArgument) as not_a_task:
+        k.kernel.fail(other.occurrence.id, owner="w1", fence=other.fence, code="X",
+                      message="x", retry_with={"args": [], "kwargs": {}})  # fmt: skip
+    assert not_a_task.value.field == "retry_with"

@@ -99,6 +99,36 @@ def test_cancel_vs_holder_write(world: World, write: str) -> None:
     world.repeat(round_)
 
 
+def test_cancel_vs_retry_with_new_arguments(world: World) -> None:
+    """A task's retry with new arguments (Celery's ``retry(args=...)``) racing a cancel ends
+    cancelled either way, and the arguments are stored exactly when the settle decided the
+    retry (its retry_wait event), never by a settle the cancel turned into cancelled."""
+
+    def round_(i: int) -> None:
+        kernel = world.stage.kernel
+        occ = kernel.enqueue(task="race.add", args=[i], settings={"max_attempts": 3}).occurrence_id
+        claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
+        assert claim is not None
+        new = {"args": [i, "new"], "kwargs": {}}
+
+        def holder(k: Kernel) -> Any:
+            return k.fail(occ, **_held(claim), code="TASK_RETRY", message="retry",
+                          retry_in=0, retry_with=new)  # fmt: skip
+
+        rid = world.stage.next_id("cancel")
+        written, cancelled = world.race(
+            i, holder, lambda k: k.cancel(occ, request_id=rid, operator="op"), hold=occ
+        )
+        _by_holder(written, lambda: holder(kernel))
+        assert cancelled.ok, f"round {i}: cancel refused: {cancelled}"
+        assert world.status(occ) == "cancelled", f"round {i}: retry {written}"
+        retried = any(e.type == "occurrence_retry_wait" for e in kernel.events(occurrence_id=occ))
+        stored = kernel.get_occurrence(occ).payload["args"] == new["args"]
+        assert retried == stored, f"round {i}: retry_wait {retried}, new arguments {stored}"
+
+    world.repeat(round_, rounds=40)
+
+
 def test_cancel_vs_renew(world: World) -> None:
     """The holder learns of the cancel by its next renewal at the latest, and stops."""
 

@@ -85,12 +85,14 @@ def make_context(
     effects_deadline: float | None = None,
     output: list[tuple[str, str]] | None = None,
     attempt: int = 1,
+    redelivered: bool = False,
 ) -> ExecutionContext:
     """An execution context for an occurrence of ``kind`` running ``payload`` (its first
     attempt unless told)."""
     return ExecutionContext(
         make_occurrence(kind, payload, attempt=attempt),
         resumed=resumed,
+        redelivered=redelivered,
         cancelled=cancelled or threading.Event(),
         on_safe_point=safe_points or SafePoints(),
         logger=logging.getLogger("tests.adapters"),

@@ -80,3 +80,73 @@ def test_retry_past_max_retries_raises_the_exc_given_as_a_final_failure(
     assert (caught.value.code, caught.value.retryable) == ("TASK_FAILED", False)
     assert caught.value.message == "ValueError: still bad"
     assert [name for name, _ in sent] == ["task_prerun", "task_failure", "task_postrun"]
+
+
+def test_retry_with_new_arguments_hands_them_to_the_kernel_and_is_not_eager(
+    app: celery.Celery,
+) -> None:
+    """``self.retry(args=...)`` / ``(kwargs=...)``: the arguments Celery's retry signature
+    carries (its own merge of old and new) go with the kernel retry; the body sees
+    ``is_eager`` False, as under a worker, and nothing is sent."""
+    seen: list[bool] = []
+
+    @app.task(name="t.switch", bind=True, shared=False, max_retries=1)
+    def switch(self: celery.Task, foo: int, bar: int, label: str | None = None) -> None:
+        seen.append(self.request.is_eager)
+        raise self.retry(args=(foo + 1, bar + 1), countdown=0)
+
+    ctx = make_context("task", {"task": "t.switch", "kwargs": {"foo": 1, "bar": 2,
+                                                              "label": "kept"}})  # fmt: skip
+    with pytest.raises(AdapterError) as caught:
+        _adapter(app).execute(ctx)
+    assert caught.value.retry_with == {"args": [2, 3], "kwargs": {"label": "kept"}}
+    assert seen == [False]
+
+    @app.task(name="t.same", bind=True, shared=False, max_retries=1)
+    def same(self: celery.Task, n: int) -> None:
+        raise self.retry(countdown=0)
+
+    with pytest.raises(AdapterError) as unchanged:
+        _adapter(app).execute(make_context("task", {"task": "t.same", "args": [1]}))
+    assert unchanged.value.retry_with is None  # nothing new to store
+
+
+def test_reject_with_requeue_gives_the_run_back_and_its_next_run_is_redelivered(
+    app: celery.Celery, sent: list[tuple[str, str]]
+) -> None:
+    """``raise Reject(requeue=True)``: no failure and nothing stored, the run goes back to
+    the queue (Redeliver: the runtime hands it back, spending no attempt); the run that
+    takes it back sees ``delivery_info["redelivered"]``, as Celery's redelivered message
+    shows it. ``Reject(requeue=False)`` is the task's final failure, as in Celery."""
+    from celery.exceptions import Reject
+
+    from adapters.base import Redeliver
+
+    states: list[str] = []
+    signals.task_postrun.connect(
+        lambda state=None, **_: states.append(state), weak=False, dispatch_uid="t.rejects"
+    )
+
+    @app.task(name="t.rejects", bind=True, shared=False, acks_late=True)
+    def rejects(self: celery.Task) -> str:
+        if not (self.request.delivery_info or {}).get("redelivered"):
+            raise Reject(requeue=True)
+        return "second-pass"
+
+    try:
+        with pytest.raises(Redeliver):
+            _adapter(app).execute(make_context("task", {"task": "t.rejects"}))
+        again = make_context("task", {"task": "t.rejects"}, redelivered=True)
+        assert _adapter(app).execute(again) == "second-pass"
+    finally:
+        signals.task_postrun.disconnect(dispatch_uid="t.rejects")
+    assert states == ["REJECTED", "SUCCESS"]
+    assert [name for name, _ in sent][:2] == ["task_prerun", "task_postrun"]  # no failure
+
+    @app.task(name="t.refuses", shared=False)
+    def refuses() -> None:
+        raise Reject("rejected", requeue=False)
+
+    with pytest.raises(AdapterError) as caught:
+        _adapter(app).execute(make_context("task", {"task": "t.refuses"}))
+    assert (caught.value.code, caught.value.retryable) == ("TASK_FAILED", False)

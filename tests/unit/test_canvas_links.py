@@ -1,0 +1,121 @@
+"""A routed call's canvas as kernel links (celery_app.canvas_links): the signatures the
+kernel stores, read from the options Celery's ``_chain.run`` gives the first step."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import celery
+import pytest
+from celery import chain, group
+
+from celery_app.canvas_links import links
+from kernel import InvalidArgument
+
+
+@pytest.fixture
+def app() -> Iterator[celery.Celery]:
+    app = celery.Celery("t", set_as_current=False, backend="cache+memory://")
+    yield app
+    app.close()
+
+
+def _first_step_options(app: celery.Celery, canvas: Any) -> dict[str, Any]:
+    """The options Celery's chain passes to its first step's ``apply_async``."""
+    seen: list[dict[str, Any]] = []
+
+    class Spy(celery.Task):  # type: ignore[misc]
+        def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+            seen.append(options)
+            return self.AsyncResult(options["task_id"])
+
+    def add(x: int = 0, y: int = 0) -> int:
+        return x + y
+
+    app.task(name="t.a", base=Spy, shared=False)(add)
+    canvas.apply_async()
+    return seen[0]
+
+
+def test_a_group_as_the_chains_last_step_is_its_members_as_the_steps_callbacks(
+    app: celery.Celery,
+) -> None:
+    """``chain(a, group(b, c))``: Celery applies the group with the previous result, each
+    member given it first; as links, each member is a callback of the step before, keyed
+    by the task id Celery froze for it (the caller's GroupResult reads those ids)."""
+    a = app.signature("t.a")
+    canvas = chain(a.clone((1, 1)), group(a.clone((1,)), chain(a.clone((2,)), a.clone((3,)))))
+    frozen = canvas.freeze()
+    callbacks, errbacks = links(_first_step_options(app, canvas))
+    assert errbacks == []
+    [member_one, member_chain] = callbacks
+    group_result = frozen  # the chain's result: its last step's, the group's
+    assert [r.id for r in group_result.results] == [
+        member_one["options"]["task_id"],
+        member_chain["callbacks"][0]["options"]["task_id"],
+    ]
+    assert (member_one["task"], member_one["args"], member_one["callbacks"]) == ("t.a", [1], [])
+    # A chain as a member: its first step, the rest of it as that step's callbacks.
+    assert member_chain["args"] == [2] and member_chain["callbacks"][0]["args"] == [3]
+
+
+def test_a_group_as_a_link_is_its_members(app: celery.Celery) -> None:
+    a = app.signature("t.a")
+    callbacks, _ = links({"link": group(a.clone((1,)), a.clone((2,)))})
+    assert [s["args"] for s in callbacks] == [[1], [2]]
+
+
+def test_a_chord_whose_body_is_a_group_is_refused_by_name(app: celery.Celery) -> None:
+    """Celery's ``group | group`` in a chain is a chord whose body is a group: the kernel's
+    chord makes one body, so it is refused where it is applied, naming it."""
+    a = app.signature("t.a")
+    canvas = chain(a.clone((1, 1)), group(a.clone(), a.clone()), group(a.clone(), a.clone()))
+    with pytest.raises(InvalidArgument) as refused:
+        links(_first_step_options(app, canvas))
+    assert refused.value.field == "chain[0].body"
+    assert "group" in refused.value.message
+
+
+def test_a_chords_member_that_is_a_chain_is_refused_by_name(app: celery.Celery) -> None:
+    """A kernel chord counts its members' own ends; a chain's would be its first step's."""
+    a = app.signature("t.a")
+    canvas = chain(a.clone((1, 1)), group(a.clone(), chain(a.clone(), a.clone())), a.clone())
+    with pytest.raises(InvalidArgument) as refused:
+        links(_first_step_options(app, canvas))
+    assert refused.value.field == "chain[0].header[1]"
+
+
+def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
+    """A step carrying Celery's ``chord`` (a member of a chord Celery counts in its
+    backend) never reports to it: refused, not dropped (the chord would wait forever)."""
+    a = app.signature("t.a")
+    step = a.clone((1,)).set(chord=a.clone())
+    with pytest.raises(InvalidArgument) as refused:
+        links({"chain": [group(step, a.clone())]})
+    assert refused.value.field == "chain[0][0].options.chord"
+
+
+def test_a_chord_whose_body_is_a_chord_is_the_kernels_chord_then(app: celery.Celery) -> None:
+    """``a | group(b, b) | group(c, c) | d``: Celery's chord whose body is a chord, as the
+    kernel's chord step with ``then`` (its body's chord), whether Celery froze it or not."""
+    a = app.signature("t.a")
+    canvas = a.clone((1, 0)) | group(a.clone(), a.clone()) | group(a.clone(), a.clone()) | a.clone()
+    [step] = links(_first_step_options(app, canvas))[0]
+    assert len(step["chord"]["header"]) == 2 and len(step["chord"]["then"]["header"]) == 2
+    assert "chord" not in step["chord"]["then"]
+    frozen = celery.chord([a.clone()], celery.chord([a.clone(), a.clone()], a.clone()))
+    body_result = frozen.freeze()
+    [again] = links({"link": frozen})[0]
+    assert again["options"]["task_id"] == body_result.id  # the id the caller holds
+    assert len(again["chord"]["header"]) == 1 and len(again["chord"]["then"]["header"]) == 2
+
+
+def test_a_chord_step_whose_body_is_a_chain_is_refused_by_name(app: celery.Celery) -> None:
+    """Its failure would be written under the chain's first step's id, not the one its
+    caller holds (the chain's last)."""
+    a = app.signature("t.a")
+    step = celery.chord([a.clone((1,))], chain(a.clone(), a.clone()))
+    with pytest.raises(InvalidArgument) as refused:
+        links({"link": step})
+    assert refused.value.field == "link[0].body"
