@@ -61,12 +61,6 @@ def _occurrences(app: Any) -> list[Any]:
             "chord.body.options.expires",
         ),
         (
-            lambda app: chain(
-                app.routed.s("a"), app.other.s(), group(app.other.s(), app.other.s())
-            ).apply_async(),
-            "chain[1]",
-        ),
-        (
             lambda app: app.routed.apply_async(("a",), link=app.other.s().set(expires=5)),
             "link[0].options.expires",
         ),
@@ -82,7 +76,6 @@ def _occurrences(app: Any) -> list[Any]:
         "mixed-group",
         "chord-chain-body",
         "chord-body-expires",
-        "group-in-chain",
         "link-expires",
         "pickle",
         "celery-header",
