@@ -28,6 +28,7 @@ from celery_app.broker import use_embedded_broker
 from celery_app.config import check_broker_url, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.held_run import clear_warm_shutdown, request_warm_shutdown
 from celery_app.main_watch import follow_main_process, note_forking_thread
+from celery_app.prefork import use_for
 from celery_app.settings import KernelSettings
 from celery_app.worker_process import keep_for_pool, process_resources
 from kernel import KernelError, StorageUnavailable, masked_url
@@ -119,6 +120,10 @@ def connect(app: Any) -> None:
             os.register_at_fork(before=freeze)
             note_forking_thread()
 
+    def choose_pool(sender: Any = None, **_: Any) -> None:
+        if sender is not None and sender.app is app:
+            use_for(sender)  # the worker builds its pool after this signal
+
     def remove_shutdown_marker(sender: Any = None, **_: Any) -> None:
         # The warm-shutdown marker ends with its worker (Celery calls no step's shutdown()).
         clear_warm_shutdown(os.getpid())
@@ -139,6 +144,7 @@ def connect(app: Any) -> None:
     # weak=False: the handlers are closures that nothing else keeps alive.
     celeryd_init.connect(check_start, weak=False)
     worker_init.connect(freeze_before_fork, weak=False)
+    worker_init.connect(choose_pool, weak=False)
     worker_process_init.connect(fresh_kernel_per_child, weak=False)
     worker_shutdown.connect(remove_shutdown_marker, weak=False)
     worker_ready.connect(announce, weak=False)

@@ -1,0 +1,101 @@
+"""Celery's prefork pool, with the lock of its shared task queue given back when a pool
+process dies holding it.
+
+With a broker whose transport has no event loop (the embedded broker's), Celery runs
+billiard's blocking pool: its processes take their tasks from one pipe, read under one
+lock they all share. The idle process holding the lock waits in the read; the others
+wait for the lock. A process killed from outside while it waits there (the OOM killer,
+an operator) never releases the lock, and a semaphore does not know its holder: the
+other pool processes and each replacement then waited for it forever (no task ran
+again), and so did the worker's exit (billiard takes the lock to drain the pipe).
+
+Here a pool process writes its PID into a word of shared memory while it holds that
+lock, and the pool, as it cleans up a process that has ended, releases the lock when
+the word still names that process. Not covered: a process killed in the few
+instructions between taking the lock and writing the word (or clearing it and
+releasing), or in the middle of reading a task (the pipe's stream is then cut anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from billiard.pool import Pool as BlockingPool
+from celery.concurrency import get_implementation, prefork
+
+__all__ = ["TaskPool", "use_for"]
+
+log = logging.getLogger("celery_kernel.worker")
+
+
+class _HolderNotingLock:
+    """A process-shared lock that notes, in shared memory, the PID of the process holding it."""
+
+    def __init__(self, lock: Any, holder: Any) -> None:
+        self._lock = lock
+        self._holder = holder  # a shared C int: 0, or the holder's PID
+
+    def acquire(self, *args: Any, **kwargs: Any) -> bool:
+        acquired = bool(self._lock.acquire(*args, **kwargs))
+        if acquired:
+            self._holder.value = os.getpid()
+        return acquired
+
+    def release(self) -> None:
+        self._holder.value = 0
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def release_for(self, pid: int) -> bool:
+        """Release the lock if process ``pid`` (which has ended) holds it; whether it did."""
+        if self._holder.value != pid:
+            return False
+        self._holder.value = 0
+        self._lock.release()  # a semaphore: any process may release it
+        return True
+
+
+class _Pool(BlockingPool):
+    """billiard's blocking pool, releasing the task queue's lock a dead process held."""
+
+    def _setup_queues(self) -> None:
+        super()._setup_queues()
+        # Made before the pool forks: every pool process shares the word.
+        noting = _HolderNotingLock(self._inqueue._rlock, self._ctx.RawValue("i", 0))
+        self._inqueue._rlock = noting
+        # The supervisor and the result handler threads both clean up ended processes.
+        self._releasing = threading.Lock()
+
+    def process_flush_queues(self, worker: Any) -> None:
+        # Called for each pool process that has ended (and been joined), before its
+        # replacement is forked.
+        super().process_flush_queues(worker)
+        with self._releasing:
+            released = self._inqueue._rlock.release_for(worker.pid)
+        if released:
+            log.warning(
+                "pool process %s ended holding the lock of the pool's task queue; released",
+                worker.pid,
+                extra={"action": "pool_queue_lock_released", "pid": worker.pid},
+            )
+
+
+class TaskPool(prefork.TaskPool):
+    """Celery's prefork pool; without an event loop, one that survives a killed process."""
+
+    BlockingPool = _Pool
+
+
+def use_for(worker: Any) -> None:
+    """Before ``worker`` builds its pool: Celery's prefork pool becomes this one where
+    Celery would run billiard's blocking pool (no event loop); any other is left alone."""
+    if not worker.use_eventloop and get_implementation(worker.pool_cls) is prefork.TaskPool:
+        worker.pool_cls = TaskPool
