@@ -60,6 +60,7 @@ __all__ = [
     "EnqueueRow",
     "ChordStep",
     "caller_key",
+    "keyed_trigger",
     "checked_links",
     "chord_steps",
     "link_requests",
@@ -76,6 +77,11 @@ def caller_key(trigger_key: str) -> str | None:
     """The caller's key of an occurrence enqueued with one (a routed call's Celery task
     id), else None."""
     return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
+
+
+def keyed_trigger(key: str) -> str:
+    """The trigger key of an enqueue with the caller's key ``key``."""
+    return f"{_KEYED}{key}"
 
 
 #: The longest caller's key.
@@ -188,7 +194,7 @@ def prepare(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
         )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
-    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
+    trigger_key = keyed_trigger(key) if key is not None else f"enqueue:{uuid.uuid4().hex}"
     claimable = available_at <= now
     return EnqueueRow(
         values={
