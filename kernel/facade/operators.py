@@ -161,7 +161,8 @@ class OperatorFacade(FacadeBase):
         broadcast may carry it out.
 
         Returns:
-            The runs this call moved (with the fence a worker hints their owed ends by).
+            Every routed run the ids name (an id of none is not routed: Celery's own), each
+            with whether this call moved it and the fence its owed end is hinted by.
         """
         return op.revoke(tx, task_ids, terminate=terminate, operator=operator)
 
@@ -171,5 +172,5 @@ class OperatorFacade(FacadeBase):
     ) -> list[op.Revoked]:
         """Celery's ``revoke_by_stamped_headers`` of routed runs: those not ended whose
         call's stamps match ``stamps`` (a stamp name to one value or a list of them), as
-        :meth:`revoke` does by task id."""
+        :meth:`revoke` does by task id; the runs this call moved."""
         return op.revoke_stamped(tx, stamps, terminate=terminate, operator=operator)

@@ -22,7 +22,7 @@ from kernel.occurrences.chains import cancelled_links
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import dumps, loads
-from kernel.spec.enqueue_request import keyed_trigger
+from kernel.spec.enqueue_request import caller_key, keyed_trigger
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import door
@@ -122,18 +122,22 @@ def cancel(tx: Tx, occurrence_id: int, *, request_id: str, operator: str) -> boo
 
 
 class Revoked(NamedTuple):
-    """A routed run a revoke moved: ``cancelled``, or ``running`` (asked to stop)."""
+    """A routed run a revoke named: ``moved`` when this revoke cancelled it (``status``
+    ``cancelled``) or asked it to stop (``running``); else ``status`` as it was found (it
+    had ended, was asked already, or runs on: a revoke without terminate)."""
 
     occurrence_id: int
+    task_id: str
     fence: int
     queue: str
     status: str
+    moved: bool
 
 
 def revoke(tx: Tx, task_ids: Sequence[str], *, terminate: bool, operator: str) -> list[Revoked]:
     """Celery's revoke of the routed runs its callers know by ``task_ids``: one not started
     is cancelled; a running one is asked to stop when ``terminate`` (else it finishes, as
-    under Celery). Ids of no routed run, and runs already ended or asked, are left be."""
+    under Celery). Every routed run named is answered; ids of none are not."""
     revoked = []
     for task_id in task_ids:
         rows = tx.conn.execute(st.RUNS_BY_CALLER_KEY, {"trigger_key": keyed_trigger(task_id)})
@@ -163,7 +167,7 @@ def revoke_stamped(
                 stamps,
             )
         ]
-        revoked += _revoke_rows(tx, matched, terminate, operator)
+        revoked += [r for r in _revoke_rows(tx, matched, terminate, operator) if r.moved]
         if len(page) < _STAMPED_PAGE:
             return revoked
         after = page[-1].id
@@ -190,6 +194,8 @@ def _revoke_rows(tx: Tx, rows: Sequence[Any], terminate: bool, operator: str) ->
         moved = request_cancel(tx, row.id, reason=f"revoke:{operator}", running=terminate)
         if moved == S.CANCELLED:
             cancelled_links(tx, row.id)
-        if moved is not None:  # a cancel keeps the fence: the row's, read in this transaction
-            revoked.append(Revoked(row.id, row.fence, row.queue, moved.value))
+        # A cancel keeps the fence: the row's, read in this transaction.
+        task_id = caller_key(row.trigger_key) or row.trigger_key
+        status = row.status if moved is None else moved.value
+        revoked.append(Revoked(row.id, task_id, row.fence, row.queue, status, moved is not None))
     return revoked

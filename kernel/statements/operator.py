@@ -57,7 +57,7 @@ _TASK_JOBS = sa.select(jobs.c.id).where(jobs.c.id.startswith(TASK_JOB_PREFIX, au
 #: The runs of task jobs enqueued under a caller's key (``trigger_key``: ``key:<Celery task
 #: id>``): a routed call's, found by the task id its caller holds.
 RUNS_BY_CALLER_KEY = (
-    sa.select(OCC.c.id, OCC.c.fence, OCC.c.queue)
+    sa.select(OCC.c.id, OCC.c.trigger_key, OCC.c.fence, OCC.c.queue, OCC.c.status)
     .where(OCC.c.trigger_key == p("trigger_key"), OCC.c.job_id.in_(_TASK_JOBS))
     .order_by(OCC.c.id)
 )
@@ -66,7 +66,7 @@ RUNS_BY_CALLER_KEY = (
 #: (canonical JSON) has a ``stamps`` object, for a revoke by stamped headers to match
 #: against the run's request (a pre-filter: an argument's key may be named so too).
 STAMPED_RUNS = (
-    sa.select(OCC.c.id, OCC.c.fence, OCC.c.queue, OCC.c.definition)
+    sa.select(OCC.c.id, OCC.c.trigger_key, OCC.c.fence, OCC.c.queue, OCC.c.status, OCC.c.definition)
     .where(
         OCC.c.id > p("after_id"),
         OCC.c.status.in_([sa.literal(s.value) for s in ACTIVE]),

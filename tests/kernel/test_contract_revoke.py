@@ -30,10 +30,11 @@ def test_a_revoke_by_task_id_cancels_a_run_not_started_once_and_owes_revoked(
     occ_id = _routed(k, "t-1")
     other = _routed(k, "t-2")
     [moved] = k.kernel.revoke(["t-1"], terminate=False, operator="worker@a")
-    assert (moved.occurrence_id, moved.status) == (occ_id, "cancelled")
+    assert moved[:2] == (occ_id, "t-1") and moved[-2:] == ("cancelled", True)
     assert (_status(k, occ_id), _status(k, other)) == ("cancelled", "queued")
-    # A second worker of the same broadcast: nothing left to do.
-    assert k.kernel.revoke(["t-1"], terminate=True, operator="worker@b") == []
+    # A second worker of the same broadcast: the run is named, nothing left to do.
+    [again] = k.kernel.revoke(["t-1"], terminate=True, operator="worker@b")
+    assert again[-2:] == ("cancelled", False)
     events = [e.type for e in k.kernel.events(occurrence_id=occ_id, limit=50)]
     assert events.count("occurrence_cancelled") == 1, events
     assert any("revoke:worker@a" in str(e.data) for e in k.kernel.events(occurrence_id=occ_id))
@@ -48,12 +49,14 @@ def test_a_running_run_is_stopped_only_by_a_revoke_with_terminate(k: Harness) ->
     claim = k.kernel.claim(occ_id, owner="w1", lease=30)
     assert claim is not None
     # As Celery: without terminate a running task finishes.
-    assert k.kernel.revoke(["t-run"], terminate=False, operator="w") == []
+    [left] = k.kernel.revoke(["t-run"], terminate=False, operator="w")
+    assert left[-2:] == ("running", False)
     assert not k.kernel.get_occurrence(occ_id).cancel_requested
     [moved] = k.kernel.revoke(["t-run"], terminate=True, operator="w")
-    assert (moved.status, moved.fence) == ("running", claim.fence)
+    assert (moved.status, moved.fence, moved.moved) == ("running", claim.fence, True)
     assert k.kernel.get_occurrence(occ_id).cancel_requested
-    assert k.kernel.revoke(["t-run"], terminate=True, operator="w2") == []
+    [again] = k.kernel.revoke(["t-run"], terminate=True, operator="w2")
+    assert again[-2:] == ("running", False)
 
 
 def test_a_revoke_of_an_ended_run_changes_nothing(k: Harness) -> None:
@@ -61,7 +64,8 @@ def test_a_revoke_of_an_ended_run_changes_nothing(k: Harness) -> None:
     claim = k.kernel.claim(occ_id, owner="w1", lease=30)
     assert claim is not None
     k.kernel.succeed(occ_id, owner="w1", fence=claim.fence, result="ok")
-    assert k.kernel.revoke(["t-done"], terminate=True, operator="w") == []
+    [found] = k.kernel.revoke(["t-done"], terminate=True, operator="w")
+    assert found[-2:] == ("succeeded", False)
     assert _status(k, occ_id) == "succeeded"
 
 
@@ -77,7 +81,7 @@ def test_a_revoke_by_stamped_headers_cancels_the_runs_whose_stamps_match(k: Harn
     statuses = [_status(k, o) for o in (one, listed, other, unstamped, running)]
     assert statuses == ["cancelled", "cancelled", "queued", "queued", "running"]
     [stopped] = k.kernel.revoke_stamped({"mon": "m-1"}, terminate=True, operator="w")
-    assert (stopped.occurrence_id, stopped.status) == (running, "running")
+    assert (stopped.occurrence_id, stopped.task_id, stopped.status) == (running, "s-5", "running")
     assert k.kernel.revoke_stamped({"mon": "m-1"}, terminate=True, operator="w") == []
 
 
