@@ -1,0 +1,124 @@
+"""Celery's revoke of a routed call, carried out by the kernel.
+
+A routed call's ``AsyncResult`` has the run's key as its id, and no worker holds a
+message of that id: Celery's own revoke would flag an id no worker will see, mark its
+result REVOKED, and let the run go on. Every way Celery revokes (``AsyncResult.revoke()``,
+``app.control.revoke``, ``revoke_by_stamped_headers``, Flower's button, ``celery control
+revoke ID`` — which broadcasts by itself, past ``Control.revoke``) ends as a broadcast to
+the workers' ``revoke`` / ``revoke_by_stamped_headers`` control commands, whoever sent it
+and whatever app it used. So :func:`hook_revoke` (called by ``install(app)``) wraps those
+two commands: a worker of an app the kernel is installed on has the kernel cancel the
+routed runs named (:meth:`kernel.Kernel.revoke`): one not started never runs and its
+result is REVOKED; a running one is stopped with ``terminate`` (at its next safe point,
+where Celery signals its process), else it finishes, as under Celery. The cancel is
+durable (it holds across restarts, for every worker) and guarded, so each worker of the
+broadcast may carry it out and one moves the run. Ids of no routed run, and stamps, are
+Celery's own too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from celery.utils.functional import maybe_list
+from celery.worker.control import Panel, ok
+
+from celery_app.enqueueing import process_kernel
+from celery_app.notify import hint_owed
+from kernel import KernelError, Revoked
+
+__all__ = ["hook_revoke"]
+
+log = logging.getLogger("celery_kernel.revoke")
+
+_hook_lock = threading.Lock()
+
+
+def hook_revoke() -> None:
+    """Wrap the worker's ``revoke`` and ``revoke_by_stamped_headers`` control commands
+    (see the module docstring). Idempotent."""
+    with _hook_lock:
+        if getattr(Panel.data["revoke"], "_kernel", False):
+            return
+        Panel.data["revoke"] = _by_id(Panel.data["revoke"])
+        Panel.data["revoke_by_stamped_headers"] = _by_stamps(
+            Panel.data["revoke_by_stamped_headers"]
+        )
+
+
+def _by_id(celerys: Callable[..., Any]) -> Callable[..., Any]:
+    def revoke(state: Any, task_id: Any, terminate: bool = False, **kwargs: Any) -> Any:
+        ids = [str(one) for one in maybe_list(task_id) or ()]
+        found = _carry_out(
+            state,
+            lambda kernel, who: kernel.revoke(ids, terminate=bool(terminate), operator=who),
+        )
+        if found is None:  # the kernel did not answer: Celery's own, and say so
+            celerys(state, ids, terminate=terminate, **kwargs)
+            return {"error": f"revoke of {', '.join(ids)}: the kernel did not take it"}
+        routed = {run.task_id for run in found}
+        # Celery would mark a routed run REVOKED while it runs on: the kernel answers for it.
+        rest = [one for one in ids if one not in routed]
+        if rest:
+            return celerys(state, rest, terminate=terminate, **kwargs)
+        return ok(f"routed runs {_listed(found)}")
+
+    revoke._kernel = True  # type: ignore[attr-defined]
+    return revoke
+
+
+def _by_stamps(celerys: Callable[..., Any]) -> Callable[..., Any]:
+    def revoke_by_stamped_headers(
+        state: Any, headers: Any, terminate: bool = False, **kwargs: Any
+    ) -> Any:
+        answer = celerys(state, headers, terminate=terminate, **kwargs)
+        if isinstance(headers, list):  # Celery's "name=value" form
+            headers = dict(header.split("=", 1) for header in headers)
+        found = _carry_out(
+            state,
+            lambda kernel, who: kernel.revoke_stamped(
+                headers, terminate=bool(terminate), operator=who
+            ),
+        )
+        if found is None:
+            return {"error": f"revoke of the runs stamped {headers}: the kernel did not take it"}
+        return ok(f"{answer.get('ok', answer)}; routed runs {_listed(found)}") if found else answer
+
+    return revoke_by_stamped_headers
+
+
+def _carry_out(state: Any, revoke: Callable[[Any, str], list[Revoked]]) -> list[Revoked] | None:
+    """The routed runs ``revoke(kernel, operator)`` named, their owed ends hinted; [] where
+    the kernel is not installed; None when the kernel refused (logged)."""
+    app = state.app
+    if not getattr(app, "_kernel_installed", False):
+        return []
+    kernel = process_kernel(app)
+    try:
+        found = revoke(kernel, f"celery-revoke@{state.hostname}")
+    except KernelError as exc:
+        log.error(
+            "a revoke was not carried out by the kernel (%s): %s; send it again",
+            exc.code,
+            exc,
+            extra={"action": "revoke_failed"},
+        )
+        return None
+    moved = [run for run in found if run.moved]
+    for run in moved:
+        log.info(
+            "routed run %s (occurrence %s) revoked: %s",
+            run.task_id,
+            run.occurrence_id,
+            "cancelled" if run.status == "cancelled" else "asked to stop",
+            extra={"action": "revoked", "occurrence_id": run.occurrence_id},
+        )
+    hint_owed(app, kernel, [run for run in moved if run.status == "cancelled"])
+    return found
+
+
+def _listed(runs: Sequence[Revoked]) -> str:
+    return ", ".join(f"{run.task_id} ({run.status})" for run in runs)
