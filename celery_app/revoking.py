@@ -21,8 +21,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from signal import SIGTERM
 from typing import Any
 
+from celery.platforms import signals as _signals
 from celery.utils.functional import maybe_list
 from celery.worker.control import Panel, ok
 
@@ -50,44 +52,67 @@ def hook_revoke() -> None:
 
 
 def _by_id(celerys: Callable[..., Any]) -> Callable[..., Any]:
-    def revoke(state: Any, task_id: Any, terminate: bool = False, **kwargs: Any) -> Any:
+    def revoke(
+        state: Any, task_id: Any, terminate: bool = False, signal: Any = None, **kwargs: Any
+    ) -> Any:
         ids = [str(one) for one in maybe_list(task_id) or ()]
+        # The kernel stops a running run at its next safe point, which is what SIGTERM
+        # (Celery's default) asks; another signal it cannot send: such a run is left to
+        # run on and the answer says so (a run not started is cancelled all the same).
+        stops = bool(terminate) and _terms(signal)
         found = _carry_out(
-            state,
-            lambda kernel, who: kernel.revoke(ids, terminate=bool(terminate), operator=who),
+            state, lambda kernel, who: kernel.revoke(ids, terminate=stops, operator=who)
         )
-        if found is None:  # the kernel did not answer: Celery's own, and say so
-            celerys(state, ids, terminate=terminate, **kwargs)
+        if found is None:  # the kernel did not answer: Celery's own for every id, and say so
+            celerys(state, ids, terminate=terminate, signal=signal, **kwargs)
             return {"error": f"revoke of {', '.join(ids)}: the kernel did not take it"}
-        routed = {run.task_id for run in found}
         # Celery would mark a routed run REVOKED while it runs on: the kernel answers for it.
+        routed = {run.task_id for run in found}
         rest = [one for one in ids if one not in routed]
-        if rest:
-            return celerys(state, rest, terminate=terminate, **kwargs)
-        return ok(f"routed runs {_listed(found)}")
+        answer = (
+            celerys(state, rest, terminate=terminate, signal=signal, **kwargs) if rest else None
+        )
+        return _answer(found, bool(terminate) and not stops, signal) or answer
 
     revoke._kernel = True  # type: ignore[attr-defined]
     return revoke
 
 
+def _terms(signal: Any) -> bool:
+    """Whether ``signal`` (Celery's revoke's: a name, a number or None) is SIGTERM."""
+    return signal is None or _signals.signum(signal) == SIGTERM
+
+
 def _by_stamps(celerys: Callable[..., Any]) -> Callable[..., Any]:
     def revoke_by_stamped_headers(
-        state: Any, headers: Any, terminate: bool = False, **kwargs: Any
+        state: Any, headers: Any, terminate: bool = False, signal: Any = None, **kwargs: Any
     ) -> Any:
-        answer = celerys(state, headers, terminate=terminate, **kwargs)
+        answer = celerys(state, headers, terminate=terminate, signal=signal, **kwargs)
         if isinstance(headers, list):  # Celery's "name=value" form
             headers = dict(header.split("=", 1) for header in headers)
+        stops = bool(terminate) and _terms(signal)  # as for a revoke by id
         found = _carry_out(
             state,
-            lambda kernel, who: kernel.revoke_stamped(
-                headers, terminate=bool(terminate), operator=who
-            ),
+            lambda kernel, who: kernel.revoke_stamped(headers, terminate=stops, operator=who),
         )
         if found is None:
             return {"error": f"revoke of the runs stamped {headers}: the kernel did not take it"}
-        return ok(f"{answer.get('ok', answer)}; routed runs {_listed(found)}") if found else answer
+        return _answer(found, terminate and not stops, signal) or answer
 
     return revoke_by_stamped_headers
+
+
+def _answer(found: Sequence[Revoked], signalled: bool, signal: Any) -> dict[str, str] | None:
+    """The reply about the routed runs a revoke named (None: it named none): an error when
+    it asked for a ``signal`` other than TERM and some of them run on for it."""
+    running = [run.task_id for run in found if run.status == "running" and not run.moved]
+    if signalled and running:
+        return {
+            "error": f"routed runs {', '.join(running)} run on: the kernel stops a running "
+            f"routed run at its next safe point, never by signal {signal}; revoke with "
+            "terminate=True and no signal (or TERM)"
+        }
+    return ok(f"routed runs {_listed(found)}") if found else None
 
 
 def _carry_out(state: Any, revoke: Callable[[Any, str], list[Revoked]]) -> list[Revoked] | None:

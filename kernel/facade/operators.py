@@ -172,5 +172,5 @@ class OperatorFacade(FacadeBase):
     ) -> list[op.Revoked]:
         """Celery's ``revoke_by_stamped_headers`` of routed runs: those not ended whose
         call's stamps match ``stamps`` (a stamp name to one value or a list of them), as
-        :meth:`revoke` does by task id; the runs this call moved."""
+        :meth:`revoke` does by task id; every such run, as :meth:`revoke` answers."""
         return op.revoke_stamped(tx, stamps, terminate=terminate, operator=operator)

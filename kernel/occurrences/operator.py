@@ -167,7 +167,7 @@ def revoke_stamped(
                 stamps,
             )
         ]
-        revoked += [r for r in _revoke_rows(tx, matched, terminate, operator) if r.moved]
+        revoked += _revoke_rows(tx, matched, terminate, operator)
         if len(page) < _STAMPED_PAGE:
             return revoked
         after = page[-1].id

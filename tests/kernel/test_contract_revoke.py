@@ -76,13 +76,23 @@ def test_a_revoke_by_stamped_headers_cancels_the_runs_whose_stamps_match(k: Harn
     unstamped = _routed(k, "s-4")
     running = _routed(k, "s-5", stamped_headers=["mon"], stamps={"mon": "m-1"})
     assert k.kernel.claim(running, owner="w1", lease=30) is not None
-    moved = k.kernel.revoke_stamped({"mon": ["m-1", "m-2"]}, terminate=False, operator="w")
-    assert sorted(m.occurrence_id for m in moved) == [one, listed]
+    found = k.kernel.revoke_stamped({"mon": ["m-1", "m-2"]}, terminate=False, operator="w")
+    assert [(m.occurrence_id, m.moved) for m in found] == [
+        (one, True),
+        (listed, True),
+        (running, False),
+    ]
     statuses = [_status(k, o) for o in (one, listed, other, unstamped, running)]
     assert statuses == ["cancelled", "cancelled", "queued", "queued", "running"]
     [stopped] = k.kernel.revoke_stamped({"mon": "m-1"}, terminate=True, operator="w")
-    assert (stopped.occurrence_id, stopped.task_id, stopped.status) == (running, "s-5", "running")
-    assert k.kernel.revoke_stamped({"mon": "m-1"}, terminate=True, operator="w") == []
+    assert stopped.moved and (stopped.occurrence_id, stopped.task_id, stopped.status) == (
+        running,
+        "s-5",
+        "running",
+    )
+    # Ended runs are not read again; the one asked already is named, not moved.
+    [again] = k.kernel.revoke_stamped({"mon": "m-1"}, terminate=True, operator="w")
+    assert (again.occurrence_id, again.status, again.moved) == (running, "running", False)
 
 
 def test_stamps_match_as_celerys_worker_matches_them() -> None:
