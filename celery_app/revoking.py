@@ -72,7 +72,7 @@ def _by_id(celerys: Callable[..., Any]) -> Callable[..., Any]:
         answer = (
             celerys(state, rest, terminate=terminate, signal=signal, **kwargs) if rest else None
         )
-        return _answer(found, bool(terminate) and not stops, signal) or answer
+        return _merged(answer, _answer(found, bool(terminate) and not stops, signal))
 
     revoke._kernel = True  # type: ignore[attr-defined]
     return revoke
@@ -97,9 +97,19 @@ def _by_stamps(celerys: Callable[..., Any]) -> Callable[..., Any]:
         )
         if found is None:
             return {"error": f"revoke of the runs stamped {headers}: the kernel did not take it"}
-        return _answer(found, terminate and not stops, signal) or answer
+        return _merged(answer, _answer(found, bool(terminate) and not stops, signal))
 
     return revoke_by_stamped_headers
+
+
+def _merged(celerys: Any, kernels: dict[str, str] | None) -> Any:
+    """One reply of Celery's answer about the other ids and the kernel's about the routed
+    runs (an error wins)."""
+    if kernels is None:
+        return celerys
+    if celerys is None or "error" in kernels:
+        return kernels
+    return ok(f"{celerys.get('ok', celerys)}; {kernels['ok']}")
 
 
 def _answer(found: Sequence[Revoked], signalled: bool, signal: Any) -> dict[str, str] | None:
