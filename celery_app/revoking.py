@@ -25,14 +25,16 @@ from signal import SIGTERM
 from typing import Any
 
 from celery.platforms import signals as _signals
+from celery.utils.collections import AttributeDict
 from celery.utils.functional import maybe_list
+from celery.worker import state as worker_state
 from celery.worker.control import Panel, ok
 
 from celery_app.enqueueing import process_kernel
 from celery_app.notify import hint_owed
 from kernel import KernelError, Revoked
 
-__all__ = ["hook_revoke"]
+__all__ = ["hook_revoke", "revoke_remembered_stamps"]
 
 log = logging.getLogger("celery_kernel.revoke")
 
@@ -123,6 +125,19 @@ def _answer(found: Sequence[Revoked], signalled: bool, signal: Any) -> dict[str,
             "terminate=True and no signal (or TERM)"
         }
     return ok(f"routed runs {_listed(found)}") if found else None
+
+
+def revoke_remembered_stamps(app: Any, hostname: str) -> None:
+    """Before a hint runs: the routed runs carrying a stamp this worker remembers revoked
+    (Celery's ``revoked_stamps``, kept from ``revoke_by_stamped_headers`` for the messages
+    it receives later) are cancelled, so the hint's claim of one refuses it as Celery's
+    worker discards such a message. Nothing to do, and no read, while none is remembered."""
+    if worker_state.revoked_stamps:
+        stamps = dict(worker_state.revoked_stamps)
+        _carry_out(
+            AttributeDict(app=app, hostname=hostname),
+            lambda kernel, who: kernel.revoke_stamped(stamps, terminate=False, operator=who),
+        )
 
 
 def _carry_out(state: Any, revoke: Callable[[Any, str], list[Revoked]]) -> list[Revoked] | None:

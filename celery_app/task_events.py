@@ -1,10 +1,16 @@
-"""Celery task events that name the job on every event, not only when the run was received.
+"""The worker's request for a kernel hint: Celery task events that name the job on every
+event, not only when the run was received, and Celery's revoked stamps honoured.
 
 Beat publishes each hint under its job's name (Celery's ``shadow``). Celery puts that
 name only on ``task-received``: a monitor that subscribed later (Flower started while
 the run was under way, which is also when Flower turns task events on) learnt the run
 from its ``task-succeeded`` or ``task-failed`` alone and showed the name ``null``.
 Events are sent only when they are on, so this costs nothing otherwise.
+
+A stamp revoked before its call was made (``revoke_by_stamped_headers``, which Celery's
+worker remembers for the messages it receives later) is checked where Celery checks it,
+as the hint is about to run: the routed runs carrying it are cancelled first
+(:func:`celery_app.revoking.revoke_remembered_stamps`).
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from celery.worker.request import Request
+
+from celery_app.revoking import revoke_remembered_stamps
 
 __all__ = ["NamedEventsRequest"]
 
@@ -22,3 +30,9 @@ class NamedEventsRequest(Request):
     def send_event(self, type: str, **fields: Any) -> None:  # noqa: A002 - Celery's name
         fields.setdefault("name", self.name)
         super().send_event(type, **fields)
+
+    def revoked(self) -> bool:
+        if super().revoked():
+            return True
+        revoke_remembered_stamps(self._app, self.hostname)
+        return False
