@@ -43,7 +43,6 @@ from kernel.spec.durations import (
     parse_duration,
     text,
 )
-from kernel.spec.enqueue_request import caller_key
 from kernel.spec.jobfile import job_file_schema
 from kernel.spec.jobspec import (
     MAX_LOST_LEASES,
@@ -67,6 +66,7 @@ from kernel.spec.payloads import (
 from kernel.spec.retry import attempts_left
 from kernel.spec.run_params import with_params
 from kernel.spec.sections import check_limit, read_budget
+from kernel.spec.task_runs import caller_key
 from kernel.states import (
     ACTIVE,
     CLAIMABLE,

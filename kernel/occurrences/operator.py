@@ -22,7 +22,7 @@ from kernel.occurrences.chains import cancelled_links
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.rows import grant, occurrence_row, record_request
 from kernel.records import dumps, loads
-from kernel.spec.enqueue_request import caller_key, keyed_trigger
+from kernel.spec.task_runs import caller_key, keyed_trigger
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import door

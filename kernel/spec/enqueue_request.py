@@ -45,6 +45,7 @@ from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
     deadline_ms,
     delay_ms,
+    keyed_trigger,
     run_definition,
     task_job,
     task_job_id,
@@ -59,8 +60,6 @@ __all__ = [
     "EnqueueRequest",
     "EnqueueRow",
     "ChordStep",
-    "caller_key",
-    "keyed_trigger",
     "checked_links",
     "chord_steps",
     "link_requests",
@@ -68,21 +67,6 @@ __all__ = [
     "task_job_id",
     "task_job_spec",
 ]
-
-#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
-_KEYED = "key:"
-
-
-def caller_key(trigger_key: str) -> str | None:
-    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
-    id), else None."""
-    return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
-
-
-def keyed_trigger(key: str) -> str:
-    """The trigger key of an enqueue with the caller's key ``key``."""
-    return f"{_KEYED}{key}"
-
 
 #: The longest caller's key.
 MAX_KEY = 200

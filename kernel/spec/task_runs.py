@@ -24,8 +24,10 @@ from kernel.spec.sections import ID, TaskRequest
 __all__ = [
     "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
+    "caller_key",
     "deadline_ms",
     "delay_ms",
+    "keyed_trigger",
     "run_definition",
     "task_job",
     "task_job_id",
@@ -34,6 +36,21 @@ __all__ = [
 ]
 
 TASK_JOB_PREFIX = "task:"
+#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
+_KEYED = "key:"
+
+
+def caller_key(trigger_key: str) -> str | None:
+    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
+    id), else None."""
+    return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
+
+
+def keyed_trigger(key: str) -> str:
+    """The trigger key of an enqueue with the caller's key ``key``."""
+    return f"{_KEYED}{key}"
+
+
 #: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
 MAX_REQUEST_BYTES = 32 * 1024
 #: Stand-ins in a definition's template for what each run has of its own.
