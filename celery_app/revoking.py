@@ -32,7 +32,7 @@ from celery.worker.control import Panel, ok
 
 from celery_app.enqueueing import process_kernel
 from celery_app.notify import hint_owed
-from kernel import KernelError, Revoked
+from kernel import KernelError, Revoked, caller_key, carries_stamps
 
 __all__ = ["hook_revoke", "revoke_remembered_stamps"]
 
@@ -127,16 +127,31 @@ def _answer(found: Sequence[Revoked], signalled: bool, signal: Any) -> dict[str,
     return ok(f"routed runs {_listed(found)}") if found else None
 
 
-def revoke_remembered_stamps(app: Any, hostname: str) -> None:
-    """Before a hint runs: the routed runs carrying a stamp this worker remembers revoked
-    (Celery's ``revoked_stamps``, kept from ``revoke_by_stamped_headers`` for the messages
-    it receives later) are cancelled, so the hint's claim of one refuses it as Celery's
-    worker discards such a message. Nothing to do, and no read, while none is remembered."""
-    if worker_state.revoked_stamps:
-        stamps = dict(worker_state.revoked_stamps)
+def revoke_remembered_stamps(app: Any, hostname: str, occurrence_ids: Sequence[int]) -> None:
+    """Before a hint of ``occurrence_ids`` runs: those of its routed runs that carry a stamp
+    this worker remembers revoked (Celery's ``revoked_stamps``, kept from
+    ``revoke_by_stamped_headers`` for the messages it receives later) are cancelled, so the
+    hint's claim of one refuses it as Celery's worker discards such a message. Reads only
+    the hint's runs, and nothing while no stamp is remembered."""
+    if not worker_state.revoked_stamps:
+        return
+    stamps = dict(worker_state.revoked_stamps)
+    kernel = process_kernel(app)
+    try:
+        runs = [kernel.get_occurrence(int(occurrence_id)) for occurrence_id in occurrence_ids]
+    except KernelError as exc:  # its claim answers for the run (gone, or the kernel down)
+        log.warning("revoked stamps not checked: %s", exc, extra={"action": "revoke_failed"})
+        return
+    task_ids = [
+        key
+        for run in runs
+        if (key := caller_key(run.trigger_key)) is not None
+        and carries_stamps(run.definition, stamps)
+    ]
+    if task_ids:
         _carry_out(
             AttributeDict(app=app, hostname=hostname),
-            lambda kernel, who: kernel.revoke_stamped(stamps, terminate=False, operator=who),
+            lambda kernel, who: kernel.revoke(task_ids, terminate=False, operator=who),
         )
 
 

@@ -34,5 +34,5 @@ class NamedEventsRequest(Request):
     def revoked(self) -> bool:
         if super().revoked():
             return True
-        revoke_remembered_stamps(self._app, self.hostname)
+        revoke_remembered_stamps(self._app, self.hostname, self.args)
         return False

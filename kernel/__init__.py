@@ -31,7 +31,7 @@ from kernel.events import EventType
 from kernel.follow import EventCursor
 from kernel.jobs.cancellation import JobCancel
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
-from kernel.occurrences.operator import Revoked
+from kernel.occurrences.operator import Revoked, carries_stamps
 from kernel.records import checkpoint_copy
 from kernel.redaction import MASK, holds_credential, is_sensitive_name, masked_url, redacted_spec
 from kernel.reports import AdapterAsk, Adjudication, JobHealth, Notification, Verdict
@@ -114,6 +114,7 @@ __all__ = [
     "Enqueued",
     "caller_key",
     "Revoked",
+    "carries_stamps",
     "EnqueueRequest",
     "KernelError",
     "InvalidArgument",

@@ -28,7 +28,15 @@ from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions import occurrences as T
 
-__all__ = ["Revoked", "requeue", "cancel", "revoke", "revoke_stamped", "stamps_match"]
+__all__ = [
+    "Revoked",
+    "requeue",
+    "cancel",
+    "revoke",
+    "revoke_stamped",
+    "stamps_match",
+    "carries_stamps",
+]
 
 S = OccurrenceStatus
 
@@ -158,19 +166,18 @@ def revoke_stamped(
     after = 0
     while True:
         page = tx.conn.execute(st.STAMPED_RUNS, {"after_id": after, "limit": _STAMPED_PAGE}).all()
-        matched = [
-            row
-            for row in page
-            if stamps_match(
-                ((loads(row.definition).get("payload") or {}).get("request") or {}).get("stamps")
-                or {},
-                stamps,
-            )
-        ]
+        matched = [row for row in page if carries_stamps(loads(row.definition), stamps)]
         revoked += _revoke_rows(tx, matched, terminate, operator)
         if len(page) < _STAMPED_PAGE:
             return revoked
         after = page[-1].id
+
+
+def carries_stamps(definition: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    """Whether the run of ``definition`` was called with stamps matching ``wanted``
+    (:func:`stamps_match`)."""
+    request = (definition.get("payload") or {}).get("request") or {}
+    return stamps_match(request.get("stamps") or {}, wanted)
 
 
 def stamps_match(stored: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
