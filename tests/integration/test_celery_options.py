@@ -366,7 +366,7 @@ _REVOKED = ["by-id", "by-cli", "by-stamp", "terminated", "late-stamp"]
 
 
 @pytest.mark.timeout(300)  # two sides, each waiting out an eta
-@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+@pytest.mark.parametrize("stack", ["redis", "redis+postgres"], indirect=True)
 def test_7_a_revoke_stops_a_routed_call_as_it_stops_celerys(
     stack: Stack, sides: tuple[Side, Side]
 ) -> None:
