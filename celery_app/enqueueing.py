@@ -52,6 +52,7 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "enqueue_on",
+    "process_kernel",
     "result",
 ]
 
@@ -121,6 +122,11 @@ def _client(app: Any) -> _Client:
         current = _new_client(app, kernel or open_kernel(app))
         app._kernel_enqueue_client = current
         return current
+
+
+def process_kernel(app: Any) -> Kernel:
+    """This process's kernel for ``app`` (a worker process's own, else one opened here)."""
+    return _client(app).kernel
 
 
 def _new_client(app: Any, kernel: Kernel) -> _Client:
@@ -442,7 +448,7 @@ def result(app: Any, occurrence_id: int, timeout: float | None = None) -> Any:
         ResultTimeout: not settled within ``timeout`` seconds.
         NotFound: no such occurrence (or its history was pruned).
     """
-    kernel = _client(app).kernel
+    kernel = process_kernel(app)
     deadline = None if timeout is None else time.monotonic() + timeout
     pause = 0.02
     while True:

@@ -16,6 +16,7 @@ from celery_app import adjudication, notify, signals, tasks
 from celery_app.broker import use_embedded_broker
 from celery_app.canvas_groups import hook_canvas
 from celery_app.enqueue_routing import hook_apply_async
+from celery_app.revoking import hook_revoke
 from celery_app.task_call import hook_task_methods
 
 __all__ = ["KERNEL_DEFAULTS", "install", "kernel_defaults_layer"]
@@ -99,5 +100,6 @@ def install(app: Any) -> Any:
     hook_apply_async()  # kernel_route_tasks; `my_task.kernel.delay(...)`
     hook_canvas()  # a group or chord of routed tasks
     hook_task_methods()  # self.retry() and self.replace(sig) inside a kernel run
+    hook_revoke()  # a worker's revoke of a routed run: the kernel's cancel
     app._kernel_installed = True
     return app

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,9 +45,9 @@ from celery_app.scope import Scope
 from celery_app.task_names import NOTIFY
 from celery_app.task_results import store_chord_failure, store_end
 from celery_app.worker_process import process_resources
-from kernel import FAILED, Claim, Kernel, KernelError, Notification, OccurrenceStatus
+from kernel import FAILED, Claim, Kernel, KernelError, Notification, OccurrenceStatus, Revoked
 
-__all__ = ["REHINT_AFTER_S", "deliver", "hint_run", "register", "rehint_overdue"]
+__all__ = ["REHINT_AFTER_S", "deliver", "hint_owed", "hint_run", "register", "rehint_overdue"]
 
 #: Seconds an http notification's request may take.
 HTTP_TIMEOUT_S = 30.0
@@ -67,29 +68,41 @@ def register(celery_app: Any) -> Any:
 
 def hint_run(app: Any, kernel: Kernel, claim: Claim, status: str) -> list[int]:
     """Hint the notifications that the settle of the run ``claim`` held (in ``status``)
-    recorded with it; their ids.
+    recorded with it; their ids: its job's notify of a failure, and a cancelled run's end
+    owed to the result backend (its body wrote none).
 
     Never raises: the run and its notifications are committed whatever becomes of a hint
     (a storage or broker failure is logged; Beat hints a lost one again).
     """
     occurrence = claim.occurrence
-    if not occurrence.definition.get("notify") or status not in NOTIFYING:
+    notifying = occurrence.definition.get("notify") and status in NOTIFYING
+    if not notifying and status != OccurrenceStatus.CANCELLED:
         return []
+    return _hint_of_run(app, kernel, occurrence.id, claim.fence, occurrence.queue)
+
+
+def hint_owed(app: Any, kernel: Kernel, runs: Sequence[Revoked]) -> None:
+    """Hint what the cancels of ``runs`` owe (their ends REVOKED in the result backend),
+    now rather than at Beat's next re-hint. Never raises (as :func:`hint_run`)."""
+    for run in runs:
+        _hint_of_run(app, kernel, run.occurrence_id, run.fence, run.queue)
+
+
+def _hint_of_run(app: Any, kernel: Kernel, occurrence_id: int, fence: int, queue: str) -> list[int]:
     try:
-        made = kernel.run_notifications(occurrence.id, claim.fence)
+        made = kernel.run_notifications(occurrence_id, fence)
         for notification in made:
-            _hint(app, notification.id, occurrence.queue)
+            _hint(app, notification.id, queue)
         return [notification.id for notification in made]
     except (KernelError, OperationalError) as exc:
         log.warning(
             "occurrence %s: its notifications were not hinted (Beat hints them later): %s",
-            occurrence.id,
+            occurrence_id,
             exc,
             extra={
                 "action": "notify_not_sent",
-                "occurrence_id": occurrence.id,
-                "job_id": occurrence.job_id,
-                "fence": claim.fence,
+                "occurrence_id": occurrence_id,
+                "fence": fence,
             },
         )
         return []

@@ -31,6 +31,7 @@ from kernel.events import EventType
 from kernel.follow import EventCursor
 from kernel.jobs.cancellation import JobCancel
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
+from kernel.occurrences.operator import Revoked, carries_stamps
 from kernel.records import checkpoint_copy
 from kernel.redaction import MASK, holds_credential, is_sensitive_name, masked_url, redacted_spec
 from kernel.reports import AdapterAsk, Adjudication, JobHealth, Notification, Verdict
@@ -42,7 +43,6 @@ from kernel.spec.durations import (
     parse_duration,
     text,
 )
-from kernel.spec.enqueue_request import caller_key
 from kernel.spec.jobfile import job_file_schema
 from kernel.spec.jobspec import (
     MAX_LOST_LEASES,
@@ -66,7 +66,7 @@ from kernel.spec.payloads import (
 from kernel.spec.retry import attempts_left
 from kernel.spec.run_params import with_params
 from kernel.spec.sections import check_limit, read_budget
-from kernel.spec.task_runs import task_job_id
+from kernel.spec.task_runs import caller_key, task_job_id
 from kernel.states import (
     ACTIVE,
     CLAIMABLE,
@@ -113,6 +113,8 @@ __all__ = [
     "JobCancel",
     "Enqueued",
     "caller_key",
+    "Revoked",
+    "carries_stamps",
     "EnqueueRequest",
     "KernelError",
     "InvalidArgument",

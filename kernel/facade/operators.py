@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernel.facade.base import FacadeBase, answered, write
@@ -149,3 +149,28 @@ class OperatorFacade(FacadeBase):
             request_id,
             op.cancel(tx, occurrence_id, request_id=request_id, operator=operator),
         )
+
+    @write
+    def revoke(
+        self, tx: Tx, task_ids: Sequence[str], *, terminate: bool, operator: str
+    ) -> list[op.Revoked]:
+        """Celery's ``revoke`` of routed runs, by the task ids their callers hold (each
+        run's caller's key): a run not started is cancelled (its result owed as REVOKED),
+        a running one asked to stop when ``terminate``, else left to finish, as under
+        Celery. Idempotent: a run already ended or asked is left be, so every worker of a
+        broadcast may carry it out.
+
+        Returns:
+            Every routed run the ids name (an id of none is not routed: Celery's own), each
+            with whether this call moved it and the fence its owed end is hinted by.
+        """
+        return op.revoke(tx, task_ids, terminate=terminate, operator=operator)
+
+    @write
+    def revoke_stamped(
+        self, tx: Tx, stamps: Mapping[str, Any], *, terminate: bool, operator: str
+    ) -> list[op.Revoked]:
+        """Celery's ``revoke_by_stamped_headers`` of routed runs: those not ended whose
+        call's stamps match ``stamps`` (a stamp name to one value or a list of them), as
+        :meth:`revoke` does by task id; every such run, as :meth:`revoke` answers."""
+        return op.revoke_stamped(tx, stamps, terminate=terminate, operator=operator)

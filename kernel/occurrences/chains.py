@@ -23,11 +23,11 @@ from kernel.spec.enqueue_request import (
     ChordStep,
     EnqueueRequest,
     EnqueueRow,
-    caller_key,
     chord_steps,
     link_requests,
     prepare,
 )
+from kernel.spec.task_runs import caller_key
 from kernel.transaction.tx import Tx
 from kernel.transitions import chords as TC
 from kernel.transitions import door

@@ -30,11 +30,18 @@ def end_control(tx: Tx, occurrence_id: int, *, job_id: str, fence: int | None) -
         )
 
 
-def request_cancel(tx: Tx, occurrence_id: int, *, reason: str) -> OccurrenceStatus | None:
-    """Cancel at once if waiting; flag a running one for its worker. Returns the status
-    this left (``cancelled``, or ``running`` when flagged); None: nothing to do (already
-    asked, or it ended, perhaps just now)."""
-    moved = door.run(tx, T.OPERATOR_CANCELS, {"occurrence_id": occurrence_id, "now": tx.now})
+def request_cancel(
+    tx: Tx, occurrence_id: int, *, reason: str, running: bool = True
+) -> OccurrenceStatus | None:
+    """Cancel at once if waiting; flag a running one for its worker (unless ``running`` is
+    false: then only a run not started is cancelled). Returns the status this left
+    (``cancelled``, or ``running`` when flagged); None: nothing to do (already asked, a
+    running one left be, or it ended, perhaps just now)."""
+    moved = door.run(
+        tx,
+        T.OPERATOR_CANCELS,
+        {"occurrence_id": occurrence_id, "now": tx.now, "stop_running": running},
+    )
     if moved is None:
         return None
     if moved.status == S.CANCELLED:

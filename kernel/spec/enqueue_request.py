@@ -49,6 +49,7 @@ from kernel.spec.task_runs import (
     bounded_definition,
     deadline_ms,
     delay_ms,
+    keyed_trigger,
     run_definition,
     settings_json,
     task_job,
@@ -59,18 +60,9 @@ from kernel.spec.task_runs import (
 from kernel.states import Delivery
 
 __all__ = [
-    "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "caller_key",
-    "checked_links", "chord_steps", "link_requests", "prepare", "task_job_id", "task_job_spec",
+    "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "checked_links",
+    "chord_steps", "link_requests", "prepare", "task_job_id", "task_job_spec",
 ]  # fmt: skip
-
-#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
-_KEYED = "key:"
-
-
-def caller_key(trigger_key: str) -> str | None:
-    """The caller's key of an occurrence enqueued with one (a routed call's task id), or None."""
-    return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
-
 
 _DELIVERIES = frozenset(d.value for d in Delivery)
 MAX_KEY = 200  # the longest caller's key
@@ -181,7 +173,7 @@ def prepare(
     )
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
     # A random firing: uuid4's 122 bits as 32 hex digits, without a UUID object per run.
-    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{os.urandom(16).hex()}"
+    trigger_key = keyed_trigger(key) if key is not None else f"enqueue:{os.urandom(16).hex()}"
     idempotency_key = f"{spec['id']}|{trigger_key}"
     return EnqueueRow(
         values={

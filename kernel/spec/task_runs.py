@@ -24,9 +24,11 @@ from kernel.spec.sections import ID, TaskRequest
 __all__ = [
     "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
+    "caller_key",
     "deadline_ms",
     "bounded_definition",
     "delay_ms",
+    "keyed_trigger",
     "retried_definition",
     "run_definition",
     "settings_json",
@@ -37,6 +39,21 @@ __all__ = [
 ]
 
 TASK_JOB_PREFIX = "task:"
+#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
+_KEYED = "key:"
+
+
+def caller_key(trigger_key: str) -> str | None:
+    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
+    id), else None."""
+    return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
+
+
+def keyed_trigger(key: str) -> str:
+    """The trigger key of an enqueue with the caller's key ``key``."""
+    return f"{_KEYED}{key}"
+
+
 #: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
 MAX_REQUEST_BYTES = 32 * 1024
 #: Stand-ins in a definition's template for what each run has of its own.

@@ -17,7 +17,9 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from kernel.db.schema import controls, jobs, occurrences, operator_requests, requeue_grants
+from kernel.spec.task_runs import TASK_JOB_PREFIX
 from kernel.statements.predicates import OF_OCCURRENCE
+from kernel.states import ACTIVE
 
 __all__ = [
     "RECORD_REQUEST",
@@ -29,6 +31,8 @@ __all__ = [
     "ADJUDICATE",
     "GRANT",
     "VERDICT_RETURNS",
+    "RUNS_BY_CALLER_KEY",
+    "STAMPED_RUNS",
 ]
 
 OCC = occurrences
@@ -43,6 +47,34 @@ VERDICT_RETURNS = (
     sa.exists().where(jobs.c.after_job == OCC.c.job_id).label("has_children"),
     OCC.c.links,
     OCC.c.trigger_key,
+)
+
+
+#: The task jobs (implicit, one per Celery task name): few, so a lookup of a caller's key
+#: among their runs is one seek on (job_id, trigger_key) per task job.
+_TASK_JOBS = sa.select(jobs.c.id).where(jobs.c.id.startswith(TASK_JOB_PREFIX, autoescape=True))
+
+#: The runs of task jobs enqueued under a caller's key (``trigger_key``: ``key:<Celery task
+#: id>``): a routed call's, found by the task id its caller holds.
+RUNS_BY_CALLER_KEY = (
+    sa.select(OCC.c.id, OCC.c.trigger_key, OCC.c.fence, OCC.c.queue, OCC.c.status)
+    .where(OCC.c.trigger_key == p("trigger_key"), OCC.c.job_id.in_(_TASK_JOBS))
+    .order_by(OCC.c.id)
+)
+
+#: A page (``after_id``, ``limit``) of the active runs of task jobs whose definition
+#: (canonical JSON) has a ``stamps`` object, for a revoke by stamped headers to match
+#: against the run's request (a pre-filter: an argument's key may be named so too).
+STAMPED_RUNS = (
+    sa.select(OCC.c.id, OCC.c.trigger_key, OCC.c.fence, OCC.c.queue, OCC.c.status, OCC.c.definition)
+    .where(
+        OCC.c.id > p("after_id"),
+        OCC.c.status.in_([sa.literal(s.value) for s in ACTIVE]),
+        OCC.c.job_id.in_(_TASK_JOBS),
+        OCC.c.definition.contains('"stamps":{', autoescape=True),
+    )
+    .order_by(OCC.c.id)
+    .limit(p("limit"))
 )
 
 

@@ -171,6 +171,8 @@ CANCEL = (
         # Literals, not an expanding IN, so the driver form is rendered once.
         OCC.c.status.in_([sa.literal(s.value) for s in ACTIVE]),
         sa.not_(sa.and_(_running, OCC.c.cancel_requested)),
+        # A revoke without terminate leaves a running one be, as Celery's does.
+        sa.or_(sa.not_(_running), p("stop_running", type_=sa.Boolean)),
     )
     .values(
         status=sa.case((_running, "running"), else_="cancelled"),

@@ -27,8 +27,8 @@ from typing import Any
 from kernel import statements as st
 from kernel.events import EventType
 from kernel.records import dumps, loads, to_dt
-from kernel.spec.enqueue_request import caller_key
 from kernel.spec.notify import Notify
+from kernel.spec.task_runs import caller_key
 from kernel.states import CLAIMABLE, FAILED, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.types import iso_z

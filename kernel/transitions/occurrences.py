@@ -184,7 +184,8 @@ OPERATOR_CANCELS_RUNNING = Transition(
     "operator cancels (occurrence or job cancel, or overlap replace)",
     (S.RUNNING,),
     st.CANCEL,
-    "running, not already asked; sets cancel_requested",
+    "running, not already asked, stop_running (a revoke without terminate leaves it be); "
+    "sets cancel_requested",
     (E.OCCURRENCE_CANCEL_REQUESTED,),
 )
 #: One CANCEL statement decides between the two rows (``CASE`` on the status).

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from kernel.db.schema import chords, occurrences
 from kernel.errors import NotFound
 from kernel.records import loads
-from kernel.spec.enqueue_request import caller_key
+from kernel.spec.task_runs import caller_key
 from kernel.states import SETTLED
 from kernel.transaction.tx import Tx
 

@@ -30,7 +30,7 @@ if os.environ.get("OPTS_KERNEL"):
 
     app.conf.kernel_route_tasks = [
         "opts.record", "opts.soft", "opts.hard", "opts.routed", "opts.request",
-        "opts.retry_once",
+        "opts.retry_once", "opts.steps",
     ]  # fmt: skip
     install(app)
 
@@ -101,3 +101,16 @@ def retry_once(self: object, tag: str) -> str:
     note(task="retry_once", tag=tag, headers=seen.headers,
          ignore_result=get_actual_ignore_result(self, seen))  # fmt: skip
     return tag
+
+
+@app.task(name="opts.steps", queue=QUEUE, max_retries=0, kernel_checkpoints=True)
+def steps(tag: str) -> str:
+    """Runs for a minute in steps, each a point where the kernel may stop it (a cancel)."""
+    from celery_app import current_run  # harmless outside a kernel run
+
+    note(task="steps", tag=tag, event="started")
+    for _ in range(240):
+        current_run.checkpoint()
+        time.sleep(0.25)
+    note(task="steps", tag=tag, event="finished")
+    return "ran to the end"

@@ -6,9 +6,9 @@ worker processes and a real broker: as stock Celery (no kernel), then with
 same calls, with the same options, must mean the same thing, read from what the tasks
 recorded: ``expires`` never runs a stale call, ``priority`` orders a backlog as the
 broker orders it, ``soft_time_limit`` reaches the body and ``time_limit`` ends the run,
-``countdown``/``eta`` hold the start back, and what a call sets for the body's
+``countdown``/``eta`` hold the start back, what a call sets for the body's
 ``self.request`` (custom headers, ``app_id``, time limits, ``ignore_result``, stamps)
-reaches it.
+reaches it, and a revoke (by task id, from the CLI, by stamps, with terminate) stops it.
 """
 
 from __future__ import annotations
@@ -41,6 +41,18 @@ for task, tag, options in json.loads(sys.argv[1]):
     getattr(opts, task).apply_async((tag,), **options)
 """
 
+#: Revokes as a caller does: ``id`` (the task id) by ``AsyncResult.revoke``, ``stamps``
+#: (stamp name to value) by ``app.control.revoke_by_stamped_headers``; argv[3] terminate.
+REVOKE = """\
+import json, sys
+import options_app as opts
+how, arg, terminate = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
+if how == "id":
+    opts.app.AsyncResult(arg).revoke(terminate=terminate)
+else:
+    opts.app.control.revoke_by_stamped_headers(arg, terminate=terminate)
+"""
+
 
 @dataclass
 class Side:
@@ -71,6 +83,19 @@ class Side:
     def call(self, *calls: tuple[str, str, dict[str, Any]]) -> None:
         subprocess.run([sys.executable, "-c", CALLS, json.dumps(calls)], cwd=self.stack.root,
                        env=self.env, check=True, timeout=120)  # fmt: skip
+
+    def revoke(self, how: str, arg: Any, terminate: bool = False) -> None:
+        subprocess.run([sys.executable, "-c", REVOKE, how, json.dumps(arg), str(int(terminate))],
+                       cwd=self.stack.root, env=self.env, check=True, timeout=60)  # fmt: skip
+
+    def celery_cli(self, *args: str) -> str:
+        """``celery -A options_app ARGS`` from a shell of its own; its output."""
+        done = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "options_app", *args],
+            cwd=self.stack.root, env=self.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done
+        return done.stdout
 
     def start_worker(self) -> Proc:
         """One process taking one message at a time (prefork: time limits need it)."""
@@ -326,3 +351,70 @@ def test_6_what_a_call_sets_reaches_the_body_s_request(
                 assert bool(stored) is (tag == "app_id"), (side.name, tag)
     finally:
         client.close()
+
+
+#: Held back by an eta, then revoked before it (by task id, by the ``celery control revoke``
+#: command of another process, by stamps), or not revoked at all (``kept``: held as long).
+_HELD_CALLS = [
+    ("by-id", {}),
+    ("by-cli", {}),
+    ("by-stamp", {"stamped_headers": ["mon"], "mon": "m-7"}),
+    ("kept", {}),
+    ("kept-stamp", {"stamped_headers": ["mon"], "mon": "m-8"}),
+]
+_REVOKED = ["by-id", "by-cli", "by-stamp", "terminated", "late-stamp"]
+
+
+@pytest.mark.timeout(300)  # two sides, each waiting out an eta
+@pytest.mark.parametrize("stack", ["redis", "redis+postgres"], indirect=True)
+def test_7_a_revoke_stops_a_routed_call_as_it_stops_celerys(
+    stack: Stack, sides: tuple[Side, Side]
+) -> None:
+    """``AsyncResult.revoke()``, ``celery control revoke ID`` and
+    ``revoke_by_stamped_headers`` before the call's eta: it never runs and its result is
+    REVOKED, and so for a call made after its stamp was revoked; ``revoke(terminate=True)``
+    of a running call stops it (the kernel at its next step: Celery signals the process),
+    REVOKED too. The kernel's revoke is its cancel."""
+    import redis
+
+    client = redis.Redis.from_url(stack.env["CELERY_BROKER_URL"])
+    try:
+        for side in sides:
+            side.start_worker()
+            held = [("record", tag, {**options, "eta_in": 25}) for tag, options in _HELD_CALLS]
+            side.call(("steps", "terminated", {}), *held)
+            stack.wait(lambda side=side: side.ledger(task="steps", event="started"), timeout=60,
+                       what=f"{side.name}: the long call started")  # fmt: skip
+            ids = {tag: side.ledger(call=tag)[0]["id"] for tag, _ in _HELD_CALLS}
+            ids["terminated"] = side.ledger(call="terminated")[0]["id"]
+            side.revoke("id", ids["by-id"])
+            side.celery_cli("control", "revoke", ids["by-cli"])
+            side.revoke("stamps", {"mon": "m-7"})
+            side.revoke("id", ids["terminated"], terminate=True)
+            # Called after its stamp was revoked: the worker remembers it, as Celery's does.
+            side.call(("record", "late-stamp", {"stamped_headers": ["mon"], "mon": "m-7"}))
+            ids["late-stamp"] = side.ledger(call="late-stamp")[0]["id"]
+            assert _since_call(side, "kept") < 25, "the revokes came after the eta"
+            stack.wait(lambda side=side: {line["tag"] for line in side.ledger(task="record")}
+                       >= {"kept", "kept-stamp"}, timeout=60,
+                       what=f"{side.name}: the calls not revoked ran")  # fmt: skip
+            stack.wait(lambda ids=ids: all(_state(client, ids[tag]) == "REVOKED"
+                                           for tag in _REVOKED), timeout=60,
+                       what=f"{side.name}: the revoked calls' results REVOKED")  # fmt: skip
+            ran = sorted(line["tag"] for line in side.ledger(task="record"))
+            assert ran == ["kept", "kept-stamp"], (side.name, ran)
+            assert [x["event"] for x in side.ledger(task="steps")] == ["started"], side.name
+            assert {_state(client, ids[tag]) for tag in ("kept", "kept-stamp")} == {"SUCCESS"}
+    finally:
+        client.close()
+    # The kernel: each revoked run is cancelled, by its cancel's event naming the revoke.
+    for tag in _REVOKED:
+        run = _occurrence(stack, tag)
+        assert run.status.value == "cancelled", run
+        reasons = [json.dumps(e.data) for e in stack.kernel.events(occurrence_id=run.id, limit=50)]
+        assert any("revoke:" in reason for reason in reasons), reasons
+
+
+def _state(client: Any, task_id: str) -> str | None:
+    stored = client.get(f"celery-task-meta-{task_id}")
+    return None if stored is None else json.loads(stored)["status"]
