@@ -1,21 +1,21 @@
 """Celery's revoke of a routed call, carried out by the kernel.
 
 A routed call's ``AsyncResult`` has the run's key as its id, which a worker holds as a
-message id only while the run's own hint waits or runs (a batch of runs is one message
-of its own id; a run held back is not hinted yet): Celery's revoke alone would leave the
-run in the kernel, to be hinted again or reclaimed. Every way Celery revokes (``AsyncResult.revoke()``,
-``app.control.revoke``, ``revoke_by_stamped_headers``, Flower's button, ``celery control
-revoke ID`` — which broadcasts by itself, past ``Control.revoke``) ends as a broadcast to
-the workers' ``revoke`` / ``revoke_by_stamped_headers`` control commands, whoever sent it
-and whatever app it used. So :func:`hook_revoke` (called by ``install(app)``) wraps those
-two commands: a worker of an app the kernel is installed on has the kernel cancel the
-routed runs named (:meth:`kernel.Kernel.revoke`): one not started never runs and its
-result is REVOKED; a running one is asked to stop with ``terminate``, else it finishes,
-as under Celery. The cancel is durable (it holds across restarts, for every worker) and
-guarded, so each worker of the broadcast may carry it out and one moves the run. Then
-Celery's own command takes every id and stamp as ever: a hint of one run carries its
-run's task id, so Celery's worker discards it when it comes and, with ``terminate``,
-signals the process running it.
+message id only while the run's own hint waits or runs (a batch of runs is one message of
+its own id; a run held back is not hinted yet): Celery's revoke alone would leave the run
+in the kernel, to be hinted again or reclaimed. Every way Celery revokes
+(``AsyncResult.revoke()``, ``app.control.revoke``, ``revoke_by_stamped_headers``, Flower's
+button, ``celery control revoke ID`` — which broadcasts by itself, past
+``Control.revoke``) ends as a broadcast to the workers' ``revoke`` /
+``revoke_by_stamped_headers`` control commands, whoever sent it and whatever app it used.
+So :func:`hook_revoke` (called by ``install(app)``) wraps those two commands: a worker of
+an app the kernel is installed on has the kernel cancel the routed runs named
+(:meth:`kernel.Kernel.revoke`): one not started never runs and its result is REVOKED; a
+running one is asked to stop with ``terminate``, else it finishes, as under Celery. The
+cancel is durable (it holds across restarts, for every worker) and guarded, so each worker
+of the broadcast may carry it out and one moves the run. Then Celery's own command takes
+every id and stamp as ever: a hint of one run carries its run's task id, so Celery's
+worker discards it when it comes and, with ``terminate``, signals the process running it.
 """
 
 from __future__ import annotations
