@@ -42,7 +42,7 @@ from kernel.spec.durations import (
     parse_duration,
     text,
 )
-from kernel.spec.enqueue_request import caller_key
+from kernel.spec.task_runs import caller_key, replacement_of
 from kernel.spec.jobfile import job_file_schema
 from kernel.spec.jobspec import (
     MAX_LOST_LEASES,
@@ -112,6 +112,7 @@ __all__ = [
     "JobCancel",
     "Enqueued",
     "caller_key",
+    "replacement_of",
     "EnqueueRequest",
     "KernelError",
     "InvalidArgument",

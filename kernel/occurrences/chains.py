@@ -374,6 +374,7 @@ def _insert_links(tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]) -> dict[st
         EventType.OCCURRENCE_CREATED,
         [enqueued_event(row, *made[row.key]) for row in rows if row.key in made],
     )
+    TC.hand_over(tx, rows, made)  # a replaced chord member's replacement, made now
     missing = [row for row in rows if row.key not in made]
     if missing:
         existing = existing_keys(tx, [row.key for row in missing])

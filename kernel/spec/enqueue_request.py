@@ -1,9 +1,8 @@
 """An enqueue request checked and made an occurrence's row, and the links it carries.
 
-The rows are built here, below the statements, because two actors make them: an enqueue
-(kernel/jobs/enqueueing.py) and the settle that fires a run's links
-(kernel/occurrences/chains.py), both through the one statement
-:func:`kernel.statements.enqueue_occurrences`.
+The rows are built here, below the statements, for the two actors that make them: an
+enqueue (kernel/jobs/enqueueing.py) and the settle that fires a run's links
+(kernel/occurrences/chains.py), through :func:`kernel.statements.enqueue_occurrences`.
 
 A link is a plain JSON signature (the kernel never imports Celery)::
 
@@ -30,7 +29,6 @@ that step), else by its parent and place, so it is created once.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,12 +45,15 @@ from kernel.spec.jobspec import (
 from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
+    caller_key,
+    checked_replaces,
     deadline_ms,
     delay_ms,
     run_definition,
     task_job,
     task_job_id,
     task_job_spec,
+    trigger_key_of,
 )
 from kernel.states import Delivery
 
@@ -71,23 +72,13 @@ __all__ = [
     "task_job_spec",
 ]
 
-#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
-_KEYED = "key:"
-
-
-def caller_key(trigger_key: str) -> str | None:
-    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
-    id), else None."""
-    return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
-
-
 #: The longest caller's key.
 MAX_KEY = 200
 #: A run's own timeout is read as a job's is.
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord"}
+     "chord", "replaces"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -113,6 +104,8 @@ class EnqueueRequest:
             retry, queue, ...), which define its implicit job.
         callbacks: signatures made occurrences when it succeeds (module docstring).
         errbacks: signatures made occurrences when it is dead-lettered.
+        replaces: the replaced run whose task id (``key``) it takes over
+            (:func:`~kernel.spec.task_runs.checked_replaces`).
     """
 
     task: str
@@ -129,6 +122,7 @@ class EnqueueRequest:
     errbacks: Sequence[Mapping[str, Any]] = ()
     expires: float | datetime | None = None
     timeout: float | None = None
+    replaces: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +181,9 @@ def prepare(
         raise InvalidArgument(
             "args", f"the arguments exceed {MAX_PAYLOAD_BYTES} bytes as canonical JSON"
         )
-    links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
-    trigger_key = f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
+    chord = (request.replaces or {}).get("chord")  # a chord member's place, taken over
+    links, jobs_of_links = checked_links(request.callbacks, request.errbacks, chord)
+    trigger_key = trigger_key_of(key, request.replaces)
     claimable = available_at <= now
     return EnqueueRow(
         values={
@@ -221,16 +216,20 @@ def prepare(
 
 
 def checked_links(
-    callbacks: Sequence[Mapping[str, Any]], errbacks: Sequence[Mapping[str, Any]]
+    callbacks: Sequence[Mapping[str, Any]],
+    errbacks: Sequence[Mapping[str, Any]],
+    chord: str | None = None,
 ) -> tuple[str | None, dict[str, Mapping[str, Any]]]:
-    """The ``links`` column (canonical JSON, or None without links) and every task a
-    signature names, at any depth, with its settings."""
+    """The ``links`` column (canonical JSON, or None without links), naming ``chord``
+    when the run is its member, and every task a signature names, at any depth, with
+    its settings."""
     tasks: dict[str, Mapping[str, Any]] = {}
-    checked = {
+    checked: dict[str, Any] = {
         "callbacks": [_signature(s, f"callbacks[{i}]", tasks) for i, s in enumerate(callbacks)],
         "errbacks": [_signature(s, f"errbacks[{i}]", tasks) for i, s in enumerate(errbacks)],
+        **({"chord": chord} if chord is not None else {}),
     }
-    if not checked["callbacks"] and not checked["errbacks"]:
+    if checked.keys() == {"callbacks", "errbacks"} and not any(checked.values()):
         return None, tasks
     text = canonical_json(checked, "links")
     if len(text.encode()) > MAX_PAYLOAD_BYTES:
@@ -274,8 +273,10 @@ def _signature(
         raise InvalidArgument(f"{path}.{exc.field}", why) from None
     tasks.setdefault(task, settings)
     chord = _chord_step(raw.get("chord"), path, tasks)
+    replaces = checked_replaces(raw.get("replaces"), f"{path}.replaces")
     return {
         **({"chord": chord} if chord is not None else {}),
+        **({"replaces": replaces} if replaces is not None else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -330,6 +331,7 @@ def _request(
         settings=settings,
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
+        replaces=sig.get("replaces"),
     )
 
 

@@ -1,12 +1,17 @@
 """The parts of an enqueued run's row that are not its request's own fields: its task's
 implicit job (one per task and settings, its spec validated once), the run's definition
 (that spec with the run's payload, queue, delivery and timeout spliced in) and its times
-(``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline).
+(``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline),
+and its trigger key: ``key:<key>`` for a caller's key (a routed call's Celery task id),
+``replacing:<nesting>:<replaced occurrence>:<key>`` for a run that took over a replaced
+run's task id (Celery's ``self.replace``, kernel/jobs/replacement.py), else
+``enqueue:<random>``.
 """
 
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -19,6 +24,10 @@ from kernel.spec.sections import ID
 
 __all__ = [
     "TASK_JOB_PREFIX",
+    "caller_key",
+    "checked_replaces",
+    "replacement_of",
+    "trigger_key_of",
     "deadline_ms",
     "delay_ms",
     "run_definition",
@@ -31,6 +40,57 @@ TASK_JOB_PREFIX = "task:"
 #: Stand-ins in a definition's template for what each run has of its own.
 _OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
+
+
+_KEYED, _REPLACING = "key:", "replacing:"
+#: The longest trigger key (PostgreSQL's column).
+_MAX_TRIGGER_KEY = 210
+
+
+def trigger_key_of(key: str | None, replaces: Mapping[str, Any] | None) -> str:
+    """The trigger key of an enqueued run (module docstring); ``replaces``: the replaced
+    run it takes over from (:func:`checked_replaces`)."""
+    if replaces is None:
+        return f"{_KEYED}{key}" if key is not None else f"enqueue:{uuid.uuid4().hex}"
+    trigger_key = f"{_REPLACING}{replaces['nesting']}:{replaces['occurrence']}:{key}"
+    if len(trigger_key) > _MAX_TRIGGER_KEY:
+        raise InvalidArgument("key", f"{key!r} is too long for a run that replaces another")
+    return trigger_key
+
+
+def caller_key(trigger_key: str) -> str | None:
+    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
+    id, which a replacement takes over), else None."""
+    if trigger_key.startswith(_KEYED):
+        return trigger_key.removeprefix(_KEYED)
+    if trigger_key.startswith(_REPLACING):
+        return trigger_key.split(":", 3)[3]
+    return None
+
+
+def replacement_of(trigger_key: str) -> tuple[int, int] | None:
+    """(the replaced occurrence, the nesting: 1 for the first replacement) of a run that
+    took over a replaced run's task id, else None."""
+    if not trigger_key.startswith(_REPLACING):
+        return None
+    _, nesting, replaced, _ = trigger_key.split(":", 3)
+    return int(replaced), int(nesting)
+
+
+def checked_replaces(raw: Any, where: str) -> dict[str, Any] | None:
+    """A link's ``replaces`` (set by the kernel on the step taking over a replaced run's
+    task id): ``occurrence`` and ``nesting`` (positive integers) and the ``chord`` whose
+    member it becomes, if any."""
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, Mapping)
+        or not set(raw) <= {"occurrence", "nesting", "chord"}
+        or any(type(raw.get(n)) is not int or raw[n] < 1 for n in ("occurrence", "nesting"))
+        or not isinstance(raw.get("chord", ""), str)
+    ):
+        raise InvalidArgument(where, "must be an object: occurrence, nesting (and chord)")
+    return dict(raw)
 
 
 def task_job_id(task: str) -> str:
