@@ -42,7 +42,6 @@ from kernel.spec.durations import (
     parse_duration,
     text,
 )
-from kernel.spec.task_runs import caller_key, replacement_of
 from kernel.spec.jobfile import job_file_schema
 from kernel.spec.jobspec import (
     MAX_LOST_LEASES,
@@ -66,6 +65,7 @@ from kernel.spec.payloads import (
 from kernel.spec.retry import attempts_left
 from kernel.spec.run_params import with_params
 from kernel.spec.sections import check_limit, read_budget
+from kernel.spec.task_runs import caller_key, replacement_of
 from kernel.states import (
     ACTIVE,
     CLAIMABLE,

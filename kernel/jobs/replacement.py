@@ -68,9 +68,7 @@ def replace(
         raise InvalidArgument(exc.field.replace("callbacks[0]", "replacement", 1), why) from None
     assert text is not None
     ensure_jobs(tx, tasks, defined)
-    fire_links(
-        tx, parent_id=occurrence_id, links=text, trigger_key=row.trigger_key, succeeded=True
-    )
+    fire_links(tx, parent_id=occurrence_id, links=text, trigger_key=row.trigger_key, succeeded=True)
     made = _first_made(tx, text, occurrence_id)
     tx.emit(
         EventType.OCCURRENCE_REPLACED,
@@ -104,7 +102,7 @@ def with_replaced_links(
     path[-1]["callbacks"] = [*(path[-1].get("callbacks") or ()), *links.get("callbacks", ())]
     path[-1]["replaces"] = dict(marker)
     chord = root.get("chord")
-    if isinstance(chord, Mapping) and isinstance(chord.get("header"), list):
+    if isinstance(chord, dict) and isinstance(chord.get("header"), list):
         chord["header"] = [{**member, "immutable": True} for member in chord["header"]]
     else:
         root["immutable"] = True

@@ -13,9 +13,9 @@ from kernel.spec.enqueue_request import EnqueueRow
 from kernel.spec.task_runs import replacement_of
 from kernel.statements import (
     CHORD_MEMBER_FAILS,
-    CHORD_MEMBERS,
     CHORD_MEMBER_HANDED_OVER,
     CHORD_MEMBER_SUCCEEDS,
+    CHORD_MEMBERS,
     INSERT_CHORD,
 )
 from kernel.transaction.tx import Tx

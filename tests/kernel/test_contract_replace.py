@@ -28,9 +28,7 @@ def _all(k: Harness) -> list[Occurrence]:
 
 def _task_id(k: Harness, task_id: str) -> list[Occurrence]:
     """The runs answering Celery's task id ``task_id``, oldest first."""
-    return sorted(
-        (o for o in _all(k) if caller_key(o.trigger_key) == task_id), key=lambda o: o.id
-    )
+    return sorted((o for o in _all(k) if caller_key(o.trigger_key) == task_id), key=lambda o: o.id)
 
 
 def _parent(k: Harness, occurrence_id: int) -> int:
@@ -91,14 +89,13 @@ def test_a_replacement_that_replaces_itself_nests(k: Harness) -> None:
     made = k.kernel.enqueue(
         task="proj.nest", args=[2], key="n1", callbacks=[sig("proj.done", task_id="done-1")]
     )
-    current, nesting = made.occurrence_id, 0
-    for left in (1, 0):
+    current = made.occurrence_id
+    for nesting, left in enumerate((1, 0), start=1):
         fence = _run(k, current)
         [current] = k.kernel.replace(
             current, owner="w1", fence=fence,
             replacement=sig("proj.nest", left, task_id="n1"), task_id="n1",
         )  # fmt: skip
-        nesting += 1
         assert replacement_of(k.kernel.get_occurrence(current).trigger_key)[1] == nesting
     assert [o.payload["args"] for o in _task_id(k, "n1")] == [[2], [1], [0]]
     _succeed(k, current, "end")
@@ -167,8 +164,8 @@ def test_a_chord_as_replacement_makes_its_members_and_its_body_takes_the_id(
     k: Harness,
 ) -> None:
     made = k.kernel.enqueue(task="proj.fan", key="f1", callbacks=[sig("proj.after", task_id="x")])
-    chord = {**sig("proj.tsum", task_id="f1"),
-             "chord": {"id": "inner", "header": [sig("proj.add", i) for i in range(2)]}}  # fmt: skip
+    header = [sig("proj.add", i) for i in range(2)]
+    chord = {**sig("proj.tsum", task_id="f1"), "chord": {"id": "inner", "header": header}}
     fence = _run(k, made.occurrence_id)
     replaced_by = k.kernel.replace(
         made.occurrence_id, owner="w1", fence=fence, replacement=chord, task_id="f1"
