@@ -53,6 +53,7 @@ __all__ = [
     "enqueue_many",
     "enqueue_on",
     "result",
+    "with_settings",
 ]
 
 log = logging.getLogger("celery_kernel.enqueue")
@@ -175,14 +176,14 @@ def run_queue(
 def _request(app: Any, task: str, run: Mapping[str, Any]) -> EnqueueRequest:
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
-    links = {name: _with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
+    links = {name: with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
     settings = _task_settings(app, task)
     if run.get("queue") is None:
         run = {**run, "queue": run_queue(app, task, run.get("args") or (), run.get("kwargs"), {})}
     return EnqueueRequest(task, settings=settings, **{**run, **links})
 
 
-def _with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Kernel link signatures (kernel/spec/enqueue_request.py), each with its task's
     implicit job settings, as the enqueue of that task would define them."""
     return [
@@ -191,11 +192,19 @@ def _with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[di
             # A signature without a task is refused by the kernel, naming its place.
             "settings": _task_settings(app, sig["task"]) if sig.get("task") else {},
             **({"options": _routed_options(app, sig)} if sig.get("task") else {}),
-            "callbacks": _with_settings(app, sig.get("callbacks") or ()),
-            "errbacks": _with_settings(app, sig.get("errbacks") or ()),
+            "callbacks": with_settings(app, sig.get("callbacks") or ()),
+            "errbacks": with_settings(app, sig.get("errbacks") or ()),
+            **_chord_with_settings(app, sig.get("chord")),
         }
         for sig in signatures
     ]
+
+
+def _chord_with_settings(app: Any, chord: Any) -> dict[str, Any]:
+    """A chord step's ``chord`` with its members' settings (none without a chord)."""
+    if not isinstance(chord, Mapping) or not isinstance(chord.get("header"), Sequence):
+        return {} if chord is None else {"chord": chord}  # refused by the kernel, naming it
+    return {"chord": {**chord, "header": with_settings(app, chord["header"])}}
 
 
 def _routed_options(app: Any, sig: Mapping[str, Any]) -> Any:
@@ -316,7 +325,7 @@ def enqueue_many(
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
     if chord is not None:
-        chord = {**chord, "body": _with_settings(app, [chord["body"]])[0]}
+        chord = {**chord, "body": with_settings(app, [chord["body"]])[0]}
     return _enqueue(app, requests, connection, client, chord)
 
 
