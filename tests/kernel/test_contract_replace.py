@@ -179,7 +179,7 @@ def test_a_chord_as_replacement_makes_its_members_and_its_body_takes_the_id(
     assert _task_id(k, "x")[0].payload["args"] == [10]
 
 
-def test_a_lost_fence_makes_nothing(k: Harness) -> None:
+def test_a_lost_fence_makes_nothing_and_the_next_holder_s_replace_makes_it_once(k: Harness) -> None:
     made = k.kernel.enqueue(task="proj.slow", key="l1", settings={"max_attempts": 3})
     stale = _run(k, made.occurrence_id)
     k.clock.advance(60)
@@ -192,6 +192,18 @@ def test_a_lost_fence_makes_nothing(k: Harness) -> None:
     assert len(_all(k)) == 1
     assert k.kernel.get_occurrence(made.occurrence_id).status == S.RUNNING
     assert not [e for e in k.kernel.events() if e.type == "occurrence_replaced"]
+    # The run again after its worker died: its holder's settle makes the replacement, once.
+    fence = k.kernel.get_occurrence(made.occurrence_id).fence
+    k.kernel.replace(
+        made.occurrence_id, owner="w2", fence=fence,
+        replacement=sig("proj.add", task_id="l1"), task_id="l1",
+    )  # fmt: skip
+    with pytest.raises(LeaseLost):
+        k.kernel.replace(
+            made.occurrence_id, owner="w2", fence=fence,
+            replacement=sig("proj.add", task_id="l1"), task_id="l1",
+        )  # fmt: skip
+    assert len(_task_id(k, "l1")) == 2
 
 
 def test_a_replacement_without_the_run_s_task_id_is_refused(k: Harness) -> None:
