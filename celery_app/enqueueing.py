@@ -47,6 +47,7 @@ from kernel import (
 )
 
 __all__ = [
+    "ACCUMULATE",
     "ResultTimeout",
     "RunFailed",
     "enqueue",
@@ -69,6 +70,10 @@ _NOT_ENQUEUED = ("celery.", "kernel.")
 #: (``task.map``, ``task.starmap``, each of ``task.chunks``' members), enqueued when
 #: that task is routed (celery_app/enqueue_routing.py).
 MAP_BUILTINS = frozenset({"celery.map", "celery.starmap"})
+#: And this one: the body Celery gives a group a task is replaced with (a chord whose
+#: body hands on its members' results), enqueued in a kernel run's replacement
+#: (celery_app/task_call.py).
+ACCUMULATE = "celery.accumulate"
 #: Settled without success: result() raises.
 _FINAL_FAILURES = frozenset(SETTLED) - {OccurrenceStatus.SUCCEEDED}
 
@@ -135,7 +140,7 @@ def _task_settings(app: Any, name: str) -> dict[str, Any]:
     """The implicit job's fields from the registered task ``name`` (NOT_FOUND if none):
     its time limits, retry settings and queue, then its ``kernel_options`` (job spec
     fields, as a ``beat_schedule`` entry's ``kernel`` key)."""
-    if name.startswith(_NOT_ENQUEUED) and name not in MAP_BUILTINS:
+    if name.startswith(_NOT_ENQUEUED) and name not in {*MAP_BUILTINS, ACCUMULATE}:
         raise InvalidArgument("task", f"{name!r} is Celery's or the kernel's own task")
     task = app.tasks.get(name)
     if task is None:

@@ -27,7 +27,7 @@ from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack, R
 from adapters.task import retries_on
 from celery_app.canvas_links import replacement_signature
 from celery_app.enqueue_routing import routed_call
-from celery_app.enqueueing import with_settings
+from celery_app.enqueueing import ACCUMULATE, with_settings
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
 from kernel import InvalidArgument, attempts_left, caller_key, replacement_of
@@ -145,7 +145,8 @@ def replacement(app: Any, sig: Any) -> dict[str, Any]:
     """
     link = replacement_signature(sig)
     for name, kwargs in _tasks(link):
-        if not routed_call(app, name, kwargs):
+        # A group's replacement is Celery's chord over its own accumulate: routed with it.
+        if name != ACCUMULATE and not routed_call(app, name, kwargs):
             raise InvalidArgument(
                 "replacement",
                 f"task {name} of the replacement is not routed through the kernel "

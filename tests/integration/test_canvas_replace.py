@@ -6,8 +6,9 @@ replacement as occurrences (a task, a chain, a chord), the step Celery gave the 
 task id answering the caller's ``AsyncResult``, with the run's chain rest and chord
 place: a simple replace, a nested one (``replaced_task_nesting`` 0, 1, 2, 3 as Celery
 counts it), one inside a chain's step, inside a chord's member, and replacements by a
-chain and by a chord answer what stock Celery answers. A group replacement (Celery
-makes it a chord over its builtin ``celery.accumulate``) is refused, naming the task.
+chain, by a chord and by a group (Celery makes it a chord over its builtin
+``celery.accumulate``, which the kernel runs) answer what stock Celery answers; a
+replacement with a task that is not routed is refused, naming it.
 """
 
 from __future__ import annotations
@@ -58,10 +59,13 @@ def to_chord(self, x):
 def to_group(self, x):
     return self.replace(group(_of(self, "add").s(x, 1), _of(self, "add").s(x, 2)))
 
+def to_stock(self, x):
+    return self.replace(app.tasks["myproj.stock.add"].s(x, 1))
+
 for side in ("routed", "stock"):
     for body in (add, tsum):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
-    for body in (replaced, nested, to_chain, to_chord, to_group):
+    for body in (replaced, nested, to_chain, to_chord, to_group, to_stock):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False, bind=True)(body)
 """
 
@@ -76,8 +80,8 @@ for side in ("routed", "stock"):
     def task(name):
         return app.tasks[f"myproj.{side}.{name}"]
     add, tsum, replaced = task("add"), task("tsum"), task("replaced")
-    grouped = task("to_group").delay(1)
-    grouped.get(timeout=60, propagate=False)
+    unrouted = task("to_stock").delay(1)
+    unrouted.get(timeout=60, propagate=False)
     out[side] = {
         "simple": replaced.delay(1).get(timeout=60),
         "nested": task("nested").delay(3).get(timeout=60),
@@ -87,7 +91,8 @@ for side in ("routed", "stock"):
         "chord_member": chord([add.s(1, 1), replaced.s(5)])(tsum.s()).get(timeout=60),
         "to_chain": task("to_chain").delay(1).get(timeout=60),
         "to_chord": task("to_chord").delay(1).get(timeout=60),
-        "to_group": [grouped.status, str(grouped.result)],
+        "to_group": task("to_group").delay(1).get(timeout=60),
+        "to_stock": [unrouted.status, str(unrouted.result)],
     }
 print(json.dumps(out))
 """
@@ -110,12 +115,12 @@ def test_a_routed_replace_answers_as_stock_celery_each_replacement_an_occurrence
     routed, stock = out["routed"], out["stock"]
     expected = {
         "simple": 11, "nested": [0, 1, 2, 3], "chain_step": 112, "chord_member": 17,
-        "to_chain": 102, "to_chord": 5,
+        "to_chain": 102, "to_chord": 5, "to_group": [2, 3],
     }  # fmt: skip
     assert {name: stock[name] for name in expected} == expected
     assert {name: routed[name] for name in expected} == expected
-    assert stock["to_group"] == ["SUCCESS", "[2, 3]"]
-    assert routed["to_group"][0] == "FAILURE" and "celery.accumulate" in routed["to_group"][1]
+    assert stock["to_stock"] == ["SUCCESS", "2"]
+    assert routed["to_stock"][0] == "FAILURE" and "myproj.stock.add" in routed["to_stock"][1]
     # Each replaced run ended without a result; its replacement is an occurrence that
     # took over its task id, made once by its settle.
     for name in ("replaced", "nested", "to_chain", "to_chord"):
