@@ -71,7 +71,7 @@ for side in ("routed", "stock"):
 
 SIDE_BY_SIDE = """\
 import json
-from celery import chain, chord
+from celery import chain, chord, group
 from myproj import app
 app.loader.import_default_modules()
 
@@ -92,6 +92,9 @@ for side in ("routed", "stock"):
         "to_chain": task("to_chain").delay(1).get(timeout=60),
         "to_chord": task("to_chord").delay(1).get(timeout=60),
         "to_group": task("to_group").delay(1).get(timeout=60),
+        "group_of_groups": group([task("to_group").s(1), task("to_group").s(3)] * 3).delay().get(
+            timeout=60
+        ),
         "to_stock": [unrouted.status, str(unrouted.result)],
     }
 print(json.dumps(out))
@@ -116,6 +119,7 @@ def test_a_routed_replace_answers_as_stock_celery_each_replacement_an_occurrence
     expected = {
         "simple": 11, "nested": [0, 1, 2, 3], "chain_step": 112, "chord_member": 17,
         "to_chain": 102, "to_chord": 5, "to_group": [2, 3],
+        "group_of_groups": [[2, 3], [4, 5]] * 3,
     }  # fmt: skip
     assert {name: stock[name] for name in expected} == expected
     assert {name: routed[name] for name in expected} == expected
