@@ -217,3 +217,17 @@ def test_a_replacement_without_the_run_s_task_id_is_refused(k: Harness) -> None:
     assert refused.value.field == "replacement"
     assert k.kernel.get_occurrence(made.occurrence_id).status == S.RUNNING
     assert len(_all(k)) == 1
+
+
+def test_a_task_id_too_long_to_take_over_is_refused_and_nothing_is_written(k: Harness) -> None:
+    long_id = "x" * 200  # a caller's key may be 200 characters; its takeover's would be more
+    made = k.kernel.enqueue(task="proj.x", key=long_id)
+    fence = _run(k, made.occurrence_id)
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.replace(
+            made.occurrence_id, owner="w1", fence=fence,
+            replacement=sig("proj.add", task_id=long_id), task_id=long_id,
+        )  # fmt: skip
+    assert refused.value.field == "key"
+    assert k.kernel.get_occurrence(made.occurrence_id).status == S.RUNNING
+    assert len(_all(k)) == 1
