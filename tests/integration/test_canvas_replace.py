@@ -9,6 +9,10 @@ counts it), one inside a chain's step, inside a chord's member, and replacements
 chain, by a chord and by a group (Celery makes it a chord over its builtin
 ``celery.accumulate``, which the kernel runs) answer what stock Celery answers; a
 replacement with a task that is not routed is refused, naming it.
+
+A worker SIGKILLed after the body replaced itself and before its settle committed
+leaves nothing made: the run's lease expires, another worker runs it again, and that
+run's settle makes the replacement, once (SQLite, and PostgreSQL).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ kernel_rehint_after = 1.0
 """
 
 TASKS = """\
-from celery import chain, chord, group
+import json, os, time
+from celery import chain, chord, group, signals
 from myproj import app
 
 def add(x, y):
@@ -61,6 +66,22 @@ def to_group(self, x):
 
 def to_stock(self, x):
     return self.replace(app.tasks["myproj.stock.add"].s(x, 1))
+
+@app.task(name="myproj.routed.stalls", bind=True,
+          kernel_options={"lease": "5s", "max_lost_leases": 2})
+def stalls(self, x):
+    return self.replace(app.tasks["myproj.routed.add"].s(x, 10))
+
+@signals.task_postrun.connect
+def stall_once(sender=None, state=None, **kwargs):
+    # After the body replaced itself, before the worker's settle: the first time, stall
+    # here until the test kills the worker.
+    if sender.name != "myproj.routed.stalls" or os.path.exists("stalled.once"):
+        return
+    open("stalled.once", "w").close()
+    with open("ledger.jsonl", "a") as ledger:
+        ledger.write(json.dumps({"task": "stalls", "state": state, "ppid": os.getppid()}) + "\\n")
+    time.sleep(60)
 
 for side in ("routed", "stock"):
     for body in (add, tsum):
@@ -141,3 +162,44 @@ def test_a_routed_replace_answers_as_stock_celery_each_replacement_an_occurrence
     assert taking == [11, 12, 15, 102]
     story = stack.cli("why", str(stack.occurrences("task:myproj.routed.replaced")[0].id))
     assert "replaced by occurrence" in str(story)
+
+
+STALLS = """\
+import json
+from myproj import app
+app.loader.import_default_modules()
+print(json.dumps({"id": app.tasks["myproj.routed.stalls"].delay(1).id}))
+"""
+
+READ = """\
+import json, sys
+from myproj import app
+print(json.dumps({"value": app.AsyncResult(sys.argv[1]).get(timeout=90)}))
+"""
+
+
+@pytest.mark.parametrize("stack", ["redis", "redis+postgres"], indirect=True)
+def test_a_worker_killed_after_the_body_replaced_itself_makes_the_replacement_once(
+    stack: Stack,
+) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    first = project.worker("w1")
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    task_id = project.client(STALLS)["id"]
+    [stalled] = stack.wait(
+        lambda: project.ledger(task="stalls"), timeout=30, what="the body replaced itself"
+    )
+    assert stalled["state"] == "IGNORED"  # Celery's state of a replaced task
+    assert stack.occurrences("task:myproj.routed.add") == []  # its settle never committed
+    first.crash()
+    project.worker("w2")
+    answer = project.client(READ.replace("sys.argv[1]", repr(task_id)))
+    assert answer == {"value": 11}
+    [replaced] = stack.occurrences("task:myproj.routed.stalls")
+    assert (replaced.status.value, replaced.attempt, replaced.result) == ("succeeded", 1, None)
+    [replacement] = stack.occurrences("task:myproj.routed.add")
+    assert replacement.trigger_key == f"replacing:1:{replaced.id}:{task_id}"
+    assert replacement.status.value == "succeeded" and replacement.result == 11
