@@ -26,6 +26,7 @@ __all__ = [
     "HandBack",
     "Redeliver",
     "Cancelled",
+    "Replaced",
     "AdapterError",
     "ErrorClass",
     "ExecutionContext",
@@ -98,6 +99,17 @@ class Redeliver(HandBack):
 
 class Cancelled(Exception):
     """The occurrence was cancelled (operator cancel or lost lease) while it ran."""
+
+
+class Replaced(Exception):  # noqa: N818 - not an error: how a replaced body ends
+    """The run replaced itself (Celery's ``self.replace(sig)``): the runtime settles it
+    with ``replacement`` (a kernel link signature) whose step with ``task_id``, the run's
+    task id, takes that id over (:meth:`kernel.Kernel.replace`)."""
+
+    def __init__(self, replacement: Mapping[str, Any], task_id: str) -> None:
+        super().__init__(f"replaced by {replacement.get('task')}")
+        self.replacement = replacement
+        self.task_id = task_id
 
 
 @dataclass(frozen=True)

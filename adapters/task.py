@@ -19,6 +19,7 @@ from adapters.base import (
     BaseAdapter,
     Cancelled,
     ExecutionContext,
+    Replaced,
     read_payload,
 )
 from kernel import SafePoint, TaskPayload
@@ -92,7 +93,7 @@ class TaskAdapter(BaseAdapter):
         with _running_as(ctx):
             try:
                 return self.call(task, ctx, lambda: body(*args, **kwargs))
-            except (Cancelled, AdapterError):
+            except (Cancelled, AdapterError, Replaced):
                 raise
             except Exception as exc:
                 if retries_on(task, exc):

@@ -51,7 +51,8 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
     Raises:
         InvalidArgument: some are routed and some not, or a member is a canvas.
     """
-    members = [maybe_signature(task, app=app) for task in tasks]
+    # Copies, as Celery's group takes them: one signature listed twice is two members.
+    members = [maybe_signature(task, app=app).clone() for task in tasks]
     # A chunks' members are celery.starmap calls (xstarmap) over its task. A group's
     # member may be a chain led by a routed task (its rest: that task's links); a chord's
     # may not (the chord counts its members' own ends).

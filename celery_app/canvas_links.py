@@ -23,6 +23,10 @@ a canvas, a chord whose body is a chain, a step of a chord Celery counts itself 
 ``chord`` option), and step options the kernel does not honour (``expires``, ...). A
 step's ``eta`` is stored as ISO text (a link is JSON), made aware in the app's zone as
 Celery reads a naive one.
+
+A ``self.replace(sig)`` inside a kernel run is one link too (:func:`replacement_signature`):
+a task, a chain (each step's next step first among its callbacks) or a chord.
+(``replaced_task_nesting`` is the kernel's to count: kernel/jobs/replacement.py.)
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from celery.utils.time import maybe_make_aware
 
 from kernel import InvalidArgument
 
-__all__ = ["CANVAS_OPTIONS", "link_signature", "links"]
+__all__ = ["CANVAS_OPTIONS", "link_signature", "links", "replacement_signature"]
 
 #: The apply_async options this module turns into links.
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
@@ -47,7 +51,7 @@ _STEP_OPTIONS = ("task_id", "queue", "countdown", "eta", "priority")
 #: backend, which a kernel run never reports to: dropped, the chord would wait forever.)
 _UNUSED_STEP_OPTIONS = frozenset(
     {"reply_to", "parent_id", "root_id", "group_id", "group_index", "serializer",
-     "add_to_parent", "stamped_headers", "stamps"}
+     "add_to_parent", "stamped_headers", "stamps", "replaced_task_nesting"}
 )  # fmt: skip
 
 
@@ -204,3 +208,30 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
         "callbacks": nested,
         "errbacks": errbacks,
     }
+
+
+def replacement_signature(sig: Mapping[str, Any]) -> dict[str, Any]:
+    """The signature of a kernel run's ``self.replace(sig)`` as one kernel link: a task
+    or a chord as :func:`link_signature` makes them, a chain as its first step carrying
+    the others (its ``link_error`` on every step, as Celery applies a chain).
+
+    Raises:
+        InvalidArgument: as :func:`link_signature`, ``replacement`` first in its field (a
+            group is one: Celery makes it a chord whose body is its builtin
+            ``celery.accumulate``, which the kernel does not run).
+    """
+    if sig.get("subtask_type") != "chain":
+        return link_signature(sig, "replacement")
+    options = dict(sig.get("options") or {})
+    _refuse(options, {"task_id", "link_error"}, "replacement")
+    tasks = (sig.get("kwargs") or {}).get("tasks") or ()
+    steps = [link_signature(task, f"replacement.tasks[{i}]") for i, task in enumerate(tasks)]
+    errbacks = [
+        link_signature(s, f"replacement.link_error[{i}]")
+        for i, s in enumerate(_many(options.get("link_error")))
+    ]
+    for step, after in zip(steps, steps[1:], strict=False):
+        step["callbacks"].insert(0, after)
+    for step in steps:
+        step["errbacks"].extend(errbacks)
+    return steps[0]

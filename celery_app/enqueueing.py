@@ -47,6 +47,7 @@ from kernel import (
 )
 
 __all__ = [
+    "ACCUMULATE",
     "ResultTimeout",
     "RunFailed",
     "enqueue",
@@ -54,6 +55,7 @@ __all__ = [
     "enqueue_on",
     "process_kernel",
     "result",
+    "with_settings",
 ]
 
 log = logging.getLogger("celery_kernel.enqueue")
@@ -69,6 +71,10 @@ _NOT_ENQUEUED = ("celery.", "kernel.")
 #: (``task.map``, ``task.starmap``, each of ``task.chunks``' members), enqueued when
 #: that task is routed (celery_app/enqueue_routing.py).
 MAP_BUILTINS = frozenset({"celery.map", "celery.starmap"})
+#: And this one: the body Celery gives a group a task is replaced with (a chord whose
+#: body hands on its members' results), enqueued in a kernel run's replacement
+#: (celery_app/task_call.py).
+ACCUMULATE = "celery.accumulate"
 #: Settled without success: result() raises.
 _FINAL_FAILURES = frozenset(SETTLED) - {OccurrenceStatus.SUCCEEDED}
 
@@ -140,7 +146,7 @@ def _task_settings(app: Any, name: str) -> dict[str, Any]:
     """The implicit job's fields from the registered task ``name`` (NOT_FOUND if none):
     its time limits, retry settings and queue, then its ``kernel_options`` (job spec
     fields, as a ``beat_schedule`` entry's ``kernel`` key)."""
-    if name.startswith(_NOT_ENQUEUED) and name not in MAP_BUILTINS:
+    if name.startswith(_NOT_ENQUEUED) and name not in {*MAP_BUILTINS, ACCUMULATE}:
         raise InvalidArgument("task", f"{name!r} is Celery's or the kernel's own task")
     task = app.tasks.get(name)
     if task is None:
@@ -185,7 +191,7 @@ def _request(
     (one object per task, which the kernel encodes once for all of a batch's runs)."""
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
-    links = {name: _with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
+    links = {name: with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
     settings = settings_of.get(task)
     if settings is None:
         settings = settings_of[task] = _task_settings(app, task)
@@ -194,7 +200,7 @@ def _request(
     return EnqueueRequest(task, settings=settings, **{**run, **links})
 
 
-def _with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Kernel link signatures (kernel/spec/enqueue_request.py), each with its task's
     implicit job settings, as the enqueue of that task would define them."""
     return [
@@ -203,11 +209,19 @@ def _with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[di
             # A signature without a task is refused by the kernel, naming its place.
             "settings": _task_settings(app, sig["task"]) if sig.get("task") else {},
             **({"options": _routed_options(app, sig)} if sig.get("task") else {}),
-            "callbacks": _with_settings(app, sig.get("callbacks") or ()),
-            "errbacks": _with_settings(app, sig.get("errbacks") or ()),
+            "callbacks": with_settings(app, sig.get("callbacks") or ()),
+            "errbacks": with_settings(app, sig.get("errbacks") or ()),
+            **_chord_with_settings(app, sig.get("chord")),
         }
         for sig in signatures
     ]
+
+
+def _chord_with_settings(app: Any, chord: Any) -> dict[str, Any]:
+    """A chord step's ``chord`` with its members' settings (none without a chord)."""
+    if not isinstance(chord, Mapping) or not isinstance(chord.get("header"), Sequence):
+        return {} if chord is None else {"chord": chord}  # refused by the kernel, naming it
+    return {"chord": {**chord, "header": with_settings(app, chord["header"])}}
 
 
 def _routed_options(app: Any, sig: Mapping[str, Any]) -> Any:
@@ -340,7 +354,7 @@ def enqueue_many(
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
     if chord is not None:
-        chord = {**chord, "body": _with_settings(app, [chord["body"]])[0]}
+        chord = {**chord, "body": with_settings(app, [chord["body"]])[0]}
     return _enqueue(app, requests, connection, client, chord)
 
 

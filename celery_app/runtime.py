@@ -23,6 +23,7 @@ from adapters.base import (
     ExecutionContext,
     HandBack,
     Redeliver,
+    Replaced,
     bound_message,
 )
 from adapters.secrets import scrub, scrub_value
@@ -37,6 +38,7 @@ from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from kernel import (
     Claim,
     Effect,
+    InvalidArgument,
     Kernel,
     LeaseLost,
     Occurrence,
@@ -61,7 +63,8 @@ class RunOutcome:
 
     Attributes:
         result: ``succeeded``, ``retry_wait``, ``dead_letter``, ``failed`` (no adapter
-            of the occurrence's kind), ``cancelled``, ``handed_back``, ``lease_lost``,
+            of the occurrence's kind), ``cancelled``, ``handed_back``, ``replaced`` (the
+            body's ``self.replace()``: its replacement made), ``lease_lost``,
             ``not_claimable``, ``rehinted`` (a batch's unstarted id sent again) or
             ``rate_limited`` (refused until its rate limit's token is free; sent again then).
         job_id: the occurrence's job, once claimed.
@@ -266,6 +269,8 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
         return RunOutcome("handed_back", occurrence.job_id), None
     except HandBack:
         return RunOutcome("handed_back", occurrence.job_id), None
+    except Replaced as replaced:
+        return _replaced(run, replaced), None
     except Exception as exc:  # job code may raise anything; the adapter classifies it
         if run.fenced:
             return _fenced_off(run), None
@@ -328,6 +333,40 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
     except LeaseLost as exc:
         return _settle_refused(run, exc), None
     return RunOutcome("succeeded", occurrence.job_id, value=result), carried
+
+
+def _replaced(run: HeldRun, replaced: Replaced) -> RunOutcome:
+    """Settle a run that replaced itself, making its replacement in the same transaction
+    (:meth:`kernel.Kernel.replace`); one the kernel refuses fails the run for good."""
+    if run.fenced:
+        return _fenced_off(run)
+    kernel, claim = run.kernel, run.claim
+    occurrence = claim.occurrence
+    try:
+        run.output.flush(final=True)
+        try:
+            made = kernel.replace(
+                occurrence.id,
+                owner=claim.owner,
+                fence=claim.fence,
+                replacement=replaced.replacement,
+                task_id=replaced.task_id,
+            )
+        except InvalidArgument as exc:
+            run.log.error("replacement refused: %s", exc, extra={"action": "run_failed"})
+            status = kernel.fail(
+                occurrence.id, owner=claim.owner, fence=claim.fence, code="REPLACE_REFUSED",
+                message=bound_message(exc.message), retryable=False,
+            )  # fmt: skip
+            return RunOutcome(status, occurrence.job_id, "REPLACE_REFUSED", status)
+    except LeaseLost as exc:
+        return _settle_refused(run, exc)
+    run.log.info(
+        "replaced: its replacement is occurrence(s) %s",
+        ", ".join(map(str, made)),
+        extra={"action": "run_replaced"},
+    )
+    return RunOutcome("replaced", occurrence.job_id)
 
 
 def _job_traceback(exc: BaseException, secrets: Iterable[str]) -> str | None:

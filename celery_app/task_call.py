@@ -4,9 +4,9 @@ The ``task`` adapter runs the app's task inside ``kernel.run_occurrence``; here 
 gets what it would get from Celery's tracer: ``self.request`` (id, retries, args, kwargs,
 delivery_info, hostname ...), Celery's task signals sent by the app's task (not the
 kernel's wrapper), ``self.retry()`` turned into a kernel retry after its countdown
-or at its eta with the arguments it gives, ``self.replace(sig)`` (both
-:func:`hook_task_methods`), and its outcome in the
-app's result backend under ``self.request.id`` (:mod:`celery_app.task_results`).
+or at its eta with the arguments it gives, ``self.replace(sig)`` (the run's replacement
+made durably by its settle; both :func:`hook_task_methods`), and its outcome in the app's
+result backend under ``self.request.id`` (:mod:`celery_app.task_results`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from billiard.einfo import ExceptionInfo
 from celery import signals, states
 from celery.app.task import Context, Task
 from celery.exceptions import Reject, Retry
-from celery.result import allow_join_result
 
-from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack, Redeliver
+from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack, Redeliver, Replaced
 from adapters.task import retries_on
+from celery_app.canvas_links import replacement_signature
+from celery_app.enqueue_routing import routed_call
+from celery_app.enqueueing import ACCUMULATE, with_settings
 from celery_app.hints import run_task_id
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
-from kernel import attempts_left
+from kernel import InvalidArgument, attempts_left, replacement_of
 
 __all__ = ["call_task", "hook_task_methods", "task_id"]
 
@@ -51,6 +53,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     payload = occurrence.payload
     args, kwargs = list(payload.get("args") or ()), dict(payload.get("kwargs") or {})
     run_id = task_id(ctx)
+    replaced = replacement_of(occurrence.trigger_key)
     # The hint's message as the worker got it (none when the body runs outside a worker).
     wrapper = task.app.tasks.get(RUN_OCCURRENCE)
     outer = wrapper.request if wrapper is not None else Context()
@@ -76,6 +79,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             "origin": outer.origin,
             "called_directly": False,
             "kernel_run": True,  # hook_task_methods: its retry() and replace() are the kernel's
+            "replaced_task_nesting": replaced[1] if replaced else 0,
             "is_eager": False,
         }
     )
@@ -85,10 +89,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     try:
         signals.task_prerun.send(sender=task, task_id=run_id, task=task, args=args, kwargs=kwargs)
         try:
-            try:
-                retval = run()
-            except _Replaced as replaced:
-                retval = replaced.value
+            retval = run()
             store_success(task, run_id, retval)
         except Retry as exc:
             state = states.RETRY
@@ -102,6 +103,9 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             ) from None
         except Cancelled:
             state = states.REVOKED
+            raise
+        except Replaced:
+            state = states.IGNORED  # as Celery's replace: no result, the replacement's
             raise
         except Exception as exc:
             if isinstance(exc, Reject) and exc.requeue:
@@ -155,25 +159,50 @@ def _celery_request(given: dict[str, Any], outer: Any, run_id: str) -> dict[str,
     return fields
 
 
-class _Replaced(Exception):  # noqa: N818 - not an error: how a replaced body ends
-    """A kernel run's ``self.replace(sig)`` done: the replacement's result, the run's."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__("replaced")
-        self.value = value
-
-
 _hook_lock = threading.Lock()
+
+
+def replacement(app: Any, sig: Any) -> dict[str, Any]:
+    """The kernel link of a kernel run's ``self.replace(sig)`` (Celery has frozen it with
+    the run's task id), each task's settings with it.
+
+    Raises:
+        InvalidArgument: the kernel cannot make it durable: a task of it is not routed
+            (``kernel_route_tasks``), or it has what a link cannot carry (named).
+    """
+    link = replacement_signature(sig)
+    for name, kwargs in _tasks(link):
+        # A group's replacement is Celery's chord over its own accumulate: routed with it.
+        if name != ACCUMULATE and not routed_call(app, name, kwargs):
+            raise InvalidArgument(
+                "replacement",
+                f"task {name} of the replacement is not routed through the kernel "
+                "(kernel_route_tasks), which makes a kernel run's replacement durable: "
+                "route it, or replace with routed tasks only",
+                task=name,
+            )
+    return with_settings(app, [link])[0]
+
+
+def _tasks(link: Any) -> list[tuple[str, Any]]:
+    """(task name, kwargs) of every signature in a kernel link, at any depth."""
+    found = [(link["task"], link.get("kwargs"))]
+    for member in (link.get("chord") or {}).get("header") or ():
+        found += _tasks(member)
+    for nested in (*link.get("callbacks", ()), *link.get("errbacks", ())):
+        found += _tasks(nested)
+    return found
 
 
 def hook_task_methods() -> None:
     """``self.replace(sig)`` and ``self.retry()`` inside a kernel run; elsewhere Celery's
     own. Idempotent.
 
-    ``replace``: Celery's eager path, its replacement applied in the run (Celery has
-    given it the run's task id, the callbacks and the chain's rest stay the run's: kernel
-    links fired by its settle), and its result the run's, whether the body returns or
-    raises ``self.replace(...)``; a failing replacement fails the run.
+    ``replace``: the body ends as Celery's replace ends it (no result: Ignore), whether it
+    returns or raises ``self.replace(...)``; the run's settle makes the replacement in its
+    transaction, the step Celery gave the run's task id taking over that id, the run's
+    callbacks, chain's rest and chord place (:meth:`kernel.Kernel.replace`). A
+    replacement the kernel cannot make durable fails the run, naming why.
 
     ``retry``: Celery's, which builds the retry's signature (its arguments) and raises
     ``Retry``, but sends nothing: the kernel, not the broker, owns this run's retry.
@@ -190,9 +219,7 @@ def hook_task_methods() -> None:
         def on_replace(self: Any, sig: Any) -> Any:
             if not getattr(self.request, "kernel_run", False):
                 return celerys_replace(self, sig)
-            # Joined inside the run's own lease, as Celery's eager replace joins it.
-            with allow_join_result():
-                raise _Replaced(sig.apply().get())
+            raise Replaced(replacement(self.app, sig), self.request.id)
 
         def retry(self: Any, *args: Any, **kwargs: Any) -> Any:
             request = self.request

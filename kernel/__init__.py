@@ -66,7 +66,7 @@ from kernel.spec.payloads import (
 from kernel.spec.retry import attempts_left
 from kernel.spec.run_params import with_params
 from kernel.spec.sections import check_limit, read_budget
-from kernel.spec.task_runs import caller_key, task_job_id
+from kernel.spec.task_runs import caller_key, replacement_of, task_job_id
 from kernel.states import (
     ACTIVE,
     CLAIMABLE,
@@ -115,6 +115,7 @@ __all__ = [
     "caller_key",
     "Revoked",
     "carries_stamps",
+    "replacement_of",
     "EnqueueRequest",
     "KernelError",
     "InvalidArgument",

@@ -67,6 +67,9 @@ class EventType(StrEnum):
     #: A settled run's callback or errback was not made: its task's job was deleted since
     #: the run was enqueued (``reason``, the link's ``trigger_key``).
     LINK_NOT_MADE = "link_not_made"
+    #: A run replaced itself (Celery's ``self.replace``): its settle made its replacement
+    #: (``replaced_by``: the occurrences made now, ``task_id``: the task id taken over).
+    OCCURRENCE_REPLACED = "occurrence_replaced"
     #: A chord's last member succeeded: its body was made (``chord_id``, ``body``: its key).
     CHORD_COMPLETED = "chord_completed"
     #: A chord's member failed for good (dead letter or cancel): its body is never made,
@@ -132,6 +135,7 @@ EVENTS_OUTSIDE_THE_TABLE: dict[EventType, str] = {
     _E.CHAIN_DEPTH_EXCEEDED: "a chained child not made: nothing changed",
     _E.CHAIN_FANOUT_EXCEEDED: "a chained child not made: nothing changed",
     _E.LINK_NOT_MADE: "a run's link not made: nothing changed",
+    _E.OCCURRENCE_REPLACED: "tells what a success made; WORKER_SUCCEEDS and TASK_ENQUEUED move",
     _E.RUN_OUTPUT: "a run's output, stored by its fenced holder; no state moves",
     _E.HISTORY_PRUNED: "settled history deleted; no live state moves",
     _E.BEAT_STOPPED: "a Beat left the registry of Beats, which holds no state of the table",

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kernel.facade.base import FacadeBase, write
-from kernel.jobs import enqueueing
+from kernel.jobs import enqueueing, replacement
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
 from kernel.transaction.borrowed import Borrowed
 from kernel.transaction.tx import Tx
@@ -115,6 +115,46 @@ class EnqueueFacade(FacadeBase):
     ) -> list[Enqueued]:
         """The runs enqueued in a transaction of the kernel's own."""
         return enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted, chord=chord)
+
+    def replace(
+        self,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        replacement: Mapping[str, Any],
+        task_id: str,
+    ) -> list[int]:
+        """Settle the held run as replaced by ``replacement`` (Celery's ``self.replace``),
+        fenced, and make its replacement in the same transaction: a link signature (a
+        task, a chain along its callbacks, or a chord) whose step with the run's
+        ``task_id`` takes over that id, the run's callbacks and its place in a chord,
+        every step up to it the run's errbacks (kernel/jobs/replacement.py). The run
+        ends succeeded without a result; ``why`` tells what replaced it.
+
+        Returns:
+            The occurrences made now: the first step's, or a chord's members.
+
+        Raises:
+            LeaseLost: (owner, fence) no longer holds the lease; nothing is written.
+            InvalidArgument: no step has ``task_id``, or a signature is invalid
+                (``field`` starts with ``replacement``); nothing is written.
+        """
+        defined = self._enqueue_state()
+        return self._replace(occurrence_id, owner, fence, replacement, task_id, defined)
+
+    @write
+    def _replace(
+        self,
+        tx: Tx,
+        occurrence_id: int,
+        owner: str,
+        fence: int,
+        sig: Mapping[str, Any],
+        task_id: str,
+        defined: dict[str, dict[str, Any]],
+    ) -> list[int]:
+        return replacement.replace(tx, occurrence_id, owner, fence, sig, task_id, defined)
 
     def _enqueue_state(self) -> dict[str, dict[str, Any]]:
         """The specs this kernel ensured, by job id (one definition per process and task)."""

@@ -1,1 +1,2 @@
-"""Jobs: definitions, enqueueing, sources, retirement, fan-in, backfill, cancellation, health."""
+"""Jobs: definitions, enqueueing and a run's replacement, sources, retirement, fan-in,
+backfill, cancellation, health."""

@@ -48,6 +48,7 @@ __all__ = [
     "EnqueueRequest",
     "Enqueued",
     "enqueue",
+    "ensure_jobs",
     "task_job_id",
     "task_job_spec",
 ]
@@ -97,6 +98,18 @@ def _ensure_job(tx: Tx, spec: Mapping[str, Any]) -> None:
             "task", f"job {spec['id']!r} exists and is not a task's implicit job; rename one"
         )
     job_ops.revise_job(tx, {**spec, "enabled": current.enabled}, current.revision)
+
+
+def ensure_jobs(
+    tx: Tx, tasks: Mapping[str, Mapping[str, Any]], defined: dict[str, dict[str, Any]]
+) -> None:
+    """The implicit job of each of ``tasks`` (name -> settings) as its settings define it,
+    unless this process ensured that spec already (``defined``: :func:`enqueue`'s)."""
+    for task, settings in tasks.items():
+        spec = task_job_spec(task, settings)
+        if defined.get(spec["id"]) != spec:
+            _ensure_job(tx, spec)
+            defined[spec["id"]] = spec
 
 
 def enqueue(

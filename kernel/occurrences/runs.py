@@ -148,6 +148,7 @@ def settle(
     alone: bool = False,
     retry_in: float | None = None,
     retry_with: Mapping[str, Any] | None = None,
+    replaced: bool = False,
 ) -> OccurrenceStatus:
     """End the holder's run. ``outcome`` is succeeded, failed or cancelled.
 
@@ -162,8 +163,11 @@ def settle(
     at-most-once occurrence (its stored ``delivery``, read by SETTLE itself) a failure
     whose ``effect`` is unknown goes to needs_adjudication instead, and one whose effect
     is applied is not retried (dead_letter).
+
+    ``replaced``: the run succeeded by replacing itself (kernel/jobs/replacement.py): its
+    links are not fired, its replacement takes them over.
     """
-    plain = outcome == "succeeded" and not owes_more(result)
+    plain = outcome == "succeeded" and not owes_more(result) and not replaced
     if plain and _succeed_plain(tx, occurrence_id, owner, fence, result, alone):
         return S.SUCCEEDED
     failed_effect = _checked(outcome, error, effect)
@@ -195,7 +199,8 @@ def settle(
     )
     if updated is None:
         raise lease_lost(tx, occurrence_id, owner, fence)
-    return _settled(tx, occurrence_id, updated._mapping, fence, result, error)
+    links = None if replaced else updated._mapping["links"]
+    return _settled(tx, occurrence_id, updated._mapping, fence, result, error, links)
 
 
 def _checked(outcome: str, error: dict[str, Any] | None, effect: Effect | str) -> Effect:
@@ -230,10 +235,11 @@ def _settled(
     fence: int,
     result: Any,
     error: dict[str, Any] | None,
+    links: str | None,
 ) -> OccurrenceStatus:
     """What follows SETTLE's row ``u`` in its transaction: the pool slot given back, the
     control ended and the event, reported budget units, the job's notification,
-    chained children."""
+    chained children, the ``links`` made."""
     tx.observe_now(u["now"])
     pools.give_back(tx, u["pool"])
     to_status = S(u["status"])
@@ -289,7 +295,7 @@ def _settled(
         fire_links(
             tx,
             parent_id=occurrence_id,
-            links=u["links"],
+            links=links,
             trigger_key=u["trigger_key"],
             succeeded=to_status == S.SUCCEEDED,
             result=result,

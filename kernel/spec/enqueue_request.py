@@ -1,9 +1,8 @@
 """An enqueue request checked and made an occurrence's row, and the links it carries.
 
-The rows are built here, below the statements, because two actors make them: an enqueue
-(kernel/jobs/enqueueing.py) and the settle that fires a run's links
-(kernel/occurrences/chains.py), both through the one statement
-:func:`kernel.statements.enqueue_occurrences`.
+The rows are built here, below the statements, for the two actors that make them: an enqueue
+(kernel/jobs/enqueueing.py) and the settle that fires a run's links (kernel/occurrences/chains.py),
+through :func:`kernel.statements.enqueue_occurrences`.
 
 A link is a plain JSON signature (the kernel never imports Celery)::
 
@@ -13,27 +12,26 @@ A link is a plain JSON signature (the kernel never imports Celery)::
      "settings": {job fields of the task's implicit job},
      "callbacks": [signature, ...], "errbacks": [signature, ...]}
 
-A callback may carry ``"chord": {"id": <Celery's group id>, "header": [signature, ...]}``:
-a chord as a chain's step. Its firing makes the header's runs, the chord's members (the
-result first unless immutable), and the chord's row, whose body is the signature itself
-(without ``chord``): the last member's settle makes it, the rest of the chain after it.
-The chord may carry ``"then": {"id", "header"}``, a chord whose body is a chord (Celery's
-``group | group | task``): the first chord's body is then the signature with that chord,
-made as a chord step by the settle that completes the first.
+A callback may carry ``"chord": {"id": <Celery's group id>, "header": [signature, ...]}``: a chord
+as a chain's step. Its firing makes the header's runs, the chord's members (the result first unless
+immutable), and the chord's row, whose body is the signature itself (without ``chord``): the last
+member's settle makes it, the rest of the chain after it. The chord may carry ``"then": {"id",
+"header"}``, a chord whose body is a chord (Celery's ``group | group | task``): the first chord's
+body is then the signature with that chord, made as a chord step by the settle that completes the
+first.
 
-``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after
-it as its own callbacks) become occurrences when the run succeeds, the result prepended to
-their arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered,
-the failed run's task id prepended unless immutable — the call Celery makes of an errback
-that takes one argument, ``errback(task_id)``, as a task (Celery's other form,
-``errback(request, exc, traceback)``, is a function call inside the dying worker and cannot
-outlive it). Each is keyed by its ``options.task_id`` (Celery's id of that step), else by
-its parent and place, so it is created once.
+``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after it as
+its own callbacks) become occurrences when the run succeeds, the result prepended to their
+arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the failed
+run's task id prepended unless immutable — the call Celery makes of an errback that takes one
+argument, ``errback(task_id)``, as a task (Celery's other form, ``errback(request, exc,
+traceback)``, is a function call inside the dying worker and cannot outlive it). Each is keyed by
+its ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
+once.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,15 +45,17 @@ from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
     bounded_definition,
+    checked_replaces,
     deadline_ms,
     delay_ms,
-    keyed_trigger,
+    link_eta,
     run_definition,
     settings_json,
     task_job,
     task_job_id,
     task_job_spec,
     task_request,
+    trigger_key_of,
 )
 from kernel.states import Delivery
 
@@ -68,8 +68,9 @@ _DELIVERIES = frozenset(d.value for d in Delivery)
 MAX_KEY = 200  # the longest caller's key
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
-    {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks", "chord"}
-)
+    {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
+     "chord", "replaces"}
+)  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
 
@@ -95,6 +96,8 @@ class EnqueueRequest:
         callbacks: signatures made occurrences when it succeeds (module docstring).
         errbacks: signatures made occurrences when it is dead-lettered.
         request: the Celery request fields its call gave (``TaskRequest``), for its body.
+        replaces: the replaced run whose task id (``key``) it takes over
+            (:func:`~kernel.spec.task_runs.checked_replaces`).
     """
 
     task: str
@@ -112,6 +115,7 @@ class EnqueueRequest:
     expires: float | datetime | None = None
     timeout: float | None = None
     request: Mapping[str, Any] | None = None
+    replaces: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +175,9 @@ def prepare(
         run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout),
         "args",
     )
-    links, jobs_of_links = checked_links(request.callbacks, request.errbacks)
-    # A random firing: uuid4's 122 bits as 32 hex digits, without a UUID object per run.
-    trigger_key = keyed_trigger(key) if key is not None else f"enqueue:{os.urandom(16).hex()}"
+    chord = (request.replaces or {}).get("chord")  # a chord member's place, taken over
+    links, jobs_of_links = checked_links(request.callbacks, request.errbacks, chord)
+    trigger_key = trigger_key_of(key, request.replaces)
     idempotency_key = f"{spec['id']}|{trigger_key}"
     return EnqueueRow(
         values={
@@ -206,16 +210,20 @@ def prepare(
 
 
 def checked_links(
-    callbacks: Sequence[Mapping[str, Any]], errbacks: Sequence[Mapping[str, Any]]
+    callbacks: Sequence[Mapping[str, Any]],
+    errbacks: Sequence[Mapping[str, Any]],
+    chord: str | None = None,
 ) -> tuple[str | None, dict[str, Mapping[str, Any]]]:
-    """The ``links`` column (canonical JSON, or None without links) and every task a
-    signature names, at any depth, with its settings."""
+    """The ``links`` column (canonical JSON, or None without links), naming ``chord``
+    when the run is its member, and every task a signature names, at any depth, with
+    its settings."""
     tasks: dict[str, Mapping[str, Any]] = {}
-    checked = {
+    checked: dict[str, Any] = {
         "callbacks": [_signature(s, f"callbacks[{i}]", tasks) for i, s in enumerate(callbacks)],
         "errbacks": [_signature(s, f"errbacks[{i}]", tasks) for i, s in enumerate(errbacks)],
+        **({"chord": chord} if chord is not None else {}),
     }
-    if not checked["callbacks"] and not checked["errbacks"]:
+    if checked.keys() == {"callbacks", "errbacks"} and not any(checked.values()):
         return None, tasks
     text = canonical_json(checked, "links")
     if len(text.encode()) > MAX_PAYLOAD_BYTES:
@@ -259,8 +267,10 @@ def _signature(
         raise InvalidArgument(f"{path}.{exc.field}", why) from None
     tasks.setdefault(task, settings)
     chord = _chord_step(raw.get("chord"), path, tasks)
+    replaces = checked_replaces(raw.get("replaces"), f"{path}.replaces")
     return {
         **({"chord": chord} if chord is not None else {}),
+        **({"replaces": replaces} if replaces is not None else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -318,23 +328,13 @@ def _request(
         key=options.get("task_id") or key,
         queue=options.get("queue"),
         countdown=options.get("countdown"),
-        eta=_instant(options.get("eta")),
+        eta=link_eta(options.get("eta")),
         priority=options.get("priority"),
         settings=settings,
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
+        replaces=sig.get("replaces"),
     )
-
-
-def _instant(eta: Any) -> Any:
-    """A link's ``eta`` (ISO text: a link is JSON) as the datetime a request takes;
-    anything else as it is, for :func:`prepare` to refuse."""
-    if not isinstance(eta, str):
-        return eta
-    try:
-        return datetime.fromisoformat(eta)
-    except ValueError:
-        raise InvalidArgument("eta", f"{eta!r} is no ISO 8601 instant") from None
 
 
 def link_requests(

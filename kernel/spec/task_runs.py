@@ -2,12 +2,17 @@
 implicit job (one per task and settings, its spec validated once), the run's definition
 (that spec with the run's payload, queue, delivery and timeout spliced in; the payload
 with the Celery request fields its call gave, checked here) and its times
-(``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline).
+(``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline),
+and its trigger key: ``key:<key>`` for a caller's key (a routed call's Celery task id),
+``replacing:<nesting>:<replaced occurrence>:<key>`` for a run that took over a replaced
+run's task id (Celery's ``self.replace``, kernel/jobs/replacement.py), else
+``enqueue:<random>``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -25,10 +30,14 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
     "caller_key",
+    "checked_replaces",
+    "replacement_of",
+    "trigger_key_of",
     "deadline_ms",
     "bounded_definition",
     "delay_ms",
     "keyed_trigger",
+    "link_eta",
     "retried_definition",
     "run_definition",
     "settings_json",
@@ -40,13 +49,16 @@ __all__ = [
 
 TASK_JOB_PREFIX = "task:"
 #: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
-_KEYED = "key:"
+#: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
+MAX_REQUEST_BYTES = 32 * 1024
+#: Stand-ins in a definition's template for what each run has of its own.
+_OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
+_STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
 
 
-def caller_key(trigger_key: str) -> str | None:
-    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
-    id), else None."""
-    return trigger_key.removeprefix(_KEYED) if trigger_key.startswith(_KEYED) else None
+_KEYED, _REPLACING = "key:", "replacing:"
+#: The longest trigger key (PostgreSQL's column).
+_MAX_TRIGGER_KEY = 210
 
 
 def keyed_trigger(key: str) -> str:
@@ -54,11 +66,51 @@ def keyed_trigger(key: str) -> str:
     return f"{_KEYED}{key}"
 
 
-#: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
-MAX_REQUEST_BYTES = 32 * 1024
-#: Stand-ins in a definition's template for what each run has of its own.
-_OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
-_STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
+def trigger_key_of(key: str | None, replaces: Mapping[str, Any] | None) -> str:
+    """The trigger key of an enqueued run (module docstring); ``replaces``: the replaced
+    run it takes over from (:func:`checked_replaces`)."""
+    if replaces is None:
+        # A random firing: uuid4's 122 bits as 32 hex digits, without a UUID object per run.
+        return keyed_trigger(key) if key is not None else f"enqueue:{os.urandom(16).hex()}"
+    trigger_key = f"{_REPLACING}{replaces['nesting']}:{replaces['occurrence']}:{key}"
+    if len(trigger_key) > _MAX_TRIGGER_KEY:
+        raise InvalidArgument("key", f"{key!r} is too long for a run that replaces another")
+    return trigger_key
+
+
+def caller_key(trigger_key: str) -> str | None:
+    """The caller's key of an occurrence enqueued with one (a routed call's Celery task
+    id, which a replacement takes over), else None."""
+    if trigger_key.startswith(_KEYED):
+        return trigger_key.removeprefix(_KEYED)
+    if trigger_key.startswith(_REPLACING):
+        return trigger_key.split(":", 3)[3]
+    return None
+
+
+def replacement_of(trigger_key: str) -> tuple[int, int] | None:
+    """(the replaced occurrence, the nesting: 1 for the first replacement) of a run that
+    took over a replaced run's task id, else None."""
+    if not trigger_key.startswith(_REPLACING):
+        return None
+    _, nesting, replaced, _ = trigger_key.split(":", 3)
+    return int(replaced), int(nesting)
+
+
+def checked_replaces(raw: Any, where: str) -> dict[str, Any] | None:
+    """A link's ``replaces`` (set by the kernel on the step taking over a replaced run's
+    task id): ``occurrence`` and ``nesting`` (positive integers) and the ``chord`` whose
+    member it becomes, if any."""
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, Mapping)
+        or not set(raw) <= {"occurrence", "nesting", "chord"}
+        or any(type(raw.get(n)) is not int or raw[n] < 1 for n in ("occurrence", "nesting"))
+        or not isinstance(raw.get("chord", ""), str)
+    ):
+        raise InvalidArgument(where, "must be an object: occurrence, nesting (and chord)")
+    return dict(raw)
 
 
 def task_job_id(task: str) -> str:
@@ -205,6 +257,17 @@ def delay_ms(countdown: float | None, eta: datetime | None) -> tuple[int, int | 
             raise InvalidArgument("eta", "must be a datetime with a time zone")
         return 0, int(eta.timestamp() * 1000)
     return 0, None
+
+
+def link_eta(eta: Any) -> Any:
+    """A link's ``eta`` (ISO text: a link is JSON) as the datetime a request takes;
+    anything else as it is, for :func:`delay_ms` to refuse."""
+    if not isinstance(eta, str):
+        return eta
+    try:
+        return datetime.fromisoformat(eta)
+    except ValueError:
+        raise InvalidArgument("eta", f"{eta!r} is no ISO 8601 instant") from None
 
 
 def deadline_ms(expires: float | datetime | None) -> tuple[int | None, int | None]:

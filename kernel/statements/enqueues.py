@@ -19,7 +19,9 @@ from kernel.events import EventType
 from kernel.statements.logged import logged
 
 __all__ = [
+    "CHORD_MEMBERS",
     "CHORD_MEMBER_FAILS",
+    "CHORD_MEMBER_HANDED_OVER",
     "CHORD_MEMBER_SUCCEEDS",
     "INSERT_CHORD",
     "ENQUEUE_COLUMNS",
@@ -278,4 +280,14 @@ CHORD_MEMBER_SUCCEEDS = (
 #: A member failed for good: the chord fails, once (zero rows when it failed already).
 CHORD_MEMBER_FAILS = (
     sa.update(chords).where(_OPEN).values(failed_at=_p("now")).returning(chords.c.body)
+)
+#: An open chord's members (group order), None when it is not open.
+CHORD_MEMBERS = sa.select(chords.c.members).where(_OPEN)
+#: A member replaced: its place in ``members`` is its replacement's, compare-and-set on
+#: the members read (zero rows: another member's replacement changed them first).
+CHORD_MEMBER_HANDED_OVER = (
+    sa.update(chords)
+    .where(_OPEN, chords.c.members == _p("members"))
+    .values(members=_p("new_members"))
+    .returning(chords.c.id)
 )

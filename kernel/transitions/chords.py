@@ -5,15 +5,31 @@ and not failed, ``complete`` at 0 (its body made), ``failed`` (its errbacks made
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from kernel.events import EventType as E
-from kernel.statements import CHORD_MEMBER_FAILS, CHORD_MEMBER_SUCCEEDS, INSERT_CHORD
+from kernel.records import dumps, loads
+from kernel.spec.enqueue_request import EnqueueRow
+from kernel.spec.task_runs import replacement_of
+from kernel.statements import (
+    CHORD_MEMBER_FAILS,
+    CHORD_MEMBER_HANDED_OVER,
+    CHORD_MEMBER_SUCCEEDS,
+    CHORD_MEMBERS,
+    INSERT_CHORD,
+)
+from kernel.transaction.tx import Tx
+from kernel.transitions import door
 from kernel.transitions.door import Transition
 
 __all__ = [
     "CHORD_TRANSITIONS",
     "ENQUEUE_MAKES_CHORD",
     "MEMBER_FAILS_CHORD",
+    "MEMBER_HANDED_OVER",
     "MEMBER_SUCCEEDS_IN_CHORD",
+    "hand_over",
 ]
 
 NONE, OPEN, COMPLETE, FAILED = "none", "open", "complete", "failed"
@@ -46,8 +62,38 @@ MEMBER_FAILS_CHORD = Transition(
     (E.CHORD_FAILED,),
 )
 
+MEMBER_HANDED_OVER = Transition(
+    (OPEN,),
+    "a member's replacement (Celery's self.replace) is made",
+    (OPEN,),
+    CHORD_MEMBER_HANDED_OVER,
+    "remaining > 0 and not failed, and the members as read: the replaced run's place in "
+    "group order is the run taking over its task id, whose result the body gets",
+    (),
+)
+
 CHORD_TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE_MAKES_CHORD,
     MEMBER_SUCCEEDS_IN_CHORD,
     MEMBER_FAILS_CHORD,
+    MEMBER_HANDED_OVER,
 )
+
+
+def hand_over(tx: Tx, rows: Sequence[EnqueueRow], made: Mapping[str, tuple[Any, ...]]) -> None:
+    """Each run just ``made`` (idempotency key -> its id first) that took over a replaced
+    chord member's task id takes its place among the chord's members (MEMBER_HANDED_OVER);
+    a chord that failed meanwhile keeps its members."""
+    for row in rows:
+        taken = replacement_of(row.values["trigger_key"])
+        chord_id = (loads(row.values["links"]) or {}).get("chord") if taken else None
+        if taken is None or chord_id is None or row.key not in made:
+            continue
+        params = {"chord_id": chord_id, "new_members": None}
+        # Another member's replacement may change the members between the read and the
+        # write: the compare-and-set refuses it, and the members are read again.
+        while (members := tx.conn.execute(CHORD_MEMBERS, params).scalar()) is not None:
+            ids = [made[row.key][0] if m == taken[0] else m for m in loads(members)]
+            params = {**params, "members": members, "new_members": dumps(ids)}
+            if door.run(tx, MEMBER_HANDED_OVER, params) is not None:
+                break

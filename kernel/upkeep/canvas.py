@@ -16,8 +16,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.schema import chords, occurrences
+from kernel.db.schema import chords, events, occurrences
 from kernel.errors import NotFound
+from kernel.events import EventType
 from kernel.records import loads
 from kernel.spec.task_runs import caller_key
 from kernel.states import SETTLED
@@ -77,6 +78,17 @@ def _chord(tx: Tx, chord_id: str) -> dict[str, Any] | None:
     }
 
 
+def _replaced_by(tx: Tx, occurrence_id: int) -> list[int] | None:
+    """The occurrences a run's replacement made (Celery's ``self.replace``), else None."""
+    data = tx.conn.execute(
+        sa.select(events.c.data).where(
+            events.c.occurrence_id == occurrence_id,
+            events.c.type == EventType.OCCURRENCE_REPLACED.value,
+        )
+    ).scalar()
+    return None if data is None else list(loads(data)["replaced_by"])
+
+
 def _steps_after(links: Mapping[str, Any] | None) -> int:
     """How many steps follow along first callbacks."""
     count, sig = 0, links
@@ -89,8 +101,9 @@ def canvas(tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
     """The occurrence's place in its canvas, None when it is in none (no parent, links
     or chord): ``role`` (``step``, ``errback``, ``chord member``, ``chord body``, or
     ``first step``), ``parent``, ``step``/``steps`` along its line, ``next`` (what its
-    settle makes), ``chord`` (its row: members, remaining, state, body) and
-    ``waits_for``. Raises NotFound."""
+    settle makes), ``chord`` (its row: members, remaining, state, body),
+    ``replaced_by`` (what its ``self.replace`` made first) and ``waits_for``. Raises
+    NotFound."""
     row = _row(tx, occurrence_id)
     if row is None:
         raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
@@ -108,7 +121,8 @@ def canvas(tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
             role = "chord body"
     if role == "first step" and made_as is not None:
         role = "step" if made_as == "callback" else "errback"
-    if parent is None and not links and chord is None:
+    replaced_by = _replaced_by(tx, row.id)
+    if parent is None and not links and chord is None and replaced_by is None:
         return None
     step = 1
     walker, above = row, parent
@@ -132,7 +146,12 @@ def canvas(tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
         "steps": step + after,
         "next": _next(links),
         "chord": None if chord is None else _placed(chord, row.id),
-        "waits_for": _waits_for(role, row.status, chord, links),
+        "replaced_by": replaced_by,
+        "waits_for": (
+            _waits_for(role, row.status, chord, links)
+            if replaced_by is None
+            else f"nothing: replaced by occurrence {', '.join(map(str, replaced_by))}"
+        ),
     }
 
 
