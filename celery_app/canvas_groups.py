@@ -16,9 +16,11 @@ A chord whose body is a chord is the kernel's chord with ``then`` (the first cho
 settle makes the second's members: kernel/spec/enqueue_request.py). A group's member
 may be a chain led by a routed task: that task is enqueued with the rest as its links,
 under the ids Celery froze (the chain's result, its last step's, is in the GroupResult).
-A group whose tasks are partly routed, a chord's member that is a canvas (or a group's
-other than such a chain), a body that is a chain or group, and a chord's options a kernel
-chord cannot carry are refused when applied, naming them.
+A chord's body may be a chain: its first step, carrying the rest (canvas_links.py), its
+failure written under the chain's id, its last step's, which the caller holds. A group
+whose tasks are partly routed, a chord's member that is a canvas (or a group's other than
+such a chain), a body that is a group, and a chord's options a kernel chord cannot carry
+are refused when applied, naming them.
 Groups and chords of tasks none of which is routed are Celery's own.
 """
 
@@ -194,7 +196,8 @@ def _chord_run(celerys: Any) -> Any:
         # The chord's options (link, link_error, queue...) are its body's, as in Celery.
         body = self._add_body_callbacks(body, options)
         body.options.update(self._body_options(options))
-        if body.get("subtask_type") not in (None, "chord"):  # a chord: the kernel's `then`
+        # A chord: the kernel's `then`; a chain: its first step carrying the rest.
+        if body.get("subtask_type") not in (None, "chord", "chain"):
             raise InvalidArgument(
                 "chord.body",
                 f"a {body['subtask_type']} as the body of a chord routed through the kernel "
@@ -209,7 +212,14 @@ def _chord_run(celerys: Any) -> Any:
             kwargs,
             {k: v for k, v in delay.items() if v is not None},
         )
-        enqueue_many(app, runs, chord={"id": group_id, "body": link_signature(body, "chord.body")})
+        # The caller holds the body's result: a chain's is its last step's, under which
+        # the kernel writes the chord's failure (result_id).
+        chord = {
+            "id": group_id,
+            "body": link_signature(body, "chord.body"),
+            "result_id": body_result.id,
+        }
+        enqueue_many(app, runs, chord=chord)
         body_result.parent = GroupResult(group_id, results, app=app)
         return body_result
 

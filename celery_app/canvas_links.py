@@ -19,10 +19,12 @@ What a link cannot carry is refused when the canvas is applied, naming it: a gro
 followed by a step that Celery did not make a chord, a chord whose body is a group
 (the kernel's chord makes one body task; a body that is a chord, Celery's
 ``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
-a canvas, a chord whose body is a chain, a step of a chord Celery counts itself (its
-``chord`` option), and step options the kernel does not honour (``expires``, ...). A
-step's ``eta`` is stored as ISO text (a link is JSON), made aware in the app's zone as
-Celery reads a naive one.
+a canvas, a step of a chord Celery counts itself (its ``chord`` option), and step
+options the kernel does not honour (``expires``, ...). A step's ``eta`` is stored as ISO
+text (a link is JSON), made aware in the app's zone as Celery reads a naive one. A chord
+whose body is a chain (as a step, or applied: canvas_groups.py) carries the chain's id,
+its last step's, as its ``result_id``: its failure is written under the id the caller
+holds.
 
 A ``self.replace(sig)`` inside a kernel run is one link too (:func:`replacement_signature`):
 a task, a chain (each step's next step first among its callbacks) or a chord.
@@ -75,12 +77,17 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
     return _chained(list(reversed(options.get("chain") or ())), "chain") + callbacks, errbacks
 
 
-def _chained(steps: Sequence[Any], where: str) -> list[dict[str, Any]]:
+def _chained(
+    steps: Sequence[Any], where: str, errbacks: Sequence[dict[str, Any]] = ()
+) -> list[dict[str, Any]]:
     """A chain's ``steps`` as the links its first step's run makes: that step (each next
-    one among the callbacks of the one before), or a last group's members."""
+    one among the callbacks of the one before), or a last group's members; ``errbacks``:
+    the chain's ``link_error``, every step's as Celery's chain gives it."""
     following: list[dict[str, Any]] = []
     for i in reversed(range(len(steps))):
         made = _made(steps[i], f"{where}[{i}]")
+        for step in made:
+            step["errbacks"].extend(errbacks)
         if following:
             if len(made) != 1:
                 raise InvalidArgument(
@@ -100,11 +107,15 @@ def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     if kind not in ("group", "chain"):
         return [link_signature(sig, where)]
     # The group's id or the chain's (its last step's) is in its members' keys: nothing
-    # else of its own options is honoured.
-    _refuse(dict(sig.get("options") or {}), {"task_id"}, where)
+    # else of its own options is honoured but a chain's link_error.
+    options = dict(sig.get("options") or {})
+    _refuse(options, {"task_id", *(("link_error",) if kind == "chain" else ())}, where)
     tasks = list((sig.get("kwargs") or {}).get("tasks") or ())
     if kind == "chain":
-        return _chained(tasks, f"{where}.tasks")
+        # A frozen chain's steps are the ones it froze (a group followed by a task, a chord).
+        frozen = getattr(sig, "_frozen", None)
+        errbacks = links({"link_error": options.get("link_error")})[1]
+        return _chained(list(reversed(frozen[0])) if frozen else tasks, f"{where}.tasks", errbacks)
     return [made for i, task in enumerate(tasks) for made in _made(task, f"{where}[{i}]")]
 
 
@@ -163,15 +174,13 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
         for i, m in enumerate(header)
     ]  # fmt: skip
     raw_body = kwargs.get("body") or {}
-    if raw_body.get("subtask_type") == "chain":
-        # The chord's failure is written under its body's id: a chain's is its last step's.
-        raise InvalidArgument(
-            f"{where}.body",
-            "a chain as a chord's body is not made durable through the kernel "
-            "(kernel_route_tasks); give the chord one task and chain the rest after it",
-        )
     body = link_signature(raw_body, f"{where}.body")
     chord = {"id": group_id, "header": members}
+    chain_id = (raw_body.get("options") or {}).get("task_id")
+    if raw_body.get("subtask_type") == "chain" and chain_id:
+        # The chord's failure is written under the id its caller holds: a chain's is its
+        # last step's, not its first's (the body's own).
+        chord["result_id"] = chain_id
     if "chord" in body:  # Celery's group | group | task: this chord's body is a chord
         chord["then"] = body["chord"]
     return {**body, "chord": chord}

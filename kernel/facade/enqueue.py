@@ -93,7 +93,9 @@ class EnqueueFacade(FacadeBase):
         members, in group order. The settle of the last one to succeed makes the body
         (keyed by its ``options.task_id``, else ``chord:<id>``), the members' results
         as its first argument; a member dead-lettered or cancelled makes the body's
-        errbacks instead (the body's task id first), once, and the body never."""
+        errbacks instead (the body's task id first), once, and the body never.
+        ``chord["result_id"]``: the task id the caller holds for the body when it is not
+        the body's own (a chain's last step): the failure is written under it."""
         defined = self._enqueue_state()
         if connection is None:
             return self._enqueue(requests, defined, hinted, chord)

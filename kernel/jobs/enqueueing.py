@@ -125,9 +125,10 @@ def enqueue(
     ``defined``: job id -> the spec this process last ensured, so a task's job is
     defined once per process (and again when its settings change or it was deleted).
     ``hinted``: the caller publishes the claimable ones' hints itself, at once.
-    ``chord``: ``{"id": ..., "body": signature}``: the requests are a chord's members, in
-    group order; the settle of the last to succeed makes the body, their results its
-    first argument (kernel/occurrences/chains.py).
+    ``chord``: ``{"id": ..., "body": signature, "result_id": ...}``: the requests are a
+    chord's members, in group order; the settle of the last to succeed makes the body,
+    their results its first argument (kernel/occurrences/chains.py); ``result_id`` (else
+    the body's task id): the id its failure is written and its errbacks given under.
 
     Raises:
         InvalidArgument: a request is invalid (``field`` names it, ``requests[i].`` first
@@ -229,4 +230,10 @@ def _chord_of(
     for row in rows:
         links = loads(row.values["links"] or '{"callbacks": [], "errbacks": []}')
         row.values["links"] = dumps({**links, "chord": chord_id})
-    return str(text), tasks
+    result_id = chord.get("result_id")
+    if result_id is None:
+        return str(text), tasks
+    if not isinstance(result_id, str) or not 0 < len(result_id) <= MAX_KEY:
+        raise InvalidArgument("chord.result_id", f"must be a task id of 1 to {MAX_KEY} characters")
+    # Stored with the body: the chord's failure is written under it (a chain body's last step).
+    return dumps({**loads(str(text)), "result_id": result_id}), tasks

@@ -234,8 +234,9 @@ def _settle_chord_member(
     failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
     if failed is None:
         return
-    body = loads(failed.body)["callbacks"][0]
-    body_task_id = body["options"]["task_id"]
+    stored = loads(failed.body)
+    body = stored["callbacks"][0]
+    body_task_id = stored.get("result_id") or body["options"]["task_id"]
     errbacks = dumps({"callbacks": [], "errbacks": body["errbacks"]})
     _make_links(
         tx,

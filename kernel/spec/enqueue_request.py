@@ -285,33 +285,34 @@ def _signature(
 
 
 def _chord_step(raw: Any, path: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any] | None:
-    """A callback's ``chord`` checked: its id, and its header's signatures (plain tasks:
-    a member that is itself a chord is not made), and the chord it is followed by
-    (``then``), checked alike."""
+    """A callback's ``chord`` checked: :func:`_chord_fields`."""
     if raw is None:
         return None
     if ".errbacks[" in path or path.startswith("errbacks["):
-        raise InvalidArgument(
-            f"{path}.chord", "a chord is made by a success: as a callback, not an errback"
-        )
+        raise InvalidArgument(f"{path}.chord", "a chord is a callback, not an errback")
     return _chord_fields(raw, f"{path}.chord", tasks)
 
 
 def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Its id, its header's signatures (plain tasks: a member that is itself a chord is not
+    made), the chord it is followed by (``then``), checked alike, and its ``result_id``
+    (the id its failure is written under: a chain body's last step's)."""
     if not isinstance(raw, Mapping):
         raise InvalidArgument(where, "must be an object: id and header")
-    unknown = sorted(set(raw) - {"id", "header", "then"})
+    unknown = sorted(set(raw) - {"id", "header", "then", "result_id"})
     if unknown:
         raise InvalidArgument(f"{where}.{unknown[0]}", "is not a field of a chord step")
     chord_id, header = raw.get("id"), raw.get("header")
-    if not isinstance(chord_id, str) or not 0 < len(chord_id) <= MAX_KEY - 10:
-        raise InvalidArgument(f"{where}.id", f"must be 1 to {MAX_KEY - 10} characters")
+    for name, value in (("id", chord_id), ("result_id", raw.get("result_id", "given"))):
+        if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY - 10:
+            raise InvalidArgument(f"{where}.{name}", f"must be 1 to {MAX_KEY - 10} characters")
     if not isinstance(header, list | tuple) or not header:
         raise InvalidArgument(f"{where}.header", "must be a non-empty list of signatures")
     members = [_signature(s, f"{where}.header[{i}]", tasks) for i, s in enumerate(header)]
     if any("chord" in member for member in members):
         raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
     chord: dict[str, Any] = {"id": chord_id, "header": members}
+    chord.update({"result_id": raw["result_id"]} if "result_id" in raw else {})
     if raw.get("then") is not None:
         chord["then"] = _chord_fields(raw["then"], f"{where}.then", tasks)
     return chord
@@ -347,17 +348,11 @@ def link_requests(
     kind = "callbacks" if succeeded else "errbacks"
     first = [result] if succeeded else [parent_task_id]
     return [
-        _request(
-            sig["task"],
-            sig,
-            sig["options"],
-            sig["settings"],
-            () if sig["immutable"] else first,
-            f"{kind}:{parent_id}:{index}",
-        )
+        _request(sig["task"], sig, sig["options"], sig["settings"],
+                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}")
         for index, sig in enumerate(links[kind])
         if "chord" not in sig
-    ]
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,5 +383,6 @@ def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordSt
         body = {name: value for name, value in sig.items() if name != "chord"}
         if "then" in chord:  # the body is itself a chord's: made as a chord step
             body["chord"] = chord["then"]
-        steps.append(ChordStep(chord["id"], members, dumps({"callbacks": [body], "errbacks": []})))
+        stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id")}
+        steps.append(ChordStep(chord["id"], members, dumps(stored)))
     return steps

@@ -64,7 +64,8 @@ def _chord(tx: Tx, chord_id: str) -> dict[str, Any] | None:
     row = tx.conn.execute(sa.select(chords).where(chords.c.id == chord_id)).one_or_none()
     if row is None:
         return None
-    body = loads(row.body)["callbacks"][0]
+    stored = loads(row.body)
+    body = stored["callbacks"][0]
     members = loads(row.members)
     state = "failed" if row.failed_at is not None else "open" if row.remaining else "complete"
     return {
@@ -73,7 +74,7 @@ def _chord(tx: Tx, chord_id: str) -> dict[str, Any] | None:
         "remaining": row.remaining,
         "state": state,
         "body_task": body["task"],
-        "body_task_id": body["options"].get("task_id"),
+        "body_task_id": stored.get("result_id") or body["options"].get("task_id"),
         "member_ids": members,
     }
 

@@ -12,6 +12,8 @@ measured against stock Celery on the same Redis (broker and result backend).
 * a member whose worker is SIGKILLed on its last attempt fails the chord: the body's
   result is FAILURE with ``ChordError`` (written with the member's owed end), its
   errback runs once, the body never;
+* a chord whose body is a chain (one with a chord among its steps too) answers what stock
+  Celery answers, each step made once; a failing member fails it under the chain's id;
 * ``task.map``, ``task.starmap``, ``task.chunks``, a chain whose steps carry their own
   ``countdown``/``eta``, a chain with a chord as a step (in the middle, and last as a
   group followed by a task), a chain whose last step is a group (one of its members a
@@ -187,6 +189,29 @@ for side in ("routed", "stock"):
 print(json.dumps(out))
 """
 
+CHAIN_BODY = """\
+import json
+from celery import chain, chord
+from myproj import app
+app.loader.import_default_modules()
+
+out = {}
+for side in ("routed", "stock"):
+    add, tsum = app.tasks[f"myproj.{side}.add"], app.tasks[f"myproj.{side}.tsum"]
+    boom, on_err = app.tasks[f"myproj.{side}.boom"], app.tasks[f"myproj.{side}.on_err"]
+    header = [add.s(1, 1), add.s(2, 2)]
+    made = chord(header)(chain(tsum.s(), add.s(10), add.s(100)))
+    chorded = chord(header)(chain(tsum.s(), chord([add.s(1), add.s(2)], tsum.s()), add.s(100)))
+    failing = chord([add.s(1, 1), boom.s(7)])(chain(tsum.s(), add.s(1)).on_error(on_err.s()))
+    value = failing.get(timeout=60, propagate=False, follow_parents=False)
+    out[side] = {
+        "chain": made.get(timeout=60), "parent": made.parent.get(timeout=60),
+        "chord_in_chain": chorded.get(timeout=60),
+        "failed": {"value": type(value).__name__, "status": failing.status, "body": failing.id},
+    }
+print(json.dumps(out))
+"""
+
 READ_BODY = """\
 import json, sys
 from myproj import app
@@ -346,3 +371,35 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
     replaced = stack.occurrences("task:myproj.routed.replaced")
     raised = stack.occurrences("task:myproj.routed.raised")
     assert [o.result for o in replaced + raised] == [None, None, None]
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_chord_whose_body_is_a_chain_answers_as_stock_celery(stack: Stack) -> None:
+    project = Project(stack)
+    (stack.root / "myproj_settings.py").write_text(SETTINGS)
+    (stack.root / "myproj_tasks.py").write_text(TASKS)
+    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
+                           "--without-mingle", "--without-gossip")  # fmt: skip
+    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
+    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+
+    out = project.client(CHAIN_BODY)
+    routed, stock = out["routed"], out["stock"]
+    assert (stock["chain"], stock["parent"], stock["chord_in_chain"]) == (116, [2, 4], 115)
+    assert {**routed, "failed": None} == {**stock, "failed": None}
+    # The failure is under the id the caller holds (the chain's last step's), as stock's.
+    for side in (routed, stock):
+        assert (side["failed"]["value"], side["failed"]["status"]) == ("ChordError", "FAILURE")
+
+    def both_errbacks() -> list[dict[str, str]] | None:
+        ran = project.ledger(task="on_err")
+        return ran if len(ran) >= 2 else None
+
+    errbacks = stack.wait(both_errbacks, timeout=60, what="both sides' errbacks ran")
+    assert sorted(x["failed"] for x in errbacks) == sorted(
+        side["failed"]["body"] for side in (routed, stock)
+    )
+    # Through the kernel, each step once: the two chords' tsum bodies and their inner
+    # chord's, and the adds after them; the failed chord's chain never made.
+    sums = sorted(o.result for o in stack.occurrences("task:myproj.routed.tsum"))
+    assert sums == [6, 6, 15]

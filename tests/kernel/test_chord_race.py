@@ -104,3 +104,49 @@ def test_the_last_two_members_at_once_make_the_next_chord_once(
         assert all(o.payload["args"][0] == [0, 1] for o in second), f"round {i}"
 
     world.repeat(round_, rounds=30)
+
+
+def test_a_member_failing_as_the_other_succeeds_fails_a_chain_body_once_under_its_id(
+    world_factory: Callable[..., World],
+) -> None:
+    """A chord whose body is a chain (its first step carrying the rest, ``result_id`` the
+    chain's last step's): one member dead-lettered while the other succeeds, at once, fails
+    the chord once, its errback given the chain's id; no step of the chain is made."""
+    world = world_factory()
+    kernel = world.stage.kernel
+    once = {"max_attempts": 1, "max_lost_leases": 0}
+
+    def round_(i: int) -> None:
+        chord = f"f{i}"
+        rest = {"task": "proj.add", "args": [1], "options": {"task_id": f"fl{i}"}}
+        errback = {"task": "proj.on_error", "options": {"task_id": f"fe{i}"}}
+        body = {"task": "proj.tsum", "options": {"task_id": f"fb{i}"},
+                "callbacks": [rest], "errbacks": [errback]}  # fmt: skip
+        made = kernel.enqueue_many(
+            [EnqueueRequest("proj.add", args=[m], key=f"{chord}-{m}", settings=once)
+             for m in range(2)],
+            chord={"id": chord, "body": body, "result_id": f"fl{i}"},
+        )  # fmt: skip
+        ids = [m.occurrence_id for m in made]
+        fences = []
+        for occ in ids:
+            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
+            assert claim is not None
+            fences.append(claim.fence)
+        outcomes = world.actors.run(
+            lambda k: k.succeed(ids[0], owner="w1", fence=fences[0], result=0),
+            lambda k: k.fail(ids[1], owner="w1", fence=fences[1], code="E", message="x"),
+            hold=chord if i % 2 == 0 else None,
+            hold_table="chords",
+        )
+        refusals_are_kernel_errors(outcomes)
+        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
+        keys = [o.trigger_key for o in kernel.list_occurrences(limit=500)]
+        assert f"key:fb{i}" not in keys and f"key:fl{i}" not in keys, f"round {i}"
+        [errback_run] = [
+            o for o in kernel.list_occurrences(job_id="task:proj.on_error", limit=500)
+            if o.trigger_key == f"key:fe{i}"
+        ]  # fmt: skip
+        assert errback_run.payload["args"] == [f"fl{i}"], f"round {i}"
+
+    world.repeat(round_, rounds=30)

@@ -206,3 +206,38 @@ def test_a_chain_step_that_is_a_chord_of_chords_fails_with_its_body_s_id(k: Harn
     assert _keyed(k, "body-1") == []
     [failed] = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
     assert (failed["chord_id"], failed["body_task_id"]) == ("c2", "body-1")
+
+
+def test_a_chain_body_fails_under_the_id_its_caller_holds(k: Harness) -> None:
+    """``chord(members, chain(tsum, add.s(1)))``: the body is the chain's first step, the
+    rest its callbacks; a failure is written and its errbacks given under the chain's id
+    (its last step's, ``result_id``), which the caller's AsyncResult reads."""
+    rest = {"task": "proj.add", "args": [1], "options": {"task_id": "last-1"}}
+    eb = {"task": "proj.on_chord_error", "options": {"task_id": "eb-1"}}
+    body = _body(callbacks=[rest], errbacks=[eb])
+    made = k.kernel.enqueue_many(
+        _members(2, **ONCE), chord={"id": "g1", "body": body, "result_id": "last-1"}
+    )
+    assert k.kernel.canvas(made[0].occurrence_id)["chord"]["body_task_id"] == "last-1"
+    assert _fail(k, made[0].occurrence_id) == "dead_letter"
+    [errback] = _keyed(k, "eb-1")
+    assert errback.payload["args"] == ["last-1"]
+    failed = [e.data["body_task_id"] for e in k.kernel.events() if e.type == "chord_failed"]
+    assert failed == ["last-1"]
+    # The same chord succeeding: the body once, then the rest after it.
+    made = k.kernel.enqueue_many(
+        _members(2, chord="g2"), chord={"id": "g2", "body": _body(callbacks=[rest])}
+    )
+    for index in (0, 1):
+        _succeed(k, made[index].occurrence_id, index)
+    [first] = _keyed(k, "body-1")
+    _succeed(k, first.id, 7)
+    [after] = _keyed(k, "last-1")
+    assert after.payload["args"] == [7, 1]
+
+
+def test_a_chord_s_result_id_must_be_a_task_id(k: Harness) -> None:
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": _body(), "result_id": 7})
+    assert refused.value.field == "chord.result_id"
+    assert k.kernel.list_occurrences(limit=10) == []

@@ -142,6 +142,8 @@ def test_an_operator_s_abandon_makes_the_errback_and_a_cancel_none(k: Harness) -
         ({"task": "t", "chord": {"id": "g", "header": []}}, "callbacks[0].chord.header"),
         ({"task": "t", "chord": {"id": "g", "header": [{"task": "u", "chord": {
             "id": "h", "header": [{"task": "v"}]}}]}}, "callbacks[0].chord.header"),
+        ({"task": "t", "chord": {"id": "g", "header": [{"task": "u"}], "result_id": 7}},
+         "callbacks[0].chord.result_id"),
         ({"task": "t", "options": {"expires": 3}}, "callbacks[0].options.expires"),
         ({"task": "t", "options": {"priority": 999}}, "callbacks[0].priority"),
         ({"task": "t", "options": {"eta": "soon"}}, "callbacks[0].eta"),
@@ -183,6 +185,22 @@ def test_a_chord_as_a_chain_step_is_made_by_the_settle_before_it(k: Harness) -> 
     k.kernel.succeed(total.id, owner="w1", fence=_run(k, total.id), result="xy")
     assert _by_key(k, "after-1").payload["args"] == ["xy"]
     assert len(k.kernel.list_occurrences(limit=100)) == 5
+
+
+def test_a_chord_step_with_a_chain_body_fails_under_its_result_id(k: Harness) -> None:
+    """``chain(a, chord([b], chain(total, after)))``: the chord's failure is written and its
+    errbacks given under ``result_id``, the chain's id (its last step's) the caller holds."""
+    header = [{**sig("proj.b", task_id="m-1"), "settings": ONCE}]
+    body = sig("proj.total", task_id="body-1", callbacks=[sig("proj.after", task_id="after-1")])
+    body["errbacks"] = [sig("proj.on_error", task_id="eb-1")]
+    chord = {"id": "g-1", "header": header, "result_id": "after-1"}
+    made = k.kernel.enqueue(task="proj.a", key="a-1", callbacks=[{**body, "chord": chord}])
+    k.kernel.succeed(made.occurrence_id, owner="w1", fence=_run(k, made.occurrence_id), result=7)
+    member = _by_key(k, "m-1")
+    k.kernel.fail(member.id, owner="w1", fence=_run(k, member.id), code="E", message="x")
+    assert _by_key(k, "eb-1").payload["args"] == ["after-1"]
+    failed = [e.data["body_task_id"] for e in k.kernel.events() if e.type == "chord_failed"]
+    assert failed == ["after-1"]
 
 
 def test_a_chord_cannot_be_an_errback(k: Harness) -> None:

@@ -53,7 +53,7 @@ def _occurrences(app: Any) -> list[Any]:
     [
         (lambda app: group(app.routed.s("a"), app.other.s("b")).apply_async(), "group[1]"),
         (
-            lambda app: chord([app.routed.s("a")])(chain(app.other.s(), app.other.s())),
+            lambda app: chord([app.routed.s("a")])(group(app.other.s(), app.other.s())),
             "chord.body",
         ),
         (
@@ -74,7 +74,7 @@ def _occurrences(app: Any) -> list[Any]:
     ],
     ids=[
         "mixed-group",
-        "chord-chain-body",
+        "chord-group-body",
         "chord-body-expires",
         "link-expires",
         "pickle",
