@@ -449,7 +449,7 @@ def run(backend: str, pg_url: str | None, args: argparse.Namespace, workdir: Pat
     print(f"{backend}: building {occurrences:,} occurrences / {events:,} events", flush=True)
     with _sides(backend, pg_url, workdir) as sides:
         built = build_history(sides["large"], occurrences, events)
-        rows = measure(sides, args.repeat, args.n)
+        rows = [] if args.prune_only else measure(sides, args.repeat, args.n)
         rows.append(prune_while_claiming(sides["large"], args.idle_s))
         report(backend, occurrences, events, built, rows)
 
@@ -464,6 +464,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=300, help="pairs and enqueues per rate sample")
     parser.add_argument(
         "--idle-s", type=float, default=5.0, help="seconds of idle claims before the prune"
+    )
+    parser.add_argument(
+        "--prune-only", action="store_true", help="only the claim p99 during a prune"
     )
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
