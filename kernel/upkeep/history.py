@@ -19,8 +19,8 @@ OCC = occurrences
 #: adjudications are unresolved and stay).
 PRUNABLE: tuple[str, ...] = RESOLVED
 
-#: A prune goes in steps, each its own transaction holding the writer lock (SQLite has one
-#: writer) for about this long, so a claim queued behind a step waits this long, not for a
+#: On SQLite a prune goes in steps, each its own transaction holding the one writer lock
+#: for about this long, so a claim queued behind a step waits this long, not for a
 #: whole batch: 500 occurrences with their events held it 40-110 ms (bench/history.py).
 STEP_S = 0.005
 #: The first step's occurrences, before a step's duration says how many fit in STEP_S.
