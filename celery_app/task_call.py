@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
@@ -24,6 +24,8 @@ from celery.result import allow_join_result
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
 from adapters.task import retries_on
+from celery_app.enqueueing import RunFailed
+from celery_app.errbacks import HEADER
 from celery_app.hints import run_task_id
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
@@ -53,6 +55,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     wrapper = task.app.tasks.get(RUN_OCCURRENCE)
     outer = wrapper.request if wrapper is not None else Context()
     given = payload.get("request") or {}
+    run = _errback_call(task, given, args, kwargs) or run
     task.push_request(
         **{
             # What the call's message set first: the kernel's own fields win over a header
@@ -122,6 +125,29 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             state=state,
         )
         task.pop_request()
+
+
+def _errback_call(
+    task: Any, given: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Callable[[], Any] | None:
+    """The call of a marked errback run's body (``given``: its request fields; ``args``:
+    the failed task id, then its own): ``body(request, exc, traceback, *own)``; None for
+    any other run."""
+    if not (given.get("headers") or {}).get(HEADER) or not args:
+        return None
+    failed_id, own = str(args[0]), list(args[1:])
+    failed = task.app.AsyncResult(failed_id)
+    if failed.state == states.FAILURE:
+        exc, traceback = failed.result, failed.traceback
+    else:
+        exc = RunFailed(
+            f"task {failed_id} failed; the result backend holds no exception of it",
+            "DEAD_LETTER",
+        )
+        traceback = None
+    request = Context(id=failed_id, root_id=failed_id, errbacks=None)
+    body = getattr(task, "_orig_run", task.run)
+    return lambda: body(request, exc, traceback, *own, **kwargs)
 
 
 def _celery_request(given: dict[str, Any], outer: Any, run_id: str) -> dict[str, Any]:

@@ -21,11 +21,10 @@ result first unless immutable), and the chord's row, whose body is the signature
 ``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after
 it as its own callbacks) become occurrences when the run succeeds, the result prepended to
 their arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered,
-the failed run's task id prepended unless immutable — the call Celery makes of an errback
-that takes one argument, ``errback(task_id)``, as a task (Celery's other form,
-``errback(request, exc, traceback)``, is a function call inside the dying worker and cannot
-outlive it). Each is keyed by its ``options.task_id`` (Celery's id of that step), else by
-its parent and place, so it is created once.
+the failed run's task id prepended unless immutable. A signature's ``request`` (its run's
+Celery request fields) lets the worker call it as it must (celery_app/errbacks.py). Each
+is keyed by its ``options.task_id`` (Celery's id of that step), else by its parent and
+place, so it is created once.
 """
 
 from __future__ import annotations
@@ -86,6 +85,7 @@ MAX_KEY = 200
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks", "chord"}
+    | {"request"}
 )
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -270,7 +270,7 @@ def _signature(
         raise InvalidArgument(path, "args must be a list, kwargs and settings objects")
     settings = dict(settings)
     try:
-        own = {"args": raw.get("args"), "kwargs": raw.get("kwargs")}  # its links: below
+        own = {name: raw.get(name) for name in ("args", "kwargs", "request")}  # links: below
         prepare(_request(task, own, options, settings, (), None), {}, False)
     except InvalidArgument as exc:
         why = exc.message.removeprefix(f"{exc.field}: ")
@@ -279,6 +279,7 @@ def _signature(
     chord = _chord_step(raw.get("chord"), path, tasks)
     return {
         **({"chord": chord} if chord is not None else {}),
+        **({"request": dict(raw["request"])} if raw.get("request") else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -333,6 +334,7 @@ def _request(
         settings=settings,
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
+        request=sig.get("request"),
     )
 
 
@@ -357,17 +359,11 @@ def link_requests(
     kind = "callbacks" if succeeded else "errbacks"
     first = [result] if succeeded else [parent_task_id]
     return [
-        _request(
-            sig["task"],
-            sig,
-            sig["options"],
-            sig["settings"],
-            () if sig["immutable"] else first,
-            f"{kind}:{parent_id}:{index}",
-        )
+        _request(sig["task"], sig, sig["options"], sig["settings"],
+                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}")
         for index, sig in enumerate(links[kind])
         if "chord" not in sig
-    ]
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
