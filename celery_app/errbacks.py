@@ -16,6 +16,7 @@ holds under that id, else :class:`~celery_app.enqueueing.RunFailed` saying it ho
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from celery.utils.functional import arity_greater
@@ -28,12 +29,22 @@ HEADER = "kernel_errback"
 
 def marked(app: Any, sig: Mapping[str, Any]) -> Mapping[str, Any]:
     """An errback's kernel link, marked when Celery would call it ``errback(request, exc,
-    traceback)``: its task takes more than one argument (Celery's test). An immutable one
+    traceback)``: its task's header (not a bound task's) takes more than one argument
+    besides the arguments a mutable signature stores (Celery's test). An immutable one
     Celery calls with its own arguments alone, as the kernel runs it unmarked."""
     name = sig.get("task")
     task = app.tasks.get(name) if isinstance(name, str) and not sig.get("immutable") else None
     header = getattr(task, "__header__", None)
-    if header is None or not arity_greater(header, 1):
+    if header is None or isinstance(header, partial) or not _takes_more(header, sig):
         return sig
     request = dict(sig.get("request") or {})
     return {**sig, "request": {**request, "headers": {**(request.get("headers") or {}), HEADER: 1}}}
+
+
+def _takes_more(header: Any, sig: Mapping[str, Any]) -> bool:
+    """Whether ``header`` takes more than one argument after the signature's own."""
+    args, kwargs = sig.get("args") or (), sig.get("kwargs") or {}
+    try:
+        return bool(arity_greater(partial(header, *args, **kwargs), 1))
+    except (TypeError, ValueError):  # stored arguments the task cannot take: as Celery
+        return bool(arity_greater(header, 1))
