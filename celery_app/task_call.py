@@ -23,7 +23,7 @@ from celery.exceptions import Retry
 from celery.result import allow_join_result
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack
-from adapters.task import retries_on
+from adapters.task import arguments, retries_on
 from celery_app.enqueueing import RunFailed
 from celery_app.errbacks import HEADER
 from celery_app.hints import run_task_id
@@ -49,7 +49,7 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     """
     occurrence = ctx.occurrence
     payload = occurrence.payload
-    args, kwargs = list(payload.get("args") or ()), dict(payload.get("kwargs") or {})
+    args, kwargs = arguments(payload.get("args") or (), payload.get("kwargs") or {})
     run_id = task_id(ctx)
     # The hint's message as the worker got it (none when the body runs outside a worker).
     wrapper = task.app.tasks.get(RUN_OCCURRENCE)

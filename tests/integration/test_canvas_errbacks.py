@@ -5,7 +5,8 @@ Celery calls an errback whose task takes more than one argument ``errback(reques
 traceback)`` (its own stored arguments after them), any other ``errback(task_id)``: a
 routed task's ``link_error``, a group member's, and a chord's (called with the body's
 request when a member fails) are called the same way routed as stock, with the failed
-task's id in ``request.id`` and the exception the backend holds.
+task's id in ``request.id`` and the exception the backend holds. Bytes in a call's and an
+errback's arguments reach the body as bytes, as Celery's JSON carries them.
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ def new_style(request, exc, traceback, label):
 def old_style(task_id, label):
     note(task="old_style", label=label, failed=task_id)
 
+def echo(value, label):
+    note(task="echo", label=label, value=repr(value))
+
 for side in ("routed", "stock"):
-    for body in (fail, tsum, new_style, old_style):
+    for body in (fail, tsum, new_style, old_style, echo):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
 """
 
@@ -60,7 +64,7 @@ app.loader.import_default_modules()
 out = {}
 for side in ("routed", "stock"):
     t = {name: app.tasks[f"myproj.{side}.{name}"]
-         for name in ("fail", "tsum", "new_style", "old_style")}
+         for name in ("fail", "tsum", "new_style", "old_style", "echo")}
     ids = out[side] = {}
     for style in ("new_style", "old_style"):
         failed = t["fail"].apply_async(link_error=t[style].s(f"{side}-{style}-task"))
@@ -70,6 +74,9 @@ for side in ("routed", "stock"):
         members = group(t["fail"].s(1), t["fail"].s(2))
         members.link_error(t[style].s(f"{side}-{style}-group"))
         ids[f"{style}-group"] = [r.id for r in members.delay().results]
+    # Celery's JSON carries bytes (and datetime, Decimal, UUID): a call's and an errback's.
+    t["echo"].delay(b"call", f"{side}-bytes")
+    t["fail"].apply_async(link_error=t["echo"].si(b"errback", f"{side}-bytes"))
 print(json.dumps(out))
 """
 
@@ -110,3 +117,11 @@ def test_errbacks_of_a_task_a_chord_and_a_group_are_called_as_stock_celery_calls
         assert by_label[f"{side}-new_style-chord"][0] == "ChordError"
     assert len(calls) == wanted
     assert project.ledger(task="tsum") == []
+    echoed = stack.wait(
+        lambda: (lambda x: x if len(x) >= 4 else None)(project.ledger(task="echo")),
+        timeout=60,
+        what="every echo ran",
+    )
+    for side in ("routed", "stock"):
+        values = sorted(x["value"] for x in echoed if x["label"] == f"{side}-bytes")
+        assert values == ["b'call'", "b'errback'"], side
