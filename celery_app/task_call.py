@@ -29,7 +29,7 @@ from celery_app.errbacks import HEADER
 from celery_app.hints import run_task_id
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
-from kernel import attempts_left
+from kernel import InvalidArgument, attempts_left
 
 __all__ = ["call_task", "hook_replace", "task_id"]
 
@@ -189,11 +189,13 @@ def hook_replace() -> None:
     applied in the run (Celery has given it the run's task id, the callbacks and the
     chain's rest stay the run's: kernel links fired by its settle), and its result the
     run's, whether the body returns or raises ``self.replace(...)``; a failing
-    replacement fails the run. Elsewhere Celery's own. Idempotent."""
+    replacement fails the run. ``self.add_to_chord(sig)`` there is refused by name: the
+    kernel's chord has its members fixed when they are made. Elsewhere Celery's own.
+    Idempotent."""
     with _hook_lock:
         if getattr(Task.on_replace, "_kernel_run", False):
             return
-        celerys = Task.on_replace
+        celerys, celerys_add = Task.on_replace, Task.add_to_chord
 
         def on_replace(self: Any, sig: Any) -> Any:
             if not getattr(self.request, "kernel_run", False):
@@ -202,8 +204,18 @@ def hook_replace() -> None:
             with allow_join_result():
                 raise _Replaced(sig.apply().get())
 
+        def add_to_chord(self: Any, sig: Any, lazy: bool = False) -> Any:
+            if not getattr(self.request, "kernel_run", False):
+                return celerys_add(self, sig, lazy)
+            raise InvalidArgument(
+                "add_to_chord",
+                f"task {self.name} runs through the kernel (kernel_route_tasks), whose "
+                "chord takes no member added from inside a run; give the chord all its "
+                "members when it is applied, or leave its tasks out of kernel_route_tasks",
+            )
+
         on_replace._kernel_run = True  # type: ignore[attr-defined]
-        Task.on_replace = on_replace
+        Task.on_replace, Task.add_to_chord = on_replace, add_to_chord
 
 
 def _retried(task: Any, run_id: str, retry: Retry, retrying: bool) -> None:
