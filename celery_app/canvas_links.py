@@ -106,7 +106,7 @@ def celery_json(value: Any) -> Any:
     and its worker decodes (:func:`adapters.task.arguments`); a value that is no JSON even
     so as it is, for the kernel to refuse naming where."""
     try:
-        return json.loads(dumps(value))
+        return json.loads(dumps(value))  # type: ignore[no-untyped-call]
     except (TypeError, ValueError):
         return value
 
