@@ -2,16 +2,19 @@
 
 This is how an existing ``beat_schedule`` entry moves onto the kernel
 unchanged: the task keeps its signature and is called with the occurrence's
-args/kwargs. Only ``app.tasks`` and task attributes are used, so this module
-never imports Celery.
+args/kwargs (values Celery's JSON tags decoded by kombu, as Celery's worker decodes its
+message). Only ``app.tasks`` and task attributes are used, so this module never imports
+Celery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
+
+from kombu.utils.json import object_hook
 
 from adapters.base import (
     CHECKPOINT_V1,
@@ -24,7 +27,9 @@ from adapters.base import (
 )
 from kernel import SafePoint, TaskPayload
 
-__all__ = ["TaskAdapter", "TaskCall", "CHECKPOINTS_OPTION", "retries_on", "running_context"]
+__all__ = [
+    "TaskAdapter", "TaskCall", "CHECKPOINTS_OPTION", "arguments", "retries_on", "running_context",
+]  # fmt: skip
 
 #: The task option (``@app.task(kernel_checkpoints=True)``) by which a task says its
 #: body calls ``current_run.checkpoint()``, so it can be paused while it runs.
@@ -57,6 +62,21 @@ def retries_on(task: Any, exc: BaseException) -> bool:
     return isinstance(exc, _autoretry_for(task)) and not isinstance(exc, final)
 
 
+def arguments(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The body's (args, kwargs): a payload's, with the values Celery's JSON tags (bytes,
+    datetime, Decimal, UUID: ``{"__type__": ..., "__value__": ...}``, how a routed call
+    stores them) made what Celery's message would give the body."""
+    return _untagged(list(args)), _untagged(dict(kwargs))
+
+
+def _untagged(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_untagged(item) for item in value]
+    if isinstance(value, dict):
+        return object_hook({name: _untagged(item) for name, item in value.items()})
+    return value
+
+
 class TaskAdapter(BaseAdapter):
     """Calls the body of ``app.tasks[payload["task"]]`` with the payload's args/kwargs.
 
@@ -86,7 +106,7 @@ class TaskAdapter(BaseAdapter):
 
     def execute(self, ctx: ExecutionContext) -> Any:
         payload = read_payload(ctx.occurrence.payload, TaskPayload)
-        name, args, kwargs = payload.task, payload.args, payload.kwargs
+        name, (args, kwargs) = payload.task, arguments(payload.args, payload.kwargs)
         task = self._task(name)
         # autoretry_for wraps `run` to call Celery's retry; `_orig_run` is the body.
         body = getattr(task, "_orig_run", task.run)

@@ -33,16 +33,18 @@ a task, a chain (each step's next step first among its callbacks) or a chord.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
+from kombu.utils.json import dumps
 
 from kernel import InvalidArgument
 
-__all__ = ["CANVAS_OPTIONS", "link_signature", "links", "replacement_signature"]
+__all__ = ["CANVAS_OPTIONS", "celery_json", "link_signature", "links", "replacement_signature"]
 
 #: The apply_async options this module turns into links.
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
@@ -186,6 +188,17 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     return {**body, "chord": chord}
 
 
+def celery_json(value: Any) -> Any:
+    """``value`` as Celery's JSON serializer puts it in a message: bytes, datetime, Decimal,
+    UUID tagged (``{"__type__": ..., "__value__": ...}``), which the kernel stores as JSON
+    and its worker decodes (:func:`adapters.task.arguments`); a value that is no JSON even
+    so as it is, for the kernel to refuse naming where."""
+    try:
+        return json.loads(dumps(value))  # type: ignore[no-untyped-call]
+    except (TypeError, ValueError):
+        return value
+
+
 def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     """One Celery signature (a Signature is a dict) as a kernel link (a step, a link, a
     chord's body); InvalidArgument as :func:`links`, ``where`` first in its field."""
@@ -210,8 +223,8 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     nested, errbacks = links({name: options.get(name) for name in CANVAS_OPTIONS})
     return {
         "task": sig.get("task"),
-        "args": list(sig.get("args") or ()),
-        "kwargs": dict(sig.get("kwargs") or {}),
+        "args": celery_json(list(sig.get("args") or ())),
+        "kwargs": celery_json(dict(sig.get("kwargs") or {})),
         "immutable": bool(sig.get("immutable")),
         "options": {name: options[name] for name in _STEP_OPTIONS if options.get(name) is not None},
         "callbacks": nested,

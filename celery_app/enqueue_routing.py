@@ -30,7 +30,7 @@ from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
 from beat_schedule.task_settings import kernel_priority
-from celery_app.canvas_links import CANVAS_OPTIONS, links
+from celery_app.canvas_links import CANVAS_OPTIONS, celery_json, links
 from celery_app.enqueueing import MAP_BUILTINS, enqueue, run_queue
 from celery_app.settings import KernelSettings
 from kernel import Enqueued, InvalidArgument
@@ -154,8 +154,8 @@ def routed_run(
     expires = options.get("expires", getattr(task, "expires", None))
     priority = options.get("priority")
     return task_id, {
-        "args": list(args or ()),
-        "kwargs": dict(kwargs or {}),
+        "args": celery_json(list(args or ())),
+        "kwargs": celery_json(dict(kwargs or {})),
         "key": task_id,
         "queue": queue,
         "countdown": options.get("countdown"),

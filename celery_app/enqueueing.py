@@ -32,6 +32,7 @@ from kombu.exceptions import OperationalError
 from beat_schedule.routing import routed_queue
 from beat_schedule.task_settings import task_fields
 from celery_app.config import ensure_broker_folders, open_kernel
+from celery_app.errbacks import marked
 from celery_app.hints import publish_hints
 from celery_app.settings import KernelSettings
 from kernel import (
@@ -191,7 +192,10 @@ def _request(
     (one object per task, which the kernel encodes once for all of a batch's runs)."""
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
-    links = {name: with_settings(app, run.get(name) or ()) for name in ("callbacks", "errbacks")}
+    links = {
+        name: with_settings(app, run.get(name) or (), errbacks=name == "errbacks")
+        for name in ("callbacks", "errbacks")
+    }
     settings = settings_of.get(task)
     if settings is None:
         settings = settings_of[task] = _task_settings(app, task)
@@ -200,17 +204,20 @@ def _request(
     return EnqueueRequest(task, settings=settings, **{**run, **links})
 
 
-def with_settings(app: Any, signatures: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def with_settings(
+    app: Any, signatures: Sequence[Mapping[str, Any]], *, errbacks: bool = False
+) -> list[dict[str, Any]]:
     """Kernel link signatures (kernel/spec/enqueue_request.py), each with its task's
-    implicit job settings, as the enqueue of that task would define them."""
+    implicit job settings, as the enqueue of that task would define them; ``errbacks``
+    marked as Celery would call them (:func:`celery_app.errbacks.marked`)."""
     return [
         {
-            **sig,
+            **(marked(app, sig) if errbacks else sig),
             # A signature without a task is refused by the kernel, naming its place.
             "settings": _task_settings(app, sig["task"]) if sig.get("task") else {},
             **({"options": _routed_options(app, sig)} if sig.get("task") else {}),
             "callbacks": with_settings(app, sig.get("callbacks") or ()),
-            "errbacks": with_settings(app, sig.get("errbacks") or ()),
+            "errbacks": with_settings(app, sig.get("errbacks") or (), errbacks=True),
             **_chord_with_settings(app, sig.get("chord")),
         }
         for sig in signatures

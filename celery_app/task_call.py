@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
@@ -23,10 +23,11 @@ from celery.app.task import Context, Task
 from celery.exceptions import Reject, Retry
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack, Redeliver, Replaced
-from adapters.task import retries_on
+from adapters.task import arguments, retries_on
 from celery_app.canvas_links import replacement_signature
 from celery_app.enqueue_routing import routed_call
-from celery_app.enqueueing import ACCUMULATE, with_settings
+from celery_app.enqueueing import ACCUMULATE, RunFailed, with_settings
+from celery_app.errbacks import HEADER
 from celery_app.hints import run_task_id
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_failure, store_retry, store_success
@@ -51,13 +52,14 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
     hook_task_methods()
     occurrence = ctx.occurrence
     payload = occurrence.payload
-    args, kwargs = list(payload.get("args") or ()), dict(payload.get("kwargs") or {})
+    args, kwargs = arguments(payload.get("args") or (), payload.get("kwargs") or {})
     run_id = task_id(ctx)
     replaced = replacement_of(occurrence.trigger_key)
     # The hint's message as the worker got it (none when the body runs outside a worker).
     wrapper = task.app.tasks.get(RUN_OCCURRENCE)
     outer = wrapper.request if wrapper is not None else Context()
     given = payload.get("request") or {}
+    run = _errback_call(task, given, args, kwargs) or run
     task.push_request(
         **{
             # What the call's message set first: the kernel's own fields win over a header
@@ -136,6 +138,29 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
         task.pop_request()
 
 
+def _errback_call(
+    task: Any, given: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Callable[[], Any] | None:
+    """The call of a marked errback run's body (``given``: its request fields; ``args``:
+    the failed task id, then its own): ``body(request, exc, traceback, *own)``; None for
+    any other run."""
+    if not (given.get("headers") or {}).get(HEADER) or not args:
+        return None
+    failed_id, own = str(args[0]), list(args[1:])
+    failed = task.app.AsyncResult(failed_id)
+    if failed.state == states.FAILURE:
+        exc, traceback = failed.result, failed.traceback
+    else:
+        exc = RunFailed(
+            f"task {failed_id} failed; the result backend holds no exception of it",
+            "DEAD_LETTER",
+        )
+        traceback = None
+    request = Context(id=failed_id, root_id=failed_id, errbacks=None)
+    body = getattr(task, "_orig_run", task.run)
+    return lambda: body(request, exc, traceback, *own, **kwargs)
+
+
 def _celery_request(given: dict[str, Any], outer: Any, run_id: str) -> dict[str, Any]:
     """The request fields a routed call's message set (its ``TaskRequest``, stored with the
     run), as Celery's worker makes them of its message: each custom header a field of its
@@ -195,8 +220,8 @@ def _tasks(link: Any) -> list[tuple[str, Any]]:
 
 
 def hook_task_methods() -> None:
-    """``self.replace(sig)`` and ``self.retry()`` inside a kernel run; elsewhere Celery's
-    own. Idempotent.
+    """``self.replace(sig)``, ``self.retry()`` and ``self.add_to_chord(sig)`` inside a
+    kernel run; elsewhere Celery's own. Idempotent.
 
     ``replace``: the body ends as Celery's replace ends it (no result: Ignore), whether it
     returns or raises ``self.replace(...)``; the run's settle makes the replacement in its
@@ -208,6 +233,9 @@ def hook_task_methods() -> None:
     ``Retry``, but sends nothing: the kernel, not the broker, owns this run's retry.
     Celery's retry sends unless the run is eager, so it is told so for that call only;
     the body itself sees ``is_eager`` False, as under a worker.
+
+    ``add_to_chord``: refused by name: the kernel's chord has its members fixed when they
+    are made.
     """
     if getattr(Task.retry, "_kernel_run", False):
         return
@@ -215,6 +243,7 @@ def hook_task_methods() -> None:
         if getattr(Task.retry, "_kernel_run", False):
             return
         celerys_replace, celerys_retry = Task.on_replace, Task.retry
+        celerys_add = Task.add_to_chord
 
         def on_replace(self: Any, sig: Any) -> Any:
             if not getattr(self.request, "kernel_run", False):
@@ -231,10 +260,21 @@ def hook_task_methods() -> None:
             finally:
                 request.is_eager = False
 
+        def add_to_chord(self: Any, sig: Any, lazy: bool = False) -> Any:
+            if not getattr(self.request, "kernel_run", False):
+                return celerys_add(self, sig, lazy)
+            raise InvalidArgument(
+                "add_to_chord",
+                f"task {self.name} runs through the kernel (kernel_route_tasks), whose "
+                "chord takes no member added from inside a run; give the chord all its "
+                "members when it is applied, or leave its tasks out of kernel_route_tasks",
+            )
+
         retry.__doc__ = celerys_retry.__doc__
         retry._kernel_run = True  # type: ignore[attr-defined]
         Task.on_replace = on_replace
         Task.retry = retry
+        Task.add_to_chord = add_to_chord
 
 
 def _retried(task: Any, run_id: str, retry: Retry, retrying: bool) -> None:

@@ -23,10 +23,9 @@ first.
 ``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after it as
 its own callbacks) become occurrences when the run succeeds, the result prepended to their
 arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the failed
-run's task id prepended unless immutable — the call Celery makes of an errback that takes one
-argument, ``errback(task_id)``, as a task (Celery's other form, ``errback(request, exc,
-traceback)``, is a function call inside the dying worker and cannot outlive it). Each is keyed by
-its ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
+run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
+fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
+``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
 once.
 """
 
@@ -69,7 +68,7 @@ MAX_KEY = 200  # the longest caller's key
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord", "replaces"}
+     "chord", "replaces", "request"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -260,7 +259,7 @@ def _signature(
         raise InvalidArgument(path, "args must be a list, kwargs and settings objects")
     settings = dict(settings)
     try:
-        own = {"args": raw.get("args"), "kwargs": raw.get("kwargs")}  # its links: below
+        own = {name: raw.get(name) for name in ("args", "kwargs", "request")}  # links: below
         prepare(_request(task, own, options, settings, (), None), {}, False)
     except InvalidArgument as exc:
         why = exc.message.removeprefix(f"{exc.field}: ")
@@ -271,6 +270,7 @@ def _signature(
     return {
         **({"chord": chord} if chord is not None else {}),
         **({"replaces": replaces} if replaces is not None else {}),
+        **({"request": dict(raw["request"])} if raw.get("request") else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -335,6 +335,7 @@ def _request(
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
         replaces=sig.get("replaces"),
+        request=sig.get("request"),
     )
 
 

@@ -134,6 +134,22 @@ def test_an_operator_s_abandon_makes_the_errback_and_a_cancel_none(k: Harness) -
     assert not [o for o in k.kernel.list_occurrences(limit=100) if "e-cancel" in o.trigger_key]
 
 
+def test_an_errback_s_request_fields_reach_its_run(k: Harness) -> None:
+    """How Celery calls an errback (celery_app/errbacks.py) rides on its run's request."""
+    headers = {"kernel_errback": 1}
+    made = k.kernel.enqueue(
+        task="proj.flaky",
+        key="flaky-2",
+        settings=ONCE,
+        errbacks=[sig("proj.on_error", "label", task_id="err-2", request={"headers": headers})],
+    )
+    fence = _run(k, made.occurrence_id)
+    k.kernel.fail(made.occurrence_id, owner="w1", fence=fence, code="E", message="x")
+    errback = _by_key(k, "err-2")
+    assert errback.payload["args"] == ["flaky-2", "label"]
+    assert errback.payload["request"] == {"headers": headers}
+
+
 @pytest.mark.parametrize(
     ("link", "field"),
     [
@@ -150,6 +166,8 @@ def test_an_operator_s_abandon_makes_the_errback_and_a_cancel_none(k: Harness) -
         ({"task": "t", "options": {"eta": "2031-05-01T12:00"}}, "callbacks[0].eta"),
         ({"task": "t", "callbacks": [{"task": "u", "args": [{1}]}]},
          "callbacks[0].callbacks[0].args[0]"),
+        ({"task": "t", "request": {"ignore_result": "maybe"}},
+         "callbacks[0].request.ignore_result"),
     ],
 )  # fmt: skip
 def test_a_link_the_kernel_cannot_honour_is_refused_naming_it(

@@ -150,3 +150,33 @@ def test_reject_with_requeue_gives_the_run_back_and_its_next_run_is_redelivered(
     with pytest.raises(AdapterError) as caught:
         _adapter(app).execute(make_context("task", {"task": "t.refuses"}))
     assert (caught.value.code, caught.value.retryable) == ("TASK_FAILED", False)
+
+
+def test_add_to_chord_inside_a_kernel_run_is_refused_by_name(app: celery.Celery) -> None:
+    from celery_app.task_call import hook_task_methods
+
+    hook_task_methods()
+
+    @app.task(name="t.grows", bind=True, shared=False)
+    def grows(self: celery.Task) -> None:
+        self.add_to_chord(app.signature("t.other"))
+
+    with pytest.raises(AdapterError) as caught:
+        _adapter(app).execute(make_context("task", {"task": "t.grows"}))
+
+    assert caught.value.code == "TASK_FAILED"
+    assert "add_to_chord" in caught.value.message and "kernel_route_tasks" in caught.value.message
+
+
+def test_tagged_bytes_reach_the_body_as_bytes(app: celery.Celery) -> None:
+    seen: list[Any] = []
+
+    @app.task(name="t.echo", shared=False)
+    def echo(value: Any, label: Any = None) -> None:
+        seen.append((value, label))
+
+    tagged = {"__type__": "bytes", "__value__": "x"}
+    payload = {"task": "t.echo", "args": [tagged], "kwargs": {"label": [tagged]}}
+    _adapter(app).execute(make_context("task", payload))
+
+    assert seen == [(b"x", [b"x"])]
