@@ -111,11 +111,12 @@ def test_a_chord_whose_body_is_a_chord_is_the_kernels_chord_then(app: celery.Cel
     assert len(again["chord"]["header"]) == 1 and len(again["chord"]["then"]["header"]) == 2
 
 
-def test_a_chord_step_whose_body_is_a_chain_is_refused_by_name(app: celery.Celery) -> None:
-    """Its failure would be written under the chain's first step's id, not the one its
-    caller holds (the chain's last)."""
+def test_a_chord_step_whose_body_is_a_chain_fails_under_the_chains_id(app: celery.Celery) -> None:
+    """Its body is the chain's first step, the rest following it; its failure is written
+    under the id its caller holds, the chain's last step's (``result_id``)."""
     a = app.signature("t.a")
     step = celery.chord([a.clone((1,))], chain(a.clone(), a.clone()))
-    with pytest.raises(InvalidArgument) as refused:
-        links({"link": step})
-    assert refused.value.field == "link[0].body"
+    chain_id = step.freeze().id
+    [made] = links({"link": step})[0]
+    assert made["chord"]["result_id"] == chain_id
+    assert len(made["callbacks"]) == 1  # the chain's second step follows its first
