@@ -110,6 +110,7 @@ def run_side(side: str, root: Path, args: argparse.Namespace, workdir: Path) -> 
             REDIS_HOST=host,
             REDIS_PORT=port,
             SUITE_TEST_TIMEOUT=str(args.timeout),
+            **({} if args.reruns is None else {"SUITE_RERUNS": str(args.reruns)}),
             KERNEL_VAR_DIR=str(workdir / f"var-{side}"),
         )
         with contextlib.ExitStack() as stack:
@@ -238,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="pytest -k expression: run only the tests it selects")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per test")
+    parser.add_argument(
+        "--reruns",
+        type=int,
+        help="rerun a test Celery marks flaky at most this often, both sides (Celery's: 5)",
+    )
     parser.add_argument(
         "--side-timeout", type=float, default=3600.0, help="seconds per side (then interrupted)"
     )
