@@ -31,14 +31,6 @@ from integration.test_enqueue import Project
 
 pytestmark = pytest.mark.long
 
-SETTINGS = """\
-import os
-imports = ["myproj_tasks"]
-broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
-kernel_route_tasks = ["myproj.routed.*"]
-kernel_rehint_after = 1.0
-"""
-
 TASKS = """\
 import json, os, time
 from myproj import app
@@ -223,14 +215,7 @@ print(json.dumps({"value": type(value).__name__, "status": body.status}))
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    # Beat's pump hints the runs a settle makes (the body), as for any link.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(SIDE_BY_SIDE)
     routed, stock = out["routed"], out["stock"]
@@ -267,11 +252,7 @@ def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
 
 @pytest.mark.parametrize("stack", ["redis", "redis+postgres"], indirect=True)
 def test_a_chord_whose_member_s_worker_is_killed_runs_its_body_once(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    workers = [project.worker(name) for name in ("w1", "w2", "w3")]
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, workers = Project.running(stack, TASKS, workers=("w1", "w2", "w3"))
 
     body_id = project.client(KILLED)["body"]
     victim = workers[0]
@@ -303,11 +284,7 @@ def test_a_chord_whose_member_s_worker_is_killed_runs_its_body_once(stack: Stack
 def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
     stack: Stack,
 ) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    first = project.worker("w1")
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, [first] = Project.running(stack, TASKS)
 
     body_id = project.client(DIES)["body"]
     stack.wait(lambda: project.ledger(task="dies"), timeout=30, what="the member started")
@@ -328,14 +305,7 @@ def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    # Beat's pump hints the steps a settle makes and the ones held back until due.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(MAPS)
     assert out["stock"] == {
@@ -375,13 +345,7 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_a_chord_whose_body_is_a_chain_answers_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(CHAIN_BODY)
     routed, stock = out["routed"], out["stock"]
