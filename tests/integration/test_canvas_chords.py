@@ -25,6 +25,8 @@ measured against stock Celery on the same Redis (broker and result backend).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from integration.stack import Stack
 from integration.test_enqueue import Project
@@ -213,6 +215,17 @@ print(json.dumps({"value": type(value).__name__, "status": body.status}))
 """
 
 
+def _each_side_s_errback_ran_once(project: Project, *sides: dict[str, Any]) -> None:
+    """The failed chord's errback ran on each side, given that side's body id."""
+
+    def all_errbacks() -> list[dict[str, str]] | None:
+        ran = project.ledger(task="on_err")
+        return ran if len(ran) >= len(sides) else None
+
+    errbacks = project.stack.wait(all_errbacks, timeout=60, what="each side's errback ran")
+    assert sorted(x["failed"] for x in errbacks) == sorted(side["failed"]["body"] for side in sides)
+
+
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
     project, _ = Project.running(stack, TASKS, concurrency=2)
@@ -232,15 +245,7 @@ def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
             "ChordError",
             "FAILURE",
         )
-
-    def both_errbacks() -> list[dict[str, str]] | None:
-        ran = project.ledger(task="on_err")
-        return ran if len(ran) >= 2 else None
-
-    errbacks = stack.wait(both_errbacks, timeout=60, what="both sides' errbacks ran")
-    assert sorted(x["failed"] for x in errbacks) == sorted(
-        side["failed"]["body"] for side in (routed, stock)
-    )
+    _each_side_s_errback_ran_once(project, routed, stock)
     # Through the kernel: each member an occurrence keyed by its Celery task id, the
     # body one, made by the last member's settle.
     members = {o.trigger_key for o in stack.occurrences("task:myproj.routed.add")}
@@ -354,15 +359,7 @@ def test_a_chord_whose_body_is_a_chain_answers_as_stock_celery(stack: Stack) -> 
     # The failure is under the id the caller holds (the chain's last step's), as stock's.
     for side in (routed, stock):
         assert (side["failed"]["value"], side["failed"]["status"]) == ("ChordError", "FAILURE")
-
-    def both_errbacks() -> list[dict[str, str]] | None:
-        ran = project.ledger(task="on_err")
-        return ran if len(ran) >= 2 else None
-
-    errbacks = stack.wait(both_errbacks, timeout=60, what="both sides' errbacks ran")
-    assert sorted(x["failed"] for x in errbacks) == sorted(
-        side["failed"]["body"] for side in (routed, stock)
-    )
+    _each_side_s_errback_ran_once(project, routed, stock)
     # Through the kernel, each step once: the two chords' tsum bodies and their inner
     # chord's, and the adds after them; the failed chord's chain never made.
     sums = sorted(o.result for o in stack.occurrences("task:myproj.routed.tsum"))

@@ -32,6 +32,11 @@ def _claimed(kernel: Kernel, made: Sequence[Enqueued]) -> tuple[list[int], list[
     return ids, fences
 
 
+def _succeeds(ids: list[int], fences: list[int], n: int) -> Callable[[Kernel], Any]:
+    """The success of member ``n`` (its result ``n``) by the worker holding it."""
+    return lambda k: k.succeed(ids[n], owner="w1", fence=fences[n], result=n)
+
+
 def _settle_at_once(world: World, hold: str | None, *settles: Callable[[Kernel], Any]) -> None:
     """The ``settles`` released together; with ``hold`` (PostgreSQL), the chord's row is
     held until every one waits on it. Each must succeed."""
@@ -55,8 +60,8 @@ def test_the_last_two_members_at_once_make_one_body(world_factory: Callable[...,
         _settle_at_once(
             world,
             chord if i % 2 == 0 else None,
-            lambda k: k.succeed(ids[1], owner="w1", fence=fences[1], result=1),
-            lambda k: k.succeed(ids[2], owner="w1", fence=fences[2], result=2),
+            _succeeds(ids, fences, 1),
+            _succeeds(ids, fences, 2),
         )
         bodies = [
             o
@@ -98,8 +103,8 @@ def test_the_last_two_members_at_once_make_the_next_chord_once(
         _settle_at_once(
             world,
             chord if i % 2 == 0 else None,
-            lambda k: k.succeed(ids[0], owner="w1", fence=fences[0], result=0),
-            lambda k: k.succeed(ids[1], owner="w1", fence=fences[1], result=1),
+            _succeeds(ids, fences, 0),
+            _succeeds(ids, fences, 1),
         )
         second = [
             o
@@ -137,7 +142,7 @@ def test_a_member_failing_as_the_other_succeeds_fails_a_chain_body_once_under_it
         _settle_at_once(
             world,
             chord if i % 2 == 0 else None,
-            lambda k: k.succeed(ids[0], owner="w1", fence=fences[0], result=0),
+            _succeeds(ids, fences, 0),
             lambda k: k.fail(ids[1], owner="w1", fence=fences[1], code="E", message="x"),
         )
         keys = [o.trigger_key for o in kernel.list_occurrences(limit=500)]
