@@ -23,7 +23,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from celery.schedules import crontab, schedule
 
 from beat_schedule.routing import routed_queue
-from beat_schedule.task_settings import expires_field, hint_options, kernel_priority, task_fields
+from beat_schedule.task_settings import (
+    beat_request,
+    expires_field,
+    hint_options,
+    kernel_priority,
+    task_fields,
+)
 from kernel import InvalidArgument, Job, Kernel, NotFound, validate_job_spec
 
 __all__ = [
@@ -212,6 +218,7 @@ def entry_to_spec(
         "schedule": _schedule(name, entry["schedule"], timezone),
     }
     options = entry.get("options") or {}
+    spec["payload"]["request"] = beat_request(options, task)
     if app is not None and "queue" not in (entry.get("kernel") or {}):
         # The queue Celery's Beat would send it to: options, task_routes, task.queue...
         payload = spec["payload"]

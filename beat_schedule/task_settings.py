@@ -23,6 +23,7 @@ from kernel import InvalidArgument
 
 __all__ = [
     "HINT_OPTIONS",
+    "beat_request",
     "broker_priority",
     "expires_field",
     "hint_options",
@@ -66,6 +67,20 @@ def hint_options(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
             "from the entry",
         )
     return {key: options[key] for key in HINT_OPTIONS if options.get(key) is not None}
+
+
+def beat_request(options: Mapping[str, Any], task: Any) -> dict[str, Any]:
+    """The fields of the body's ``self.request`` Celery's Beat gives a firing of an entry of
+    ``options`` (kept with the job's payload as a routed call's ``request``): the entry's
+    custom headers with Beat's own ``celery_beat_task`` mark
+    (``celery.beat.Scheduler.apply_async``), and the time limits, the entry's else the
+    task's, as ``apply_async`` merges them."""
+    fields = {
+        "headers": {**(options.get("headers") or {}), "celery_beat_task": True},
+        "time_limit": options.get("time_limit", getattr(task, "time_limit", None)),
+        "soft_time_limit": options.get("soft_time_limit", getattr(task, "soft_time_limit", None)),
+    }
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def expires_field(name: str, options: Mapping[str, Any], task: Any) -> dict[str, Any]:

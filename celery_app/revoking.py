@@ -16,12 +16,18 @@ cancel is durable (it holds across restarts, for every worker) and guarded, so e
 of the broadcast may carry it out and one moves the run. Then Celery's own command takes
 every id and stamp as ever: a hint of one run carries its run's task id, so Celery's
 worker discards it when it comes and, with ``terminate``, signals the process running it.
+
+A kernel that cannot be reached (the database away) is tried again in a thread of its
+own, so the worker's consumer is not held, with :data:`RETRY_DELAYS_S` between tries; a
+revoke still refused after them is logged as an error naming the task ids and what the
+operator runs, since the routed runs go on.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,9 +38,15 @@ from celery.worker.control import Panel, ok
 
 from celery_app.enqueueing import process_kernel
 from celery_app.notify import hint_owed
-from kernel import KernelError, Revoked, caller_key, carries_stamps
+from kernel import KernelError, Revoked, StorageUnavailable, caller_key, carries_stamps
 
-__all__ = ["hook_revoke", "revoke_remembered_stamps"]
+__all__ = ["RETRY_DELAYS_S", "hook_revoke", "revoke_remembered_stamps"]
+
+#: Seconds between the tries of a kernel revoke refused for an unreachable database:
+#: about 15 s in all, past a PostgreSQL restart or a failover's switch.
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+Revoke = Callable[[Any, str], list[Revoked]]
 
 log = logging.getLogger("celery_kernel.revoke")
 
@@ -62,12 +74,15 @@ def _by_id(celerys: Callable[..., Any]) -> Callable[..., Any]:
         # (terminate), so neither a later hint nor its lease's expiry runs it again. Then
         # Celery's own for every id: a hint of one run has its run's task id, which
         # Celery's worker discards when it comes, or whose process it signals.
+        what = f"revoke of task {', '.join(ids)}"
         found = _carry_out(
-            state, lambda kernel, who: kernel.revoke(ids, terminate=bool(terminate), operator=who)
+            state,
+            lambda kernel, who: kernel.revoke(ids, terminate=bool(terminate), operator=who),
+            what,
         )
         answer = celerys(state, ids, terminate=terminate, signal=signal, **kwargs)
         if found is None:  # the kernel did not answer: say so
-            return {"error": f"revoke of {', '.join(ids)}: the kernel did not take it"}
+            return {"error": f"{what}: the kernel did not take it (see the worker's log)"}
         return _merged(answer, _answer(found))
 
     revoke._kernel = True  # type: ignore[attr-defined]
@@ -81,14 +96,16 @@ def _by_stamps(celerys: Callable[..., Any]) -> Callable[..., Any]:
         answer = celerys(state, headers, terminate=terminate, signal=signal, **kwargs)
         if isinstance(headers, list):  # Celery's "name=value" form
             headers = dict(header.split("=", 1) for header in headers)
+        what = f"revoke of the runs stamped {headers}"
         found = _carry_out(
             state,
             lambda kernel, who: kernel.revoke_stamped(
                 headers, terminate=bool(terminate), operator=who
             ),
+            what,
         )
         if found is None:
-            return {"error": f"revoke of the runs stamped {headers}: the kernel did not take it"}
+            return {"error": f"{what}: the kernel did not take it (see the worker's log)"}
         return _merged(answer, _answer(found))
 
     return revoke_by_stamped_headers
@@ -118,8 +135,8 @@ def revoke_remembered_stamps(app: Any, hostname: str, occurrence_ids: Sequence[i
     if not worker_state.revoked_stamps:
         return
     stamps = dict(worker_state.revoked_stamps)
-    kernel = process_kernel(app)
     try:
+        kernel = process_kernel(app)
         runs = [kernel.get_occurrence(int(occurrence_id)) for occurrence_id in occurrence_ids]
     except KernelError as exc:  # its claim answers for the run (gone, or the kernel down)
         log.warning("revoked stamps not checked: %s", exc, extra={"action": "revoke_failed"})
@@ -134,26 +151,76 @@ def revoke_remembered_stamps(app: Any, hostname: str, occurrence_ids: Sequence[i
         _carry_out(
             AttributeDict(app=app, hostname=hostname),
             lambda kernel, who: kernel.revoke(task_ids, terminate=False, operator=who),
+            f"revoke of task {', '.join(task_ids)} (a stamp revoked)",
         )
 
 
-def _carry_out(state: Any, revoke: Callable[[Any, str], list[Revoked]]) -> list[Revoked] | None:
+def _carry_out(state: Any, revoke: Revoke, what: str) -> list[Revoked] | None:
     """The routed runs ``revoke(kernel, operator)`` named, their owed ends hinted; [] where
-    the kernel is not installed; None when the kernel refused (logged)."""
+    the kernel is not installed; None when the kernel refused: tried again in a thread
+    while the database is away, else logged."""
     app = state.app
     if not getattr(app, "_kernel_installed", False):
         return []
-    kernel = process_kernel(app)
-    try:
-        found = revoke(kernel, f"celery-revoke@{state.hostname}")
-    except KernelError as exc:
-        log.error(
-            "a revoke was not carried out by the kernel (%s): %s; send it again",
-            exc.code,
+    who = f"celery-revoke@{state.hostname}"
+    try:  # opening the process's kernel may meet the database away too
+        found = revoke(process_kernel(app), who)
+    except StorageUnavailable as exc:
+        log.warning(
+            "%s: the kernel is unreachable (%s); tried again for up to %g s",
+            what,
             exc,
-            extra={"action": "revoke_failed"},
+            sum(RETRY_DELAYS_S),
+            extra={"action": "revoke_retrying"},
         )
+        threading.Thread(
+            target=_retried,
+            args=(app, revoke, who, what),
+            name="kernel-revoke",
+            daemon=True,
+        ).start()
         return None
+    except KernelError as exc:
+        _given_up(app, what, exc)
+        return None
+    _moved(app, found)
+    return found
+
+
+def _retried(app: Any, revoke: Revoke, who: str, what: str) -> None:
+    """``revoke`` tried again after each of :data:`RETRY_DELAYS_S` while the database is
+    away; given up (logged) after the last, or at once on any other refusal."""
+    for delay in RETRY_DELAYS_S:
+        time.sleep(delay)
+        try:
+            found = revoke(process_kernel(app), who)
+        except StorageUnavailable as exc:
+            last: KernelError = exc
+            continue
+        except KernelError as exc:
+            last = exc
+            break
+        log.info("%s carried out by the kernel after a retry", what, extra={"action": "revoked"})
+        _moved(app, found)
+        return
+    _given_up(app, what, last)
+
+
+def _given_up(app: Any, what: str, exc: KernelError) -> None:
+    log.error(
+        "%s was not carried out by the kernel (%s: %s): its routed runs go on. Once the "
+        "kernel answers, send the revoke again, or cancel each run's occurrence: "
+        "celery -A %s kernel cancel OCC",
+        what,
+        exc.code,
+        exc,
+        app.main or "APP",
+        extra={"action": "revoke_failed"},
+    )
+
+
+def _moved(app: Any, found: Sequence[Revoked]) -> None:
+    """Log the runs a revoke moved and hint the owed ends of those it cancelled."""
     moved = [run for run in found if run.moved]
     for run in moved:
         log.info(
@@ -163,8 +230,7 @@ def _carry_out(state: Any, revoke: Callable[[Any, str], list[Revoked]]) -> list[
             "cancelled" if run.status == "cancelled" else "asked to stop",
             extra={"action": "revoked", "occurrence_id": run.occurrence_id},
         )
-    hint_owed(app, kernel, [run for run in moved if run.status == "cancelled"])
-    return found
+    hint_owed(app, process_kernel(app), [run for run in moved if run.status == "cancelled"])
 
 
 def _listed(runs: Sequence[Revoked]) -> str:

@@ -5,8 +5,9 @@ gets what it would get from Celery's tracer: ``self.request`` (id, retries, args
 delivery_info, hostname ...), Celery's task signals sent by the app's task (not the
 kernel's wrapper), ``self.retry()`` turned into a kernel retry after its countdown
 or at its eta with the arguments it gives, ``self.replace(sig)`` (the run's replacement
-made durably by its settle; both :func:`hook_task_methods`), and its outcome in the app's
-result backend under ``self.request.id`` (:mod:`celery_app.task_results`).
+made durably by its settle; both :func:`hook_task_methods`, which ``install(app)`` calls
+at start-up: a prefork pool process inherits the hooked ``Task`` when it is forked), and
+its outcome in the app's result backend under ``self.request.id`` (:mod:`celery_app.task_results`).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
         AdapterError: retryable ``TASK_RETRY`` when the body raised ``self.retry()``.
         Exception: whatever the body raised otherwise.
     """
-    hook_task_methods()
     occurrence = ctx.occurrence
     payload = occurrence.payload
     args, kwargs = arguments(payload.get("args") or (), payload.get("kwargs") or {})

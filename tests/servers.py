@@ -116,6 +116,30 @@ class RunningServer:
                     process.wait()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
+    def start_again(self, timeout: float = 30.0) -> None:
+        """Start the server again after its process was stopped by PID (not by :meth:`stop`,
+        which removes its files): the same command, data and port, as its account. Returns
+        once it takes connections.
+
+        Raises:
+            ServerUnavailable: it did not take connections within ``timeout`` seconds.
+        """
+        assert self.process.poll() is not None, "the server is still running"
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.process.args,
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                **_as_account(_server_account()),
+            )
+        deadline = time.monotonic() + timeout
+        while not _accepts("127.0.0.1", self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise ServerUnavailable(f"not started again:\n{_tail(self.log_path)}")
+            time.sleep(0.05)
+
 
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago."""

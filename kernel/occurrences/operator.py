@@ -201,8 +201,11 @@ def _revoke_rows(tx: Tx, rows: Sequence[Any], terminate: bool, operator: str) ->
         moved = request_cancel(tx, row.id, reason=f"revoke:{operator}", running=terminate)
         if moved == S.CANCELLED:
             cancelled_links(tx, row.id)
-        # A cancel keeps the fence: the row's, read in this transaction.
+        if moved is None:  # a write may have won the row since it was read: as it is now
+            now = occurrence_row(tx, row.id)
+            fence, status = now["fence"], now["status"]
+        else:  # a cancel keeps the fence: the row's, read in this transaction
+            fence, status = row.fence, moved.value
         task_id = caller_key(row.trigger_key) or row.trigger_key
-        status = row.status if moved is None else moved.value
-        revoked.append(Revoked(row.id, task_id, row.fence, row.queue, status, moved is not None))
+        revoked.append(Revoked(row.id, task_id, fence, row.queue, status, moved is not None))
     return revoked

@@ -122,7 +122,13 @@ def test_an_entry_becomes_a_task_job_and_the_kernel_key_sets_the_rest() -> None:
     assert spec == {
         "id": "reports-nightly-eu",
         "kind": "task",
-        "payload": {"task": "reports.build", "args": [1, "eu"], "kwargs": {"full": True}},
+        "payload": {
+            "task": "reports.build",
+            "args": [1, "eu"],
+            "kwargs": {"full": True},
+            # What Celery's Beat gives the body's self.request (its own header).
+            "request": {"headers": {"celery_beat_task": True}},
+        },
         "schedule": {"every": 60.0},
         "queue": "reports",
         "overlap": "queue",

@@ -25,19 +25,13 @@ measured against stock Celery on the same Redis (broker and result backend).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from integration.stack import Stack
 from integration.test_enqueue import Project
 
 pytestmark = pytest.mark.long
-
-SETTINGS = """\
-import os
-imports = ["myproj_tasks"]
-broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
-kernel_route_tasks = ["myproj.routed.*"]
-kernel_rehint_after = 1.0
-"""
 
 TASKS = """\
 import json, os, time
@@ -221,16 +215,20 @@ print(json.dumps({"value": type(value).__name__, "status": body.status}))
 """
 
 
+def _each_side_s_errback_ran_once(project: Project, *sides: dict[str, Any]) -> None:
+    """The failed chord's errback ran on each side, given that side's body id."""
+
+    def all_errbacks() -> list[dict[str, str]] | None:
+        ran = project.ledger(task="on_err")
+        return ran if len(ran) >= len(sides) else None
+
+    errbacks = project.stack.wait(all_errbacks, timeout=60, what="each side's errback ran")
+    assert sorted(x["failed"] for x in errbacks) == sorted(side["failed"]["body"] for side in sides)
+
+
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    # Beat's pump hints the runs a settle makes (the body), as for any link.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(SIDE_BY_SIDE)
     routed, stock = out["routed"], out["stock"]
@@ -247,15 +245,7 @@ def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
             "ChordError",
             "FAILURE",
         )
-
-    def both_errbacks() -> list[dict[str, str]] | None:
-        ran = project.ledger(task="on_err")
-        return ran if len(ran) >= 2 else None
-
-    errbacks = stack.wait(both_errbacks, timeout=60, what="both sides' errbacks ran")
-    assert sorted(x["failed"] for x in errbacks) == sorted(
-        side["failed"]["body"] for side in (routed, stock)
-    )
+    _each_side_s_errback_ran_once(project, routed, stock)
     # Through the kernel: each member an occurrence keyed by its Celery task id, the
     # body one, made by the last member's settle.
     members = {o.trigger_key for o in stack.occurrences("task:myproj.routed.add")}
@@ -267,11 +257,7 @@ def test_a_routed_chord_and_group_answer_as_stock_celery(stack: Stack) -> None:
 
 @pytest.mark.parametrize("stack", ["redis", "redis+postgres"], indirect=True)
 def test_a_chord_whose_member_s_worker_is_killed_runs_its_body_once(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    workers = [project.worker(name) for name in ("w1", "w2", "w3")]
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, workers = Project.running(stack, TASKS, workers=("w1", "w2", "w3"))
 
     body_id = project.client(KILLED)["body"]
     victim = workers[0]
@@ -303,11 +289,7 @@ def test_a_chord_whose_member_s_worker_is_killed_runs_its_body_once(stack: Stack
 def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
     stack: Stack,
 ) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    first = project.worker("w1")
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, [first] = Project.running(stack, TASKS)
 
     body_id = project.client(DIES)["body"]
     stack.wait(lambda: project.ledger(task="dies"), timeout=30, what="the member started")
@@ -328,14 +310,7 @@ def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    # Beat's pump hints the steps a settle makes and the ones held back until due.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(MAPS)
     assert out["stock"] == {
@@ -375,13 +350,7 @@ def test_maps_timed_steps_chord_steps_and_replace_answer_as_stock_celery(stack: 
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_a_chord_whose_body_is_a_chain_answers_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(CHAIN_BODY)
     routed, stock = out["routed"], out["stock"]
@@ -390,15 +359,7 @@ def test_a_chord_whose_body_is_a_chain_answers_as_stock_celery(stack: Stack) -> 
     # The failure is under the id the caller holds (the chain's last step's), as stock's.
     for side in (routed, stock):
         assert (side["failed"]["value"], side["failed"]["status"]) == ("ChordError", "FAILURE")
-
-    def both_errbacks() -> list[dict[str, str]] | None:
-        ran = project.ledger(task="on_err")
-        return ran if len(ran) >= 2 else None
-
-    errbacks = stack.wait(both_errbacks, timeout=60, what="both sides' errbacks ran")
-    assert sorted(x["failed"] for x in errbacks) == sorted(
-        side["failed"]["body"] for side in (routed, stock)
-    )
+    _each_side_s_errback_ran_once(project, routed, stock)
     # Through the kernel, each step once: the two chords' tsum bodies and their inner
     # chord's, and the adds after them; the failed chord's chain never made.
     sums = sorted(o.result for o in stack.occurrences("task:myproj.routed.tsum"))

@@ -17,14 +17,6 @@ from integration.test_enqueue import Project
 
 pytestmark = pytest.mark.long
 
-SETTINGS = """\
-import os
-imports = ["myproj_tasks"]
-broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
-kernel_route_tasks = ["myproj.routed.*"]
-kernel_rehint_after = 1.0
-"""
-
 TASKS = """\
 import json, os
 from myproj import app
@@ -85,12 +77,7 @@ print(json.dumps(out))
 def test_errbacks_of_a_task_a_chord_and_a_group_are_called_as_stock_celery_calls_them(
     stack: Stack,
 ) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    project.worker("w1")
-    # Beat's pump hints the runs a settle makes (the errbacks), as for any link.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS)
 
     ids = project.client(CALLS)
     # Per side: a task's errback, a chord's, and one per failed group member, each style.

@@ -73,11 +73,7 @@ print(json.dumps({}))
 def test_a_routed_chain_runs_step_by_step_and_a_killed_run_s_errback_runs_once(
     stack: Stack,
 ) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    first = project.worker("w1")
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, [first] = Project.running(stack, TASKS, settings=SETTINGS)
 
     last_id = project.client(CHAIN)["id"]
     last = stack.wait(

@@ -23,14 +23,6 @@ from integration.test_enqueue import Project
 
 pytestmark = pytest.mark.long
 
-SETTINGS = """\
-import os
-imports = ["myproj_tasks"]
-broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
-kernel_route_tasks = ["myproj.routed.*"]
-kernel_rehint_after = 1.0
-"""
-
 TASKS = """\
 import json, os, time
 from celery import chain, chord, group, signals
@@ -126,14 +118,7 @@ print(json.dumps(out))
 def test_a_routed_replace_answers_as_stock_celery_each_replacement_an_occurrence(
     stack: Stack,
 ) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    # Beat's pump hints the runs a settle makes (a replacement's steps), as for any link.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(SIDE_BY_SIDE)
     routed, stock = out["routed"], out["stock"]
@@ -182,11 +167,7 @@ print(json.dumps({"value": app.AsyncResult(sys.argv[1]).get(timeout=90)}))
 def test_a_worker_killed_after_the_body_replaced_itself_makes_the_replacement_once(
     stack: Stack,
 ) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    first = project.worker("w1")
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, [first] = Project.running(stack, TASKS)
 
     task_id = project.client(STALLS)["id"]
     [stalled] = stack.wait(

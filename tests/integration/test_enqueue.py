@@ -58,6 +58,17 @@ def routed(label):
     return label
 """
 
+#: Settings of a project whose ``myproj.routed.*`` tasks go through the kernel and whose
+#: ``myproj.stock.*`` tasks do not, on the stack's Redis as broker and result backend:
+#: the same canvas measured routed against stock Celery on one app.
+ROUTED_AND_STOCK = """\
+import os
+imports = ["myproj_tasks"]
+broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
+kernel_route_tasks = ["myproj.routed.*"]
+kernel_rehint_after = 1.0
+"""
+
 #: The client: an enqueue rolled back, the same key committed, then the run's result.
 TRANSACTION = """\
 import json, sqlalchemy as sa
@@ -87,11 +98,11 @@ print(json.dumps({"id": sent.id}))
 class Project:
     """The project directory: its app, settings and tasks, and processes started there."""
 
-    def __init__(self, stack: Stack) -> None:
+    def __init__(self, stack: Stack, *, settings: str = SETTINGS, tasks: str = TASKS) -> None:
         self.stack = stack
         self.env = {k: v for k, v in stack.env.items() if k not in ("PYTHONPATH",)}
         self.env.pop("CELERY_CONFIG_MODULE", None)
-        for name, text in (("myproj", APP), ("myproj_settings", SETTINGS), ("myproj_tasks", TASKS)):
+        for name, text in (("myproj", APP), ("myproj_settings", settings), ("myproj_tasks", tasks)):
             (stack.root / f"{name}.py").write_text(text)
 
     def start(self, name: str, *args: str) -> Proc:
@@ -100,11 +111,28 @@ class Project:
         self.stack.procs.append(proc)
         return proc
 
-    def worker(self, name: str) -> Proc:
-        proc = self.start(name, "worker", "-c", "1", "-n", f"{name}@%h", "-l", "INFO",
-                          "--without-mingle", "--without-gossip")  # fmt: skip
+    def worker(self, name: str, concurrency: int = 1) -> Proc:
+        proc = self.start(name, "worker", "-c", str(concurrency), "-n", f"{name}@%h", "-l",
+                          "INFO", "--without-mingle", "--without-gossip")  # fmt: skip
         self.stack.wait(lambda: "ready." in proc.log(), timeout=30, what=f"{name} ready")
         return proc
+
+    def beat(self) -> Proc:
+        """Beat: its pump also hints the runs a settle makes (a chain's next step, a
+        chord's body, an errback, a replacement) and those held back until due."""
+        return self.start("beat", "beat", "-s", str(self.stack.root / "beat-schedule"),
+                          "-l", "INFO")  # fmt: skip
+
+    @classmethod
+    def running(
+        cls, stack: Stack, tasks: str, *, settings: str = ROUTED_AND_STOCK,
+        workers: tuple[str, ...] = ("w1",), concurrency: int = 1,
+    ) -> tuple[Project, list[Proc]]:  # fmt: skip
+        """A project of ``tasks`` with its ``workers`` ready, then its Beat."""
+        project = cls(stack, settings=settings, tasks=tasks)
+        started = [project.worker(name, concurrency) for name in workers]
+        project.beat()
+        return project, started
 
     def client(self, code: str) -> Any:
         done = subprocess.run([sys.executable, "-c", code], cwd=self.stack.root, env=self.env,
@@ -124,7 +152,7 @@ def test_enqueue_is_transactional_and_a_routed_delay_survives_a_killed_worker(
 ) -> None:
     project = Project(stack)
     first = project.worker("w1")
-    beat = project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    beat = project.beat()
 
     # Rolled back: nothing; committed (same key): one run, its result without a backend.
     answer = project.client(TRANSACTION)

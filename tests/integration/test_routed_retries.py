@@ -17,14 +17,6 @@ from integration.test_enqueue import Project
 
 pytestmark = pytest.mark.long
 
-SETTINGS = """\
-import os
-imports = ["myproj_tasks"]
-broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
-kernel_route_tasks = ["myproj.routed.*"]
-kernel_rehint_after = 1.0
-"""
-
 TASKS = """\
 from celery.exceptions import Reject
 from myproj import app
@@ -86,12 +78,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_retry_with_new_arguments_and_reject_answer_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    project.worker("w1")
-    # Beat's pump hints a retry and a handed-back run.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS)
 
     out = project.client(CLIENT)
     routed, stock = out.pop("routed"), out.pop("stock")

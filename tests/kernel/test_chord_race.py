@@ -7,17 +7,42 @@ from the same state, one after the other."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 
-from kernel import EnqueueRequest
+from kernel import Enqueued, EnqueueRequest, Kernel
 from tests.kernel.interleave import LEASE_S, refusals_are_kernel_errors
 from tests.kernel.race_world import World, world_factory
 
 pytestmark = pytest.mark.long
 
 __all__ = ["world_factory"]  # fixtures
+
+
+def _claimed(kernel: Kernel, made: Sequence[Enqueued]) -> tuple[list[int], list[int]]:
+    """The members ``made``, each claimed by one worker: their ids and fences."""
+    ids = [m.occurrence_id for m in made]
+    fences = []
+    for occ in ids:
+        claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
+        assert claim is not None
+        fences.append(claim.fence)
+    return ids, fences
+
+
+def _succeeds(ids: list[int], fences: list[int], n: int) -> Callable[[Kernel], Any]:
+    """The success of member ``n`` (its result ``n``) by the worker holding it."""
+    return lambda k: k.succeed(ids[n], owner="w1", fence=fences[n], result=n)
+
+
+def _settle_at_once(world: World, hold: str | None, *settles: Callable[[Kernel], Any]) -> None:
+    """The ``settles`` released together; with ``hold`` (PostgreSQL), the chord's row is
+    held until every one waits on it. Each must succeed."""
+    outcomes = world.actors.run(*settles, hold=hold, hold_table="chords")
+    refusals_are_kernel_errors(outcomes)
+    assert all(o.ok for o in outcomes), f"{hold}: {outcomes}"
 
 
 def test_the_last_two_members_at_once_make_one_body(world_factory: Callable[..., World]) -> None:
@@ -30,21 +55,14 @@ def test_the_last_two_members_at_once_make_one_body(world_factory: Callable[...,
             [EnqueueRequest("proj.add", args=[m], key=f"{chord}-{m}") for m in range(3)],
             chord={"id": chord, "body": {"task": "proj.tsum", "options": {"task_id": f"b{i}"}}},
         )
-        ids = [m.occurrence_id for m in made]
-        fences = []
-        for occ in ids:
-            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
-            assert claim is not None
-            fences.append(claim.fence)
+        ids, fences = _claimed(kernel, made)
         kernel.succeed(ids[0], owner="w1", fence=fences[0], result=0)
-        outcomes = world.actors.run(
-            lambda k: k.succeed(ids[1], owner="w1", fence=fences[1], result=1),
-            lambda k: k.succeed(ids[2], owner="w1", fence=fences[2], result=2),
-            hold=chord if i % 2 == 0 else None,
-            hold_table="chords",
+        _settle_at_once(
+            world,
+            chord if i % 2 == 0 else None,
+            _succeeds(ids, fences, 1),
+            _succeeds(ids, fences, 2),
         )
-        refusals_are_kernel_errors(outcomes)
-        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
         bodies = [
             o
             for o in kernel.list_occurrences(job_id="task:proj.tsum", limit=500)
@@ -81,20 +99,13 @@ def test_the_last_two_members_at_once_make_the_next_chord_once(
             [EnqueueRequest("proj.add", args=[m], key=f"{chord}-{m}") for m in range(2)],
             chord={"id": chord, "body": body},
         )
-        ids = [m.occurrence_id for m in made]
-        fences = []
-        for occ in ids:
-            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
-            assert claim is not None
-            fences.append(claim.fence)
-        outcomes = world.actors.run(
-            lambda k: k.succeed(ids[0], owner="w1", fence=fences[0], result=0),
-            lambda k: k.succeed(ids[1], owner="w1", fence=fences[1], result=1),
-            hold=chord if i % 2 == 0 else None,
-            hold_table="chords",
+        ids, fences = _claimed(kernel, made)
+        _settle_at_once(
+            world,
+            chord if i % 2 == 0 else None,
+            _succeeds(ids, fences, 0),
+            _succeeds(ids, fences, 1),
         )
-        refusals_are_kernel_errors(outcomes)
-        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
         second = [
             o
             for o in kernel.list_occurrences(job_id="task:proj.add", limit=500)
@@ -127,20 +138,13 @@ def test_a_member_failing_as_the_other_succeeds_fails_a_chain_body_once_under_it
              for m in range(2)],
             chord={"id": chord, "body": body, "result_id": f"fl{i}"},
         )  # fmt: skip
-        ids = [m.occurrence_id for m in made]
-        fences = []
-        for occ in ids:
-            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
-            assert claim is not None
-            fences.append(claim.fence)
-        outcomes = world.actors.run(
-            lambda k: k.succeed(ids[0], owner="w1", fence=fences[0], result=0),
+        ids, fences = _claimed(kernel, made)
+        _settle_at_once(
+            world,
+            chord if i % 2 == 0 else None,
+            _succeeds(ids, fences, 0),
             lambda k: k.fail(ids[1], owner="w1", fence=fences[1], code="E", message="x"),
-            hold=chord if i % 2 == 0 else None,
-            hold_table="chords",
         )
-        refusals_are_kernel_errors(outcomes)
-        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
         keys = [o.trigger_key for o in kernel.list_occurrences(limit=500)]
         assert f"key:fb{i}" not in keys and f"key:fl{i}" not in keys, f"round {i}"
         [errback_run] = [

@@ -13,11 +13,12 @@ from unit.adapter_support import make_context
 
 from adapters.base import AdapterError
 from adapters.task import TaskAdapter
-from celery_app.task_call import call_task, task_id
+from celery_app.task_call import call_task, hook_task_methods, task_id
 
 
 @pytest.fixture
 def app() -> Iterator[celery.Celery]:
+    hook_task_methods()  # as install(app) does at start-up
     app = celery.Celery("t", set_as_current=False)
     yield app
     app.close()
@@ -153,10 +154,6 @@ def test_reject_with_requeue_gives_the_run_back_and_its_next_run_is_redelivered(
 
 
 def test_add_to_chord_inside_a_kernel_run_is_refused_by_name(app: celery.Celery) -> None:
-    from celery_app.task_call import hook_task_methods
-
-    hook_task_methods()
-
     @app.task(name="t.grows", bind=True, shared=False)
     def grows(self: celery.Task) -> None:
         self.add_to_chord(app.signature("t.other"))
