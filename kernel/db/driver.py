@@ -183,7 +183,7 @@ def _cursor(conn: sa.Connection) -> Any:
 
     A new cursor per statement cost each statement its set-up again: psycopg's adaptation
     (its transformer, its loaders: 15 µs of CPU, ``select 1``), sqlite3's cursor object
-    (3 % of a whole run's CPU, bench/README.md session 20).
+    (0.3 µs a statement, eight a run: bench/README.md session 20).
     """
     record = conn.connection
     kept = record.info.get("kernel_cursor")

@@ -241,8 +241,8 @@ def test_a_warm_batch_is_one_statement_in_one_transaction_on_postgresql(
 
 def test_a_connection_keeps_one_cursor_for_its_driver_statements(kernel: Kernel) -> None:
     # A cursor per statement cost each run's statements their driver's cursor set-up
-    # (psycopg's adaptation; sqlite3's object and statement cache lookup: 3 % of a run's
-    # CPU on SQLite, bench/README.md session 20). A replaced connection gets a new one.
+    # (psycopg's adaptation; sqlite3's cursor object: 0.3 µs a statement, eight a run on
+    # SQLite, bench/README.md session 20). A replaced connection gets a new one.
     params = {"occurrence_id": 1, "now": 0}
     with kernel.engine.connect() as conn:
         assert st.OCCURRENCE_FOR_CLAIM.first(conn, params) is None
