@@ -112,7 +112,7 @@ class DriverStatement:
     ) -> tuple[Sequence[Any], int]:
         """The driver's rows (when ``fetch``) and rowcount, a driver error wrapped."""
         dialect = conn.dialect
-        cursor, kept = _cursor(conn)
+        cursor = _cursor(conn)
         try:
             if many:
                 cursor.executemany(r.sql, args)
@@ -122,9 +122,6 @@ class DriverStatement:
             count = int(cursor.rowcount)
         except dialect.loaded_dbapi.Error as exc:
             raise _wrap(conn, exc, r.sql, args, cursor) from exc
-        finally:
-            if not kept:
-                cursor.close()
         return raw, count
 
     def _render(self, dialect: sa.Dialect) -> _Rendered:
@@ -180,22 +177,19 @@ def render_all(dialect: sa.Dialect) -> int:
     return len(made)
 
 
-def _cursor(conn: sa.Connection) -> tuple[Any, bool]:
-    """A cursor for one statement on ``conn``'s DBAPI connection, and whether it is kept.
+def _cursor(conn: sa.Connection) -> Any:
+    """The cursor of ``conn``'s DBAPI connection for the driver's statements, kept in its
+    pool record's ``info``, which SQLAlchemy clears when it replaces the connection.
 
-    psycopg sets up a cursor's adaptation (its transformer, its loaders) per cursor: a new
-    cursor per statement cost 15 µs of CPU more than one kept (``select 1``; two per run),
-    so each DBAPI connection keeps one in its pool record's ``info``, which SQLAlchemy
-    clears when the connection is replaced. sqlite3's cost nothing and keep no state.
+    A new cursor per statement cost each statement its set-up again: psycopg's adaptation
+    (its transformer, its loaders: 15 µs of CPU, ``select 1``), sqlite3's cursor object
+    (0.3 µs a statement, eight a run: bench/README.md session 20).
     """
     record = conn.connection
-    dbapi_conn: Any = record.dbapi_connection
-    if conn.dialect.driver != "psycopg":
-        return dbapi_conn.cursor(), False
     kept = record.info.get("kernel_cursor")
-    if kept is None or kept.closed:
-        kept = record.info["kernel_cursor"] = dbapi_conn.cursor()
-    return kept, True
+    if kept is None or getattr(kept, "closed", False):  # sqlite3's has no ``closed``
+        kept = record.info["kernel_cursor"] = record.dbapi_connection.cursor()  # type: ignore[union-attr]
+    return kept
 
 
 def _psycopg_caches(length: int) -> None:

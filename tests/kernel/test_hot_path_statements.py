@@ -237,3 +237,18 @@ def test_a_warm_batch_is_one_statement_in_one_transaction_on_postgresql(
         assert [e.type for e in events] == ["occurrence_created"]
     finally:
         kernel.close()
+
+
+def test_a_connection_keeps_one_cursor_for_its_driver_statements(kernel: Kernel) -> None:
+    # A cursor per statement cost each run's statements their driver's cursor set-up
+    # (psycopg's adaptation; sqlite3's cursor object: 0.3 µs a statement, eight a run on
+    # SQLite, bench/README.md session 20). A replaced connection gets a new one.
+    params = {"occurrence_id": 1, "now": 0}
+    with kernel.engine.connect() as conn:
+        assert st.OCCURRENCE_FOR_CLAIM.first(conn, params) is None
+        kept = conn.connection.info["kernel_cursor"]
+        assert st.OCCURRENCE_FOR_CLAIM.first(conn, params) is None
+        assert conn.connection.info["kernel_cursor"] is kept
+        conn.invalidate()
+        assert st.OCCURRENCE_FOR_CLAIM.first(conn, params) is None
+        assert conn.connection.info["kernel_cursor"] is not kept

@@ -7,7 +7,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
+from kernel.db import writer_gate
 from kernel.db.writer_gate import WriterGate
 
 HOLD = """
@@ -124,3 +126,26 @@ def test_a_thread_waits_for_another_threads_hold_and_reentry_keeps_it(tmp_path: 
     assert got and got[0] >= 0.25
     assert _other_process_gets_the_gate(tmp_path / "k.db")
     gate.close()
+
+
+def test_a_free_gate_is_taken_without_a_deadline(tmp_path: Path, monkeypatch: Any) -> None:
+    """Each SQLite transaction takes the gate, nearly always free: the timed wait's deadline
+    (a clock read and a ctypes struct) is built only when the mutex is held by another."""
+    gate = WriterGate(str(tmp_path / "k.db"), timeout_s=5)
+
+    def no_deadline(timeout_s: float, monotonic: bool) -> None:
+        raise AssertionError("a deadline built for a free gate")
+
+    monkeypatch.setattr(writer_gate, "_deadline", no_deadline)
+    assert gate.acquire()
+    gate.release()
+    assert gate.acquire()  # released: free again
+    gate.release()
+    gate.close()
+    holder = _holder(tmp_path / "k.db", 0.3)
+    monkeypatch.undo()
+    held_elsewhere = WriterGate(str(tmp_path / "k.db"), timeout_s=5)
+    assert held_elsewhere.acquire()  # waited on the timed path for the other process
+    held_elsewhere.release()
+    held_elsewhere.close()
+    holder.communicate(timeout=10)
