@@ -8,6 +8,11 @@ What a web request pays to hand work off, one caller, no worker running:
   committed occurrence (one INSERT ... SELECT plus its event, ``synchronous=FULL`` /
   ``fsync`` on) and then the hint published to the same Redis; ``bulk``:
   ``enqueue_many`` of ``--batch`` runs, one statement per batch, hints batched.
+* ``floor SQLite`` / ``floor PostgreSQL``: what durability alone costs one enqueue on this
+  machine, in the same run: one row inserted as its own durable transaction on the bare
+  driver beside the kernel's database (``bench/floor.py``'s ``inserter``: no kernel, no
+  SQLAlchemy, no hint). A ``/delay()`` ratio the floor itself does not reach is one no
+  enqueue that commits before it answers can; the table ends with kernel ÷ floor.
 * ``kernel PostgreSQL, caller's tx``: the same insert inside the caller's own psycopg
   transaction, committed by the caller (no hint: the pump's).
 * ``procrastinate defer`` (``defer_async``; bulk ``batch_defer_async``) and ``PgQueuer
@@ -42,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import floor  # noqa: E402
 from bench.support import fresh_database, peer_servers, servers  # noqa: E402
 
 __all__ = ["main"]
@@ -122,6 +128,18 @@ def _kernel(app: Any, calls: int, batch: int) -> tuple[float, float]:
     rounds = max(1, calls * 10 // batch)
     bulk = _timed(rounds, lambda i: enqueue_many(app, runs), per_call=batch)
     return single, bulk
+
+
+def _floor(database_url: str, calls: int) -> float:
+    """Durable single-row inserts/s on the bare driver beside the kernel at ``database_url``."""
+    database = floor.database_beside(database_url)
+    floor.prepare(database)
+    insert, close = floor.inserter(database)
+    try:
+        insert(-1)
+        return _timed(calls, insert)
+    finally:
+        close()
 
 
 def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> float:
@@ -205,8 +223,10 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
         key: Row(*key)
         for key in [
             ("celery Task.delay()", "single"),
+            ("floor SQLite", "single"),
             ("kernel SQLite", "single"),
             ("kernel SQLite", f"bulk {args.batch}"),
+            ("floor PostgreSQL", "single"),
             ("kernel PostgreSQL", "single"),
             ("kernel PostgreSQL", f"bulk {args.batch}"),
             ("kernel PostgreSQL, caller's tx", "single"),
@@ -226,6 +246,8 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
             ):
                 single, many = _kernel(app, args.single, args.batch)
                 rows[name, "single"].rates.append(single)
+                floor_name = name.replace("kernel", "floor")
+                rows[floor_name, "single"].rates.append(_floor(url, args.single))
                 rows[name, bulk].rates.append(many)
                 if server_url is not None:
                     rate = _kernel_in_callers_tx(app, pg_url, args.single)
@@ -248,6 +270,12 @@ def _table(rows: list[Row]) -> str:
     lines = [f"{'system':<32} {'mode':<9} {'enqueues/s':>10} {'/delay()':>9}"]
     for row in rows:
         lines.append(f"{row.system:<32} {row.mode:<9} {row.rate:>10.0f} {row.rate / base:>9.2f}")
+    rate = {(row.system, row.mode): row.rate for row in rows}
+    for back_end in ("SQLite", "PostgreSQL"):
+        kernel = rate[f"kernel {back_end}", "single"]
+        lines.append(
+            f"kernel {back_end} single ÷ floor: {kernel / rate[f'floor {back_end}', 'single']:.2f}"
+        )
     return "\n".join(lines)
 
 
