@@ -12,12 +12,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from celery.app.routes import MapRoute
 from celery.exceptions import QueueNotFound
 from kombu.entity import Queue
 
 from kernel import InvalidArgument
 
-__all__ = ["routed_queue"]
+__all__ = ["routed_by_name", "routed_queue"]
+
+
+def routed_by_name(app: Any, name: str) -> bool:
+    """Whether Celery's router picks task ``name``'s queue (called without options) from
+    its name alone: ``task_routes`` holds maps, globs and regular expressions only, and
+    the task names no router of its own. Then one answer serves every run of it in a
+    batch; a router function may read each call's arguments."""
+    task = app.tasks.get(name)
+    if task is not None and task._get_exec_options().get("router") is not None:
+        return False
+    return all(isinstance(route, MapRoute) for route in app.amqp.router.routes)
 
 
 def routed_queue(

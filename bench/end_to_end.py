@@ -89,7 +89,6 @@ from bench.support import (  # noqa: E402
     fresh_database,
     postgres_durability,
     server,
-    servers,
 )
 from bench.workers import (  # noqa: E402
     CeleryTasks,
@@ -316,7 +315,7 @@ def kernel_worker(
     stack.callback(kernel.close)
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kernel-e2e-")))
     (workdir / f"{SETTINGS_MODULE}.py").write_text('imports = ["bench.noop", "bench.floor"]\n')
-    floor_database = _floor_database(database_url)
+    floor_database = floor.database_beside(database_url)
     floor.prepare(floor_database)
     env = worker_env(
         workdir,
@@ -331,14 +330,6 @@ def kernel_worker(
     stack.callback(worker.stop)
     # The product's settings (serializers, events), publishing to the worker's broker.
     return kernel, worker, create_app("bench-publisher", broker_url=broker_url)
-
-
-def _floor_database(database_url: str) -> str:
-    """Where ``bench/floor.py`` writes: the kernel's PostgreSQL database, or a SQLite file
-    beside the kernel's (a driver URL)."""
-    if database_url.startswith("postgresql"):
-        return str(servers().libpq_url(database_url))
-    return database_url.removesuffix(".db") + "-floor.db"
 
 
 def stock_sides(

@@ -8,11 +8,19 @@ What a web request pays to hand work off, one caller, no worker running:
   committed occurrence (one INSERT ... SELECT plus its event, ``synchronous=FULL`` /
   ``fsync`` on) and then the hint published to the same Redis; ``bulk``:
   ``enqueue_many`` of ``--batch`` runs, one statement per batch, hints batched.
+* ``floor SQLite`` / ``floor PostgreSQL``: what durability alone costs one enqueue on this
+  machine, in the same run: one row inserted as its own durable transaction on the bare
+  driver beside the kernel's database (``bench/floor.py``'s ``inserter``: no kernel, no
+  SQLAlchemy, no hint). A ``/delay()`` ratio the floor itself does not reach is one no
+  enqueue that commits before it answers can; the table ends with kernel ÷ floor.
 * ``kernel PostgreSQL, caller's tx``: the same insert inside the caller's own psycopg
   transaction, committed by the caller (no hint: the pump's).
 * ``procrastinate defer`` (``defer_async``; bulk ``batch_defer_async``) and ``PgQueuer
   enqueue`` (one job; bulk: lists) on the same PostgreSQL, each at its default
   durability, schemas installed by their ``bench/peers/`` drivers.
+
+Beside each rate, ``CPU µs``: this process's CPU per call (per row in bulk), which the
+machine's other load moves far less than the rates (the servers' CPU is not in it).
 
 Run from the repository root, after ``pip install -e '.[bench]'`` (a couple of minutes)::
 
@@ -42,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import floor  # noqa: E402
 from bench.support import fresh_database, peer_servers, servers  # noqa: E402
 
 __all__ = ["main"]
@@ -50,25 +59,39 @@ TASK = "bench.enqueue_noop"
 DRIVERS = ROOT / "bench" / "peers"
 
 
+#: One measurement: (calls or rows per second, CPU µs of this process per call or row).
+Measured = tuple[float, float]
+
+
 @dataclass
 class Row:
     system: str
     mode: str
     rates: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+
+    def add(self, measured: Measured) -> None:
+        self.rates.append(measured[0])
+        self.cpus.append(measured[1])
 
     @property
     def rate(self) -> float:
         return statistics.median(self.rates) if self.rates else 0.0
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(self.cpus) if self.cpus else 0.0
 
 
 #: Seconds one measurement runs at most (set by --seconds): the run stays a few minutes.
 BUDGET = [4.0]
 
 
-def _timed(calls: int, run: Callable[[int], object], per_call: int = 1) -> float:
+def _timed(calls: int, run: Callable[[int], object], per_call: int = 1) -> Measured:
     """Calls per second (times ``per_call``) of ``run(i)`` for ``i`` in ``range(calls)``,
-    stopping early when the measurement's time budget is spent."""
-    started = time.perf_counter()
+    stopping early when the measurement's time budget is spent, and this process's CPU
+    per call (per row: ``per_call``), which the machine's other load moves far less."""
+    started, cpu = time.perf_counter(), time.process_time()
     deadline = started + BUDGET[0]
     done = 0
     for i in range(calls):
@@ -76,10 +99,17 @@ def _timed(calls: int, run: Callable[[int], object], per_call: int = 1) -> float
         done += 1
         if time.perf_counter() >= deadline:
             break
-    return done * per_call / (time.perf_counter() - started)
+    return _measured(done * per_call, started, cpu)
 
 
-def _stock_delay(broker_url: str, calls: int) -> float:
+def _measured(items: int, started: float, cpu: float) -> Measured:
+    return (
+        items / (time.perf_counter() - started),
+        (time.process_time() - cpu) * 1e6 / items,
+    )
+
+
+def _stock_delay(broker_url: str, calls: int) -> Measured:
     from bench.stock_app import app, stock_noop
 
     app.conf.broker_url = broker_url
@@ -112,7 +142,7 @@ def _kernel_app(broker_url: str, database_url: str, var_dir: Path) -> Iterator[A
             client.kernel.close()
 
 
-def _kernel(app: Any, calls: int, batch: int) -> tuple[float, float]:
+def _kernel(app: Any, calls: int, batch: int) -> tuple[Measured, Measured]:
     """(single enqueues/s, bulk enqueues/s) through ``app``'s kernel."""
     from celery_app import enqueue, enqueue_many
 
@@ -124,7 +154,19 @@ def _kernel(app: Any, calls: int, batch: int) -> tuple[float, float]:
     return single, bulk
 
 
-def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> float:
+def _floor(database_url: str, calls: int) -> Measured:
+    """Durable single-row inserts/s on the bare driver beside the kernel at ``database_url``."""
+    database = floor.database_beside(database_url)
+    floor.prepare(database)
+    insert, close = floor.inserter(database)
+    try:
+        insert(-1)
+        return _timed(calls, insert)
+    finally:
+        close()
+
+
+def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> Measured:
     from celery_app import enqueue
 
     with psycopg.connect(servers().libpq_url(app.conf.kernel_database_url)) as conn:
@@ -139,9 +181,9 @@ def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> float:
 
 async def _timed_async(
     calls: int, run: Callable[[int], Awaitable[Any]], per_call: int = 1
-) -> float:
+) -> Measured:
     """:func:`_timed` for a coroutine per call."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     deadline = started + BUDGET[0]
     done = 0
     for i in range(calls):
@@ -149,7 +191,7 @@ async def _timed_async(
         done += 1
         if time.perf_counter() >= deadline:
             break
-    return done * per_call / (time.perf_counter() - started)
+    return _measured(done * per_call, started, cpu)
 
 
 def _install(driver: str, dsn: str, broker_url: str) -> None:
@@ -162,7 +204,7 @@ def _install(driver: str, dsn: str, broker_url: str) -> None:
     )
 
 
-async def _procrastinate(dsn: str, calls: int, batch: int) -> tuple[float, float]:
+async def _procrastinate(dsn: str, calls: int, batch: int) -> tuple[Measured, Measured]:
     import procrastinate
 
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
@@ -182,7 +224,7 @@ async def _procrastinate(dsn: str, calls: int, batch: int) -> tuple[float, float
     return single, bulk
 
 
-async def _pgqueuer(dsn: str, calls: int, batch: int) -> tuple[float, float]:
+async def _pgqueuer(dsn: str, calls: int, batch: int) -> tuple[Measured, Measured]:
     import asyncpg
     from pgqueuer.db import AsyncpgDriver
     from pgqueuer.queries import Queries
@@ -205,8 +247,10 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
         key: Row(*key)
         for key in [
             ("celery Task.delay()", "single"),
+            ("floor SQLite", "single"),
             ("kernel SQLite", "single"),
             ("kernel SQLite", f"bulk {args.batch}"),
+            ("floor PostgreSQL", "single"),
             ("kernel PostgreSQL", "single"),
             ("kernel PostgreSQL", f"bulk {args.batch}"),
             ("kernel PostgreSQL, caller's tx", "single"),
@@ -218,18 +262,20 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
     }
     bulk = f"bulk {args.batch}"
     for _ in range(args.repeat):
-        rows["celery Task.delay()", "single"].rates.append(_stock_delay(broker_url, args.single))
+        rows["celery Task.delay()", "single"].add(_stock_delay(broker_url, args.single))
         for name, server_url in (("kernel SQLite", None), ("kernel PostgreSQL", pg_url)):
             with (
                 fresh_database(server_url, "bench-enqueue-") as url,
                 _kernel_app(broker_url, url, workdir) as app,
             ):
                 single, many = _kernel(app, args.single, args.batch)
-                rows[name, "single"].rates.append(single)
-                rows[name, bulk].rates.append(many)
+                rows[name, "single"].add(single)
+                floor_name = name.replace("kernel", "floor")
+                rows[floor_name, "single"].add(_floor(url, args.single))
+                rows[name, bulk].add(many)
                 if server_url is not None:
                     rate = _kernel_in_callers_tx(app, pg_url, args.single)
-                    rows["kernel PostgreSQL, caller's tx", "single"].rates.append(rate)
+                    rows["kernel PostgreSQL, caller's tx", "single"].add(rate)
         for driver, name, measure in (
             ("procrastinate", "procrastinate defer", _procrastinate),
             ("pgqueuer", "PgQueuer enqueue", _pgqueuer),
@@ -238,16 +284,25 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
                 dsn = servers().libpq_url(url)
                 _install(driver, dsn, broker_url)
                 single, many = asyncio.run(measure(dsn, args.single, args.batch))
-                rows[name, "single"].rates.append(single)
-                rows[name, bulk].rates.append(many)
+                rows[name, "single"].add(single)
+                rows[name, bulk].add(many)
     return list(rows.values())
 
 
 def _table(rows: list[Row]) -> str:
     base = rows[0].rate
-    lines = [f"{'system':<32} {'mode':<9} {'enqueues/s':>10} {'/delay()':>9}"]
+    lines = [f"{'system':<32} {'mode':<9} {'enqueues/s':>10} {'/delay()':>9} {'CPU µs':>8}"]
     for row in rows:
-        lines.append(f"{row.system:<32} {row.mode:<9} {row.rate:>10.0f} {row.rate / base:>9.2f}")
+        lines.append(
+            f"{row.system:<32} {row.mode:<9} {row.rate:>10.0f} {row.rate / base:>9.2f}"
+            f" {row.cpu:>8.0f}"
+        )
+    rate = {(row.system, row.mode): row.rate for row in rows}
+    for back_end in ("SQLite", "PostgreSQL"):
+        kernel = rate[f"kernel {back_end}", "single"]
+        lines.append(
+            f"kernel {back_end} single ÷ floor: {kernel / rate[f'floor {back_end}', 'single']:.2f}"
+        )
     return "\n".join(lines)
 
 

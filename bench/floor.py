@@ -25,11 +25,13 @@ import functools
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from bench.counter import bump
+from bench.support import servers
 from celery_app import app
 
 __all__ = [
@@ -37,7 +39,9 @@ __all__ = [
     "FLOOR_STATEMENTS_TASK",
     "FLOOR_TASK",
     "floor",
+    "database_beside",
     "floor_statements",
+    "inserter",
     "prepare",
 ]
 
@@ -54,6 +58,14 @@ _TABLE = (
 _CLAIM = "UPDATE floor_runs SET status = 'running', fence = fence + 1 WHERE id = {p}"
 _SETTLE = "UPDATE floor_runs SET status = 'succeeded' WHERE id = {p}"
 _INSERT = "INSERT INTO floor_runs VALUES ({p}, 'queued', 0) ON CONFLICT DO NOTHING"
+
+
+def database_beside(database_url: str) -> str:
+    """Where the floor writes beside a kernel at ``database_url`` (a SQLAlchemy URL): the
+    kernel's PostgreSQL database, or a SQLite file beside the kernel's (a driver URL)."""
+    if database_url.startswith("postgresql"):
+        return str(servers().libpq_url(database_url))
+    return database_url.removesuffix(".db") + "-floor.db"
 
 
 def prepare(database: str) -> None:
@@ -90,13 +102,26 @@ class _Row:
         self.commit(insert, self.key)
 
     def commit(self, statement: str, params: tuple[int, ...]) -> None:
-        """``statement`` as one durable transaction."""
-        if isinstance(self.conn, sqlite3.Connection):
-            self.conn.execute("BEGIN IMMEDIATE")
-            self.conn.execute(statement, params)
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute(statement, params)
+        _commit(self.conn, statement, params)
+
+
+def _commit(conn: Any, statement: str, params: tuple[int, ...]) -> None:
+    """``statement`` as one durable transaction."""
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(statement, params)
+        conn.execute("COMMIT")
+    else:
+        conn.execute(statement, params)
+
+
+def inserter(database: str) -> tuple[Callable[[int], None], Callable[[], None]]:
+    """The floor under one enqueue (``bench/enqueue.py``): a call inserts row ``key`` of
+    ``floor_runs`` (:func:`prepare`'s) as its own durable transaction; and the close of
+    its connection."""
+    conn, mark = _connect(database)
+    insert = _INSERT.format(p=mark)
+    return lambda key: _commit(conn, insert, (key,)), conn.close
 
 
 @functools.cache

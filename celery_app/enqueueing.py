@@ -23,13 +23,13 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from kombu.exceptions import OperationalError
 
-from beat_schedule.routing import routed_queue
+from beat_schedule.routing import routed_by_name, routed_queue
 from beat_schedule.task_settings import task_fields
 from celery_app.config import ensure_broker_folders, open_kernel
 from celery_app.errbacks import marked
@@ -185,22 +185,41 @@ def run_queue(
     return routed_queue(app, task, args, kwargs, options)
 
 
-def _request(
-    app: Any, task: str, run: Mapping[str, Any], settings_of: dict[str, dict[str, Any]]
-) -> EnqueueRequest:
-    """One run's request; ``settings_of``: the task settings read so far in this call
-    (one object per task, which the kernel encodes once for all of a batch's runs)."""
+@dataclass
+class _Batch:
+    """What one call reads once for all of its runs: each task's settings (one object
+    per task, which the kernel encodes once a batch), and its queue when Celery's router
+    picks it by the task's name alone (:func:`~beat_schedule.routing.routed_by_name`)."""
+
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, str | None] = field(default_factory=dict)
+
+    def settings_of(self, app: Any, task: str) -> dict[str, Any]:
+        settings = self.settings.get(task)
+        if settings is None:
+            settings = self.settings[task] = _task_settings(app, task)
+        return settings
+
+    def queue_of(self, app: Any, task: str, run: Mapping[str, Any]) -> str | None:
+        if task in self.queues:
+            return self.queues[task]
+        queue = run_queue(app, task, run.get("args") or (), run.get("kwargs"), {})
+        if routed_by_name(app, task):
+            self.queues[task] = queue
+        return queue
+
+
+def _request(app: Any, task: str, run: Mapping[str, Any], batch: _Batch) -> EnqueueRequest:
+    """One run's request (``batch``: what this call read so far)."""
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
     links = {
-        name: with_settings(app, run.get(name) or (), errbacks=name == "errbacks")
+        name: with_settings(app, run[name], errbacks=name == "errbacks") if run.get(name) else []
         for name in ("callbacks", "errbacks")
     }
-    settings = settings_of.get(task)
-    if settings is None:
-        settings = settings_of[task] = _task_settings(app, task)
+    settings = batch.settings_of(app, task)
     if run.get("queue") is None:
-        run = {**run, "queue": run_queue(app, task, run.get("args") or (), run.get("kwargs"), {})}
+        run = {**run, "queue": batch.queue_of(app, task, run)}
     return EnqueueRequest(task, settings=settings, **{**run, **links})
 
 
@@ -320,14 +339,14 @@ def enqueue(
     }
     client = _client(app)  # first: it loads the tasks of `imports`
     return _enqueue(
-        app, [_request(app, task_name, run, {})], connection, client, producer=producer
+        app, [_request(app, task_name, run, _Batch())], connection, client, producer=producer
     )[0]
 
 
 def enqueue_on(kernel: Kernel, app: Any, task_name: str, **run: Any) -> Enqueued:
     """:func:`enqueue` on an open kernel (the CLI's, the web server's), no connection."""
     client = _new_client(app, kernel)
-    return _enqueue(app, [_request(app, task_name, run, {})], None, client)[0]
+    return _enqueue(app, [_request(app, task_name, run, _Batch())], None, client)[0]
 
 
 def enqueue_many(
@@ -347,7 +366,7 @@ def enqueue_many(
     """
     client = _client(app)
     requests = []
-    settings_of: dict[str, dict[str, Any]] = {}
+    batch = _Batch()
     for index, run in enumerate(runs):
         try:
             if not isinstance(run, Mapping):
@@ -356,7 +375,7 @@ def enqueue_many(
             if unknown:
                 raise InvalidArgument(unknown[0], "is not a parameter of enqueue")
             fields = {name: run[name] for name in _RUN_FIELDS if name in run}
-            requests.append(_request(app, run.get("task"), fields, settings_of))  # type: ignore[arg-type]
+            requests.append(_request(app, run.get("task"), fields, batch))  # type: ignore[arg-type]
         except InvalidArgument as exc:
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None

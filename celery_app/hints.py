@@ -93,11 +93,14 @@ def publish_hints(
     so the worker holds it until then, as it holds a stock Celery message.
     """
     batchable: dict[tuple[str, int | None], list[DispatchHint]] = {}
+    priorities: dict[int, int | None] = {}  # read from the app's conf once a priority
     for hint in hints:
         options = {**hint_options.get(hint.job_id, {}), **_time_limits(hint.kind, hint.timeout)}
         if etas and hint.occurrence_id in etas:
             options["eta"] = etas[hint.occurrence_id]
-        priority = broker_priority(app.conf, hint.priority)
+        if hint.priority not in priorities:
+            priorities[hint.priority] = broker_priority(app.conf, hint.priority)
+        priority = priorities[hint.priority]
         if options:
             _send(app, producer, [hint], {**options, "priority": priority})
         else:

@@ -10,6 +10,7 @@ replay. Explicitly given evidence that differs from the first call's is refused.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -18,7 +19,6 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.errors import EvidenceConflict, InvalidArgument, NotFound
-from kernel.events import EventType
 from kernel.records import dumps, loads
 from kernel.spec.enqueue_request import EnqueueRow
 from kernel.transaction.tx import Tx
@@ -27,7 +27,6 @@ from kernel.transitions import occurrences as T
 __all__ = [
     "Made",
     "control_row",
-    "enqueued_event",
     "existing_keys",
     "grant",
     "insert_enqueued",
@@ -130,13 +129,9 @@ def insert_enqueued(
                 made[r.idempotency_key] = Made(r.id, r.job_revision, r.available_at, r.expires_at)
             elif r.existing_id is not None:
                 found[r.idempotency_key] = r.existing_id
-    if tx.dialect not in T.TASK_ENQUEUED.logged_on:  # else the statement wrote them
-        events, seen = [], set()
-        for row in rows:
-            if row.key in made and row.key not in seen:  # a key twice: the first made it
-                seen.add(row.key)
-                events.append(enqueued_event(row, made[row.key]))
-        tx.emit_rows(EventType.OCCURRENCE_CREATED, events)
+    if made and tx.dialect not in T.TASK_ENQUEUED.logged_on:  # else the statement wrote them
+        ids = sorted(m.occurrence_id for m in made.values())  # made in the rows' order
+        st.LOG_ENQUEUED.execute(tx.conn, {"ids": json.dumps(ids)})
     return made, found
 
 
@@ -150,22 +145,3 @@ def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
         )
     )
     return {r.idempotency_key: r.id for r in rows}
-
-
-def enqueued_event(row: EnqueueRow, made: Made) -> dict[str, Any]:
-    """The ``occurrence_created`` event of an inserted row (``Tx.emit_rows``; on
-    PostgreSQL the statement writes the same: kernel/statements/enqueues.py)."""
-    values = row.values
-    data: dict[str, Any] = {
-        "trigger_key": values["trigger_key"],
-        "revision": made.revision,
-        "scheduled_for": made.available_at,
-        "enqueued": True,
-    }
-    if values["priority"]:
-        data["priority"] = values["priority"]
-    if values["parent_id"] is not None:
-        data["parent_id"] = values["parent_id"]
-    if made.expires_at is not None:
-        data["expires_at"] = made.expires_at
-    return {"job_id": row.job_id, "occurrence_id": made.occurrence_id, "data": data}

@@ -146,7 +146,7 @@ def prepare(
     spec, template = task_job(request.task, settings_json(request.settings, encoded))
     spec = specs.setdefault(job_id, spec)
     args = canonical_json(list(request.args), "args")
-    kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")
+    kwargs = canonical_json(dict(request.kwargs), "kwargs") if request.kwargs else "{}"
     key = request.key
     if key is not None:
         if not key or len(key) > MAX_KEY:

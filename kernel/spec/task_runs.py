@@ -192,16 +192,27 @@ def run_definition(
     """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
     run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs`` and
     ``request`` spliced in, in the sorted order of the payload's keys)."""
+    head, tail = _around_arguments(template, task, queue, delivery, timeout)
     given = "" if request is None else f'"request":{request},'
+    return f'{head}{args},"kwargs":{kwargs},{given}{tail}'
+
+
+@functools.lru_cache(maxsize=1024)
+def _around_arguments(
+    template: str, task: str, queue: str, delivery: str, timeout: float | None
+) -> tuple[str, str]:
+    """A definition's text before a run's ``args`` and after its ``kwargs`` (and
+    ``request``): the same for every run of one definition, queue, delivery and timeout,
+    so a batch's runs encode them once."""
     own = {
-        "payload": f'{{"args":{args},"kwargs":{kwargs},{given}"task":{dumps(task)}}}',
         "queue": dumps(queue),
         "delivery": dumps(delivery),
         "timeout": dumps(timeout),
     }
     for name, value in own.items():
         template = template.replace(_STAND_INS[name], value, 1)
-    return template
+    before, after = template.split(_STAND_INS["payload"], 1)
+    return f'{before}{{"args":', f'"task":{dumps(task)}}}{after}'
 
 
 def bounded_definition(text: str, field: str) -> str:

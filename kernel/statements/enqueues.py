@@ -25,6 +25,7 @@ __all__ = [
     "CHORD_MEMBER_SUCCEEDS",
     "INSERT_CHORD",
     "ENQUEUE_COLUMNS",
+    "LOG_ENQUEUED",
     "ENQUEUE_OCCURRENCE",
     "MAX_ROWS",
     "enqueue_chunks",
@@ -208,14 +209,15 @@ def _statement(dialect: str, rows: int) -> DriverStatement:
                 inserted, inserted.c.idempotency_key == given.c.idempotency_key
             ).outerjoin(existing, existing.c.idempotency_key == given.c.idempotency_key)
         )
-        .add_cte(_created_logged(inserted))
+        .add_cte(_created_logged(inserted).cte("created_logged"))
     )
     return DriverStatement(answer, dialect)
 
 
-def _created_logged(made: sa.CTE) -> sa.CTE:
-    """The ``occurrence_created`` event of each row ``made`` inserted (PostgreSQL), its
-    data as ``kernel.occurrences.chains.enqueued_event`` writes it on SQLite."""
+def _created_logged(made: Any, where: Any = None) -> sa.Insert:
+    """The ``occurrence_created`` event of each row of ``made`` (the statement's inserted
+    rows on PostgreSQL, the occurrences ``where`` picks on SQLite), its data as
+    ``kernel.occurrences.rows.enqueued_event`` describes it."""
     data = json_object(
         enqueued=True,
         expires_at=omitted_when(made.c.expires_at.is_(None), made.c.expires_at),
@@ -232,7 +234,17 @@ def _created_logged(made: sa.CTE) -> sa.CTE:
         made.c.id,
         sa.null(),
         data,
-    ).cte("created_logged")
+        where=where,
+    )
+
+
+_MADE_IDS = sa.select(
+    sa.func.json_each(sa.bindparam("ids", type_=sa.Text)).table_valued("value").c.value
+)
+#: On SQLite, whose INSERT cannot write a second table: the events of the occurrences a
+#: batch's statement inserted (``ids``: their ids, in order, as one JSON array), in one
+#: statement where they were one row each.
+LOG_ENQUEUED = DriverStatement(_created_logged(OCC, OCC.c.id.in_(_MADE_IDS)), "sqlite")
 
 
 #: Rows one statement takes at most (a batch's JSON text stays a few megabytes).

@@ -139,27 +139,6 @@ class Tx:
             },
         )
 
-    def emit_rows(self, type_: str, rows: list[dict[str, Any]]) -> None:
-        """``emit`` of one type for many occurrences in one round trip; each row holds
-        ``job_id``, ``occurrence_id`` and ``data``."""
-        if not rows:
-            return
-        self._check_event(type_)
-        INSERT_EVENT.execute_many(
-            self.conn,
-            [
-                {
-                    "at": self.now,
-                    "type": type_,
-                    "job_id": row["job_id"],
-                    "occurrence_id": row["occurrence_id"],
-                    "fence": None,
-                    "data": dumps(row["data"]),
-                }
-                for row in rows
-            ],
-        )
-
     def _check_event(self, type_: str) -> None:
         """A programming error, not a refusal: an event no transition of this transaction
         lists and not one of :data:`~kernel.events.EVENTS_OUTSIDE_THE_TABLE`. That every
