@@ -81,16 +81,6 @@ class DriverStatement:
         """Run a statement that returns no rows; return the driver's rowcount."""
         return self._run(conn, params, fetch=False)[1]
 
-    def execute_many(self, conn: sa.Connection, params: Sequence[Mapping[str, Any]]) -> None:
-        """Run a statement that returns no rows once per parameter set, in one driver
-        call (the driver's ``executemany``; psycopg pipelines it, which for one set costs
-        more CPU than an ``execute``)."""
-        if len(params) == 1:
-            self.execute(conn, params[0])
-            return
-        r = self._rendered.get(_key(conn.dialect)) or self._render(conn.dialect)
-        self._send(conn, r, [_args(r, p) for p in params], many=True)
-
     def _run(
         self, conn: sa.Connection, params: Mapping[str, Any] | None, *, fetch: bool
     ) -> tuple[list[sa.Row[Any]], int]:
@@ -108,16 +98,13 @@ class DriverStatement:
 
     @staticmethod
     def _send(
-        conn: sa.Connection, r: _Rendered, args: Any, *, fetch: bool = False, many: bool = False
+        conn: sa.Connection, r: _Rendered, args: Any, *, fetch: bool = False
     ) -> tuple[Sequence[Any], int]:
         """The driver's rows (when ``fetch``) and rowcount, a driver error wrapped."""
         dialect = conn.dialect
         cursor = _cursor(conn)
         try:
-            if many:
-                cursor.executemany(r.sql, args)
-            else:
-                cursor.execute(r.sql, args)
+            cursor.execute(r.sql, args)
             raw = cursor.fetchall() if fetch else ()
             count = int(cursor.rowcount)
         except dialect.loaded_dbapi.Error as exc:

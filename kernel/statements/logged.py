@@ -16,8 +16,7 @@ __all__ = ["INSERT_EVENT", "logged"]
 
 _EVENT_COLUMNS = ["at", "type", "job_id", "occurrence_id", "fence", "data"]
 
-#: One event row from its bound columns, on the driver (``execute_many`` for many rows in
-#: one round trip).
+#: One event row from its bound columns, on the driver.
 INSERT_EVENT = DriverStatement(
     sa.insert(events).values({name: sa.bindparam(name) for name in _EVENT_COLUMNS})
 )
