@@ -16,6 +16,11 @@ worker delivers once with :func:`store_end`: FAILURE with :class:`RunFailed` nam
 kernel's error code for a dead letter, REVOKED for a cancelled or skipped run, as Celery
 shows a revoked task.
 
+A failure is written under the ids of the chain's steps after the run too (the run's
+request names them: kernel/spec/enqueue_request.py), as Celery's backend writes it
+(``mark_as_failure``'s ``request.chain``): the steps never run, and ``.get()`` on the
+chain raises at once.
+
 The kernel owns what Celery would chain from the backend: errbacks are not called here.
 A chord whose member's end failed it (the worker's dead letter, or an owed end) has its
 body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
@@ -79,7 +84,7 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
             run_id,
             get_pickleable_exception(exc),
             einfo.traceback,
-            request=task.request,
+            request=_chained(task.request, getattr(task.request, "kernel_chain", None)),
             call_errbacks=False,
         )
     except Exception as error:  # the backend is down: the kernel records the failure
@@ -133,7 +138,8 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
     try:
         if body["status"] == "dead_letter":
             failed = RunFailed(f"{occurrence}: {message}", code)
-            backend.mark_as_failure(run_id, failed, None, call_errbacks=False)
+            chained = _chained(Context(id=run_id), given.get("chain"))
+            backend.mark_as_failure(run_id, failed, None, request=chained, call_errbacks=False)
         else:
             backend.mark_as_revoked(run_id, f"{occurrence} ({code}): {message}")
     except Exception as exc:
@@ -143,6 +149,15 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
             retryable=True,
         ) from exc
     return True
+
+
+def _chained(request: Any, later: list[str] | None) -> Any:
+    """``request`` naming the chain's steps after it as Celery's ``request.chain`` (each
+    step a signature Celery's backend reads the task id of)."""
+    if not later:
+        return request
+    steps = [{"options": {"task_id": task_id}} for task_id in later]
+    return Context(vars(request), chain=steps)
 
 
 def _stores_errors(task: Any, request: Any) -> bool:

@@ -27,6 +27,11 @@ run's task id prepended unless immutable. A signature's ``request`` (its run's C
 fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
 ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
 once.
+
+A callback marked ``"chained": true`` is the next step of its parent's chain (Celery's
+``request.chain``, not a ``link``): a run's request carries the task ids of the chain's steps
+after it (:func:`chain_ids`), so a worker can mark them failed with it as Celery's backend does.
+A link's run gets its parent's task id as its request's ``parent_id``.
 """
 
 from __future__ import annotations
@@ -68,9 +73,12 @@ MAX_KEY = 200  # the longest caller's key
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord", "replaces", "request"}
+     "chord", "replaces", "request", "chained"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
+#: The most ids a run's request names of the chain after it (a link's JSON bounds a chain
+#: to fewer steps than that).
+MAX_CHAIN_IDS = 400
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +177,8 @@ def prepare(
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
-    given = task_request(request.request)
+    chain = chain_ids(request.callbacks)
+    given = task_request({**(request.request or {}), "chain": chain} if chain else request.request)
     text = bounded_definition(
         run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout),
         "args",
@@ -271,6 +280,7 @@ def _signature(
         **({"chord": chord} if chord is not None else {}),
         **({"replaces": replaces} if replaces is not None else {}),
         **({"request": dict(raw["request"])} if raw.get("request") else {}),
+        **({"chained": True} if raw.get("chained") else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -318,10 +328,29 @@ def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> 
     return chord
 
 
+def chain_ids(callbacks: Sequence[Any]) -> list[str]:
+    """The task ids of the chain's steps after a run with these ``callbacks``: its chained
+    callback's, that one's, and so on (a chord step's is its body's); a chain ending in a
+    group (several chained callbacks) ends before it, as Celery's ``request.chain`` names
+    no group member."""
+    ids: list[str] = []
+    steps = [c for c in callbacks if isinstance(c, Mapping) and c.get("chained")]
+    while len(steps) == 1 and len(ids) < MAX_CHAIN_IDS:
+        task_id = (steps[0].get("options") or {}).get("task_id")
+        if not isinstance(task_id, str):
+            break
+        ids.append(task_id)
+        later = steps[0].get("callbacks") or ()
+        steps = [c for c in later if isinstance(c, Mapping) and c.get("chained")]
+    return ids
+
+
 def _request(
     task: str, sig: Mapping[str, Any], options: Mapping[str, Any], settings: Mapping[str, Any],
-    first: Sequence[Any], key: str | None,
+    first: Sequence[Any], key: str | None, parent: str | None = None,
 ) -> EnqueueRequest:  # fmt: skip
+    """``sig`` as a run's request; ``parent``: the task id of the run whose link it is."""
+    given = sig.get("request")
     return EnqueueRequest(
         task,
         args=[*first, *(sig.get("args") or ())],
@@ -335,7 +364,7 @@ def _request(
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
         replaces=sig.get("replaces"),
-        request=sig.get("request"),
+        request={**(given or {}), "parent_id": parent} if parent else given,
     )
 
 
@@ -344,13 +373,15 @@ def link_requests(
 ) -> list[EnqueueRequest]:
     """The runs a settled run's links make: its callbacks after a success (``result``
     first unless immutable), else its errbacks (``parent_task_id`` first unless
-    immutable). Pure: the stored links were checked when the run was enqueued."""
+    immutable), each naming ``parent_task_id`` its parent. Pure: the stored links were
+    checked when the run was enqueued."""
     links = loads(links_json)
     kind = "callbacks" if succeeded else "errbacks"
     first = [result] if succeeded else [parent_task_id]
     return [
         _request(sig["task"], sig, sig["options"], sig["settings"],
-                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}")
+                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}",
+                 parent_task_id)
         for index, sig in enumerate(links[kind])
         if "chord" not in sig
     ]  # fmt: skip
@@ -366,9 +397,12 @@ class ChordStep:
     body: str
 
 
-def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordStep]:
+def chord_steps(
+    links_json: str, *, result: Any, parent_id: int, parent_task_id: str
+) -> list[ChordStep]:
     """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
-    others): each header member keyed by its task id, else by the chord and place."""
+    others): each header member keyed by its task id, else by the chord and place, its
+    parent ``parent_task_id``."""
     steps = []
     for sig in loads(links_json)["callbacks"]:
         chord = sig.get("chord")
@@ -377,7 +411,7 @@ def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordSt
         members = [
             _request(
                 m["task"], m, m["options"], m["settings"], () if m["immutable"] else [result],
-                f"chord:{chord['id']}:{index}",
+                f"chord:{chord['id']}:{index}", parent_task_id,
             )
             for index, m in enumerate(chord["header"])
         ]  # fmt: skip
