@@ -73,6 +73,8 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             "root_id": given.get("root_id") or run_id,
             "parent_id": given.get("parent_id"),
             "eta": _eta(occurrence, task.app.timezone),
+            "group": given.get("group_id"),
+            "group_index": given.get("group_index"),
             "args": args,
             "kwargs": kwargs,
             "retries": occurrence.attempt - 1,

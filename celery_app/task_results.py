@@ -24,7 +24,8 @@ chain raises at once.
 The kernel owns what Celery would chain from the backend: errbacks are not called here.
 A chord whose member's end failed it (the worker's dead letter, or an owed end) has its
 body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
-when a member fails: the body never runs, and its caller's ``.get()`` raises.
+when a member fails (the body's errbacks its children): the body never runs, and its
+caller's ``.get()`` raises.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 from billiard.einfo import ExceptionInfo
 from celery.app.task import Context, get_actual_ignore_result
 from celery.exceptions import ChordError
+from celery.utils import uuid
 from celery.utils.serialization import get_pickleable_exception
 from kombu.exceptions import EncodeError
 
@@ -101,8 +103,15 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
         backend = task.backend if task is not None else app.backend
         why = "was cancelled" if chord["reason"] == "cancelled" else f"raised {error_code}"
         error = ChordError(f"Dependency {chord['member_task_id']} {why}")
+        # As Celery's backend: the errbacks it applies as a group are the body's children.
+        errbacks = [app.AsyncResult(task_id) for task_id in chord.get("errback_task_ids", ())]
+        children = Context()
+        if errbacks:
+            children.children.append(app.GroupResult(uuid(), errbacks))
         try:
-            backend.mark_as_failure(chord["body_task_id"], error, None, call_errbacks=False)
+            backend.mark_as_failure(
+                chord["body_task_id"], error, None, request=children, call_errbacks=False
+            )
         except Exception as exc:  # the backend is down: the kernel has the chord's failure
             log.warning(
                 "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "

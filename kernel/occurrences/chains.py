@@ -245,18 +245,14 @@ def _settle_chord_member(
     stored = loads(failed.body)
     body = stored["callbacks"][0]
     body_task_id = stored.get("result_id") or body["options"]["task_id"]
-    errbacks = dumps({"callbacks": [], "errbacks": body["errbacks"]})
-    _make_links(
-        tx,
-        member_id,
-        link_requests(
-            errbacks,
-            succeeded=False,
-            result=None,
-            parent_id=member_id,
-            parent_task_id=body_task_id,
-        ),
+    errbacks = link_requests(
+        dumps({"callbacks": [], "errbacks": body["errbacks"]}),
+        succeeded=False,
+        result=None,
+        parent_id=member_id,
+        parent_task_id=body_task_id,
     )
+    _make_links(tx, member_id, errbacks)
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
@@ -265,6 +261,8 @@ def _settle_chord_member(
         body_task_id=body_task_id,
         member_task_id=member_task_id,
         reason="cancelled" if cancelled else "dead_letter",
+        # The errbacks' task ids: Celery's backend lists them among the body's children.
+        errback_task_ids=[request.key for request in errbacks],
     )
 
 

@@ -399,7 +399,7 @@ def chord_steps(
 ) -> list[ChordStep]:
     """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
     others): each header member keyed by its task id, else by the chord and place, its
-    parent ``parent_task_id``."""
+    parent ``parent_task_id``, its group the chord (``group_id``, ``group_index``)."""
     steps = []
     for sig in loads(links_json)["callbacks"]:
         chord = sig.get("chord")
@@ -407,7 +407,9 @@ def chord_steps(
             continue
         members = [
             _request(
-                m["task"], m, m["options"], m["settings"], () if m["immutable"] else [result],
+                m["task"], {**m, "request": {**m.get("request", {}), "group_id": chord["id"],
+                                             "group_index": index}},
+                m["options"], m["settings"], () if m["immutable"] else [result],
                 f"chord:{chord['id']}:{index}", parent_task_id,
             )
             for index, m in enumerate(chord["header"])

@@ -375,8 +375,8 @@ class TaskRequest(Section):
     call's ``ignore_result`` over the task's, ``time_limit``/``soft_time_limit`` (the
     run's timeout is its own), ``argsrepr``/``kwargsrepr`` (shown in logs and events
     instead of the arguments), ``stamped_headers`` and ``stamps``; the task ids of its
-    ``parent_id`` and ``root_id`` and of the ``chain`` steps after it
-    (kernel/spec/enqueue_request.py). Only given fields are stored."""
+    ``parent_id``, ``root_id``, ``chain`` steps after it, its group's (``group_id``,
+    ``group_index``: kernel/spec/enqueue_request.py). Only given fields are stored."""
 
     headers: _Object | None = None
     properties: _Object | None = None
@@ -390,6 +390,8 @@ class TaskRequest(Section):
     parent_id: _TaskId | None = None
     root_id: _TaskId | None = None
     chain: list[_TaskId] | None = None
+    group_id: _TaskId | None = None
+    group_index: Annotated[int, integer(0, _COUNT_MAX)] | None = None
 
     @model_serializer(mode="wrap")
     def _given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

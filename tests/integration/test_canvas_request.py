@@ -11,7 +11,10 @@ app, Redis broker and result backend, one worker:
 * an eager call of a routed task (``task_always_eager``, ``apply_async(throw=True)``)
   runs eagerly, as Celery runs it, with the canvas its body applies;
 * a chain whose step fails for good has its later steps' ids FAILURE in the backend with
-  the same exception, so ``.get()`` on the chain raises at once instead of waiting.
+  the same exception, so ``.get()`` on the chain raises at once instead of waiting;
+* a chord whose member fails: the member's result keeps its group id, the body's failure
+  lists its errbacks as its children, and the errback's result names the body, whose
+  ``ChordError`` names the failed member (Celery's ``test_chord_on_error``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ def add(x, y):
 def boom(*args):
     raise KeyError("boom")
 
+def errback_old_style(request_id):
+    return request_id
+
 def chain_add(self, x, y):
     add = app.tasks[self.name.replace("chain_add", "add")]
     (add.s(x, x) | add.s(y)).apply_async()
@@ -68,7 +74,7 @@ def chord_add(self, x, y):
     chord(add.s(x, x), add.s(y)).apply_async()
 
 for side in ("routed", "stock"):
-    for body in (identity, add, boom):
+    for body in (identity, add, boom, errback_old_style):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
     for body in (ids, collect_ids, return_priority, return_request_eta, calls_ids,
                  chain_add, chord_add):
@@ -76,11 +82,13 @@ for side in ("routed", "stock"):
 """
 
 SIDE_BY_SIDE = """\
-import json
+import json, re, time
 from celery import chain, chord, group
 from celery.result import AsyncResult
 from myproj import app
 app.loader.import_default_modules()
+
+UUID = r"[0-9A-Fa-f]{8}-([0-9A-Fa-f]{4}-){3}[0-9A-Fa-f]{12}"
 
 def stored_parent(task_id):
     return AsyncResult(task_id, app=app)._get_task_meta().get("parent_id")
@@ -145,7 +153,36 @@ def failed_chain(t):
     except Exception as exc:
         raised = type(exc).__name__
     later = [res.parent, res]
+    for _ in range(100):  # .get() raised from the failed step: its later ones follow it
+        if all(r.ready() for r in later):
+            break
+        time.sleep(0.1)
     return {"raised": raised, "later": [(r.state, type(r.result).__name__) for r in later]}
+
+def chord_on_error(t):
+    # Celery's test_chord_on_error: the failed member's meta keeps its group id, the
+    # body's failure lists its errbacks as its children, whose result names the body.
+    body = t("identity").s("never").on_error(t("errback_old_style").s())
+    res = chord([t("add").s(1, 2), t("add").s(3, 4), t("boom").s()], body)()
+    try:
+        res.get(timeout=30, propagate=True)
+        raised = None
+    except Exception as exc:
+        raised = type(exc).__name__
+    for _ in range(300):  # as Celery's test: until the errback's result is in
+        children = res.children
+        if children and children[0].children and children[0].children[0].result:
+            break
+        time.sleep(0.1)
+    errback = res.children[0].children[0].result
+    failed = re.search(UUID, str(AsyncResult(errback, app=app).result)).group()
+    return {
+        "raised": raised,
+        "errback_names_the_body": errback == res.id,
+        "failed_is_a_member": failed in [r.id for r in res.parent.results],
+        "failed_group": AsyncResult(failed, app=app)._get_task_meta().get("group_id")
+                        == res.parent.id,
+    }
 
 def eager(t):
     app.conf.task_always_eager = True
@@ -170,6 +207,7 @@ for side in ("routed", "stock"):
                  (header | t("identity").s()).apply_async(countdown=2).get(timeout=30)],
         "eager": eager(t),
         "failed_chain": failed_chain(t),
+        "chord_on_error": chord_on_error(t),
     }
 print(json.dumps(out))
 """
@@ -201,3 +239,8 @@ def test_a_routed_canvas_s_requests_and_results_are_stock_celery_s(stack: Stack)
         "raised": "KeyError", "later": [["FAILURE", "KeyError"], ["FAILURE", "KeyError"]],
     }  # fmt: skip
     assert routed["failed_chain"] == stock["failed_chain"]
+    assert stock["chord_on_error"] == {
+        "raised": "KeyError", "errback_names_the_body": True, "failed_is_a_member": True,
+        "failed_group": True,
+    }  # fmt: skip
+    assert routed["chord_on_error"] == stock["chord_on_error"]

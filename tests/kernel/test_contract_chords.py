@@ -109,6 +109,7 @@ def test_a_member_dead_lettered_fails_the_chord_errbacks_once_body_never(k: Harn
             "body_task_id": "body-1",
             "member_task_id": "g1-m1",
             "reason": "dead_letter",
+            "errback_task_ids": ["eb-1"],
         }
     ]
 
