@@ -26,12 +26,8 @@ arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-letter
 run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
 fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
 ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
-once.
-
-A callback marked ``"chained": true`` is the next step of its parent's chain (Celery's
-``request.chain``, not a ``link``): a run's request carries the task ids of the chain's steps
-after it (:func:`chain_ids`), so a worker can mark them failed with it as Celery's backend does.
-A link's run gets its parent's task id as its request's ``parent_id``.
+once. A callback marked ``"chained": true`` is the next step of its parent's chain
+(:func:`~kernel.spec.task_runs.chain_ids`); a link's run names its parent's task id (``parent_id``).
 """
 
 from __future__ import annotations
@@ -49,6 +45,7 @@ from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
     bounded_definition,
+    chain_ids,
     checked_replaces,
     deadline_ms,
     delay_ms,
@@ -325,28 +322,10 @@ def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> 
     return chord
 
 
-def chain_ids(callbacks: Sequence[Any]) -> list[str]:
-    """The task ids of the chain's steps after a run with these ``callbacks``: its chained
-    callback's, that one's, and so on (a chord step's is its body's); a chain ending in a
-    group (several chained callbacks) ends before it, as Celery's ``request.chain`` names
-    no group member. (A link's nesting bound keeps the list short.)"""
-    ids: list[str] = []
-    steps = [c for c in callbacks if isinstance(c, Mapping) and c.get("chained")]
-    while len(steps) == 1:
-        task_id = (steps[0].get("options") or {}).get("task_id")
-        if not isinstance(task_id, str):
-            break
-        ids.append(task_id)
-        later = steps[0].get("callbacks") or ()
-        steps = [c for c in later if isinstance(c, Mapping) and c.get("chained")]
-    return ids
-
-
 def _request(
     task: str, sig: Mapping[str, Any], options: Mapping[str, Any], settings: Mapping[str, Any],
     first: Sequence[Any], key: str | None, parent: str | None = None,
 ) -> EnqueueRequest:  # fmt: skip
-    """``sig`` as a run's request; ``parent``: the task id of the run whose link it is."""
     given = sig.get("request")
     return EnqueueRequest(
         task,
@@ -370,8 +349,7 @@ def link_requests(
 ) -> list[EnqueueRequest]:
     """The runs a settled run's links make: its callbacks after a success (``result``
     first unless immutable), else its errbacks (``parent_task_id`` first unless
-    immutable), each naming ``parent_task_id`` its parent. Pure: the stored links were
-    checked when the run was enqueued."""
+    immutable), their parent ``parent_task_id``. Pure: checked when enqueued."""
     links = loads(links_json)
     kind = "callbacks" if succeeded else "errbacks"
     first = [result] if succeeded else [parent_task_id]
