@@ -42,12 +42,14 @@ __all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_call", "routed_
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
 #: ``result_cls`` is the class of what it answers; link, link_error and a chain's rest become
 #: kernel links: celery_app/canvas_links.py; the time limits the run's timeout; ``producer``
-#: publishes the run's hint; the request fields below reach the body's ``self.request`` as
-#: Celery's worker gives them).
+#: publishes the run's hint; the request fields below, and ``root_id``/``parent_id``, reach
+#: the body's ``self.request`` as Celery's worker gives them; ``add_to_parent``: the result
+#: is among the calling task's children).
 _ROUTED_OPTIONS = frozenset(
     {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls",
      "soft_time_limit", "time_limit", "producer", "headers", "ignore_result", "argsrepr",
-     "kwargsrepr", "stamped_headers", *CANVAS_OPTIONS}
+     "kwargsrepr", "stamped_headers", "root_id", "parent_id", "add_to_parent",
+     *CANVAS_OPTIONS}
 )  # fmt: skip
 #: Message properties a call may set, which Celery's worker shows in
 #: ``self.request.properties``: metadata only (``expiration``, ``delivery_mode`` and the
@@ -57,8 +59,7 @@ _PROPERTIES = frozenset({"app_id", "type", "message_id", "timestamp"})
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
     {"compression", "connection", "exchange", "publisher", "reply_to", "retry",
-     "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id",
-     "route_name"}
+     "retry_policy", "router", "routing_key", "route_name"}
 )  # fmt: skip
 #: The request fields Celery's worker sets from its own headers (Celery's
 #: ``Context._get_custom_headers``), and the kernel's: a custom header of one of these names
@@ -120,6 +121,9 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         task.backend.on_task_call(None, task_id)
     result = (options.get("result_cls") or task.AsyncResult)(task_id)
     result.ignored = ignored  # as Celery's send_task
+    parent = task.app.current_worker_task
+    if options.get("add_to_parent", True) and parent is not None:
+        parent.add_trail(result)  # as Celery's send_task: among the calling task's children
     return result
 
 

@@ -143,6 +143,7 @@ def parent_ids(t):
     inner = AsyncResult(inner_id, app=app).get(timeout=30)
     check("inner root", inner[0], caller_id)
     check("inner parent", inner[1], caller_id)
+    check("caller's children", [r.id for r in caller.children], [inner_id])
     return wrong
 
 def failed_chain(t):
