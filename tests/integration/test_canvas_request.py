@@ -175,6 +175,8 @@ def chord_on_error(t):
         if children and children[0].children and children[0].children[0].result:
             break
         time.sleep(0.1)
+    else:
+        return {"raised": raised, "body's children": res.children}
     errback = res.children[0].children[0].result
     failed = re.search(UUID, str(AsyncResult(errback, app=app).result)).group()
     return {
