@@ -176,7 +176,7 @@ def chord_on_error(t):
             break
         time.sleep(0.1)
     else:
-        return {"raised": raised, "body's children": res.children}
+        return {"raised": raised, "body's children": str(res.children)}
     errback = res.children[0].children[0].result
     failed = re.search(UUID, str(AsyncResult(errback, app=app).result)).group()
     return {
