@@ -17,7 +17,7 @@ kernel's error code for a dead letter, REVOKED for a cancelled or skipped run, a
 shows a revoked task.
 
 A failure is written under the ids of the chain's steps after the run too (the run's
-request names them: kernel/spec/enqueue_request.py), as Celery's backend writes it
+request names them: kernel/spec/task_runs.py ``chain_ids``), as Celery's backend writes it
 (``mark_as_failure``'s ``request.chain``): the steps never run, and ``.get()`` on the
 chain raises at once.
 
@@ -105,12 +105,13 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
         error = ChordError(f"Dependency {chord['member_task_id']} {why}")
         # As Celery's backend: the errbacks it applies as a group are the body's children.
         errbacks = [app.AsyncResult(task_id) for task_id in chord.get("errback_task_ids", ())]
-        children = Context()
+        request = None
         if errbacks:
-            children.children.append(app.GroupResult(uuid(), errbacks))
+            request = Context()
+            request.children.append(app.GroupResult(uuid(), errbacks))
         try:
             backend.mark_as_failure(
-                chord["body_task_id"], error, None, request=children, call_errbacks=False
+                chord["body_task_id"], error, None, request=request, call_errbacks=False
             )
         except Exception as exc:  # the backend is down: the kernel has the chord's failure
             log.warning(
@@ -147,7 +148,7 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
     try:
         if body["status"] == "dead_letter":
             failed = RunFailed(f"{occurrence}: {message}", code)
-            chained = _chained(Context(id=run_id), given.get("chain"))
+            chained = _chained(None, given.get("chain"))
             backend.mark_as_failure(run_id, failed, None, request=chained, call_errbacks=False)
         else:
             backend.mark_as_revoked(run_id, f"{occurrence} ({code}): {message}")
@@ -161,12 +162,12 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
 
 
 def _chained(request: Any, later: list[str] | None) -> Any:
-    """``request`` naming the chain's steps after it as Celery's ``request.chain`` (each
-    step a signature Celery's backend reads the task id of)."""
+    """``request`` (None: none) naming the chain's steps after it as Celery's
+    ``request.chain`` (each step a signature Celery's backend reads the task id of)."""
     if not later:
         return request
     steps = [{"options": {"task_id": task_id}} for task_id in later]
-    return Context(vars(request), chain=steps)
+    return Context(vars(request) if request is not None else {}, chain=steps)
 
 
 def _stores_errors(task: Any, request: Any) -> bool:
