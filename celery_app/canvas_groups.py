@@ -113,6 +113,8 @@ def _runs(
         args = list(member.args) if member.immutable else [*partial_args, *member.args]
         task = member.type
         _, run = routed_run(task, args, {**member.kwargs, **(kwargs or {})}, merged)
+        # The member's self.request.group and group_index, and the group_id of its result.
+        run["request"] = {**run["request"], "group_id": group_id, "group_index": index}
         runs.append({"task": task.name, **run})
     return results, runs
 

@@ -76,7 +76,8 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         for made in _made(s, f"link_error[{i}]")
     ]
     # Celery keeps the rest reversed: the next step is the list's last.
-    return _chained(list(reversed(options.get("chain") or ())), "chain") + callbacks, errbacks
+    steps = _chained(list(reversed(options.get("chain") or ())), "chain")
+    return [{**step, "chained": True} for step in steps] + callbacks, errbacks
 
 
 def _chained(
@@ -91,6 +92,8 @@ def _chained(
         for step in made:
             step["errbacks"].extend(errbacks)
         if following:
+            # The next steps: Celery's request.chain, not links (kernel/spec/enqueue_request.py).
+            following = [{**step, "chained": True} for step in following]
             if len(made) != 1:
                 raise InvalidArgument(
                     f"{where}[{i}]",

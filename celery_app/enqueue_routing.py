@@ -11,7 +11,8 @@ writes the run's outcome to the app's result backend under it
 (:mod:`celery_app.task_results`). ``app.send_task`` of a routed name is routed the same
 way, and so is a ``task.map``/``task.starmap`` of a routed task (Celery's builtin
 ``celery.map``/``celery.starmap`` call, whose body loops over the task's: the kernel
-worker runs that loop as Celery's worker would). Every other call is Celery's own.
+worker runs that loop as Celery's worker would). Every other call is Celery's own, and so
+is any call under ``task_always_eager`` (run in the caller, as Celery runs it).
 ``my_task.kernel.delay(...)`` enqueues one task explicitly, whatever the setting.
 """
 
@@ -41,12 +42,14 @@ __all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_call", "routed_
 #: ``apply_async`` options a routed call honours (``task_id`` becomes the key; ``send_task``'s
 #: ``result_cls`` is the class of what it answers; link, link_error and a chain's rest become
 #: kernel links: celery_app/canvas_links.py; the time limits the run's timeout; ``producer``
-#: publishes the run's hint; the request fields below reach the body's ``self.request`` as
-#: Celery's worker gives them).
+#: publishes the run's hint; the request fields below, and ``root_id``/``parent_id``, reach
+#: the body's ``self.request`` as Celery's worker gives them; ``add_to_parent``: the result
+#: is among the calling task's children).
 _ROUTED_OPTIONS = frozenset(
     {"countdown", "eta", "expires", "priority", "queue", "task_id", "result_cls",
      "soft_time_limit", "time_limit", "producer", "headers", "ignore_result", "argsrepr",
-     "kwargsrepr", "stamped_headers", *CANVAS_OPTIONS}
+     "kwargsrepr", "stamped_headers", "root_id", "parent_id", "add_to_parent",
+     *CANVAS_OPTIONS}
 )  # fmt: skip
 #: Message properties a call may set, which Celery's worker shows in
 #: ``self.request.properties``: metadata only (``expiration``, ``delivery_mode`` and the
@@ -56,8 +59,7 @@ _PROPERTIES = frozenset({"app_id", "type", "message_id", "timestamp"})
 #: occurrence is the message, so they change nothing a run does.
 _PUBLISHING_OPTIONS = frozenset(
     {"compression", "connection", "exchange", "publisher", "reply_to", "retry",
-     "retry_policy", "router", "routing_key", "add_to_parent", "root_id", "parent_id",
-     "route_name"}
+     "retry_policy", "router", "routing_key", "route_name"}
 )  # fmt: skip
 #: The request fields Celery's worker sets from its own headers (Celery's
 #: ``Context._get_custom_headers``), and the kernel's: a custom header of one of these names
@@ -119,6 +121,9 @@ def _routed_call(task: Any, args: Any, kwargs: Any, options: Mapping[str, Any]) 
         task.backend.on_task_call(None, task_id)
     result = (options.get("result_cls") or task.AsyncResult)(task_id)
     result.ignored = ignored  # as Celery's send_task
+    parent = task.app.current_worker_task
+    if options.get("add_to_parent", True) and parent is not None:
+        parent.add_trail(result)  # as Celery's send_task: among the calling task's children
     return result
 
 
@@ -153,6 +158,9 @@ def routed_run(
     task_id = options.get("task_id") or uuid()
     expires = options.get("expires", getattr(task, "expires", None))
     priority = options.get("priority")
+    lineage = _lineage(task.app, options)
+    # As Celery's worker applies a run's links: under its root (its own id at the top).
+    _as_kernel_links(task.app, [*callbacks, *errbacks], lineage.get("root_id") or task_id)
     return task_id, {
         "args": celery_json(list(args or ())),
         "kwargs": celery_json(dict(kwargs or {})),
@@ -170,8 +178,38 @@ def routed_run(
         # The soft limit (else the hard one) is the run's timeout, as a task's own limits
         # are its job's (beat_schedule.task_settings.task_fields).
         "timeout": options.get("soft_time_limit") or options.get("time_limit"),
-        "request": _request_fields(task, options),
+        "request": {**_request_fields(task, options), **lineage},
     }
+
+
+def _lineage(app: Any, options: Mapping[str, Any]) -> dict[str, str]:
+    """The call's ``root_id`` and ``parent_id`` as Celery's ``send_task`` gives them: the
+    call's own (a chain's steps are frozen with their root), else the task whose body
+    makes the call's; none at the top (the run's root is then its own id)."""
+    parent = app.current_worker_task
+    root_id, parent_id = options.get("root_id"), options.get("parent_id")
+    if parent is not None:
+        root_id = root_id or parent.request.root_id or parent.request.id
+        parent_id = parent_id or parent.request.id
+    given = {"root_id": root_id, "parent_id": parent_id}
+    return {name: value for name, value in given.items() if value}
+
+
+def _as_kernel_links(app: Any, signatures: Sequence[dict[str, Any]], root_id: str) -> None:
+    """Give every link (at any depth: callbacks, errbacks, a chord's members) the call's
+    ``root_id`` in its request, and its Celery ``priority`` on the kernel's scale, as a
+    routed call's own (kernel/spec/enqueue_request.py)."""
+    for sig in signatures:
+        sig["request"] = {"root_id": root_id, **(sig.get("request") or {})}
+        options = sig.get("options") or {}
+        if options.get("priority") is not None:
+            options["priority"] = kernel_priority(app.conf, options["priority"], "priority")
+        nested = [*sig.get("callbacks", ()), *sig.get("errbacks", ())]
+        chord = sig.get("chord")
+        while chord:  # its members, and those of the chord it is followed by (then)
+            nested += chord["header"]
+            chord = chord.get("then")
+        _as_kernel_links(app, nested, root_id)
 
 
 def _given(options: Mapping[str, Any], name: str, task: Any) -> Any:
@@ -286,7 +324,8 @@ def hook_apply_async() -> None:
         celerys_send = Celery.send_task
 
         def apply_async(self: Any, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-            if routed_call(self.app, self.name, kwargs):
+            # An eager call runs here and now, as Celery's apply_async runs it: nothing to route.
+            if not self.app.conf.task_always_eager and routed_call(self.app, self.name, kwargs):
                 args, kwargs = _as_celery_calls(self, args, kwargs)
                 return _routed_call(self, args, kwargs, options)
             return celerys(self, args, kwargs, **options)

@@ -135,6 +135,7 @@ def resend_run_hints(
             countdown=countdown,
             task_id=task_id,
             serializer=_KERNEL_SERIALIZER,
+            add_to_parent=False,  # a hint is no child of the task sending it
         )
 
 
@@ -174,6 +175,8 @@ def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str,
         queue=hints[0].queue,
         shadow=_shadow(hints),
         producer=producer,
+        # A hint is no child of the task that sends it (a routed call adds its own result).
+        add_to_parent=False,
         **_run_identity(hints),
         **{**options, "serializer": _KERNEL_SERIALIZER},
     )

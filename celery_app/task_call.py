@@ -20,6 +20,7 @@ from typing import Any
 
 from billiard.einfo import ExceptionInfo
 from celery import signals, states
+from celery._state import _task_stack
 from celery.app.task import Context, Task
 from celery.exceptions import Reject, Retry
 
@@ -67,8 +68,13 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             **_celery_request(given, outer, run_id),
             "id": run_id,
             "correlation_id": run_id,
-            "root_id": run_id,
-            "parent_id": None,
+            # As Celery's message: the call's (a link's: its parent's), the root its own id
+            # at the top.
+            "root_id": given.get("root_id") or run_id,
+            "parent_id": given.get("parent_id"),
+            "eta": _eta(occurrence, task.app.timezone),
+            "group": given.get("group_id"),
+            "group_index": given.get("group_index"),
             "args": args,
             "kwargs": kwargs,
             "retries": occurrence.attempt - 1,
@@ -81,12 +87,16 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             "origin": outer.origin,
             "called_directly": False,
             "kernel_run": True,  # hook_task_methods: its retry() and replace() are the kernel's
+            "kernel_chain": given.get("chain"),  # task_results.store_failure
             "replaced_task_nesting": replaced[1] if replaced else 0,
             "is_eager": False,
         }
     )
     # As Celery's Context: the custom headers alone (not the kernel's own fields above).
     task.request.headers = given.get("headers")
+    # As Celery's tracer: the body's task is the current one, so a call it makes names it
+    # its parent (and a result it applies is among its children).
+    _task_stack.push(task)
     state, retval = states.SUCCESS, None
     try:
         signals.task_prerun.send(sender=task, task_id=run_id, task=task, args=args, kwargs=kwargs)
@@ -135,7 +145,16 @@ def call_task(task: Any, ctx: ExecutionContext, run: Callable[[], Any]) -> Any:
             retval=retval,
             state=state,
         )
+        _task_stack.pop()
         task.pop_request()
+
+
+def _eta(occurrence: Any, zone: tzinfo) -> str | None:
+    """Celery's ``request.eta`` of a run made to start later than it was made (a
+    ``countdown`` or ``eta``): that instant, ISO text in the app's zone; else None."""
+    if occurrence.scheduled_for <= occurrence.created_at:
+        return None
+    return str(occurrence.scheduled_for.astimezone(zone).isoformat())
 
 
 def _errback_call(

@@ -16,10 +16,16 @@ worker delivers once with :func:`store_end`: FAILURE with :class:`RunFailed` nam
 kernel's error code for a dead letter, REVOKED for a cancelled or skipped run, as Celery
 shows a revoked task.
 
+A failure is written under the ids of the chain's steps after the run too (the run's
+request names them: kernel/spec/task_runs.py ``chain_ids``), as Celery's backend writes it
+(``mark_as_failure``'s ``request.chain``): the steps never run, and ``.get()`` on the
+chain raises at once.
+
 The kernel owns what Celery would chain from the backend: errbacks are not called here.
 A chord whose member's end failed it (the worker's dead letter, or an owed end) has its
 body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
-when a member fails: the body never runs, and its caller's ``.get()`` raises.
+when a member fails (the body's errbacks its children): the body never runs, and its
+caller's ``.get()`` raises.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 from billiard.einfo import ExceptionInfo
 from celery.app.task import Context, get_actual_ignore_result
 from celery.exceptions import ChordError
+from celery.utils import uuid
 from celery.utils.serialization import get_pickleable_exception
 from kombu.exceptions import EncodeError
 
@@ -79,7 +86,7 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
             run_id,
             get_pickleable_exception(exc),
             einfo.traceback,
-            request=task.request,
+            request=_chained(task.request, getattr(task.request, "kernel_chain", None)),
             call_errbacks=False,
         )
     except Exception as error:  # the backend is down: the kernel records the failure
@@ -96,8 +103,16 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
         backend = task.backend if task is not None else app.backend
         why = "was cancelled" if chord["reason"] == "cancelled" else f"raised {error_code}"
         error = ChordError(f"Dependency {chord['member_task_id']} {why}")
+        # As Celery's backend: the errbacks it applies as a group are the body's children.
+        errbacks = [app.AsyncResult(task_id) for task_id in chord.get("errback_task_ids", ())]
+        request = None
+        if errbacks:
+            request = Context()
+            request.children.append(app.GroupResult(uuid(), errbacks))
         try:
-            backend.mark_as_failure(chord["body_task_id"], error, None, call_errbacks=False)
+            backend.mark_as_failure(
+                chord["body_task_id"], error, None, request=request, call_errbacks=False
+            )
         except Exception as exc:  # the backend is down: the kernel has the chord's failure
             log.warning(
                 "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "
@@ -133,7 +148,8 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
     try:
         if body["status"] == "dead_letter":
             failed = RunFailed(f"{occurrence}: {message}", code)
-            backend.mark_as_failure(run_id, failed, None, call_errbacks=False)
+            chained = _chained(None, given.get("chain"))
+            backend.mark_as_failure(run_id, failed, None, request=chained, call_errbacks=False)
         else:
             backend.mark_as_revoked(run_id, f"{occurrence} ({code}): {message}")
     except Exception as exc:
@@ -143,6 +159,15 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
             retryable=True,
         ) from exc
     return True
+
+
+def _chained(request: Any, later: list[str] | None) -> Any:
+    """``request`` (None: none) naming the chain's steps after it as Celery's
+    ``request.chain`` (each step a signature Celery's backend reads the task id of)."""
+    if not later:
+        return request
+    steps = [{"options": {"task_id": task_id}} for task_id in later]
+    return Context(vars(request) if request is not None else {}, chain=steps)
 
 
 def _stores_errors(task: Any, request: Any) -> bool:

@@ -126,7 +126,7 @@ def _path_to(sig: dict[str, Any], task_id: str) -> list[dict[str, Any]] | None:
 def _first_made(tx: Tx, text: str, occurrence_id: int) -> list[int]:
     """The occurrences the replacement's links ``text`` made: its first step, or its
     chord's members."""
-    steps = chord_steps(text, result=None, parent_id=occurrence_id)
+    steps = chord_steps(text, result=None, parent_id=occurrence_id, parent_task_id="")
     requests = steps[0].members if steps else link_requests(
         text, succeeded=True, result=None, parent_id=occurrence_id, parent_task_id=""
     )  # fmt: skip

@@ -156,16 +156,17 @@ def fire_links(
     if links is None:
         return
     if not cancelled:
-        task_id = caller_key(trigger_key)
+        task_id = caller_key(trigger_key) or str(parent_id)
         requests = link_requests(
             links,
             succeeded=succeeded,
             result=result,
             parent_id=parent_id,
-            parent_task_id=task_id or str(parent_id),
+            parent_task_id=task_id,
         )
         _make_links(tx, parent_id, requests)
-        for step in chord_steps(links, result=result, parent_id=parent_id) if succeeded else ():
+        steps = chord_steps(links, result=result, parent_id=parent_id, parent_task_id=task_id)
+        for step in steps if succeeded else ():
             _make_chord_step(tx, parent_id, step)
     chord_id = loads(links).get("chord")
     if chord_id is not None:
@@ -200,7 +201,8 @@ def _settle_chord_member(
     """A chord's member settled for good. Its success counts the chord down in one guarded
     statement (the chord's row held until this settle commits: the next member's settle
     waits, then counts after it); the one that reads 0 makes the body, the members'
-    results in group order first. Its failure fails the chord once: the body's errbacks
+    results in group order first, its parent that member (as Celery's last member applies
+    the body). Its failure fails the chord once: the body's errbacks
     are made, the body's task id first, and the body never is."""
     params = {"chord_id": chord_id, "now": tx.now}
     if succeeded:
@@ -217,11 +219,17 @@ def _settle_chord_member(
         )
         results = [loads(stored.get(member)) for member in members]
         requests = link_requests(
-            row.body, succeeded=True, result=results, parent_id=member_id, parent_task_id=""
+            row.body,
+            succeeded=True,
+            result=results,
+            parent_id=member_id,
+            parent_task_id=member_task_id,
         )
         _make_links(tx, member_id, requests)
         # A body that is a chord's (Celery's group | group | task): that chord's members.
-        steps = chord_steps(row.body, result=results, parent_id=member_id)
+        steps = chord_steps(
+            row.body, result=results, parent_id=member_id, parent_task_id=member_task_id
+        )
         for step in steps:
             _make_chord_step(tx, member_id, step)
         tx.emit(
@@ -237,18 +245,14 @@ def _settle_chord_member(
     stored = loads(failed.body)
     body = stored["callbacks"][0]
     body_task_id = stored.get("result_id") or body["options"]["task_id"]
-    errbacks = dumps({"callbacks": [], "errbacks": body["errbacks"]})
-    _make_links(
-        tx,
-        member_id,
-        link_requests(
-            errbacks,
-            succeeded=False,
-            result=None,
-            parent_id=member_id,
-            parent_task_id=body_task_id,
-        ),
+    errbacks = link_requests(
+        dumps({"callbacks": [], "errbacks": body["errbacks"]}),
+        succeeded=False,
+        result=None,
+        parent_id=member_id,
+        parent_task_id=body_task_id,
     )
+    _make_links(tx, member_id, errbacks)
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
@@ -257,6 +261,8 @@ def _settle_chord_member(
         body_task_id=body_task_id,
         member_task_id=member_task_id,
         reason="cancelled" if cancelled else "dead_letter",
+        # The errbacks' task ids: Celery's backend lists them among the body's children.
+        errback_task_ids=[request.key for request in errbacks],
     )
 
 

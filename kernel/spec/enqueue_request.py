@@ -26,7 +26,8 @@ arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-letter
 run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
 fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
 ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
-once.
+once. A callback marked ``"chained": true`` is the next step of its parent's chain
+(:func:`~kernel.spec.task_runs.chain_ids`); a link's run names its parent's task id (``parent_id``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
     TASK_JOB_PREFIX,
     bounded_definition,
+    chain_ids,
     checked_replaces,
     deadline_ms,
     delay_ms,
@@ -68,7 +70,7 @@ MAX_KEY = 200  # the longest caller's key
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord", "replaces", "request"}
+     "chord", "replaces", "request", "chained"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -169,7 +171,8 @@ def prepare(
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )
-    given = task_request(request.request)
+    chain = chain_ids(request.callbacks)
+    given = task_request({**(request.request or {}), "chain": chain} if chain else request.request)
     text = bounded_definition(
         run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout),
         "args",
@@ -271,6 +274,7 @@ def _signature(
         **({"chord": chord} if chord is not None else {}),
         **({"replaces": replaces} if replaces is not None else {}),
         **({"request": dict(raw["request"])} if raw.get("request") else {}),
+        **({"chained": True} if raw.get("chained") else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -320,8 +324,9 @@ def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> 
 
 def _request(
     task: str, sig: Mapping[str, Any], options: Mapping[str, Any], settings: Mapping[str, Any],
-    first: Sequence[Any], key: str | None,
+    first: Sequence[Any], key: str | None, parent: str | None = None,
 ) -> EnqueueRequest:  # fmt: skip
+    given = sig.get("request")
     return EnqueueRequest(
         task,
         args=[*first, *(sig.get("args") or ())],
@@ -335,7 +340,7 @@ def _request(
         callbacks=sig.get("callbacks") or (),
         errbacks=sig.get("errbacks") or (),
         replaces=sig.get("replaces"),
-        request=sig.get("request"),
+        request={**(given or {}), "parent_id": parent} if parent else given,
     )
 
 
@@ -344,13 +349,14 @@ def link_requests(
 ) -> list[EnqueueRequest]:
     """The runs a settled run's links make: its callbacks after a success (``result``
     first unless immutable), else its errbacks (``parent_task_id`` first unless
-    immutable). Pure: the stored links were checked when the run was enqueued."""
+    immutable), their parent ``parent_task_id``. Pure: checked when enqueued."""
     links = loads(links_json)
     kind = "callbacks" if succeeded else "errbacks"
     first = [result] if succeeded else [parent_task_id]
     return [
         _request(sig["task"], sig, sig["options"], sig["settings"],
-                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}")
+                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}",
+                 parent_task_id)
         for index, sig in enumerate(links[kind])
         if "chord" not in sig
     ]  # fmt: skip
@@ -366,9 +372,12 @@ class ChordStep:
     body: str
 
 
-def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordStep]:
+def chord_steps(
+    links_json: str, *, result: Any, parent_id: int, parent_task_id: str
+) -> list[ChordStep]:
     """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
-    others): each header member keyed by its task id, else by the chord and place."""
+    others): each header member keyed by its task id, else by the chord and place, its
+    parent ``parent_task_id``, its group the chord (``group_id``, ``group_index``)."""
     steps = []
     for sig in loads(links_json)["callbacks"]:
         chord = sig.get("chord")
@@ -376,8 +385,10 @@ def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordSt
             continue
         members = [
             _request(
-                m["task"], m, m["options"], m["settings"], () if m["immutable"] else [result],
-                f"chord:{chord['id']}:{index}",
+                m["task"], {**m, "request": {**m.get("request", {}), "group_id": chord["id"],
+                                             "group_index": index}},
+                m["options"], m["settings"], () if m["immutable"] else [result],
+                f"chord:{chord['id']}:{index}", parent_task_id,
             )
             for index, m in enumerate(chord["header"])
         ]  # fmt: skip

@@ -365,6 +365,7 @@ def check_limit(name: object, limit: object) -> None:
 _Limit = Annotated[float, seconds(0.0, allow_zero=True)]
 _Repr = Annotated[str, text(8 * 1024, empty=True)]
 _Object = Annotated[dict[str, Any], OBJECT]
+_TaskId = Annotated[str, text(200)]
 
 
 class TaskRequest(Section):
@@ -373,8 +374,9 @@ class TaskRequest(Section):
     (each also ``self.request.<name>``), message ``properties`` (``app_id`` ...), the
     call's ``ignore_result`` over the task's, ``time_limit``/``soft_time_limit`` (the
     run's timeout is its own), ``argsrepr``/``kwargsrepr`` (shown in logs and events
-    instead of the arguments), ``stamped_headers`` and ``stamps``. Only given fields
-    are stored."""
+    instead of the arguments), ``stamped_headers`` and ``stamps``; the task ids of its
+    ``parent_id``, ``root_id``, ``chain`` steps after it, its group's (``group_id``,
+    ``group_index``: kernel/spec/enqueue_request.py). Only given fields are stored."""
 
     headers: _Object | None = None
     properties: _Object | None = None
@@ -385,6 +387,11 @@ class TaskRequest(Section):
     kwargsrepr: _Repr | None = None
     stamped_headers: list[Annotated[str, text(256)]] | None = None
     stamps: _Object | None = None
+    parent_id: _TaskId | None = None
+    root_id: _TaskId | None = None
+    chain: list[_TaskId] | None = None
+    group_id: _TaskId | None = None
+    group_index: Annotated[int, integer(0, _COUNT_MAX)] | None = None
 
     @model_serializer(mode="wrap")
     def _given(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

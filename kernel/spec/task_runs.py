@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
     "caller_key",
+    "chain_ids",
     "checked_replaces",
     "replacement_of",
     "trigger_key_of",
@@ -150,6 +151,26 @@ def task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
     }
     spec = validate_job_spec(raw).to_dict()
     return spec, dumps({**spec, **_OWN})
+
+
+def chain_ids(callbacks: Sequence[Any]) -> list[str]:
+    """The task ids of the chain's steps after a run with these ``callbacks`` (link
+    signatures, kernel/spec/enqueue_request.py), its request's ``chain``: its callback
+    marked ``chained`` (the next step of its chain, Celery's ``request.chain``, not a
+    ``link``), that one's, and so on (a chord step's is its body's); a chain ending in a
+    group (several chained callbacks) ends before it, as Celery's names no group member. A
+    worker writes a failure under them as Celery's backend does. (A link's nesting bound
+    keeps the list short.)"""
+    ids: list[str] = []
+    steps = [c for c in callbacks if isinstance(c, Mapping) and c.get("chained")]
+    while len(steps) == 1:
+        task_id = (steps[0].get("options") or {}).get("task_id")
+        if not isinstance(task_id, str):
+            break
+        ids.append(task_id)
+        later = steps[0].get("callbacks") or ()
+        steps = [c for c in later if isinstance(c, Mapping) and c.get("chained")]
+    return ids
 
 
 def task_request(request: Mapping[str, Any] | None) -> str | None:

@@ -74,6 +74,8 @@ def test_the_last_member_makes_the_body_once_with_the_results_in_group_order(
         "task": "proj.tsum",
         "args": [[0, {"one": 1}, 20, 30], "extra"],
         "kwargs": {},
+        # The member whose settle completed the chord, as Celery's last member applies it.
+        "request": {"parent_id": "g1-m1"},
     }
     assert body.status == S.QUEUED
     completed = [e for e in k.kernel.events() if e.type == "chord_completed"]
@@ -107,6 +109,7 @@ def test_a_member_dead_lettered_fails_the_chord_errbacks_once_body_never(k: Harn
             "body_task_id": "body-1",
             "member_task_id": "g1-m1",
             "reason": "dead_letter",
+            "errback_task_ids": ["eb-1"],
         }
     ]
 

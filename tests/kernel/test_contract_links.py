@@ -48,7 +48,9 @@ def test_a_success_makes_each_callback_once_with_the_result_first(k: Harness) ->
     fence = _run(k, made.occurrence_id)
     k.kernel.succeed(made.occurrence_id, owner="w1", fence=fence, result=3)
     mul, log = _by_key(k, "mul-1"), _by_key(k, "log-1")
-    assert mul.payload == {"task": "proj.mul", "args": [3, 10], "kwargs": {}}
+    assert mul.payload == {  # its parent's task id, as Celery's worker names a link's
+        "task": "proj.mul", "args": [3, 10], "kwargs": {}, "request": {"parent_id": "add-1"},
+    }  # fmt: skip
     assert log.payload["args"] == []  # immutable: no result prepended
     assert mul.status == S.QUEUED
     assert not [o for o in k.kernel.list_occurrences(limit=100) if "oops" in o.trigger_key]
@@ -147,7 +149,7 @@ def test_an_errback_s_request_fields_reach_its_run(k: Harness) -> None:
     k.kernel.fail(made.occurrence_id, owner="w1", fence=fence, code="E", message="x")
     errback = _by_key(k, "err-2")
     assert errback.payload["args"] == ["flaky-2", "label"]
-    assert errback.payload["request"] == {"headers": headers}
+    assert errback.payload["request"] == {"headers": headers, "parent_id": "flaky-2"}
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,10 @@ def test_a_run_replaced_by_a_task_hands_it_its_task_id_and_links(k: Harness) -> 
     replaced = k.kernel.get_occurrence(made.occurrence_id)
     assert replaced.status == S.SUCCEEDED and replaced.result is None
     new = k.kernel.get_occurrence(replacement)
-    assert new.payload == {"task": "proj.add", "args": [1, 2], "kwargs": {}}
+    # Its parent the run it replaces, whose id it takes over (as Celery's replace calls it).
+    assert new.payload == {
+        "task": "proj.add", "args": [1, 2], "kwargs": {}, "request": {"parent_id": "t1"},
+    }  # fmt: skip
     assert _parent(k, new.id) == made.occurrence_id
     # The caller's task id answers the replacement's result; nesting 1.
     assert caller_key(new.trigger_key) == "t1"
