@@ -24,7 +24,9 @@ first.
 its own callbacks) become occurrences when the run succeeds, the result prepended to their
 arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the failed
 run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
-fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
+fields) lets the worker call it as it must (celery_app/errbacks.py). A callback that
+``continues`` its run (a chain's next step) takes the run's place in its chord, if it is a
+chord's member: the chain's end, not its first step, counts the chord down. Each is keyed by its
 ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
 once.
 """
@@ -60,7 +62,7 @@ from kernel.states import Delivery
 
 __all__ = [
     "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "checked_links",
-    "chord_steps", "link_requests", "prepare", "task_job_id", "task_job_spec",
+    "chord_steps", "continuing", "link_requests", "prepare", "task_job_id", "task_job_spec",
 ]  # fmt: skip
 
 _DELIVERIES = frozenset(d.value for d in Delivery)
@@ -68,7 +70,7 @@ MAX_KEY = 200  # the longest caller's key
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord", "replaces", "request"}
+     "chord", "replaces", "request", "continues"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -271,6 +273,7 @@ def _signature(
         **({"chord": chord} if chord is not None else {}),
         **({"replaces": replaces} if replaces is not None else {}),
         **({"request": dict(raw["request"])} if raw.get("request") else {}),
+        **({"continues": True} if raw.get("continues") else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -356,14 +359,22 @@ def link_requests(
     ]  # fmt: skip
 
 
+def continuing(links_json: str) -> list[bool]:
+    """Which of a succeeded run's :func:`link_requests` continue it (``continues``)."""
+    return [bool(sig.get("continues")) for sig in loads(links_json)["callbacks"]
+            if "chord" not in sig]  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class ChordStep:
-    """A chord a settled run's callback makes: its id, its members' runs (group order)
-    and its row's body (links JSON of the one signature it makes at the end)."""
+    """A chord a settled run's callback makes: its id, its members' runs (group order),
+    its row's body (links JSON of the one signature it makes at the end), and whether it
+    ``continues`` the run (its body then takes the run's place in the run's chord)."""
 
     chord_id: str
     members: list[EnqueueRequest]
     body: str
+    continues: bool = False
 
 
 def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordStep]:
@@ -385,5 +396,5 @@ def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordSt
         if "then" in chord:  # the body is itself a chord's: made as a chord step
             body["chord"] = chord["then"]
         stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id")}
-        steps.append(ChordStep(chord["id"], members, dumps(stored)))
+        steps.append(ChordStep(chord["id"], members, dumps(stored), bool(sig.get("continues"))))
     return steps
