@@ -34,7 +34,7 @@ from celery.canvas import Signature, _chord, group, maybe_signature
 from celery.result import GroupResult
 from celery.utils import uuid
 
-from celery_app.canvas_links import link_signature
+from celery_app.canvas_links import chord_member_end, link_signature, unrolled
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
 from kernel import InvalidArgument
@@ -55,10 +55,9 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
     """
     # Copies, as Celery's group takes them: one signature listed twice is two members.
     members = [maybe_signature(task, app=app).clone() for task in tasks]
-    # A chunks' members are celery.starmap calls (xstarmap) over its task. A group's
-    # member may be a chain led by a routed task (its rest: that task's links); a chord's
-    # may not (the chord counts its members' own ends).
-    are_routed = [_routed_member(app, m, chains=where == "group") for m in members]
+    # A chunks' members are celery.starmap calls (xstarmap) over its task. A member may
+    # be a chain led by a routed task (its rest: that task's links).
+    are_routed = [_routed_member(app, m) for m in members]
     if not any(are_routed):
         return None
     for index, (member, is_routed) in enumerate(zip(members, are_routed, strict=True)):
@@ -76,9 +75,9 @@ def _empty_chain(task: Any) -> bool:
     return bool(task.get("subtask_type") == "chain" and not task.get("kwargs", {}).get("tasks"))
 
 
-def _routed_member(app: Any, member: Signature, *, chains: bool) -> bool:
+def _routed_member(app: Any, member: Signature) -> bool:
     kind = member.get("subtask_type")
-    if kind == "chain" and chains and member.tasks:
+    if kind == "chain" and member.tasks:
         member = maybe_signature(member.tasks[0], app=app)
         kind = member.get("subtask_type")
     return kind in (None, "xmap", "xstarmap") and routed_call(app, member.task, member.kwargs)
@@ -90,6 +89,7 @@ def _runs(
     partial_args: Sequence[Any],
     kwargs: Mapping[str, Any] | None,
     options: Mapping[str, Any],
+    in_chord: bool = False,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it)
     and its enqueue parameters; (their AsyncResults, the runs)."""
@@ -99,9 +99,12 @@ def _runs(
         rest: list[Any] = []
         if member.get("subtask_type") == "chain":
             # Its first step runs, the rest follows as that step's links: the steps as
-            # Celery's chain.run applies them (frozen, the next one last).
+            # Celery's chain.run applies them (frozen, the next one last). A chord's
+            # member ends at its last step, which the kernel's chord counts.
             steps, _ = member._frozen
             member, rest = steps[-1], list(steps[:-1])
+            if rest and in_chord:
+                rest[0] = chord_member_end(rest[0], f"chord header[{index}]")
         # As Celery's group applies a member: the call's options over the member's own,
         # the call's arguments before the member's unless it is immutable.
         merged = {**member.options, **options}
@@ -175,7 +178,7 @@ def _chord_run(celerys: Any) -> Any:
         **options: Any,
     ) -> Any:
         app = app or self._get_app(body)
-        tasks = list(header.tasks)
+        tasks = unrolled(header.tasks)
         members = (
             _members(app, tasks, "chord header")
             if getattr(app, "_kernel_installed", False) and tasks
@@ -211,6 +214,7 @@ def _chord_run(celerys: Any) -> Any:
             partial_args or (),
             kwargs,
             {k: v for k, v in delay.items() if v is not None},
+            in_chord=True,
         )
         # The caller holds the body's result: a chain's is its last step's, under which
         # the kernel writes the chord's failure (result_id).

@@ -44,7 +44,15 @@ from kombu.utils.json import dumps
 
 from kernel import InvalidArgument
 
-__all__ = ["CANVAS_OPTIONS", "celery_json", "link_signature", "links", "replacement_signature"]
+__all__ = [
+    "CANVAS_OPTIONS",
+    "celery_json",
+    "chord_member_end",
+    "link_signature",
+    "links",
+    "replacement_signature",
+    "unrolled",
+]
 
 #: The apply_async options this module turns into links.
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
@@ -76,7 +84,10 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         for made in _made(s, f"link_error[{i}]")
     ]
     # Celery keeps the rest reversed: the next step is the list's last.
-    return _chained(list(reversed(options.get("chain") or ())), "chain") + callbacks, errbacks
+    rest = _chained(list(reversed(options.get("chain") or ())), "chain")
+    if len(rest) == 1:
+        rest[0]["continues"] = True  # in a chord, it takes the call's place
+    return rest + callbacks, errbacks
 
 
 def _chained(
@@ -97,6 +108,9 @@ def _chained(
                     "a group followed by a step is a chord: build it with chord() or "
                     "group(...) | task, as Celery's chain does",
                 )
+            if len(following) == 1:
+                # The chain's next step: in a chord, it takes this one's place.
+                following[0]["continues"] = True
             made[0]["callbacks"][:0] = following
         following = made
     return following
@@ -114,11 +128,73 @@ def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     _refuse(options, {"task_id", *(("link_error",) if kind == "chain" else ())}, where)
     tasks = list((sig.get("kwargs") or {}).get("tasks") or ())
     if kind == "chain":
-        # A frozen chain's steps are the ones it froze (a group followed by a task, a chord).
-        frozen = getattr(sig, "_frozen", None)
         errbacks = links({"link_error": options.get("link_error")})[1]
-        return _chained(list(reversed(frozen[0])) if frozen else tasks, f"{where}.tasks", errbacks)
+        return _chained(_steps(sig), f"{where}.tasks", errbacks)
     return [made for i, task in enumerate(tasks) for made in _made(task, f"{where}[{i}]")]
+
+
+def _steps(chain: Mapping[str, Any]) -> list[Any]:
+    """A chain's steps: a frozen one's are those it froze (a group followed by a task
+    is a chord there)."""
+    frozen = getattr(chain, "_frozen", None)
+    return (
+        list(reversed(frozen[0]))
+        if frozen
+        else list((chain.get("kwargs") or {}).get("tasks") or ())
+    )
+
+
+def unrolled(tasks: Sequence[Any]) -> list[Any]:
+    """A chord's header with its nested groups' members in their place, as Celery's chord
+    unrolls them."""
+    return [
+        member
+        for task in tasks
+        for member in (
+            unrolled((task.get("kwargs") or {}).get("tasks") or ())
+            if task.get("subtask_type") == "group"
+            else [task]
+        )
+    ]
+
+
+def chord_member_end(step: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The last step of a chord's member that is a chain, without the ``chord`` Celery's
+    freeze gives it (the chord's body: the kernel counts that chord, at this step's end).
+
+    Raises:
+        InvalidArgument: it is a group (the member's result would be the group's).
+    """
+    if step.get("subtask_type") == "group":
+        raise InvalidArgument(
+            where,
+            "a chord's member that is a chain ending in a group is not made durable through "
+            "the kernel (kernel_route_tasks); end the chain with a task or a chord",
+        )
+    return {
+        **step,
+        "options": {k: v for k, v in (step.get("options") or {}).items() if k != "chord"},
+    }
+
+
+def _member(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A chord's member as the link that starts it: a task, or a chain's first step, its
+    next steps continuing it (the chain's end counts the chord down in its place)."""
+    kind = sig.get("subtask_type")
+    if kind not in (None, "chain"):
+        # The chord counts its members' own ends: a group's or a chord's are several runs.
+        raise InvalidArgument(
+            where,
+            f"a chord's member that is a {kind} is not made durable through the kernel "
+            "(kernel_route_tasks); give the chord tasks or chains",
+        )
+    if kind is None:
+        return link_signature(chord_member_end(sig, where), where)
+    steps = _steps(sig)
+    if steps:
+        steps[-1] = chord_member_end(steps[-1], f"{where}.tasks[{len(steps) - 1}]")
+    options = {k: v for k, v in (sig.get("options") or {}).items() if k != "chord"}
+    return link_signature({**sig, "options": options, "kwargs": {"tasks": steps}}, where)
 
 
 def _many(value: Any) -> Sequence[Any]:
@@ -161,20 +237,7 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     if isinstance(header, Mapping):  # a group: its tasks
         header = (header.get("kwargs") or {}).get("tasks") or ()
     group_id = (sig.get("options") or {}).get("task_id") or uuid()
-    for i, member in enumerate(header):
-        if member.get("subtask_type"):
-            # The chord counts its members' own ends: a canvas's would be its first step's.
-            raise InvalidArgument(
-                f"{where}.header[{i}]",
-                f"a chord's member that is a {member['subtask_type']} is not made durable "
-                "through the kernel (kernel_route_tasks); give the chord plain tasks",
-            )
-    # A frozen chord's members name its body as their ``chord``: this chord, the kernel's.
-    members = [
-        link_signature({**m, "options": {**(m.get("options") or {}), "chord": None}},
-                       f"{where}.header[{i}]")
-        for i, m in enumerate(header)
-    ]  # fmt: skip
+    members = [_member(m, f"{where}.header[{i}]") for i, m in enumerate(unrolled(header))]
     raw_body = kwargs.get("body") or {}
     body = link_signature(raw_body, f"{where}.body")
     chord = {"id": group_id, "header": members}

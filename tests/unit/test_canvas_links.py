@@ -77,13 +77,31 @@ def test_a_chord_whose_body_is_a_group_is_refused_by_name(app: celery.Celery) ->
     assert "group" in refused.value.message
 
 
-def test_a_chords_member_that_is_a_chain_is_refused_by_name(app: celery.Celery) -> None:
-    """A kernel chord counts its members' own ends; a chain's would be its first step's."""
+def test_a_chords_member_that_is_a_chain_is_its_first_step_the_rest_continuing_it(
+    app: celery.Celery,
+) -> None:
+    """A kernel chord counts its members' ends: a chain's is its last step's, so each next
+    step ``continues`` the one before (takes its place in the chord), without the
+    ``chord`` Celery's freeze gives the last one (the kernel counts that chord)."""
     a = app.signature("t.a")
-    canvas = chain(a.clone((1, 1)), group(a.clone(), chain(a.clone(), a.clone())), a.clone())
+    canvas = chain(
+        a.clone((1, 1)), group(a.clone(), chain(a.clone((2,)), a.clone((3,)))), a.clone()
+    )
+    [step] = links(_first_step_options(app, canvas))[0]
+    member = step["chord"]["header"][1]
+    [second] = member["callbacks"]
+    assert (member["args"], second["args"], second.get("continues")) == ([2], [3], True)
+    assert "continues" not in member
+
+
+def test_a_chords_member_that_is_a_chain_ending_in_a_group_is_refused_by_name(
+    app: celery.Celery,
+) -> None:
+    a = app.signature("t.a")
+    member = chain(a.clone(), group(a.clone(), a.clone()))
     with pytest.raises(InvalidArgument) as refused:
-        links(_first_step_options(app, canvas))
-    assert refused.value.field == "chain[0].header[1]"
+        links({"link": celery.chord([a.clone(), member], a.clone())})
+    assert refused.value.field == "link[0].header[1].tasks[1]"
 
 
 def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
