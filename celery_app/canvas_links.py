@@ -93,27 +93,29 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
 def _chained(
     steps: Sequence[Any], where: str, errbacks: Sequence[dict[str, Any]] = ()
 ) -> list[dict[str, Any]]:
-    """A chain's ``steps`` as the links its first step's run makes: that step (each next
-    one among the callbacks of the one before), or a last group's members; ``errbacks``:
-    the chain's ``link_error``, every step's as Celery's chain gives it."""
-    following: list[dict[str, Any]] = []
-    for i in reversed(range(len(steps))):
-        made = _made(steps[i], f"{where}[{i}]")
-        for step in made:
+    """A chain's ``steps`` as the links its first step's run makes: that step, carrying the
+    others as its flat ``rest`` (its depth does not grow with the chain's length), or a
+    last group's members (the callbacks of the step before it); ``errbacks``: the chain's
+    ``link_error``, every step's as Celery's chain gives it."""
+    made = [_made(step, f"{where}[{i}]") for i, step in enumerate(steps)]
+    for one in made:
+        for step in one:
             step["errbacks"].extend(errbacks)
-        if following:
-            if len(made) != 1:
-                raise InvalidArgument(
-                    f"{where}[{i}]",
-                    "a group followed by a step is a chord: build it with chord() or "
-                    "group(...) | task, as Celery's chain does",
-                )
-            if len(following) == 1:
-                # The chain's next step: in a chord, it takes this one's place.
-                following[0]["continues"] = True
-            made[0]["callbacks"][:0] = following
-        following = made
-    return following
+    for i, one in enumerate(made[:-1]):
+        if len(one) != 1:
+            raise InvalidArgument(
+                f"{where}[{i}]",
+                "a group followed by a step is a chord: build it with chord() or "
+                "group(...) | task, as Celery's chain does",
+            )
+    singles = [one[0] for one in made if len(one) == 1]
+    group = made[-1] if made and len(made[-1]) != 1 else []
+    if not singles:
+        return group
+    singles[-1]["callbacks"][:0] = group
+    if singles[1:]:
+        singles[0]["rest"] = singles[1:]
+    return singles[:1]
 
 
 def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ A link is a plain JSON signature (the kernel never imports Celery)::
      "options": {"task_id": ..., "queue": ..., "countdown": ..., "eta": ISO text with
                  a zone, "priority": ...},
      "settings": {job fields of the task's implicit job},
-     "callbacks": [signature, ...], "errbacks": [signature, ...]}
+     "callbacks": [signature, ...], "errbacks": [signature, ...], "rest": [signature, ...]}
 
 A callback may carry ``"chord": {"id": <Celery's group id>, "header": [signature, ...]}``: a chord
 as a chain's step. Its firing makes the header's runs, the chord's members (the result first unless
@@ -20,15 +20,15 @@ member's settle makes it, the rest of the chain after it. The chord may carry ``
 body is then the signature with that chord, made as a chord step by the settle that completes the
 first.
 
-``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after it as
-its own callbacks) become occurrences when the run succeeds, the result prepended to their
-arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the failed
-run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
-fields) lets the worker call it as it must (celery_app/errbacks.py). A callback that
-``continues`` its run (a chain's next step) takes the run's place in its chord, if it is a
-chord's member: the chain's end, not its first step, counts the chord down. Each is keyed by its
+``callbacks`` (Celery's ``link``) become occurrences when the run succeeds, the result prepended
+to their arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the
+failed run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
+fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
 ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
-once.
+once. ``rest``: a chain's steps after this one, flat (its depth does not grow with the chain's
+length); its run's first callback is the next step, carrying the others, which ``continues`` it:
+it takes the run's place in its chord, if it is a chord's member (the chain's end, not its first
+step, counts the chord down).
 """
 
 from __future__ import annotations
@@ -44,9 +44,13 @@ from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration, rate
 from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, MAX_PRIORITY
 from kernel.spec.sections import ID
 from kernel.spec.task_runs import (
+    MAX_KEY,
     TASK_JOB_PREFIX,
     bounded_definition,
+    checked_key,
     checked_replaces,
+    continued,
+    continuing,
     deadline_ms,
     delay_ms,
     link_eta,
@@ -66,11 +70,10 @@ __all__ = [
 ]  # fmt: skip
 
 _DELIVERIES = frozenset(d.value for d in Delivery)
-MAX_KEY = 200  # the longest caller's key
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord", "replaces", "request", "continues"}
+     "chord", "replaces", "request", "continues", "rest"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -149,12 +152,7 @@ def prepare(
     spec = specs.setdefault(job_id, spec)
     args = canonical_json(list(request.args), "args")
     kwargs = canonical_json(dict(request.kwargs or {}), "kwargs")
-    key = request.key
-    if key is not None:
-        if not key or len(key) > MAX_KEY:
-            raise InvalidArgument("key", f"must be 1 to {MAX_KEY} characters, not {len(key)}")
-        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in key):
-            raise InvalidArgument("key", "must not contain control characters or surrogates")
+    key = checked_key(request.key)
     queue = spec["queue"] if request.queue is None else request.queue
     if len(queue) > 64 or not ID.fullmatch(queue):
         raise InvalidArgument("queue", f"{queue!r}: at most 64 of A-Z a-z 0-9 . _ : -")
@@ -267,6 +265,10 @@ def _signature(
         why = exc.message.removeprefix(f"{exc.field}: ")
         raise InvalidArgument(f"{path}.{exc.field}", why) from None
     tasks.setdefault(task, settings)
+    # A chain's steps after this one, flat: its depth does not grow with its length.
+    rest = [_signature(s, f"{path}.rest[{i}]", tasks) for i, s in enumerate(raw.get("rest") or ())]
+    if any("rest" in step for step in rest):
+        raise InvalidArgument(f"{path}.rest", "a step of a chain's rest has no rest of its own")
     chord = _chord_step(raw.get("chord"), path, tasks)
     replaces = checked_replaces(raw.get("replaces"), f"{path}.replaces")
     return {
@@ -274,6 +276,7 @@ def _signature(
         **({"replaces": replaces} if replaces is not None else {}),
         **({"request": dict(raw["request"])} if raw.get("request") else {}),
         **({"continues": True} if raw.get("continues") else {}),
+        **({"rest": rest} if rest else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -335,7 +338,7 @@ def _request(
         eta=link_eta(options.get("eta")),
         priority=options.get("priority"),
         settings=settings,
-        callbacks=sig.get("callbacks") or (),
+        callbacks=continued(sig),
         errbacks=sig.get("errbacks") or (),
         replaces=sig.get("replaces"),
         request=sig.get("request"),
@@ -357,12 +360,6 @@ def link_requests(
         for index, sig in enumerate(links[kind])
         if "chord" not in sig
     ]  # fmt: skip
-
-
-def continuing(links_json: str) -> list[bool]:
-    """Which of a succeeded run's :func:`link_requests` continue it (``continues``)."""
-    return [bool(sig.get("continues")) for sig in loads(links_json)["callbacks"]
-            if "chord" not in sig]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """The parts of an enqueued run's row that are not its request's own fields: its task's
-implicit job (one per task and settings, its spec validated once), the run's definition
+implicit job (one per task and settings, its spec validated once), its callbacks (a
+chain's next step first, from its flat ``rest``), the run's definition
 (that spec with the run's payload, queue, delivery and timeout spliced in; the payload
 with the Celery request fields its call gave, checked here) and its times
 (``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline),
@@ -27,10 +28,14 @@ from kernel.spec.problems import problems_of, raise_problems
 from kernel.spec.sections import ID, TaskRequest
 
 __all__ = [
+    "MAX_KEY",
     "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
     "caller_key",
+    "checked_key",
     "checked_replaces",
+    "continued",
+    "continuing",
     "replacement_of",
     "trigger_key_of",
     "deadline_ms",
@@ -48,6 +53,7 @@ __all__ = [
 ]
 
 TASK_JOB_PREFIX = "task:"
+MAX_KEY = 200  # the longest caller's key
 #: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
 #: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
 MAX_REQUEST_BYTES = 32 * 1024
@@ -284,3 +290,28 @@ def deadline_ms(expires: float | datetime | None) -> tuple[int | None, int | Non
     if not 0 <= expires <= 366 * 86400:
         raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
     return round(expires * 1000), None
+
+
+def continued(sig: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A run's callbacks: its chain's next step first (``rest``), carrying the steps after
+    it and continuing the run, then its own."""
+    own, rest = list(sig.get("callbacks") or ()), sig.get("rest") or ()
+    if not rest:
+        return own
+    return [{**rest[0], "continues": True, **({"rest": rest[1:]} if rest[1:] else {})}, *own]
+
+
+def continuing(links_json: str) -> list[bool]:
+    """Which of a succeeded run's :func:`link_requests` continue it (``continues``)."""
+    return [bool(sig.get("continues")) for sig in loads(links_json)["callbacks"]
+            if "chord" not in sig]  # fmt: skip
+
+
+def checked_key(key: str | None) -> str | None:
+    """A caller's idempotency key, checked: 1 to MAX_KEY characters, none a control one."""
+    if key is not None:
+        if not key or len(key) > MAX_KEY:
+            raise InvalidArgument("key", f"must be 1 to {MAX_KEY} characters, not {len(key)}")
+        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in key):
+            raise InvalidArgument("key", "must not contain control characters or surrogates")
+    return key

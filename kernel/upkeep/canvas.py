@@ -91,10 +91,13 @@ def _replaced_by(tx: Tx, occurrence_id: int) -> list[int] | None:
 
 
 def _steps_after(links: Mapping[str, Any] | None) -> int:
-    """How many steps follow along first callbacks."""
+    """How many steps follow along first callbacks (a chain's next step carries the steps
+    after it as its ``rest``: the last of them goes on)."""
     count, sig = 0, links
     while sig and sig.get("callbacks"):
-        count, sig = count + 1, sig["callbacks"][0]
+        sig = sig["callbacks"][0]
+        rest = sig.get("rest") or ()
+        count, sig = count + 1 + len(rest), rest[-1] if rest else sig
     return count
 
 

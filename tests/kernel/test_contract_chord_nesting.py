@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kernel import EnqueueRequest
+import pytest
+
+from kernel import EnqueueRequest, InvalidArgument
 
 if TYPE_CHECKING:
     from kernel.types import Occurrence
@@ -127,3 +129,47 @@ def test_the_chord_a_member_s_chain_ends_with_failing_fails_the_outer_chord(k: H
         if e.type == "chord_failed"
     ]
     assert failed == [("inner", "f"), ("outer", "g")]
+
+
+def test_a_long_chain_s_rest_is_flat_each_step_made_in_turn(k: Harness) -> None:
+    """A chain's steps after the next one are its flat ``rest``: a chain of 80 steps nests
+    no deeper than one of two, each step made by the one before, given its result."""
+    steps = [_step(f"s{i}", i) for i in range(1, 80)]
+    first = k.kernel.enqueue(
+        task="proj.add", args=[0], key="s0", callbacks=[{**steps[0], "rest": steps[1:]}]
+    )
+    _succeed(k, first.occurrence_id, 0)
+    for i in range(1, 80):
+        step = _keyed(k, f"s{i}")
+        assert step.payload["args"] == [i - 1, i]
+        _succeed(k, step.id, i)
+    story = k.kernel.canvas(first.occurrence_id)
+    assert (story["step"], story["steps"]) == (1, 80)
+
+
+def test_a_chain_too_long_for_its_links_is_refused_naming_them(k: Harness) -> None:
+    steps = [_step(f"s{i}", "x" * 200) for i in range(400)]
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue(task="proj.add", key="s0", callbacks=[{**steps[0], "rest": steps[1:]}])
+    assert refused.value.field == "links"
+    assert k.kernel.list_occurrences(limit=10) == []
+
+
+def test_a_chord_member_s_chain_as_a_flat_rest_counts_at_its_end(k: Harness) -> None:
+    rest = [_step("m1-s2", 10), _step("m1-s3", 100)]
+    members = [
+        EnqueueRequest("proj.add", args=[0], key="m0"),
+        EnqueueRequest(
+            "proj.add",
+            args=[1],
+            key="m1-s1",
+            callbacks=[{**rest[0], "continues": True, "rest": rest[1:]}],
+        ),
+    ]
+    made = k.kernel.enqueue_many(members, chord={"id": "g1", "body": _step("body-1")})
+    _succeed(k, made[0].occurrence_id, 0)
+    _succeed(k, made[1].occurrence_id, 1)
+    _succeed(k, _keyed(k, "m1-s2").id, 11)
+    assert not _made(k, "body-1")
+    _succeed(k, _keyed(k, "m1-s3").id, 111)
+    assert _keyed(k, "body-1").payload["args"] == [[0, 111]]

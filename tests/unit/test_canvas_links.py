@@ -53,11 +53,11 @@ def test_a_group_as_the_chains_last_step_is_its_members_as_the_steps_callbacks(
     group_result = frozen  # the chain's result: its last step's, the group's
     assert [r.id for r in group_result.results] == [
         member_one["options"]["task_id"],
-        member_chain["callbacks"][0]["options"]["task_id"],
+        member_chain["rest"][0]["options"]["task_id"],
     ]
     assert (member_one["task"], member_one["args"], member_one["callbacks"]) == ("t.a", [1], [])
-    # A chain as a member: its first step, the rest of it as that step's callbacks.
-    assert member_chain["args"] == [2] and member_chain["callbacks"][0]["args"] == [3]
+    # A chain as a member: its first step, carrying the rest of it.
+    assert member_chain["args"] == [2] and member_chain["rest"][0]["args"] == [3]
 
 
 def test_a_group_as_a_link_is_its_members(app: celery.Celery) -> None:
@@ -80,18 +80,18 @@ def test_a_chord_whose_body_is_a_group_is_refused_by_name(app: celery.Celery) ->
 def test_a_chords_member_that_is_a_chain_is_its_first_step_the_rest_continuing_it(
     app: celery.Celery,
 ) -> None:
-    """A kernel chord counts its members' ends: a chain's is its last step's, so each next
-    step ``continues`` the one before (takes its place in the chord), without the
-    ``chord`` Celery's freeze gives the last one (the kernel counts that chord)."""
+    """A kernel chord counts its members' ends: a chain's is its last step's (the kernel
+    makes each next step of its ``rest`` continuing the one before: it takes its place in
+    the chord), without the ``chord`` Celery's freeze gives it (the kernel counts that
+    chord)."""
     a = app.signature("t.a")
     canvas = chain(
         a.clone((1, 1)), group(a.clone(), chain(a.clone((2,)), a.clone((3,)))), a.clone()
     )
     [step] = links(_first_step_options(app, canvas))[0]
     member = step["chord"]["header"][1]
-    [second] = member["callbacks"]
-    assert (member["args"], second["args"], second.get("continues")) == ([2], [3], True)
-    assert "continues" not in member
+    [second] = member["rest"]
+    assert (member["args"], second["args"], member["callbacks"]) == ([2], [3], [])
 
 
 def test_a_chords_member_that_is_a_chain_ending_in_a_group_is_refused_by_name(
@@ -137,4 +137,4 @@ def test_a_chord_step_whose_body_is_a_chain_fails_under_the_chains_id(app: celer
     chain_id = step.freeze().id
     [made] = links({"link": step})[0]
     assert made["chord"]["result_id"] == chain_id
-    assert len(made["callbacks"]) == 1  # the chain's second step follows its first
+    assert len(made["rest"]) == 1  # the chain's second step follows its first
