@@ -139,7 +139,7 @@ def _group_apply_async(celerys: Any) -> Any:
             or link is not None
             or link_error is not None  # Celery's own TypeError names them
             # An empty chain is no member, as in Celery's group.
-            else _members(app, [t for t in self.tasks if not _empty_chain(t)], "group")
+            else _members(app, [t for t in unrolled(self.tasks) if not _empty_chain(t)], "group")
         )
         if members is None:
             return celerys(self, args, kwargs, add_to_parent, producer, link, link_error, **options)

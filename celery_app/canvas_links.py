@@ -173,10 +173,14 @@ def chord_member_end(step: Mapping[str, Any], where: str) -> dict[str, Any]:
             "a chord's member that is a chain ending in a group is not made durable through "
             "the kernel (kernel_route_tasks); end the chain with a task or a chord",
         )
-    return {
-        **step,
-        "options": {k: v for k, v in (step.get("options") or {}).items() if k != "chord"},
-    }
+    if step.get("subtask_type") == "chord":  # its body is the member's end
+        kwargs = step.get("kwargs") or {}
+        step = {**step, "kwargs": {**kwargs, "body": _unchorded(kwargs.get("body") or {})}}
+    return _unchorded(step)
+
+
+def _unchorded(sig: Mapping[str, Any]) -> dict[str, Any]:
+    return {**sig, "options": {k: v for k, v in (sig.get("options") or {}).items() if k != "chord"}}
 
 
 def _member(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
