@@ -200,7 +200,7 @@ def _chord_run(celerys: Any) -> Any:
         body = self._add_body_callbacks(body, options)
         body.options.update(self._body_options(options))
         # A chord: the kernel's `then`; a chain: its first step carrying the rest.
-        if body.get("subtask_type") not in (None, "chord", "chain"):
+        if body.get("subtask_type") not in (None, "chord", "chain", "group"):
             raise InvalidArgument(
                 "chord.body",
                 f"a {body['subtask_type']} as the body of a chord routed through the kernel "
@@ -220,7 +220,7 @@ def _chord_run(celerys: Any) -> Any:
         # the kernel writes the chord's failure (result_id).
         chord = {
             "id": group_id,
-            "body": link_signature(body, "chord.body"),
+            "body": _body(body),
             "result_id": body_result.id,
         }
         enqueue_many(app, runs, chord=chord)
@@ -229,6 +229,14 @@ def _chord_run(celerys: Any) -> Any:
 
     run._kernel_routed = True  # type: ignore[attr-defined]
     return run
+
+
+def _body(body: Signature) -> Any:
+    """A chord's body as the kernel's chord carries it: one link, or a group's members
+    (each given the members' results first, as Celery's group body is)."""
+    if body.get("subtask_type") != "group":
+        return link_signature(body, "chord.body")
+    return [link_signature(m, f"chord.body[{i}]") for i, m in enumerate(body.tasks)]
 
 
 _hook_lock = threading.Lock()

@@ -361,7 +361,9 @@ def enqueue_many(
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
     if chord is not None:
-        chord = {**chord, "body": with_settings(app, [chord["body"]])[0]}
+        body = chord["body"]  # a group's: a list of signatures
+        made = with_settings(app, body if isinstance(body, list) else [body])
+        chord = {**chord, "body": made if isinstance(body, list) else made[0]}
     return _enqueue(app, requests, connection, client, chord)
 
 

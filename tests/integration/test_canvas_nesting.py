@@ -2,8 +2,9 @@
 measured against stock Celery on the same Redis (broker and result backend).
 
 A chord's member that is a chain (applied, and in a chain as a chord step), one that is a
-chain ending in a chord, a group among a chord's members (unrolled, as Celery does), and a
-chain member failing before its end answer what the same canvas of stock tasks answers;
+chain ending in a chord, a group among a chord's members (unrolled, as Celery does), a
+group as a chord's body, groups of groups, and a chain member failing before its end
+answer what the same canvas of stock tasks answers;
 through the kernel each chord's body is made once, by the end of its last member.
 """
 
@@ -35,12 +36,16 @@ for side in ("routed", "stock"):
         ),
     ).delay()
     unrolled = chord([group(add.s(1, 1), add.s(2, 2)), add.s(3, 3)])(tsum.s())
+    grouped = chord([add.s(1, 1), add.s(2, 2)])(group(tsum.s(), tsum.s()))
+    nested = group(add.s(1, 10), group(add.s(1, 100), group(add.s(1, 1000)))).delay()
     failing = chord([chain(add.s(1, 1), boom.s(), add.s(5))])(tsum.s().on_error(on_err.s()))
     value = failing.get(timeout=60, propagate=False, follow_parents=False)
     out[side] = {
         "applied": applied.get(timeout=60),
         "stepped": stepped.get(timeout=60),
         "unrolled": unrolled.get(timeout=60),
+        "grouped": [grouped.get(timeout=60), type(grouped).__name__],
+        "nested": nested.get(timeout=60),
         "failed": {"value": type(value).__name__, "status": failing.status, "body": failing.id},
     }
 print(json.dumps(out))
@@ -60,6 +65,7 @@ def test_a_chord_s_members_that_are_canvases_answer_as_stock_celery(stack: Stack
     out = project.client(NESTED)
     routed, stock = out["routed"], out["stock"]
     assert (stock["applied"], stock["stepped"], stock["unrolled"]) == (116, 11, 12)
+    assert (stock["grouped"], stock["nested"]) == ([[6, 6], "GroupResult"], [11, 101, 1001])
     assert {**routed, "failed": None} == {**stock, "failed": None}
     for side in (routed, stock):
         assert (side["failed"]["value"], side["failed"]["status"]) == ("ChordError", "FAILURE")
@@ -75,4 +81,4 @@ def test_a_chord_s_members_that_are_canvases_answer_as_stock_celery(stack: Stack
     # Through the kernel, each chord's body once, made by its last member's end: the
     # failed chord's never.
     sums = sorted(o.result for o in stack.occurrences("task:myproj.routed.tsum"))
-    assert sums == [9, 11, 12, 116]
+    assert sums == [6, 6, 9, 11, 12, 116]

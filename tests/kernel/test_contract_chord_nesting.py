@@ -173,3 +173,18 @@ def test_a_chord_member_s_chain_as_a_flat_rest_counts_at_its_end(k: Harness) -> 
     assert not _made(k, "body-1")
     _succeed(k, _keyed(k, "m1-s3").id, 111)
     assert _keyed(k, "body-1").payload["args"] == [[0, 111]]
+
+
+def test_a_chord_s_body_may_be_a_group_each_member_made_once(k: Harness) -> None:
+    """Celery's ``chord(header, group(b, c))``: the body is a list of signatures, each
+    made by the last member's settle, the members' results first; once."""
+    members = [EnqueueRequest("proj.add", args=[i], key=f"m{i}") for i in range(2)]
+    body = [_step("b0", "x"), _step("b1", "y")]
+    made = k.kernel.enqueue_many(members, chord={"id": "g1", "body": body})
+    _succeed(k, made[1].occurrence_id, 1)
+    assert not _made(k, "b0") and not _made(k, "b1")
+    _succeed(k, made[0].occurrence_id, 0)
+    assert [_keyed(k, b).payload["args"] for b in ("b0", "b1")] == [[[0, 1], "x"], [[0, 1], "y"]]
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(members, chord={"id": "g2", "body": [_step("b2"), {"args": []}]})
+    assert refused.value.field == "chord.body[1].task"
