@@ -13,14 +13,18 @@ machinery (``apply_chord``, ``chord_unlock``, ``on_chord_part_return``) is not u
 second path to the body would run it twice.
 
 A chord whose body is a chord is the kernel's chord with ``then`` (the first chord's
-settle makes the second's members: kernel/spec/enqueue_request.py). A group's member
-may be a chain led by a routed task: that task is enqueued with the rest as its links,
-under the ids Celery froze (the chain's result, its last step's, is in the GroupResult).
+settle makes the second's members: kernel/spec/enqueue_request.py). A group's or a chord's
+member may be a chain led by a routed task: that task is enqueued with the rest as its
+links, under the ids Celery froze (the chain's result, its last step's, is in the
+GroupResult); in a chord, each next step takes the member's place and the chain's end
+counts the chord down (kernel/occurrences/chains.py), without the ``chord`` option
+Celery's freeze gives it. Nested groups are unrolled into their members, as Celery does.
 A chord's body may be a chain: its first step, carrying the rest (canvas_links.py), its
-failure written under the chain's id, its last step's, which the caller holds. A group
-whose tasks are partly routed, a chord's member that is a canvas (or a group's other than
-such a chain), a body that is a group, and a chord's options a kernel chord cannot carry
-are refused when applied, naming them.
+failure written under the chain's id, its last step's, which the caller holds; or a
+group: each of its members made by the last member's settle, the results first. A group
+whose tasks are partly routed, a chord's member that is a chord or a group's that is a
+canvas led by one, a chain member ending in a group, and a chord's options a kernel chord
+cannot carry are refused when applied, naming them.
 Groups and chords of tasks none of which is routed are Celery's own.
 """
 

@@ -13,13 +13,16 @@ A group as a chain's last step (``chain(a, group(b, c))``), or as a ``link``, is
 members: each a callback of the step before, given its result first as Celery's group
 gives it, keyed by the task id Celery froze for it (the ids the caller's GroupResult
 reads). A chain among the steps or in such a group is its first step, carrying the rest
-of it as callbacks.
+of it flat (``rest``: its depth does not grow with its length); the kernel makes each
+next step continuing the one before. A chord's member may be such a chain (its next steps
+take its place in the chord, its end counts it down), or a group (unrolled into members).
 
 What a link cannot carry is refused when the canvas is applied, naming it: a group
 followed by a step that Celery did not make a chord, a chord whose body is a group
 (the kernel's chord makes one body task; a body that is a chord, Celery's
 ``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
-a canvas, a step of a chord Celery counts itself (its ``chord`` option), and step
+a chord or a chain ending in a group, a step of a chord Celery counts itself (its
+``chord`` option, but for a chord member's end, whose chord is the kernel's), and step
 options the kernel does not honour (``expires``, ...). A step's ``eta`` is stored as ISO
 text (a link is JSON), made aware in the app's zone as Celery reads a naive one. A chord
 whose body is a chain (as a step, or applied: canvas_groups.py) carries the chain's id,
