@@ -218,6 +218,8 @@ def with_settings(
             **({"options": _routed_options(app, sig)} if sig.get("task") else {}),
             "callbacks": with_settings(app, sig.get("callbacks") or ()),
             "errbacks": with_settings(app, sig.get("errbacks") or (), errbacks=True),
+            # A chain's steps after the next one (canvas_links.py), flat.
+            **({"rest": with_settings(app, sig["rest"])} if sig.get("rest") else {}),
             **_chord_with_settings(app, sig.get("chord")),
         }
         for sig in signatures
