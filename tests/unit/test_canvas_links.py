@@ -11,6 +11,7 @@ import pytest
 from celery import chain, group
 
 from celery_app.canvas_links import links
+from celery_app.enqueueing import with_settings
 from kernel import InvalidArgument
 
 
@@ -138,3 +139,21 @@ def test_a_chord_step_whose_body_is_a_chain_fails_under_the_chains_id(app: celer
     [made] = links({"link": step})[0]
     assert made["chord"]["result_id"] == chain_id
     assert len(made["rest"]) == 1  # the chain's second step follows its first
+
+
+def test_a_long_chain_is_flat_and_each_step_carries_its_task_s_settings(
+    app: celery.Celery,
+) -> None:
+    """A chain of 60 steps: its first step's link carries the 58 after it as its flat
+    ``rest`` (the kernel refuses JSON nested deeper than 64 levels), each with its own
+    task's settings, as a callback's are."""
+
+    def limited() -> int:
+        return 1
+
+    app.task(name="t.limited", shared=False, max_retries=7)(limited)
+    steps = [app.signature("t.limited", immutable=True) for _ in range(60)]
+    [next_step] = links(_first_step_options(app, chain(app.signature("t.a"), *steps)))[0]
+    assert len(next_step["rest"]) == 59 and "rest" not in next_step["rest"][-1]
+    [made] = with_settings(app, [next_step])
+    assert {s["settings"]["max_attempts"] for s in [made, *made["rest"]]} == {8}
