@@ -101,9 +101,6 @@ def _chained(
     last group's members (the callbacks of the step before it); ``errbacks``: the chain's
     ``link_error``, every step's as Celery's chain gives it."""
     made = [_made(step, f"{where}[{i}]") for i, step in enumerate(steps)]
-    for one in made:
-        for step in one:
-            step["errbacks"].extend(errbacks)
     for i, one in enumerate(made[:-1]):
         if len(one) != 1:
             raise InvalidArgument(
@@ -111,19 +108,22 @@ def _chained(
                 "a group followed by a step is a chord: build it with chord() or "
                 "group(...) | task, as Celery's chain does",
             )
-    singles = [one[0] for one in made if len(one) == 1]
+    # A step with a rest of its own (a chord whose body is a chain) is followed by it.
+    flat = [step for one in made if len(one) == 1 for step in (one[0], *one[0].pop("rest", ()))]
     group = made[-1] if made and len(made[-1]) != 1 else []
-    if not singles:
+    for step in (*flat, *group):
+        step["errbacks"].extend(errbacks)
+    if not flat:
         return group
-    singles[-1]["callbacks"][:0] = group
-    if singles[1:]:
-        singles[0]["rest"] = singles[1:]
-    return singles[:1]
+    flat[-1]["callbacks"][:0] = group
+    if flat[1:]:
+        flat[0]["rest"] = flat[1:]
+    return flat[:1]
 
 
 def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     """What a signature among the links makes: a group its members, a chain its first
-    step (the rest its callbacks), anything else one link (:func:`link_signature`)."""
+    step (carrying the rest), anything else one link (:func:`link_signature`)."""
     kind = sig.get("subtask_type")
     if kind not in ("group", "chain"):
         return [link_signature(sig, where)]

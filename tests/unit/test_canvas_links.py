@@ -157,3 +157,19 @@ def test_a_long_chain_is_flat_and_each_step_carries_its_task_s_settings(
     assert len(next_step["rest"]) == 59 and "rest" not in next_step["rest"][-1]
     [made] = with_settings(app, [next_step])
     assert {s["settings"]["max_attempts"] for s in [made, *made["rest"]]} == {8}
+
+
+def test_a_chord_step_whose_body_is_a_chain_is_followed_by_that_chain_s_rest(
+    app: celery.Celery,
+) -> None:
+    """``chain(a, chord([b], chain(c, d)), e)``: the rest is flat, the body's chain first."""
+    a = app.signature("t.a")
+    canvas = chain(
+        a.clone((1,)),
+        celery.chord([a.clone((2,))], chain(a.clone((3,)), a.clone((4,)))),
+        a.clone((5,)),
+    )
+    [step] = links(_first_step_options(app, canvas))[0]
+    assert step["args"] == [3] and "chord" in step
+    assert [s["args"] for s in step["rest"]] == [[4], [5]]
+    assert all("rest" not in s for s in step["rest"])
