@@ -43,7 +43,7 @@ from adapters.secrets import scrub
 from celery_app.hints import send_notification_hint, send_notification_task
 from celery_app.scope import Scope
 from celery_app.task_names import NOTIFY
-from celery_app.task_results import store_chord_failure, store_end
+from celery_app.task_results import store_chain_failure, store_chord_failure, store_end
 from celery_app.worker_process import process_resources
 from kernel import FAILED, Claim, Kernel, KernelError, Notification, OccurrenceStatus, Revoked
 
@@ -136,6 +136,7 @@ def deliver(
         if taken.target.get("result_backend"):
             store_end(app, kernel.get_occurrence(taken.occurrence_id).payload, taken.body)
             code = (taken.body.get("error") or {}).get("code") or taken.body["status"]
+            store_chain_failure(app, kernel, taken.occurrence_id)  # before its chord's
             store_chord_failure(app, kernel, taken.occurrence_id, str(code))
         elif "task" in taken.target:
             send_notification_task(app, taken.target["task"], body)

@@ -16,7 +16,9 @@ worker delivers once with :func:`store_end`: FAILURE with :class:`RunFailed` nam
 kernel's error code for a dead letter, REVOKED for a cancelled or skipped run, as Celery
 shows a revoked task.
 
-The kernel owns what Celery would chain from the backend: errbacks are not called here.
+The kernel owns what Celery would chain from the backend: errbacks are not called here;
+a chain's step that ended for good has its FAILURE copied under the steps after it
+(:func:`store_chain_failure`), as Celery's backend marks a failed task's chain.
 A chord whose member's end failed it (the worker's dead letter, or an owed end) has its
 body's FAILURE written here, with Celery's ``ChordError``, as Celery's backend writes it
 when a member fails: the body never runs, and its caller's ``.get()`` raises.
@@ -38,7 +40,14 @@ from adapters.base import AdapterError
 from celery_app.enqueueing import RunFailed
 from kernel import caller_key
 
-__all__ = ["store_chord_failure", "store_end", "store_failure", "store_retry", "store_success"]
+__all__ = [
+    "store_chain_failure",
+    "store_chord_failure",
+    "store_end",
+    "store_failure",
+    "store_retry",
+    "store_success",
+]
 
 log = logging.getLogger("celery_kernel.worker")
 
@@ -107,6 +116,30 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
                 exc,
                 extra={"action": "result_not_stored", "task_id": chord["body_task_id"]},
             )
+
+
+def store_chain_failure(app: Any, kernel: Any, occurrence_id: int) -> None:
+    """The FAILURE stored for a run that ended for good, copied under the task ids of its
+    chain's steps after it (``canvas.continued_by``, one read), as Celery's backend marks a
+    failed task's chain: a caller holding the chain's last step sees the step's error."""
+    story = kernel.canvas(occurrence_id)
+    if not story or not story.get("continued_by"):
+        return
+    task = app.tasks.get(kernel.get_occurrence(occurrence_id).payload.get("task"))
+    backend = task.backend if task is not None else app.backend
+    try:
+        meta = backend.get_task_meta(story["task_id"])
+        if meta.get("status") != "FAILURE":
+            return
+        for task_id in story["continued_by"]:
+            backend.store_result(task_id, meta["result"], "FAILURE", meta.get("traceback"))
+    except Exception as exc:  # the backend is down: the kernel has the run's end
+        log.warning(
+            "result backend: FAILURE of chain steps %s not stored: %s",
+            story["continued_by"],
+            exc,
+            extra={"action": "result_not_stored", "task_id": story["task_id"]},
+        )
 
 
 def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from celery_app import notify, run_events
 from celery_app.hints import resend_run_hints
 from celery_app.runtime import RunOutcome, run_occurrences
 from celery_app.task_names import RUN_OCCURRENCE
-from celery_app.task_results import store_chord_failure
+from celery_app.task_results import store_chain_failure, store_chord_failure
 from celery_app.worker_process import process_resources
 from kernel import Claim, Kernel, StorageUnavailable
 
@@ -107,6 +107,8 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
                 if events is not None:
                     events.ended(occurrence_id, outcome)
                 if outcome.status == "dead_letter":  # other ends: the owed row's delivery
+                    # The chain's steps first: a caller of the chord's body reads them then.
+                    store_chain_failure(task.app, resources.kernel, occurrence_id)
                     store_chord_failure(
                         task.app, resources.kernel, occurrence_id, str(outcome.error_code)
                     )

@@ -106,8 +106,9 @@ def canvas(tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
     or chord): ``role`` (``step``, ``errback``, ``chord member``, ``chord body``, or
     ``first step``), ``parent``, ``step``/``steps`` along its line, ``next`` (what its
     settle makes), ``chord`` (its row: members, remaining, state, body),
-    ``replaced_by`` (what its ``self.replace`` made first) and ``waits_for``. Raises
-    NotFound."""
+    ``replaced_by`` (what its ``self.replace`` made first), ``continued_by`` (the task
+    ids of the chain's steps after it, which its success makes in turn) and
+    ``waits_for``. Raises NotFound."""
     row = _row(tx, occurrence_id)
     if row is None:
         raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
@@ -149,6 +150,7 @@ def canvas(tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
         "step": step,
         "steps": step + after,
         "next": _next(links),
+        "continued_by": _continued_by(links),
         "chord": None if chord is None else _placed(chord, row.id),
         "replaced_by": replaced_by,
         "waits_for": (
@@ -165,6 +167,13 @@ def _placed(chord: Mapping[str, Any], occurrence_id: int) -> dict[str, Any]:
     told = {name: value for name, value in chord.items() if name != "member_ids"}
     told["member_index"] = members.index(occurrence_id) if occurrence_id in members else None
     return told
+
+
+def _continued_by(links: Mapping[str, Any] | None) -> list[str]:
+    """The task ids of the chain's steps after the run (its next step, carrying the rest)."""
+    after = [s for s in (links or {}).get("callbacks") or () if s.get("continues")]
+    steps = [step for sig in after for step in (sig, *(sig.get("rest") or ()))]
+    return [step["options"]["task_id"] for step in steps if step["options"].get("task_id")]
 
 
 def _next(links: Mapping[str, Any] | None) -> list[dict[str, Any]]:

@@ -3,8 +3,9 @@ measured against stock Celery on the same Redis (broker and result backend).
 
 A chord's member that is a chain (applied, and in a chain as a chord step), one that is a
 chain ending in a chord, a group among a chord's members (unrolled, as Celery does), a
-group as a chord's body, groups of groups, and a chain member failing before its end
-answer what the same canvas of stock tasks answers;
+group as a chord's body, groups of groups, and a chain (a chord's member, or alone)
+failing before its end (its error under its last step's id) answer what the same canvas
+of stock tasks answers;
 through the kernel each chord's body is made once, by the end of its last member.
 """
 
@@ -40,6 +41,11 @@ for side in ("routed", "stock"):
     nested = group(add.s(1, 10), group(add.s(1, 100), group(add.s(1, 1000)))).delay()
     failing = chord([chain(add.s(1, 1), boom.s(), add.s(5))])(tsum.s().on_error(on_err.s()))
     value = failing.get(timeout=60, propagate=False, follow_parents=False)
+    try:  # follows its parent: the chain member's last step has the step's error
+        failing.get(timeout=60)
+    except Exception as exc:
+        raised = type(exc).__name__
+    broken = chain(add.s(1, 1), boom.s(), add.s(5)).delay()
     out[side] = {
         "applied": applied.get(timeout=60),
         "stepped": stepped.get(timeout=60),
@@ -47,6 +53,8 @@ for side in ("routed", "stock"):
         "grouped": [grouped.get(timeout=60), type(grouped).__name__],
         "nested": nested.get(timeout=60),
         "failed": {"value": type(value).__name__, "status": failing.status, "body": failing.id},
+        "raised": raised,
+        "broken": type(broken.get(timeout=60, propagate=False)).__name__,
     }
 print(json.dumps(out))
 """
@@ -67,6 +75,7 @@ def test_a_chord_s_members_that_are_canvases_answer_as_stock_celery(stack: Stack
     assert (stock["applied"], stock["stepped"], stock["unrolled"]) == (116, 11, 12)
     assert (stock["grouped"], stock["nested"]) == ([[6, 6], "GroupResult"], [11, 101, 1001])
     assert {**routed, "failed": None} == {**stock, "failed": None}
+    assert (stock["raised"], stock["broken"]) == ("KeyError", "KeyError")
     for side in (routed, stock):
         assert (side["failed"]["value"], side["failed"]["status"]) == ("ChordError", "FAILURE")
 

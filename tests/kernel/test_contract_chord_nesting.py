@@ -136,7 +136,10 @@ def test_a_long_chain_s_rest_is_flat_each_step_made_in_turn(k: Harness) -> None:
     no deeper than one of two, each step made by the one before, given its result."""
     steps = [_step(f"s{i}", i) for i in range(1, 80)]
     first = k.kernel.enqueue(
-        task="proj.add", args=[0], key="s0", callbacks=[{**steps[0], "rest": steps[1:]}]
+        task="proj.add",
+        args=[0],
+        key="s0",
+        callbacks=[{**steps[0], "continues": True, "rest": steps[1:]}],
     )
     _succeed(k, first.occurrence_id, 0)
     for i in range(1, 80):
@@ -145,6 +148,8 @@ def test_a_long_chain_s_rest_is_flat_each_step_made_in_turn(k: Harness) -> None:
         _succeed(k, step.id, i)
     story = k.kernel.canvas(first.occurrence_id)
     assert (story["step"], story["steps"]) == (1, 80)
+    # The steps after it, whose results a failure of it is written under (the worker).
+    assert story["continued_by"] == [f"s{i}" for i in range(1, 80)]
 
 
 def test_a_chain_too_long_for_its_links_is_refused_naming_them(k: Harness) -> None:
