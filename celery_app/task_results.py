@@ -97,7 +97,8 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
 
 def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: str) -> None:
     """FAILURE with ``ChordError`` for the body of the chord the run's end failed (its
-    ``chord_failed`` event, one read), in the body task's backend (else the app's);
+    ``chord_failed`` event, one read), in the body task's backend (else the app's), and
+    for a group body each of its members with the member's own error;
     nothing when the end failed no chord."""
     for failed in kernel.events(occurrence_id=occurrence_id, types=["chord_failed"], limit=1):
         chord = failed.data
@@ -107,6 +108,13 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
         error = ChordError(f"Dependency {chord['member_task_id']} {why}")
         try:
             backend.mark_as_failure(chord["body_task_id"], error, None, call_errbacks=False)
+            if chord.get("body_task_ids"):
+                # A group body's members each fail with the member's own error, as
+                # Celery's backend fails them.
+                meta = backend.get_task_meta(chord["member_task_id"])
+                own = meta["result"] if meta.get("status") == "FAILURE" else error
+                for body_id in chord["body_task_ids"]:
+                    backend.mark_as_failure(body_id, own, None, call_errbacks=False)
         except Exception as exc:  # the backend is down: the kernel has the chord's failure
             log.warning(
                 "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "

@@ -259,6 +259,9 @@ def _settle_chord_member(
             parent_task_id=body_task_id,
         ),
     )
+    # A group as the body: each of its members' ids, whose results fail too.
+    bodies = [sig["options"]["task_id"] for sig in stored["callbacks"]]
+    group_body: dict[str, Any] = {"body_task_ids": bodies} if len(bodies) > 1 else {}
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
@@ -267,6 +270,7 @@ def _settle_chord_member(
         body_task_id=body_task_id,
         member_task_id=member_task_id,
         reason="cancelled" if cancelled else "dead_letter",
+        **group_body,
     )
     place = stored.get("place")
     if place is not None:  # the chord a member's chain ends with: that member fails

@@ -39,6 +39,7 @@ for side in ("routed", "stock"):
     unrolled = chord([group(add.s(1, 1), add.s(2, 2)), add.s(3, 3)])(tsum.s())
     grouped = chord([add.s(1, 1), add.s(2, 2)])(group(tsum.s(), tsum.s()))
     nested = group(add.s(1, 10), group(add.s(1, 100), group(add.s(1, 1000)))).delay()
+    group_failed = chord([boom.s(3)])(group(tsum.s(), tsum.s()))
     failing = chord([chain(add.s(1, 1), boom.s(), add.s(5))])(tsum.s().on_error(on_err.s()))
     value = failing.get(timeout=60, propagate=False, follow_parents=False)
     try:  # follows its parent: the chain member's last step has the step's error
@@ -52,6 +53,7 @@ for side in ("routed", "stock"):
         "unrolled": unrolled.get(timeout=60),
         "grouped": [grouped.get(timeout=60), type(grouped).__name__],
         "nested": nested.get(timeout=60),
+        "group_failed": [type(v).__name__ for v in group_failed.get(timeout=60, propagate=False)],
         "failed": {"value": type(value).__name__, "status": failing.status, "body": failing.id},
         "raised": raised,
         "broken": type(broken.get(timeout=60, propagate=False)).__name__,
@@ -76,6 +78,7 @@ def test_a_chord_s_members_that_are_canvases_answer_as_stock_celery(stack: Stack
     assert (stock["grouped"], stock["nested"]) == ([[6, 6], "GroupResult"], [11, 101, 1001])
     assert {**routed, "failed": None} == {**stock, "failed": None}
     assert (stock["raised"], stock["broken"]) == ("KeyError", "KeyError")
+    assert stock["group_failed"] == ["KeyError", "KeyError"]
     for side in (routed, stock):
         assert (side["failed"]["value"], side["failed"]["status"]) == ("ChordError", "FAILURE")
 

@@ -190,6 +190,12 @@ def test_a_chord_s_body_may_be_a_group_each_member_made_once(k: Harness) -> None
     assert not _made(k, "b0") and not _made(k, "b1")
     _succeed(k, made[0].occurrence_id, 0)
     assert [_keyed(k, b).payload["args"] for b in ("b0", "b1")] == [[[0, 1], "x"], [[0, 1], "y"]]
+    # A member failing fails each of the group's members' results (the worker writes them).
+    once = [EnqueueRequest("proj.add", key=f"f{i}", settings=ONCE) for i in range(2)]
+    failing = k.kernel.enqueue_many(once, chord={"id": "g3", "body": [_step("c0"), _step("c1")]})
+    _fail(k, failing[0].occurrence_id)
+    [failed] = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
+    assert failed["body_task_ids"] == ["c0", "c1"]
     with pytest.raises(InvalidArgument) as refused:
         k.kernel.enqueue_many(members, chord={"id": "g2", "body": [_step("b2"), {"args": []}]})
     assert refused.value.field == "chord.body[1].task"
