@@ -62,6 +62,16 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
     # A chunks' members are celery.starmap calls (xstarmap) over its task. A member may
     # be a chain led by a routed task (its rest: that task's links).
     are_routed = [_routed_member(app, m) for m in members]
+    for index, member in enumerate(members):
+        inner = unrolled(member.tasks) if member.get("subtask_type") == "chord" else ()
+        if where == "chord header" and any(_routed_member(app, m) for m in inner):
+            # Its body's end is the member's: no run holds its place until that body.
+            raise InvalidArgument(
+                f"{where}[{index}]",
+                "a chord's member that is a chord of routed tasks (kernel_route_tasks) is "
+                "not made durable through the kernel; lead it with a routed task "
+                "(chain(task, chord(...))), or route none of its tasks",
+            )
     if not any(are_routed):
         return None
     for index, (member, is_routed) in enumerate(zip(members, are_routed, strict=True)):

@@ -59,6 +59,10 @@ def _occurrences(app: Any) -> list[Any]:
             "chord header[1]",
         ),
         (
+            lambda app: chord([chord([app.routed.s("b")], app.routed.s())])(app.routed.s()),
+            "chord header[0]",
+        ),
+        (
             lambda app: chord([app.routed.s("a")])(app.other.s().set(expires=5)),
             "chord.body.options.expires",
         ),
@@ -77,6 +81,7 @@ def _occurrences(app: Any) -> list[Any]:
     ids=[
         "mixed-group",
         "chord-member-chord",
+        "chord-of-chords",
         "chord-body-expires",
         "link-expires",
         "pickle",
