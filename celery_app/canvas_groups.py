@@ -13,14 +13,18 @@ machinery (``apply_chord``, ``chord_unlock``, ``on_chord_part_return``) is not u
 second path to the body would run it twice.
 
 A chord whose body is a chord is the kernel's chord with ``then`` (the first chord's
-settle makes the second's members: kernel/spec/enqueue_request.py). A group's member
-may be a chain led by a routed task: that task is enqueued with the rest as its links,
-under the ids Celery froze (the chain's result, its last step's, is in the GroupResult).
+settle makes the second's members: kernel/spec/enqueue_request.py). A group's or a chord's
+member may be a chain led by a routed task: that task is enqueued with the rest as its
+links, under the ids Celery froze (the chain's result, its last step's, is in the
+GroupResult); in a chord, each next step takes the member's place and the chain's end
+counts the chord down (kernel/occurrences/chains.py), without the ``chord`` option
+Celery's freeze gives it. Nested groups are unrolled into their members, as Celery does.
 A chord's body may be a chain: its first step, carrying the rest (canvas_links.py), its
-failure written under the chain's id, its last step's, which the caller holds. A group
-whose tasks are partly routed, a chord's member that is a canvas (or a group's other than
-such a chain), a body that is a group, and a chord's options a kernel chord cannot carry
-are refused when applied, naming them.
+failure written under the chain's id, its last step's, which the caller holds; or a
+group: each of its members made by the last member's settle, the results first. A group
+whose tasks are partly routed, a chord's member that is a chord or a group's that is a
+canvas led by one, a chain member ending in a group, and a chord's options a kernel chord
+cannot carry are refused when applied, naming them.
 Groups and chords of tasks none of which is routed are Celery's own.
 """
 
@@ -34,7 +38,7 @@ from celery.canvas import Signature, _chord, group, maybe_signature
 from celery.result import GroupResult
 from celery.utils import uuid
 
-from celery_app.canvas_links import link_signature
+from celery_app.canvas_links import chord_member_end, link_signature, unrolled
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
 from kernel import InvalidArgument
@@ -55,10 +59,19 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
     """
     # Copies, as Celery's group takes them: one signature listed twice is two members.
     members = [maybe_signature(task, app=app).clone() for task in tasks]
-    # A chunks' members are celery.starmap calls (xstarmap) over its task. A group's
-    # member may be a chain led by a routed task (its rest: that task's links); a chord's
-    # may not (the chord counts its members' own ends).
-    are_routed = [_routed_member(app, m, chains=where == "group") for m in members]
+    # A chunks' members are celery.starmap calls (xstarmap) over its task. A member may
+    # be a chain led by a routed task (its rest: that task's links).
+    are_routed = [_routed_member(app, m) for m in members]
+    for index, member in enumerate(members):
+        inner = unrolled(member.tasks) if member.get("subtask_type") == "chord" else ()
+        if where == "chord header" and any(_routed_member(app, m) for m in inner):
+            # Its body's end is the member's: no run holds its place until that body.
+            raise InvalidArgument(
+                f"{where}[{index}]",
+                "a chord's member that is a chord of routed tasks (kernel_route_tasks) is "
+                "not made durable through the kernel; lead it with a routed task "
+                "(chain(task, chord(...))), or route none of its tasks",
+            )
     if not any(are_routed):
         return None
     for index, (member, is_routed) in enumerate(zip(members, are_routed, strict=True)):
@@ -76,9 +89,9 @@ def _empty_chain(task: Any) -> bool:
     return bool(task.get("subtask_type") == "chain" and not task.get("kwargs", {}).get("tasks"))
 
 
-def _routed_member(app: Any, member: Signature, *, chains: bool) -> bool:
+def _routed_member(app: Any, member: Signature) -> bool:
     kind = member.get("subtask_type")
-    if kind == "chain" and chains and member.tasks:
+    if kind == "chain" and member.tasks:
         member = maybe_signature(member.tasks[0], app=app)
         kind = member.get("subtask_type")
     return kind in (None, "xmap", "xstarmap") and routed_call(app, member.task, member.kwargs)
@@ -90,6 +103,7 @@ def _runs(
     partial_args: Sequence[Any],
     kwargs: Mapping[str, Any] | None,
     options: Mapping[str, Any],
+    in_chord: bool = False,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it)
     and its enqueue parameters; (their AsyncResults, the runs)."""
@@ -99,9 +113,12 @@ def _runs(
         rest: list[Any] = []
         if member.get("subtask_type") == "chain":
             # Its first step runs, the rest follows as that step's links: the steps as
-            # Celery's chain.run applies them (frozen, the next one last).
+            # Celery's chain.run applies them (frozen, the next one last). A chord's
+            # member ends at its last step, which the kernel's chord counts.
             steps, _ = member._frozen
             member, rest = steps[-1], list(steps[:-1])
+            if rest and in_chord:
+                rest[0] = chord_member_end(rest[0], f"chord header[{index}]")
         # As Celery's group applies a member: the call's options over the member's own,
         # the call's arguments before the member's unless it is immutable.
         merged = {**member.options, **options}
@@ -138,7 +155,7 @@ def _group_apply_async(celerys: Any) -> Any:
             or link is not None
             or link_error is not None  # Celery's own TypeError names them
             # An empty chain is no member, as in Celery's group.
-            else _members(app, [t for t in self.tasks if not _empty_chain(t)], "group")
+            else _members(app, [t for t in unrolled(self.tasks) if not _empty_chain(t)], "group")
         )
         if members is None:
             return celerys(self, args, kwargs, add_to_parent, producer, link, link_error, **options)
@@ -177,7 +194,7 @@ def _chord_run(celerys: Any) -> Any:
         **options: Any,
     ) -> Any:
         app = app or self._get_app(body)
-        tasks = list(header.tasks)
+        tasks = unrolled(header.tasks)
         members = (
             _members(app, tasks, "chord header")
             if getattr(app, "_kernel_installed", False) and tasks
@@ -199,7 +216,7 @@ def _chord_run(celerys: Any) -> Any:
         body = self._add_body_callbacks(body, options)
         body.options.update(self._body_options(options))
         # A chord: the kernel's `then`; a chain: its first step carrying the rest.
-        if body.get("subtask_type") not in (None, "chord", "chain"):
+        if body.get("subtask_type") not in (None, "chord", "chain", "group"):
             raise InvalidArgument(
                 "chord.body",
                 f"a {body['subtask_type']} as the body of a chord routed through the kernel "
@@ -213,12 +230,13 @@ def _chord_run(celerys: Any) -> Any:
             partial_args or (),
             kwargs,
             {k: v for k, v in delay.items() if v is not None},
+            in_chord=True,
         )
         # The caller holds the body's result: a chain's is its last step's, under which
         # the kernel writes the chord's failure (result_id).
         chord = {
             "id": group_id,
-            "body": link_signature(body, "chord.body"),
+            "body": _body(body),
             "result_id": body_result.id,
         }
         enqueue_many(app, runs, chord=chord)
@@ -227,6 +245,14 @@ def _chord_run(celerys: Any) -> Any:
 
     run._kernel_routed = True  # type: ignore[attr-defined]
     return run
+
+
+def _body(body: Signature) -> Any:
+    """A chord's body as the kernel's chord carries it: one link, or a group's members
+    (each given the members' results first, as Celery's group body is)."""
+    if body.get("subtask_type") != "group":
+        return link_signature(body, "chord.body")
+    return [link_signature(m, f"chord.body[{i}]") for i, m in enumerate(body.tasks)]
 
 
 _hook_lock = threading.Lock()

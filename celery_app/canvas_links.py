@@ -13,13 +13,16 @@ A group as a chain's last step (``chain(a, group(b, c))``), or as a ``link``, is
 members: each a callback of the step before, given its result first as Celery's group
 gives it, keyed by the task id Celery froze for it (the ids the caller's GroupResult
 reads). A chain among the steps or in such a group is its first step, carrying the rest
-of it as callbacks.
+of it flat (``rest``: its depth does not grow with its length); the kernel makes each
+next step continuing the one before. A chord's member may be such a chain (its next steps
+take its place in the chord, its end counts it down), or a group (unrolled into members).
 
 What a link cannot carry is refused when the canvas is applied, naming it: a group
 followed by a step that Celery did not make a chord, a chord whose body is a group
 (the kernel's chord makes one body task; a body that is a chord, Celery's
 ``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
-a canvas, a step of a chord Celery counts itself (its ``chord`` option), and step
+a chord or a chain ending in a group, a step of a chord Celery counts itself (its
+``chord`` option, but for a chord member's end, whose chord is the kernel's), and step
 options the kernel does not honour (``expires``, ...). A step's ``eta`` is stored as ISO
 text (a link is JSON), made aware in the app's zone as Celery reads a naive one. A chord
 whose body is a chain (as a step, or applied: canvas_groups.py) carries the chain's id,
@@ -44,7 +47,15 @@ from kombu.utils.json import dumps
 
 from kernel import InvalidArgument
 
-__all__ = ["CANVAS_OPTIONS", "celery_json", "link_signature", "links", "replacement_signature"]
+__all__ = [
+    "CANVAS_OPTIONS",
+    "celery_json",
+    "chord_member_end",
+    "link_signature",
+    "links",
+    "replacement_signature",
+    "unrolled",
+]
 
 #: The apply_async options this module turns into links.
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
@@ -76,38 +87,43 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
         for made in _made(s, f"link_error[{i}]")
     ]
     # Celery keeps the rest reversed: the next step is the list's last.
-    steps = _chained(list(reversed(options.get("chain") or ())), "chain")
-    return [{**step, "chained": True} for step in steps] + callbacks, errbacks
+    rest = _chained(list(reversed(options.get("chain") or ())), "chain")
+    if len(rest) == 1:
+        rest[0]["continues"] = True  # in a chord, it takes the call's place
+    return rest + callbacks, errbacks
 
 
 def _chained(
     steps: Sequence[Any], where: str, errbacks: Sequence[dict[str, Any]] = ()
 ) -> list[dict[str, Any]]:
-    """A chain's ``steps`` as the links its first step's run makes: that step (each next
-    one among the callbacks of the one before), or a last group's members; ``errbacks``:
-    the chain's ``link_error``, every step's as Celery's chain gives it."""
-    following: list[dict[str, Any]] = []
-    for i in reversed(range(len(steps))):
-        made = _made(steps[i], f"{where}[{i}]")
-        for step in made:
-            step["errbacks"].extend(errbacks)
-        if following:
-            # The next steps: Celery's request.chain, not links (kernel/spec/enqueue_request.py).
-            following = [{**step, "chained": True} for step in following]
-            if len(made) != 1:
-                raise InvalidArgument(
-                    f"{where}[{i}]",
-                    "a group followed by a step is a chord: build it with chord() or "
-                    "group(...) | task, as Celery's chain does",
-                )
-            made[0]["callbacks"][:0] = following
-        following = made
-    return following
+    """A chain's ``steps`` as the links its first step's run makes: that step, carrying the
+    others as its flat ``rest`` (its depth does not grow with the chain's length), or a
+    last group's members (the callbacks of the step before it); ``errbacks``: the chain's
+    ``link_error``, every step's as Celery's chain gives it."""
+    made = [_made(step, f"{where}[{i}]") for i, step in enumerate(steps)]
+    for i, one in enumerate(made[:-1]):
+        if len(one) != 1:
+            raise InvalidArgument(
+                f"{where}[{i}]",
+                "a group followed by a step is a chord: build it with chord() or "
+                "group(...) | task, as Celery's chain does",
+            )
+    # A step with a rest of its own (a chord whose body is a chain) is followed by it.
+    flat = [step for one in made if len(one) == 1 for step in (one[0], *one[0].pop("rest", ()))]
+    group = made[-1] if made and len(made[-1]) != 1 else []
+    for step in (*flat, *group):
+        step["errbacks"].extend(errbacks)
+    if not flat:
+        return group
+    flat[-1]["callbacks"][:0] = group
+    if flat[1:]:
+        flat[0]["rest"] = flat[1:]
+    return flat[:1]
 
 
 def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     """What a signature among the links makes: a group its members, a chain its first
-    step (the rest its callbacks), anything else one link (:func:`link_signature`)."""
+    step (carrying the rest), anything else one link (:func:`link_signature`)."""
     kind = sig.get("subtask_type")
     if kind not in ("group", "chain"):
         return [link_signature(sig, where)]
@@ -117,11 +133,77 @@ def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     _refuse(options, {"task_id", *(("link_error",) if kind == "chain" else ())}, where)
     tasks = list((sig.get("kwargs") or {}).get("tasks") or ())
     if kind == "chain":
-        # A frozen chain's steps are the ones it froze (a group followed by a task, a chord).
-        frozen = getattr(sig, "_frozen", None)
         errbacks = links({"link_error": options.get("link_error")})[1]
-        return _chained(list(reversed(frozen[0])) if frozen else tasks, f"{where}.tasks", errbacks)
+        return _chained(_steps(sig), f"{where}.tasks", errbacks)
     return [made for i, task in enumerate(tasks) for made in _made(task, f"{where}[{i}]")]
+
+
+def _steps(chain: Mapping[str, Any]) -> list[Any]:
+    """A chain's steps: a frozen one's are those it froze (a group followed by a task
+    is a chord there)."""
+    frozen = getattr(chain, "_frozen", None)
+    return (
+        list(reversed(frozen[0]))
+        if frozen
+        else list((chain.get("kwargs") or {}).get("tasks") or ())
+    )
+
+
+def unrolled(tasks: Sequence[Any]) -> list[Any]:
+    """A chord's header with its nested groups' members in their place, as Celery's chord
+    unrolls them."""
+    return [
+        member
+        for task in tasks
+        for member in (
+            unrolled((task.get("kwargs") or {}).get("tasks") or ())
+            if task.get("subtask_type") == "group"
+            else [task]
+        )
+    ]
+
+
+def chord_member_end(step: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The last step of a chord's member that is a chain, without the ``chord`` Celery's
+    freeze gives it (the chord's body: the kernel counts that chord, at this step's end).
+
+    Raises:
+        InvalidArgument: it is a group (the member's result would be the group's).
+    """
+    if step.get("subtask_type") == "group":
+        raise InvalidArgument(
+            where,
+            "a chord's member that is a chain ending in a group is not made durable through "
+            "the kernel (kernel_route_tasks); end the chain with a task or a chord",
+        )
+    if step.get("subtask_type") == "chord":  # its body is the member's end
+        kwargs = step.get("kwargs") or {}
+        step = {**step, "kwargs": {**kwargs, "body": _unchorded(kwargs.get("body") or {})}}
+    return _unchorded(step)
+
+
+def _unchorded(sig: Mapping[str, Any]) -> dict[str, Any]:
+    return {**sig, "options": {k: v for k, v in (sig.get("options") or {}).items() if k != "chord"}}
+
+
+def _member(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A chord's member as the link that starts it: a task, or a chain's first step, its
+    next steps continuing it (the chain's end counts the chord down in its place)."""
+    kind = sig.get("subtask_type")
+    if kind not in (None, "chain"):
+        # The chord counts its members' own ends: a group's or a chord's are several runs.
+        raise InvalidArgument(
+            where,
+            f"a chord's member that is a {kind} is not made durable through the kernel "
+            "(kernel_route_tasks); give the chord tasks or chains",
+        )
+    if kind is None:
+        return link_signature(chord_member_end(sig, where), where)
+    steps = _steps(sig)
+    if steps:
+        steps[-1] = chord_member_end(steps[-1], f"{where}.tasks[{len(steps) - 1}]")
+    options = {k: v for k, v in (sig.get("options") or {}).items() if k != "chord"}
+    return link_signature({**sig, "options": options, "kwargs": {"tasks": steps}}, where)
 
 
 def _many(value: Any) -> Sequence[Any]:
@@ -164,20 +246,7 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     if isinstance(header, Mapping):  # a group: its tasks
         header = (header.get("kwargs") or {}).get("tasks") or ()
     group_id = (sig.get("options") or {}).get("task_id") or uuid()
-    for i, member in enumerate(header):
-        if member.get("subtask_type"):
-            # The chord counts its members' own ends: a canvas's would be its first step's.
-            raise InvalidArgument(
-                f"{where}.header[{i}]",
-                f"a chord's member that is a {member['subtask_type']} is not made durable "
-                "through the kernel (kernel_route_tasks); give the chord plain tasks",
-            )
-    # A frozen chord's members name its body as their ``chord``: this chord, the kernel's.
-    members = [
-        link_signature({**m, "options": {**(m.get("options") or {}), "chord": None}},
-                       f"{where}.header[{i}]")
-        for i, m in enumerate(header)
-    ]  # fmt: skip
+    members = [_member(m, f"{where}.header[{i}]") for i, m in enumerate(unrolled(header))]
     raw_body = kwargs.get("body") or {}
     body = link_signature(raw_body, f"{where}.body")
     chord = {"id": group_id, "header": members}

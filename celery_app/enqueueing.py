@@ -237,6 +237,8 @@ def with_settings(
             **({"options": _routed_options(app, sig)} if sig.get("task") else {}),
             "callbacks": with_settings(app, sig.get("callbacks") or ()),
             "errbacks": with_settings(app, sig.get("errbacks") or (), errbacks=True),
+            # A chain's steps after the next one (canvas_links.py), flat.
+            **({"rest": with_settings(app, sig["rest"])} if sig.get("rest") else {}),
             **_chord_with_settings(app, sig.get("chord")),
         }
         for sig in signatures
@@ -380,7 +382,9 @@ def enqueue_many(
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
     if chord is not None:
-        chord = {**chord, "body": with_settings(app, [chord["body"]])[0]}
+        body = chord["body"]  # a group's: a list of signatures
+        made = with_settings(app, body if isinstance(body, list) else [body])
+        chord = {**chord, "body": made if isinstance(body, list) else made[0]}
     return _enqueue(app, requests, connection, client, chord)
 
 

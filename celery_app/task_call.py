@@ -233,7 +233,7 @@ def _tasks(link: Any) -> list[tuple[str, Any]]:
     found = [(link["task"], link.get("kwargs"))]
     for member in (link.get("chord") or {}).get("header") or ():
         found += _tasks(member)
-    for nested in (*link.get("callbacks", ()), *link.get("errbacks", ())):
+    for nested in (*link.get("callbacks", ()), *link.get("errbacks", ()), *link.get("rest", ())):
         found += _tasks(nested)
     return found
 

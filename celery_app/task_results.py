@@ -45,7 +45,13 @@ from adapters.base import AdapterError
 from celery_app.enqueueing import RunFailed
 from kernel import caller_key
 
-__all__ = ["store_chord_failure", "store_end", "store_failure", "store_retry", "store_success"]
+__all__ = [
+    "store_chord_failure",
+    "store_end",
+    "store_failure",
+    "store_retry",
+    "store_success",
+]
 
 log = logging.getLogger("celery_kernel.worker")
 
@@ -95,7 +101,8 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
 
 def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: str) -> None:
     """FAILURE with ``ChordError`` for the body of the chord the run's end failed (its
-    ``chord_failed`` event, one read), in the body task's backend (else the app's);
+    ``chord_failed`` event, one read), in the body task's backend (else the app's), and
+    for a group body each of its members with the member's own error;
     nothing when the end failed no chord."""
     for failed in kernel.events(occurrence_id=occurrence_id, types=["chord_failed"], limit=1):
         chord = failed.data
@@ -113,6 +120,13 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
             backend.mark_as_failure(
                 chord["body_task_id"], error, None, request=request, call_errbacks=False
             )
+            if chord.get("body_task_ids"):
+                # A group body's members each fail with the member's own error, as
+                # Celery's backend fails them.
+                meta = backend.get_task_meta(chord["member_task_id"])
+                own = meta["result"] if meta.get("status") == "FAILURE" else error
+                for body_id in chord["body_task_ids"]:
+                    backend.mark_as_failure(body_id, own, None, call_errbacks=False)
         except Exception as exc:  # the backend is down: the kernel has the chord's failure
             log.warning(
                 "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "

@@ -17,6 +17,7 @@ however many callers race for it; without a key each call is a new
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -215,18 +216,29 @@ def _chord_of(
     if not rows:
         raise InvalidArgument("requests", "a chord needs at least one member")
     raw = chord.get("body")
-    if not isinstance(raw, Mapping):
-        raise InvalidArgument("chord.body", "must be a signature (a JSON object)")
-    # Keyed by its own task id, else by the chord: made once whichever member makes it.
-    given = raw.get("options") or {}
-    if not isinstance(given, Mapping):
-        raise InvalidArgument("chord.body.options", "must be a JSON object")
-    options = {"task_id": f"chord:{chord_id}", **{k: v for k, v in given.items() if v is not None}}
+    # A group as the body (Celery's chord(header, group(...))): each member made alike.
+    bodies: list[Any] = list(raw) if isinstance(raw, list) else [raw]
+    if not bodies or not all(isinstance(body, Mapping) for body in bodies):
+        raise InvalidArgument(
+            "chord.body", "must be a signature (a JSON object), or a group's: a list of them"
+        )
+    signed = []
+    for index, body in enumerate(bodies):
+        # Keyed by its own task id, else by the chord: made once whichever member makes it.
+        given = body.get("options") or {}
+        if not isinstance(given, Mapping):
+            raise InvalidArgument("chord.body.options", "must be a JSON object")
+        own = f"chord:{chord_id}" + (f":{index}" if isinstance(raw, list) else "")
+        options = {"task_id": own, **{k: v for k, v in given.items() if v is not None}}
+        signed.append({**body, "options": options})
     try:
-        text, tasks = checked_links([{**raw, "options": options}], [])
+        text, tasks = checked_links(signed, [])
     except InvalidArgument as exc:
         why = exc.message.removeprefix(f"{exc.field}: ")
-        raise InvalidArgument(exc.field.replace("callbacks[0]", "chord.body"), why) from None
+        field = re.sub(r"^callbacks\[(\d+)\]", r"chord.body[\1]", exc.field)
+        if not isinstance(raw, list):
+            field = field.replace("chord.body[0]", "chord.body", 1)
+        raise InvalidArgument(field, why) from None
     for row in rows:
         links = loads(row.values["links"] or '{"callbacks": [], "errbacks": []}')
         row.values["links"] = dumps({**links, "chord": chord_id})

@@ -111,11 +111,17 @@ def with_replaced_links(
 
 
 def _path_to(sig: dict[str, Any], task_id: str) -> list[dict[str, Any]] | None:
-    """The steps from ``sig`` along callbacks to the one whose task id is ``task_id``."""
+    """The steps from ``sig`` along callbacks (and a chain's ``rest``) to the one whose
+    task id is ``task_id``."""
     if not isinstance(sig, dict):
         return None
     if (sig.get("options") or {}).get("task_id") == task_id:
         return [sig]
+    rest = sig.get("rest") or ()
+    for index, step in enumerate(rest):
+        path = _path_to(step, task_id)
+        if path is not None:
+            return [sig, *rest[:index], *path]
     for callback in sig.get("callbacks") or ():
         path = _path_to(callback, task_id)
         if path is not None:

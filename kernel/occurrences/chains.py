@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -24,6 +24,7 @@ from kernel.spec.enqueue_request import (
     EnqueueRequest,
     EnqueueRow,
     chord_steps,
+    continuing,
     link_requests,
     prepare,
 )
@@ -147,14 +148,20 @@ def fire_links(
     """Make the settled run's callbacks (``succeeded``) or errbacks (dead letter) occurrences,
     each once: its key is its own task id (or its parent and place), so a second settle
     of the same run (a requeued dead letter dying again) finds them made. A chord's member
-    counts its chord down, or fails it (:func:`_settle_chord_member`); a ``cancelled`` run
-    only fails its chord (Celery calls no errback of a revoked task).
+    counts its chord down, or fails it (:func:`_settle_chord_member`), unless a callback
+    continues it (a chain's next step, or a chord whose body does): that one takes its
+    place in the chord; a ``cancelled`` run only fails its chord (Celery calls no errback
+    of a revoked task).
 
     An errback's first argument is the failed run's task id: its enqueue key (Celery's
     task id) when it has one, else its occurrence id. A link whose task's job was deleted
     since the parent was enqueued is not made (``link_not_made``)."""
     if links is None:
         return
+    chord_id = loads(links).get("chord")
+    # A member's callback that continues it (a chain's next step) takes its place.
+    place = {"chord": chord_id, "of": parent_id} if chord_id and succeeded else None
+    held = False
     if not cancelled:
         task_id = caller_key(trigger_key) or str(parent_id)
         requests = link_requests(
@@ -164,12 +171,13 @@ def fire_links(
             parent_id=parent_id,
             parent_task_id=task_id,
         )
-        _make_links(tx, parent_id, requests)
+        heirs = continuing(links) if place else []
+        held = _make_links(tx, parent_id, requests, heirs, place)
         steps = chord_steps(links, result=result, parent_id=parent_id, parent_task_id=task_id)
         for step in steps if succeeded else ():
-            _make_chord_step(tx, parent_id, step)
-    chord_id = loads(links).get("chord")
-    if chord_id is not None:
+            _make_chord_step(tx, parent_id, step, place if step.continues else None)
+            held = held or bool(place and step.continues)
+    if chord_id is not None and not held:
         member = caller_key(trigger_key)
         _settle_chord_member(
             tx, chord_id, parent_id, member or str(parent_id), succeeded and not cancelled,
@@ -225,13 +233,15 @@ def _settle_chord_member(
             parent_id=member_id,
             parent_task_id=member_task_id,
         )
-        _make_links(tx, member_id, requests)
+        # A chord a member's chain ends with: its body takes that member's place.
+        place = loads(row.body).get("place")
+        _make_links(tx, member_id, requests, [place is not None] * len(requests), place)
         # A body that is a chord's (Celery's group | group | task): that chord's members.
         steps = chord_steps(
             row.body, result=results, parent_id=member_id, parent_task_id=member_task_id
         )
         for step in steps:
-            _make_chord_step(tx, member_id, step)
+            _make_chord_step(tx, member_id, step, place)
         tx.emit(
             EventType.CHORD_COMPLETED,
             occurrence_id=member_id,
@@ -253,6 +263,9 @@ def _settle_chord_member(
         parent_task_id=body_task_id,
     )
     _make_links(tx, member_id, errbacks)
+    # A group as the body: each of its members' ids, whose results fail too.
+    bodies = [sig["options"]["task_id"] for sig in stored["callbacks"]]
+    group_body: dict[str, Any] = {"body_task_ids": bodies} if len(bodies) > 1 else {}
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
@@ -263,7 +276,13 @@ def _settle_chord_member(
         reason="cancelled" if cancelled else "dead_letter",
         # The errbacks' task ids: Celery's backend lists them among the body's children.
         errback_task_ids=[request.key for request in errbacks],
+        **group_body,
     )
+    place = stored.get("place")
+    if place is not None:  # the chord a member's chain ends with: that member fails
+        _settle_chord_member(
+            tx, place["chord"], place["of"], member_task_id, False, cancelled
+        )  # fmt: skip
 
 
 def make_chord(
@@ -295,14 +314,15 @@ def make_chord(
     return None
 
 
-def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
+def _make_chord_step(
+    tx: Tx, parent_id: int, step: ChordStep, place: Mapping[str, Any] | None
+) -> None:
     """A callback that is a chord: its members (each naming the chord in its links) and
     its row, in the settle's transaction; a chord that cannot be made so is not, and
-    says why (``link_not_made``)."""
+    says why (``link_not_made``). ``place``: the outer chord's place its body takes."""
     rows = [prepare(request, {}, False, parent_id) for request in step.members]
     for row in rows:
-        links = loads(row.values["links"]) or {"callbacks": [], "errbacks": []}
-        row.values["links"] = dumps({**links, "chord": step.chord_id})
+        _join(row, step.chord_id)
     made, existing = _insert_links(tx, parent_id, rows)
     if not all(row.key in made or row.key in existing for row in rows):
         return  # a member's job was deleted: _insert_links said so; no chord to count down
@@ -310,7 +330,8 @@ def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
         (made[row.key].occurrence_id, False) if row.key in made else (existing[row.key], True)
         for row in rows
     ]
-    refused = make_chord(tx, step.chord_id, step.body, members)
+    body = step.body if place is None else dumps({**loads(step.body), "place": place})
+    refused = make_chord(tx, step.chord_id, body, members)
     if refused is not None:
         tx.emit(
             EventType.LINK_NOT_MADE,
@@ -322,10 +343,34 @@ def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
         )
 
 
-def _make_links(tx: Tx, parent_id: int, requests: Sequence[EnqueueRequest]) -> None:
-    """The occurrences of ``requests`` (a settled run's links) whose keys are new."""
-    if requests:
-        _insert_links(tx, parent_id, [prepare(r, {}, False, parent_id) for r in requests])
+def _join(row: EnqueueRow, chord_id: str) -> None:
+    """``row``'s run made a member of the chord ``chord_id`` (named in its links)."""
+    links = loads(row.values["links"]) or {"callbacks": [], "errbacks": []}
+    row.values["links"] = dumps({**links, "chord": chord_id})
+
+
+def _make_links(
+    tx: Tx,
+    parent_id: int,
+    requests: Sequence[EnqueueRequest],
+    heirs: Sequence[bool] = (),
+    place: Mapping[str, Any] | None = None,
+) -> bool:
+    """The occurrences of ``requests`` (a settled run's links) whose keys are new; those
+    ``heirs`` marks take ``place`` (the chord, and its member whose place it is). Answers
+    whether one did."""
+    if not requests:
+        return False
+    rows = [prepare(r, {}, False, parent_id) for r in requests]
+    chord_id, holder = (place["chord"], place["of"]) if place else ("", 0)
+    heir_rows = [row for row, heir in zip(rows, heirs, strict=False) if heir and place]
+    for row in heir_rows:
+        _join(row, chord_id)
+    made, _ = _insert_links(tx, parent_id, rows)
+    for row in heir_rows:
+        if row.key in made:
+            TC.pass_place(tx, chord_id, holder, made[row.key].occurrence_id)
+    return bool(heir_rows)
 
 
 def _insert_links(

@@ -10,7 +10,7 @@ A link is a plain JSON signature (the kernel never imports Celery)::
      "options": {"task_id": ..., "queue": ..., "countdown": ..., "eta": ISO text with
                  a zone, "priority": ...},
      "settings": {job fields of the task's implicit job},
-     "callbacks": [signature, ...], "errbacks": [signature, ...]}
+     "callbacks": [signature, ...], "errbacks": [signature, ...], "rest": [signature, ...]}
 
 A callback may carry ``"chord": {"id": <Celery's group id>, "header": [signature, ...]}``: a chord
 as a chain's step. Its firing makes the header's runs, the chord's members (the result first unless
@@ -20,14 +20,16 @@ member's settle makes it, the rest of the chain after it. The chord may carry ``
 body is then the signature with that chord, made as a chord step by the settle that completes the
 first.
 
-``callbacks`` (Celery's ``link``, and a chain's rest: the next step carries the steps after it as
-its own callbacks) become occurrences when the run succeeds, the result prepended to their
-arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the failed
-run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
+``callbacks`` (Celery's ``link``) become occurrences when the run succeeds, the result prepended
+to their arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the
+failed run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
 fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
 ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
-once. A callback marked ``"chained": true`` is the next step of its parent's chain
-(:func:`~kernel.spec.task_runs.chain_ids`); a link's run names its parent's task id (``parent_id``).
+once. ``rest``: a chain's steps after this one, flat (its depth does not grow with the chain's
+length); its run's first callback is the next step, carrying the others, which ``continues`` it:
+it takes the run's place in its chord, if it is a chord's member (the chain's end, not its first
+step, counts the chord down), and the steps' ids are its request's ``chain``
+(:func:`~kernel.spec.task_runs.chain_ids`). A link's run names its parent's task id (``parent_id``).
 """
 
 from __future__ import annotations
@@ -40,16 +42,20 @@ from typing import Any
 from kernel.errors import InvalidArgument
 from kernel.records import dumps, loads
 from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration, rate_limit_name
-from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES, MAX_PRIORITY
-from kernel.spec.sections import ID
+from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES
 from kernel.spec.task_runs import (
+    MAX_KEY,
     TASK_JOB_PREFIX,
     bounded_definition,
     chain_ids,
+    checked_key,
     checked_replaces,
+    continued,
+    continuing,
     deadline_ms,
     delay_ms,
     link_eta,
+    placement,
     run_definition,
     settings_json,
     task_job,
@@ -58,19 +64,16 @@ from kernel.spec.task_runs import (
     task_request,
     trigger_key_of,
 )
-from kernel.states import Delivery
 
 __all__ = [
     "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "checked_links",
-    "chord_steps", "link_requests", "prepare", "task_job_id", "task_job_spec",
+    "chord_steps", "continuing", "link_requests", "prepare", "task_job_id", "task_job_spec",
 ]  # fmt: skip
 
-_DELIVERIES = frozenset(d.value for d in Delivery)
-MAX_KEY = 200  # the longest caller's key
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord", "replaces", "request", "chained"}
+     "chord", "replaces", "request", "continues", "rest"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -149,23 +152,8 @@ def prepare(
     spec = specs.setdefault(job_id, spec)
     args = canonical_json(list(request.args), "args")
     kwargs = canonical_json(dict(request.kwargs), "kwargs") if request.kwargs else "{}"
-    key = request.key
-    if key is not None:
-        if not key or len(key) > MAX_KEY:
-            raise InvalidArgument("key", f"must be 1 to {MAX_KEY} characters, not {len(key)}")
-        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in key):
-            raise InvalidArgument("key", "must not contain control characters or surrogates")
-    queue = spec["queue"] if request.queue is None else request.queue
-    if len(queue) > 64 or not ID.fullmatch(queue):
-        raise InvalidArgument("queue", f"{queue!r}: at most 64 of A-Z a-z 0-9 . _ : -")
-    delivery = spec["delivery"] if request.delivery is None else request.delivery
-    if delivery not in _DELIVERIES:
-        raise InvalidArgument(
-            "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
-        )
-    priority = spec.get("priority", 0) if request.priority is None else request.priority
-    if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
-        raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
+    key = checked_key(request.key)
+    queue, delivery, priority = placement(spec, request.queue, request.delivery, request.priority)
     delay, not_before = delay_ms(request.countdown, request.eta)
     expires_after, expires_at = deadline_ms(request.expires)
     timeout = (
@@ -268,13 +256,18 @@ def _signature(
         why = exc.message.removeprefix(f"{exc.field}: ")
         raise InvalidArgument(f"{path}.{exc.field}", why) from None
     tasks.setdefault(task, settings)
+    # A chain's steps after this one, flat: its depth does not grow with its length.
+    rest = [_signature(s, f"{path}.rest[{i}]", tasks) for i, s in enumerate(raw.get("rest") or ())]
+    if any("rest" in step for step in rest):
+        raise InvalidArgument(f"{path}.rest", "a step of a chain's rest has no rest of its own")
     chord = _chord_step(raw.get("chord"), path, tasks)
     replaces = checked_replaces(raw.get("replaces"), f"{path}.replaces")
     return {
         **({"chord": chord} if chord is not None else {}),
         **({"replaces": replaces} if replaces is not None else {}),
         **({"request": dict(raw["request"])} if raw.get("request") else {}),
-        **({"chained": True} if raw.get("chained") else {}),
+        **({"continues": True} if raw.get("continues") else {}),
+        **({"rest": rest} if rest else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
         "kwargs": dict(raw.get("kwargs") or {}),
@@ -337,7 +330,7 @@ def _request(
         eta=link_eta(options.get("eta")),
         priority=options.get("priority"),
         settings=settings,
-        callbacks=sig.get("callbacks") or (),
+        callbacks=continued(sig),
         errbacks=sig.get("errbacks") or (),
         replaces=sig.get("replaces"),
         request={**(given or {}), "parent_id": parent} if parent else given,
@@ -364,12 +357,14 @@ def link_requests(
 
 @dataclass(frozen=True, slots=True)
 class ChordStep:
-    """A chord a settled run's callback makes: its id, its members' runs (group order)
-    and its row's body (links JSON of the one signature it makes at the end)."""
+    """A chord a settled run's callback makes: its id, its members' runs (group order),
+    its row's body (links JSON of the one signature it makes at the end), and whether it
+    ``continues`` the run (its body then takes the run's place in the run's chord)."""
 
     chord_id: str
     members: list[EnqueueRequest]
     body: str
+    continues: bool = False
 
 
 def chord_steps(
@@ -396,5 +391,5 @@ def chord_steps(
         if "then" in chord:  # the body is itself a chord's: made as a chord step
             body["chord"] = chord["then"]
         stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id")}
-        steps.append(ChordStep(chord["id"], members, dumps(stored)))
+        steps.append(ChordStep(chord["id"], members, dumps(stored), bool(sig.get("continues"))))
     return steps

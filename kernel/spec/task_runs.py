@@ -1,5 +1,6 @@
 """The parts of an enqueued run's row that are not its request's own fields: its task's
-implicit job (one per task and settings, its spec validated once), the run's definition
+implicit job (one per task and settings, its spec validated once), its callbacks (a
+chain's next step first, from its flat ``rest``), the run's definition
 (that spec with the run's payload, queue, delivery and timeout spliced in; the payload
 with the Celery request fields its call gave, checked here) and its times
 (``countdown``/``eta`` as the instant it may start, ``expires`` as its start deadline),
@@ -22,16 +23,22 @@ from pydantic import ValidationError
 from kernel.errors import InvalidArgument
 from kernel.records import dumps, loads
 from kernel.spec.durations import canonical_json
-from kernel.spec.jobspec import MAX_PAYLOAD_BYTES, validate_job_spec
+from kernel.spec.jobspec import MAX_PAYLOAD_BYTES, MAX_PRIORITY, validate_job_spec
 from kernel.spec.problems import problems_of, raise_problems
 from kernel.spec.sections import ID, TaskRequest
+from kernel.states import Delivery
 
 __all__ = [
+    "MAX_KEY",
     "MAX_REQUEST_BYTES",
     "TASK_JOB_PREFIX",
     "caller_key",
     "chain_ids",
+    "checked_key",
     "checked_replaces",
+    "placement",
+    "continued",
+    "continuing",
     "replacement_of",
     "trigger_key_of",
     "deadline_ms",
@@ -49,10 +56,12 @@ __all__ = [
 ]
 
 TASK_JOB_PREFIX = "task:"
+MAX_KEY = 200  # the longest caller's key
 #: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
 #: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
 MAX_REQUEST_BYTES = 32 * 1024
 #: Stand-ins in a definition's template for what each run has of its own.
+_DELIVERIES = frozenset(d.value for d in Delivery)
 _OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
 
@@ -153,23 +162,42 @@ def task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
     return spec, dumps({**spec, **_OWN})
 
 
+def placement(
+    spec: Mapping[str, Any], queue: str | None, delivery: str | None, priority: int | None
+) -> tuple[str, str, int]:
+    """A run's queue, delivery and priority: the call's, else its task job's ``spec``'s.
+
+    Raises:
+        InvalidArgument: the call's is invalid (named ``queue``, ``delivery``, ``priority``).
+    """
+    queue = spec["queue"] if queue is None else queue
+    if len(queue) > 64 or not ID.fullmatch(queue):
+        raise InvalidArgument("queue", f"{queue!r}: at most 64 of A-Z a-z 0-9 . _ : -")
+    delivery = spec["delivery"] if delivery is None else delivery
+    if delivery not in _DELIVERIES:
+        raise InvalidArgument(
+            "delivery", f"must be at-least-once or at-most-once, not {delivery!r}"
+        )
+    priority = spec.get("priority", 0) if priority is None else priority
+    if type(priority) is not int or not 0 <= priority <= MAX_PRIORITY:
+        raise InvalidArgument("priority", f"must be an integer from 0 to {MAX_PRIORITY}")
+    return queue, delivery, priority
+
+
 def chain_ids(callbacks: Sequence[Any]) -> list[str]:
     """The task ids of the chain's steps after a run with these ``callbacks`` (link
-    signatures, kernel/spec/enqueue_request.py), its request's ``chain``: its callback
-    marked ``chained`` (the next step of its chain, Celery's ``request.chain``, not a
-    ``link``), that one's, and so on (a chord step's is its body's); a chain ending in a
-    group (several chained callbacks) ends before it, as Celery's names no group member. A
-    worker writes a failure under them as Celery's backend does. (A link's nesting bound
-    keeps the list short.)"""
+    signatures, kernel/spec/enqueue_request.py), its request's ``chain``: its callback that
+    ``continues`` it (the next step of its chain, Celery's ``request.chain``, not a
+    ``link``) and the steps that one carries as its ``rest``, up to the first without a
+    task id; a chain ending in a group ends before it, as Celery's names no group member.
+    A worker writes a failure under them as Celery's backend does."""
+    after = [c for c in callbacks if isinstance(c, Mapping) and c.get("continues")]
     ids: list[str] = []
-    steps = [c for c in callbacks if isinstance(c, Mapping) and c.get("chained")]
-    while len(steps) == 1:
-        task_id = (steps[0].get("options") or {}).get("task_id")
+    for step in [s for sig in after[:1] for s in (sig, *(sig.get("rest") or ()))]:
+        task_id = (step.get("options") or {}).get("task_id")
         if not isinstance(task_id, str):
             break
         ids.append(task_id)
-        later = steps[0].get("callbacks") or ()
-        steps = [c for c in later if isinstance(c, Mapping) and c.get("chained")]
     return ids
 
 
@@ -316,3 +344,28 @@ def deadline_ms(expires: float | datetime | None) -> tuple[int | None, int | Non
     if not 0 <= expires <= 366 * 86400:
         raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
     return round(expires * 1000), None
+
+
+def continued(sig: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A run's callbacks: its chain's next step first (``rest``), carrying the steps after
+    it and continuing the run, then its own."""
+    own, rest = list(sig.get("callbacks") or ()), sig.get("rest") or ()
+    if not rest:
+        return own
+    return [{**rest[0], "continues": True, **({"rest": rest[1:]} if rest[1:] else {})}, *own]
+
+
+def continuing(links_json: str) -> list[bool]:
+    """Which of a succeeded run's :func:`link_requests` continue it (``continues``)."""
+    return [bool(sig.get("continues")) for sig in loads(links_json)["callbacks"]
+            if "chord" not in sig]  # fmt: skip
+
+
+def checked_key(key: str | None) -> str | None:
+    """A caller's idempotency key, checked: 1 to MAX_KEY characters, none a control one."""
+    if key is not None:
+        if not key or len(key) > MAX_KEY:
+            raise InvalidArgument("key", f"must be 1 to {MAX_KEY} characters, not {len(key)}")
+        if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) < 0xE000 for c in key):
+            raise InvalidArgument("key", "must not contain control characters or surrogates")
+    return key

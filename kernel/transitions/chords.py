@@ -30,6 +30,7 @@ __all__ = [
     "MEMBER_HANDED_OVER",
     "MEMBER_SUCCEEDS_IN_CHORD",
     "hand_over",
+    "pass_place",
 ]
 
 NONE, OPEN, COMPLETE, FAILED = "none", "open", "complete", "failed"
@@ -64,11 +65,13 @@ MEMBER_FAILS_CHORD = Transition(
 
 MEMBER_HANDED_OVER = Transition(
     (OPEN,),
-    "a member's replacement (Celery's self.replace) is made",
+    "a member's replacement (Celery's self.replace), or the next step of a member that "
+    "is a chain, is made",
     (OPEN,),
     CHORD_MEMBER_HANDED_OVER,
-    "remaining > 0 and not failed, and the members as read: the replaced run's place in "
-    "group order is the run taking over its task id, whose result the body gets",
+    "remaining > 0 and not failed, and the members as read: the member's place in "
+    "group order is the run taking over (its replacement, its chain's next step or the "
+    "body of a chord in that chain), whose result the body gets; the member counts nothing",
     (),
 )
 
@@ -89,11 +92,17 @@ def hand_over(tx: Tx, rows: Sequence[EnqueueRow], made: Mapping[str, tuple[Any, 
         chord_id = (loads(row.values["links"]) or {}).get("chord") if taken else None
         if taken is None or chord_id is None or row.key not in made:
             continue
-        params = {"chord_id": chord_id, "new_members": None}
-        # Another member's replacement may change the members between the read and the
-        # write: the compare-and-set refuses it, and the members are read again.
-        while (members := tx.conn.execute(CHORD_MEMBERS, params).scalar()) is not None:
-            ids = [made[row.key][0] if m == taken[0] else m for m in loads(members)]
-            params = {**params, "members": members, "new_members": dumps(ids)}
-            if door.run(tx, MEMBER_HANDED_OVER, params) is not None:
-                break
+        pass_place(tx, chord_id, taken[0], made[row.key][0])
+
+
+def pass_place(tx: Tx, chord_id: str, holder: int, heir: int) -> None:
+    """``heir`` takes ``holder``'s place among the open chord's members
+    (MEMBER_HANDED_OVER); a chord that failed meanwhile keeps its members."""
+    params: dict[str, Any] = {"chord_id": chord_id, "new_members": None}
+    # Another member's hand-over may change the members between the read and the write:
+    # the compare-and-set refuses it, and the members are read again.
+    while (members := tx.conn.execute(CHORD_MEMBERS, params).scalar()) is not None:
+        ids = [heir if m == holder else m for m in loads(members)]
+        params = {**params, "members": members, "new_members": dumps(ids)}
+        if door.run(tx, MEMBER_HANDED_OVER, params) is not None:
+            break

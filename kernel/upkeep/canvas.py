@@ -20,7 +20,7 @@ from kernel.db.schema import chords, events, occurrences
 from kernel.errors import NotFound
 from kernel.events import EventType
 from kernel.records import loads
-from kernel.spec.task_runs import caller_key
+from kernel.spec.task_runs import caller_key, chain_ids
 from kernel.states import SETTLED
 from kernel.transaction.tx import Tx
 
@@ -91,10 +91,13 @@ def _replaced_by(tx: Tx, occurrence_id: int) -> list[int] | None:
 
 
 def _steps_after(links: Mapping[str, Any] | None) -> int:
-    """How many steps follow along first callbacks."""
+    """How many steps follow along first callbacks (a chain's next step carries the steps
+    after it as its ``rest``: the last of them goes on)."""
     count, sig = 0, links
     while sig and sig.get("callbacks"):
-        count, sig = count + 1, sig["callbacks"][0]
+        sig = sig["callbacks"][0]
+        rest = sig.get("rest") or ()
+        count, sig = count + 1 + len(rest), rest[-1] if rest else sig
     return count
 
 
@@ -103,8 +106,9 @@ def canvas(tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
     or chord): ``role`` (``step``, ``errback``, ``chord member``, ``chord body``, or
     ``first step``), ``parent``, ``step``/``steps`` along its line, ``next`` (what its
     settle makes), ``chord`` (its row: members, remaining, state, body),
-    ``replaced_by`` (what its ``self.replace`` made first) and ``waits_for``. Raises
-    NotFound."""
+    ``replaced_by`` (what its ``self.replace`` made first), ``continued_by`` (the task
+    ids of the chain's steps after it, which its success makes in turn) and
+    ``waits_for``. Raises NotFound."""
     row = _row(tx, occurrence_id)
     if row is None:
         raise NotFound(f"occurrence {occurrence_id} does not exist", occurrence_id=occurrence_id)
@@ -146,6 +150,7 @@ def canvas(tx: Tx, occurrence_id: int) -> dict[str, Any] | None:
         "step": step,
         "steps": step + after,
         "next": _next(links),
+        "continued_by": chain_ids((links or {}).get("callbacks") or ()),
         "chord": None if chord is None else _placed(chord, row.id),
         "replaced_by": replaced_by,
         "waits_for": (

@@ -1,7 +1,7 @@
 """A run's lineage in its request (issue 40): the task id of the run whose link made it
-(``parent_id``), and the task ids of the chain's steps after it (``chain``: its callbacks
-marked ``chained``, Celery's ``request.chain``, not its ``link``s), so a worker names them
-as Celery's does; on SQLite and PostgreSQL."""
+(``parent_id``), and the task ids of the chain's steps after it (``chain``: its callback
+that ``continues`` it and that one's ``rest``, Celery's ``request.chain``, not its
+``link``s), so a worker names them as Celery's does; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -12,10 +12,15 @@ if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
 
 
-def _step(task_id: str, *later: dict[str, Any], chained: bool = True) -> dict[str, Any]:
+def _step(
+    task_id: str,
+    *callbacks: dict[str, Any],
+    rest: tuple[dict[str, Any], ...] = (),
+    continues: bool = True,
+) -> dict[str, Any]:
     return {
-        "task": "proj.step", "options": {"task_id": task_id}, "callbacks": list(later),
-        **({"chained": True} if chained else {}),
+        "task": "proj.step", "options": {"task_id": task_id}, "callbacks": list(callbacks),
+        **({"continues": True} if continues else {}), **({"rest": list(rest)} if rest else {}),
     }  # fmt: skip
 
 
@@ -32,10 +37,11 @@ def _succeed(k: Harness, occurrence_id: int) -> None:
 
 def test_a_chain_s_steps_name_their_parent_and_the_steps_after_them(k: Harness) -> None:
     # a | b | c, a's link d (not the chain's), c's callbacks a group (e, f): where it ends.
-    group = [_step("e"), _step("f")]
+    group = [_step("e", continues=False), _step("f", continues=False)]
     made = k.kernel.enqueue(
         task="proj.step", key="a", request={"root_id": "a"},
-        callbacks=[_step("b", _step("c", *group)), _step("d", chained=False)],
+        callbacks=[_step("b", rest=(_step("c", *group, continues=False),)),
+                   _step("d", continues=False)],
     )  # fmt: skip
     first = k.kernel.get_occurrence(made.occurrence_id)
     assert first.payload["request"] == {"root_id": "a", "chain": ["b", "c"]}

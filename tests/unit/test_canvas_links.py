@@ -11,6 +11,7 @@ import pytest
 from celery import chain, group
 
 from celery_app.canvas_links import links
+from celery_app.enqueueing import with_settings
 from kernel import InvalidArgument
 
 
@@ -53,11 +54,11 @@ def test_a_group_as_the_chains_last_step_is_its_members_as_the_steps_callbacks(
     group_result = frozen  # the chain's result: its last step's, the group's
     assert [r.id for r in group_result.results] == [
         member_one["options"]["task_id"],
-        member_chain["callbacks"][0]["options"]["task_id"],
+        member_chain["rest"][0]["options"]["task_id"],
     ]
     assert (member_one["task"], member_one["args"], member_one["callbacks"]) == ("t.a", [1], [])
-    # A chain as a member: its first step, the rest of it as that step's callbacks.
-    assert member_chain["args"] == [2] and member_chain["callbacks"][0]["args"] == [3]
+    # A chain as a member: its first step, carrying the rest of it.
+    assert member_chain["args"] == [2] and member_chain["rest"][0]["args"] == [3]
 
 
 def test_a_group_as_a_link_is_its_members(app: celery.Celery) -> None:
@@ -77,13 +78,31 @@ def test_a_chord_whose_body_is_a_group_is_refused_by_name(app: celery.Celery) ->
     assert "group" in refused.value.message
 
 
-def test_a_chords_member_that_is_a_chain_is_refused_by_name(app: celery.Celery) -> None:
-    """A kernel chord counts its members' own ends; a chain's would be its first step's."""
+def test_a_chords_member_that_is_a_chain_is_its_first_step_the_rest_continuing_it(
+    app: celery.Celery,
+) -> None:
+    """A kernel chord counts its members' ends: a chain's is its last step's (the kernel
+    makes each next step of its ``rest`` continuing the one before: it takes its place in
+    the chord), without the ``chord`` Celery's freeze gives it (the kernel counts that
+    chord)."""
     a = app.signature("t.a")
-    canvas = chain(a.clone((1, 1)), group(a.clone(), chain(a.clone(), a.clone())), a.clone())
+    canvas = chain(
+        a.clone((1, 1)), group(a.clone(), chain(a.clone((2,)), a.clone((3,)))), a.clone()
+    )
+    [step] = links(_first_step_options(app, canvas))[0]
+    member = step["chord"]["header"][1]
+    [second] = member["rest"]
+    assert (member["args"], second["args"], member["callbacks"]) == ([2], [3], [])
+
+
+def test_a_chords_member_that_is_a_chain_ending_in_a_group_is_refused_by_name(
+    app: celery.Celery,
+) -> None:
+    a = app.signature("t.a")
+    member = chain(a.clone(), group(a.clone(), a.clone()))
     with pytest.raises(InvalidArgument) as refused:
-        links(_first_step_options(app, canvas))
-    assert refused.value.field == "chain[0].header[1]"
+        links({"link": celery.chord([a.clone(), member], a.clone())})
+    assert refused.value.field == "link[0].header[1].tasks[1]"
 
 
 def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
@@ -119,4 +138,38 @@ def test_a_chord_step_whose_body_is_a_chain_fails_under_the_chains_id(app: celer
     chain_id = step.freeze().id
     [made] = links({"link": step})[0]
     assert made["chord"]["result_id"] == chain_id
-    assert len(made["callbacks"]) == 1  # the chain's second step follows its first
+    assert len(made["rest"]) == 1  # the chain's second step follows its first
+
+
+def test_a_long_chain_is_flat_and_each_step_carries_its_task_s_settings(
+    app: celery.Celery,
+) -> None:
+    """A chain of 60 steps: its first step's link carries the 58 after it as its flat
+    ``rest`` (the kernel refuses JSON nested deeper than 64 levels), each with its own
+    task's settings, as a callback's are."""
+
+    def limited() -> int:
+        return 1
+
+    app.task(name="t.limited", shared=False, max_retries=7)(limited)
+    steps = [app.signature("t.limited", immutable=True) for _ in range(60)]
+    [next_step] = links(_first_step_options(app, chain(app.signature("t.a"), *steps)))[0]
+    assert len(next_step["rest"]) == 59 and "rest" not in next_step["rest"][-1]
+    [made] = with_settings(app, [next_step])
+    assert {s["settings"]["max_attempts"] for s in [made, *made["rest"]]} == {8}
+
+
+def test_a_chord_step_whose_body_is_a_chain_is_followed_by_that_chain_s_rest(
+    app: celery.Celery,
+) -> None:
+    """``chain(a, chord([b], chain(c, d)), e)``: the rest is flat, the body's chain first."""
+    a = app.signature("t.a")
+    canvas = chain(
+        a.clone((1,)),
+        celery.chord([a.clone((2,))], chain(a.clone((3,)), a.clone((4,)))),
+        a.clone((5,)),
+    )
+    [step] = links(_first_step_options(app, canvas))[0]
+    assert step["args"] == [3] and "chord" in step
+    assert [s["args"] for s in step["rest"]] == [[4], [5]]
+    assert all("rest" not in s for s in step["rest"])

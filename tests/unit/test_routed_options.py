@@ -53,8 +53,14 @@ def _occurrences(app: Any) -> list[Any]:
     [
         (lambda app: group(app.routed.s("a"), app.other.s("b")).apply_async(), "group[1]"),
         (
-            lambda app: chord([app.routed.s("a")])(group(app.other.s(), app.other.s())),
-            "chord.body",
+            lambda app: chord([app.routed.s("a"), chord([app.routed.s("b")], app.routed.s())])(
+                app.other.s()
+            ),
+            "chord header[1]",
+        ),
+        (
+            lambda app: chord([chord([app.routed.s("b")], app.routed.s())])(app.routed.s()),
+            "chord header[0]",
         ),
         (
             lambda app: chord([app.routed.s("a")])(app.other.s().set(expires=5)),
@@ -74,7 +80,8 @@ def _occurrences(app: Any) -> list[Any]:
     ],
     ids=[
         "mixed-group",
-        "chord-group-body",
+        "chord-member-chord",
+        "chord-of-chords",
         "chord-body-expires",
         "link-expires",
         "pickle",

@@ -1,0 +1,201 @@
+"""A chord's member that is a canvas (issue 40): a chain (its next steps ``continues`` it),
+or a chain that ends in a chord. Each step hands the member's place in the chord to the
+next (MEMBER_HANDED_OVER), the body of a chord it ends with takes it last, and only that
+end counts the chord down: the body is made once, with the member's end result in its
+place; a step or an inner chord that fails for good fails the chord. On SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from kernel import EnqueueRequest, InvalidArgument
+
+if TYPE_CHECKING:
+    from kernel.types import Occurrence
+    from tests.kernel.conftest import Harness
+
+ONCE = {"max_attempts": 1, "max_lost_leases": 0}
+
+
+def _step(task_id: str, *args: Any, **more: Any) -> dict[str, Any]:
+    return {"task": "proj.add", "args": list(args), "options": {"task_id": task_id}, **more}
+
+
+def _keyed(k: Harness, task_id: str) -> Occurrence:
+    [found] = [o for o in k.kernel.list_occurrences(limit=500) if o.trigger_key == f"key:{task_id}"]
+    return found
+
+
+def _made(k: Harness, task_id: str) -> bool:
+    return any(o.trigger_key == f"key:{task_id}" for o in k.kernel.list_occurrences(limit=500))
+
+
+def _succeed(k: Harness, occurrence_id: int, result: Any) -> None:
+    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
+    assert claim is not None
+    k.kernel.succeed(occurrence_id, owner="w1", fence=claim.fence, result=result)
+
+
+def _fail(k: Harness, occurrence_id: int) -> None:
+    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
+    assert claim is not None
+    k.kernel.fail(
+        occurrence_id, owner="w1", fence=claim.fence, code="E", message="x", retryable=False
+    )
+
+
+def _chain_chord(**settings: Any) -> list[EnqueueRequest]:
+    """A plain member, and a chain of three steps (each next one ``continues``)."""
+    last = _step("m1-s3", 100, continues=True)
+    second = _step("m1-s2", 10, continues=True, callbacks=[last])
+    return [
+        EnqueueRequest("proj.add", args=[0], key="m0", settings=settings),
+        EnqueueRequest("proj.add", args=[1], key="m1-s1", settings=settings, callbacks=[second]),
+    ]
+
+
+def test_a_member_that_is_a_chain_counts_the_chord_down_at_its_end(k: Harness) -> None:
+    made = k.kernel.enqueue_many(_chain_chord(), chord={"id": "g1", "body": _step("body-1", "x")})
+    _succeed(k, made[1].occurrence_id, 1)
+    second = _keyed(k, "m1-s2")
+    assert second.payload["args"] == [1, 10]
+    _succeed(k, made[0].occurrence_id, 0)
+    assert not _made(k, "body-1")  # the chain's first step counted nothing
+    _succeed(k, second.id, 11)
+    assert not _made(k, "body-1")
+    _succeed(k, _keyed(k, "m1-s3").id, 111)
+    # The member's result is its chain's end.
+    assert _keyed(k, "body-1").payload["args"] == [[0, 111], "x"]
+    completed = [e for e in k.kernel.events() if e.type == "chord_completed"]
+    assert len(completed) == 1
+
+
+def test_a_chain_member_s_step_failing_fails_the_chord_once(k: Harness) -> None:
+    errback = {"task": "proj.on_error", "options": {"task_id": "eb-1"}}
+    body = _step("body-1", errbacks=[errback])
+    made = k.kernel.enqueue_many(_chain_chord(**ONCE), chord={"id": "g1", "body": body})
+    _succeed(k, made[1].occurrence_id, 1)
+    _fail(k, _keyed(k, "m1-s2").id)
+    assert _keyed(k, "eb-1").payload["args"] == ["body-1"]
+    _succeed(k, made[0].occurrence_id, 0)
+    assert not _made(k, "body-1") and not _made(k, "m1-s3")
+    failed = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
+    assert [(f["chord_id"], f["member_task_id"]) for f in failed] == [("g1", "m1-s2")]
+
+
+def _chain_ending_in_a_chord() -> dict[str, Any]:
+    """Celery's ``chain(a, chord([b, chain(c, chord([d, e], f))], g))`` as a's callback."""
+    inner = _step(
+        "f", 6, continues=True, chord={"id": "inner", "header": [_step("d", 4), _step("e", 5)]}
+    )
+    header = [_step("b", 2), _step("c", 3, callbacks=[inner])]
+    return _step("g", 7, chord={"id": "outer", "header": header})
+
+
+def test_a_member_chain_ending_in_a_chord_is_counted_by_that_chord_s_body(k: Harness) -> None:
+    first = k.kernel.enqueue(
+        task="proj.add", args=[1], key="a", callbacks=[_chain_ending_in_a_chord()]
+    )
+    _succeed(k, first.occurrence_id, 1)
+    _succeed(k, _keyed(k, "c").id, 3)
+    _succeed(k, _keyed(k, "b").id, 2)
+    _succeed(k, _keyed(k, "d").id, 4)
+    assert not _made(k, "f")
+    _succeed(k, _keyed(k, "e").id, 5)
+    assert _keyed(k, "f").payload["args"] == [[4, 5], 6]
+    assert not _made(k, "g")
+    _succeed(k, _keyed(k, "f").id, 66)
+    assert _keyed(k, "g").payload["args"] == [[2, 66], 7]
+    completed = [e.data["chord_id"] for e in k.kernel.events() if e.type == "chord_completed"]
+    assert completed == ["inner", "outer"]
+
+
+def test_the_chord_a_member_s_chain_ends_with_failing_fails_the_outer_chord(k: Harness) -> None:
+    first = k.kernel.enqueue(
+        task="proj.add", args=[1], key="a", callbacks=[_chain_ending_in_a_chord()]
+    )
+    _succeed(k, first.occurrence_id, 1)
+    _succeed(k, _keyed(k, "b").id, 2)
+    _succeed(k, _keyed(k, "c").id, 3)
+    _fail(k, _keyed(k, "d").id)
+    _succeed(k, _keyed(k, "e").id, 5)
+    assert not _made(k, "f") and not _made(k, "g")
+    failed = [
+        (e.data["chord_id"], e.data["body_task_id"])
+        for e in k.kernel.events()
+        if e.type == "chord_failed"
+    ]
+    assert failed == [("inner", "f"), ("outer", "g")]
+
+
+def test_a_long_chain_s_rest_is_flat_each_step_made_in_turn(k: Harness) -> None:
+    """A chain's steps after the next one are its flat ``rest``: a chain of 80 steps nests
+    no deeper than one of two, each step made by the one before, given its result."""
+    steps = [_step(f"s{i}", i) for i in range(1, 80)]
+    first = k.kernel.enqueue(
+        task="proj.add",
+        args=[0],
+        key="s0",
+        callbacks=[{**steps[0], "continues": True, "rest": steps[1:]}],
+    )
+    _succeed(k, first.occurrence_id, 0)
+    for i in range(1, 80):
+        step = _keyed(k, f"s{i}")
+        assert step.payload["args"] == [i - 1, i]
+        _succeed(k, step.id, i)
+    story = k.kernel.canvas(first.occurrence_id)
+    assert (story["step"], story["steps"]) == (1, 80)
+    # The steps after it, whose results a failure of it is written under (the worker).
+    assert story["continued_by"] == [f"s{i}" for i in range(1, 80)]
+
+
+def test_a_chain_too_long_for_its_links_is_refused_naming_them(k: Harness) -> None:
+    steps = [_step(f"s{i}", "x" * 200) for i in range(400)]
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue(task="proj.add", key="s0", callbacks=[{**steps[0], "rest": steps[1:]}])
+    assert refused.value.field == "links"
+    assert k.kernel.list_occurrences(limit=10) == []
+
+
+def test_a_chord_member_s_chain_as_a_flat_rest_counts_at_its_end(k: Harness) -> None:
+    rest = [_step("m1-s2", 10), _step("m1-s3", 100)]
+    members = [
+        EnqueueRequest("proj.add", args=[0], key="m0"),
+        EnqueueRequest(
+            "proj.add",
+            args=[1],
+            key="m1-s1",
+            callbacks=[{**rest[0], "continues": True, "rest": rest[1:]}],
+        ),
+    ]
+    made = k.kernel.enqueue_many(members, chord={"id": "g1", "body": _step("body-1")})
+    _succeed(k, made[0].occurrence_id, 0)
+    _succeed(k, made[1].occurrence_id, 1)
+    _succeed(k, _keyed(k, "m1-s2").id, 11)
+    assert not _made(k, "body-1")
+    _succeed(k, _keyed(k, "m1-s3").id, 111)
+    assert _keyed(k, "body-1").payload["args"] == [[0, 111]]
+
+
+def test_a_chord_s_body_may_be_a_group_each_member_made_once(k: Harness) -> None:
+    """Celery's ``chord(header, group(b, c))``: the body is a list of signatures, each
+    made by the last member's settle, the members' results first; once."""
+    members = [EnqueueRequest("proj.add", args=[i], key=f"m{i}") for i in range(2)]
+    body = [_step("b0", "x"), _step("b1", "y")]
+    made = k.kernel.enqueue_many(members, chord={"id": "g1", "body": body})
+    _succeed(k, made[1].occurrence_id, 1)
+    assert not _made(k, "b0") and not _made(k, "b1")
+    _succeed(k, made[0].occurrence_id, 0)
+    assert [_keyed(k, b).payload["args"] for b in ("b0", "b1")] == [[[0, 1], "x"], [[0, 1], "y"]]
+    # A member failing fails each of the group's members' results (the worker writes them).
+    once = [EnqueueRequest("proj.add", key=f"f{i}", settings=ONCE) for i in range(2)]
+    failing = k.kernel.enqueue_many(once, chord={"id": "g3", "body": [_step("c0"), _step("c1")]})
+    _fail(k, failing[0].occurrence_id)
+    [failed] = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
+    assert failed["body_task_ids"] == ["c0", "c1"]
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(members, chord={"id": "g2", "body": [_step("b2"), {"args": []}]})
+    assert refused.value.field == "chord.body[1].task"
