@@ -196,15 +196,15 @@ def _lineage(app: Any, options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _as_kernel_links(app: Any, signatures: Sequence[dict[str, Any]], root_id: str) -> None:
-    """Give every link (at any depth: callbacks, errbacks, a chord's members) the call's
-    ``root_id`` in its request, and its Celery ``priority`` on the kernel's scale, as a
-    routed call's own (kernel/spec/enqueue_request.py)."""
+    """Give every link (at any depth: callbacks, errbacks, a chain's rest, a chord's
+    members) the call's ``root_id`` in its request, and its Celery ``priority`` on the
+    kernel's scale, as a routed call's own (kernel/spec/enqueue_request.py)."""
     for sig in signatures:
         sig["request"] = {"root_id": root_id, **(sig.get("request") or {})}
         options = sig.get("options") or {}
         if options.get("priority") is not None:
             options["priority"] = kernel_priority(app.conf, options["priority"], "priority")
-        nested = [*sig.get("callbacks", ()), *sig.get("errbacks", ())]
+        nested = [*sig.get("callbacks", ()), *sig.get("errbacks", ()), *sig.get("rest", ())]
         chord = sig.get("chord")
         while chord:  # its members, and those of the chord it is followed by (then)
             nested += chord["header"]
