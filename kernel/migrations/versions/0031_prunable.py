@@ -1,0 +1,48 @@
+"""the oldest prunable rows of one status: a seek, not a sort of the status's whole history
+
+Retention deletes, status by status, the oldest settled rows older than an age, a few at
+a time. ``occurrences_settled_status (status, job_id, settled_at)`` could find a status's
+rows but not in settle order, so each step read and sorted all of them while holding the
+writer lock (7.6 ms for 50 rows of a 40k history on SQLite, growing with it).
+``occurrences_prunable (status, settled_at)`` hands them over oldest first. It replaces
+``occurrences_settled (settled_at)``, which only the prune read (and SQLite's planner
+passed over): still one index entry per settle.
+
+Revision ID: 0031
+Revises: 0023
+Create Date: 2026-12-06 00:35:00
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0031"
+down_revision = "0023"
+branch_labels = None
+depends_on = None
+
+_SETTLED = "settled_at IS NOT NULL"
+
+
+def upgrade() -> None:
+    op.create_index(
+        "occurrences_prunable",
+        "occurrences",
+        ["status", "settled_at"],
+        sqlite_where=sa.text(_SETTLED),
+        postgresql_where=sa.text(_SETTLED),
+    )
+    op.drop_index("occurrences_settled", table_name="occurrences")
+
+
+def downgrade() -> None:
+    op.create_index(
+        "occurrences_settled",
+        "occurrences",
+        ["settled_at"],
+        sqlite_where=sa.text(_SETTLED),
+        postgresql_where=sa.text(_SETTLED),
+    )
+    op.drop_index("occurrences_prunable", table_name="occurrences")
