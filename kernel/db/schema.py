@@ -214,7 +214,7 @@ occurrences = sa.Table(
     # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
     # writes an entry into every index whose predicate its new row version meets.
     _partial("occurrences_pool", "pool", where="status = 'running' AND pool IS NOT NULL"),
-    # Retention's oldest rows of a status, a few at a time, without a sort (revision 0031).
+    # Retention's oldest rows of a status, a few at a time, without a sort (revision 0024).
     _partial("occurrences_prunable", "status", "settled_at", where="settled_at IS NOT NULL"),
     # Status counts each final state up to a bound by a seek here (revision 0012); job_id
     # before settled_at so that a job's last success is a seek here too (kernel/jobs/health.py).

@@ -8,7 +8,7 @@ writer lock (7.6 ms for 50 rows of a 40k history on SQLite, growing with it).
 ``occurrences_settled (settled_at)``, which only the prune read (and SQLite's planner
 passed over): still one index entry per settle.
 
-Revision ID: 0031
+Revision ID: 0024
 Revises: 0023
 Create Date: 2026-12-06 00:35:00
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0031"
+revision = "0024"
 down_revision = "0023"
 branch_labels = None
 depends_on = None
