@@ -10,6 +10,7 @@ from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.events import EventType
 from kernel.states import RESOLVED
+from kernel.statements.predicates import prunable
 from kernel.transaction.tx import Tx
 
 __all__ = ["FIRST_STEP", "MIN_STEP", "PRUNABLE", "STEP_S", "forget", "next_step", "prune"]
@@ -63,7 +64,7 @@ def prune(
     for status in (s for s in statuses if s in PRUNABLE):
         ids += tx.conn.execute(
             sa.select(OCC.c.id)
-            .where(OCC.c.status == status, OCC.c.settled_at < settled_before)
+            .where(prunable(status), OCC.c.settled_at < settled_before)
             .order_by(OCC.c.settled_at)
             .limit(limit - len(ids))
         ).scalars()

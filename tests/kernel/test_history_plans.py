@@ -152,3 +152,23 @@ def test_readers_never_scan_history(k: Harness, history: int, reader: str) -> No
         # A page of history that sorts what it read has read all of it first.
         bad += _sorted_history(plan, k.backend)
         assert not bad, f"{reader}: {statement}\n" + "\n".join(plan)
+
+
+@pytest.mark.parametrize("pruner", PRUNERS)
+def test_a_prune_reads_each_status_oldest_first_from_its_own_index(
+    k: Harness, history: int, pruner: str
+) -> None:
+    """Retention's read of a status's oldest rows is a seek on ``occurrences_prunable`` in
+    settle order: no sort of the status's history, no scan, and not the job-led indexes that
+    a job's health reads (test_contract_job_health.py holds health off this one)."""
+    engine = k.kernel.engine
+    with _captured(engine) as sent:
+        PRUNERS[pruner](k.kernel, history)
+    reads = [(s, p) for s, p in sent if "ORDER BY occurrences.settled_at" in s]
+    assert reads, f"{pruner} read no status's oldest rows"
+    for statement, parameters in reads:
+        plan = _plan(engine, statement, parameters)
+        text = "\n".join(plan)
+        assert "occurrences_prunable" in text, f"{statement}\n{text}"
+        assert not any(_SQLITE_SORT.search(line.strip()) for line in plan), text
+        assert not any(_PG_SORT.search(line.strip()) for line in plan), text
