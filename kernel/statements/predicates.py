@@ -100,4 +100,4 @@ def prunable(status: str) -> sa.ColumnElement[bool]:
     """A settled occurrence of ``status`` (one of :data:`kernel.states.RESOLVED`), said the
     way ``occurrences_prunable`` is keyed and restricted, so that retention's query reads
     that index and no other query can (kernel/db/schema.py says why)."""
-    return sa.and_(PRUNABLE_WHERE, PRUNABLE_KEY == status)
+    return sa.and_(PRUNABLE_WHERE, status == PRUNABLE_KEY)

@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.events import EventType
-from kernel.states import RESOLVED
 from kernel.statements.predicates import prunable
+from kernel.states import RESOLVED
 from kernel.transaction.tx import Tx
 
 __all__ = ["FIRST_STEP", "MIN_STEP", "PRUNABLE", "STEP_S", "forget", "next_step", "prune"]
