@@ -58,12 +58,9 @@ class UpkeepFacade(FacadeBase):
         up to ``limit`` occurrences in all.
 
         On SQLite, whose one writer lock a claim or settle queues behind, in transactions
-        whose statements take about ``history.STEP_S`` each, until a step finds fewer than
-        it may delete; the pruner then waits as long as that step held the lock (its commit
-        too), so the writers queued behind it go first instead of racing a pruner that
-        takes the lock straight back. The commit is not counted in sizing the next step:
-        it costs the same for 10 rows as for 100, and on a disk slow to flush it alone
-        would hold every step at the fewest rows. On
+        of about ``history.STEP_S`` each until a step finds fewer than it may delete; the
+        pruner then waits as long as that step held the lock, so the writers queued behind
+        it go first instead of racing a pruner that takes the lock straight back. On
         PostgreSQL no claim waits for the prune (it locks only settled rows, which nobody
         claims), while each step's commit would cost a durable flush: one transaction.
         """
@@ -72,30 +69,28 @@ class UpkeepFacade(FacadeBase):
         total = {"occurrences": 0, "events": 0}
         size = min(limit, history.FIRST_STEP)
         while True:
-            done, worked_s, held_s = self._timed(step, size)
+            done, held_s = self._timed(step, size)
             total = {key: total[key] + done[key] for key in total}
             left = limit - total["occurrences"]
             if done["occurrences"] < size or left <= 0:
                 return total
             time.sleep(held_s)
-            size = history.next_step(done["occurrences"], worked_s, left)
+            size = history.next_step(done["occurrences"], held_s, left)
 
     def _timed(
         self, step: Callable[[Tx, int], dict[str, int]], size: int
-    ) -> tuple[dict[str, int], float, float]:
-        """One step's transaction, how long its statements took, and how long it held the
-        lock: from its first statement (the lock taken) to the end of its commit."""
-        started = worked = 0.0
+    ) -> tuple[dict[str, int], float]:
+        """One step's transaction and how long it held the lock: from its first statement
+        (the lock taken) to its commit."""
+        started = 0.0
 
         def run(tx: Tx) -> dict[str, int]:
-            nonlocal started, worked
+            nonlocal started
             started = time.perf_counter()
-            done = step(tx, size)
-            worked = time.perf_counter() - started
-            return done
+            return step(tx, size)
 
         done = self._session.run(run)
-        return done, worked, time.perf_counter() - started
+        return done, time.perf_counter() - started
 
     @write
     def record_watchdog(

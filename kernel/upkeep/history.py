@@ -20,10 +20,9 @@ OCC = occurrences
 #: adjudications are unresolved and stay).
 PRUNABLE: tuple[str, ...] = RESOLVED
 
-#: On SQLite a prune goes in steps, each its own transaction whose statements hold the one
-#: writer lock for about this long (its commit's flush comes on top), so a claim queued
-#: behind a step waits this long, not for a whole batch: 500 occurrences with their events
-#: held it 40-110 ms (bench/history.py).
+#: On SQLite a prune goes in steps, each its own transaction holding the one writer lock
+#: for about this long, so a claim queued behind a step waits this long, not for a
+#: whole batch: 500 occurrences with their events held it 40-110 ms (bench/history.py).
 STEP_S = 0.005
 #: The first step's occurrences, before a step's duration says how many fit in STEP_S.
 FIRST_STEP = 50
@@ -32,11 +31,11 @@ FIRST_STEP = 50
 MIN_STEP = 10
 
 
-def next_step(rows: int, worked_s: float, left: int) -> int:
+def next_step(rows: int, held_s: float, left: int) -> int:
     """How many occurrences the next step deletes: as many as fit in ``STEP_S`` at the
-    last step's pace (``rows`` in ``worked_s`` of statements), at most twice its rows (one
-    quick sample does not make a long step) and at most ``left``."""
-    fits = int(rows * STEP_S / max(worked_s, 1e-6))
+    last step's pace (``rows`` in ``held_s``), at most twice its rows (one quick sample
+    does not make a long step) and at most ``left``."""
+    fits = int(rows * STEP_S / max(held_s, 1e-6))
     return max(1, min(left, 2 * rows, max(MIN_STEP, fits)))
 
 
