@@ -100,4 +100,5 @@ def prunable(status: str) -> sa.ColumnElement[bool]:
     """A settled occurrence of ``status`` (one of :data:`kernel.states.RESOLVED`), said the
     way ``occurrences_prunable`` is keyed and restricted, so that retention's query reads
     that index and no other query can (kernel/db/schema.py says why)."""
-    return sa.and_(PRUNABLE_WHERE, status == PRUNABLE_KEY)
+    key = PRUNABLE_KEY
+    return sa.and_(PRUNABLE_WHERE, key == status)
