@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing.synchronize import Event as ProcessEvent
 from pathlib import Path
 from typing import Any
 
@@ -360,9 +361,7 @@ def measure(sides: dict[str, Side], repeat: int, n: int) -> list[Measured]:
     return results
 
 
-def _claim_latencies(
-    side: Side, seconds: float, stop: threading.Event | None = None
-) -> list[float]:
+def _claim_latencies(side: Side, seconds: float, stop: ProcessEvent | None = None) -> list[float]:
     """Claim latencies (s) of claim+settle pairs run back to back for ``seconds`` (or until
     ``stop`` is set)."""
     latencies: list[float] = []
@@ -377,34 +376,44 @@ def _claim_latencies(
     return latencies
 
 
+def _prune_passes(url: str, ages: dict[str, float], begun: Any, stop: Any, out: Any) -> None:
+    """Beat's retention passes (500 occurrences each) back to back until none is left or
+    ``stop``, in a process of its own as Beat is; puts what went on ``out``."""
+    pruner = Kernel.open(url)
+    pruned = {"occurrences": 0, "events": 0}
+    begun.set()
+    try:
+        while not stop.is_set():
+            done = pruner.apply_retention(ages, limit=500)
+            pruned["occurrences"] += done["occurrences"]
+            pruned["events"] += done["events"]
+            if not done["more"]:
+                break
+    finally:
+        pruner.close()
+        out.put(pruned)
+        stop.set()
+
+
 def prune_while_claiming(side: Side, seconds: float) -> Measured:
-    """Claim p99 idle, then while retention (Beat's bounded passes, on its own kernel)
+    """Claim p99 idle, then while retention (Beat's bounded passes, in another process)
     deletes the older half of the history; prints the rows and rate it pruned."""
     idle = _claim_latencies(side, seconds)
-    pruner = Kernel.open(side.url)
-    pruned = {"occurrences": 0, "events": 0}
-    stop = threading.Event()
     keep_s = SPAN_DAYS / 2 * 86_400
     ages = {"succeeded": keep_s, "cancelled": keep_s, "skipped": keep_s}
-
-    def prune() -> None:
-        try:
-            while not stop.is_set():
-                done = pruner.apply_retention(ages, limit=500)
-                pruned["occurrences"] += done["occurrences"]
-                pruned["events"] += done["events"]
-                if not done["more"]:
-                    break
-        finally:
-            stop.set()
-
+    # Spawned, not forked: the child opens its own kernel; no thread of ours shares its GIL.
+    context = multiprocessing.get_context("spawn")
+    begun, stop, out = context.Event(), context.Event(), context.Queue()
+    process = context.Process(
+        target=_prune_passes, args=(side.url, ages, begun, stop, out), name="pruner"
+    )
+    process.start()
+    begun.wait(120)
     started = time.monotonic()
-    thread = threading.Thread(target=prune, name="pruner")
-    thread.start()
     during = _claim_latencies(side, 3600.0, stop)
-    thread.join()
     took = time.monotonic() - started
-    pruner.close()
+    pruned = out.get(timeout=120)
+    process.join(60)
     print(
         f"  prune: {pruned['occurrences']:,} occurrences and {pruned['events']:,} events in"
         f" {took:.1f} s ({pruned['occurrences'] / max(took, 1e-9):,.0f} occurrences/s),"
@@ -449,7 +458,7 @@ def run(backend: str, pg_url: str | None, args: argparse.Namespace, workdir: Pat
     print(f"{backend}: building {occurrences:,} occurrences / {events:,} events", flush=True)
     with _sides(backend, pg_url, workdir) as sides:
         built = build_history(sides["large"], occurrences, events)
-        rows = measure(sides, args.repeat, args.n)
+        rows = [] if args.prune_only else measure(sides, args.repeat, args.n)
         rows.append(prune_while_claiming(sides["large"], args.idle_s))
         report(backend, occurrences, events, built, rows)
 
@@ -464,6 +473,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=300, help="pairs and enqueues per rate sample")
     parser.add_argument(
         "--idle-s", type=float, default=5.0, help="seconds of idle claims before the prune"
+    )
+    parser.add_argument(
+        "--prune-only", action="store_true", help="only the claim p99 during a prune"
     )
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)

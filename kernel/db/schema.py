@@ -101,6 +101,7 @@ from kernel.db.checks import (
     NOTIFICATION_CHECKS,
     OCCURRENCE_CHECKS,
 )
+from kernel.states import RESOLVED
 
 __all__ = [
     "metadata",
@@ -115,6 +116,8 @@ __all__ = [
     "adjudication_asks",
     "notifications",
     "chords",
+    "PRUNABLE_KEY",
+    "PRUNABLE_WHERE",
 ]
 
 metadata = sa.MetaData()
@@ -214,7 +217,6 @@ occurrences = sa.Table(
     # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
     # writes an entry into every index whose predicate its new row version meets.
     _partial("occurrences_pool", "pool", where="status = 'running' AND pool IS NOT NULL"),
-    _partial("occurrences_settled", "settled_at", where="settled_at IS NOT NULL"),
     # Status counts each final state up to a bound by a seek here (revision 0012); job_id
     # before settled_at so that a job's last success is a seek here too (kernel/jobs/health.py).
     _partial(
@@ -237,6 +239,22 @@ occurrences = sa.Table(
         where="status = 'running' AND exclusive",
     ),
     *(sa.CheckConstraint(condition, name=name) for name, condition in OCCURRENCE_CHECKS),
+)
+
+#: Retention's oldest rows of a status, a few at a time, without a sort (revision 0024):
+#: keyed and restricted on ``lower(status)``, which only retention states
+#: (:func:`kernel.statements.predicates.prunable`). On a plain ``(status, settled_at)``
+#: PostgreSQL served a job's last success (kernel/jobs/health.py) by walking the status's
+#: whole history backwards, filtered by job; a query that does not repeat the expression
+#: cannot use this index at all. Statuses are lower case: the key is the status.
+PRUNABLE_KEY = sa.func.lower(occurrences.c.status)
+PRUNABLE_WHERE = PRUNABLE_KEY.in_([sa.literal(str(s), literal_execute=True) for s in RESOLVED])
+sa.Index(
+    "occurrences_prunable",
+    PRUNABLE_KEY,
+    occurrences.c.settled_at,
+    sqlite_where=PRUNABLE_WHERE,
+    postgresql_where=PRUNABLE_WHERE,
 )
 
 controls = sa.Table(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -16,17 +17,19 @@ __all__ = ["UpkeepFacade"]
 
 
 class UpkeepFacade(FacadeBase):
-    @write
-    def prune(self, tx: Tx, *, older_than: timedelta, limit: int = 10_000) -> dict[str, int]:
-        """Delete settled history older than ``older_than``; unresolved work is never pruned."""
-        settled_before = tx.now - int(older_than.total_seconds() * 1000)
-        return history.prune(tx, settled_before=settled_before, limit=limit)
+    def prune(self, *, older_than: timedelta, limit: int = 10_000) -> dict[str, int]:
+        """Delete settled history older than ``older_than``, at most ``limit`` occurrences,
+        in short steps (:meth:`_stepped`); unresolved work is never pruned."""
+        age_ms = int(older_than.total_seconds() * 1000)
+        return self._stepped(
+            lambda tx, n: history.prune(tx, settled_before=tx.now - age_ms, limit=n), limit
+        )
 
-    @write
     def apply_retention(
-        self, tx: Tx, ages: Mapping[str, float | None], *, limit: int = 500
+        self, ages: Mapping[str, float | None], *, limit: int = 500
     ) -> dict[str, Any]:
-        """One bounded retention pass (see :mod:`kernel.upkeep.retention`).
+        """One bounded retention pass (see :mod:`kernel.upkeep.retention`): the history in
+        short steps (:meth:`_stepped`), then the finished jobs in one transaction.
 
         Args:
             ages: seconds to keep each prunable status's history (``succeeded``,
@@ -34,11 +37,60 @@ class UpkeepFacade(FacadeBase):
             limit: at most this many occurrences and this many jobs deleted.
 
         Returns:
-            ``occurrences``, ``events`` (pruned), ``jobs`` (ids deleted) and ``more``.
+            ``occurrences``, ``events`` (pruned), ``jobs`` (ids deleted),
+            ``budget_windows`` (pruned) and ``more``: a bound was hit, so another pass
+            has work.
         """
         if limit < 1:
             raise InvalidArgument("limit", "must be at least 1")
-        return retention.apply_retention(tx, dict(ages), limit)
+        kept = retention.checked_ages(ages)
+        pruned = self._stepped(lambda tx, n: retention.prune_history(tx, kept, n), limit)
+        rest = self._session.run(lambda tx: retention.expire(tx, limit))
+        more = (
+            pruned["occurrences"] >= limit
+            or len(rest["jobs"]) >= limit
+            or rest["budget_windows"] >= limit
+        )
+        return {**pruned, **rest, "more": more}
+
+    def _stepped(self, step: Callable[[Tx, int], dict[str, int]], limit: int) -> dict[str, int]:
+        """``step(tx, n)`` (delete at most ``n`` occurrences, say how many and their events)
+        up to ``limit`` occurrences in all.
+
+        On SQLite, whose one writer lock a claim or settle queues behind, in transactions
+        of about ``history.STEP_S`` each until a step finds fewer than it may delete; the
+        pruner then waits as long as that step held the lock, so the writers queued behind
+        it go first instead of racing a pruner that takes the lock straight back. On
+        PostgreSQL no claim waits for the prune (it locks only settled rows, which nobody
+        claims), while each step's commit would cost a durable flush: one transaction.
+        """
+        if self.dialect != "sqlite":
+            return self._session.run(lambda tx: step(tx, limit))
+        total = {"occurrences": 0, "events": 0}
+        size = min(limit, history.FIRST_STEP)
+        while True:
+            done, held_s = self._timed(step, size)
+            total = {key: total[key] + done[key] for key in total}
+            left = limit - total["occurrences"]
+            if done["occurrences"] < size or left <= 0:
+                return total
+            time.sleep(held_s)
+            size = history.next_step(done["occurrences"], held_s, left)
+
+    def _timed(
+        self, step: Callable[[Tx, int], dict[str, int]], size: int
+    ) -> tuple[dict[str, int], float]:
+        """One step's transaction and how long it held the lock: from its first statement
+        (the lock taken) to its commit."""
+        started = 0.0
+
+        def run(tx: Tx) -> dict[str, int]:
+            nonlocal started
+            started = time.perf_counter()
+            return step(tx, size)
+
+        done = self._session.run(run)
+        return done, time.perf_counter() - started
 
     @write
     def record_watchdog(

@@ -28,7 +28,7 @@ from kernel.transitions.limits import RETENTION_PRUNES_BUDGET_WINDOWS
 from kernel.upkeep.history import PRUNABLE, prune
 from kernel.upkeep.history_limits import limit_history
 
-__all__ = ["apply_retention", "expire_jobs", "prune_budget_windows"]
+__all__ = ["checked_ages", "expire", "expire_jobs", "prune_budget_windows", "prune_history"]
 
 
 # Canonical JSON: a spec asking for deletion holds one of these exactly as written.
@@ -87,35 +87,43 @@ def prune_budget_windows(tx: Tx, limit: int) -> int:
     return door.run_count(tx, RETENTION_PRUNES_BUDGET_WINDOWS, params)
 
 
-def apply_retention(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, Any]:
-    """One bounded pass: prune each status's history older than its age (None: kept),
-    then each job's runs past its ``history`` limits (:mod:`kernel.upkeep.history_limits`),
-    then delete finished jobs; at most ``limit`` occurrences and ``limit`` jobs.
-
-    Returns:
-        ``occurrences`` and ``events`` pruned, ``jobs`` deleted (ids),
-        ``budget_windows`` pruned, and ``more``: a bound was hit, so another pass has work.
+def checked_ages(ages: Mapping[str, float | None]) -> dict[str, float | None]:
+    """``ages`` (seconds to keep each prunable status's history; None: kept), checked.
 
     Raises:
         InvalidArgument: an age for a status that is not prunable, or not positive.
     """
-    pruned = {"occurrences": 0, "events": 0}
-    budget = limit
     for status, age in ages.items():
         if status not in PRUNABLE:
             raise InvalidArgument("retention", f"{status!r} is not prunable ({PRUNABLE})")
+        if age is not None and age <= 0:
+            raise InvalidArgument(f"retention.{status}", "must be positive")
+    return dict(ages)
+
+
+def prune_history(tx: Tx, ages: Mapping[str, float | None], limit: int) -> dict[str, int]:
+    """One step of a retention pass: each status's history older than its age (``ages``
+    from :func:`checked_ages`), then each job's runs past its ``history`` limits
+    (:mod:`kernel.upkeep.history_limits`); at most ``limit`` occurrences.
+
+    Returns:
+        ``occurrences`` and ``events`` pruned; fewer than ``limit`` occurrences: none left.
+    """
+    pruned = {"occurrences": 0, "events": 0}
+    budget = limit
+    for status, age in ages.items():
         if age is None or budget <= 0:
             continue
-        if age <= 0:
-            raise InvalidArgument(f"retention.{status}", "must be positive")
         done = prune(tx, settled_before=tx.now - int(age * 1000), limit=budget, statuses=(status,))
         pruned = {key: pruned[key] + done[key] for key in pruned}
         budget -= done["occurrences"]
     if budget > 0:  # per-job history limits (a job's ``history``), after the ages
         done = limit_history(tx, budget)
         pruned = {key: pruned[key] + done[key] for key in pruned}
-        budget -= done["occurrences"]
-    deleted = expire_jobs(tx, limit)
-    windows = prune_budget_windows(tx, limit)
-    more = budget <= 0 or len(deleted) >= limit or windows >= limit
-    return {**pruned, "jobs": deleted, "budget_windows": windows, "more": more}
+    return pruned
+
+
+def expire(tx: Tx, limit: int) -> dict[str, Any]:
+    """The end of a retention pass: finished jobs deleted (``jobs``, their ids) and budget
+    windows pruned (``budget_windows``), at most ``limit`` of each."""
+    return {"jobs": expire_jobs(tx, limit), "budget_windows": prune_budget_windows(tx, limit)}

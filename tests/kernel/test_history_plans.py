@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -61,6 +62,14 @@ READERS: dict[str, Callable[[Kernel, int], object]] = {
         job_id="job", types=["occurrence_claimed"], before_id=2**62, limit=100
     ),
     "runtime controls": lambda kernel, _: kernel.runtime_controls(limit=50),
+}
+#: Retention and ``kernel prune``: each step reads a status's oldest rows past an age while
+#: it holds the writer lock, so it must not read (and sort) the status's whole history.
+PRUNERS: dict[str, Callable[[Kernel, int], object]] = {
+    "retention pass": lambda kernel, _: kernel.apply_retention(
+        {"succeeded": 1, "cancelled": 1, "skipped": 1}
+    ),
+    "kernel prune": lambda kernel, _: kernel.prune(older_than=timedelta(seconds=1)),
 }
 # Not checked: the unfiltered occurrence list walks ids newest first (bounded by its LIMIT,
 # which this check cannot tell from a full scan).
@@ -130,11 +139,11 @@ def history(k: Harness) -> int:
     return settled
 
 
-@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("reader", [*READERS, *PRUNERS])
 def test_readers_never_scan_history(k: Harness, history: int, reader: str) -> None:
     engine = k.kernel.engine
     with _captured(engine) as sent:
-        READERS[reader](k.kernel, history)
+        {**READERS, **PRUNERS}[reader](k.kernel, history)
     assert sent, f"{reader} sent no statement"
     scanning = _SQLITE_SCAN if k.backend == "sqlite" else _PG_SCAN
     for statement, parameters in sent:
@@ -143,3 +152,23 @@ def test_readers_never_scan_history(k: Harness, history: int, reader: str) -> No
         # A page of history that sorts what it read has read all of it first.
         bad += _sorted_history(plan, k.backend)
         assert not bad, f"{reader}: {statement}\n" + "\n".join(plan)
+
+
+@pytest.mark.parametrize("pruner", PRUNERS)
+def test_a_prune_reads_each_status_oldest_first_from_its_own_index(
+    k: Harness, history: int, pruner: str
+) -> None:
+    """Retention's read of a status's oldest rows is a seek on ``occurrences_prunable`` in
+    settle order: no sort of the status's history, no scan, and not the job-led indexes that
+    a job's health reads (test_contract_job_health.py holds health off this one)."""
+    engine = k.kernel.engine
+    with _captured(engine) as sent:
+        PRUNERS[pruner](k.kernel, history)
+    reads = [(s, p) for s, p in sent if "ORDER BY occurrences.settled_at" in s]
+    assert reads, f"{pruner} read no status's oldest rows"
+    for statement, parameters in reads:
+        plan = _plan(engine, statement, parameters)
+        text = "\n".join(plan)
+        assert "occurrences_prunable" in text, f"{statement}\n{text}"
+        assert not any(_SQLITE_SORT.search(line.strip()) for line in plan), text
+        assert not any(_PG_SORT.search(line.strip()) for line in plan), text

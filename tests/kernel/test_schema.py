@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -93,7 +94,12 @@ def test_migrating_twice_is_a_no_op_and_matches_the_tables(k: Harness) -> None:
         assert again.get_occurrence(occ_id).status == "queued"
     finally:
         again.close()
-    with k.kernel.engine.connect() as conn:
+    with k.kernel.engine.connect() as conn, warnings.catch_warnings():
+        if k.backend == "sqlite":
+            # SQLAlchemy cannot reflect SQLite's expression index (occurrences_prunable),
+            # so alembic skips it, saying so; shape.json holds its SQL on both back ends.
+            warnings.filterwarnings("ignore", "Skipped unsupported reflection of expression")
+            warnings.filterwarnings("ignore", "autogenerate skipping .*'occurrences_prunable'")
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
 
