@@ -36,6 +36,8 @@ __all__ = [
     "DEFAULT_FANOUT",
     "MAX_CHAIN_DEPTH",
     "cancelled_links",
+    "fail_chord",
+    "make_chord_body",
     "fanout_limit",
     "fire_children",
     "fire_links",
@@ -199,45 +201,59 @@ def _settle_chord_member(
 ) -> None:
     """A chord's member settled for good. Its success counts the chord down in one guarded
     statement (the chord's row held until this settle commits: the next member's settle
-    waits, then counts after it); the one that reads 0 makes the body, the members'
-    results in group order first. Its failure fails the chord once: the body's errbacks
-    are made, the body's task id first, and the body never is."""
+    waits, then counts after it); the one that reads 0 of a closed chord makes the body.
+    Its failure fails the chord once (:func:`fail_chord`)."""
     params = {"chord_id": chord_id, "now": tx.now}
     if succeeded:
         row = door.run(tx, TC.MEMBER_SUCCEEDS_IN_CHORD, params)
-        if row is None or row.remaining > 0:
-            return
-        members = loads(row.members)
-        stored = dict(
-            tx.conn.execute(
-                sa.select(occurrences.c.id, occurrences.c.result).where(
-                    occurrences.c.id.in_(members)
-                )
-            ).all()
-        )
-        results = [loads(stored.get(member)) for member in members]
-        requests = link_requests(
-            row.body, succeeded=True, result=results, parent_id=member_id, parent_task_id=""
-        )
-        _make_links(tx, member_id, requests)
-        # A body that is a chord's (Celery's group | group | task): that chord's members.
-        steps = chord_steps(row.body, result=results, parent_id=member_id)
-        for step in steps:
-            _make_chord_step(tx, member_id, step)
-        tx.emit(
-            EventType.CHORD_COMPLETED,
-            occurrence_id=member_id,
-            chord_id=chord_id,
-            body=requests[0].key if requests else f"chord:{steps[0].chord_id}",
-        )
+        if row is not None and row.remaining == 0 and row.closed_at is not None:
+            make_chord_body(tx, chord_id, row.members, row.body, member_id)
         return
     failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
-    if failed is None:
-        return
-    stored = loads(failed.body)
-    body = stored["callbacks"][0]
-    body_task_id = stored.get("result_id") or body["options"]["task_id"]
-    errbacks = dumps({"callbacks": [], "errbacks": body["errbacks"]})
+    if failed is not None:
+        reason = "cancelled" if cancelled else "dead_letter"
+        fail_chord(tx, chord_id, failed.body, member_id, member_task_id, reason)
+
+
+def make_chord_body(
+    tx: Tx, chord_id: str, members_json: str, body: str, parent_id: int | None
+) -> None:
+    """The body of a chord whose members all succeeded (in the transaction that saw it:
+    the last member's settle, or its caller's close), the members' results in group
+    order first."""
+    keyed = parent_id if parent_id is not None else f"chord:{chord_id}"  # no member: no parent
+    members = loads(members_json)
+    stored = dict(
+        tx.conn.execute(
+            sa.select(occurrences.c.id, occurrences.c.result).where(occurrences.c.id.in_(members))
+        ).all()
+    )
+    results = [loads(stored.get(member)) for member in members]
+    requests = link_requests(
+        body, succeeded=True, result=results, parent_id=keyed, parent_task_id=""
+    )
+    _make_links(tx, parent_id, requests)
+    # A body that is a chord's (Celery's group | group | task): that chord's members.
+    steps = chord_steps(body, result=results, parent_id=keyed)
+    for step in steps:
+        _make_chord_step(tx, parent_id, step)
+    tx.emit(
+        EventType.CHORD_COMPLETED,
+        occurrence_id=parent_id,
+        chord_id=chord_id,
+        body=requests[0].key if requests else f"chord:{steps[0].chord_id}",
+    )
+
+
+def fail_chord(
+    tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str
+) -> None:
+    """A chord failed (its row's failure just written): the body's errbacks are made,
+    the body's task id first, and the body never is."""
+    stored = loads(body)
+    sig = stored["callbacks"][0]
+    body_task_id = stored.get("result_id") or sig["options"]["task_id"]
+    errbacks = dumps({"callbacks": [], "errbacks": sig["errbacks"]})
     _make_links(
         tx,
         member_id,
@@ -245,7 +261,7 @@ def _settle_chord_member(
             errbacks,
             succeeded=False,
             result=None,
-            parent_id=member_id,
+            parent_id=member_id if member_id is not None else f"chord:{chord_id}",
             parent_task_id=body_task_id,
         ),
     )
@@ -253,25 +269,27 @@ def _settle_chord_member(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
         chord_id=chord_id,
-        body_task=body["task"],
+        body_task=sig["task"],
         body_task_id=body_task_id,
         member_task_id=member_task_id,
-        reason="cancelled" if cancelled else "dead_letter",
+        reason=reason,
     )
 
 
 def make_chord(
-    tx: Tx, chord_id: str, body: str, members: Sequence[tuple[int, bool]]
+    tx: Tx, chord_id: str, body: str, members: Sequence[tuple[int, bool]], *, closed: bool = True
 ) -> tuple[str, str] | None:
     """The chord's row over ``members`` ((occurrence id, whether it existed before) in
-    group order). A replayed chord (its id exists with these members) is the one made
+    group order); not ``closed``: open, its caller to add members and close it
+    (kernel/jobs/chord_growth.py). Closed with no member (an empty header), its body is
+    made at once. A replayed chord (its id exists with these members) is the one made
     before. A new chord over existing runs, or an existing id over other runs, is not
     made: their links would count down a chord they are not members of, or one that
     never completes; answers (field, message) then."""
     ids = dumps([occurrence_id for occurrence_id, _ in members])
     params = {
-        "chord_id": chord_id, "members": ids, "body": body,
-        "remaining": len(members), "now": tx.now,
+        "chord_id": chord_id, "members": ids, "body": body, "remaining": len(members),
+        "now": tx.now, "closed_at": tx.now if closed else None,
     }  # fmt: skip
     if door.run(tx, TC.ENQUEUE_MAKES_CHORD, params) is None:
         made = tx.conn.execute(
@@ -286,10 +304,12 @@ def make_chord(
             f"requests[{existed[0]}].key",
             f"is the key of an existing run: a new chord ({chord_id!r}) needs new members",
         )
+    if closed and not members:
+        make_chord_body(tx, chord_id, ids, body, None)
     return None
 
 
-def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
+def _make_chord_step(tx: Tx, parent_id: int | None, step: ChordStep) -> None:
     """A callback that is a chord: its members (each naming the chord in its links) and
     its row, in the settle's transaction; a chord that cannot be made so is not, and
     says why (``link_not_made``)."""
@@ -316,14 +336,14 @@ def _make_chord_step(tx: Tx, parent_id: int, step: ChordStep) -> None:
         )
 
 
-def _make_links(tx: Tx, parent_id: int, requests: Sequence[EnqueueRequest]) -> None:
+def _make_links(tx: Tx, parent_id: int | None, requests: Sequence[EnqueueRequest]) -> None:
     """The occurrences of ``requests`` (a settled run's links) whose keys are new."""
     if requests:
         _insert_links(tx, parent_id, [prepare(r, {}, False, parent_id) for r in requests])
 
 
 def _insert_links(
-    tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]
+    tx: Tx, parent_id: int | None, rows: Sequence[EnqueueRow]
 ) -> tuple[dict[str, Made], dict[str, int]]:
     """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
     job was deleted since; answers the rows made, and the ids of the keys that existed."""

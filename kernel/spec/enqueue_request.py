@@ -340,7 +340,7 @@ def _request(
 
 
 def link_requests(
-    links_json: str, *, succeeded: bool, result: Any, parent_id: int, parent_task_id: str
+    links_json: str, *, succeeded: bool, result: Any, parent_id: int | str, parent_task_id: str
 ) -> list[EnqueueRequest]:
     """The runs a settled run's links make: its callbacks after a success (``result``
     first unless immutable), else its errbacks (``parent_task_id`` first unless
@@ -366,7 +366,7 @@ class ChordStep:
     body: str
 
 
-def chord_steps(links_json: str, *, result: Any, parent_id: int) -> list[ChordStep]:
+def chord_steps(links_json: str, *, result: Any, parent_id: int | str) -> list[ChordStep]:
     """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
     others): each header member keyed by its task id, else by the chord and place."""
     steps = []
