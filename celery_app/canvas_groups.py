@@ -20,20 +20,24 @@ A chord's body may be a chain: its first step, carrying the rest (canvas_links.p
 failure written under the chain's id, its last step's, which the caller holds. A group
 whose tasks are partly routed, a chord's member that is a canvas (or a group's other than
 such a chain), a body that is a group, and a chord's options a kernel chord cannot carry
-are refused when applied, naming them.
+are refused when applied, naming them. An empty header's body is made at once, with []
+as its first argument. A header that is a generator grows the chord member by member
+as it yields them (celery_app/canvas_growth.py).
 Groups and chords of tasks none of which is routed are Celery's own.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from celery.canvas import Signature, _chord, group, maybe_signature
 from celery.result import GroupResult
 from celery.utils import uuid
 
+from celery_app.canvas_growth import BOOKKEEPING, grown_chord, lazy_header
 from celery_app.canvas_links import link_signature
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
@@ -41,9 +45,6 @@ from kernel import InvalidArgument
 
 __all__ = ["hook_canvas"]
 
-#: Options Celery sets on a member for its own bookkeeping of the group: the kernel
-#: keeps the group in the members' keys and, for a chord, in its row.
-_GROUP_BOOKKEEPING = ("group_id", "group_index", "chord", "root_id", "parent_id")
 
 
 def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | None:
@@ -90,11 +91,13 @@ def _runs(
     partial_args: Sequence[Any],
     kwargs: Mapping[str, Any] | None,
     options: Mapping[str, Any],
+    start: int = 0,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it)
-    and its enqueue parameters; (their AsyncResults, the runs)."""
+    """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it;
+    the first at ``start`` in the group) and its enqueue parameters; (their
+    AsyncResults, the runs)."""
     results, runs = [], []
-    for index, member in enumerate(members):
+    for index, member in enumerate(members, start):
         results.append(member.freeze(group_id=group_id, group_index=index))
         rest: list[Any] = []
         if member.get("subtask_type") == "chain":
@@ -105,7 +108,7 @@ def _runs(
         # As Celery's group applies a member: the call's options over the member's own,
         # the call's arguments before the member's unless it is immutable.
         merged = {**member.options, **options}
-        for name in _GROUP_BOOKKEEPING:
+        for name in BOOKKEEPING:
             merged.pop(name, None)
         merged["task_id"] = member.options.get("task_id") if rest else results[-1].id
         if rest:
@@ -115,6 +118,25 @@ def _runs(
         _, run = routed_run(task, args, {**member.kwargs, **(kwargs or {})}, merged)
         runs.append({"task": task.name, **run})
     return results, runs
+
+
+def _chord_members(app: Any, tasks: Any, body: Signature) -> Iterable[Any] | None:
+    """A chord's header as the kernel makes it: its members' signatures (a list), the
+    generator itself when it is one led by a routed task (:mod:`celery_app.canvas_growth`),
+    none for an empty header whose body is routed (the body made at once with []); None:
+    Celery's own chord."""
+    if not getattr(app, "_kernel_installed", False):
+        return None
+    if lazy_header(tasks):
+        # Celery's lazy header keeps what was read: iterating again starts at the first.
+        first = next(iter(tasks), None)
+        if first is not None:
+            led = _routed_member(app, maybe_signature(first, app=app), chains=False)
+            return tasks if led else None
+        tasks = []
+    if not tasks:
+        return [] if _routed_member(app, body, chains=True) else None
+    return _members(app, list(tasks), "chord header")
 
 
 def _group_apply_async(celerys: Any) -> Any:
@@ -175,12 +197,7 @@ def _chord_run(celerys: Any) -> Any:
         **options: Any,
     ) -> Any:
         app = app or self._get_app(body)
-        tasks = list(header.tasks)
-        members = (
-            _members(app, tasks, "chord header")
-            if getattr(app, "_kernel_installed", False) and tasks
-            else None
-        )
+        members = _chord_members(app, header.tasks, body)
         if members is None:
             return celerys(
                 self, header, body, partial_args, app, interval, countdown, max_retries,
@@ -205,13 +222,11 @@ def _chord_run(celerys: Any) -> Any:
                 "chain the rest after that task",
             )
         body_result = body.freeze(task_id or uuid(), group_id=group_id)
-        results, runs = _runs(
-            members,
-            group_id,
-            partial_args or (),
-            kwargs,
-            {k: v for k, v in delay.items() if v is not None},
-        )
+
+        def runs_of(some: list[Signature], start: int) -> tuple[list[Any], list[dict[str, Any]]]:
+            delays = {k: v for k, v in delay.items() if v is not None}
+            return _runs(some, group_id, partial_args or (), kwargs, delays, start)
+
         # The caller holds the body's result: a chain's is its last step's, under which
         # the kernel writes the chord's failure (result_id).
         chord = {
@@ -219,7 +234,12 @@ def _chord_run(celerys: Any) -> Any:
             "body": link_signature(body, "chord.body"),
             "result_id": body_result.id,
         }
-        enqueue_many(app, runs, chord=chord)
+        if isinstance(members, list):
+            results, runs = runs_of(members, 0)
+            enqueue_many(app, runs, chord=chord)
+        else:  # a generator's: each member made as it is yielded
+            routed = partial(_routed_member, app, chains=False)
+            results = grown_chord(app, members, chord, runs_of, routed)
         body_result.parent = GroupResult(group_id, results, app=app)
         return body_result
 
