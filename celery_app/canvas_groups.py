@@ -46,7 +46,6 @@ from kernel import InvalidArgument
 __all__ = ["hook_canvas"]
 
 
-
 def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | None:
     """The group's signatures when every one is a routed task's, None when none is
     (Celery's own group).
