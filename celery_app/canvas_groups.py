@@ -127,15 +127,23 @@ def _chord_members(app: Any, tasks: Any, body: Signature) -> Iterable[Any] | Non
     if not getattr(app, "_kernel_installed", False):
         return None
     if lazy_header(tasks):
-        # Celery's lazy header keeps what was read: iterating again starts at the first.
-        first = next(iter(tasks), None)
-        if first is not None:
-            led = _routed_member(app, maybe_signature(first, app=app), chains=False)
+        led = _led_by_routed(app, tasks, chains=False)
+        if led is not None:
             return tasks if led else None
         tasks = []
     if not tasks:
         return [] if _routed_member(app, body, chains=True) else None
     return _members(app, list(tasks), "chord header")
+
+
+def _led_by_routed(app: Any, tasks: Any, *, chains: bool) -> bool | None:
+    """Whether a lazy header's (a generator's) first member is a routed task's, reading
+    no further than Celery would (its lazy list keeps what was read: iterating again
+    starts at the first); None when it is empty."""
+    first = next(iter(tasks), None)
+    if first is None:
+        return None
+    return _routed_member(app, maybe_signature(first, app=app), chains=chains)
 
 
 def _group_apply_async(celerys: Any) -> Any:
@@ -156,6 +164,8 @@ def _group_apply_async(celerys: Any) -> Any:
             or app.conf.task_always_eager
             or link is not None
             or link_error is not None  # Celery's own TypeError names them
+            # A generator of tasks not routed: Celery's own, which reads it lazily.
+            or (lazy_header(self.tasks) and not _led_by_routed(app, self.tasks, chains=True))
             # An empty chain is no member, as in Celery's group.
             else _members(app, [t for t in self.tasks if not _empty_chain(t)], "group")
         )
@@ -233,12 +243,12 @@ def _chord_run(celerys: Any) -> Any:
             "body": link_signature(body, "chord.body"),
             "result_id": body_result.id,
         }
-        if isinstance(members, list):
-            results, runs = runs_of(members, 0)
-            enqueue_many(app, runs, chord=chord)
-        else:  # a generator's: each member made as it is yielded
+        if lazy_header(members):  # a generator's: each member made as it is yielded
             routed = partial(_routed_member, app, chains=False)
             results = grown_chord(app, members, chord, runs_of, routed)
+        else:
+            results, runs = runs_of(list(members), 0)
+            enqueue_many(app, runs, chord=chord)
         body_result.parent = GroupResult(group_id, results, app=app)
         return body_result
 
