@@ -277,7 +277,13 @@ def fail_chord(
 
 
 def make_chord(
-    tx: Tx, chord_id: str, body: str, members: Sequence[tuple[int, bool]], *, closed: bool = True
+    tx: Tx,
+    chord_id: str,
+    body: str,
+    members: Sequence[tuple[int, bool]],
+    *,
+    closed: bool = True,
+    parent_id: int | None = None,
 ) -> tuple[str, str] | None:
     """The chord's row over ``members`` ((occurrence id, whether it existed before) in
     group order); not ``closed``: open, its caller to add members and close it
@@ -285,7 +291,8 @@ def make_chord(
     made at once. A replayed chord (its id exists with these members) is the one made
     before. A new chord over existing runs, or an existing id over other runs, is not
     made: their links would count down a chord they are not members of, or one that
-    never completes; answers (field, message) then."""
+    never completes; answers (field, message) then. ``parent_id``: the run whose settle
+    makes the chord (a chord as its callback or replacement)."""
     ids = dumps([occurrence_id for occurrence_id, _ in members])
     params = {
         "chord_id": chord_id, "members": ids, "body": body, "remaining": len(members),
@@ -305,7 +312,7 @@ def make_chord(
             f"is the key of an existing run: a new chord ({chord_id!r}) needs new members",
         )
     if closed and not members:
-        make_chord_body(tx, chord_id, ids, body, None)
+        make_chord_body(tx, chord_id, ids, body, parent_id)
     return None
 
 
@@ -324,7 +331,7 @@ def _make_chord_step(tx: Tx, parent_id: int | None, step: ChordStep) -> None:
         (made[row.key].occurrence_id, False) if row.key in made else (existing[row.key], True)
         for row in rows
     ]
-    refused = make_chord(tx, step.chord_id, step.body, members)
+    refused = make_chord(tx, step.chord_id, step.body, members, parent_id=parent_id)
     if refused is not None:
         tx.emit(
             EventType.LINK_NOT_MADE,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kernel import EnqueueRequest, InvalidArgument, LeaseLost, NotFound
+from kernel import EnqueueRequest, InvalidArgument, LeaseLost, NotFound, caller_key
 
 if TYPE_CHECKING:
     from kernel.types import Occurrence
@@ -188,3 +188,26 @@ def test_a_member_of_a_failed_chord_adds_nothing(k: Harness) -> None:
     assert held is not None
     with pytest.raises(InvalidArgument, match="failed: it takes no more members"):
         k.kernel.add_to_chord(m0, owner="w1", fence=held.fence, requests=[_member(5, **ONCE)])
+
+
+def test_a_replacement_by_an_empty_group_makes_its_body_at_once(k: Harness) -> None:
+    """Celery's ``self.replace(group())``: a chord of no member over accumulate, whose
+    body (taking the replaced run's task id) is made in the replace's transaction."""
+    made = k.kernel.enqueue(task="proj.add_to_all", args=[[], 9], key="t1")
+    claim = k.kernel.claim(made.occurrence_id, owner="w1", lease=30)
+    assert claim is not None
+    body = {"task": "celery.accumulate", "kwargs": {"index": 0}, "options": {"task_id": "t1"}}
+    replacement = {**body, "chord": {"id": "inner", "header": []}}
+    assert (
+        k.kernel.replace(
+            made.occurrence_id,
+            owner="w1",
+            fence=claim.fence,
+            replacement=replacement,
+            task_id="t1",
+        )
+        == []
+    )
+    [accumulate] = [o for o in k.kernel.list_occurrences(limit=10) if o.id != made.occurrence_id]
+    assert accumulate.payload["args"] == [[]]
+    assert caller_key(accumulate.trigger_key) == "t1"
