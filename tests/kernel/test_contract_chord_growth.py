@@ -211,3 +211,21 @@ def test_a_replacement_by_an_empty_group_makes_its_body_at_once(k: Harness) -> N
     [accumulate] = [o for o in k.kernel.list_occurrences(limit=10) if o.id != made.occurrence_id]
     assert accumulate.payload["args"] == [[]]
     assert caller_key(accumulate.trigger_key) == "t1"
+
+
+def test_why_tells_of_a_chord_its_caller_has_not_closed(k: Harness) -> None:
+    """A caller that died mid-generator leaves its chord open: ``kernel why`` on a member
+    says the chord is still growing, since when, and that its body waits for the close."""
+    [m0] = _open(k, [_member(0)])
+    _succeed(k, m0, 0)
+    canvas = k.kernel.canvas(m0)
+    assert canvas is not None
+    assert canvas["chord"]["state"] == "growing"
+    assert canvas["waits_for"] == (
+        "chord g1: its caller is still adding members (open since "
+        f"{canvas['chord']['opened_at']}); its body proj.tsum (body-1) is made once it "
+        "closes and every member succeeded"
+    )
+    assert k.kernel.close_chord("g1") is True
+    done = k.kernel.canvas(m0)
+    assert done is not None and done["chord"]["state"] == "complete"
