@@ -7,8 +7,10 @@ against stock Celery on the same Redis (broker and result backend):
 * ``self.add_to_chord(sig)`` inside a running member adds a member, counted into the
   chord (Celery's test_add_to_chord): the body gets every result; adding a canvas (a
   chord as a chord's member) is refused by name through the kernel;
-* an empty header's body runs at once with [] (``chord([], body)`` and
-  ``group([]) | body``), as stock Celery's does.
+* an empty header's body runs at once with [] (``chord([], body)``, ``group([]) | body``,
+  and a body replacing itself by an empty group), as stock Celery's does;
+* a generator that raises gives the caller its error, as stock Celery does; through the
+  kernel its chord is abandoned (failed once, its body never made).
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ def adds_to_chord(self, nums, val):
         self.add_to_chord(add.s(num, val))
     return 0
 
+def add_to_all(self, nums, val):
+    add = app.tasks[self.name.replace("add_to_all", "add")]
+    raise self.replace(group(*[add.s(num, val) for num in nums]))
+
 def adds_chord_to_chord(self, nums, val):
     add = app.tasks[self.name.replace("adds_chord_to_chord", "add")]
     tsum = app.tasks[self.name.replace("adds_chord_to_chord", "tsum")]
@@ -64,7 +70,7 @@ def adds_chord_to_chord(self, nums, val):
 for side in ("routed", "stock"):
     for body in (add, tsum, identity, noted):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
-    for body in (adds_to_chord, adds_chord_to_chord):
+    for body in (adds_to_chord, adds_chord_to_chord, add_to_all):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False, bind=True)(body)
 """
 
@@ -108,6 +114,21 @@ for side in ("routed", "stock"):
         got["add_chord_to_chord"] = f"{type(exc).__name__}: {exc}"
     got["empty"] = chord([], body=t("tsum").s())().get(timeout=60)
     got["empty_group"] = (group([]) | t("identity").s())().get(timeout=60)
+    # Celery's test_empty_header_chord: the body replaces itself by an empty group.
+    got["empty_replaced"] = chord([], body=t("add_to_all").s(9))().get(timeout=60)
+
+    def raising(side):
+        # Past the member Celery reads ahead: a lazy list that stops reading there drops
+        # the error (stock Celery's _regen), whoever reads it.
+        for i in (10, 11, 12):
+            yield app.tasks[f"myproj.{side}.noted"].s(side, i)
+        raise ValueError("the header gave up")
+
+    try:
+        chord(raising(side), t("tsum").s())()
+        got["raising"] = "no error"
+    except Exception as exc:
+        got["raising"] = f"{type(exc).__name__}: {exc}"
     out[side] = got
 print(json.dumps(out))
 """
@@ -139,7 +160,15 @@ def test_a_growing_chord_answers_as_stock_celery(stack: Stack) -> None:
     assert "a canvas as a chord's member is not made durable yet" in (routed["add_chord_to_chord"])
     assert stock["empty"] == routed["empty"] == 0
     assert stock["empty_group"] == routed["empty_group"] == []
-    # Through the kernel: each generator member an occurrence, and the body one.
+    assert stock["empty_replaced"] == routed["empty_replaced"] == []
+    # A generator that raises: the caller gets its error on both sides; through the
+    # kernel the chord is abandoned (failed, its body never made).
+    assert stock["raising"] == routed["raising"] == "ValueError: the header gave up"
+    abandoned = [e.data for e in stack.kernel.events(types=["chord_failed"], limit=100)]
+    # (The other failed chord: add_chord_to_chord's, its member refused.)
+    assert sorted(e["reason"] for e in abandoned) == ["abandoned", "dead_letter"]
+    # Through the kernel: each generator member an occurrence (the raising one's three
+    # too), and the body one.
     noted = stack.occurrences("task:myproj.routed.noted")
-    assert len(noted) == 4
+    assert len(noted) == 4 + 3
     assert len(stack.occurrences("task:myproj.routed.tsum")) == 2  # the generator's, the empty
