@@ -131,6 +131,8 @@ def _chord_members(app: Any, tasks: Any, body: Signature) -> Iterable[Any] | Non
         if led is not None:
             return tasks if led else None
         tasks = []
+    # An empty chain is no member, as in Celery's chord.
+    tasks = [task for task in tasks if not _empty_chain(task)]
     if not tasks:
         return [] if _routed_member(app, body, chains=True) else None
     return _members(app, list(tasks), "chord header")

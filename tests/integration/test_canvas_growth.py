@@ -76,7 +76,7 @@ for side in ("routed", "stock"):
 
 SIDE_BY_SIDE = """\
 import json, time
-from celery import chord, group
+from celery import chain, chord, group
 from myproj import app
 from myproj_tasks import note
 app.loader.import_default_modules()
@@ -114,6 +114,13 @@ for side in ("routed", "stock"):
         got["add_chord_to_chord"] = f"{type(exc).__name__}: {exc}"
     got["empty"] = chord([], body=t("tsum").s())().get(timeout=60)
     got["empty_group"] = (group([]) | t("identity").s())().get(timeout=60)
+    # Empty chains in a header are no members (Celery's test_chord_header_with_empty_chains).
+    got["empty_chains"] = [
+        chord([chain()], body=t("tsum").s())().get(timeout=60),
+        chord([chain(), t("add").s(1, 1), chain(), t("add").s(2, 2)], t("tsum").s())().get(
+            timeout=60
+        ),
+    ]
     # Celery's test_empty_header_chord: the body replaces itself by an empty group.
     got["empty_replaced"] = chord([], body=t("add_to_all").s(9))().get(timeout=60)
 
@@ -161,6 +168,7 @@ def test_a_growing_chord_answers_as_stock_celery(stack: Stack) -> None:
     assert stock["empty"] == routed["empty"] == 0
     assert stock["empty_group"] == routed["empty_group"] == []
     assert stock["empty_replaced"] == routed["empty_replaced"] == []
+    assert stock["empty_chains"] == routed["empty_chains"] == [0, 6]
     # A generator that raises: the caller gets its error on both sides; through the
     # kernel the chord is abandoned (failed, its body never made).
     assert stock["raising"] == routed["raising"] == "ValueError: the header gave up"
@@ -171,4 +179,5 @@ def test_a_growing_chord_answers_as_stock_celery(stack: Stack) -> None:
     # too), and the body one.
     noted = stack.occurrences("task:myproj.routed.noted")
     assert len(noted) == 4 + 3
-    assert len(stack.occurrences("task:myproj.routed.tsum")) == 2  # the generator's, the empty
+    # The bodies: the generator's, the empty header's, the empty chains' two.
+    assert len(stack.occurrences("task:myproj.routed.tsum")) == 4
