@@ -37,8 +37,8 @@ __all__ = [
     "CALLER_CLOSES_CHORD",
     "CALLER_GROWS_CHORD",
     "CHORD_TRANSITIONS",
-    "MEMBER_ADDS_TO_CHORD",
     "ENQUEUE_MAKES_CHORD",
+    "MEMBER_ADDS_TO_CHORD",
     "MEMBER_FAILS_CHORD",
     "MEMBER_HANDED_OVER",
     "MEMBER_SUCCEEDS_IN_CHORD",
@@ -163,6 +163,8 @@ def grow(tx: Tx, chord_id: str, added: Sequence[int], *, by_member: bool) -> Non
         InvalidArgument: the chord does not exist, is closed (its caller's), has its
             body made or failed; the transaction is to be rolled back.
     """
+    if not added:
+        return  # every run was made before (a replayed enqueue): counted in then
     transition = MEMBER_ADDS_TO_CHORD if by_member else CALLER_GROWS_CHORD
     # A replacement or another member's addition may change the members between the
     # read and the write: the compare-and-set refuses it, and the row is read again.
