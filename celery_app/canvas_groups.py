@@ -24,30 +24,30 @@ failure written under the chain's id, its last step's, which the caller holds; o
 group: each of its members made by the last member's settle, the results first. A group
 whose tasks are partly routed, a chord's member that is a chord or a group's that is a
 canvas led by one, a chain member ending in a group, and a chord's options a kernel chord
-cannot carry are refused when applied, naming them.
+cannot carry are refused when applied, naming them. An empty header's body is made at
+once, with [] as its first argument. A header that is a generator grows the chord member
+by member as it yields them (celery_app/canvas_growth.py).
 Groups and chords of tasks none of which is routed are Celery's own.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from celery.canvas import Signature, _chord, group, maybe_signature
 from celery.result import GroupResult
 from celery.utils import uuid
 
+from celery_app.canvas_growth import BOOKKEEPING, grown_chord, lazy_header
 from celery_app.canvas_links import chord_member_end, link_signature, unrolled
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
 from kernel import InvalidArgument
 
 __all__ = ["hook_canvas"]
-
-#: Options Celery sets on a member for its own bookkeeping of the group: the kernel
-#: keeps the group in the members' keys and, for a chord, in its row.
-_GROUP_BOOKKEEPING = ("group_id", "group_index", "chord", "root_id", "parent_id")
 
 
 def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | None:
@@ -103,12 +103,14 @@ def _runs(
     partial_args: Sequence[Any],
     kwargs: Mapping[str, Any] | None,
     options: Mapping[str, Any],
+    start: int = 0,
     in_chord: bool = False,
 ) -> tuple[list[Any], list[dict[str, Any]]]:
-    """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it)
-    and its enqueue parameters; (their AsyncResults, the runs)."""
+    """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it;
+    the first at ``start`` in the group) and its enqueue parameters; (their
+    AsyncResults, the runs)."""
     results, runs = [], []
-    for index, member in enumerate(members):
+    for index, member in enumerate(members, start):
         results.append(member.freeze(group_id=group_id, group_index=index))
         rest: list[Any] = []
         if member.get("subtask_type") == "chain":
@@ -122,7 +124,7 @@ def _runs(
         # As Celery's group applies a member: the call's options over the member's own,
         # the call's arguments before the member's unless it is immutable.
         merged = {**member.options, **options}
-        for name in _GROUP_BOOKKEEPING:
+        for name in BOOKKEEPING:
             merged.pop(name, None)
         merged["task_id"] = member.options.get("task_id") if rest else results[-1].id
         if rest:
@@ -134,6 +136,35 @@ def _runs(
         run["request"] = {**run["request"], "group_id": group_id, "group_index": index}
         runs.append({"task": task.name, **run})
     return results, runs
+
+
+def _chord_members(app: Any, tasks: Any, body: Signature) -> Iterable[Any] | None:
+    """A chord's header as the kernel makes it: its members' signatures (a list), the
+    generator itself when it is one led by a routed task (:mod:`celery_app.canvas_growth`),
+    none for an empty header whose body is routed (the body made at once with []); None:
+    Celery's own chord."""
+    if not getattr(app, "_kernel_installed", False):
+        return None
+    if lazy_header(tasks):
+        led = _led_by_routed(app, tasks, chains=False)
+        if led is not None:
+            return tasks if led else None
+        tasks = []
+    # An empty chain is no member, as in Celery's chord; nested groups are unrolled.
+    tasks = [task for task in unrolled(tasks) if not _empty_chain(task)]
+    if not tasks:
+        return [] if _routed_member(app, body, chains=True) else None
+    return _members(app, list(tasks), "chord header")
+
+
+def _led_by_routed(app: Any, tasks: Any, *, chains: bool) -> bool | None:
+    """Whether a lazy header's (a generator's) first member is a routed task's, reading
+    no further than Celery would (its lazy list keeps what was read: iterating again
+    starts at the first); None when it is empty."""
+    first = next(iter(tasks), None)
+    if first is None:
+        return None
+    return _routed_member(app, maybe_signature(first, app=app), chains=chains)
 
 
 def _group_apply_async(celerys: Any) -> Any:
@@ -154,6 +185,8 @@ def _group_apply_async(celerys: Any) -> Any:
             or app.conf.task_always_eager
             or link is not None
             or link_error is not None  # Celery's own TypeError names them
+            # A generator of tasks not routed: Celery's own, which reads it lazily.
+            or (lazy_header(self.tasks) and not _led_by_routed(app, self.tasks, chains=True))
             # An empty chain is no member, as in Celery's group.
             else _members(app, [t for t in unrolled(self.tasks) if not _empty_chain(t)], "group")
         )
@@ -194,12 +227,7 @@ def _chord_run(celerys: Any) -> Any:
         **options: Any,
     ) -> Any:
         app = app or self._get_app(body)
-        tasks = unrolled(header.tasks)
-        members = (
-            _members(app, tasks, "chord header")
-            if getattr(app, "_kernel_installed", False) and tasks
-            else None
-        )
+        members = _chord_members(app, header.tasks, body)
         if members is None:
             return celerys(
                 self, header, body, partial_args, app, interval, countdown, max_retries,
@@ -224,14 +252,11 @@ def _chord_run(celerys: Any) -> Any:
                 "chain the rest after that task",
             )
         body_result = body.freeze(task_id or uuid(), group_id=group_id)
-        results, runs = _runs(
-            members,
-            group_id,
-            partial_args or (),
-            kwargs,
-            {k: v for k, v in delay.items() if v is not None},
-            in_chord=True,
-        )
+
+        def runs_of(some: list[Signature], start: int) -> tuple[list[Any], list[dict[str, Any]]]:
+            delays = {k: v for k, v in delay.items() if v is not None}
+            return _runs(some, group_id, partial_args or (), kwargs, delays, start, in_chord=True)
+
         # The caller holds the body's result: a chain's is its last step's, under which
         # the kernel writes the chord's failure (result_id).
         chord = {
@@ -239,7 +264,12 @@ def _chord_run(celerys: Any) -> Any:
             "body": _body(body),
             "result_id": body_result.id,
         }
-        enqueue_many(app, runs, chord=chord)
+        if lazy_header(members):  # a generator's: each member made as it is yielded
+            routed = partial(_routed_member, app, chains=False)
+            results = grown_chord(app, members, chord, runs_of, routed)
+        else:
+            results, runs = runs_of(list(members), 0)
+            enqueue_many(app, runs, chord=chord)
         body_result.parent = GroupResult(group_id, results, app=app)
         return body_result
 

@@ -50,6 +50,7 @@ from kernel import (
 __all__ = [
     "ACCUMULATE",
     "ResultTimeout",
+    "add_to_chord",
     "RunFailed",
     "enqueue",
     "enqueue_many",
@@ -361,12 +362,23 @@ def enqueue_many(
     """Several runs in one transaction: each a mapping with ``task`` and any of
     :func:`enqueue`'s keyword parameters. All of them are written, or none.
     ``chord``: ``{"id": ..., "body": kernel link signature}``: the runs are its members,
-    in group order (:meth:`kernel.Kernel.enqueue_many`).
+    in group order (:meth:`kernel.Kernel.enqueue_many`, which tells of an open chord and
+    of ``{"id": ..., "grow": "caller"}``, its next members).
 
     Raises:
         NotFound, InvalidArgument: as :func:`enqueue`, the field prefixed ``runs[i].``.
     """
     client = _client(app)
+    requests = _requests(app, runs)
+    if chord is not None and "body" in chord:
+        body = chord["body"]  # a group's: a list of signatures
+        made = with_settings(app, body if isinstance(body, list) else [body])
+        chord = {**chord, "body": made if isinstance(body, list) else made[0]}
+    return _enqueue(app, requests, connection, client, chord)
+
+
+def _requests(app: Any, runs: Sequence[Mapping[str, Any]]) -> list[EnqueueRequest]:
+    """The kernel's requests of ``runs`` (:func:`enqueue_many`'s)."""
     requests = []
     batch = _Batch()
     for index, run in enumerate(runs):
@@ -381,11 +393,24 @@ def enqueue_many(
         except InvalidArgument as exc:
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"runs[{index}].{exc.field}", why) from None
-    if chord is not None:
-        body = chord["body"]  # a group's: a list of signatures
-        made = with_settings(app, body if isinstance(body, list) else [body])
-        chord = {**chord, "body": made if isinstance(body, list) else made[0]}
-    return _enqueue(app, requests, connection, client, chord)
+    return requests
+
+
+def add_to_chord(app: Any, held: Any, runs: Sequence[Mapping[str, Any]]) -> list[Enqueued]:
+    """The running occurrence ``held`` (its lease owner and fence: the claim's) adds
+    ``runs`` to its chord (:meth:`kernel.Kernel.add_to_chord`), their hints published.
+
+    Raises:
+        LeaseLost: the run no longer holds its lease; InvalidArgument: as enqueue_many,
+            or the run is no chord's member, or its chord takes no more.
+    """
+    client = _client(app)
+    requests = _requests(app, runs)
+    made = client.kernel.add_to_chord(
+        held.id, owner=held.lease_owner or "", fence=held.fence, requests=requests
+    )
+    _publish(app, client, requests, made)
+    return made
 
 
 def _enqueue(

@@ -26,6 +26,7 @@ from celery.exceptions import Reject, Retry
 
 from adapters.base import AdapterError, Cancelled, ExecutionContext, HandBack, Redeliver, Replaced
 from adapters.task import arguments, retries_on
+from celery_app.canvas_growth import add_member
 from celery_app.canvas_links import replacement_signature
 from celery_app.enqueue_routing import routed_call
 from celery_app.enqueueing import ACCUMULATE, RunFailed, with_settings
@@ -253,8 +254,8 @@ def hook_task_methods() -> None:
     Celery's retry sends unless the run is eager, so it is told so for that call only;
     the body itself sees ``is_eager`` False, as under a worker.
 
-    ``add_to_chord``: refused by name: the kernel's chord has its members fixed when they
-    are made.
+    ``add_to_chord``: the routed task is added to the run's chord, fenced, in one
+    transaction (:func:`celery_app.canvas_growth.add_member`).
     """
     if getattr(Task.retry, "_kernel_run", False):
         return
@@ -282,12 +283,7 @@ def hook_task_methods() -> None:
         def add_to_chord(self: Any, sig: Any, lazy: bool = False) -> Any:
             if not getattr(self.request, "kernel_run", False):
                 return celerys_add(self, sig, lazy)
-            raise InvalidArgument(
-                "add_to_chord",
-                f"task {self.name} runs through the kernel (kernel_route_tasks), whose "
-                "chord takes no member added from inside a run; give the chord all its "
-                "members when it is applied, or leave its tasks out of kernel_route_tasks",
-            )
+            return add_member(self, sig, lazy)
 
         retry.__doc__ = celerys_retry.__doc__
         retry._kernel_run = True  # type: ignore[attr-defined]

@@ -80,7 +80,9 @@ chords
     A chord (revision 0023): ``id`` (Celery's group id), ``members`` (their occurrence ids
     in group order, JSON), ``body`` (its signature as links JSON). Each member's success
     takes one from ``remaining``; the one reaching 0 makes the body. A member that fails
-    for good sets ``failed_at`` (once); the body is then never made.
+    for good sets ``failed_at`` (once); the body is then never made. ``closed_at``
+    (revision 0025): NULL while its members are still being made (a generator's header,
+    each member counted in as made); the body waits for it to be set.
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of OccurrenceStatus;
 a lease (owner + expiry) exists exactly while ``running``; no ``queued``/``retry_wait`` row
@@ -385,4 +387,5 @@ chords = sa.Table(
     sa.Column("remaining", sa.Integer, nullable=False),
     sa.Column("failed_at", Ms),
     sa.Column("created_at", Ms, nullable=False),
+    sa.Column("closed_at", Ms),
 )

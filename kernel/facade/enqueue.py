@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from kernel.facade.base import FacadeBase, write
-from kernel.jobs import enqueueing, replacement
+from kernel.jobs import chord_growth, enqueueing, replacement
 from kernel.jobs.enqueueing import Enqueued, EnqueueRequest
 from kernel.transaction.borrowed import Borrowed
 from kernel.transaction.tx import Tx
@@ -95,7 +95,12 @@ class EnqueueFacade(FacadeBase):
         as its first argument; a member dead-lettered or cancelled makes the body's
         errbacks instead (the body's task id first), once, and the body never.
         ``chord["result_id"]``: the task id the caller holds for the body when it is not
-        the body's own (a chain's last step): the failure is written under it."""
+        the body's own (a chain's last step): the failure is written under it. No runs
+        (an empty header): the body is made now, with [] as its first argument.
+
+        ``chord["open"]`` True: an open chord (a generator's header), its members made
+        as they come: ``chord={"id": <its id>, "grow": "caller"}`` enqueues more of them
+        (each counted in, in order) until :meth:`close_chord` (or :meth:`abandon_chord`)."""
         defined = self._enqueue_state()
         if connection is None:
             return self._enqueue(requests, defined, hinted, chord)
@@ -117,6 +122,53 @@ class EnqueueFacade(FacadeBase):
     ) -> list[Enqueued]:
         """The runs enqueued in a transaction of the kernel's own."""
         return enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted, chord=chord)
+
+    @write
+    def close_chord(self, tx: Tx, chord_id: str) -> bool:
+        """Close the open chord ``chord_id``: every member is made. Whichever sees it
+        closed with every member settled makes the body, once: this close (True), or the
+        last member's settle. False: its body waits for its members, or it was closed
+        before, or it failed meanwhile. Raises NotFound."""
+        return chord_growth.close(tx, chord_id)
+
+    @write
+    def abandon_chord(self, tx: Tx, chord_id: str) -> bool:
+        """The open chord's caller could not make its members (its header raised): the
+        chord fails as a member's failure fails it (its body's errbacks made, the body
+        never); True when it failed now. Raises NotFound."""
+        return chord_growth.abandon(tx, chord_id)
+
+    def add_to_chord(
+        self,
+        occurrence_id: int,
+        *,
+        owner: str,
+        fence: int,
+        requests: Sequence[EnqueueRequest],
+    ) -> list[Enqueued]:
+        """The held run, a chord's member, adds ``requests`` to its chord (Celery's
+        ``self.add_to_chord``): made and counted in, fenced, in one transaction; the
+        chord's body then waits for them too.
+
+        Raises:
+            LeaseLost: (owner, fence) no longer holds the lease; nothing is written.
+            InvalidArgument: the run is no chord's member, or a request is invalid;
+                nothing is written.
+        """
+        defined = self._enqueue_state()
+        return self._add_to_chord(occurrence_id, owner, fence, requests, defined)
+
+    @write
+    def _add_to_chord(
+        self,
+        tx: Tx,
+        occurrence_id: int,
+        owner: str,
+        fence: int,
+        requests: Sequence[EnqueueRequest],
+        defined: dict[str, dict[str, Any]],
+    ) -> list[Enqueued]:
+        return chord_growth.add_by_member(tx, occurrence_id, owner, fence, requests, defined)
 
     def replace(
         self,

@@ -42,6 +42,7 @@ from kernel.spec.enqueue_request import (
     task_job_spec,
 )
 from kernel.transaction.tx import Tx
+from kernel.transitions.chords import grow
 
 __all__ = [
     "MAX_KEY",
@@ -129,7 +130,11 @@ def enqueue(
     ``chord``: ``{"id": ..., "body": signature, "result_id": ...}``: the requests are a
     chord's members, in group order; the settle of the last to succeed makes the body,
     their results its first argument (kernel/occurrences/chains.py); ``result_id`` (else
-    the body's task id): the id its failure is written and its errbacks given under.
+    the body's task id): the id its failure is written and its errbacks given under;
+    none (an empty header): the body is made now, with []. ``"open": True``: the chord
+    stays open for more members until closed (kernel/jobs/chord_growth.py). ``{"id":
+    ..., "grow": "caller" | "member"}``: the requests are more members of that chord,
+    its caller's while it is open, or a running member's (checked by the caller).
 
     Raises:
         InvalidArgument: a request is invalid (``field`` names it, ``requests[i].`` first
@@ -147,7 +152,9 @@ def enqueue(
                 raise
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"requests[{index}].{exc.field}", why) from None
-    body = None if chord is None else _chord_of(chord, rows)
+    body = None if chord is None or "grow" in chord else _chord_of(chord, rows)
+    if chord is not None and body is None:
+        _name_chord(rows, str(chord["id"]))
     for row in rows:  # a link's job exists before its parent can settle
         for task, settings in row.links.items():
             specs.setdefault(task_job_id(task), task_job_spec(task, settings))
@@ -196,10 +203,13 @@ def enqueue(
                 row.values["trigger_key"],
             )
         )
-    if chord is not None and body is not None:
-        refused = make_chord(
-            tx, str(chord["id"]), body[0], [(a.occurrence_id, a.deduplicated) for a in answers]
-        )
+    if chord is not None and body is None:
+        # A replayed addition (its key made before) is counted in already.
+        added = [a.occurrence_id for a in answers if not a.deduplicated]
+        grow(tx, str(chord["id"]), added, by_member=chord["grow"] == "member")
+    elif chord is not None and body is not None:
+        members = [(a.occurrence_id, a.deduplicated) for a in answers]
+        refused = make_chord(tx, str(chord["id"]), body[0], members, closed=not chord.get("open"))
         if refused is not None:
             raise InvalidArgument(*refused)
     return answers
@@ -213,8 +223,6 @@ def _chord_of(
     chord_id = chord.get("id")
     if not isinstance(chord_id, str) or not 0 < len(chord_id) <= MAX_KEY - 10:
         raise InvalidArgument("chord.id", f"must be 1 to {MAX_KEY - 10} characters")
-    if not rows:
-        raise InvalidArgument("requests", "a chord needs at least one member")
     raw = chord.get("body")
     # A group as the body (Celery's chord(header, group(...))): each member made alike.
     bodies: list[Any] = list(raw) if isinstance(raw, list) else [raw]
@@ -239,9 +247,7 @@ def _chord_of(
         if not isinstance(raw, list):
             field = field.replace("chord.body[0]", "chord.body", 1)
         raise InvalidArgument(field, why) from None
-    for row in rows:
-        links = loads(row.values["links"] or '{"callbacks": [], "errbacks": []}')
-        row.values["links"] = dumps({**links, "chord": chord_id})
+    _name_chord(rows, chord_id)
     result_id = chord.get("result_id")
     if result_id is None:
         return str(text), tasks
@@ -249,3 +255,10 @@ def _chord_of(
         raise InvalidArgument("chord.result_id", f"must be a task id of 1 to {MAX_KEY} characters")
     # Stored with the body: the chord's failure is written under it (a chain body's last step).
     return dumps({**loads(str(text)), "result_id": result_id}), tasks
+
+
+def _name_chord(rows: Sequence[EnqueueRow], chord_id: str) -> None:
+    """Each member's links name its chord: its settle counts the chord down."""
+    for row in rows:
+        links = loads(row.values["links"] or '{"callbacks": [], "errbacks": []}')
+        row.values["links"] = dumps({**links, "chord": chord_id})

@@ -37,6 +37,8 @@ __all__ = [
     "DEFAULT_FANOUT",
     "MAX_CHAIN_DEPTH",
     "cancelled_links",
+    "fail_chord",
+    "make_chord_body",
     "fanout_limit",
     "fire_children",
     "fire_links",
@@ -208,72 +210,88 @@ def _settle_chord_member(
 ) -> None:
     """A chord's member settled for good. Its success counts the chord down in one guarded
     statement (the chord's row held until this settle commits: the next member's settle
-    waits, then counts after it); the one that reads 0 makes the body, the members'
-    results in group order first, its parent that member (as Celery's last member applies
-    the body). Its failure fails the chord once: the body's errbacks
-    are made, the body's task id first, and the body never is."""
+    waits, then counts after it); the one that reads 0 of a closed chord makes the body.
+    Its failure fails the chord once (:func:`fail_chord`)."""
     params = {"chord_id": chord_id, "now": tx.now}
     if succeeded:
         row = door.run(tx, TC.MEMBER_SUCCEEDS_IN_CHORD, params)
-        if row is None or row.remaining > 0:
-            return
-        members = loads(row.members)
-        stored = dict(
-            tx.conn.execute(
-                sa.select(occurrences.c.id, occurrences.c.result).where(
-                    occurrences.c.id.in_(members)
-                )
-            ).all()
-        )
-        results = [loads(stored.get(member)) for member in members]
-        requests = link_requests(
-            row.body,
-            succeeded=True,
-            result=results,
-            parent_id=member_id,
-            parent_task_id=member_task_id,
-        )
-        # A chord a member's chain ends with: its body takes that member's place.
-        place = loads(row.body).get("place")
-        _make_links(tx, member_id, requests, [place is not None] * len(requests), place)
-        # A body that is a chord's (Celery's group | group | task): that chord's members.
-        steps = chord_steps(
-            row.body, result=results, parent_id=member_id, parent_task_id=member_task_id
-        )
-        for step in steps:
-            _make_chord_step(tx, member_id, step, place)
-        tx.emit(
-            EventType.CHORD_COMPLETED,
-            occurrence_id=member_id,
-            chord_id=chord_id,
-            body=requests[0].key if requests else f"chord:{steps[0].chord_id}",
-        )
+        if row is not None and row.remaining == 0 and row.closed_at is not None:
+            make_chord_body(
+                tx, chord_id, row.members, row.body, member_id, parent_task_id=member_task_id
+            )
         return
     failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
-    if failed is None:
-        return
-    stored = loads(failed.body)
-    body = stored["callbacks"][0]
-    body_task_id = stored.get("result_id") or body["options"]["task_id"]
+    if failed is not None:
+        reason = "cancelled" if cancelled else "dead_letter"
+        fail_chord(tx, chord_id, failed.body, member_id, member_task_id, reason)
+
+
+def make_chord_body(
+    tx: Tx,
+    chord_id: str,
+    members_json: str,
+    body: str,
+    parent_id: int | None,
+    *,
+    parent_task_id: str,
+) -> None:
+    """The body of a chord whose members all succeeded (in the transaction that saw it:
+    the last member's settle, or its caller's close), the members' results in group
+    order first, its parent ``parent_task_id`` (as Celery's last member applies the body)."""
+    keyed = parent_id if parent_id is not None else f"chord:{chord_id}"  # no member: no parent
+    members = loads(members_json)
+    stored = dict(
+        tx.conn.execute(
+            sa.select(occurrences.c.id, occurrences.c.result).where(occurrences.c.id.in_(members))
+        ).all()
+    )
+    results = [loads(stored.get(member)) for member in members]
+    requests = link_requests(
+        body, succeeded=True, result=results, parent_id=keyed, parent_task_id=parent_task_id
+    )
+    # A chord a member's chain ends with: its body takes that member's place.
+    place = loads(body).get("place")
+    _make_links(tx, parent_id, requests, [place is not None] * len(requests), place)
+    # A body that is a chord's (Celery's group | group | task): that chord's members.
+    steps = chord_steps(body, result=results, parent_id=keyed, parent_task_id=parent_task_id)
+    for step in steps:
+        _make_chord_step(tx, parent_id, step, place)
+    tx.emit(
+        EventType.CHORD_COMPLETED,
+        occurrence_id=parent_id,
+        chord_id=chord_id,
+        body=requests[0].key if requests else f"chord:{steps[0].chord_id}",
+    )
+
+
+def fail_chord(
+    tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str
+) -> None:
+    """A chord failed (its row's failure just written): the body's errbacks are made,
+    the body's task id first, and the body never is; a chord that a member's chain ends
+    with fails that member's chord too."""
+    stored = loads(body)
+    sig = stored["callbacks"][0]
+    body_task_id = stored.get("result_id") or sig["options"]["task_id"]
     errbacks = link_requests(
-        dumps({"callbacks": [], "errbacks": body["errbacks"]}),
+        dumps({"callbacks": [], "errbacks": sig["errbacks"]}),
         succeeded=False,
         result=None,
-        parent_id=member_id,
+        parent_id=member_id if member_id is not None else f"chord:{chord_id}",
         parent_task_id=body_task_id,
     )
     _make_links(tx, member_id, errbacks)
     # A group as the body: each of its members' ids, whose results fail too.
-    bodies = [sig["options"]["task_id"] for sig in stored["callbacks"]]
+    bodies = [one["options"]["task_id"] for one in stored["callbacks"]]
     group_body: dict[str, Any] = {"body_task_ids": bodies} if len(bodies) > 1 else {}
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
         chord_id=chord_id,
-        body_task=body["task"],
+        body_task=sig["task"],
         body_task_id=body_task_id,
         member_task_id=member_task_id,
-        reason="cancelled" if cancelled else "dead_letter",
+        reason=reason,
         # The errbacks' task ids: Celery's backend lists them among the body's children.
         errback_task_ids=[request.key for request in errbacks],
         **group_body,
@@ -281,22 +299,31 @@ def _settle_chord_member(
     place = stored.get("place")
     if place is not None:  # the chord a member's chain ends with: that member fails
         _settle_chord_member(
-            tx, place["chord"], place["of"], member_task_id, False, cancelled
+            tx, place["chord"], place["of"], member_task_id, False, reason == "cancelled"
         )  # fmt: skip
 
 
 def make_chord(
-    tx: Tx, chord_id: str, body: str, members: Sequence[tuple[int, bool]]
+    tx: Tx,
+    chord_id: str,
+    body: str,
+    members: Sequence[tuple[int, bool]],
+    *,
+    closed: bool = True,
+    parent_id: int | None = None,
 ) -> tuple[str, str] | None:
     """The chord's row over ``members`` ((occurrence id, whether it existed before) in
-    group order). A replayed chord (its id exists with these members) is the one made
+    group order); not ``closed``: open, its caller to add members and close it
+    (kernel/jobs/chord_growth.py). Closed with no member (an empty header), its body is
+    made at once. A replayed chord (its id exists with these members) is the one made
     before. A new chord over existing runs, or an existing id over other runs, is not
     made: their links would count down a chord they are not members of, or one that
-    never completes; answers (field, message) then."""
+    never completes; answers (field, message) then. ``parent_id``: the run whose settle
+    makes the chord (a chord as its callback or replacement)."""
     ids = dumps([occurrence_id for occurrence_id, _ in members])
     params = {
-        "chord_id": chord_id, "members": ids, "body": body,
-        "remaining": len(members), "now": tx.now,
+        "chord_id": chord_id, "members": ids, "body": body, "remaining": len(members),
+        "now": tx.now, "closed_at": tx.now if closed else None,
     }  # fmt: skip
     if door.run(tx, TC.ENQUEUE_MAKES_CHORD, params) is None:
         made = tx.conn.execute(
@@ -311,11 +338,13 @@ def make_chord(
             f"requests[{existed[0]}].key",
             f"is the key of an existing run: a new chord ({chord_id!r}) needs new members",
         )
+    if closed and not members:
+        make_chord_body(tx, chord_id, ids, body, parent_id, parent_task_id="")
     return None
 
 
 def _make_chord_step(
-    tx: Tx, parent_id: int, step: ChordStep, place: Mapping[str, Any] | None
+    tx: Tx, parent_id: int | None, step: ChordStep, place: Mapping[str, Any] | None
 ) -> None:
     """A callback that is a chord: its members (each naming the chord in its links) and
     its row, in the settle's transaction; a chord that cannot be made so is not, and
@@ -331,7 +360,7 @@ def _make_chord_step(
         for row in rows
     ]
     body = step.body if place is None else dumps({**loads(step.body), "place": place})
-    refused = make_chord(tx, step.chord_id, body, members)
+    refused = make_chord(tx, step.chord_id, body, members, parent_id=parent_id)
     if refused is not None:
         tx.emit(
             EventType.LINK_NOT_MADE,
@@ -351,7 +380,7 @@ def _join(row: EnqueueRow, chord_id: str) -> None:
 
 def _make_links(
     tx: Tx,
-    parent_id: int,
+    parent_id: int | None,
     requests: Sequence[EnqueueRequest],
     heirs: Sequence[bool] = (),
     place: Mapping[str, Any] | None = None,
@@ -374,7 +403,7 @@ def _make_links(
 
 
 def _insert_links(
-    tx: Tx, parent_id: int, rows: Sequence[EnqueueRow]
+    tx: Tx, parent_id: int | None, rows: Sequence[EnqueueRow]
 ) -> tuple[dict[str, Made], dict[str, int]]:
     """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
     job was deleted since; answers the rows made, and the ids of the keys that existed."""

@@ -303,8 +303,9 @@ def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> 
     for name, value in (("id", chord_id), ("result_id", raw.get("result_id", "given"))):
         if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY - 10:
             raise InvalidArgument(f"{where}.{name}", f"must be 1 to {MAX_KEY - 10} characters")
-    if not isinstance(header, list | tuple) or not header:
-        raise InvalidArgument(f"{where}.header", "must be a non-empty list of signatures")
+    # An empty header (Celery's replace by an empty group): the body is made at once.
+    if not isinstance(header, list | tuple):
+        raise InvalidArgument(f"{where}.header", "must be a list of signatures")
     members = [_signature(s, f"{where}.header[{i}]", tasks) for i, s in enumerate(header)]
     if any("chord" in member for member in members):
         raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
@@ -338,7 +339,7 @@ def _request(
 
 
 def link_requests(
-    links_json: str, *, succeeded: bool, result: Any, parent_id: int, parent_task_id: str
+    links_json: str, *, succeeded: bool, result: Any, parent_id: int | str, parent_task_id: str
 ) -> list[EnqueueRequest]:
     """The runs a settled run's links make: its callbacks after a success (``result``
     first unless immutable), else its errbacks (``parent_task_id`` first unless
@@ -368,7 +369,7 @@ class ChordStep:
 
 
 def chord_steps(
-    links_json: str, *, result: Any, parent_id: int, parent_task_id: str
+    links_json: str, *, result: Any, parent_id: int | str, parent_task_id: str
 ) -> list[ChordStep]:
     """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
     others): each header member keyed by its task id, else by the chord and place, its

@@ -1,22 +1,31 @@
 """The transition table's rows of chords: a chord's row is made with its members, counted
 down by each member's success, failed once by a member that fails for good
-(kernel/occurrences/chains.py). The state is the row's: ``open`` while ``remaining`` > 0
-and not failed, ``complete`` at 0 (its body made), ``failed`` (its errbacks made)."""
+(kernel/occurrences/chains.py). The state is the row's: ``growing`` while its caller
+still makes its members (``closed_at`` NULL: a generator's header, counted in member by
+member), ``open`` while closed with ``remaining`` > 0 and not failed, ``complete`` at 0
+when closed (its body made), ``failed`` (its errbacks made). A running member may add
+members (Celery's add_to_chord) until the body is made (kernel/jobs/chord_growth.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kernel.errors import InvalidArgument
 from kernel.events import EventType as E
 from kernel.records import dumps, loads
 from kernel.spec.enqueue_request import EnqueueRow
 from kernel.spec.task_runs import replacement_of
 from kernel.statements import (
+    CHORD_ABANDONED,
+    CHORD_CLOSES,
+    CHORD_GROWS,
+    CHORD_MEMBER_ADDS,
     CHORD_MEMBER_FAILS,
     CHORD_MEMBER_HANDED_OVER,
     CHORD_MEMBER_SUCCEEDS,
     CHORD_MEMBERS,
+    CHORD_ROW,
     INSERT_CHORD,
 )
 from kernel.transaction.tx import Tx
@@ -24,37 +33,80 @@ from kernel.transitions import door
 from kernel.transitions.door import Transition
 
 __all__ = [
+    "CALLER_ABANDONS_CHORD",
+    "CALLER_CLOSES_CHORD",
+    "CALLER_GROWS_CHORD",
     "CHORD_TRANSITIONS",
     "ENQUEUE_MAKES_CHORD",
+    "MEMBER_ADDS_TO_CHORD",
     "MEMBER_FAILS_CHORD",
     "MEMBER_HANDED_OVER",
     "MEMBER_SUCCEEDS_IN_CHORD",
+    "grow",
     "hand_over",
     "pass_place",
 ]
 
-NONE, OPEN, COMPLETE, FAILED = "none", "open", "complete", "failed"
+NONE, GROWING, OPEN = "none", "growing", "open"
+COMPLETE, FAILED = "complete", "failed"
 
 ENQUEUE_MAKES_CHORD = Transition(
     (NONE,),
-    "an enqueue of a chord's members (create)",
-    (OPEN,),
+    "an enqueue of a chord's members (create), or of an open chord's first ones",
+    (GROWING, OPEN, COMPLETE),
     INSERT_CHORD,
     "unique chord id (an existing one is not made again); in the transaction that "
-    "creates every member, each carrying the chord's id in its links",
+    "creates every member, each carrying the chord's id in its links; closed with no "
+    "member (an empty header), it makes the body at once, with []",
+    (E.CHORD_COMPLETED,),
+)
+CALLER_GROWS_CHORD = Transition(
+    (GROWING,),
+    "its caller enqueues the next members of an open chord",
+    (GROWING,),
+    CHORD_GROWS,
+    "not closed, not failed, and the members as read: remaining + the members made in "
+    "this transaction, appended in order",
     (),
 )
-MEMBER_SUCCEEDS_IN_CHORD = Transition(
-    (OPEN,),
-    "a member's settle succeeds",
+MEMBER_ADDS_TO_CHORD = Transition(
+    (GROWING, OPEN),
+    "a running member adds members (Celery's add_to_chord), its fence held",
+    (GROWING, OPEN),
+    CHORD_MEMBER_ADDS,
+    "remaining > 0 (the adding member has not settled: no body yet), not failed, and "
+    "the members as read: remaining + the members made, appended",
+    (),
+)
+CALLER_CLOSES_CHORD = Transition(
+    (GROWING,),
+    "its caller has made every member of an open chord",
     (OPEN, COMPLETE),
+    CHORD_CLOSES,
+    "not closed and not failed: closed_at set; reading remaining 0 (every member settled "
+    "before), the close makes the body, else the last member's settle does",
+    (E.CHORD_COMPLETED,),
+)
+CALLER_ABANDONS_CHORD = Transition(
+    (GROWING,),
+    "its caller failed while making an open chord's members",
+    (FAILED,),
+    CHORD_ABANDONED,
+    "not closed and not failed: failed_at set; the body's errbacks made, the body never",
+    (E.CHORD_FAILED,),
+)
+MEMBER_SUCCEEDS_IN_CHORD = Transition(
+    (GROWING, OPEN),
+    "a member's settle succeeds",
+    (GROWING, OPEN, COMPLETE),
     CHORD_MEMBER_SUCCEEDS,
     "remaining > 0 and not failed: remaining - 1, the row held until that settle commits; "
-    "the settle that reads 0 makes the body (TASK_ENQUEUED), the members' results first",
+    "the settle that reads 0 of a closed chord makes the body (TASK_ENQUEUED), the "
+    "members' results first",
     (E.CHORD_COMPLETED,),
 )
 MEMBER_FAILS_CHORD = Transition(
-    (OPEN,),
+    (GROWING, OPEN),
     "a member is dead-lettered or cancelled",
     (FAILED,),
     CHORD_MEMBER_FAILS,
@@ -64,10 +116,10 @@ MEMBER_FAILS_CHORD = Transition(
 )
 
 MEMBER_HANDED_OVER = Transition(
-    (OPEN,),
+    (GROWING, OPEN),
     "a member's replacement (Celery's self.replace), or the next step of a member that "
     "is a chain, is made",
-    (OPEN,),
+    (GROWING, OPEN),
     CHORD_MEMBER_HANDED_OVER,
     "remaining > 0 and not failed, and the members as read: the member's place in "
     "group order is the run taking over (its replacement, its chain's next step or the "
@@ -77,6 +129,10 @@ MEMBER_HANDED_OVER = Transition(
 
 CHORD_TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE_MAKES_CHORD,
+    CALLER_GROWS_CHORD,
+    MEMBER_ADDS_TO_CHORD,
+    CALLER_CLOSES_CHORD,
+    CALLER_ABANDONS_CHORD,
     MEMBER_SUCCEEDS_IN_CHORD,
     MEMBER_FAILS_CHORD,
     MEMBER_HANDED_OVER,
@@ -106,3 +162,40 @@ def pass_place(tx: Tx, chord_id: str, holder: int, heir: int) -> None:
         params = {**params, "members": members, "new_members": dumps(ids)}
         if door.run(tx, MEMBER_HANDED_OVER, params) is not None:
             break
+
+
+def grow(tx: Tx, chord_id: str, added: Sequence[int], *, by_member: bool) -> None:
+    """Count the runs ``added`` (made in this transaction, in order) into the chord, as
+    its caller's next members of an open chord, or ``by_member`` (add_to_chord).
+
+    Raises:
+        InvalidArgument: the chord does not exist, is closed (its caller's), has its
+            body made or failed; the transaction is to be rolled back.
+    """
+    if not added:
+        return  # every run was made before (a replayed enqueue): counted in then
+    transition = MEMBER_ADDS_TO_CHORD if by_member else CALLER_GROWS_CHORD
+    # A replacement or another member's addition may change the members between the
+    # read and the write: the compare-and-set refuses it, and the row is read again.
+    while (row := tx.conn.execute(CHORD_ROW, {"chord_id": chord_id}).first()) is not None:
+        params = {
+            "chord_id": chord_id, "members": row.members, "added": len(added),
+            "new_members": dumps([*loads(row.members), *added]),
+        }  # fmt: skip
+        if door.run(tx, transition, params) is not None:
+            return
+        if row.failed_at is not None or (row.closed_at is not None and not by_member):
+            break
+        if by_member and row.remaining == 0:
+            break
+    raise InvalidArgument("chord.id", _why_not_grown(chord_id, row))
+
+
+def _why_not_grown(chord_id: str, row: Any) -> str:
+    if row is None:
+        return f"no chord {chord_id!r} exists: open it first (its enqueue with open=True)"
+    if row.failed_at is not None:
+        return f"chord {chord_id!r} failed: it takes no more members"
+    if row.remaining == 0 and row.closed_at is not None:
+        return f"chord {chord_id!r} has made its body: it takes no more members"
+    return f"chord {chord_id!r} is closed: only its running members may add members"

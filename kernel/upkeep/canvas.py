@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from kernel.db.schema import chords, events, occurrences
 from kernel.errors import NotFound
 from kernel.events import EventType
-from kernel.records import loads
+from kernel.records import loads, to_dt
 from kernel.spec.task_runs import caller_key, chain_ids
 from kernel.states import SETTLED
 from kernel.transaction.tx import Tx
@@ -60,6 +60,10 @@ def _made_as(parent: Any, child: Any) -> str | None:
     return None
 
 
+def _iso(ms: int) -> str:
+    return str(to_dt(ms)).replace(" ", "T")
+
+
 def _chord(tx: Tx, chord_id: str) -> dict[str, Any] | None:
     row = tx.conn.execute(sa.select(chords).where(chords.c.id == chord_id)).one_or_none()
     if row is None:
@@ -67,7 +71,12 @@ def _chord(tx: Tx, chord_id: str) -> dict[str, Any] | None:
     stored = loads(row.body)
     body = stored["callbacks"][0]
     members = loads(row.members)
-    state = "failed" if row.failed_at is not None else "open" if row.remaining else "complete"
+    state = (
+        "failed" if row.failed_at is not None
+        else "growing" if row.closed_at is None
+        else "open" if row.remaining
+        else "complete"
+    )  # fmt: skip
     return {
         "id": chord_id,
         "members": len(members),
@@ -76,6 +85,8 @@ def _chord(tx: Tx, chord_id: str) -> dict[str, Any] | None:
         "body_task": body["task"],
         "body_task_id": stored.get("result_id") or body["options"].get("task_id"),
         "member_ids": members,
+        # A chord still growing (its caller making its members): since when it is open.
+        "opened_at": _iso(row.created_at) if state == "growing" else None,
     }
 
 
@@ -193,6 +204,12 @@ def _waits_for(
             return f"nothing: chord {chord['id']} failed; its body {body} is never made"
         if chord["state"] == "complete":
             return f"nothing: chord {chord['id']} completed and made its body {body}"
+        if chord["state"] == "growing":
+            return (
+                f"chord {chord['id']}: its caller is still adding members (open since "
+                f"{chord['opened_at']}); its body {body} is made once it closes and every "
+                "member succeeded"
+            )
         return (
             f"chord {chord['id']}: {chord['remaining']} of {chord['members']} members "
             f"still to succeed before its body {body} is made"
