@@ -6,7 +6,7 @@ it closed with every member settled (the close or the last member's settle). The
 made before this revision had all their members when made: closed then.
 
 Revision ID: 0025
-Revises: 0023
+Revises: 0024
 Create Date: 2026-12-06 02:40:00
 """
 
