@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 from integration.stack import Stack
-from integration.test_canvas_chords import SETTINGS, TASKS
+from integration.test_canvas_chords import TASKS
 from integration.test_enqueue import Project
 
 pytestmark = pytest.mark.long
@@ -64,13 +64,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_a_chord_s_members_that_are_canvases_answer_as_stock_celery(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(NESTED)
     routed, stock = out["routed"], out["stock"]

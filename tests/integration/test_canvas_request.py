@@ -25,14 +25,6 @@ from integration.test_enqueue import Project
 
 pytestmark = pytest.mark.long
 
-SETTINGS = """\
-import os
-imports = ["myproj_tasks"]
-broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
-kernel_route_tasks = ["myproj.routed.*"]
-kernel_rehint_after = 1.0
-"""
-
 TASKS = """\
 from celery import chain, chord
 from myproj import app
@@ -218,14 +210,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)
 def test_a_routed_canvas_s_requests_and_results_are_stock_celery_s(stack: Stack) -> None:
-    project = Project(stack)
-    (stack.root / "myproj_settings.py").write_text(SETTINGS)
-    (stack.root / "myproj_tasks.py").write_text(TASKS)
-    worker = project.start("w1", "worker", "-c", "2", "-n", "w1@%h", "-l", "INFO",
-                           "--without-mingle", "--without-gossip")  # fmt: skip
-    stack.wait(lambda: "ready." in worker.log(), timeout=30, what="worker ready")
-    # Beat's pump hints the runs a settle makes, as for any link.
-    project.start("beat", "beat", "-s", str(stack.root / "beat-schedule"), "-l", "INFO")
+    project, _ = Project.running(stack, TASKS, concurrency=2)
 
     out = project.client(SIDE_BY_SIDE)
     routed, stock = out["routed"], out["stock"]
