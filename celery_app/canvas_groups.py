@@ -146,25 +146,25 @@ def _chord_members(app: Any, tasks: Any, body: Signature) -> Iterable[Any] | Non
     if not getattr(app, "_kernel_installed", False):
         return None
     if lazy_header(tasks):
-        led = _led_by_routed(app, tasks, chains=False)
+        led = _led_by_routed(app, tasks)
         if led is not None:
             return tasks if led else None
         tasks = []
     # An empty chain is no member, as in Celery's chord; nested groups are unrolled.
     tasks = [task for task in unrolled(tasks) if not _empty_chain(task)]
     if not tasks:
-        return [] if _routed_member(app, body, chains=True) else None
+        return [] if _routed_member(app, body) else None
     return _members(app, list(tasks), "chord header")
 
 
-def _led_by_routed(app: Any, tasks: Any, *, chains: bool) -> bool | None:
+def _led_by_routed(app: Any, tasks: Any) -> bool | None:
     """Whether a lazy header's (a generator's) first member is a routed task's, reading
     no further than Celery would (its lazy list keeps what was read: iterating again
     starts at the first); None when it is empty."""
     first = next(iter(tasks), None)
     if first is None:
         return None
-    return _routed_member(app, maybe_signature(first, app=app), chains=chains)
+    return _routed_member(app, maybe_signature(first, app=app))
 
 
 def _group_apply_async(celerys: Any) -> Any:
@@ -186,7 +186,7 @@ def _group_apply_async(celerys: Any) -> Any:
             or link is not None
             or link_error is not None  # Celery's own TypeError names them
             # A generator of tasks not routed: Celery's own, which reads it lazily.
-            or (lazy_header(self.tasks) and not _led_by_routed(app, self.tasks, chains=True))
+            or (lazy_header(self.tasks) and not _led_by_routed(app, self.tasks))
             # An empty chain is no member, as in Celery's group.
             else _members(app, [t for t in unrolled(self.tasks) if not _empty_chain(t)], "group")
         )
@@ -265,7 +265,7 @@ def _chord_run(celerys: Any) -> Any:
             "result_id": body_result.id,
         }
         if lazy_header(members):  # a generator's: each member made as it is yielded
-            routed = partial(_routed_member, app, chains=False)
+            routed = partial(_routed_member, app)
             results = grown_chord(app, members, chord, runs_of, routed)
         else:
             results, runs = runs_of(list(members), 0)
