@@ -16,7 +16,8 @@ import sqlalchemy as sa
 
 from kernel.db.schema import jobs, occurrences
 from kernel.events import EventType
-from kernel.occurrences.chains import MAX_CHAIN_DEPTH, cancelled_links
+from kernel.limits.chaining import MAX_CHAIN_DEPTH
+from kernel.occurrences.chains import cancelled_links
 from kernel.occurrences.control import request_cancel
 from kernel.occurrences.firing import lock_job
 from kernel.occurrences.rows import record_request

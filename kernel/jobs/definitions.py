@@ -15,7 +15,7 @@ from kernel.jobs.chain_order import parents_first
 from kernel.jobs.fan_in import FAN_IN_MARK, check_fan_in, refuse_parent_delete
 from kernel.jobs.retirement import count_runs, retire, retirement, runs_left
 from kernel.limits.budgets import check_ref
-from kernel.occurrences.chains import MAX_CHAIN_DEPTH, fanout_limit
+from kernel.limits.chaining import MAX_CHAIN_DEPTH, fanout_limit
 from kernel.occurrences.firing import admit, create_gated, create_occurrence, lock_job
 from kernel.records import dumps, job_from_row, loads, to_dt
 from kernel.redaction import redacted_spec

@@ -7,7 +7,6 @@ a chain's step); and a chord's body, made by the settle of its last member
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,6 +15,7 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.db.schema import chords, occurrences
 from kernel.events import EventType
+from kernel.limits.chaining import MAX_CHAIN_DEPTH, condition_matches, fanout_limit, outcome_text
 from kernel.occurrences.firing import admit, create_gated, lock_job
 from kernel.occurrences.rows import Made, existing_keys, insert_enqueued
 from kernel.records import dumps, loads
@@ -34,45 +34,13 @@ from kernel.transitions import chords as TC
 from kernel.transitions import door
 
 __all__ = [
-    "DEFAULT_FANOUT",
-    "MAX_CHAIN_DEPTH",
     "cancelled_links",
     "fail_chord",
     "make_chord_body",
-    "fanout_limit",
     "fire_children",
     "fire_links",
     "make_chord",
-    "condition_matches",
-    "outcome_text",
 ]
-
-MAX_CHAIN_DEPTH = 10
-#: A parent's fan-out bound when none of its children declares ``after.fanout``.
-DEFAULT_FANOUT = 25
-
-
-def fanout_limit(specs: list[dict[str, Any]]) -> int:
-    """How many children of one parent may fire: the smallest ``after.fanout`` they declare."""
-    return min((s["after"].get("fanout", DEFAULT_FANOUT) for s in specs), default=DEFAULT_FANOUT)
-
-
-def outcome_text(result: Any, error: dict[str, Any] | None) -> str:
-    """What a condition is matched against: the result as text, or the error
-    (``CODE: message``) of a failure."""
-    if error is not None:
-        return f"{error.get('code', '')}: {error.get('message', '')}"
-    return result if isinstance(result, str) else json.dumps(result, sort_keys=True, default=str)
-
-
-def condition_matches(condition: str | None, text: str) -> bool:
-    """``contains:<text>`` or ``regex:<pattern>`` against the parent's outcome text."""
-    if condition is None:
-        return True
-    kind, _, operand = condition.partition(":")
-    if kind == "contains":
-        return operand in text
-    return re.search(operand, text) is not None
 
 
 def fire_children(
