@@ -128,10 +128,15 @@ def _many(value: Any) -> Sequence[Any]:
 
 
 def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
+    # A signature's stamps are options too, named by its ``stamped_headers``: a task's
+    # reach its run's request (:func:`_stamps`); a canvas's own are its tasks' already
+    # (Celery's stamping visits every signature of it).
+    stamps = set(_many(options.get("stamped_headers")))
     refused = sorted(
         name
         for name, value in options.items()
-        if value not in (None, False, [], ()) and name not in honoured | _UNUSED_STEP_OPTIONS
+        if value not in (None, False, [], ())
+        and name not in honoured | _UNUSED_STEP_OPTIONS | stamps
     )
     if "chord" in refused:
         raise InvalidArgument(
@@ -217,7 +222,7 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
             "own, or leave its tasks out of kernel_route_tasks",
         )
     options = dict(sig.get("options") or {})
-    _refuse(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS}, where)
+    _refuse(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS, "immutable"}, where)
     if isinstance(options.get("eta"), datetime):
         options["eta"] = maybe_make_aware(options["eta"]).isoformat()
     nested, errbacks = links({name: options.get(name) for name in CANVAS_OPTIONS})
@@ -225,11 +230,24 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
         "task": sig.get("task"),
         "args": celery_json(list(sig.get("args") or ())),
         "kwargs": celery_json(dict(sig.get("kwargs") or {})),
-        "immutable": bool(sig.get("immutable")),
+        # Celery's ``sig.clone(immutable=True)`` (a chord's errback on its header) puts
+        # the flag among the options: the signature then takes no argument.
+        "immutable": bool(sig.get("immutable") or options.get("immutable")),
         "options": {name: options[name] for name in _STEP_OPTIONS if options.get(name) is not None},
         "callbacks": nested,
         "errbacks": errbacks,
+        **_stamps(options),
     }
+
+
+def _stamps(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A task signature's stamps as its run's request fields (``stamped_headers`` and
+    ``stamps``, as Celery's message carries them for its worker's request), or nothing."""
+    stamped = [str(name) for name in _many(options.get("stamped_headers"))]
+    if not stamped:
+        return {}
+    stamps = {name: celery_json(options.get(name)) for name in stamped}
+    return {"request": {"stamped_headers": stamped, "stamps": stamps}}
 
 
 def replacement_signature(sig: Mapping[str, Any]) -> dict[str, Any]:
