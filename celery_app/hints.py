@@ -134,11 +134,13 @@ def resend_run_hints(
     per_message: int,
     countdown: float | None = None,
     task_id: str | None = None,
+    stamps: Mapping[str, Any] | None = None,
 ) -> None:
     """Send a batch's unstarted ids again to ``queue``, ``per_message`` a message, under
     the batch's ``shadow`` name (so Flower still shows the job); ``countdown``: delivered
     so many seconds from now (a rate-limited run's, when its token is free); ``task_id``:
-    the message's id (one run's hint sent again keeps its run's task id)."""
+    the message's id (one run's hint sent again keeps its run's task id); ``stamps``: its
+    request's ``stamped_headers`` and ``stamps``, which it keeps too."""
     for start in range(0, len(occurrence_ids), per_message):
         app.send_task(
             RUN_OCCURRENCE,
@@ -148,6 +150,7 @@ def resend_run_hints(
             countdown=countdown,
             task_id=task_id,
             serializer=_KERNEL_SERIALIZER,
+            **stamp_options(stamps or {}),
         )
 
 
@@ -193,11 +196,15 @@ def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str,
 
 
 def _stamps(hint: DispatchHint) -> dict[str, Any]:
-    """A ``task`` run's stamps as ``send_task`` options (``stamped_headers`` and each stamp
-    by its name), so its hint's headers carry them as its stock message's would (Celery's
-    publish signals, ``task_received``'s ``request.stamps``, a revoke by stamped headers);
-    a stamped run's hint goes alone."""
-    given = (hint.payload or {}).get("request") or {} if hint.kind == "task" else {}
+    """A ``task`` run's stamps as its hint's ``send_task`` options: its hint's headers
+    carry them as its stock message's would (Celery's publish signals, ``task_received``'s
+    ``request.stamps``, a revoke by stamped headers); a stamped run's hint goes alone."""
+    return stamp_options((hint.payload or {}).get("request") or {}) if hint.kind == "task" else {}
+
+
+def stamp_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Request fields' stamps (``stamped_headers`` and ``stamps``) as ``send_task`` options:
+    ``stamped_headers`` and each stamp by its name."""
     stamps = {
         name: value
         for name, value in (given.get("stamps") or {}).items()

@@ -15,7 +15,7 @@ from celery.canvas import StampingVisitor
 from celery.signals import before_task_publish
 
 from celery_app.canvas_links import link_signature, links
-from celery_app.hints import publish_hints
+from celery_app.hints import publish_hints, resend_run_hints
 from kernel import DispatchHint
 
 
@@ -122,6 +122,26 @@ def test_a_stamped_runs_hint_carries_its_stamps_in_its_headers(app: celery.Celer
     assert (stamped["stamped_headers"], stamped["stamps"]) == (["stamp"], {"stamp": [4, 2]})
     assert "stamped_headers" not in properties and "stamp" not in properties
     assert not plain["stamped_headers"] and not plain["stamps"]
+
+
+def test_a_stamped_runs_hint_sent_again_keeps_its_stamps(app: celery.Celery) -> None:
+    """Celery's test_stamps_remain_on_task_retry: a run's hint sent again for when it is
+    due (a retry's countdown the worker's clock had not reached) keeps the stamps its
+    hint had, as Celery's retried message keeps its request's."""
+    seen: list[dict[str, Any]] = []
+
+    def published(headers: Any = None, **_: Any) -> None:
+        seen.append(dict(headers))
+
+    before_task_publish.connect(published, weak=False)
+    try:
+        given = {"stamped_headers": ["stamp"], "stamps": {"stamp": 42}}
+        resend_run_hints(app, [1], queue="celery", shadow="t.a", per_message=1,
+                         countdown=0.1, task_id="run-1", stamps=given)  # fmt: skip
+    finally:
+        before_task_publish.disconnect(published)
+    [headers] = seen
+    assert (headers["stamped_headers"], headers["stamps"]) == (["stamp"], {"stamp": 42})
 
 
 def _hint(occurrence_id: int, payload: dict[str, Any]) -> DispatchHint:
