@@ -24,7 +24,13 @@ options the kernel does not honour (``expires``, ...). A step's ``eta`` is store
 text (a link is JSON), made aware in the app's zone as Celery reads a naive one. A chord
 whose body is a chain (as a step, or applied: canvas_groups.py) carries the chain's id,
 its last step's, as its ``result_id``: its failure is written under the id the caller
-holds.
+holds. A chord step's own ``link`` and ``link_error`` are its body's, as Celery's chord
+moves them there.
+
+A signature's stamps (the options its ``stamped_headers`` names, Celery's stamping) are its
+run's request fields (``stamped_headers``, ``stamps``), as its stock message's headers are;
+a group's or chain's own are its tasks' already (the stamping visits each). An errback
+Celery clones immutable (``clone(immutable=True)``: the flag among its options) is.
 
 A ``self.replace(sig)`` inside a kernel run is one link too (:func:`replacement_signature`):
 a task, a chain (each step's next step first among its callbacks) or a chord.
@@ -156,7 +162,8 @@ def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
 def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     """A chord among a canvas's steps as one link: its body's, carrying the chord's id
     (Celery's group id, frozen with the chain) and its header's members."""
-    _refuse(dict(sig.get("options") or {}), {"task_id"}, where)
+    options = dict(sig.get("options") or {})
+    _refuse(options, {"task_id", "link", "link_error"}, where)
     kwargs = sig.get("kwargs") or {}
     if kwargs.get("kwargs"):
         raise InvalidArgument(
@@ -165,7 +172,7 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     header = kwargs.get("header") or ()
     if isinstance(header, Mapping):  # a group: its tasks
         header = (header.get("kwargs") or {}).get("tasks") or ()
-    group_id = (sig.get("options") or {}).get("task_id") or uuid()
+    group_id = options.get("task_id") or uuid()
     for i, member in enumerate(header):
         if member.get("subtask_type"):
             # The chord counts its members' own ends: a canvas's would be its first step's.
@@ -182,6 +189,13 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     ]  # fmt: skip
     raw_body = kwargs.get("body") or {}
     body = link_signature(raw_body, f"{where}.body")
+    # The chord's own link and link_error are its body's, as Celery's chord moves them
+    # (a chain's link, on its last step; a chord body's link_error, when a header fails).
+    callbacks, errbacks = links(
+        {"link": options.get("link"), "link_error": options.get("link_error")}
+    )
+    body["callbacks"].extend(callbacks)
+    body["errbacks"].extend(errbacks)
     chord = {"id": group_id, "header": members}
     chain_id = (raw_body.get("options") or {}).get("task_id")
     if raw_body.get("subtask_type") == "chain" and chain_id:

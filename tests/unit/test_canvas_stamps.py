@@ -149,3 +149,21 @@ def _hint(occurrence_id: int, payload: dict[str, Any]) -> DispatchHint:
         occurrence_id=occurrence_id, job_id="task:t.a", kind="task", queue="celery",
         priority=0, timeout=None, trigger_key=f"key:run-{occurrence_id}", payload=payload,
     )  # fmt: skip
+
+
+def test_a_chord_steps_link_and_link_error_are_its_bodys(app: celery.Celery) -> None:
+    """Celery's test_link_option_on_chain_ending_in_chord and
+    test_link_error_option_runs_on_header_failure[chord]: a chord step's own ``link`` and
+    ``link_error`` (a chain's ``link`` goes on its last step; a chord body's
+    ``link_error``) are its body's, as Celery's chord moves them there."""
+    a = app.signature("t.a")
+    step = chord([a.clone((10,)), a.clone((20,))], app.signature("t.sum"))
+    step.options["link"] = [app.signature("t.echo")]
+    step.options["link_error"] = [app.signature("t.echo", ("failed",), immutable=True)]
+    step.freeze()
+    made = link_signature(dict(step), "chain[1]")
+    [callback] = made["callbacks"]
+    [errback] = made["errbacks"]
+    assert (made["task"], callback["task"]) == ("t.sum", "t.echo")
+    assert (errback["args"], errback["immutable"]) == (["failed"], True)
+    assert all(m["callbacks"] == m["errbacks"] == [] for m in made["chord"]["header"])
