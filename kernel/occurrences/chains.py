@@ -247,6 +247,8 @@ def _settle_chord_member(
             result=None,
             parent_id=member_id,
             parent_task_id=body_task_id,
+            # Keyed by the chord: the member's own errbacks are keyed by it.
+            stem=f"chord-errbacks:{chord_id}",
         ),
     )
     tx.emit(

@@ -340,17 +340,26 @@ def _request(
 
 
 def link_requests(
-    links_json: str, *, succeeded: bool, result: Any, parent_id: int, parent_task_id: str
+    links_json: str,
+    *,
+    succeeded: bool,
+    result: Any,
+    parent_id: int,
+    parent_task_id: str,
+    stem: str | None = None,
 ) -> list[EnqueueRequest]:
     """The runs a settled run's links make: its callbacks after a success (``result``
     first unless immutable), else its errbacks (``parent_task_id`` first unless
-    immutable). Pure: the stored links were checked when the run was enqueued."""
+    immutable). Pure: the stored links were checked when the run was enqueued. ``stem``:
+    the keys' start before each link's place, when not the parent's own (``errbacks:<id>``):
+    a failed chord's errbacks are its own, not those of the member that failed it."""
     links = loads(links_json)
     kind = "callbacks" if succeeded else "errbacks"
     first = [result] if succeeded else [parent_task_id]
+    stem = stem or f"{kind}:{parent_id}"
     return [
         _request(sig["task"], sig, sig["options"], sig["settings"],
-                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}")
+                 () if sig["immutable"] else first, f"{stem}:{index}")
         for index, sig in enumerate(links[kind])
         if "chord" not in sig
     ]  # fmt: skip

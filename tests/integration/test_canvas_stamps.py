@@ -117,3 +117,50 @@ def _tag(argsrepr: Any) -> str | None:
     """The tag a call's args repr shows (Celery's ``('c1',)``, a hint's ``['c1']``)."""
     found = re.fullmatch(r"[\[(]'([a-z]\d)',?[\])]", argsrepr or "")
     return found.group(1) if found else None
+
+
+CHORDS = """\
+from celery import chain, chord, group
+import options_app as opts
+
+# Celery's test_link_option_on_chain_ending_in_chord: the chain's link follows its chord's body.
+chain(opts.record.si("a1"), chord([opts.record.si("h1"), opts.record.si("h2")],
+                                   opts.request.si("b1"))).apply_async(link=opts.request.si("k1"))
+# test_link_error_option_runs_on_header_failure[chord]: a chord whose body is a chord, its
+# header failing: the link_error (its body's) runs once.
+chord([opts.record.si("h3"), opts.fails.si("f1")],
+      chord([opts.record.si("h4")], opts.request.si("b2"))).apply_async(
+    link_error=opts.request.si("x1"))
+# test_upgraded_chord_link_error_with_header_errback_enabled: a group followed by a task is a
+# chord; its errback goes on each header task as Celery clones it, immutable.
+opts.app.conf.task_allow_error_cb_on_chord_header = True
+chain(opts.record.si("u0"), group(opts.fails.si("u1"), opts.fails.si("u2")),
+      opts.request.si("u3")).on_error(opts.request.si("x2")).apply_async()
+"""
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_chord_step_s_link_and_link_error_and_an_immutable_errback_run_as_under_stock(
+    stack: Stack,
+) -> None:
+    ran = {}
+    for side in (Side(stack, kernel=False), Side(stack, kernel=True)):
+        side.start_worker()
+        if side.kernel:
+            side.start_beat()
+        subprocess.run([sys.executable, "-c", CHORDS], cwd=stack.root, env=side.env,
+                       check=True, timeout=120)  # fmt: skip
+        stack.wait(
+            lambda side=side: {"k1", "x1", "x2"} <= {x["tag"] for x in side.ledger(task="request")},
+            timeout=90, what=f"{side.name}: the link and errbacks ran",
+        )  # fmt: skip
+        if side.kernel:
+            stack.wait(lambda: all(stack.settled(f"task:opts.{name}")
+                                   for name in ("record", "fails", "request")),
+                       timeout=60, what="the kernel's runs settled")  # fmt: skip
+        ran[side.name] = sorted(x["tag"] for x in side.ledger(task="request"))
+    assert ran["kernel"] == ran["stock"], ran
+    # The chain's link after its chord's body; x1 once; x2 (immutable: no argument) by
+    # each failing header task and by the chord's failure.
+    assert ran["stock"].count("x1") == 1 and {"b1", "k1"} <= set(ran["stock"])
+    assert ran["stock"].count("x2") == 3
