@@ -24,7 +24,7 @@ from typing import Any
 from celery import Celery
 from celery.app.amqp import AMQP
 from celery.utils.saferepr import saferepr
-from kombu import Producer
+from kombu.messaging import Producer
 
 from beat_schedule.task_settings import broker_priority
 from celery_app.task_names import ADJUDICATE_OCCURRENCE, NOTIFY, RUN_OCCURRENCE
