@@ -27,7 +27,13 @@ options the kernel does not honour (``expires``, ...). A step's ``eta`` is store
 text (a link is JSON), made aware in the app's zone as Celery reads a naive one. A chord
 whose body is a chain (as a step, or applied: canvas_groups.py) carries the chain's id,
 its last step's, as its ``result_id``: its failure is written under the id the caller
-holds.
+holds. A chord step's own ``link`` and ``link_error`` are its body's, as Celery's chord
+moves them there.
+
+A signature's stamps (the options its ``stamped_headers`` names, Celery's stamping) are its
+run's request fields (``stamped_headers``, ``stamps``), as its stock message's headers are;
+a group's or chain's own are its tasks' already (the stamping visits each). An errback
+Celery clones immutable (``clone(immutable=True)``: the flag among its options) is.
 
 A ``self.replace(sig)`` inside a kernel run is one link too (:func:`replacement_signature`):
 a task, a chain (each step's next step first among its callbacks) or a chord.
@@ -213,10 +219,15 @@ def _many(value: Any) -> Sequence[Any]:
 
 
 def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
+    # A signature's stamps are options too, named by its ``stamped_headers``: a task's
+    # reach its run's request (:func:`_stamps`); a canvas's own are its tasks' already
+    # (Celery's stamping visits every signature of it).
+    stamps = set(_many(options.get("stamped_headers")))
     refused = sorted(
         name
         for name, value in options.items()
-        if value not in (None, False, [], ()) and name not in honoured | _UNUSED_STEP_OPTIONS
+        if value not in (None, False, [], ())
+        and name not in honoured | _UNUSED_STEP_OPTIONS | stamps
     )
     if "chord" in refused:
         raise InvalidArgument(
@@ -236,7 +247,8 @@ def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
 def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     """A chord among a canvas's steps as one link: its body's, carrying the chord's id
     (Celery's group id, frozen with the chain) and its header's members."""
-    _refuse(dict(sig.get("options") or {}), {"task_id"}, where)
+    options = dict(sig.get("options") or {})
+    _refuse(options, {"task_id", "link", "link_error"}, where)
     kwargs = sig.get("kwargs") or {}
     if kwargs.get("kwargs"):
         raise InvalidArgument(
@@ -245,10 +257,17 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     header = kwargs.get("header") or ()
     if isinstance(header, Mapping):  # a group: its tasks
         header = (header.get("kwargs") or {}).get("tasks") or ()
-    group_id = (sig.get("options") or {}).get("task_id") or uuid()
+    group_id = options.get("task_id") or uuid()
     members = [_member(m, f"{where}.header[{i}]") for i, m in enumerate(unrolled(header))]
     raw_body = kwargs.get("body") or {}
     body = link_signature(raw_body, f"{where}.body")
+    # The chord's own link and link_error are its body's, as Celery's chord moves them
+    # (a chain's link, on its last step; a chord body's link_error, when a header fails).
+    callbacks, errbacks = links(
+        {"link": options.get("link"), "link_error": options.get("link_error")}
+    )
+    body["callbacks"].extend(callbacks)
+    body["errbacks"].extend(errbacks)
     chord = {"id": group_id, "header": members}
     chain_id = (raw_body.get("options") or {}).get("task_id")
     if raw_body.get("subtask_type") == "chain" and chain_id:
@@ -289,7 +308,7 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
             "own, or leave its tasks out of kernel_route_tasks",
         )
     options = dict(sig.get("options") or {})
-    _refuse(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS}, where)
+    _refuse(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS, "immutable"}, where)
     if isinstance(options.get("eta"), datetime):
         options["eta"] = maybe_make_aware(options["eta"]).isoformat()
     nested, errbacks = links({name: options.get(name) for name in CANVAS_OPTIONS})
@@ -297,11 +316,24 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
         "task": sig.get("task"),
         "args": celery_json(list(sig.get("args") or ())),
         "kwargs": celery_json(dict(sig.get("kwargs") or {})),
-        "immutable": bool(sig.get("immutable")),
+        # Celery's ``sig.clone(immutable=True)`` (a chord's errback on its header) puts
+        # the flag among the options: the signature then takes no argument.
+        "immutable": bool(sig.get("immutable") or options.get("immutable")),
         "options": {name: options[name] for name in _STEP_OPTIONS if options.get(name) is not None},
         "callbacks": nested,
         "errbacks": errbacks,
+        **_stamps(options),
     }
+
+
+def _stamps(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A task signature's stamps as its run's request fields (``stamped_headers`` and
+    ``stamps``, as Celery's message carries them for its worker's request), or nothing."""
+    stamped = [str(name) for name in _many(options.get("stamped_headers"))]
+    if not stamped:
+        return {}
+    stamps = {name: celery_json(options.get(name)) for name in stamped}
+    return {"request": {"stamped_headers": stamped, "stamps": stamps}}
 
 
 def replacement_signature(sig: Mapping[str, Any]) -> dict[str, Any]:

@@ -469,7 +469,7 @@ def _publish(
     """Publish the hints of the runs just made: at once for those that may run now, with
     Celery's ``eta`` for those held back by countdown/eta, so no Beat is needed (the pump
     sends them again ``kernel_rehint_after`` past their time when the broker is down).
-    Each carries its run's task id and call (:func:`~celery_app.hints.publish_hints`)."""
+    Each carries its run's task id, call and stamps (:func:`~celery_app.hints.publish_hints`)."""
     hints = [
         DispatchHint(
             m.occurrence_id,
@@ -477,7 +477,7 @@ def _publish(
             m.queue,
             "task",
             m.timeout,
-            {"task": r.task, "args": r.args, "kwargs": r.kwargs},
+            {"task": r.task, "args": r.args, "kwargs": r.kwargs, "request": r.request},
             m.priority,
             m.trigger_key,
         )

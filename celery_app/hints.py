@@ -15,12 +15,16 @@ Beat loads this module: it imports no worker code (runtime, adapters).
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from celery import Celery
+from celery.app.amqp import AMQP
 from celery.utils.saferepr import saferepr
+from kombu.messaging import Producer
 
 from beat_schedule.task_settings import broker_priority
 from celery_app.task_names import ADJUDICATE_OCCURRENCE, NOTIFY, RUN_OCCURRENCE
@@ -51,6 +55,14 @@ _REPR_MAX = 1024
 #: Task ids of kernel runs: one per occurrence, kept across its retries and its hints, as
 #: Celery keeps a retried task's id.
 _RUN_IDS = uuid.UUID("5f0c5bd4-3a53-4c55-9d43-0f9b1e2b2a10")
+#: Names Celery's ``send_task`` reads as its own options (its parameters, the message's,
+#: the route's ``queue``, kombu's ``publish``): a stamp so named would set one of them
+#: instead of being a stamp of the hint (the run's own request keeps it).
+_SEND_TASK_NAMES = frozenset(
+    {"queue", *inspect.signature(Celery.send_task).parameters,
+     *inspect.signature(AMQP.as_task_v2).parameters,
+     *inspect.signature(Producer.publish).parameters}
+)  # fmt: skip
 
 
 def run_task_id(job_id: str, trigger_key: str, occurrence_id: int) -> str:
@@ -83,7 +95,7 @@ def publish_hints(
     """Send ``hints`` as ``run_occurrence`` messages, batching a queue's when it is deep.
 
     Only hints with nothing of their own in the message batch: no Celery time limit
-    (one limit cannot time several runs) and no beat_schedule ``options``. A queue with
+    (one limit cannot time several runs), no stamps and no beat_schedule ``options``. A queue with
     more such hints than ``batch_max`` gets them in messages of at most ``batch_max`` ids
     (sizes evened out; one priority a message); otherwise each goes alone, so a single
     firing is never held back. A hint carries its run's priority as Celery's on the
@@ -95,7 +107,11 @@ def publish_hints(
     batchable: dict[tuple[str, int | None], list[DispatchHint]] = {}
     priorities: dict[int, int | None] = {}  # read from the app's conf once a priority
     for hint in hints:
-        options = {**hint_options.get(hint.job_id, {}), **_time_limits(hint.kind, hint.timeout)}
+        options = {
+            **hint_options.get(hint.job_id, {}),
+            **_time_limits(hint.kind, hint.timeout),
+            **_stamps(hint),
+        }
         if etas and hint.occurrence_id in etas:
             options["eta"] = etas[hint.occurrence_id]
         if hint.priority not in priorities:
@@ -121,11 +137,13 @@ def resend_run_hints(
     per_message: int,
     countdown: float | None = None,
     task_id: str | None = None,
+    stamps: Mapping[str, Any] | None = None,
 ) -> None:
     """Send a batch's unstarted ids again to ``queue``, ``per_message`` a message, under
     the batch's ``shadow`` name (so Flower still shows the job); ``countdown``: delivered
     so many seconds from now (a rate-limited run's, when its token is free); ``task_id``:
-    the message's id (one run's hint sent again keeps its run's task id)."""
+    the message's id (one run's hint sent again keeps its run's task id); ``stamps``: its
+    request's ``stamped_headers`` and ``stamps``, which it keeps too."""
     for start in range(0, len(occurrence_ids), per_message):
         app.send_task(
             RUN_OCCURRENCE,
@@ -136,6 +154,7 @@ def resend_run_hints(
             task_id=task_id,
             serializer=_KERNEL_SERIALIZER,
             add_to_parent=False,  # a hint is no child of the task sending it
+            **stamp_options(stamps or {}),
         )
 
 
@@ -180,6 +199,24 @@ def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str,
         **_run_identity(hints),
         **{**options, "serializer": _KERNEL_SERIALIZER},
     )
+
+
+def _stamps(hint: DispatchHint) -> dict[str, Any]:
+    """A ``task`` run's stamps as its hint's ``send_task`` options: its hint's headers
+    carry them as its stock message's would (Celery's publish signals, ``task_received``'s
+    ``request.stamps``, a revoke by stamped headers); a stamped run's hint goes alone."""
+    return stamp_options((hint.payload or {}).get("request") or {}) if hint.kind == "task" else {}
+
+
+def stamp_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Request fields' stamps (``stamped_headers`` and ``stamps``) as ``send_task`` options:
+    ``stamped_headers`` and each stamp by its name."""
+    stamps = {
+        name: value
+        for name, value in (given.get("stamps") or {}).items()
+        if name in (given.get("stamped_headers") or ()) and name not in _SEND_TASK_NAMES
+    }
+    return {"stamped_headers": list(stamps), **stamps} if stamps else {}
 
 
 def _shadow(hints: list[DispatchHint]) -> str | None:

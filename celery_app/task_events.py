@@ -10,7 +10,8 @@ Events are sent only when they are on, so this costs nothing otherwise.
 A stamp revoked before its call was made (``revoke_by_stamped_headers``, which Celery's
 worker remembers for the messages it receives later) is checked where Celery checks it,
 as the hint is about to run: the routed runs carrying it are cancelled first
-(:func:`celery_app.revoking.revoke_remembered_stamps`).
+(:func:`celery_app.revoking.revoke_remembered_stamps`), then Celery's own check discards
+a hint carrying it (a lone stamped run's hint carries its stamps, as its stock message).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class NamedEventsRequest(Request):
         super().send_event(type, **fields)
 
     def revoked(self) -> bool:
-        if super().revoked():
-            return True
+        # First: a lone run's hint carries its stamps, which Celery's own check below
+        # finds revoked and discards the hint, which would leave its run queued.
         revoke_remembered_stamps(self._app, self.hostname, self.args)
-        return False
+        return bool(super().revoked())

@@ -182,6 +182,10 @@ def _hint_when_due(task: Any, kernel: Kernel, occurrence_id: int, refused: RunOu
         extra={"action": blocker.kind, "occurrence_id": occurrence_id},
     )
     queue = task.request.delivery_info["routing_key"]
+    # A hint of this run alone had the run's task id and stamps: its hint sent again
+    # keeps them.
+    alone = len(task.request.args or ()) == 1
+    stamps = {"stamped_headers": task.request.stamped_headers, "stamps": task.request.stamps}
     try:
         resend_run_hints(
             task.app,
@@ -190,8 +194,8 @@ def _hint_when_due(task: Any, kernel: Kernel, occurrence_id: int, refused: RunOu
             shadow=task.request.shadow,
             per_message=1,
             countdown=max(wait, 0.0),
-            # A hint of this run alone had the run's task id: its hint sent again keeps it.
-            task_id=task.request.id if len(task.request.args or ()) == 1 else None,
+            task_id=task.request.id if alone else None,
+            stamps=stamps if alone else None,
         )
     except OperationalError as exc:  # the broker is down: the pump hints it when due
         log.warning(

@@ -247,6 +247,8 @@ def fail_chord(
         result=None,
         parent_id=member_id if member_id is not None else f"chord:{chord_id}",
         parent_task_id=body_task_id,
+        # Keyed by the chord: the member's own errbacks are keyed by it.
+        stem=f"chord-errbacks:{chord_id}",
     )
     _make_links(tx, member_id, errbacks)
     # A group as the body: each of its members' ids, whose results fail too.

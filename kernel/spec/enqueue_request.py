@@ -339,18 +339,21 @@ def _request(
 
 
 def link_requests(
-    links_json: str, *, succeeded: bool, result: Any, parent_id: int | str, parent_task_id: str
-) -> list[EnqueueRequest]:
+    links_json: str, *, succeeded: bool, result: Any, parent_id: int | str,
+    parent_task_id: str, stem: str | None = None,
+) -> list[EnqueueRequest]:  # fmt: skip
     """The runs a settled run's links make: its callbacks after a success (``result``
     first unless immutable), else its errbacks (``parent_task_id`` first unless
-    immutable), their parent ``parent_task_id``. Pure: checked when enqueued."""
+    immutable), their parent ``parent_task_id``. Pure: checked when enqueued. ``stem``:
+    the keys' start before each link's place, when not the parent's own (``errbacks:<id>``):
+    a failed chord's errbacks are its own, not those of the member that failed it."""
     links = loads(links_json)
     kind = "callbacks" if succeeded else "errbacks"
     first = [result] if succeeded else [parent_task_id]
+    stem = stem or f"{kind}:{parent_id}"
     return [
         _request(sig["task"], sig, sig["options"], sig["settings"],
-                 () if sig["immutable"] else first, f"{kind}:{parent_id}:{index}",
-                 parent_task_id)
+                 () if sig["immutable"] else first, f"{stem}:{index}", parent_task_id)
         for index, sig in enumerate(links[kind])
         if "chord" not in sig
     ]  # fmt: skip

@@ -30,7 +30,7 @@ if os.environ.get("OPTS_KERNEL"):
 
     app.conf.kernel_route_tasks = [
         "opts.record", "opts.soft", "opts.hard", "opts.routed", "opts.request",
-        "opts.retry_once", "opts.steps",
+        "opts.retry_once", "opts.steps", "opts.fails",
     ]  # fmt: skip
     install(app)
 
@@ -114,3 +114,28 @@ def steps(tag: str) -> str:
         time.sleep(0.25)
     note(task="steps", tag=tag, event="finished")
     return "ran to the end"
+
+
+@app.task(name="opts.fails", queue=QUEUE, max_retries=0)
+def fails(tag: str) -> None:
+    note(task="fails", tag=tag)
+    raise ValueError(tag)
+
+
+if os.environ.get("OPTS_SIGNALS"):
+    # What monitors see of each message, in every process (caller, worker, Beat): the
+    # stamps its headers carry when published and its request's when a worker gets it.
+    from celery.signals import before_task_publish, task_received
+
+    @before_task_publish.connect(weak=False)
+    def _published(headers: dict[str, object], properties: dict[str, object], **_: object) -> None:
+        stamped = list(headers.get("stamped_headers") or ())  # type: ignore[call-overload]
+        note(signal="published", argsrepr=headers.get("argsrepr"), stamped_headers=stamped,
+             stamps=headers.get("stamps"),
+             in_properties=sorted({"stamped_headers", *stamped} & set(properties)))  # fmt: skip
+
+    @task_received.connect(weak=False)
+    def _received(request: object, **_: object) -> None:
+        note(signal="received", argsrepr=request.argsrepr,  # type: ignore[attr-defined]
+             stamped_headers=request.stamped_headers,  # type: ignore[attr-defined]
+             stamps=request.stamps)  # type: ignore[attr-defined]  # fmt: skip
