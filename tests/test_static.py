@@ -177,8 +177,6 @@ def test_no_kernel_module_is_past_the_bound() -> None:
 _CELERY_APP_LONG = {
     # Being edited in parallel for canvas and enqueue work; split once that lands.
     "celery_app/enqueueing.py",
-    # `kernel observe`: one command's screen and its refresh loop; splits with its next change.
-    "celery_app/cli/observe.py",
 }
 
 
