@@ -195,11 +195,11 @@ def _caught_up(cursor: Any, last_event_id: int) -> bool:
 def _web_client(kernel: Kernel, workdir: Path, url: str) -> TestClient:
     """The real web app over ``kernel``, in process, logged in as a viewer (cookie and token)."""
     import celery_app
-    from celery_app.settings import WebSettings
     from celery_app.web.app import create_app
     from celery_app.web.auth import SESSION_COOKIE, Sessions, SignInLimiter
     from celery_app.web.context import WebContext
     from celery_app.web.users import Role, UserStore
+    from celery_app.web_settings import WebSettings
 
     os.environ["KERNEL_DATABASE_URL"] = url  # the settings the console's pages read
     app = celery_app.app

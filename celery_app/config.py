@@ -1,7 +1,6 @@
 """Starting from the settings: the embedded broker's folders and the kernel every process opens.
 
-The settings themselves are read and checked in :mod:`celery_app.settings`; they are
-importable from here too, as before.
+The settings themselves are read and checked in :mod:`celery_app.settings`.
 """
 
 from __future__ import annotations
@@ -12,7 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from celery_app.settings import CONFIG_EXIT, ConfigInvalid, KernelSettings, var_dir
+from celery_app.project_paths import var_dir
+from celery_app.setting_values import ConfigInvalid
+from celery_app.settings import CONFIG_EXIT, KernelSettings
 from celery_app.shell import celery_command
 from kernel import (
     MIGRATE_COMMAND,

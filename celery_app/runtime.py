@@ -1,25 +1,21 @@
 """Running one claimed occurrence: claim, execute through its adapter, and the settle that ends it.
 
 The run's lease keeping, safe points and warm-shutdown marker are in
-:mod:`celery_app.held_run`.
+:mod:`celery_app.held_run`; what a failure records beyond its adapter's verdict is in
+:mod:`celery_app.run_failures`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from billiard.exceptions import SoftTimeLimitExceeded
-
 from adapters.base import (
     Adapter,
-    AdapterError,
     Cancelled,
-    ErrorClass,
     ExecutionContext,
     HandBack,
     Redeliver,
@@ -27,32 +23,20 @@ from adapters.base import (
     bound_message,
 )
 from adapters.secrets import scrub, scrub_value
-from celery_app.adjudication import ask_adapter
-from celery_app.held_run import (
-    HeldRun,
-    LeaseKeeper,
-    new_owner,
-    shutting_down,
-)
+from celery_app.held_run import HeldRun, LeaseKeeper, new_owner, shutting_down
+from celery_app.run_failures import ask_at_once, job_traceback, timeout_failure
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
 from kernel import (
     Claim,
-    Effect,
     InvalidArgument,
     Kernel,
     LeaseLost,
-    Occurrence,
     OccurrenceStatus,
     SafePoint,
-    StorageUnavailable,
     attempts_left,
 )
 
-__all__ = [
-    "RunOutcome",
-    "run_occurrence",
-    "run_occurrences",
-]
+__all__ = ["RunOutcome", "run_occurrence", "run_occurrences"]
 
 log = logging.getLogger("celery_kernel.runtime")
 
@@ -280,9 +264,9 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id), None
-        error = _timed_out(exc, ctx.timeout_s) or adapter.classify_error(exc)
+        error = timeout_failure(exc, ctx.timeout_s) or adapter.classify_error(exc)
         message = bound_message(scrub(error.message, ctx.secrets))
-        trace = _job_traceback(exc, ctx.secrets)
+        trace = job_traceback(exc, ctx.secrets)
         final = not error.retryable or not attempts_left(
             occurrence.attempt, occurrence.max_attempts
         )
@@ -312,7 +296,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
         except LeaseLost as exc:
             return _settle_refused(run, exc), None
         if status == OccurrenceStatus.NEEDS_ADJUDICATION:
-            _ask_at_once(kernel, adapter, occurrence)
+            ask_at_once(kernel, adapter, occurrence)
         return RunOutcome(status, occurrence.job_id, error.code, status), None
     if run.fenced:
         return _fenced_off(run), None
@@ -367,48 +351,6 @@ def _replaced(run: HeldRun, replaced: Replaced) -> RunOutcome:
         extra={"action": "run_replaced"},
     )
     return RunOutcome("replaced", occurrence.job_id)
-
-
-def _job_traceback(exc: BaseException, secrets: Iterable[str]) -> str | None:
-    """The traceback of what the job's code raised, secrets masked; None for a failure an
-    adapter classified itself (its message says it all: an exit status, an HTTP status)."""
-    if isinstance(exc, AdapterError):
-        if exc.__cause__ is None:
-            return None
-        exc = exc.__cause__
-    text = "".join(traceback.format_exception(exc))
-    return scrub(text, secrets)
-
-
-def _timed_out(exc: BaseException, timeout_s: float | None) -> ErrorClass | None:
-    """A TIMEOUT failure when Celery's soft time limit (the job's timeout) stopped the body,
-    whether it surfaced as itself or as the cause of an adapter's error; retryable unless
-    that error says otherwise (a task's timeout is final unless its ``autoretry_for`` lists
-    it, as under Celery)."""
-    if not isinstance(exc, SoftTimeLimitExceeded) and not isinstance(
-        exc.__cause__, SoftTimeLimitExceeded
-    ):
-        return None
-    retryable = exc.retryable if isinstance(exc, AdapterError) else True
-    limit = f"{timeout_s:g} s" if timeout_s is not None else "its time limit"
-    message = f"the run exceeded its timeout of {limit}"
-    return ErrorClass(retryable, "TIMEOUT", message, Effect.UNKNOWN)
-
-
-def _ask_at_once(kernel: Kernel, adapter: Adapter, occurrence: Occurrence) -> None:
-    """The run's outcome is unknown and it may not repeat: its adapter is asked now, by this
-    worker, as Beat's pump would hint it (``kernel.adjudicate_occurrence``); whoever takes
-    the ask first asks, the other finds it taken."""
-    try:
-        ask_adapter(kernel, {occurrence.kind: adapter}, occurrence.id, occurrence.kind)
-    except StorageUnavailable as exc:
-        log.warning(
-            "occurrence %s needs adjudication; its adapter could not be asked now (%s): "
-            "Beat's pump hints the ask",
-            occurrence.id,
-            exc,
-            extra={"action": "storage_unavailable", "occurrence_id": occurrence.id},
-        )
 
 
 def _fenced_off(run: HeldRun) -> RunOutcome:

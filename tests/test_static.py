@@ -173,6 +173,23 @@ def test_no_kernel_module_is_past_the_bound() -> None:
     assert long == set(), sorted(long)
 
 
+#: celery_app modules still past the bound, each with why it is not split yet.
+_CELERY_APP_LONG = {
+    # Being edited in parallel for canvas and enqueue work; split once that lands.
+    "celery_app/enqueueing.py",
+}
+
+
+def test_no_celery_app_module_is_past_the_bound() -> None:
+    """The Celery glue splits by noun past the kernel's bound too (GUIDE)."""
+    long = {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "celery_app").rglob("*.py")
+        if len(path.read_text(encoding="utf-8").splitlines()) > _KERNEL_MODULE_LINES
+    }
+    assert long == _CELERY_APP_LONG, sorted(long ^ _CELERY_APP_LONG)
+
+
 #: The kernel modules the layers above may import: the facade and what its methods take
 #: and return (types, errors, states, payloads), the job spec's validation and schema,
 #: and the engine's construction. Everything else is the kernel's own.

@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "budgets": ("budgets", "budgets"),
     "status": ("observe", "status"),
     "events": ("observe", "events"),
-    "doctor": ("observe", "doctor"),
+    "doctor": ("doctor", "doctor"),
     "why": ("why", "why"),
     "migrate": ("maintenance", "migrate"),
     "prune": ("maintenance", "prune"),

@@ -5,7 +5,7 @@ use, the output mode) and hands :meth:`Env.emit` JSON-ready data plus a text
 rendering. Errors become exit codes here and nowhere else:
 
 * a :class:`~kernel.errors.KernelError` prints its stable code and exits 1 (2 for a
-  setting refused by :class:`~celery_app.settings.ConfigInvalid`); under ``--json``
+  setting refused by :class:`~celery_app.setting_values.ConfigInvalid`); under ``--json``
   stdout carries ``{"error": {"code", "message", "details"?}}``;
 * Ctrl-C (SIGINT) ends any command with exit 130 and one line, no traceback;
 * a usage error (bad option value, missing argument) exits 2, as click does; under
@@ -32,7 +32,8 @@ import click
 
 from celery_app.config import open_kernel
 from celery_app.operations import format_json, iso, utc
-from celery_app.settings import CONFIG_EXIT, INTERRUPTED_EXIT, ConfigInvalid
+from celery_app.setting_values import ConfigInvalid
+from celery_app.settings import CONFIG_EXIT, INTERRUPTED_EXIT
 from kernel import InvalidArgument, Kernel, KernelError, parse_duration
 
 __all__ = [

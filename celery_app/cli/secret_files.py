@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.secrets import SECRETS_FILE_ENV
-from celery_app.settings import var_dir
+from celery_app.project_paths import var_dir
 from celery_app.web.users import users_file
 
 __all__ = ["open_secret_files"]

@@ -8,7 +8,9 @@ from typing import Any
 
 from beat_schedule.sync import beat_zone, read_beat_schedule
 from celery_app.installation import KERNEL_DEFAULTS, kernel_defaults_layer
-from celery_app.settings import FROM_APP, KernelSettings, WebSettings, unread_kernel_keys
+from celery_app.setting_values import FROM_APP
+from celery_app.settings import KernelSettings, unread_kernel_keys
+from celery_app.web_settings import WebSettings
 from kernel import KernelError, masked_url
 
 __all__ = ["job_zone", "settings_checks", "settings_listing"]

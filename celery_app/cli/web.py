@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from celery_app.cli.output import Env
-from celery_app.settings import WebSettings
 from celery_app.shell import celery_command
 from celery_app.web.app import create_app, serve
 from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.context import WebContext
 from celery_app.web.users import UserStore, users_file
+from celery_app.web_settings import WebSettings
 from kernel import KernelError
 
 __all__ = ["web"]

@@ -23,13 +23,13 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from celery_app.settings import WebSettings
 from celery_app.web import api, confirm, console, event_log, job_pages, occurrence_pages
 from celery_app.web.api_links import add_links
 from celery_app.web.context import SECURITY_HEADERS, WebContext
 from celery_app.web.door import Door
 from celery_app.web.errors import CODE_BY_HTTP, error_body, is_api, refusal
 from celery_app.web.read_deadlines import ReadDeadlines
+from celery_app.web_settings import WebSettings
 from kernel import KernelError
 
 __all__ = ["create_app", "serve"]

@@ -8,9 +8,10 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from celery_app.settings import KernelSettings, WebSettings
+from celery_app.settings import KernelSettings
 from celery_app.web.auth import Sessions, SignInLimiter
 from celery_app.web.users import UserStore
+from celery_app.web_settings import WebSettings
 from kernel import Kernel, masked_url
 
 __all__ = ["SECURITY_HEADERS", "WebContext", "database_shown"]

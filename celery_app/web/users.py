@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from celery_app.settings import var_dir
+from celery_app.project_paths import var_dir
 from kernel import InvalidArgument, NotFound
 
 __all__ = ["Role", "User", "UserStore", "same_secret", "users_file"]

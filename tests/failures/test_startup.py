@@ -16,7 +16,8 @@ from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
 from failures.support import Done, clean_env, hanging_server, run, start, stop
 
-from celery_app.settings import ConfigInvalid, KernelSettings
+from celery_app.setting_values import ConfigInvalid
+from celery_app.settings import KernelSettings
 from kernel import Kernel
 
 CELERY = ["celery", "-A", "celery_app"]

@@ -18,8 +18,9 @@ from celery.bin.celery import celery as celery_main
 from click.testing import CliRunner
 from web.support import CSRF, Web, console_login, serve
 
-from celery_app.settings import ConfigInvalid, WebSettings
+from celery_app.setting_values import ConfigInvalid
 from celery_app.web.users import Role, UserStore
+from celery_app.web_settings import WebSettings
 
 _MIB = 1024 * 1024
 _NONCE = re.compile(r'name="nonce" value="([^"]+)"')
