@@ -47,7 +47,7 @@ def test_a_stamped_chains_steps_carry_their_stamps(app: celery.Celery) -> None:
     steps = canvas.freeze() and canvas.tasks
     callbacks, _ = links({"chain": [dict(s) for s in reversed(steps[1:])]})
     [second] = callbacks
-    [third] = second["callbacks"]
+    [third] = second["rest"]  # a chain's later steps, flat
     for step in (second, third):
         assert _stamped(step) == {"stamped_headers": ["stamp"], "stamps": {"stamp": 42}}
 
