@@ -31,7 +31,9 @@ Violations (each column fails the run when non-zero):
 * **rewind**: a run resumed from a checkpoint the ledger contradicts (no earlier run
   finished the step before it; the run that handed back went on past it; the resumed
   run re-ran a step before it). A run that lost its lease may have gone on past the
-  checkpoint its last renewal stored: those steps are redone (at-least-once).
+  checkpoint its last renewal stored: those steps are redone (at-least-once), also to
+  its end when its settle never landed (no terminal event at its fence: the database
+  was away), but not past a settle the kernel logged.
 * **handback**: a pause/resume or warm shutdown that hit no run, or whose run was not
   handed back (``occurrence_paused`` and ``occurrence_resumed`` / ``occurrence_handed_back``)
   and finished by a later fence (from its checkpoint or, when the run stopped before a
@@ -306,7 +308,8 @@ class _Judge:
                 for e in self.events_of[occurrence_id]
                 if e.type in ("occurrence_paused", "occurrence_handed_back")
             }
-            for index, rewind in _continuations(written, handed_back):
+            settled = {e.fence for e in self.events_of[occurrence_id] if e.type in _TERMINAL}
+            for index, rewind in _continuations(written, handed_back, settled):
                 window = self._at(self.ev.lines[index])
                 window.counts["resumed"] += 1
                 if rewind:
@@ -434,7 +437,9 @@ def _lost_update(row: KernelRow, events: list[KernelEvent]) -> tuple[float, str]
 
 
 def _continuations(
-    written: list[tuple[int, dict[str, Any]]], handed_back: set[int | None]
+    written: list[tuple[int, dict[str, Any]]],
+    handed_back: set[int | None],
+    settled: set[int | None],
 ) -> list[tuple[int, str | None]]:
     """Each run of one occurrence resumed from a checkpoint: (index of its ``start``, how the
     ledger contradicts its checkpoint, if it does).
@@ -443,7 +448,8 @@ def _continuations(
     step k-1 before the resumed one started is the one that stored it: the resumed run must
     have written nothing before it, and a run that stored it by handing the occurrence back
     (its fence in ``handed_back``) nothing past it; one that stored it with a lease renewal
-    and then lost its lease may have gone on (those steps are redone), but not to its end.
+    and then lost its lease may have gone on (those steps are redone), to its end only
+    when its settle never landed (its fence not in ``settled``).
     """
     resumed: list[tuple[int, str | None]] = []
     for index, line in written:
@@ -463,7 +469,10 @@ def _continuations(
             x
             for _, x in earlier
             if x["fence"] == finished[-1]
-            and (x["event"] == "end" or (stopped_there and x["event"] == "step" and x["step"] >= k))
+            and (
+                (x["event"] == "end" and (stopped_there or x["fence"] in settled))
+                or (stopped_there and x["event"] == "step" and x["step"] >= k)
+            )
         ]
         before = [
             x for _, x in written if x["fence"] == fence and x["event"] == "step" and x["step"] < k

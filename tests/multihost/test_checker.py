@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from multihost.checker import VIOLATIONS, Row, check
+from multihost.checker import VIOLATIONS, Row, _continuations, check
 from multihost.evidence import Evidence, Handback
 from multihost.mutations import T0, _replace_row, _rewrite, clean_run, self_test
 from multihost.report import failed
@@ -184,3 +184,21 @@ def test_a_chain_step_started_before_the_one_before_it_finished_is_a_chain_viola
     assert _canvas_notes(check(evidence), "chain") == [
         "chain: chain-a: step 1 started before step 0 finished"
     ]
+
+
+def test_a_run_ended_past_its_renewed_checkpoint_is_a_rewind_only_if_its_settle_landed() -> None:
+    """Fence 1 stored step 2's checkpoint with a renewal and ran to its end; fence 2
+    resumed from step 2. Its settle never landed (the database was away): at-least-once
+    redoes those steps. Had the kernel logged its settle, the resume contradicts it."""
+    written = [
+        (0, {"event": "start", "fence": 1}),
+        (1, {"event": "step", "fence": 1, "step": 1}),
+        (2, {"event": "step", "fence": 1, "step": 2}),
+        (3, {"event": "end", "fence": 1}),
+        (4, {"event": "start", "fence": 2, "resumed_from": 2}),
+        (5, {"event": "step", "fence": 2, "step": 2}),
+        (6, {"event": "end", "fence": 2}),
+    ]
+    assert _continuations(written, handed_back=set(), settled={2}) == [(4, None)]
+    [(index, rewind)] = _continuations(written, handed_back=set(), settled={1, 2})
+    assert index == 4 and rewind is not None and "fence 1 went on past it 1 time(s)" in rewind
