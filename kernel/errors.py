@@ -56,6 +56,8 @@ class InvalidArgument(KernelError):
     def __init__(self, field: str, message: str, **details: Any) -> None:
         super().__init__(f"{field}: {message}", field=field, **details)
         self.field = field
+        # Rebuilt from its args by pickling and by Celery's result backend.
+        self.args = (field, message)
 
 
 class NotFound(KernelError):
@@ -114,9 +116,10 @@ class StorageUnavailable(KernelError):
 
     code = "STORAGE_UNAVAILABLE"
 
-    def __init__(self, message: str, *, commit_state: CommitState, **details: Any) -> None:
+    def __init__(self, message: str, commit_state: CommitState, **details: Any) -> None:
         super().__init__(message, commit_state=commit_state, **details)
         self.commit_state = commit_state
+        self.args = (message, commit_state)  # rebuilt from its args, as InvalidArgument
 
 
 class PermissionDenied(KernelError):
