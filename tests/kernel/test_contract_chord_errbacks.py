@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from kernel import EnqueueRequest
+from kernel import EnqueueRequest, InvalidArgument
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
@@ -140,3 +140,67 @@ def test_a_group_body_of_one_member_fails_under_that_members_id(k: Harness) -> N
     assert _echoes(k) == [(["b-0"], "b-0")]
     [failed] = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
     assert (failed["body_task_id"], failed["body_task_ids"]) == ("g-b", ["b-0"])
+
+
+def _succeed(k: Harness, occurrence_id: int, result: Any) -> None:
+    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
+    assert claim is not None
+    k.kernel.succeed(occurrence_id, owner="w1", fence=claim.fence, result=result)
+
+
+def _keyed(k: Harness, task_id: str) -> Any:
+    [found] = [o for o in k.kernel.list_occurrences(limit=200) if o.trigger_key == f"key:{task_id}"]
+    return found
+
+
+def _chord_with_group_body() -> dict[str, Any]:
+    """chord([add(2, 2)], group(b, c)) as a member of an outer chord's group body: the
+    signature is the body's first member, ``group`` the others."""
+    first = {"task": "proj.fail", "options": {"task_id": "b-1"}, "errbacks": [_errback("b")],
+             "settings": ONCE}  # fmt: skip
+    second = {"task": "proj.tsum", "options": {"task_id": "c-1"}, "errbacks": [_errback("c")]}
+    header = [{"task": "proj.add", "args": [2, 2], "options": {"task_id": "g2-m0"},
+               "settings": ONCE}]  # fmt: skip
+    return {**first, "chord": {"id": "g2", "header": header, "group": [second]}}
+
+
+def test_a_chord_in_a_group_body_may_have_a_group_body(k: Harness) -> None:
+    """Made when the outer chord completes; its own group body made by its last member,
+    each member given its results first; a member of that group failing gives its own
+    errbacks only (the chords completed)."""
+    made = k.kernel.enqueue_many(
+        [EnqueueRequest("proj.add", args=[1, 1], key="g1-m0", settings=ONCE)],
+        chord={"id": "g1", "body": [_chord_with_group_body()]},
+    )
+    _succeed(k, made[0].occurrence_id, 2)
+    inner = _keyed(k, "g2-m0")
+    assert inner.payload["args"] == [[2], 2, 2]
+    _succeed(k, inner.id, 4)
+    first, second = _keyed(k, "b-1"), _keyed(k, "c-1")
+    assert (first.payload["args"], second.payload["args"]) == ([[4]], [[4]])
+    _end_for_good(k, first.id, "exception")
+    _succeed(k, second.id, 4)
+    assert _echoes(k) == [(["b"], "b-1")]
+
+
+def test_a_chord_in_a_group_body_with_a_group_body_fails_each_member_once(k: Harness) -> None:
+    """Its header failing: each member of its group body gives its errbacks, once."""
+    made = k.kernel.enqueue_many(
+        [EnqueueRequest("proj.add", args=[1, 1], key="g1-m0", settings=ONCE)],
+        chord={"id": "g1", "body": [_chord_with_group_body()]},
+    )
+    _succeed(k, made[0].occurrence_id, 2)
+    _end_for_good(k, _keyed(k, "g2-m0").id, "exception")
+    assert _echoes(k) == [(["b"], "b-1"), (["c"], "c-1")]
+    failed = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
+    assert [(f["chord_id"], f["body_task_ids"]) for f in failed] == [("g2", ["b-1", "c-1"])]
+
+
+def test_a_chord_steps_group_must_be_a_list_of_signatures(k: Harness) -> None:
+    body = _chord_with_group_body()
+    body["chord"]["group"] = [{"task": ""}]
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue_many(
+            [EnqueueRequest("proj.add", key="g1-m0")], chord={"id": "g1", "body": [body]}
+        )
+    assert refused.value.field == "chord.body[0].chord.group[0].task"
