@@ -42,7 +42,7 @@ from celery.result import GroupResult
 from celery.utils import uuid
 
 from celery_app.canvas_growth import BOOKKEEPING, grown_chord, lazy_header
-from celery_app.canvas_links import chord_member_end, link_signature, unrolled
+from celery_app.canvas_links import chord_member_end, group_body, link_signature, unrolled
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
 from kernel import InvalidArgument
@@ -282,7 +282,7 @@ def _body(body: Signature) -> Any:
     (each given the members' results first, as Celery's group body is)."""
     if body.get("subtask_type") != "group":
         return link_signature(body, "chord.body")
-    return [link_signature(m, f"chord.body[{i}]") for i, m in enumerate(body.tasks)]
+    return group_body(body, "chord.body")
 
 
 _hook_lock = threading.Lock()
