@@ -236,13 +236,13 @@ def fail_chord(
     tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str
 ) -> None:
     """A chord failed (its row's failure just written): the body's errbacks are made,
-    the body's task id first, and the body never is; a group body's each member's
-    (:func:`_body_errbacks`); a chord that a member's chain ends with fails that member's
-    chord too."""
+    the body's task id first (a group body's: each member's, under its own id), and the
+    body never is; a chord that a member's chain ends with fails that member's chord too."""
     stored = loads(body)
     sig = stored["callbacks"][0]
     body_task_id = stored.get("result_id") or sig["options"]["task_id"]
-    errbacks, bodies = _body_errbacks(stored, chord_id, member_id, body_task_id)
+    parent = member_id if member_id is not None else f"chord:{chord_id}"
+    errbacks, bodies = TC.body_errbacks(stored, chord_id, parent, body_task_id)
     _make_links(tx, member_id, errbacks)
     # A group as the body: each of its members' ids, whose results fail too.
     group_body: dict[str, Any] = {"body_task_ids": bodies} if stored.get("group") else {}
@@ -263,33 +263,6 @@ def fail_chord(
         _settle_chord_member(
             tx, place["chord"], place["of"], member_task_id, False, reason == "cancelled"
         )  # fmt: skip
-
-
-def _body_errbacks(
-    stored: Mapping[str, Any], chord_id: str, member_id: int | None, body_task_id: str
-) -> tuple[list[EnqueueRequest], list[str]]:
-    """The errbacks a failed chord's body gives, and the ids of its results: one body's
-    under ``body_task_id``; a group body's, each member's own under that member's result
-    id (a chord's among them: its body's, which carries that chord's errbacks), as
-    Celery's backend calls each task's of a group body."""
-    grouped = bool(stored.get("group"))
-    errbacks: list[EnqueueRequest] = []
-    bodies = []
-    for index, sig in enumerate(stored["callbacks"]):
-        own = (sig.get("chord") or {}).get("result_id") or sig["options"]["task_id"]
-        task_id = own if grouped else body_task_id
-        bodies.append(task_id)
-        errbacks += link_requests(
-            dumps({"callbacks": [], "errbacks": sig["errbacks"]}),
-            succeeded=False,
-            result=None,
-            parent_id=member_id if member_id is not None else f"chord:{chord_id}",
-            parent_task_id=task_id,
-            # Keyed by the chord (and the body's member): the failed member's own
-            # errbacks are keyed by it.
-            stem=f"chord-errbacks:{chord_id}" + (f":{index}" if grouped else ""),
-        )
-    return errbacks, bodies
 
 
 def make_chord(
