@@ -21,7 +21,8 @@ counts the chord down (kernel/occurrences/chains.py), without the ``chord`` opti
 Celery's freeze gives it. Nested groups are unrolled into their members, as Celery does.
 A chord's body may be a chain: its first step, carrying the rest (canvas_links.py), its
 failure written under the chain's id, its last step's, which the caller holds; or a
-group: each of its members made by the last member's settle, the results first. A group
+group: each of its members made by the last member's settle, the results first, each
+failed with its own errbacks if the header fails (canvas_links.group_body). A group
 whose tasks are partly routed, a chord's member that is a chord or a group's that is a
 canvas led by one, a chain member ending in a group, and a chord's options a kernel chord
 cannot carry are refused when applied, naming them. An empty header's body is made at
@@ -42,7 +43,7 @@ from celery.result import GroupResult
 from celery.utils import uuid
 
 from celery_app.canvas_growth import BOOKKEEPING, grown_chord, lazy_header
-from celery_app.canvas_links import chord_member_end, link_signature, unrolled
+from celery_app.canvas_links import chord_member_end, group_body, link_signature, unrolled
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
 from kernel import InvalidArgument
@@ -282,7 +283,7 @@ def _body(body: Signature) -> Any:
     (each given the members' results first, as Celery's group body is)."""
     if body.get("subtask_type") != "group":
         return link_signature(body, "chord.body")
-    return [link_signature(m, f"chord.body[{i}]") for i, m in enumerate(body.tasks)]
+    return group_body(body, "chord.body")
 
 
 _hook_lock = threading.Lock()

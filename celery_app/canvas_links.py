@@ -19,7 +19,7 @@ take its place in the chord, its end counts it down), or a group (unrolled into 
 
 What a link cannot carry is refused when the canvas is applied, naming it: a group
 followed by a step that Celery did not make a chord, a chord whose body is a group
-(the kernel's chord makes one body task; a body that is a chord, Celery's
+but as a task of a chord's group body (:func:`group_body`; a body that is a chord, Celery's
 ``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
 a chord or a chain ending in a group, a step of a chord Celery counts itself (its
 ``chord`` option, but for a chord member's end, whose chord is the kernel's), and step
@@ -57,6 +57,7 @@ __all__ = [
     "CANVAS_OPTIONS",
     "celery_json",
     "chord_member_end",
+    "group_body",
     "link_signature",
     "links",
     "replacement_signature",
@@ -244,9 +245,37 @@ def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
         )
 
 
-def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
+def group_body(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    """A chord's body that is a group as the kernel's chord makes it: its tasks' links
+    (a chord among them: :func:`_chord_step`, its body a group too). The group's own
+    ``link_error`` replaces its tasks', as Celery's group passes it to each one's
+    ``apply_async`` (a chord's: on to its body).
+
+    Raises:
+        InvalidArgument: as :func:`link_signature`, or it has its own ``link_error`` and
+            a task of it is a chain or a group (whose steps Celery gives it to alike).
+    """
+    errbacks = (sig.get("options") or {}).get("link_error")
+    made = []
+    for i, task in enumerate((sig.get("kwargs") or {}).get("tasks") or ()):
+        kind, at = task.get("subtask_type"), f"{where}[{i}]"
+        if errbacks is not None and kind not in (None, "chord"):
+            raise InvalidArgument(
+                f"{at}.options.link_error", f"a {kind} in a chord's group body that has its "
+                "own link_error is not made durable through the kernel (kernel_route_tasks); "
+                "link the errbacks to the group's tasks instead",
+            )  # fmt: skip
+        if errbacks is not None:
+            task = {**task, "options": {**(task.get("options") or {}), "link_error": errbacks}}
+        made.append(_chord_step(task, at, True) if kind == "chord" else link_signature(task, at))
+    return made
+
+
+def _chord_step(sig: Mapping[str, Any], where: str, in_group: bool = False) -> dict[str, Any]:
     """A chord among a canvas's steps as one link: its body's, carrying the chord's id
-    (Celery's group id, frozen with the chain) and its header's members."""
+    (Celery's group id, frozen with the chain) and its header's members; ``in_group``
+    (a member of a chord's group body), its body may be a group: its first member
+    carrying the others (``group``)."""
     options = dict(sig.get("options") or {})
     _refuse(options, {"task_id", "link", "link_error"}, where)
     kwargs = sig.get("kwargs") or {}
@@ -260,15 +289,21 @@ def _chord_step(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     group_id = options.get("task_id") or uuid()
     members = [_member(m, f"{where}.header[{i}]") for i, m in enumerate(unrolled(header))]
     raw_body = kwargs.get("body") or {}
-    body = link_signature(raw_body, f"{where}.body")
+    grouped = in_group and raw_body.get("subtask_type") == "group"
+    bodies = group_body(raw_body, f"{where}.body") if grouped else []
+    body = bodies[0] if bodies else link_signature(raw_body, f"{where}.body")
     # The chord's own link and link_error are its body's, as Celery's chord moves them
-    # (a chain's link, on its last step; a chord body's link_error, when a header fails).
+    # (a chain's link, on its last step; a chord body's link_error, when a header fails;
+    # a group body's link_error, on each of its tasks).
     callbacks, errbacks = links(
         {"link": options.get("link"), "link_error": options.get("link_error")}
     )
     body["callbacks"].extend(callbacks)
-    body["errbacks"].extend(errbacks)
-    chord = {"id": group_id, "header": members}
+    for one in bodies or [body]:
+        one["errbacks"].extend(errbacks)
+    chord: dict[str, Any] = {"id": group_id, "header": members}
+    if grouped:
+        chord["group"] = bodies[1:]
     chain_id = (raw_body.get("options") or {}).get("task_id")
     if raw_body.get("subtask_type") == "chain" and chain_id:
         # The chord's failure is written under the id its caller holds: a chain's is its

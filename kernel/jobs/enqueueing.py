@@ -249,12 +249,14 @@ def _chord_of(
         raise InvalidArgument(field, why) from None
     _name_chord(rows, chord_id)
     result_id = chord.get("result_id")
+    # A group body, even of one member, fails member by member (chains.fail_chord).
+    group = {"group": True} if isinstance(raw, list) else {}
     if result_id is None:
-        return str(text), tasks
+        return (dumps({**loads(str(text)), **group}) if group else str(text)), tasks
     if not isinstance(result_id, str) or not 0 < len(result_id) <= MAX_KEY:
         raise InvalidArgument("chord.result_id", f"must be a task id of 1 to {MAX_KEY} characters")
     # Stored with the body: the chord's failure is written under it (a chain body's last step).
-    return dumps({**loads(str(text)), "result_id": result_id}), tasks
+    return dumps({**loads(str(text)), **group, "result_id": result_id}), tasks
 
 
 def _name_chord(rows: Sequence[EnqueueRow], chord_id: str) -> None:

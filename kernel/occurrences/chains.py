@@ -236,24 +236,16 @@ def fail_chord(
     tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str
 ) -> None:
     """A chord failed (its row's failure just written): the body's errbacks are made,
-    the body's task id first, and the body never is; a chord that a member's chain ends
-    with fails that member's chord too."""
+    the body's task id first (a group body's: each member's, under its own id), and the
+    body never is; a chord that a member's chain ends with fails that member's chord too."""
     stored = loads(body)
     sig = stored["callbacks"][0]
     body_task_id = stored.get("result_id") or sig["options"]["task_id"]
-    errbacks = link_requests(
-        dumps({"callbacks": [], "errbacks": sig["errbacks"]}),
-        succeeded=False,
-        result=None,
-        parent_id=member_id if member_id is not None else f"chord:{chord_id}",
-        parent_task_id=body_task_id,
-        # Keyed by the chord: the member's own errbacks are keyed by it.
-        stem=f"chord-errbacks:{chord_id}",
-    )
+    parent = member_id if member_id is not None else f"chord:{chord_id}"
+    errbacks, bodies = TC.body_errbacks(stored, chord_id, parent, body_task_id)
     _make_links(tx, member_id, errbacks)
     # A group as the body: each of its members' ids, whose results fail too.
-    bodies = [one["options"]["task_id"] for one in stored["callbacks"]]
-    group_body: dict[str, Any] = {"body_task_ids": bodies} if len(bodies) > 1 else {}
+    group_body: dict[str, Any] = {"body_task_ids": bodies} if stored.get("group") else {}
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,

@@ -18,7 +18,7 @@ immutable), and the chord's row, whose body is the signature itself (without ``c
 member's settle makes it, the rest of the chain after it. The chord may carry ``"then": {"id",
 "header"}``, a chord whose body is a chord (Celery's ``group | group | task``): the first chord's
 body is then the signature with that chord, made as a chord step by the settle that completes the
-first.
+first; ``"group": [signature, ...]``, a group body's other members (the signature is its first).
 
 ``callbacks`` (Celery's ``link``) become occurrences when the run succeeds, the result prepended
 to their arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the
@@ -260,7 +260,10 @@ def _signature(
     rest = [_signature(s, f"{path}.rest[{i}]", tasks) for i, s in enumerate(raw.get("rest") or ())]
     if any("rest" in step for step in rest):
         raise InvalidArgument(f"{path}.rest", "a step of a chain's rest has no rest of its own")
-    chord = _chord_step(raw.get("chord"), path, tasks)
+    chord = raw.get("chord")
+    if chord is not None and (".errbacks[" in path or path.startswith("errbacks[")):
+        raise InvalidArgument(f"{path}.chord", "a chord is a callback, not an errback")
+    chord = None if chord is None else _chord_fields(chord, f"{path}.chord", tasks)
     replaces = checked_replaces(raw.get("replaces"), f"{path}.replaces")
     return {
         **({"chord": chord} if chord is not None else {}),
@@ -281,39 +284,35 @@ def _signature(
     }  # fmt: skip
 
 
-def _chord_step(raw: Any, path: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any] | None:
-    """A callback's ``chord`` checked: :func:`_chord_fields`."""
-    if raw is None:
-        return None
-    if ".errbacks[" in path or path.startswith("errbacks["):
-        raise InvalidArgument(f"{path}.chord", "a chord is a callback, not an errback")
-    return _chord_fields(raw, f"{path}.chord", tasks)
-
-
 def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Its id, its header's signatures (plain tasks: a member that is itself a chord is not
-    made), the chord it is followed by (``then``), checked alike, and its ``result_id``
-    (the id its failure is written under: a chain body's last step's)."""
+    """Its id, header (tasks: a member that is a chord is not made), ``then`` (the chord it is
+    followed by, checked alike), ``result_id`` (its failure's id: a chain body's last step's)."""
     if not isinstance(raw, Mapping):
         raise InvalidArgument(where, "must be an object: id and header")
-    unknown = sorted(set(raw) - {"id", "header", "then", "result_id"})
+    unknown = sorted(set(raw) - {"id", "header", "then", "result_id", "group"})
     if unknown:
         raise InvalidArgument(f"{where}.{unknown[0]}", "is not a field of a chord step")
-    chord_id, header = raw.get("id"), raw.get("header")
+    chord_id = raw.get("id")
     for name, value in (("id", chord_id), ("result_id", raw.get("result_id", "given"))):
         if not isinstance(value, str) or not 0 < len(value) <= MAX_KEY - 10:
             raise InvalidArgument(f"{where}.{name}", f"must be 1 to {MAX_KEY - 10} characters")
     # An empty header (Celery's replace by an empty group): the body is made at once.
-    if not isinstance(header, list | tuple):
-        raise InvalidArgument(f"{where}.header", "must be a list of signatures")
-    members = [_signature(s, f"{where}.header[{i}]", tasks) for i, s in enumerate(header)]
+    members = _signatures(raw.get("header"), f"{where}.header", tasks)
     if any("chord" in member for member in members):
         raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
     chord: dict[str, Any] = {"id": chord_id, "header": members}
     chord.update({"result_id": raw["result_id"]} if "result_id" in raw else {})
+    if raw.get("group") is not None:  # its body is a group: the signature, then these
+        chord["group"] = _signatures(raw["group"], f"{where}.group", tasks)
     if raw.get("then") is not None:
         chord["then"] = _chord_fields(raw["then"], f"{where}.then", tasks)
     return chord
+
+
+def _signatures(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    if not isinstance(raw, list | tuple):
+        raise InvalidArgument(where, "must be a list of signatures")
+    return [_signature(s, f"{where}[{i}]", tasks) for i, s in enumerate(raw)]
 
 
 def _request(
@@ -395,5 +394,7 @@ def chord_steps(
         if "then" in chord:  # the body is itself a chord's: made as a chord step
             body["chord"] = chord["then"]
         stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id")}
+        if "group" in chord:  # a group body: each member made alike, failed alike
+            stored.update(callbacks=[body, *chord["group"]], group=True)
         steps.append(ChordStep(chord["id"], members, dumps(stored), bool(sig.get("continues"))))
     return steps

@@ -3,8 +3,9 @@ down by each member's success, failed once by a member that fails for good
 (kernel/occurrences/chains.py). The state is the row's: ``growing`` while its caller
 still makes its members (``closed_at`` NULL: a generator's header, counted in member by
 member), ``open`` while closed with ``remaining`` > 0 and not failed, ``complete`` at 0
-when closed (its body made), ``failed`` (its errbacks made). A running member may add
-members (Celery's add_to_chord) until the body is made (kernel/jobs/chord_growth.py)."""
+when closed (its body made), ``failed`` (its errbacks made: :func:`body_errbacks`). A
+running member may add members (Celery's add_to_chord) until the body is made
+(kernel/jobs/chord_growth.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 from kernel.errors import InvalidArgument
 from kernel.events import EventType as E
 from kernel.records import dumps, loads
-from kernel.spec.enqueue_request import EnqueueRow
+from kernel.spec.enqueue_request import EnqueueRequest, EnqueueRow, link_requests
 from kernel.spec.task_runs import replacement_of
 from kernel.statements import (
     CHORD_ABANDONED,
@@ -42,6 +43,7 @@ __all__ = [
     "MEMBER_FAILS_CHORD",
     "MEMBER_HANDED_OVER",
     "MEMBER_SUCCEEDS_IN_CHORD",
+    "body_errbacks",
     "grow",
     "hand_over",
     "pass_place",
@@ -199,3 +201,31 @@ def _why_not_grown(chord_id: str, row: Any) -> str:
     if row.remaining == 0 and row.closed_at is not None:
         return f"chord {chord_id!r} has made its body: it takes no more members"
     return f"chord {chord_id!r} is closed: only its running members may add members"
+
+
+def body_errbacks(
+    stored: Mapping[str, Any], chord_id: str, parent: int | str, body_task_id: str
+) -> tuple[list[EnqueueRequest], list[str]]:
+    """The errbacks a failed chord's ``stored`` body gives (``parent``: the run whose end
+    failed it, else the chord), and the ids of its results: one body's under
+    ``body_task_id``; a group body's, each member's own under that member's result id (a
+    chord's among them: its body's, which carries that chord's errbacks), as Celery's
+    backend calls each task's of a group body."""
+    grouped = bool(stored.get("group"))
+    errbacks: list[EnqueueRequest] = []
+    bodies = []
+    for index, sig in enumerate(stored["callbacks"]):
+        own = (sig.get("chord") or {}).get("result_id") or sig["options"]["task_id"]
+        task_id = own if grouped else body_task_id
+        bodies.append(task_id)
+        errbacks += link_requests(
+            dumps({"callbacks": [], "errbacks": sig["errbacks"]}),
+            succeeded=False,
+            result=None,
+            parent_id=parent,
+            parent_task_id=task_id,
+            # Keyed by the chord (and the body's member): the failed member's own
+            # errbacks are keyed by it.
+            stem=f"chord-errbacks:{chord_id}" + (f":{index}" if grouped else ""),
+        )
+    return errbacks, bodies
