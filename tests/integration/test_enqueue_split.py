@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from integration.stack import Stack
+from integration.test_enqueue import Project
 
 #: The module the runs call, written into the stack's working directory (on the
 #: workers' PYTHONPATH).
@@ -111,3 +112,51 @@ def test_a_worker_killed_holding_its_share_of_a_big_hint_loses_no_run(stack: Sta
             occ_id,
             fences,
         )
+
+
+#: A project task that waits (boundedly) for a second process, as ``until_shared`` does.
+SHARED_TASKS = """\
+import json, os, time
+from myproj import app
+
+def note(**fields):
+    with open("ledger.jsonl", "a") as ledger:
+        ledger.write(json.dumps({"pid": os.getpid(), **fields}) + "\\n")
+
+@app.task(name="myproj.shared")
+def shared(label):
+    note(event="run", label=label)
+    deadline = time.monotonic() + 15
+    while True:
+        with open("ledger.jsonl") as lines:
+            pids = {json.loads(line)["pid"] for line in lines}
+        if len(pids) >= 2 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    note(event="shared", label=label, met=len(pids) >= 2)
+"""
+
+#: The caller: 40 runs in one enqueue_many, counting the hints it publishes.
+MANY = """\
+import json
+from celery.signals import before_task_publish
+from celery_app import enqueue_many
+from myproj import app
+
+published = []
+before_task_publish.connect(lambda body, **kw: published.append(len(body[0])), weak=False)
+made = enqueue_many(app, [{"task": "myproj.shared", "args": [i]} for i in range(40)])
+print(json.dumps({"ids": [m.occurrence_id for m in made], "published": published}))
+"""
+
+
+@pytest.mark.parametrize("stack", ["redis+postgres"], indirect=True)
+def test_an_enqueue_many_batch_is_one_publish_and_runs_on_every_process(stack: Stack) -> None:
+    project, _ = Project.running(stack, SHARED_TASKS, workers=("w1", "w2"), concurrency=1)
+    sent = project.client(MANY)
+    assert sent["published"] == [40]  # one hint of the 40 ids: the caller's one publish
+    stack.wait(lambda: len(project.ledger(event="shared")) == 40, timeout=60, what="the 40 runs")
+    shared = project.ledger(event="shared")
+    assert all(line["met"] for line in shared), [s for s in shared if not s["met"]]
+    assert len({line["pid"] for line in shared}) == 2  # both workers' processes
+    assert sorted(line["label"] for line in project.ledger(event="run")) == list(range(40))
