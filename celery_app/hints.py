@@ -4,9 +4,9 @@ A message is only a hint: the kernel decides who runs what, and a lost or duplic
 message is repaired or refused there. ``run_occurrence`` hints carry one occurrence id,
 or up to ``kernel_batch_max`` ids of one queue when that queue's backlog is deep
 (:func:`publish_hints`), or an ``enqueue_many`` batch's ids of one queue, which the worker
-process taking it splits (:func:`split_hint`); a hint of one run is that run's Celery message as monitors see
-it: its id is the run's task id (:func:`run_task_id`) and, for an enqueued run, its shadow
-is the task's name. ``adjudicate_occurrence`` asks an adapter about an uncertain
+process taking it splits (:func:`split_hint`); a hint of one run is that run's Celery
+message as monitors see it: its id is the run's task id (:func:`run_task_id`) and, for an
+enqueued run, its shadow is the task's name. ``adjudicate_occurrence`` asks an adapter about an uncertain
 run; ``notify`` delivers a notification, and a notification may name a task of the app.
 Callers handle the broker being down (``kombu.exceptions.OperationalError``): the pump
 sends a hint again after ``kernel_rehint_after``.
