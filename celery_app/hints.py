@@ -6,8 +6,9 @@ or up to ``kernel_batch_max`` ids of one queue when that queue's backlog is deep
 (:func:`publish_hints`), or an ``enqueue_many`` batch's ids of one queue, which the worker
 process taking it splits (:func:`split_hint`); a hint of one run is that run's Celery
 message as monitors see it: its id is the run's task id (:func:`run_task_id`) and, for an
-enqueued run, its shadow is the task's name. ``adjudicate_occurrence`` asks an adapter about an uncertain
-run; ``notify`` delivers a notification, and a notification may name a task of the app.
+enqueued run, its shadow is the task's name. ``adjudicate_occurrence`` asks an adapter
+about an uncertain run; ``notify`` delivers a notification, and a notification may name a
+task of the app.
 Callers handle the broker being down (``kombu.exceptions.OperationalError``): the pump
 sends a hint again after ``kernel_rehint_after``.
 
