@@ -149,6 +149,8 @@ def _split(task: Any, occurrence_ids: list[int], batch_max: int) -> list[int]:
     the queue the hint came from (all of it kept when the broker is down: the pump hints
     what this process does not reach, as for a killed worker)."""
     delivery = task.request.delivery_info or {}
+    if delivery.get("routing_key") is None:  # called, not delivered: no queue to share with
+        return occurrence_ids
     try:
         return split_hint(
             task.app,

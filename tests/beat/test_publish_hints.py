@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_app.hints import publish_hints, run_task_id, worker_shares
+from celery_app.hints import publish_hints, run_task_id, split_hint, worker_shares
 from celery_app.task_names import RUN_OCCURRENCE
 from kernel.types import DispatchHint
 
@@ -128,3 +128,18 @@ def test_a_worker_keeps_one_share_and_passes_the_rest_on(
     own, rest = worker_shares(ids, batch_max)
     assert (len(own), [len(piece) for piece in rest]) == (kept, pieces)
     assert own + [i for piece in rest for i in piece] == ids  # each id once, in order
+
+
+def test_a_split_hint_passes_its_rest_on_with_its_priority_and_name() -> None:
+    app = Celery("pump-test", broker="memory://")
+    own = split_hint(app, list(range(1, 11)), batch_max=4, queue="q", priority=7, shadow="j")
+    assert own == [1, 2, 3, 4]
+    found = []
+    with app.connection_for_read() as conn, conn.SimpleQueue("q") as inbox:
+        while inbox.qsize():
+            message = inbox.get(timeout=1)
+            found.append(
+                (message.payload[0], message.properties["priority"], message.headers["shadow"])
+            )
+            message.ack()
+    assert found == [([5, 6, 7], 7, "j"), ([8, 9, 10], 7, "j")]
