@@ -1,14 +1,18 @@
-"""What the indexes cost an enqueue: the same enqueues into a kernel with every index and
-into one without the secondary indexes a queued row enters (issue 42 item 2).
+"""What the indexes and the commit's flush cost an enqueue: the same enqueues into a kernel
+with every index, into one without the secondary indexes a queued row enters, and into
+one whose commits do not wait for their flush (issue 42 items 2 and 3).
 
-Two fresh databases per back end, both migrated: ``all`` as the kernel makes it, ``bare``
+Three fresh databases per back end, all migrated: ``all`` as the kernel makes it, ``bare``
 with the non-unique secondary indexes of ``occurrences`` and ``events`` dropped (the
-primary keys and the unique indexes an enqueue's ``ON CONFLICT`` needs are kept). Rounds
-alternate between them (one ``Kernel.enqueue`` each ``--single`` times, then
+primary keys and the unique indexes an enqueue's ``ON CONFLICT`` needs are kept), and
+``unflushed``, every index but the commit not waiting for its flush (PostgreSQL's
+``synchronous_commit`` off for that database; SQLite WAL ``synchronous=NORMAL``, synced
+at checkpoints). Rounds alternate between them (one ``Kernel.enqueue`` each ``--single`` times, then
 ``Kernel.enqueue_many`` of ``--batch``); each row is the lowest and the median over the
 rounds of the wall time (the server's work and the commit's flush included) and this
-process's CPU, per call. The ``bare`` kernel is not a usable one (its reads scan): it is a
-measure of what a queued row's index entries cost, nothing else.
+process's CPU, per call. Neither ``bare`` nor ``unflushed`` is a kernel to use (the
+first's reads scan, the second loses acknowledged enqueues in a crash): they measure
+what a queued row's index entries and the commit's wait cost, nothing else.
 
 Run from the repository root::
 
@@ -19,6 +23,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -57,9 +62,18 @@ DROPPED = (
 )
 
 
-def _kernel(url: str, bare: bool) -> Kernel:
-    kernel = Kernel.open(url, migrate_schema=True)
-    if bare:
+def _kernel(url: str, variant: str) -> Kernel:
+    sqlite = url.startswith("sqlite")
+    if variant == "unflushed" and not sqlite:  # the database's setting: every session's
+        first = Kernel.open(url, migrate_schema=True)
+        with first.engine.connect() as conn:
+            name = conn.execute(sa.text("SELECT current_database()")).scalar_one()
+            conn.execute(sa.text(f'ALTER DATABASE "{name}" SET synchronous_commit TO off'))
+            conn.commit()
+        first.close()
+    synchronous = "NORMAL" if variant == "unflushed" and sqlite else "FULL"
+    kernel = Kernel.open(url, migrate_schema=True, sqlite_synchronous=synchronous)
+    if variant == "bare":
         with kernel.engine.begin() as conn:
             for name in DROPPED:
                 conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))
@@ -78,16 +92,16 @@ def _timed(run: Callable[[], object], calls: int) -> tuple[float, float]:
     )
 
 
-def _measure(url_all: str, url_bare: str, args: argparse.Namespace) -> dict[str, list[float]]:
-    kernels = {"all": _kernel(url_all, False), "bare": _kernel(url_bare, True)}
+def _measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, list[float]]:
+    kernels = {variant: _kernel(url, variant) for variant, url in urls.items()}
     batch = [EnqueueRequest("bench.enqueued", [i], {}) for i in range(args.batch)]
     found: dict[str, list[float]] = {}
     try:
         for _ in range(args.rounds):
             for name, kernel in kernels.items():
-                one = _timed(lambda k=kernel: k.enqueue(task="bench.enqueued", args=[1]),
+                one = _timed(functools.partial(kernel.enqueue, task="bench.enqueued", args=[1]),
                              args.single)  # fmt: skip
-                many = _timed(lambda k=kernel: k.enqueue_many(batch), 2)
+                many = _timed(functools.partial(kernel.enqueue_many, batch), 2)
                 for what, (wall, cpu) in (("enqueue", one), (f"enqueue_many/{args.batch}", many)):
                     found.setdefault(f"{what} {name} wall", []).append(wall)
                     found.setdefault(f"{what} {name} cpu", []).append(cpu)
@@ -114,11 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for backend in args.backends:
             server_url = pg_url if backend == "postgres" else None
-            with (
-                fresh_database(server_url, "enqueue-indexes-") as url_all,
-                fresh_database(server_url, "enqueue-indexes-") as url_bare,
-            ):
-                found = _measure(url_all, url_bare, args)
+            with ExitStack() as databases:
+                urls = {
+                    variant: databases.enter_context(fresh_database(server_url, "enqueue-ix-"))
+                    for variant in ("all", "bare", "unflushed")
+                }
+                found = _measure(urls, args)
             print(f"== {backend}: µs per call, lowest / median of {args.rounds} rounds")
             for key, values in found.items():
                 print(f"{key:<34} {min(values):>10.0f} / {statistics.median(values):>10.0f}")
