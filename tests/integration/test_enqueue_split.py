@@ -71,7 +71,7 @@ def test_a_big_hint_is_shared_with_the_workers_other_process_at_once(stack: Stac
     assert all(worker.owns(line["pid"]) for line in shared)
 
 
-@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+@pytest.mark.parametrize("stack", ["redis", "rabbitmq"], indirect=True)
 def test_a_big_hint_is_shared_with_another_worker(stack: Stack) -> None:
     workers = [stack.start_worker(name, concurrency=1) for name in ("one", "two")]
     stack.define(shared_job(stack, processes=2))
