@@ -152,7 +152,7 @@ def _split(task: Any, occurrence_ids: list[int], batch_max: int) -> list[int]:
     if delivery.get("routing_key") is None:  # called, not delivered: no queue to share with
         return occurrence_ids
     try:
-        return split_hint(
+        own = split_hint(
             task.app,
             occurrence_ids,
             batch_max=batch_max,
@@ -169,6 +169,14 @@ def _split(task: Any, occurrence_ids: list[int], batch_max: int) -> list[int]:
             extra={"action": "hint_split_failed", "occurrence_ids": occurrence_ids},
         )
         return occurrence_ids
+    log.info(
+        "hint of %d occurrences split: %d run here, the rest sent again to %s",
+        len(occurrence_ids),
+        len(own),
+        delivery["routing_key"],
+        extra={"action": "hint_split", "occurrence_ids": own},
+    )
+    return own
 
 
 def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:

@@ -69,6 +69,7 @@ def test_a_big_hint_is_shared_with_the_workers_other_process_at_once(stack: Stac
     for occ_id in ids:  # each once
         assert [run["fence"] for run in stack.ledger(occurrence_id=occ_id, event="run")] == [1]
     assert all(worker.owns(line["pid"]) for line in shared)
+    assert worker.logged("hint of 40 occurrences split: 14 run here")
 
 
 @pytest.mark.parametrize("stack", ["redis", "rabbitmq"], indirect=True)
@@ -89,18 +90,18 @@ def test_a_big_hint_is_shared_with_another_worker(stack: Stack) -> None:
 
 @pytest.mark.parametrize("stack", ["redis+postgres"], indirect=True)
 def test_a_worker_killed_holding_its_share_of_a_big_hint_loses_no_run(stack: Stack) -> None:
-    # Beat's pump hints again what was hinted and not started (kernel_rehint_after: 1 s
-    # here) and its sweep takes back the killed run's lease (5 s).
-    stack.use_jobs(stack.job("slow", "record", kwargs={"sleep": 0.5}, lease="5s"))
     doomed = stack.start_worker("doomed", concurrency=1)
-    stack.start_beat("beat")
-    stack.wait(lambda: stack.kernel.get_job("slow"), timeout=20, what="the job applied")
+    stack.define(stack.job("slow", "record", kwargs={"sleep": 0.5}, lease="5s"))
     ids = [stack.run_now("slow") for _ in range(40)]
     stack.send_hints(*ids)
     stack.wait(lambda: stack.ledger(), timeout=30, what="the share's first run")
 
     doomed.crash()  # kill -9 while its process holds its share
+    assert doomed.logged("hint of 40 occurrences split: 14 run here")
     killed = {line["occurrence_id"] for line in stack.ledger()}
+    # Only now a Beat: its pump hints what no worker took (kernel_rehint_after: 1 s
+    # here), its sweep takes back the killed run's lease (5 s).
+    stack.start_beat("beat")
     stack.start_worker("rescuer", concurrency=2)
     stack.wait(lambda: all_succeeded(stack, ids), timeout=60, what="every run of the batch")
 
