@@ -496,6 +496,7 @@ def _publish(
                 batch_max=client.settings.batch_max,
                 hint_options={},
                 etas=etas,
+                split_by_worker=True,  # a deep batch is one publish: its worker splits it
             )
     except OperationalError as exc:
         log.warning(

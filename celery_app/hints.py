@@ -3,10 +3,12 @@
 A message is only a hint: the kernel decides who runs what, and a lost or duplicated
 message is repaired or refused there. ``run_occurrence`` hints carry one occurrence id,
 or up to ``kernel_batch_max`` ids of one queue when that queue's backlog is deep
-(:func:`publish_hints`); a hint of one run is that run's Celery message as monitors see
-it: its id is the run's task id (:func:`run_task_id`) and, for an enqueued run, its shadow
-is the task's name. ``adjudicate_occurrence`` asks an adapter about an uncertain
-run; ``notify`` delivers a notification, and a notification may name a task of the app.
+(:func:`publish_hints`), or an ``enqueue_many`` batch's ids of one queue, which the worker
+process taking it splits (:func:`split_hint`); a hint of one run is that run's Celery
+message as monitors see it: its id is the run's task id (:func:`run_task_id`) and, for an
+enqueued run, its shadow is the task's name. ``adjudicate_occurrence`` asks an adapter
+about an uncertain run; ``notify`` delivers a notification, and a notification may name a
+task of the app.
 Callers handle the broker being down (``kombu.exceptions.OperationalError``): the pump
 sends a hint again after ``kernel_rehint_after``.
 
@@ -38,6 +40,8 @@ __all__ = [
     "run_task_id",
     "send_notification_hint",
     "send_notification_task",
+    "split_hint",
+    "worker_shares",
 ]
 
 #: The kernel's own messages carry ids only: JSON whatever the app's task_serializer
@@ -91,6 +95,7 @@ def publish_hints(
     batch_max: int,
     hint_options: dict[str, dict[str, Any]],
     etas: Mapping[int, datetime] | None = None,
+    split_by_worker: bool = False,
 ) -> None:
     """Send ``hints`` as ``run_occurrence`` messages, batching a queue's when it is deep.
 
@@ -103,6 +108,9 @@ def publish_hints(
     RabbitMQ priority queue orders them as the kernel does. ``etas``: occurrence id ->
     the time a run held back (countdown/eta) may start, sent alone with Celery's ``eta``
     so the worker holds it until then, as it holds a stock Celery message.
+    ``split_by_worker``: a deep queue's batchable hints go as one message (one publish,
+    for an ``enqueue_many`` caller), which the worker that takes it splits into shares of
+    at most ``batch_max`` (:func:`split_hint`).
     """
     batchable: dict[tuple[str, int | None], list[DispatchHint]] = {}
     priorities: dict[int, int | None] = {}  # read from the app's conf once a priority
@@ -124,8 +132,67 @@ def publish_hints(
     for (_, priority), queue_hints in batchable.items():
         count = len(queue_hints)
         messages = -(-count // batch_max) if count > batch_max else count
+        if split_by_worker and count > batch_max:
+            messages = 1
         for index in range(messages):
             _send(app, producer, queue_hints[index::messages], {"priority": priority})
+
+
+#: A worker passes a hint's rest on in at most this many messages (one above
+#: ``batch_max`` ids is split again by the process that takes it): no process spends
+#: long publishing before it runs its own share, however big the batch.
+_SPLIT_FANOUT = 16
+
+
+def worker_shares(occurrence_ids: list[int], batch_max: int) -> tuple[list[int], list[list[int]]]:
+    """A hint's ids split as the worker that takes it does: its own share (at most
+    ``batch_max``, the shares evened out) and the rest in messages of even sizes, at most
+    :data:`_SPLIT_FANOUT` of them; nothing passed on when the hint is not above
+    ``batch_max``. Order is kept: older ids run first."""
+    count = len(occurrence_ids)
+    if count <= batch_max:
+        return occurrence_ids, []
+    own = -(-count // -(-count // batch_max))
+    rest = occurrence_ids[own:]
+    messages = min(-(-len(rest) // batch_max), _SPLIT_FANOUT)
+    size, longer = divmod(len(rest), messages)
+    pieces, start = [], 0
+    for index in range(messages):
+        end = start + size + (index < longer)
+        pieces.append(rest[start:end])
+        start = end
+    return occurrence_ids[:own], pieces
+
+
+def split_hint(
+    app: Any,
+    occurrence_ids: list[int],
+    *,
+    batch_max: int,
+    queue: str,
+    priority: int | None,
+    shadow: str | None,
+) -> list[int]:
+    """The ids of a hint above ``batch_max`` this process runs; the others are published
+    again to ``queue`` with the hint's ``priority`` and ``shadow`` (:func:`worker_shares`),
+    on one producer, so the worker's other processes and other workers share them.
+    Raises kombu's ``OperationalError`` with the broker down (the ids passed on stay
+    queued, for the pump to hint again after ``kernel_rehint_after``)."""
+    own, pieces = worker_shares(occurrence_ids, batch_max)
+    if pieces:
+        with app.producer_or_acquire() as producer:
+            for piece in pieces:
+                app.send_task(
+                    RUN_OCCURRENCE,
+                    args=piece,
+                    queue=queue,
+                    shadow=shadow,
+                    priority=priority,
+                    producer=producer,
+                    serializer=_KERNEL_SERIALIZER,
+                    add_to_parent=False,  # a hint is no child of the task sending it
+                )
+    return own
 
 
 def resend_run_hints(

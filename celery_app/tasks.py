@@ -10,7 +10,7 @@ from celery.exceptions import Retry
 from kombu.exceptions import OperationalError
 
 from celery_app import notify, run_events
-from celery_app.hints import resend_run_hints
+from celery_app.hints import resend_run_hints, split_hint
 from celery_app.runtime import RunOutcome, run_occurrences
 from celery_app.task_names import RUN_OCCURRENCE
 from celery_app.task_results import store_chord_failure
@@ -57,7 +57,9 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
     """Run each of the hinted occurrences the kernel lets this worker claim, in turn.
 
     A hint carries one occurrence id, or several of one queue when its backlog is deep
-    (the pump's batches). Returns what happened to each (``succeeded``, ``handed_back``,
+    (the pump's batches, an ``enqueue_many``'s: one hint above ``kernel_batch_max`` ids
+    is split here first, the ids after this process's share published again, ``rehinted``
+    in the answer). Returns what happened to each (``succeeded``, ``handed_back``,
     ``cancelled``, ``lease_lost``, ``not_claimable``, ``rehinted``, ``rate_limited``,
     ``storage_unavailable``): a list for several ids; for one, what its run returned
     when it succeeded (so Celery's log line and Flower show a task's real result), else
@@ -79,8 +81,12 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
     value: Any = None  # what the last run returned, when it succeeded
     failures: list[str] = []
     claims: dict[int, Claim] = {}  # each run's claim, for its job's notify
+    passed_on = 0
     try:
         resources = process_resources(task.app)
+        if len(ids) > resources.batch_max:
+            own = _split(task, ids, resources.batch_max)
+            ids, passed_on = own, len(ids) - len(own)
         with run_events.run_events(task) as events:
 
             def started(claim: Claim) -> None:
@@ -133,9 +139,44 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
             # Flower) until the pump's next hint of it. Raised, a Retry sends nothing.
             raise Retry(str(failed), exc=failed)
         raise failed
-    if len(ids) > 1:
-        return results
+    if len(ids) > 1 or passed_on:
+        return results + ["rehinted"] * passed_on
     return value if results[0] == "succeeded" else results[0]
+
+
+def _split(task: Any, occurrence_ids: list[int], batch_max: int) -> list[int]:
+    """The share of a hint above ``batch_max`` this process runs, the rest passed on to
+    the queue the hint came from (all of it kept when the broker is down: the pump hints
+    what this process does not reach, as for a killed worker)."""
+    delivery = task.request.delivery_info or {}
+    if delivery.get("routing_key") is None:  # called, not delivered: no queue to share with
+        return occurrence_ids
+    try:
+        own = split_hint(
+            task.app,
+            occurrence_ids,
+            batch_max=batch_max,
+            queue=delivery["routing_key"],
+            priority=delivery.get("priority"),
+            shadow=task.request.shadow,
+        )
+    except OperationalError as exc:
+        log.warning(
+            "broker unavailable, a hint of %d occurrences not split (%s): this process "
+            "runs them in turn",
+            len(occurrence_ids),
+            exc,
+            extra={"action": "hint_split_failed", "occurrence_ids": occurrence_ids},
+        )
+        return occurrence_ids
+    log.info(
+        "hint of %d occurrences split: %d run here, the rest sent again to %s",
+        len(occurrence_ids),
+        len(own),
+        delivery["routing_key"],
+        extra={"action": "hint_split", "occurrence_ids": own},
+    )
+    return own
 
 
 def _rehint(task: Any, occurrence_ids: list[int], per_message: int) -> None:

@@ -38,6 +38,8 @@ class ProcessResources:
     #: The lease owner of every claim this process makes (each claim has its own fence).
     owner: str
     scope: Scope
+    #: ``kernel_batch_max``: a hint with more ids is split by the process taking it.
+    batch_max: int
 
 
 def process_resources(celery_app: Any, *, main_pid: int | None = None) -> ProcessResources:
@@ -54,6 +56,7 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
     inherited: Kernel | None = getattr(celery_app, _POOL_KERNEL, None)
     if inherited is not None:
         inherited.engine.dispose(close=False)  # the parent's connections are not ours
+    settings = KernelSettings.from_app(celery_app)
     resources = ProcessResources(
         pid=os.getpid(),
         kernel=inherited or open_kernel(celery_app, migrate=False),
@@ -61,7 +64,8 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
         main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),
         keeper=LeaseKeeper(),
         owner=new_owner(),
-        scope=Scope.of(KernelSettings.from_app(celery_app)),
+        scope=Scope.of(settings),
+        batch_max=settings.batch_max,
     )
     celery_app._kernel_resources = resources
     return resources

@@ -208,13 +208,13 @@ def checked_links(
     when the run is its member, and every task a signature names, at any depth, with
     its settings."""
     tasks: dict[str, Mapping[str, Any]] = {}
+    if not callbacks and not errbacks and chord is None:  # most runs: no text, no walk
+        return None, tasks
     checked: dict[str, Any] = {
         "callbacks": [_signature(s, f"callbacks[{i}]", tasks) for i, s in enumerate(callbacks)],
         "errbacks": [_signature(s, f"errbacks[{i}]", tasks) for i, s in enumerate(errbacks)],
         **({"chord": chord} if chord is not None else {}),
     }
-    if checked.keys() == {"callbacks", "errbacks"} and not any(checked.values()):
-        return None, tasks
     text = canonical_json(checked, "links")
     if len(text.encode()) > MAX_PAYLOAD_BYTES:
         raise InvalidArgument("links", f"the links exceed {MAX_PAYLOAD_BYTES} bytes as JSON")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from celery import Celery
 
-from celery_app.hints import publish_hints, run_task_id
+from celery_app.hints import publish_hints, run_task_id, split_hint, worker_shares
 from celery_app.task_names import RUN_OCCURRENCE
 from kernel.types import DispatchHint
 
@@ -98,3 +99,47 @@ def test_a_batch_of_runs_is_a_message_of_its_own_id() -> None:
     batch, alone = sorted(identities(runs, batch_max=2, hint_options={}), key=lambda m: -len(m[0]))
     assert (batch[0], alone[:2]) == ([1, 3], ([2], "call-2"))
     assert batch[1] not in {"call-1", "call-2", "call-3"} and batch[2] == "proj.add"
+
+
+def test_an_enqueued_batch_is_one_message_a_worker_splits() -> None:
+    # enqueue_many's hints: a deep queue's go as one message (one publish for the caller),
+    # which the worker that takes it splits (split_hint); a shallow queue's still alone.
+    deep = [hint(i) for i in range(1, 11)]
+    shallow = [hint(i, queue="other") for i in (20, 21)]
+    messages = published(deep + shallow, batch_max=4, hint_options={}, split_by_worker=True)
+    assert messages == [("other", [20], "j"), ("other", [21], "j"), ("q", list(range(1, 11)), "j")]
+
+
+@pytest.mark.parametrize(
+    ("count", "batch_max", "kept", "pieces"),
+    [
+        (10, 4, 4, [3, 3]),  # three shares of at most 4: this process's, two messages
+        (16, 16, 16, []),  # not above batch_max: all kept, nothing sent
+        (17, 16, 9, [8]),
+        (500, 16, 16, [31] * 4 + [30] * 12),  # at most 16 messages, each split again
+        (30, 16, 15, [15]),
+        (5, 1, 1, [1, 1, 1, 1]),
+    ],
+)
+def test_a_worker_keeps_one_share_and_passes_the_rest_on(
+    count: int, batch_max: int, kept: int, pieces: list[int]
+) -> None:
+    ids = list(range(1, count + 1))
+    own, rest = worker_shares(ids, batch_max)
+    assert (len(own), [len(piece) for piece in rest]) == (kept, pieces)
+    assert own + [i for piece in rest for i in piece] == ids  # each id once, in order
+
+
+def test_a_split_hint_passes_its_rest_on_with_its_priority_and_name() -> None:
+    app = Celery("pump-test", broker="memory://")
+    own = split_hint(app, list(range(1, 11)), batch_max=4, queue="q", priority=7, shadow="j")
+    assert own == [1, 2, 3, 4]
+    found = []
+    with app.connection_for_read() as conn, conn.SimpleQueue("q") as inbox:
+        while inbox.qsize():
+            message = inbox.get(timeout=1)
+            found.append(
+                (message.payload[0], message.properties["priority"], message.headers["shadow"])
+            )
+            message.ack()
+    assert found == [([5, 6, 7], 7, "j"), ([8, 9, 10], 7, "j")]

@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 from datetime import UTC, datetime, timedelta, timezone
+from enum import IntFlag
 from typing import Any
 
 import pytest
@@ -403,10 +404,17 @@ def test_parse_duration_zero_only_when_allowed() -> None:
         parse_duration(-1, "after.delay", allow_zero=True)
 
 
+class _Flag(IntFlag):
+    A = 1
+    B = 2
+
+
 def test_canonical_json_is_sorted_compact_and_raw_utf8() -> None:
     assert canonical_json({"b": (1, 2.5), "a": "é\n", "c": None}, "x") == (
         '{"a":"é\\n","b":[1,2.5],"c":null}'
     )
+    # A flat list's text is the one its walked copy gives (an int subclass as its int).
+    assert canonical_json([1, "é\n", True, None, _Flag(3)], "x") == '[1,"é\\n",true,null,3]'
 
 
 @pytest.mark.parametrize(
@@ -418,8 +426,24 @@ def test_canonical_json_is_sorted_compact_and_raw_utf8() -> None:
         ({1: "v"}, "x"),
         ({"k": "\udc80"}, "x.k"),
         (10**5000, "x"),
+        # A flat list of scalars (a run's arguments) is encoded without a copy: refused alike.
+        ([1, "ok", "\udc80"], "x[2]"),
+        ([None, math.nan], "x[1]"),
+        ([True, 10**5000], "x"),
+        ([1, {2}], "x[1]"),
     ],
-    ids=["set", "bytes", "infinity", "int-key", "surrogate", "huge-int"],
+    ids=[
+        "set",
+        "bytes",
+        "infinity",
+        "int-key",
+        "surrogate",
+        "huge-int",
+        "flat-surrogate",
+        "flat-nan",
+        "flat-huge-int",
+        "flat-set",
+    ],
 )
 def test_canonical_json_refuses_non_json(value: object, field: str) -> None:
     with pytest.raises(InvalidArgument) as caught:
