@@ -227,3 +227,25 @@ def test_a_chord_s_result_id_must_be_a_task_id(k: Harness) -> None:
         k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": _body(), "result_id": 7})
     assert refused.value.field == "chord.result_id"
     assert k.kernel.list_occurrences(limit=10) == []
+
+
+def test_retention_keeps_a_chord_s_members_until_its_body_is_made(k: Harness) -> None:
+    """A member's result is read when the body is made: a member that succeeded long
+    before the last one is kept by retention meanwhile (also an open, growing chord's),
+    and pruned as any run once the body is made."""
+    day = 86400.0
+    made = k.kernel.enqueue_many(_members(3), chord={"id": "g1", "body": _body()})
+    k.kernel.enqueue_many([], chord={"id": "g2", "body": _body(), "open": True})
+    [grown] = k.kernel.enqueue_many(_members(1, chord="g2"), chord={"id": "g2", "grow": "caller"})
+    k.succeed(grown.occurrence_id, "grown")
+    for index in (0, 1):
+        k.succeed(made[index].occurrence_id, index)
+    k.clock.advance(2 * day)
+    assert k.kernel.apply_retention({"succeeded": day})["occurrences"] == 0
+    k.succeed(made[2].occurrence_id, 2)
+    [body] = k.keyed("body-1")
+    assert body.payload["args"] == [[0, 1, 2], "extra"]
+    k.clock.advance(2 * day)
+    # Its body made, the first chord's members go as any run; the open chord's stays.
+    assert k.kernel.apply_retention({"succeeded": day})["occurrences"] == 3
+    assert k.kernel.get_occurrence(grown.occurrence_id).result == "grown"
