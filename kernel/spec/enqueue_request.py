@@ -184,7 +184,6 @@ def prepare(
             "queue": queue,
             "delivery": delivery,
             "pool": spec["pool"],
-            # overlap queue: one run of the task at a time, in order (the claim's turn)
             "exclusive": spec["overlap"] == "queue",
             "definition": text,
             "priority": priority,

@@ -128,7 +128,8 @@ def task_job_id(task: str) -> str:
     return f"{TASK_JOB_PREFIX}{task}"
 
 
-#: The overlap policies a task's calls (its implicit job) honour.
+#: The overlap policies a task's calls (its implicit job) honour: ``queue`` makes each
+#: run exclusive (one at a time, in order: kernel/spec/enqueue_request.py ``prepare``).
 _CALL_OVERLAPS = ("allow", "queue")
 
 
