@@ -26,23 +26,11 @@ from typing import Any
 import pytest
 from integration.stack import Proc, Stack
 from integration.test_enqueue import Project
+from integration.test_options_combined import SETTINGS
 
 from kernel import Event
 
 pytestmark = pytest.mark.long
-
-SETTINGS = """\
-import os
-imports = ["myproj_tasks"]
-broker_url = result_backend = os.environ["CELERY_BROKER_URL"]
-kernel_route_tasks = ["myproj.routed.*"]
-kernel_rehint_after = 1.0
-kernel_retention_succeeded = kernel_retention_cancelled = kernel_retention_skipped = "1s"
-kernel_retention_interval = 1.0
-beat_schedule = {
-    "tick": {"task": "myproj.routed.tick", "schedule": 1.0, "kernel": {"overlap": "skip"}},
-}
-"""
 
 TASKS = """\
 import json, os, time

@@ -18,7 +18,13 @@ from alembic.config import Config
 
 from kernel.db.engine import create_kernel_engine
 
-__all__ = ["Revisions", "revisions"]
+__all__ = ["A_JOB", "Revisions", "revisions"]
+
+#: A job row as every revision since 0001 can hold it: ``j``, revision 1.
+A_JOB = sa.text(
+    "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
+    " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
+)
 
 
 @dataclass(frozen=True)

@@ -68,20 +68,20 @@ def test_a_chain_member_s_step_failing_fails_the_chord_once(k: Harness) -> None:
     assert [(f["chord_id"], f["member_task_id"]) for f in failed] == [("g1", "m1-s2")]
 
 
-def _chain_ending_in_a_chord() -> dict[str, Any]:
-    """Celery's ``chain(a, chord([b, chain(c, chord([d, e], f))], g))`` as a's callback."""
+def _chain_ending_in_a_chord(k: Harness) -> None:
+    """Celery's ``chain(a, chord([b, chain(c, chord([d, e], f))], g))``, its ``a`` succeeded
+    (the outer chord's members made)."""
     inner = _step(
         "f", 6, continues=True, chord={"id": "inner", "header": [_step("d", 4), _step("e", 5)]}
     )
     header = [_step("b", 2), _step("c", 3, callbacks=[inner])]
-    return _step("g", 7, chord={"id": "outer", "header": header})
+    outer = _step("g", 7, chord={"id": "outer", "header": header})
+    first = k.kernel.enqueue(task="proj.add", args=[1], key="a", callbacks=[outer])
+    k.succeed(first.occurrence_id, 1)
 
 
 def test_a_member_chain_ending_in_a_chord_is_counted_by_that_chord_s_body(k: Harness) -> None:
-    first = k.kernel.enqueue(
-        task="proj.add", args=[1], key="a", callbacks=[_chain_ending_in_a_chord()]
-    )
-    k.succeed(first.occurrence_id, 1)
+    _chain_ending_in_a_chord(k)
     k.succeed(_keyed(k, "c").id, 3)
     k.succeed(_keyed(k, "b").id, 2)
     k.succeed(_keyed(k, "d").id, 4)
@@ -96,10 +96,7 @@ def test_a_member_chain_ending_in_a_chord_is_counted_by_that_chord_s_body(k: Har
 
 
 def test_the_chord_a_member_s_chain_ends_with_failing_fails_the_outer_chord(k: Harness) -> None:
-    first = k.kernel.enqueue(
-        task="proj.add", args=[1], key="a", callbacks=[_chain_ending_in_a_chord()]
-    )
-    k.succeed(first.occurrence_id, 1)
+    _chain_ending_in_a_chord(k)
     k.succeed(_keyed(k, "b").id, 2)
     k.succeed(_keyed(k, "c").id, 3)
     k.fail(_keyed(k, "d").id, retryable=False)

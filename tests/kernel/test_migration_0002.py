@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from kernel.errors import StateConflict
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.migrating import revisions
+from tests.kernel.migrating import A_JOB, revisions
 
 _COLUMNS = (
     "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
@@ -34,12 +34,7 @@ def _row(occ_id: int, status: str, **values: object) -> dict[str, object]:
 def _upgrade_0001(url: str) -> None:
     with revisions(url) as db:
         db.upgrade("0001")
-        db.conn.execute(
-            sa.text(
-                "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
-                " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
-            )
-        )
+        db.conn.execute(A_JOB)
         db.conn.execute(
             sa.text(
                 f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"

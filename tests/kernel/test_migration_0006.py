@@ -8,7 +8,7 @@ import sqlalchemy as sa
 from kernel import Pool
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.migrating import revisions
+from tests.kernel.migrating import A_JOB, revisions
 
 _COLUMNS = (
     "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
@@ -20,12 +20,7 @@ _COLUMNS = (
 def test_upgrade_from_0003_counts_the_running_occurrences_of_each_pool(kernel_url: str) -> None:
     with revisions(kernel_url) as db:
         db.upgrade("0003")
-        db.conn.execute(
-            sa.text(
-                "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
-                " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
-            )
-        )
+        db.conn.execute(A_JOB)
         db.conn.execute(sa.text("INSERT INTO pools (name, concurrency) VALUES ('db', 3)"))
         db.conn.execute(sa.text("INSERT INTO pools (name, concurrency) VALUES ('zero', 0)"))
         db.conn.execute(

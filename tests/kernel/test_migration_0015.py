@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.migrating import revisions
+from tests.kernel.migrating import A_JOB, revisions
 
 _COLUMNS = (
     "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
@@ -20,12 +20,7 @@ _ENVELOPE = '{"data":{"done":7},"safe_point":"adapter_checkpoint","schema_versio
 def test_upgrade_from_0014_keeps_a_paused_checkpoint(kernel_url: str) -> None:
     with revisions(kernel_url) as db:
         db.upgrade("0014")
-        db.conn.execute(
-            sa.text(
-                "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
-                " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
-            )
-        )
+        db.conn.execute(A_JOB)
         db.conn.execute(
             sa.text(
                 f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.migrating import revisions
+from tests.kernel.migrating import A_JOB, revisions
 
 
 def test_upgrade_from_0015_adds_an_empty_plan_error_and_downgrade_drops_it(
@@ -15,12 +15,7 @@ def test_upgrade_from_0015_adds_an_empty_plan_error_and_downgrade_drops_it(
 ) -> None:
     with revisions(kernel_url) as db:
         db.upgrade("0015")
-        db.conn.execute(
-            sa.text(
-                "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
-                " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
-            )
-        )
+        db.conn.execute(A_JOB)
     kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
     try:
         assert kernel.status()["unplannable"] == []
