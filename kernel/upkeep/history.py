@@ -9,10 +9,9 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from kernel import statements as st
-from kernel.db.schema import chords, occurrences
+from kernel.db.schema import occurrences
 from kernel.events import EventType
-from kernel.records import loads
-from kernel.statements.predicates import prunable
+from kernel.statements.predicates import WAITED_ON_BY_A_CHORD, prunable
 from kernel.states import RESOLVED
 from kernel.transaction.tx import Tx
 
@@ -67,14 +66,12 @@ def prune(
     for status in (s for s in statuses if s in PRUNABLE):
         ids += tx.conn.execute(
             sa.select(OCC.c.id)
-            .where(prunable(status), OCC.c.settled_at < settled_before)
+            .where(prunable(status), OCC.c.settled_at < settled_before, ~WAITED_ON_BY_A_CHORD)
             .order_by(OCC.c.settled_at)
             .limit(limit - len(ids))
         ).scalars()
         if len(ids) >= limit:
             break
-    held = _held_by_chords(tx, ids)
-    ids = [i for i in ids if i not in held]
     if not ids:
         return {"occurrences": 0, "events": 0}
     pruned_events = forget(tx, ids, requests_before=settled_before)
@@ -87,22 +84,3 @@ def prune(
         statuses=list(statuses),
     )
     return {"occurrences": pruned, "events": pruned_events}
-
-
-def _held_by_chords(tx: Tx, ids: Sequence[int]) -> set[int]:
-    """Those of ``ids`` whose results a chord's body still waits for: members of a chord
-    not failed whose body is not made yet (members to come, or still growing)."""
-    named = tx.conn.execute(
-        sa.select(OCC.c.links).where(OCC.c.id.in_(ids), OCC.c.links.like('%"chord":%'))
-    ).scalars()
-    chord_ids = {chord for links in named if isinstance(chord := loads(links).get("chord"), str)}
-    if not chord_ids:
-        return set()
-    waiting = tx.conn.execute(
-        sa.select(chords.c.members).where(
-            chords.c.id.in_(chord_ids),
-            chords.c.failed_at.is_(None),
-            sa.or_(chords.c.remaining > 0, chords.c.closed_at.is_(None)),
-        )
-    ).scalars()
-    return {member for members in waiting for member in loads(members)}

@@ -249,3 +249,20 @@ def test_retention_keeps_a_chord_s_members_until_its_body_is_made(k: Harness) ->
     # Its body made, the first chord's members go as any run; the open chord's stays.
     assert k.kernel.apply_retention({"succeeded": day})["occurrences"] == 3
     assert k.kernel.get_occurrence(grown.occurrence_id).result == "grown"
+
+
+def test_a_task_s_history_limit_keeps_a_chord_s_members_until_its_body_is_made(
+    k: Harness,
+) -> None:
+    """``history: {succeeded: 1}`` among the members' task's settings: the members past it
+    are kept while the body waits for them, and go once it is made."""
+    made = k.kernel.enqueue_many(
+        _members(3, history={"succeeded": 1}), chord={"id": "g1", "body": _body()}
+    )
+    for index in (0, 1):
+        k.succeed(made[index].occurrence_id, index)
+    assert k.kernel.apply_retention({"succeeded": None})["occurrences"] == 0
+    k.succeed(made[2].occurrence_id, 2)
+    [body] = k.keyed("body-1")
+    assert body.payload["args"] == [[0, 1, 2], "extra"]
+    assert k.kernel.apply_retention({"succeeded": None})["occurrences"] == 2
