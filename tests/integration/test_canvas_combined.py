@@ -5,9 +5,9 @@ time), and workers SIGKILLed mid-member.
 
 * A stamped chord whose members are chains, its body with an errback: one member's worker
   is killed while it runs a chain's last step (its task ``overlap: queue``: the others wait
-  for it); another worker runs it again and the body
-  runs once with every chain's end in group order, though retention ran while it waited
-  (it keeps a chord's members until the body is made). Beside it a stamped chord one of
+  for it); another worker runs it again and the body runs once with every chain's end in
+  group order, though retention ran while it waited (it keeps a chord's members until the
+  body is made). Beside it a stamped chord one of
   whose chains dies with its worker on its last attempt: the body's errback runs once,
   the body never. What each body, step and errback saw of its stamps is what the same
   canvases of stock tasks saw (their failing step raising instead of dying: stock Celery
