@@ -6,6 +6,7 @@ The text is the same, byte for byte, as :func:`kernel.records.dumps` of the same
 ``json`` escapes them); ``tests/kernel/test_json_text.py`` compares them on SQLite and
 PostgreSQL. A string member is quoted by the database (``to_json`` on PostgreSQL,
 ``json_quote`` on SQLite), an integer one written as its digits, a NULL as ``null``.
+:func:`json_member` reads one top-level member of such a text back, as text.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from kernel.records import dumps
 
-__all__ = ["json_object", "omitted_when"]
+__all__ = ["json_member", "json_object", "omitted_when"]
 
 
 class _JsonText(sa.types.TypeDecorator[str]):
@@ -109,3 +110,29 @@ def json_object(**members: object) -> sa.ColumnElement[str]:
     for piece in pieces[1:]:
         text = text.concat(piece)
     return sa.type_coerce(text, _JsonText())
+
+
+class json_member(FunctionElement[str]):  # noqa: N801 - reads as the SQL function it is
+    """``json_member(text, name)``: the top-level member ``name`` of the JSON object
+    ``text`` as text (NULL if absent, or for a NULL text)."""
+
+    type = sa.Text()
+    inherit_cache = True
+
+    def __init__(self, text: sa.ColumnElement[Any], name: str) -> None:
+        super().__init__(text, sa.literal_column(f"'{name}'"))
+        if not name.isidentifier():
+            raise ValueError(f"json_member: {name!r} is no plain member name")
+
+
+@compiles(json_member, "postgresql")
+def _json_member_postgresql(element: json_member, compiler: SQLCompiler, **kw: Any) -> str:
+    text, name = (compiler.process(c, **kw) for c in element.clauses)
+    return f"(CAST({text} AS JSON) ->> {name})"
+
+
+@compiles(json_member, "sqlite")
+def _json_member_sqlite(element: json_member, compiler: SQLCompiler, **kw: Any) -> str:
+    text, name = element.clauses
+    path = compiler.process(name, **kw).replace("'", "")
+    return f"json_extract({compiler.process(text, **kw)}, '$.{path}')"

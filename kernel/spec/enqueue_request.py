@@ -184,6 +184,7 @@ def prepare(
             "queue": queue,
             "delivery": delivery,
             "pool": spec["pool"],
+            "exclusive": spec["overlap"] == "queue",
             "definition": text,
             "priority": priority,
             "expires_at": expires_at,

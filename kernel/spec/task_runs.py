@@ -128,6 +128,11 @@ def task_job_id(task: str) -> str:
     return f"{TASK_JOB_PREFIX}{task}"
 
 
+#: The overlap policies a task's calls (its implicit job) honour: ``queue`` makes each
+#: run exclusive (one at a time, in order: kernel/spec/enqueue_request.py ``prepare``).
+_CALL_OVERLAPS = ("allow", "queue")
+
+
 def task_job_spec(task: str, settings: Mapping[str, Any]) -> dict[str, Any]:
     """The normalised definition of ``task``'s implicit job (do not change it: it is shared).
 
@@ -159,6 +164,13 @@ def task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
         "schedule": None,
     }
     spec = validate_job_spec(raw).to_dict()
+    if spec["overlap"] not in _CALL_OVERLAPS:
+        raise InvalidArgument(
+            "settings.overlap",
+            f"{spec['overlap']!r} would drop a call or cancel the one running: a task's calls "
+            f"run under {' or '.join(map(repr, _CALL_OVERLAPS))} (one at a time, in order); "
+            "put it on a beat_schedule entry's kernel key or a job file instead",
+        )
     return spec, dumps({**spec, **_OWN})
 
 

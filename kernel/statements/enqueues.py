@@ -56,6 +56,7 @@ ENQUEUE_COLUMNS = (
     "queue",
     "delivery",
     "pool",
+    "exclusive",
     "definition",
     "priority",
     "links",
@@ -76,7 +77,6 @@ _CONSTANTS: dict[str, Any] = {
     "attempt": 0,
     "fence": 0,
     "kind": "task",
-    "exclusive": False,
     "cancel_requested": False,
     "chain_depth": 0,
 }
@@ -175,6 +175,7 @@ def _statement(dialect: str, rows: int) -> DriverStatement:
         "queue": given.c.queue,
         "delivery": given.c.delivery,
         "pool": given.c.pool,
+        "exclusive": given.c.exclusive,
         "definition": given.c.definition,
         "created_at": now,
         "priority": given.c.priority,

@@ -16,6 +16,7 @@ from kernel.db.schema import (
     operator_requests,
     requeue_grants,
 )
+from kernel.statements.predicates import WAITED_ON_BY_A_CHORD
 from kernel.states import RESOLVED
 
 __all__ = [
@@ -62,13 +63,15 @@ _PAST_LIMIT = (
     .offset(p("keep"))
 )
 #: Delete one job's runs of one status past its newest ``keep``, at most ``limit``;
-#: never an unresolved run (a dead letter, an adjudication: SPEC §6), whatever is asked.
+#: never an unresolved run (a dead letter, an adjudication: SPEC §6), whatever is asked,
+#: nor one a chord's body still waits for.
 DELETE_PAST_HISTORY_LIMIT = (
     sa.delete(OCC)
     .where(
         OCC.c.id.in_(_PAST_LIMIT.scalar_subquery()),
         OCC.c.status == p("status"),
         OCC.c.status.in_([s.value for s in RESOLVED]),
+        ~WAITED_ON_BY_A_CHORD,
     )
     .returning(OCC.c.id, OCC.c.trigger_key)
 )

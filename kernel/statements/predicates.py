@@ -6,7 +6,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.schema import PRUNABLE_KEY, PRUNABLE_WHERE, controls, occurrences
+from kernel.db.json_text import json_member
+from kernel.db.schema import PRUNABLE_KEY, PRUNABLE_WHERE, chords, controls, occurrences
 from kernel.states import CLAIMABLE, ControlState
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "LOST_LEASES_LEFT",
     "NOT_PAUSED",
     "OF_OCCURRENCE",
+    "WAITED_ON_BY_A_CHORD",
     "before_deadline",
     "claimable_now",
     "deadline_passed",
@@ -102,3 +104,14 @@ def prunable(status: str) -> sa.ColumnElement[bool]:
     that index and no other query can (kernel/db/schema.py says why)."""
     key = PRUNABLE_KEY
     return sa.and_(PRUNABLE_WHERE, key == status)
+
+
+#: A run that names a chord whose body is not made yet (members to come, or still
+#: growing): its result is among the body's arguments, read when it is made, so
+#: retention keeps it (a chain step that handed its place on too, briefly). One seek on
+#: the chord's key per run asked about.
+WAITED_ON_BY_A_CHORD = sa.exists().where(
+    chords.c.id == json_member(occurrences.c.links, "chord"),
+    chords.c.failed_at.is_(None),
+    sa.or_(chords.c.remaining > 0, chords.c.closed_at.is_(None)),
+)

@@ -1,4 +1,6 @@
-"""Pruning settled history; unresolved work (dead letters, adjudications) is never pruned."""
+"""Pruning settled history; unresolved work (dead letters, adjudications) is never pruned,
+nor a chord's member before the chord's body is made (the body's arguments are read from
+its members' results then)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.events import EventType
-from kernel.statements.predicates import prunable
+from kernel.statements.predicates import WAITED_ON_BY_A_CHORD, prunable
 from kernel.states import RESOLVED
 from kernel.transaction.tx import Tx
 
@@ -64,7 +66,7 @@ def prune(
     for status in (s for s in statuses if s in PRUNABLE):
         ids += tx.conn.execute(
             sa.select(OCC.c.id)
-            .where(prunable(status), OCC.c.settled_at < settled_before)
+            .where(prunable(status), OCC.c.settled_at < settled_before, ~WAITED_ON_BY_A_CHORD)
             .order_by(OCC.c.settled_at)
             .limit(limit - len(ids))
         ).scalars()

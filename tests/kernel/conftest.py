@@ -3,7 +3,8 @@
 ``kernel_url`` is parametrised over both back ends; ``kernel`` opens a migrated kernel on
 it with a :class:`~kernel.testing.ManualClock` (``clock``), and ``k`` bundles both with the
 few helpers the tests share: define a job, fire N occurrences through the Beat path
-(``Kernel.fire`` with the cursor the kernel holds), claim one.
+(``Kernel.fire`` with the cursor the kernel holds), claim one; find a call's occurrences by
+its task id and settle one (claimed, then succeeded or failed).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from kernel.jobs.definitions import FireReport
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from kernel.types import Claim, Job
+from kernel.types import Claim, Job, Occurrence
 
 #: Spacing of the firings ``Harness.fire`` materialises, and of its cursor.
 FIRE_STEP = timedelta(minutes=1)
@@ -121,6 +122,25 @@ class Harness:
         claim = self.kernel.claim(occ_id, owner=owner, lease=lease)
         assert claim is not None
         return claim
+
+    def keyed(self, task_id: str) -> list[Occurrence]:
+        """The occurrences a call made under Celery's task id ``task_id`` (its key)."""
+        key = f"key:{task_id}"
+        return [o for o in self.kernel.list_occurrences(limit=500) if o.trigger_key == key]
+
+    def succeed(self, occurrence_id: int, result: Any) -> None:
+        """Claim the occurrence and settle it succeeded with ``result``."""
+        claim = self.kernel.claim(occurrence_id, owner="w1", lease=30)
+        assert claim is not None
+        self.kernel.succeed(occurrence_id, owner="w1", fence=claim.fence, result=result)
+
+    def fail(self, occurrence_id: int, *, retryable: bool = True) -> str:
+        """Claim the occurrence and settle it failed (code ``E``); the status it took."""
+        claim = self.kernel.claim(occurrence_id, owner="w1", lease=30)
+        assert claim is not None
+        return self.kernel.fail(
+            occurrence_id, owner="w1", fence=claim.fence, code="E", message="x", retryable=retryable
+        )
 
     def event_types(self, occurrence_id: int) -> list[str]:
         """The types of an occurrence's events, in order."""

@@ -7,7 +7,7 @@ SQLite and on PostgreSQL. ``KERNEL_RACE_ROUNDS`` overrides every test's rounds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,9 @@ import sqlalchemy as sa
 
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from kernel.types import Claim
 from tests.kernel.interleave import (
+    LEASE_S,
     Actors,
     Outcome,
     Stage,
@@ -58,6 +60,23 @@ class World:
         outcomes = self.actors.run(*ops, hold=hold if round_ % 2 == 0 else None)
         refusals_are_kernel_errors(outcomes)
         return outcomes
+
+    def claimed(self, occurrence_ids: Sequence[int], owner: str = "w1") -> list[Claim]:
+        """Each of ``occurrence_ids`` claimed by ``owner``, in order."""
+        claims = [
+            self.stage.kernel.claim(occ, owner=owner, lease=LEASE_S) for occ in occurrence_ids
+        ]
+        assert all(claims), f"not all claimable: {occurrence_ids}"
+        return [c for c in claims if c is not None]
+
+    def at_chord(self, round_: int, chord: str, *ops: Callable[[Kernel], Any]) -> None:
+        """Run ``ops`` at once; on even rounds (PostgreSQL) the chord's row is held until
+        every one waits on it, so all write it from the same state. Each must succeed."""
+        outcomes = self.actors.run(
+            *ops, hold=chord if round_ % 2 == 0 else None, hold_table="chords"
+        )
+        refusals_are_kernel_errors(outcomes)
+        assert all(o.ok for o in outcomes), f"round {round_}: {outcomes}"
 
     def state(self, occ_id: int) -> dict[str, Any]:
         """The occurrence's rows, checked: nothing stuck, the log names the state."""

@@ -13,7 +13,6 @@ from collections.abc import Callable
 import pytest
 
 from kernel import EnqueueRequest
-from tests.kernel.interleave import LEASE_S, refusals_are_kernel_errors
 from tests.kernel.race_world import World, world_factory
 
 pytestmark = pytest.mark.long
@@ -47,17 +46,14 @@ def test_the_close_and_the_last_member_s_settle_at_once_make_one_body(
             )[0].occurrence_id
             for m in range(2)
         ]
-        claims = [kernel.claim(occ, owner="w1", lease=LEASE_S) for occ in ids]
-        assert all(c is not None for c in claims)
-        kernel.succeed(ids[0], owner="w1", fence=claims[0].fence, result=0)  # type: ignore[union-attr]
-        outcomes = world.actors.run(
+        claims = world.claimed(ids)
+        kernel.succeed(ids[0], owner="w1", fence=claims[0].fence, result=0)
+        world.at_chord(
+            i,
+            chord,
             lambda k: k.close_chord(chord),
-            lambda k: k.succeed(ids[1], owner="w1", fence=claims[1].fence, result=1),  # type: ignore[union-attr]
-            hold=chord if i % 2 == 0 else None,
-            hold_table="chords",
+            lambda k: k.succeed(ids[1], owner="w1", fence=claims[1].fence, result=1),
         )
-        refusals_are_kernel_errors(outcomes)
-        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
         assert _bodies(world, f"b{i}") == [[[0, 1]]], f"round {i}"
         completed = [
             e
@@ -83,11 +79,7 @@ def test_two_members_adding_at_once_are_both_counted_in(
             chord={"id": chord, "body": body},
         )
         ids = [m.occurrence_id for m in made]
-        fences = []
-        for occ in ids:
-            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
-            assert claim is not None
-            fences.append(claim.fence)
+        fences = [claim.fence for claim in world.claimed(ids)]
 
         def add(index: int) -> Callable[..., object]:
             extra = EnqueueRequest("proj.add", args=[9], key=f"{chord}-x{index}")
@@ -95,11 +87,7 @@ def test_two_members_adding_at_once_are_both_counted_in(
                 ids[index], owner="w1", fence=fences[index], requests=[extra]
             )
 
-        outcomes = world.actors.run(
-            add(0), add(1), hold=chord if i % 2 == 0 else None, hold_table="chords"
-        )
-        refusals_are_kernel_errors(outcomes)
-        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
+        world.at_chord(i, chord, add(0), add(1))
         for index, occ in enumerate(ids):
             kernel.succeed(occ, owner="w1", fence=fences[index], result=index)
         assert _bodies(world, f"ab{i}") == [], f"round {i}: the added have not settled"
@@ -109,10 +97,8 @@ def test_two_members_adding_at_once_are_both_counted_in(
             if o.trigger_key.startswith(f"key:{chord}-x")
         ]
         assert len(added) == 2, f"round {i}"
-        for occ in added:
-            claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
-            assert claim is not None
-            kernel.succeed(occ, owner="w1", fence=claim.fence, result=9)
+        for claim in world.claimed(added):
+            kernel.succeed(claim.occurrence.id, owner="w1", fence=claim.fence, result=9)
         assert _bodies(world, f"ab{i}") == [[[0, 1, 9, 9]]], f"round {i}"
 
     world.repeat(round_, rounds=20)

@@ -17,7 +17,6 @@ import pytest
 
 from kernel import EnqueueRequest
 from kernel.store import Kernel
-from tests.kernel.interleave import LEASE_S, refusals_are_kernel_errors
 from tests.kernel.race_world import World, world_factory
 
 pytestmark = pytest.mark.long
@@ -29,25 +28,23 @@ def _by_key(kernel: Kernel, task_id: str) -> list[Any]:
     return [o for o in kernel.list_occurrences(limit=1000) if o.trigger_key == f"key:{task_id}"]
 
 
+def _succeed_at_once(world: World, i: int, chord: str, *ids: int) -> None:
+    """The runs ``ids`` claimed, then succeeding at once (each its own id as result)."""
+    world.at_chord(
+        i,
+        chord,
+        *(
+            lambda k, claim=claim: k.succeed(
+                claim.occurrence.id, owner="w1", fence=claim.fence, result=claim.occurrence.id
+            )
+            for claim in world.claimed(ids)
+        ),
+    )
+
+
 def test_chain_members_ending_at_once_make_one_body(world_factory: Callable[..., World]) -> None:
     world = world_factory()
     kernel = world.stage.kernel
-
-    def at_once(i: int, chord: str, *ids: int) -> None:
-        claims = [kernel.claim(occ, owner="w1", lease=LEASE_S) for occ in ids]
-        assert all(claims)
-        outcomes = world.actors.run(
-            *(
-                lambda k, occ=occ, claim=claim: k.succeed(
-                    occ, owner="w1", fence=claim.fence, result=occ
-                )
-                for occ, claim in zip(ids, claims, strict=True)
-            ),
-            hold=chord if i % 2 == 0 else None,
-            hold_table="chords",
-        )
-        refusals_are_kernel_errors(outcomes)
-        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
 
     def round_(i: int) -> None:
         chord = f"n{i}"
@@ -64,12 +61,12 @@ def test_chain_members_ending_at_once_make_one_body(world_factory: Callable[...,
         ]
         body = {"task": "proj.tsum", "options": {"task_id": f"b{i}"}}
         made = kernel.enqueue_many(members, chord={"id": chord, "body": body})
-        at_once(i, chord, *(m.occurrence_id for m in made))
+        _succeed_at_once(world, i, chord, *(m.occurrence_id for m in made))
         ends = [_by_key(kernel, f"{chord}-{m}e") for m in range(2)]
         assert all(len(end) == 1 for end in ends), f"round {i}"
         assert _by_key(kernel, f"b{i}") == [], f"round {i}: a first step counted"
         end_ids = [end.id for [end] in ends]
-        at_once(i, chord, *end_ids)
+        _succeed_at_once(world, i, chord, *end_ids)
         bodies = _by_key(kernel, f"b{i}")
         assert len(bodies) == 1, f"round {i}: {len(bodies)} bodies"
         assert bodies[0].payload["args"] == [end_ids], f"round {i}"
@@ -86,22 +83,6 @@ def test_a_member_chain_s_inner_chord_and_the_outer_end_at_once_once(
     world = world_factory()
     kernel = world.stage.kernel
 
-    def at_once(i: int, chord: str, *ids: int) -> None:
-        claims = [kernel.claim(occ, owner="w1", lease=LEASE_S) for occ in ids]
-        assert all(claims)
-        outcomes = world.actors.run(
-            *(
-                lambda k, occ=occ, claim=claim: k.succeed(
-                    occ, owner="w1", fence=claim.fence, result=occ
-                )
-                for occ, claim in zip(ids, claims, strict=True)
-            ),
-            hold=chord if i % 2 == 0 else None,
-            hold_table="chords",
-        )
-        refusals_are_kernel_errors(outcomes)
-        assert all(o.ok for o in outcomes), f"round {i}: {outcomes}"
-
     def round_(i: int) -> None:
         inner = {"id": f"in{i}", "header": [
             {"task": "proj.add", "options": {"task_id": f"d{i}"}},
@@ -115,15 +96,14 @@ def test_a_member_chain_s_inner_chord_and_the_outer_end_at_once_once(
         ]
         body = {"task": "proj.tsum", "options": {"task_id": f"g{i}"}}
         made = kernel.enqueue_many(members, chord={"id": f"out{i}", "body": body})
-        claim = kernel.claim(made[1].occurrence_id, owner="w1", lease=LEASE_S)
-        assert claim is not None
+        [claim] = world.claimed([made[1].occurrence_id])
         kernel.succeed(made[1].occurrence_id, owner="w1", fence=claim.fence, result=3)
         [d], [e] = _by_key(kernel, f"d{i}"), _by_key(kernel, f"e{i}")
-        at_once(i, f"in{i}", d.id, e.id)
+        _succeed_at_once(world, i, f"in{i}", d.id, e.id)
         fs = _by_key(kernel, f"f{i}")
         assert len(fs) == 1, f"round {i}: {len(fs)} inner bodies"
         assert _by_key(kernel, f"g{i}") == [], f"round {i}"
-        at_once(i, f"out{i}", made[0].occurrence_id, fs[0].id)
+        _succeed_at_once(world, i, f"out{i}", made[0].occurrence_id, fs[0].id)
         bodies = _by_key(kernel, f"g{i}")
         assert len(bodies) == 1, f"round {i}: {len(bodies)} bodies"
         assert bodies[0].payload["args"] == [[made[0].occurrence_id, fs[0].id]], f"round {i}"

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kernel import Enqueued, EnqueueRequest, Kernel
-from tests.kernel.interleave import LEASE_S, refusals_are_kernel_errors
+from kernel import EnqueueRequest, Kernel
+from kernel.types import Claim
 from tests.kernel.race_world import World, world_factory
 
 pytestmark = pytest.mark.long
@@ -21,28 +21,9 @@ pytestmark = pytest.mark.long
 __all__ = ["world_factory"]  # fixtures
 
 
-def _claimed(kernel: Kernel, made: Sequence[Enqueued]) -> tuple[list[int], list[int]]:
-    """The members ``made``, each claimed by one worker: their ids and fences."""
-    ids = [m.occurrence_id for m in made]
-    fences = []
-    for occ in ids:
-        claim = kernel.claim(occ, owner="w1", lease=LEASE_S)
-        assert claim is not None
-        fences.append(claim.fence)
-    return ids, fences
-
-
-def _succeeds(ids: list[int], fences: list[int], n: int) -> Callable[[Kernel], Any]:
+def _succeeds(claims: Sequence[Claim], n: int) -> Callable[[Kernel], Any]:
     """The success of member ``n`` (its result ``n``) by the worker holding it."""
-    return lambda k: k.succeed(ids[n], owner="w1", fence=fences[n], result=n)
-
-
-def _settle_at_once(world: World, hold: str | None, *settles: Callable[[Kernel], Any]) -> None:
-    """The ``settles`` released together; with ``hold`` (PostgreSQL), the chord's row is
-    held until every one waits on it. Each must succeed."""
-    outcomes = world.actors.run(*settles, hold=hold, hold_table="chords")
-    refusals_are_kernel_errors(outcomes)
-    assert all(o.ok for o in outcomes), f"{hold}: {outcomes}"
+    return lambda k: k.succeed(claims[n].occurrence.id, owner="w1", fence=claims[n].fence, result=n)
 
 
 def test_the_last_two_members_at_once_make_one_body(world_factory: Callable[..., World]) -> None:
@@ -55,14 +36,10 @@ def test_the_last_two_members_at_once_make_one_body(world_factory: Callable[...,
             [EnqueueRequest("proj.add", args=[m], key=f"{chord}-{m}") for m in range(3)],
             chord={"id": chord, "body": {"task": "proj.tsum", "options": {"task_id": f"b{i}"}}},
         )
-        ids, fences = _claimed(kernel, made)
-        kernel.succeed(ids[0], owner="w1", fence=fences[0], result=0)
-        _settle_at_once(
-            world,
-            chord if i % 2 == 0 else None,
-            _succeeds(ids, fences, 1),
-            _succeeds(ids, fences, 2),
-        )
+        ids = [m.occurrence_id for m in made]
+        claims = world.claimed(ids)
+        _succeeds(claims, 0)(kernel)
+        world.at_chord(i, chord, _succeeds(claims, 1), _succeeds(claims, 2))
         bodies = [
             o
             for o in kernel.list_occurrences(job_id="task:proj.tsum", limit=500)
@@ -99,13 +76,8 @@ def test_the_last_two_members_at_once_make_the_next_chord_once(
             [EnqueueRequest("proj.add", args=[m], key=f"{chord}-{m}") for m in range(2)],
             chord={"id": chord, "body": body},
         )
-        ids, fences = _claimed(kernel, made)
-        _settle_at_once(
-            world,
-            chord if i % 2 == 0 else None,
-            _succeeds(ids, fences, 0),
-            _succeeds(ids, fences, 1),
-        )
+        claims = world.claimed([m.occurrence_id for m in made])
+        world.at_chord(i, chord, _succeeds(claims, 0), _succeeds(claims, 1))
         second = [
             o
             for o in kernel.list_occurrences(job_id="task:proj.add", limit=500)
@@ -138,12 +110,15 @@ def test_a_member_failing_as_the_other_succeeds_fails_a_chain_body_once_under_it
              for m in range(2)],
             chord={"id": chord, "body": body, "result_id": f"fl{i}"},
         )  # fmt: skip
-        ids, fences = _claimed(kernel, made)
-        _settle_at_once(
-            world,
-            chord if i % 2 == 0 else None,
-            _succeeds(ids, fences, 0),
-            lambda k: k.fail(ids[1], owner="w1", fence=fences[1], code="E", message="x"),
+        claims = world.claimed([m.occurrence_id for m in made])
+        failing = claims[1]
+        world.at_chord(
+            i,
+            chord,
+            _succeeds(claims, 0),
+            lambda k: k.fail(
+                failing.occurrence.id, owner="w1", fence=failing.fence, code="E", message="x"
+            ),
         )
         keys = [o.trigger_key for o in kernel.list_occurrences(limit=500)]
         assert f"key:fb{i}" not in keys and f"key:fl{i}" not in keys, f"round {i}"

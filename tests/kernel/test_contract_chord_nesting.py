@@ -25,26 +25,8 @@ def _step(task_id: str, *args: Any, **more: Any) -> dict[str, Any]:
 
 
 def _keyed(k: Harness, task_id: str) -> Occurrence:
-    [found] = [o for o in k.kernel.list_occurrences(limit=500) if o.trigger_key == f"key:{task_id}"]
+    [found] = k.keyed(task_id)
     return found
-
-
-def _made(k: Harness, task_id: str) -> bool:
-    return any(o.trigger_key == f"key:{task_id}" for o in k.kernel.list_occurrences(limit=500))
-
-
-def _succeed(k: Harness, occurrence_id: int, result: Any) -> None:
-    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
-    assert claim is not None
-    k.kernel.succeed(occurrence_id, owner="w1", fence=claim.fence, result=result)
-
-
-def _fail(k: Harness, occurrence_id: int) -> None:
-    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
-    assert claim is not None
-    k.kernel.fail(
-        occurrence_id, owner="w1", fence=claim.fence, code="E", message="x", retryable=False
-    )
 
 
 def _chain_chord(**settings: Any) -> list[EnqueueRequest]:
@@ -59,14 +41,14 @@ def _chain_chord(**settings: Any) -> list[EnqueueRequest]:
 
 def test_a_member_that_is_a_chain_counts_the_chord_down_at_its_end(k: Harness) -> None:
     made = k.kernel.enqueue_many(_chain_chord(), chord={"id": "g1", "body": _step("body-1", "x")})
-    _succeed(k, made[1].occurrence_id, 1)
+    k.succeed(made[1].occurrence_id, 1)
     second = _keyed(k, "m1-s2")
     assert second.payload["args"] == [1, 10]
-    _succeed(k, made[0].occurrence_id, 0)
-    assert not _made(k, "body-1")  # the chain's first step counted nothing
-    _succeed(k, second.id, 11)
-    assert not _made(k, "body-1")
-    _succeed(k, _keyed(k, "m1-s3").id, 111)
+    k.succeed(made[0].occurrence_id, 0)
+    assert not k.keyed("body-1")  # the chain's first step counted nothing
+    k.succeed(second.id, 11)
+    assert not k.keyed("body-1")
+    k.succeed(_keyed(k, "m1-s3").id, 111)
     # The member's result is its chain's end.
     assert _keyed(k, "body-1").payload["args"] == [[0, 111], "x"]
     completed = [e for e in k.kernel.events() if e.type == "chord_completed"]
@@ -77,52 +59,49 @@ def test_a_chain_member_s_step_failing_fails_the_chord_once(k: Harness) -> None:
     errback = {"task": "proj.on_error", "options": {"task_id": "eb-1"}}
     body = _step("body-1", errbacks=[errback])
     made = k.kernel.enqueue_many(_chain_chord(**ONCE), chord={"id": "g1", "body": body})
-    _succeed(k, made[1].occurrence_id, 1)
-    _fail(k, _keyed(k, "m1-s2").id)
+    k.succeed(made[1].occurrence_id, 1)
+    k.fail(_keyed(k, "m1-s2").id, retryable=False)
     assert _keyed(k, "eb-1").payload["args"] == ["body-1"]
-    _succeed(k, made[0].occurrence_id, 0)
-    assert not _made(k, "body-1") and not _made(k, "m1-s3")
+    k.succeed(made[0].occurrence_id, 0)
+    assert not k.keyed("body-1") and not k.keyed("m1-s3")
     failed = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
     assert [(f["chord_id"], f["member_task_id"]) for f in failed] == [("g1", "m1-s2")]
 
 
-def _chain_ending_in_a_chord() -> dict[str, Any]:
-    """Celery's ``chain(a, chord([b, chain(c, chord([d, e], f))], g))`` as a's callback."""
+def _chain_ending_in_a_chord(k: Harness) -> None:
+    """Celery's ``chain(a, chord([b, chain(c, chord([d, e], f))], g))``, its ``a`` succeeded
+    (the outer chord's members made)."""
     inner = _step(
         "f", 6, continues=True, chord={"id": "inner", "header": [_step("d", 4), _step("e", 5)]}
     )
     header = [_step("b", 2), _step("c", 3, callbacks=[inner])]
-    return _step("g", 7, chord={"id": "outer", "header": header})
+    outer = _step("g", 7, chord={"id": "outer", "header": header})
+    first = k.kernel.enqueue(task="proj.add", args=[1], key="a", callbacks=[outer])
+    k.succeed(first.occurrence_id, 1)
 
 
 def test_a_member_chain_ending_in_a_chord_is_counted_by_that_chord_s_body(k: Harness) -> None:
-    first = k.kernel.enqueue(
-        task="proj.add", args=[1], key="a", callbacks=[_chain_ending_in_a_chord()]
-    )
-    _succeed(k, first.occurrence_id, 1)
-    _succeed(k, _keyed(k, "c").id, 3)
-    _succeed(k, _keyed(k, "b").id, 2)
-    _succeed(k, _keyed(k, "d").id, 4)
-    assert not _made(k, "f")
-    _succeed(k, _keyed(k, "e").id, 5)
+    _chain_ending_in_a_chord(k)
+    k.succeed(_keyed(k, "c").id, 3)
+    k.succeed(_keyed(k, "b").id, 2)
+    k.succeed(_keyed(k, "d").id, 4)
+    assert not k.keyed("f")
+    k.succeed(_keyed(k, "e").id, 5)
     assert _keyed(k, "f").payload["args"] == [[4, 5], 6]
-    assert not _made(k, "g")
-    _succeed(k, _keyed(k, "f").id, 66)
+    assert not k.keyed("g")
+    k.succeed(_keyed(k, "f").id, 66)
     assert _keyed(k, "g").payload["args"] == [[2, 66], 7]
     completed = [e.data["chord_id"] for e in k.kernel.events() if e.type == "chord_completed"]
     assert completed == ["inner", "outer"]
 
 
 def test_the_chord_a_member_s_chain_ends_with_failing_fails_the_outer_chord(k: Harness) -> None:
-    first = k.kernel.enqueue(
-        task="proj.add", args=[1], key="a", callbacks=[_chain_ending_in_a_chord()]
-    )
-    _succeed(k, first.occurrence_id, 1)
-    _succeed(k, _keyed(k, "b").id, 2)
-    _succeed(k, _keyed(k, "c").id, 3)
-    _fail(k, _keyed(k, "d").id)
-    _succeed(k, _keyed(k, "e").id, 5)
-    assert not _made(k, "f") and not _made(k, "g")
+    _chain_ending_in_a_chord(k)
+    k.succeed(_keyed(k, "b").id, 2)
+    k.succeed(_keyed(k, "c").id, 3)
+    k.fail(_keyed(k, "d").id, retryable=False)
+    k.succeed(_keyed(k, "e").id, 5)
+    assert not k.keyed("f") and not k.keyed("g")
     failed = [
         (e.data["chord_id"], e.data["body_task_id"])
         for e in k.kernel.events()
@@ -141,11 +120,11 @@ def test_a_long_chain_s_rest_is_flat_each_step_made_in_turn(k: Harness) -> None:
         key="s0",
         callbacks=[{**steps[0], "continues": True, "rest": steps[1:]}],
     )
-    _succeed(k, first.occurrence_id, 0)
+    k.succeed(first.occurrence_id, 0)
     for i in range(1, 80):
         step = _keyed(k, f"s{i}")
         assert step.payload["args"] == [i - 1, i]
-        _succeed(k, step.id, i)
+        k.succeed(step.id, i)
     story = k.kernel.canvas(first.occurrence_id)
     assert (story["step"], story["steps"]) == (1, 80)
     # The steps after it, whose results a failure of it is written under (the worker).
@@ -172,11 +151,11 @@ def test_a_chord_member_s_chain_as_a_flat_rest_counts_at_its_end(k: Harness) -> 
         ),
     ]
     made = k.kernel.enqueue_many(members, chord={"id": "g1", "body": _step("body-1")})
-    _succeed(k, made[0].occurrence_id, 0)
-    _succeed(k, made[1].occurrence_id, 1)
-    _succeed(k, _keyed(k, "m1-s2").id, 11)
-    assert not _made(k, "body-1")
-    _succeed(k, _keyed(k, "m1-s3").id, 111)
+    k.succeed(made[0].occurrence_id, 0)
+    k.succeed(made[1].occurrence_id, 1)
+    k.succeed(_keyed(k, "m1-s2").id, 11)
+    assert not k.keyed("body-1")
+    k.succeed(_keyed(k, "m1-s3").id, 111)
     assert _keyed(k, "body-1").payload["args"] == [[0, 111]]
 
 
@@ -186,14 +165,14 @@ def test_a_chord_s_body_may_be_a_group_each_member_made_once(k: Harness) -> None
     members = [EnqueueRequest("proj.add", args=[i], key=f"m{i}") for i in range(2)]
     body = [_step("b0", "x"), _step("b1", "y")]
     made = k.kernel.enqueue_many(members, chord={"id": "g1", "body": body})
-    _succeed(k, made[1].occurrence_id, 1)
-    assert not _made(k, "b0") and not _made(k, "b1")
-    _succeed(k, made[0].occurrence_id, 0)
+    k.succeed(made[1].occurrence_id, 1)
+    assert not k.keyed("b0") and not k.keyed("b1")
+    k.succeed(made[0].occurrence_id, 0)
     assert [_keyed(k, b).payload["args"] for b in ("b0", "b1")] == [[[0, 1], "x"], [[0, 1], "y"]]
     # A member failing fails each of the group's members' results (the worker writes them).
     once = [EnqueueRequest("proj.add", key=f"f{i}", settings=ONCE) for i in range(2)]
     failing = k.kernel.enqueue_many(once, chord={"id": "g3", "body": [_step("c0"), _step("c1")]})
-    _fail(k, failing[0].occurrence_id)
+    k.fail(failing[0].occurrence_id, retryable=False)
     [failed] = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
     assert failed["body_task_ids"] == ["c0", "c1"]
     with pytest.raises(InvalidArgument) as refused:

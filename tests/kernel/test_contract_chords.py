@@ -13,7 +13,6 @@ from kernel import EnqueueRequest, InvalidArgument
 from kernel.states import OccurrenceStatus as S
 
 if TYPE_CHECKING:
-    from kernel.types import Occurrence
     from tests.kernel.conftest import Harness
 
 ONCE = {"max_attempts": 1, "max_lost_leases": 0}
@@ -28,22 +27,6 @@ def _members(n: int, chord: str = "g1", **settings: Any) -> list[EnqueueRequest]
 
 def _body(**more: Any) -> dict[str, Any]:
     return {"task": "proj.tsum", "args": ["extra"], "options": {"task_id": "body-1"}, **more}
-
-
-def _keyed(k: Harness, task_id: str) -> list[Occurrence]:
-    return [o for o in k.kernel.list_occurrences(limit=500) if o.trigger_key == f"key:{task_id}"]
-
-
-def _succeed(k: Harness, occurrence_id: int, result: Any) -> None:
-    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
-    assert claim is not None
-    k.kernel.succeed(occurrence_id, owner="w1", fence=claim.fence, result=result)
-
-
-def _fail(k: Harness, occurrence_id: int) -> str:
-    claim = k.kernel.claim(occurrence_id, owner="w1", lease=30)
-    assert claim is not None
-    return k.kernel.fail(occurrence_id, owner="w1", fence=claim.fence, code="E", message="x")
 
 
 def test_a_group_is_made_in_one_transaction_or_not_at_all(k: Harness) -> None:
@@ -66,10 +49,10 @@ def test_the_last_member_makes_the_body_once_with_the_results_in_group_order(
     made = k.kernel.enqueue_many(_members(4), chord={"id": "g1", "body": _body()})
     # Settled out of order: the results are still in the group's order.
     for index in (2, 0, 3):
-        _succeed(k, made[index].occurrence_id, index * 10)
-        assert _keyed(k, "body-1") == []
-    _succeed(k, made[1].occurrence_id, {"one": 1})
-    [body] = _keyed(k, "body-1")
+        k.succeed(made[index].occurrence_id, index * 10)
+        assert k.keyed("body-1") == []
+    k.succeed(made[1].occurrence_id, {"one": 1})
+    [body] = k.keyed("body-1")
     assert body.payload == {
         "task": "proj.tsum",
         "args": [[0, {"one": 1}, 20, 30], "extra"],
@@ -91,15 +74,15 @@ def test_the_last_member_makes_the_body_once_with_the_results_in_group_order(
 def test_a_member_dead_lettered_fails_the_chord_errbacks_once_body_never(k: Harness) -> None:
     body = _body(errbacks=[{"task": "proj.on_chord_error", "options": {"task_id": "eb-1"}}])
     made = k.kernel.enqueue_many(_members(3, **ONCE), chord={"id": "g1", "body": body})
-    _succeed(k, made[0].occurrence_id, 0)
-    assert _fail(k, made[1].occurrence_id) == "dead_letter"
+    k.succeed(made[0].occurrence_id, 0)
+    assert k.fail(made[1].occurrence_id) == "dead_letter"
     # Celery's errback(task_id) of the body: the body's task id first.
-    [errback] = _keyed(k, "eb-1")
+    [errback] = k.keyed("eb-1")
     assert errback.payload["args"] == ["body-1"]
     # A second member dying and the last succeeding change nothing.
-    assert _fail(k, made[2].occurrence_id) == "dead_letter"
-    assert _keyed(k, "body-1") == []
-    assert len(_keyed(k, "eb-1")) == 1
+    assert k.fail(made[2].occurrence_id) == "dead_letter"
+    assert k.keyed("body-1") == []
+    assert len(k.keyed("eb-1")) == 1
     failed = [e for e in k.kernel.events() if e.type == "chord_failed"]
     # What the worker writes the body's ChordError from (celery_app/task_results.py).
     assert [e.data for e in failed] == [
@@ -117,12 +100,12 @@ def test_a_member_dead_lettered_fails_the_chord_errbacks_once_body_never(k: Harn
 def test_a_member_killed_on_its_last_attempt_fails_the_chord(k: Harness) -> None:
     body = _body(errbacks=[{"task": "proj.on_chord_error", "options": {"task_id": "eb-1"}}])
     made = k.kernel.enqueue_many(_members(2, **ONCE), chord={"id": "g1", "body": body})
-    _succeed(k, made[0].occurrence_id, 0)
+    k.succeed(made[0].occurrence_id, 0)
     assert k.kernel.claim(made[1].occurrence_id, owner="w1", lease=30) is not None
     k.clock.advance(60)
     assert k.kernel.expire_leases()["dead_letter"] == 1
-    assert len(_keyed(k, "eb-1")) == 1
-    assert _keyed(k, "body-1") == []
+    assert len(k.keyed("eb-1")) == 1
+    assert k.keyed("body-1") == []
 
 
 def test_a_new_chord_over_an_existing_run_is_refused(k: Harness) -> None:
@@ -141,7 +124,7 @@ def test_a_member_cancelled_fails_the_chord_and_the_others_ending_changes_nothin
     running = k.kernel.claim(made[2].occurrence_id, owner="w1", lease=30)
     assert running is not None
     k.kernel.cancel(made[0].occurrence_id, request_id="c1", operator="op")
-    [errback] = _keyed(k, "eb-1")
+    [errback] = k.keyed("eb-1")
     assert errback.payload["args"] == ["body-1"]
     failed = [e for e in k.kernel.events() if e.type == "chord_failed"]
     assert [e.data["reason"] for e in failed] == ["cancelled"]
@@ -149,9 +132,9 @@ def test_a_member_cancelled_fails_the_chord_and_the_others_ending_changes_nothin
     k.kernel.cancel(made[2].occurrence_id, request_id="c2", operator="op")
     # A run asked to stop that finishes anyway succeeds; its chord has failed already.
     k.kernel.succeed(made[2].occurrence_id, owner="w1", fence=running.fence, result=2)
-    _succeed(k, made[1].occurrence_id, 1)
-    assert _keyed(k, "body-1") == []
-    assert len(_keyed(k, "eb-1")) == 1
+    k.succeed(made[1].occurrence_id, 1)
+    assert k.keyed("body-1") == []
+    assert len(k.keyed("eb-1")) == 1
 
 
 def test_an_existing_chord_s_id_over_other_runs_is_refused(k: Harness) -> None:
@@ -177,14 +160,14 @@ def test_a_chords_body_may_be_a_chord_made_when_the_first_completes(k: Harness) 
     fails it with the body's task id (the id the caller holds)."""
     body = {**_body(), "chord": {"id": "g2", "header": _header("g2", 1, 2)}}
     made = k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": body})
-    _succeed(k, made[0].occurrence_id, 0)
-    _succeed(k, made[1].occurrence_id, 2)
-    inner = [_keyed(k, f"g2-m{i}") for i in range(2)]
+    k.succeed(made[0].occurrence_id, 0)
+    k.succeed(made[1].occurrence_id, 2)
+    inner = [k.keyed(f"g2-m{i}") for i in range(2)]
     assert [o.payload["args"] for [o] in inner] == [[[0, 2], 1], [[0, 2], 2]]
-    assert _keyed(k, "body-1") == []
-    _succeed(k, inner[1][0].id, 20)
-    _succeed(k, inner[0][0].id, 10)
-    [made_body] = _keyed(k, "body-1")
+    assert k.keyed("body-1") == []
+    k.succeed(inner[1][0].id, 20)
+    k.succeed(inner[0][0].id, 10)
+    [made_body] = k.keyed("body-1")
     assert made_body.payload["args"] == [[10, 20], "extra"]
     completed = [e.data["chord_id"] for e in k.kernel.events() if e.type == "chord_completed"]
     assert completed == ["g1", "g2"]
@@ -196,17 +179,17 @@ def test_a_chain_step_that_is_a_chord_of_chords_fails_with_its_body_s_id(k: Harn
     step = {**_body(), "chord": {"id": "c1", "header": _header("c1", 1),
                                  "then": {"id": "c2", "header": _header("c2", 5, 6)}}}  # fmt: skip
     first = k.kernel.enqueue(task="proj.a", key="a-1", callbacks=[step], settings=ONCE)
-    _succeed(k, first.occurrence_id, 1)
-    [c1] = _keyed(k, "c1-m0")
+    k.succeed(first.occurrence_id, 1)
+    [c1] = k.keyed("c1-m0")
     assert c1.payload["args"] == [1, 1]
-    _succeed(k, c1.id, 2)
-    [m0], [m1] = _keyed(k, "c2-m0"), _keyed(k, "c2-m1")
+    k.succeed(c1.id, 2)
+    [m0], [m1] = k.keyed("c2-m0"), k.keyed("c2-m1")
     assert m0.payload["args"] == [[2], 5]
-    _succeed(k, m0.id, 7)
+    k.succeed(m0.id, 7)
     claim = k.kernel.claim(m1.id, owner="w1", lease=30)
     assert claim is not None
     k.kernel.fail(m1.id, owner="w1", fence=claim.fence, code="E", message="x", retryable=False)
-    assert _keyed(k, "body-1") == []
+    assert k.keyed("body-1") == []
     [failed] = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
     assert (failed["chord_id"], failed["body_task_id"]) == ("c2", "body-1")
 
@@ -222,8 +205,8 @@ def test_a_chain_body_fails_under_the_id_its_caller_holds(k: Harness) -> None:
         _members(2, **ONCE), chord={"id": "g1", "body": body, "result_id": "last-1"}
     )
     assert k.kernel.canvas(made[0].occurrence_id)["chord"]["body_task_id"] == "last-1"
-    assert _fail(k, made[0].occurrence_id) == "dead_letter"
-    [errback] = _keyed(k, "eb-1")
+    assert k.fail(made[0].occurrence_id) == "dead_letter"
+    [errback] = k.keyed("eb-1")
     assert errback.payload["args"] == ["last-1"]
     failed = [e.data["body_task_id"] for e in k.kernel.events() if e.type == "chord_failed"]
     assert failed == ["last-1"]
@@ -232,10 +215,10 @@ def test_a_chain_body_fails_under_the_id_its_caller_holds(k: Harness) -> None:
         _members(2, chord="g2"), chord={"id": "g2", "body": _body(callbacks=[rest])}
     )
     for index in (0, 1):
-        _succeed(k, made[index].occurrence_id, index)
-    [first] = _keyed(k, "body-1")
-    _succeed(k, first.id, 7)
-    [after] = _keyed(k, "last-1")
+        k.succeed(made[index].occurrence_id, index)
+    [first] = k.keyed("body-1")
+    k.succeed(first.id, 7)
+    [after] = k.keyed("last-1")
     assert after.payload["args"] == [7, 1]
 
 
@@ -244,3 +227,42 @@ def test_a_chord_s_result_id_must_be_a_task_id(k: Harness) -> None:
         k.kernel.enqueue_many(_members(2), chord={"id": "g1", "body": _body(), "result_id": 7})
     assert refused.value.field == "chord.result_id"
     assert k.kernel.list_occurrences(limit=10) == []
+
+
+def test_retention_keeps_a_chord_s_members_until_its_body_is_made(k: Harness) -> None:
+    """A member's result is read when the body is made: a member that succeeded long
+    before the last one is kept by retention meanwhile (also an open, growing chord's),
+    and pruned as any run once the body is made."""
+    day = 86400.0
+    made = k.kernel.enqueue_many(_members(3), chord={"id": "g1", "body": _body()})
+    k.kernel.enqueue_many([], chord={"id": "g2", "body": _body(), "open": True})
+    [grown] = k.kernel.enqueue_many(_members(1, chord="g2"), chord={"id": "g2", "grow": "caller"})
+    k.succeed(grown.occurrence_id, "grown")
+    for index in (0, 1):
+        k.succeed(made[index].occurrence_id, index)
+    k.clock.advance(2 * day)
+    assert k.kernel.apply_retention({"succeeded": day})["occurrences"] == 0
+    k.succeed(made[2].occurrence_id, 2)
+    [body] = k.keyed("body-1")
+    assert body.payload["args"] == [[0, 1, 2], "extra"]
+    k.clock.advance(2 * day)
+    # Its body made, the first chord's members go as any run; the open chord's stays.
+    assert k.kernel.apply_retention({"succeeded": day})["occurrences"] == 3
+    assert k.kernel.get_occurrence(grown.occurrence_id).result == "grown"
+
+
+def test_a_task_s_history_limit_keeps_a_chord_s_members_until_its_body_is_made(
+    k: Harness,
+) -> None:
+    """``history: {succeeded: 1}`` among the members' task's settings: the members past it
+    are kept while the body waits for them, and go once it is made."""
+    made = k.kernel.enqueue_many(
+        _members(3, history={"succeeded": 1}), chord={"id": "g1", "body": _body()}
+    )
+    for index in (0, 1):
+        k.succeed(made[index].occurrence_id, index)
+    assert k.kernel.apply_retention({"succeeded": None})["occurrences"] == 0
+    k.succeed(made[2].occurrence_id, 2)
+    [body] = k.keyed("body-1")
+    assert body.payload["args"] == [[0, 1, 2], "extra"]
+    assert k.kernel.apply_retention({"succeeded": None})["occurrences"] == 2

@@ -365,3 +365,34 @@ def test_a_runs_celery_request_fields_are_its_payloads(k: Harness) -> None:
     }  # fmt: skip
     assert "request" not in k.kernel.get_occurrence(plain.occurrence_id).payload
     assert "request" not in k.kernel.get_job("task:proj.send_invoice").spec["payload"]
+
+
+def test_a_task_s_overlap_queue_runs_its_calls_one_at_a_time_in_order(k: Harness) -> None:
+    """``overlap: queue`` among a task's settings (its ``kernel_options``): its calls run
+    one at a time, the earlier first, also a chord's members made together."""
+    queued = {"overlap": "queue"}
+    first = k.kernel.enqueue(task=TASK, settings=queued).occurrence_id
+    later = k.kernel.enqueue(task=TASK, settings=queued).occurrence_id
+    assert k.kernel.claim(later, owner="w2", lease=30) is None  # the earlier goes first
+    claim = k.kernel.claim(first, owner="w1", lease=30)
+    assert claim is not None
+    assert k.kernel.claim(later, owner="w2", lease=30) is None  # while it runs
+    k.kernel.succeed(first, owner="w1", fence=claim.fence)
+    assert k.kernel.claim(later, owner="w2", lease=30) is not None
+    members = k.kernel.enqueue_many(
+        [EnqueueRequest("proj.member", args=[i], settings=queued) for i in range(2)],
+        chord={"id": "g1", "body": {"task": "proj.tsum", "options": {"task_id": "b1"}}},
+    )
+    assert k.kernel.claim(members[0].occurrence_id, owner="w1", lease=30) is not None
+    assert k.kernel.claim(members[1].occurrence_id, owner="w2", lease=30) is None
+
+
+@pytest.mark.parametrize("policy", ["skip", "replace"])
+def test_a_task_s_overlap_skip_or_replace_is_refused_naming_it(k: Harness, policy: str) -> None:
+    """A call is made to run: a policy that would drop it (skip) or cancel the one running
+    (replace) belongs to a Beat entry or a job file, not to a task's calls."""
+    with pytest.raises(InvalidArgument) as refused:
+        k.kernel.enqueue(task=TASK, settings={"overlap": policy})
+    assert refused.value.field == "settings.overlap"
+    assert f"{policy!r}" in str(refused.value) and "'queue'" in str(refused.value)
+    assert k.kernel.list_occurrences(limit=10) == []

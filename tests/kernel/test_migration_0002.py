@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
-from kernel.db.engine import create_kernel_engine
 from kernel.errors import StateConflict
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from tests.kernel.migrating import A_JOB, revisions
 
 _COLUMNS = (
     "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
@@ -34,34 +32,22 @@ def _row(occ_id: int, status: str, **values: object) -> dict[str, object]:
 
 
 def _upgrade_0001(url: str) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", "kernel:migrations")
-    engine = create_kernel_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0001")
-            conn.execute(
-                sa.text(
-                    "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
-                    " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
-                )
-            )
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
-                    " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable',"
-                    " 'at-least-once', false, '{}', :cancel, 0, 1, 5, :settled)"
-                ),
-                [
-                    _row(1, "running", owner="w", until=10**13),
-                    # What 0001's settle could leave when a cancel raced a retry.
-                    _row(2, "retry_wait", cancel=True),
-                    _row(3, "succeeded", settled=5),
-                ],
-            )
-    finally:
-        engine.dispose()
+    with revisions(url) as db:
+        db.upgrade("0001")
+        db.conn.execute(A_JOB)
+        db.conn.execute(
+            sa.text(
+                f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
+                " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable',"
+                " 'at-least-once', false, '{}', :cancel, 0, 1, 5, :settled)"
+            ),
+            [
+                _row(1, "running", owner="w", until=10**13),
+                # What 0001's settle could leave when a cancel raced a retry.
+                _row(2, "retry_wait", cancel=True),
+                _row(3, "succeeded", settled=5),
+            ],
+        )
 
 
 def test_upgrade_from_0001_keeps_data_and_repairs_stranded_cancels(kernel_url: str) -> None:

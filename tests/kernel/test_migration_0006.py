@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from kernel import Pool
-from kernel.db.engine import create_kernel_engine
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from tests.kernel.migrating import A_JOB, revisions
 
 _COLUMNS = (
     "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
@@ -20,41 +18,29 @@ _COLUMNS = (
 
 
 def test_upgrade_from_0003_counts_the_running_occurrences_of_each_pool(kernel_url: str) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", "kernel:migrations")
-    engine = create_kernel_engine(kernel_url)
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0003")
-            conn.execute(
-                sa.text(
-                    "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
-                    " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
+    with revisions(kernel_url) as db:
+        db.upgrade("0003")
+        db.conn.execute(A_JOB)
+        db.conn.execute(sa.text("INSERT INTO pools (name, concurrency) VALUES ('db', 3)"))
+        db.conn.execute(sa.text("INSERT INTO pools (name, concurrency) VALUES ('zero', 0)"))
+        db.conn.execute(
+            sa.text(
+                f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
+                " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable',"
+                " 'at-least-once', false, :pool, '{}', false, 0, 1, 1)"
+            ),
+            [
+                {"id": n, "key": f"t{n}", "pool": pool, "status": status, **lease}
+                for n, (pool, status) in enumerate(
+                    [("db", "running"), ("db", "running"), ("db", "queued"), ("gpu", "running")]
                 )
-            )
-            conn.execute(sa.text("INSERT INTO pools (name, concurrency) VALUES ('db', 3)"))
-            conn.execute(sa.text("INSERT INTO pools (name, concurrency) VALUES ('zero', 0)"))
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
-                    " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable',"
-                    " 'at-least-once', false, :pool, '{}', false, 0, 1, 1)"
-                ),
-                [
-                    {"id": n, "key": f"t{n}", "pool": pool, "status": status, **lease}
-                    for n, (pool, status) in enumerate(
-                        [("db", "running"), ("db", "running"), ("db", "queued"), ("gpu", "running")]
-                    )
-                    for lease in [
-                        {"owner": "w", "until": 10**13}
-                        if status == "running"
-                        else {"owner": None, "until": None}
-                    ]
-                ],
-            )
-    finally:
-        engine.dispose()
+                for lease in [
+                    {"owner": "w", "until": 10**13}
+                    if status == "running"
+                    else {"owner": None, "until": None}
+                ]
+            ],
+        )
     kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
     try:
         assert kernel.pools() == [

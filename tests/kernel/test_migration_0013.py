@@ -5,29 +5,20 @@ the new ones; the revision goes down and up again, on both back ends."""
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
 from kernel import EventCursor
-from kernel.db.engine import create_kernel_engine
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from tests.kernel.migrating import revisions
 
 
 def _alembic(url: str, *steps: tuple[str, str], then: str | None = None) -> None:
     """Run ``(command, revision)`` steps, then ``then`` (SQL) in the same transaction."""
-    cfg = Config()
-    cfg.set_main_option("script_location", "kernel:migrations")
-    engine = create_kernel_engine(url)
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            for step, revision in steps:
-                getattr(command, step)(cfg, revision)
-            if then is not None:
-                conn.execute(sa.text(then))
-    finally:
-        engine.dispose()
+    with revisions(url) as db:
+        for step, revision in steps:
+            getattr(db, step)(revision)
+        if then is not None:
+            db.conn.execute(sa.text(then))
 
 
 def test_old_events_are_followed_once_beside_new_ones(kernel_url: str) -> None:

@@ -7,12 +7,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
-from kernel.db.engine import create_kernel_engine
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from tests.kernel.migrating import revisions
 
 
 def _cron_key(at: object) -> str:
@@ -43,15 +41,8 @@ def test_upgrade_from_0013_counts_the_runs_each_schedule_made(kernel_url: str) -
         kernel.run_now("j", request_id="by-hand", operator="ops", force=True)
     finally:
         kernel.close()
-    cfg = Config()
-    cfg.set_main_option("script_location", "kernel:migrations")
-    engine = create_kernel_engine(kernel_url)
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "0013")
-            command.upgrade(cfg, "0014")
-            row = conn.execute(sa.text("SELECT scheduled_runs, schedule_spent FROM jobs")).one()
-    finally:
-        engine.dispose()
+    with revisions(kernel_url) as db:
+        db.downgrade("0013")
+        db.upgrade("0014")
+        row = db.conn.execute(sa.text("SELECT scheduled_runs, schedule_spent FROM jobs")).one()
     assert (row.scheduled_runs, bool(row.schedule_spent)) == (1, False)

@@ -4,12 +4,10 @@ control holds becomes the occurrence's own, so its resume still starts from it."
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
 
-from kernel.db.engine import create_kernel_engine
 from kernel.store import Kernel
 from kernel.testing import ManualClock
+from tests.kernel.migrating import A_JOB, revisions
 
 _COLUMNS = (
     "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
@@ -20,37 +18,25 @@ _ENVELOPE = '{"data":{"done":7},"safe_point":"adapter_checkpoint","schema_versio
 
 
 def test_upgrade_from_0014_keeps_a_paused_checkpoint(kernel_url: str) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", "kernel:migrations")
-    engine = create_kernel_engine(kernel_url)
-    try:
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0014")
-            conn.execute(
-                sa.text(
-                    "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
-                    " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
-                )
-            )
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
-                    " 'retry_wait', 1, 3, 1, 1, 'default', 'callable', 'at-least-once', false,"
-                    " '{\"lease\": 30}', false, 0, 1, 1)"
-                ),
-                [{"id": 1, "key": "paused"}, {"id": 2, "key": "plain"}],
-            )
-            conn.execute(
-                sa.text(
-                    "INSERT INTO controls (occurrence_id, state, revision, expected_fence,"
-                    " safe_points, checkpoint, updated_at)"
-                    " VALUES (1, 'resumed', 3, 1, '[\"adapter_checkpoint\"]', :c, 1)"
-                ),
-                {"c": _ENVELOPE},
-            )
-    finally:
-        engine.dispose()
+    with revisions(kernel_url) as db:
+        db.upgrade("0014")
+        db.conn.execute(A_JOB)
+        db.conn.execute(
+            sa.text(
+                f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
+                " 'retry_wait', 1, 3, 1, 1, 'default', 'callable', 'at-least-once', false,"
+                " '{\"lease\": 30}', false, 0, 1, 1)"
+            ),
+            [{"id": 1, "key": "paused"}, {"id": 2, "key": "plain"}],
+        )
+        db.conn.execute(
+            sa.text(
+                "INSERT INTO controls (occurrence_id, state, revision, expected_fence,"
+                " safe_points, checkpoint, updated_at)"
+                " VALUES (1, 'resumed', 3, 1, '[\"adapter_checkpoint\"]', :c, 1)"
+            ),
+            {"c": _ENVELOPE},
+        )
     kernel = Kernel.open(kernel_url, migrate_schema=True, clock=ManualClock())
     try:
         assert kernel.get_occurrence(2).checkpoint is None

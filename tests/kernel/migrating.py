@@ -1,0 +1,55 @@
+"""Alembic's revisions run by hand, as a migration test walks them: up to the revision a
+test's old rows belong to, rows written in that shape, then up (or down) again.
+
+:func:`revisions` opens one transaction on the kernel's database and hands out a
+:class:`Revisions` on it: its ``conn`` for the test's SQL, ``upgrade``/``downgrade`` to
+move the schema in that same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+
+from kernel.db.engine import create_kernel_engine
+
+__all__ = ["A_JOB", "Revisions", "revisions"]
+
+#: A job row as every revision since 0001 can hold it: ``j``, revision 1.
+A_JOB = sa.text(
+    "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
+    " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
+)
+
+
+@dataclass(frozen=True)
+class Revisions:
+    """One open transaction and alembic's commands bound to it."""
+
+    conn: sa.Connection
+    config: Config
+
+    def upgrade(self, revision: str) -> None:
+        command.upgrade(self.config, revision)
+
+    def downgrade(self, revision: str) -> None:
+        command.downgrade(self.config, revision)
+
+
+@contextmanager
+def revisions(url: str) -> Iterator[Revisions]:
+    """A transaction on ``url``'s database (committed at the end) with alembic on it."""
+    config = Config()
+    config.set_main_option("script_location", "kernel:migrations")
+    engine = create_kernel_engine(url)
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            yield Revisions(conn, config)
+    finally:
+        engine.dispose()
