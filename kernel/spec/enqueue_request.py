@@ -394,8 +394,7 @@ def chord_steps(
         body = {name: value for name, value in sig.items() if name != "chord"}
         if "then" in chord:  # the body is itself a chord's: made as a chord step
             body["chord"] = chord["then"]
-        stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id")}
-        if "group" in chord:  # a group body: each member made alike, failed alike
-            stored.update(callbacks=[body, *chord["group"]], group=True)
+        group = {"callbacks": [body, *chord["group"]], "group": True} if "group" in chord else {}
+        stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id"), **group}
         steps.append(ChordStep(chord["id"], members, dumps(stored), bool(sig.get("continues"))))
     return steps
