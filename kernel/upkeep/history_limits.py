@@ -21,7 +21,7 @@ from kernel.events import EventType
 from kernel.records import loads
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
-from kernel.upkeep.history import forget
+from kernel.upkeep.history import forget, forget_chords
 
 __all__ = ["LIMITED_STATUSES", "limit_history"]
 
@@ -57,6 +57,7 @@ def limit_history(tx: Tx, limit: int) -> dict[str, int]:
                 continue
             ids = [r.id for r in gone]
             their_events = forget(tx, ids, requests_before=tx.now)
+            forget_chords(tx, [r.chord for r in gone])
             tx.emit(
                 EventType.HISTORY_PRUNED,
                 job_id=row.id,
