@@ -1,5 +1,5 @@
 """Statements that delete settled history: the occurrences pruned by age or by a job's
-history limits, and what belonged to them."""
+history limits, and what belonged to them (a done chord's row with its last member)."""
 
 from __future__ import annotations
 

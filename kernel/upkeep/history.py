@@ -1,6 +1,6 @@
 """Pruning settled history; unresolved work (dead letters, adjudications) is never pruned,
 nor a chord's member before the chord's body is made (the body's arguments are read from
-its members' results then)."""
+its members' results then). A done chord's row goes with the last of its members."""
 
 from __future__ import annotations
 
