@@ -88,11 +88,11 @@ def prune(
     pruned_events = forget(tx, ids, requests_before=settled_before)
     their_chords = tx.conn.execute(st.CHORDS_OF_RUNS, {"occurrence_ids": ids}).scalars().all()
     pruned = tx.conn.execute(st.DELETE_OCCURRENCES, {"occurrence_ids": ids}).rowcount
-    forget_chords(tx, their_chords)
     tx.emit(
         EventType.HISTORY_PRUNED,
         occurrences=pruned,
         events=pruned_events,
+        chords=forget_chords(tx, their_chords),
         settled_before=settled_before,
         statuses=list(statuses),
     )

@@ -57,12 +57,12 @@ def limit_history(tx: Tx, limit: int) -> dict[str, int]:
                 continue
             ids = [r.id for r in gone]
             their_events = forget(tx, ids, requests_before=tx.now)
-            forget_chords(tx, [r.chord for r in gone])
             tx.emit(
                 EventType.HISTORY_PRUNED,
                 job_id=row.id,
                 occurrences=len(ids),
                 events=their_events,
+                chords=forget_chords(tx, [r.chord for r in gone]),
                 statuses=[status.value],
                 kept=keep,
                 reason="history",

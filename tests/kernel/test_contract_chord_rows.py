@@ -52,6 +52,8 @@ def test_a_done_chord_s_row_goes_with_its_last_member(k: Harness) -> None:
     assert k.kernel.canvas(body.id)["role"] == "chord body"  # type: ignore[index]
     assert _prune(k) == 3
     assert _chords(k) == set()
+    [pruned] = [e for e in k.kernel.events(limit=1000) if e.type == "history_pruned"]
+    assert (pruned.data["occurrences"], pruned.data["chords"]) == (3, 1)
     # Its body (waiting, not pruned) is told without the chord: no member is left to name it.
     assert (k.kernel.canvas(body.id) or {}).get("chord") is None
     # Nothing of it is left to grow or close.
@@ -87,6 +89,8 @@ def test_a_job_s_history_limit_deletes_the_row_with_the_last_member(k: Harness) 
     k.succeed(later.occurrence_id, 18)
     assert k.kernel.apply_retention({"succeeded": None})["occurrences"] == 1
     assert _chords(k) == set()
+    pruned = [e.data for e in k.kernel.events(limit=1000) if e.type == "history_pruned"]
+    assert [(p["occurrences"], p["chords"]) for p in pruned] == [(1, 0), (1, 1)]
 
 
 def test_a_failed_chord_keeps_its_row_while_a_member_lives_late_settles_count_nothing(
