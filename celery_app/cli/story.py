@@ -20,7 +20,10 @@ def canvas_fields(canvas: dict[str, Any] | None) -> list[tuple[str, Any]]:
         return []
     parent, chord = canvas["parent"], canvas["chord"]
     role = canvas["role"]
-    if chord is not None and role == "chord member":
+    if chord is not None and role == "chord member" and chord["member_index"] is None:
+        # A chain's first step or a replaced run: the run continuing it holds its place.
+        role = f"member of chord {chord['id']} ({chord['members']} members), its place handed on"
+    elif chord is not None and role == "chord member":
         role = f"member {chord['member_index'] + 1} of {chord['members']} of chord {chord['id']}"
     elif chord is not None:
         role = f"body of chord {chord['id']} ({chord['members']} members)"

@@ -82,7 +82,8 @@ chords
     takes one from ``remaining``; the one reaching 0 makes the body. A member that fails
     for good sets ``failed_at`` (once); the body is then never made. ``closed_at``
     (revision 0025): NULL while its members are still being made (a generator's header,
-    each member counted in as made); the body waits for it to be set.
+    each member counted in as made); the body waits for it to be set. Retention deletes a
+    done row (body made, or failed) with the last of its members (kernel/upkeep/history.py).
 
 Invariants the database enforces (CHECKs, revision 0002): a status is one of OccurrenceStatus;
 a lease (owner + expiry) exists exactly while ``running``; no ``queued``/``retry_wait`` row

@@ -5,7 +5,8 @@ still makes its members (``closed_at`` NULL: a generator's header, counted in me
 member), ``open`` while closed with ``remaining`` > 0 and not failed, ``complete`` at 0
 when closed (its body made), ``failed`` (its errbacks made: :func:`body_errbacks`). A
 running member may add members (Celery's add_to_chord) until the body is made
-(kernel/jobs/chord_growth.py)."""
+(kernel/jobs/chord_growth.py). Retention deletes a done chord's row with the last of its
+members."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from kernel.statements import (
     CHORD_MEMBER_SUCCEEDS,
     CHORD_MEMBERS,
     CHORD_ROW,
+    DELETE_FORGOTTEN_CHORDS,
     INSERT_CHORD,
 )
 from kernel.transaction.tx import Tx
@@ -43,6 +45,7 @@ __all__ = [
     "MEMBER_FAILS_CHORD",
     "MEMBER_HANDED_OVER",
     "MEMBER_SUCCEEDS_IN_CHORD",
+    "RETENTION_FORGETS_CHORDS",
     "body_errbacks",
     "grow",
     "hand_over",
@@ -129,6 +132,16 @@ MEMBER_HANDED_OVER = Transition(
     (),
 )
 
+RETENTION_FORGETS_CHORDS = Transition(
+    (COMPLETE, FAILED),
+    "retention deleted the last of its members (kernel/upkeep/history.py)",
+    (NONE,),
+    DELETE_FORGOTTEN_CHORDS,
+    "done (body made, or failed) and none of its members exists: nothing settles, hands "
+    "over, grows or tells of it again; a growing chord, or one with a member left, is kept",
+    (),
+)
+
 CHORD_TRANSITIONS: tuple[Transition, ...] = (
     ENQUEUE_MAKES_CHORD,
     CALLER_GROWS_CHORD,
@@ -138,6 +151,7 @@ CHORD_TRANSITIONS: tuple[Transition, ...] = (
     MEMBER_SUCCEEDS_IN_CHORD,
     MEMBER_FAILS_CHORD,
     MEMBER_HANDED_OVER,
+    RETENTION_FORGETS_CHORDS,
 )
 
 

@@ -1,6 +1,6 @@
 """Pruning settled history; unresolved work (dead letters, adjudications) is never pruned,
 nor a chord's member before the chord's body is made (the body's arguments are read from
-its members' results then)."""
+its members' results then). A done chord's row goes with the last of its members."""
 
 from __future__ import annotations
 
@@ -14,8 +14,19 @@ from kernel.events import EventType
 from kernel.statements.predicates import WAITED_ON_BY_A_CHORD, prunable
 from kernel.states import RESOLVED
 from kernel.transaction.tx import Tx
+from kernel.transitions import door
+from kernel.transitions.chords import RETENTION_FORGETS_CHORDS
 
-__all__ = ["FIRST_STEP", "MIN_STEP", "PRUNABLE", "STEP_S", "forget", "next_step", "prune"]
+__all__ = [
+    "FIRST_STEP",
+    "MIN_STEP",
+    "PRUNABLE",
+    "STEP_S",
+    "forget",
+    "forget_chords",
+    "next_step",
+    "prune",
+]
 
 OCC = occurrences
 #: Final and resolved: the statuses whose history may go (dead letters and
@@ -75,12 +86,25 @@ def prune(
     if not ids:
         return {"occurrences": 0, "events": 0}
     pruned_events = forget(tx, ids, requests_before=settled_before)
+    their_chords = tx.conn.execute(st.CHORDS_OF_RUNS, {"occurrence_ids": ids}).scalars().all()
     pruned = tx.conn.execute(st.DELETE_OCCURRENCES, {"occurrence_ids": ids}).rowcount
     tx.emit(
         EventType.HISTORY_PRUNED,
         occurrences=pruned,
         events=pruned_events,
+        chords=forget_chords(tx, their_chords),
         settled_before=settled_before,
         statuses=list(statuses),
     )
     return {"occurrences": pruned, "events": pruned_events}
+
+
+def forget_chords(tx: Tx, chord_ids: Sequence[str | None]) -> int:
+    """Delete the rows of the chords ``chord_ids`` (those of runs just deleted in ``tx``)
+    that are done and have no member left (RETENTION_FORGETS_CHORDS); how many went. The
+    chords table then stays as large as the history that names its rows."""
+    named = sorted({c for c in chord_ids if c is not None})
+    if not named:
+        return 0
+    tx.conn.execute(st.LOCK_CHORDS, {"chord_ids": named})
+    return door.run_count(tx, RETENTION_FORGETS_CHORDS, {"chord_ids": named})

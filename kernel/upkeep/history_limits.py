@@ -21,7 +21,7 @@ from kernel.events import EventType
 from kernel.records import loads
 from kernel.states import OccurrenceStatus
 from kernel.transaction.tx import Tx
-from kernel.upkeep.history import forget
+from kernel.upkeep.history import forget, forget_chords
 
 __all__ = ["LIMITED_STATUSES", "limit_history"]
 
@@ -62,6 +62,7 @@ def limit_history(tx: Tx, limit: int) -> dict[str, int]:
                 job_id=row.id,
                 occurrences=len(ids),
                 events=their_events,
+                chords=forget_chords(tx, [r.chord for r in gone]),
                 statuses=[status.value],
                 kept=keep,
                 reason="history",
