@@ -26,9 +26,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs
-from kernel.errors import InvalidArgument, StateConflict
+from kernel.errors import InvalidArgument, NotFound, StateConflict
 from kernel.jobs import definitions as job_ops
 from kernel.occurrences.chains import make_chord
+from kernel.occurrences.firing import QUEUE_FULL, backlog_full, lock_job
 from kernel.occurrences.rows import existing_keys, insert_enqueued
 from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
@@ -163,9 +164,11 @@ def enqueue(
     for job_id, spec in specs.items():
         if defined.get(job_id) is not spec:  # the cached spec: the same settings
             _ensure_job(tx, spec)
+    bounded = _hold_bounded(tx, requests, specs)
     # One run, no definition written before it: on PostgreSQL its statement is the whole
     # transaction (one round trip); what follows it, rarely, is a transaction of its own.
-    made, found = insert_enqueued(tx, rows, alone=len(rows) == 1 and chord is None)
+    alone = len(rows) == 1 and chord is None and not bounded
+    made, found = insert_enqueued(tx, rows, alone=alone)
     found.update(
         existing_keys(tx, [r.key for r in rows if r.key not in made and r.key not in found])
     )
@@ -174,6 +177,7 @@ def enqueue(
         for job_id in {row.job_id for row in orphans}:
             _ensure_job(tx, specs[job_id])
         made.update(insert_enqueued(tx, orphans)[0])
+    _refuse_overrun(tx, rows, made, bounded)
     for job_id, spec in specs.items():
         defined[job_id] = spec
     answers: list[Enqueued] = []
@@ -213,6 +217,42 @@ def enqueue(
         if refused is not None:
             raise InvalidArgument(*refused)
     return answers
+
+
+def _hold_bounded(
+    tx: Tx, requests: Sequence[EnqueueRequest], specs: Mapping[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The implicit jobs whose calls their task's settings bound (``max_queued`` given: a
+    job's default bound is its firings'), each job row held, in id order, until the
+    transaction ends: callers at once are admitted one after another, each counting the
+    calls of those before it (as a job's firings are, kernel/occurrences/firing.py)."""
+    bounded = {task_job_id(r.task): specs[task_job_id(r.task)]
+               for r in requests if "max_queued" in r.settings}  # fmt: skip
+    for job_id in sorted(bounded):
+        try:
+            lock_job(tx, job_id)
+        except NotFound:  # deleted since this process defined it
+            _ensure_job(tx, bounded[job_id])
+            lock_job(tx, job_id)
+    return bounded
+
+
+def _refuse_overrun(
+    tx: Tx, rows: Sequence[EnqueueRow], made: Mapping[str, Any], bounded: Mapping[str, Any]
+) -> None:
+    """Refuse the whole call (its transaction rolls back) when the runs it made overrun
+    their task's ``max_queued``; a call that made none (its keys existed) is no new call."""
+    for job_id, spec in bounded.items():
+        new = any(row.job_id == job_id and row.key in made for row in rows)
+        if new and backlog_full(tx, job_id, spec, inserted=True):
+            bound = spec["max_queued"]
+            behind = " behind the one that runs next" if spec["overlap"] == "queue" else ""
+            raise StateConflict(
+                f"task {spec['payload']['task']!r} has max_queued {bound} calls waiting"
+                f"{behind} (its settings.max_queued): this call is refused, nothing written; "
+                "call again once some have run, or raise max_queued",
+                job_id=job_id, reason=QUEUE_FULL, field="settings.max_queued", max_queued=bound,
+            )  # fmt: skip
 
 
 def _chord_of(
