@@ -12,7 +12,8 @@ The rows of one call (or one ``enqueue_many``) are inserted by one statement
 only where the idempotency key is new. A caller's ``key`` gives the trigger key
 ``key:<key>``, so the same key is the same occurrence for as long as it is retained,
 however many callers race for it; without a key each call is a new
-``enqueue:<random>`` firing.
+``enqueue:<random>`` firing. A task whose settings give ``max_queued`` has its calls
+bounded by it, its job row held while they are counted (:func:`_hold_bounded`).
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ def enqueue(
         InvalidArgument: a request is invalid (``field`` names it, ``requests[i].`` first
             in a batch), or a chord's body or id is, or a new chord's member exists
             already; nothing is written.
+        StateConflict: a task's calls would pass its settings' ``max_queued``
+            (:func:`_refuse_overrun`); nothing is written.
     """
     specs: dict[str, dict[str, Any]] = {}
     rows: list[EnqueueRow] = []

@@ -111,6 +111,7 @@ def backlog_full(tx: Tx, job_id: str, spec: dict[str, Any], *, inserted: bool = 
     """Whether the job's backlog leaves no room for another occurrence under its bound
     ``max_queued`` (``overlap`` allow or queue); ``inserted``: whether the occurrences this
     transaction just made overrun it. The caller holds the job row."""
+    statuses: tuple[str, ...]
     if spec["overlap"] == "queue":
         # Claims are exclusive: one active occurrence runs (or runs next) and the
         # others wait behind it; those are what max_queued bounds.

@@ -54,6 +54,7 @@ def test_the_fields_calls_honour_reach_each_run(k: Harness) -> None:
         "lease": "30s", "timeout": 20, "priority": 7, "rate_limit": "10/m",
         "overlap": "queue", "delivery": "at-most-once", "pool": "smtp", "kill_grace": 3,
         "output": {"limit": 1024, "excerpt": 512}, "history": {"succeeded": 10},
+        "notify": {"on": ["dead_letter"], "task": "proj.alert"},
     }  # fmt: skip
     made = k.kernel.enqueue(task=TASK, settings=settings)
     occ = k.kernel.get_occurrence(made.occurrence_id)
@@ -68,7 +69,7 @@ def test_the_fields_calls_honour_reach_each_run(k: Harness) -> None:
     assert definition["kill_grace"] == 3.0 and definition["retry"]["backoff"] == 10.0
     assert definition["output"] == {"limit": 1024, "excerpt": 512}
     assert definition["max_lost_leases"] == 1 and definition["rate_limit"] == "10/m"
-    assert made.priority == 7
+    assert definition["notify"]["task"] == "proj.alert" and made.priority == 7
     assert k.kernel.get_job("task:proj.send_invoice").spec["history"] == {"succeeded": 10}
 
 
