@@ -153,3 +153,17 @@ def test_callers_released_together_at_the_bound_admit_exactly_the_bound(k: Harne
     finally:
         for caller in callers:
             caller.close()
+
+
+def test_a_step_a_settle_makes_is_not_refused_by_max_queued(k: Harness) -> None:
+    """A chain's next step (a link) belongs to a canvas its caller was admitted with: the
+    settle makes it past its task's bound rather than strand the canvas."""
+    k.kernel.enqueue(task="proj.next", settings=BOUNDED, countdown=60)
+    k.kernel.enqueue(task="proj.next", settings=BOUNDED, countdown=60)
+    step = {"task": "proj.next", "settings": BOUNDED, "options": {"task_id": "n1"}}
+    first = k.kernel.enqueue(task=TASK, callbacks=[step]).occurrence_id
+    claim = k.kernel.claim(first, owner="w", lease=30)
+    assert claim is not None
+    k.kernel.succeed(first, owner="w", fence=claim.fence, result=1)
+    made = k.kernel.list_occurrences(job_id="task:proj.next", statuses=["queued"])
+    assert len(made) == 3
