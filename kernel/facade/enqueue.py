@@ -70,6 +70,9 @@ class EnqueueFacade(FacadeBase):
         Raises:
             InvalidArgument: a field is invalid, or ``connection`` is not one the kernel
                 can write through; nothing is written.
+            StateConflict: the task's settings give ``max_queued`` and this call would
+                pass it (``reason`` queue_full, ``field`` settings.max_queued); nothing
+                is written.
         """
         run = EnqueueRequest(
             task, args, kwargs, key, queue, delivery, countdown, eta, priority, settings or {},

@@ -12,7 +12,8 @@ The rows of one call (or one ``enqueue_many``) are inserted by one statement
 only where the idempotency key is new. A caller's ``key`` gives the trigger key
 ``key:<key>``, so the same key is the same occurrence for as long as it is retained,
 however many callers race for it; without a key each call is a new
-``enqueue:<random>`` firing.
+``enqueue:<random>`` firing. A task whose settings give ``max_queued`` has its calls
+bounded by it, its job row held while they are counted (:func:`_hold_bounded`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.schema import jobs
-from kernel.errors import InvalidArgument, StateConflict
+from kernel.errors import InvalidArgument, NotFound, StateConflict
 from kernel.jobs import definitions as job_ops
 from kernel.occurrences.chains import make_chord
+from kernel.occurrences.firing import QUEUE_FULL, backlog_full, lock_job
 from kernel.occurrences.rows import existing_keys, insert_enqueued
 from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
@@ -140,6 +142,8 @@ def enqueue(
         InvalidArgument: a request is invalid (``field`` names it, ``requests[i].`` first
             in a batch), or a chord's body or id is, or a new chord's member exists
             already; nothing is written.
+        StateConflict: a task's calls would pass its settings' ``max_queued``
+            (:func:`_refuse_overrun`); nothing is written.
     """
     specs: dict[str, dict[str, Any]] = {}
     rows: list[EnqueueRow] = []
@@ -163,9 +167,11 @@ def enqueue(
     for job_id, spec in specs.items():
         if defined.get(job_id) is not spec:  # the cached spec: the same settings
             _ensure_job(tx, spec)
+    bounded = _hold_bounded(tx, requests, specs)
     # One run, no definition written before it: on PostgreSQL its statement is the whole
     # transaction (one round trip); what follows it, rarely, is a transaction of its own.
-    made, found = insert_enqueued(tx, rows, alone=len(rows) == 1 and chord is None)
+    alone = len(rows) == 1 and chord is None and not bounded
+    made, found = insert_enqueued(tx, rows, alone=alone)
     found.update(
         existing_keys(tx, [r.key for r in rows if r.key not in made and r.key not in found])
     )
@@ -174,6 +180,7 @@ def enqueue(
         for job_id in {row.job_id for row in orphans}:
             _ensure_job(tx, specs[job_id])
         made.update(insert_enqueued(tx, orphans)[0])
+    _refuse_overrun(tx, rows, made, bounded)
     for job_id, spec in specs.items():
         defined[job_id] = spec
     answers: list[Enqueued] = []
@@ -213,6 +220,42 @@ def enqueue(
         if refused is not None:
             raise InvalidArgument(*refused)
     return answers
+
+
+def _hold_bounded(
+    tx: Tx, requests: Sequence[EnqueueRequest], specs: Mapping[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The implicit jobs whose calls their task's settings bound (``max_queued`` given: a
+    job's default bound is its firings'), each job row held, in id order, until the
+    transaction ends: callers at once are admitted one after another, each counting the
+    calls of those before it (as a job's firings are, kernel/occurrences/firing.py)."""
+    bounded = {task_job_id(r.task): specs[task_job_id(r.task)]
+               for r in requests if "max_queued" in r.settings}  # fmt: skip
+    for job_id in sorted(bounded):
+        try:
+            lock_job(tx, job_id)
+        except NotFound:  # deleted since this process defined it
+            _ensure_job(tx, bounded[job_id])
+            lock_job(tx, job_id)
+    return bounded
+
+
+def _refuse_overrun(
+    tx: Tx, rows: Sequence[EnqueueRow], made: Mapping[str, Any], bounded: Mapping[str, Any]
+) -> None:
+    """Refuse the whole call (its transaction rolls back) when the runs it made overrun
+    their task's ``max_queued``; a call that made none (its keys existed) is no new call."""
+    for job_id, spec in bounded.items():
+        new = any(row.job_id == job_id and row.key in made for row in rows)
+        if new and backlog_full(tx, job_id, spec, inserted=True):
+            bound = spec["max_queued"]
+            behind = " behind the one that runs next" if spec["overlap"] == "queue" else ""
+            raise StateConflict(
+                f"task {spec['payload']['task']!r} has max_queued {bound} calls waiting"
+                f"{behind} (its settings.max_queued): this call is refused, nothing written; "
+                "call again once some have run, or raise max_queued",
+                job_id=job_id, reason=QUEUE_FULL, field="settings.max_queued", max_queued=bound,
+            )  # fmt: skip
 
 
 def _chord_of(

@@ -45,6 +45,7 @@ __all__ = [
     "QUEUE_FULL",
     "Created",
     "admit",
+    "backlog_full",
     "create_gated",
     "create_occurrence",
     "idempotency_key",
@@ -103,13 +104,21 @@ def admit(tx: Tx, job_id: str, spec: dict[str, Any], *, force: bool = False) -> 
         for occurrence_id in active:  # the new occurrence waits (exclusive) until these end
             request_cancel(tx, occurrence_id, reason="replaced")
         return None
-    if policy == "queue":
+    return QUEUE_FULL if backlog_full(tx, job_id, spec) else None
+
+
+def backlog_full(tx: Tx, job_id: str, spec: dict[str, Any], *, inserted: bool = False) -> bool:
+    """Whether the job's backlog leaves no room for another occurrence under its bound
+    ``max_queued`` (``overlap`` allow or queue); ``inserted``: whether the occurrences this
+    transaction just made overrun it. The caller holds the job row."""
+    statuses: tuple[str, ...]
+    if spec["overlap"] == "queue":
         # Claims are exclusive: one active occurrence runs (or runs next) and the
         # others wait behind it; those are what max_queued bounds.
-        full = _reaches(tx, job_id, UNSETTLED, spec["max_queued"] + 1)
+        statuses, bound = UNSETTLED, spec["max_queued"] + 1
     else:  # allow: every waiting occurrence is backlog
-        full = _reaches(tx, job_id, WAITING, spec["max_queued"])
-    return QUEUE_FULL if full else None
+        statuses, bound = WAITING, spec["max_queued"]
+    return _reaches(tx, job_id, statuses, bound + inserted)
 
 
 def _reaches(tx: Tx, job_id: str, statuses: tuple[str, ...], bound: int) -> bool:

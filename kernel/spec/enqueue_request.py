@@ -52,10 +52,10 @@ from kernel.spec.task_runs import (
     checked_replaces,
     continued,
     continuing,
-    deadline_ms,
     delay_ms,
     link_eta,
     placement,
+    run_deadline,
     run_definition,
     settings_json,
     task_job,
@@ -155,7 +155,7 @@ def prepare(
     key = checked_key(request.key)
     queue, delivery, priority = placement(spec, request.queue, request.delivery, request.priority)
     delay, not_before = delay_ms(request.countdown, request.eta)
-    expires_after, expires_at = deadline_ms(request.expires)
+    expires_after, expires_at = run_deadline(request.expires, spec, delay, not_before)
     timeout = (
         spec["timeout"] if request.timeout is None else _RUN_TIMEOUT(request.timeout, "timeout")
     )

@@ -29,31 +29,12 @@ from kernel.spec.sections import ID, TaskRequest
 from kernel.states import Delivery
 
 __all__ = [
-    "MAX_KEY",
-    "MAX_REQUEST_BYTES",
-    "TASK_JOB_PREFIX",
-    "caller_key",
-    "chain_ids",
-    "checked_key",
-    "checked_replaces",
-    "placement",
-    "continued",
-    "continuing",
-    "replacement_of",
-    "trigger_key_of",
-    "deadline_ms",
-    "bounded_definition",
-    "delay_ms",
-    "keyed_trigger",
-    "link_eta",
-    "retried_definition",
-    "run_definition",
-    "settings_json",
-    "task_job",
-    "task_job_id",
-    "task_job_spec",
-    "task_request",
-]
+    "MAX_KEY", "MAX_REQUEST_BYTES", "TASK_JOB_PREFIX", "caller_key", "chain_ids", "checked_key",
+    "checked_replaces", "placement", "continued", "continuing", "replacement_of",
+    "trigger_key_of", "deadline_ms", "bounded_definition", "delay_ms", "keyed_trigger",
+    "link_eta", "retried_definition", "run_deadline", "run_definition", "settings_json",
+    "task_job", "task_job_id", "task_job_spec", "task_request",
+]  # fmt: skip
 
 TASK_JOB_PREFIX = "task:"
 MAX_KEY = 200  # the longest caller's key
@@ -131,6 +112,26 @@ def task_job_id(task: str) -> str:
 #: The overlap policies a task's calls (its implicit job) honour: ``queue`` makes each
 #: run exclusive (one at a time, in order: kernel/spec/enqueue_request.py ``prepare``).
 _CALL_OVERLAPS = ("allow", "queue")
+#: Job fields a task's calls cannot mean anything by, refused rather than stored and
+#: ignored: the job's identity, a schedule's, an operator's switch, gates only firings pass.
+_NOT_FOR_CALLS = {
+    "id": "a task's calls are runs of its implicit job task:<task name>",
+    "kind": "a task's calls run the task (kind task)",
+    "payload": "a task's calls carry their own arguments",
+    "schedule": "a task's calls run when called; put a schedule on a beat_schedule entry",
+    "enabled": "a task's calls wait while an operator disables its job (kernel jobs "
+    "disable task:<task name>), a switch no task option turns",
+    "catchup": "is a schedule's: a task's calls have no missed firings",
+    "dst": "is a cron schedule's: a task's calls have none",
+    "after": "a task's calls are made by its callers, not by another job's settle; chain "
+    "it with Celery's link or chain",
+    "delete_after_run": "is a one-shot job's: a task's calls define its job again",
+    "ttl": "would delete a disabled task's job, and its next call would define it enabled "
+    "again: a task's calls cannot honour it",
+    "budget": "a task's calls are not counted against budgets (a job's firings are); bound "
+    "them with max_queued or rate_limit",
+    "approval": "a task's calls do not wait for an operator's approval (a job's firings do)",
+}
 
 
 def task_job_spec(task: str, settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,6 +151,9 @@ def task_job(task: str, settings_json: str) -> tuple[dict[str, Any], str]:
     The template is the canonical JSON of the spec with stand-ins for what each run has
     of its own (payload, queue, delivery), which :func:`run_definition` splices in."""
     settings = loads(settings_json)
+    refused = sorted(_NOT_FOR_CALLS.keys() & settings.keys())
+    if refused:
+        raise InvalidArgument(f"settings.{refused[0]}", f"{_NOT_FOR_CALLS[refused[0]]}; remove it")
     job_id = task_job_id(task)
     if len(job_id) > 128 or not ID.fullmatch(job_id):
         raise InvalidArgument(
@@ -356,6 +360,18 @@ def deadline_ms(expires: float | datetime | None) -> tuple[int | None, int | Non
     if not 0 <= expires <= 366 * 86400:
         raise InvalidArgument("expires", "must be from 0 to 366 days in seconds")
     return round(expires * 1000), None
+
+
+def run_deadline(
+    expires: float | datetime | None, spec: Mapping[str, Any], delay: int, not_before: int | None
+) -> tuple[int | None, int | None]:
+    """A run's start deadline as :func:`deadline_ms` gives it: the call's ``expires``, else
+    its job's (``spec``), counted as a firing's is, from when the run may start (``delay``
+    ms after the statement's instant, or ``not_before``: its countdown or eta)."""
+    if expires is not None or spec.get("expires") is None:
+        return deadline_ms(expires)
+    after = round(spec["expires"] * 1000)
+    return (delay + after, None) if not_before is None else (None, not_before + after)
 
 
 def continued(sig: Mapping[str, Any]) -> list[Mapping[str, Any]]:
