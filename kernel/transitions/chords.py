@@ -117,13 +117,14 @@ MEMBER_FAILS_CHORD = Transition(
 
 MEMBER_HANDED_OVER = Transition(
     (GROWING, OPEN),
-    "a member's replacement (Celery's self.replace), or the next step of a member that "
-    "is a chain, is made",
+    "a member's replacement (Celery's self.replace), the next step of a member that "
+    "is a chain, or the body of a member that is a chord, is made",
     (GROWING, OPEN),
     CHORD_MEMBER_HANDED_OVER,
     "remaining > 0 and not failed, and the members as read: the member's place in "
-    "group order is the run taking over (its replacement, its chain's next step or the "
-    "body of a chord in that chain), whose result the body gets; the member counts nothing",
+    "group order is the runs taking over (its replacement, its chain's next step, the "
+    "body of a chord in that chain or that is the member, each member of a group its "
+    "chain ends with: remaining + their number - 1), whose results the body gets",
     (),
 )
 
@@ -148,23 +149,25 @@ def hand_over(tx: Tx, rows: Sequence[EnqueueRow], made: Mapping[str, tuple[Any, 
         chord_id = (loads(row.values["links"]) or {}).get("chord") if taken else None
         if taken is None or chord_id is None or row.key not in made:
             continue
-        pass_place(tx, chord_id, taken[0], made[row.key][0])
+        pass_place(tx, chord_id, taken[0], [made[row.key][0]])
 
 
-def pass_place(tx: Tx, chord_id: str, holder: int, heir: int) -> None:
-    """``heir`` takes ``holder``'s place among the open chord's members
-    (MEMBER_HANDED_OVER); a chord that failed meanwhile keeps its members."""
-    params: dict[str, Any] = {"chord_id": chord_id, "new_members": None}
+def pass_place(tx: Tx, chord_id: str, holder: int | str, heirs: Sequence[int | str]) -> None:
+    """``heirs`` take ``holder``'s place among the open chord's members (MEMBER_HANDED_OVER),
+    in order, each counted (a group a member's chain ends with: one place each); a chord
+    that failed meanwhile keeps its members. ``holder``: a run, or the ``chord:<id>`` a
+    chord as a member holds its place with until its body is made."""
+    params: dict[str, Any] = {"chord_id": chord_id, "new_members": None, "added": len(heirs) - 1}
     # Another member's hand-over may change the members between the read and the write:
     # the compare-and-set refuses it, and the members are read again.
     while (members := tx.conn.execute(CHORD_MEMBERS, params).scalar()) is not None:
-        ids = [heir if m == holder else m for m in loads(members)]
+        ids = [one for m in loads(members) for one in (heirs if m == holder else [m])]
         params = {**params, "members": members, "new_members": dumps(ids)}
         if door.run(tx, MEMBER_HANDED_OVER, params) is not None:
             break
 
 
-def grow(tx: Tx, chord_id: str, added: Sequence[int], *, by_member: bool) -> None:
+def grow(tx: Tx, chord_id: str, added: Sequence[int | str], *, by_member: bool) -> None:
     """Count the runs ``added`` (made in this transaction, in order) into the chord, as
     its caller's next members of an open chord, or ``by_member`` (add_to_chord).
 
