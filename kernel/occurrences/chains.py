@@ -28,7 +28,7 @@ from kernel.spec.enqueue_request import (
     link_requests,
     prepare,
 )
-from kernel.spec.task_runs import caller_key
+from kernel.spec.task_runs import caller_key, chain_ids, continued
 from kernel.transaction.tx import Tx
 from kernel.transitions import chords as TC
 from kernel.transitions import door
@@ -143,7 +143,9 @@ def fire_links(
             parent_task_id=task_id,
         )
         heirs = continuing(links) if place else []
-        held = _make_links(tx, parent_id, requests, heirs, place)
+        # A group the member's chain ends with: its results one list in the member's place.
+        grouped = any(sig.get("shares") for sig in loads(links)["callbacks"])
+        held = _make_links(tx, parent_id, requests, heirs, place, grouped)
         steps = chord_steps(links, result=result, parent_task_id=task_id)
         for step in steps if succeeded else ():
             make_chord_step(tx, parent_id, step, place if step.continues else None)
@@ -176,7 +178,7 @@ def cancelled_links(tx: Tx, occurrence_id: int) -> None:
 
 def _settle_chord_member(
     tx: Tx, chord_id: str, member_id: int | None, member_task_id: str, succeeded: bool,
-    cancelled: bool,
+    cancelled: bool, told: Sequence[Any] = (),
 ) -> None:  # fmt: skip
     """A chord's member settled for good. Its success counts the chord down in one guarded
     statement (the chord's row held until this settle commits: the next member's settle
@@ -193,7 +195,7 @@ def _settle_chord_member(
     failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
     if failed is not None:
         reason = "cancelled" if cancelled else "dead_letter"
-        fail_chord(tx, chord_id, failed.body, member_id, member_task_id, reason)
+        fail_chord(tx, chord_id, failed.body, member_id, member_task_id, reason, told)
 
 
 def make_chord_body(
@@ -210,12 +212,13 @@ def make_chord_body(
     order first, its parent ``parent_task_id`` (as Celery's last member applies the body)."""
     keyed = parent_id if parent_id is not None else f"chord:{chord_id}"  # no member: no parent
     members = loads(members_json)
+    runs = TC.member_runs(members)
     stored = dict(
         tx.conn.execute(
-            sa.select(occurrences.c.id, occurrences.c.result).where(occurrences.c.id.in_(members))
+            sa.select(occurrences.c.id, occurrences.c.result).where(occurrences.c.id.in_(runs))
         ).all()
     )
-    results = [loads(stored.get(member)) for member in members]
+    results = TC.in_place(members, stored)
     requests = link_requests(
         body, succeeded=True, result=results, parent_id=keyed, parent_task_id=parent_task_id
     )
@@ -235,16 +238,18 @@ def make_chord_body(
 
 
 def fail_chord(
-    tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str
-) -> None:
-    """A chord failed (its row's failure just written): the body's errbacks are made,
-    the body's task id first, and the body never is; a chord that a member's chain ends
-    with fails that member's chord too."""
+    tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str,
+    told: Sequence[Any] = (),
+) -> None:  # fmt: skip
+    """A chord failed (its row's failure just written): the body's errbacks are made
+    (but those a chord it holds the place of ``told``: Celery links a chord's errback to
+    a chord in its header too, called once), the body's task id first, and the body never
+    is; a chord that a member's chain ends with, or is, fails that member's chord too."""
     stored = loads(body)
     sig = stored["callbacks"][0]
     body_task_id = stored.get("result_id") or sig["options"]["task_id"]
     errbacks = link_requests(
-        dumps({"callbacks": [], "errbacks": sig["errbacks"]}),
+        dumps({"callbacks": [], "errbacks": [e for e in sig["errbacks"] if e not in told]}),
         succeeded=False,
         result=None,
         parent_id=member_id if member_id is not None else f"chord:{chord_id}",
@@ -266,14 +271,16 @@ def fail_chord(
         reason=reason,
         # The errbacks' task ids: Celery's backend lists them among the body's children.
         errback_task_ids=[request.key for request in errbacks],
+        # The steps of a chain after the body, failed with it (Celery's backend fails them).
+        chain_task_ids=chain_ids(continued(sig)),
         **group_body,
     )
     place = stored.get("place")
     if place is not None:  # the chord a member's chain ends with, or is: that member fails
         of = place["of"] if isinstance(place["of"], int) else member_id  # chord:<id>: no run
-        _settle_chord_member(
-            tx, place["chord"], of, member_task_id, False, reason == "cancelled"
-        )  # fmt: skip
+        cancelled = reason == "cancelled"
+        told = [*told, *sig["errbacks"]] if isinstance(place["of"], str) else ()
+        _settle_chord_member(tx, place["chord"], of, member_task_id, False, cancelled, told)
 
 
 def make_chord(
@@ -371,10 +378,12 @@ def _make_links(
     requests: Sequence[EnqueueRequest],
     heirs: Sequence[bool] = (),
     place: Mapping[str, Any] | None = None,
+    grouped: bool = False,
 ) -> bool:
     """The occurrences of ``requests`` (a settled run's links) whose keys are new; those
     ``heirs`` marks take ``place`` (the chord, and its member whose place it is), in order,
-    each counted in. Answers whether one did."""
+    each counted in (``grouped``: :func:`~kernel.transitions.chords.pass_place`'s). Answers
+    whether one did."""
     if not requests:
         return False
     rows = [prepare(r, {}, False, parent_id) for r in requests]
@@ -385,5 +394,5 @@ def _make_links(
     made, _ = insert_links(tx, parent_id, rows)
     taking = [made[row.key].occurrence_id for row in heir_rows if row.key in made]
     if taking:
-        TC.pass_place(tx, chord_id, holder, taking)
+        TC.pass_place(tx, chord_id, holder, taking, grouped=grouped)
     return bool(heir_rows)

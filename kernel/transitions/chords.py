@@ -44,6 +44,8 @@ __all__ = [
     "MEMBER_SUCCEEDS_IN_CHORD",
     "grow",
     "hand_over",
+    "in_place",
+    "member_runs",
     "pass_place",
 ]
 
@@ -152,19 +154,47 @@ def hand_over(tx: Tx, rows: Sequence[EnqueueRow], made: Mapping[str, tuple[Any, 
         pass_place(tx, chord_id, taken[0], [made[row.key][0]])
 
 
-def pass_place(tx: Tx, chord_id: str, holder: int | str, heirs: Sequence[int | str]) -> None:
+def pass_place(
+    tx: Tx, chord_id: str, holder: int | str, heirs: Sequence[int], *, grouped: bool = False
+) -> None:
     """``heirs`` take ``holder``'s place among the open chord's members (MEMBER_HANDED_OVER),
-    in order, each counted (a group a member's chain ends with: one place each); a chord
-    that failed meanwhile keeps its members. ``holder``: a run, or the ``chord:<id>`` a
-    chord as a member holds its place with until its body is made."""
+    each counted; ``grouped`` (a group a member's chain ends with): as one list in that
+    place, whose results the body gets as one list there, as Celery's. A chord that failed
+    meanwhile keeps its members. ``holder``: a run, or the ``chord:<id>`` a chord as a
+    member holds its place with until its body is made."""
+    taking: list[Any] = [list(heirs)] if grouped else list(heirs)
     params: dict[str, Any] = {"chord_id": chord_id, "new_members": None, "added": len(heirs) - 1}
     # Another member's hand-over may change the members between the read and the write:
     # the compare-and-set refuses it, and the members are read again.
     while (members := tx.conn.execute(CHORD_MEMBERS, params).scalar()) is not None:
-        ids = [one for m in loads(members) for one in (heirs if m == holder else [m])]
+        ids = _replaced(loads(members), holder, taking)
         params = {**params, "members": members, "new_members": dumps(ids)}
         if door.run(tx, MEMBER_HANDED_OVER, params) is not None:
             break
+
+
+def _replaced(members: list[Any], holder: int | str, taking: list[Any]) -> list[Any]:
+    return [
+        one
+        for m in members
+        for one in (
+            taking
+            if m == holder
+            else [_replaced(m, holder, taking)]
+            if isinstance(m, list)
+            else [m]
+        )
+    ]
+
+
+def member_runs(members: list[Any]) -> list[int]:
+    """The runs among a chord's ``members`` (a group a member's chain ends with: a list)."""
+    return [one for m in members for one in (member_runs(m) if isinstance(m, list) else [m])]
+
+
+def in_place(members: list[Any], results: Mapping[int, Any]) -> list[Any]:
+    """The members' ``results`` (run -> stored JSON) in their places, a group's as a list."""
+    return [in_place(m, results) if isinstance(m, list) else loads(results.get(m)) for m in members]
 
 
 def grow(tx: Tx, chord_id: str, added: Sequence[int | str], *, by_member: bool) -> None:

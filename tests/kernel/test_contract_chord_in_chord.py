@@ -1,7 +1,7 @@
 """A chord as a chord's member (issue 40): its place among the outer chord's members is
 held by ``chord:<id>`` until the inner chord's body is made, which takes it; a chain ending
 in a group hands its place to each of the group's members (``shares``), the outer chord
-counting one more each. The outer body is
+counting one more each, their results one list in its place. The outer body is
 made once, with each inner end's result in its place, as Celery counts a chord by its body;
 an inner chord that fails for good fails the outer one. On SQLite and PostgreSQL."""
 
@@ -89,7 +89,7 @@ def test_a_chord_member_is_counted_by_its_body_in_its_place(k: Harness) -> None:
 
 
 def test_an_inner_chord_failing_fails_the_outer_chord_once(k: Harness) -> None:
-    _outer_with_inner(k, _step("ib"), **ONCE)
+    _outer_with_inner(k, _step("ib", rest=[_step("after")]), **ONCE)
     _succeed(k, "m0", 0)
     _fail(k, "i0")
     _succeed(k, "i1", 11)
@@ -97,8 +97,23 @@ def test_an_inner_chord_failing_fails_the_outer_chord_once(k: Harness) -> None:
     assert not _made(k, "ib") and not _made(k, "body")
     # The outer body's errback, once, given the body's task id.
     assert _keyed(k, "eb").payload["args"] == ["body"]
-    failed = [e.data["chord_id"] for e in k.kernel.events() if e.type == "chord_failed"]
-    assert failed == ["inner", "outer"]
+    failed = [e.data for e in k.kernel.events() if e.type == "chord_failed"]
+    assert [f["chord_id"] for f in failed] == ["inner", "outer"]
+    # The steps of a chain after the inner body fail with it (the worker writes them).
+    assert [f["chain_task_ids"] for f in failed] == [["after"], []]
+
+
+def test_an_errback_both_chords_carry_is_made_once(k: Harness) -> None:
+    """Celery links a chord's errback to a chord in its header too, and calls it once."""
+    errback = {"task": "proj.on_error", "immutable": True}
+    inner = _chord("inner", [_step("i0", settings=ONCE)], _step("ib", errbacks=[errback]))
+    body = _step("body", errbacks=[errback, {**errback, "task": "proj.other"}])
+    k.kernel.enqueue_many([], chord={"id": "outer", "body": body}, nested=[(0, inner)])
+    _fail(k, "i0")
+    errbacks = [
+        o.job_id for o in k.kernel.list_occurrences(limit=50) if o.job_id != "task:proj.add"
+    ]
+    assert sorted(errbacks) == ["task:proj.on_error", "task:proj.other"]
 
 
 def test_chords_nest_as_deep_as_celery_s(k: Harness) -> None:
@@ -116,7 +131,8 @@ def test_chords_nest_as_deep_as_celery_s(k: Harness) -> None:
 
 
 def test_a_member_chain_ending_in_a_group_counts_each_of_its_members(k: Harness) -> None:
-    """``chord([m0, chain(a, group(g0, g1))], body)``: the group's members take a's place."""
+    """``chord([m0, chain(a, group(g0, g1))], body)``: the group's members take a's place,
+    each counted, their results one list there (Celery's ``[[42, 42]]``)."""
     group = [_step("g0", 1, shares=True), _step("g1", 2, shares=True)]
     members = [
         EnqueueRequest("proj.add", args=[0], key="m0"),
@@ -129,7 +145,7 @@ def test_a_member_chain_ending_in_a_group_counts_each_of_its_members(k: Harness)
     _succeed(k, "g1", 3)
     assert not _made(k, "body")
     _succeed(k, "g0", 2)
-    assert _keyed(k, "body").payload["args"] == [[0, 2, 3]]
+    assert _keyed(k, "body").payload["args"] == [[0, [2, 3]]]
 
 
 def test_a_chord_step_s_member_may_be_a_chord(k: Harness) -> None:
