@@ -26,9 +26,9 @@ a chord's member may be a chord of routed tasks, or a chain led by one: the kern
 that chord beside the members (``nested``), and in a chord its body's end takes the
 member's place, as Celery counts a chord by its body; a chain member ending in a group
 gives each of the group's members a place. A group whose tasks are partly routed, and a
-chord's options a kernel chord cannot carry are refused when applied, naming them. An empty header's body is made at
-once, with [] as its first argument. A header that is a generator grows the chord member
-by member as it yields them (celery_app/canvas_growth.py).
+chord's options a kernel chord cannot carry are refused when applied, naming them. An
+empty header's body is made at once, with [] as its first argument. A header that is a
+generator grows the chord member by member as it yields them (celery_app/canvas_growth.py).
 Groups and chords of tasks none of which is routed are Celery's own.
 """
 
@@ -94,9 +94,15 @@ def _routed_member(app: Any, member: Signature) -> bool:
         member = maybe_signature(member.tasks[0], app=app)
         kind = member.get("subtask_type")
     if kind == "chord":  # routed when its header's first task is (else its body)
-        header = [t for t in unrolled(member.tasks) if not _empty_chain(t)]
+        header = [t for t in unrolled(_header(member)) if not _empty_chain(t)]
         return _routed_member(app, maybe_signature((header or [member.body])[0], app=app))
     return kind in (None, "xmap", "xstarmap") and routed_call(app, member.task, member.kwargs)
+
+
+def _header(chord: Signature) -> list[Any]:
+    """A chord's header as a list (frozen, it is a group: its tasks)."""
+    tasks = chord.tasks
+    return [tasks] if isinstance(tasks, Mapping) else list(tasks)
 
 
 def _led_by_chord(app: Any, member: Signature) -> bool:

@@ -116,6 +116,7 @@ def add_member(task: Any, sig: Any, lazy: bool) -> Any:
 def _routed(app: Any, sig: Signature) -> bool:
     """Whether a task is routed, or a chord's header's first task is."""
     if sig.get("subtask_type") == "chord":
-        first = next(iter(unrolled(sig.tasks)), sig.body)
+        tasks = sig.tasks
+        first = next(iter(unrolled([tasks] if isinstance(tasks, Mapping) else tasks)), sig.body)
         return _routed(app, maybe_signature(first, app=app))
     return sig.get("subtask_type") is None and routed_call(app, sig.task, sig.kwargs)
