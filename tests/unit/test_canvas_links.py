@@ -95,14 +95,16 @@ def test_a_chords_member_that_is_a_chain_is_its_first_step_the_rest_continuing_i
     assert (member["args"], second["args"], member["callbacks"]) == ([2], [3], [])
 
 
-def test_a_chords_member_that_is_a_chain_ending_in_a_group_is_refused_by_name(
+def test_a_chords_member_that_is_a_chain_ending_in_a_group_shares_its_place(
     app: celery.Celery,
 ) -> None:
+    """Each member of the group the chain ends with takes a share of the chain's place
+    (``shares``), as Celery counts a chain ending in a group by the group's members."""
     a = app.signature("t.a")
-    member = chain(a.clone(), group(a.clone(), a.clone()))
-    with pytest.raises(InvalidArgument) as refused:
-        links({"link": celery.chord([a.clone(), member], a.clone())})
-    assert refused.value.field == "link[0].header[1].tasks[1]"
+    member = chain(a.clone((1,)), group(a.clone((2,)), a.clone((3,))))
+    [step] = links({"link": celery.chord([a.clone(), member], a.clone())})[0]
+    first = step["chord"]["header"][1]
+    assert [(g["args"], g.get("shares")) for g in first["callbacks"]] == [([2], True), ([3], True)]
 
 
 def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
