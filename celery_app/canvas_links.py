@@ -110,7 +110,7 @@ def _chained(
     others as its flat ``rest`` (its depth does not grow with the chain's length), or a
     last group's members (the callbacks of the step before it); ``errbacks``: the chain's
     ``link_error``, every step's as Celery's chain gives it."""
-    made = [_made(step, f"{where}[{i}]") for i, step in enumerate(steps)]
+    made = [_made(step, f"{where}[{i}]") for i, step in enumerate(_folded(steps))]
     for i, one in enumerate(made[:-1]):
         if len(one) != 1:
             raise InvalidArgument(
@@ -131,6 +131,26 @@ def _chained(
     if flat[1:]:
         flat[0]["rest"] = flat[1:]
     return flat[:1]
+
+
+def _folded(steps: Sequence[Any]) -> list[Any]:
+    """A chain's steps with a chord whose body is a group, followed by a step, made one
+    chord whose body is the chord of that group and the step (Celery runs the step after
+    the group's members, given their results: its ``group | step``)."""
+    folded: list[Any] = []
+    for step in steps:
+        kwargs = (folded[-1].get("kwargs") or {}) if folded else {}
+        if (
+            folded
+            and folded[-1].get("subtask_type") == "chord"
+            and ((kwargs.get("body") or {}).get("subtask_type") == "group")
+        ):
+            body = {"task": "celery.chord", "subtask_type": "chord", "options": {},
+                    "kwargs": {"header": kwargs["body"], "body": step}}  # fmt: skip
+            folded[-1] = {**folded[-1], "kwargs": {**kwargs, "body": body}}
+            continue
+        folded.append(step)
+    return folded
 
 
 def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
