@@ -175,3 +175,23 @@ def test_a_chord_step_whose_body_is_a_chain_is_followed_by_that_chain_s_rest(
     assert step["args"] == [3] and "chord" in step
     assert [s["args"] for s in step["rest"]] == [[4], [5]]
     assert all("rest" not in s for s in step["rest"])
+
+
+def test_a_chord_whose_group_body_a_step_follows_is_a_chord_of_that_group(
+    app: celery.Celery,
+) -> None:
+    """``chain(chord(h, group(b, c)), chord(h2, d))`` (Celery's
+    test_header_failure_fails_the_chords_after_a_group_body): the group's members are a
+    chord whose body is the next chord (``then``), given their results, as Celery runs it;
+    the end is the chain's last step, under whose id the chain's failure is written."""
+    a = app.signature("t.a")
+    first = celery.chord([a.clone((1, 1)), a.clone((2, 2))], group(a.clone((1,)), a.clone((2,))))
+    canvas = chain(a.clone((0, 0)), first, celery.chord([a.clone((3,)), a.clone((4,))], a.clone()))
+    last = canvas.freeze()
+    [step] = links(_first_step_options(app, canvas))[0]
+    outer = step["chord"]
+    headers = [[m["args"] for m in outer["header"]]]
+    headers += [[m["args"] for m in outer["then"]["header"]]]
+    headers += [[m["args"] for m in outer["then"]["then"]["header"]]]
+    assert headers == [[[1, 1], [2, 2]], [[1], [2]], [[3], [4]]]
+    assert step["options"]["task_id"] == last.id
