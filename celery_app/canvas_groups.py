@@ -123,13 +123,14 @@ def _runs(
 ) -> tuple[list[Any], list[dict[str, Any]], list[tuple[int, Any]]]:
     """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it;
     the first at ``start`` in the group) and its enqueue parameters; (their
-    AsyncResults, the runs, the chords among them: (index, link) of each, a chord or a
+    AsyncResults, the runs, the chords among them: (index among them, link) of each, a chord or a
     chain led by one, which the kernel makes with its members)."""
     results, runs, nested = [], [], []
     for index, member in enumerate(members, start):
         results.append(member.freeze(group_id=group_id, group_index=index))
         if _led_by_chord(member.app, member):
-            nested.append((index, _nested(member, index, partial_args, kwargs, options, in_chord)))
+            link = _nested(member, index, partial_args, kwargs, options, in_chord)
+            nested.append((index - start, link))  # its place among these members
             continue
         rest: list[Any] = []
         if member.get("subtask_type") == "chain":

@@ -5,6 +5,7 @@ against stock Celery on the same app and Redis (broker and result backend).
 * ``chord([chord([a, b], tsum), c], identity)``: the inner chord counts as its body, the
   outer body gets the inner body's result in its place, as stock's;
 * ``group(chord(...), c)``: the group's result is the chord body's;
+* a generator header yielding a chord: counted in as it is yielded;
 * ``chord([chain(a, group(b, c)), d], identity)``: the group's results one list in the
   chain's place (Celery's ``[[42, 42]]``);
 * four chords deep (Celery's test_nested_chord's third canvas);
@@ -68,6 +69,8 @@ for side in ("routed", "stock"):
     got["chord_member"] = chord([inner, add.s(5, 6)], identity.s())().get(timeout=60)
     got["group_member"] = group([chord([add.s(1, 1), add.s(2, 2)], tsum.s()), add.s(3, 4)]
                                 ).delay().get(timeout=60)
+    lazy = (m for m in [add.s(0, 1), chord([add.s(1, 2), add.s(3, 4)], tsum.s())])
+    got["generator"] = chord(lazy, identity.s())().get(timeout=60)
     ending = chain(add.s(1, 1), group(add.s(10), add.s(20)))
     got["chain_to_group"] = chord([ending, add.s(0, 0)], identity.s())().get(timeout=60)
     deep = group([group([group([group([add.s([1], [2])]) | add.s([3])]) | add.s([4])])
@@ -93,6 +96,7 @@ def test_chords_in_chords_answer_as_stock_celery(stack: Stack) -> None:
     routed, stock = out["routed"], out["stock"]
     assert stock["chord_member"] == routed["chord_member"] == [10, 11]
     assert stock["group_member"] == routed["group_member"] == [6, 7]
+    assert stock["generator"] == routed["generator"] == [1, 10]
     assert stock["chain_to_group"] == routed["chain_to_group"] == [[12, 22], 0]
     assert stock["deep"] == routed["deep"] == [[[[[1, 2], 3], 4], 5], 6]
     assert routed["outer_status"] == "FAILURE"
@@ -107,7 +111,7 @@ def test_chords_in_chords_answer_as_stock_celery(stack: Stack) -> None:
     assert bodies == []  # neither the inner body nor the outer one ran, on either side
     # Through the kernel: each body once, made by the settle that completed its chord.
     made = stack.occurrences("task:myproj.routed.tsum")
-    assert len(made) == 2 and all(o.status.value == "succeeded" for o in made)
+    assert len(made) == 3 and all(o.status.value == "succeeded" for o in made)
     completed = stack.kernel.events(types=["chord_completed"], limit=100)
     assert len({e.data["chord_id"] for e in completed}) == len(completed)
     # Once more, after the errbacks: still one each (stock's errback ran once too).
