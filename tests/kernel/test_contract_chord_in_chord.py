@@ -80,7 +80,8 @@ def test_a_chord_member_is_counted_by_its_body_in_its_place(k: Harness) -> None:
     _succeed(k, "i1", 11)
     assert not _made(k, "ib")
     # ``why`` of an inner member: its own chord; the outer one waits on that chord's place.
-    assert k.kernel.canvas(_keyed(k, "i0").id)["chord"]["id"] == "inner"
+    inner = k.kernel.canvas(_keyed(k, "i0").id)
+    assert inner is not None and inner["chord"]["id"] == "inner"
     _succeed(k, "i0", 10)
     # The inner chord's members made it: its results first.
     assert _keyed(k, "ib").payload["args"] == [[10, 11], "y"]
@@ -147,8 +148,10 @@ def test_a_member_chain_ending_in_a_group_counts_each_of_its_members(k: Harness)
     _succeed(k, "g1", 3)
     assert not _made(k, "body")
     # ``why``: the group's member in the chain's place, each counted.
-    story = k.kernel.canvas(_keyed(k, "g0").id)["chord"]
-    assert (story["member_index"], story["members"], story["remaining"]) == (1, 3, 1)
+    story = k.kernel.canvas(_keyed(k, "g0").id)
+    assert story is not None
+    chord = story["chord"]
+    assert (chord["member_index"], chord["members"], chord["remaining"]) == (1, 3, 1)
     _succeed(k, "g0", 2)
     assert _keyed(k, "body").payload["args"] == [[0, [2, 3]]]
 
