@@ -260,7 +260,10 @@ def fail_chord(
     _make_links(tx, member_id, errbacks)
     # A group as the body: each of its members' ids, whose results fail too.
     bodies = [one["options"]["task_id"] for one in stored["callbacks"]]
-    group_body: dict[str, Any] = {"body_task_ids": bodies} if len(bodies) > 1 else {}
+    more: dict[str, Any] = {"body_task_ids": bodies} if len(bodies) > 1 else {}
+    # The steps of a chain after the body, failed with it (Celery's backend fails them).
+    if after := chain_ids(continued(sig)):
+        more["chain_task_ids"] = after
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
@@ -271,9 +274,7 @@ def fail_chord(
         reason=reason,
         # The errbacks' task ids: Celery's backend lists them among the body's children.
         errback_task_ids=[request.key for request in errbacks],
-        # The steps of a chain after the body, failed with it (Celery's backend fails them).
-        chain_task_ids=chain_ids(continued(sig)),
-        **group_body,
+        **more,
     )
     place = stored.get("place")
     if place is not None:  # the chord a member's chain ends with, or is: that member fails
