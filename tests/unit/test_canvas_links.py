@@ -195,3 +195,14 @@ def test_a_chord_whose_group_body_a_step_follows_is_a_chord_of_that_group(
     headers += [[m["args"] for m in outer["then"]["then"]["header"]]]
     assert headers == [[[1, 1], [2, 2]], [[1], [2]], [[3], [4]]]
     assert step["options"]["task_id"] == last.id
+
+
+def test_a_chords_member_that_is_a_chord_with_a_group_body_is_refused_by_name(
+    app: celery.Celery,
+) -> None:
+    """Its body's end would be several runs: refused when applied, never a hang."""
+    a = app.signature("t.a")
+    inner = celery.chord([a.clone((1,))], group(a.clone((2,)), a.clone((3,))))
+    with pytest.raises(InvalidArgument) as refused:
+        links({"link": celery.chord([a.clone(), inner], a.clone())})
+    assert refused.value.field == "link[0].header[1].body"
