@@ -22,12 +22,14 @@ Celery's freeze gives it. Nested groups are unrolled into their members, as Cele
 A chord's body may be a chain: its first step, carrying the rest (canvas_links.py), its
 failure written under the chain's id, its last step's, which the caller holds; or a
 group: each of its members made by the last member's settle, the results first, each
-failed with its own errbacks if the header fails (canvas_links.group_body). A group
-whose tasks are partly routed, a chord's member that is a chord or a group's that is a
-canvas led by one, a chain member ending in a group, and a chord's options a kernel chord
-cannot carry are refused when applied, naming them. An empty header's body is made at
-once, with [] as its first argument. A header that is a generator grows the chord member
-by member as it yields them (celery_app/canvas_growth.py).
+failed with its own errbacks if the header fails (canvas_links.group_body). A group's or
+a chord's member may be a chord of routed tasks, or a chain led by one: the kernel makes
+that chord beside the members (``nested``), and in a chord its body's end takes the
+member's place, as Celery counts a chord by its body; a chain member ending in a group
+gives each of the group's members a place. A group whose tasks are partly routed, and a
+chord's options a kernel chord cannot carry are refused when applied, naming them. An
+empty header's body is made at once, with [] as its first argument. A header that is a
+generator grows the chord member by member as it yields them (celery_app/canvas_growth.py).
 Groups and chords of tasks none of which is routed are Celery's own.
 """
 
@@ -43,7 +45,14 @@ from celery.result import GroupResult
 from celery.utils import uuid
 
 from celery_app.canvas_growth import BOOKKEEPING, grown_chord, lazy_header
-from celery_app.canvas_links import chord_member_end, group_body, link_signature, unrolled
+from celery_app.canvas_links import (
+    chord_member_end,
+    group_body,
+    link_signature,
+    member_link,
+    refuse_options,
+    unrolled,
+)
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
 from kernel import InvalidArgument
@@ -61,18 +70,9 @@ def _members(app: Any, tasks: Sequence[Any], where: str) -> list[Signature] | No
     # Copies, as Celery's group takes them: one signature listed twice is two members.
     members = [maybe_signature(task, app=app).clone() for task in tasks]
     # A chunks' members are celery.starmap calls (xstarmap) over its task. A member may
-    # be a chain led by a routed task (its rest: that task's links).
+    # be a chain led by a routed task (its rest: that task's links), or a chord (or a
+    # chain led by one) of routed tasks: the kernel's chord (:func:`_runs`).
     are_routed = [_routed_member(app, m) for m in members]
-    for index, member in enumerate(members):
-        inner = unrolled(member.tasks) if member.get("subtask_type") == "chord" else ()
-        if where == "chord header" and any(_routed_member(app, m) for m in inner):
-            # Its body's end is the member's: no run holds its place until that body.
-            raise InvalidArgument(
-                f"{where}[{index}]",
-                "a chord's member that is a chord of routed tasks (kernel_route_tasks) is "
-                "not made durable through the kernel; lead it with a routed task "
-                "(chain(task, chord(...))), or route none of its tasks",
-            )
     if not any(are_routed):
         return None
     for index, (member, is_routed) in enumerate(zip(members, are_routed, strict=True)):
@@ -95,7 +95,23 @@ def _routed_member(app: Any, member: Signature) -> bool:
     if kind == "chain" and member.tasks:
         member = maybe_signature(member.tasks[0], app=app)
         kind = member.get("subtask_type")
+    if kind == "chord":  # routed when its header's first task is (else its body)
+        header = [t for t in unrolled(_header(member)) if not _empty_chain(t)]
+        return _routed_member(app, maybe_signature((header or [member.body])[0], app=app))
     return kind in (None, "xmap", "xstarmap") and routed_call(app, member.task, member.kwargs)
+
+
+def _header(chord: Signature) -> list[Any]:
+    """A chord's header as a list (frozen, it is a group: its tasks)."""
+    tasks = chord.tasks
+    return [tasks] if isinstance(tasks, Mapping) else list(tasks)
+
+
+def _led_by_chord(app: Any, member: Signature) -> bool:
+    """Whether a member is a chord, or a chain whose first step is one."""
+    if member.get("subtask_type") == "chain" and member.tasks:
+        member = maybe_signature(member.tasks[0], app=app)
+    return bool(member.get("subtask_type") == "chord")
 
 
 def _runs(
@@ -106,13 +122,18 @@ def _runs(
     options: Mapping[str, Any],
     start: int = 0,
     in_chord: bool = False,
-) -> tuple[list[Any], list[dict[str, Any]]]:
+) -> tuple[list[Any], list[dict[str, Any]], list[tuple[int, Any]]]:
     """Each member frozen under ``group_id`` (its task id, as Celery's group freezes it;
     the first at ``start`` in the group) and its enqueue parameters; (their
-    AsyncResults, the runs)."""
-    results, runs = [], []
+    AsyncResults, the runs, the chords among them: (index among them, link) of each, a chord or a
+    chain led by one, which the kernel makes with its members)."""
+    results, runs, nested = [], [], []
     for index, member in enumerate(members, start):
         results.append(member.freeze(group_id=group_id, group_index=index))
+        if _led_by_chord(member.app, member):
+            link = _nested(member, index, partial_args, kwargs, options, in_chord)
+            nested.append((index - start, link))  # its place among these members
+            continue
         rest: list[Any] = []
         if member.get("subtask_type") == "chain":
             # Its first step runs, the rest follows as that step's links: the steps as
@@ -136,7 +157,31 @@ def _runs(
         # The member's self.request.group and group_index, and the group_id of its result.
         run["request"] = {**run["request"], "group_id": group_id, "group_index": index}
         runs.append({"task": task.name, **run})
-    return results, runs
+    return results, runs, nested
+
+
+def _nested(
+    member: Signature,
+    index: int,
+    partial_args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    options: Mapping[str, Any],
+    in_chord: bool,
+) -> Any:
+    """A member that is a chord (or a chain led by one) as the kernel's chord link.
+
+    Raises:
+        InvalidArgument: the call gives it arguments or options (its tasks take their own).
+    """
+    where = f"{'chord header' if in_chord else 'group'}[{index}]"
+    if partial_args or kwargs:
+        raise InvalidArgument(
+            f"{where}.{'args' if partial_args else 'kwargs'}",
+            "a chord as a group's member routed through the kernel (kernel_route_tasks) "
+            "takes no arguments from the group's call; give them to its tasks",
+        )
+    refuse_options(options, set(), where)
+    return member_link(member, where) if in_chord else link_signature(member, where)
 
 
 def _chord_members(app: Any, tasks: Any, body: Signature) -> Iterable[Any] | None:
@@ -200,8 +245,8 @@ def _group_apply_async(celerys: Any) -> Any:
                 "the chord its tasks as a list",
             )
         options, group_id, _ = self._freeze_gid(options)
-        results, runs = _runs(members, group_id, args or (), kwargs, options)
-        enqueue_many(app, runs)
+        results, runs, nested = _runs(members, group_id, args or (), kwargs, options)
+        enqueue_many(app, runs, nested=nested)
         if len(results) == 1 and isinstance(results[0], GroupResult):
             # As Celery's group(a | group(b, c)): the chain's own GroupResult.
             return results[0]
@@ -254,7 +299,7 @@ def _chord_run(celerys: Any) -> Any:
             )
         body_result = body.freeze(task_id or uuid(), group_id=group_id)
 
-        def runs_of(some: list[Signature], start: int) -> tuple[list[Any], list[dict[str, Any]]]:
+        def runs_of(some: list[Signature], start: int) -> Any:
             delays = {k: v for k, v in delay.items() if v is not None}
             return _runs(some, group_id, partial_args or (), kwargs, delays, start, in_chord=True)
 
@@ -269,8 +314,8 @@ def _chord_run(celerys: Any) -> Any:
             routed = partial(_routed_member, app)
             results = grown_chord(app, members, chord, runs_of, routed)
         else:
-            results, runs = runs_of(list(members), 0)
-            enqueue_many(app, runs, chord=chord)
+            results, runs, nested = runs_of(list(members), 0)
+            enqueue_many(app, runs, chord=chord, nested=nested)
         body_result.parent = GroupResult(group_id, results, app=app)
         return body_result
 

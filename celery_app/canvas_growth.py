@@ -12,8 +12,9 @@ leaves its chord ``growing``: ``kernel why`` on a member says so.
 
 ``self.add_to_chord(sig)`` inside a routed run adds a routed task to the run's chord in
 one fenced transaction (the run's lease checked): the chord's body waits for it too, its
-result after the others'. A canvas added (a chord as a chord's member) and ``lazy=True``
-are refused by name.
+result after the others'; a chord of routed tasks too (Celery's ``group(...) | tsum.s()``),
+its body's end counted in its place. Another canvas added and ``lazy=True`` are refused by
+name.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from celery.canvas import Signature, maybe_signature
 from celery.utils.functional import _regen
 
 from adapters.task import running_context
+from celery_app.canvas_links import member_link, unrolled
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import add_to_chord, enqueue_many, process_kernel
 from kernel import InvalidArgument
@@ -35,8 +37,9 @@ __all__ = ["BOOKKEEPING", "add_member", "grown_chord", "lazy_header"]
 #: keeps the chord in its row and in the members' links.
 BOOKKEEPING = ("group_id", "group_index", "chord", "root_id", "parent_id")
 
-#: (members, index of the first) -> (their AsyncResults, their runs).
-RunsOf = Callable[[list[Signature], int], tuple[list[Any], list[dict[str, Any]]]]
+#: (members, index of the first) -> (their AsyncResults, their runs, the chords among
+#: them: (index, link)).
+RunsOf = Callable[[list[Signature], int], tuple[list[Any], list[dict[str, Any]], list[Any]]]
 
 
 def lazy_header(tasks: Any) -> bool:
@@ -63,8 +66,8 @@ def grown_chord(
                     f"a chord routed through the kernel (kernel_route_tasks) is made of "
                     f"routed tasks only, not a {what}: route them all, or none",
                 )
-            made, runs = runs_of([member], index)
-            enqueue_many(app, runs, chord={"id": group_id, "grow": "caller"})
+            made, runs, nested = runs_of([member], index)
+            enqueue_many(app, runs, chord={"id": group_id, "grow": "caller"}, nested=nested)
             results.extend(made)
     except BaseException:
         process_kernel(app).abandon_chord(group_id)
@@ -90,18 +93,30 @@ def add_member(task: Any, sig: Any, lazy: bool) -> Any:
         )
     sig = maybe_signature(sig, app=app).clone()
     kind = sig.get("subtask_type")
-    if kind is not None or not routed_call(app, sig.task, sig.kwargs):
+    if kind not in (None, "chord") or not _routed(app, sig):
         what = f"a {kind} (a canvas as a chord's member)" if kind else f"task {sig.task}"
         raise InvalidArgument(
             "add_to_chord",
             f"{what} cannot be added to the chord of task {task.name}, which runs through "
-            "the kernel: only a routed task (kernel_route_tasks) is added; a canvas as a "
-            "chord's member is not made durable yet",
+            "the kernel: only a routed task (kernel_route_tasks), or a chord of them, is "
+            "added",
         )
     result = sig.freeze()
-    options = {k: v for k, v in sig.options.items() if k not in BOOKKEEPING}
-    _, run = routed_run(sig.type, list(sig.args), dict(sig.kwargs), options)
     ctx = running_context()
     assert ctx is not None, "a kernel run's body has its context"
+    if kind == "chord":  # its body's end takes its place, as Celery counts it
+        add_to_chord(app, ctx.occurrence, [], [(0, member_link(sig, "add_to_chord"))])
+        return result
+    options = {k: v for k, v in sig.options.items() if k not in BOOKKEEPING}
+    _, run = routed_run(sig.type, list(sig.args), dict(sig.kwargs), options)
     add_to_chord(app, ctx.occurrence, [{"task": sig.task, **run}])
     return result
+
+
+def _routed(app: Any, sig: Signature) -> bool:
+    """Whether a task is routed, or a chord's header's first task is."""
+    if sig.get("subtask_type") == "chord":
+        tasks = sig.tasks
+        first = next(iter(unrolled([tasks] if isinstance(tasks, Mapping) else tasks)), sig.body)
+        return _routed(app, maybe_signature(first, app=app))
+    return sig.get("subtask_type") is None and routed_call(app, sig.task, sig.kwargs)

@@ -15,13 +15,15 @@ gives it, keyed by the task id Celery froze for it (the ids the caller's GroupRe
 reads). A chain among the steps or in such a group is its first step, carrying the rest
 of it flat (``rest``: its depth does not grow with its length); the kernel makes each
 next step continuing the one before. A chord's member may be such a chain (its next steps
-take its place in the chord, its end counts it down), or a group (unrolled into members).
+take its place in the chord, its end counts it down; a group it ends with: each of its members
+takes a share of it, as Celery counts them), a chord (its body takes its place) or a group
+(unrolled into members).
 
 What a link cannot carry is refused when the canvas is applied, naming it: a group
 followed by a step that Celery did not make a chord, a chord whose body is a group
 but as a task of a chord's group body (:func:`group_body`; a body that is a chord, Celery's
-``group | group | task``, is the kernel's chord step ``then``), a chord's member that is
-a chord or a chain ending in a group, a step of a chord Celery counts itself (its
+``group | group | task``, is the kernel's chord step ``then``), a step of a chord Celery
+counts itself (its
 ``chord`` option, but for a chord member's end, whose chord is the kernel's), and step
 options the kernel does not honour (``expires``, ...). A step's ``eta`` is stored as ISO
 text (a link is JSON), made aware in the app's zone as Celery reads a naive one. A chord
@@ -60,6 +62,8 @@ __all__ = [
     "group_body",
     "link_signature",
     "links",
+    "member_link",
+    "refuse_options",
     "replacement_signature",
     "unrolled",
 ]
@@ -107,7 +111,7 @@ def _chained(
     others as its flat ``rest`` (its depth does not grow with the chain's length), or a
     last group's members (the callbacks of the step before it); ``errbacks``: the chain's
     ``link_error``, every step's as Celery's chain gives it."""
-    made = [_made(step, f"{where}[{i}]") for i, step in enumerate(steps)]
+    made = [_made(step, f"{where}[{i}]") for i, step in enumerate(_folded(steps))]
     for i, one in enumerate(made[:-1]):
         if len(one) != 1:
             raise InvalidArgument(
@@ -118,6 +122,8 @@ def _chained(
     # A step with a rest of its own (a chord whose body is a chain) is followed by it.
     flat = [step for one in made if len(one) == 1 for step in (one[0], *one[0].pop("rest", ()))]
     group = made[-1] if made and len(made[-1]) != 1 else []
+    for step in group:  # in a chord, each takes a share of the chain's place
+        step["shares"] = True
     for step in (*flat, *group):
         step["errbacks"].extend(errbacks)
     if not flat:
@@ -126,6 +132,26 @@ def _chained(
     if flat[1:]:
         flat[0]["rest"] = flat[1:]
     return flat[:1]
+
+
+def _folded(steps: Sequence[Any]) -> list[Any]:
+    """A chain's steps with a chord whose body is a group, followed by a step, made one
+    chord whose body is the chord of that group and the step (Celery runs the step after
+    the group's members, given their results: its ``group | step``)."""
+    folded: list[Any] = []
+    for step in steps:
+        kwargs = (folded[-1].get("kwargs") or {}) if folded else {}
+        if (
+            folded
+            and folded[-1].get("subtask_type") == "chord"
+            and ((kwargs.get("body") or {}).get("subtask_type") == "group")
+        ):
+            body = {"task": "celery.chord", "subtask_type": "chord", "options": {},
+                    "kwargs": {"header": kwargs["body"], "body": step}}  # fmt: skip
+            folded[-1] = {**folded[-1], "kwargs": {**kwargs, "body": body}}
+            continue
+        folded.append(step)
+    return folded
 
 
 def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
@@ -137,7 +163,7 @@ def _made(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     # The group's id or the chain's (its last step's) is in its members' keys: nothing
     # else of its own options is honoured but a chain's link_error.
     options = dict(sig.get("options") or {})
-    _refuse(options, {"task_id", *(("link_error",) if kind == "chain" else ())}, where)
+    refuse_options(options, {"task_id", *(("link_error",) if kind == "chain" else ())}, where)
     tasks = list((sig.get("kwargs") or {}).get("tasks") or ())
     if kind == "chain":
         errbacks = links({"link_error": options.get("link_error")})[1]
@@ -172,20 +198,16 @@ def unrolled(tasks: Sequence[Any]) -> list[Any]:
 
 def chord_member_end(step: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The last step of a chord's member that is a chain, without the ``chord`` Celery's
-    freeze gives it (the chord's body: the kernel counts that chord, at this step's end).
-
-    Raises:
-        InvalidArgument: it is a group (the member's result would be the group's).
-    """
-    if step.get("subtask_type") == "group":
-        raise InvalidArgument(
-            where,
-            "a chord's member that is a chain ending in a group is not made durable through "
-            "the kernel (kernel_route_tasks); end the chain with a task or a chord",
-        )
-    if step.get("subtask_type") == "chord":  # its body is the member's end
-        kwargs = step.get("kwargs") or {}
+    freeze gives it (the chord's body: the kernel counts that chord, at this step's end);
+    a group's members alike (each takes a share of the member's place, as Celery counts a
+    chain ending in a group by the group's members)."""
+    kind = step.get("subtask_type")
+    kwargs = step.get("kwargs") or {}
+    if kind == "chord":  # its body is the member's end
         step = {**step, "kwargs": {**kwargs, "body": _unchorded(kwargs.get("body") or {})}}
+    elif kind == "group":
+        tasks = [chord_member_end(t, where) for t in kwargs.get("tasks") or ()]
+        step = {**step, "kwargs": {**kwargs, "tasks": tasks}}
     return _unchorded(step)
 
 
@@ -193,18 +215,18 @@ def _unchorded(sig: Mapping[str, Any]) -> dict[str, Any]:
     return {**sig, "options": {k: v for k, v in (sig.get("options") or {}).items() if k != "chord"}}
 
 
-def _member(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A chord's member as the link that starts it: a task, or a chain's first step, its
-    next steps continuing it (the chain's end counts the chord down in its place)."""
+def member_link(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A chord's member as the link that starts it: a task, a chord (its body counts the
+    chord down in its place), or a chain's first step, its next steps continuing it (the
+    chain's end counts the chord down in its place)."""
     kind = sig.get("subtask_type")
-    if kind not in (None, "chain"):
-        # The chord counts its members' own ends: a group's or a chord's are several runs.
+    if kind not in (None, "chain", "chord"):
         raise InvalidArgument(
             where,
             f"a chord's member that is a {kind} is not made durable through the kernel "
-            "(kernel_route_tasks); give the chord tasks or chains",
+            "(kernel_route_tasks); give the chord tasks, chains or chords",
         )
-    if kind is None:
+    if kind != "chain":  # a chord: its body's end is the member's
         return link_signature(chord_member_end(sig, where), where)
     steps = _steps(sig)
     if steps:
@@ -219,7 +241,9 @@ def _many(value: Any) -> Sequence[Any]:
     return list(value) if isinstance(value, list | tuple) else [value]
 
 
-def _refuse(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
+def refuse_options(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
+    """Refuse a canvas's ``options`` not ``honoured`` (but Celery's bookkeeping), naming
+    the first at ``where`` (InvalidArgument)."""
     # A signature's stamps are options too, named by its ``stamped_headers``: a task's
     # reach its run's request (:func:`_stamps`); a canvas's own are its tasks' already
     # (Celery's stamping visits every signature of it).
@@ -277,17 +301,21 @@ def _chord_step(sig: Mapping[str, Any], where: str, in_group: bool = False) -> d
     (a member of a chord's group body), its body may be a group: its first member
     carrying the others (``group``)."""
     options = dict(sig.get("options") or {})
-    _refuse(options, {"task_id", "link", "link_error"}, where)
+    refuse_options(options, {"task_id", "link", "link_error"}, where)
     kwargs = sig.get("kwargs") or {}
     if kwargs.get("kwargs"):
         raise InvalidArgument(
             f"{where}.kwargs", "a chord step's own kwargs are not passed on; give them to its body"
         )
     header = kwargs.get("header") or ()
+    # Frozen, its header is a group whose id its members' results name.
+    frozen_id = (
+        (header.get("options") or {}).get("task_id") if isinstance(header, Mapping) else None
+    )
     if isinstance(header, Mapping):  # a group: its tasks
         header = (header.get("kwargs") or {}).get("tasks") or ()
-    group_id = options.get("task_id") or uuid()
-    members = [_member(m, f"{where}.header[{i}]") for i, m in enumerate(unrolled(header))]
+    group_id = options.get("task_id") or frozen_id or uuid()
+    members = [member_link(m, f"{where}.header[{i}]") for i, m in enumerate(unrolled(header))]
     raw_body = kwargs.get("body") or {}
     grouped = in_group and raw_body.get("subtask_type") == "group"
     bodies = group_body(raw_body, f"{where}.body") if grouped else []
@@ -343,7 +371,7 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
             "own, or leave its tasks out of kernel_route_tasks",
         )
     options = dict(sig.get("options") or {})
-    _refuse(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS, "immutable"}, where)
+    refuse_options(options, {*_STEP_OPTIONS, *CANVAS_OPTIONS, "immutable"}, where)
     if isinstance(options.get("eta"), datetime):
         options["eta"] = maybe_make_aware(options["eta"]).isoformat()
     nested, errbacks = links({name: options.get(name) for name in CANVAS_OPTIONS})
@@ -384,7 +412,7 @@ def replacement_signature(sig: Mapping[str, Any]) -> dict[str, Any]:
     if sig.get("subtask_type") != "chain":
         return link_signature(sig, "replacement")
     options = dict(sig.get("options") or {})
-    _refuse(options, {"task_id", "link_error"}, "replacement")
+    refuse_options(options, {"task_id", "link_error"}, "replacement")
     tasks = (sig.get("kwargs") or {}).get("tasks") or ()
     steps = [link_signature(task, f"replacement.tasks[{i}]") for i, task in enumerate(tasks)]
     errbacks = [

@@ -358,12 +358,15 @@ def enqueue_many(
     connection: Any = None,
     *,
     chord: Mapping[str, Any] | None = None,
+    nested: Sequence[tuple[int, Mapping[str, Any]]] = (),
 ) -> list[Enqueued]:
     """Several runs in one transaction: each a mapping with ``task`` and any of
     :func:`enqueue`'s keyword parameters. All of them are written, or none.
     ``chord``: ``{"id": ..., "body": kernel link signature}``: the runs are its members,
     in group order (:meth:`kernel.Kernel.enqueue_many`, which tells of an open chord and
-    of ``{"id": ..., "grow": "caller"}``, its next members).
+    of ``{"id": ..., "grow": "caller"}``, its next members). ``nested``: (index, kernel
+    link signature carrying a chord): chords made beside them, in ``chord`` its members
+    at those indexes.
 
     Raises:
         NotFound, InvalidArgument: as :func:`enqueue`, the field prefixed ``runs[i].``.
@@ -374,7 +377,14 @@ def enqueue_many(
         body = chord["body"]  # a group's: a list of signatures
         made = with_settings(app, body if isinstance(body, list) else [body])
         chord = {**chord, "body": made if isinstance(body, list) else made[0]}
-    return _enqueue(app, requests, connection, client, chord)
+    return _enqueue(app, requests, connection, client, chord, nested=_nested(app, nested))
+
+
+def _nested(
+    app: Any, nested: Sequence[tuple[int, Mapping[str, Any]]]
+) -> list[tuple[int, Mapping[str, Any]]]:
+    """Nested chords' links with their tasks' settings."""
+    return [(index, with_settings(app, [sig])[0]) for index, sig in nested]
 
 
 def _requests(app: Any, runs: Sequence[Mapping[str, Any]]) -> list[EnqueueRequest]:
@@ -396,9 +406,15 @@ def _requests(app: Any, runs: Sequence[Mapping[str, Any]]) -> list[EnqueueReques
     return requests
 
 
-def add_to_chord(app: Any, held: Any, runs: Sequence[Mapping[str, Any]]) -> list[Enqueued]:
+def add_to_chord(
+    app: Any,
+    held: Any,
+    runs: Sequence[Mapping[str, Any]],
+    nested: Sequence[tuple[int, Mapping[str, Any]]] = (),
+) -> list[Enqueued]:
     """The running occurrence ``held`` (its lease owner and fence: the claim's) adds
-    ``runs`` to its chord (:meth:`kernel.Kernel.add_to_chord`), their hints published.
+    ``runs`` (and chords ``nested``, as :func:`enqueue_many`'s) to its chord
+    (:meth:`kernel.Kernel.add_to_chord`), their hints published.
 
     Raises:
         LeaseLost: the run no longer holds its lease; InvalidArgument: as enqueue_many,
@@ -407,7 +423,11 @@ def add_to_chord(app: Any, held: Any, runs: Sequence[Mapping[str, Any]]) -> list
     client = _client(app)
     requests = _requests(app, runs)
     made = client.kernel.add_to_chord(
-        held.id, owner=held.lease_owner or "", fence=held.fence, requests=requests
+        held.id,
+        owner=held.lease_owner or "",
+        fence=held.fence,
+        requests=requests,
+        nested=_nested(app, nested),
     )
     _publish(app, client, requests, made)
     return made
@@ -420,6 +440,7 @@ def _enqueue(
     client: _Client,
     chord: Mapping[str, Any] | None = None,
     producer: Any = None,
+    nested: Sequence[tuple[int, Mapping[str, Any]]] = (),
 ) -> list[Enqueued]:
     on_commit = _django_on_commit(connection)
     if on_commit is not None:
@@ -427,7 +448,7 @@ def _enqueue(
     hinted = connection is None or on_commit is not None
     try:
         made = client.kernel.enqueue_many(
-            requests, connection=connection, hinted=hinted, chord=chord
+            requests, connection=connection, hinted=hinted, chord=chord, nested=nested
         )
     except InvalidArgument as exc:
         if len(requests) > 1 and exc.field.startswith("requests["):

@@ -101,10 +101,11 @@ def store_failure(task: Any, run_id: str, exc: BaseException, einfo: ExceptionIn
 
 def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: str) -> None:
     """FAILURE with ``ChordError`` for the body of the chord the run's end failed (its
-    ``chord_failed`` event, one read), in the body task's backend (else the app's), and
-    for a group body each of its members with the member's own error;
-    nothing when the end failed no chord."""
-    for failed in kernel.events(occurrence_id=occurrence_id, types=["chord_failed"], limit=1):
+    ``chord_failed`` events, one read: an outer chord it failed too), in the body task's
+    backend (else the app's), for a group body each of its members with the member's own
+    error, and the steps of a chain after the body; nothing when the end failed no chord."""
+    # A chord that is (or ends) a chord's member fails that chord too: each one's body.
+    for failed in kernel.events(occurrence_id=occurrence_id, types=["chord_failed"], limit=50):
         chord = failed.data
         task = app.tasks.get(chord["body_task"])
         backend = task.backend if task is not None else app.backend
@@ -127,6 +128,8 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
                 own = meta["result"] if meta.get("status") == "FAILURE" else error
                 for body_id in chord["body_task_ids"]:
                     backend.mark_as_failure(body_id, own, None, call_errbacks=False)
+            for step_id in chord.get("chain_task_ids", ()):  # as Celery's backend fails them
+                backend.mark_as_failure(step_id, error, None, call_errbacks=False)
         except Exception as exc:  # the backend is down: the kernel has the chord's failure
             log.warning(
                 "result backend: FAILURE of chord body %s (id %s) not stored: %s; the kernel "

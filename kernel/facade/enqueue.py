@@ -87,6 +87,7 @@ class EnqueueFacade(FacadeBase):
         connection: Any = None,
         hinted: bool = False,
         chord: Mapping[str, Any] | None = None,
+        nested: Sequence[tuple[int, Mapping[str, Any]]] = (),
     ) -> list[Enqueued]:
         """:meth:`enqueue` for many runs in one transaction (one insert per 5000 of them):
         all of them, or (on any refusal, ``field`` starting ``requests[i].``) none.
@@ -103,14 +104,20 @@ class EnqueueFacade(FacadeBase):
 
         ``chord["open"]`` True: an open chord (a generator's header), its members made
         as they come: ``chord={"id": <its id>, "grow": "caller"}`` enqueues more of them
-        (each counted in, in order) until :meth:`close_chord` (or :meth:`abandon_chord`)."""
+        (each counted in, in order) until :meth:`close_chord` (or :meth:`abandon_chord`).
+
+        ``nested``: (index, link signature carrying a ``chord``) pairs: chords made beside
+        the runs (a group's member that is a chord, or a chain led by one); in ``chord``,
+        each its member at that index of group order, whose body's end (a group body: each
+        of its members) takes that place, as Celery counts a chord as its body. Their
+        members' hints are the dispatch pump's."""
         defined = self._enqueue_state()
         if connection is None:
-            return self._enqueue(requests, defined, hinted, chord)
+            return self._enqueue(requests, defined, hinted, chord, nested)
         return self._borrowed.run(
             connection,
             lambda tx: enqueueing.enqueue(
-                tx, requests, defined=defined, hinted=hinted, chord=chord
+                tx, requests, defined=defined, hinted=hinted, chord=chord, nested=nested
             ),
         )
 
@@ -122,9 +129,12 @@ class EnqueueFacade(FacadeBase):
         defined: dict[str, dict[str, Any]],
         hinted: bool,
         chord: Mapping[str, Any] | None,
+        nested: Sequence[tuple[int, Mapping[str, Any]]],
     ) -> list[Enqueued]:
         """The runs enqueued in a transaction of the kernel's own."""
-        return enqueueing.enqueue(tx, requests, defined=defined, hinted=hinted, chord=chord)
+        return enqueueing.enqueue(
+            tx, requests, defined=defined, hinted=hinted, chord=chord, nested=nested
+        )
 
     @write
     def close_chord(self, tx: Tx, chord_id: str) -> bool:
@@ -148,10 +158,12 @@ class EnqueueFacade(FacadeBase):
         owner: str,
         fence: int,
         requests: Sequence[EnqueueRequest],
+        nested: Sequence[tuple[int, Mapping[str, Any]]] = (),
     ) -> list[Enqueued]:
         """The held run, a chord's member, adds ``requests`` to its chord (Celery's
         ``self.add_to_chord``): made and counted in, fenced, in one transaction; the
-        chord's body then waits for them too.
+        chord's body then waits for them too; ``nested``: chords added as members
+        (:meth:`enqueue_many`'s).
 
         Raises:
             LeaseLost: (owner, fence) no longer holds the lease; nothing is written.
@@ -159,7 +171,7 @@ class EnqueueFacade(FacadeBase):
                 nothing is written.
         """
         defined = self._enqueue_state()
-        return self._add_to_chord(occurrence_id, owner, fence, requests, defined)
+        return self._add_to_chord(occurrence_id, owner, fence, requests, defined, nested)
 
     @write
     def _add_to_chord(
@@ -170,8 +182,11 @@ class EnqueueFacade(FacadeBase):
         fence: int,
         requests: Sequence[EnqueueRequest],
         defined: dict[str, dict[str, Any]],
+        nested: Sequence[tuple[int, Mapping[str, Any]]],
     ) -> list[Enqueued]:
-        return chord_growth.add_by_member(tx, occurrence_id, owner, fence, requests, defined)
+        return chord_growth.add_by_member(
+            tx, occurrence_id, owner, fence, requests, defined, nested
+        )
 
     def replace(
         self,

@@ -13,7 +13,7 @@ tells of each member (kernel/upkeep/canvas.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kernel import statements as st
@@ -72,9 +72,11 @@ def add_by_member(
     fence: int,
     requests: Sequence[EnqueueRequest],
     defined: dict[str, dict[str, Any]],
+    nested: Sequence[tuple[int, Mapping[str, Any]]] = (),
 ) -> list[Enqueued]:
-    """The held run (fenced: its lease held until this commits) adds ``requests`` to its
-    own chord, which counts them in; refused once the chord's body is made or it failed.
+    """The held run (fenced: its lease held until this commits) adds ``requests`` (and the
+    chords ``nested``: :func:`~kernel.jobs.enqueueing.enqueue`'s) to its own chord, which
+    counts them in; refused once the chord's body is made or it failed.
 
     Raises:
         LeaseLost: (owner, fence) no longer holds the lease; nothing is written.
@@ -91,7 +93,8 @@ def add_by_member(
             f"occurrence {occurrence_id} is no chord's member: only a chord's member adds "
             "members to its chord",
         )
-    return enqueue(tx, requests, defined=defined, chord={"id": chord_id, "grow": "member"})
+    chord = {"id": chord_id, "grow": "member"}
+    return enqueue(tx, requests, defined=defined, chord=chord, nested=nested)
 
 
 def _exists(tx: Tx, chord_id: str) -> None:

@@ -29,20 +29,23 @@ import sqlalchemy as sa
 from kernel.db.schema import jobs
 from kernel.errors import InvalidArgument, NotFound, StateConflict
 from kernel.jobs import definitions as job_ops
-from kernel.occurrences.chains import make_chord
+from kernel.occurrences.chains import make_chord, make_chord_step
 from kernel.occurrences.firing import QUEUE_FULL, backlog_full, lock_job
 from kernel.occurrences.rows import existing_keys, insert_enqueued
 from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
     MAX_KEY,
     TASK_JOB_PREFIX,
+    ChordStep,
     EnqueueRequest,
     EnqueueRow,
     checked_links,
+    chord_step,
     prepare,
     task_job_id,
     task_job_spec,
 )
+from kernel.statements import CHORD_ROW
 from kernel.transaction.tx import Tx
 from kernel.transitions.chords import grow
 
@@ -123,6 +126,7 @@ def enqueue(
     defined: dict[str, dict[str, Any]],
     hinted: bool = False,
     chord: Mapping[str, Any] | None = None,
+    nested: Sequence[tuple[int, Mapping[str, Any]]] = (),
 ) -> list[Enqueued]:
     """Make (or find, by key) one occurrence per request, in this transaction.
 
@@ -137,6 +141,10 @@ def enqueue(
     stays open for more members until closed (kernel/jobs/chord_growth.py). ``{"id":
     ..., "grow": "caller" | "member"}``: the requests are more members of that chord,
     its caller's while it is open, or a running member's (checked by the caller).
+    ``nested``: (index, signature carrying a ``chord``: kernel/spec/enqueue_request.py)
+    pairs, chords made beside the requests with their members; in ``chord``, each is its
+    member at that index of group order (the requests fill the others), whose body's end
+    takes that place, as Celery counts a chord by its body.
 
     Raises:
         InvalidArgument: a request is invalid (``field`` names it, ``requests[i].`` first
@@ -157,12 +165,13 @@ def enqueue(
             why = exc.message.removeprefix(f"{exc.field}: ")
             raise InvalidArgument(f"requests[{index}].{exc.field}", why) from None
     body = None if chord is None or "grow" in chord else _chord_of(chord, rows)
+    steps, step_tasks = _nested(nested, len(rows))
     if chord is not None and body is None:
         _name_chord(rows, str(chord["id"]))
     for row in rows:  # a link's job exists before its parent can settle
         for task, settings in row.links.items():
             specs.setdefault(task_job_id(task), task_job_spec(task, settings))
-    for task, settings in body[1].items() if body else ():
+    for task, settings in [*(body[1].items() if body else ()), *step_tasks.items()]:
         specs.setdefault(task_job_id(task), task_job_spec(task, settings))
     for job_id, spec in specs.items():
         if defined.get(job_id) is not spec:  # the cached spec: the same settings
@@ -170,7 +179,7 @@ def enqueue(
     bounded = _hold_bounded(tx, requests, specs)
     # One run, no definition written before it: on PostgreSQL its statement is the whole
     # transaction (one round trip); what follows it, rarely, is a transaction of its own.
-    alone = len(rows) == 1 and chord is None and not bounded
+    alone = len(rows) == 1 and chord is None and not bounded and not steps
     made, found = insert_enqueued(tx, rows, alone=alone)
     found.update(
         existing_keys(tx, [r.key for r in rows if r.key not in made and r.key not in found])
@@ -210,16 +219,62 @@ def enqueue(
                 row.values["trigger_key"],
             )
         )
+    _chord_members(tx, chord, body, answers, steps)
+    return answers
+
+
+def _nested(
+    nested: Sequence[tuple[int, Mapping[str, Any]]], runs: int
+) -> tuple[list[tuple[int, ChordStep]], dict[str, Mapping[str, Any]]]:
+    """The chords ``nested`` (:func:`enqueue`) checked, at their indexes among ``runs``
+    more members, and the tasks they name (with their settings)."""
+    if not nested:
+        return [], {}
+    at = [index for index, _ in nested]
+    if sorted(at) != sorted(set(at)) or not all(0 <= i < runs + len(at) for i in at):
+        raise InvalidArgument("nested", "each index is a distinct place in the group order")
+    try:
+        text, tasks = checked_links([sig for _, sig in nested], [])
+    except InvalidArgument as exc:
+        why = exc.message.removeprefix(f"{exc.field}: ")
+        raise InvalidArgument(re.sub(r"^callbacks", "nested", exc.field), why) from None
+    sigs = loads(str(text))["callbacks"]
+    if any("chord" not in sig for sig in sigs):
+        raise InvalidArgument("nested", "each is a signature carrying a chord")
+    return [(i, chord_step(sig, (), None)) for i, sig in zip(at, sigs, strict=True)], tasks
+
+
+def _chord_members(
+    tx: Tx,
+    chord: Mapping[str, Any] | None,
+    body: tuple[str, Any] | None,
+    answers: Sequence[Enqueued],
+    steps: Sequence[tuple[int, ChordStep]],
+) -> None:
+    """The chord's members counted in (a new chord's row made, or an open one grown),
+    then each nested chord made, holding its place in it by ``chord:<id>``."""
+    runs = iter([(a.occurrence_id, a.deduplicated) for a in answers])
+    at = dict(steps)
+    members: list[tuple[int | str, bool]] = [
+        (f"chord:{at[i].chord_id}", _made_before(tx, at[i].chord_id)) if i in at else next(runs)
+        for i in range(len(answers) + len(steps))
+    ]
     if chord is not None and body is None:
         # A replayed addition (its key made before) is counted in already.
-        added = [a.occurrence_id for a in answers if not a.deduplicated]
+        added = [member for member, deduplicated in members if not deduplicated]
         grow(tx, str(chord["id"]), added, by_member=chord["grow"] == "member")
     elif chord is not None and body is not None:
-        members = [(a.occurrence_id, a.deduplicated) for a in answers]
         refused = make_chord(tx, str(chord["id"]), body[0], members, closed=not chord.get("open"))
         if refused is not None:
             raise InvalidArgument(*refused)
-    return answers
+    for _, step in steps:
+        place = None if chord is None else {"chord": chord["id"], "of": f"chord:{step.chord_id}"}
+        if not make_chord_step(tx, None, step, place):
+            raise InvalidArgument("nested", f"chord {step.chord_id!r} cannot be made")
+
+
+def _made_before(tx: Tx, chord_id: str) -> bool:
+    return tx.conn.execute(CHORD_ROW, {"chord_id": chord_id}).first() is not None
 
 
 def _hold_bounded(

@@ -26,7 +26,13 @@ from kernel.occurrences.chains import fire_links
 from kernel.occurrences.rows import existing_keys
 from kernel.occurrences.runs import settle
 from kernel.records import loads
-from kernel.spec.enqueue_request import checked_links, chord_steps, link_requests, prepare
+from kernel.spec.enqueue_request import (
+    EnqueueRequest,
+    checked_links,
+    chord_steps,
+    link_requests,
+    prepare,
+)
 from kernel.spec.task_runs import replacement_of
 from kernel.transaction.tx import Tx
 
@@ -132,10 +138,14 @@ def _path_to(sig: dict[str, Any], task_id: str) -> list[dict[str, Any]] | None:
 def _first_made(tx: Tx, text: str, occurrence_id: int) -> list[int]:
     """The occurrences the replacement's links ``text`` made: its first step, or its
     chord's members."""
-    steps = chord_steps(text, result=None, parent_id=occurrence_id, parent_task_id="")
-    requests = steps[0].members if steps else link_requests(
-        text, succeeded=True, result=None, parent_id=occurrence_id, parent_task_id=""
-    )  # fmt: skip
+    steps = chord_steps(text, result=None, parent_task_id="")
+    requests = (
+        [m for m in steps[0].members if isinstance(m, EnqueueRequest)]
+        if steps
+        else link_requests(
+            text, succeeded=True, result=None, parent_id=occurrence_id, parent_task_id=""
+        )
+    )
     keys = [prepare(request, {}, False, occurrence_id).key for request in requests]
     found = existing_keys(tx, keys)
     return [found[key] for key in keys if key in found]

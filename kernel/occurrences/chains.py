@@ -17,7 +17,7 @@ from kernel.db.schema import chords, occurrences
 from kernel.events import EventType
 from kernel.limits.chaining import MAX_CHAIN_DEPTH, condition_matches, fanout_limit, outcome_text
 from kernel.occurrences.firing import admit, create_gated, lock_job
-from kernel.occurrences.rows import Made, existing_keys, insert_enqueued
+from kernel.occurrences.rows import insert_links
 from kernel.records import dumps, loads
 from kernel.spec.enqueue_request import (
     ChordStep,
@@ -28,7 +28,7 @@ from kernel.spec.enqueue_request import (
     link_requests,
     prepare,
 )
-from kernel.spec.task_runs import caller_key
+from kernel.spec.task_runs import caller_key, chain_ids, continued
 from kernel.transaction.tx import Tx
 from kernel.transitions import chords as TC
 from kernel.transitions import door
@@ -37,6 +37,7 @@ __all__ = [
     "cancelled_links",
     "fail_chord",
     "make_chord_body",
+    "make_chord_step",
     "fire_children",
     "fire_links",
     "make_chord",
@@ -142,10 +143,12 @@ def fire_links(
             parent_task_id=task_id,
         )
         heirs = continuing(links) if place else []
-        held = _make_links(tx, parent_id, requests, heirs, place)
-        steps = chord_steps(links, result=result, parent_id=parent_id, parent_task_id=task_id)
+        # A group the member's chain ends with: its results one list in the member's place.
+        grouped = any(sig.get("shares") for sig in loads(links)["callbacks"])
+        held = _make_links(tx, parent_id, requests, heirs, place, grouped)
+        steps = chord_steps(links, result=result, parent_task_id=task_id)
         for step in steps if succeeded else ():
-            _make_chord_step(tx, parent_id, step, place if step.continues else None)
+            make_chord_step(tx, parent_id, step, place if step.continues else None)
             held = held or bool(place and step.continues)
     if chord_id is not None and not held:
         member = caller_key(trigger_key)
@@ -174,8 +177,9 @@ def cancelled_links(tx: Tx, occurrence_id: int) -> None:
 
 
 def _settle_chord_member(
-    tx: Tx, chord_id: str, member_id: int, member_task_id: str, succeeded: bool, cancelled: bool
-) -> None:
+    tx: Tx, chord_id: str, member_id: int | None, member_task_id: str, succeeded: bool,
+    cancelled: bool, told: Sequence[Any] = (),
+) -> None:  # fmt: skip
     """A chord's member settled for good. Its success counts the chord down in one guarded
     statement (the chord's row held until this settle commits: the next member's settle
     waits, then counts after it); the one that reads 0 of a closed chord makes the body.
@@ -191,7 +195,7 @@ def _settle_chord_member(
     failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
     if failed is not None:
         reason = "cancelled" if cancelled else "dead_letter"
-        fail_chord(tx, chord_id, failed.body, member_id, member_task_id, reason)
+        fail_chord(tx, chord_id, failed.body, member_id, member_task_id, reason, told)
 
 
 def make_chord_body(
@@ -208,12 +212,13 @@ def make_chord_body(
     order first, its parent ``parent_task_id`` (as Celery's last member applies the body)."""
     keyed = parent_id if parent_id is not None else f"chord:{chord_id}"  # no member: no parent
     members = loads(members_json)
+    runs = TC.member_runs(members)
     stored = dict(
         tx.conn.execute(
-            sa.select(occurrences.c.id, occurrences.c.result).where(occurrences.c.id.in_(members))
+            sa.select(occurrences.c.id, occurrences.c.result).where(occurrences.c.id.in_(runs))
         ).all()
     )
-    results = [loads(stored.get(member)) for member in members]
+    results = TC.in_place(members, stored)
     requests = link_requests(
         body, succeeded=True, result=results, parent_id=keyed, parent_task_id=parent_task_id
     )
@@ -221,9 +226,9 @@ def make_chord_body(
     place = loads(body).get("place")
     _make_links(tx, parent_id, requests, [place is not None] * len(requests), place)
     # A body that is a chord's (Celery's group | group | task): that chord's members.
-    steps = chord_steps(body, result=results, parent_id=keyed, parent_task_id=parent_task_id)
+    steps = chord_steps(body, result=results, parent_task_id=parent_task_id)
     for step in steps:
-        _make_chord_step(tx, parent_id, step, place)
+        make_chord_step(tx, parent_id, step, place)
     tx.emit(
         EventType.CHORD_COMPLETED,
         occurrence_id=parent_id,
@@ -233,19 +238,25 @@ def make_chord_body(
 
 
 def fail_chord(
-    tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str
-) -> None:
-    """A chord failed (its row's failure just written): the body's errbacks are made,
-    the body's task id first (a group body's: each member's, under its own id), and the
-    body never is; a chord that a member's chain ends with fails that member's chord too."""
+    tx: Tx, chord_id: str, body: str, member_id: int | None, member_task_id: str, reason: str,
+    told: Sequence[Any] = (),
+) -> None:  # fmt: skip
+    """A chord failed (its row's failure just written): the body's errbacks are made
+    (but those a chord it holds the place of ``told``: Celery links a chord's errback to
+    a chord in its header too, called once), the body's task id first (a group body's:
+    each member's, under its own id), and the body never is; a chord that a member's
+    chain ends with, or is, fails that member's chord too."""
     stored = loads(body)
     sig = stored["callbacks"][0]
     body_task_id = stored.get("result_id") or sig["options"]["task_id"]
     parent = member_id if member_id is not None else f"chord:{chord_id}"
-    errbacks, bodies = TC.body_errbacks(stored, chord_id, parent, body_task_id)
+    errbacks, bodies = TC.body_errbacks(stored, chord_id, parent, body_task_id, told)
     _make_links(tx, member_id, errbacks)
     # A group as the body: each of its members' ids, whose results fail too.
-    group_body: dict[str, Any] = {"body_task_ids": bodies} if stored.get("group") else {}
+    more: dict[str, Any] = {"body_task_ids": bodies} if stored.get("group") else {}
+    # The steps of a chain after the body, failed with it (Celery's backend fails them).
+    if after := chain_ids(continued(sig)):
+        more["chain_task_ids"] = after
     tx.emit(
         EventType.CHORD_FAILED,
         occurrence_id=member_id,
@@ -256,32 +267,34 @@ def fail_chord(
         reason=reason,
         # The errbacks' task ids: Celery's backend lists them among the body's children.
         errback_task_ids=[request.key for request in errbacks],
-        **group_body,
+        **more,
     )
     place = stored.get("place")
-    if place is not None:  # the chord a member's chain ends with: that member fails
-        _settle_chord_member(
-            tx, place["chord"], place["of"], member_task_id, False, reason == "cancelled"
-        )  # fmt: skip
+    if place is not None:  # the chord a member's chain ends with, or is: that member fails
+        of = place["of"] if isinstance(place["of"], int) else member_id  # chord:<id>: no run
+        cancelled = reason == "cancelled"
+        told = [*told, *sig["errbacks"]] if isinstance(place["of"], str) else ()
+        _settle_chord_member(tx, place["chord"], of, member_task_id, False, cancelled, told)
 
 
 def make_chord(
     tx: Tx,
     chord_id: str,
     body: str,
-    members: Sequence[tuple[int, bool]],
+    members: Sequence[tuple[int | str, bool]],
     *,
     closed: bool = True,
     parent_id: int | None = None,
 ) -> tuple[str, str] | None:
-    """The chord's row over ``members`` ((occurrence id, whether it existed before) in
-    group order); not ``closed``: open, its caller to add members and close it
-    (kernel/jobs/chord_growth.py). Closed with no member (an empty header), its body is
-    made at once. A replayed chord (its id exists with these members) is the one made
-    before. A new chord over existing runs, or an existing id over other runs, is not
-    made: their links would count down a chord they are not members of, or one that
-    never completes; answers (field, message) then. ``parent_id``: the run whose settle
-    makes the chord (a chord as its callback or replacement)."""
+    """The chord's row over ``members`` ((occurrence id, or ``chord:<id>`` of a chord as
+    a member, whether it existed before) in group order); not ``closed``: open, its
+    caller to add members and close it (kernel/jobs/chord_growth.py). Closed with no
+    member (an empty header), its body is made at once. A replayed chord (its id exists
+    with these members) is the one made before. A new chord over existing runs, or an
+    existing id over other runs, is not made: their links would count down a chord they
+    are not members of, or one that never completes; answers (field, message) then.
+    ``parent_id``: the run whose settle makes the chord (a chord as its callback or
+    replacement)."""
     ids = dumps([occurrence_id for occurrence_id, _ in members])
     params = {
         "chord_id": chord_id, "members": ids, "body": body, "remaining": len(members),
@@ -305,33 +318,46 @@ def make_chord(
     return None
 
 
-def _make_chord_step(
+def make_chord_step(
     tx: Tx, parent_id: int | None, step: ChordStep, place: Mapping[str, Any] | None
-) -> None:
-    """A callback that is a chord: its members (each naming the chord in its links) and
-    its row, in the settle's transaction; a chord that cannot be made so is not, and
-    says why (``link_not_made``). ``place``: the outer chord's place its body takes."""
-    rows = [prepare(request, {}, False, parent_id) for request in step.members]
+) -> bool:
+    """A chord (a callback that is one, or an enqueue's): its members (each naming the
+    chord in its links; a member that is a chord made so after the row, its place held by
+    ``chord:<its id>`` until its body takes it) and its row, in this transaction; a chord
+    that cannot be made so is not, and says why (``link_not_made``). ``place``: the outer
+    chord's place its body takes. Whether it was made."""
+    requests = [m for m in step.members if isinstance(m, EnqueueRequest)]
+    rows = [prepare(request, {}, False, parent_id) for request in requests]
     for row in rows:
         _join(row, step.chord_id)
-    made, existing = _insert_links(tx, parent_id, rows)
+    made, existing = insert_links(tx, parent_id, rows)
     if not all(row.key in made or row.key in existing for row in rows):
-        return  # a member's job was deleted: _insert_links said so; no chord to count down
-    members = [
-        (made[row.key].occurrence_id, False) if row.key in made else (existing[row.key], True)
-        for row in rows
-    ]
+        return False  # a member's job was deleted: _insert_links said so; no chord to count
+    found = {r.key: made[r.key].occurrence_id if r.key in made else existing[r.key] for r in rows}
+    runs = iter(rows)
+    members: list[tuple[int | str, bool]] = []
+    for member in step.members:
+        if isinstance(member, ChordStep):
+            members.append((f"chord:{member.chord_id}", False))
+        else:
+            row = next(runs)
+            members.append((found[row.key], row.key not in made))
     body = step.body if place is None else dumps({**loads(step.body), "place": place})
     refused = make_chord(tx, step.chord_id, body, members, parent_id=parent_id)
+    for inner in (m for m in step.members if isinstance(m, ChordStep)) if not refused else ():
+        held = {"chord": step.chord_id, "of": f"chord:{inner.chord_id}"}
+        if not make_chord_step(tx, parent_id, inner, held):  # its place is never taken
+            _settle_chord_member(tx, step.chord_id, parent_id, "", False, False)
     if refused is not None:
         tx.emit(
             EventType.LINK_NOT_MADE,
-            job_id=rows[0].job_id,
+            job_id=rows[0].job_id if rows else None,
             occurrence_id=parent_id,
             reason="chord_refused",
             chord_id=step.chord_id,
             message=refused[1],
         )
+    return refused is None
 
 
 def _join(row: EnqueueRow, chord_id: str) -> None:
@@ -346,9 +372,11 @@ def _make_links(
     requests: Sequence[EnqueueRequest],
     heirs: Sequence[bool] = (),
     place: Mapping[str, Any] | None = None,
+    grouped: bool = False,
 ) -> bool:
     """The occurrences of ``requests`` (a settled run's links) whose keys are new; those
-    ``heirs`` marks take ``place`` (the chord, and its member whose place it is). Answers
+    ``heirs`` marks take ``place`` (the chord, and its member whose place it is), in order,
+    each counted in (``grouped``: :func:`~kernel.transitions.chords.pass_place`'s). Answers
     whether one did."""
     if not requests:
         return False
@@ -357,29 +385,8 @@ def _make_links(
     heir_rows = [row for row, heir in zip(rows, heirs, strict=False) if heir and place]
     for row in heir_rows:
         _join(row, chord_id)
-    made, _ = _insert_links(tx, parent_id, rows)
-    for row in heir_rows:
-        if row.key in made:
-            TC.pass_place(tx, chord_id, holder, made[row.key].occurrence_id)
+    made, _ = insert_links(tx, parent_id, rows)
+    taking = [made[row.key].occurrence_id for row in heir_rows if row.key in made]
+    if taking:
+        TC.pass_place(tx, chord_id, holder, taking, grouped=grouped)
     return bool(heir_rows)
-
-
-def _insert_links(
-    tx: Tx, parent_id: int | None, rows: Sequence[EnqueueRow]
-) -> tuple[dict[str, Made], dict[str, int]]:
-    """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
-    job was deleted since; answers the rows made, and the ids of the keys that existed."""
-    made, existing = insert_enqueued(tx, rows)
-    TC.hand_over(tx, rows, made)  # a replaced chord member's replacement, made now
-    unseen = [row.key for row in rows if row.key not in made and row.key not in existing]
-    existing.update(existing_keys(tx, unseen))
-    for row in rows:
-        if row.key not in made and row.key not in existing:
-            tx.emit(
-                EventType.LINK_NOT_MADE,
-                job_id=row.job_id,
-                occurrence_id=parent_id,
-                reason="job_deleted",
-                trigger_key=row.values["trigger_key"],
-            )
-    return made, existing

@@ -19,9 +19,11 @@ import sqlalchemy as sa
 from kernel import statements as st
 from kernel.db.schema import occurrences
 from kernel.errors import EvidenceConflict, InvalidArgument, NotFound
+from kernel.events import EventType
 from kernel.records import dumps, loads
 from kernel.spec.enqueue_request import EnqueueRow
 from kernel.transaction.tx import Tx
+from kernel.transitions import chords as TC
 from kernel.transitions import occurrences as T
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "existing_keys",
     "grant",
     "insert_enqueued",
+    "insert_links",
     "occurrence_row",
     "record_request",
 ]
@@ -145,3 +148,24 @@ def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
         )
     )
     return {r.idempotency_key: r.id for r in rows}
+
+
+def insert_links(
+    tx: Tx, parent_id: int | None, rows: Sequence[EnqueueRow]
+) -> tuple[dict[str, Made], dict[str, int]]:
+    """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
+    job was deleted since; answers the rows made, and the ids of the keys that existed."""
+    made, existing = insert_enqueued(tx, rows)
+    TC.hand_over(tx, rows, made)  # a replaced chord member's replacement, made now
+    unseen = [row.key for row in rows if row.key not in made and row.key not in existing]
+    existing.update(existing_keys(tx, unseen))
+    for row in rows:
+        if row.key not in made and row.key not in existing:
+            tx.emit(
+                EventType.LINK_NOT_MADE,
+                job_id=row.job_id,
+                occurrence_id=parent_id,
+                reason="job_deleted",
+                trigger_key=row.values["trigger_key"],
+            )
+    return made, existing

@@ -1,8 +1,7 @@
 """An enqueue request checked and made an occurrence's row, and the links it carries.
 
-The rows are built here, below the statements, for the two actors that make them: an enqueue
-(kernel/jobs/enqueueing.py) and the settle that fires a run's links (kernel/occurrences/chains.py),
-through :func:`kernel.statements.enqueue_occurrences`.
+The rows are built here, below the statements, for an enqueue (kernel/jobs/enqueueing.py) and
+the settle that fires a run's links (kernel/occurrences/chains.py).
 
 A link is a plain JSON signature (the kernel never imports Celery)::
 
@@ -19,17 +18,19 @@ member's settle makes it, the rest of the chain after it. The chord may carry ``
 "header"}``, a chord whose body is a chord (Celery's ``group | group | task``): the first chord's
 body is then the signature with that chord, made as a chord step by the settle that completes the
 first; ``"group": [signature, ...]``, a group body's other members (the signature is its first).
+A header member may be a chord step too (a chord as a chord's member): its body's end takes that
+member's place.
 
 ``callbacks`` (Celery's ``link``) become occurrences when the run succeeds, the result prepended
 to their arguments unless immutable; ``errbacks`` (``link_error``) when it is dead-lettered, the
 failed run's task id prepended unless immutable. A signature's ``request`` (its run's Celery request
 fields) lets the worker call it as it must (celery_app/errbacks.py). Each is keyed by its
 ``options.task_id`` (Celery's id of that step), else by its parent and place, so it is created
-once. ``rest``: a chain's steps after this one, flat (its depth does not grow with the chain's
-length); its run's first callback is the next step, carrying the others, which ``continues`` it:
-it takes the run's place in its chord, if it is a chord's member (the chain's end, not its first
-step, counts the chord down), and the steps' ids are its request's ``chain``
-(:func:`~kernel.spec.task_runs.chain_ids`). A link's run names its parent's task id (``parent_id``).
+once. ``rest``: a chain's steps after this one, flat; its run's first callback is the next step,
+carrying the others, which ``continues`` it: it takes the run's place in its chord, if any (the
+chain's end counts the chord down; ``shares``: each member of a group the chain ends with takes a
+share of it), and the steps' ids are its request's ``chain`` (:func:`chain_ids`). A link's run names
+its parent's task id (``parent_id``).
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ from kernel.spec.task_runs import (
 
 __all__ = [
     "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "checked_links",
-    "chord_steps", "continuing", "link_requests", "prepare", "task_job_id", "task_job_spec",
-]  # fmt: skip
+    "chord_step", "chord_steps", "continuing", "link_requests", "prepare", "task_job_id",
+    "task_job_spec"]  # fmt: skip
 
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
     {"task", "args", "kwargs", "immutable", "options", "settings", "callbacks", "errbacks",
-     "chord", "replaces", "request", "continues", "rest"}
+     "chord", "replaces", "request", "continues", "shares", "rest"}
 )  # fmt: skip
 _SIGNATURE_OPTIONS = frozenset({"task_id", "queue", "countdown", "eta", "priority"})
 
@@ -271,6 +272,7 @@ def _signature(
         **({"replaces": replaces} if replaces is not None else {}),
         **({"request": dict(raw["request"])} if raw.get("request") else {}),
         **({"continues": True} if raw.get("continues") else {}),
+        **({"shares": True} if raw.get("shares") else {}),
         **({"rest": rest} if rest else {}),
         "task": task,
         "args": list(raw.get("args") or ()),
@@ -286,8 +288,9 @@ def _signature(
 
 
 def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Its id, header (tasks: a member that is a chord is not made), ``then`` (the chord it is
-    followed by, checked alike), ``result_id`` (its failure's id: a chain body's last step's)."""
+    """Its id, its header's signatures (a member may be a chord step: its body's end is
+    the member's), the chord it is followed by (``then``), checked alike, its ``result_id``
+    (the id its failure is written under: a chain body's last step's) and ``group``."""
     if not isinstance(raw, Mapping):
         raise InvalidArgument(where, "must be an object: id and header")
     unknown = sorted(set(raw) - {"id", "header", "then", "result_id", "group"})
@@ -299,8 +302,6 @@ def _chord_fields(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> 
             raise InvalidArgument(f"{where}.{name}", f"must be 1 to {MAX_KEY - 10} characters")
     # An empty header (Celery's replace by an empty group): the body is made at once.
     members = _signatures(raw.get("header"), f"{where}.header", tasks)
-    if any("chord" in member for member in members):
-        raise InvalidArgument(f"{where}.header", "a chord's member cannot be a chord")
     chord: dict[str, Any] = {"id": chord_id, "header": members}
     chord.update({"result_id": raw["result_id"]} if "result_id" in raw else {})
     if raw.get("group") is not None:  # its body is a group: the signature, then these
@@ -361,40 +362,44 @@ def link_requests(
 
 @dataclass(frozen=True, slots=True)
 class ChordStep:
-    """A chord a settled run's callback makes: its id, its members' runs (group order),
-    its row's body (links JSON of the one signature it makes at the end), and whether it
+    """A chord a settled run's callback (or an enqueue) makes: its id, its members (runs, or
+    chords whose body's end is the member's), its row's body (links JSON), and whether it
     ``continues`` the run (its body then takes the run's place in the run's chord)."""
 
     chord_id: str
-    members: list[EnqueueRequest]
+    members: list[EnqueueRequest | ChordStep]
     body: str
     continues: bool = False
 
 
-def chord_steps(
-    links_json: str, *, result: Any, parent_id: int | str, parent_task_id: str
-) -> list[ChordStep]:
+def chord_steps(links_json: str, *, result: Any, parent_task_id: str) -> list[ChordStep]:
     """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
-    others): each header member keyed by its task id, else by the chord and place, its
-    parent ``parent_task_id``, its group the chord (``group_id``, ``group_index``)."""
-    steps = []
-    for sig in loads(links_json)["callbacks"]:
-        chord = sig.get("chord")
-        if chord is None:
+    others): :func:`chord_step` of each, ``result`` first."""
+    return [chord_step(sig, [result], parent_task_id)
+            for sig in loads(links_json)["callbacks"] if "chord" in sig]  # fmt: skip
+
+
+def chord_step(
+    sig: Mapping[str, Any], first: Sequence[Any], parent_task_id: str | None
+) -> ChordStep:
+    """The chord of a checked signature carrying one: each header member keyed by its task
+    id, else by the chord and place, ``first`` before its arguments unless immutable, its
+    parent ``parent_task_id``, its group the chord (``group_id``, ``group_index``); a member
+    that is a chord is made alike, given ``first`` as Celery's chord gives its header."""
+    chord = sig["chord"]
+    members: list[EnqueueRequest | ChordStep] = []
+    for index, m in enumerate(chord["header"]):
+        if "chord" in m:
+            members.append(chord_step(m, first, parent_task_id))
             continue
-        members = [
-            _request(
-                m["task"], {**m, "request": {**m.get("request", {}), "group_id": chord["id"],
-                                             "group_index": index}},
-                m["options"], m["settings"], () if m["immutable"] else [result],
-                f"chord:{chord['id']}:{index}", parent_task_id,
-            )
-            for index, m in enumerate(chord["header"])
-        ]  # fmt: skip
-        body = {name: value for name, value in sig.items() if name != "chord"}
-        if "then" in chord:  # the body is itself a chord's: made as a chord step
-            body["chord"] = chord["then"]
-        group = {"callbacks": [body, *chord["group"]], "group": True} if "group" in chord else {}
-        stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id"), **group}
-        steps.append(ChordStep(chord["id"], members, dumps(stored), bool(sig.get("continues"))))
-    return steps
+        request = {**m.get("request", {}), "group_id": chord["id"], "group_index": index}
+        members.append(_request(
+            m["task"], {**m, "request": request}, m["options"], m["settings"],
+            () if m["immutable"] else first, f"chord:{chord['id']}:{index}", parent_task_id,
+        ))  # fmt: skip
+    body = {name: value for name, value in sig.items() if name != "chord"}
+    if "then" in chord:  # the body is itself a chord's: made as a chord step
+        body["chord"] = chord["then"]
+    group = {"callbacks": [body, *chord["group"]], "group": True} if "group" in chord else {}
+    stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id"), **group}
+    return ChordStep(chord["id"], members, dumps(stored), bool(sig.get("continues")))

@@ -384,9 +384,10 @@ def continued(sig: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def continuing(links_json: str) -> list[bool]:
-    """Which of a succeeded run's :func:`link_requests` continue it (``continues``)."""
-    return [bool(sig.get("continues")) for sig in loads(links_json)["callbacks"]
-            if "chord" not in sig]  # fmt: skip
+    """Which of a succeeded run's :func:`link_requests` continue it (``continues``), or
+    take a share of its place (``shares``: a group its chain ends with)."""
+    return [bool(sig.get("continues") or sig.get("shares"))
+            for sig in loads(links_json)["callbacks"] if "chord" not in sig]  # fmt: skip
 
 
 def checked_key(key: str | None) -> str | None:

@@ -353,11 +353,12 @@ CHORD_MEMBER_FAILS = (
 )
 #: An open chord's members (group order), None when it is not open.
 CHORD_MEMBERS = sa.select(chords.c.members).where(_OPEN)
-#: A member replaced: its place in ``members`` is its replacement's, compare-and-set on
-#: the members read (zero rows: another member's replacement changed them first).
+#: A member replaced: its place in ``members`` is its heirs', ``added`` more than one
+#: (a group its chain ends with), compare-and-set on the members read (zero rows: another
+#: member's hand-over changed them first).
 CHORD_MEMBER_HANDED_OVER = (
     sa.update(chords)
     .where(_OPEN, chords.c.members == _p("members"))
-    .values(members=_p("new_members"))
+    .values(members=_p("new_members"), remaining=chords.c.remaining + _p("added"))
     .returning(chords.c.id)
 )

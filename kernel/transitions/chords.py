@@ -49,6 +49,8 @@ __all__ = [
     "body_errbacks",
     "grow",
     "hand_over",
+    "in_place",
+    "member_runs",
     "pass_place",
 ]
 
@@ -122,13 +124,14 @@ MEMBER_FAILS_CHORD = Transition(
 
 MEMBER_HANDED_OVER = Transition(
     (GROWING, OPEN),
-    "a member's replacement (Celery's self.replace), or the next step of a member that "
-    "is a chain, is made",
+    "a member's replacement (Celery's self.replace), the next step of a member that "
+    "is a chain, or the body of a member that is a chord, is made",
     (GROWING, OPEN),
     CHORD_MEMBER_HANDED_OVER,
     "remaining > 0 and not failed, and the members as read: the member's place in "
-    "group order is the run taking over (its replacement, its chain's next step or the "
-    "body of a chord in that chain), whose result the body gets; the member counts nothing",
+    "group order is the runs taking over (its replacement, its chain's next step, the "
+    "body of a chord in that chain or that is the member, each member of a group its "
+    "chain ends with: remaining + their number - 1), whose results the body gets",
     (),
 )
 
@@ -164,23 +167,53 @@ def hand_over(tx: Tx, rows: Sequence[EnqueueRow], made: Mapping[str, tuple[Any, 
         chord_id = (loads(row.values["links"]) or {}).get("chord") if taken else None
         if taken is None or chord_id is None or row.key not in made:
             continue
-        pass_place(tx, chord_id, taken[0], made[row.key][0])
+        pass_place(tx, chord_id, taken[0], [made[row.key][0]])
 
 
-def pass_place(tx: Tx, chord_id: str, holder: int, heir: int) -> None:
-    """``heir`` takes ``holder``'s place among the open chord's members
-    (MEMBER_HANDED_OVER); a chord that failed meanwhile keeps its members."""
-    params: dict[str, Any] = {"chord_id": chord_id, "new_members": None}
+def pass_place(
+    tx: Tx, chord_id: str, holder: int | str, heirs: Sequence[int], *, grouped: bool = False
+) -> None:
+    """``heirs`` take ``holder``'s place among the open chord's members (MEMBER_HANDED_OVER),
+    each counted; ``grouped`` (a group a member's chain ends with): as one list in that
+    place, whose results the body gets as one list there, as Celery's. A chord that failed
+    meanwhile keeps its members. ``holder``: a run, or the ``chord:<id>`` a chord as a
+    member holds its place with until its body is made."""
+    taking: list[Any] = [list(heirs)] if grouped else list(heirs)
+    params: dict[str, Any] = {"chord_id": chord_id, "new_members": None, "added": len(heirs) - 1}
     # Another member's hand-over may change the members between the read and the write:
     # the compare-and-set refuses it, and the members are read again.
     while (members := tx.conn.execute(CHORD_MEMBERS, params).scalar()) is not None:
-        ids = [heir if m == holder else m for m in loads(members)]
+        ids = _replaced(loads(members), holder, taking)
         params = {**params, "members": members, "new_members": dumps(ids)}
         if door.run(tx, MEMBER_HANDED_OVER, params) is not None:
             break
 
 
-def grow(tx: Tx, chord_id: str, added: Sequence[int], *, by_member: bool) -> None:
+def _replaced(members: list[Any], holder: int | str, taking: list[Any]) -> list[Any]:
+    return [
+        one
+        for m in members
+        for one in (
+            taking
+            if m == holder
+            else [_replaced(m, holder, taking)]
+            if isinstance(m, list)
+            else [m]
+        )
+    ]
+
+
+def member_runs(members: list[Any]) -> list[int]:
+    """The runs among a chord's ``members`` (a group a member's chain ends with: a list)."""
+    return [one for m in members for one in (member_runs(m) if isinstance(m, list) else [m])]
+
+
+def in_place(members: list[Any], results: Mapping[int, Any]) -> list[Any]:
+    """The members' ``results`` (run -> stored JSON) in their places, a group's as a list."""
+    return [in_place(m, results) if isinstance(m, list) else loads(results.get(m)) for m in members]
+
+
+def grow(tx: Tx, chord_id: str, added: Sequence[int | str], *, by_member: bool) -> None:
     """Count the runs ``added`` (made in this transaction, in order) into the chord, as
     its caller's next members of an open chord, or ``by_member`` (add_to_chord).
 
@@ -218,10 +251,11 @@ def _why_not_grown(chord_id: str, row: Any) -> str:
 
 
 def body_errbacks(
-    stored: Mapping[str, Any], chord_id: str, parent: int | str, body_task_id: str
-) -> tuple[list[EnqueueRequest], list[str]]:
+    stored: Mapping[str, Any], chord_id: str, parent: int | str, body_task_id: str,
+    told: Sequence[Any] = (),
+) -> tuple[list[EnqueueRequest], list[str]]:  # fmt: skip
     """The errbacks a failed chord's ``stored`` body gives (``parent``: the run whose end
-    failed it, else the chord), and the ids of its results: one body's under
+    failed it, else the chord; but those in ``told``), and the ids of its results: one body's under
     ``body_task_id``; a group body's, each member's own under that member's result id (a
     chord's among them: its body's, which carries that chord's errbacks), as Celery's
     backend calls each task's of a group body."""
@@ -233,7 +267,7 @@ def body_errbacks(
         task_id = own if grouped else body_task_id
         bodies.append(task_id)
         errbacks += link_requests(
-            dumps({"callbacks": [], "errbacks": sig["errbacks"]}),
+            dumps({"callbacks": [], "errbacks": [e for e in sig["errbacks"] if e not in told]}),
             succeeded=False,
             result=None,
             parent_id=parent,

@@ -23,6 +23,7 @@ from kernel.records import loads, to_dt
 from kernel.spec.task_runs import caller_key, chain_ids
 from kernel.states import SETTLED
 from kernel.transaction.tx import Tx
+from kernel.transitions.chords import member_runs
 
 __all__ = ["canvas"]
 
@@ -79,7 +80,8 @@ def _chord(tx: Tx, chord_id: str) -> dict[str, Any] | None:
     )  # fmt: skip
     return {
         "id": chord_id,
-        "members": len(members),
+        # Counted as the chord counts them: a group a member's chain ends with, each.
+        "members": len(member_runs(members)),
         "remaining": row.remaining,
         "state": state,
         "body_task": body["task"],
@@ -176,7 +178,9 @@ def _placed(chord: Mapping[str, Any], occurrence_id: int) -> dict[str, Any]:
     """The chord as told: its member's place in group order (None for the body)."""
     members = chord["member_ids"]
     told = {name: value for name, value in chord.items() if name != "member_ids"}
-    told["member_index"] = members.index(occurrence_id) if occurrence_id in members else None
+    told["member_index"] = next(
+        (i for i, m in enumerate(members) if occurrence_id in member_runs([m])), None
+    )
     return told
 
 

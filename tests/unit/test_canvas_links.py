@@ -95,14 +95,16 @@ def test_a_chords_member_that_is_a_chain_is_its_first_step_the_rest_continuing_i
     assert (member["args"], second["args"], member["callbacks"]) == ([2], [3], [])
 
 
-def test_a_chords_member_that_is_a_chain_ending_in_a_group_is_refused_by_name(
+def test_a_chords_member_that_is_a_chain_ending_in_a_group_shares_its_place(
     app: celery.Celery,
 ) -> None:
+    """Each member of the group the chain ends with takes a share of the chain's place
+    (``shares``), as Celery counts a chain ending in a group by the group's members."""
     a = app.signature("t.a")
-    member = chain(a.clone(), group(a.clone(), a.clone()))
-    with pytest.raises(InvalidArgument) as refused:
-        links({"link": celery.chord([a.clone(), member], a.clone())})
-    assert refused.value.field == "link[0].header[1].tasks[1]"
+    member = chain(a.clone((1,)), group(a.clone((2,)), a.clone((3,))))
+    [step] = links({"link": celery.chord([a.clone(), member], a.clone())})[0]
+    first = step["chord"]["header"][1]
+    assert [(g["args"], g.get("shares")) for g in first["callbacks"]] == [([2], True), ([3], True)]
 
 
 def test_a_step_of_a_chord_celery_counts_is_refused(app: celery.Celery) -> None:
@@ -173,3 +175,34 @@ def test_a_chord_step_whose_body_is_a_chain_is_followed_by_that_chain_s_rest(
     assert step["args"] == [3] and "chord" in step
     assert [s["args"] for s in step["rest"]] == [[4], [5]]
     assert all("rest" not in s for s in step["rest"])
+
+
+def test_a_chord_whose_group_body_a_step_follows_is_a_chord_of_that_group(
+    app: celery.Celery,
+) -> None:
+    """``chain(chord(h, group(b, c)), chord(h2, d))`` (Celery's
+    test_header_failure_fails_the_chords_after_a_group_body): the group's members are a
+    chord whose body is the next chord (``then``), given their results, as Celery runs it;
+    the end is the chain's last step, under whose id the chain's failure is written."""
+    a = app.signature("t.a")
+    first = celery.chord([a.clone((1, 1)), a.clone((2, 2))], group(a.clone((1,)), a.clone((2,))))
+    canvas = chain(a.clone((0, 0)), first, celery.chord([a.clone((3,)), a.clone((4,))], a.clone()))
+    last = canvas.freeze()
+    [step] = links(_first_step_options(app, canvas))[0]
+    outer = step["chord"]
+    headers = [[m["args"] for m in outer["header"]]]
+    headers += [[m["args"] for m in outer["then"]["header"]]]
+    headers += [[m["args"] for m in outer["then"]["then"]["header"]]]
+    assert headers == [[[1, 1], [2, 2]], [[1], [2]], [[3], [4]]]
+    assert step["options"]["task_id"] == last.id
+
+
+def test_a_chords_member_that_is_a_chord_with_a_group_body_is_refused_by_name(
+    app: celery.Celery,
+) -> None:
+    """Its body's end would be several runs: refused when applied, never a hang."""
+    a = app.signature("t.a")
+    inner = celery.chord([a.clone((1,))], group(a.clone((2,)), a.clone((3,))))
+    with pytest.raises(InvalidArgument) as refused:
+        links({"link": celery.chord([a.clone(), inner], a.clone())})
+    assert refused.value.field == "link[0].header[1].body"
