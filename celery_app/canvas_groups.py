@@ -50,11 +50,11 @@ from celery_app.canvas_links import (
     group_body,
     link_signature,
     member_link,
-    refuse_options,
     unrolled,
 )
 from celery_app.enqueue_routing import routed_call, routed_run
 from celery_app.enqueueing import enqueue_many
+from celery_app.step_options import refuse_options
 from kernel import InvalidArgument
 
 __all__ = ["hook_canvas"]

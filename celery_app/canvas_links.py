@@ -44,26 +44,23 @@ a task, a chain (each step's next step first among its callbacks) or a chord.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
-from kombu.utils.json import dumps
 
+from celery_app.step_options import celery_json, many, refuse_options, stamps_request
 from kernel import InvalidArgument
 
 __all__ = [
     "CANVAS_OPTIONS",
-    "celery_json",
     "chord_member_end",
     "group_body",
     "link_signature",
     "links",
     "member_link",
-    "refuse_options",
     "replacement_signature",
     "unrolled",
 ]
@@ -72,13 +69,6 @@ __all__ = [
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain"})
 #: A step's options a kernel link honours.
 _STEP_OPTIONS = ("task_id", "queue", "countdown", "eta", "priority")
-#: A step's options about Celery's own bookkeeping of a message the kernel does not send.
-#: (Not ``chord``: a step carrying one is a member of a chord Celery counts in its
-#: backend, which a kernel run never reports to: dropped, the chord would wait forever.)
-_UNUSED_STEP_OPTIONS = frozenset(
-    {"reply_to", "parent_id", "root_id", "group_id", "group_index", "serializer",
-     "add_to_parent", "stamped_headers", "stamps", "replaced_task_nesting"}
-)  # fmt: skip
 
 
 def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -90,11 +80,11 @@ def links(options: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dict[s
             cannot honour (``field`` names where).
     """
     callbacks = [
-        made for i, s in enumerate(_many(options.get("link"))) for made in _made(s, f"link[{i}]")
+        made for i, s in enumerate(many(options.get("link"))) for made in _made(s, f"link[{i}]")
     ]
     errbacks = [
         made
-        for i, s in enumerate(_many(options.get("link_error")))
+        for i, s in enumerate(many(options.get("link_error")))
         for made in _made(s, f"link_error[{i}]")
     ]
     # Celery keeps the rest reversed: the next step is the list's last.
@@ -235,40 +225,6 @@ def member_link(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     return link_signature({**sig, "options": options, "kwargs": {"tasks": steps}}, where)
 
 
-def _many(value: Any) -> Sequence[Any]:
-    if value is None:
-        return ()
-    return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def refuse_options(options: Mapping[str, Any], honoured: set[str], where: str) -> None:
-    """Refuse a canvas's ``options`` not ``honoured`` (but Celery's bookkeeping), naming
-    the first at ``where`` (InvalidArgument)."""
-    # A signature's stamps are options too, named by its ``stamped_headers``: a task's
-    # reach its run's request (:func:`_stamps`); a canvas's own are its tasks' already
-    # (Celery's stamping visits every signature of it).
-    stamps = set(_many(options.get("stamped_headers")))
-    refused = sorted(
-        name
-        for name, value in options.items()
-        if value not in (None, False, [], ())
-        and name not in honoured | _UNUSED_STEP_OPTIONS | stamps
-    )
-    if "chord" in refused:
-        raise InvalidArgument(
-            f"{where}.options.chord",
-            "a step of a chord that Celery counts itself (its header not routed through "
-            "the kernel, kernel_route_tasks) never reports to it; route the chord's tasks "
-            "too, or none of its steps",
-        )
-    if refused:
-        raise InvalidArgument(
-            f"{where}.options.{refused[0]}",
-            f"a step of a canvas routed through the kernel (kernel_route_tasks) honours "
-            f"only {', '.join(sorted(honoured))}; call it without {refused[0]}",
-        )
-
-
 def group_body(sig: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     """A chord's body that is a group as the kernel's chord makes it: its tasks' links
     (a chord among them: :func:`_chord_step`, its body a group too). The group's own
@@ -342,17 +298,6 @@ def _chord_step(sig: Mapping[str, Any], where: str, in_group: bool = False) -> d
     return {**body, "chord": chord}
 
 
-def celery_json(value: Any) -> Any:
-    """``value`` as Celery's JSON serializer puts it in a message: bytes, datetime, Decimal,
-    UUID tagged (``{"__type__": ..., "__value__": ...}``), which the kernel stores as JSON
-    and its worker decodes (:func:`adapters.task.arguments`); a value that is no JSON even
-    so as it is, for the kernel to refuse naming where."""
-    try:
-        return json.loads(dumps(value))  # type: ignore[no-untyped-call]
-    except (TypeError, ValueError):
-        return value
-
-
 def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
     """One Celery signature (a Signature is a dict) as a kernel link (a step, a link, a
     chord's body); InvalidArgument as :func:`links`, ``where`` first in its field."""
@@ -385,18 +330,8 @@ def link_signature(sig: Mapping[str, Any], where: str) -> dict[str, Any]:
         "options": {name: options[name] for name in _STEP_OPTIONS if options.get(name) is not None},
         "callbacks": nested,
         "errbacks": errbacks,
-        **_stamps(options),
+        **stamps_request(options),
     }
-
-
-def _stamps(options: Mapping[str, Any]) -> dict[str, Any]:
-    """A task signature's stamps as its run's request fields (``stamped_headers`` and
-    ``stamps``, as Celery's message carries them for its worker's request), or nothing."""
-    stamped = [str(name) for name in _many(options.get("stamped_headers"))]
-    if not stamped:
-        return {}
-    stamps = {name: celery_json(options.get(name)) for name in stamped}
-    return {"request": {"stamped_headers": stamped, "stamps": stamps}}
 
 
 def replacement_signature(sig: Mapping[str, Any]) -> dict[str, Any]:
@@ -417,7 +352,7 @@ def replacement_signature(sig: Mapping[str, Any]) -> dict[str, Any]:
     steps = [link_signature(task, f"replacement.tasks[{i}]") for i, task in enumerate(tasks)]
     errbacks = [
         link_signature(s, f"replacement.link_error[{i}]")
-        for i, s in enumerate(_many(options.get("link_error")))
+        for i, s in enumerate(many(options.get("link_error")))
     ]
     for step, after in zip(steps, steps[1:], strict=False):
         step["callbacks"].insert(0, after)

@@ -31,9 +31,10 @@ from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
 from beat_schedule.task_settings import kernel_priority
-from celery_app.canvas_links import CANVAS_OPTIONS, celery_json, links
+from celery_app.canvas_links import CANVAS_OPTIONS, links
 from celery_app.enqueueing import MAP_BUILTINS, enqueue, run_queue
 from celery_app.settings import KernelSettings
+from celery_app.step_options import celery_json
 from kernel import Enqueued, InvalidArgument
 
 __all__ = ["TaskShortcut", "hook_apply_async", "routed", "routed_call", "routed_run"]

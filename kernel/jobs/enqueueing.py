@@ -36,15 +36,14 @@ from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
     MAX_KEY,
     TASK_JOB_PREFIX,
-    ChordStep,
     EnqueueRequest,
     EnqueueRow,
     checked_links,
-    chord_step,
     prepare,
     task_job_id,
     task_job_spec,
 )
+from kernel.spec.link_runs import ChordStep, chord_step
 from kernel.statements import CHORD_ROW
 from kernel.transaction.tx import Tx
 from kernel.transitions.chords import grow

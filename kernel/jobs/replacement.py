@@ -26,13 +26,8 @@ from kernel.occurrences.chains import fire_links
 from kernel.occurrences.rows import existing_keys
 from kernel.occurrences.runs import settle
 from kernel.records import loads
-from kernel.spec.enqueue_request import (
-    EnqueueRequest,
-    checked_links,
-    chord_steps,
-    link_requests,
-    prepare,
-)
+from kernel.spec.enqueue_request import EnqueueRequest, checked_links, prepare
+from kernel.spec.link_runs import chord_steps, link_requests
 from kernel.spec.task_runs import replacement_of
 from kernel.transaction.tx import Tx
 

@@ -19,15 +19,8 @@ from kernel.limits.chaining import MAX_CHAIN_DEPTH, condition_matches, fanout_li
 from kernel.occurrences.firing import admit, create_gated, lock_job
 from kernel.occurrences.rows import insert_links
 from kernel.records import dumps, loads
-from kernel.spec.enqueue_request import (
-    ChordStep,
-    EnqueueRequest,
-    EnqueueRow,
-    chord_steps,
-    continuing,
-    link_requests,
-    prepare,
-)
+from kernel.spec.enqueue_request import EnqueueRequest, EnqueueRow, continuing, prepare
+from kernel.spec.link_runs import ChordStep, chord_steps, link_requests
 from kernel.spec.task_runs import caller_key, chain_ids, continued
 from kernel.transaction.tx import Tx
 from kernel.transitions import chords as TC

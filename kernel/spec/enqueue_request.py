@@ -41,7 +41,6 @@ from datetime import datetime
 from typing import Any
 
 from kernel.errors import InvalidArgument
-from kernel.records import dumps, loads
 from kernel.spec.durations import MAX_DURATION_S, canonical_json, duration, rate_limit_name
 from kernel.spec.jobspec import MAX_LOST_LEASES, MAX_PAYLOAD_BYTES
 from kernel.spec.task_runs import (
@@ -67,9 +66,8 @@ from kernel.spec.task_runs import (
 )
 
 __all__ = [
-    "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "ChordStep", "checked_links",
-    "chord_step", "chord_steps", "continuing", "link_requests", "prepare", "task_job_id",
-    "task_job_spec"]  # fmt: skip
+    "MAX_KEY", "TASK_JOB_PREFIX", "EnqueueRequest", "EnqueueRow", "checked_links", "continuing",
+    "prepare", "signature_request", "task_job_id", "task_job_spec"]  # fmt: skip
 
 _RUN_TIMEOUT = duration(0.0, MAX_DURATION_S)  # a run's own timeout, read as a job's is
 _SIGNATURE_FIELDS = frozenset(
@@ -253,7 +251,7 @@ def _signature(
     settings = dict(settings)
     try:
         own = {name: raw.get(name) for name in ("args", "kwargs", "request")}  # links: below
-        prepare(_request(task, own, options, settings, (), None), {}, False)
+        prepare(signature_request(task, own, options, settings, (), None), {}, False)
     except InvalidArgument as exc:
         why = exc.message.removeprefix(f"{exc.field}: ")
         raise InvalidArgument(f"{path}.{exc.field}", why) from None
@@ -317,10 +315,12 @@ def _signatures(raw: Any, where: str, tasks: dict[str, Mapping[str, Any]]) -> li
     return [_signature(s, f"{where}[{i}]", tasks) for i, s in enumerate(raw)]
 
 
-def _request(
+def signature_request(
     task: str, sig: Mapping[str, Any], options: Mapping[str, Any], settings: Mapping[str, Any],
     first: Sequence[Any], key: str | None, parent: str | None = None,
 ) -> EnqueueRequest:  # fmt: skip
+    """The run of a checked signature ``sig``: ``first`` before its arguments, keyed by its
+    task id, else ``key``; ``parent``: its parent's task id (``parent_id``)."""
     given = sig.get("request")
     return EnqueueRequest(
         task,
@@ -337,69 +337,3 @@ def _request(
         replaces=sig.get("replaces"),
         request={**(given or {}), "parent_id": parent} if parent else given,
     )
-
-
-def link_requests(
-    links_json: str, *, succeeded: bool, result: Any, parent_id: int | str,
-    parent_task_id: str, stem: str | None = None,
-) -> list[EnqueueRequest]:  # fmt: skip
-    """The runs a settled run's links make: its callbacks after a success (``result``
-    first unless immutable), else its errbacks (``parent_task_id`` first unless
-    immutable), their parent ``parent_task_id``. Pure: checked when enqueued. ``stem``:
-    the keys' start before each link's place, when not the parent's own (``errbacks:<id>``):
-    a failed chord's errbacks are its own, not those of the member that failed it."""
-    links = loads(links_json)
-    kind = "callbacks" if succeeded else "errbacks"
-    first = [result] if succeeded else [parent_task_id]
-    stem = stem or f"{kind}:{parent_id}"
-    return [
-        _request(sig["task"], sig, sig["options"], sig["settings"],
-                 () if sig["immutable"] else first, f"{stem}:{index}", parent_task_id)
-        for index, sig in enumerate(links[kind])
-        if "chord" not in sig
-    ]  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class ChordStep:
-    """A chord a settled run's callback (or an enqueue) makes: its id, its members (runs, or
-    chords whose body's end is the member's), its row's body (links JSON), and whether it
-    ``continues`` the run (its body then takes the run's place in the run's chord)."""
-
-    chord_id: str
-    members: list[EnqueueRequest | ChordStep]
-    body: str
-    continues: bool = False
-
-
-def chord_steps(links_json: str, *, result: Any, parent_task_id: str) -> list[ChordStep]:
-    """The chords a succeeded run's callbacks make (:func:`link_requests` makes the
-    others): :func:`chord_step` of each, ``result`` first."""
-    return [chord_step(sig, [result], parent_task_id)
-            for sig in loads(links_json)["callbacks"] if "chord" in sig]  # fmt: skip
-
-
-def chord_step(
-    sig: Mapping[str, Any], first: Sequence[Any], parent_task_id: str | None
-) -> ChordStep:
-    """The chord of a checked signature carrying one: each header member keyed by its task
-    id, else by the chord and place, ``first`` before its arguments unless immutable, its
-    parent ``parent_task_id``, its group the chord (``group_id``, ``group_index``); a member
-    that is a chord is made alike, given ``first`` as Celery's chord gives its header."""
-    chord = sig["chord"]
-    members: list[EnqueueRequest | ChordStep] = []
-    for index, m in enumerate(chord["header"]):
-        if "chord" in m:
-            members.append(chord_step(m, first, parent_task_id))
-            continue
-        request = {**m.get("request", {}), "group_id": chord["id"], "group_index": index}
-        members.append(_request(
-            m["task"], {**m, "request": request}, m["options"], m["settings"],
-            () if m["immutable"] else first, f"chord:{chord['id']}:{index}", parent_task_id,
-        ))  # fmt: skip
-    body = {name: value for name, value in sig.items() if name != "chord"}
-    if "then" in chord:  # the body is itself a chord's: made as a chord step
-        body["chord"] = chord["then"]
-    group = {"callbacks": [body, *chord["group"]], "group": True} if "group" in chord else {}
-    stored = {"callbacks": [body], "errbacks": [], "result_id": chord.get("result_id"), **group}
-    return ChordStep(chord["id"], members, dumps(stored), bool(sig.get("continues")))

@@ -1,9 +1,15 @@
 """A job spec's ``schedule`` section: when a job fires (cron, every, at, in), and the
-bounds and spread of a recurring schedule (:mod:`kernel.spec.schedule_bounds`)."""
+bounds and spread of a recurring schedule: ``start``, ``end``, ``max_runs`` and ``jitter``
+beside ``cron`` or ``every`` (``at`` and ``in`` fire once: nothing to bound or spread).
+
+Jitter must be smaller than the shortest gap between two firings: each firing then still
+comes due before the next one does, so firings stay in order whatever their offsets.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import pairwise
 from typing import Annotated, Any, Self
 
 from croniter import CroniterBadDateError, croniter
@@ -12,10 +18,16 @@ from pydantic_core import core_schema
 
 from kernel.spec.fields import CRON, INSTANT, TIME_ZONE, choice, integer, refuse, seconds
 from kernel.spec.problems import Shape
-from kernel.spec.schedule_bounds import MAX_RUNS, check_bounds
 from kernel.spec.sections import Section
 
-__all__ = ["Schedule", "ScheduleDict"]
+__all__ = ["MAX_RUNS", "Schedule", "ScheduleDict", "check_bounds", "shortest_gap"]
+
+#: The largest ``max_runs``: counting a job's runs stays cheap (it stops at the bound).
+MAX_RUNS = 1_000_000
+#: Firings of a cron expression looked at to find its shortest gap: enough to pass
+#: every month of a year for an expression that fires daily or more often.
+_CRON_SAMPLE = 800
+_SAMPLE_FROM = datetime(2001, 1, 1)
 
 
 def _fires_on_both(expr: str) -> bool:
@@ -54,7 +66,7 @@ class Schedule(Section):
     in_: Annotated[float | None, seconds()] = Field(
         default=None, alias="in", description="Once, this long after the job is defined."
     )
-    # Bounds and spread of a recurring schedule (cron, every): kernel.spec.schedule_bounds.
+    # Bounds and spread of a recurring schedule (cron, every): check_bounds.
     start: Annotated[str | None, INSTANT] = Field(
         default=None, description="Recurring only: no firing before this instant."
     )
@@ -116,3 +128,46 @@ ScheduleDict = Annotated[
     ),
     Shape(Schedule),
 ]
+
+
+def shortest_gap(cron: str | None, every: float | None) -> float:
+    """Seconds between the two closest firings of ``cron`` (read in UTC, over a sample of
+    its firings from 2001) or of ``every``."""
+    if every is not None:
+        return every
+    assert cron is not None
+    walk = croniter(cron, _SAMPLE_FROM)
+    instants = [walk.get_next(datetime) for _ in range(_CRON_SAMPLE)]
+    return min(float((b - a).total_seconds()) for a, b in pairwise(instants))
+
+
+def check_bounds(
+    cron: str | None,
+    every: float | None,
+    start: str | None,
+    end: str | None,
+    max_runs: int | None,
+    jitter: float | None,
+) -> None:
+    """Refuse bounds on a one-shot, an end not after the start, and a jitter that could
+    reorder firings (not smaller than the shortest gap between two of them)."""
+    given = {"start": start, "end": end, "max_runs": max_runs, "jitter": jitter}
+    if cron is None and every is None:
+        for name, value in given.items():
+            if value is not None:
+                raise refuse("applies only to a recurring schedule (cron or every)", name)
+        return
+    if start is not None and end is not None and _instant(end) <= _instant(start):
+        raise refuse(f"must be after start ({start})", "end")
+    if jitter is not None:
+        gap = shortest_gap(cron, every)
+        if jitter >= gap:
+            raise refuse(
+                f"{jitter:g}s is not smaller than the shortest gap between two firings "
+                f"({gap:g}s): firings could overtake each other; use a smaller jitter",
+                "jitter",
+            )
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text)

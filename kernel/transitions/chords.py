@@ -16,7 +16,8 @@ from typing import Any
 from kernel.errors import InvalidArgument
 from kernel.events import EventType as E
 from kernel.records import dumps, loads
-from kernel.spec.enqueue_request import EnqueueRequest, EnqueueRow, link_requests
+from kernel.spec.enqueue_request import EnqueueRequest, EnqueueRow
+from kernel.spec.link_runs import link_requests
 from kernel.spec.task_runs import replacement_of
 from kernel.statements import (
     CHORD_ABANDONED,

@@ -53,14 +53,10 @@ def _occurrences(app: Any) -> list[Any]:
     [
         (lambda app: group(app.routed.s("a"), app.other.s("b")).apply_async(), "group[1]"),
         (
-            lambda app: chord([app.routed.s("a"), chord([app.routed.s("b")], app.routed.s())])(
-                app.other.s()
+            lambda app: chord([chord([app.routed.s("b")], group(app.routed.s(), app.routed.s()))])(
+                app.routed.s()
             ),
-            "chord header[1]",
-        ),
-        (
-            lambda app: chord([chord([app.routed.s("b")], app.routed.s())])(app.routed.s()),
-            "chord header[0]",
+            "chord header[0].body",
         ),
         (
             lambda app: chord([app.routed.s("a")])(app.other.s().set(expires=5)),
@@ -80,8 +76,7 @@ def _occurrences(app: Any) -> list[Any]:
     ],
     ids=[
         "mixed-group",
-        "chord-member-chord",
-        "chord-of-chords",
+        "chord-member-chord-with-group-body",
         "chord-body-expires",
         "link-expires",
         "pickle",
