@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.driver import DriverStatement
+from kernel.db.driver import DriverStatement, send
 from kernel.db.schema_shape import SchemaDrift, compare, expected_shape, live_shape
 from kernel.errors import InvalidArgument, SchemaUnknown
 from kernel.redaction import masked_url
@@ -50,8 +50,6 @@ _MIGRATION_LOCK = 0x4B45524E  # "KERN": the advisory lock key migrations take on
 # exec_driver_sql, whose set-up costs more than the BEGIN itself.
 _BEGIN_READ = DriverStatement(sa.text("BEGIN"), "sqlite")
 _BEGIN_WRITE = DriverStatement(sa.text("BEGIN IMMEDIATE"), "sqlite")
-_COMMIT = DriverStatement(sa.text("COMMIT"), "sqlite")
-_ROLLBACK = DriverStatement(sa.text("ROLLBACK"), "sqlite")
 
 
 #: The schema revision this code needs: the newest in kernel/migrations/versions (a test
@@ -263,9 +261,10 @@ def begin_sqlite_write(conn: sa.Connection) -> None:
 
     A Core statement run inside still works: SQLAlchemy then begins its own transaction,
     which joins this one (the begin listener finds the driver in a transaction), and
-    :func:`end_sqlite_write` ends both.
+    :func:`end_sqlite_write` ends both. Sent as text on the kept cursor: a statement
+    without parameters or rows needs none of DriverStatement's per-call work.
     """
-    _BEGIN_WRITE.execute(conn)
+    send(conn, "BEGIN IMMEDIATE", (), fetch=False)
 
 
 def end_sqlite_write(conn: sa.Connection, *, commit: bool) -> None:
@@ -276,9 +275,9 @@ def end_sqlite_write(conn: sa.Connection, *, commit: bool) -> None:
         else:
             conn.rollback()
     elif commit:
-        _COMMIT.execute(conn)
+        send(conn, "COMMIT", (), fetch=False)
     elif conn.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
-        _ROLLBACK.execute(conn)
+        send(conn, "ROLLBACK", (), fetch=False)
 
 
 #: Wait for PostgreSQL's advisory lock ``:key``, held until the transaction ends.

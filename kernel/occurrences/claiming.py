@@ -14,7 +14,7 @@ from kernel.db.schema import occurrences
 from kernel.db.translate import constraint_name
 from kernel.events import EventType
 from kernel.limits import held as limits
-from kernel.occurrences import lease_expiry, runs
+from kernel.occurrences import hot_path, lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
 from kernel.statements.predicates import claimable_now, lease_expired, start_expired
 from kernel.states import ControlState, OccurrenceStatus
@@ -98,7 +98,7 @@ def claim(
     read before it; every other one is read (:func:`_read`), skipped when past its start
     deadline, else decided (:func:`decide`) and written (:func:`_take`)."""
     if again:
-        queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
+        queued = hot_path.claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
             return queued
     read = _read(tx, occurrence_id)
@@ -211,19 +211,6 @@ def _take(
         resumed=decision.resuming,
         checkpoint=occurrence.checkpoint,
     )
-
-
-def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -> Claim | None:
-    """WORKER_CLAIMS_QUEUED; None when its guard held for no row (then claim reads)."""
-    params = {
-        "occurrence_id": occurrence_id,
-        "now": tx.now_param(),
-        "owner": owner,
-        "lease_ms": lease_ms,
-    }
-    # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
-    claimed = door.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
-    return None if claimed is None else _queued_claim(tx, claimed, owner)
 
 
 def _queued_claim(tx: Tx, claimed: sa.Row[Any], owner: str) -> Claim:

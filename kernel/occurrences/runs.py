@@ -16,8 +16,9 @@ from kernel.errors import (
     LeaseLost,
     NotFound,
 )
-from kernel.events import EventType, settled_event
+from kernel.events import settled_event
 from kernel.limits import budgets, pools
+from kernel.occurrences import hot_path
 from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
@@ -168,7 +169,8 @@ def settle(
     links are not fired, its replacement takes them over.
     """
     plain = outcome == "succeeded" and not owes_more(result) and not replaced
-    if plain and _succeed_plain(tx, occurrence_id, owner, fence, result, alone):
+    params = succeed_plain_params(tx, occurrence_id, owner, fence, result) if plain else None
+    if params is not None and hot_path.succeed_plain(tx, params, alone=alone):
         return S.SUCCEEDED
     failed_effect = _checked(outcome, error, effect)
     row = _read_failed(tx, occurrence_id) if outcome == "failed" else None
@@ -326,28 +328,6 @@ def succeed_plain_params(
         "result_json": dumps(result),
         "error_json": None,
     }
-
-
-def _succeed_plain(
-    tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool
-) -> bool:
-    """WORKER_SUCCEEDS_PLAIN; False (nothing written) when its guard held for no row,
-    a lost lease included: SETTLE then decides, and says which."""
-    params = succeed_plain_params(tx, occurrence_id, owner, fence, result)
-    settled = door.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
-    if settled is None:
-        return False
-    tx.observe_now(settled.now)
-    door.append(
-        tx,
-        T.WORKER_SUCCEEDS_PLAIN,
-        EventType.OCCURRENCE_SUCCEEDED,
-        {"attempt": settled.attempt},
-        job_id=settled.job_id,
-        occurrence_id=occurrence_id,
-        fence=fence,
-    )
-    return True
 
 
 #: The SETTLE row of each outcome a holder reports.
