@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import result_tuple
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement", "render_all", "send"]
+__all__ = ["DriverStatement", "finish", "render_all", "send"]
 
 _Processor = Callable[[Any], Any]
 
@@ -148,6 +148,16 @@ def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequ
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _wrap(conn, exc, sql, args, cursor) from exc
     return raw, count
+
+
+def finish(conn: sa.Connection, *, commit: bool) -> None:
+    """COMMIT or ROLLBACK the transaction ``conn``'s driver holds open, by the driver's own
+    method (none open: nothing sent), a driver error wrapped as :func:`send` wraps it."""
+    dbapi: Any = conn.connection.dbapi_connection
+    try:
+        dbapi.commit() if commit else dbapi.rollback()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _wrap(conn, exc, "COMMIT" if commit else "ROLLBACK", (), None) from exc
 
 
 #: Every statement made, for :func:`render_all`; they are module-level constants.

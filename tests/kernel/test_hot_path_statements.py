@@ -274,6 +274,14 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
         wrapped.append(str(self.statement)[:40])
         return original(self, *args, **kwargs)
 
+    # A write transaction begins and ends on the driver on both back ends: SQLAlchemy's
+    # begin and commit machinery is for the Core statements a transaction may run.
+    began: list[object] = []
+
+    def begin(conn: sa.Connection) -> None:
+        began.append(conn)
+
+    sa.event.listen(kernel.engine, "begin", begin)
     DriverStatement._run = counted  # type: ignore[method-assign]
     try:
         claim = kernel.claim(made.occurrence_id, owner='w\u00e9"', lease=30)
@@ -281,7 +289,8 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
         kernel.succeed(made.occurrence_id, owner='w\u00e9"', fence=claim.fence, result=[1])
     finally:
         DriverStatement._run = original  # type: ignore[method-assign]
-    assert wrapped == []
+        sa.event.remove(kernel.engine, "begin", begin)
+    assert wrapped == [] and began == []
     # The lane hands its binds to the driver unprocessed: their types must need nothing.
     dialect = kernel.engine.dialect
     for transition in (T.WORKER_CLAIMS_QUEUED, T.WORKER_SUCCEEDS_PLAIN):
