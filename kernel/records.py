@@ -182,7 +182,7 @@ def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None
 
 
 def occurrence_from_mapping(
-    m: Mapping[str, Any], control_row: sa.Row[Any] | None = None
+    m: Mapping[Any, Any], control_row: sa.Row[Any] | None = None
 ) -> Occurrence:
     """An occurrence from its columns by name (a row's mapping, or a dict of a driver's
     tuple: kernel/occurrences/hot_path.py)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kernel import statements as st
 from kernel.db.driver import DriverStatement, send
 from kernel.events import EventType
 from kernel.records import dumps, occurrence_from_mapping
@@ -41,7 +42,7 @@ def claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -
     PostgreSQL, its event included); None when its guard held for no row (nothing
     written: the caller reads and decides)."""
     tx.allowed_events.update(T.WORKER_CLAIMS_QUEUED.events)
-    statement = T.WORKER_CLAIMS_QUEUED.statement[tx.dialect]  # type: ignore[index]
+    statement = st.CLAIM_QUEUED_BY_DIALECT[tx.dialect]  # WORKER_CLAIMS_QUEUED's
     params = {
         "occurrence_id": occurrence_id,
         "now": tx.now_param(),
@@ -76,7 +77,7 @@ def succeed_plain(tx: Tx, params: Mapping[str, Any], *, alone: bool) -> bool:
     (nothing written) when its guard held for no row, a lost lease included. ``alone``:
     the statement may be the whole transaction (PostgreSQL, its event included)."""
     tx.allowed_events.update(T.WORKER_SUCCEEDS_PLAIN.events)
-    statement = T.WORKER_SUCCEEDS_PLAIN.statement[tx.dialect]  # type: ignore[index]
+    statement = st.SUCCEED_PLAIN_BY_DIALECT[tx.dialect]  # WORKER_SUCCEEDS_PLAIN's
     _keys, values = _first(tx, statement, params, alone=alone)
     if values is None:
         return False

@@ -15,7 +15,8 @@ from kernel.statements.logged import INSERT_EVENT
 
 __all__ = ["Tx"]
 
-R = TypeVar("R")
+#: What a statement sent alone answers: its rows.
+Rows = TypeVar("Rows", bound=Sequence[Any])
 
 #: psycopg's ``TransactionStatus.IDLE``: no statement of a transaction sent yet.
 _PG_IDLE = 0
@@ -72,7 +73,7 @@ class Tx:
         on PostgreSQL (:meth:`alone`)."""
         return self.alone(lambda: statement.all(self.conn, params))
 
-    def alone(self, send: Callable[[], Sequence[R]]) -> Sequence[R]:
+    def alone(self, send: Callable[[], Rows]) -> Rows:
         """``send()`` (one statement, its rows), sent as a transaction of its own when it
         would open this one on PostgreSQL: one round trip instead of three (BEGIN, the
         statement, COMMIT).
