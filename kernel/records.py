@@ -185,7 +185,7 @@ def occurrence_from_mapping(
     m: Mapping[Any, Any], control_row: sa.Row[Any] | None = None
 ) -> Occurrence:
     """An occurrence from its columns by name (a row's mapping, or a dict of a driver's
-    tuple: kernel/occurrences/hot_path.py)."""
+    tuple: kernel/transitions/fast_lane.py)."""
     control = control_from_row(control_row)
     return Occurrence(
         id=m["id"],

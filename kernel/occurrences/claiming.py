@@ -14,13 +14,13 @@ from kernel.db.schema import occurrences
 from kernel.db.translate import constraint_name
 from kernel.events import EventType
 from kernel.limits import held as limits
-from kernel.occurrences import hot_path, lease_expiry, runs
+from kernel.occurrences import lease_expiry, runs
 from kernel.records import dumps, loads, occurrence_from_row
 from kernel.statements.predicates import claimable_now, lease_expired, start_expired
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import controls as TC
-from kernel.transitions import door
+from kernel.transitions import door, fast_lane
 from kernel.transitions import occurrences as T
 from kernel.types import Claim
 
@@ -98,7 +98,7 @@ def claim(
     read before it; every other one is read (:func:`_read`), skipped when past its start
     deadline, else decided (:func:`decide`) and written (:func:`_take`)."""
     if again:
-        queued = hot_path.claim_queued(tx, occurrence_id, owner, lease_ms)
+        queued = fast_lane.claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
             return queued
     read = _read(tx, occurrence_id)

@@ -18,7 +18,6 @@ from kernel.errors import (
 )
 from kernel.events import settled_event
 from kernel.limits import budgets, pools
-from kernel.occurrences import hot_path
 from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
 from kernel.records import checkpoint_envelope, dumps, loads, to_dt
@@ -27,7 +26,7 @@ from kernel.spec.task_runs import retried_definition
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import controls as TC
-from kernel.transitions import door, notices
+from kernel.transitions import door, fast_lane, notices
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer
 
@@ -170,7 +169,7 @@ def settle(
     """
     plain = outcome == "succeeded" and not owes_more(result) and not replaced
     params = succeed_plain_params(tx, occurrence_id, owner, fence, result) if plain else None
-    if params is not None and hot_path.succeed_plain(tx, params, alone=alone):
+    if params is not None and fast_lane.succeed_plain(tx, params, alone=alone):
         return S.SUCCEEDED
     failed_effect = _checked(outcome, error, effect)
     row = _read_failed(tx, occurrence_id) if outcome == "failed" else None

@@ -258,7 +258,7 @@ def test_a_connection_keeps_one_cursor_for_its_driver_statements(kernel: Kernel)
 
 
 def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -> None:
-    # The lane of a plain run (kernel/occurrences/hot_path.py): its statements go to the
+    # The lane of a plain run (kernel/transitions/fast_lane.py): its statements go to the
     # kept cursor as text rendered once, its rows are read by position; DriverStatement's
     # per-call work (defaults merged, processors, a Row per row), door and Tx.emit were
     # the largest Python part of a run after the statements (bench/README.md session 21).

@@ -1,10 +1,13 @@
-"""The lane of a plain run: its claim and its success, the two writes of nearly every task.
+"""The door's lane for a plain run: its claim and its success, the two writes of nearly
+every task.
 
 A queued run that never held a lease, with nothing else to decide, is claimed by
 WORKER_CLAIMS_QUEUED's one statement, and a success that owes nothing beyond its row and
 event is WORKER_SUCCEEDS_PLAIN's: each guard decides everything in SQL, so nothing is
 read first, and a guard that holds for no row sends the caller to the general path
 (kernel/occurrences/claiming.py, runs.py), which reads once and decides or raises.
+Each still lets its rows' events be appended (``Tx.allowed_events``) and writes its event
+where its statement does not (``Transition.logged_on``), as :mod:`kernel.transitions.door` does.
 
 Their statements' SQL is the transitions' own, rendered once per process
 (``DriverStatement.rendered``). What this lane leaves out, per run, is the general
@@ -20,15 +23,15 @@ in SQL) is the canonical JSON ``records.dumps`` writes, formatted directly.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from kernel import statements as st
 from kernel.db.driver import DriverStatement, send
 from kernel.events import EventType
 from kernel.records import dumps, occurrence_from_mapping
 from kernel.statements.logged import INSERT_EVENT
 from kernel.transaction.tx import Tx
 from kernel.transitions import occurrences as T
+from kernel.transitions.door import Transition
 from kernel.types import Claim
 
 __all__ = ["claim_queued", "succeed_plain"]
@@ -42,7 +45,7 @@ def claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -
     PostgreSQL, its event included); None when its guard held for no row (nothing
     written: the caller reads and decides)."""
     tx.allowed_events.update(T.WORKER_CLAIMS_QUEUED.events)
-    statement = st.CLAIM_QUEUED_BY_DIALECT[tx.dialect]  # WORKER_CLAIMS_QUEUED's
+    statement = _statement(tx, T.WORKER_CLAIMS_QUEUED)
     params = {
         "occurrence_id": occurrence_id,
         "now": tx.now_param(),
@@ -55,7 +58,7 @@ def claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -
     m = dict(zip(keys, values, strict=True))
     tx.observe_now(m["now"])
     fence = m["fence"]
-    if not tx.is_postgres:
+    if _logs_after(tx, T.WORKER_CLAIMS_QUEUED):
         data = (
             f'{{"attempt":{m["attempt"]},"owner":{dumps(owner)},'
             '"previous_owner":null,"previous_status":"queued"}'
@@ -77,16 +80,21 @@ def succeed_plain(tx: Tx, params: Mapping[str, Any], *, alone: bool) -> bool:
     (nothing written) when its guard held for no row, a lost lease included. ``alone``:
     the statement may be the whole transaction (PostgreSQL, its event included)."""
     tx.allowed_events.update(T.WORKER_SUCCEEDS_PLAIN.events)
-    statement = st.SUCCEED_PLAIN_BY_DIALECT[tx.dialect]  # WORKER_SUCCEEDS_PLAIN's
+    statement = _statement(tx, T.WORKER_SUCCEEDS_PLAIN)
     _keys, values = _first(tx, statement, params, alone=alone)
     if values is None:
         return False
     job_id, attempt, now = values  # RETURNING job_id, attempt, now
     tx.observe_now(now)
-    if not tx.is_postgres:
+    if _logs_after(tx, T.WORKER_SUCCEEDS_PLAIN):
         data = f'{{"attempt":{attempt}}}'
         _log(tx, _SUCCEEDED, job_id, params["occurrence_id"], params["held_fence"], data)
     return True
+
+
+def _statement(tx: Tx, transition: Transition) -> DriverStatement:
+    """The row's statement on this back end (both rows' are driver statements by dialect)."""
+    return cast(Mapping[str, DriverStatement], transition.statement)[tx.dialect]
 
 
 def _first(
@@ -104,6 +112,11 @@ def _first(
 
     rows = tx.alone(run) if alone else run()
     return r.keys, (rows[0] if rows else None)
+
+
+def _logs_after(tx: Tx, transition: Transition) -> bool:
+    """The row's statement does not write its event on this back end (SQLite)."""
+    return tx.dialect not in transition.logged_on
 
 
 def _log(tx: Tx, type_: str, job_id: str, occurrence_id: int, fence: int, data: str) -> None:
