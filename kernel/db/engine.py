@@ -278,7 +278,13 @@ def end_write(conn: sa.Connection, *, commit: bool) -> None:
             conn.commit()
         else:
             conn.rollback()
-    elif not conn.invalidated:  # a lost connection has nothing left to end
+    elif conn.invalidated:  # a lost connection has nothing left to end
+        return
+    elif commit and conn.dialect.name == "sqlite":
+        # Sent, not sqlite3's commit(), which ends nothing silently where SQLite already
+        # rolled the transaction back (a full disk): COMMIT then fails, and says so.
+        send(conn, "COMMIT", (), fetch=False)
+    else:
         finish(conn, commit=commit)
 
 
