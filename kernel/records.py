@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "stored_result",
     "job_from_row",
     "occurrence_from_row",
+    "occurrence_from_mapping",
     "control_from_row",
     "event_from_row",
     "beat_from_row",
@@ -176,7 +178,14 @@ def control_from_row(row: sa.Row[Any] | None) -> Control | None:
 
 
 def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None) -> Occurrence:
-    m = row._mapping
+    return occurrence_from_mapping(row._mapping, control_row)
+
+
+def occurrence_from_mapping(
+    m: Mapping[Any, Any], control_row: sa.Row[Any] | None = None
+) -> Occurrence:
+    """An occurrence from its columns by name (a row's mapping, or a dict of a driver's
+    tuple: kernel/transitions/fast_lane.py)."""
     control = control_from_row(control_row)
     return Occurrence(
         id=m["id"],

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import result_tuple
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement", "render_all"]
+__all__ = ["DriverStatement", "finish", "render_all", "send"]
 
 _Processor = Callable[[Any], Any]
 
@@ -43,6 +43,8 @@ class _Rendered:
     #: Bind processors for the values a caller supplies, where the type has one.
     bind_processors: Mapping[str, _Processor]
     make_row: Callable[[Iterable[Any]], sa.Row[Any]]
+    #: The result columns' names, in order (a row read by position).
+    keys: tuple[str, ...]
     #: (column index, result processor) for the columns whose type has one.
     result_processors: tuple[tuple[int, _Processor], ...]
 
@@ -85,7 +87,7 @@ class DriverStatement:
         self, conn: sa.Connection, params: Mapping[str, Any] | None, *, fetch: bool
     ) -> tuple[list[sa.Row[Any]], int]:
         r = self._rendered.get(_key(conn.dialect)) or self._render(conn.dialect)
-        raw, count = self._send(conn, r, _args(r, params), fetch=fetch)
+        raw, count = send(conn, r.sql, _args(r, params), fetch=fetch)
         if not r.result_processors:
             return [r.make_row(row) for row in raw], count
         rows = []
@@ -96,20 +98,9 @@ class DriverStatement:
             rows.append(r.make_row(cells))
         return rows, count
 
-    @staticmethod
-    def _send(
-        conn: sa.Connection, r: _Rendered, args: Any, *, fetch: bool = False
-    ) -> tuple[Sequence[Any], int]:
-        """The driver's rows (when ``fetch``) and rowcount, a driver error wrapped."""
-        dialect = conn.dialect
-        cursor = _cursor(conn)
-        try:
-            cursor.execute(r.sql, args)
-            raw = cursor.fetchall() if fetch else ()
-            count = int(cursor.rowcount)
-        except dialect.loaded_dbapi.Error as exc:
-            raise _wrap(conn, exc, r.sql, args, cursor) from exc
-        return raw, count
+    def rendered(self, dialect: sa.Dialect) -> _Rendered:
+        """The statement as ``dialect``'s driver takes it, rendered on first use."""
+        return self._rendered.get(_key(dialect)) or self._render(dialect)
 
     def _render(self, dialect: sa.Dialect) -> _Rendered:
         compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
@@ -137,12 +128,36 @@ class DriverStatement:
             defaults=defaults,
             bind_processors=bind_processors,
             make_row=result_tuple([c.key for c in columns]),
+            keys=tuple(c.key for c in columns),
             result_processors=result_processors,
         )
         if dialect.driver == "psycopg":
             _psycopg_caches(len(rendered.sql.encode()))
         self._rendered[_key(dialect)] = rendered
         return rendered
+
+
+def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequence[Any], int]:
+    """``sql`` on ``conn``'s kept cursor: the driver's rows as it gives them (when
+    ``fetch``) and its rowcount, a driver error wrapped as ``Connection.execute`` would."""
+    cursor = _cursor(conn)
+    try:
+        cursor.execute(sql, args)
+        raw = cursor.fetchall() if fetch else ()
+        count = int(cursor.rowcount)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _wrap(conn, exc, sql, args, cursor) from exc
+    return raw, count
+
+
+def finish(conn: sa.Connection, *, commit: bool) -> None:
+    """COMMIT or ROLLBACK the transaction ``conn``'s driver holds open, by the driver's own
+    method (none open: nothing sent), a driver error wrapped as :func:`send` wraps it."""
+    dbapi: Any = conn.connection.dbapi_connection
+    try:
+        dbapi.commit() if commit else dbapi.rollback()
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _wrap(conn, exc, "COMMIT" if commit else "ROLLBACK", (), None) from exc
 
 
 #: Every statement made, for :func:`render_all`; they are module-level constants.

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.driver import DriverStatement
+from kernel.db.driver import DriverStatement, finish, send
 from kernel.db.schema_shape import SchemaDrift, compare, expected_shape, live_shape
 from kernel.errors import InvalidArgument, SchemaUnknown
 from kernel.redaction import masked_url
@@ -24,10 +24,10 @@ __all__ = [
     "ADVISORY_XACT_LOCK",
     "advisory_xact_lock",
     "anchored_sqlite_url",
-    "begin_sqlite_write",
+    "begin_write",
     "create_kernel_engine",
     "make_private_dir",
-    "end_sqlite_write",
+    "end_write",
     "migrate",
     "schema_revision",
     "check_schema",
@@ -50,8 +50,6 @@ _MIGRATION_LOCK = 0x4B45524E  # "KERN": the advisory lock key migrations take on
 # exec_driver_sql, whose set-up costs more than the BEGIN itself.
 _BEGIN_READ = DriverStatement(sa.text("BEGIN"), "sqlite")
 _BEGIN_WRITE = DriverStatement(sa.text("BEGIN IMMEDIATE"), "sqlite")
-_COMMIT = DriverStatement(sa.text("COMMIT"), "sqlite")
-_ROLLBACK = DriverStatement(sa.text("ROLLBACK"), "sqlite")
 
 
 #: The schema revision this code needs: the newest in kernel/migrations/versions (a test
@@ -250,35 +248,44 @@ def _sqlite_engine(
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
         if conn.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
-            return  # begin_sqlite_write's: SQLAlchemy's transaction joins it
+            return  # begin_write's: SQLAlchemy's transaction joins it
         read_only = conn.get_execution_options().get("kernel_read_only")
         (_BEGIN_READ if read_only else _BEGIN_WRITE).execute(conn)
 
     return engine
 
 
-def begin_sqlite_write(conn: sa.Connection) -> None:
-    """``BEGIN IMMEDIATE`` on the driver, outside SQLAlchemy's transaction, whose begin and
-    commit machinery cost ~15 % of a claim+settle pair's CPU (bench/README, session 6).
+def begin_write(conn: sa.Connection) -> None:
+    """Begin a write transaction on the driver, outside SQLAlchemy's transaction, whose
+    begin and commit machinery cost ~15 % of a claim+settle pair's CPU (bench/README,
+    sessions 6 and 21): SQLite's ``BEGIN IMMEDIATE`` (as text on the kept cursor: a
+    statement without parameters or rows needs none of DriverStatement's per-call work);
+    on PostgreSQL nothing, as psycopg opens the transaction with its first statement
+    (unless that statement is sent alone: ``Tx.alone``).
 
     A Core statement run inside still works: SQLAlchemy then begins its own transaction,
-    which joins this one (the begin listener finds the driver in a transaction), and
-    :func:`end_sqlite_write` ends both.
+    which joins this one (SQLite's begin listener finds the driver in a transaction;
+    psycopg's begin is its next statement), and :func:`end_write` ends both.
     """
-    _BEGIN_WRITE.execute(conn)
+    if conn.dialect.name == "sqlite":
+        send(conn, "BEGIN IMMEDIATE", (), fetch=False)
 
 
-def end_sqlite_write(conn: sa.Connection, *, commit: bool) -> None:
-    """COMMIT or ROLLBACK what :func:`begin_sqlite_write` began."""
+def end_write(conn: sa.Connection, *, commit: bool) -> None:
+    """COMMIT or ROLLBACK what :func:`begin_write` began (nothing to end: nothing sent)."""
     if conn.in_transaction():
         if commit:
             conn.commit()
         else:
             conn.rollback()
-    elif commit:
-        _COMMIT.execute(conn)
-    elif conn.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
-        _ROLLBACK.execute(conn)
+    elif conn.invalidated:  # a lost connection has nothing left to end
+        return
+    elif commit and conn.dialect.name == "sqlite":
+        # Sent, not sqlite3's commit(), which ends nothing silently where SQLite already
+        # rolled the transaction back (a full disk): COMMIT then fails, and says so.
+        send(conn, "COMMIT", (), fetch=False)
+    else:
+        finish(conn, commit=commit)
 
 
 #: Wait for PostgreSQL's advisory lock ``:key``, held until the transaction ends.

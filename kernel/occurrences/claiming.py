@@ -20,7 +20,7 @@ from kernel.statements.predicates import claimable_now, lease_expired, start_exp
 from kernel.states import ControlState, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import controls as TC
-from kernel.transitions import door
+from kernel.transitions import door, fast_lane
 from kernel.transitions import occurrences as T
 from kernel.types import Claim
 
@@ -98,7 +98,7 @@ def claim(
     read before it; every other one is read (:func:`_read`), skipped when past its start
     deadline, else decided (:func:`decide`) and written (:func:`_take`)."""
     if again:
-        queued = _claim_queued(tx, occurrence_id, owner, lease_ms)
+        queued = fast_lane.claim_queued(tx, occurrence_id, owner, lease_ms)
         if queued is not None:
             return queued
     read = _read(tx, occurrence_id)
@@ -211,19 +211,6 @@ def _take(
         resumed=decision.resuming,
         checkpoint=occurrence.checkpoint,
     )
-
-
-def _claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -> Claim | None:
-    """WORKER_CLAIMS_QUEUED; None when its guard held for no row (then claim reads)."""
-    params = {
-        "occurrence_id": occurrence_id,
-        "now": tx.now_param(),
-        "owner": owner,
-        "lease_ms": lease_ms,
-    }
-    # The first statement of a claim's transaction is the whole of it (Tx.first_alone).
-    claimed = door.run(tx, T.WORKER_CLAIMS_QUEUED, params, alone=True)
-    return None if claimed is None else _queued_claim(tx, claimed, owner)
 
 
 def _queued_claim(tx: Tx, claimed: sa.Row[Any], owner: str) -> Claim:

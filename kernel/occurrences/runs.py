@@ -16,7 +16,7 @@ from kernel.errors import (
     LeaseLost,
     NotFound,
 )
-from kernel.events import EventType, settled_event
+from kernel.events import settled_event
 from kernel.limits import budgets, pools
 from kernel.occurrences.chains import fire_children, fire_links
 from kernel.occurrences.control import end_control
@@ -26,7 +26,7 @@ from kernel.spec.task_runs import retried_definition
 from kernel.states import ControlState, Effect, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import controls as TC
-from kernel.transitions import door, notices
+from kernel.transitions import door, fast_lane, notices
 from kernel.transitions import occurrences as T
 from kernel.types import PendingPause, RenewAnswer
 
@@ -168,7 +168,8 @@ def settle(
     links are not fired, its replacement takes them over.
     """
     plain = outcome == "succeeded" and not owes_more(result) and not replaced
-    if plain and _succeed_plain(tx, occurrence_id, owner, fence, result, alone):
+    params = succeed_plain_params(tx, occurrence_id, owner, fence, result) if plain else None
+    if params is not None and fast_lane.succeed_plain(tx, params, alone=alone):
         return S.SUCCEEDED
     failed_effect = _checked(outcome, error, effect)
     row = _read_failed(tx, occurrence_id) if outcome == "failed" else None
@@ -326,28 +327,6 @@ def succeed_plain_params(
         "result_json": dumps(result),
         "error_json": None,
     }
-
-
-def _succeed_plain(
-    tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool
-) -> bool:
-    """WORKER_SUCCEEDS_PLAIN; False (nothing written) when its guard held for no row,
-    a lost lease included: SETTLE then decides, and says which."""
-    params = succeed_plain_params(tx, occurrence_id, owner, fence, result)
-    settled = door.run(tx, T.WORKER_SUCCEEDS_PLAIN, params, alone=alone)
-    if settled is None:
-        return False
-    tx.observe_now(settled.now)
-    door.append(
-        tx,
-        T.WORKER_SUCCEEDS_PLAIN,
-        EventType.OCCURRENCE_SUCCEEDED,
-        {"attempt": settled.attempt},
-        job_id=settled.job_id,
-        occurrence_id=occurrence_id,
-        fence=fence,
-    )
-    return True
 
 
 #: The SETTLE row of each outcome a holder reports.

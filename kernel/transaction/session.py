@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from kernel.db.clock import Clock
-from kernel.db.engine import begin_sqlite_write, end_sqlite_write
+from kernel.db.engine import begin_write, end_write
 from kernel.db.process_id import current_pid
 from kernel.db.translate import Phase, connection_lost, translate
 from kernel.db.writer_gate import WriterGate
@@ -96,22 +96,22 @@ class Session:
         try:
             with self._connection(held, read_only) as conn:
                 tx = Tx(conn, self.clock, self.dialect, own=not read_only)
-                if read_only or self.dialect != "sqlite":
+                if read_only:
                     with conn.begin() as trans:
                         phase = "write"
                         result = fn(tx, *args, **kwargs)
                         phase = "commit"
-                        trans.commit()  # sends nothing after a statement that committed alone
+                        trans.commit()
                     return result
-                begin_sqlite_write(conn)
+                begin_write(conn)
                 phase = "write"
                 try:
                     result = fn(tx, *args, **kwargs)
                     phase = "commit"
-                    end_sqlite_write(conn, commit=True)
+                    end_write(conn, commit=True)  # sends nothing after a statement sent alone
                 except BaseException:
                     with contextlib.suppress(sa.exc.DBAPIError):  # the first error is the one
-                        end_sqlite_write(conn, commit=False)
+                        end_write(conn, commit=False)
                     raise
                 return result
         except KernelError:

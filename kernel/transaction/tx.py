@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -14,6 +14,9 @@ from kernel.records import dumps
 from kernel.statements.logged import INSERT_EVENT
 
 __all__ = ["Tx"]
+
+#: What a statement sent alone answers: its rows.
+Rows = TypeVar("Rows", bound=Sequence[Any])
 
 #: psycopg's ``TransactionStatus.IDLE``: no statement of a transaction sent yet.
 _PG_IDLE = 0
@@ -67,7 +70,13 @@ class Tx:
 
     def all_alone(self, statement: DriverStatement, params: Mapping[str, Any]) -> list[sa.Row[Any]]:
         """``statement.all``, sent as a transaction of its own when it would open this one
-        on PostgreSQL: one round trip instead of three (BEGIN, the statement, COMMIT).
+        on PostgreSQL (:meth:`alone`)."""
+        return self.alone(lambda: statement.all(self.conn, params))
+
+    def alone(self, send: Callable[[], Rows]) -> Rows:
+        """``send()`` (one statement, its rows), sent as a transaction of its own when it
+        would open this one on PostgreSQL: one round trip instead of three (BEGIN, the
+        statement, COMMIT).
 
         For a statement that decides and writes everything of its transition, events
         included. Rows mean it committed: what the caller runs after it is a transaction
@@ -75,13 +84,13 @@ class Tx:
         other. On SQLite, or once the transaction has begun, it is an ordinary statement.
         """
         if not (self._own and self.is_postgres):
-            return statement.all(self.conn, params)
+            return send()
         driver: Any = self.conn.connection.dbapi_connection
         if driver.info.transaction_status != _PG_IDLE:
-            return statement.all(self.conn, params)
+            return send()
         driver.autocommit = True
         try:
-            return statement.all(self.conn, params)
+            return send()
         finally:
             # A lost connection is discarded (the session retries on a fresh one, which is
             # safe: the statement's guard refuses a second apply), not switched back.

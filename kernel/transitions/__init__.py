@@ -1,1 +1,2 @@
-"""The transition table (occurrences, jobs, limits, chords) and the door all writes go through."""
+"""The transition table (occurrences, jobs, limits, chords) and the door all writes go
+through, with its lane for a plain run's claim and success."""

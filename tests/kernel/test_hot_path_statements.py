@@ -18,6 +18,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kernel import EnqueueRequest, Kernel
 from kernel import statements as st
 from kernel.db.driver import DriverStatement, render_all
+from kernel.records import dumps
+from kernel.statements.logged import INSERT_EVENT
+from kernel.transitions import occurrences as T
 
 #: A statement's rendering for psycopg (DriverStatement._rendered's key).
 PSYCOPG = ("postgresql", "psycopg", "pyformat")
@@ -252,3 +255,63 @@ def test_a_connection_keeps_one_cursor_for_its_driver_statements(kernel: Kernel)
         conn.invalidate()
         assert st.OCCURRENCE_FOR_CLAIM.first(conn, params) is None
         assert conn.connection.info["kernel_cursor"] is not kept
+
+
+def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -> None:
+    # The lane of a plain run (kernel/transitions/fast_lane.py): its statements go to the
+    # kept cursor as text rendered once, its rows are read by position; DriverStatement's
+    # per-call work (defaults merged, processors, a Row per row), door and Tx.emit were
+    # the largest Python part of a run after the statements (bench/README.md session 21).
+    first = kernel.enqueue(task="lean.task", args=[0])
+    claim = kernel.claim(first.occurrence_id, owner="w", lease=30)
+    assert claim is not None
+    kernel.succeed(first.occurrence_id, owner="w", fence=claim.fence, result=None)
+    made = kernel.enqueue(task="lean.task", args=[1])
+    wrapped: list[str] = []
+    original = DriverStatement._run
+
+    def counted(self: DriverStatement, *args: Any, **kwargs: Any) -> Any:
+        wrapped.append(str(self.statement)[:40])
+        return original(self, *args, **kwargs)
+
+    # A write transaction begins and ends on the driver on both back ends: SQLAlchemy's
+    # begin and commit machinery is for the Core statements a transaction may run.
+    began: list[object] = []
+
+    def begin(conn: sa.Connection) -> None:
+        began.append(conn)
+
+    sa.event.listen(kernel.engine, "begin", begin)
+    DriverStatement._run = counted  # type: ignore[method-assign]
+    try:
+        claim = kernel.claim(made.occurrence_id, owner='w\u00e9"', lease=30)
+        assert claim is not None
+        kernel.succeed(made.occurrence_id, owner='w\u00e9"', fence=claim.fence, result=[1])
+    finally:
+        DriverStatement._run = original  # type: ignore[method-assign]
+        sa.event.remove(kernel.engine, "begin", begin)
+    assert wrapped == [] and began == []
+    # The lane hands its binds to the driver unprocessed: their types must need nothing.
+    dialect = kernel.engine.dialect
+    for transition in (T.WORKER_CLAIMS_QUEUED, T.WORKER_SUCCEEDS_PLAIN):
+        assert not transition.statement[dialect.name].rendered(dialect).bind_processors
+    assert not INSERT_EVENT.rendered(dialect).bind_processors
+    done = kernel.get_occurrence(made.occurrence_id)
+    assert (done.status, done.result, done.attempt) == ("succeeded", [1], 1)
+    assert claim.occurrence.lease_owner == 'w\u00e9"' and claim.fence == 1
+    with kernel.engine.connect() as conn:
+        events = conn.execute(
+            sa.text("SELECT type, fence, data FROM events WHERE occurrence_id = :o ORDER BY id"),
+            {"o": made.occurrence_id},
+        ).all()
+    # The text every back end writes, and the general path wrote before the lane.
+    claimed = {
+        "attempt": 1,
+        "owner": 'w\u00e9"',
+        "previous_owner": None,
+        "previous_status": "queued",
+    }
+    assert [tuple(e) for e in events[1:]] == [
+        ("occurrence_claimed", 1, dumps(claimed)),
+        ("occurrence_succeeded", 1, dumps({"attempt": 1})),
+    ]

@@ -1,6 +1,6 @@
 """A kernel write is one transaction whichever layer runs its statements.
 
-On SQLite a write begins and commits on the driver (``kernel.engine.begin_sqlite_write``);
+On SQLite a write begins and commits on the driver (``kernel.db.engine.begin_write``);
 a Core statement inside it makes SQLAlchemy begin a transaction that joins the driver's.
 Either way everything the write did commits together, and a refusal undoes all of it.
 """
