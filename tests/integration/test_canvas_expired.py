@@ -105,5 +105,7 @@ def test_a_chord_member_that_expires_fails_the_chord_as_stock_celery_does(stack:
     assert len(calls) == 4
     assert project.ledger(task="tsum") == []
     # Routed: the kernel skipped the member, never ran it.
-    [late] = [o for o in stack.occurrences("task:myproj.routed.add") if o.status.value != "succeeded"]
+    [late] = [
+        o for o in stack.occurrences("task:myproj.routed.add") if o.status.value != "succeeded"
+    ]
     assert (late.status.value, late.skip_reason) == ("skipped", "expired")
