@@ -98,3 +98,17 @@ def test_an_expired_run_outside_a_chord_makes_none_of_its_links(k: Harness) -> N
     assert k.kernel.skip_expired() == 1
     assert k.keyed("next-1") == [] and k.keyed("own-eb") == []
     assert _failed(k) == []
+
+
+def test_one_upkeep_batch_fails_each_chord_of_its_expired_members_once(k: Harness) -> None:
+    for chord in ("g2", "g1"):
+        errback = {"task": "proj.on_chord_error", "options": {"task_id": f"{chord}-eb"}}
+        body = {"task": "proj.tsum", "options": {"task_id": f"{chord}-b"}, "errbacks": [errback]}
+        members = [
+            EnqueueRequest("proj.add", args=[i], key=f"{chord}-m{i}", expires=10) for i in range(2)
+        ]
+        k.kernel.enqueue_many(members, chord={"id": chord, "body": body})
+    k.clock.advance(11)
+    assert k.kernel.skip_expired() == 4
+    assert sorted(d["chord_id"] for d in _failed(k)) == ["g1", "g2"]
+    assert [len(k.keyed(f"{chord}-eb")) for chord in ("g1", "g2")] == [1, 1]
