@@ -134,7 +134,8 @@ def deliver(
     body = {**taken.body, "notification_id": taken.id}
     try:
         if taken.target.get("result_backend"):
-            store_end(app, kernel.get_occurrence(taken.occurrence_id).payload, taken.body)
+            ended = kernel.get_occurrence(taken.occurrence_id)
+            store_end(app, ended.payload, taken.body, ended.skip_reason)
             code = (taken.body.get("error") or {}).get("code") or taken.body["status"]
             store_chord_failure(app, kernel, taken.occurrence_id, str(code))
         elif "task" in taken.target:

@@ -109,8 +109,7 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
         chord = failed.data
         task = app.tasks.get(chord["body_task"])
         backend = task.backend if task is not None else app.backend
-        why = "was cancelled" if chord["reason"] == "cancelled" else f"raised {error_code}"
-        error = ChordError(f"Dependency {chord['member_task_id']} {why}")
+        error = ChordError(f"Dependency {chord['member_task_id']} {_why(chord, error_code)}")
         # As Celery's backend: the errbacks it applies as a group are the body's children.
         errbacks = [app.AsyncResult(task_id) for task_id in chord.get("errback_task_ids", ())]
         request = None
@@ -141,11 +140,15 @@ def store_chord_failure(app: Any, kernel: Any, occurrence_id: int, error_code: s
             )
 
 
-def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+def store_end(
+    app: Any, payload: Mapping[str, Any], body: Mapping[str, Any], skip_reason: str | None = None
+) -> bool:
     """Store the end the kernel made of a routed run (its ``payload``; an owed row's
-    ``body``: its ``trigger_key``, ``status``, ``error``) under the caller's task id;
-    whether it was stored (not when the call, else the task, ignores its results and the
-    task does not store errors even so).
+    ``body``: its ``trigger_key``, ``status``, ``error``; a skipped run's ``skip_reason``)
+    under the caller's task id; whether it was stored (not when the call, else the task,
+    ignores its results and the task does not store errors even so). A run skipped
+    ``expired`` is REVOKED with ``TaskRevokedError('expired')``, as Celery's worker
+    revokes an expired task.
 
     Raises:
         AdapterError: retryable ``RESULT_BACKEND_UNAVAILABLE``, the backend refused it.
@@ -167,6 +170,8 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
             failed = RunFailed(f"{occurrence}: {message}", code)
             chained = _chained(None, given.get("chain"))
             backend.mark_as_failure(run_id, failed, None, request=chained, call_errbacks=False)
+        elif body["status"] == "skipped" and skip_reason == "expired":
+            backend.mark_as_revoked(run_id, "expired")
         else:
             backend.mark_as_revoked(run_id, f"{occurrence} ({code}): {message}")
     except Exception as exc:
@@ -176,6 +181,16 @@ def store_end(app: Any, payload: Mapping[str, Any], body: Mapping[str, Any]) -> 
             retryable=True,
         ) from exc
     return True
+
+
+def _why(chord: Mapping[str, Any], error_code: str) -> str:
+    """How the member failed its chord, in Celery's ``ChordError`` (``Dependency ID ...``):
+    an expired member's words are Celery's for its revoked task."""
+    if chord["reason"] == "cancelled":
+        return "was cancelled"
+    if chord["reason"] == "expired":
+        return "raised TaskRevokedError('expired')"
+    return f"raised {error_code}"
 
 
 def _chained(request: Any, later: list[str] | None) -> Any:

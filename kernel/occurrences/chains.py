@@ -107,15 +107,15 @@ def fire_links(
     trigger_key: str,
     succeeded: bool,
     result: Any = None,
-    cancelled: bool = False,
+    revoked: str | None = None,
 ) -> None:
     """Make the settled run's callbacks (``succeeded``) or errbacks (dead letter) occurrences,
     each once: its key is its own task id (or its parent and place), so a second settle
     of the same run (a requeued dead letter dying again) finds them made. A chord's member
     counts its chord down, or fails it (:func:`_settle_chord_member`), unless a callback
     continues it (a chain's next step, or a chord whose body does): that one takes its
-    place in the chord; a ``cancelled`` run only fails its chord (Celery calls no errback
-    of a revoked task).
+    place in the chord; a ``revoked`` run (why: ``cancelled``, ``expired``) only fails its
+    chord (Celery's worker calls no errback and applies no chain step of a revoked task).
 
     An errback's first argument is the failed run's task id: its enqueue key (Celery's
     task id) when it has one, else its occurrence id. A link whose task's job was deleted
@@ -126,7 +126,7 @@ def fire_links(
     # A member's callback that continues it (a chain's next step) takes its place.
     place = {"chord": chord_id, "of": parent_id} if chord_id and succeeded else None
     held = False
-    if not cancelled:
+    if revoked is None:
         task_id = caller_key(trigger_key) or str(parent_id)
         requests = link_requests(
             links,
@@ -145,10 +145,8 @@ def fire_links(
             held = held or bool(place and step.continues)
     if chord_id is not None and not held:
         member = caller_key(trigger_key)
-        _settle_chord_member(
-            tx, chord_id, parent_id, member or str(parent_id), succeeded and not cancelled,
-            cancelled,
-        )  # fmt: skip
+        failed = revoked or (None if succeeded else "dead_letter")
+        _settle_chord_member(tx, chord_id, parent_id, member or str(parent_id), failed)
 
 
 def cancelled_links(tx: Tx, occurrence_id: int) -> None:
@@ -165,30 +163,30 @@ def cancelled_links(tx: Tx, occurrence_id: int) -> None:
         links=row.links,
         trigger_key=row.trigger_key,
         succeeded=False,
-        cancelled=True,
+        revoked="cancelled",
     )
 
 
 def _settle_chord_member(
-    tx: Tx, chord_id: str, member_id: int | None, member_task_id: str, succeeded: bool,
-    cancelled: bool, told: Sequence[Any] = (),
+    tx: Tx, chord_id: str, member_id: int | None, member_task_id: str, failed: str | None,
+    told: Sequence[Any] = (),
 ) -> None:  # fmt: skip
-    """A chord's member settled for good. Its success counts the chord down in one guarded
-    statement (the chord's row held until this settle commits: the next member's settle
-    waits, then counts after it); the one that reads 0 of a closed chord makes the body.
-    Its failure fails the chord once (:func:`fail_chord`)."""
+    """A chord's member settled for good. Its success (``failed`` None) counts the chord
+    down in one guarded statement (the chord's row held until this settle commits: the
+    next member's settle waits, then counts after it); the one that reads 0 of a closed
+    chord makes the body. Its failure (why: ``dead_letter``, ``cancelled``, ``expired``)
+    fails the chord once (:func:`fail_chord`)."""
     params = {"chord_id": chord_id, "now": tx.now}
-    if succeeded:
+    if failed is None:
         row = door.run(tx, TC.MEMBER_SUCCEEDS_IN_CHORD, params)
         if row is not None and row.remaining == 0 and row.closed_at is not None:
             make_chord_body(
                 tx, chord_id, row.members, row.body, member_id, parent_task_id=member_task_id
             )
         return
-    failed = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
-    if failed is not None:
-        reason = "cancelled" if cancelled else "dead_letter"
-        fail_chord(tx, chord_id, failed.body, member_id, member_task_id, reason, told)
+    row = door.run(tx, TC.MEMBER_FAILS_CHORD, params)
+    if row is not None:
+        fail_chord(tx, chord_id, row.body, member_id, member_task_id, failed, told)
 
 
 def make_chord_body(
@@ -265,9 +263,8 @@ def fail_chord(
     place = stored.get("place")
     if place is not None:  # the chord a member's chain ends with, or is: that member fails
         of = place["of"] if isinstance(place["of"], int) else member_id  # chord:<id>: no run
-        cancelled = reason == "cancelled"
         told = [*told, *sig["errbacks"]] if isinstance(place["of"], str) else ()
-        _settle_chord_member(tx, place["chord"], of, member_task_id, False, cancelled, told)
+        _settle_chord_member(tx, place["chord"], of, member_task_id, reason, told)
 
 
 def make_chord(
@@ -340,7 +337,7 @@ def make_chord_step(
     for inner in (m for m in step.members if isinstance(m, ChordStep)) if not refused else ():
         held = {"chord": step.chord_id, "of": f"chord:{inner.chord_id}"}
         if not make_chord_step(tx, parent_id, inner, held):  # its place is never taken
-            _settle_chord_member(tx, step.chord_id, parent_id, "", False, False)
+            _settle_chord_member(tx, step.chord_id, parent_id, "", "dead_letter")
     if refused is not None:
         tx.emit(
             EventType.LINK_NOT_MADE,

@@ -1,6 +1,7 @@
 """Expiries. A lease that expired: settled when it decides its own end, else left
 reclaimable. A start deadline (Celery's ``expires``) that passed: an occurrence not started
-by its ``expires_at`` is never started, it is settled skipped ``expired``.
+by its ``expires_at`` is never started, it is settled skipped ``expired`` (a chord's
+member fails its chord, as Celery's worker revokes an expired task).
 
 Beat's upkeep settles both in batches (:func:`expire_leases`, :func:`skip_expired`); a
 claim that finds one settles it first (:func:`expire`, :func:`skip_expired` of its id,
@@ -103,7 +104,7 @@ def expire(tx: Tx, m: Any, *, give_back: bool = True) -> OccurrenceStatus | None
             links=expired.links,
             trigger_key=expired.trigger_key,
             succeeded=False,
-            cancelled=to_status == S.CANCELLED,
+            revoked="cancelled" if to_status == S.CANCELLED else None,
         )
     return to_status
 
@@ -148,4 +149,15 @@ def skip_expired(tx: Tx, *, occurrence_id: int | None = None, limit: int = 200) 
             expires_at=iso_z(to_dt(row.expires_at)),
         )
         notices.owe_result(tx, row.id, row.fence, S.SKIPPED)
+    # As Celery's worker revokes an expired task: its chord fails, no link is made. The
+    # chords' rows are taken in id order, so two Beats' batches never wait in a cycle.
+    for row in sorted(skipped, key=lambda r: (loads(r.links) or {}).get("chord") or ""):
+        fire_links(
+            tx,
+            parent_id=row.id,
+            links=row.links,
+            trigger_key=row.trigger_key,
+            succeeded=False,
+            revoked="expired",
+        )
     return len(skipped)

@@ -300,7 +300,7 @@ def _settled(
             trigger_key=u["trigger_key"],
             succeeded=to_status == S.SUCCEEDED,
             result=result,
-            cancelled=to_status == S.CANCELLED,
+            revoked="cancelled" if to_status == S.CANCELLED else None,
         )
     return to_status
 

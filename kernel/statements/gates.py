@@ -136,7 +136,15 @@ SKIP_EXPIRED = (
         ),
     )
     .values(status="skipped", skip_reason="expired", settled_at=p("now"), updated_at=p("now"))
-    .returning(OCC.c.id, OCC.c.job_id, OCC.c.fence, OCC.c.attempt, OCC.c.expires_at)
+    .returning(
+        OCC.c.id,
+        OCC.c.job_id,
+        OCC.c.fence,
+        OCC.c.attempt,
+        OCC.c.expires_at,
+        OCC.c.links,
+        OCC.c.trigger_key,
+    )
 )
 
 OPEN_BUDGET_WINDOW = _per_dialect(

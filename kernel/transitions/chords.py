@@ -115,7 +115,7 @@ MEMBER_SUCCEEDS_IN_CHORD = Transition(
 )
 MEMBER_FAILS_CHORD = Transition(
     (GROWING, OPEN),
-    "a member is dead-lettered or cancelled",
+    "a member is dead-lettered, cancelled or skipped expired (Celery revokes it)",
     (FAILED,),
     CHORD_MEMBER_FAILS,
     "remaining > 0 and not failed: failed_at set once; the body's errbacks made "

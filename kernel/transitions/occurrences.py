@@ -271,7 +271,8 @@ START_DEADLINE_PASSES = Transition(
     "a claim or Beat's upkeep meets an occurrence past its start deadline (expires)",
     (S.SKIPPED,),
     st.SKIP_EXPIRED,
-    "waiting, not paused, expires_at <= now; the skip-locked batch re-checked by the outer WHERE",
+    "waiting, not paused, expires_at <= now; the skip-locked batch re-checked by the outer "
+    "WHERE; a chord's member fails its chord (MEMBER_FAILS_CHORD), its links made never",
     (E.OCCURRENCE_SKIPPED,),
 )
 
