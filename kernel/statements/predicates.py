@@ -6,7 +6,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from kernel.db.schema import PRUNABLE_KEY, PRUNABLE_WHERE, controls, occurrences
+from kernel.db.schema import controls, occurrences
 from kernel.states import CLAIMABLE, ControlState
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "claimable_now",
     "deadline_passed",
     "lease_expired",
-    "prunable",
     "start_expired",
     "status_is",
 ]
@@ -95,10 +94,3 @@ def lease_expired(now: Any, *, literal_status: bool = False) -> sa.ColumnElement
     running = status_is("running") if literal_status else occurrences.c.status == "running"
     return sa.and_(running, occurrences.c.lease_expires_at <= now)
 
-
-def prunable(status: str) -> sa.ColumnElement[bool]:
-    """A settled occurrence of ``status`` (one of :data:`kernel.states.RESOLVED`), said the
-    way ``occurrences_prunable`` is keyed and restricted, so that retention's query reads
-    that index and no other query can (kernel/db/schema.py says why)."""
-    key = PRUNABLE_KEY
-    return sa.and_(PRUNABLE_WHERE, key == status)
