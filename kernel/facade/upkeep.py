@@ -57,40 +57,44 @@ class UpkeepFacade(FacadeBase):
         """``step(tx, n)`` (delete at most ``n`` occurrences, say how many and their events)
         up to ``limit`` occurrences in all.
 
-        On SQLite, whose one writer lock a claim or settle queues behind, in transactions
-        of about ``history.STEP_S`` each until a step finds fewer than it may delete; the
-        pruner then waits as long as that step held the lock, so the writers queued behind
-        it go first instead of racing a pruner that takes the lock straight back. On
-        PostgreSQL no claim waits for the prune (it locks only settled rows, which nobody
-        claims), while each step's commit would cost a durable flush: one transaction.
+        On SQLite, whose one writer lock a claim or settle queues behind, in short
+        transactions (``history.next_step`` sizes each by what the last one cost) until a
+        step finds fewer than it may delete; the pruner then waits as long as that step
+        held the lock, so the writers queued behind it go first instead of racing a pruner
+        that takes the lock straight back. On PostgreSQL no claim waits for the prune (it
+        locks only settled rows, which nobody claims), while each step's commit would cost
+        a durable flush: one transaction.
         """
         if self.dialect != "sqlite":
             return self._session.run(lambda tx: step(tx, limit))
         total = {"occurrences": 0, "events": 0}
         size = min(limit, history.FIRST_STEP)
         while True:
-            done, held_s = self._timed(step, size)
+            done, statements_s, held_s = self._timed(step, size)
             total = {key: total[key] + done[key] for key in total}
             left = limit - total["occurrences"]
             if done["occurrences"] < size or left <= 0:
                 return total
             time.sleep(held_s)
-            size = history.next_step(done["occurrences"], held_s, left)
+            commit_s = held_s - statements_s
+            size = history.next_step(done["occurrences"], statements_s, commit_s, left)
 
     def _timed(
         self, step: Callable[[Tx, int], dict[str, int]], size: int
-    ) -> tuple[dict[str, int], float]:
-        """One step's transaction and how long it held the lock: from its first statement
-        (the lock taken) to its commit."""
-        started = 0.0
+    ) -> tuple[dict[str, int], float, float]:
+        """One step's transaction, how long its statements took and how long it held the
+        lock: from its first statement (the lock taken) to its commit."""
+        started = ended = 0.0
 
         def run(tx: Tx) -> dict[str, int]:
-            nonlocal started
+            nonlocal started, ended
             started = time.perf_counter()
-            return step(tx, size)
+            done = step(tx, size)
+            ended = time.perf_counter()
+            return done
 
         done = self._session.run(run)
-        return done, time.perf_counter() - started
+        return done, ended - started, time.perf_counter() - started
 
     @write
     def record_watchdog(

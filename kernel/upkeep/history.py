@@ -9,7 +9,16 @@ from kernel.events import EventType
 from kernel.states import RESOLVED
 from kernel.transaction.tx import Tx
 
-__all__ = ["FIRST_STEP", "MIN_STEP", "PRUNABLE", "STEP_S", "forget", "next_step", "prune"]
+__all__ = [
+    "COMMIT_SHARE",
+    "FIRST_STEP",
+    "MIN_STEP",
+    "PRUNABLE",
+    "STEP_S",
+    "forget",
+    "next_step",
+    "prune",
+]
 
 #: Final and resolved: the statuses whose history may go (dead letters and
 #: adjudications are unresolved and stay).
@@ -19,18 +28,26 @@ PRUNABLE: tuple[str, ...] = RESOLVED
 #: for about this long, so a claim queued behind a step waits this long, not for a
 #: whole batch: 500 occurrences with their events held it 40-110 ms (bench/history.py).
 STEP_S = 0.005
-#: The first step's occurrences, before a step's duration says how many fit in STEP_S.
+#: Where the commit alone takes ``STEP_S`` or more (a busy disk), a step's statements may
+#: still take this share of it: a claim queued behind the step waits for a commit either
+#: way, its own included, and steps of the fewest rows made a million rows an hour's prune.
+COMMIT_SHARE = 0.5
+#: The first step's occurrences, before a step's cost says how many fit.
 FIRST_STEP = 50
 #: The fewest occurrences a step deletes, whatever the last one took (a step that waited
 #: on a busy disk still gets somewhere).
 MIN_STEP = 10
 
 
-def next_step(rows: int, held_s: float, left: int) -> int:
-    """How many occurrences the next step deletes: as many as fit in ``STEP_S`` at the
-    last step's pace (``rows`` in ``held_s``), at most twice its rows (one quick sample
-    does not make a long step) and at most ``left``."""
-    fits = int(rows * STEP_S / max(held_s, 1e-6))
+def next_step(rows: int, statements_s: float, commit_s: float, left: int) -> int:
+    """How many occurrences the next step deletes, sized by what the last one cost:
+    ``rows`` took ``statements_s`` of statements, whose time grows with the rows, and
+    ``commit_s`` to commit, which does not. The statements get what ``STEP_S`` leaves
+    after the commit, at least ``COMMIT_SHARE`` of the commit and at most ``STEP_S``;
+    at most twice the last step's rows (one quick sample does not make a long step),
+    at least ``MIN_STEP``, at most ``left``."""
+    budget = min(STEP_S, max(STEP_S - commit_s, COMMIT_SHARE * commit_s))
+    fits = int(rows * budget / max(statements_s, 1e-6))
     return max(1, min(left, 2 * rows, max(MIN_STEP, fits)))
 
 

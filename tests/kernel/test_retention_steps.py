@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from kernel import Kernel
 from kernel.db.driver import DriverStatement
 from kernel.states import OccurrenceStatus as S
-from kernel.upkeep.history import FIRST_STEP, MIN_STEP, next_step
+from kernel.upkeep.history import COMMIT_SHARE, FIRST_STEP, MIN_STEP, STEP_S, next_step
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
@@ -132,11 +132,22 @@ def test_a_manual_prune_reports_its_steps_together(k: Harness) -> None:
     assert steps[0] == (FIRST_STEP if k.backend == "sqlite" else FIRST_STEP + 5)
 
 
-def test_a_step_is_sized_by_how_long_the_last_one_held_the_lock() -> None:
-    assert next_step(100, 0.010, 1000) == 50  # twice the time a step should take: half
-    assert next_step(50, 0.0001, 1000) == 100  # a quick step: at most twice as many next
-    assert next_step(50, 1.0, 1000) == MIN_STEP  # a step that waited on a slow disk
-    assert next_step(50, 0.0001, 30) == 30  # never past the pass's limit
+def test_a_step_is_sized_by_what_its_statements_and_its_commit_cost() -> None:
+    # A quick commit: the statements get what STEP_S leaves after it.
+    assert next_step(100, 0.008, 0.001, 1000) == 50  # twice the time they may take: half
+    assert next_step(50, 0.0001, 0.0001, 1000) == 100  # quick: at most twice as many next
+    assert next_step(50, 1.0, 0.001, 1000) == MIN_STEP  # statements that waited on a disk
+    assert next_step(50, 0.0001, 0.001, 30) == 30  # never past the pass's limit
+    # A commit of STEP_S or more costs the same for 10 rows as for 100 (bench/README.md
+    # session 20: every step at MIN_STEP, 221-309 rows/s): cheap statements still grow,
+    # to COMMIT_SHARE of the commit, never past STEP_S.
+    commit = 2 * STEP_S
+    per_row = 2**-15  # about 30 µs, exact in binary
+    grown = next_step(MIN_STEP, MIN_STEP * per_row, commit, 10_000)
+    assert grown == 2 * MIN_STEP
+    settles_at = int(min(STEP_S, COMMIT_SHARE * commit) / per_row)
+    assert next_step(settles_at, settles_at * per_row, commit, 10_000) == settles_at
+    assert next_step(1000, 1000 * per_row, 10 * STEP_S, 10_000) == int(STEP_S / per_row)
 
 
 @contextmanager
