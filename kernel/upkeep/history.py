@@ -31,7 +31,7 @@ STEP_S = 0.005
 #: Where the commit alone takes ``STEP_S`` or more (a busy disk), a step's statements may
 #: still take this share of it: a claim queued behind the step waits for a commit either
 #: way, its own included, and steps of the fewest rows made a million rows an hour's prune.
-COMMIT_SHARE = 0.5
+COMMIT_SHARE = 0.25
 #: The first step's occurrences, before a step's cost says how many fit.
 FIRST_STEP = 50
 #: The fewest occurrences a step deletes, whatever the last one took (a step that waited

@@ -213,3 +213,24 @@ def test_a_pruned_run_takes_its_control_and_operator_requests_with_it(k: Harness
     # The recent run stays; the old ones' rows went with them.
     assert [o.id for o in k.kernel.list_occurrences(job_id="job")] == [plain]
     assert naming("controls") == [] and naming("operator_requests") == []
+
+
+def test_on_sqlite_every_transaction_of_a_pass_is_followed_by_a_pause(
+    k: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a pause after a pass's last step and after its end, passes run back to back
+    # (Beat's while one hits its bound) held the lock three times in a row: a claim's p99.
+    if k.backend != "sqlite":
+        pytest.skip("SQLite's one writer lock")
+    settled(k, FIRST_STEP + 5)
+    k.clock.advance(2 * DAY)
+    pauses: list[float] = []
+    monkeypatch.setattr(
+        "kernel.facade.upkeep.time",
+        types.SimpleNamespace(perf_counter=time.perf_counter, sleep=pauses.append),
+    )
+    done = k.kernel.apply_retention({"succeeded": DAY})
+    assert done["occurrences"] == FIRST_STEP + 5
+    steps = pruned_events(k)
+    assert len(steps) == 2
+    assert len(pauses) == len(steps) + 1 and all(p > 0 for p in pauses)
