@@ -18,7 +18,13 @@ import sqlalchemy as sa
 from kernel import Kernel
 from kernel.db.driver import DriverStatement
 from kernel.states import OccurrenceStatus as S
-from kernel.upkeep.history import COMMIT_SHARE, FIRST_STEP, MIN_STEP, STEP_S, next_step
+from kernel.upkeep.history import (
+    FIRST_STEP,
+    MIN_STEP,
+    STATEMENTS_FLOOR_S,
+    STEP_S,
+    next_step,
+)
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
@@ -140,14 +146,13 @@ def test_a_step_is_sized_by_what_its_statements_and_its_commit_cost() -> None:
     assert next_step(50, 0.0001, 0.001, 30) == 30  # never past the pass's limit
     # A commit of STEP_S or more costs the same for 10 rows as for 100 (bench/README.md
     # session 20: every step at MIN_STEP, 221-309 rows/s): cheap statements still grow,
-    # to COMMIT_SHARE of the commit, never past STEP_S.
+    # to STATEMENTS_FLOOR_S of them.
     commit = 2 * STEP_S
     per_row = 2**-15  # about 30 µs, exact in binary
-    grown = next_step(MIN_STEP, MIN_STEP * per_row, commit, 10_000)
-    assert grown == 2 * MIN_STEP
-    settles_at = int(min(STEP_S, COMMIT_SHARE * commit) / per_row)
+    assert next_step(MIN_STEP, MIN_STEP * per_row, commit, 10_000) == 2 * MIN_STEP
+    settles_at = int(STATEMENTS_FLOOR_S / per_row)
+    assert settles_at > 2 * MIN_STEP
     assert next_step(settles_at, settles_at * per_row, commit, 10_000) == settles_at
-    assert next_step(1000, 1000 * per_row, 10 * STEP_S, 10_000) == int(STEP_S / per_row)
 
 
 @contextmanager
