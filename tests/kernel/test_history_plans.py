@@ -63,6 +63,9 @@ READERS: dict[str, Callable[[Kernel, int], object]] = {
         job_id="job", types=["occurrence_claimed"], before_id=2**62, limit=100
     ),
     "runtime controls": lambda kernel, _: kernel.runtime_controls(limit=50),
+    # The exporter's and the pools page's waiting counts per pool (one pool's: its limit set).
+    "pools": lambda kernel, _: kernel.pools(),
+    "a pool's limit": lambda kernel, _: kernel.set_pool_limit("gpu", 2),
 }
 #: Retention and ``kernel prune``: each step reads a status's oldest rows past an age while
 #: it holds the writer lock, so it must not read (and sort) the status's whole history.
