@@ -93,4 +93,3 @@ def lease_expired(now: Any, *, literal_status: bool = False) -> sa.ColumnElement
     use SQLite's partial index; a statement compiled once for the driver keeps it bound."""
     running = status_is("running") if literal_status else occurrences.c.status == "running"
     return sa.and_(running, occurrences.c.lease_expires_at <= now)
-
