@@ -13,7 +13,6 @@ __all__ = [
     "FIRST_STEP",
     "MIN_STEP",
     "PRUNABLE",
-    "STATEMENTS_FLOOR_S",
     "STEP_S",
     "forget",
     "next_step",
@@ -28,11 +27,6 @@ PRUNABLE: tuple[str, ...] = RESOLVED
 #: for about this long, so a claim queued behind a step waits this long, not for a
 #: whole batch: 500 occurrences with their events held it 40-110 ms (bench/history.py).
 STEP_S = 0.005
-#: Where the commit alone takes about ``STEP_S`` or more (a busy disk), a step's statements
-#: may still take this long: a claim queued behind the step waits for a commit either way,
-#: its own included, and steps of the fewest rows made a million rows an hour's prune
-#: (bench/README.md session 20). A share of the commit instead grew steps with its spikes.
-STATEMENTS_FLOOR_S = 0.001
 #: The first step's occurrences, before a step's cost says how many fit.
 FIRST_STEP = 50
 #: The fewest occurrences a step deletes, whatever the last one took (a step that waited
@@ -43,11 +37,13 @@ MIN_STEP = 10
 def next_step(rows: int, statements_s: float, commit_s: float, left: int) -> int:
     """How many occurrences the next step deletes, sized by what the last one cost:
     ``rows`` took ``statements_s`` of statements, whose time grows with the rows, and
-    ``commit_s`` to commit, which does not. The statements get what ``STEP_S`` leaves
-    after the commit, at least ``STATEMENTS_FLOOR_S``; the rows at most twice the last
-    step's (one quick sample does not make a long step), at least ``MIN_STEP``, at most
+    ``commit_s`` to commit, which does not: the statements get what ``STEP_S`` leaves
+    after the commit. Cheaper steps, not longer ones: where the commit alone takes
+    ``STEP_S`` (a busy disk), ``MIN_STEP`` (giving the statements a share of a slow
+    commit grew the claims' p99 during a prune: bench/README.md session 21). The rows
+    at most twice the last step's (one quick sample does not make a long step), at most
     ``left``."""
-    budget = max(STEP_S - commit_s, STATEMENTS_FLOOR_S)
+    budget = max(STEP_S - commit_s, 0.0)
     fits = int(rows * budget / max(statements_s, 1e-6))
     return max(1, min(left, 2 * rows, max(MIN_STEP, fits)))
 

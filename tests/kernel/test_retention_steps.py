@@ -18,13 +18,7 @@ import sqlalchemy as sa
 from kernel import Kernel
 from kernel.db.driver import DriverStatement
 from kernel.states import OccurrenceStatus as S
-from kernel.upkeep.history import (
-    FIRST_STEP,
-    MIN_STEP,
-    STATEMENTS_FLOOR_S,
-    STEP_S,
-    next_step,
-)
+from kernel.upkeep.history import FIRST_STEP, MIN_STEP, STEP_S, next_step
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
@@ -144,15 +138,12 @@ def test_a_step_is_sized_by_what_its_statements_and_its_commit_cost() -> None:
     assert next_step(50, 0.0001, 0.0001, 1000) == 100  # quick: at most twice as many next
     assert next_step(50, 1.0, 0.001, 1000) == MIN_STEP  # statements that waited on a disk
     assert next_step(50, 0.0001, 0.001, 30) == 30  # never past the pass's limit
-    # A commit of STEP_S or more costs the same for 10 rows as for 100 (bench/README.md
-    # session 20: every step at MIN_STEP, 221-309 rows/s): cheap statements still grow,
-    # to STATEMENTS_FLOOR_S of them.
-    commit = 2 * STEP_S
-    per_row = 2**-15  # about 30 µs, exact in binary
-    assert next_step(MIN_STEP, MIN_STEP * per_row, commit, 10_000) == 2 * MIN_STEP
-    settles_at = int(STATEMENTS_FLOOR_S / per_row)
-    assert settles_at > 2 * MIN_STEP
-    assert next_step(settles_at, settles_at * per_row, commit, 10_000) == settles_at
+    # What STEP_S leaves after the commit goes to the statements, not a share of the
+    # whole hold (the commit costs the same for 10 rows as for 100): a 4 ms commit and
+    # 0.5 ms of statements for 25 rows leave room for 50, where 5 ms of hold made 25.
+    assert next_step(25, 0.0005, 0.004, 1000) == 50
+    # A commit of STEP_S or more: the fewest rows; cheaper steps, not longer ones.
+    assert next_step(50, 0.0005, 2 * STEP_S, 1000) == MIN_STEP
 
 
 @contextmanager
