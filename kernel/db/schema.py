@@ -246,12 +246,14 @@ occurrences = sa.Table(
 
 #: Retention's oldest rows of a status, a few at a time, without a sort (revision 0024):
 #: keyed and restricted on ``lower(status)``, which only retention states
-#: (:func:`kernel.statements.predicates.prunable`). On a plain ``(status, settled_at)``
+#: (:data:`kernel.statements.history.OLDEST_PRUNABLE`). On a plain ``(status, settled_at)``
 #: PostgreSQL served a job's last success (kernel/jobs/health.py) by walking the status's
 #: whole history backwards, filtered by job; a query that does not repeat the expression
 #: cannot use this index at all. Statuses are lower case: the key is the status.
 PRUNABLE_KEY = sa.func.lower(occurrences.c.status)
-PRUNABLE_WHERE = PRUNABLE_KEY.in_([sa.literal(str(s), literal_execute=True) for s in RESOLVED])
+# Literals in the text, whether the index is created or a statement rendered once for the
+# driver repeats the predicate (SQLite uses a partial index only for a query that does).
+PRUNABLE_WHERE = PRUNABLE_KEY.in_([sa.literal_column(f"'{s}'") for s in RESOLVED])
 sa.Index(
     "occurrences_prunable",
     PRUNABLE_KEY,

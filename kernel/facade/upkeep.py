@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from kernel.errors import InvalidArgument
 from kernel.facade.base import FacadeBase, ms, timeout_ms, write
 from kernel.limits import pools
 from kernel.transaction.tx import Tx
 from kernel.upkeep import history, retention, watchdog
+
+T = TypeVar("T")
 
 __all__ = ["UpkeepFacade"]
 
@@ -45,7 +47,7 @@ class UpkeepFacade(FacadeBase):
             raise InvalidArgument("limit", "must be at least 1")
         kept = retention.checked_ages(ages)
         pruned = self._stepped(lambda tx, n: retention.prune_history(tx, kept, n), limit)
-        rest = self._session.run(lambda tx: retention.expire(tx, limit))
+        rest = self._paced(retention.expire, limit)[0]
         more = (
             pruned["occurrences"] >= limit
             or len(rest["jobs"]) >= limit
@@ -57,40 +59,47 @@ class UpkeepFacade(FacadeBase):
         """``step(tx, n)`` (delete at most ``n`` occurrences, say how many and their events)
         up to ``limit`` occurrences in all.
 
-        On SQLite, whose one writer lock a claim or settle queues behind, in transactions
-        of about ``history.STEP_S`` each until a step finds fewer than it may delete; the
-        pruner then waits as long as that step held the lock, so the writers queued behind
-        it go first instead of racing a pruner that takes the lock straight back. On
-        PostgreSQL no claim waits for the prune (it locks only settled rows, which nobody
-        claims), while each step's commit would cost a durable flush: one transaction.
+        On SQLite, whose one writer lock a claim or settle queues behind, in short
+        transactions (``history.next_step`` sizes each by what the last one cost) until a
+        step finds fewer than it may delete, each paced (:meth:`_paced`). On PostgreSQL no
+        claim waits for the prune (it locks only settled rows, which nobody claims), while
+        each step's commit would cost a durable flush: one transaction.
         """
         if self.dialect != "sqlite":
             return self._session.run(lambda tx: step(tx, limit))
         total = {"occurrences": 0, "events": 0}
         size = min(limit, history.FIRST_STEP)
         while True:
-            done, held_s = self._timed(step, size)
+            done, statements_s, held_s = self._paced(step, size)
             total = {key: total[key] + done[key] for key in total}
             left = limit - total["occurrences"]
             if done["occurrences"] < size or left <= 0:
                 return total
-            time.sleep(held_s)
-            size = history.next_step(done["occurrences"], held_s, left)
+            commit_s = held_s - statements_s
+            size = history.next_step(done["occurrences"], statements_s, commit_s, left)
 
-    def _timed(
-        self, step: Callable[[Tx, int], dict[str, int]], size: int
-    ) -> tuple[dict[str, int], float]:
-        """One step's transaction and how long it held the lock: from its first statement
-        (the lock taken) to its commit."""
-        started = 0.0
+    def _paced(self, work: Callable[[Tx, int], T], n: int) -> tuple[T, float, float]:
+        """``work(tx, n)`` in a transaction of its own; what it returned, how long its statements
+        took and how long it held the lock (from its first statement to its commit).
 
-        def run(tx: Tx) -> dict[str, int]:
-            nonlocal started
+        On SQLite the pruner then waits as long as it held the lock, so the writers queued
+        behind it go first instead of racing a pruner that takes the lock straight back:
+        after every step, the last of a pass too, and after the pass's end (else a pass's
+        last step, its end and the next pass's first step held it back to back)."""
+        started = ended = 0.0
+
+        def run(tx: Tx) -> T:
+            nonlocal started, ended
             started = time.perf_counter()
-            return step(tx, size)
+            done = work(tx, n)
+            ended = time.perf_counter()
+            return done
 
         done = self._session.run(run)
-        return done, time.perf_counter() - started
+        held_s = time.perf_counter() - started
+        if self.dialect == "sqlite":
+            time.sleep(held_s)
+        return done, ended - started, held_s
 
     @write
     def record_watchdog(

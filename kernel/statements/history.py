@@ -1,16 +1,28 @@
 """Statements that delete settled history: the occurrences pruned by age or by a job's
-history limits, and what belonged to them (a done chord's row with its last member)."""
+history limits, and what belonged to them (a done chord's row with its last member).
+
+A prune on SQLite goes in short steps, each holding the one writer lock
+(kernel/facade/upkeep.py), so what a step sends is built once per dialect and sent on the
+driver (:class:`~kernel.db.driver.DriverStatement`): the occurrences a step deletes are
+one parameter (``ids``: :func:`ids_param`), not an expanding ``IN`` that Core renders again
+per run.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam as p
+from sqlalchemy.dialects import postgresql
 
+from kernel.db.driver import DriverStatement
 from kernel.db.json_text import json_member
 from kernel.db.limit_tables import budget_reservations
 from kernel.db.schema import (
+    PRUNABLE_KEY,
+    PRUNABLE_WHERE,
     adjudication_asks,
     chords,
     controls,
@@ -20,10 +32,14 @@ from kernel.db.schema import (
     operator_requests,
     requeue_grants,
 )
+from kernel.records import dumps
 from kernel.statements.predicates import WAITED_ON_BY_A_CHORD
 from kernel.states import RESOLVED
 
 __all__ = [
+    "ids_param",
+    "OLDEST_PRUNABLE",
+    "NAMED_BY_PRUNED",
     "FORGET_OCCURRENCE_ROWS",
     "FORGET_OCCURRENCE_EVENTS",
     "FORGET_OCCURRENCE_REQUESTS",
@@ -35,32 +51,88 @@ __all__ = [
 ]
 
 OCC = occurrences
+_DIALECTS = ("postgresql", "sqlite")
 
-#: The rows that name the occurrences ``occurrence_ids``: controls, grants, asks,
-#: reservations (the window's counters keep what it counted; the row only named the
-#: occurrence) and notifications.
-FORGET_OCCURRENCE_ROWS = tuple(
-    sa.delete(table).where(table.c.occurrence_id.in_(p("occurrence_ids", expanding=True)))
-    for table in (
-        controls,
-        requeue_grants,
-        adjudication_asks,
-        budget_reservations,
-        notifications,
+#: Retention's read: the oldest ``limit`` occurrences of ``status`` settled before
+#: ``settled_before`` that no chord's body still waits for, one seek on
+#: ``occurrences_prunable``: the index's predicate repeated, then ``lower(status) = :status``
+#: as it is keyed (kernel/db/schema.py says why; no other query states that expression, so
+#: none can read this index).
+OLDEST_PRUNABLE = DriverStatement(
+    sa.select(OCC.c.id)
+    .where(
+        PRUNABLE_WHERE,
+        PRUNABLE_KEY == p("status"),  # noqa: SIM300 (the index's key, as it is written)
+        OCC.c.settled_at < p("settled_before"),
+        ~WAITED_ON_BY_A_CHORD,
+    )
+    .order_by(OCC.c.settled_at)
+    .limit(p("limit"))
+)
+
+
+def _in_ids(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[bool]:
+    """``column`` is one of the occurrences ``ids`` (:func:`ids_param`): on PostgreSQL an
+    array, ``= ANY`` being an index condition whatever the planner's statistics; on
+    SQLite the elements of one JSON array text."""
+    type_ = column.type
+    if dialect == "postgresql":
+        return column == sa.any_(
+            sa.cast(p("ids", type_=postgresql.ARRAY(sa.BigInteger)), postgresql.ARRAY(type_))
+        )
+    each = sa.func.json_each(p("ids", type_=sa.Text)).table_valued("value")
+    return column.in_(sa.select(sa.cast(each.c.value, type_)))
+
+
+def ids_param(dialect: str, ids: Sequence[int]) -> Any:
+    """The ``ids`` of the statements below for the occurrences ``ids``."""
+    return list(ids) if dialect == "postgresql" else dumps(list(ids))
+
+
+def _per_dialect(make: Callable[[str], sa.ClauseElement]) -> dict[str, DriverStatement]:
+    return {dialect: DriverStatement(make(dialect), dialect) for dialect in _DIALECTS}
+
+
+#: The tables whose rows name an occurrence: controls, grants, asks, reservations (the
+#: window's counters keep what it counted; the row only named the occurrence) and
+#: notifications. They seldom hold a row of a settled occurrence, so a step probes them
+#: all at once (:data:`NAMED_BY_PRUNED`) before deleting from each.
+_NAMING = (controls, requeue_grants, adjudication_asks, budget_reservations, notifications)
+
+
+def _named(dialect: str) -> sa.Select[tuple[bool]]:
+    return sa.select(
+        sa.or_(
+            *(sa.exists().where(_in_ids(table.c.occurrence_id, dialect)) for table in _NAMING),
+            sa.exists().where(_in_ids(operator_requests.c.target, dialect)),
+        ).label("named")
+    )
+
+
+#: Whether any row of :data:`_NAMING` or any operator request names one of the
+#: occurrences ``ids``: when none does, their deletes are not sent.
+NAMED_BY_PRUNED = _per_dialect(_named)
+
+
+def _forget_rows(table: sa.Table) -> Callable[[str], sa.ClauseElement]:
+    return lambda dialect: sa.delete(table).where(_in_ids(table.c.occurrence_id, dialect))
+
+
+#: The rows of :data:`_NAMING` that name the occurrences ``ids``, one statement per table.
+FORGET_OCCURRENCE_ROWS = tuple(_per_dialect(_forget_rows(table)) for table in _NAMING)
+#: The events of the occurrences ``ids``.
+FORGET_OCCURRENCE_EVENTS = _per_dialect(
+    lambda dialect: sa.delete(events).where(_in_ids(events.c.occurrence_id, dialect))
+)
+#: Operator requests about the occurrences ``ids`` made before ``requests_before``.
+FORGET_OCCURRENCE_REQUESTS = _per_dialect(
+    lambda dialect: sa.delete(operator_requests).where(
+        operator_requests.c.created_at < p("requests_before"),
+        _in_ids(operator_requests.c.target, dialect),
     )
 )
-#: The events of the occurrences ``occurrence_ids``.
-FORGET_OCCURRENCE_EVENTS = sa.delete(events).where(
-    events.c.occurrence_id.in_(p("occurrence_ids", expanding=True))
-)
-#: Operator requests about the occurrences ``targets`` (their ids as text) made before
-#: ``requests_before``.
-FORGET_OCCURRENCE_REQUESTS = sa.delete(operator_requests).where(
-    operator_requests.c.created_at < p("requests_before"),
-    operator_requests.c.target.in_(p("targets", expanding=True)),
-)
-#: The occurrences ``occurrence_ids`` themselves.
-DELETE_OCCURRENCES = sa.delete(OCC).where(OCC.c.id.in_(p("occurrence_ids", expanding=True)))
+#: The occurrences ``ids`` themselves.
+DELETE_OCCURRENCES = _per_dialect(lambda dialect: sa.delete(OCC).where(_in_ids(OCC.c.id, dialect)))
 
 _PAST_LIMIT = (
     sa.select(OCC.c.id)

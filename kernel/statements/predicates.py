@@ -7,7 +7,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from kernel.db.json_text import json_member
-from kernel.db.schema import PRUNABLE_KEY, PRUNABLE_WHERE, chords, controls, occurrences
+from kernel.db.schema import chords, controls, occurrences
 from kernel.states import CLAIMABLE, ControlState
 
 __all__ = [
@@ -21,7 +21,6 @@ __all__ = [
     "claimable_now",
     "deadline_passed",
     "lease_expired",
-    "prunable",
     "start_expired",
     "status_is",
 ]
@@ -96,14 +95,6 @@ def lease_expired(now: Any, *, literal_status: bool = False) -> sa.ColumnElement
     use SQLite's partial index; a statement compiled once for the driver keeps it bound."""
     running = status_is("running") if literal_status else occurrences.c.status == "running"
     return sa.and_(running, occurrences.c.lease_expires_at <= now)
-
-
-def prunable(status: str) -> sa.ColumnElement[bool]:
-    """A settled occurrence of ``status`` (one of :data:`kernel.states.RESOLVED`), said the
-    way ``occurrences_prunable`` is keyed and restricted, so that retention's query reads
-    that index and no other query can (kernel/db/schema.py says why)."""
-    key = PRUNABLE_KEY
-    return sa.and_(PRUNABLE_WHERE, key == status)
 
 
 #: A run that names a chord whose body is not made yet (members to come, or still

@@ -6,12 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-
 from kernel import statements as st
-from kernel.db.schema import occurrences
 from kernel.events import EventType
-from kernel.statements.predicates import WAITED_ON_BY_A_CHORD, prunable
 from kernel.states import RESOLVED
 from kernel.transaction.tx import Tx
 from kernel.transitions import door
@@ -28,7 +24,6 @@ __all__ = [
     "prune",
 ]
 
-OCC = occurrences
 #: Final and resolved: the statuses whose history may go (dead letters and
 #: adjudications are unresolved and stay).
 PRUNABLE: tuple[str, ...] = RESOLVED
@@ -37,34 +32,43 @@ PRUNABLE: tuple[str, ...] = RESOLVED
 #: for about this long, so a claim queued behind a step waits this long, not for a
 #: whole batch: 500 occurrences with their events held it 40-110 ms (bench/history.py).
 STEP_S = 0.005
-#: The first step's occurrences, before a step's duration says how many fit in STEP_S.
+#: The first step's occurrences, before a step's cost says how many fit.
 FIRST_STEP = 50
 #: The fewest occurrences a step deletes, whatever the last one took (a step that waited
 #: on a busy disk still gets somewhere).
 MIN_STEP = 10
 
 
-def next_step(rows: int, held_s: float, left: int) -> int:
-    """How many occurrences the next step deletes: as many as fit in ``STEP_S`` at the
-    last step's pace (``rows`` in ``held_s``), at most twice its rows (one quick sample
-    does not make a long step) and at most ``left``."""
-    fits = int(rows * STEP_S / max(held_s, 1e-6))
+def next_step(rows: int, statements_s: float, commit_s: float, left: int) -> int:
+    """How many occurrences the next step deletes, sized by what the last one cost:
+    ``rows`` took ``statements_s`` of statements, whose time grows with the rows, and
+    ``commit_s`` to commit, which does not: the statements get what ``STEP_S`` leaves
+    after the commit. Cheaper steps, not longer ones: where the commit alone takes
+    ``STEP_S`` (a busy disk), ``MIN_STEP`` (giving the statements a share of a slow
+    commit grew the claims' p99 during a prune: bench/README.md session 21). The rows
+    at most twice the last step's (one quick sample does not make a long step), at most
+    ``left``."""
+    budget = max(STEP_S - commit_s, 0.0)
+    fits = int(rows * budget / max(statements_s, 1e-6))
     return max(1, min(left, 2 * rows, max(MIN_STEP, fits)))
 
 
 def forget(tx: Tx, ids: Sequence[int], *, requests_before: int) -> int:
     """Delete what belongs to the occurrences ``ids`` (being deleted in ``tx``): controls,
     grants, asks, reservations, notifications, events, and operator requests made before
-    ``requests_before``. Returns how many events went."""
-    params = {"occurrence_ids": list(ids)}
-    for statement in st.FORGET_OCCURRENCE_ROWS:
-        tx.conn.execute(statement, params)
-    pruned_events = tx.conn.execute(st.FORGET_OCCURRENCE_EVENTS, params).rowcount
-    tx.conn.execute(
-        st.FORGET_OCCURRENCE_REQUESTS,
-        {"requests_before": requests_before, "targets": [str(i) for i in ids]},
-    )
-    return int(pruned_events)
+    ``requests_before``. Returns how many events went.
+
+    The rows other than events seldom exist for settled runs: one probe asks for all of
+    them, and their six deletes are sent only when it finds one (a step of a prune holds
+    SQLite's writer lock, and each statement is a share of its fixed cost)."""
+    params = {"ids": st.ids_param(tx.dialect, ids)}
+    if st.NAMED_BY_PRUNED[tx.dialect].all(tx.conn, params)[0].named:
+        for statement in st.FORGET_OCCURRENCE_ROWS:
+            statement[tx.dialect].execute(tx.conn, params)
+        st.FORGET_OCCURRENCE_REQUESTS[tx.dialect].execute(
+            tx.conn, {**params, "requests_before": requests_before}
+        )
+    return st.FORGET_OCCURRENCE_EVENTS[tx.dialect].execute(tx.conn, params)
 
 
 def prune(
@@ -75,19 +79,18 @@ def prune(
     ``occurrences_prunable``, never a sort of all the history a status has."""
     ids: list[int] = []
     for status in (s for s in statuses if s in PRUNABLE):
-        ids += tx.conn.execute(
-            sa.select(OCC.c.id)
-            .where(prunable(status), OCC.c.settled_at < settled_before, ~WAITED_ON_BY_A_CHORD)
-            .order_by(OCC.c.settled_at)
-            .limit(limit - len(ids))
-        ).scalars()
+        params = {"status": str(status), "settled_before": settled_before}
+        oldest = st.OLDEST_PRUNABLE.all(tx.conn, {**params, "limit": limit - len(ids)})
+        ids += [row[0] for row in oldest]
         if len(ids) >= limit:
             break
     if not ids:
         return {"occurrences": 0, "events": 0}
     pruned_events = forget(tx, ids, requests_before=settled_before)
     their_chords = tx.conn.execute(st.CHORDS_OF_RUNS, {"occurrence_ids": ids}).scalars().all()
-    pruned = tx.conn.execute(st.DELETE_OCCURRENCES, {"occurrence_ids": ids}).rowcount
+    pruned = st.DELETE_OCCURRENCES[tx.dialect].execute(
+        tx.conn, {"ids": st.ids_param(tx.dialect, ids)}
+    )
     tx.emit(
         EventType.HISTORY_PRUNED,
         occurrences=pruned,

@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from kernel import Kernel
+from kernel.db.driver import DriverStatement
 from tests.kernel.conftest import Harness
 
 #: Partial indexes over unsettled rows only: walking one whole is bounded by live work.
@@ -62,6 +63,9 @@ READERS: dict[str, Callable[[Kernel, int], object]] = {
         job_id="job", types=["occurrence_claimed"], before_id=2**62, limit=100
     ),
     "runtime controls": lambda kernel, _: kernel.runtime_controls(limit=50),
+    # The exporter's and the pools page's waiting counts per pool (one pool's: its limit set).
+    "pools": lambda kernel, _: kernel.pools(),
+    "a pool's limit": lambda kernel, _: kernel.set_pool_limit("gpu", 2),
 }
 #: Retention and ``kernel prune``: each step reads a status's oldest rows past an age while
 #: it holds the writer lock, so it must not read (and sort) the status's whole history.
@@ -77,16 +81,27 @@ PRUNERS: dict[str, Callable[[Kernel, int], object]] = {
 
 @contextmanager
 def _captured(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
+    """The reads and deletes sent on ``engine``, through Core or on the driver
+    (DriverStatement): a prune's deletes of what belonged to its runs must seek too."""
     sent: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+        if statement.lstrip().upper().startswith(("SELECT", "WITH", "DELETE")):
             sent.append((statement, parameters))
 
+    send = DriverStatement._send
+
+    def on_driver(conn: sa.Connection, r: Any, args: Any, *, fetch: bool = False) -> Any:
+        if conn.engine is engine:
+            record(conn, None, r.sql, args)
+        return send(conn, r, args, fetch=fetch)
+
     sa.event.listen(engine, "before_cursor_execute", record)
+    DriverStatement._send = staticmethod(on_driver)  # type: ignore[method-assign]
     try:
         yield sent
     finally:
+        DriverStatement._send = staticmethod(send)  # type: ignore[method-assign]
         sa.event.remove(engine, "before_cursor_execute", record)
 
 
@@ -142,6 +157,8 @@ def history(k: Harness) -> int:
 @pytest.mark.parametrize("reader", [*READERS, *PRUNERS])
 def test_readers_never_scan_history(k: Harness, history: int, reader: str) -> None:
     engine = k.kernel.engine
+    if reader in PRUNERS:
+        k.clock.advance(2)  # the settled run is older than the pruners' 1 s: it goes
     with _captured(engine) as sent:
         {**READERS, **PRUNERS}[reader](k.kernel, history)
     assert sent, f"{reader} sent no statement"
