@@ -155,11 +155,13 @@ DELETE_PAST_HISTORY_LIMIT = (
     .returning(OCC.c.id, OCC.c.trigger_key, json_member(OCC.c.links, "chord").label("chord"))
 )
 
-#: The chords the runs ``occurrence_ids`` are members of (read before they are deleted).
-CHORDS_OF_RUNS = (
-    sa.select(json_member(OCC.c.links, "chord"))
-    .where(OCC.c.id.in_(p("occurrence_ids", expanding=True)), OCC.c.links.is_not(None))
-    .distinct()
+#: The chords the occurrences ``ids`` are members of (read before they are deleted).
+CHORDS_OF_RUNS = _per_dialect(
+    lambda dialect: (
+        sa.select(json_member(OCC.c.links, "chord"))
+        .where(_in_ids(OCC.c.id, dialect), OCC.c.links.is_not(None))
+        .distinct()
+    )
 )
 
 #: The rows of the chords ``chord_ids``, locked (PostgreSQL) in one order before

@@ -87,10 +87,9 @@ def prune(
     if not ids:
         return {"occurrences": 0, "events": 0}
     pruned_events = forget(tx, ids, requests_before=settled_before)
-    their_chords = tx.conn.execute(st.CHORDS_OF_RUNS, {"occurrence_ids": ids}).scalars().all()
-    pruned = st.DELETE_OCCURRENCES[tx.dialect].execute(
-        tx.conn, {"ids": st.ids_param(tx.dialect, ids)}
-    )
+    given = {"ids": st.ids_param(tx.dialect, ids)}
+    their_chords = [row[0] for row in st.CHORDS_OF_RUNS[tx.dialect].all(tx.conn, given)]
+    pruned = st.DELETE_OCCURRENCES[tx.dialect].execute(tx.conn, given)
     tx.emit(
         EventType.HISTORY_PRUNED,
         occurrences=pruned,

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from kernel import Kernel
-from kernel.db.driver import DriverStatement
+from kernel.db import driver
 from tests.kernel.conftest import Harness
 
 #: Partial indexes over unsettled rows only: walking one whole is bounded by live work.
@@ -89,19 +89,19 @@ def _captured(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
         if statement.lstrip().upper().startswith(("SELECT", "WITH", "DELETE")):
             sent.append((statement, parameters))
 
-    send = DriverStatement._send
+    send = driver.send
 
-    def on_driver(conn: sa.Connection, r: Any, args: Any, *, fetch: bool = False) -> Any:
+    def on_driver(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> Any:
         if conn.engine is engine:
-            record(conn, None, r.sql, args)
-        return send(conn, r, args, fetch=fetch)
+            record(conn, None, sql, args)
+        return send(conn, sql, args, fetch=fetch)
 
     sa.event.listen(engine, "before_cursor_execute", record)
-    DriverStatement._send = staticmethod(on_driver)  # type: ignore[method-assign]
+    driver.send = on_driver
     try:
         yield sent
     finally:
-        DriverStatement._send = staticmethod(send)  # type: ignore[method-assign]
+        driver.send = send
         sa.event.remove(engine, "before_cursor_execute", record)
 
 

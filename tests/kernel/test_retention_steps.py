@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from kernel import Kernel
-from kernel.db.driver import DriverStatement
+from kernel.db import driver as kernel_driver
 from kernel.states import OccurrenceStatus as S
 from kernel.upkeep.history import FIRST_STEP, MIN_STEP, STEP_S, next_step
 
@@ -100,12 +100,12 @@ def test_on_postgres_a_claim_goes_on_inside_the_prune_transaction(
     [waiting] = k.occurrences("job", 1)
     k.clock.advance(2 * DAY)
     claimer = Kernel.open(k.url, clock=k.clock)
-    send = DriverStatement._send
+    send = kernel_driver.send
 
-    def claim_now(conn: sa.Connection, r: Any, args: Any, *, fetch: bool = False) -> Any:
-        sent = send(conn, r, args, fetch=fetch)
+    def claim_now(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> Any:
+        sent = send(conn, sql, args, fetch=fetch)
         # The prune has deleted occurrences and not committed: nothing of it locks a claim.
-        if conn.engine is k.kernel.engine and r.sql.startswith("DELETE FROM occurrences"):
+        if conn.engine is k.kernel.engine and sql.startswith("DELETE FROM occurrences"):
             claim = claimer.claim(waiting, owner="w2", lease=30)
             assert claim is not None
             claimer.succeed(waiting, owner="w2", fence=claim.fence)
@@ -113,7 +113,7 @@ def test_on_postgres_a_claim_goes_on_inside_the_prune_transaction(
         return sent
 
     claimed: list[int] = []
-    monkeypatch.setattr(DriverStatement, "_send", staticmethod(claim_now))
+    monkeypatch.setattr(kernel_driver, "send", claim_now)
     try:
         done = k.kernel.apply_retention({"succeeded": DAY})
     finally:
@@ -151,22 +151,22 @@ def sent_statements(kernel: Kernel) -> Iterator[tuple[list[str], list[str]]]:
     """(statements run through Core, SQL sent on the driver) by ``kernel`` meanwhile."""
     core: list[str] = []
     driver: list[str] = []
-    send = DriverStatement._send
+    send = kernel_driver.send
 
-    def on_driver(conn: sa.Connection, r: Any, args: Any, *, fetch: bool = False) -> Any:
+    def on_driver(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> Any:
         if conn.engine is kernel.engine:
-            driver.append(r.sql)
-        return send(conn, r, args, fetch=fetch)
+            driver.append(sql)
+        return send(conn, sql, args, fetch=fetch)
 
     def through_core(conn: Any, statement: Any, *_: Any) -> None:
         core.append(str(statement))
 
     sa.event.listen(kernel.engine, "before_execute", through_core)
-    DriverStatement._send = staticmethod(on_driver)  # type: ignore[method-assign]
+    kernel_driver.send = on_driver
     try:
         yield core, driver
     finally:
-        DriverStatement._send = staticmethod(send)  # type: ignore[method-assign]
+        kernel_driver.send = send
         sa.event.remove(kernel.engine, "before_execute", through_core)
 
 
