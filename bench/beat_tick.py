@@ -74,8 +74,8 @@ def _fill(kernel: Kernel, n: int) -> None:
     rows = []
     for i in range(n):
         due = i < DUE
-        spec = dataclasses.replace(
-            minutely if due else hourly, id=f"{'due' if due else 'idle'}-{i}"
+        spec = (minutely if due else hourly).model_copy(
+            update={"id": f"{'due' if due else 'idle'}-{i}"}
         )
         cursor = T0 if due else T0 + timedelta(hours=1)
         rows.append({
