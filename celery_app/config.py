@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+from celery_app.hints import made_runs_publisher
 from celery_app.project_paths import var_dir
 from celery_app.setting_values import ConfigInvalid
 from celery_app.settings import CONFIG_EXIT, KernelSettings
@@ -145,6 +146,9 @@ def open_kernel(app: Any, *, migrate: bool | None = None) -> Kernel:
             lambda: Kernel.open(
                 settings.database_url,
                 migrate_schema=migrating,
+                on_runs_made=made_runs_publisher(
+                    app, batch_max=settings.batch_max, rehint_after=settings.rehint_after
+                ),
                 **kernel_engine_options(settings, must_exist=not migrating),
             ),
         )

@@ -18,8 +18,9 @@ Beat loads this module: it imports no worker code (runtime, adapters).
 from __future__ import annotations
 
 import inspect
+import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -34,6 +35,7 @@ from kernel import DispatchHint, caller_key, task_job_id
 
 __all__ = [
     "call_reprs",
+    "made_runs_publisher",
     "publish_adjudication_hints",
     "publish_hints",
     "resend_run_hints",
@@ -43,6 +45,8 @@ __all__ = [
     "split_hint",
     "worker_shares",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The kernel's own messages carry ids only: JSON whatever the app's task_serializer
 #: (a pickle-only app still accepts JSON: doctor refuses an accept_content without it).
@@ -142,6 +146,30 @@ def publish_hints(
 #: ``batch_max`` ids is split again by the process that takes it): no process spends
 #: long publishing before it runs its own share, however big the batch.
 _SPLIT_FANOUT = 16
+
+
+def made_runs_publisher(
+    app: Any, *, batch_max: int, rehint_after: float
+) -> Callable[[list[DispatchHint]], None]:
+    """The kernel's ``on_runs_made`` for this app: a committed settle's chain step, chord
+    body or errback published at once, as a stock worker sends a chain's next task, rather
+    than at Beat's next tick. The settle stands whatever happens here: a hint not sent
+    (the broker down, anything else) is the pump's after ``rehint_after``."""
+
+    def publish(hints: list[DispatchHint]) -> None:
+        try:
+            with app.producer_or_acquire() as producer:
+                publish_hints(app, producer, hints, batch_max=batch_max, hint_options={})
+        except Exception as exc:  # the settle committed: nothing here may undo or hide it
+            log.warning(
+                "%d run(s) a settle made are stored; Beat hints them after %gs (%s)",
+                len(hints),
+                rehint_after,
+                exc,
+                extra={"action": "made_hint_deferred"},
+            )
+
+    return publish
 
 
 def worker_shares(occurrence_ids: list[int], batch_max: int) -> tuple[list[int], list[list[int]]]:

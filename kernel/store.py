@@ -6,6 +6,7 @@ workers, operators, gates, reads, upkeep, adapter verdicts); this module opens a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ from kernel.facade import (
 from kernel.jobs import definitions as job_ops
 from kernel.records import to_dt
 from kernel.transaction.session import Session
+from kernel.types import DispatchHint
 
 __all__ = ["Kernel", "FireReport"]
 
@@ -57,14 +59,23 @@ class Kernel(
         clock: where "now" comes from; default: the database server's clock on
             PostgreSQL, this host's on SQLite.
         check: refuse a database whose schema this code does not know.
+        on_runs_made: called once a write commits with the runs it made that may run
+            now (a settle's chain step, chord body, errback), marked hinted: a process
+            that publishes them spares them the wait for Beat's pump.
     """
 
     def __init__(
-        self, engine: sa.Engine, *, clock: Clock | None = None, check: bool = True
+        self,
+        engine: sa.Engine,
+        *,
+        clock: Clock | None = None,
+        check: bool = True,
+        on_runs_made: Callable[[list[DispatchHint]], None] | None = None,
     ) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.clock = clock or default_clock(self.dialect)
+        self.on_runs_made = on_runs_made
         self._session = Session(engine, self.clock)
         if check:
             guard(check_schema, engine)
@@ -77,6 +88,7 @@ class Kernel(
         migrate_schema: bool = False,
         check_schema: bool = True,
         clock: Clock | None = None,
+        on_runs_made: Callable[[list[DispatchHint]], None] | None = None,
         **engine_kwargs: Any,
     ) -> Kernel:
         """Open the kernel at ``url``; ``migrate_schema`` upgrades the schema first.
@@ -86,7 +98,7 @@ class Kernel(
         try:
             if migrate_schema:
                 guard(migrate, engine)
-            return cls(engine, clock=clock, check=check_schema)
+            return cls(engine, clock=clock, check=check_schema, on_runs_made=on_runs_made)
         except BaseException:
             engine.dispose()  # nobody else can: the caller never gets the kernel
             raise

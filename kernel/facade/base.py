@@ -36,9 +36,10 @@ import sqlalchemy as sa
 from kernel import reads
 from kernel.db.clock import Clock
 from kernel.errors import InvalidArgument
+from kernel.occurrences import dispatch
 from kernel.transaction.session import Session
 from kernel.transaction.tx import Tx
-from kernel.types import ActionResult
+from kernel.types import ActionResult, DispatchHint
 
 __all__ = ["FacadeBase", "write", "read", "answered", "ms", "lease_ms"]
 
@@ -70,7 +71,22 @@ def _transaction(
     assert tx.name == "tx", f"{method.__qualname__}: the transaction comes after self"
 
     def run(self: F, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._session.run(lambda tx: method(self, tx, *args, **kwargs), read_only=read_only)
+        publish = None if read_only else self.on_runs_made
+        if publish is None:
+            return self._session.run(
+                lambda tx: method(self, tx, *args, **kwargs), read_only=read_only
+            )
+        made: list[DispatchHint] = []
+
+        def body(tx: Tx) -> R:
+            value = method(self, tx, *args, **kwargs)
+            made[:] = dispatch.hint_made(tx)  # the attempt that commits sets them last
+            return value
+
+        value = self._session.run(body, read_only=False)
+        if made:
+            publish(made)
+        return value
 
     functools.update_wrapper(run, method)
     run.__signature__ = signature.replace(parameters=[this, *rest])  # type: ignore[attr-defined]
@@ -102,6 +118,10 @@ class FacadeBase:
     dialect: str
     clock: Clock
     _session: Session
+    #: Called once a write commits with the runs it made that may run now (a settle's
+    #: chain step, chord body, errback, replacement), marked hinted by it; None: Beat's
+    #: pump hints them at its next tick.
+    on_runs_made: Callable[[list[DispatchHint]], None] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -10,7 +11,7 @@ from kernel.records import loads
 from kernel.transaction.tx import Tx
 from kernel.types import DispatchHint
 
-__all__ = ["dispatch_batch", "mark_hinted"]
+__all__ = ["dispatch_batch", "hint_made", "mark_hinted"]
 
 
 def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[DispatchHint]:
@@ -21,12 +22,30 @@ def dispatch_batch(tx: Tx, *, limit: int, rehint_after_ms: int) -> list[Dispatch
         st.HINT[tx.dialect],
         {"now": tx.now, "rehint_before": tx.now - rehint_after_ms, "limit": limit},
     )
-    rows.sort(key=lambda r: (r.status == "running", -r.priority, r.available_at, r.id))
+    return _hints(rows)
+
+
+def hint_made(tx: Tx) -> list[DispatchHint]:
+    """Of the runs this transaction made (``Tx.made_runs``: a settle's chain step, chord
+    body, errback, replacement), those the pump would hint now, marked hinted in it: the
+    maker publishes them once it commits, so a chain goes on without waiting for a Beat
+    tick (one it could not publish, the pump hints after its rehint interval)."""
+    if not tx.made_runs:
+        return []
+    rows = tx.conn.execute(
+        st.HINT_MADE, {"ids": tx.made_runs, "now": tx.now, "rehint_before": tx.now}
+    ).all()
+    return _hints(rows)
+
+
+def _hints(rows: Sequence[Any]) -> list[DispatchHint]:
+    """The hints of the rows HINT or HINT_MADE marked, in the order their claims should go."""
+    ordered = sorted(rows, key=lambda r: (r.status == "running", -r.priority, r.available_at, r.id))
     return [
         DispatchHint(
             r.id, r.job_id, r.queue, r.kind, *_hinted(r.definition), r.priority, r.trigger_key
         )
-        for r in rows
+        for r in ordered
     ]
 
 

@@ -156,6 +156,7 @@ def insert_links(
     """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
     job was deleted since; answers the rows made, and the ids of the keys that existed."""
     made, existing = insert_enqueued(tx, rows)
+    tx.made_runs.extend(m.occurrence_id for m in made.values())
     TC.hand_over(tx, rows, made)  # a replaced chord member's replacement, made now
     unseen = [row.key for row in rows if row.key not in made and row.key not in existing]
     existing.update(existing_keys(tx, unseen))

@@ -19,6 +19,7 @@ from kernel.statements.predicates import NOT_PAUSED, claimable_now, lease_expire
 __all__ = [
     "CREATE_OCCURRENCE",
     "HINT",
+    "HINT_MADE",
     "MARK_HINTED",
     "TOUCH_BEAT",
     "REGISTER_BEAT",
@@ -122,14 +123,11 @@ def _candidates(condition: Any, dialect: str, rank: int) -> sa.Select[Any]:
     return sa.select(found.c.id, sa.literal(rank, sa.Integer).label("rank"))
 
 
-def _hint(dialect: str) -> Any:
-    picked = sa.union_all(
-        _candidates(_waiting, dialect, 0), _candidates(_expired, dialect, 1)
-    ).subquery("picked")
-    first = sa.select(picked.c.id).order_by(picked.c.rank).limit(p("limit", type_=sa.Integer))
+def _hinted(chosen: Any) -> Any:
+    """Mark the ``chosen`` ids hinted now, answering what a hint is built from."""
     return (
         sa.update(OCC)
-        .where(OCC.c.id.in_(first))
+        .where(OCC.c.id.in_(chosen))
         .values(dispatched_at=p("now"))
         .returning(
             OCC.c.id,
@@ -145,10 +143,31 @@ def _hint(dialect: str) -> Any:
     )
 
 
+def _hint(dialect: str) -> Any:
+    picked = sa.union_all(
+        _candidates(_waiting, dialect, 0), _candidates(_expired, dialect, 1)
+    ).subquery("picked")
+    return _hinted(
+        sa.select(picked.c.id).order_by(picked.c.rank).limit(p("limit", type_=sa.Integer))
+    )
+
+
 #: What the pump hints, marked hinted in the same statement (one round trip): up to
 #: ``limit`` claimable occurrences (``waiting``), then expired leases Beat will not
 #: settle; none hinted since ``rehint_before``. The rows come back in no order.
 HINT = {dialect: DriverStatement(_hint(dialect), dialect) for dialect in ("postgresql", "sqlite")}
+
+#: Of the runs ``ids`` this transaction made (a settle's links), those the pump would hint
+#: now, marked hinted: their maker publishes them once it commits (``rehint_before`` is
+#: ``now``: they are new).
+HINT_MADE = _hinted(
+    sa.select(OCC.c.id).where(
+        OCC.c.id.in_(p("ids", expanding=True)),
+        _waiting,
+        OCC.c.cancel_requested.is_(False),
+        JOB_ALLOWS_CLAIM,
+    )
+)
 
 
 # -- the registry of Beats ---------------------------------------------------------------

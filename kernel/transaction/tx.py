@@ -31,7 +31,7 @@ class Tx:
     back (``observe_now``): on PostgreSQL that saves the clock's own round trip.
     """
 
-    __slots__ = ("conn", "dialect", "allowed_events", "_clock", "_now", "_own")
+    __slots__ = ("conn", "dialect", "allowed_events", "made_runs", "_clock", "_now", "_own")
 
     def __init__(
         self, conn: sa.Connection, clock: Clock, dialect: str, *, own: bool = False
@@ -44,6 +44,8 @@ class Tx:
         self._own = own
         #: The events of the transitions this transaction ran (kernel.transitions.door.run).
         self.allowed_events: set[str] = set()
+        #: The runs a settle's links made in this transaction (kernel.occurrences.rows).
+        self.made_runs: list[int] = []
 
     @property
     def is_postgres(self) -> bool:
