@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import pytest
 from integration.stack import Stack
-from integration.test_enqueue import Project
+from integration.test_enqueue import NOTING, Project
 
 pytestmark = pytest.mark.long
 
-TASKS = """\
-import json
-from myproj import app
-
-def note(**fields):
-    with open("ledger.jsonl", "a") as ledger:
-        ledger.write(json.dumps(fields) + "\\n")
+TASKS = (
+    NOTING
+    + """\
 
 def add(x, y):
     return x + y
@@ -44,6 +40,7 @@ for side in ("routed", "stock"):
     for body in (add, tsum, old_style, new_style):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
 """
+)
 
 CALLS = """\
 import json

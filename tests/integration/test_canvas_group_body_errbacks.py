@@ -13,17 +13,13 @@ from collections import Counter
 
 import pytest
 from integration.stack import Stack
-from integration.test_enqueue import Project
+from integration.test_enqueue import NOTING, Project
 
 pytestmark = pytest.mark.long
 
-TASKS = """\
-import json
-from myproj import app
-
-def note(**fields):
-    with open("ledger.jsonl", "a") as ledger:
-        ledger.write(json.dumps(fields) + "\\n")
+TASKS = (
+    NOTING
+    + """\
 
 def add(x, y):
     return x + y
@@ -45,6 +41,7 @@ for side in ("routed", "stock"):
     for body in (add, fail, tsum, old_style, echo):
         app.task(name=f"myproj.{side}.{body.__name__}", shared=False)(body)
 """
+)
 
 CALLS = """\
 import json

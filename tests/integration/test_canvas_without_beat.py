@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import pytest
 from integration.stack import Stack
-from integration.test_enqueue import ROUTED_AND_STOCK, Project
+from integration.test_enqueue import NOTING, ROUTED_AND_STOCK, Project
 
-TASKS = """\
-import json
-from myproj import app
-
-def note(**fields):
-    with open("ledger.jsonl", "a") as ledger:
-        ledger.write(json.dumps(fields) + "\\n")
+TASKS = (
+    NOTING
+    + """\
 
 def add(x, y):
     return x + y
@@ -33,6 +29,7 @@ for side in ("routed", "stock"):
     for body in (add, tsum, fail, on_error):
         app.task(name=f"myproj.{side}.{body.__name__}")(body)
 """
+)
 
 CLIENT = """\
 import json

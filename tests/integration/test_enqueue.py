@@ -58,6 +58,17 @@ def routed(label):
     return label
 """
 
+#: The head of a project's tasks module whose tasks ``note`` what they did in the ledger
+#: :meth:`Project.ledger` reads (one JSON line per ``note``).
+NOTING = """\
+import json
+from myproj import app
+
+def note(**fields):
+    with open("ledger.jsonl", "a") as ledger:
+        ledger.write(json.dumps(fields) + "\\n")
+"""
+
 #: Settings of a project whose ``myproj.routed.*`` tasks go through the kernel and whose
 #: ``myproj.stock.*`` tasks do not, on the stack's Redis as broker and result backend:
 #: the same canvas measured routed against stock Celery on one app.
