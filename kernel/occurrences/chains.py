@@ -138,7 +138,7 @@ def fire_links(
         heirs = continuing(links) if place else []
         # A group the member's chain ends with: its results one list in the member's place.
         grouped = any(sig.get("shares") for sig in loads(links)["callbacks"])
-        held = _make_links(tx, parent_id, requests, heirs, place, grouped)
+        held = _make_links(tx, parent_id, requests, heirs, place, grouped, errbacks=not succeeded)
         steps = chord_steps(links, result=result, parent_task_id=task_id)
         for step in steps if succeeded else ():
             make_chord_step(tx, parent_id, step, place if step.continues else None)
@@ -242,7 +242,7 @@ def fail_chord(
     body_task_id = stored.get("result_id") or sig["options"]["task_id"]
     parent = member_id if member_id is not None else f"chord:{chord_id}"
     errbacks, bodies = TC.body_errbacks(stored, chord_id, parent, body_task_id, told)
-    _make_links(tx, member_id, errbacks)
+    _make_links(tx, member_id, errbacks, errbacks=True)
     # A group as the body: each of its members' ids, whose results fail too.
     more: dict[str, Any] = {"body_task_ids": bodies} if stored.get("group") else {}
     # The steps of a chain after the body, failed with it (Celery's backend fails them).
@@ -363,10 +363,13 @@ def _make_links(
     heirs: Sequence[bool] = (),
     place: Mapping[str, Any] | None = None,
     grouped: bool = False,
+    *,
+    errbacks: bool = False,
 ) -> bool:
-    """The occurrences of ``requests`` (a settled run's links) whose keys are new; those
-    ``heirs`` marks take ``place`` (the chord, and its member whose place it is), in order,
-    each counted in (``grouped``: :func:`~kernel.transitions.chords.pass_place`'s). Answers
+    """The occurrences of ``requests`` (a settled run's links; ``errbacks``: a failure's,
+    :func:`~kernel.occurrences.rows.insert_links`) whose keys are new; those ``heirs``
+    marks take ``place`` (the chord, and its member whose place it is), in order, each
+    counted in (``grouped``: :func:`~kernel.transitions.chords.pass_place`'s). Answers
     whether one did."""
     if not requests:
         return False
@@ -375,7 +378,7 @@ def _make_links(
     heir_rows = [row for row, heir in zip(rows, heirs, strict=False) if heir and place]
     for row in heir_rows:
         _join(row, chord_id)
-    made, _ = insert_links(tx, parent_id, rows)
+    made, _ = insert_links(tx, parent_id, rows, errbacks=errbacks)
     taking = [made[row.key].occurrence_id for row in heir_rows if row.key in made]
     if taking:
         TC.pass_place(tx, chord_id, holder, taking, grouped=grouped)

@@ -151,12 +151,18 @@ def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
 
 
 def insert_links(
-    tx: Tx, parent_id: int | None, rows: Sequence[EnqueueRow]
+    tx: Tx, parent_id: int | None, rows: Sequence[EnqueueRow], *, errbacks: bool = False
 ) -> tuple[dict[str, Made], dict[str, int]]:
     """Insert a settled run's link ``rows`` whose keys are new, and tell of those whose
-    job was deleted since; answers the rows made, and the ids of the keys that existed."""
+    job was deleted since; answers the rows made, and the ids of the keys that existed.
+
+    Callbacks made are the transaction's ``made_runs`` (their maker hints them once it
+    commits); ``errbacks`` are not: a failure reaches the result backend after its settle
+    (a chord's ``ChordError``, an owed end), and Celery calls an errback once the failure
+    is stored, so Beat's pump hints them."""
     made, existing = insert_enqueued(tx, rows)
-    tx.made_runs.extend(m.occurrence_id for m in made.values())
+    if not errbacks:
+        tx.made_runs.extend(m.occurrence_id for m in made.values())
     TC.hand_over(tx, rows, made)  # a replaced chord member's replacement, made now
     unseen = [row.key for row in rows if row.key not in made and row.key not in existing]
     existing.update(existing_keys(tx, unseen))

@@ -55,9 +55,9 @@ def test_a_success_hands_over_its_callbacks_marked_hinted(
     assert len(published) == 1
 
 
-def test_a_dead_letter_hands_over_its_errbacks(
-    k: Harness, published: list[list[DispatchHint]]
-) -> None:
+def test_errbacks_are_left_to_the_pump(k: Harness, published: list[list[DispatchHint]]) -> None:
+    """A failure reaches the result backend after its settle (a chord's ChordError, an
+    owed end), and Celery calls errbacks once it is stored: the pump hints them."""
     made = k.kernel.enqueue(
         task="proj.a",
         key="a-1",
@@ -65,9 +65,16 @@ def test_a_dead_letter_hands_over_its_errbacks(
         callbacks=[sig("proj.b", "b-1")],
         errbacks=[sig("proj.oops", "oops-1")],
     )
+    chord = k.kernel.enqueue_many(
+        [EnqueueRequest("proj.add", args=[i], key=f"m{i}", settings=ONCE) for i in range(2)],
+        chord={"id": "g1", "body": {**sig("proj.tsum", "body"), "errbacks": [sig("e", "e-1")]}},
+    )
+    assert sorted(_pumped(k)) == sorted([made.occurrence_id, *(m.occurrence_id for m in chord)])
     assert k.fail(made.occurrence_id) == "dead_letter"
-    [oops] = k.keyed("oops-1")
-    assert [[h.occurrence_id for h in hints] for hints in published] == [[oops.id]]
+    assert k.fail(chord[0].occurrence_id) == "dead_letter"
+    [oops], [chord_errback] = k.keyed("oops-1"), k.keyed("e-1")
+    assert published == []
+    assert sorted(_pumped(k)) == sorted([oops.id, chord_errback.id])
 
 
 def test_the_last_member_of_a_chord_hands_over_the_body(
