@@ -110,7 +110,8 @@ class EnqueueFacade(FacadeBase):
         the runs (a group's member that is a chord, or a chain led by one); in ``chord``,
         each its member at that index of group order, whose body's end (a group body: each
         of its members) takes that place, as Celery counts a chord as its body. Their
-        members' hints are the dispatch pump's."""
+        members' hints are ``on_runs_made``'s once this commits (the dispatch pump's
+        without one, or in a caller's ``connection``)."""
         defined = self._enqueue_state()
         if connection is None:
             return self._enqueue(requests, defined, hinted, chord, nested)
