@@ -51,6 +51,9 @@ def test_a_success_hands_over_its_callbacks_marked_hinted(
     assert (hint.occurrence_id, hint.job_id, hint.kind) == (b.id, "task:proj.b", "task")
     assert hint.payload is not None and hint.payload["task"] == "proj.b"
     assert _pumped(k) == []  # hinted in the settle: the pump does not hint it again
+    # Its maker killed before it published: the pump's rehint interval later, it does.
+    k.clock.advance(3601)
+    assert b.id in _pumped(k)
     k.succeed(b.id, 2)  # a run that makes nothing hands over nothing
     assert len(published) == 1
 
