@@ -118,7 +118,8 @@ EXPIRED_LEASES = (
             sa.not_(LOST_LEASES_LEFT),
         ),
     )
-    .order_by(OCC.c.lease_expires_at)
+    # The id breaks ties: Beats sweeping at once lock rows (and their chords) in one order.
+    .order_by(OCC.c.lease_expires_at, OCC.c.id)
     .limit(p("limit"))
 )
 
