@@ -1,5 +1,5 @@
-"""Celery's prefork pool, its size when nothing sets it, and the lock of its shared task queue given back when a pool
-process dies holding it.
+"""Celery's prefork pool: its size when nothing sets it, and the lock of its shared task
+queue given back when a pool process dies holding it.
 
 With a broker whose transport has no event loop (the embedded broker's), Celery runs
 billiard's blocking pool: its processes take their tasks from one pipe, read under one

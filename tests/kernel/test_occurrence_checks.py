@@ -54,9 +54,7 @@ def _write(kernel: Kernel, occurrence_id: int, change: str) -> None:
 
 
 @pytest.mark.parametrize(("change", "check"), FORBIDDEN)
-def test_each_impossible_state_is_refused_by_its_check(
-    k: Harness, change: str, check: str
-) -> None:
+def test_each_impossible_state_is_refused_by_its_check(k: Harness, change: str, check: str) -> None:
     occurrence_id = k.occurrences()[0]
     with pytest.raises(StateConflict) as refused:
         _write(k.kernel, occurrence_id, change)
