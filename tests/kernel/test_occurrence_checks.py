@@ -121,7 +121,7 @@ def test_postgresql_s_compact_checks_decide_as_the_portable_ones_on_every_state(
 
 def test_postgresql_parses_little_per_written_row(kernel: Kernel) -> None:
     # PostgreSQL reads each CHECK's stored parse tree again in every statement that writes
-    # a row (ExecRelCheck), ~14 % of a busy server's CPU on the batch's settle-and-claim
+    # a row (ExecRelCheck): ~13 % of the backend's CPU on the batch's settle-and-claim
     # (bench/README.md, session 22): the stored trees are kept small.
     _postgres(kernel)
     with kernel.engine.connect() as conn:

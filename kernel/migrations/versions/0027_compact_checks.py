@@ -2,13 +2,13 @@
 
 PostgreSQL parses and plans each stored CHECK of a table again in every statement that
 writes one of its rows; on a batch's settle-and-claim the five checks of ``occurrences``
-were ~14 % of the server's CPU (bench/README.md, session 22). The same conditions are
+were ~13 % of its backend's CPU samples (bench/README.md, session 22). The same conditions are
 stored here as text array literals and equalities of NULL tests, which decide every row
 alike (``status`` and ``cancel_requested`` are NOT NULL): 10,240 characters of parse tree
-become about 5,300. SQLite compiles the checks into its prepared statements: unchanged.
+become 5,426. SQLite compiles the checks into its prepared statements: unchanged.
 
-The rows already meet the old checks, so they meet these: each is added NOT VALID (no
-scan under the table's lock) and then validated.
+Each is added NOT VALID and then validated (a scan of the table, in this migration's
+transaction): the rows met the old checks, so they meet these.
 
 Revision ID: 0027
 Revises: 0025
