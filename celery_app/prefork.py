@@ -35,7 +35,7 @@ log = logging.getLogger("celery_kernel.worker")
 #: process sits idle through its run's durable commit and round trips; more processes than
 #: CPUs fill those waits until the CPU is full (bench/README.md, session 22). SQLite keeps
 #: Celery's one per CPU: its runs queue for the one writer, and more processes only cost
-#: memory (each ~20 MB of PSS).
+#: memory (each ~24 MB of PSS).
 PROCESSES_PER_CPU = 2
 
 
