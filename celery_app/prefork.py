@@ -1,5 +1,5 @@
-"""Celery's prefork pool, with the lock of its shared task queue given back when a pool
-process dies holding it.
+"""Celery's prefork pool: its size when nothing sets it, and the lock of its shared task
+queue given back when a pool process dies holding it.
 
 With a broker whose transport has no event loop (the embedded broker's), Celery runs
 billiard's blocking pool: its processes take their tasks from one pipe, read under one
@@ -23,12 +23,20 @@ import os
 import threading
 from typing import Any
 
+from billiard import cpu_count
 from billiard.pool import Pool as BlockingPool
 from celery.concurrency import get_implementation, prefork
 
-__all__ = ["TaskPool", "use_for"]
+__all__ = ["PROCESSES_PER_CPU", "TaskPool", "default_size", "use_for"]
 
 log = logging.getLogger("celery_kernel.worker")
+
+#: Pool processes per CPU of a worker on a PostgreSQL kernel whose size nothing sets. Each
+#: process sits idle through its run's durable commit and round trips; more processes than
+#: CPUs fill those waits until the CPU is full (bench/README.md, session 22). SQLite keeps
+#: Celery's one per CPU: its runs queue for the one writer, and more processes only cost
+#: memory (each ~24 MB of PSS).
+PROCESSES_PER_CPU = 2
 
 
 class _HolderNotingLock:
@@ -99,3 +107,14 @@ def use_for(worker: Any) -> None:
     Celery would run billiard's blocking pool (no event loop); any other is left alone."""
     if not worker.use_eventloop and get_implementation(worker.pool_cls) is prefork.TaskPool:
         worker.pool_cls = TaskPool
+
+
+def default_size(app: Any, options: dict[str, Any], database_url: str) -> None:
+    """Size the pool of a worker on a PostgreSQL kernel at :data:`PROCESSES_PER_CPU` per
+    CPU when neither its command line (``-c``) nor its configuration (``worker_concurrency``)
+    does. Before the worker reads its settings: from ``celeryd_init``, whose ``options``
+    hold ``-c`` (Celery's command puts the configuration's value there when it is absent)."""
+    if options.get("concurrency") or app.conf.worker_concurrency:
+        return
+    if database_url.startswith("postgresql"):
+        app.conf.worker_concurrency = PROCESSES_PER_CPU * cpu_count()

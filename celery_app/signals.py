@@ -28,7 +28,7 @@ from celery_app.broker import use_embedded_broker
 from celery_app.config import check_broker_url, ensure_broker_folders, open_kernel, refuse_start
 from celery_app.held_run import clear_warm_shutdown, request_warm_shutdown
 from celery_app.main_watch import follow_main_process, note_forking_thread
-from celery_app.prefork import use_for
+from celery_app.prefork import default_size, use_for
 from celery_app.settings import KernelSettings
 from celery_app.worker_process import keep_for_pool, process_resources
 from kernel import KernelError, StorageUnavailable, masked_url
@@ -73,14 +73,17 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
 def connect(app: Any) -> None:
     """Connect the worker's handlers for ``app``; a worker of another app ignores them."""
 
-    def check_start(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    def check_start(
+        sender: Any = None, instance: Any = None, options: Any = None, **_: Any
+    ) -> None:
         # Settings checked and the embedded broker's folders made by the processes that
         # use them (not on import). SystemExit, unlike an exception, passes through
         # Celery's signal dispatch.
         if instance is not None and instance.app is not app:
             return
         try:
-            KernelSettings.from_app(app)
+            settings = KernelSettings.from_app(app)
+            default_size(app, options or {}, settings.database_url)
             use_embedded_broker(app)  # before the consumer connects: the final broker URL
             check_broker_url(app)
             ensure_broker_folders(app)

@@ -11,6 +11,7 @@ __all__ = [
     "CONTROL_CHECKS",
     "NOTIFICATION_CHECKS",
     "OCCURRENCE_CHECKS",
+    "OCCURRENCE_CHECKS_POSTGRESQL",
     "POOL_CHECKS",
 ]
 
@@ -35,6 +36,35 @@ OCCURRENCE_CHECKS: tuple[tuple[str, str], ...] = (
         " AND settled_at IS NOT NULL)"
         " OR (status NOT IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
         " AND settled_at IS NULL)",
+    ),
+    ("ck_occurrences_counters", "fence >= 0 AND attempt >= 0 AND max_attempts >= 1"),
+)
+#: OCCURRENCE_CHECKS as PostgreSQL stores them (revision 0027): the same conditions, decided
+#: alike on every row (tests/kernel/test_occurrence_checks.py), in smaller parse trees.
+#: PostgreSQL parses and plans each stored check again in every statement that writes a
+#: row; an ``IN`` list of a VARCHAR column is stored as an array of casts, a text array
+#: literal as one constant. ``status`` and ``cancel_requested`` are NOT NULL, so each
+#: equality of two conditions is true or false, as the portable AND/OR forms are.
+#: (SQLite compiles the checks into each prepared statement: it keeps the portable forms.)
+OCCURRENCE_CHECKS_POSTGRESQL: tuple[tuple[str, str], ...] = (
+    (
+        "ck_occurrences_status",
+        "status::text = ANY ('{queued,running,retry_wait,succeeded,dead_letter,"
+        "needs_adjudication,cancelled,skipped,awaiting_approval}'::text[])",
+    ),
+    (
+        "ck_occurrences_lease_iff_running",
+        "(lease_owner IS NULL) = (lease_expires_at IS NULL)"
+        " AND (lease_owner IS NULL) = (status::text <> 'running')",
+    ),
+    (
+        "ck_occurrences_no_waiting_cancel",
+        "NOT (cancel_requested AND status::text = ANY ('{queued,retry_wait}'::text[]))",
+    ),
+    (
+        "ck_occurrences_settled_iff_final",
+        "(settled_at IS NULL)"
+        " <> (status::text = ANY ('{succeeded,dead_letter,cancelled,skipped}'::text[]))",
     ),
     ("ck_occurrences_counters", "fence >= 0 AND attempt >= 0 AND max_attempts >= 1"),
 )

@@ -277,8 +277,11 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, name: str, *, concurrency: int = 1, pool: str = "prefork") -> Proc:
-        """Start ``celery worker`` consuming this stack's queue and wait until it is ready."""
+    def start_worker(
+        self, name: str, *, concurrency: int | None = 1, pool: str = "prefork"
+    ) -> Proc:
+        """Start ``celery worker`` consuming this stack's queue and wait until it is ready;
+        ``concurrency`` None: no ``-c``, the pool sized by the settings or the default."""
         node = f"{name}-{self.queue}"
         proc = self._start(
             name,
@@ -289,8 +292,7 @@ class Stack:
             f"{node}@%h",
             "-Q",
             self.queue,
-            "-c",
-            str(concurrency),
+            *(() if concurrency is None else ("-c", str(concurrency))),
             "-l",
             "INFO",
             "--without-mingle",
