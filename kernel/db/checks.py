@@ -39,7 +39,7 @@ OCCURRENCE_CHECKS: tuple[tuple[str, str], ...] = (
     ),
     ("ck_occurrences_counters", "fence >= 0 AND attempt >= 0 AND max_attempts >= 1"),
 )
-#: OCCURRENCE_CHECKS as PostgreSQL stores them (revision 0027): the same conditions, decided
+#: OCCURRENCE_CHECKS as PostgreSQL stores them (revision 0026): the same conditions, decided
 #: alike on every row (tests/kernel/test_occurrence_checks.py), in smaller parse trees.
 #: PostgreSQL parses and plans each stored check again in every statement that writes a
 #: row; an ``IN`` list of a VARCHAR column is stored as an array of casts, a text array

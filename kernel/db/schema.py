@@ -241,7 +241,7 @@ occurrences = sa.Table(
         unique=True,
         where="status = 'running' AND exclusive",
     ),
-    # PostgreSQL stores the same guards spelled OCCURRENCE_CHECKS_POSTGRESQL (revision 0027).
+    # PostgreSQL stores the same guards spelled OCCURRENCE_CHECKS_POSTGRESQL (revision 0026).
     *(sa.CheckConstraint(condition, name=name) for name, condition in OCCURRENCE_CHECKS),
 )
 

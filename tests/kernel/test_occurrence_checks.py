@@ -1,5 +1,5 @@
 """The CHECK constraints of ``occurrences`` refuse each impossible state by name on both back
-ends, and PostgreSQL's compact spelling of them (kernel/db/checks.py, revision 0027)
+ends, and PostgreSQL's compact spelling of them (kernel/db/checks.py, revision 0026)
 decides exactly as the portable one, at a smaller parse per written row."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Revision 0027 upgrades a 0025 database holding occurrences in every settled and unsettled
+"""Revision 0026 upgrades a 0025 database holding occurrences in every settled and unsettled
 shape: PostgreSQL's checks are replaced by their compact spelling (the rows validated
 against it), SQLite's are untouched; downgrading restores the spelling before."""
 
@@ -63,7 +63,7 @@ def test_upgrade_from_0025_spells_postgresql_s_checks_compactly_and_downgrade_re
         )
         postgres = db.conn.dialect.name == "postgresql"
         before = _checks(db.conn) if postgres else _sqlite_table(db.conn)
-        db.upgrade("0027")
+        db.upgrade("0026")
         after = _checks(db.conn) if postgres else _sqlite_table(db.conn)
         if postgres:
             # As a fresh database has them (kernel/migrations/shape.json), each one new but

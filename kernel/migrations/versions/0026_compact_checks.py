@@ -10,7 +10,7 @@ become 5,426. SQLite compiles the checks into its prepared statements: unchanged
 Each is added NOT VALID and then validated (a scan of the table, in this migration's
 transaction): the rows met the old checks, so they meet these.
 
-Revision ID: 0027
+Revision ID: 0026
 Revises: 0025
 Create Date: 2026-12-06 09:00:00
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0027"
+revision = "0026"
 down_revision = "0025"
 branch_labels = None
 depends_on = None
