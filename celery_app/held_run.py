@@ -134,7 +134,9 @@ class HeldRun:
         self.adapter = adapter
         self.main_pid = main_pid
         self.cancelled = _FencedEvent(self.fence_at)
-        self.finished = threading.Event()
+        # Set once by the run's end (LeaseKeeper.remove), read by the keeper's thread: a flag
+        # under the GIL, not an Event (nothing waits on it; an Event cost 3-6 µs a run).
+        self.finished = False
         # Held while the keeper renews: the run's end waits on it for a renewal in flight.
         self.renewing = threading.Lock()
         self.lease_lost = False
@@ -179,7 +181,7 @@ class HeldRun:
     def renew_if_due(self) -> None:
         """Renew once ``renew_interval`` has passed since the claim or the last renewal."""
         with self.renewing:
-            if self.finished.is_set() or self.lease_lost or time.monotonic() < self.next_renew:
+            if self.finished or self.lease_lost or time.monotonic() < self.next_renew:
                 return
             started = time.monotonic()
             self.next_renew = started + self.renew_interval
@@ -193,7 +195,7 @@ class HeldRun:
                     checkpoint=None if progress is None else progress[0],
                 )
             except LeaseLost as exc:
-                if self.finished.is_set():
+                if self.finished:
                     return  # the run ended (settled, handed back, fenced off) meanwhile
                 # The message carries the code (LEASE_LOST) and the new fence: operators grep it.
                 self.log.warning(
@@ -218,7 +220,7 @@ class HeldRun:
 
     def enforce_deadlines(self) -> None:
         """Stop the run at its self-fencing or timeout deadline; exit if it will not stop."""
-        if self.finished.is_set():
+        if self.finished:
             return
         now = time.monotonic()
         if not self.self_fenced and not self.lease_lost:
@@ -351,7 +353,7 @@ class LeaseKeeper:
         """Stop renewing ``run``; returns once no renewal of it is in flight."""
         # Finished before waiting: a renewal in flight that comes back LEASE_LOST (it
         # lost to the settle, or hung through an outage) must not stop a run that ended.
-        run.finished.set()
+        run.finished = True
         with run.renewing:
             pass  # the renewal in flight, if any, has returned
         with self._lock:
@@ -375,7 +377,7 @@ class LeaseKeeper:
         effects are over, though its last renewal may be in flight); else disarm it."""
         if self._kill_timer is None:
             return
-        deadlines = [run.effects_deadline() for run in self._runs if not run.finished.is_set()]
+        deadlines = [run.effects_deadline() for run in self._runs if not run.finished]
         if deadlines:
             self._kill_timer.arm(min(deadlines) + _KILL_AFTER_DEADLINE_S)
         else:

@@ -74,6 +74,11 @@ class KillTimer:
 
     def __init__(self, timer: ctypes.c_void_p) -> None:
         self._timer = timer
+        # One spec filled in place (its one caller, the lease keeper, holds its lock): a run
+        # arms and disarms (two calls a run), and building the ctypes structures each time
+        # was half of a call's cost.
+        self._spec = _Itimerspec()
+        self._spec_ref = ctypes.byref(self._spec)
         weakref.finalize(self, _delete, timer, os.getpid())
 
     @classmethod
@@ -97,7 +102,8 @@ class KillTimer:
 
     def _set(self, seconds: float) -> None:
         whole = int(seconds)
-        spec = _Itimerspec(it_value=_Timespec(whole, int((seconds - whole) * 1e9)))
-        if _LIB.timer_settime(self._timer, 0, ctypes.byref(spec), None) != 0:
+        value = self._spec.it_value
+        value.tv_sec, value.tv_nsec = whole, int((seconds - whole) * 1e9)
+        if _LIB.timer_settime(self._timer, 0, self._spec_ref, None) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"timer_settime: {os.strerror(err)}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from celery.signals import task_received
@@ -96,12 +96,20 @@ class RunEvents:
         )
 
 
-@contextmanager
-def run_events(task: Any) -> Iterator[RunEvents | None]:
-    """The batch's :class:`RunEvents` when the main process marked it, else None."""
+#: An unmarked hint's (nearly every one's): reused, no generator made per run.
+_NO_EVENTS: AbstractContextManager[None] = nullcontext()
+
+
+def run_events(task: Any) -> AbstractContextManager[RunEvents | None]:
+    """A context giving the batch's :class:`RunEvents` when the main process marked it,
+    else None."""
     request = task.request
     if not getattr(request, BATCH_EVENTS, False):
-        yield None
-        return
-    with task.app.events.default_dispatcher(hostname=request.hostname) as dispatcher:
+        return _NO_EVENTS
+    return _dispatching(task.app, request.hostname)
+
+
+@contextmanager
+def _dispatching(app: Any, hostname: str) -> Iterator[RunEvents]:
+    with app.events.default_dispatcher(hostname=hostname) as dispatcher:
         yield RunEvents(dispatcher)
