@@ -6,9 +6,9 @@ with fresh keys), against a migrated kernel database:
 
 * PostgreSQL: ``EXPLAIN (ANALYZE, BUFFERS, WAL)`` of it, each plan node's time and WAL
   (the parse of the rows' JSON text, the occurrences' INSERT with its indexes and
-  ``ON CONFLICT``, the events' INSERT, the answer's joins); the parse alone
-  (``json_to_recordset`` counted); the batch's JSON text and its definitions in bytes
-  per row; the statement and its commit timed apart (a committed round).
+  ``ON CONFLICT``, the events' INSERT, the answer's joins); the batch's parameters and
+  its definitions in bytes per row; the statement and its commit timed apart (a
+  committed round).
 * SQLite: the same statement timed by variants: the JSON text's parse alone
   (``json_each`` counted), the INSERT, the events' INSERT, and the commit.
 
@@ -41,7 +41,6 @@ from kernel import EnqueueRequest, Kernel  # noqa: E402
 from kernel.db import driver  # noqa: E402
 from kernel.spec.enqueue_request import prepare  # noqa: E402
 from kernel.statements import enqueues as st  # noqa: E402
-from kernel.statements.enqueues import ENQUEUE_COLUMNS  # noqa: E402
 
 __all__ = ["main"]
 
@@ -82,11 +81,10 @@ def _postgres(url: str, args: argparse.Namespace) -> None:
         with kernel.engine.connect() as conn:
             rendered = statement.rendered(conn.dialect)
             cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            columns = ", ".join(f"{c} {_pg_type(c)}" for c in ENQUEUE_COLUMNS)
             for _ in range(args.rounds):
                 rows = _rows(args.batch)
                 params = {**st.enqueue_params("postgresql", rows), "now": None}
-                note("JSON text bytes per row", len(params["given"].encode()) / args.batch)
+                note("parameters' bytes per row", _bytes(params) / args.batch)
                 note("definition bytes per row",
                      statistics.mean(len(r["definition"].encode()) for r in rows))  # fmt: skip
                 sql_args = driver._args(rendered, params)
@@ -103,14 +101,6 @@ def _postgres(url: str, args: argparse.Namespace) -> None:
                     if node.get("WAL Records"):
                         note(f"{key} WAL records", node["WAL Records"])
                         note(f"{key} WAL bytes", node["WAL Bytes"])
-                started = time.perf_counter()
-                cursor.execute(
-                    f"SELECT count(*) FROM json_to_recordset(%s::json) AS g({columns})",
-                    (params["given"],),
-                )
-                cursor.fetchall()
-                note("parse alone: json_to_recordset (wall)", (time.perf_counter() - started) * 1e3)
-                conn.connection.dbapi_connection.rollback()  # type: ignore[union-attr]
                 rows = _rows(args.batch)
                 params = {**st.enqueue_params("postgresql", rows), "now": None}
                 sql_args = driver._args(rendered, params)
@@ -126,10 +116,11 @@ def _postgres(url: str, args: argparse.Namespace) -> None:
     _print("postgres", found, args.batch)
 
 
-def _pg_type(column: str) -> str:
-    from sqlalchemy.dialects import postgresql
-
-    return str(st._TYPES[column].compile(dialect=postgresql.dialect()))
+def _bytes(params: dict[str, Any]) -> int:
+    """The bytes of a statement's text parameters (lists of texts counted whole)."""
+    texts = [v for v in params.values() if isinstance(v, str)]
+    texts += [t for v in params.values() if isinstance(v, list) for t in v]
+    return sum(len(t.encode()) for t in texts)
 
 
 def _sqlite(url: str, args: argparse.Namespace) -> None:
@@ -153,8 +144,8 @@ def _sqlite(url: str, args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 rows = _rows(args.batch)
                 params = {**st.enqueue_params("sqlite", rows), "now": int(time.time() * 1000)}
-                found.setdefault("JSON text bytes per row", []).append(
-                    len(params["given"].encode()) / args.batch
+                found.setdefault("parameters' bytes per row", []).append(
+                    _bytes(params) / args.batch
                 )
                 given = (params["given"],)
                 clock("parse alone: json_each + json_extract of a column", cursor.execute,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,43 +94,101 @@ def _row(index: int) -> sa.Select[Any]:
     )
 
 
+#: A batch's values per row: the columns but the definition, then the definition's own
+#: text (between its template's head and tail, which the batch sends once) and the index
+#: of that template (:func:`enqueue_params`).
+_BATCH_COLUMNS = (*(n for n in ENQUEUE_COLUMNS if n != "definition"), "definition", "template")
+_BATCH_VALUES = operator.itemgetter(*_BATCH_COLUMNS[:-2])
+
+
 def _given(dialect: str, rows: int) -> Any:
-    """The rows' values as a FROM. A batch is one JSON text (one statement and one plan
-    whatever its size): PostgreSQL reads it as a record set, SQLite by ``json_each`` of
-    one array per row (objects cost SQLite 7 ms more per 500 runs than the per-row
-    SELECTs it replaced, arrays about 1). A UNION of a SELECT per row took seconds to plan
-    on PostgreSQL and SQLite caps it at 500 terms; psycopg's escaping of text arrays'
-    quotes cost more CPU than the rest of a batch. One row is a SELECT of its values.
-    PostgreSQL reads them twice (the insert, the answer): a CTE."""
+    """The rows' values as a FROM. A batch is one statement and one plan whatever its
+    size: its values go as JSON texts, each run's definition as its own text between the
+    batch's templates (a head and a tail of about 0.5 kB, sent once: the rows' JSON was
+    twice as long with them, its encoding and the server's parse twice as costly,
+    bench/enqueue_explain.py). PostgreSQL takes one JSON array per column, zipped by
+    ``ROWS FROM`` (per-row objects repeated every column's name: 2.2 times the bytes);
+    SQLite one array per row, read by ``json_each`` (objects cost SQLite 7 ms more per 500
+    runs than the per-row SELECTs they replaced, arrays about 1). A UNION of a SELECT per
+    row took seconds to plan on PostgreSQL and SQLite caps it at 500 terms; psycopg's
+    escaping of text arrays' quotes cost more CPU than the rest of a batch. One row is a
+    SELECT of its values. PostgreSQL reads them twice (the insert, the answer): a CTE."""
     if rows == 1:
         values = _row(0)
         return values.cte("given") if dialect == "postgresql" else values.subquery("given")
-    text = sa.bindparam("given", type_=sa.Text)
     if dialect == "postgresql":
-        columns = (sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
-        records = sa.func.json_to_recordset(sa.cast(text, postgresql.JSON)).table_valued(*columns)
-        return sa.select(records.render_derived(name="given", with_types=True)).cte("given")
-    each = sa.func.json_each(text).table_valued("value")
+        return _postgresql_batch().cte("given")
+    each = sa.func.json_each(sa.bindparam("given", type_=sa.Text)).table_valued("value")
+
+    def place(name: str) -> Any:
+        return sa.func.json_extract(
+            each.c.value, sa.literal_column(f"'$[{_BATCH_COLUMNS.index(name)}]'")
+        )
+
+    def template(end: int) -> Any:
+        path = sa.func.printf(f"$[%d][{end}]", place("template"))
+        return sa.func.json_extract(sa.bindparam("templates", type_=sa.Text), path)
+
     return sa.select(
         *(
             sa.type_coerce(
-                sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'")), _TYPES[name]
+                template(0).concat(place(name)).concat(template(1))
+                if name == "definition"
+                else place(name),
+                _TYPES[name],
             ).label(name)
-            for i, name in enumerate(ENQUEUE_COLUMNS)
+            for name in ENQUEUE_COLUMNS
         )
     ).subquery("given")
 
 
+def _postgresql_batch() -> sa.TextualSelect:
+    """PostgreSQL's batch values: ``given_<i>`` the JSON array of column ``i`` of
+    :data:`_BATCH_COLUMNS`, ``heads``/``tails`` the templates' (text arrays). A string
+    stays text (a cast to ``VARCHAR(n)`` would cut a value the column refuses)."""
+    elements = ", ".join(
+        f"json_array_elements_text(CAST(:given_{i} AS JSON))" for i in range(len(_BATCH_COLUMNS))
+    )
+    at = '[CAST(c."template" AS INTEGER) + 1]'
+
+    def read(name: str) -> str:
+        if name == "definition":
+            return f'(CAST(:heads AS TEXT[])){at} || c."definition" || (CAST(:tails AS TEXT[])){at}'
+        kind = _TYPES[name]
+        if isinstance(kind, sa.String):
+            return f'c."{name}"'
+        return f'CAST(c."{name}" AS {kind.compile(dialect=postgresql.dialect())})'
+
+    selected = ", ".join(f'{read(name)} AS "{name}"' for name in ENQUEUE_COLUMNS)
+    named = ", ".join(f'"{name}"' for name in _BATCH_COLUMNS)
+    return sa.text(f"SELECT {selected} FROM ROWS FROM ({elements}) AS c({named})").columns(
+        *(sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
+    )
+
+
 def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column),
-    but for ``now`` (``Tx.now_param``)."""
+    """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column; a
+    row's ``definition_parts``, its definition as (head, own text, tail), else the whole
+    text is its own), but for ``now`` (``Tx.now_param``)."""
     if len(rows) == 1:
         return {f"{name}_0": rows[0][name] for name in ENQUEUE_COLUMNS}
+    templates: dict[tuple[str, str], int] = {}
+    given = []
+    for row in rows:
+        head, own, tail = row.get("definition_parts") or ("", row["definition"], "")
+        at = templates.setdefault((head, tail), len(templates))
+        given.append((*_BATCH_VALUES(row), own, at))
     if dialect == "postgresql":
-        given: list[Any] = [{name: row[name] for name in ENQUEUE_COLUMNS} for row in rows]
-    else:
-        given = [[row[name] for name in ENQUEUE_COLUMNS] for row in rows]
-    return {"given": json.dumps(given, separators=(",", ":"))}
+        return {
+            **{f"given_{i}": _json(column) for i, column in enumerate(zip(*given, strict=True))},
+            "heads": [head for head, _ in templates],
+            "tails": [tail for _, tail in templates],
+        }
+    return {"given": _json(given), "templates": _json(list(templates))}
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
 
 
 def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
