@@ -56,7 +56,7 @@ from kernel.spec.task_runs import (
     link_eta,
     placement,
     run_deadline,
-    run_definition_parts,
+    run_definition,
     settings_json,
     task_job,
     task_job_id,
@@ -160,9 +160,7 @@ def prepare(
     )
     chain = chain_ids(request.callbacks)
     given = task_request({**(request.request or {}), "chain": chain} if chain else request.request)
-    parts = run_definition_parts(
-        template, request.task, args, kwargs, given, queue, delivery, timeout
-    )
+    parts = run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout)
     text = bounded_definition("".join(parts), "args")
     chord = (request.replaces or {}).get("chord")  # a chord member's place, taken over
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks, chord)

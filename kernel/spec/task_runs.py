@@ -32,8 +32,8 @@ __all__ = [
     "MAX_KEY", "MAX_REQUEST_BYTES", "TASK_JOB_PREFIX", "caller_key", "chain_ids", "checked_key",
     "checked_replaces", "placement", "continued", "continuing", "replacement_of",
     "trigger_key_of", "deadline_ms", "bounded_definition", "delay_ms", "keyed_trigger",
-    "link_eta", "retried_definition", "run_deadline", "run_definition", "run_definition_parts",
-    "settings_json", "task_job", "task_job_id", "task_job_spec", "task_request",
+    "link_eta", "retried_definition", "run_deadline", "run_definition", "settings_json",
+    "task_job", "task_job_id", "task_job_spec", "task_request",
 ]  # fmt: skip
 
 TASK_JOB_PREFIX = "task:"
@@ -253,21 +253,10 @@ def settings_json(settings: Mapping[str, Any], encoded: dict[int, str] | None) -
 def run_definition(
     template: str, task: str, args: str, kwargs: str, request: str | None, queue: str,
     delivery: str, timeout: float | None,
-) -> str:  # fmt: skip
-    """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
-    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs`` and
-    ``request`` spliced in, in the sorted order of the payload's keys)."""
-    return "".join(run_definition_parts(template, task, args, kwargs, request, queue,
-                                        delivery, timeout))  # fmt: skip
-
-
-def run_definition_parts(
-    template: str, task: str, args: str, kwargs: str, request: str | None, queue: str,
-    delivery: str, timeout: float | None,
 ) -> tuple[str, str, str]:  # fmt: skip
-    """:func:`run_definition` as (head, the run's own text, tail): head and tail are the
-    same for every run of one definition, queue, delivery and timeout (a batch's
-    statement sends them once)."""
+    """The run's definition, ``dumps`` of the spec with its payload, queue, delivery and
+    timeout, as (head, the run's own ``args``/``kwargs``/``request`` text, tail): head and
+    tail are one definition's, queue's, delivery's and timeout's (a batch sends them once)."""
     head, tail = _around_arguments(template, task, queue, delivery, timeout)
     given = "" if request is None else f'"request":{request},'
     return head, f'{args},"kwargs":{kwargs},{given}', tail

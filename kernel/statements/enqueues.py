@@ -84,84 +84,66 @@ _CONSTANTS: dict[str, Any] = {
 _INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
 
-def _row(index: int) -> sa.Select[Any]:
-    """One row's values as a SELECT of typed binds (PostgreSQL cannot type a bare NULL)."""
+def _row() -> sa.Select[Any]:
+    """One row's values as typed binds (PostgreSQL cannot type a bare NULL)."""
     return sa.select(
-        *(
-            sa.cast(sa.bindparam(f"{name}_{index}"), _TYPES[name]).label(name)
-            for name in ENQUEUE_COLUMNS
-        )
+        *(sa.cast(sa.bindparam(f"{n}_0"), _TYPES[n]).label(n) for n in ENQUEUE_COLUMNS)
     )
 
 
 #: A batch's values per row: the columns but the definition, then the definition's own
-#: text (between its template's head and tail, which the batch sends once) and the index
-#: of that template (:func:`enqueue_params`).
+#: text (between its template's head and tail, sent once a batch) and that template's index.
 _BATCH_COLUMNS = (*(n for n in ENQUEUE_COLUMNS if n != "definition"), "definition", "template")
 _BATCH_VALUES = operator.itemgetter(*_BATCH_COLUMNS[:-2])
+_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _given(dialect: str, rows: int) -> Any:
-    """The rows' values as a FROM. A batch is one statement and one plan whatever its
-    size: its values go as JSON texts, each run's definition as its own text between the
-    batch's templates (a head and a tail of about 0.5 kB, sent once: the rows' JSON was
-    twice as long with them, its encoding and the server's parse twice as costly,
-    bench/enqueue_explain.py). PostgreSQL takes one JSON array per column, zipped by
-    ``ROWS FROM`` (per-row objects repeated every column's name: 2.2 times the bytes);
-    SQLite one array per row, read by ``json_each`` (objects cost SQLite 7 ms more per 500
-    runs than the per-row SELECTs they replaced, arrays about 1). A UNION of a SELECT per
-    row took seconds to plan on PostgreSQL and SQLite caps it at 500 terms; psycopg's
-    escaping of text arrays' quotes cost more CPU than the rest of a batch. One row is a
-    SELECT of its values. PostgreSQL reads them twice (the insert, the answer): a CTE."""
-    if rows == 1:
-        values = _row(0)
-        return values.cte("given") if dialect == "postgresql" else values.subquery("given")
+    """The rows' values as a FROM: one row's binds; a batch's JSON texts (one statement and
+    one plan whatever its size; a UNION of a SELECT per row took seconds to plan, psycopg's
+    escaping of text arrays cost more CPU than the rest of a batch), each definition as its
+    run's own text, its template's head and tail sent once (with them the JSON was 4.3
+    times as long: bench/enqueue_explain.py). PostgreSQL reads it twice: a CTE."""
+    values = _row() if rows == 1 else _batch(dialect)
+    return values.cte("given") if dialect == "postgresql" else values.subquery("given")
+
+
+def _batch(dialect: str) -> sa.TextualSelect:
+    """A batch's values (:func:`enqueue_params`): PostgreSQL zips one JSON array per column
+    (objects per row repeat every name), a string stays text (a cast to ``VARCHAR(n)`` would
+    cut a value the column refuses); SQLite reads an array per row (objects: +7 ms/500)."""
     if dialect == "postgresql":
-        return _postgresql_batch().cte("given")
-    each = sa.func.json_each(sa.bindparam("given", type_=sa.Text)).table_valued("value")
+        names = ", ".join(f'"{name}"' for name in _BATCH_COLUMNS)
+        rows = ", ".join(f"json_array_elements_text(CAST(:given_{i} AS JSON))"
+                         for i in range(len(_BATCH_COLUMNS)))  # fmt: skip
+        rows = f"ROWS FROM ({rows}) AS c({names})"
+        at = '[CAST(c."template" AS INTEGER) + 1]'
 
-    def place(name: str) -> Any:
-        return sa.func.json_extract(
-            each.c.value, sa.literal_column(f"'$[{_BATCH_COLUMNS.index(name)}]'")
-        )
+        def column(name: str) -> str:
+            return f'c."{name}"'
 
-    def template(end: int) -> Any:
-        path = sa.func.printf(f"$[%d][{end}]", place("template"))
-        return sa.func.json_extract(sa.bindparam("templates", type_=sa.Text), path)
+        def template(part: str) -> str:
+            return f"(CAST(:{part} AS TEXT[])){at}"
 
-    return sa.select(
-        *(
-            sa.type_coerce(
-                template(0).concat(place(name)).concat(template(1))
-                if name == "definition"
-                else place(name),
-                _TYPES[name],
-            ).label(name)
-            for name in ENQUEUE_COLUMNS
-        )
-    ).subquery("given")
+    else:
+        rows = "json_each(:given)"
 
+        def column(name: str) -> str:
+            return f"json_extract(value, '$[{_BATCH_COLUMNS.index(name)}]')"
 
-def _postgresql_batch() -> sa.TextualSelect:
-    """PostgreSQL's batch values: ``given_<i>`` the JSON array of column ``i`` of
-    :data:`_BATCH_COLUMNS`, ``heads``/``tails`` the templates' (text arrays). A string
-    stays text (a cast to ``VARCHAR(n)`` would cut a value the column refuses)."""
-    elements = ", ".join(
-        f"json_array_elements_text(CAST(:given_{i} AS JSON))" for i in range(len(_BATCH_COLUMNS))
-    )
-    at = '[CAST(c."template" AS INTEGER) + 1]'
+        def template(part: str) -> str:
+            return f"json_extract(:{part}, printf('$[%d]', {column('template')}))"
 
     def read(name: str) -> str:
-        if name == "definition":
-            return f'(CAST(:heads AS TEXT[])){at} || c."definition" || (CAST(:tails AS TEXT[])){at}'
         kind = _TYPES[name]
-        if isinstance(kind, sa.String):
-            return f'c."{name}"'
-        return f'CAST(c."{name}" AS {kind.compile(dialect=postgresql.dialect())})'
+        if name == "definition":
+            return f"{template('heads')} || {column(name)} || {template('tails')}"
+        if dialect == "sqlite" or isinstance(kind, sa.String):
+            return column(name)
+        return f"CAST({column(name)} AS {kind.compile(dialect=postgresql.dialect())})"
 
     selected = ", ".join(f'{read(name)} AS "{name}"' for name in ENQUEUE_COLUMNS)
-    named = ", ".join(f'"{name}"' for name in _BATCH_COLUMNS)
-    return sa.text(f"SELECT {selected} FROM ROWS FROM ({elements}) AS c({named})").columns(
+    return sa.text(f"SELECT {selected} FROM {rows}").columns(
         *(sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
     )
 
@@ -178,17 +160,11 @@ def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str,
         head, own, tail = row.get("definition_parts") or ("", row["definition"], "")
         at = templates.setdefault((head, tail), len(templates))
         given.append((*_BATCH_VALUES(row), own, at))
+    heads, tails = [head for head, _ in templates], [tail for _, tail in templates]
     if dialect == "postgresql":
-        return {
-            **{f"given_{i}": _json(column) for i, column in enumerate(zip(*given, strict=True))},
-            "heads": [head for head, _ in templates],
-            "tails": [tail for _, tail in templates],
-        }
-    return {"given": _json(given), "templates": _json(list(templates))}
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+        columns = enumerate(zip(*given, strict=True))
+        return {**{f"given_{i}": _json(c) for i, c in columns}, "heads": heads, "tails": tails}
+    return {"given": _json(given), "heads": _json(heads), "tails": _json(tails)}
 
 
 def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:

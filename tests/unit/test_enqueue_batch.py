@@ -79,8 +79,8 @@ def test_a_runs_definition_is_its_specs_canonical_json_with_its_call(
     spec, template = task_job("rt.plain", '{"max_attempts":3,"queue":"celery"}')
     args = canonical_json([1, 'é"', {"a": []}], "args")
     kwargs = canonical_json({"z": 1, "b": None}, "kwargs")
-    text = run_definition(template, "rt.plain", args, kwargs, request_fields, queue,
-                          "at-least-once", timeout)  # fmt: skip
+    text = "".join(run_definition(template, "rt.plain", args, kwargs, request_fields, queue,
+                                  "at-least-once", timeout))  # fmt: skip
     payload = {"args": loads(args), "kwargs": loads(kwargs), "task": "rt.plain"}
     if request_fields is not None:
         payload["request"] = loads(request_fields)
