@@ -140,7 +140,7 @@ def _batch(dialect: str) -> sa.TextualSelect:
             return f"{template('heads')} || {column(name)} || {template('tails')}"
         if dialect == "sqlite" or isinstance(kind, sa.String):
             return column(name)
-        return f"CAST({column(name)} AS {kind.compile(dialect=postgresql.dialect())})"
+        return f"CAST({column(name)} AS {kind.compile()})"  # INTEGER, BIGINT, BOOLEAN
 
     selected = ", ".join(f'{read(name)} AS "{name}"' for name in ENQUEUE_COLUMNS)
     return sa.text(f"SELECT {selected} FROM {rows}").columns(
