@@ -13,11 +13,15 @@ with fresh keys), against a migrated kernel database:
   (``json_each`` counted), the INSERT, the events' INSERT, and the commit.
 
 Rounds: ``--rounds``, lowest / median per part, in ms per batch and µs per row.
+``--grown N``: the PostgreSQL kernel holds N occurrences first (made by the same
+``enqueue_many``), analysed and checkpointed: what the indexes' inserts cost on a grown
+table, full-page images included.
 
 Run from the repository root::
 
     .venv/bin/python bench/enqueue_explain.py
     .venv/bin/python bench/enqueue_explain.py --backends postgres --rounds 9
+    .venv/bin/python bench/enqueue_explain.py --backends postgres --grown 50000
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+import sqlalchemy as sa  # noqa: E402
 
 from bench.support import fresh_database, server  # noqa: E402
 from kernel import EnqueueRequest, Kernel  # noqa: E402
@@ -71,6 +77,7 @@ def _label(node: dict[str, Any]) -> str:
 def _postgres(url: str, args: argparse.Namespace) -> None:
     kernel = Kernel.open(url, migrate_schema=True)
     kernel.enqueue(task=TASK, args=["warm"])  # defines the task's job
+    _grow(kernel, args.grown)
     statement = st.enqueue_occurrences("postgresql", args.batch)
     found: dict[str, list[float]] = {}
 
@@ -101,6 +108,7 @@ def _postgres(url: str, args: argparse.Namespace) -> None:
                     if node.get("WAL Records"):
                         note(f"{key} WAL records", node["WAL Records"])
                         note(f"{key} WAL bytes", node["WAL Bytes"])
+                        note(f"{key} WAL full-page images", node.get("WAL FPI", 0))
                 rows = _rows(args.batch)
                 params = {**st.enqueue_params("postgresql", rows), "now": None}
                 sql_args = driver._args(rendered, params)
@@ -114,6 +122,20 @@ def _postgres(url: str, args: argparse.Namespace) -> None:
     finally:
         kernel.close()
     _print("postgres", found, args.batch)
+
+
+def _grow(kernel: Kernel, rows: int) -> None:
+    """``rows`` more occurrences made by ``enqueue_many`` of 500, then the tables analysed
+    and a checkpoint taken (a grown kernel as it stands after one)."""
+    if not rows:
+        return
+    batch = [EnqueueRequest(TASK, [i], {}) for i in range(500)]
+    for _ in range(-(-rows // 500)):
+        kernel.enqueue_many(batch)
+    with kernel.engine.connect() as conn:
+        for statement in ("ANALYZE occurrences", "ANALYZE events", "CHECKPOINT"):
+            conn.execute(sa.text(statement))
+        conn.commit()
 
 
 def _bytes(params: dict[str, Any]) -> int:
@@ -167,7 +189,7 @@ def _print(backend: str, found: dict[str, list[float]], batch: int) -> None:
     print(f"== {backend}: batch of {batch}; ms per batch (µs per row), lowest / median")
     for name, values in found.items():
         low, median = min(values), statistics.median(values)
-        if name.endswith(("bytes", "records", "bytes per row")):
+        if name.endswith(("bytes", "records", "bytes per row", "images")):
             print(f"{name:<60} {low:>10.0f} / {median:>10.0f}")
         else:
             per_row = f"({low * 1e3 / batch:.1f} / {median * 1e3 / batch:.1f} µs a row)"
@@ -178,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=7, help="rounds (7)")
     parser.add_argument("--batch", type=int, default=500, help="rows per batch (500)")
+    parser.add_argument(
+        "--grown", type=int, default=0,
+        help="PostgreSQL: occurrences made first, then ANALYZE and CHECKPOINT (0)",
+    )  # fmt: skip
     parser.add_argument("--backends", nargs="+", choices=("sqlite", "postgres"),
                         default=["sqlite", "postgres"])  # fmt: skip
     parser.add_argument("--postgres-url", help="use this server instead of starting one")
