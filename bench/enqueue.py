@@ -279,14 +279,14 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
         for driver, name, measure in (
             ("procrastinate", "procrastinate defer", _procrastinate),
             ("pgqueuer", "PgQueuer enqueue", _pgqueuer),
-        ):
+        )[: 2 if args.peers else 0]:
             with fresh_database(pg_url, "bench-enqueue-") as url:
                 dsn = servers().libpq_url(url)
                 _install(driver, dsn, broker_url)
                 single, many = asyncio.run(measure(dsn, args.single, args.batch))
                 rows[name, "single"].add(single)
                 rows[name, bulk].add(many)
-    return list(rows.values())
+    return [row for row in rows.values() if row.rates]
 
 
 def _table(rows: list[Row]) -> str:
@@ -315,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
         "--seconds", type=float, default=4.0, help="seconds one measurement runs at most (4)"
     )
     parser.add_argument("--postgres-url", help="use this server instead of starting a durable one")
+    parser.add_argument(
+        "--no-peers", dest="peers", action="store_false",
+        help="leave procrastinate and PgQueuer out (installed by '.[bench]')",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     BUDGET[0] = args.seconds
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the servers are stopped

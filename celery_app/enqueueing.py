@@ -67,6 +67,7 @@ _RUN_FIELDS = (
     "args", "kwargs", "key", "queue", "delivery", "countdown", "eta", "priority", "expires",
     "timeout", "callbacks", "errbacks", "request",
 )  # fmt: skip
+_RUN_KEYS = frozenset({"task", *_RUN_FIELDS})
 #: Tasks that are not enqueued: Celery's built-ins and the kernel's own.
 _NOT_ENQUEUED = ("celery.", "kernel.")
 #: But these: Celery's builtins that run a task's body over many arguments in one call
@@ -214,14 +215,16 @@ def _request(app: Any, task: str, run: Mapping[str, Any], batch: _Batch) -> Enqu
     """One run's request (``batch``: what this call read so far)."""
     if not isinstance(task, str):
         raise InvalidArgument("task", "must be a task's name")
-    links = {
-        name: with_settings(app, run[name], errbacks=name == "errbacks") if run.get(name) else []
-        for name in ("callbacks", "errbacks")
-    }
+    own = dict(run)  # most runs have no links: nothing more to make
+    for name in ("callbacks", "errbacks"):
+        if name in own:
+            own[name] = (
+                with_settings(app, own[name], errbacks=name == "errbacks") if own[name] else []
+            )
     settings = batch.settings_of(app, task)
-    if run.get("queue") is None:
-        run = {**run, "queue": batch.queue_of(app, task, run)}
-    return EnqueueRequest(task, settings=settings, **{**run, **links})
+    if own.get("queue") is None:
+        own["queue"] = batch.queue_of(app, task, run)
+    return EnqueueRequest(task, settings=settings, **own)
 
 
 def with_settings(
@@ -395,10 +398,10 @@ def _requests(app: Any, runs: Sequence[Mapping[str, Any]]) -> list[EnqueueReques
         try:
             if not isinstance(run, Mapping):
                 raise InvalidArgument("task", "each run must be a mapping with 'task'")
-            unknown = sorted(set(run) - {"task", *_RUN_FIELDS})
-            if unknown:
-                raise InvalidArgument(unknown[0], "is not a parameter of enqueue")
-            fields = {name: run[name] for name in _RUN_FIELDS if name in run}
+            if not run.keys() <= _RUN_KEYS:
+                unknown = sorted(set(run) - _RUN_KEYS)[0]
+                raise InvalidArgument(unknown, "is not a parameter of enqueue")
+            fields = {name: value for name, value in run.items() if name != "task"}
             requests.append(_request(app, run.get("task"), fields, batch))  # type: ignore[arg-type]
         except InvalidArgument as exc:
             why = exc.message.removeprefix(f"{exc.field}: ")

@@ -74,7 +74,7 @@ class Enqueued:
         priority: its priority (0-255), which its hint carries.
         not_before: when a run made now and held back by countdown/eta may start (its
             hint's Celery ``eta``), else None.
-        trigger_key: its trigger key (the caller's ``key:<key>``, else ``enqueue:<uuid>``).
+        trigger_key: its trigger key (the caller's ``key:<key>``, else ``enqueue:<ms><random>``).
     """
 
     occurrence_id: int

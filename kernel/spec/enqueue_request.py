@@ -160,10 +160,8 @@ def prepare(
     )
     chain = chain_ids(request.callbacks)
     given = task_request({**(request.request or {}), "chain": chain} if chain else request.request)
-    text = bounded_definition(
-        run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout),
-        "args",
-    )
+    parts = run_definition(template, request.task, args, kwargs, given, queue, delivery, timeout)
+    text = bounded_definition("".join(parts), "args")
     chord = (request.replaces or {}).get("chord")  # a chord member's place, taken over
     links, jobs_of_links = checked_links(request.callbacks, request.errbacks, chord)
     trigger_key = trigger_key_of(key, request.replaces)
@@ -185,6 +183,8 @@ def prepare(
             "pool": spec["pool"],
             "exclusive": spec["overlap"] == "queue",
             "definition": text,
+            # The same text as (head, own, tail): a batch sends each head and tail once.
+            "definition_parts": parts,
             "priority": priority,
             "expires_at": expires_at,
             "expires_after": expires_after,

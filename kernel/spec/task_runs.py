@@ -7,13 +7,14 @@ with the Celery request fields its call gave, checked here) and its times
 and its trigger key: ``key:<key>`` for a caller's key (a routed call's Celery task id),
 ``replacing:<nesting>:<replaced occurrence>:<key>`` for a run that took over a replaced
 run's task id (Celery's ``self.replace``, kernel/jobs/replacement.py), else
-``enqueue:<random>``.
+``enqueue:<its millisecond, then random>`` (32 hex digits).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -61,8 +62,11 @@ def trigger_key_of(key: str | None, replaces: Mapping[str, Any] | None) -> str:
     """The trigger key of an enqueued run (module docstring); ``replaces``: the replaced
     run it takes over from (:func:`checked_replaces`)."""
     if replaces is None:
-        # A random firing: uuid4's 122 bits as 32 hex digits, without a UUID object per run.
-        return keyed_trigger(key) if key is not None else f"enqueue:{os.urandom(16).hex()}"
+        # Else its millisecond then 80 random bits (a UUIDv7's order): the unique indexes
+        # append, not a random page each (a WAL full-page image after a checkpoint).
+        if key is not None:
+            return keyed_trigger(key)
+        return f"enqueue:{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
     trigger_key = f"{_REPLACING}{replaces['nesting']}:{replaces['occurrence']}:{key}"
     if len(trigger_key) > _MAX_TRIGGER_KEY:
         raise InvalidArgument("key", f"{key!r} is too long for a run that replaces another")
@@ -253,13 +257,13 @@ def settings_json(settings: Mapping[str, Any], encoded: dict[int, str] | None) -
 def run_definition(
     template: str, task: str, args: str, kwargs: str, request: str | None, queue: str,
     delivery: str, timeout: float | None,
-) -> str:  # fmt: skip
-    """The run's definition as canonical JSON: the text ``dumps`` of the spec with this
-    run's payload, queue, delivery and timeout gives (canonical ``args``/``kwargs`` and
-    ``request`` spliced in, in the sorted order of the payload's keys)."""
+) -> tuple[str, str, str]:  # fmt: skip
+    """The run's definition, ``dumps`` of the spec with its payload, queue, delivery and
+    timeout, as (head, the run's own ``args``/``kwargs``/``request`` text, tail): head and
+    tail are one definition's, queue's, delivery's and timeout's (a batch sends them once)."""
     head, tail = _around_arguments(template, task, queue, delivery, timeout)
     given = "" if request is None else f'"request":{request},'
-    return f'{head}{args},"kwargs":{kwargs},{given}{tail}'
+    return head, f'{args},"kwargs":{kwargs},{given}', tail
 
 
 @functools.lru_cache(maxsize=1024)
@@ -269,11 +273,7 @@ def _around_arguments(
     """A definition's text before a run's ``args`` and after its ``kwargs`` (and
     ``request``): the same for every run of one definition, queue, delivery and timeout,
     so a batch's runs encode them once."""
-    own = {
-        "queue": dumps(queue),
-        "delivery": dumps(delivery),
-        "timeout": dumps(timeout),
-    }
+    own = {"queue": dumps(queue), "delivery": dumps(delivery), "timeout": dumps(timeout)}
     for name, value in own.items():
         template = template.replace(_STAND_INS[name], value, 1)
     before, after = template.split(_STAND_INS["payload"], 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -83,53 +84,87 @@ _CONSTANTS: dict[str, Any] = {
 _INSERTS = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}
 
 
-def _row(index: int) -> sa.Select[Any]:
-    """One row's values as a SELECT of typed binds (PostgreSQL cannot type a bare NULL)."""
+def _row() -> sa.Select[Any]:
+    """One row's values as typed binds (PostgreSQL cannot type a bare NULL)."""
     return sa.select(
-        *(
-            sa.cast(sa.bindparam(f"{name}_{index}"), _TYPES[name]).label(name)
-            for name in ENQUEUE_COLUMNS
-        )
+        *(sa.cast(sa.bindparam(f"{n}_0"), _TYPES[n]).label(n) for n in ENQUEUE_COLUMNS)
     )
 
 
+#: A batch's values per row: the columns but the definition, then the definition's own
+#: text (between its template's head and tail, sent once a batch) and that template's index.
+_BATCH_COLUMNS = (*(n for n in ENQUEUE_COLUMNS if n != "definition"), "definition", "template")
+_BATCH_VALUES = operator.itemgetter(*_BATCH_COLUMNS[:-2])
+_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _given(dialect: str, rows: int) -> Any:
-    """The rows' values as a FROM. A batch is one JSON text (one statement and one plan
-    whatever its size): PostgreSQL reads it as a record set, SQLite by ``json_each`` of
-    one array per row (objects cost SQLite 7 ms more per 500 runs than the per-row
-    SELECTs it replaced, arrays about 1). A UNION of a SELECT per row took seconds to plan
-    on PostgreSQL and SQLite caps it at 500 terms; psycopg's escaping of text arrays'
-    quotes cost more CPU than the rest of a batch. One row is a SELECT of its values.
-    PostgreSQL reads them twice (the insert, the answer): a CTE."""
-    if rows == 1:
-        values = _row(0)
-        return values.cte("given") if dialect == "postgresql" else values.subquery("given")
-    text = sa.bindparam("given", type_=sa.Text)
+    """The rows' values as a FROM: one row's binds; a batch's JSON texts (one statement and
+    one plan whatever its size; a UNION of a SELECT per row took seconds to plan, psycopg's
+    escaping of text arrays cost more CPU than the rest of a batch), each definition as its
+    run's own text, its template's head and tail sent once (with them the JSON was 4.3
+    times as long: bench/enqueue_explain.py). PostgreSQL reads it twice: a CTE."""
+    values = _row() if rows == 1 else _batch(dialect)
+    return values.cte("given") if dialect == "postgresql" else values.subquery("given")
+
+
+def _batch(dialect: str) -> sa.TextualSelect:
+    """A batch's values (:func:`enqueue_params`): PostgreSQL zips one JSON array per column
+    (objects per row repeat every name), a string stays text (a cast to ``VARCHAR(n)`` would
+    cut a value the column refuses); SQLite reads an array per row (objects: +7 ms/500)."""
     if dialect == "postgresql":
-        columns = (sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
-        records = sa.func.json_to_recordset(sa.cast(text, postgresql.JSON)).table_valued(*columns)
-        return sa.select(records.render_derived(name="given", with_types=True)).cte("given")
-    each = sa.func.json_each(text).table_valued("value")
-    return sa.select(
-        *(
-            sa.type_coerce(
-                sa.func.json_extract(each.c.value, sa.literal_column(f"'$[{i}]'")), _TYPES[name]
-            ).label(name)
-            for i, name in enumerate(ENQUEUE_COLUMNS)
-        )
-    ).subquery("given")
+        names = ", ".join(f'"{name}"' for name in _BATCH_COLUMNS)
+        rows = ", ".join(f"json_array_elements_text(CAST(:given_{i} AS JSON))"
+                         for i in range(len(_BATCH_COLUMNS)))  # fmt: skip
+        rows = f"ROWS FROM ({rows}) AS c({names})"
+        at = '[CAST(c."template" AS INTEGER) + 1]'
+
+        def column(name: str) -> str:
+            return f'c."{name}"'
+
+        def template(part: str) -> str:
+            return f"(CAST(:{part} AS TEXT[])){at}"
+
+    else:
+        rows = "json_each(:given)"
+
+        def column(name: str) -> str:
+            return f"json_extract(value, '$[{_BATCH_COLUMNS.index(name)}]')"
+
+        def template(part: str) -> str:
+            return f"json_extract(:{part}, printf('$[%d]', {column('template')}))"
+
+    def read(name: str) -> str:
+        kind = _TYPES[name]
+        if name == "definition":
+            return f"{template('heads')} || {column(name)} || {template('tails')}"
+        if dialect == "sqlite" or isinstance(kind, sa.String):
+            return column(name)
+        return f"CAST({column(name)} AS {kind.compile()})"  # INTEGER, BIGINT, BOOLEAN
+
+    selected = ", ".join(f'{read(name)} AS "{name}"' for name in ENQUEUE_COLUMNS)
+    return sa.text(f"SELECT {selected} FROM {rows}").columns(
+        *(sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
+    )
 
 
 def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column),
-    but for ``now`` (``Tx.now_param``)."""
+    """The parameters of :func:`enqueue_occurrences` for ``rows`` (values by column; a
+    row's ``definition_parts``, its definition as (head, own text, tail), else the whole
+    text is its own), but for ``now`` (``Tx.now_param``)."""
     if len(rows) == 1:
         return {f"{name}_0": rows[0][name] for name in ENQUEUE_COLUMNS}
+    templates: dict[tuple[str, str], int] = {}
+    given = []
+    for row in rows:
+        head, own, tail = row.get("definition_parts") or ("", row["definition"], "")
+        at = templates.setdefault((head, tail), len(templates))
+        given.append((*_BATCH_VALUES(row), own, at))
+    heads, tails = [head for head, _ in templates], [tail for _, tail in templates]
     if dialect == "postgresql":
-        given: list[Any] = [{name: row[name] for name in ENQUEUE_COLUMNS} for row in rows]
-    else:
-        given = [[row[name] for name in ENQUEUE_COLUMNS] for row in rows]
-    return {"given": json.dumps(given, separators=(",", ":"))}
+        columns = enumerate(zip(*given, strict=True))
+        return {**{f"given_{i}": _json(c) for i, c in columns}, "heads": heads, "tails": tails}
+    return {"given": _json(given), "heads": _json(heads), "tails": _json(tails)}
 
 
 def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:

@@ -4,12 +4,17 @@ both (tests/kernel/test_contract_enqueue.py checks the events' data on both)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import sqlalchemy as sa
 
 from kernel import EnqueueRequest
+from kernel.db.schema import occurrences
+from kernel.spec.enqueue_request import prepare
+from kernel.statements import enqueues as st
 from kernel.store import Kernel
 
 if TYPE_CHECKING:
@@ -44,3 +49,53 @@ def test_a_batch_on_sqlite_is_a_handful_of_statements(
     assert len(sent) <= 4, sent[:6]  # BEGIN, the rows, their events, COMMIT
     assert [[e.type for e in each] for each in events] == [["occurrence_created"]] * 300
     assert [each[0].data.get("priority") for each in events] == [i % 3 or None for i in range(300)]
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_a_batch_sends_each_definition_template_once(dialect: str) -> None:
+    # A run's definition is its task's spec around the run's own arguments: a batch of one
+    # task carried that spec (about 0.5 kB) once per row, half of its JSON text, which the
+    # caller encoded and the server parsed every time (bench/enqueue_explain.py).
+    specs: dict[str, dict[str, Any]] = {}
+    rows = [prepare(EnqueueRequest(TASK, [i], {"n": i}), specs, True).values for i in range(50)]
+    head, own, tail = rows[7]["definition_parts"]
+    assert rows[7]["definition"] == head + own + tail and len(head) > 100
+    params = st.enqueue_params(dialect, rows).values()
+    sent = _texts([json.loads(p) if isinstance(p, str) else p for p in params])
+    assert sum(head in text for text in sent) == 1
+    assert sum(tail in text for text in sent) == 1
+
+
+def _texts(value: Any) -> list[str]:
+    """Every string in ``value``, at any depth."""
+    if isinstance(value, list | tuple):
+        return [text for item in value for text in _texts(item)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_a_batchs_definitions_are_the_single_calls(k: Harness) -> None:
+    # The batch's definitions, spliced by the server from their templates, are the text a
+    # single call stores: runs of two tasks, with their own queues, time limits and
+    # request fields, quotes and backslashes in their arguments.
+    def runs(tag: str) -> list[EnqueueRequest]:
+        return [
+            EnqueueRequest(
+                TASK if i % 3 else "proj.other",
+                [i, 'q"\\é'],
+                {"k": [tag]} if i % 2 else None,
+                queue=None if i % 4 else "elsewhere",
+                timeout=None if i % 5 else 7.5,
+                request={"argsrepr": f"({i})"} if i % 6 == 1 else None,
+            )
+            for i in range(24)
+        ]
+
+    batch = k.kernel.enqueue_many(runs("same"))
+    single = [k.kernel.enqueue_many([run])[0] for run in runs("same")]
+    with k.kernel.engine.connect() as conn:
+        text = dict(conn.execute(sa.select(occurrences.c.id, occurrences.c.definition)).all())
+    assert [text[m.occurrence_id] for m in batch] == [text[m.occurrence_id] for m in single]
+    assert [k.kernel.get_occurrence(m.occurrence_id).payload["args"] for m in batch[:2]] == [
+        [0, 'q"\\é'],
+        [1, 'q"\\é'],
+    ]

@@ -111,20 +111,26 @@ def test_one_enqueued_row_binds_its_values_not_arrays_on_postgresql() -> None:
     # a batch is one statement whatever its size (one plan).
     one, many = (st.enqueue_occurrences("postgresql", n) for n in (1, 2))
     sql = {s: s.statement.compile(dialect=postgresql.psycopg.dialect()).string for s in (one, many)}
-    assert "unnest" not in sql[one] and "json_to_recordset" not in sql[one]
-    assert "json_to_recordset" in sql[many]
+    assert "unnest" not in sql[one] and "ROWS FROM" not in sql[one]
+    assert "ROWS FROM" in sql[many]
     assert st.enqueue_occurrences("postgresql", 3) is many
     assert set(st.enqueue_params("postgresql", [{n: 1 for n in st.ENQUEUE_COLUMNS}])) == {
         f"{name}_0" for name in st.ENQUEUE_COLUMNS
     }
 
 
-def test_a_batch_is_one_json_parameter_on_postgresql() -> None:
+def test_a_batch_is_json_parameters_on_postgresql() -> None:
     # psycopg escapes every quote of a text array's elements through re.sub: for 500 runs'
     # definitions (JSON, full of quotes) that was more CPU than everything else of the
-    # batch. The rows go as one JSON text, which the server reads as a record set.
-    rows = [{name: None for name in st.ENQUEUE_COLUMNS} for _ in range(2)]
-    assert list(st.enqueue_params("postgresql", rows)) == ["given"]
+    # batch. The rows go as JSON texts (one per column), which the server zips by ROWS
+    # FROM; only the batch's templates, one per definition, are text arrays.
+    rows = [{**{name: None for name in st.ENQUEUE_COLUMNS}, "definition": "{}"}] * 2
+    params = st.enqueue_params("postgresql", rows)
+    assert {name for name, value in params.items() if not isinstance(value, str)} == {
+        "heads",
+        "tails",
+    }
+    assert params["heads"] == params["tails"] == [""]
 
 
 def test_a_batchs_values_arrive_as_given(kernel: Kernel) -> None:
