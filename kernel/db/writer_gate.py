@@ -34,13 +34,18 @@ from typing import Any
 
 from kernel.db.process_id import current_pid
 
-__all__ = ["WriterGate"]
+__all__ = ["WriterGate", "sync_wal"]
 
 #: Room for the mutex (glibc and musl use at most 48 bytes on 64-bit machines), then a
 #: marker saying it was initialised.
 _MUTEX_BYTES = 128
 _MARKER = b"kernel-writer-gate-1"
-_FILE_BYTES = _MUTEX_BYTES + len(_MARKER)
+#: Then three commit numbers shared by every process (see :class:`WriterGate`): a file made
+#: by an older release grows to hold them, zero, which is what they start at.
+_MARKER_END = _MUTEX_BYTES + len(_MARKER)
+_COUNTERS_AT = 256
+_FILE_BYTES = _COUNTERS_AT + 3 * 8
+_BEGUN, _WRITTEN, _DURABLE = range(3)
 _PROCESS_SHARED = 1  # PTHREAD_PROCESS_SHARED
 _ROBUST = 1  # PTHREAD_MUTEX_ROBUST
 _CLOCK_MONOTONIC = 1
@@ -91,9 +96,10 @@ class _SharedMutex:
                 os.ftruncate(fd, _FILE_BYTES)
             self._map = mmap.mmap(fd, _FILE_BYTES)
             self.memory = (ctypes.c_char * _MUTEX_BYTES).from_buffer(self._map)
-            if self._map[_MUTEX_BYTES:_FILE_BYTES] != _MARKER:
+            self.counters = (ctypes.c_uint64 * 3).from_buffer(self._map, _COUNTERS_AT)
+            if self._map[_MUTEX_BYTES:_MARKER_END] != _MARKER:
                 self._initialise()
-                self._map[_MUTEX_BYTES:_FILE_BYTES] = _MARKER
+                self._map[_MUTEX_BYTES:_MARKER_END] = _MARKER
         finally:
             # Unlocked explicitly: the map holds a duplicate of the file, and with it the flock.
             fcntl.flock(fd, fcntl.LOCK_UN)
@@ -135,8 +141,22 @@ class _SharedMutex:
         _LIB.pthread_mutex_unlock(self.memory)
 
     def close(self) -> None:
-        del self.memory  # the buffer export, so that the map can close
+        del self.memory, self.counters  # the buffer exports, so that the map can close
         self._map.close()
+
+
+def sync_wal(database_path: str) -> None:
+    """``fdatasync`` the database's WAL: every commit written to it so far is then on disk
+    (recovery keeps the log's longest valid prefix). Opened per call: the file a kept
+    descriptor names is unlinked when the last connection closes the database."""
+    try:
+        fd = os.open(f"{database_path}-wal", os.O_RDONLY)
+    except FileNotFoundError:  # no WAL: the last close checkpointed everything and synced it
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
 
 
 class WriterGate:
@@ -149,6 +169,7 @@ class WriterGate:
     """
 
     def __init__(self, database_path: str, timeout_s: float) -> None:
+        self.database_path = database_path
         self.path = f"{database_path}.writer-lock"
         self.timeout_s = timeout_s
         # Re-entrant: a write retried on a fresh connection runs inside the first attempt.
@@ -170,18 +191,59 @@ class WriterGate:
         if self._depth:
             self._depth += 1
             return True
+        if self._shared() is None:
+            self._thread_lock.release()
+            return False
+        assert self._mutex is not None
+        if not self._mutex.lock(self.timeout_s):
+            self._thread_lock.release()
+            return False
+        self._depth = 1
+        # Whoever held the gate before has finished or died: a commit it began is written
+        # (or was never made), so no reader waits on it.
+        counters = self._mutex.counters
+        counters[_WRITTEN] = counters[_BEGUN]
+        return True
+
+    def commit_begins(self) -> int:
+        """The number of the commit about to be sent (the caller holds the gate)."""
+        counters = self._counters()
+        counters[_BEGUN] += 1
+        return int(counters[_BEGUN])
+
+    def commit_written(self, number: int) -> None:
+        """Commit ``number`` has returned (the caller still holds the gate)."""
+        self._counters()[_WRITTEN] = number
+
+    def synced(self, number: int) -> None:
+        """Every commit up to ``number`` is on disk. Two processes may race here; the
+        loser can only lower it, which costs a reader one sync more, never one less."""
+        counters = self._counters()
+        if counters[_DURABLE] < number:
+            counters[_DURABLE] = number
+
+    def unsynced(self) -> int | None:
+        """The last written commit if some begun commit may not be on disk yet, else None."""
+        shared = None if self._unavailable else self._shared()
+        if shared is None:
+            return None
+        counters = shared.counters
+        if counters[_DURABLE] >= counters[_BEGUN]:
+            return None
+        return int(counters[_WRITTEN])
+
+    def _shared(self) -> _SharedMutex | None:
+        """The mapped file, mapped on first use; None where it cannot be."""
         if self._mutex is None:
             try:
                 self._mutex = _SharedMutex(self.path)
             except OSError:  # no room or no write access beside the database
                 self._unavailable = True  # SQLite alone decides, from now on
-                self._thread_lock.release()
-                return False
-        if not self._mutex.lock(self.timeout_s):
-            self._thread_lock.release()
-            return False
-        self._depth = 1
-        return True
+        return self._mutex
+
+    def _counters(self) -> Any:
+        assert self._mutex is not None, "the gate was never taken"
+        return self._mutex.counters
 
     def release(self) -> None:
         self._depth -= 1

@@ -10,16 +10,18 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from kernel.db.clock import Clock
+from kernel.db.driver import send
 from kernel.db.engine import begin_write, end_write
 from kernel.db.process_id import current_pid
 from kernel.db.translate import Phase, connection_lost, translate
-from kernel.db.writer_gate import WriterGate
-from kernel.errors import KernelError
+from kernel.db.writer_gate import WriterGate, sync_wal
+from kernel.errors import KernelError, StorageUnavailable
 from kernel.transaction.tx import Tx
 
 __all__ = ["Session"]
 
 R = TypeVar("R")
+_FULL = 2  # PRAGMA synchronous's answer for FULL
 
 
 class _Held:
@@ -31,12 +33,16 @@ class _Held:
     heartbeat during a settle) checks a connection out of the pool instead.
     """
 
-    __slots__ = ("pid", "lock", "conn")
+    __slots__ = ("pid", "lock", "conn", "full", "normal")
 
     def __init__(self) -> None:
         self.pid = current_pid()
         self.lock = threading.Lock()
         self.conn: sa.Connection | None = None
+        #: SQLite: the engine asks for synchronous=FULL (read once per connection).
+        self.full = False
+        #: SQLite: the connection is switched to NORMAL, its WAL synced after the gate.
+        self.normal = False
 
 
 class Session:
@@ -90,9 +96,37 @@ class Session:
         kwargs: dict[str, Any],
         read_only: bool,
     ) -> R:
-        """One transaction on the held connection (``held``) or a pooled one (None)."""
-        phase: Phase = "open"
+        """One transaction on the held connection (``held``) or a pooled one (None).
+
+        On SQLite under ``synchronous=FULL`` the held connection commits while holding the
+        gate without SQLite's sync, and the WAL is synced after the gate is released,
+        before this returns: the fsync, most of a short transaction's time, no longer
+        holds the other writers back (bench/SESSION22-sqlite.md), and the caller's commit
+        is as durable as FULL's when it returns. Others may see the commit during that
+        sync: a read syncs the WAL itself when a commit may be unsynced.
+        """
         gated = not read_only and self._gate is not None and self._gate.acquire()
+        unsynced: list[int] = []
+        try:
+            result = self._attempt(held, fn, args, kwargs, read_only, gated, unsynced)
+        finally:
+            if gated:
+                self._gate.release()  # type: ignore[union-attr]
+        if unsynced:
+            self._sync(unsynced[0])
+        return result
+
+    def _attempt(
+        self,
+        held: _Held | None,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        read_only: bool,
+        gated: bool,
+        unsynced: list[int],
+    ) -> R:
+        phase: Phase = "open"
         try:
             with self._connection(held, read_only) as conn:
                 tx = Tx(conn, self.clock, self.dialect, own=not read_only)
@@ -102,13 +136,19 @@ class Session:
                         result = fn(tx, *args, **kwargs)
                         phase = "commit"
                         trans.commit()
+                    self._sync_seen()
                     return result
+                fast = held is not None and self._sync_mode(held, conn, gated)
                 begin_write(conn)
                 phase = "write"
                 try:
                     result = fn(tx, *args, **kwargs)
                     phase = "commit"
+                    number = self._gate.commit_begins() if fast else 0  # type: ignore[union-attr]
                     end_write(conn, commit=True)  # sends nothing after a statement sent alone
+                    if fast:
+                        self._gate.commit_written(number)  # type: ignore[union-attr]
+                        unsynced.append(number)
                 except BaseException:
                     with contextlib.suppress(sa.exc.DBAPIError):  # the first error is the one
                         end_write(conn, commit=False)
@@ -129,9 +169,42 @@ class Session:
             if held is not None:
                 self._release(held)
             raise
-        finally:
-            if gated:
-                self._gate.release()  # type: ignore[union-attr]
+
+    def _sync_mode(self, held: _Held, conn: sa.Connection, gated: bool) -> bool:
+        """Put the held connection at NORMAL when its engine asks for FULL and the gate is
+        held, at FULL otherwise (a write without the gate keeps no commit numbers: SQLite
+        syncs it); sent before BEGIN, as SQLite refuses it inside a transaction. True: it
+        commits without SQLite's sync."""
+        fast = held.full and gated
+        if held.normal != fast:
+            send(conn, f"PRAGMA synchronous = {'NORMAL' if fast else 'FULL'}", (), fetch=False)
+            held.normal = fast
+        return fast
+
+    def _sync(self, number: int) -> None:
+        """Sync the WAL after a commit made without SQLite's sync, before the caller goes on."""
+        gate = self._gate
+        assert gate is not None
+        try:
+            sync_wal(gate.database_path)
+        except OSError as exc:
+            raise StorageUnavailable(
+                "the transaction committed but the disk did not confirm it "
+                f"({exc.strerror or exc}): it may be lost if the machine stops; "
+                "check the disk holding the database",
+                commit_state="unknown",
+            ) from exc
+        gate.synced(number)
+
+    def _sync_seen(self) -> None:
+        """After a read: sync the WAL if a commit it may have seen is not on disk yet."""
+        gate = self._gate
+        if gate is None:
+            return
+        written = gate.unsynced()
+        if written is not None:
+            sync_wal(gate.database_path)
+            gate.synced(written)
 
     def _connection(
         self, held: _Held | None, read_only: bool
@@ -143,6 +216,9 @@ class Session:
             return conn
         if held.conn is None:
             held.conn = self.engine.connect()
+            if self._gate is not None:
+                mode = send(held.conn, "PRAGMA synchronous", (), fetch=True)[0][0][0]
+                held.full, held.normal = mode == _FULL, False
         return contextlib.nullcontext(held.conn)
 
     @staticmethod
@@ -150,4 +226,10 @@ class Session:
         """Give the held connection back (the caller holds ``held.lock``)."""
         conn, held.conn = held.conn, None
         if conn is not None:
+            if held.normal:  # back to the pool as the engine made it, or not at all
+                held.normal = False
+                try:
+                    send(conn, "PRAGMA synchronous = FULL", (), fetch=False)
+                except sa.exc.DBAPIError:
+                    conn.invalidate()
             conn.close()
