@@ -121,6 +121,7 @@ __all__ = [
     "chords",
     "PRUNABLE_KEY",
     "PRUNABLE_WHERE",
+    "EMPTY_CHORD_WHERE",
 ]
 
 metadata = sa.MetaData()
@@ -391,4 +392,14 @@ chords = sa.Table(
     sa.Column("failed_at", Ms),
     sa.Column("created_at", Ms, nullable=False),
     sa.Column("closed_at", Ms),
+)
+#: A chord with an empty header: no member to be pruned with (its body was made with it),
+#: so retention finds it by age through ``chords_empty``, whose predicate a query must
+#: repeat as written (SQLite uses a partial index only then).
+EMPTY_CHORD_WHERE = sa.literal_column("members") == sa.literal_column("'[]'")
+sa.Index(
+    "chords_empty",
+    chords.c.closed_at,
+    sqlite_where=EMPTY_CHORD_WHERE,
+    postgresql_where=EMPTY_CHORD_WHERE,
 )

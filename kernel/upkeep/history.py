@@ -1,6 +1,7 @@
 """Pruning settled history; unresolved work (dead letters, adjudications) is never pruned,
 nor a chord's member before the chord's body is made (the body's arguments are read from
-its members' results then). A done chord's row goes with the last of its members."""
+its members' results then). A done chord's row goes with the last of its members; one
+with an empty header (no member ever) goes by age, with the successes closed as long ago."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 
 from kernel import statements as st
 from kernel.events import EventType
-from kernel.states import RESOLVED
+from kernel.states import RESOLVED, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.chords import RETENTION_FORGETS_CHORDS
@@ -76,7 +77,9 @@ def prune(
 ) -> dict[str, int]:
     """Delete history of ``statuses`` (some of PRUNABLE) settled before ``settled_before``,
     at most ``limit`` occurrences, each status's oldest first: one seek per status on
-    ``occurrences_prunable``, never a sort of all the history a status has."""
+    ``occurrences_prunable``, never a sort of all the history a status has. With
+    ``succeeded``, chords with an empty header closed before then go too (at most
+    ``limit``): no member of theirs is ever pruned to take their rows along."""
     ids: list[int] = []
     for status in (s for s in statuses if s in PRUNABLE):
         params = {"status": str(status), "settled_before": settled_before}
@@ -84,12 +87,18 @@ def prune(
         ids += [row[0] for row in oldest]
         if len(ids) >= limit:
             break
-    if not ids:
+    their_chords: list[str | None] = []
+    if OccurrenceStatus.SUCCEEDED in statuses:
+        empty = {"closed_before": settled_before, "limit": limit}
+        their_chords += [row[0] for row in st.EMPTY_CHORDS.all(tx.conn, empty)]
+    if not ids and not their_chords:
         return {"occurrences": 0, "events": 0}
-    pruned_events = forget(tx, ids, requests_before=settled_before)
-    given = {"ids": st.ids_param(tx.dialect, ids)}
-    their_chords = [row[0] for row in st.CHORDS_OF_RUNS[tx.dialect].all(tx.conn, given)]
-    pruned = st.DELETE_OCCURRENCES[tx.dialect].execute(tx.conn, given)
+    pruned = pruned_events = 0
+    if ids:
+        pruned_events = forget(tx, ids, requests_before=settled_before)
+        given = {"ids": st.ids_param(tx.dialect, ids)}
+        their_chords += [row[0] for row in st.CHORDS_OF_RUNS[tx.dialect].all(tx.conn, given)]
+        pruned = st.DELETE_OCCURRENCES[tx.dialect].execute(tx.conn, given)
     tx.emit(
         EventType.HISTORY_PRUNED,
         occurrences=pruned,
