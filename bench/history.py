@@ -395,11 +395,6 @@ def _claim_latencies(
     latencies: list[float] = []
     waits: list[float] = []
     ends = time.monotonic() + seconds
-    if os.environ.get("EXP_NO_CKPT") and side.kernel.engine.dialect.name == "sqlite":
-        side.queued(1)
-        side.kernel._session._held.conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
-            f"PRAGMA wal_autocheckpoint={os.environ['EXP_NO_CKPT']}"
-        )
     while time.monotonic() < ends and not (stop is not None and stop.is_set()):
         for occ_id in side.queued(20):
             waited = _GATE.waited

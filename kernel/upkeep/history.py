@@ -6,6 +6,9 @@ with an empty header (no member ever) goes by age, with the successes closed as 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.events import EventType
@@ -19,10 +22,13 @@ __all__ = [
     "MIN_STEP",
     "PRUNABLE",
     "STEP_S",
+    "checkpoint",
+    "checkpoints_deferred",
     "forget",
     "forget_chords",
     "next_step",
     "prune",
+    "restore_checkpoints",
 ]
 
 #: Final and resolved: the statuses whose history may go (dead letters and
@@ -52,6 +58,31 @@ def next_step(rows: int, statements_s: float, commit_s: float, left: int) -> int
     budget = max(STEP_S - commit_s, 0.0)
     fits = int(rows * budget / max(statements_s, 1e-6))
     return max(1, min(left, 2 * rows, max(MIN_STEP, fits)))
+
+
+def checkpoints_deferred(conn: sa.Connection) -> tuple[Any, int]:
+    """SQLite: ``conn``'s commits stop checkpointing the WAL (copying it into the database
+    and syncing that, inside the commit: the longest of a step's holds of the writer gate,
+    bench/README.md session 22). Its driver connection and the setting to restore with
+    :func:`restore_checkpoints` once the step's transaction has ended."""
+    driver = conn.connection.dbapi_connection
+    pages = int(driver.execute("PRAGMA wal_autocheckpoint").fetchone()[0])  # type: ignore[union-attr]
+    driver.execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[union-attr]
+    return driver, pages
+
+
+def restore_checkpoints(driver: Any, pages: int) -> None:
+    """Undo :func:`checkpoints_deferred` (on the driver connection, whether or not the
+    session kept it after the transaction)."""
+    driver.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
+
+
+def checkpoint(engine: sa.Engine) -> None:
+    """SQLite: copy what the WAL holds into the database, outside the writer gate (a
+    passive checkpoint waits for no one, and writers go on appending meanwhile), on a
+    connection of the pool with no transaction open."""
+    with engine.connect() as conn:
+        conn.connection.dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # type: ignore[union-attr]
 
 
 def forget(tx: Tx, ids: Sequence[int], *, requests_before: int) -> int:
