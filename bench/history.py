@@ -468,6 +468,59 @@ def _prune_passes(url: str, ages: dict[str, float], begun: Any, stop: Any, out: 
         stop.set()
 
 
+def _sample_waits(url: str, stop: Any, out: Any) -> None:
+    """PostgreSQL: the database's active backends, sampled every 5 ms until ``stop``: how
+    often each statement kind (its first words) was seen in each wait (``CPU``: none, on
+    a core or waiting for one), and the CPU seconds of the backends that deleted."""
+    import psycopg
+
+    from bench.support import servers
+
+    seen: dict[tuple[str, str], int] = {}
+    deleters: dict[int, float] = {}
+    with psycopg.connect(servers().libpq_url(url), autocommit=True) as conn:
+        mine = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        while not stop.is_set():
+            rows = conn.execute(
+                "SELECT pid, coalesce(wait_event_type || ':' || wait_event, 'CPU'),"
+                " left(query, 22) FROM pg_stat_activity"
+                " WHERE state = 'active' AND datname = current_database() AND pid <> %s",
+                (mine,),
+            ).fetchall()
+            for pid, wait, query in rows:
+                key = (" ".join(query.split()[:3]), wait)
+                seen[key] = seen.get(key, 0) + 1
+                if query.startswith("DELETE") and pid not in deleters:
+                    deleters[pid] = _cpu_s(pid)
+            time.sleep(0.005)
+    spent = sum(_cpu_s(pid) - start for pid, start in deleters.items())
+    out.put({"waits": seen, "pruner_server_cpu_s": spent})
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far (user + system), 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _waits_report(sampled: dict[str, Any], took: float) -> str:
+    waits: dict[tuple[str, str], int] = sampled["waits"]
+    lines = [f"  pruner's server backends: {sampled['pruner_server_cpu_s'] / took:.0%} of a core"]
+    kinds = sorted({kind for kind, _ in waits})
+    for kind in kinds:
+        mine = {wait: n for (k, wait), n in waits.items() if k == kind}
+        total = sum(mine.values())
+        if total < 20:
+            continue
+        top = sorted(mine.items(), key=lambda item: -item[1])[:4]
+        shares = ", ".join(f"{wait} {n / total:.0%}" for wait, n in top)
+        lines.append(f"  active {kind!r} ({total} samples): {shares}")
+    return "\n".join(lines)
+
+
 def prune_while_claiming(side: Side, seconds: float) -> Measured:
     """Claim p99 idle, then while retention (Beat's bounded passes, in another process)
     deletes the older half of the history; prints the rows and rate it pruned."""
@@ -482,11 +535,19 @@ def prune_while_claiming(side: Side, seconds: float) -> Measured:
     )
     process.start()
     begun.wait(120)
+    sampler = None
+    if side.kernel.engine.dialect.name == "postgresql":
+        sampled_out = context.Queue()
+        sampler = context.Process(target=_sample_waits, args=(side.url, stop, sampled_out))
+        sampler.start()
     started = time.monotonic()
     during, during_waits = _claim_latencies(side, 3600.0, stop)
     took = time.monotonic() - started
     pruned = out.get(timeout=120)
     process.join(60)
+    if sampler is not None:
+        print(_waits_report(sampled_out.get(timeout=60), took))
+        sampler.join(60)
     steps = pruned["steps"]
     print(
         f"  prune: {pruned['occurrences']:,} occurrences and {pruned['events']:,} events in"
