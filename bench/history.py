@@ -378,7 +378,7 @@ class _GateWaits:
             finally:
                 self.waited += time.perf_counter() - start
 
-        WriterGate.acquire = timed  # type: ignore[method-assign]
+        WriterGate.acquire = timed  # type: ignore[method-assign,assignment]
 
 
 _GATE: _GateWaits | None = None
