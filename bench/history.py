@@ -477,7 +477,7 @@ def _sample_waits(url: str, stop: Any, out: Any) -> None:
     from bench.support import servers
 
     seen: dict[tuple[str, str], int] = {}
-    deleters: dict[int, float] = {}
+    deleters: dict[int, tuple[float, float]] = {}  # pid: CPU seconds first and last seen
     with psycopg.connect(servers().libpq_url(url), autocommit=True) as conn:
         mine = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
         while not stop.is_set():
@@ -490,10 +490,11 @@ def _sample_waits(url: str, stop: Any, out: Any) -> None:
             for pid, wait, query in rows:
                 key = (" ".join(query.split()[:3]), wait)
                 seen[key] = seen.get(key, 0) + 1
-                if query.startswith("DELETE") and pid not in deleters:
-                    deleters[pid] = _cpu_s(pid)
+                if query.startswith("DELETE"):
+                    now = _cpu_s(pid)
+                    deleters[pid] = (deleters.get(pid, (now, now))[0], now)
             time.sleep(0.005)
-    spent = sum(_cpu_s(pid) - start for pid, start in deleters.items())
+    spent = sum(last - first for first, last in deleters.values())
     out.put({"waits": seen, "pruner_server_cpu_s": spent})
 
 
