@@ -382,6 +382,9 @@ notifications = sa.Table(
     *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
 )
 
+#: A chord with an empty header has no member to be pruned with: retention finds it by
+#: age, repeating this predicate of ``chords_empty`` (SQLite seeks a partial index only then).
+EMPTY_CHORD_WHERE = "members = '[]'"
 chords = sa.Table(
     "chords",
     metadata,
@@ -392,14 +395,5 @@ chords = sa.Table(
     sa.Column("failed_at", Ms),
     sa.Column("created_at", Ms, nullable=False),
     sa.Column("closed_at", Ms),
-)
-#: A chord with an empty header: no member to be pruned with (its body was made with it),
-#: so retention finds it by age through ``chords_empty``, whose predicate a query must
-#: repeat as written (SQLite uses a partial index only then).
-EMPTY_CHORD_WHERE = sa.literal_column("members") == sa.literal_column("'[]'")
-sa.Index(
-    "chords_empty",
-    chords.c.closed_at,
-    sqlite_where=EMPTY_CHORD_WHERE,
-    postgresql_where=EMPTY_CHORD_WHERE,
+    _partial("chords_empty", "closed_at", where=EMPTY_CHORD_WHERE),
 )

@@ -170,7 +170,7 @@ CHORDS_OF_RUNS = _per_dialect(
 #: member names them, so retention finds them by age, one seek on ``chords_empty``.
 EMPTY_CHORDS = DriverStatement(
     sa.select(chords.c.id)
-    .where(EMPTY_CHORD_WHERE, chords.c.closed_at < p("closed_before"))
+    .where(sa.text(EMPTY_CHORD_WHERE), chords.c.closed_at < p("closed_before"))
     .order_by(chords.c.closed_at)
     .limit(p("limit"))
 )
