@@ -109,7 +109,7 @@ class UpkeepFacade(FacadeBase):
             if deferred is not None:
                 history.restore_checkpoints(*deferred)
         held_s = time.perf_counter() - started
-        if self.dialect == "sqlite":
+        if deferred is not None:
             history.checkpoint(self._session.engine)
         time.sleep(held_s)
         return done, ended - started, held_s

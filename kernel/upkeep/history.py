@@ -60,12 +60,15 @@ def next_step(rows: int, statements_s: float, commit_s: float, left: int) -> int
     return max(1, min(left, 2 * rows, max(MIN_STEP, fits)))
 
 
-def checkpoints_deferred(conn: sa.Connection) -> tuple[Any, int]:
+def checkpoints_deferred(conn: sa.Connection) -> tuple[Any, int] | None:
     """SQLite: ``conn``'s commits stop checkpointing the WAL (copying it into the database
     and syncing that, inside the commit: the longest of a step's holds of the writer gate,
     bench/README.md session 22). Its driver connection and the setting to restore with
-    :func:`restore_checkpoints` once the step's transaction has ended."""
+    :func:`restore_checkpoints` once the step's transaction has ended; None without a WAL
+    (an in-memory database: nothing to checkpoint)."""
     driver = conn.connection.dbapi_connection
+    if driver.execute("PRAGMA journal_mode").fetchone()[0] != "wal":  # type: ignore[union-attr]
+        return None
     pages = int(driver.execute("PRAGMA wal_autocheckpoint").fetchone()[0])  # type: ignore[union-attr]
     driver.execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[union-attr]
     return driver, pages
