@@ -361,26 +361,97 @@ def measure(sides: dict[str, Side], repeat: int, n: int) -> list[Measured]:
     return results
 
 
-def _claim_latencies(side: Side, seconds: float, stop: ProcessEvent | None = None) -> list[float]:
+class _GateWaits:
+    """The time this process's writers wait for SQLite's writer gate (a wrapper on
+    ``WriterGate.acquire``, so a claim's latency splits into its wait and its own work)."""
+
+    def __init__(self) -> None:
+        from kernel.db.writer_gate import WriterGate
+
+        self.waited = 0.0
+        acquire = WriterGate.acquire
+
+        def timed(gate: WriterGate) -> bool:
+            start = time.perf_counter()
+            try:
+                return acquire(gate)
+            finally:
+                self.waited += time.perf_counter() - start
+
+        WriterGate.acquire = timed  # type: ignore[method-assign,assignment]
+
+
+_GATE: _GateWaits | None = None
+
+
+def _claim_latencies(
+    side: Side, seconds: float, stop: ProcessEvent | None = None
+) -> tuple[list[float], list[float]]:
     """Claim latencies (s) of claim+settle pairs run back to back for ``seconds`` (or until
-    ``stop`` is set)."""
+    ``stop`` is set), and each claim's wait for the writer gate (SQLite; 0 on PostgreSQL)."""
+    global _GATE
+    if _GATE is None:
+        _GATE = _GateWaits()
     latencies: list[float] = []
+    waits: list[float] = []
     ends = time.monotonic() + seconds
     while time.monotonic() < ends and not (stop is not None and stop.is_set()):
         for occ_id in side.queued(20):
+            waited = _GATE.waited
             start = time.perf_counter()
             claim = side.kernel.claim(occ_id, owner=OWNER, lease=LEASE_S)
             latencies.append(time.perf_counter() - start)
+            waits.append(_GATE.waited - waited)
             assert claim is not None, f"occurrence {occ_id} was not claimed"
             side.kernel.succeed(occ_id, owner=OWNER, fence=claim.fence)
-    return latencies
+    return latencies, waits
+
+
+def _percentiles_ms(values: list[float], *ps: float) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    return "/".join(
+        f"{ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000:.2f}" for p in ps
+    )
+
+
+def _tail(latencies: list[float], waits: list[float]) -> str:
+    """The slowest 1 % of claims: their mean latency, of it the gate wait, the rest."""
+    pairs = sorted(zip(latencies, waits, strict=True), reverse=True)[
+        : max(1, len(latencies) // 100)
+    ]
+    latency = statistics.mean(a for a, _ in pairs) * 1000
+    wait = statistics.mean(w for _, w in pairs) * 1000
+    return f"{latency:.2f} ms = gate {wait:.2f} + own {latency - wait:.2f}"
+
+
+def _recording_steps() -> list[tuple[int, float, float]]:
+    """Each prune transaction's (occurrences, statements s, held s), recorded by wrapping
+    the facade's ``_paced`` in the pruner's process."""
+    from kernel.facade.upkeep import UpkeepFacade
+
+    steps: list[tuple[int, float, float]] = []
+    paced = UpkeepFacade._paced
+
+    def recording(self: Any, work: Any, n: int) -> Any:
+        done = paced(self, work, n)
+        result, statements_s, held_s = done[:3]
+        rows = result.get("occurrences", 0) if isinstance(result, dict) else 0
+        steps.append((int(rows), statements_s, held_s))
+        return done
+
+    UpkeepFacade._paced = recording  # type: ignore[method-assign]
+    return steps
 
 
 def _prune_passes(url: str, ages: dict[str, float], begun: Any, stop: Any, out: Any) -> None:
     """Beat's retention passes (500 occurrences each) back to back until none is left or
     ``stop``, in a process of its own as Beat is; puts what went on ``out``."""
+    steps = _recording_steps()
     pruner = Kernel.open(url)
-    pruned = {"occurrences": 0, "events": 0}
+    pruned: dict[str, Any] = {"occurrences": 0, "events": 0}
+    cpu = time.process_time()
     begun.set()
     try:
         while not stop.is_set():
@@ -390,15 +461,71 @@ def _prune_passes(url: str, ages: dict[str, float], begun: Any, stop: Any, out: 
             if not done["more"]:
                 break
     finally:
+        pruned["cpu_s"] = time.process_time() - cpu
+        pruned["steps"] = steps
         pruner.close()
         out.put(pruned)
         stop.set()
 
 
+def _sample_waits(url: str, stop: Any, out: Any) -> None:
+    """PostgreSQL: the database's active backends, sampled every 5 ms until ``stop``: how
+    often each statement kind (its first words) was seen in each wait (``CPU``: none, on
+    a core or waiting for one), and the CPU seconds of the backends that deleted."""
+    import psycopg
+
+    from bench.support import servers
+
+    seen: dict[tuple[str, str], int] = {}
+    deleters: dict[int, tuple[float, float]] = {}  # pid: CPU seconds first and last seen
+    with psycopg.connect(servers().libpq_url(url), autocommit=True) as conn:
+        mine = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        while not stop.is_set():
+            rows = conn.execute(
+                "SELECT pid, coalesce(wait_event_type || ':' || wait_event, 'CPU'),"
+                " left(query, 22) FROM pg_stat_activity"
+                " WHERE state = 'active' AND datname = current_database() AND pid <> %s",
+                (mine,),
+            ).fetchall()
+            for pid, wait, query in rows:
+                key = (" ".join(query.split()[:3]), wait)
+                seen[key] = seen.get(key, 0) + 1
+                if query.startswith("DELETE"):
+                    now = _cpu_s(pid)
+                    deleters[pid] = (deleters.get(pid, (now, now))[0], now)
+            time.sleep(0.005)
+    spent = sum(last - first for first, last in deleters.values())
+    out.put({"waits": seen, "pruner_server_cpu_s": spent})
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far (user + system), 0 when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _waits_report(sampled: dict[str, Any], took: float) -> str:
+    waits: dict[tuple[str, str], int] = sampled["waits"]
+    lines = [f"  pruner's server backends: {sampled['pruner_server_cpu_s'] / took:.0%} of a core"]
+    kinds = sorted({kind for kind, _ in waits})
+    for kind in kinds:
+        mine = {wait: n for (k, wait), n in waits.items() if k == kind}
+        total = sum(mine.values())
+        if total < 20:
+            continue
+        top = sorted(mine.items(), key=lambda item: -item[1])[:4]
+        shares = ", ".join(f"{wait} {n / total:.0%}" for wait, n in top)
+        lines.append(f"  active {kind!r} ({total} samples): {shares}")
+    return "\n".join(lines)
+
+
 def prune_while_claiming(side: Side, seconds: float) -> Measured:
     """Claim p99 idle, then while retention (Beat's bounded passes, in another process)
     deletes the older half of the history; prints the rows and rate it pruned."""
-    idle = _claim_latencies(side, seconds)
+    idle, idle_waits = _claim_latencies(side, seconds)
     keep_s = SPAN_DAYS / 2 * 86_400
     ages = {"succeeded": keep_s, "cancelled": keep_s, "skipped": keep_s}
     # Spawned, not forked: the child opens its own kernel; no thread of ours shares its GIL.
@@ -409,15 +536,35 @@ def prune_while_claiming(side: Side, seconds: float) -> Measured:
     )
     process.start()
     begun.wait(120)
+    sampler = None
+    if side.kernel.engine.dialect.name == "postgresql":
+        sampled_out = context.Queue()
+        sampler = context.Process(target=_sample_waits, args=(side.url, stop, sampled_out))
+        sampler.start()
     started = time.monotonic()
-    during = _claim_latencies(side, 3600.0, stop)
+    during, during_waits = _claim_latencies(side, 3600.0, stop)
     took = time.monotonic() - started
     pruned = out.get(timeout=120)
     process.join(60)
+    if sampler is not None:
+        print(_waits_report(sampled_out.get(timeout=60), took))
+        sampler.join(60)
+    steps = pruned["steps"]
     print(
         f"  prune: {pruned['occurrences']:,} occurrences and {pruned['events']:,} events in"
-        f" {took:.1f} s ({pruned['occurrences'] / max(took, 1e-9):,.0f} occurrences/s),"
+        f" {took:.1f} s ({pruned['occurrences'] / max(took, 1e-9):,.0f} occurrences/s,"
+        f" pruner CPU {pruned['cpu_s'] / max(took, 1e-9):.0%} of a core),"
         f" {len(during)} claims meanwhile",
+        f"\n  prune transactions: {len(steps)}, occurrences p50/p90/max"
+        f" {_percentiles_ms([r / 1000 for r, _, _ in steps], 0.5, 0.9, 1)},"
+        f" held ms p50/p90/p99/max {_percentiles_ms([h for _, _, h in steps], 0.5, 0.9, 0.99, 1)},"
+        f" commit ms p50/p90 {_percentiles_ms([h - s for _, s, h in steps], 0.5, 0.9)}"
+        f"\n  claim ms p50/p90/p99: idle {_percentiles_ms(idle, 0.5, 0.9, 0.99)}"
+        f" (gate wait {_percentiles_ms(idle_waits, 0.5, 0.9, 0.99)}),"
+        f" during {_percentiles_ms(during, 0.5, 0.9, 0.99)}"
+        f" (gate wait {_percentiles_ms(during_waits, 0.5, 0.9, 0.99)})"
+        f"\n  the slowest 1 %: idle {_tail(idle, idle_waits)},"
+        f" during {_tail(during, during_waits)}",
         flush=True,
     )
     measured = Measured("claim p99 during prune", p=0.99)

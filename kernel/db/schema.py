@@ -123,6 +123,7 @@ __all__ = [
     "chords",
     "PRUNABLE_KEY",
     "PRUNABLE_WHERE",
+    "EMPTY_CHORD_WHERE",
 ]
 
 metadata = sa.MetaData()
@@ -384,6 +385,9 @@ notifications = sa.Table(
     *(sa.CheckConstraint(condition, name=name) for name, condition in NOTIFICATION_CHECKS),
 )
 
+#: A chord with an empty header has no member to be pruned with: retention finds it by
+#: age, repeating this predicate of ``chords_empty`` (SQLite seeks a partial index only then).
+EMPTY_CHORD_WHERE = "members = '[]'"
 chords = sa.Table(
     "chords",
     metadata,
@@ -394,4 +398,5 @@ chords = sa.Table(
     sa.Column("failed_at", Ms),
     sa.Column("created_at", Ms, nullable=False),
     sa.Column("closed_at", Ms),
+    _partial("chords_empty", "closed_at", where=EMPTY_CHORD_WHERE),
 )

@@ -63,10 +63,10 @@ class UpkeepFacade(FacadeBase):
         transactions (``history.next_step`` sizes each by what the last one cost) until a
         step finds fewer than it may delete, each paced (:meth:`_paced`). On PostgreSQL no
         claim waits for the prune (it locks only settled rows, which nobody claims), while
-        each step's commit would cost a durable flush: one transaction.
+        each step's commit would cost a durable flush: one transaction, paced.
         """
         if self.dialect != "sqlite":
-            return self._session.run(lambda tx: step(tx, limit))
+            return self._paced(step, limit)[0]
         total = {"occurrences": 0, "events": 0}
         size = min(limit, history.FIRST_STEP)
         while True:
@@ -82,23 +82,36 @@ class UpkeepFacade(FacadeBase):
         """``work(tx, n)`` in a transaction of its own; what it returned, how long its statements
         took and how long it held the lock (from its first statement to its commit).
 
-        On SQLite the pruner then waits as long as it held the lock, so the writers queued
-        behind it go first instead of racing a pruner that takes the lock straight back:
-        after every step, the last of a pass too, and after the pass's end (else a pass's
-        last step, its end and the next pass's first step held it back to back)."""
+        The pruner then waits as long as it held the lock: on SQLite so the writers queued
+        behind it go first instead of racing a pruner that takes the lock straight back
+        (after every step, the last of a pass too, and after the pass's end: else a pass's
+        last step, its end and the next pass's first step held it back to back); on
+        PostgreSQL, where nothing waits for its locks, so that its passes take at most
+        about half of the time, leaving the CPU and the WAL's flushes to the claims (back
+        to back they took the two cores: bench/README.md session 22). On SQLite the step
+        commits without checkpointing the WAL and the pruner checkpoints after it, outside
+        the writer gate."""
         started = ended = 0.0
+        deferred: tuple[Any, int] | None = None
 
         def run(tx: Tx) -> T:
-            nonlocal started, ended
+            nonlocal started, ended, deferred
+            if self.dialect == "sqlite":
+                deferred = history.checkpoints_deferred(tx.conn)
             started = time.perf_counter()
             done = work(tx, n)
             ended = time.perf_counter()
             return done
 
-        done = self._session.run(run)
+        try:
+            done = self._session.run(run)
+        finally:
+            if deferred is not None:
+                history.restore_checkpoints(*deferred)
         held_s = time.perf_counter() - started
-        if self.dialect == "sqlite":
-            time.sleep(held_s)
+        if deferred is not None:
+            history.checkpoint(self._session.engine)
+        time.sleep(held_s)
         return done, ended - started, held_s
 
     @write

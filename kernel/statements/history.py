@@ -21,6 +21,7 @@ from kernel.db.driver import DriverStatement
 from kernel.db.json_text import json_member
 from kernel.db.limit_tables import budget_reservations
 from kernel.db.schema import (
+    EMPTY_CHORD_WHERE,
     PRUNABLE_KEY,
     PRUNABLE_WHERE,
     adjudication_asks,
@@ -46,6 +47,7 @@ __all__ = [
     "DELETE_OCCURRENCES",
     "DELETE_PAST_HISTORY_LIMIT",
     "CHORDS_OF_RUNS",
+    "EMPTY_CHORDS",
     "LOCK_CHORDS",
     "DELETE_FORGOTTEN_CHORDS",
 ]
@@ -162,6 +164,15 @@ CHORDS_OF_RUNS = _per_dialect(
         .where(_in_ids(OCC.c.id, dialect), OCC.c.links.is_not(None))
         .distinct()
     )
+)
+
+#: The oldest ``limit`` chords with an empty header closed before ``closed_before``: no
+#: member names them, so retention finds them by age, one seek on ``chords_empty``.
+EMPTY_CHORDS = DriverStatement(
+    sa.select(chords.c.id)
+    .where(sa.text(EMPTY_CHORD_WHERE), chords.c.closed_at < p("closed_before"))
+    .order_by(chords.c.closed_at)
+    .limit(p("limit"))
 )
 
 #: The rows of the chords ``chord_ids``, locked (PostgreSQL) in one order before

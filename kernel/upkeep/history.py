@@ -1,14 +1,18 @@
 """Pruning settled history; unresolved work (dead letters, adjudications) is never pruned,
 nor a chord's member before the chord's body is made (the body's arguments are read from
-its members' results then). A done chord's row goes with the last of its members."""
+its members' results then). A done chord's row goes with the last of its members; one
+with an empty header (no member ever) goes by age, with the successes closed as long ago."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.events import EventType
-from kernel.states import RESOLVED
+from kernel.states import RESOLVED, OccurrenceStatus
 from kernel.transaction.tx import Tx
 from kernel.transitions import door
 from kernel.transitions.chords import RETENTION_FORGETS_CHORDS
@@ -18,10 +22,13 @@ __all__ = [
     "MIN_STEP",
     "PRUNABLE",
     "STEP_S",
+    "checkpoint",
+    "checkpoints_deferred",
     "forget",
     "forget_chords",
     "next_step",
     "prune",
+    "restore_checkpoints",
 ]
 
 #: Final and resolved: the statuses whose history may go (dead letters and
@@ -53,6 +60,34 @@ def next_step(rows: int, statements_s: float, commit_s: float, left: int) -> int
     return max(1, min(left, 2 * rows, max(MIN_STEP, fits)))
 
 
+def checkpoints_deferred(conn: sa.Connection) -> tuple[Any, int] | None:
+    """SQLite: ``conn``'s commits stop checkpointing the WAL (copying it into the database
+    and syncing that, inside the commit: the longest of a step's holds of the writer gate,
+    bench/README.md session 22). Its driver connection and the setting to restore with
+    :func:`restore_checkpoints` once the step's transaction has ended; None without a WAL
+    (an in-memory database: nothing to checkpoint)."""
+    driver = conn.connection.dbapi_connection
+    if driver.execute("PRAGMA journal_mode").fetchone()[0] != "wal":  # type: ignore[union-attr]
+        return None
+    pages = int(driver.execute("PRAGMA wal_autocheckpoint").fetchone()[0])  # type: ignore[union-attr]
+    driver.execute("PRAGMA wal_autocheckpoint = 0")  # type: ignore[union-attr]
+    return driver, pages
+
+
+def restore_checkpoints(driver: Any, pages: int) -> None:
+    """Undo :func:`checkpoints_deferred` (on the driver connection, whether or not the
+    session kept it after the transaction)."""
+    driver.execute(f"PRAGMA wal_autocheckpoint = {int(pages)}")
+
+
+def checkpoint(engine: sa.Engine) -> None:
+    """SQLite: copy what the WAL holds into the database, outside the writer gate (a
+    passive checkpoint waits for no one, and writers go on appending meanwhile), on a
+    connection of the pool with no transaction open."""
+    with engine.connect() as conn:
+        conn.connection.dbapi_connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # type: ignore[union-attr]
+
+
 def forget(tx: Tx, ids: Sequence[int], *, requests_before: int) -> int:
     """Delete what belongs to the occurrences ``ids`` (being deleted in ``tx``): controls,
     grants, asks, reservations, notifications, events, and operator requests made before
@@ -76,7 +111,9 @@ def prune(
 ) -> dict[str, int]:
     """Delete history of ``statuses`` (some of PRUNABLE) settled before ``settled_before``,
     at most ``limit`` occurrences, each status's oldest first: one seek per status on
-    ``occurrences_prunable``, never a sort of all the history a status has."""
+    ``occurrences_prunable``, never a sort of all the history a status has. With
+    ``succeeded``, chords with an empty header closed before then go too (at most
+    ``limit``): no member of theirs is ever pruned to take their rows along."""
     ids: list[int] = []
     for status in (s for s in statuses if s in PRUNABLE):
         params = {"status": str(status), "settled_before": settled_before}
@@ -84,12 +121,18 @@ def prune(
         ids += [row[0] for row in oldest]
         if len(ids) >= limit:
             break
-    if not ids:
+    their_chords: list[str | None] = []
+    if OccurrenceStatus.SUCCEEDED in statuses:
+        empty = {"closed_before": settled_before, "limit": limit}
+        their_chords += [row[0] for row in st.EMPTY_CHORDS.all(tx.conn, empty)]
+    if not ids and not their_chords:
         return {"occurrences": 0, "events": 0}
-    pruned_events = forget(tx, ids, requests_before=settled_before)
-    given = {"ids": st.ids_param(tx.dialect, ids)}
-    their_chords = [row[0] for row in st.CHORDS_OF_RUNS[tx.dialect].all(tx.conn, given)]
-    pruned = st.DELETE_OCCURRENCES[tx.dialect].execute(tx.conn, given)
+    pruned = pruned_events = 0
+    if ids:
+        pruned_events = forget(tx, ids, requests_before=settled_before)
+        given = {"ids": st.ids_param(tx.dialect, ids)}
+        their_chords += [row[0] for row in st.CHORDS_OF_RUNS[tx.dialect].all(tx.conn, given)]
+        pruned = st.DELETE_OCCURRENCES[tx.dialect].execute(tx.conn, given)
     tx.emit(
         EventType.HISTORY_PRUNED,
         occurrences=pruned,

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from kernel import EnqueueRequest, NotFound
-from tests.kernel.test_history_plans import _plan
+from tests.kernel.test_history_plans import _captured, _plan
 
 if TYPE_CHECKING:
     from tests.kernel.conftest import Harness
@@ -132,6 +132,33 @@ def test_a_cancelled_member_s_chord_goes_once_every_member_is_pruned(k: Harness)
     assert _chords(k) == {"g1"}
     assert _prune(k) == 1
     assert _chords(k) == set()
+
+
+def test_an_empty_header_s_row_goes_once_successes_that_old_go(k: Harness) -> None:
+    """A chord with an empty header has no member to be pruned with: its body is made at
+    once, and its row goes by age, as a success closed then would (``succeeded``'s age;
+    ``kernel prune``'s), through the index of such rows."""
+    k.kernel.enqueue_many([], chord={"id": "g0", "body": _body("body-0")})
+    assert k.keyed("body-0")
+    k.clock.advance(DAY / 2)
+    assert k.kernel.apply_retention({"succeeded": DAY})["occurrences"] == 0
+    assert _chords(k) == {"g0"}
+    assert k.kernel.apply_retention({"cancelled": DAY / 4})["occurrences"] == 0
+    assert _chords(k) == {"g0"}  # successes are kept, and this row with them
+    k.kernel.enqueue_many([], chord={"id": "g00", "body": _body("body-00")})
+    k.clock.advance(DAY)
+    k.kernel.apply_retention({"succeeded": DAY})
+    assert _chords(k) == {"g00"}
+    pruned = [e.data for e in k.kernel.events(limit=1000) if e.type == "history_pruned"]
+    assert [p["chords"] for p in pruned] == [1]
+    k.clock.advance(DAY / 4)
+    with _captured(k.kernel.engine) as sent:
+        k.kernel.prune(older_than=timedelta(hours=1))
+    assert _chords(k) == set()
+    [read] = [(sql, args) for sql, args in sent if "FROM chords" in sql and "'[]'" in sql]
+    plan = "\n".join(_plan(k.kernel.engine, *read))
+    assert "chords_empty" in plan, plan
+    assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan
 
 
 def test_a_growing_chord_keeps_its_row_until_done(k: Harness) -> None:

@@ -5,11 +5,13 @@ transaction. What a pass deletes and reports is the same on both."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -230,3 +232,76 @@ def test_on_sqlite_every_transaction_of_a_pass_is_followed_by_a_pause(
     steps = pruned_events(k)
     assert len(steps) == 2
     assert len(pauses) == len(steps) + 1 and all(p > 0 for p in pauses)
+
+
+def _autocheckpoint(conn: sa.Connection) -> int:
+    return int(conn.connection.dbapi_connection.execute("PRAGMA wal_autocheckpoint").fetchone()[0])  # type: ignore[union-attr]
+
+
+def test_on_sqlite_a_step_s_commit_leaves_the_checkpoint_to_after_the_step(
+    k: Harness, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A commit that checkpoints copies the WAL into the database and syncs it while the
+    step holds the writer gate (the longest holds: bench/README.md session 22). A step's
+    connection commits without checkpointing, its setting restored before anything else
+    runs on it, and the pruner checkpoints after the step, outside the gate."""
+    if k.backend != "sqlite":
+        pytest.skip("SQLite's WAL")
+    settled(k, FIRST_STEP + 5)
+    k.clock.advance(2 * DAY)
+    during: list[int] = []
+    send = kernel_driver.send
+
+    def seen(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> Any:
+        if conn.engine is k.kernel.engine and sql.startswith(("DELETE FROM occurrences", "UPDATE")):
+            during.append(_autocheckpoint(conn))
+        return send(conn, sql, args, fetch=fetch)
+
+    database = Path(k.url.removeprefix("sqlite:///"))
+    with sqlite3.connect(database) as before:  # the settled runs into the database file
+        before.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    monkeypatch.setattr(kernel_driver, "send", seen)
+    assert k.kernel.apply_retention({"succeeded": DAY})["occurrences"] == FIRST_STEP + 5
+    assert during == [0, 0]  # the pass's two steps
+    # The pass's deletes are in the database file itself: checkpointed after each step.
+    copy = tmp_path / "main-file-only.db"
+    copy.write_bytes(database.read_bytes())
+    with sqlite3.connect(copy) as alone:
+        left = alone.execute("SELECT count(*) FROM occurrences WHERE status = 'succeeded'")
+        assert left.fetchone()[0] == 0
+    # The connection the steps ran on is back to SQLite's default for what runs next.
+    held = k.kernel._session._held.conn
+    assert held is not None and _autocheckpoint(held) == 1000
+
+
+def test_on_postgres_each_transaction_of_a_pass_is_followed_by_a_pause_as_long(
+    k: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No lock of the prune's stops a claim there, but its passes back to back took the
+    two cores' CPU and the WAL's flushes from the claims (a claim's p99 6x its idle one
+    at 2M / 10M): each transaction is followed by a pause as long as it took, so the
+    prune takes at most about half of the time."""
+    if k.backend != "postgres":
+        pytest.skip("SQLite: test_on_sqlite_every_transaction_of_a_pass_is_followed_by_a_pause")
+    settled(k, FIRST_STEP + 5)
+    k.clock.advance(2 * DAY)
+    pauses: list[float] = []
+    held: list[float] = []
+    session_run = k.kernel._session.run
+
+    def timed(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return session_run(fn, *args, **kwargs)
+        finally:
+            held.append(time.perf_counter() - start)
+
+    monkeypatch.setattr(k.kernel._session, "run", timed)
+    monkeypatch.setattr(
+        "kernel.facade.upkeep.time",
+        types.SimpleNamespace(perf_counter=time.perf_counter, sleep=pauses.append),
+    )
+    assert k.kernel.apply_retention({"succeeded": DAY})["occurrences"] == FIRST_STEP + 5
+    assert len(pauses) == len(held) == 2  # the history's transaction, the pass's end
+    assert all(0 < p <= h for p, h in zip(pauses, held, strict=True))
+    assert sum(pauses) >= 0.5 * sum(held)
