@@ -29,9 +29,7 @@ occurrences
     applies the job's auto action (``approve`` | ``reject``) (revision 0005).
     ``priority``: among claimable occurrences the pump hints higher ones first (an
     enqueue's ``priority``; 0 otherwise). An enqueued occurrence's trigger key is
-    ``key:<key>`` (its caller's idempotency key) or ``enqueue:<millisecond><random>``
-    (revision 0010; 12 hex digits of the call's time, then 80 random bits: its unique
-    indexes append).
+    ``key:<key>`` (its caller's key) or ``enqueue:<ms><random>`` (0010; time first).
     ``checkpoint``: the newest checkpoint a run of it stored (canonical JSON envelope, data
     <= 64 KiB): with a lease renewal while it runs, or at a pause or hand back; the next
     claim resumes from it (revision 0015). ``lost_leases``: reclaims after an expired lease
