@@ -101,7 +101,7 @@ class Session:
         On SQLite under ``synchronous=FULL`` the held connection commits while holding the
         gate without SQLite's sync, and the WAL is synced after the gate is released,
         before this returns: the fsync, most of a short transaction's time, no longer
-        holds the other writers back (bench/SESSION22-sqlite.md), and the caller's commit
+        holds the other writers back (bench/README.md, session 22), and the caller's commit
         is as durable as FULL's when it returns. Others may see the commit during that
         sync: a read syncs the WAL itself when a commit may be unsynced.
         """
