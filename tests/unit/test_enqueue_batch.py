@@ -92,7 +92,7 @@ def test_a_runs_definition_is_its_specs_canonical_json_with_its_call(
 def test_an_unkeyed_runs_trigger_key_leads_with_its_time() -> None:
     # Both unique indexes an enqueue writes lead with the trigger key: random keys put each
     # row on a random leaf page, a full-page image in the WAL for each page first touched
-    # after a checkpoint (bench/SESSION22-enqbatch.md: 86 a batch of 500 on 50k rows);
+    # after a checkpoint (bench/README.md, session 22 enqueue: 86 a batch of 500 on 50k rows);
     # keys that lead with the time append to the same few pages.
     from kernel.spec.task_runs import trigger_key_of
 
