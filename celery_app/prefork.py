@@ -27,16 +27,17 @@ from billiard import cpu_count
 from billiard.pool import Pool as BlockingPool
 from celery.concurrency import get_implementation, prefork
 
-__all__ = ["PROCESSES_PER_CPU", "TaskPool", "default_size", "use_for"]
+__all__ = ["EXTRA_PROCESSES_MAX", "TaskPool", "default_processes", "default_size", "use_for"]
 
 log = logging.getLogger("celery_kernel.worker")
 
-#: Pool processes per CPU of a worker on a PostgreSQL kernel whose size nothing sets. Each
-#: process sits idle through its run's durable commit and round trips; more processes than
-#: CPUs fill those waits until the CPU is full (bench/README.md, session 22). SQLite keeps
-#: Celery's one per CPU: its runs queue for the one writer, and more processes only cost
-#: memory (each ~24 MB of PSS).
-PROCESSES_PER_CPU = 2
+#: At most this many pool processes beyond one per CPU for a worker on a PostgreSQL kernel
+#: whose size nothing sets. Each process sits idle through its run's durable commit and
+#: round trips; more processes than CPUs fill those waits until the CPU is full (2 CPUs: 4
+#: processes ran a backlog 1.26 x faster than 2; bench/README.md, session 22). Bounded: on a
+#: large host the server is the limit first, and each process holds a connection. SQLite
+#: keeps Celery's one per CPU.
+EXTRA_PROCESSES_MAX = 4
 
 
 class _HolderNotingLock:
@@ -109,12 +110,18 @@ def use_for(worker: Any) -> None:
         worker.pool_cls = TaskPool
 
 
+def default_processes(cpus: int) -> int:
+    """The pool size of a worker on a PostgreSQL kernel that nothing sizes: two per CPU,
+    at most :data:`EXTRA_PROCESSES_MAX` more than the CPUs."""
+    return cpus + min(cpus, EXTRA_PROCESSES_MAX)
+
+
 def default_size(app: Any, options: dict[str, Any], database_url: str) -> None:
-    """Size the pool of a worker on a PostgreSQL kernel at :data:`PROCESSES_PER_CPU` per
-    CPU when neither its command line (``-c``) nor its configuration (``worker_concurrency``)
+    """Size the pool of a worker on a PostgreSQL kernel (:func:`default_processes`) when
+    neither its command line (``-c``) nor its configuration (``worker_concurrency``)
     does. Before the worker reads its settings: from ``celeryd_init``, whose ``options``
     hold ``-c`` (Celery's command puts the configuration's value there when it is absent)."""
     if options.get("concurrency") or app.conf.worker_concurrency:
         return
     if database_url.startswith("postgresql"):
-        app.conf.worker_concurrency = PROCESSES_PER_CPU * cpu_count()
+        app.conf.worker_concurrency = default_processes(cpu_count())

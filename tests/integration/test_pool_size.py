@@ -11,7 +11,7 @@ from billiard import cpu_count
 from integration.stack import SETTINGS_MODULE, Proc, Stack
 from integration.test_enqueue import APP, ROUTED_AND_STOCK, TASKS, Project
 
-from celery_app.prefork import PROCESSES_PER_CPU
+from celery_app.prefork import default_processes
 
 
 def _pool_processes(stack: Stack, concurrency: int | None) -> int:
@@ -21,9 +21,14 @@ def _pool_processes(stack: Stack, concurrency: int | None) -> int:
     return len(worker.children())
 
 
+def test_the_default_is_two_per_cpu_at_most_four_more_than_the_cpus() -> None:
+    # A large host's server is the limit first, and each process holds a connection.
+    assert [default_processes(cpus) for cpus in (1, 2, 4, 8, 64)] == [2, 4, 8, 12, 68]
+
+
 @pytest.mark.parametrize("stack", ["redis+postgres"], indirect=True)
 def test_a_worker_on_postgresql_runs_more_processes_than_cpus_unless_told(stack: Stack) -> None:
-    assert _pool_processes(stack, None) == PROCESSES_PER_CPU * cpu_count()
+    assert _pool_processes(stack, None) == default_processes(cpu_count())
     assert _pool_processes(stack, 3) == 3  # the command line's -c
     with (stack.root / f"{SETTINGS_MODULE}.py").open("a") as settings:
         settings.write("worker_concurrency = 1\n")
@@ -49,7 +54,7 @@ def test_the_same_app_on_stock_celery_keeps_celery_s_default(stack: Stack) -> No
     (stack.root / "stockproj_settings.py").write_text(
         ROUTED_AND_STOCK.replace('imports = ["myproj_tasks"]\n', "")
     )
-    expected = {"myproj": PROCESSES_PER_CPU * cpu_count(), "stockproj": cpu_count()}
+    expected = {"myproj": default_processes(cpu_count()), "stockproj": cpu_count()}
     for module, processes in expected.items():
         name = f"{module}-worker"
         proc = Proc(name, [sys.executable, "-m", "celery", "-A", module, "worker", "-n",
