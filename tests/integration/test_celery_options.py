@@ -408,6 +408,10 @@ def test_7_a_revoke_stops_a_routed_call_as_it_stops_celerys(
             ran = sorted(line["tag"] for line in side.ledger(task="record"))
             assert ran == ["kept", "kept-stamp"], (side.name, ran)
             assert [x["event"] for x in side.ledger(task="steps")] == ["started"], side.name
+            # The body writes its ledger line before its worker stores the result.
+            stack.wait(lambda ids=ids: None not in {_state(client, ids[tag])
+                                                   for tag in ("kept", "kept-stamp")},
+                       timeout=60, what=f"{side.name}: the kept calls' results stored")  # fmt: skip
             assert {_state(client, ids[tag]) for tag in ("kept", "kept-stamp")} == {"SUCCESS"}
     finally:
         client.close()
