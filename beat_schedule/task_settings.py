@@ -135,9 +135,9 @@ def broker_priority(conf: Any, priority: int) -> int | None:
     """The ``send_task`` priority of a hint whose run has the kernel's ``priority``: the
     inverse of :func:`kernel_priority`; None for the kernel's default 0 on Redis, which
     (sent without one) waits in the queue Celery's own unprioritised messages use."""
-    if not _redis_flip(conf):
-        return priority or None
-    return _REDIS_LAST - min(priority, _REDIS_LAST) if priority else None
+    if not priority:  # most runs': no configuration to read
+        return None
+    return _REDIS_LAST - min(priority, _REDIS_LAST) if _redis_flip(conf) else priority
 
 
 def _limits(value: Any) -> bool:
