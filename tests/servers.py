@@ -16,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -100,10 +101,23 @@ class RunningServer:
     log_path: Path
     stop_signal: signal.Signals
     helpers: tuple[subprocess.Popen[bytes], ...] = ()
+    reaper: _Reaper | None = None
+
+    def watch(self) -> None:
+        """(Re)start the reaper that stops the server and its helpers by PID should this
+        process die without :meth:`stop` (a test process killed)."""
+        if self.reaper is not None:
+            self.reaper.cancel()
+        targets = [(self.process.pid, self.stop_signal)]
+        targets += [(helper.pid, signal.SIGTERM) for helper in self.helpers]
+        self.reaper = _Reaper(targets, self.workdir)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server by PID (SIGKILL if it outlives ``timeout``), then its helpers,
         then remove its files."""
+        if self.reaper is not None:
+            self.reaper.cancel()
+            self.reaper = None
         for process, sig in [(self.process, self.stop_signal)] + [
             (helper, signal.SIGTERM) for helper in self.helpers
         ]:
@@ -139,6 +153,52 @@ class RunningServer:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise ServerUnavailable(f"not started again:\n{_tail(self.log_path)}")
             time.sleep(0.05)
+        self.watch()
+
+
+#: What a reaper runs: it waits for the end of a pipe only the starting process holds open,
+#: then stops each ``pid:signal`` target (SIGKILL after 10 s) and removes the workdir.
+_REAPER_CODE = """
+import os, shutil, signal, sys, time
+sys.stdin.buffer.read()
+for target in sys.argv[2:]:
+    pid, sig = map(int, target.split(":"))
+    try:
+        os.kill(pid, sig)
+        for _ in range(100):
+            time.sleep(0.1)
+            os.kill(pid, 0)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+shutil.rmtree(sys.argv[1], ignore_errors=True)
+"""
+
+
+class _Reaper:
+    """A process that stops a server by PID once the process that started it is gone
+    without stopping it (SIGKILL, a crashed xdist worker): no server outlives its tests.
+    It is in a session of its own, so the terminal's Ctrl-C leaves it to see the end."""
+
+    def __init__(self, targets: list[tuple[int, signal.Signals]], workdir: Path) -> None:
+        read_end, self._write_end = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _REAPER_CODE, str(workdir)]
+                + [f"{pid}:{int(sig)}" for pid, sig in targets],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        finally:
+            os.close(read_end)
+
+    def cancel(self) -> None:
+        """The server is being stopped here: the reaper goes first, having done nothing."""
+        self._process.kill()
+        self._process.wait()
+        os.close(self._write_end)
 
 
 def free_port() -> int:
@@ -292,6 +352,7 @@ def start_rabbitmq(timeout: float = 90.0) -> RunningServer:
         epmd.wait()
         raise
     server.helpers = (epmd,)
+    server.watch()
     return server
 
 
@@ -492,6 +553,7 @@ def _launch(
                     **_as_account(account),
                 )
             server = RunningServer(url(port), port, process, workdir, log_path, stop_signal)
+            server.watch()
             while process.poll() is None and time.monotonic() < deadline:
                 if ready(port):
                     return server

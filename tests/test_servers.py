@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -81,3 +88,51 @@ def test_redis_server_stops_by_pid_and_removes_its_files(redis_url: str) -> None
         server.stop()
     assert server.process.returncode is not None
     assert not server.workdir.exists()
+
+
+def test_a_server_is_stopped_when_the_process_that_started_it_is_killed(
+    redis_url: str,
+) -> None:
+    # redis_url gates on redis-server being installed (skip locally, fail in CI).
+    with subprocess.Popen(
+        [sys.executable, "-c", _STARTS_AND_HANGS],
+        cwd=Path(__file__).parent,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as starter:
+        assert starter.stdout is not None
+        started = json.loads(starter.stdout.readline())
+        try:
+            with redis.Redis(port=started["port"]) as client:
+                assert client.ping()
+            starter.kill()  # no cleanup runs in it
+            starter.wait()
+            deadline = time.monotonic() + 30
+            workdir = Path(started["workdir"])
+            while (_alive(started["pid"]) or workdir.exists()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not _alive(started["pid"]), "the server outlived the process that started it"
+            assert not workdir.exists()
+        finally:
+            starter.kill()
+            if _alive(started["pid"]):
+                os.kill(started["pid"], signal.SIGKILL)
+
+
+#: A test process that starts a server and is then killed before it can stop it.
+_STARTS_AND_HANGS = """
+import json, time
+from servers import start_redis
+server = start_redis()
+print(json.dumps({"pid": server.process.pid, "port": server.port,
+                  "workdir": str(server.workdir)}), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
