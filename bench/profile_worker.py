@@ -80,11 +80,15 @@ def _frame_func(frame: str) -> str:
 
 
 def _is_commit(frame: str) -> bool:
-    """A COMMIT in the driver or SQLAlchemy (sqlite3's C method, psycopg, do_commit)."""
+    """A COMMIT in the driver or SQLAlchemy (sqlite3's C method, psycopg, do_commit), the
+    kernel's own (``end_write`` sends SQLite's as text), or SQLite's WAL synced after the
+    writer gate (``sync_wal``: the fsync a FULL commit would make inside it)."""
     file, func = _frame_file(frame), _frame_func(frame)
     if "'commit'" in func:
         return "sqlite3" in func or "psycopg" in func
     name = func.split(".")[-1]
+    if file.endswith(("kernel/db/engine.py", "kernel/db/writer_gate.py")):
+        return name in ("end_write", "sync_wal")
     return name in ("commit", "do_commit") and ("psycopg" in file or "sqlalchemy" in file)
 
 
@@ -96,9 +100,13 @@ def _category(frame: str) -> str:
         return ""  # the broker or the body's counter: its caller says which
     if "sqlite3." in func or "/psycopg" in file or "/socket" in file:
         return "SQL/driver"
+    # The kernel's driver calls: py-spy sees no C frame under them, so their own time is
+    # the driver's (sqlite3's execute, psycopg's) more than their few lines.
+    if file.endswith("/kernel/db/driver.py") and name in ("send", "finish"):
+        return "SQL/driver"
     if "/sqlalchemy/" in file:
         return "SQLAlchemy"
-    if file.endswith("/kernel/writer_gate.py"):
+    if file.endswith("/kernel/db/writer_gate.py"):
         return "lock wait"
     if "/kernel/" in file and "site-packages" not in file:
         return "kernel Python"

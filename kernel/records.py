@@ -28,6 +28,7 @@ __all__ = [
     "job_from_row",
     "occurrence_from_row",
     "occurrence_from_mapping",
+    "OCCURRENCE_COLUMNS",
     "control_from_row",
     "event_from_row",
     "beat_from_row",
@@ -181,11 +182,42 @@ def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None
     return occurrence_from_mapping(row._mapping, control_row)
 
 
+#: The columns :func:`occurrence_from_mapping` reads: what a claim's statement returns
+#: (kernel/statements/claims.py). Its other columns cost the driver a value each and are
+#: read by nothing a claim answers (bench/SESSION23-hotpath.md).
+OCCURRENCE_COLUMNS = (
+    "id",
+    "job_id",
+    "job_revision",
+    "trigger_key",
+    "scheduled_for",
+    "status",
+    "attempt",
+    "max_attempts",
+    "fence",
+    "lease_owner",
+    "lease_expires_at",
+    "available_at",
+    "dispatched_at",
+    "definition",
+    "last_error",
+    "result",
+    "skip_reason",
+    "cancel_requested",
+    "created_at",
+    "updated_at",
+    "settled_at",
+    "checkpoint",
+    "approval_due_at",
+    "expires_at",
+)
+
+
 def occurrence_from_mapping(
     m: Mapping[Any, Any], control_row: sa.Row[Any] | None = None
 ) -> Occurrence:
-    """An occurrence from its columns by name (a row's mapping, or a dict of a driver's
-    tuple: kernel/transitions/fast_lane.py)."""
+    """An occurrence from its columns by name (:data:`OCCURRENCE_COLUMNS`: a row's mapping,
+    or a dict of a driver's tuple: kernel/transitions/fast_lane.py)."""
     control = control_from_row(control_row)
     return Occurrence(
         id=m["id"],

@@ -16,6 +16,7 @@ from kernel.db.driver import DriverStatement
 from kernel.db.json_text import json_object
 from kernel.db.schema import controls, jobs, occurrences, requeue_grants
 from kernel.events import EventType
+from kernel.records import OCCURRENCE_COLUMNS
 from kernel.statements.logged import logged
 from kernel.statements.predicates import (
     ATTEMPTS_LEFT,
@@ -197,7 +198,7 @@ def _claim_queued(dialect: str, occurrence_param: str = "occurrence_id") -> sa.U
             updated_at=now,
             settled_at=None,
         )
-        .returning(*OCC.c, now.label("now"))
+        .returning(*(OCC.c[name] for name in OCCURRENCE_COLUMNS), now.label("now"))
     )
 
 

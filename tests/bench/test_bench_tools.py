@@ -38,6 +38,23 @@ def test_profile_split_takes_the_innermost_frame_with_a_category() -> None:
     assert classify(["main (somewhere/else.py:1)"]) == "other"
 
 
+def test_profile_split_names_the_kernels_own_driver_commit_and_gate_frames() -> None:
+    # py-spy sees no C frame under the kernel's driver calls: the kernel's frame names them.
+    attempt = "Session._attempt (kernel/transaction/session.py:131)"
+    transact = "Session._transact (kernel/transaction/session.py:113)"
+    sent = "send (/w/kernel/db/driver.py:145)"
+    assert classify([attempt, "_first (kernel/transitions/fast_lane.py:111)", sent]) == (
+        "SQL/driver"
+    )
+    # COMMIT sent as text by end_write, and the WAL's sync after the gate: the commit.
+    assert classify([attempt, "end_write (/w/kernel/db/engine.py:286)", sent]) == "commit"
+    assert classify([transact, "sync_wal (/w/kernel/db/writer_gate.py:157)"]) == "commit"
+    wait = "_SharedMutex._wait (/w/kernel/db/writer_gate.py:134)"
+    assert classify([transact, "WriterGate.acquire (/w/kernel/db/writer_gate.py:199)", wait]) == (
+        "lock wait"
+    )
+
+
 def test_process_tree_memory_counts_this_process() -> None:
     rss, pss = process_tree_memory(os.getpid())
     assert rss > 1_000_000 and 0 < pss <= rss

@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kernel import EnqueueRequest, Kernel
 from kernel import statements as st
 from kernel.db.driver import DriverStatement, render_all
-from kernel.records import dumps
+from kernel.records import OCCURRENCE_COLUMNS, dumps, occurrence_from_mapping
 from kernel.statements.logged import INSERT_EVENT
 from kernel.transitions import occurrences as T
 
@@ -321,3 +321,26 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
         ("occurrence_claimed", 1, dumps(claimed)),
         ("occurrence_succeeded", 1, dumps({"attempt": 1})),
     ]
+
+
+def test_a_queued_claim_returns_only_what_its_occurrence_is_built_from() -> None:
+    # Every other column of the row cost the driver a value per claim, inside SQLite's
+    # writer gate, and nothing a claim answers read it (bench/SESSION23-hotpath.md).
+    read: list[str] = []
+
+    class Recording(dict[str, Any]):
+        def __getitem__(self, key: str) -> Any:
+            read.append(key)
+            return super().__getitem__(key)
+
+    row = {name: None for name in OCCURRENCE_COLUMNS}
+    row |= {"status": "running", "definition": "{}", "cancel_requested": 0}
+    row |= {"scheduled_for": 0, "available_at": 0, "created_at": 0, "updated_at": 0}
+    occurrence_from_mapping(Recording(row))
+    assert sorted(set(read)) == sorted(OCCURRENCE_COLUMNS)
+    claimed = (*OCCURRENCE_COLUMNS, "now")
+    for dialect in (sqlite.dialect(), postgresql.psycopg.dialect()):
+        statement = st.CLAIM_QUEUED_BY_DIALECT[dialect.name]
+        assert statement.rendered(dialect).keys == claimed
+    both = st.SUCCEED_AND_CLAIM_QUEUED.rendered(postgresql.psycopg.dialect()).keys
+    assert both == ("settled_attempt", *claimed)
