@@ -416,6 +416,11 @@ def _percentiles_ms(values: list[float], *ps: float) -> str:
     )
 
 
+def _own(latencies: list[float], waits: list[float]) -> list[float]:
+    """Each claim's own time: its latency less its wait for the writer gate."""
+    return [a - w for a, w in zip(latencies, waits, strict=True)]
+
+
 def _tail(latencies: list[float], waits: list[float]) -> str:
     """The slowest 1 % of claims: their mean latency, of it the gate wait, the rest."""
     pairs = sorted(zip(latencies, waits, strict=True), reverse=True)[
@@ -426,19 +431,21 @@ def _tail(latencies: list[float], waits: list[float]) -> str:
     return f"{latency:.2f} ms = gate {wait:.2f} + own {latency - wait:.2f}"
 
 
-def _recording_steps() -> list[tuple[int, float, float]]:
-    """Each prune transaction's (occurrences, statements s, held s), recorded by wrapping
-    the facade's ``_paced`` in the pruner's process."""
+def _recording_steps() -> list[tuple[int, float, float, float]]:
+    """Each prune transaction's (occurrences, statements s, held s, s until the pruner's
+    next transaction: held and its pauses), recorded by wrapping the facade's ``_paced``
+    in the pruner's process."""
     from kernel.facade.upkeep import UpkeepFacade
 
-    steps: list[tuple[int, float, float]] = []
+    steps: list[tuple[int, float, float, float]] = []
     paced = UpkeepFacade._paced
 
     def recording(self: Any, work: Any, n: int) -> Any:
+        began = time.perf_counter()
         done = paced(self, work, n)
         result, statements_s, held_s = done[:3]
         rows = result.get("occurrences", 0) if isinstance(result, dict) else 0
-        steps.append((int(rows), statements_s, held_s))
+        steps.append((int(rows), statements_s, held_s, time.perf_counter() - began))
         return done
 
     UpkeepFacade._paced = recording  # type: ignore[method-assign]
@@ -550,19 +557,24 @@ def prune_while_claiming(side: Side, seconds: float) -> Measured:
         print(_waits_report(sampled_out.get(timeout=60), took))
         sampler.join(60)
     steps = pruned["steps"]
+    held, cycles = [h for _, _, h, _ in steps], [c for *_, c in steps]
     print(
         f"  prune: {pruned['occurrences']:,} occurrences and {pruned['events']:,} events in"
         f" {took:.1f} s ({pruned['occurrences'] / max(took, 1e-9):,.0f} occurrences/s,"
         f" pruner CPU {pruned['cpu_s'] / max(took, 1e-9):.0%} of a core),"
         f" {len(during)} claims meanwhile",
         f"\n  prune transactions: {len(steps)}, occurrences p50/p90/max"
-        f" {_percentiles_ms([r / 1000 for r, _, _ in steps], 0.5, 0.9, 1)},"
-        f" held ms p50/p90/p99/max {_percentiles_ms([h for _, _, h in steps], 0.5, 0.9, 0.99, 1)},"
-        f" commit ms p50/p90 {_percentiles_ms([h - s for _, s, h in steps], 0.5, 0.9)}"
+        f" {_percentiles_ms([r / 1000 for r, *_ in steps], 0.5, 0.9, 1)},"
+        f" held ms p50/p90/p99/max {_percentiles_ms(held, 0.5, 0.9, 0.99, 1)},"
+        f" commit ms p50/p90 {_percentiles_ms([h - s for _, s, h, _ in steps], 0.5, 0.9)},"
+        f" held ÷ held and pauses {sum(held) / max(sum(cycles), 1e-9):.0%}"
+        f" (to the next transaction ms p50/p90/max {_percentiles_ms(cycles, 0.5, 0.9, 1)})"
         f"\n  claim ms p50/p90/p99: idle {_percentiles_ms(idle, 0.5, 0.9, 0.99)}"
-        f" (gate wait {_percentiles_ms(idle_waits, 0.5, 0.9, 0.99)}),"
+        f" (gate wait {_percentiles_ms(idle_waits, 0.5, 0.9, 0.99)};"
+        f" own {_percentiles_ms(_own(idle, idle_waits), 0.5, 0.9, 0.99)}),"
         f" during {_percentiles_ms(during, 0.5, 0.9, 0.99)}"
-        f" (gate wait {_percentiles_ms(during_waits, 0.5, 0.9, 0.99)})"
+        f" (gate wait {_percentiles_ms(during_waits, 0.5, 0.9, 0.99)};"
+        f" own {_percentiles_ms(_own(during, during_waits), 0.5, 0.9, 0.99)})"
         f"\n  the slowest 1 %: idle {_tail(idle, idle_waits)},"
         f" during {_tail(during, during_waits)}",
         flush=True,
