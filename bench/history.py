@@ -29,6 +29,7 @@ SQLite is left as a user's would be.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -529,14 +530,50 @@ def _waits_report(sampled: dict[str, Any], took: float) -> str:
     return "\n".join(lines)
 
 
-def prune_while_claiming(side: Side, seconds: float) -> Measured:
+def _other_claimer(url: str, begun: Any, stop: Any) -> None:
+    """Another worker's writes until ``stop``: enqueue, claim and settle back to back."""
+    kernel = Kernel.open(url)
+    begun.set()
+    try:
+        for i in itertools.count():
+            if stop.is_set():
+                break
+            made = kernel.enqueue(task="bench.noop", args=[i])
+            claim = kernel.claim(made.occurrence_id, owner=OWNER, lease=LEASE_S)
+            assert claim is not None, f"occurrence {made.occurrence_id} was not claimed"
+            kernel.succeed(made.occurrence_id, owner=OWNER, fence=claim.fence)
+    finally:
+        kernel.close()
+
+
+def prune_while_claiming(side: Side, seconds: float, claimers: int = 1) -> Measured:
     """Claim p99 idle, then while retention (Beat's bounded passes, in another process)
-    deletes the older half of the history; prints the rows and rate it pruned."""
+    deletes the older half of the history; prints the rows and rate it pruned. With
+    ``claimers`` above 1, as many less one other processes write meanwhile, idle and during
+    (enqueue, claim, settle: other workers), and only this process's claims are timed."""
+    # Spawned, not forked: the child opens its own kernel; no thread of ours shares its GIL.
+    context = multiprocessing.get_context("spawn")
+    others_stop = context.Event()
+    others = []
+    for _ in range(claimers - 1):
+        others_begun = context.Event()
+        others.append(
+            context.Process(target=_other_claimer, args=(side.url, others_begun, others_stop))
+        )
+        others[-1].start()
+        others_begun.wait(120)
+    try:
+        return _prune_while_claiming(side, seconds, context)
+    finally:
+        others_stop.set()
+        for other in others:
+            other.join(60)
+
+
+def _prune_while_claiming(side: Side, seconds: float, context: Any) -> Measured:
     idle, idle_waits = _claim_latencies(side, seconds)
     keep_s = SPAN_DAYS / 2 * 86_400
     ages = {"succeeded": keep_s, "cancelled": keep_s, "skipped": keep_s}
-    # Spawned, not forked: the child opens its own kernel; no thread of ours shares its GIL.
-    context = multiprocessing.get_context("spawn")
     begun, stop, out = context.Event(), context.Event(), context.Queue()
     process = context.Process(
         target=_prune_passes, args=(side.url, ages, begun, stop, out), name="pruner"
@@ -618,7 +655,7 @@ def run(backend: str, pg_url: str | None, args: argparse.Namespace, workdir: Pat
     with _sides(backend, pg_url, workdir) as sides:
         built = build_history(sides["large"], occurrences, events)
         rows = [] if args.prune_only else measure(sides, args.repeat, args.n)
-        rows.append(prune_while_claiming(sides["large"], args.idle_s))
+        rows.append(prune_while_claiming(sides["large"], args.idle_s, args.claimers))
         report(backend, occurrences, events, built, rows)
 
 
@@ -635,6 +672,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--prune-only", action="store_true", help="only the claim p99 during a prune"
+    )
+    parser.add_argument(
+        "--claimers",
+        type=int,
+        default=1,
+        help="processes writing during the prune measure (one timed, the others load)",
     )
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
