@@ -40,14 +40,12 @@ __all__ = ["WriterGate", "sync_wal"]
 #: marker saying it was initialised.
 _MUTEX_BYTES = 128
 _MARKER = b"kernel-writer-gate-1"
-#: Then three commit numbers shared by every process (see :class:`WriterGate`), and two
-#: counts of writers that waited (:meth:`WriterGate.waits`): a file made by an older release
-#: grows to hold them, zero, which is what they start at.
+#: Then three commit numbers shared by every process (see :class:`WriterGate`): a file made
+#: by an older release grows to hold them, zero, which is what they start at.
 _MARKER_END = _MUTEX_BYTES + len(_MARKER)
 _COUNTERS_AT = 256
-_COUNTERS = 5
-_FILE_BYTES = _COUNTERS_AT + _COUNTERS * 8
-_BEGUN, _WRITTEN, _DURABLE, _ARRIVED, _SERVED = range(_COUNTERS)
+_FILE_BYTES = _COUNTERS_AT + 3 * 8
+_BEGUN, _WRITTEN, _DURABLE = range(3)
 _PROCESS_SHARED = 1  # PTHREAD_PROCESS_SHARED
 _ROBUST = 1  # PTHREAD_MUTEX_ROBUST
 _CLOCK_MONOTONIC = 1
@@ -98,7 +96,7 @@ class _SharedMutex:
                 os.ftruncate(fd, _FILE_BYTES)
             self._map = mmap.mmap(fd, _FILE_BYTES)
             self.memory = (ctypes.c_char * _MUTEX_BYTES).from_buffer(self._map)
-            self.counters = (ctypes.c_uint64 * _COUNTERS).from_buffer(self._map, _COUNTERS_AT)
+            self.counters = (ctypes.c_uint64 * 3).from_buffer(self._map, _COUNTERS_AT)
             if self._map[_MUTEX_BYTES:_MARKER_END] != _MARKER:
                 self._initialise()
                 self._map[_MUTEX_BYTES:_MARKER_END] = _MARKER
@@ -124,17 +122,8 @@ class _SharedMutex:
         # ctypes struct (bench/README.md, session 20); a waiter is no worse placed for it:
         # a timed lock takes a free mutex at once too.
         code: int = _LIB.pthread_mutex_trylock(self.memory)
-        if code != errno.EBUSY:
-            return self._taken(code)
-        # Counted for a pruner that gives way to waiting writers (WriterGate.waits): the
-        # arrival before blocking, without the gate (two arriving at once may count once),
-        # the service once it is taken, under it (exact), or on giving up.
-        self.counters[_ARRIVED] += 1
-        taken = self._taken(self._wait(timeout_s))
-        self.counters[_SERVED] += 1
-        return taken
-
-    def _taken(self, code: int) -> bool:
+        if code == errno.EBUSY:
+            code = self._wait(timeout_s)
         if code == errno.EOWNERDEAD:  # its holder died holding it: the next in line takes it
             code = _LIB.pthread_mutex_consistent(self.memory)
         return code == 0
@@ -242,15 +231,6 @@ class WriterGate:
         if counters[_DURABLE] >= counters[_BEGUN]:
             return None
         return int(counters[_WRITTEN])
-
-    def waits(self) -> tuple[int, int] | None:
-        """Host-wide, so far: (writers that found the gate taken, writers that then took it or
-        gave up); None without the gate. Compare two readings, never add them up: arrivals
-        at the same moment may count once, so a reading can only undercount who waits."""
-        shared = None if self._unavailable else self._shared()
-        if shared is None:
-            return None
-        return int(shared.counters[_ARRIVED]), int(shared.counters[_SERVED])
 
     def _shared(self) -> _SharedMutex | None:
         """The mapped file, mapped on first use; None where it cannot be."""

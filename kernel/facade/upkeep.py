@@ -90,16 +90,14 @@ class UpkeepFacade(FacadeBase):
         about half of the time, leaving the CPU and the WAL's flushes to the claims (back
         to back they took the two cores: bench/README.md session 22). On SQLite the step
         commits without checkpointing the WAL and the pruner checkpoints after it, outside
-        the writer gate, and pauses on while other writers wait there (:meth:`_give_way`)."""
+        the writer gate."""
         started = ended = 0.0
         deferred: tuple[Any, int] | None = None
-        began: tuple[int, int] | None = None
 
         def run(tx: Tx) -> T:
-            nonlocal started, ended, deferred, began
+            nonlocal started, ended, deferred
             if self.dialect == "sqlite":
                 deferred = history.checkpoints_deferred(tx.conn)
-            began = self._session.gate_waits()  # in the gate: its own wait for it is before
             started = time.perf_counter()
             done = work(tx, n)
             ended = time.perf_counter()
@@ -114,22 +112,7 @@ class UpkeepFacade(FacadeBase):
         if deferred is not None:
             history.checkpoint(self._session.engine)
         time.sleep(held_s)
-        if began is not None:
-            self._give_way(began, held_s)
         return done, ended - started, held_s
-
-    def _give_way(self, began: tuple[int, int], pause_s: float) -> None:
-        """SQLite: pause on, ``pause_s`` at a time, while other writers wait at the gate
-        (``history.writers_waiting``; at most ``history.YIELD_LOOKS`` more pauses): the pause
-        after a step grows while claims and settles queue, so a claim the step held up,
-        and those behind it, take the gate before the pruner's next step does."""
-        looked = began
-        for _ in range(history.YIELD_LOOKS):
-            now = self._session.gate_waits()
-            if now is None or not history.writers_waiting(began, looked, now):
-                return
-            looked = now
-            time.sleep(pause_s)
 
     @write
     def record_watchdog(

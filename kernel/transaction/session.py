@@ -80,11 +80,6 @@ class Session:
         finally:
             held.lock.release()
 
-    def gate_waits(self) -> tuple[int, int] | None:
-        """SQLite: the writer gate's counts of writers that waited for it
-        (:meth:`WriterGate.waits`); None without the gate."""
-        return None if self._gate is None else self._gate.waits()
-
     def now_ms(self) -> int:
         """The clock's reading, outside any transaction of ours."""
         try:

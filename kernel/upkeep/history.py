@@ -22,7 +22,6 @@ __all__ = [
     "MIN_STEP",
     "PRUNABLE",
     "STEP_S",
-    "YIELD_LOOKS",
     "checkpoint",
     "checkpoints_deferred",
     "forget",
@@ -30,7 +29,6 @@ __all__ = [
     "next_step",
     "prune",
     "restore_checkpoints",
-    "writers_waiting",
 ]
 
 #: Final and resolved: the statuses whose history may go (dead letters and
@@ -46,26 +44,6 @@ FIRST_STEP = 50
 #: The fewest occurrences a step deletes, whatever the last one took (a step that waited
 #: on a busy disk still gets somewhere).
 MIN_STEP = 10
-
-
-#: After its pause, a pruner on SQLite looks at the writer gate before its next step and
-#: pauses again while writers wait there (:func:`writers_waiting`), at most this many
-#: times: a step and its pauses then take at most ``2 + YIELD_LOOKS`` times the step's
-#: hold, so under writers that never stop waiting the prune still holds the gate a tenth
-#: of the time (a fifth of its pace without looks) and finishes.
-YIELD_LOOKS = 8
-
-
-def writers_waiting(
-    step_began: tuple[int, int], looked: tuple[int, int], now: tuple[int, int]
-) -> bool:
-    """Whether the pruner pauses again before its next step, from readings of the gate's
-    waits (arrived, served: ``WriterGate.waits``) when the step began, at the last look
-    (the step's beginning at the first) and now: a writer found the gate taken since the
-    last look, or one that found it taken since the step began has not had it yet (a claim
-    the step held up goes first, and so does whatever queues behind it)."""
-    (arrived_then, served_then), (arrived, served) = step_began, now
-    return arrived != looked[0] or arrived - arrived_then > served - served_then
 
 
 def next_step(rows: int, statements_s: float, commit_s: float, left: int) -> int:

@@ -6,7 +6,6 @@ transaction. What a pass deletes and reports is the same on both."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 import types
 from collections.abc import Iterator
@@ -20,9 +19,7 @@ import sqlalchemy as sa
 
 from kernel import Kernel
 from kernel.db import driver as kernel_driver
-from kernel.db.writer_gate import WriterGate
 from kernel.states import OccurrenceStatus as S
-from kernel.upkeep import history
 from kernel.upkeep.history import FIRST_STEP, MIN_STEP, STEP_S, next_step
 
 if TYPE_CHECKING:
@@ -94,112 +91,6 @@ def test_a_claim_is_taken_between_two_steps_of_one_retention_pass(
     # The claimed run, settled during the pass, is younger than the age and stays.
     assert k.kernel.get_occurrence(waiting).status == S.SUCCEEDED
     assert k.kernel.apply_retention({"succeeded": DAY})["occurrences"] == len(old) - 2 * FIRST_STEP
-
-
-def _arrival(gate: WriterGate, since: int) -> None:
-    """Until a writer has found ``gate`` taken since it counted ``since`` arrivals."""
-    deadline = time.monotonic() + 30
-    while gate.waits()[0] == since:  # type: ignore[index]
-        assert time.monotonic() < deadline, "no writer came to the gate"
-        time.sleep(0.001)
-
-
-def test_on_sqlite_a_claim_held_up_by_a_step_has_the_gate_before_the_next_step(
-    k: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A claim that finds a step holding the writer gate waits for it; the pruner then looks
-    at the gate before its next step and pauses on until that claim has had it, instead of
-    pausing once, as long as the step held it (and racing the claim for the gate)."""
-    if k.backend != "sqlite":
-        pytest.skip("SQLite's writer gate")
-    settled(k, 2 * FIRST_STEP + 20)
-    [waiting] = k.occurrences("job", 1)
-    k.clock.advance(2 * DAY)
-    claimer = Kernel.open(k.url, clock=k.clock)
-    gate = k.kernel._session._gate
-    assert gate is not None
-
-    def claim_and_settle() -> None:
-        claim = claimer.claim(waiting, owner="w2", lease=30)
-        assert claim is not None
-        claimer.succeed(waiting, owner="w2", fence=claim.fence)
-
-    claiming = threading.Thread(target=claim_and_settle)
-    steps: list[str] = []
-    send = kernel_driver.send
-
-    def held_up(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> Any:
-        if conn.engine is k.kernel.engine and sql.startswith("DELETE FROM occurrences"):
-            steps.append(sql)
-            if len(steps) == 1:  # the first step holds the gate: the claim comes and waits
-                arrived = gate.waits()[0]  # type: ignore[index]
-                claiming.start()
-                _arrival(gate, arrived)
-        return send(conn, sql, args, fetch=fetch)
-
-    pauses: list[int] = []  # the steps taken so far, at each pause
-    monkeypatch.setattr(kernel_driver, "send", held_up)
-    monkeypatch.setattr(
-        "kernel.facade.upkeep.time",
-        types.SimpleNamespace(
-            perf_counter=time.perf_counter, sleep=lambda _: pauses.append(len(steps))
-        ),
-    )
-    # However slowly the claim's thread is scheduled, only its turn at the gate ends the pause.
-    monkeypatch.setattr(history, "YIELD_LOOKS", 10**9)
-    try:
-        done = k.kernel.apply_retention({"succeeded": DAY}, limit=2 * FIRST_STEP)
-    finally:
-        claiming.join(30)
-        claimer.close()
-    assert (done["occurrences"], done["more"]) == (2 * FIRST_STEP, True)
-    assert pauses.count(1) > 1  # between the two steps: looked again, not one pause
-    claimed = "occurrence_claimed"
-    kinds = [
-        e.type
-        for e in k.kernel.events(limit=1000)
-        if e.type == "history_pruned" or (e.occurrence_id == waiting and e.type == claimed)
-    ]
-    assert kinds[:3] == ["history_pruned", claimed, "history_pruned"]
-
-
-def test_on_sqlite_the_pause_grows_while_writers_wait_and_is_bounded(
-    k: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A writer arriving at a taken gate in every pause keeps the pruner pausing, at most
-    YIELD_LOOKS more times a step: under writers that never stop, the prune still finishes."""
-    if k.backend != "sqlite":
-        pytest.skip("SQLite's writer gate")
-    settled(k, FIRST_STEP + 5)
-    k.clock.advance(2 * DAY)
-    path = k.url.removeprefix("sqlite:///")
-    holder, waiter = WriterGate(path, timeout_s=30), WriterGate(path, timeout_s=30)
-
-    def a_writer_waits(_: float) -> None:
-        # Real contention at the host-wide gate: one holds it, another finds it taken.
-        assert holder.acquire()
-        arrived = holder.waits()[0]  # type: ignore[index]
-        waiting = threading.Thread(target=lambda: waiter.acquire() and waiter.release())
-        waiting.start()
-        _arrival(holder, arrived)
-        holder.release()
-        waiting.join(30)
-        pauses.append(1)
-
-    pauses: list[int] = []
-    monkeypatch.setattr(
-        "kernel.facade.upkeep.time",
-        types.SimpleNamespace(perf_counter=time.perf_counter, sleep=a_writer_waits),
-    )
-    try:
-        done = k.kernel.apply_retention({"succeeded": DAY})
-    finally:
-        holder.close()
-        waiter.close()
-    assert done["occurrences"] == FIRST_STEP + 5
-    # Two steps and the pass's end, each followed by its pause and YIELD_LOOKS more.
-    assert len(pruned_events(k)) == 2
-    assert len(pauses) == 3 * (1 + history.YIELD_LOOKS)
 
 
 def test_on_postgres_a_claim_goes_on_inside_the_prune_transaction(

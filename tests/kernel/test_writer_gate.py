@@ -149,31 +149,3 @@ def test_a_free_gate_is_taken_without_a_deadline(tmp_path: Path, monkeypatch: An
     held_elsewhere.release()
     held_elsewhere.close()
     holder.communicate(timeout=10)
-
-
-def test_writers_that_wait_are_counted_host_wide_and_a_free_gate_counts_nothing(
-    tmp_path: Path,
-) -> None:
-    # A pruner gives way to writers waiting at the gate (kernel.facade.upkeep._give_way): it
-    # reads who arrived at a taken gate and who has had it since, whatever process they are.
-    db = tmp_path / "k.db"
-    gate = WriterGate(str(db), timeout_s=5)
-    assert gate.acquire()
-    gate.release()
-    assert gate.waits() == (0, 0)  # taken free: nobody waited
-    holder = _holder(db, 0.3)
-    assert gate.acquire()  # found it taken, waited, had it
-    assert gate.waits() == (1, 1)
-    gate.release()
-    holder.communicate(timeout=10)
-    # The holder's process reads the same counts; and one that gave up is served too.
-    holder = _holder(db, 30)
-    try:
-        other = WriterGate(str(db), timeout_s=0.2)
-        assert other.acquire() is False
-        assert other.waits() == gate.waits() == (2, 2)
-        other.close()
-    finally:
-        holder.kill()
-        holder.communicate()
-    gate.close()
