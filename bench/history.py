@@ -29,6 +29,7 @@ SQLite is left as a user's would be.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -416,6 +417,11 @@ def _percentiles_ms(values: list[float], *ps: float) -> str:
     )
 
 
+def _own(latencies: list[float], waits: list[float]) -> list[float]:
+    """Each claim's own time: its latency less its wait for the writer gate."""
+    return [a - w for a, w in zip(latencies, waits, strict=True)]
+
+
 def _tail(latencies: list[float], waits: list[float]) -> str:
     """The slowest 1 % of claims: their mean latency, of it the gate wait, the rest."""
     pairs = sorted(zip(latencies, waits, strict=True), reverse=True)[
@@ -426,19 +432,21 @@ def _tail(latencies: list[float], waits: list[float]) -> str:
     return f"{latency:.2f} ms = gate {wait:.2f} + own {latency - wait:.2f}"
 
 
-def _recording_steps() -> list[tuple[int, float, float]]:
-    """Each prune transaction's (occurrences, statements s, held s), recorded by wrapping
-    the facade's ``_paced`` in the pruner's process."""
+def _recording_steps() -> list[tuple[int, float, float, float]]:
+    """Each prune transaction's (occurrences, statements s, held s, s until the pruner's
+    next transaction: held and its pauses), recorded by wrapping the facade's ``_paced``
+    in the pruner's process."""
     from kernel.facade.upkeep import UpkeepFacade
 
-    steps: list[tuple[int, float, float]] = []
+    steps: list[tuple[int, float, float, float]] = []
     paced = UpkeepFacade._paced
 
     def recording(self: Any, work: Any, n: int) -> Any:
+        began = time.perf_counter()
         done = paced(self, work, n)
         result, statements_s, held_s = done[:3]
         rows = result.get("occurrences", 0) if isinstance(result, dict) else 0
-        steps.append((int(rows), statements_s, held_s))
+        steps.append((int(rows), statements_s, held_s, time.perf_counter() - began))
         return done
 
     UpkeepFacade._paced = recording  # type: ignore[method-assign]
@@ -522,14 +530,50 @@ def _waits_report(sampled: dict[str, Any], took: float) -> str:
     return "\n".join(lines)
 
 
-def prune_while_claiming(side: Side, seconds: float) -> Measured:
+def _other_claimer(url: str, begun: Any, stop: Any) -> None:
+    """Another worker's writes until ``stop``: enqueue, claim and settle back to back."""
+    kernel = Kernel.open(url)
+    begun.set()
+    try:
+        for i in itertools.count():
+            if stop.is_set():
+                break
+            made = kernel.enqueue(task="bench.noop", args=[i])
+            claim = kernel.claim(made.occurrence_id, owner=OWNER, lease=LEASE_S)
+            assert claim is not None, f"occurrence {made.occurrence_id} was not claimed"
+            kernel.succeed(made.occurrence_id, owner=OWNER, fence=claim.fence)
+    finally:
+        kernel.close()
+
+
+def prune_while_claiming(side: Side, seconds: float, claimers: int = 1) -> Measured:
     """Claim p99 idle, then while retention (Beat's bounded passes, in another process)
-    deletes the older half of the history; prints the rows and rate it pruned."""
+    deletes the older half of the history; prints the rows and rate it pruned. With
+    ``claimers`` above 1, as many less one other processes write meanwhile, idle and during
+    (enqueue, claim, settle: other workers), and only this process's claims are timed."""
+    # Spawned, not forked: the child opens its own kernel; no thread of ours shares its GIL.
+    context = multiprocessing.get_context("spawn")
+    others_stop = context.Event()
+    others = []
+    for _ in range(claimers - 1):
+        others_begun = context.Event()
+        others.append(
+            context.Process(target=_other_claimer, args=(side.url, others_begun, others_stop))
+        )
+        others[-1].start()
+        others_begun.wait(120)
+    try:
+        return _prune_while_claiming(side, seconds, context)
+    finally:
+        others_stop.set()
+        for other in others:
+            other.join(60)
+
+
+def _prune_while_claiming(side: Side, seconds: float, context: Any) -> Measured:
     idle, idle_waits = _claim_latencies(side, seconds)
     keep_s = SPAN_DAYS / 2 * 86_400
     ages = {"succeeded": keep_s, "cancelled": keep_s, "skipped": keep_s}
-    # Spawned, not forked: the child opens its own kernel; no thread of ours shares its GIL.
-    context = multiprocessing.get_context("spawn")
     begun, stop, out = context.Event(), context.Event(), context.Queue()
     process = context.Process(
         target=_prune_passes, args=(side.url, ages, begun, stop, out), name="pruner"
@@ -550,19 +594,24 @@ def prune_while_claiming(side: Side, seconds: float) -> Measured:
         print(_waits_report(sampled_out.get(timeout=60), took))
         sampler.join(60)
     steps = pruned["steps"]
+    held, cycles = [h for _, _, h, _ in steps], [c for *_, c in steps]
     print(
         f"  prune: {pruned['occurrences']:,} occurrences and {pruned['events']:,} events in"
         f" {took:.1f} s ({pruned['occurrences'] / max(took, 1e-9):,.0f} occurrences/s,"
         f" pruner CPU {pruned['cpu_s'] / max(took, 1e-9):.0%} of a core),"
         f" {len(during)} claims meanwhile",
         f"\n  prune transactions: {len(steps)}, occurrences p50/p90/max"
-        f" {_percentiles_ms([r / 1000 for r, _, _ in steps], 0.5, 0.9, 1)},"
-        f" held ms p50/p90/p99/max {_percentiles_ms([h for _, _, h in steps], 0.5, 0.9, 0.99, 1)},"
-        f" commit ms p50/p90 {_percentiles_ms([h - s for _, s, h in steps], 0.5, 0.9)}"
+        f" {_percentiles_ms([r / 1000 for r, *_ in steps], 0.5, 0.9, 1)},"
+        f" held ms p50/p90/p99/max {_percentiles_ms(held, 0.5, 0.9, 0.99, 1)},"
+        f" commit ms p50/p90 {_percentiles_ms([h - s for _, s, h, _ in steps], 0.5, 0.9)},"
+        f" held ÷ held and pauses {sum(held) / max(sum(cycles), 1e-9):.0%}"
+        f" (to the next transaction ms p50/p90/max {_percentiles_ms(cycles, 0.5, 0.9, 1)})"
         f"\n  claim ms p50/p90/p99: idle {_percentiles_ms(idle, 0.5, 0.9, 0.99)}"
-        f" (gate wait {_percentiles_ms(idle_waits, 0.5, 0.9, 0.99)}),"
+        f" (gate wait {_percentiles_ms(idle_waits, 0.5, 0.9, 0.99)};"
+        f" own {_percentiles_ms(_own(idle, idle_waits), 0.5, 0.9, 0.99)}),"
         f" during {_percentiles_ms(during, 0.5, 0.9, 0.99)}"
-        f" (gate wait {_percentiles_ms(during_waits, 0.5, 0.9, 0.99)})"
+        f" (gate wait {_percentiles_ms(during_waits, 0.5, 0.9, 0.99)};"
+        f" own {_percentiles_ms(_own(during, during_waits), 0.5, 0.9, 0.99)})"
         f"\n  the slowest 1 %: idle {_tail(idle, idle_waits)},"
         f" during {_tail(during, during_waits)}",
         flush=True,
@@ -606,7 +655,7 @@ def run(backend: str, pg_url: str | None, args: argparse.Namespace, workdir: Pat
     with _sides(backend, pg_url, workdir) as sides:
         built = build_history(sides["large"], occurrences, events)
         rows = [] if args.prune_only else measure(sides, args.repeat, args.n)
-        rows.append(prune_while_claiming(sides["large"], args.idle_s))
+        rows.append(prune_while_claiming(sides["large"], args.idle_s, args.claimers))
         report(backend, occurrences, events, built, rows)
 
 
@@ -623,6 +672,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--prune-only", action="store_true", help="only the claim p99 during a prune"
+    )
+    parser.add_argument(
+        "--claimers",
+        type=int,
+        default=1,
+        help="processes writing during the prune measure (one timed, the others load)",
     )
     parser.add_argument("--postgres-url", default=None)
     args = parser.parse_args(argv)
