@@ -38,7 +38,9 @@ PRUNABLE: tuple[str, ...] = RESOLVED
 #: On SQLite a prune goes in steps, each its own transaction holding the one writer lock
 #: for about this long, so a claim queued behind a step waits this long, not for a
 #: whole batch: 500 occurrences with their events held it 40-110 ms (bench/history.py).
-STEP_S = 0.005
+#: 1 ms, not 5: a quiet claim's p99 during a full-size prune 4.6-4.7 -> 1.6-1.7 ms (idle
+#: 0.9), the prune 14k -> 4k occurrences/s (bench/README.md, session 23).
+STEP_S = 0.001
 #: The first step's occurrences, before a step's cost says how many fit.
 FIRST_STEP = 50
 #: The fewest occurrences a step deletes, whatever the last one took (a step that waited

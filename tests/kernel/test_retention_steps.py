@@ -135,17 +135,20 @@ def test_a_manual_prune_reports_its_steps_together(k: Harness) -> None:
 
 
 def test_a_step_is_sized_by_what_its_statements_and_its_commit_cost() -> None:
-    # A quick commit: the statements get what STEP_S leaves after it.
-    assert next_step(100, 0.008, 0.001, 1000) == 50  # twice the time they may take: half
-    assert next_step(50, 0.0001, 0.0001, 1000) == 100  # quick: at most twice as many next
-    assert next_step(50, 1.0, 0.001, 1000) == MIN_STEP  # statements that waited on a disk
-    assert next_step(50, 0.0001, 0.001, 30) == 30  # never past the pass's limit
+    # A quick commit (a tenth of STEP_S): the statements get what STEP_S leaves after it.
+    commit = STEP_S / 10
+    twice = 2 * (STEP_S - commit)
+    assert next_step(100, twice, commit, 1000) == 50  # twice the time they may take: half
+    assert next_step(50, STEP_S / 50, commit / 10, 1000) == 100  # quick: at most twice as many
+    assert next_step(50, 1.0, commit, 1000) == MIN_STEP  # statements that waited on a disk
+    assert next_step(50, STEP_S / 50, commit, 30) == 30  # never past the pass's limit
     # What STEP_S leaves after the commit goes to the statements, not a share of the
-    # whole hold (the commit costs the same for 10 rows as for 100): a 4 ms commit and
-    # 0.5 ms of statements for 25 rows leave room for 50, where 5 ms of hold made 25.
-    assert next_step(25, 0.0005, 0.004, 1000) == 50
+    # whole hold (the commit costs the same for 10 rows as for 100): a commit of 0.7 of
+    # STEP_S and statements of a tenth of it for 25 rows leave room for twice as many,
+    # where sizing by the whole hold would have made 31.
+    assert next_step(25, STEP_S / 10, 0.7 * STEP_S, 1000) == 50
     # A commit of STEP_S or more: the fewest rows; cheaper steps, not longer ones.
-    assert next_step(50, 0.0005, 2 * STEP_S, 1000) == MIN_STEP
+    assert next_step(50, STEP_S / 10, 2 * STEP_S, 1000) == MIN_STEP
 
 
 @contextmanager
