@@ -7,12 +7,19 @@ message is written under a name no consumer takes (no ``.<queue>.msg`` suffix) a
 renamed into place: a rename within a folder is atomic, so a consumer finds a message
 whole or not at all.
 
+An exchange's bindings file has the same gap: kombu creates it, then locks and writes it,
+so a second worker binding at that moment (two workers starting together) read it empty
+and stopped the same way (seen in the suite). Here the file is opened without truncation,
+locked, then read, changed and rewritten under the lock, and an empty file reads as no
+bindings yet.
+
 :func:`use_embedded_broker` makes it the broker of any app that names no other, or names
 ``filesystem://`` without folders of its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 import uuid
@@ -21,7 +28,7 @@ from typing import Any
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.encoding import str_to_bytes
-from kombu.utils.json import dumps
+from kombu.utils.json import dumps, loads
 
 from celery_app.config import embedded_broker_options
 
@@ -50,6 +57,40 @@ class Channel(filesystem.Channel):
             os.replace(aside, final)
         except OSError as exc:
             raise ChannelError(f"Cannot add file {final!r} to directory") from exc
+
+    def _queue_bind(self, exchange: Any, routing_key: Any, pattern: Any, queue: Any) -> None:
+        """Add ``queue``'s binding to ``exchange``'s table, created empty if missing, all
+        under an exclusive lock of the file (readers take a shared one)."""
+        path = self._exchange_file(exchange)  # type: ignore[no-untyped-call]
+        binding = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            self.control_folder.mkdir(exist_ok=True)
+            with open(os.open(path, os.O_RDWR | os.O_CREAT, 0o666), "r+b", buffering=0) as file:
+                fcntl.flock(file, fcntl.LOCK_EX)  # released when the file closes
+                table = _bindings(file.read())
+                if binding not in table:
+                    file.seek(0)
+                    file.truncate()
+                    file.write(str_to_bytes(dumps([binding, *table])))  # type: ignore[no-untyped-call]
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {path}") from exc
+
+    def get_table(self, exchange: Any) -> list[Any]:
+        """``exchange``'s bindings: none while its file is missing or not yet written."""
+        path = self._exchange_file(exchange)  # type: ignore[no-untyped-call]
+        try:
+            with open(path, "rb") as file:
+                fcntl.flock(file, fcntl.LOCK_SH)
+                return _bindings(file.read())
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {path}") from exc
+
+
+def _bindings(text: bytes) -> list[Any]:
+    rows = loads(text) if text else []  # type: ignore[no-untyped-call]
+    return [filesystem.exchange_queue_t(*row) for row in rows]
 
 
 class Transport(filesystem.Transport):
