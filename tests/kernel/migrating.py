@@ -18,12 +18,22 @@ from alembic.config import Config
 
 from kernel.db.engine import create_kernel_engine
 
-__all__ = ["A_JOB", "Revisions", "revisions"]
+__all__ = ["AN_OCCURRENCE", "A_JOB", "Revisions", "revisions"]
 
 #: A job row as every revision since 0001 can hold it: ``j``, revision 1.
 A_JOB = sa.text(
     "INSERT INTO jobs (id, revision, digest, spec, enabled, planned,"
     " defined_at, updated_at) VALUES ('j', 1, 'd', '{}', true, false, 1, 1)"
+)
+#: An occurrence of ``j`` as every revision since 0001 can hold it, its lease and state
+#: given: ``id``, ``key``, ``status``, ``owner``, ``until``, ``cancel``, ``settled``.
+AN_OCCURRENCE = sa.text(
+    "INSERT INTO occurrences (id, job_id, job_revision, trigger_key, idempotency_key,"
+    " scheduled_for, status, attempt, max_attempts, fence, lease_owner, lease_expires_at,"
+    " available_at, queue, kind, delivery, exclusive, definition, cancel_requested,"
+    " chain_depth, created_at, updated_at, settled_at) VALUES (:id, 'j', 1, :key, :key, 1,"
+    " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable', 'at-least-once', false,"
+    " '{}', :cancel, 0, 1, 5, :settled)"
 )
 
 

@@ -9,13 +9,7 @@ import sqlalchemy as sa
 from kernel.errors import StateConflict
 from kernel.store import Kernel
 from kernel.testing import ManualClock
-from tests.kernel.migrating import A_JOB, revisions
-
-_COLUMNS = (
-    "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
-    " max_attempts, fence, lease_owner, lease_expires_at, available_at, queue, kind, delivery,"
-    " exclusive, definition, cancel_requested, chain_depth, created_at, updated_at, settled_at"
-)
+from tests.kernel.migrating import A_JOB, AN_OCCURRENCE, revisions
 
 
 def _row(occ_id: int, status: str, **values: object) -> dict[str, object]:
@@ -36,11 +30,7 @@ def _upgrade_0001(url: str) -> None:
         db.upgrade("0001")
         db.conn.execute(A_JOB)
         db.conn.execute(
-            sa.text(
-                f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
-                " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable',"
-                " 'at-least-once', false, '{}', :cancel, 0, 1, 5, :settled)"
-            ),
+            AN_OCCURRENCE,
             [
                 _row(1, "running", owner="w", until=10**13),
                 # What 0001's settle could leave when a cancel raced a retry.

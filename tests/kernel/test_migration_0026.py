@@ -10,13 +10,8 @@ import sqlalchemy as sa
 
 from kernel.db.engine import HEAD_REVISION
 from kernel.db.schema_shape import expected_shape
-from tests.kernel.migrating import A_JOB, revisions
+from tests.kernel.migrating import A_JOB, AN_OCCURRENCE, revisions
 
-_COLUMNS = (
-    "id, job_id, job_revision, trigger_key, idempotency_key, scheduled_for, status, attempt,"
-    " max_attempts, fence, lease_owner, lease_expires_at, available_at, queue, kind, delivery,"
-    " exclusive, definition, cancel_requested, chain_depth, created_at, updated_at, settled_at"
-)
 _FIELDS = ("status", "owner", "until", "cancel", "settled")
 _ROWS = [
     ("queued", None, None, False, None),
@@ -51,11 +46,7 @@ def test_upgrade_from_0025_spells_postgresql_s_checks_compactly_and_downgrade_re
         db.upgrade("0025")
         db.conn.execute(A_JOB)
         db.conn.execute(
-            sa.text(
-                f"INSERT INTO occurrences ({_COLUMNS}) VALUES (:id, 'j', 1, :key, :key, 1,"
-                " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable',"
-                " 'at-least-once', false, '{}', :cancel, 0, 1, 5, :settled)"
-            ),
+            AN_OCCURRENCE,
             [
                 dict(zip(_FIELDS, row, strict=True), id=i, key=f"t{i}")
                 for i, row in enumerate(_ROWS, start=1)
