@@ -16,11 +16,12 @@ import time
 from typing import Any
 
 from bench.support import servers
-from kernel.db.schema import occurrences
+from kernel.records import OCCURRENCE_COLUMNS
 
 __all__ = ["RawWorker"]
 
-_NAMES = [column.name for column in occurrences.c]
+#: What the kernel's claim returns (kernel/statements/claims.py).
+_NAMES = list(OCCURRENCE_COLUMNS)
 _COLUMNS = ", ".join(f'"{name}"' for name in _NAMES)
 _O_COLUMNS = ", ".join(f'o."{name}"' for name in _NAMES)
 #: Where each column sits in a row the claim returns (then the transaction's instant).
