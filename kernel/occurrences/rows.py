@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -125,6 +126,10 @@ def insert_enqueued(
     return insert_chunks(tx, chunks, alone=alone)
 
 
+#: The columns of an enqueue statement's answer read, in this order.
+_ANSWER = ("idempotency_key", "id", "job_revision", "available_at", "expires_at", "existing_id")
+
+
 def insert_chunks(
     tx: Tx, chunks: Iterable[Sequence[EnqueueRow]], *, alone: bool = False
 ) -> tuple[dict[str, Made], dict[str, int]]:
@@ -139,9 +144,8 @@ def insert_chunks(
         for chunk in chunks:
             statement = st.enqueue_occurrences(tx.dialect, len(chunk))
             params = st.enqueue_params(tx.dialect, [r.values for r in chunk])
-            if answers and tx.now_param() is None:
-                for r in answers[0]():  # every row of a chunk answers its instant
-                    tx.observe_now(r.now)
+            if answers and tx.now_param() is None and (first := answers[0]()):
+                tx.observe_now(first[0].now)  # every row of a chunk answers its instant
             params["now"] = tx.now_param()
             if alone:
                 answers.append(functools.partial(tx.all_alone, statement, params))
@@ -150,14 +154,18 @@ def insert_chunks(
         made: dict[str, Made] = {}
         found: dict[str, int] = {}
         for answer in answers:
-            for r in answer():
-                tx.observe_now(r.now)  # the instant of the chunks after it
-                if r.id is not None:
-                    made[r.idempotency_key] = Made(
-                        r.id, r.job_revision, r.available_at, r.expires_at
-                    )
-                elif r.existing_id is not None:
-                    found[r.idempotency_key] = r.existing_id
+            rows = answer()
+            if not rows:
+                continue
+            tx.observe_now(rows[0].now)  # the instant of the chunks after it
+            # By position: a Row's attribute costs more than the rest of the loop (1.2 against
+            # 0.17 ms for 500 rows).
+            pick = operator.itemgetter(*map(rows[0]._fields.index, _ANSWER))
+            for key, occurrence_id, revision, available_at, expires_at, existing in map(pick, rows):
+                if occurrence_id is not None:
+                    made[key] = Made(occurrence_id, revision, available_at, expires_at)
+                elif existing is not None:
+                    found[key] = existing
     if made and tx.dialect not in T.TASK_ENQUEUED.logged_on:  # else the statement wrote them
         ids = sorted(m.occurrence_id for m in made.values())  # made in the rows' order
         st.LOG_ENQUEUED.execute(tx.conn, {"ids": json.dumps(ids)})
