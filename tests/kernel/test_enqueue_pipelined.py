@@ -12,8 +12,10 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
+from servers import libpq_url
 
 import kernel.statements
 from kernel import EnqueueRequest
@@ -46,17 +48,23 @@ def _counts(kernel: Kernel) -> tuple[int, int]:
     return made, logged
 
 
-def test_a_large_batch_is_one_instant_with_every_event(
-    k: Harness, kernel_of: Kernel, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    sent: list[int] = []
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The row count of each enqueue statement sent."""
+    counts: list[int] = []
     params = kernel.statements.enqueue_params
 
     def counted(dialect: str, rows: Any) -> dict[str, Any]:
-        sent.append(len(rows))
+        counts.append(len(rows))
         return params(dialect, rows)
 
     monkeypatch.setattr(kernel.statements, "enqueue_params", counted)
+    return counts
+
+
+def test_a_large_batch_is_one_instant_with_every_event(
+    k: Harness, kernel_of: Kernel, sent: list[int]
+) -> None:
     made = kernel_of.enqueue_many([EnqueueRequest(TASK, [i]) for i in range(BATCH)])
     # PostgreSQL: a fifth first, the rest made while the server inserts it; SQLite: one.
     assert sent == ([100, 400] if k.backend == "postgres" else [BATCH])
@@ -159,3 +167,26 @@ def test_max_queued_counts_every_statement_of_a_batch(kernel_of: Kernel) -> None
         kernel_of.enqueue_many([EnqueueRequest(TASK, [i], settings=settings) for i in range(BATCH)])
     assert refused.value.details["reason"] == "queue_full"
     assert _counts(kernel_of)[0] == counts[0]
+
+
+def test_a_large_batch_in_a_callers_psycopg_transaction(
+    k: Harness, kernel_of: Kernel, sent: list[int]
+) -> None:
+    # Pipelined on the caller's connection, inside the caller's transaction: nothing until
+    # the caller commits, nothing when it rolls back; the caller's own statements go on.
+    if k.backend == "sqlite":
+        pytest.skip("a psycopg connection is PostgreSQL's")
+    counts = _counts(kernel_of)
+    requests = [EnqueueRequest(TASK, [i], key=f"caller-{i}") for i in range(BATCH)]
+    with psycopg.connect(libpq_url(k.url)) as conn:
+        conn.execute("SELECT 1")
+        kernel_of.enqueue_many(requests, connection=conn)
+        assert conn.execute("SELECT count(*) FROM occurrences").fetchone() == (counts[0] + BATCH,)
+        conn.rollback()
+        assert _counts(kernel_of) == counts
+        made = kernel_of.enqueue_many(requests, connection=conn)
+        assert _counts(kernel_of) == counts  # not committed yet
+        conn.commit()
+    assert _counts(kernel_of) == (counts[0] + BATCH, counts[1] + BATCH)
+    assert not any(m.deduplicated for m in made)
+    assert sent == [100, 400] * 2
