@@ -132,14 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--postgres-url", default=None)
-    parser.add_argument("--pipelined-rows", type=int, default=None)
     parser.add_argument("--backends", default="sqlite,postgres")
     args = parser.parse_args(argv)
     _instrument()
-    if args.pipelined_rows:
-        import kernel.jobs.enqueueing as je
-
-        je.PIPELINED_ROWS = args.pipelined_rows
     with peer_servers(args.postgres_url, "bench-split-") as (broker_url, pg_url, _, workdir):
         backends = {"sqlite": ("SQLite", None), "postgres": ("PostgreSQL", pg_url)}
         for name, server_url in (backends[b] for b in args.backends.split(",")):
