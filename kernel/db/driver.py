@@ -18,7 +18,8 @@ one place (``kernel/transaction/session.py``) whichever way a statement ran.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -26,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import result_tuple
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement", "finish", "render_all", "send"]
+__all__ = ["DriverStatement", "Pipeline", "finish", "pipeline", "render_all", "send"]
 
 _Processor = Callable[[Any], Any]
 
@@ -88,15 +89,7 @@ class DriverStatement:
     ) -> tuple[list[sa.Row[Any]], int]:
         r = self._rendered.get(_key(conn.dialect)) or self._render(conn.dialect)
         raw, count = send(conn, r.sql, _args(r, params), fetch=fetch)
-        if not r.result_processors:
-            return [r.make_row(row) for row in raw], count
-        rows = []
-        for row in raw:
-            cells = list(row)
-            for i, process in r.result_processors:
-                cells[i] = process(cells[i])
-            rows.append(r.make_row(cells))
-        return rows, count
+        return _rows(r, raw), count
 
     def rendered(self, dialect: sa.Dialect) -> _Rendered:
         """The statement as ``dialect``'s driver takes it, rendered on first use."""
@@ -135,6 +128,76 @@ class DriverStatement:
             _psycopg_caches(len(rendered.sql.encode()))
         self._rendered[_key(dialect)] = rendered
         return rendered
+
+
+def _rows(r: _Rendered, raw: Iterable[Any]) -> list[sa.Row[Any]]:
+    """The driver's rows as ``sa.Row`` objects, their columns' result processors applied."""
+    if not r.result_processors:
+        return [r.make_row(row) for row in raw]
+    rows = []
+    for row in raw:
+        cells = list(row)
+        for i, process in r.result_processors:
+            cells[i] = process(cells[i])
+        rows.append(r.make_row(cells))
+    return rows
+
+
+class Pipeline:
+    """Statements sent without waiting for their answers (:func:`pipeline`)."""
+
+    def __init__(self, conn: sa.Connection, pipelined: bool) -> None:
+        self._conn = conn
+        self._pipelined = pipelined
+
+    def send(
+        self, statement: DriverStatement, params: Mapping[str, Any]
+    ) -> Callable[[], list[sa.Row[Any]]]:
+        """Send ``statement`` (which returns rows) and carry on; the answer reads its rows,
+        waiting for them (an error of the statement, or of one sent before it, raised
+        then, wrapped as :func:`send` wraps it). Not pipelined: it runs now."""
+        conn = self._conn
+        r = statement.rendered(conn.dialect)
+        args = _args(r, params)
+        if not self._pipelined:
+            rows = _rows(r, send(conn, r.sql, args, fetch=True)[0])
+            return lambda: rows
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(r.sql, args)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrap(conn, exc, r.sql, args, cursor) from exc
+        read: list[list[sa.Row[Any]]] = []
+
+        def answer() -> list[sa.Row[Any]]:
+            if not read:
+                try:
+                    read.append(_rows(r, cursor.fetchall()))
+                except conn.dialect.loaded_dbapi.Error as exc:
+                    raise _wrap(conn, exc, r.sql, args, cursor) from exc
+                finally:
+                    cursor.close()
+            return read[0]
+
+        return answer
+
+
+@contextmanager
+def pipeline(conn: sa.Connection, *, enabled: bool = True) -> Iterator[Pipeline]:
+    """Statements sent on ``conn`` one after another without waiting for each answer, in its
+    transaction: psycopg's pipeline mode (the server runs one while this process makes the
+    next); on another driver each runs when sent. Only :meth:`Pipeline.send` inside: a Core
+    statement reads its cursor's description at once, which a pipeline has not yet.
+    ``enabled`` False: each runs when sent (a statement that switches to autocommit)."""
+    if not enabled or conn.dialect.driver != "psycopg":
+        yield Pipeline(conn, pipelined=False)
+        return
+    dbapi: Any = conn.connection.dbapi_connection
+    try:
+        with dbapi.pipeline():
+            yield Pipeline(conn, pipelined=True)
+    except conn.dialect.loaded_dbapi.Error as exc:  # the pipeline's end: its sync
+        raise _wrap(conn, exc, "SYNC", (), None) from exc
 
 
 def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequence[Any], int]:

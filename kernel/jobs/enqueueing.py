@@ -28,10 +28,11 @@ import sqlalchemy as sa
 
 from kernel.db.schema import jobs
 from kernel.errors import InvalidArgument, NotFound, StateConflict
+from kernel.jobs import batch_rows
 from kernel.jobs import definitions as job_ops
 from kernel.occurrences.chains import make_chord, make_chord_step
 from kernel.occurrences.firing import QUEUE_FULL, backlog_full, lock_job
-from kernel.occurrences.rows import existing_keys, insert_enqueued
+from kernel.occurrences.rows import existing_keys, insert_chunks, insert_enqueued
 from kernel.records import dumps, loads, to_dt
 from kernel.spec.enqueue_request import (
     MAX_KEY,
@@ -39,7 +40,6 @@ from kernel.spec.enqueue_request import (
     EnqueueRequest,
     EnqueueRow,
     checked_links,
-    prepare,
     task_job_id,
     task_job_spec,
 )
@@ -155,14 +155,12 @@ def enqueue(
     specs: dict[str, dict[str, Any]] = {}
     rows: list[EnqueueRow] = []
     encoded: dict[int, str] = {}
-    for index, request in enumerate(requests):
-        try:
-            rows.append(prepare(request, specs, hinted, encoded=encoded))
-        except InvalidArgument as exc:
-            if len(requests) == 1:
-                raise
-            why = exc.message.removeprefix(f"{exc.field}: ")
-            raise InvalidArgument(f"requests[{index}].{exc.field}", why) from None
+    streamed = batch_rows.streamed(tx, requests, chord, nested)
+    if streamed:  # the rows made while the server inserts those before them
+        batch_rows.task_specs(requests, specs, encoded)
+    else:  # every row checked before anything is written
+        for _ in batch_rows.prepared(requests, specs, hinted, encoded, rows, streamed=False):
+            pass
     body = None if chord is None or "grow" in chord else _chord_of(chord, rows)
     steps, step_tasks = _nested(nested, len(rows))
     if chord is not None and body is None:
@@ -179,7 +177,11 @@ def enqueue(
     # One run, no definition written before it: on PostgreSQL its statement is the whole
     # transaction (one round trip); what follows it, rarely, is a transaction of its own.
     alone = len(rows) == 1 and chord is None and not bounded and not steps
-    made, found = insert_enqueued(tx, rows, alone=alone)
+    if streamed:
+        chunks = batch_rows.prepared(requests, specs, hinted, encoded, rows, streamed=True)
+        made, found = insert_chunks(tx, chunks)
+    else:
+        made, found = insert_enqueued(tx, rows, alone=alone)
     found.update(
         existing_keys(tx, [r.key for r in rows if r.key not in made and r.key not in found])
     )

@@ -10,13 +10,16 @@ replay. Explicitly given evidence that differs from the first call's is refused.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
 from kernel import statements as st
+from kernel.db.driver import pipeline
 from kernel.db.schema import occurrences
 from kernel.errors import EvidenceConflict, InvalidArgument, NotFound
 from kernel.events import EventType
@@ -31,6 +34,7 @@ __all__ = [
     "control_row",
     "existing_keys",
     "grant",
+    "insert_chunks",
     "insert_enqueued",
     "insert_links",
     "occurrence_row",
@@ -118,20 +122,50 @@ def insert_enqueued(
         inserted whose key the statement saw existing (PostgreSQL only): a key not in
         either was inserted by another transaction meanwhile, or its job does not exist.
     """
+    chunks = (rows[start : start + size] for start, size in st.enqueue_chunks(len(rows)))
+    return insert_chunks(tx, chunks, alone=alone)
+
+
+#: The columns of an enqueue statement's answer read, in this order.
+_ANSWER = ("idempotency_key", "id", "job_revision", "available_at", "expires_at", "existing_id")
+
+
+def insert_chunks(
+    tx: Tx, chunks: Iterable[Sequence[EnqueueRow]], *, alone: bool = False
+) -> tuple[dict[str, Made], dict[str, int]]:
+    """:func:`insert_enqueued` of rows made while they are sent: one statement a chunk (at
+    most ``MAX_ROWS`` rows), pipelined (``kernel.db.driver.pipeline``: on PostgreSQL the
+    server inserts a chunk while ``chunks`` makes the next), every answer read at the end.
+    A chunk that reads the transaction's instant (``now`` None) is answered before the next
+    is sent, which is given that instant: every chunk is written at the same one."""
     tx.allowed_events.update(T.TASK_ENQUEUED.events)  # its statement, per batch size
-    made: dict[str, Made] = {}
-    found: dict[str, int] = {}
-    for start, size in st.enqueue_chunks(len(rows)):
-        chunk = [row.values for row in rows[start : start + size]]
-        statement = st.enqueue_occurrences(tx.dialect, size)
-        params = {**st.enqueue_params(tx.dialect, chunk), "now": tx.now_param()}
-        answer = tx.all_alone(statement, params) if alone else statement.all(tx.conn, params)
-        for r in answer:
-            tx.observe_now(r.now)  # the instant of the chunks after it
-            if r.id is not None:
-                made[r.idempotency_key] = Made(r.id, r.job_revision, r.available_at, r.expires_at)
-            elif r.existing_id is not None:
-                found[r.idempotency_key] = r.existing_id
+    answers: list[Callable[[], list[Any]]] = []
+    with pipeline(tx.conn, enabled=not alone) as sent:
+        for chunk in chunks:
+            statement = st.enqueue_occurrences(tx.dialect, len(chunk))
+            params = st.enqueue_params(tx.dialect, [r.values for r in chunk])
+            if answers and tx.now_param() is None and (first := answers[0]()):
+                tx.observe_now(first[0].now)  # every row of a chunk answers its instant
+            params["now"] = tx.now_param()
+            if alone:
+                answers.append(functools.partial(tx.all_alone, statement, params))
+            else:
+                answers.append(sent.send(statement, params))
+        made: dict[str, Made] = {}
+        found: dict[str, int] = {}
+        for answer in answers:
+            rows = answer()
+            if not rows:
+                continue
+            tx.observe_now(rows[0].now)  # the instant of the chunks after it
+            # By position: a Row's attribute costs more than the rest of the loop (1.2 against
+            # 0.17 ms for 500 rows).
+            pick = operator.itemgetter(*map(rows[0]._fields.index, _ANSWER))
+            for key, occurrence_id, revision, available_at, expires_at, existing in map(pick, rows):
+                if occurrence_id is not None:
+                    made[key] = Made(occurrence_id, revision, available_at, expires_at)
+                elif existing is not None:
+                    found[key] = existing
     if made and tx.dialect not in T.TASK_ENQUEUED.logged_on:  # else the statement wrote them
         ids = sorted(m.occurrence_id for m in made.values())  # made in the rows' order
         st.LOG_ENQUEUED.execute(tx.conn, {"ids": json.dumps(ids)})
