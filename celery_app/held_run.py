@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import mmap
 import os
 import socket
 import tempfile
@@ -38,6 +39,7 @@ __all__ = [
     "clear_warm_shutdown",
     "new_owner",
     "request_warm_shutdown",
+    "share_warm_shutdown",
     "shutdown_marker",
     "shutting_down",
 ]
@@ -70,8 +72,9 @@ def _owner_prefix(pid: int) -> str:
 def shutdown_marker(main_pid: int) -> Path:
     """A file whose presence tells a worker's pool processes that a warm shutdown began.
 
-    The worker's main process and its pool children share a host, so a file is
-    the simplest signal that reaches every child whatever the pool type.
+    The worker's main process and its pool children share a host, so a file reaches
+    every child whatever the pool type; a pool its main process forked after
+    :func:`share_warm_shutdown` reads the same request from shared memory instead.
     """
     return Path(tempfile.gettempdir()) / "celery-kernel" / f"warm-shutdown-{main_pid}"
 
@@ -81,20 +84,57 @@ def _marker_path(main_pid: int) -> str:
     return str(shutdown_marker(main_pid))
 
 
+class _SharedFlag:
+    """One byte of memory a worker's main process maps before it forks its pool: every
+    pool process it forks (and any thread pool in it) reads the same byte."""
+
+    def __init__(self, main_pid: int) -> None:
+        self.main_pid = main_pid
+        self.page = mmap.mmap(-1, 1)  # anonymous and shared: a fork keeps it shared
+
+
+#: The warm-shutdown flag of this process's worker, when its main process shared one.
+_warm_shutdown: _SharedFlag | None = None
+
+
+def share_warm_shutdown(main_pid: int) -> None:
+    """In a worker's main process, before it forks its pool: its warm shutdown is also
+    told through a byte of shared memory, which its pool processes read at every run's
+    safe points instead of asking the file system (a ``stat`` a run, 1 µs alone and about
+    8 µs of a run's CPU in place: bench/SESSION24-rt.md). A process forked from another
+    worker's main process maps its own when it becomes a worker's main process."""
+    global _warm_shutdown
+    _warm_shutdown = _SharedFlag(main_pid)
+
+
 def shutting_down(main_pid: int) -> bool:
-    """Whether the warm-shutdown marker of ``main_pid``'s worker exists (asked at every
-    run's safe points: ``os.path`` on the path's text, half of ``Path.exists``'s cost)."""
+    """Whether ``main_pid``'s worker began a warm shutdown: its shared byte when this
+    process has it, else whether its marker file exists (``os.path`` on the path's text,
+    half of ``Path.exists``'s cost)."""
+    flag = _warm_shutdown
+    if flag is not None and flag.main_pid == main_pid:
+        return flag.page[0] != 0
     return os.path.exists(_marker_path(main_pid))
 
 
 def request_warm_shutdown(main_pid: int) -> None:
-    marker = shutdown_marker(main_pid)
+    flag = _warm_shutdown
+    if flag is not None and flag.main_pid == main_pid:
+        flag.page[0] = 1
+    marker = shutdown_marker(main_pid)  # for any process that does not share the byte
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
 
 
 def clear_warm_shutdown(main_pid: int) -> None:
+    flag = _warm_shutdown
+    if flag is not None and flag.main_pid == main_pid:
+        flag.page[0] = 0
     shutdown_marker(main_pid).unlink(missing_ok=True)
+
+
+#: Held while a run's ``ctx.cancelled`` is made or its cancel flag set (both brief).
+_CANCEL_EVENTS = threading.Lock()
 
 
 class _FencedEvent(threading.Event):
@@ -133,7 +173,9 @@ class HeldRun:
         self.claim = claim
         self.adapter = adapter
         self.main_pid = main_pid
-        self.cancelled = _FencedEvent(self.fence_at)
+        # ctx.cancelled, made on the job's first look (cancel_event): most runs never look.
+        self._cancel_event: _FencedEvent | None = None
+        self._cancel_requested = False
         # Set once by the run's end (LeaseKeeper.remove), read by the keeper's thread: a flag
         # under the GIL, not an Event (nothing waits on it; an Event cost 3-6 µs a run).
         self.finished = False
@@ -170,6 +212,32 @@ class HeldRun:
     def fence_at(self) -> float:
         """When the run must stop its effects: ``kill_grace`` before the effects deadline."""
         return self.effects_deadline() - self.kill_grace_s
+
+    def cancel_event(self) -> threading.Event:
+        """``ctx.cancelled``: made on first use, set at once when the run was already told
+        to stop (the keeper sets it, if made, in :meth:`_cancel`; the flag and the event are
+        read and made under one process-wide lock, so neither side misses the other)."""
+        event = self._cancel_event
+        if event is None:
+            with _CANCEL_EVENTS:
+                event = self._cancel_event
+                if event is None:
+                    event = self._cancel_event = _FencedEvent(self.fence_at)
+                    if self._cancel_requested:
+                        event.set()
+        return event
+
+    @property
+    def cancel_seen(self) -> bool:
+        """What ``ctx.cancelled.is_set()`` answers, without making the event."""
+        return self._cancel_requested or time.monotonic() >= self.fence_at()
+
+    def _cancel(self) -> None:
+        with _CANCEL_EVENTS:
+            self._cancel_requested = True
+            event = self._cancel_event
+        if event is not None:
+            event.set()
 
     @property
     def fenced(self) -> bool:
@@ -215,7 +283,7 @@ class HeldRun:
                 self.progress = None
             self.pause = answer.pause
             if answer.cancel_requested:
-                self.cancelled.set()
+                self._cancel()
             self.output.flush()
 
     def enforce_deadlines(self) -> None:
@@ -239,7 +307,7 @@ class HeldRun:
                 and now >= self.started_at + self.timeout_s
             ):
                 self.timed_out = True
-                self.cancelled.set()
+                self._cancel()
                 # An adapter that enforces its own timeout stops within the grace; slack for it.
                 self.hard_stop_at = now + self.kill_grace_s + SELF_FENCE_MARGIN_S
         if self.hard_stop_at is not None and now >= self.hard_stop_at:
@@ -253,7 +321,7 @@ class HeldRun:
             os._exit(SELF_FENCE_EXIT)
 
     def _stop_effects(self) -> None:
-        self.cancelled.set()
+        self._cancel()
         self.hard_stop_at = min(
             time.monotonic() + self.kill_grace_s, self.effects_deadline(), self.hard_stop_at or 1e18
         )

@@ -229,7 +229,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
         occurrence,
         resumed=claim.checkpoint,
         redelivered=claim.resumed,
-        cancelled=run.cancelled,
+        cancelled=run.cancel_event,
         on_safe_point=run.on_safe_point,
         logger=run.log,
         timeout_s=run.timeout_s,
@@ -260,7 +260,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             return _fenced_off(run), None
         if run.timed_out and isinstance(exc, Cancelled):
             exc = TimeoutError(f"timed out after {run.timeout_s:g}s ({run.timeout_from})")
-        elif run.cancelled.is_set() and isinstance(exc, Cancelled):
+        elif run.cancel_seen and isinstance(exc, Cancelled):
             run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id), None
