@@ -1,24 +1,22 @@
-"""One claimed run while it executes: its lease, its deadlines and its safe points, the
-one thread per process that renews every run's lease, and the warm-shutdown marker a run
-reads at its safe points (its worker's main process sets it)."""
+"""One claimed run while it executes: its lease, its deadlines and its safe points, and
+the one thread per process that renews every run's lease. A run reads its worker's warm
+shutdown at its safe points (:mod:`celery_app.warm_shutdown`)."""
 
 from __future__ import annotations
 
 import functools
 import logging
-import mmap
 import os
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from adapters.base import Adapter, HandBack
 from celery_app.kill_timer import KillTimer
 from celery_app.run_output import RunLogger, RunOutput
+from celery_app.warm_shutdown import shutting_down
 from kernel import (
     SELF_FENCE_MARGIN_S,
     Claim,
@@ -36,12 +34,7 @@ __all__ = [
     "HeldRun",
     "LeaseKeeper",
     "claim_pause",
-    "clear_warm_shutdown",
     "new_owner",
-    "request_warm_shutdown",
-    "share_warm_shutdown",
-    "shutdown_marker",
-    "shutting_down",
 ]
 
 log = logging.getLogger("celery_kernel.runtime")
@@ -66,71 +59,6 @@ def new_owner() -> str:
 @functools.cache
 def _owner_prefix(pid: int) -> str:
     return f"{socket.gethostname()}:{pid}:"
-
-
-@functools.cache  # asked at every run's safe points
-def shutdown_marker(main_pid: int) -> Path:
-    """A file whose presence tells a worker's pool processes that a warm shutdown began.
-
-    The worker's main process and its pool children share a host, so a file reaches
-    every child whatever the pool type; a pool its main process forked after
-    :func:`share_warm_shutdown` reads the same request from shared memory instead.
-    """
-    return Path(tempfile.gettempdir()) / "celery-kernel" / f"warm-shutdown-{main_pid}"
-
-
-@functools.cache
-def _marker_path(main_pid: int) -> str:
-    return str(shutdown_marker(main_pid))
-
-
-class _SharedFlag:
-    """One byte of memory a worker's main process maps before it forks its pool: every
-    pool process it forks (and any thread pool in it) reads the same byte."""
-
-    def __init__(self, main_pid: int) -> None:
-        self.main_pid = main_pid
-        self.page = mmap.mmap(-1, 1)  # anonymous and shared: a fork keeps it shared
-
-
-#: The warm-shutdown flag of this process's worker, when its main process shared one.
-_warm_shutdown: _SharedFlag | None = None
-
-
-def share_warm_shutdown(main_pid: int) -> None:
-    """In a worker's main process, before it forks its pool: its warm shutdown is also
-    told through a byte of shared memory, which its pool processes read at every run's
-    safe points instead of asking the file system (a ``stat`` a run, 1 µs alone and about
-    8 µs of a run's CPU in place: bench/SESSION24-rt.md). A process forked from another
-    worker's main process maps its own when it becomes a worker's main process."""
-    global _warm_shutdown
-    _warm_shutdown = _SharedFlag(main_pid)
-
-
-def shutting_down(main_pid: int) -> bool:
-    """Whether ``main_pid``'s worker began a warm shutdown: its shared byte when this
-    process has it, else whether its marker file exists (``os.path`` on the path's text,
-    half of ``Path.exists``'s cost)."""
-    flag = _warm_shutdown
-    if flag is not None and flag.main_pid == main_pid:
-        return flag.page[0] != 0
-    return os.path.exists(_marker_path(main_pid))
-
-
-def request_warm_shutdown(main_pid: int) -> None:
-    flag = _warm_shutdown
-    if flag is not None and flag.main_pid == main_pid:
-        flag.page[0] = 1
-    marker = shutdown_marker(main_pid)  # for any process that does not share the byte
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-
-
-def clear_warm_shutdown(main_pid: int) -> None:
-    flag = _warm_shutdown
-    if flag is not None and flag.main_pid == main_pid:
-        flag.page[0] = 0
-    shutdown_marker(main_pid).unlink(missing_ok=True)
 
 
 #: Held while a run's ``ctx.cancelled`` is made or its cancel flag set (both brief).

@@ -23,9 +23,10 @@ from adapters.base import (
     bound_message,
 )
 from adapters.secrets import scrub, scrub_value
-from celery_app.held_run import HeldRun, LeaseKeeper, new_owner, shutting_down
+from celery_app.held_run import HeldRun, LeaseKeeper, new_owner
 from celery_app.run_failures import ask_at_once, job_traceback, timeout_failure
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
+from celery_app.warm_shutdown import shutting_down
 from kernel import (
     Claim,
     InvalidArgument,

@@ -26,10 +26,14 @@ from adapters.shell import CONTAINMENT_ENV
 from adapters.supervisor import containment
 from celery_app.broker import use_embedded_broker
 from celery_app.config import check_broker_url, ensure_broker_folders, open_kernel, refuse_start
-from celery_app.held_run import clear_warm_shutdown, request_warm_shutdown, share_warm_shutdown
 from celery_app.main_watch import follow_main_process, note_forking_thread
 from celery_app.prefork import default_size, use_for
 from celery_app.settings import KernelSettings
+from celery_app.warm_shutdown import (
+    clear_warm_shutdown,
+    request_warm_shutdown,
+    share_warm_shutdown,
+)
 from celery_app.worker_process import keep_for_pool, process_resources
 from kernel import KernelError, StorageUnavailable, masked_url
 

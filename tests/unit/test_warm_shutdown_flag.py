@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from celery_app import held_run
-from celery_app.held_run import (
+from celery_app import warm_shutdown
+from celery_app.warm_shutdown import (
     clear_warm_shutdown,
     request_warm_shutdown,
     share_warm_shutdown,
@@ -24,7 +24,7 @@ from celery_app.held_run import (
 @pytest.fixture
 def main_pid(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     """This process as a worker's main process; its flag and marker gone afterwards."""
-    monkeypatch.setattr(held_run, "_warm_shutdown", None)
+    monkeypatch.setattr(warm_shutdown, "_warm_shutdown", None)
     pid = os.getpid()
     yield pid
     clear_warm_shutdown(pid)
