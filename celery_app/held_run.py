@@ -157,8 +157,12 @@ class HeldRun:
 
     @property
     def cancel_seen(self) -> bool:
-        """What ``ctx.cancelled.is_set()`` answers, without making the event."""
-        return self._cancel_requested or time.monotonic() >= self.fence_at()
+        """What ``ctx.cancelled.is_set()`` answers (set by the keeper, by job code itself once
+        made, or its self-fencing moment passed), without making the event."""
+        event = self._cancel_event
+        if self._cancel_requested:
+            return True
+        return event.is_set() if event is not None else time.monotonic() >= self.fence_at()
 
     def _cancel(self) -> None:
         with _CANCEL_EVENTS:

@@ -52,6 +52,12 @@ def test_a_cancel_after_the_first_look_sets_the_event(kernel: Kernel) -> None:
     assert event.is_set() and event.wait(0)
 
 
+def test_an_event_job_code_set_itself_reads_as_cancelled(kernel: Kernel) -> None:
+    run = _held(kernel)
+    run.cancel_event().set()  # the job's own code stopping itself, as an Event allows
+    assert run.cancel_seen
+
+
 def test_the_self_fencing_moment_reads_as_cancelled_with_or_without_the_event(
     kernel: Kernel,
 ) -> None:
