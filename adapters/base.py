@@ -178,7 +178,8 @@ class ExecutionContext:
             earlier run of it, at a pause or with a lease renewal), else ``None``.
         redelivered: this run takes back one that was handed back (a :class:`Redeliver`,
             a warm shutdown, a resumed pause) rather than starting a new attempt.
-        cancelled: set when the occurrence must stop (cancel or lost lease).
+        cancelled: set when the occurrence must stop (cancel or lost lease). Given as
+            the event, or as what makes it on first use (a run that never looks makes none).
         logger: where job code should log; its lines are kept in the run's output.
         timeout_s: the job's timeout in seconds, or ``None`` for none.
         kill_grace_s: seconds a stopped run gets between SIGTERM (or ``cancelled``)
@@ -197,7 +198,7 @@ class ExecutionContext:
         *,
         resumed: Any | None,
         redelivered: bool = False,
-        cancelled: threading.Event,
+        cancelled: threading.Event | Callable[[], threading.Event],
         on_safe_point: Callable[[str, Any], None],
         logger: logging.Logger | logging.LoggerAdapter[Any],
         timeout_s: float | None,
@@ -209,7 +210,7 @@ class ExecutionContext:
         self.occurrence = occurrence
         self.resumed = resumed
         self.redelivered = redelivered
-        self.cancelled = cancelled
+        self._cancelled = cancelled
         self.logger = logger
         self.timeout_s = timeout_s
         self.kill_grace_s = kill_grace_s
@@ -219,6 +220,13 @@ class ExecutionContext:
         self._on_output = on_output
         self._read_adjudication = adjudication
         self._adjudication: tuple[Adjudication | None] | None = None
+
+    @property
+    def cancelled(self) -> threading.Event:
+        cancelled = self._cancelled
+        if not isinstance(cancelled, threading.Event):
+            cancelled = self._cancelled = cancelled()
+        return cancelled
 
     @property
     def adjudication(self) -> Adjudication | None:

@@ -1,6 +1,6 @@
-"""One claimed run while it executes: its lease, its deadlines and its safe points, the
-one thread per process that renews every run's lease, and the warm-shutdown marker a run
-reads at its safe points (its worker's main process sets it)."""
+"""One claimed run while it executes: its lease, its deadlines and its safe points, and
+the one thread per process that renews every run's lease. A run reads its worker's warm
+shutdown at its safe points (:mod:`celery_app.warm_shutdown`)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ import functools
 import logging
 import os
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from adapters.base import Adapter, HandBack
 from celery_app.kill_timer import KillTimer
 from celery_app.run_output import RunLogger, RunOutput
+from celery_app.warm_shutdown import shutting_down
 from kernel import (
     SELF_FENCE_MARGIN_S,
     Claim,
@@ -35,11 +34,7 @@ __all__ = [
     "HeldRun",
     "LeaseKeeper",
     "claim_pause",
-    "clear_warm_shutdown",
     "new_owner",
-    "request_warm_shutdown",
-    "shutdown_marker",
-    "shutting_down",
 ]
 
 log = logging.getLogger("celery_kernel.runtime")
@@ -66,35 +61,8 @@ def _owner_prefix(pid: int) -> str:
     return f"{socket.gethostname()}:{pid}:"
 
 
-@functools.cache  # asked at every run's safe points
-def shutdown_marker(main_pid: int) -> Path:
-    """A file whose presence tells a worker's pool processes that a warm shutdown began.
-
-    The worker's main process and its pool children share a host, so a file is
-    the simplest signal that reaches every child whatever the pool type.
-    """
-    return Path(tempfile.gettempdir()) / "celery-kernel" / f"warm-shutdown-{main_pid}"
-
-
-@functools.cache
-def _marker_path(main_pid: int) -> str:
-    return str(shutdown_marker(main_pid))
-
-
-def shutting_down(main_pid: int) -> bool:
-    """Whether the warm-shutdown marker of ``main_pid``'s worker exists (asked at every
-    run's safe points: ``os.path`` on the path's text, half of ``Path.exists``'s cost)."""
-    return os.path.exists(_marker_path(main_pid))
-
-
-def request_warm_shutdown(main_pid: int) -> None:
-    marker = shutdown_marker(main_pid)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-
-
-def clear_warm_shutdown(main_pid: int) -> None:
-    shutdown_marker(main_pid).unlink(missing_ok=True)
+#: Held while a run's ``ctx.cancelled`` is made or its cancel flag set (both brief).
+_CANCEL_EVENTS = threading.Lock()
 
 
 class _FencedEvent(threading.Event):
@@ -133,7 +101,9 @@ class HeldRun:
         self.claim = claim
         self.adapter = adapter
         self.main_pid = main_pid
-        self.cancelled = _FencedEvent(self.fence_at)
+        # ctx.cancelled, made on the job's first look (cancel_event): most runs never look.
+        self._cancel_event: _FencedEvent | None = None
+        self._cancel_requested = False
         # Set once by the run's end (LeaseKeeper.remove), read by the keeper's thread: a flag
         # under the GIL, not an Event (nothing waits on it; an Event cost 3-6 µs a run).
         self.finished = False
@@ -170,6 +140,36 @@ class HeldRun:
     def fence_at(self) -> float:
         """When the run must stop its effects: ``kill_grace`` before the effects deadline."""
         return self.effects_deadline() - self.kill_grace_s
+
+    def cancel_event(self) -> threading.Event:
+        """``ctx.cancelled``: made on first use, set at once when the run was already told
+        to stop (the keeper sets it, if made, in :meth:`_cancel`; the flag and the event are
+        read and made under one process-wide lock, so neither side misses the other)."""
+        event = self._cancel_event
+        if event is None:
+            with _CANCEL_EVENTS:
+                event = self._cancel_event
+                if event is None:
+                    event = self._cancel_event = _FencedEvent(self.fence_at)
+                    if self._cancel_requested:
+                        event.set()
+        return event
+
+    @property
+    def cancel_seen(self) -> bool:
+        """What ``ctx.cancelled.is_set()`` answers (set by the keeper, by job code itself once
+        made, or its self-fencing moment passed), without making the event."""
+        event = self._cancel_event
+        if self._cancel_requested:
+            return True
+        return event.is_set() if event is not None else time.monotonic() >= self.fence_at()
+
+    def _cancel(self) -> None:
+        with _CANCEL_EVENTS:
+            self._cancel_requested = True
+            event = self._cancel_event
+        if event is not None:
+            event.set()
 
     @property
     def fenced(self) -> bool:
@@ -215,7 +215,7 @@ class HeldRun:
                 self.progress = None
             self.pause = answer.pause
             if answer.cancel_requested:
-                self.cancelled.set()
+                self._cancel()
             self.output.flush()
 
     def enforce_deadlines(self) -> None:
@@ -239,7 +239,7 @@ class HeldRun:
                 and now >= self.started_at + self.timeout_s
             ):
                 self.timed_out = True
-                self.cancelled.set()
+                self._cancel()
                 # An adapter that enforces its own timeout stops within the grace; slack for it.
                 self.hard_stop_at = now + self.kill_grace_s + SELF_FENCE_MARGIN_S
         if self.hard_stop_at is not None and now >= self.hard_stop_at:
@@ -253,7 +253,7 @@ class HeldRun:
             os._exit(SELF_FENCE_EXIT)
 
     def _stop_effects(self) -> None:
-        self.cancelled.set()
+        self._cancel()
         self.hard_stop_at = min(
             time.monotonic() + self.kill_grace_s, self.effects_deadline(), self.hard_stop_at or 1e18
         )

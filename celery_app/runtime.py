@@ -23,9 +23,10 @@ from adapters.base import (
     bound_message,
 )
 from adapters.secrets import scrub, scrub_value
-from celery_app.held_run import HeldRun, LeaseKeeper, new_owner, shutting_down
+from celery_app.held_run import HeldRun, LeaseKeeper, new_owner
 from celery_app.run_failures import ask_at_once, job_traceback, timeout_failure
 from celery_app.scope import NOT_ALLOWED, UNSCOPED, Scope
+from celery_app.warm_shutdown import shutting_down
 from kernel import (
     Claim,
     InvalidArgument,
@@ -229,7 +230,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
         occurrence,
         resumed=claim.checkpoint,
         redelivered=claim.resumed,
-        cancelled=run.cancelled,
+        cancelled=run.cancel_event,
         on_safe_point=run.on_safe_point,
         logger=run.log,
         timeout_s=run.timeout_s,
@@ -260,7 +261,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             return _fenced_off(run), None
         if run.timed_out and isinstance(exc, Cancelled):
             exc = TimeoutError(f"timed out after {run.timeout_s:g}s ({run.timeout_from})")
-        elif run.cancelled.is_set() and isinstance(exc, Cancelled):
+        elif run.cancel_seen and isinstance(exc, Cancelled):
             run.output.flush()
             kernel.cancelled(occurrence.id, owner=owner, fence=fence)
             return RunOutcome("cancelled", occurrence.job_id), None

@@ -49,6 +49,8 @@ class Scope:
 
     def refusal(self, kind: str, payload: Mapping[str, Any]) -> tuple[str, str] | None:
         """``(field, why)`` when a job of ``kind`` with ``payload`` may not run here, else None."""
+        if self.kinds is None and self.callables is None:
+            return None  # nothing narrowed (the default): asked before every run
         for run in _what_runs(kind, payload):
             if self.kinds is not None and not _matches(run.kind, self.kinds):
                 return run.at, (

@@ -26,10 +26,14 @@ from adapters.shell import CONTAINMENT_ENV
 from adapters.supervisor import containment
 from celery_app.broker import use_embedded_broker
 from celery_app.config import check_broker_url, ensure_broker_folders, open_kernel, refuse_start
-from celery_app.held_run import clear_warm_shutdown, request_warm_shutdown
 from celery_app.main_watch import follow_main_process, note_forking_thread
 from celery_app.prefork import default_size, use_for
 from celery_app.settings import KernelSettings
+from celery_app.warm_shutdown import (
+    clear_warm_shutdown,
+    request_warm_shutdown,
+    share_warm_shutdown,
+)
 from celery_app.worker_process import keep_for_pool, process_resources
 from kernel import KernelError, StorageUnavailable, masked_url
 
@@ -53,6 +57,7 @@ class WarmShutdownHandBack(bootsteps.StartStopStep):
         # Every step is constructed before any is created, and the prefork pool forks
         # its children when it is created: migrating here means a fresh database has
         # its schema before a child opens its kernel, and a failure stops the worker.
+        share_warm_shutdown(os.getpid())  # before the pool forks: its processes share it
         try:
             # Migrates when kernel_auto_migrate is on; kept for the pool processes.
             keep_for_pool(worker.app, open_kernel(worker.app))

@@ -19,7 +19,7 @@ from celery_app.held_run import LeaseKeeper, new_owner
 from celery_app.scope import Scope
 from celery_app.settings import KernelSettings
 from celery_app.task_call import call_task
-from kernel import Kernel
+from kernel import Kernel, current_pid
 
 __all__ = ["ProcessResources", "keep_for_pool", "process_resources"]
 
@@ -51,14 +51,15 @@ def process_resources(celery_app: Any, *, main_pid: int | None = None) -> Proces
     its own; else one opened here.
     """
     current: ProcessResources | None = getattr(celery_app, "_kernel_resources", None)
-    if current is not None and current.pid == os.getpid():
+    # The kernel's pid, kept across forks: os.getpid() is a system call per task.
+    if current is not None and current.pid == current_pid():
         return current
     inherited: Kernel | None = getattr(celery_app, _POOL_KERNEL, None)
     if inherited is not None:
         inherited.engine.dispose(close=False)  # the parent's connections are not ours
     settings = KernelSettings.from_app(celery_app)
     resources = ProcessResources(
-        pid=os.getpid(),
+        pid=current_pid(),
         kernel=inherited or open_kernel(celery_app, migrate=False),
         adapters=_adapters(celery_app),
         main_pid=main_pid or (current.main_pid if current else _worker_main_pid()),

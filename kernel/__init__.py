@@ -13,6 +13,7 @@ from kernel.db.engine import (
     create_kernel_engine,
     make_private_dir,
 )
+from kernel.db.process_id import current_pid
 from kernel.errors import (
     EvidenceConflict,
     FenceConflict,
@@ -109,6 +110,7 @@ __all__ = [
     "with_params",
     "checkpoint_copy",
     "FireReport",
+    "current_pid",
     "Firing",
     "JobCancel",
     "Enqueued",

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from cli.support import define
 
-from celery_app.held_run import shutdown_marker
 from celery_app.operations import format_age
+from celery_app.warm_shutdown import shutdown_marker
 from kernel import Kernel
 
 
