@@ -51,7 +51,7 @@ def share_warm_shutdown(main_pid: int) -> None:
     """In a worker's main process, before it forks its pool: its warm shutdown is also
     told through a byte of shared memory, which its pool processes read at every run's
     safe points instead of asking the file system (a ``stat`` a run, 1 µs alone and about
-    8 µs of a run's CPU in place: bench/SESSION24-rt.md). A process forked from another
+    8 µs of a run's CPU in place: bench/README.md, session 24). A process forked from another
     worker's main process maps its own when it becomes a worker's main process."""
     global _warm_shutdown
     _warm_shutdown = _SharedFlag(main_pid)

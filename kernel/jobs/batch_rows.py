@@ -5,7 +5,8 @@ A PostgreSQL batch is made while it is inserted: its first chunk is sent (pipeli
 process makes the rest, sent as the next statement. The first chunk is a fifth of the
 batch: the server spends about 25 µs a row and ~1 ms a statement, this process about
 9 µs a row making one, so that fifth's insert lasts about as long as the rest's making,
-and each statement more would cost the server more than it overlaps (bench/SESSION24-bulk.md).
+and each statement more would cost the server more than it overlaps (bench/README.md,
+session 24: enqueue).
 """
 
 from __future__ import annotations
