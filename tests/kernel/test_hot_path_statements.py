@@ -273,6 +273,9 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
     assert claim is not None
     kernel.succeed(first.occurrence_id, owner="w", fence=claim.fence, result=None)
     made = kernel.enqueue(task="lean.task", args=[1])
+    batch, after = (kernel.enqueue(task="lean.task", args=[i]) for i in (2, 3))
+    held = kernel.claim(batch.occurrence_id, owner="b", lease=30)
+    assert held is not None
     wrapped: list[str] = []
     original = DriverStatement._run
 
@@ -293,6 +296,11 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
         claim = kernel.claim(made.occurrence_id, owner='w\u00e9"', lease=30)
         assert claim is not None
         kernel.succeed(made.occurrence_id, owner='w\u00e9"', fence=claim.fence, result=[1])
+        # A batch's step too on PostgreSQL, where it is one statement.
+        step = kernel.succeed_and_claim(
+            batch.occurrence_id, owner="b", fence=held.fence, next_occurrence_id=after.occurrence_id
+        )
+        assert step is not None and step.occurrence.id == after.occurrence_id
     finally:
         DriverStatement._run = original  # type: ignore[method-assign]
         sa.event.remove(kernel.engine, "begin", begin)
