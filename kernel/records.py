@@ -36,7 +36,7 @@ __all__ = [
 
 
 def to_dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return None if ms is None else _dt(ms)
 
 
 def from_dt(value: datetime) -> int:
@@ -143,7 +143,8 @@ def checkpoint_data(text: str | None) -> Any:
 
 
 def _dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    # The zone passed by position: its keyword costs a third more, five times a claim.
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def job_from_row(row: sa.Row[Any]) -> Job:

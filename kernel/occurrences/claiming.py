@@ -213,37 +213,6 @@ def _take(
     )
 
 
-def _queued_claim(tx: Tx, claimed: sa.Row[Any], owner: str) -> Claim:
-    """The Claim of a row WORKER_CLAIMS_QUEUED's statement claimed, and its event where
-    the statement did not write it."""
-    c = claimed._mapping
-    occurrence_id = c["id"]
-    tx.observe_now(c["now"])
-    door.append(
-        tx,
-        T.WORKER_CLAIMS_QUEUED,
-        EventType.OCCURRENCE_CLAIMED,
-        {
-            "owner": owner,
-            "attempt": c["attempt"],
-            "previous_status": S.QUEUED.value,
-            "previous_owner": None,
-        },
-        job_id=c["job_id"],
-        occurrence_id=occurrence_id,
-        fence=c["fence"],
-    )
-    occurrence = occurrence_from_row(claimed)
-    return Claim(
-        occurrence=occurrence,
-        owner=owner,
-        fence=c["fence"],
-        lease_expires_at=occurrence.lease_expires_at,  # type: ignore[arg-type]
-        resumed=False,
-        checkpoint=None,
-    )
-
-
 def succeed_and_claim(
     tx: Tx,
     occurrence_id: int,
@@ -265,10 +234,10 @@ def succeed_and_claim(
             "next_id": next_id,
             "lease_ms": lease_ms,
         }
-        both = door.run(tx, T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT, params, alone=True)
-        if both is not None and both.id is not None:
-            return _queued_claim(tx, both, owner)
-        if both is not None:  # settled, committed alone: the claim is a transaction of its own
+        settled, claimed = fast_lane.succeed_and_claim_queued(tx, params, owner)
+        if claimed is not None:
+            return claimed
+        if settled:  # committed alone: the claim is a transaction of its own
             return claim(tx, next_id, owner, lease_ms)
     runs.settle(tx, occurrence_id, owner, fence, outcome="succeeded", result=result)
     return claim(tx, next_id, owner, lease_ms)

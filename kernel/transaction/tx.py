@@ -88,7 +88,9 @@ class Tx:
         if not (self._own and self.is_postgres):
             return send()
         driver: Any = self.conn.connection.dbapi_connection
-        if driver.info.transaction_status != _PG_IDLE:
+        # libpq's status read directly: ``driver.info`` builds an object per read.
+        pgconn = driver.pgconn
+        if pgconn.transaction_status != _PG_IDLE:
             return send()
         driver.autocommit = True
         try:
@@ -96,7 +98,7 @@ class Tx:
         finally:
             # A lost connection is discarded (the session retries on a fresh one, which is
             # safe: the statement's guard refuses a second apply), not switched back.
-            if driver.info.transaction_status == _PG_IDLE:
+            if pgconn.transaction_status == _PG_IDLE:
                 driver.autocommit = False
 
     def lock(self, statement: sa.Executable | DriverStatement, params: Mapping[str, Any]) -> None:

@@ -6,8 +6,10 @@ WORKER_CLAIMS_QUEUED's one statement, and a success that owes nothing beyond its
 event is WORKER_SUCCEEDS_PLAIN's: each guard decides everything in SQL, so nothing is
 read first, and a guard that holds for no row sends the caller to the general path
 (kernel/occurrences/claiming.py, runs.py), which reads once and decides or raises.
-Each still lets its rows' events be appended (``Tx.allowed_events``) and writes its event
-where its statement does not (``Transition.logged_on``), as :mod:`kernel.transitions.door` does.
+A batch's step on PostgreSQL, WORKER_SUCCEEDS_AND_CLAIMS_NEXT (that success and the next
+run's plain claim in one statement), goes the same way. Each still lets its rows' events
+be appended (``Tx.allowed_events``) and writes its event where its statement does not
+(``Transition.logged_on``), as :mod:`kernel.transitions.door` does.
 
 Their statements' SQL is the transitions' own, rendered once per process
 (``DriverStatement.rendered``). What this lane leaves out, per run, is the general
@@ -34,7 +36,7 @@ from kernel.transitions import occurrences as T
 from kernel.transitions.door import Transition
 from kernel.types import Claim
 
-__all__ = ["claim_queued", "succeed_plain"]
+__all__ = ["claim_queued", "succeed_and_claim_queued", "succeed_plain"]
 
 _CLAIMED = EventType.OCCURRENCE_CLAIMED.value
 _SUCCEEDED = EventType.OCCURRENCE_SUCCEEDED.value
@@ -55,7 +57,28 @@ def claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -
     keys, values = _first(tx, statement, params, alone=True)
     if values is None:
         return None
+    return _claimed(tx, dict(zip(keys, values, strict=True)), owner)
+
+
+def succeed_and_claim_queued(
+    tx: Tx, params: Mapping[str, Any], owner: str
+) -> tuple[bool, Claim | None]:
+    """WORKER_SUCCEEDS_AND_CLAIMS_NEXT (PostgreSQL: one statement sent alone, both events
+    included) with ``params`` (``runs.succeed_plain_params``, ``next_id``, ``lease_ms``):
+    whether the run settled (False: nothing written, the caller reads and decides), and
+    the next run's Claim where its guard held too."""
+    transition = T.WORKER_SUCCEEDS_AND_CLAIMS_NEXT
+    tx.allowed_events.update(transition.events)
+    keys, values = _first(tx, _statement(tx, transition), params, alone=True)
+    if values is None:
+        return False, None
     m = dict(zip(keys, values, strict=True))
+    return True, (None if m["id"] is None else _claimed(tx, m, owner))
+
+
+def _claimed(tx: Tx, m: dict[str, Any], owner: str) -> Claim:
+    """The Claim of the row WORKER_CLAIMS_QUEUED's guard let through (its columns by
+    name), and its event where the statement did not write it (SQLite)."""
     tx.observe_now(m["now"])
     fence = m["fence"]
     if _logs_after(tx, T.WORKER_CLAIMS_QUEUED):
@@ -63,7 +86,7 @@ def claim_queued(tx: Tx, occurrence_id: int, owner: str, lease_ms: int | None) -
             f'{{"attempt":{m["attempt"]},"owner":{dumps(owner)},'
             '"previous_owner":null,"previous_status":"queued"}'
         )
-        _log(tx, _CLAIMED, m["job_id"], occurrence_id, fence, data)
+        _log(tx, _CLAIMED, m["job_id"], m["id"], fence, data)
     occurrence = occurrence_from_mapping(m)
     return Claim(
         occurrence=occurrence,
@@ -93,8 +116,11 @@ def succeed_plain(tx: Tx, params: Mapping[str, Any], *, alone: bool) -> bool:
 
 
 def _statement(tx: Tx, transition: Transition) -> DriverStatement:
-    """The row's statement on this back end (both rows' are driver statements by dialect)."""
-    return cast(Mapping[str, DriverStatement], transition.statement)[tx.dialect]
+    """The row's statement on this back end (a driver statement, or one by dialect)."""
+    statement = transition.statement
+    if isinstance(statement, Mapping):
+        statement = statement[tx.dialect]
+    return cast(DriverStatement, statement)
 
 
 def _first(

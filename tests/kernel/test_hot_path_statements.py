@@ -273,6 +273,9 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
     assert claim is not None
     kernel.succeed(first.occurrence_id, owner="w", fence=claim.fence, result=None)
     made = kernel.enqueue(task="lean.task", args=[1])
+    batch, after = (kernel.enqueue(task="lean.task", args=[i]) for i in (2, 3))
+    held = kernel.claim(batch.occurrence_id, owner="b", lease=30)
+    assert held is not None
     wrapped: list[str] = []
     original = DriverStatement._run
 
@@ -293,6 +296,11 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
         claim = kernel.claim(made.occurrence_id, owner='w\u00e9"', lease=30)
         assert claim is not None
         kernel.succeed(made.occurrence_id, owner='w\u00e9"', fence=claim.fence, result=[1])
+        # A batch's step too on PostgreSQL, where it is one statement.
+        step = kernel.succeed_and_claim(
+            batch.occurrence_id, owner="b", fence=held.fence, next_occurrence_id=after.occurrence_id
+        )
+        assert step is not None and step.occurrence.id == after.occurrence_id
     finally:
         DriverStatement._run = original  # type: ignore[method-assign]
         sa.event.remove(kernel.engine, "begin", begin)
@@ -344,3 +352,19 @@ def test_a_queued_claim_returns_only_what_its_occurrence_is_built_from() -> None
         assert statement.rendered(dialect).keys == claimed
     both = st.SUCCEED_AND_CLAIM_QUEUED.rendered(postgresql.psycopg.dialect()).keys
     assert both == ("settled_attempt", *claimed)
+
+
+def test_a_psycopg_driver_statement_binds_only_what_its_caller_gives() -> None:
+    # Each bound value costs psycopg an adaptation per run; the values a statement carries
+    # itself (statuses, event types, JSON fragments) are written into its text instead.
+    dialect = postgresql.psycopg.dialect()
+    for transition in (T.WORKER_CLAIMS_QUEUED, T.WORKER_SUCCEEDS_PLAIN):
+        rendered = transition.statement["postgresql"].rendered(dialect)
+        assert rendered.defaults == {}
+        assert "'occurrence_claimed'" in rendered.sql or "'occurrence_succeeded'" in rendered.sql
+    rendered = st.SUCCEED_AND_CLAIM_QUEUED.rendered(dialect)
+    assert rendered.defaults == {}
+    assert set(re.findall(r"%\((\w+)\)s", rendered.sql)) <= {
+        "occurrence_id", "next_id", "owner", "held_fence", "now", "lease_ms",
+        "result_json", "error_json",
+    }  # fmt: skip
