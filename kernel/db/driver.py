@@ -262,7 +262,7 @@ def _cursor(conn: sa.Connection) -> Any:
 
 #: Constant values written into a statement's text by name: each bound one costs the
 #: driver an adaptation per run (psycopg: a dumper found and called per value, a third
-#: of a plain claim's Python over the bare driver's: bench/SESSION24-lane.md).
+#: of a plain claim's Python over the bare driver's: bench/README.md, session 24).
 _INLINED = (str, int)
 
 
