@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import result_tuple
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement", "Pipeline", "finish", "pipeline", "render_all", "send"]
+__all__ = ["DriverStatement", "Pipeline", "finish", "pipeline", "pipelines", "render_all", "send"]
 
 _Processor = Callable[[Any], Any]
 
@@ -185,6 +185,12 @@ class Pipeline:
         return answer
 
 
+def pipelines(conn: sa.Connection) -> bool:
+    """Whether :func:`pipeline` sends statements on ``conn`` without waiting for each
+    answer (psycopg's pipeline mode); elsewhere each runs when sent."""
+    return conn.dialect.driver == "psycopg"
+
+
 @contextmanager
 def pipeline(conn: sa.Connection, *, enabled: bool = True) -> Iterator[Pipeline]:
     """Statements sent on ``conn`` one after another without waiting for each answer, in its
@@ -192,7 +198,7 @@ def pipeline(conn: sa.Connection, *, enabled: bool = True) -> Iterator[Pipeline]
     next); on another driver each runs when sent. Only :meth:`Pipeline.send` inside: a Core
     statement reads its cursor's description at once, which a pipeline has not yet.
     ``enabled`` False: each runs when sent (a statement that switches to autocommit)."""
-    if not enabled or conn.dialect.driver != "psycopg":
+    if not enabled or not pipelines(conn):
         yield Pipeline(conn, pipelined=False)
         return
     dbapi: Any = conn.connection.dbapi_connection

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from kernel.db.driver import pipelines
 from kernel.errors import InvalidArgument
 from kernel.spec.enqueue_request import EnqueueRequest, EnqueueRow, prepare, task_job_id
 from kernel.spec.task_runs import settings_json, task_job
@@ -35,11 +36,13 @@ def streamed(
     chord: Mapping[str, Any] | None,
     nested: Sequence[Any],
 ) -> bool:
-    """Whether the rows are made while the first ones are inserted: a PostgreSQL batch of
-    :data:`STREAMED_ROWS` or more whose jobs are its tasks' own (no chord, none nested, no
-    links: those jobs are known only once every row is made, and defined before any)."""
+    """Whether the rows are made while the first ones are inserted: a batch of
+    :data:`STREAMED_ROWS` or more on a pipelining connection (PostgreSQL's; SQLite's
+    statements are this process's own work, nothing to overlap) whose jobs are its tasks'
+    own (no chord, none nested, no links: those jobs are known only once every row is
+    made, and defined before any)."""
     return (
-        tx.is_postgres and chord is None and not nested and len(requests) >= STREAMED_ROWS
+        pipelines(tx.conn) and chord is None and not nested and len(requests) >= STREAMED_ROWS
         and not any(r.callbacks or r.errbacks for r in requests)
     )  # fmt: skip
 
