@@ -7,24 +7,11 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
-
-import pytest
 
 from adapters.base import ExecutionContext
 from adapters.callable import CallableAdapter
 from celery_app.held_run import HeldRun
 from kernel import Kernel
-from kernel.testing import memory_kernel
-
-
-@pytest.fixture
-def kernel() -> Iterator[Kernel]:
-    opened = memory_kernel()
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _held(kernel: Kernel, lease: float = 30) -> HeldRun:

@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from adapters.callable import CallableAdapter
 from celery_app.held_run import HeldRun
 from kernel import InvalidArgument, Kernel
-from kernel.testing import memory_kernel
-
-
-@pytest.fixture
-def kernel() -> Iterator[Kernel]:
-    opened = memory_kernel()
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 def _held(kernel: Kernel) -> HeldRun:
