@@ -115,11 +115,8 @@ class DriverStatement:
             for i, c in enumerate(columns)
             if (process := c.type.dialect_impl(dialect).result_processor(dialect, None))
         )
-        sql = compiled.string
-        if not compiled.positional:
-            sql = _inline_constants(compiled, defaults)
         rendered = _Rendered(
-            sql=sql,
+            sql=compiled.string,
             arrange=_arrange(tuple(compiled.positiontup or ())) if compiled.positional else dict,
             defaults=defaults,
             bind_processors=bind_processors,
@@ -264,36 +261,6 @@ def _cursor(conn: sa.Connection) -> Any:
     if kept is None or getattr(kept, "closed", False):  # sqlite3's has no ``closed``
         kept = record.info["kernel_cursor"] = record.dbapi_connection.cursor()  # type: ignore[union-attr]
     return kept
-
-
-#: Constant values written into a statement's text by name: each bound one costs the
-#: driver an adaptation per run (psycopg: a dumper found and called per value, a third
-#: of a plain claim's Python over the bare driver's: bench/README.md, session 24).
-_INLINED = (str, int)
-
-
-def _inline_constants(compiled: SQLCompiler, defaults: dict[str, Any]) -> str:
-    """``compiled``'s text with the values the statement carries itself (``defaults``:
-    statuses, event types, JSON fragments, increments, NULLs) written in as SQL literals, each
-    taken out of ``defaults``; a value of another kind, or one its type cannot write as
-    a literal, stays bound. For a driver whose placeholders are named (psycopg's):
-    a positional one's (sqlite3's ``?``) cannot be told apart by name."""
-    sql = compiled.string
-    for bind, name in compiled.bind_names.items():
-        value = bind.effective_value
-        if bind.required or bind.callable is not None:
-            continue
-        if value is not None and not isinstance(value, _INLINED):
-            continue
-        if isinstance(value, str) and "\\" in value:
-            continue  # a literal's backslashes depend on the server's standard_conforming_strings
-        try:
-            literal = compiled.render_literal_value(value, bind.type)
-        except (sa.exc.CompileError, NotImplementedError):
-            continue
-        sql = sql.replace(compiled.bindtemplate % {"name": name}, literal)
-        del defaults[name]
-    return sql
 
 
 def _psycopg_caches(length: int) -> None:

@@ -352,19 +352,3 @@ def test_a_queued_claim_returns_only_what_its_occurrence_is_built_from() -> None
         assert statement.rendered(dialect).keys == claimed
     both = st.SUCCEED_AND_CLAIM_QUEUED.rendered(postgresql.psycopg.dialect()).keys
     assert both == ("settled_attempt", *claimed)
-
-
-def test_a_psycopg_driver_statement_binds_only_what_its_caller_gives() -> None:
-    # Each bound value costs psycopg an adaptation per run; the values a statement carries
-    # itself (statuses, event types, JSON fragments) are written into its text instead.
-    dialect = postgresql.psycopg.dialect()
-    for transition in (T.WORKER_CLAIMS_QUEUED, T.WORKER_SUCCEEDS_PLAIN):
-        rendered = transition.statement["postgresql"].rendered(dialect)
-        assert rendered.defaults == {}
-        assert "'occurrence_claimed'" in rendered.sql or "'occurrence_succeeded'" in rendered.sql
-    rendered = st.SUCCEED_AND_CLAIM_QUEUED.rendered(dialect)
-    assert rendered.defaults == {}
-    assert set(re.findall(r"%\((\w+)\)s", rendered.sql)) <= {
-        "occurrence_id", "next_id", "owner", "held_fence", "now", "lease_ms",
-        "result_json", "error_json",
-    }  # fmt: skip
