@@ -57,19 +57,23 @@ def share_warm_shutdown(main_pid: int) -> None:
     _warm_shutdown = _SharedFlag(main_pid)
 
 
+def _shared(main_pid: int) -> _SharedFlag | None:
+    """``main_pid``'s shared byte, when this process has it."""
+    flag = _warm_shutdown
+    return flag if flag is not None and flag.main_pid == main_pid else None
+
+
 def shutting_down(main_pid: int) -> bool:
     """Whether ``main_pid``'s worker began a warm shutdown: its shared byte when this
     process has it, else whether its marker file exists (``os.path`` on the path's text,
     half of ``Path.exists``'s cost)."""
-    flag = _warm_shutdown
-    if flag is not None and flag.main_pid == main_pid:
+    if flag := _shared(main_pid):
         return flag.page[0] != 0
     return os.path.exists(_marker_path(main_pid))
 
 
 def request_warm_shutdown(main_pid: int) -> None:
-    flag = _warm_shutdown
-    if flag is not None and flag.main_pid == main_pid:
+    if flag := _shared(main_pid):
         flag.page[0] = 1
     marker = shutdown_marker(main_pid)  # for any process that does not share the byte
     marker.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +81,6 @@ def request_warm_shutdown(main_pid: int) -> None:
 
 
 def clear_warm_shutdown(main_pid: int) -> None:
-    flag = _warm_shutdown
-    if flag is not None and flag.main_pid == main_pid:
+    if flag := _shared(main_pid):
         flag.page[0] = 0
     shutdown_marker(main_pid).unlink(missing_ok=True)

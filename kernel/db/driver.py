@@ -157,11 +157,11 @@ class Pipeline:
         waiting for them (an error of the statement, or of one sent before it, raised
         then, wrapped as :func:`send` wraps it). Not pipelined: it runs now."""
         conn = self._conn
+        if not self._pipelined:
+            rows = statement.all(conn, params)
+            return lambda: rows
         r = statement.rendered(conn.dialect)
         args = _args(r, params)
-        if not self._pipelined:
-            rows = _rows(r, send(conn, r.sql, args, fetch=True)[0])
-            return lambda: rows
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             cursor.execute(r.sql, args)
