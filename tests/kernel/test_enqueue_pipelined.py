@@ -9,7 +9,9 @@ server's on PostgreSQL: the first statement reads it, the next are given it)."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -127,6 +129,47 @@ def _refused(kernel: Kernel, at: int, size: int = BATCH) -> BaseException:
     with pytest.raises(Exception) as caught:
         kernel.enqueue_many(requests)
     return caught.value
+
+
+def _at_once(callers: list[Kernel], batch: list[EnqueueRequest]) -> list[list[Any]]:
+    """Each caller's ``enqueue_many(batch)``, released together."""
+    barrier = threading.Barrier(len(callers))
+
+    def call(caller: Kernel) -> list[Any]:
+        barrier.wait()
+        return caller.enqueue_many(batch)
+
+    with ThreadPoolExecutor(len(callers)) as pool:
+        return list(pool.map(call, callers))
+
+
+def test_callers_of_the_same_large_batch_at_once_make_each_key_once(
+    k: Harness, kernel_of: Kernel, sent: list[int]
+) -> None:
+    # Released together on their own connections, each caller's batch crosses its statements
+    # (PostgreSQL: 60 + 240) while the others insert the same keys: every key is one
+    # occurrence with one creation event, made by exactly one caller and found by the rest.
+    callers = [Kernel.open(k.url) for _ in range(4)]
+    try:
+        for round_ in range(2):
+            batch = [EnqueueRequest(TASK, [i], key=f"race-{round_}-{i}") for i in range(300)]
+            answers = _at_once(callers, batch)
+            for i in range(300):
+                per_key = [answer[i] for answer in answers]
+                assert len({a.occurrence_id for a in per_key}) == 1, (round_, i)
+                assert sum(not a.deduplicated for a in per_key) == 1, (round_, i)
+            ids = [a.occurrence_id for a in answers[0]]
+            with kernel_of.engine.connect() as conn:
+                created = conn.execute(
+                    sa.select(events.c.occurrence_id).where(
+                        events.c.occurrence_id.in_(ids), events.c.type == "occurrence_created"
+                    )
+                ).scalars().all()  # fmt: skip
+            assert sorted(created) == sorted(ids), round_
+        assert sent.count(60) == (8 if k.backend == "postgres" else 0)
+    finally:
+        for caller in callers:
+            caller.close()
 
 
 def test_a_failure_in_a_later_statement_writes_nothing_and_is_the_statements_error(
