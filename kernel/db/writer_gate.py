@@ -176,22 +176,35 @@ def sync_wal(database_path: str, kept: KeptWal | None = None, owner: object = No
     """``fdatasync`` the database's WAL: every commit written to it so far is then on disk
     (recovery keeps the log's longest valid prefix). With ``kept``, after a commit of
     ``owner``: its descriptor, opened once for that connection; without, opened per call."""
-    if kept is not None and kept.fd is not None and kept.owner is owner:
-        os.fdatasync(kept.fd)
-        return
-    try:
-        fd = os.open(f"{database_path}-wal", os.O_RDONLY)
-    except FileNotFoundError:  # no WAL: the last close checkpointed everything and synced it
-        return
     if kept is None:
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        fd = _open_wal(database_path)
+        if fd is not None:
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         return
-    kept.close()
-    kept.fd, kept.owner = fd, owner
-    os.fdatasync(fd)
+    fd = kept.fd if kept.owner is owner else None
+    if fd is None:
+        fd = _open_wal(database_path)
+        if fd is None:
+            return
+        kept.close()
+        kept.fd, kept.owner = fd, owner
+    try:
+        os.fdatasync(fd)
+    except OSError:
+        kept.close()  # the next sync opens the WAL anew, as one opened per call did
+        raise
+
+
+def _open_wal(database_path: str) -> int | None:
+    """The WAL, opened to be synced; None where there is none: the last close checkpointed
+    everything and synced it."""
+    try:
+        return os.open(f"{database_path}-wal", os.O_RDONLY)
+    except FileNotFoundError:
+        return None
 
 
 class WriterGate:

@@ -17,6 +17,7 @@ import pytest
 
 from kernel import Kernel
 from kernel.db import writer_gate
+from kernel.errors import StorageUnavailable
 
 
 def _kernel(path: Path) -> Kernel:
@@ -62,6 +63,7 @@ class _Syncs:
         self.wal = wal
         self.synced: list[bool] = []
         self.opened = 0
+        self.fail_next = False
 
     def open(self, path: str, flags: int, *args: int) -> int:
         if path == self.wal:
@@ -69,6 +71,9 @@ class _Syncs:
         return os.open(path, flags, *args)
 
     def fdatasync(self, fd: int) -> None:
+        if self.fail_next:  # a disk that fails fsync cannot be made here
+            self.fail_next = False
+            raise OSError(5, "Input/output error")
         named, current = os.fstat(fd), os.stat(self.wal)
         self.synced.append((named.st_dev, named.st_ino) == (current.st_dev, current.st_ino))
         os.fdatasync(fd)
@@ -201,3 +206,17 @@ def test_another_process_closing_its_connection_leaves_the_wal_in_place(
     finally:
         kernel.close()
     assert all(syncs.synced) and syncs.opened == 1
+
+
+def test_a_descriptor_whose_sync_failed_is_not_used_again(tmp_path: Path, syncs: _Syncs) -> None:
+    kernel = _kernel(tmp_path / "k.db")
+    try:
+        _runs(kernel, 1, "a")
+        syncs.fail_next = True
+        with pytest.raises(StorageUnavailable):
+            _runs(kernel, 1, "b")
+        assert kernel._session._held.wal.fd is None
+        _runs(kernel, 1, "c")
+    finally:
+        kernel.close()
+    assert all(syncs.synced) and syncs.opened == 2
