@@ -34,7 +34,7 @@ from typing import Any
 
 from kernel.db.process_id import current_pid
 
-__all__ = ["WriterGate", "sync_wal"]
+__all__ = ["KeptWal", "WriterGate", "sync_wal"]
 
 #: Room for the mutex (glibc and musl use at most 48 bytes on 64-bit machines), then a
 #: marker saying it was initialised.
@@ -145,18 +145,66 @@ class _SharedMutex:
         self._map.close()
 
 
-def sync_wal(database_path: str) -> None:
+class KeptWal:
+    """A descriptor of the database's WAL kept for the commits of one SQLite connection.
+
+    Opening the WAL per sync cost an ``openat`` and a ``close``, two a shallow run each
+    (bench/SESSION25-sqlite.md). A kept descriptor is only safe while it names the file the
+    commits went to: SQLite deletes the WAL when the last connection to the database closes
+    (the next one makes a new file), and only then: a checkpoint restarts or truncates the
+    same file. A connection in WAL mode holds a shared lock on the database from its first
+    transaction until it closes, which keeps any close from deleting the WAL meanwhile. So
+    the descriptor is opened after a commit of ``owner`` (a DBAPI connection) and used only
+    for commits of that same object: one that committed has stayed open since (a closed
+    sqlite3 connection commits nothing), so the file at the path is still the one opened.
+    A commit on any other connection (the held one replaced, a forked process's) opens anew.
+    """
+
+    __slots__ = ("fd", "owner")
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.owner: object = None
+
+    def close(self) -> None:
+        fd, self.fd, self.owner = self.fd, None, None
+        if fd is not None:
+            os.close(fd)
+
+
+def sync_wal(database_path: str, kept: KeptWal | None = None, owner: object = None) -> None:
     """``fdatasync`` the database's WAL: every commit written to it so far is then on disk
-    (recovery keeps the log's longest valid prefix). Opened per call: the file a kept
-    descriptor names is unlinked when the last connection closes the database."""
-    try:
-        fd = os.open(f"{database_path}-wal", os.O_RDONLY)
-    except FileNotFoundError:  # no WAL: the last close checkpointed everything and synced it
+    (recovery keeps the log's longest valid prefix). With ``kept``, after a commit of
+    ``owner``: its descriptor, opened once for that connection; without, opened per call."""
+    if kept is None:
+        fd = _open_wal(database_path)
+        if fd is not None:
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
         return
+    fd = kept.fd if kept.owner is owner else None
+    if fd is None:
+        fd = _open_wal(database_path)
+        if fd is None:
+            return
+        kept.close()
+        kept.fd, kept.owner = fd, owner
     try:
         os.fdatasync(fd)
-    finally:
-        os.close(fd)
+    except OSError:
+        kept.close()  # the next sync opens the WAL anew, as one opened per call did
+        raise
+
+
+def _open_wal(database_path: str) -> int | None:
+    """The WAL, opened to be synced; None where there is none: the last close checkpointed
+    everything and synced it."""
+    try:
+        return os.open(f"{database_path}-wal", os.O_RDONLY)
+    except FileNotFoundError:
+        return None
 
 
 class WriterGate:

@@ -14,7 +14,7 @@ from kernel.db.driver import send
 from kernel.db.engine import begin_write, end_write
 from kernel.db.process_id import current_pid
 from kernel.db.translate import Phase, connection_lost, translate
-from kernel.db.writer_gate import WriterGate, sync_wal
+from kernel.db.writer_gate import KeptWal, WriterGate, sync_wal
 from kernel.errors import KernelError, StorageUnavailable
 from kernel.transaction.tx import Tx
 
@@ -33,7 +33,7 @@ class _Held:
     heartbeat during a settle) checks a connection out of the pool instead.
     """
 
-    __slots__ = ("pid", "lock", "conn", "full", "normal")
+    __slots__ = ("pid", "lock", "conn", "full", "normal", "wal")
 
     def __init__(self) -> None:
         self.pid = current_pid()
@@ -43,6 +43,8 @@ class _Held:
         self.full = False
         #: SQLite: the connection is switched to NORMAL, its WAL synced after the gate.
         self.normal = False
+        #: SQLite: the WAL's descriptor for the syncs after ``conn``'s commits.
+        self.wal = KeptWal()
 
 
 class Session:
@@ -113,7 +115,8 @@ class Session:
             if gated:
                 self._gate.release()  # type: ignore[union-attr]
         if unsynced:
-            self._sync(unsynced[0])
+            assert held is not None and held.conn is not None  # only the held one skips the sync
+            self._sync(unsynced[0], held.wal, held.conn.connection.dbapi_connection)
         return result
 
     def _attempt(
@@ -181,12 +184,13 @@ class Session:
             held.normal = fast
         return fast
 
-    def _sync(self, number: int) -> None:
-        """Sync the WAL after a commit made without SQLite's sync, before the caller goes on."""
+    def _sync(self, number: int, kept: KeptWal, owner: object) -> None:
+        """Sync the WAL after a commit of ``owner`` made without SQLite's sync, before the
+        caller goes on."""
         gate = self._gate
         assert gate is not None
         try:
-            sync_wal(gate.database_path)
+            sync_wal(gate.database_path, kept, owner)
         except OSError as exc:
             raise StorageUnavailable(
                 "the transaction committed but the disk did not confirm it "
@@ -225,6 +229,7 @@ class Session:
     def _release(held: _Held) -> None:
         """Give the held connection back (the caller holds ``held.lock``)."""
         conn, held.conn = held.conn, None
+        held.wal.close()
         if conn is not None:
             if held.normal:  # back to the pool as the engine made it, or not at all
                 held.normal = False

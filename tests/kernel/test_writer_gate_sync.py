@@ -91,7 +91,7 @@ DIES_BEFORE_ITS_SYNC = """
 import os, signal, sys
 from kernel import Kernel
 from kernel.transaction import session
-def die(path):  # the process is killed between its COMMIT and its sync of the WAL
+def die(*_):  # the process is killed between its COMMIT and its sync of the WAL
     os.kill(os.getpid(), signal.SIGKILL)
 session.sync_wal = die
 kernel = Kernel.open(sys.argv[1])
@@ -123,7 +123,7 @@ def test_a_sync_that_fails_says_the_commit_is_not_known_durable(
 ) -> None:
     kernel, ids = _kernel(tmp_path / "k.db")
 
-    def eio(path: str) -> None:  # a disk that fails fsync cannot be made here
+    def eio(*_: object) -> None:  # a disk that fails fsync cannot be made here
         raise OSError(5, "Input/output error")
 
     try:
