@@ -7,10 +7,15 @@ a chain of ``Kernel.succeed_and_claim`` (a batch's step: run N settled and run N
 in one statement), after three untimed steps that prepare the statement again. Per step:
 the server backends' CPU (user + system from ``/proc``, at the clock tick's resolution),
 the statement's executor time and WAL records (``pg_stat_statements``), the bench
-process's CPU. Spellings: ``compact`` (as shipped, revision 0027), ``portable`` (as before
+process's CPU. Spellings: ``compact`` (as shipped, revision 0026), ``portable`` (as before
 it, and as SQLite keeps them), ``none`` (no checks: what they cost at all; never shipped).
+``--indexes``: the indexes of ``occurrences`` varied the same way, each variant in turn
+(:data:`INDEXES`: ``migrated`` as the migrations left them; ``+idempotency-key`` the unique
+index revision 0028 dropped, made again; ``-NAME``: that index dropped for the variant).
 
     .venv/bin/python bench/server_cpu.py --n 400 --rounds 5
+    .venv/bin/python bench/server_cpu.py --spellings compact \
+        --indexes migrated,+idempotency-key,-occurrences_job,-occurrences_job_newest
 """
 
 from __future__ import annotations
@@ -57,6 +62,31 @@ def _spell(admin: psycopg.Connection, checks: Sequence[tuple[str, str]]) -> None
         admin.execute(f"ALTER TABLE occurrences ADD CONSTRAINT {name} CHECK ({condition})")
 
 
+#: Index variants: DDL that makes each, from the migrated schema (``-NAME`` drops NAME).
+INDEXES = {
+    "migrated": "",
+    "+idempotency-key": "CREATE UNIQUE INDEX bench_idempotency_key ON occurrences"
+    " (idempotency_key)",
+}
+
+
+def _vary(admin: psycopg.Connection, variant: str) -> str:
+    """Make ``variant`` of the indexes; answers the DDL that undoes it."""
+    if variant.startswith("-"):
+        name = variant[1:]
+        (definition,) = admin.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,)
+        ).fetchone() or (None,)
+        if definition is None:
+            raise SystemExit(f"no index {name}")
+        admin.execute(f"DROP INDEX {name}")
+        return str(definition)
+    if INDEXES[variant]:
+        admin.execute(INDEXES[variant])
+        return "DROP INDEX bench_idempotency_key"
+    return ""
+
+
 def _chain(kernel: Kernel, ids: Sequence[int], held: Claim | None = None) -> Claim | None:
     """Settle each of ``ids`` and claim the next in one statement; ``held``: the first's
     claim (else it is claimed first). Returns the last one's claim."""
@@ -74,25 +104,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=400, help="steps timed per round and spelling")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--spellings", default=",".join(SPELLINGS))
+    parser.add_argument("--indexes", default="migrated", help="index variants (see INDEXES)")
     parser.add_argument("--postgres-url", help="use this server (with pg_stat_statements)")
     args = parser.parse_args(argv)
-    spellings = [s for s in args.spellings.split(",") if s]
+    variants = [
+        (s, i) for s in args.spellings.split(",") if s for i in args.indexes.split(",") if i
+    ]
     per_chain = args.n + 5
-    rows: dict[str, list[tuple[float, float, float, float]]] = {s: [] for s in spellings}
+    rows: dict[str, list[tuple[float, float, float, float]]] = {
+        _label(s, i): [] for s, i in variants
+    }
     with ExitStack() as stack:
         pg_url = stack.enter_context(
             server("postgres", args.postgres_url, durable=True, settings=PRELOAD)
         )
         url = stack.enter_context(fresh_database(pg_url, "server-cpu-"))
-        ids = _prepare(url, args.rounds * len(spellings) * per_chain, "FULL")
+        ids = _prepare(url, args.rounds * len(variants) * per_chain, "FULL")
         kernel = Kernel.open(url)
         admin = psycopg.connect(url.replace("+psycopg", ""), autocommit=True)
         admin.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         for r in range(args.rounds):
-            for s in spellings:
+            for s, i in variants:
                 chunk = ids[:per_chain]
                 ids = ids[per_chain:]
                 _spell(admin, SPELLINGS[s])
+                undo = _vary(admin, i)
                 # Untimed: the statement is prepared again after the DDL.
                 held = _chain(kernel, chunk[:4])
                 admin.execute("SELECT pg_stat_statements_reset()")
@@ -112,18 +148,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "SELECT calls, total_exec_time, wal_records FROM pg_stat_statements"
                     " WHERE query LIKE '%next_claimed%' ORDER BY calls DESC LIMIT 1"
                 ).fetchone() or (1, 0.0, 0)
+                if undo:
+                    admin.execute(undo)
                 row = (server_s, exec_ms / calls * 1000, wal / calls, client_s)
-                rows[s].append(row)
-                print(f"round {r} {s:<9}" + "".join(f" {v:8.1f}" for v in row), flush=True)
+                rows[_label(s, i)].append(row)
+                cells = "".join(f" {v:8.1f}" for v in row)
+                print(f"round {r} {_label(s, i):<9}{cells}", flush=True)
         admin.close()
         kernel.close()
     print(f"\nper settle-and-claim, {args.n} per round, {args.rounds} rounds: median / lowest")
     heads = ("server µs", "executor µs", "WAL records", "bench µs")
-    print(f"{'spelling':<10}" + "".join(f"{h:>18}" for h in heads))
+    print(f"{'variant':<10}" + "".join(f"{h:>18}" for h in heads))
     for s, got in rows.items():
         cells = [f"{statistics.median(c):8.0f} /{min(c):7.0f}" for c in zip(*got, strict=True)]
         print(f"{s:<10}" + "".join(f"{c:>18}" for c in cells))
     return 0
+
+
+def _label(spelling: str, indexes: str) -> str:
+    return spelling if indexes == "migrated" else f"{spelling} {indexes}"
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ jobs
     disabled by its schedule running out (0014). ``plan_error``: why Beat cannot plan or fire
     this revision; its next fire or revision clears it (0016).
 occurrences
-    One row per logical firing (SPEC I1: unique ``idempotency_key`` and unique
-    (job_id, trigger_key)). ``definition`` is the job spec snapshot (I5).
+    One row per logical firing (SPEC I1: unique (job_id, trigger_key); ``idempotency_key``
+    is made of them, unique with them, no index of its own: revision 0028). ``definition``
+    is the job spec snapshot (I5).
     ``fence`` grows by one per claim; ``lease_owner``/``lease_expires_at`` name
     the live holder. ``available_at`` gates claims of queued/retry_wait rows;
     ``dispatched_at`` is when the pump last published a hint. ``exclusive`` rows
@@ -204,7 +205,6 @@ occurrences = sa.Table(
     sa.Column("links", sa.Text),
     sa.Column("expires_at", Ms),
     sa.Column("rate_limit", sa.String(200)),
-    sa.UniqueConstraint("idempotency_key", name="occurrences_idempotency_key"),
     sa.UniqueConstraint("job_id", "trigger_key", name="occurrences_job_trigger"),
     # Partial indexes: a composite (status, ...) index lets PostgreSQL's generic
     # plan turn settle-by-id into a scan of every running row.

@@ -68,7 +68,6 @@ _CONSTRAINT_MEANINGS = {
         "another occurrence of this job (overlap queue/replace) is already running"
     ),
     "occurrences_job_trigger": "this firing of the job already has an occurrence",
-    "occurrences_idempotency_key": "an occurrence with this idempotency key exists",
 }
 
 

@@ -182,9 +182,7 @@ def enqueue(
         made, found = insert_chunks(tx, chunks)
     else:
         made, found = insert_enqueued(tx, rows, alone=alone)
-    found.update(
-        existing_keys(tx, [r.key for r in rows if r.key not in made and r.key not in found])
-    )
+    found.update(existing_keys(tx, [r for r in rows if r.key not in made and r.key not in found]))
     orphans = [row for row in rows if row.key not in made and row.key not in found]
     if orphans:  # their job was deleted since this process defined it: define it again
         for job_id in {row.job_id for row in orphans}:

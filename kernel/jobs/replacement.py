@@ -141,6 +141,6 @@ def _first_made(tx: Tx, text: str, occurrence_id: int) -> list[int]:
             text, succeeded=True, result=None, parent_id=occurrence_id, parent_task_id=""
         )
     )
-    keys = [prepare(request, {}, False, occurrence_id).key for request in requests]
-    found = existing_keys(tx, keys)
-    return [found[key] for key in keys if key in found]
+    rows = [prepare(request, {}, False, occurrence_id) for request in requests]
+    found = existing_keys(tx, rows)
+    return [found[row.key] for row in rows if row.key in found]

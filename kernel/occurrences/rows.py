@@ -172,16 +172,26 @@ def insert_chunks(
     return made, found
 
 
-def existing_keys(tx: Tx, keys: Sequence[str]) -> dict[str, int]:
-    """idempotency key -> occurrence id of those of ``keys`` that exist."""
-    if not keys:
+def existing_keys(tx: Tx, rows: Sequence[EnqueueRow]) -> dict[str, int]:
+    """idempotency key -> occurrence id of those of ``rows`` that exist, found by their
+    unique (job, trigger key), which their key is made of (revision 0028)."""
+    if not rows:
         return {}
-    rows = tx.conn.execute(
-        sa.select(occurrences.c.idempotency_key, occurrences.c.id).where(
-            occurrences.c.idempotency_key.in_(keys)
+    keys = {(row.job_id, row.values["trigger_key"]): row.key for row in rows}
+    triggers: dict[str, list[str]] = {}
+    for job_id, trigger_key in keys:
+        triggers.setdefault(job_id, []).append(trigger_key)
+    # A job's trigger keys in one list: SQLite seeks each; a row value IN walks the index.
+    OCC = occurrences
+    found = tx.conn.execute(
+        sa.select(OCC.c.job_id, OCC.c.trigger_key, OCC.c.id).where(
+            sa.or_(*(
+                (OCC.c.job_id == job_id) & OCC.c.trigger_key.in_(listed)
+                for job_id, listed in triggers.items()
+            ))
         )
-    )
-    return {r.idempotency_key: r.id for r in rows}
+    )  # fmt: skip
+    return {keys[(job_id, trigger_key)]: id_ for job_id, trigger_key, id_ in found}
 
 
 def insert_links(
@@ -198,7 +208,7 @@ def insert_links(
     if not errbacks:
         tx.made_runs.extend(m.occurrence_id for m in made.values())
     TC.hand_over(tx, rows, made)  # a replaced chord member's replacement, made now
-    unseen = [row.key for row in rows if row.key not in made and row.key not in existing]
+    unseen = [row for row in rows if row.key not in made and row.key not in existing]
     existing.update(existing_keys(tx, unseen))
     for row in rows:
         if row.key not in made and row.key not in existing:

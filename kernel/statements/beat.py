@@ -60,8 +60,8 @@ _COLUMNS = (
 
 
 def _create(insert: Any) -> Any:
-    """Insert unless the firing exists: the unique keys (job, trigger key) and the
-    idempotency key decide, not a prior read; zero rows when it exists."""
+    """Insert unless the firing exists: the unique (job, trigger key) decides, not a
+    prior read; zero rows when it exists."""
     return (
         insert(occurrences)
         .values({name: p(name) for name in _COLUMNS})

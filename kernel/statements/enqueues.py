@@ -174,7 +174,7 @@ def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
 
     The guard is in the statement: a row is inserted only where its job exists (on
     PostgreSQL the job row is held ``FOR KEY SHARE``, so a concurrent delete waits),
-    and the unique ``idempotency_key`` refuses a key that exists or is being inserted
+    and the unique (job, trigger key) refuses a key that exists or is being inserted
     by another transaction (which then waits for that one to end: two callers of one
     key get one occurrence). Its times are read against the statement's instant.
 
@@ -246,13 +246,13 @@ def _statement(dialect: str, rows: int) -> DriverStatement:
             now.label("now"),
             existing.c.id.label("existing_id"),
         )
-        .select_from(
-            given.outerjoin(
-                inserted, inserted.c.idempotency_key == given.c.idempotency_key
-            ).outerjoin(existing, existing.c.idempotency_key == given.c.idempotency_key)
+        .select_from(  # a key's existing row by its firing's unique key (revision 0028)
+            given.outerjoin(inserted, inserted.c.idempotency_key == given.c.idempotency_key)
+            .outerjoin(existing, (existing.c.job_id == given.c.job_id)
+                       & (existing.c.trigger_key == given.c.trigger_key))
         )
         .add_cte(_created_logged(inserted).cte("created_logged"))
-    )
+    )  # fmt: skip
     return DriverStatement(answer, dialect)
 
 

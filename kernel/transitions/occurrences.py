@@ -45,7 +45,7 @@ BEAT_FIRES = Transition(
     "Beat fires, run-now or a chain (create)",
     (S.QUEUED, S.SKIPPED, S.AWAITING_APPROVAL),
     st.CREATE_OCCURRENCE,
-    "unique (job, trigger key) and idempotency key; admitted "
+    "unique (job, trigger key), which the idempotency key is made of; admitted "
     "(kernel.occurrences.firing.admit: overlap "
     "policy, max_queued; job row held) unless run-now --force; then the gates "
     "(kernel.occurrences.firing.create_gated): approval hold (awaiting_approval, or "
@@ -59,8 +59,8 @@ TASK_ENQUEUED = Transition(
     "a task is enqueued, or a settled run's link fires (create)",
     (S.QUEUED,),
     st.ENQUEUE_OCCURRENCE,
-    "its job (task:<name>) exists, held FOR KEY SHARE on PostgreSQL; unique idempotency "
-    "key (task:<name>|key:<caller's key>): an existing or concurrently inserted key is "
+    "its job (task:<name>) exists, held FOR KEY SHARE on PostgreSQL; unique (job, "
+    "trigger key) (task:<name>, key:<caller's key>): an existing or concurrently inserted key is "
     "not inserted again (one statement per batch of rows); a link (callbacks on success, "
     "errbacks on dead_letter) in the transaction of that settle, lease expiry or verdict",
     (E.OCCURRENCE_CREATED,),

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from kernel import Kernel
+from kernel import EnqueueRequest, Kernel
 from kernel.db import driver
 from tests.kernel.conftest import Harness
 
@@ -66,6 +66,11 @@ READERS: dict[str, Callable[[Kernel, int], object]] = {
     # The exporter's and the pools page's waiting counts per pool (one pool's: its limit set).
     "pools": lambda kernel, _: kernel.pools(),
     "a pool's limit": lambda kernel, _: kernel.set_pool_limit("gpu", 2),
+    # Keys given again find their runs by (job, trigger key) (revision 0028).
+    "an enqueue's keys again": lambda kernel, _: [
+        kernel.enqueue_many([EnqueueRequest(task="t", key=f"k{i}") for i in range(3)])
+        for _ in range(2)
+    ],
 }
 #: Retention and ``kernel prune``: each step reads a status's oldest rows past an age while
 #: it holds the writer lock, so it must not read (and sort) the status's whole history.
@@ -82,7 +87,8 @@ PRUNERS: dict[str, Callable[[Kernel, int], object]] = {
 @contextmanager
 def _captured(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
     """The reads and deletes sent on ``engine``, through Core or on the driver
-    (DriverStatement): a prune's deletes of what belonged to its runs must seek too."""
+    (DriverStatement, pipelined or not): a prune's deletes of what belonged to its runs
+    must seek too, and so must an enqueue's search for the keys that exist."""
     sent: list[tuple[str, Any]] = []
 
     def record(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -96,12 +102,23 @@ def _captured(engine: sa.Engine) -> Iterator[list[tuple[str, Any]]]:
             record(conn, None, sql, args)
         return send(conn, sql, args, fetch=fetch)
 
+    pipelined = driver.Pipeline.send
+
+    def on_pipeline(pipe: Any, statement: driver.DriverStatement, params: Any) -> Any:
+        conn = pipe._conn
+        if conn.engine is engine and pipe._pipelined:  # else it runs through driver.send
+            rendered = statement.rendered(conn.dialect)
+            record(conn, None, rendered.sql, driver._args(rendered, params))
+        return pipelined(pipe, statement, params)
+
     sa.event.listen(engine, "before_cursor_execute", record)
     driver.send = on_driver
+    driver.Pipeline.send = on_pipeline  # type: ignore[method-assign]
     try:
         yield sent
     finally:
         driver.send = send
+        driver.Pipeline.send = pipelined  # type: ignore[method-assign]
         sa.event.remove(engine, "before_cursor_execute", record)
 
 
