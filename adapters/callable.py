@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -101,7 +102,7 @@ def _resolve(target: str) -> Callable[..., Any]:
     """
     module_name, _, attr_path = target.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _loaded(module_name) or importlib.import_module(module_name)
         for attr in attr_path.split("."):
             obj = getattr(obj, attr)
     except (ImportError, AttributeError) as exc:
@@ -110,6 +111,16 @@ def _resolve(target: str) -> Callable[..., Any]:
         raise _not_found(target, f"{type(obj).__name__} object is not callable")
     function: Callable[..., Any] = obj
     return function
+
+
+def _loaded(module_name: str) -> Any:
+    """The module ``module_name`` when it is imported and done initializing, as
+    ``importlib.import_module`` itself looks it up first (without its per-call machinery);
+    else None, and the caller imports it (waiting for an import under way elsewhere)."""
+    module = sys.modules.get(module_name)
+    if module is None or getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return None
+    return module
 
 
 @functools.cache  # a signature per run cost as much as the kernel's own Python

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 import threading
 from typing import Any
 
@@ -192,3 +194,27 @@ def test_a_run_reads_its_payload_without_the_model_once_its_function_was_read(
 
     assert [CallableAdapter().execute(ctx) for ctx in contexts] == [1, 2, 3]
     assert validated == [{"callable": target}]
+
+
+def test_a_loaded_module_is_taken_from_sys_modules_and_one_still_importing_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run of a function whose module is loaded does not go through the import machinery
+    (fails before: ``import_module`` every run); a module whose import is still under way
+    (in another thread) is asked of ``import_module``, which waits for it."""
+    imported: list[str] = []
+    import_module = importlib.import_module
+
+    def counted(name: str, *args: Any) -> Any:
+        imported.append(name)
+        return import_module(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", counted)
+    ctx = make_context("callable", {"callable": _ADD, "args": [1, 2]})
+    assert CallableAdapter().execute(ctx) == 3
+    assert imported == []
+
+    module = sys.modules["unit.adapter_support"]
+    monkeypatch.setattr(module.__spec__, "_initializing", True, raising=False)
+    assert CallableAdapter().execute(ctx) == 3
+    assert imported == ["unit.adapter_support"]
