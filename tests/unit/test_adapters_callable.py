@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 import threading
 from typing import Any
 
 import pytest
 from unit.adapter_support import SafePoints, make_context
 
-from adapters.base import CHECKPOINT_V1, AdapterError, Cancelled, ErrorClass, HandBack
-from adapters.callable import CallableAdapter
+from adapters.base import (
+    CHECKPOINT_V1,
+    AdapterError,
+    Cancelled,
+    ErrorClass,
+    HandBack,
+    read_payload,
+)
+from adapters.callable import CallableAdapter, _call_of
+from kernel import CallablePayload
 from kernel.errors import InvalidArgument
 
 
@@ -114,3 +124,97 @@ def test_errors_from_the_function_are_retryable_by_default() -> None:
     assert adapter.classify_error(caught.value) == ErrorClass(
         True, "ADAPTER_ERROR", f"TypeError: {caught.value}"
     )
+
+
+_ADD = "unit.adapter_support:add"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"callable": _ADD},
+        {"callable": _ADD, "args": [1, [2]], "kwargs": {"b": {"c": None}}},
+        {"callable": _ADD, "kwargs": {}},
+        {"callable": "pkg.mod:Cls.method", "args": []},
+        # refused, each with the field the model names
+        {"callable": "unit.adapter_support"},
+        {"callable": ""},
+        {"callable": "x" * 1100 + ":f"},
+        {"callable": 7},
+        {"callable": _ADD, "args": "12"},
+        {"callable": _ADD, "args": None},
+        {"callable": _ADD, "kwargs": [1]},
+        {"callable": _ADD, "kwargs": {1: 2}},
+        {"callable": _ADD, "extra": 1},
+        {"args": [1]},
+    ],
+)
+def test_a_stored_payload_is_read_as_its_model_reads_it(payload: dict[str, Any]) -> None:
+    """The adapter's own read of a payload (no model per run) answers what the model does:
+    the same function and arguments, or the same refusal."""
+    try:
+        model = read_payload(payload, CallablePayload)
+    except AdapterError as refused:
+        with pytest.raises(AdapterError) as caught:
+            _call_of(payload)
+        assert (caught.value.code, caught.value.message) == (refused.code, refused.message)
+    else:
+        assert _call_of(payload) == (model.callable, model.args, model.kwargs)
+
+
+def test_the_payload_model_has_the_fields_the_adapter_reads_itself() -> None:
+    """The adapter takes a stored payload without its model when it has only these fields
+    of these types (adapters/callable.py ``_call_of``): a field or a rule added to the
+    model must be added there too."""
+    fields = CallablePayload.model_fields
+    assert set(fields) == {"callable", "args", "kwargs"}
+    assert (fields["args"].annotation, fields["kwargs"].annotation) == (list[Any], dict[str, Any])
+    assert not fields["args"].metadata and not fields["kwargs"].metadata
+
+
+def test_a_run_reads_its_payload_without_the_model_once_its_function_was_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model's validation per run was most of the adapter's own cost: it reads a
+    function's name once per process, not a run's payload each time (fails before: the
+    model read every run's)."""
+    validated: list[Any] = []
+    model_validate = CallablePayload.model_validate
+
+    def counted(value: Any, *args: Any, **kwargs: Any) -> Any:
+        validated.append(value)
+        return model_validate(value, *args, **kwargs)
+
+    monkeypatch.setattr(CallablePayload, "model_validate", counted)
+    target = "unit.adapter_support:add_once_read"
+    monkeypatch.setattr("unit.adapter_support.add_once_read", lambda a, b: a + b, raising=False)
+
+    contexts = [make_context("callable", {"callable": target, "args": [n, 1]}) for n in range(3)]
+    validated.clear()  # the definitions' own validation
+
+    assert [CallableAdapter().execute(ctx) for ctx in contexts] == [1, 2, 3]
+    assert validated == [{"callable": target}]
+
+
+def test_a_loaded_module_is_taken_from_sys_modules_and_one_still_importing_is_imported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run of a function whose module is loaded does not go through the import machinery
+    (fails before: ``import_module`` every run); a module whose import is still under way
+    (in another thread) is asked of ``import_module``, which waits for it."""
+    imported: list[str] = []
+    import_module = importlib.import_module
+
+    def counted(name: str, *args: Any) -> Any:
+        imported.append(name)
+        return import_module(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", counted)
+    ctx = make_context("callable", {"callable": _ADD, "args": [1, 2]})
+    assert CallableAdapter().execute(ctx) == 3
+    assert imported == []
+
+    module = sys.modules["unit.adapter_support"]
+    monkeypatch.setattr(module.__spec__, "_initializing", True, raising=False)
+    assert CallableAdapter().execute(ctx) == 3
+    assert imported == ["unit.adapter_support"]
