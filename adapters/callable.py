@@ -59,7 +59,8 @@ def _call_of(payload: Mapping[str, Any]) -> tuple[str, list[Any], dict[str, Any]
 
     A payload as the kernel stores it (a dict of those fields, the arguments a list and a
     dict with string keys, the function's name read by the model before) is taken as it
-    is: the model's validation per run was most of the adapter's own cost (bench/SESSION25-run.md).
+    is: the model's validation per run was most of the adapter's own cost
+    (bench/README.md, session 25).
     Any other goes through the model, which refuses it with the field it names.
 
     Raises:

@@ -149,8 +149,8 @@ class KeptWal:
     """A descriptor of the database's WAL kept for the commits of one SQLite connection.
 
     Opening the WAL per sync cost an ``openat`` and a ``close``, two a shallow run each
-    (bench/SESSION25-sqlite.md). A kept descriptor is only safe while it names the file the
-    commits went to: SQLite deletes the WAL when the last connection to the database closes
+    (bench/README.md, session 25). A kept descriptor is only safe while it names the file
+    the commits went to: SQLite deletes the WAL when the last connection to the database closes
     (the next one makes a new file), and only then: a checkpoint restarts or truncates the
     same file. A connection in WAL mode holds a shared lock on the database from its first
     transaction until it closes, which keeps any close from deleting the WAL meanwhile. So
