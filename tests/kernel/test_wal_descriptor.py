@@ -18,20 +18,11 @@ import pytest
 from kernel import Kernel
 from kernel.db import writer_gate
 from kernel.errors import StorageUnavailable
+from tests.kernel.file_kernel import file_kernel
 
 
 def _kernel(path: Path) -> Kernel:
-    kernel = Kernel.open(f"sqlite:///{path}", migrate_schema=True)
-    kernel.define_job(
-        {
-            "id": "job",
-            "kind": "callable",
-            "payload": {"callable": "jobs.sample:run"},
-            "overlap": "allow",
-            "max_queued": 1000,
-        }
-    )
-    return kernel
+    return file_kernel(path, max_queued=1000)
 
 
 _CURSORS: dict[int, str] = {}

@@ -13,21 +13,13 @@ import pytest
 from kernel import Kernel
 from kernel.errors import StorageUnavailable
 from kernel.transaction import session as session_module
+from tests.kernel.file_kernel import file_kernel
 
 _NORMAL, _FULL = 1, 2
 
 
 def _kernel(path: Path, n: int = 2) -> tuple[Kernel, list[int]]:
-    kernel = Kernel.open(f"sqlite:///{path}", migrate_schema=True)
-    kernel.define_job(
-        {
-            "id": "job",
-            "kind": "callable",
-            "payload": {"callable": "jobs.sample:run"},
-            "overlap": "allow",
-            "max_queued": 100,
-        }
-    )
+    kernel = file_kernel(path, max_queued=100)
     at = kernel.now() - timedelta(seconds=1)
     report = kernel.fire(
         "job",
