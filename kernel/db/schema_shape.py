@@ -164,9 +164,22 @@ def _sqlite_shape(conn: sa.Connection) -> dict[str, str]:
             shape[f"column {name}.{column}"] = f"{type_} {null} default {default} pk {pk}"
         for check in _checks(sql):
             shape[f"check {name} {check}"] = "present"
+        for columns in _unique_keys(conn, name):
+            shape[f"constraint {name}.unique({columns})"] = "present"
         for fk in conn.exec_driver_sql(f"PRAGMA foreign_key_list('{name}')"):
             shape[f"foreign key {name}.{fk[3]}"] = f"{fk[2]}.{fk[4]} on delete {fk[6]}"
     return shape
+
+
+def _unique_keys(conn: sa.Connection, table: str) -> list[str]:
+    """The columns of each UNIQUE constraint of a SQLite table, comma-separated. SQLite
+    keeps them as automatic indexes, which ``sqlite_master`` lists without their text and
+    under names that depend on the order the table's text declares them."""
+    return [
+        ",".join(column for _, _, column in conn.exec_driver_sql(f"PRAGMA index_info('{index}')"))
+        for _, index, _, origin, _ in conn.exec_driver_sql(f"PRAGMA index_list('{table}')")
+        if origin == "u"
+    ]
 
 
 def _postgresql_shape(conn: sa.Connection) -> dict[str, str]:

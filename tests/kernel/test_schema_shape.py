@@ -1,10 +1,11 @@
 """Schema verification by fingerprint: a migrated database matches ``shape.json``; one
-altered by hand (an index dropped, a CHECK weakened, a table missing) is refused at start
-and named by ``doctor``; an edited migration is caught by its checksum."""
+altered by hand (an index or a unique key dropped, a CHECK weakened, a table missing) is
+refused at start and named by ``doctor``; an edited migration is caught by its checksum."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,34 @@ def _weaken_a_check(backend: str) -> tuple[str, ...]:
     )
 
 
-@pytest.mark.parametrize("alteration", ["drop_index", "weaken_check", "drop_table"])
+def _drop_a_unique_key(url: str, backend: str) -> tuple[str, ...]:
+    """``notifications``' unique (occurrence_id, fence, event) dropped by hand."""
+    if backend == "postgresql":
+        return ("ALTER TABLE notifications DROP CONSTRAINT notifications_run_event",)
+    # SQLite drops a table's UNIQUE only by rebuilding the table, as a hand edit would.
+    engine = create_kernel_engine(url)
+    try:
+        with engine.connect() as conn:
+            table, *indexes = conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE tbl_name = 'notifications'"
+                " AND sql IS NOT NULL ORDER BY type = 'index'"
+            ).scalars()
+    finally:
+        engine.dispose()
+    without = re.sub(r",\s*CONSTRAINT \w+ UNIQUE \([^)]*\)", "", table)
+    assert without != table
+    return (
+        re.sub(r'^CREATE TABLE "?notifications"?', "CREATE TABLE notifications_new", without),
+        "INSERT INTO notifications_new SELECT * FROM notifications",
+        "DROP TABLE notifications",
+        "ALTER TABLE notifications_new RENAME TO notifications",
+        *indexes,
+    )
+
+
+@pytest.mark.parametrize(
+    "alteration", ["drop_index", "weaken_check", "drop_table", "drop_unique_key"]
+)
 def test_a_hand_altered_schema_is_refused_at_start_and_named_by_doctor(
     k: Harness, alteration: str
 ) -> None:
@@ -72,11 +100,16 @@ def test_a_hand_altered_schema_is_refused_at_start_and_named_by_doctor(
         "drop_index": ("DROP INDEX occurrences_claimable",),
         "weaken_check": _weaken_a_check(backend),
         "drop_table": ("DROP TABLE adjudication_asks",),
-    }[alteration]
+        "drop_unique_key": (),
+    }[alteration] or _drop_a_unique_key(k.url, backend)
     named = {
         "drop_index": "index occurrences_claimable",
         "weaken_check": "pools",
         "drop_table": "table adjudication_asks",
+        "drop_unique_key": {
+            "postgresql": "constraint notifications.notifications_run_event",
+            "sqlite": "constraint notifications.unique(occurrence_id,fence,event)",
+        }[backend],
     }[alteration]
     _alter(k.url, *statements)
 
