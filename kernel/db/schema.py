@@ -215,7 +215,8 @@ occurrences = sa.Table(
         "expires_at",
         where="status IN ('queued', 'retry_wait') AND expires_at IS NOT NULL",
     ),
-    # settled_at too: a job's last success or failure is one seek (kernel/jobs/health.py).
+    # settled_at too: a job's last success, last failure and failures since are seeks
+    # (kernel/jobs/health.py).
     sa.Index("occurrences_job", "job_id", "status", "settled_at"),
     sa.Index("occurrences_job_newest", "job_id", "id"),
     # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
