@@ -11,7 +11,8 @@ process's CPU. Spellings: ``compact`` (as shipped, revision 0026), ``portable`` 
 it, and as SQLite keeps them), ``none`` (no checks: what they cost at all; never shipped).
 ``--indexes``: the indexes of ``occurrences`` varied the same way, each variant in turn
 (:data:`INDEXES`: ``migrated`` as the migrations left them; ``+idempotency-key`` the unique
-index revision 0028 dropped, made again; ``-NAME``: that index dropped for the variant).
+index revision 0028 dropped, made again; ``before-0029`` the two indexes revision 0029
+replaced, made again in place of its own; ``-NAME``: that index dropped for the variant).
 
     .venv/bin/python bench/server_cpu.py --n 400 --rounds 5
     .venv/bin/python bench/server_cpu.py --spellings compact \
@@ -62,11 +63,24 @@ def _spell(admin: psycopg.Connection, checks: Sequence[tuple[str, str]]) -> None
         admin.execute(f"ALTER TABLE occurrences ADD CONSTRAINT {name} CHECK ({condition})")
 
 
-#: Index variants: DDL that makes each, from the migrated schema (``-NAME`` drops NAME).
+_SETTLED = "lower(status) IN ('succeeded', 'dead_letter', 'cancelled', 'skipped')"
+#: Index variants from the migrated schema, each its DDL and the DDL that undoes it
+#: (``-NAME`` drops NAME): the indexes revisions 0028 and 0029 dropped, made again.
 INDEXES = {
-    "migrated": "",
-    "+idempotency-key": "CREATE UNIQUE INDEX bench_idempotency_key ON occurrences"
-    " (idempotency_key)",
+    "migrated": ("", ""),
+    "+idempotency-key": (
+        "CREATE UNIQUE INDEX bench_idempotency_key ON occurrences (idempotency_key)",
+        "DROP INDEX bench_idempotency_key",
+    ),
+    "before-0029": (
+        "CREATE INDEX bench_prunable ON occurrences (lower(status), settled_at)"
+        " WHERE lower(status) IN ('succeeded', 'cancelled', 'skipped');"
+        " CREATE INDEX bench_settled_status ON occurrences (status, job_id, settled_at)"
+        " WHERE settled_at IS NOT NULL; DROP INDEX occurrences_settled_by_status",
+        "DROP INDEX bench_prunable; DROP INDEX bench_settled_status;"
+        " CREATE INDEX occurrences_settled_by_status ON occurrences"
+        f" (lower(status), settled_at) WHERE {_SETTLED}",
+    ),
 }
 
 
@@ -81,10 +95,10 @@ def _vary(admin: psycopg.Connection, variant: str) -> str:
             raise SystemExit(f"no index {name}")
         admin.execute(f"DROP INDEX {name}")
         return str(definition)
-    if INDEXES[variant]:
-        admin.execute(INDEXES[variant])
-        return "DROP INDEX bench_idempotency_key"
-    return ""
+    make, undo = INDEXES[variant]
+    if make:
+        admin.execute(make)
+    return undo
 
 
 def _chain(kernel: Kernel, ids: Sequence[int], held: Claim | None = None) -> Claim | None:

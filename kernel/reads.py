@@ -10,6 +10,8 @@ import sqlalchemy as sa
 
 from kernel import statements as st
 from kernel.db.schema import (
+    SETTLED_KEY,
+    SETTLED_WHERE,
     controls,
     events,
     jobs,
@@ -270,13 +272,19 @@ def _live_count_sql(dialect: str) -> sa.TextClause:
 
 
 def _count_query() -> sa.CompoundSelect[Any]:
-    """Each final state counted up to COUNT_CAP + 1 through ``occurrences_settled_status``."""
+    """Each final state counted up to COUNT_CAP + 1 by a seek on
+    ``occurrences_settled_by_status``: its predicate and key expression repeated as the
+    index states them (kernel/db/schema.py), the state written into the text."""
     parts: list[sa.Select[str, int]] = []
     for state in SETTLED:
         bounded = (
             sa.select(sa.literal_column("1").label("one"))
             .select_from(OCC)
-            .where(status_is(state), OCC.c.settled_at.is_not(None))
+            .where(
+                SETTLED_WHERE,
+                # The index's key as it is written, then the state.
+                SETTLED_KEY == sa.literal(state.value, literal_execute=True),  # noqa: SIM300
+            )
             .limit(COUNT_CAP + 1)
             .subquery()
         )

@@ -55,7 +55,7 @@ _BEGIN_WRITE = DriverStatement(sa.text("BEGIN IMMEDIATE"), "sqlite")
 #: The schema revision this code needs: the newest in kernel/migrations/versions (a test
 #: holds it to alembic's head). alembic itself is imported only to migrate or to name an
 #: unknown revision: a worker on a current schema never loads it (~9 MB per process).
-HEAD_REVISION = "0028"
+HEAD_REVISION = "0029"
 _VERSION_TABLE = "alembic_version"
 
 

@@ -105,7 +105,7 @@ from kernel.db.checks import (
     NOTIFICATION_CHECKS,
     OCCURRENCE_CHECKS,
 )
-from kernel.states import RESOLVED
+from kernel.states import SETTLED
 
 __all__ = [
     "metadata",
@@ -120,8 +120,8 @@ __all__ = [
     "adjudication_asks",
     "notifications",
     "chords",
-    "PRUNABLE_KEY",
-    "PRUNABLE_WHERE",
+    "SETTLED_KEY",
+    "SETTLED_WHERE",
     "EMPTY_CHORD_WHERE",
 ]
 
@@ -215,21 +215,13 @@ occurrences = sa.Table(
         "expires_at",
         where="status IN ('queued', 'retry_wait') AND expires_at IS NOT NULL",
     ),
-    # settled_at too: a job's last success or failure is one seek (kernel/jobs/health.py).
+    # settled_at too: a job's last success, last failure and failures since are seeks
+    # (kernel/jobs/health.py).
     sa.Index("occurrences_job", "job_id", "status", "settled_at"),
     sa.Index("occurrences_job_newest", "job_id", "id"),
     # Only what readers ask for (revision 0011): a claim or settle is no HOT update, so it
     # writes an entry into every index whose predicate its new row version meets.
     _partial("occurrences_pool", "pool", where="status = 'running' AND pool IS NOT NULL"),
-    # Status counts each final state up to a bound by a seek here (revision 0012); job_id
-    # before settled_at so that a job's last success is a seek here too (kernel/jobs/health.py).
-    _partial(
-        "occurrences_settled_status",
-        "status",
-        "job_id",
-        "settled_at",
-        where="settled_at IS NOT NULL",
-    ),
     _partial("occurrences_adjudication", "updated_at", where="status = 'needs_adjudication'"),
     _partial(
         "occurrences_awaiting_approval", "approval_due_at", where="status = 'awaiting_approval'"
@@ -246,22 +238,24 @@ occurrences = sa.Table(
     *(sa.CheckConstraint(condition, name=name) for name, condition in OCCURRENCE_CHECKS),
 )
 
-#: Retention's oldest rows of a status, a few at a time, without a sort (revision 0024):
-#: keyed and restricted on ``lower(status)``, which only retention states
-#: (:data:`kernel.statements.history.OLDEST_PRUNABLE`). On a plain ``(status, settled_at)``
-#: PostgreSQL served a job's last success (kernel/jobs/health.py) by walking the status's
-#: whole history backwards, filtered by job; a query that does not repeat the expression
-#: cannot use this index at all. Statuses are lower case: the key is the status.
-PRUNABLE_KEY = sa.func.lower(occurrences.c.status)
+#: Settled rows by status, each status's oldest first (revision 0029): retention's oldest
+#: rows of a status (:data:`kernel.statements.history.OLDEST_PRUNABLE`) and the capped
+#: count of each final state (kernel/reads.py) are seeks here. Keyed and restricted on
+#: ``lower(status)`` (statuses are lower case: the key is the status), which only those
+#: readers state: on a plain ``(status, settled_at)`` PostgreSQL served a job's last
+#: success (kernel/jobs/health.py) by walking the status's whole history backwards,
+#: filtered by job (revision 0024); a query that does not repeat the expression cannot use
+#: this index at all, so a job's figures stay on ``occurrences_job``.
+SETTLED_KEY = sa.func.lower(occurrences.c.status)
 # Literals in the text, whether the index is created or a statement rendered once for the
 # driver repeats the predicate (SQLite uses a partial index only for a query that does).
-PRUNABLE_WHERE = PRUNABLE_KEY.in_([sa.literal_column(f"'{s}'") for s in RESOLVED])
+SETTLED_WHERE = SETTLED_KEY.in_([sa.literal_column(f"'{s}'") for s in SETTLED])
 sa.Index(
-    "occurrences_prunable",
-    PRUNABLE_KEY,
+    "occurrences_settled_by_status",
+    SETTLED_KEY,
     occurrences.c.settled_at,
-    sqlite_where=PRUNABLE_WHERE,
-    postgresql_where=PRUNABLE_WHERE,
+    sqlite_where=SETTLED_WHERE,
+    postgresql_where=SETTLED_WHERE,
 )
 
 controls = sa.Table(

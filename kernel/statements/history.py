@@ -22,8 +22,8 @@ from kernel.db.json_text import json_member
 from kernel.db.limit_tables import budget_reservations
 from kernel.db.schema import (
     EMPTY_CHORD_WHERE,
-    PRUNABLE_KEY,
-    PRUNABLE_WHERE,
+    SETTLED_KEY,
+    SETTLED_WHERE,
     adjudication_asks,
     chords,
     controls,
@@ -54,17 +54,20 @@ __all__ = [
 
 OCC = occurrences
 _DIALECTS = ("postgresql", "sqlite")
+#: Never an unresolved run (a dead letter, an adjudication: SPEC §6), whatever is asked;
+#: literals, so that a statement rendered once for the driver holds them.
+_RESOLVED = OCC.c.status.in_([sa.literal_column(f"'{s}'") for s in RESOLVED])
 
 #: Retention's read: the oldest ``limit`` occurrences of ``status`` settled before
 #: ``settled_before`` that no chord's body still waits for, one seek on
-#: ``occurrences_prunable``: the index's predicate repeated, then ``lower(status) = :status``
-#: as it is keyed (kernel/db/schema.py says why; no other query states that expression, so
-#: none can read this index).
+#: ``occurrences_settled_by_status``: the index's predicate repeated, then
+#: ``lower(status) = :status`` as it is keyed (kernel/db/schema.py says why).
 OLDEST_PRUNABLE = DriverStatement(
     sa.select(OCC.c.id)
     .where(
-        PRUNABLE_WHERE,
-        PRUNABLE_KEY == p("status"),  # noqa: SIM300 (the index's key, as it is written)
+        SETTLED_WHERE,
+        SETTLED_KEY == p("status"),  # noqa: SIM300 (the index's key, as it is written)
+        _RESOLVED,
         OCC.c.settled_at < p("settled_before"),
         ~WAITED_ON_BY_A_CHORD,
     )
@@ -144,14 +147,13 @@ _PAST_LIMIT = (
     .offset(p("keep"))
 )
 #: Delete one job's runs of one status past its newest ``keep``, at most ``limit``;
-#: never an unresolved run (a dead letter, an adjudication: SPEC §6), whatever is asked,
-#: nor one a chord's body still waits for.
+#: never an unresolved run, nor one a chord's body still waits for.
 DELETE_PAST_HISTORY_LIMIT = (
     sa.delete(OCC)
     .where(
         OCC.c.id.in_(_PAST_LIMIT.scalar_subquery()),
         OCC.c.status == p("status"),
-        OCC.c.status.in_([s.value for s in RESOLVED]),
+        _RESOLVED,
         ~WAITED_ON_BY_A_CHORD,
     )
     .returning(OCC.c.id, OCC.c.trigger_key, json_member(OCC.c.links, "chord").label("chord"))

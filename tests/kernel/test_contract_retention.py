@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 from kernel.db.limit_tables import budget_windows
 from kernel.errors import InvalidArgument, NotFound
+from kernel.statements.history import OLDEST_PRUNABLE
 from kernel.states import OccurrenceStatus as S
 
 if TYPE_CHECKING:
@@ -161,3 +162,14 @@ def test_budget_windows_that_ended_long_ago_are_pruned_in_bounded_passes(k: Harn
     assert _windows(k) == [third] and first < second < third
     (budget,) = k.kernel.list_budgets()
     assert budget["runs"] == 1  # the window left is the latest one, still shown
+
+
+def test_retentions_read_never_hands_over_a_dead_letter_even_when_asked(k: Harness) -> None:
+    """The statement itself refuses unresolved runs (SPEC §6), beneath the facade's check:
+    its index (occurrences_settled_by_status) holds dead letters too since revision 0029."""
+    dead = settle(k, "job", succeed=False)
+    k.clock.advance(2 * DAY)
+    asked = {"status": "dead_letter", "settled_before": 2**62, "limit": 10}
+    with k.kernel.engine.connect() as conn:
+        assert OLDEST_PRUNABLE.all(conn, asked) == []
+    assert k.kernel.get_occurrence(dead).status == S.DEAD_LETTER

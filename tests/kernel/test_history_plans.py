@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from kernel import EnqueueRequest, Kernel
 from kernel.db import driver
+from kernel.states import SETTLED
 from tests.kernel.conftest import Harness
 
 #: Partial indexes over unsettled rows only: walking one whole is bounded by live work.
@@ -192,7 +193,7 @@ def test_readers_never_scan_history(k: Harness, history: int, reader: str) -> No
 def test_a_prune_reads_each_status_oldest_first_from_its_own_index(
     k: Harness, history: int, pruner: str
 ) -> None:
-    """Retention's read of a status's oldest rows is a seek on ``occurrences_prunable`` in
+    """Retention's read of a status's oldest rows is a seek on ``occurrences_settled_by_status`` in
     settle order: no sort of the status's history, no scan, and not the job-led indexes that
     a job's health reads (test_contract_job_health.py holds health off this one)."""
     engine = k.kernel.engine
@@ -203,6 +204,36 @@ def test_a_prune_reads_each_status_oldest_first_from_its_own_index(
     for statement, parameters in reads:
         plan = _plan(engine, statement, parameters)
         text = "\n".join(plan)
-        assert "occurrences_prunable" in text, f"{statement}\n{text}"
+        assert "occurrences_settled_by_status" in text, f"{statement}\n{text}"
         assert not any(_SQLITE_SORT.search(line.strip()) for line in plan), text
         assert not any(_PG_SORT.search(line.strip()) for line in plan), text
+
+
+def test_status_counts_each_final_state_by_a_seek_on_its_status(k: Harness, history: int) -> None:
+    """Each final state's capped count (kernel/reads.py) seeks its own rows on
+    ``occurrences_settled_by_status``, keyed by the state: not a walk of an index that
+    holds all history (PostgreSQL's ``enable_seqscan = off`` would let that pass the
+    check above: an index scan with no key of its own is no sequential scan)."""
+    engine = k.kernel.engine
+    with _captured(engine) as sent:
+        k.kernel.status()
+    counts = [(s, p) for s, p in sent if all(f"'{state}'" in s for state in SETTLED)]
+    assert counts, "status counted no final state"
+    for statement, parameters in counts:
+        plan = [line.strip() for line in _plan(engine, statement, parameters)]
+        text = "\n".join(plan)
+        if k.backend == "sqlite":
+            seeks = [
+                line
+                for line in plan
+                if re.match(r"SEARCH occurrences USING (COVERING )?INDEX "
+                            r"occurrences_settled_by_status \(<expr>=\?\)", line)
+            ]  # fmt: skip
+        else:
+            seeks = [
+                below
+                for line, below in zip(plan, plan[1:], strict=False)
+                if "Scan using occurrences_settled_by_status" in line
+                and below.startswith("Index Cond: (lower((status)::text) = '")
+            ]
+        assert len(seeks) == len(SETTLED), f"{statement}\n{text}"

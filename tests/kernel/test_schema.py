@@ -96,10 +96,11 @@ def test_migrating_twice_is_a_no_op_and_matches_the_tables(k: Harness) -> None:
         again.close()
     with k.kernel.engine.connect() as conn, warnings.catch_warnings():
         if k.backend == "sqlite":
-            # SQLAlchemy cannot reflect SQLite's expression index (occurrences_prunable),
+            # SQLAlchemy cannot reflect SQLite's expression index (occurrences_settled_by_status),
             # so alembic skips it, saying so; shape.json holds its SQL on both back ends.
             warnings.filterwarnings("ignore", "Skipped unsupported reflection of expression")
-            warnings.filterwarnings("ignore", "autogenerate skipping .*'occurrences_prunable'")
+            skipped = "autogenerate skipping .*'occurrences_settled_by_status'"
+            warnings.filterwarnings("ignore", skipped)
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
 
 
