@@ -263,10 +263,10 @@ def switch_autocommit(dbapi: Any, on: bool) -> None:
     True for (the caller holds it: no other thread uses it).
 
     There psycopg's setter only stores the flag its next statement reads to send ``BEGIN``
-    first or not, through its lock, a generator and its wait loop (about 10 µs of a
-    shallow run's CPU for the four switches of a claim and a success): the flag is
-    stored here directly. A psycopg without that attribute gets its setter.
-    tests/kernel/test_autocommit_switch.py pins what the flag does.
+    first or not, through its lock, a generator and its wait loop, four times a claim and
+    success (bench/SESSION26-pool.md): the flag is stored here directly. A psycopg without
+    that attribute gets its setter; tests/kernel/test_autocommit_switch.py pins what the
+    flag does.
     """
     if hasattr(dbapi, "_autocommit"):
         dbapi._autocommit = on
