@@ -344,7 +344,11 @@ class LeaseKeeper:
     def add(self, run: HeldRun) -> None:
         with self._lock:
             self._runs.add(run)
-            self._set_kill_timer()
+            if len(self._runs) == 1 and self._kill_timer is not None:
+                # The one run going (a prefork process's every run): its deadline, at once.
+                self._kill_timer.arm(run.effects_deadline() + _KILL_AFTER_DEADLINE_S)
+            else:
+                self._set_kill_timer()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
                 self._thread.start()
@@ -358,7 +362,10 @@ class LeaseKeeper:
             pass  # the renewal in flight, if any, has returned
         with self._lock:
             self._runs.discard(run)
-            self._set_kill_timer()
+            if not self._runs and self._kill_timer is not None:
+                self._kill_timer.disarm()  # the last run ended: nothing left to kill for
+            else:
+                self._set_kill_timer()
 
     def _loop(self) -> None:
         while True:

@@ -79,6 +79,8 @@ class KillTimer:
         # was half of a call's cost.
         self._spec = _Itimerspec()
         self._spec_ref = ctypes.byref(self._spec)
+        self._disarmed = _Itimerspec()  # all zeros: disarms, never written
+        self._disarmed_ref = ctypes.byref(self._disarmed)
         weakref.finalize(self, _delete, timer, os.getpid())
 
     @classmethod
@@ -98,12 +100,15 @@ class KillTimer:
         self._set(max(at - time.monotonic(), 1e-6))
 
     def disarm(self) -> None:
-        self._set(0.0)
+        self._settime(self._disarmed_ref)
 
     def _set(self, seconds: float) -> None:
         whole = int(seconds)
         value = self._spec.it_value
         value.tv_sec, value.tv_nsec = whole, int((seconds - whole) * 1e9)
-        if _LIB.timer_settime(self._timer, 0, self._spec_ref, None) != 0:
+        self._settime(self._spec_ref)
+
+    def _settime(self, spec_ref: Any) -> None:
+        if _LIB.timer_settime(self._timer, 0, spec_ref, None) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"timer_settime: {os.strerror(err)}")

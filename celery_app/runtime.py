@@ -119,7 +119,7 @@ def run_occurrences(
             if index and shutting_down(main_pid):
                 return
             claimed_at = time.monotonic()
-            carried = _Carried(claimed_at, kernel.claim(occurrence_id, owner=owner))
+            carried = _Carried(claimed_at, kernel.worker_lane.claim(occurrence_id, owner=owner))
         last = index + 1 == len(occurrence_ids)
         passing_on = rehint is not None and not last and pace.runs_long(index)
         following = None if last or passing_on else occurrence_ids[index + 1]
@@ -307,7 +307,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
             result = scrub_value(result, ctx.secrets)
         # A warm shutdown that began during the run ends the batch here: settle alone.
         if following is None or run.shutting_down():
-            kernel.succeed(occurrence.id, owner=owner, fence=fence, result=result)
+            kernel.worker_lane.succeed(occurrence.id, owner=owner, fence=fence, result=result)
             carried = None
         else:
             claimed_at = time.monotonic()

@@ -27,9 +27,23 @@ import sqlalchemy as sa
 from sqlalchemy.engine import result_tuple
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverStatement", "Pipeline", "finish", "pipeline", "pipelines", "render_all", "send"]
+__all__ = [
+    "DriverStatement",
+    "Pipeline",
+    "finish",
+    "pipeline",
+    "pipelines",
+    "psycopg_idle",
+    "render_all",
+    "send",
+    "switch_autocommit",
+]
 
 _Processor = Callable[[Any], Any]
+
+#: libpq's ``PQTRANS_IDLE`` (no transaction open) and ``PQ_PIPELINE_OFF``.
+_PG_IDLE = 0
+_PG_PIPELINE_OFF = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,10 +237,41 @@ def finish(conn: sa.Connection, *, commit: bool) -> None:
     """COMMIT or ROLLBACK the transaction ``conn``'s driver holds open, by the driver's own
     method (none open: nothing sent), a driver error wrapped as :func:`send` wraps it."""
     dbapi: Any = conn.connection.dbapi_connection
+    if psycopg_idle(dbapi):
+        # psycopg's commit()/rollback() send nothing then either, but each goes through its
+        # lock and wait loop: after every statement sent alone (``Tx.alone``), twice a run.
+        return
     try:
         dbapi.commit() if commit else dbapi.rollback()
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _wrap(conn, exc, "COMMIT" if commit else "ROLLBACK", (), None) from exc
+
+
+def psycopg_idle(dbapi: Any) -> bool:
+    """``dbapi`` is psycopg's, with no transaction open and no pipeline: its ``commit()``,
+    ``rollback()`` and ``autocommit`` setter would send nothing and wait for nothing."""
+    pgconn = getattr(dbapi, "pgconn", None)
+    return (
+        pgconn is not None
+        and pgconn.transaction_status == _PG_IDLE
+        and pgconn.pipeline_status == _PG_PIPELINE_OFF
+    )
+
+
+def switch_autocommit(dbapi: Any, on: bool) -> None:
+    """psycopg's ``dbapi.autocommit = on`` for a connection :func:`psycopg_idle` answered
+    True for (the caller holds it: no other thread uses it).
+
+    There psycopg's setter only stores the flag its next statement reads to send ``BEGIN``
+    first or not, through its lock, a generator and its wait loop, four times a claim and
+    success (bench/SESSION26-pool.md): the flag is stored here directly. A psycopg without
+    that attribute gets its setter; tests/kernel/test_autocommit_switch.py pins what the
+    flag does.
+    """
+    if hasattr(dbapi, "_autocommit"):
+        dbapi._autocommit = on
+    else:
+        dbapi.autocommit = on
 
 
 #: Every statement made, for :func:`render_all`; they are module-level constants.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from functools import cached_property
+from typing import Any, TypeVar
 
-from kernel.facade.base import FacadeBase, lease_ms, ms, write
-from kernel.occurrences import claiming, output, releases, runs
+from kernel.facade.base import FacadeBase, _int, _name, lease_ms, ms, write
+from kernel.occurrences import claiming, dispatch, output, releases, runs
 from kernel.records import stored_result
 from kernel.states import Effect
 from kernel.transaction.tx import Tx
@@ -16,10 +17,17 @@ from kernel.upkeep import watchdog_jobs
 #: The most of a failed run's traceback kept with its error (characters).
 TRACEBACK_LIMIT = 8000
 
-__all__ = ["WorkerFacade"]
+__all__ = ["WorkerFacade", "WorkerLane"]
+
+R = TypeVar("R")
 
 
 class WorkerFacade(FacadeBase):
+    @cached_property
+    def worker_lane(self) -> WorkerLane:
+        """:meth:`claim` and :meth:`succeed` as the Celery runtime calls them once each per run."""
+        return WorkerLane(self)
+
     @write
     def claim(
         self, tx: Tx, occurrence_id: int, *, owner: str, lease: float | None = None
@@ -222,6 +230,48 @@ class WorkerFacade(FacadeBase):
         """Store ``(stream, text)`` chunks of a run's output (fenced; see
         :mod:`kernel.occurrences.output`)."""
         output.append_output(tx, occurrence_id, owner, fence, chunks)
+
+
+class WorkerLane:
+    """``Kernel.claim`` (the job's own lease) and ``Kernel.succeed`` for the worker's run.
+
+    Why it exists: the worker makes these two calls on every run, and the facade's generic
+    wrappers around them (every argument checked against its annotations, the transaction's
+    closure, bench/SESSION25-run.md) were ~20-36 µs of a run's CPU. The same checks of what
+    comes from outside, by hand, and the same functions in one transaction each; the runs a
+    settle makes are published as the facade's are.
+    """
+
+    __slots__ = ("_kernel",)
+
+    def __init__(self, kernel: FacadeBase) -> None:
+        self._kernel = kernel
+
+    def claim(self, occurrence_id: int, *, owner: str) -> Claim | None:
+        _int(occurrence_id, "occurrence_id")
+        _name(owner, "owner")
+        return self._write(claiming.claim, occurrence_id, owner, None)
+
+    def succeed(self, occurrence_id: int, *, owner: str, fence: int, result: Any = None) -> None:
+        _int(occurrence_id, "occurrence_id")
+        _name(owner, "owner")
+        _int(fence, "fence")
+        self._write(_succeed, occurrence_id, owner, fence, stored_result(result), True)
+
+    def _write(self, fn: Callable[..., R], *args: Any) -> R:
+        kernel = self._kernel
+        publish = kernel.on_runs_made
+        if publish is None:
+            return kernel._session.run(fn, *args)
+        value, made = kernel._session.run(_with_made, fn, *args)
+        if made:
+            publish(made)
+        return value  # type: ignore[no-any-return]
+
+
+def _with_made(tx: Tx, fn: Callable[..., R], *args: Any) -> tuple[R, list[Any]]:
+    """``fn``'s value and the runs its transaction made (the attempt that commits sets them)."""
+    return fn(tx, *args), dispatch.hint_made(tx)
 
 
 def _succeed(tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool) -> None:

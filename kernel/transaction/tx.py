@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from kernel.db.clock import Clock, DatabaseClock
-from kernel.db.driver import DriverStatement
+from kernel.db.driver import DriverStatement, psycopg_idle, switch_autocommit
 from kernel.events import EVENTS_OUTSIDE_THE_TABLE
 from kernel.records import dumps
 from kernel.statements.logged import INSERT_EVENT
@@ -17,9 +17,6 @@ __all__ = ["Tx"]
 
 #: What a statement sent alone answers: its rows.
 Rows = TypeVar("Rows", bound=Sequence[Any])
-
-#: psycopg's ``TransactionStatus.IDLE``: no statement of a transaction sent yet.
-_PG_IDLE = 0
 
 
 class Tx:
@@ -88,18 +85,16 @@ class Tx:
         if not (self._own and self.is_postgres):
             return send()
         driver: Any = self.conn.connection.dbapi_connection
-        # libpq's status read directly: ``driver.info`` builds an object per read.
-        pgconn = driver.pgconn
-        if pgconn.transaction_status != _PG_IDLE:
+        if not psycopg_idle(driver):
             return send()
-        driver.autocommit = True
+        switch_autocommit(driver, True)
         try:
             return send()
         finally:
             # A lost connection is discarded (the session retries on a fresh one, which is
             # safe: the statement's guard refuses a second apply), not switched back.
-            if pgconn.transaction_status == _PG_IDLE:
-                driver.autocommit = False
+            if psycopg_idle(driver):
+                switch_autocommit(driver, False)
 
     def lock(self, statement: sa.Executable | DriverStatement, params: Mapping[str, Any]) -> None:
         """Run ``statement``, whose only work is a lock (a row's ``FOR UPDATE``, an advisory

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from adapters.callable import CallableAdapter
 from celery_app.held_run import LeaseKeeper
 from celery_app.runtime import run_occurrence
 from kernel import Kernel, RenewAnswer
+from kernel.facade.workers import WorkerLane
 
 RENEWING = threading.Event()
 SETTLED = threading.Event()
@@ -42,6 +44,14 @@ class SettleOvertakesRenewal(Kernel):
         return super().renew(
             occurrence_id, owner=owner, fence=fence, lease=lease, checkpoint=checkpoint
         )
+
+    @cached_property
+    def worker_lane(self) -> WorkerLane:
+        return SettlingLane(self)
+
+
+class SettlingLane(WorkerLane):
+    """The runtime's success, telling the held renewal once it has settled."""
 
     def succeed(self, occurrence_id: int, *, owner: str, fence: int, result: Any = None) -> None:
         super().succeed(occurrence_id, owner=owner, fence=fence, result=result)

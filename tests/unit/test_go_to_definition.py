@@ -1,5 +1,5 @@
 """An editor follows the worker's and Beat's calls into the kernel to the code that runs
-them: go-to-definition (jedi, as editors use it) on ``kernel.claim(...)`` in
+them: go-to-definition (jedi, as editors use it) on ``kernel.succeed_and_claim(...)`` in
 celery_app lands on the facade's method, the method's body on the function that does
 the work, and the signature shown is the method's. A facade that
 forwarded through ``_write(fn, *args)`` or an untyped decorator loses the call here."""
@@ -19,7 +19,6 @@ PROJECT = jedi.Project(ROOT)
 
 #: (caller, call as written there, facade module, module whose function runs it, returned type)
 CALLS = [
-    ("celery_app/runtime.py", "kernel.claim(", "kernel/facade/workers.py", "claiming", "Claim"),
     (
         "celery_app/runtime.py",
         "kernel.succeed_and_claim(",
@@ -77,3 +76,23 @@ def test_go_to_definition_follows_the_call_to_the_code_that_runs_it(
     assert signature.to_string().endswith(returned + " | None" if returned == "Claim" else returned)
     public = list(inspect.signature(getattr(Kernel, method)).parameters)
     assert [p.name for p in signature.params if p.name not in ("self", "tx")] == public[1:]
+
+
+def test_go_to_definition_follows_the_worker_lane_to_the_code_that_runs_it() -> None:
+    """The runtime's claim goes through ``Kernel.worker_lane``: its method, and in its
+    body the function it runs in its transaction."""
+    caller, call = ROOT / "celery_app/runtime.py", "kernel.worker_lane.claim("
+    line, column = _position(caller, call)
+    script = _script(caller)
+    (definition,) = script.goto(line, column + len("kernel.worker_lane."), follow_imports=True)
+    facade = ROOT / "kernel/facade/workers.py"
+    assert (definition.module_path, definition.name) == (facade, "claim")
+    body_line, body_column = _position(facade, "self._write(claiming.claim,")
+    assert body_line > definition.line
+    (work,) = _script(facade).goto(
+        body_line, body_column + len("self._write(claiming."), follow_imports=True
+    )
+    assert (work.module_path, work.name) == (ROOT / "kernel/occurrences/claiming.py", "claim")
+    (signature,) = script.get_signatures(line, column + len(call))
+    assert signature.to_string().endswith("Claim | None")
+    assert [p.name for p in signature.params if p.name != "self"] == ["occurrence_id", "owner"]
