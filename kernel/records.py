@@ -185,7 +185,7 @@ def occurrence_from_row(row: sa.Row[Any], control_row: sa.Row[Any] | None = None
 
 #: The columns :func:`occurrence_from_mapping` reads: what a claim's statement returns
 #: (kernel/statements/claims.py). Its other columns cost the driver a value each and are
-#: read by nothing a claim answers (bench/SESSION23-hotpath.md).
+#: read by nothing a claim answers (bench/README.md, session 23).
 OCCURRENCE_COLUMNS = (
     "id",
     "job_id",

@@ -264,7 +264,7 @@ def switch_autocommit(dbapi: Any, on: bool) -> None:
 
     There psycopg's setter only stores the flag its next statement reads to send ``BEGIN``
     first or not, through its lock, a generator and its wait loop, four times a claim and
-    success (bench/SESSION26-pool.md): the flag is stored here directly. A psycopg without
+    success (bench/README.md, session 26): the flag is stored here directly. A psycopg without
     that attribute gets its setter; tests/kernel/test_autocommit_switch.py pins what the
     flag does.
     """

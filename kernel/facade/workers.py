@@ -237,7 +237,7 @@ class WorkerLane:
 
     Why it exists: the worker makes these two calls on every run, and the facade's generic
     wrappers around them (every argument checked against its annotations, the transaction's
-    closure, bench/SESSION25-run.md) were ~20-36 µs of a run's CPU. The same checks of what
+    closure, bench/README.md, session 25) were ~20-36 µs of a run's CPU. The same checks of what
     comes from outside, by hand, and the same functions in one transaction each; the runs a
     settle makes are published as the facade's are.
     """

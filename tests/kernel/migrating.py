@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
@@ -18,7 +19,14 @@ from alembic.config import Config
 
 from kernel.db.engine import create_kernel_engine
 
-__all__ = ["AN_OCCURRENCE", "A_JOB", "Revisions", "revisions"]
+__all__ = [
+    "AN_OCCURRENCE",
+    "A_JOB",
+    "Revisions",
+    "insert_occurrences",
+    "occurrence_indexes",
+    "revisions",
+]
 
 #: A job row as every revision since 0001 can hold it: ``j``, revision 1.
 A_JOB = sa.text(
@@ -35,6 +43,35 @@ AN_OCCURRENCE = sa.text(
     " :status, 1, 3, 1, :owner, :until, 1, 'default', 'callable', 'at-least-once', false,"
     " '{}', :cancel, 0, 1, 5, :settled)"
 )
+
+
+def insert_occurrences(conn: sa.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """Job ``j`` and one occurrence per ``(status, owner, until, settled)`` row, ids and
+    trigger keys ``t<id>`` from 1 in order, none cancelled."""
+    conn.execute(A_JOB)
+    conn.execute(
+        AN_OCCURRENCE,
+        [
+            {
+                **dict(zip(("status", "owner", "until", "settled"), row, strict=True)),
+                "id": i,
+                "key": f"t{i}",
+                "cancel": False,
+            }
+            for i, row in enumerate(rows, start=1)
+        ],
+    )
+
+
+def occurrence_indexes(conn: sa.Connection) -> set[str]:
+    """The named indexes of ``occurrences`` (SQLAlchemy cannot reflect an expression's)."""
+    query = (
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'occurrences'"
+        if conn.dialect.name == "postgresql"
+        else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'occurrences'"
+        " AND sql IS NOT NULL"
+    )
+    return set(conn.execute(sa.text(query)).scalars())
 
 
 @dataclass(frozen=True)

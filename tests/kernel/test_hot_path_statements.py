@@ -333,7 +333,7 @@ def test_a_plain_claim_and_success_skip_the_statement_wrappers(kernel: Kernel) -
 
 def test_a_queued_claim_returns_only_what_its_occurrence_is_built_from() -> None:
     # Every other column of the row cost the driver a value per claim, inside SQLite's
-    # writer gate, and nothing a claim answers read it (bench/SESSION23-hotpath.md).
+    # writer gate, and nothing a claim answers read it (bench/README.md, session 23).
     read: list[str] = []
 
     class Recording(dict[str, Any]):

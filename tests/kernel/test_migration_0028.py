@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from kernel.db.engine import HEAD_REVISION
 from kernel.db.schema_shape import expected_shape, live_shape
-from tests.kernel.migrating import A_JOB, AN_OCCURRENCE, revisions
+from tests.kernel.migrating import insert_occurrences, occurrence_indexes, revisions
 
 _ROWS = [
     ("queued", None, None, None),
@@ -26,17 +26,6 @@ _SAME_FIRING = sa.text(
     " VALUES (:id, 'j', 1, :trigger, :key, 1, 'queued', 0, 3, 0, 1, 'default', 'callable',"
     " 'at-least-once', false, '{}', false, 0, 1, 1)"
 )
-
-
-def _indexes(conn: sa.Connection) -> set[str]:
-    """The named indexes of ``occurrences`` (SQLAlchemy cannot reflect an expression's)."""
-    query = (
-        "SELECT indexname FROM pg_indexes WHERE tablename = 'occurrences'"
-        if conn.dialect.name == "postgresql"
-        else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'occurrences'"
-        " AND sql IS NOT NULL"
-    )
-    return set(conn.execute(sa.text(query)).scalars())
 
 
 def _unique_keys(conn: sa.Connection) -> set[tuple[str, ...]]:
@@ -57,23 +46,15 @@ def test_upgrade_from_0027_drops_the_idempotency_key_index_and_keeps_every_row(
 ) -> None:
     with revisions(kernel_url) as db:
         db.upgrade("0027")
-        db.conn.execute(A_JOB)
-        db.conn.execute(
-            AN_OCCURRENCE,
-            [
-                dict(zip(("status", "owner", "until", "settled"), row, strict=True),
-                     id=i, key=f"t{i}", cancel=False)
-                for i, row in enumerate(_ROWS, start=1)
-            ],
-        )  # fmt: skip
+        insert_occurrences(db.conn, _ROWS)
         before = db.conn.execute(sa.text("SELECT * FROM occurrences ORDER BY id")).all()
-        indexes = _indexes(db.conn)
+        indexes = occurrence_indexes(db.conn)
         assert ("idempotency_key",) in _unique_keys(db.conn)
 
         db.upgrade("0028")
         assert db.conn.execute(sa.text("SELECT * FROM occurrences ORDER BY id")).all() == before
         assert _unique_keys(db.conn) == {("job_id", "trigger_key")}
-        assert _indexes(db.conn) == indexes - {"occurrences_idempotency_key"}
+        assert occurrence_indexes(db.conn) == indexes - {"occurrences_idempotency_key"}
         db.upgrade("head")  # the shape of a fresh database once the later revisions ran
         assert live_shape(db.conn) == expected_shape(db.conn.dialect.name, HEAD_REVISION)
         db.downgrade("0028")
@@ -85,7 +66,7 @@ def test_upgrade_from_0027_drops_the_idempotency_key_index_and_keeps_every_row(
 
         db.downgrade("0027")
         assert db.conn.execute(sa.text("SELECT * FROM occurrences ORDER BY id")).all() == before
-        assert _indexes(db.conn) == indexes
+        assert occurrence_indexes(db.conn) == indexes
         assert ("idempotency_key",) in _unique_keys(db.conn)
         with pytest.raises(sa.exc.IntegrityError), db.conn.begin_nested():
             db.conn.execute(_SAME_FIRING, {"id": 12, "trigger": "t12", "key": "t1"})

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from kernel.db.engine import HEAD_REVISION
 from kernel.db.schema_shape import expected_shape, live_shape
-from tests.kernel.migrating import A_JOB, AN_OCCURRENCE, revisions
+from tests.kernel.migrating import insert_occurrences, occurrence_indexes, revisions
 
 _ROWS = [
     ("queued", None, None, None),
@@ -21,17 +21,6 @@ _ROWS = [
 ]
 _NEW = "occurrences_settled_by_status"
 _OLD = {"occurrences_prunable", "occurrences_settled_status"}
-
-
-def _indexes(conn: sa.Connection) -> set[str]:
-    """The named indexes of ``occurrences`` (SQLAlchemy cannot reflect an expression's)."""
-    query = (
-        "SELECT indexname FROM pg_indexes WHERE tablename = 'occurrences'"
-        if conn.dialect.name == "postgresql"
-        else "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'occurrences'"
-        " AND sql IS NOT NULL"
-    )
-    return set(conn.execute(sa.text(query)).scalars())
 
 
 def _ids_through_the_new_index(conn: sa.Connection, status: str) -> list[int]:
@@ -60,22 +49,14 @@ def test_upgrade_from_0028_holds_every_settled_row_in_one_index_and_downgrades(
 ) -> None:
     with revisions(kernel_url) as db:
         db.upgrade("0028")
-        db.conn.execute(A_JOB)
-        db.conn.execute(
-            AN_OCCURRENCE,
-            [
-                dict(zip(("status", "owner", "until", "settled"), row, strict=True),
-                     id=i, key=f"t{i}", cancel=False)
-                for i, row in enumerate(_ROWS, start=1)
-            ],
-        )  # fmt: skip
+        insert_occurrences(db.conn, _ROWS)
         before = db.conn.execute(sa.text("SELECT * FROM occurrences ORDER BY id")).all()
-        indexes = _indexes(db.conn)
+        indexes = occurrence_indexes(db.conn)
         assert indexes >= _OLD and _NEW not in indexes
 
         db.upgrade("0029")
         assert db.conn.execute(sa.text("SELECT * FROM occurrences ORDER BY id")).all() == before
-        assert _indexes(db.conn) == indexes - _OLD | {_NEW}
+        assert occurrence_indexes(db.conn) == indexes - _OLD | {_NEW}
         assert live_shape(db.conn) == expected_shape(db.conn.dialect.name, HEAD_REVISION)
         settled = {row[0]: i for i, row in enumerate(_ROWS, start=1) if row[3] is not None}
         for status, occ_id in settled.items():
@@ -84,4 +65,4 @@ def test_upgrade_from_0028_holds_every_settled_row_in_one_index_and_downgrades(
 
         db.downgrade("0028")
         assert db.conn.execute(sa.text("SELECT * FROM occurrences ORDER BY id")).all() == before
-        assert _indexes(db.conn) == indexes
+        assert occurrence_indexes(db.conn) == indexes
