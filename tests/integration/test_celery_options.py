@@ -366,7 +366,7 @@ _REVOKED = ["by-id", "by-cli", "by-stamp", "terminated", "late-stamp"]
 REVOKE_WINDOW_S = 45
 
 
-@pytest.mark.timeout(420)  # two sides, each waiting out an eta
+@pytest.mark.timeout(420)  # two sides waiting out their etas
 @pytest.mark.parametrize("stack", ["redis", "redis+postgres"], indirect=True)
 def test_7_a_revoke_stops_a_routed_call_as_it_stops_celerys(
     stack: Stack, sides: tuple[Side, Side]
@@ -380,25 +380,11 @@ def test_7_a_revoke_stops_a_routed_call_as_it_stops_celerys(
 
     client = redis.Redis.from_url(stack.env["CELERY_BROKER_URL"])
     try:
+        # Both sides' calls and revokes first, then both sides' outcomes: their etas run out
+        # together instead of one after the other.
+        revoked = {side.name: _revoke_held_calls(stack, side) for side in sides}
         for side in sides:
-            side.start_worker()
-            # The eta leaves room for the revokes (a `celery control` process among them)
-            # on a loaded machine; they must all land before it.
-            held = [("record", tag, {**options, "eta_in": REVOKE_WINDOW_S})
-                    for tag, options in _HELD_CALLS]  # fmt: skip
-            side.call(("steps", "terminated", {}), *held)
-            stack.wait(lambda side=side: side.ledger(task="steps", event="started"), timeout=60,
-                       what=f"{side.name}: the long call started")  # fmt: skip
-            ids = {tag: side.ledger(call=tag)[0]["id"] for tag, _ in _HELD_CALLS}
-            ids["terminated"] = side.ledger(call="terminated")[0]["id"]
-            side.revoke("id", ids["by-id"])
-            side.celery_cli("control", "revoke", ids["by-cli"])
-            side.revoke("stamps", {"mon": "m-7"})
-            side.revoke("id", ids["terminated"], terminate=True)
-            # Called after its stamp was revoked: the worker remembers it, as Celery's does.
-            side.call(("record", "late-stamp", {"stamped_headers": ["mon"], "mon": "m-7"}))
-            ids["late-stamp"] = side.ledger(call="late-stamp")[0]["id"]
-            assert _since_call(side, "kept") < REVOKE_WINDOW_S, "the revokes came after the eta"
+            ids = revoked[side.name]
             stack.wait(lambda side=side: {line["tag"] for line in side.ledger(task="record")}
                        >= {"kept", "kept-stamp"}, timeout=60,
                        what=f"{side.name}: the calls not revoked ran")  # fmt: skip
@@ -425,6 +411,30 @@ def test_7_a_revoke_stops_a_routed_call_as_it_stops_celerys(
         run = _occurrence(stack, tag)
         reasons = [json.dumps(e.data) for e in stack.kernel.events(occurrence_id=run.id, limit=50)]
         assert any("revoke:" in reason for reason in reasons), reasons
+
+
+def _revoke_held_calls(stack: Stack, side: Side) -> dict[str, str]:
+    """``side``'s worker started, its held calls and a long call made, each revoke sent
+    before the held calls' eta; the calls' task ids by tag."""
+    side.start_worker()
+    # The eta leaves room for the revokes (a `celery control` process among them) on a
+    # loaded machine; they must all land before it.
+    held = [("record", tag, {**options, "eta_in": REVOKE_WINDOW_S})
+            for tag, options in _HELD_CALLS]  # fmt: skip
+    side.call(("steps", "terminated", {}), *held)
+    stack.wait(lambda: side.ledger(task="steps", event="started"), timeout=60,
+               what=f"{side.name}: the long call started")  # fmt: skip
+    ids = {tag: side.ledger(call=tag)[0]["id"] for tag, _ in _HELD_CALLS}
+    ids["terminated"] = side.ledger(call="terminated")[0]["id"]
+    side.revoke("id", ids["by-id"])
+    side.celery_cli("control", "revoke", ids["by-cli"])
+    side.revoke("stamps", {"mon": "m-7"})
+    side.revoke("id", ids["terminated"], terminate=True)
+    # Called after its stamp was revoked: the worker remembers it, as Celery's does.
+    side.call(("record", "late-stamp", {"stamped_headers": ["mon"], "mon": "m-7"}))
+    ids["late-stamp"] = side.ledger(call="late-stamp")[0]["id"]
+    assert _since_call(side, "kept") < REVOKE_WINDOW_S, "the revokes came after the eta"
+    return ids
 
 
 def _state(client: Any, task_id: str) -> str | None:
