@@ -71,26 +71,30 @@ def _transaction(
     assert tx.name == "tx", f"{method.__qualname__}: the transaction comes after self"
 
     def run(self: F, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        publish = None if read_only else self.on_runs_made
-        if publish is None:
-            return self._session.run(
-                lambda tx: method(self, tx, *args, **kwargs), read_only=read_only
-            )
-        made: list[DispatchHint] = []
-
-        def body(tx: Tx) -> R:
-            value = method(self, tx, *args, **kwargs)
-            made[:] = dispatch.hint_made(tx)  # the attempt that commits sets them last
-            return value
-
-        value = self._session.run(body, read_only=False)
-        if made:
-            publish(made)
-        return value
+        if read_only:
+            return self._session.run(lambda tx: method(self, tx, *args, **kwargs), read_only=True)
+        return run_write(self, lambda tx: method(self, tx, *args, **kwargs))
 
     functools.update_wrapper(run, method)
     run.__signature__ = signature.replace(parameters=[this, *rest])  # type: ignore[attr-defined]
     return run
+
+
+def run_write(kernel: FacadeBase, fn: Callable[..., R], *args: Any) -> R:
+    """``fn(tx, *args)`` as one write transaction; the runs it made published once it has
+    committed (``kernel.on_runs_made``)."""
+    publish = kernel.on_runs_made
+    if publish is None:
+        return kernel._session.run(fn, *args)
+    value, made = kernel._session.run(_with_made, fn, *args)
+    if made:
+        publish(made)
+    return value  # type: ignore[no-any-return]
+
+
+def _with_made(tx: Tx, fn: Callable[..., R], *args: Any) -> tuple[R, list[DispatchHint]]:
+    """``fn``'s value and the runs its transaction made (the attempt that commits sets them)."""
+    return fn(tx, *args), dispatch.hint_made(tx)
 
 
 def write(method: Callable[Concatenate[F, Tx, P], R]) -> Callable[Concatenate[F, P], R]:

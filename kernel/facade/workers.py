@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any
 
-from kernel.facade.base import FacadeBase, _int, _name, lease_ms, ms, write
-from kernel.occurrences import claiming, dispatch, output, releases, runs
+from kernel.facade.base import FacadeBase, _int, _name, lease_ms, ms, run_write, write
+from kernel.occurrences import claiming, output, releases, runs
 from kernel.records import stored_result
 from kernel.states import Effect
 from kernel.transaction.tx import Tx
@@ -18,8 +18,6 @@ from kernel.upkeep import watchdog_jobs
 TRACEBACK_LIMIT = 8000
 
 __all__ = ["WorkerFacade", "WorkerLane"]
-
-R = TypeVar("R")
 
 
 class WorkerFacade(FacadeBase):
@@ -250,28 +248,13 @@ class WorkerLane:
     def claim(self, occurrence_id: int, *, owner: str) -> Claim | None:
         _int(occurrence_id, "occurrence_id")
         _name(owner, "owner")
-        return self._write(claiming.claim, occurrence_id, owner, None)
+        return run_write(self._kernel, claiming.claim, occurrence_id, owner, None)
 
     def succeed(self, occurrence_id: int, *, owner: str, fence: int, result: Any = None) -> None:
         _int(occurrence_id, "occurrence_id")
         _name(owner, "owner")
         _int(fence, "fence")
-        self._write(_succeed, occurrence_id, owner, fence, stored_result(result), True)
-
-    def _write(self, fn: Callable[..., R], *args: Any) -> R:
-        kernel = self._kernel
-        publish = kernel.on_runs_made
-        if publish is None:
-            return kernel._session.run(fn, *args)
-        value, made = kernel._session.run(_with_made, fn, *args)
-        if made:
-            publish(made)
-        return value  # type: ignore[no-any-return]
-
-
-def _with_made(tx: Tx, fn: Callable[..., R], *args: Any) -> tuple[R, list[Any]]:
-    """``fn``'s value and the runs its transaction made (the attempt that commits sets them)."""
-    return fn(tx, *args), dispatch.hint_made(tx)
+        run_write(self._kernel, _succeed, occurrence_id, owner, fence, stored_result(result), True)
 
 
 def _succeed(tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, alone: bool) -> None:

@@ -87,10 +87,10 @@ def test_go_to_definition_follows_the_worker_lane_to_the_code_that_runs_it() -> 
     (definition,) = script.goto(line, column + len("kernel.worker_lane."), follow_imports=True)
     facade = ROOT / "kernel/facade/workers.py"
     assert (definition.module_path, definition.name) == (facade, "claim")
-    body_line, body_column = _position(facade, "self._write(claiming.claim,")
+    body_line, body_column = _position(facade, "run_write(self._kernel, claiming.claim,")
     assert body_line > definition.line
     (work,) = _script(facade).goto(
-        body_line, body_column + len("self._write(claiming."), follow_imports=True
+        body_line, body_column + len("run_write(self._kernel, claiming."), follow_imports=True
     )
     assert (work.module_path, work.name) == (ROOT / "kernel/occurrences/claiming.py", "claim")
     (signature,) = script.get_signatures(line, column + len(call))
