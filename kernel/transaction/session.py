@@ -190,7 +190,7 @@ class Session:
         gate = self._gate
         assert gate is not None
         try:
-            sync_wal(gate.database_path, kept, owner)
+            kept.sync(gate.database_path, owner)
         except OSError as exc:
             raise StorageUnavailable(
                 "the transaction committed but the disk did not confirm it "
