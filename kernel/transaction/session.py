@@ -54,6 +54,7 @@ class Session:
         self.engine = engine
         self.clock = clock
         self.dialect = engine.dialect.name
+        self._postgres = self.dialect == "postgresql"
         self._held = _Held()
         database = engine.url.database if self.dialect == "sqlite" else None
         self._gate = (
@@ -78,6 +79,8 @@ class Session:
         if read_only or not held.lock.acquire(blocking=False):
             return self._transact(None, fn, args, kwargs, read_only)
         try:
+            if self._postgres and held.conn is not None:
+                return self._write_held_postgres(held, held.conn, fn, args, kwargs)
             return self._transact(held, fn, args, kwargs, False)
         finally:
             held.lock.release()
@@ -153,25 +156,70 @@ class Session:
                         self._gate.commit_written(number)  # type: ignore[union-attr]
                         unsynced.append(number)
                 except BaseException:
-                    with contextlib.suppress(sa.exc.DBAPIError):  # the first error is the one
-                        end_write(conn, commit=False)
+                    _roll_back(conn)
                     raise
                 return result
         except KernelError:
             raise
         except (sa.exc.DBAPIError, OSError) as exc:
-            if held is not None:
-                self._release(held)
-                if phase != "commit" and connection_lost(exc):
-                    # Typically the held connection died while idle (a server restart),
-                    # which the pool's pre-ping catches for a checkout. COMMIT was not
-                    # sent, so nothing of this call persisted: run it once on a pooled one.
-                    return self._transact(None, fn, args, kwargs, read_only)
-            raise translate(exc, phase=phase, url=self.engine.url, dialect=self.dialect) from exc
+            return self._after_driver_error(exc, phase, held, fn, args, kwargs, read_only)
         except BaseException:
             if held is not None:
                 self._release(held)
             raise
+
+    def _write_held_postgres(
+        self,
+        held: _Held,
+        conn: sa.Connection,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """:meth:`_attempt` of a write on the held PostgreSQL connection once it is open: what
+        only SQLite needs (the writer gate, the sync mode, ``BEGIN IMMEDIATE``, the WAL's
+        sync) and the connection's context are left out. Two of these a worker's run, the
+        claim and the success (bench/README.md, session 27); the same commit, rollback and
+        error handling."""
+        phase: Phase = "write"
+        try:
+            try:
+                result = fn(Tx(conn, self.clock, self.dialect, own=True), *args, **kwargs)
+                phase = "commit"
+                end_write(conn, commit=True)  # sends nothing after a statement sent alone
+            except BaseException:
+                _roll_back(conn)
+                raise
+            return result
+        except KernelError:
+            raise
+        except (sa.exc.DBAPIError, OSError) as exc:
+            return self._after_driver_error(exc, phase, held, fn, args, kwargs, False)
+        except BaseException:
+            self._release(held)
+            raise
+
+    def _after_driver_error(
+        self,
+        exc: sa.exc.DBAPIError | OSError,
+        phase: Phase,
+        held: _Held | None,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        read_only: bool,
+    ) -> R:
+        """A driver error of a transaction: translated (``StorageUnavailable`` and its commit
+        state), the held connection given back, and the call run once more on a pooled one
+        where the held connection was lost before COMMIT was sent."""
+        if held is not None:
+            self._release(held)
+            if phase != "commit" and connection_lost(exc):
+                # Typically the held connection died while idle (a server restart),
+                # which the pool's pre-ping catches for a checkout. COMMIT was not
+                # sent, so nothing of this call persisted: run it once on a pooled one.
+                return self._transact(None, fn, args, kwargs, read_only)
+        raise translate(exc, phase=phase, url=self.engine.url, dialect=self.dialect) from exc
 
     def _sync_mode(self, held: _Held, conn: sa.Connection, gated: bool) -> bool:
         """Put the held connection at NORMAL when its engine asks for FULL and the gate is
@@ -238,3 +286,9 @@ class Session:
                 except sa.exc.DBAPIError:
                     conn.invalidate()
             conn.close()
+
+
+def _roll_back(conn: sa.Connection) -> None:
+    """End a write transaction that failed; the first error is the one the caller raises."""
+    with contextlib.suppress(sa.exc.DBAPIError):
+        end_write(conn, commit=False)
