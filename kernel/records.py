@@ -214,6 +214,11 @@ OCCURRENCE_COLUMNS = (
 )
 
 
+#: Each status by its stored value: a dict lookup, where calling the enum goes through its
+#: metaclass (two Python calls, on every claim).
+_STATUSES = {status.value: status for status in OccurrenceStatus}
+
+
 def occurrence_from_mapping(
     m: Mapping[Any, Any], control_row: sa.Row[Any] | None = None
 ) -> Occurrence:
@@ -226,7 +231,8 @@ def occurrence_from_mapping(
         job_revision=m["job_revision"],
         trigger_key=m["trigger_key"],
         scheduled_for=_dt(m["scheduled_for"]),
-        status=OccurrenceStatus(m["status"]),
+        # A value no member has (none is stored) still raises the enum's own ValueError.
+        status=_STATUSES.get(m["status"]) or OccurrenceStatus(m["status"]),
         attempt=m["attempt"],
         max_attempts=m["max_attempts"],
         fence=m["fence"],
