@@ -54,6 +54,8 @@ _CANONICAL = json.JSONEncoder(
 
 def dumps(value: Any) -> str:
     """Canonical JSON: the same value always gives the same text."""
+    if value is None:  # a success's usual result: the encoder's two Python calls for "null"
+        return "null"
     return _CANONICAL.encode(value)
 
 
