@@ -82,13 +82,13 @@ def _frame_func(frame: str) -> str:
 def _is_commit(frame: str) -> bool:
     """A COMMIT in the driver or SQLAlchemy (sqlite3's C method, psycopg, do_commit), the
     kernel's own (``end_write`` sends SQLite's as text), or SQLite's WAL synced after the
-    writer gate (``sync_wal``: the fsync a FULL commit would make inside it)."""
+    writer gate (``KeptWal.sync`` or ``sync_wal``: the fsync a FULL commit would make inside it)."""
     file, func = _frame_file(frame), _frame_func(frame)
     if "'commit'" in func:
         return "sqlite3" in func or "psycopg" in func
     name = func.split(".")[-1]
     if file.endswith(("kernel/db/engine.py", "kernel/db/writer_gate.py")):
-        return name in ("end_write", "sync_wal")
+        return name in ("end_write", "sync", "sync_wal")
     return name in ("commit", "do_commit") and ("psycopg" in file or "sqlalchemy" in file)
 
 

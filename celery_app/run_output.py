@@ -86,6 +86,8 @@ class RunOutput:
 
     def flush(self, *, final: bool = False) -> None:
         """Store what arrived since the last flush (and, when ``final``, the kept tail)."""
+        if not self._scrubbers:
+            return  # nothing ever written (most runs): nothing pending, kept or dropped
         with self._lock:
             if final:
                 for stream, scrubber in self._scrubbers.items():

@@ -40,6 +40,8 @@ from kernel import (
 __all__ = ["RunOutcome", "run_occurrence", "run_occurrences"]
 
 log = logging.getLogger("celery_kernel.runtime")
+#: Read once: an enum member's ``.value`` is two Python calls, on every run.
+_BEFORE_EXECUTE = SafePoint.BEFORE_EXECUTE.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +115,12 @@ def run_occurrences(
     """
     owner = owner or new_owner()
     carried: _Carried | None = None
-    pace = _BatchPace(time.monotonic(), len(occurrence_ids))
+    # Only a batch that may pass its rest on is paced (a hint of one id, nearly every one, is not).
+    pace = (
+        _BatchPace(time.monotonic(), len(occurrence_ids))
+        if rehint is not None and len(occurrence_ids) > 1
+        else None
+    )
     for index, occurrence_id in enumerate(occurrence_ids):
         if carried is None:
             if index and shutting_down(main_pid):
@@ -121,7 +128,7 @@ def run_occurrences(
             claimed_at = time.monotonic()
             carried = _Carried(claimed_at, kernel.worker_lane.claim(occurrence_id, owner=owner))
         last = index + 1 == len(occurrence_ids)
-        passing_on = rehint is not None and not last and pace.runs_long(index)
+        passing_on = pace is not None and not last and pace.runs_long(index)
         following = None if last or passing_on else occurrence_ids[index + 1]
         if on_start is not None and carried.claim is not None:
             on_start(carried.claim)
@@ -129,7 +136,7 @@ def run_occurrences(
             kernel, adapters, occurrence_id, carried, following, main_pid, keeper, scope
         )
         yield outcome
-        if passing_on and rehint is not None:
+        if passing_on and rehint is not None and pace is not None:
             rest = list(occurrence_ids[index + 1 :])
             rehint(rest, pace.per_message(index))
             yield from (RunOutcome("rehinted") for _ in rest)
@@ -242,7 +249,7 @@ def _execute(run: HeldRun, following: int | None) -> tuple[RunOutcome, _Carried 
     run.output.secrets = ctx.secrets
     owner, fence = claim.owner, claim.fence
     try:
-        run.on_safe_point(SafePoint.BEFORE_EXECUTE.value, claim.checkpoint)
+        run.on_safe_point(_BEFORE_EXECUTE, claim.checkpoint)
         result = adapter.resume(ctx) if claim.checkpoint is not None else adapter.execute(ctx)
     except Redeliver:
         if run.fenced:

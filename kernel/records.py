@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import marshal
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -54,6 +56,8 @@ _CANONICAL = json.JSONEncoder(
 
 def dumps(value: Any) -> str:
     """Canonical JSON: the same value always gives the same text."""
+    if value is None:  # a success's usual result: the encoder's two Python calls for "null"
+        return "null"
     return _CANONICAL.encode(value)
 
 
@@ -214,6 +218,41 @@ OCCURRENCE_COLUMNS = (
 )
 
 
+#: Each status by its stored value: a dict lookup, where calling the enum goes through its
+#: metaclass (two Python calls, on every claim).
+_STATUSES = {status.value: status for status in OccurrenceStatus}
+
+
+#: Per job revision: the last definition text an occurrence of it was read with, and once
+#: read twice in a row, that text's parse as ``marshal`` bytes. Each occurrence still gets
+#: objects of its own (job code may change its ``definition``); unmarshalling them is
+#: cheaper than parsing the JSON again, on every claim (bench/README.md, session 27). An
+#: ad hoc run's snapshot carries its own arguments: its text differs from the last one,
+#: and it is parsed as before.
+_DEFINITIONS: dict[tuple[str, int], tuple[str, bytes | None]] = {}
+#: Job revisions kept (a process claiming for more starts over).
+_DEFINITIONS_KEPT = 256
+
+
+def _definition(job_id: str, revision: int, text: str) -> dict[str, Any]:
+    """The parse of an occurrence's definition ``text`` (as ``json.loads`` gives it)."""
+    key = (job_id, revision)
+    kept = _DEFINITIONS.get(key)
+    if kept is not None and kept[0] == text:
+        if kept[1] is not None:
+            parsed: dict[str, Any] = marshal.loads(kept[1])
+            return parsed
+        parsed = json.loads(text)
+        with contextlib.suppress(ValueError):  # nested past marshal's depth: parsed each time
+            _DEFINITIONS[key] = (text, marshal.dumps(parsed))
+        return parsed
+    if len(_DEFINITIONS) >= _DEFINITIONS_KEPT:
+        _DEFINITIONS.clear()
+    _DEFINITIONS[key] = (text, None)
+    parsed = json.loads(text)
+    return parsed
+
+
 def occurrence_from_mapping(
     m: Mapping[Any, Any], control_row: sa.Row[Any] | None = None
 ) -> Occurrence:
@@ -226,7 +265,8 @@ def occurrence_from_mapping(
         job_revision=m["job_revision"],
         trigger_key=m["trigger_key"],
         scheduled_for=_dt(m["scheduled_for"]),
-        status=OccurrenceStatus(m["status"]),
+        # A value no member has (none is stored) still raises the enum's own ValueError.
+        status=_STATUSES.get(m["status"]) or OccurrenceStatus(m["status"]),
         attempt=m["attempt"],
         max_attempts=m["max_attempts"],
         fence=m["fence"],
@@ -234,7 +274,7 @@ def occurrence_from_mapping(
         lease_expires_at=to_dt(m["lease_expires_at"]),
         available_at=_dt(m["available_at"]),
         dispatched_at=to_dt(m["dispatched_at"]),
-        definition=json.loads(m["definition"]),
+        definition=_definition(m["job_id"], m["job_revision"], m["definition"]),
         last_error=loads(m["last_error"]),
         result=loads(m["result"]),
         skip_reason=m["skip_reason"],

@@ -166,36 +166,36 @@ class KeptWal:
         self.fd: int | None = None
         self.owner: object = None
 
+    def sync(self, database_path: str, owner: object) -> None:
+        """``fdatasync`` the WAL after a commit of ``owner``, on the descriptor kept for it."""
+        fd = self.fd if self.owner is owner else None
+        if fd is None:
+            fd = _open_wal(database_path)
+            if fd is None:
+                return
+            self.close()
+            self.fd, self.owner = fd, owner
+        try:
+            os.fdatasync(fd)
+        except OSError:
+            self.close()  # the next sync opens the WAL anew, as one opened per call does
+            raise
+
     def close(self) -> None:
         fd, self.fd, self.owner = self.fd, None, None
         if fd is not None:
             os.close(fd)
 
 
-def sync_wal(database_path: str, kept: KeptWal | None = None, owner: object = None) -> None:
-    """``fdatasync`` the database's WAL: every commit written to it so far is then on disk
-    (recovery keeps the log's longest valid prefix). With ``kept``, after a commit of
-    ``owner``: its descriptor, opened once for that connection; without, opened per call."""
-    if kept is None:
-        fd = _open_wal(database_path)
-        if fd is not None:
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        return
-    fd = kept.fd if kept.owner is owner else None
-    if fd is None:
-        fd = _open_wal(database_path)
-        if fd is None:
-            return
-        kept.close()
-        kept.fd, kept.owner = fd, owner
-    try:
-        os.fdatasync(fd)
-    except OSError:
-        kept.close()  # the next sync opens the WAL anew, as one opened per call did
-        raise
+def sync_wal(database_path: str) -> None:
+    """``fdatasync`` the database's WAL, opened for this call: every commit written to it so
+    far is then on disk (recovery keeps the log's longest valid prefix)."""
+    fd = _open_wal(database_path)
+    if fd is not None:
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
 
 def _open_wal(database_path: str) -> int | None:

@@ -277,4 +277,5 @@ def _succeed(tx: Tx, occurrence_id: int, owner: str, fence: int, result: Any, al
 def _may_report(result: Any) -> bool:
     """A result under the watchdog's key: :func:`~kernel.upkeep.watchdog_jobs.record_report`
     reads it (a plain success calls nothing more, so its path stays short)."""
-    return isinstance(result, Mapping) and watchdog_jobs.KIND in result
+    # None (most results) is no Mapping: said without the ABC's check.
+    return result is not None and isinstance(result, Mapping) and watchdog_jobs.KIND in result

@@ -312,7 +312,10 @@ def _without_traceback(error: dict[str, Any]) -> dict[str, Any]:
 def owes_more(result: Any) -> bool:
     """A success whose result the settle acts on beyond its row and event: budget units
     it reports. (A watchdog's report is the facade's, after the settle: same transaction.)"""
-    return isinstance(result, Mapping) and budgets.REPORTED_UNITS_KEY in result
+    # None (most results) is no Mapping: said without the ABC's check.
+    return (
+        result is not None and isinstance(result, Mapping) and budgets.REPORTED_UNITS_KEY in result
+    )
 
 
 def succeed_plain_params(

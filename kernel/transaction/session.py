@@ -54,6 +54,7 @@ class Session:
         self.engine = engine
         self.clock = clock
         self.dialect = engine.dialect.name
+        self._postgres = self.dialect == "postgresql"
         self._held = _Held()
         database = engine.url.database if self.dialect == "sqlite" else None
         self._gate = (
@@ -78,6 +79,9 @@ class Session:
         if read_only or not held.lock.acquire(blocking=False):
             return self._transact(None, fn, args, kwargs, read_only)
         try:
+            if self._postgres and held.conn is not None:
+                # No writer gate and no WAL to sync: straight to the attempt (two a run).
+                return self._attempt(held, fn, args, kwargs, False, False, [])
             return self._transact(held, fn, args, kwargs, False)
         finally:
             held.lock.release()
@@ -129,49 +133,71 @@ class Session:
         gated: bool,
         unsynced: list[int],
     ) -> R:
-        phase: Phase = "open"
+        phase: list[Phase] = ["open"]  # how far it got, for the error's commit state
         try:
+            if held is not None and held.conn is not None and self._postgres:
+                # The held PostgreSQL connection, open: nothing to open, no sync mode, and
+                # nothing to begin (psycopg begins with the first statement). Two a run.
+                conn = held.conn
+                tx = Tx(conn, self.clock, self.dialect, own=True)
+                return self._write(conn, tx, fn, args, kwargs, phase, False, unsynced)
             with self._connection(held, read_only) as conn:
                 tx = Tx(conn, self.clock, self.dialect, own=not read_only)
                 if read_only:
                     with conn.begin() as trans:
-                        phase = "write"
+                        phase[0] = "write"
                         result = fn(tx, *args, **kwargs)
-                        phase = "commit"
+                        phase[0] = "commit"
                         trans.commit()
                     self._sync_seen()
                     return result
                 fast = held is not None and self._sync_mode(held, conn, gated)
                 begin_write(conn)
-                phase = "write"
-                try:
-                    result = fn(tx, *args, **kwargs)
-                    phase = "commit"
-                    number = self._gate.commit_begins() if fast else 0  # type: ignore[union-attr]
-                    end_write(conn, commit=True)  # sends nothing after a statement sent alone
-                    if fast:
-                        self._gate.commit_written(number)  # type: ignore[union-attr]
-                        unsynced.append(number)
-                except BaseException:
-                    with contextlib.suppress(sa.exc.DBAPIError):  # the first error is the one
-                        end_write(conn, commit=False)
-                    raise
-                return result
+                return self._write(conn, tx, fn, args, kwargs, phase, fast, unsynced)
         except KernelError:
             raise
         except (sa.exc.DBAPIError, OSError) as exc:
             if held is not None:
                 self._release(held)
-                if phase != "commit" and connection_lost(exc):
+                if phase[0] != "commit" and connection_lost(exc):
                     # Typically the held connection died while idle (a server restart),
                     # which the pool's pre-ping catches for a checkout. COMMIT was not
                     # sent, so nothing of this call persisted: run it once on a pooled one.
                     return self._transact(None, fn, args, kwargs, read_only)
-            raise translate(exc, phase=phase, url=self.engine.url, dialect=self.dialect) from exc
+            raise translate(exc, phase=phase[0], url=self.engine.url, dialect=self.dialect) from exc
         except BaseException:
             if held is not None:
                 self._release(held)
             raise
+
+    def _write(
+        self,
+        conn: sa.Connection,
+        tx: Tx,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        phase: list[Phase],
+        fast: bool,
+        unsynced: list[int],
+    ) -> R:
+        """``fn``'s write transaction on ``conn`` (begun), committed, or rolled back on any
+        error; ``phase[0]`` says whether COMMIT was sent. ``fast``: committed without SQLite's
+        sync, its commit number left in ``unsynced`` for the caller's sync."""
+        phase[0] = "write"
+        try:
+            result = fn(tx, *args, **kwargs)
+            phase[0] = "commit"
+            number = self._gate.commit_begins() if fast else 0  # type: ignore[union-attr]
+            end_write(conn, commit=True)  # sends nothing after a statement sent alone
+            if fast:
+                self._gate.commit_written(number)  # type: ignore[union-attr]
+                unsynced.append(number)
+        except BaseException:
+            with contextlib.suppress(sa.exc.DBAPIError):  # the first error is the one
+                end_write(conn, commit=False)
+            raise
+        return result
 
     def _sync_mode(self, held: _Held, conn: sa.Connection, gated: bool) -> bool:
         """Put the held connection at NORMAL when its engine asks for FULL and the gate is
@@ -190,7 +216,7 @@ class Session:
         gate = self._gate
         assert gate is not None
         try:
-            sync_wal(gate.database_path, kept, owner)
+            kept.sync(gate.database_path, owner)
         except OSError as exc:
             raise StorageUnavailable(
                 "the transaction committed but the disk did not confirm it "

@@ -28,13 +28,24 @@ class Tx:
     back (``observe_now``): on PostgreSQL that saves the clock's own round trip.
     """
 
-    __slots__ = ("conn", "dialect", "allowed_events", "made_runs", "_clock", "_now", "_own")
+    __slots__ = (
+        "conn",
+        "dialect",
+        "is_postgres",
+        "allowed_events",
+        "made_runs",
+        "_clock",
+        "_now",
+        "_own",
+    )
 
     def __init__(
         self, conn: sa.Connection, clock: Clock, dialect: str, *, own: bool = False
     ) -> None:
         self.conn = conn
         self.dialect = dialect
+        #: Read by every statement of the hot path: an attribute, not a property's call.
+        self.is_postgres = dialect == "postgresql"
         self._clock = clock
         self._now: int | None = None
         #: The session's own connection (not a caller's): a statement may commit alone.
@@ -43,10 +54,6 @@ class Tx:
         self.allowed_events: set[str] = set()
         #: The runs a settle's links made in this transaction (kernel.occurrences.rows).
         self.made_runs: list[int] = []
-
-    @property
-    def is_postgres(self) -> bool:
-        return self.dialect == "postgresql"
 
     @property
     def now(self) -> int:

@@ -48,7 +48,8 @@ def test_profile_split_names_the_kernels_own_driver_commit_and_gate_frames() -> 
     )
     # COMMIT sent as text by end_write, and the WAL's sync after the gate: the commit.
     assert classify([attempt, "end_write (/w/kernel/db/engine.py:286)", sent]) == "commit"
-    assert classify([transact, "sync_wal (/w/kernel/db/writer_gate.py:157)"]) == "commit"
+    assert classify([transact, "KeptWal.sync (/w/kernel/db/writer_gate.py:167)"]) == "commit"
+    assert classify([transact, "sync_wal (/w/kernel/db/writer_gate.py:187)"]) == "commit"
     wait = "_SharedMutex._wait (/w/kernel/db/writer_gate.py:134)"
     assert classify([transact, "WriterGate.acquire (/w/kernel/db/writer_gate.py:199)", wait]) == (
         "lock wait"

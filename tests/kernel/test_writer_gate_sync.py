@@ -85,7 +85,7 @@ from kernel import Kernel
 from kernel.transaction import session
 def die(*_):  # the process is killed between its COMMIT and its sync of the WAL
     os.kill(os.getpid(), signal.SIGKILL)
-session.sync_wal = die
+session.KeptWal.sync = die
 kernel = Kernel.open(sys.argv[1])
 kernel.claim(int(sys.argv[2]), owner="doomed", lease=60)
 """
@@ -119,7 +119,7 @@ def test_a_sync_that_fails_says_the_commit_is_not_known_durable(
         raise OSError(5, "Input/output error")
 
     try:
-        monkeypatch.setattr(session_module, "sync_wal", eio)
+        monkeypatch.setattr(session_module.KeptWal, "sync", eio)
         with pytest.raises(StorageUnavailable) as raised:
             kernel.claim(ids[0], owner="w", lease=60)
         assert raised.value.commit_state == "unknown"
