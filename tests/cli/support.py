@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import queue
+import signal
+import subprocess
 import threading
 from pathlib import Path
 from typing import IO, Any
 
+from process_stacks import python_stacks, signal_state
+
 from kernel import Kernel
 
-__all__ = ["Lines", "define", "job", "write"]
+__all__ = ["Lines", "define", "job", "stop", "write"]
 
 
 def write(path: Path, text: str) -> Path:
@@ -49,3 +53,19 @@ class Lines:
     def next(self, timeout: float = 45.0) -> str:
         """The next line; raises ``queue.Empty`` if none comes within ``timeout`` seconds."""
         return self._lines.get(timeout=timeout)
+
+
+def stop(proc: subprocess.Popen[str], signum: signal.Signals, timeout: float = 10) -> int:
+    """Send ``signum`` to a spawned command and return its exit code; one still running after
+    ``timeout`` fails the test with its signal state and Python stacks, then is killed."""
+    proc.send_signal(signum)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        state, stacks = signal_state(proc.pid), python_stacks([proc.pid])
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        raise AssertionError(
+            f"{proc.args!r} still running {timeout:g} s after {signum.name}\n"
+            f"{state}\n{stacks}\nstderr:\n{err}"
+        ) from None

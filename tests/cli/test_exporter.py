@@ -9,7 +9,7 @@ import time
 import urllib.request
 
 import sqlalchemy as sa
-from cli.support import Lines, define
+from cli.support import Lines, define, stop
 from prometheus_client.parser import text_string_to_metric_families
 
 from celery_app.cli.event_counters import EventCounters
@@ -105,8 +105,7 @@ def test_metrics_over_http_in_both_output_modes(spawn, kernel: Kernel) -> None:
     assert _scrape(started["url"])[("celery_kernel_claims_total", ())] == 6
     # SIGTERM stops it as a service manager would; Ctrl-C as a person would (exit 130).
     for proc, sig, code in ((as_json, signal.SIGTERM, 0), (as_text, signal.SIGINT, 130)):
-        proc.send_signal(sig)
-        assert proc.wait(timeout=10) == code
+        assert stop(proc, sig) == code
         assert "Traceback" not in proc.stderr.read()
 
 

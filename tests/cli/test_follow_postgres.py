@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from cli.support import Lines, define
+from cli.support import Lines, define, stop
 
 from kernel import Kernel
 
@@ -66,8 +66,7 @@ def test_events_follow_prints_a_late_commit_once_and_resumes_from_a_cursor(
     assert _created(again)["occurrence_id"] == third
     assert _created(out)["occurrence_id"] == third  # the held one was not printed twice
     for proc in (follow, resumed):
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 130
+        assert stop(proc, signal.SIGINT) == 130
 
 
 def test_occurrence_logs_follow_reads_the_same_cursor_until_the_run_settles(

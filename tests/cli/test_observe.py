@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from cli.support import Lines, define
+from cli.support import Lines, define, stop
 
 from adapters.supervisor import containment
 from kernel import Kernel
@@ -142,8 +142,7 @@ def test_events_follow_streams_new_events_until_interrupted(spawn, kernel: Kerne
     assert json.loads(out_json.next())["type"] == "occurrence_created"
     assert "job_defined  new" in out_text.next()
     for proc in (as_json, as_text):
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 130  # Ctrl-C, as shells report it
+        assert stop(proc, signal.SIGINT) == 130  # Ctrl-C, as shells report it
         assert "Traceback" not in proc.stderr.read() + proc.stdout.read()
 
 

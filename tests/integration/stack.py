@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+
+from process_stacks import python_stacks
 
 from kernel import Kernel, Occurrence, SchemaUnknown, StorageUnavailable
 
@@ -158,26 +159,9 @@ class Proc:
             self.popen.terminate()
 
     def stacks(self) -> str:
-        """The Python stacks of this process and its descendants, with their locals (``py-spy
-        dump``): where a process that would not stop was, so that an intermittent hang says so
-        the first time it happens."""
-        spy = shutil.which("py-spy", path=Path(sys.executable).parent) or shutil.which("py-spy")
-        if spy is None:
-            return "(no py-spy on PATH or beside the interpreter: no stacks)"
-        dumps = []
-        for pid in [self.pid, *self.children()]:
-            try:
-                # --locals: a hang's cause is often in them (a count awaited, the job held).
-                done = subprocess.run(
-                    [spy, "dump", "--locals", "--pid", str(pid)],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                )
-                dumps.append(done.stdout if done.returncode == 0 else f"{pid}: {done.stderr}")
-            except subprocess.TimeoutExpired:
-                dumps.append(f"{pid}: py-spy dump did not answer within 30 s")
-        return "\n".join(dumps)
+        """The Python stacks of this process and its descendants, with their locals: where a
+        process that would not stop was."""
+        return python_stacks([self.pid, *self.children()])
 
     def reap(self, deadline: float) -> bool:
         """Wait for the main process until ``deadline``, then SIGKILL what is left (its
