@@ -9,8 +9,11 @@ that cannot start skips the tests that need it on a workstation, and fails them 
 
 from __future__ import annotations
 
+import compileall
 import os
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from servers import (
@@ -38,6 +41,27 @@ def _server_url(env_var: str, start: Callable[[], RunningServer]) -> Iterator[st
         yield server.url
     finally:
         server.stop()
+
+
+ROOT = Path(__file__).resolve().parents[1]
+#: What the processes tests spawn (celery workers, Beat, CLIs) import from this tree.
+_SPAWN_IMPORTS = ("kernel", "celery_app", "beat_schedule", "adapters", "tests")
+_TEST_MODULE = re.compile(r"/test_[^/]*\.py$")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the tree's bytecode once, in the controller, before any worker starts.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (this machine, some CI images) every process a
+    test spawns would compile the project again, ~0.1-0.2 CPU-s each. compileall writes
+    ``__pycache__`` (git-ignored) regardless of that variable; xdist workers and spawned
+    processes only read it, and a stale file is ignored by its source's mtime. Test
+    modules are left out: pytest rewrites and caches those itself.
+    """
+    if hasattr(config, "workerinput"):
+        return
+    for name in _SPAWN_IMPORTS:
+        compileall.compile_dir(ROOT / name, quiet=1, rx=_TEST_MODULE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
