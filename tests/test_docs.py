@@ -1,5 +1,5 @@
-"""The documentation site builds without a warning, and the README's state diagram is the
-one generated from the kernel's transition table."""
+"""The documentation site builds without a warning, the README's state diagram is the one
+generated from the kernel's transition table, and CI runs the README's test command."""
 
 from __future__ import annotations
 
@@ -65,6 +65,16 @@ def _readme_diagram() -> str:
     found = re.search(r"```mermaid\n(.*?)```", readme, re.DOTALL)
     assert found, "README.md has no mermaid block"
     return found.group(1)
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    readme_commands = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert readme_commands is not None, "README.md no longer opens with its two commands"
+    test_command = readme_commands.group(1).splitlines()[1]
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci_lines[-1] == test_command, (
+        f".ci/run ends with {ci_lines[-1]!r}; the README's test command is {test_command!r}"
+    )
 
 
 def test_readme_state_diagram_is_the_generated_one() -> None:
