@@ -47,7 +47,15 @@ from celery_app.task_results import store_chord_failure, store_end
 from celery_app.worker_process import process_resources
 from kernel import FAILED, Claim, Kernel, KernelError, Notification, OccurrenceStatus, Revoked
 
-__all__ = ["REHINT_AFTER_S", "deliver", "hint_owed", "hint_run", "register", "rehint_overdue"]
+__all__ = [
+    "REHINT_AFTER_S",
+    "deliver",
+    "hint_after_refused_claim",
+    "hint_owed",
+    "hint_run",
+    "register",
+    "rehint_overdue",
+]
 
 #: Seconds an http notification's request may take.
 HTTP_TIMEOUT_S = 30.0
@@ -88,11 +96,23 @@ def hint_owed(app: Any, kernel: Kernel, runs: Sequence[Revoked]) -> None:
         _hint_of_run(app, kernel, run.occurrence_id, run.fence, run.queue)
 
 
-def _hint_of_run(app: Any, kernel: Kernel, occurrence_id: int, fence: int, queue: str) -> list[int]:
+def hint_after_refused_claim(app: Any, kernel: Kernel, occurrence_id: int) -> None:
+    """Hint the pending notifications of ``occurrence_id`` after its claim was refused: a
+    claim that finds the run's lease expired settles it as Beat's expiry would, recording
+    them with no worker to hint them, and Beat's re-hint of what nobody hinted is a minute
+    or two away. Never raises (as :func:`hint_run`)."""
+    _hint_of_run(app, kernel, occurrence_id, None, None)
+
+
+def _hint_of_run(
+    app: Any, kernel: Kernel, occurrence_id: int, fence: int | None, queue: str | None
+) -> list[int]:
+    """Hint the pending notifications of the run (any of its runs without ``fence``) to
+    ``queue`` (without: to each one's own)."""
     try:
         made = kernel.run_notifications(occurrence_id, fence)
         for notification in made:
-            _hint(app, notification.id, queue)
+            _hint(app, notification.id, queue or str(notification.body.get("queue")))
         return [notification.id for notification in made]
     except (KernelError, OperationalError) as exc:
         log.warning(

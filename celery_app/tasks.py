@@ -107,6 +107,7 @@ def run_occurrence(task: Any, *occurrence_ids: int) -> Any:
             ):
                 occurrence_id = ids[len(results)]
                 if outcome.result == "not_claimable":
+                    notify.hint_after_refused_claim(task.app, resources.kernel, occurrence_id)
                     outcome = _hint_when_due(task, resources.kernel, occurrence_id, outcome)
                 results.append(outcome.result)
                 value = outcome.value

@@ -51,9 +51,12 @@ class HealthFacade(FacadeBase):
         return notify.get(tx, notification_id)
 
     @read
-    def run_notifications(self, tx: Tx, occurrence_id: int, fence: int) -> list[Notification]:
+    def run_notifications(
+        self, tx: Tx, occurrence_id: int, fence: int | None = None
+    ) -> list[Notification]:
         """The pending notifications of the run (``occurrence_id``, ``fence``): those its
-        settle recorded, for its worker to hint."""
+        settle recorded, for its worker to hint. Without ``fence``: of any run of it (a
+        claim that found its run's lease expired settled it at the lost worker's fence)."""
         return notify.of_run(tx, occurrence_id, fence)
 
     @read

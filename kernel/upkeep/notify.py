@@ -158,11 +158,11 @@ def due(tx: Tx, limit: int, overdue_ms: int = 0) -> list[Notification]:
     return [_notification(row) for row in rows]
 
 
-def of_run(tx: Tx, occurrence_id: int, fence: int) -> list[Notification]:
-    """The pending notifications of the run (``occurrence_id``, ``fence``), oldest first."""
-    rows = tx.conn.execute(
-        sa.select(N)
-        .where(N.c.occurrence_id == occurrence_id, N.c.fence == fence, N.c.state == "pending")
-        .order_by(N.c.id)
-    )
+def of_run(tx: Tx, occurrence_id: int, fence: int | None) -> list[Notification]:
+    """The pending notifications of the run (``occurrence_id``, ``fence``; None: any of
+    its runs), oldest first."""
+    run = N.c.occurrence_id == occurrence_id
+    if fence is not None:
+        run &= N.c.fence == fence
+    rows = tx.conn.execute(sa.select(N).where(run, N.c.state == "pending").order_by(N.c.id))
     return [_notification(row) for row in rows]

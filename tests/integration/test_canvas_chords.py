@@ -25,11 +25,12 @@ measured against stock Celery on the same Redis (broker and result backend).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from integration.stack import Stack
-from integration.test_enqueue import Project
+from integration.test_enqueue import ROUTED_AND_STOCK, Project
 
 pytestmark = pytest.mark.long
 
@@ -206,6 +207,13 @@ for side in ("routed", "stock"):
 print(json.dumps(out))
 """
 
+HINT = """\
+import json
+from myproj import app
+app.send_task("kernel.run_occurrence", args=[sys.argv[1]], queue="celery")
+print(json.dumps({}))
+"""
+
 READ_BODY = """\
 import json, sys
 from myproj import app
@@ -306,6 +314,29 @@ def test_a_member_killed_on_its_last_attempt_fails_the_chord_in_the_backend(
     assert [x["failed"] for x in errback] == [body_id]
     assert stack.occurrences("task:myproj.routed.tsum") == []
     assert project.ledger(task="tsum") == []
+
+
+@pytest.mark.parametrize("stack", ["redis"], indirect=True)
+def test_a_killed_members_lease_expired_by_a_claim_still_fails_the_chord_in_the_backend(
+    stack: Stack,
+) -> None:
+    # No Beat: the claim of a hint arriving after the killed member's lease expired
+    # dead-letters it (as Beat's expiry would, and as happens when a redelivered hint beats
+    # Beat to it), and the refused claimant hints the end it owes the backend at once.
+    project = Project(stack, settings=ROUTED_AND_STOCK, tasks=TASKS)
+    first = project.worker("w1")
+    body_id = project.client(DIES)["body"]
+    stack.wait(lambda: project.ledger(task="dies"), timeout=30, what="the member started")
+    first.crash()
+    [member] = stack.occurrences("task:myproj.routed.dies")
+    assert member.lease_expires_at is not None
+    expiry = member.lease_expires_at.timestamp()
+    stack.wait(lambda: time.time() > expiry + 0.5, timeout=120, what="the lease expired")
+    project.worker("w2")
+    project.client(HINT.replace("sys.argv[1]", str(member.id)))
+    read = READ_BODY.replace("sys.argv[1]", repr(body_id))
+    assert project.client(read) == {"value": "ChordError", "status": "FAILURE"}
+    assert stack.occurrences("task:myproj.routed.dies")[0].status.value == "dead_letter"
 
 
 @pytest.mark.parametrize("stack", ["redis"], indirect=True)

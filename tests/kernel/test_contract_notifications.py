@@ -52,6 +52,23 @@ def test_a_succeeded_run_records_nothing(k: Harness) -> None:
     assert _recorded(k.kernel, claim.occurrence.id, claim.fence) is None
 
 
+def test_a_claim_that_settles_an_expired_run_leaves_its_notification_to_be_found(
+    k: Harness,
+) -> None:
+    # A worker's claim that finds the lease of a run with no lost leases left dead-letters
+    # it as Beat's expiry would; the refused claimant finds what that settle recorded by
+    # the occurrence alone (the lost worker's fence is not the claimant's to know).
+    claim = k.running("job", lease=5, notify=NOTIFY, max_attempts=1, max_lost_leases=0)
+    occ = claim.occurrence.id
+    k.clock.advance(6)
+    assert k.kernel.claim(occ, owner="w2", lease=30) is None
+    assert k.kernel.get_occurrence(occ).status.value == "dead_letter"
+    [made] = k.kernel.run_notifications(occ)
+    assert (made.fence, made.event, made.body["status"]) == (claim.fence, "failed", "dead_letter")
+    assert k.kernel.run_notifications(occ, claim.fence) == [made]
+    assert k.kernel.run_notifications(occ, claim.fence + 1) == []
+
+
 def test_tries_back_off_and_give_up_after_the_attempts(k: Harness) -> None:
     k.define("job", notify=NOTIFY)
     occ, fence = _failed_run(k, retryable=False)
