@@ -74,6 +74,8 @@ class Outcome:
     value: Any = None
     refusal: KernelError | None = None
     crash: str | None = None  # the traceback of anything that is not a KernelError
+    #: From the barrier's release to the answer: says whether a refusal waited on a lock.
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -87,7 +89,7 @@ class Outcome:
         if self.crash is not None:
             return f"crash({self.crash.strip().splitlines()[-1]})"
         if self.refusal is not None:
-            return f"refused({self.refusal.code}: {self.refusal})"
+            return f"refused({self.refusal.code} after {self.seconds:.1f} s: {self.refusal})"
         return f"ok({self.value!r:.200})"
 
 
@@ -122,11 +124,13 @@ class Actors:
 
     def _serve(self, index: int, kernel: Kernel, inbox: queue.SimpleQueue[Op | None]) -> None:
         while (op := inbox.get()) is not None:
+            started = time.monotonic()
             try:
                 self._barrier.wait(timeout=30)
+                started = time.monotonic()
                 outcome = Outcome(value=op(kernel))
             except KernelError as refusal:
-                outcome = Outcome(refusal=refusal)
+                outcome = Outcome(refusal=refusal, seconds=time.monotonic() - started)
             except BaseException:  # noqa: BLE001 - reported to the test as a crash
                 outcome = Outcome(crash=traceback.format_exc())
             self._results.put((index, outcome))
