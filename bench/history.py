@@ -196,7 +196,7 @@ def _caught_up(cursor: Any, last_event_id: int) -> bool:
 def _web_client(kernel: Kernel, workdir: Path, url: str) -> TestClient:
     """The real web app over ``kernel``, in process, logged in as a viewer (cookie and token)."""
     import celery_app
-    from celery_app.web.app import create_app
+    from celery_app.web.app import create_app, freeze_startup_heap
     from celery_app.web.auth import SESSION_COOKIE, Sessions, SignInLimiter
     from celery_app.web.context import WebContext
     from celery_app.web.users import Role, UserStore
@@ -211,6 +211,7 @@ def _web_client(kernel: Kernel, workdir: Path, url: str) -> TestClient:
     context = WebContext(app, kernel, users, sessions, settings, SignInLimiter(5))
     client = TestClient(create_app(context), headers={"Authorization": f"Bearer {token}"})
     client.cookies.set(SESSION_COOKIE, sessions.start(user).id)
+    freeze_startup_heap()  # as `kernel web` does before it serves
     return client
 
 
