@@ -124,7 +124,6 @@ class Actors:
 
     def _serve(self, index: int, kernel: Kernel, inbox: queue.SimpleQueue[Op | None]) -> None:
         while (op := inbox.get()) is not None:
-            started = time.monotonic()
             try:
                 self._barrier.wait(timeout=30)
                 started = time.monotonic()
