@@ -112,7 +112,7 @@ def _hint_of_run(
     try:
         made = kernel.run_notifications(occurrence_id, fence)
         for notification in made:
-            _hint(app, notification.id, queue or str(notification.body.get("queue")))
+            _hint(app, notification, queue)
         return [notification.id for notification in made]
     except (KernelError, OperationalError) as exc:
         log.warning(
@@ -128,8 +128,13 @@ def _hint_of_run(
         return []
 
 
-def _hint(app: Any, notification_id: int, queue: str, countdown: float = 0.0) -> None:
-    send_notification_hint(app, notification_id, queue, countdown)
+def _hint(
+    app: Any, notification: Notification, queue: str | None = None, countdown: float = 0.0
+) -> None:
+    """Hint a try of ``notification`` to ``queue``; without, to the queue its run was on when
+    it was recorded."""
+    own_queue = queue or str(notification.body.get("queue"))
+    send_notification_hint(app, notification.id, own_queue, countdown)
 
 
 def notify_task(task: Any, notification_id: int) -> str:
@@ -230,7 +235,7 @@ def _failed(app: Any, kernel: Kernel, taken: Notification, error: str, retryable
         extra={"action": "notify_retry", **ids},
     )
     try:
-        _hint(app, taken.id, str(taken.body.get("queue")), countdown=wait)
+        _hint(app, taken, countdown=wait)
     except OperationalError as exc:
         log.warning(
             "notification %s stays pending: its next try could not be hinted: %s",
@@ -249,7 +254,7 @@ def rehint_overdue(
     dropped."""
     overdue = kernel.due_notifications(limit, overdue_for=overdue_for)
     for notification in overdue:
-        _hint(app, notification.id, str(notification.body.get("queue")))
+        _hint(app, notification)
     if overdue:
         log.info(
             "hinted %d overdue notification(s) again",
