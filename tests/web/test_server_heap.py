@@ -7,10 +7,12 @@ was the console's p95 with a large history (bench/README.md, session 29).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from kernel import Kernel
 from tests.servers import free_port
 
 # The real `kernel web` command in this process's main thread; a thread waits until it
@@ -48,19 +50,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_server_freezes_what_it_built_before_serving(tmp_path: Path) -> None:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "KERNEL_DATABASE_URL": f"sqlite:///{tmp_path}/kernel.db",
-        "KERNEL_USERS_FILE": str(tmp_path / "users.json"),
-        "KERNEL_VAR_DIR": str(tmp_path / "var"),
-    }
-    for argv in (["-m", "celery", "-A", "celery_app", "kernel", "migrate"],
-                 ["-c", _SERVE_AND_REPORT, str(free_port())]):  # fmt: skip
-        done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
-        assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    url = f"sqlite:///{tmp_path / 'kernel.db'}"
+    Kernel.open(url, migrate_schema=True).close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "KERNEL_"))}
+    env.update(
+        KERNEL_DATABASE_URL=url,
+        KERNEL_USERS_FILE=str(tmp_path / "users.json"),
+        KERNEL_VAR_DIR=str(tmp_path / "var"),
+    )
+    served = subprocess.run(
+        [sys.executable, "-c", _SERVE_AND_REPORT, str(free_port())],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert served.returncode == 0, served.stderr
+    seen = json.loads(served.stdout.strip().splitlines()[-1])
     # Celery, the kernel, FastAPI and the templates are all frozen; what is left to walk is
     # what serving and the thread made since.
     assert seen["frozen"] > 100_000, seen
