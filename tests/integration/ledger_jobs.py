@@ -71,11 +71,21 @@ def checks_then_stalls(ledger: str, ctx: ExecutionContext, stall_s: int) -> dict
     return {"fence": ctx.occurrence.fence}
 
 
-def steps(ledger: str, ctx: ExecutionContext, total: int, step_s: float) -> dict[str, Any]:
-    """``total`` steps of ``step_s`` seconds a checkpoint after each; resumes after the last."""
+def steps(
+    ledger: str, ctx: ExecutionContext, total: int, step_s: float, hold: str | None = None
+) -> dict[str, Any]:
+    """``total`` steps of ``step_s`` seconds a checkpoint after each; resumes after the last.
+
+    With ``hold`` (a path), the last step waits while that file exists, checkpointing as it
+    waits: a test that acts on the run while it runs, however slow the machine, says when
+    it may end.
+    """
     start = int(ctx.resumed["done"]) if ctx.resumed else 0
     for step in range(start, total):
         time.sleep(step_s)
+        while step == total - 1 and hold is not None and os.path.exists(hold):
+            ctx.checkpoint({"done": step})
+            time.sleep(step_s)
         append(ledger, ctx, "step", step=step)
         ctx.checkpoint({"done": step + 1})
     return {"done": total, "resumed_from": start, "fence": ctx.occurrence.fence}

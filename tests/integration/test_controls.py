@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +23,10 @@ STEPS = 40
 STEP_S = 0.25
 
 
-def steps_job(stack: Stack) -> dict[str, Any]:
-    return stack.job("steps", "steps", kwargs={"total": STEPS, "step_s": STEP_S}, lease="5s")
+def steps_job(stack: Stack, hold: Path | None = None) -> dict[str, Any]:
+    """The checkpointing job; with ``hold``, its last step waits while that file exists."""
+    kwargs = {"total": STEPS, "step_s": STEP_S, "hold": None if hold is None else str(hold)}
+    return stack.job("steps", "steps", kwargs=kwargs, lease="5s")
 
 
 def assert_finished_from_checkpoint(stack: Stack, occ_id: int, handed_at: int) -> None:
@@ -38,8 +41,10 @@ def assert_finished_from_checkpoint(stack: Stack, occ_id: int, handed_at: int) -
     assert {step["attempt"] for step in steps} == {1}
 
 
-def test_operator_pauses_and_resumes_a_running_job(stack: Stack) -> None:
-    stack.use_jobs(steps_job(stack))
+def test_operator_pauses_and_resumes_a_running_job(stack: Stack, tmp_path: Path) -> None:
+    hold = tmp_path / "hold"  # the run cannot end before the pause, however slow the CLI
+    hold.touch()
+    stack.use_jobs(steps_job(stack, hold))
     stack.start_worker("worker")
     stack.start_beat("beat")
     occ_id = stack.run_now("steps")
@@ -64,6 +69,7 @@ def test_operator_pauses_and_resumes_a_running_job(stack: Stack) -> None:
 
     resumed = stack.cli("resume", str(occ_id), "--operator", "it")
     assert resumed["occurrence"]["control"]["state"] == "resumed"
+    hold.unlink()
     stack.wait(lambda: stack.settled("steps"), timeout=30, what="the resumed run to finish")
     assert_finished_from_checkpoint(stack, occ_id, handed_at)
     events = [t for t, _ in stack.event_types(occ_id)]

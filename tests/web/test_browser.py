@@ -89,6 +89,8 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     users_file = tmp_path / "users.json"
     stack.env["KERNEL_USERS_FILE"] = str(users_file)
     tokens = make_users(users_file)
+    hold = tmp_path / "hold"  # the run cannot end before it is paused, however slow the pages
+    hold.touch()
     shell = {
         "id": "sync-inventory",
         "kind": "shell",
@@ -98,7 +100,8 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
         "max_attempts": 1,
     }
     stack.use_jobs(
-        stack.job("steps", "steps", kwargs={"total": STEPS, "step_s": STEP_S}, lease="5s"),
+        stack.job("steps", "steps", kwargs={"total": STEPS, "step_s": STEP_S, "hold": str(hold)},
+                  lease="5s"),
         stack.job("tick", "record", schedule={"every": "2s"}),
         shell,
     )  # fmt: skip
@@ -136,6 +139,7 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
     expect(page.locator("p.ok")).to_contain_text("resumed")
     # The events page, open all along, shows the resume without being reloaded.
     expect(watcher.locator("#events")).to_contain_text("occurrence_resumed", timeout=10_000)
+    hold.unlink()
     page.click("a.button:text-is('Continue')")
     expect(page.locator("h1")).to_contain_text("succeeded", timeout=40_000)
     expect(page.locator("#output")).to_contain_text(f'"resumed_from": {handed_at}')
