@@ -36,12 +36,13 @@ from celery_app.web.auth import (
 )
 from celery_app.web.context import SECURITY_HEADERS, WebContext, database_shown
 from celery_app.web.users import User, same_secret
-from kernel import Kernel
+from kernel import EventCursor
 
 __all__ = [
     "STATIC_DIR",
     "Context",
     "LoginNeeded",
+    "PageCursor",
     "PageLogin",
     "allowed_actions",
     "error_page",
@@ -104,10 +105,20 @@ def render(
     return HTMLResponse(html, status_code)
 
 
-def stream_url(kernel: Kernel, query: Sequence[tuple[str, str]] = ()) -> str:
+def _page_cursor(context: Context) -> EventCursor:
+    return context.kernel.event_cursor()
+
+
+#: The event log's position before a page reads anything (a dependency runs before the
+#: page's body): an event committed while the page is read is still streamed to it, where
+#: a position taken after its reads would skip it and leave the page stale for good.
+PageCursor = Annotated[EventCursor, Depends(_page_cursor)]
+
+
+def stream_url(cursor: EventCursor, query: Sequence[tuple[str, str]] = ()) -> str:
     """The live stream (see :mod:`.event_log`) of the events a page shows (``query``: its
-    filters), from the events committed when it was rendered."""
-    return "/live?" + urlencode([*query, ("after", kernel.event_cursor().token)])
+    filters), from ``cursor`` (its :data:`PageCursor`)."""
+    return "/live?" + urlencode([*query, ("after", cursor.token)])
 
 
 def error_page(request: Request, code: str, message: str, status_code: int) -> Response:
@@ -240,7 +251,7 @@ def _set_cookie(request: Request, response: Response, name: str, value: str, age
 
 
 @router.get("/")
-def overview(request: Request, context: Context, login: PageLogin) -> Response:
+def overview(request: Request, context: Context, login: PageLogin, cursor: PageCursor) -> Response:
     status = operations.status(context.kernel, context.celery)
     controls = operations.runtime_controls(context.kernel, 200)
     return render(
@@ -253,7 +264,7 @@ def overview(request: Request, context: Context, login: PageLogin) -> Response:
             operations.throughput(context.kernel, _THROUGHPUT_S, _THROUGHPUT_BUCKETS)
         ),
         actions=allowed_actions(login, "kernel"),
-        stream=stream_url(context.kernel),
+        stream=stream_url(cursor),
     )
 
 

@@ -31,7 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from celery_app import operations
-from celery_app.web.console import Context, PageLogin, render, stream_url
+from celery_app.web.console import Context, PageCursor, PageLogin, render, stream_url
 from kernel import Event, EventCursor, EventType, InvalidArgument, Kernel, KernelError
 
 __all__ = ["MAX_STREAMS", "STREAM_S", "LiveStreams", "router"]
@@ -158,6 +158,7 @@ def events_page(
     request: Request,
     context: Context,
     login: PageLogin,
+    cursor: PageCursor,
     filters: EventFilters,
     before: Annotated[int | None, Query(ge=1, le=_BIG)] = None,
 ) -> Response:
@@ -179,7 +180,7 @@ def events_page(
         types=sorted(t.value for t in EventType),
         older=older,
         newest=urlencode(query) if not latest else None,
-        stream=stream_url(context.kernel, query) if latest else None,
+        stream=stream_url(cursor, query) if latest else None,
     )
 
 

@@ -16,6 +16,7 @@ from celery_app.web.actions import ACTIONS
 from celery_app.web.console import (
     Context,
     JobPath,
+    PageCursor,
     PageLogin,
     allowed_actions,
     render,
@@ -68,6 +69,7 @@ def job_page(
     request: Request,
     context: Context,
     login: PageLogin,
+    cursor: PageCursor,
     old: Revision = None,
     new: Revision = None,
 ) -> Response:
@@ -93,7 +95,7 @@ def job_page(
         diff=operations.revision_diff(revisions, old, new),
         history=charts.run_history(operations.job_runs(kernel, job_id, _JOB_HISTORY)),
         actions=[a for a in allowed_actions(login, "job") if a.offered(shown)],
-        stream=stream_url(kernel, [("job", job_id)]),
+        stream=stream_url(cursor, [("job", job_id)]),
     )
 
 

@@ -25,6 +25,7 @@ def occurrences(
     request: Request,
     context: console.Context,
     login: console.PageLogin,
+    cursor: console.PageCursor,
     job: Annotated[str | None, Query(max_length=200)] = None,
     status: Annotated[list[str] | None, Query()] = None,
     before: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
@@ -47,7 +48,7 @@ def occurrences(
         wanted=wanted,
         statuses=[s.value for s in OccurrenceStatus],
         older=older,
-        stream=console.stream_url(context.kernel) if before is None else None,
+        stream=console.stream_url(cursor) if before is None else None,
     )
 
 
@@ -57,6 +58,7 @@ def occurrence(
     request: Request,
     context: console.Context,
     login: console.PageLogin,
+    cursor: console.PageCursor,
 ) -> Response:
     detail = operations.occurrence_detail(context.kernel, occurrence_id)
     offered = [a for a in console.allowed_actions(login, "occurrence") if a.offered(detail)]
@@ -78,5 +80,5 @@ def occurrence(
         withheld=withheld,
         story=story,
         timeline=charts.timeline(story, context.kernel.now(), settled),
-        stream=console.stream_url(context.kernel, [("occurrence", str(occurrence_id))]),
+        stream=console.stream_url(cursor, [("occurrence", str(occurrence_id))]),
     )
