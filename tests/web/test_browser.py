@@ -4,7 +4,8 @@ An operator logs in, starts a checkpointing job with run-now, pauses it while it
 runs, sees it paused with its checkpoint, resumes it and watches it succeed (the
 pages follow the event stream: nothing is reloaded by hand); a viewer sees no action
 buttons, and forged posts are refused. One browser session takes the screenshots of
-every page that ``docs/console.md`` shows, into ``docs/screenshots/``.
+every page that ``docs/console.md`` shows, into ``docs/screenshots/``. A page whose live
+refresh fails fetches itself again.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from integration.stack import Stack
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 from servers import unavailable
-from web.support import make_users, start_web, stop
+from web.support import make_users, serve, start_web, stop
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -227,3 +228,27 @@ def test_operator_pauses_and_resumes_a_running_occurrence(
              "api", "occurrence-narrow")  # fmt: skip
     for name in names:
         assert 10_000 < (SCREENSHOTS / f"{name}.png").stat().st_size < 400_000, name
+
+
+def test_a_live_refresh_that_fails_is_fetched_again(browser: Browser, tmp_path: Path) -> None:
+    """The refresh an occurrence's last event asks for fails (the network drops it): the
+    page fetches itself again rather than stay as it was until some later event."""
+    with serve(tmp_path) as web:  # no worker and no Beat: the test's cancel is the only event
+        job = web.fresh_job()
+        occ = web.kernel.run_now(job, request_id="r", operator="t").occurrence.id
+        page = _log_in(browser, web.url, "viewer", web.tokens["viewer"])
+        page.goto(f"{web.url}/occurrences/{occ}")
+        expect(page.locator("h1")).to_contain_text("queued")
+        dropped: list[str] = []
+
+        def drop_the_first_refresh(route: Route) -> None:
+            if route.request.resource_type == "fetch" and not dropped:
+                dropped.append(route.request.url)
+                route.abort()
+            else:
+                route.continue_()
+
+        page.route(f"{web.url}/occurrences/{occ}", drop_the_first_refresh)
+        web.kernel.cancel(occ, request_id="c", operator="t")
+        expect(page.locator("h1")).to_contain_text("cancelled", timeout=15_000)
+        assert dropped == [f"{web.url}/occurrences/{occ}"]
