@@ -1,18 +1,23 @@
-"""What the indexes and the commit's flush cost an enqueue: the same enqueues into a kernel
-with every index, into one without the secondary indexes a queued row enters, and into
-one whose commits do not wait for their flush (issue 42 items 2 and 3).
+"""What the indexes, the commit's flush and the row's width cost an enqueue: the same
+enqueues into a kernel with every index, into one without the secondary indexes a queued
+row enters, into one whose commits do not wait for their flush, and into one whose rows
+carry only their run's own part of the definition (issue 42 items 2 and 3).
 
-Three fresh databases per back end, all migrated: ``all`` as the kernel makes it, ``bare``
+Four fresh databases per back end, all migrated: ``all`` as the kernel makes it, ``bare``
 with the non-unique secondary indexes of ``occurrences`` and ``events`` dropped (the
-primary keys and the unique indexes an enqueue's ``ON CONFLICT`` needs are kept), and
+primary keys and the unique indexes an enqueue's ``ON CONFLICT`` needs are kept),
 ``unflushed``, every index but the commit not waiting for its flush (PostgreSQL's
 ``synchronous_commit`` off for that database; SQLite WAL ``synchronous=NORMAL``, synced
-at checkpoints). Rounds alternate between them (one ``Kernel.enqueue`` each ``--single`` times, then
-``Kernel.enqueue_many`` of ``--batch``); each row is the lowest and the median over the
-rounds of the wall time (the server's work and the commit's flush included) and this
-process's CPU, per call. Neither ``bare`` nor ``unflushed`` is a kernel to use (the
-first's reads scan, the second loses acknowledged enqueues in a crash): they measure
-what a queued row's index entries and the commit's wait cost, nothing else.
+at checkpoints), and ``narrow``, every index and flush but each row's ``definition`` its
+run's own text alone, without the task's part every run of it repeats (what a definition
+stored once per task would leave in the row). Rounds alternate between them (one
+``Kernel.enqueue`` each ``--single`` times, then ``Kernel.enqueue_many`` of ``--batch``);
+each row is the lowest and the median over the rounds of the wall time (the server's
+work and the commit's flush included) and this process's CPU, per call. Neither ``bare``
+nor ``unflushed`` nor ``narrow`` is a kernel to use (the first's reads scan, the second
+loses acknowledged enqueues in a crash, the third's rows cannot be run): they measure
+what a queued row's index entries, the commit's wait and the row's width cost, nothing
+else.
 
 Run from the repository root::
 
@@ -27,9 +32,10 @@ import functools
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -37,6 +43,7 @@ if str(ROOT) not in sys.path:
 
 import sqlalchemy as sa  # noqa: E402
 
+import kernel.statements  # noqa: E402
 from bench.support import fresh_database, server  # noqa: E402
 from kernel import EnqueueRequest, Kernel  # noqa: E402
 
@@ -71,13 +78,38 @@ def _kernel(url: str, variant: str) -> Kernel:
             conn.commit()
         first.close()
     synchronous = "NORMAL" if variant == "unflushed" and sqlite else "FULL"
-    kernel = Kernel.open(url, migrate_schema=True, sqlite_synchronous=synchronous)
+    opened = Kernel.open(url, migrate_schema=True, sqlite_synchronous=synchronous)
     if variant == "bare":
-        with kernel.engine.begin() as conn:
+        with opened.engine.begin() as conn:
             for name in DROPPED:
                 conn.execute(sa.text(f"DROP INDEX IF EXISTS {name}"))
-    kernel.enqueue(task="bench.enqueued", args=["warm"])  # defines the task's job
-    return kernel
+    opened.enqueue(task="bench.enqueued", args=["warm"])  # defines the task's job
+    return opened
+
+
+def _own_parts_only(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``narrow``'s parameters: each row's definition its own part, head and tail dropped."""
+    narrowed = []
+    for row in rows:
+        own = (row.get("definition_parts") or ("", row["definition"], ""))[1]
+        narrowed.append({**row, "definition": own, "definition_parts": None})
+    return _ENQUEUE_PARAMS(dialect, narrowed)
+
+
+_ENQUEUE_PARAMS = kernel.statements.enqueue_params
+
+
+@contextmanager
+def _rows_as(variant: str) -> Iterator[None]:
+    """``narrow``'s enqueues send their rows' own parts; the others' are the kernel's own."""
+    if variant != "narrow":
+        yield
+        return
+    kernel.statements.enqueue_params = _own_parts_only
+    try:
+        yield
+    finally:
+        kernel.statements.enqueue_params = _ENQUEUE_PARAMS
 
 
 def _timed(run: Callable[[], object], calls: int) -> tuple[float, float]:
@@ -97,16 +129,19 @@ def _measure(urls: dict[str, str], args: argparse.Namespace) -> dict[str, list[f
     found: dict[str, list[float]] = {}
     try:
         for _ in range(args.rounds):
-            for name, kernel in kernels.items():
-                one = _timed(functools.partial(kernel.enqueue, task="bench.enqueued", args=[1]),
-                             args.single)  # fmt: skip
-                many = _timed(functools.partial(kernel.enqueue_many, batch), 2)
+            for name, opened in kernels.items():
+                with _rows_as(name):
+                    one = _timed(
+                        functools.partial(opened.enqueue, task="bench.enqueued", args=[1]),
+                        args.single,
+                    )
+                    many = _timed(functools.partial(opened.enqueue_many, batch), 2)
                 for what, (wall, cpu) in (("enqueue", one), (f"enqueue_many/{args.batch}", many)):
                     found.setdefault(f"{what} {name} wall", []).append(wall)
                     found.setdefault(f"{what} {name} cpu", []).append(cpu)
     finally:
-        for kernel in kernels.values():
-            kernel.close()
+        for opened in kernels.values():
+            opened.close()
     return found
 
 
@@ -130,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with ExitStack() as databases:
                 urls = {
                     variant: databases.enter_context(fresh_database(server_url, "enqueue-ix-"))
-                    for variant in ("all", "bare", "unflushed")
+                    for variant in ("all", "bare", "unflushed", "narrow")
                 }
                 found = _measure(urls, args)
             print(f"== {backend}: µs per call, lowest / median of {args.rounds} rounds")

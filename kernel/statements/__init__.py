@@ -6,6 +6,8 @@ from kernel.statements.adjudication import *  # noqa: F403
 from kernel.statements.adjudication import __all__ as _adjudication
 from kernel.statements.beat import *  # noqa: F403
 from kernel.statements.beat import __all__ as _beat
+from kernel.statements.chords import *  # noqa: F403
+from kernel.statements.chords import __all__ as _chords
 from kernel.statements.claims import *  # noqa: F403
 from kernel.statements.claims import __all__ as _claims
 from kernel.statements.enqueues import *  # noqa: F403
@@ -24,8 +26,6 @@ from kernel.statements.pools import *  # noqa: F403
 from kernel.statements.pools import __all__ as _pools
 from kernel.statements.settles import *  # noqa: F403
 from kernel.statements.settles import __all__ as _settles
-from kernel.statements.sources import *  # noqa: F403
-from kernel.statements.sources import __all__ as _sources
 from kernel.statements.worker import *  # noqa: F403
 from kernel.statements.worker import __all__ as _worker
 
@@ -36,11 +36,11 @@ __all__ = [
     *_operator,
     *_pools,
     *_beat,
-    *_sources,
     *_gates,
     *_jobs,
     *_history,
     *_notifications,
     *_adjudication,
     *_enqueues,
+    *_chords,
 ]

@@ -1,5 +1,4 @@
-"""Enqueue's statement: occurrences of a task's implicit job, one statement per batch;
-and a chord's row, which its members' settles count down."""
+"""Enqueue's statement: occurrences of a task's implicit job, one statement per batch."""
 
 from __future__ import annotations
 
@@ -15,22 +14,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from kernel.db.clock import StatementNow
 from kernel.db.driver import DriverStatement
 from kernel.db.json_text import json_object, omitted_when
-from kernel.db.schema import chords, jobs, occurrences
+from kernel.db.schema import jobs, occurrences
 from kernel.events import EventType
 from kernel.statements.logged import logged
 
 __all__ = [
-    "CHORD_ABANDONED",
-    "CHORD_CLOSES",
-    "CHORD_GROWS",
-    "CHORD_MEMBERS",
-    "CHORD_MEMBER_ADDS",
-    "CHORD_ROW",
-    "HOLDER_LINKS",
-    "CHORD_MEMBER_FAILS",
-    "CHORD_MEMBER_HANDED_OVER",
-    "CHORD_MEMBER_SUCCEEDS",
-    "INSERT_CHORD",
     "ENQUEUE_COLUMNS",
     "LOG_ENQUEUED",
     "ENQUEUE_OCCURRENCE",
@@ -91,53 +79,76 @@ def _row() -> sa.Select[Any]:
     )
 
 
-#: A batch's values per row: the columns but the definition, then the definition's own
-#: text (between its template's head and tail, sent once a batch) and that template's index.
-_BATCH_COLUMNS = (*(n for n in ENQUEUE_COLUMNS if n != "definition"), "definition", "template")
-_BATCH_VALUES = operator.itemgetter(*_BATCH_COLUMNS[:-2])
+#: What the runs of one task in a batch share, sent once a batch with its definition's head
+#: and tail as the runs' *template*; each row sends its own columns, its definition's own
+#: text and its template's index. SQLite's JSON functions parse a row's text again for
+#: each value read from it: 20 values a row were 6.5 of a 500-row batch's ~27 ms, 8 values
+#: and a template joined 2.7 (bench/README.md, session 30).
+_SHARED = (
+    "job_id", "max_attempts", "max_lost_leases", "hinted", "queue", "delivery", "pool",
+    "exclusive", "priority", "expires_after", "rate_limit",
+)  # fmt: skip
+_OWN = tuple(n for n in ENQUEUE_COLUMNS if n not in _SHARED and n != "definition")
+_ROW_COLUMNS = (*_OWN, "definition", "template")
+_TEMPLATE_COLUMNS = ("head", "tail", *_SHARED)
+_OWN_VALUES = operator.itemgetter(*_OWN)
+_SHARED_VALUES = operator.itemgetter(*_SHARED)
 _json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _given(dialect: str, rows: int) -> Any:
-    """The rows' values as a FROM: one row's binds; a batch's JSON texts (one statement and
-    one plan whatever its size; a UNION of a SELECT per row took seconds to plan, psycopg's
-    escaping of text arrays cost more CPU than the rest of a batch), each definition as its
-    run's own text, its template's head and tail sent once (with them the JSON was 4.3
-    times as long: bench/enqueue_explain.py). PostgreSQL reads it twice: a CTE."""
+    """The rows' values as a FROM: one row's binds; a batch's JSON texts and templates
+    (one statement and one plan whatever its size; a UNION of a SELECT per row took
+    seconds to plan, psycopg's escaping of text arrays cost more CPU than the rest of a
+    batch). PostgreSQL reads it twice: a CTE."""
     values = _row() if rows == 1 else _batch(dialect)
     return values.cte("given") if dialect == "postgresql" else values.subquery("given")
 
 
 def _batch(dialect: str) -> sa.TextualSelect:
-    """A batch's values (:func:`enqueue_params`): PostgreSQL zips one JSON array per column
-    (objects per row repeat every name), a string stays text (a cast to ``VARCHAR(n)`` would
-    cut a value the column refuses); SQLite reads an array per row (objects: +7 ms/500)."""
+    """A batch's values (:func:`enqueue_params`). PostgreSQL zips one JSON array per row
+    column (objects per row repeat every name), a string staying text (a cast to
+    ``VARCHAR(n)`` would cut a value the column refuses), and reads a template's values
+    from one array per template column by the row's index. SQLite reads an array per row
+    (objects: +7 ms/500) and joins the templates, read once into a materialized table."""
     if dialect == "postgresql":
-        names = ", ".join(f'"{name}"' for name in _BATCH_COLUMNS)
+        names = ", ".join(f'"{name}"' for name in _ROW_COLUMNS)
         rows = ", ".join(f"json_array_elements_text(CAST(:given_{i} AS JSON))"
-                         for i in range(len(_BATCH_COLUMNS)))  # fmt: skip
+                         for i in range(len(_ROW_COLUMNS)))  # fmt: skip
         rows = f"ROWS FROM ({rows}) AS c({names})"
-        at = '[CAST(c."template" AS INTEGER) + 1]'
 
         def column(name: str) -> str:
             return f'c."{name}"'
 
-        def template(part: str) -> str:
-            return f"(CAST(:{part} AS TEXT[])){at}"
+        def template(name: str) -> str:
+            kind = _TYPES.get(name)  # None: the head and tail, text
+            element = "TEXT" if kind is None or isinstance(kind, sa.String) else kind.compile()
+            return f'(CAST(:template_{name} AS {element}[]))[CAST(c."template" AS INTEGER) + 1]'
 
     else:
-        rows = "json_each(:given)"
+        read_once = ", ".join(f"json_extract(value, '$[{i}]') AS \"{name}\""
+                              for i, name in enumerate(_TEMPLATE_COLUMNS))  # fmt: skip
+        at = f"json_extract(r.value, '$[{_ROW_COLUMNS.index('template')}]')"
+        # CROSS JOIN: the rows stay the outer loop, in their order, each finding its
+        # template by the automatic index SQLite gives a materialized table.
+        rows = (
+            f"(WITH t AS MATERIALIZED (SELECT key AS at, {read_once} FROM json_each(:templates))"
+            f" SELECT r.value AS value, t.* FROM json_each(:given) AS r CROSS JOIN t"
+            f" WHERE t.at = {at})"
+        )
 
         def column(name: str) -> str:
-            return f"json_extract(value, '$[{_BATCH_COLUMNS.index(name)}]')"
+            return f"json_extract(value, '$[{_ROW_COLUMNS.index(name)}]')"
 
-        def template(part: str) -> str:
-            return f"json_extract(:{part}, printf('$[%d]', {column('template')}))"
+        def template(name: str) -> str:
+            return f'"{name}"'
 
     def read(name: str) -> str:
-        kind = _TYPES[name]
         if name == "definition":
-            return f"{template('heads')} || {column(name)} || {template('tails')}"
+            return f"{template('head')} || {column(name)} || {template('tail')}"
+        if name in _SHARED:
+            return template(name)
+        kind = _TYPES[name]
         if dialect == "sqlite" or isinstance(kind, sa.String):
             return column(name)
         return f"CAST({column(name)} AS {kind.compile()})"  # INTEGER, BIGINT, BOOLEAN
@@ -154,17 +165,19 @@ def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str,
     text is its own), but for ``now`` (``Tx.now_param``)."""
     if len(rows) == 1:
         return {f"{name}_0": rows[0][name] for name in ENQUEUE_COLUMNS}
-    templates: dict[tuple[str, str], int] = {}
+    templates: dict[tuple[Any, ...], int] = {}
     given = []
     for row in rows:
         head, own, tail = row.get("definition_parts") or ("", row["definition"], "")
-        at = templates.setdefault((head, tail), len(templates))
-        given.append((*_BATCH_VALUES(row), own, at))
-    heads, tails = [head for head, _ in templates], [tail for _, tail in templates]
+        at = templates.setdefault((head, tail, *_SHARED_VALUES(row)), len(templates))
+        given.append((*_OWN_VALUES(row), own, at))
     if dialect == "postgresql":
-        columns = enumerate(zip(*given, strict=True))
-        return {**{f"given_{i}": _json(c) for i, c in columns}, "heads": heads, "tails": tails}
-    return {"given": _json(given), "heads": _json(heads), "tails": _json(tails)}
+        shared = zip(_TEMPLATE_COLUMNS, zip(*templates, strict=True), strict=True)
+        return {
+            **{f"given_{i}": _json(c) for i, c in enumerate(zip(*given, strict=True))},
+            **{f"template_{name}": list(c) for name, c in shared},
+        }
+    return {"given": _json(given), "templates": _json(list(templates))}
 
 
 def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
@@ -301,99 +314,3 @@ def enqueue_chunks(rows: int) -> list[tuple[int, int]]:
 #: The one-row statement per dialect (the transition table's; a batch uses
 #: :func:`enqueue_occurrences` with its row count).
 ENQUEUE_OCCURRENCE = {dialect: enqueue_occurrences(dialect, 1) for dialect in _INSERTS}
-
-
-def _p(name: str) -> sa.BindParameter[Any]:
-    return sa.bindparam(name)
-
-
-def _insert_chord(insert: Any) -> Any:
-    return (
-        insert(chords)
-        .values(
-            id=_p("chord_id"), members=_p("members"), body=_p("body"),
-            remaining=_p("remaining"), created_at=_p("now"), closed_at=_p("closed_at"),
-        )
-        .on_conflict_do_nothing()
-        .returning(chords.c.id)
-    )  # fmt: skip
-
-
-#: A chord's row, made with its members; an id that exists is not made again (zero rows).
-INSERT_CHORD = {dialect: _insert_chord(insert) for dialect, insert in _INSERTS.items()}
-_OPEN = sa.and_(chords.c.id == _p("chord_id"), chords.c.remaining > 0, chords.c.failed_at.is_(None))
-#: A member succeeded: one fewer to wait for, while the chord is open (the row stays held
-#: until the settle commits, so the next member's settle counts after it). The one that
-#: reads ``remaining`` 0 makes the body.
-CHORD_MEMBER_SUCCEEDS = (
-    sa.update(chords)
-    .where(_OPEN)
-    .values(remaining=chords.c.remaining - 1)
-    .returning(chords.c.remaining, chords.c.closed_at, chords.c.members, chords.c.body)
-)
-#: A chord's row as it is now (a refused growth or close reads it once to say why).
-CHORD_ROW = sa.select(
-    chords.c.members, chords.c.remaining, chords.c.closed_at, chords.c.failed_at
-).where(chords.c.id == _p("chord_id"))
-
-
-def _chord_grows(*guard: Any) -> Any:
-    """Members added to a chord that has not failed: compare-and-set on the members read
-    (another growth, or a member's replacement, may change them first: zero rows)."""
-    return (
-        sa.update(chords)
-        .where(chords.c.id == _p("chord_id"), chords.c.failed_at.is_(None),
-               chords.c.members == _p("members"), *guard)
-        .values(members=_p("new_members"), remaining=chords.c.remaining + _p("added"))
-        .returning(chords.c.id)
-    )  # fmt: skip
-
-
-#: A running member's run, locked while its lease holds (fenced, as its settle is): its
-#: links name its chord. Held until the transaction commits: no expiry ends it meanwhile.
-HOLDER_LINKS = (
-    sa.select(occurrences.c.links)
-    .where(
-        occurrences.c.id == _p("occurrence_id"), occurrences.c.status == "running",
-        occurrences.c.lease_owner == _p("owner"), occurrences.c.fence == _p("held_fence"),
-        occurrences.c.lease_expires_at > _p("now"),
-    )
-    .with_for_update()
-)  # fmt: skip
-#: The caller of an open chord (a generator's header) adds the members it yielded.
-CHORD_GROWS = _chord_grows(chords.c.closed_at.is_(None))
-#: A running member adds members (Celery's add_to_chord): its chord's body is not made
-#: yet, as that member has not settled (remaining > 0).
-CHORD_MEMBER_ADDS = _chord_grows(chords.c.remaining > 0)
-#: The caller closes its open chord: the size is known. With ``remaining`` 0 (every member
-#: settled meanwhile) the close makes the body; else the last member's settle does.
-CHORD_CLOSES = (
-    sa.update(chords)
-    .where(chords.c.id == _p("chord_id"), chords.c.closed_at.is_(None),
-           chords.c.failed_at.is_(None))
-    .values(closed_at=_p("now"))
-    .returning(chords.c.remaining, chords.c.members, chords.c.body)
-)  # fmt: skip
-#: The caller of an open chord failed while making its members: the chord fails, once.
-CHORD_ABANDONED = (
-    sa.update(chords)
-    .where(chords.c.id == _p("chord_id"), chords.c.closed_at.is_(None),
-           chords.c.failed_at.is_(None))
-    .values(failed_at=_p("now"), closed_at=_p("now"))
-    .returning(chords.c.body)
-)  # fmt: skip
-#: A member failed for good: the chord fails, once (zero rows when it failed already).
-CHORD_MEMBER_FAILS = (
-    sa.update(chords).where(_OPEN).values(failed_at=_p("now")).returning(chords.c.body)
-)
-#: An open chord's members (group order), None when it is not open.
-CHORD_MEMBERS = sa.select(chords.c.members).where(_OPEN)
-#: A member replaced: its place in ``members`` is its heirs', ``added`` more than one
-#: (a group its chain ends with), compare-and-set on the members read (zero rows: another
-#: member's hand-over changed them first).
-CHORD_MEMBER_HANDED_OVER = (
-    sa.update(chords)
-    .where(_OPEN, chords.c.members == _p("members"))
-    .values(members=_p("new_members"), remaining=chords.c.remaining + _p("added"))
-    .returning(chords.c.id)
-)

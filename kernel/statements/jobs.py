@@ -1,5 +1,6 @@
 """Statements that write a job definition: define and revise it, advance Beat's cursor,
-enable/disable, retire and delete it.
+enable/disable, retire and delete it; and which source (a job file, the app's
+beat_schedule) owns it.
 
 Each decides in its own WHERE: the revision and cursor the caller read still being the
 job's, the flag still being the other way, or nothing of the job still needing it (an
@@ -9,6 +10,10 @@ row sees every occurrence made before it and blocks those made after.
 
 A bind named after a column of the row written is its new value (``digest``, ``spec``);
 the row's current values are compared with ``expected_*`` binds.
+
+A source's listing (``RESTORE_LISTED_JOBS``, ``RETIRE_UNLISTED_JOBS``) decides in each WHERE:
+a row is restored only while retired, retired only while live and no longer listed, so a
+replay of the same listing changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam as p
 from sqlalchemy.dialects import postgresql, sqlite
 
-from kernel.db.schema import jobs, occurrences
+from kernel.db.schema import job_sources, jobs, occurrences
 from kernel.states import RESOLVED, UNSETTLED
 
 __all__ = [
@@ -34,6 +39,10 @@ __all__ = [
     "COUNT_SCHEDULED_RUNS",
     "DELETE_IDLE_JOB",
     "EXPIRE_FINISHED_JOB",
+    "RESTORE_LISTED_JOBS",
+    "OWN_JOBS",
+    "RETIRE_UNLISTED_JOBS",
+    "FORGET_JOB_SOURCE",
 ]
 
 #: A definition's columns; Beat plans its cursor afresh (unplanned, no next firing).
@@ -204,3 +213,43 @@ EXPIRE_FINISHED_JOB = (
     )
     .returning(jobs.c.id)
 )
+
+#: Retired jobs ``source`` lists (``keep``): its own come back, and one another source
+#: retired comes back too (an entry moved from one Beat's schedule to another's).
+RESTORE_LISTED_JOBS = (
+    sa.update(job_sources)
+    .where(
+        job_sources.c.job_id.in_(p("keep", expanding=True)),
+        job_sources.c.retired_at.is_not(None),
+    )
+    .values(retired_at=None)
+    .returning(job_sources.c.job_id)
+)
+
+
+def _own(insert: Any) -> Any:
+    """``source`` owns each job of the rows given, under the name its listing gives it."""
+    statement = insert(job_sources)
+    return statement.on_conflict_do_update(
+        index_elements=[job_sources.c.job_id],
+        set_={"source": statement.excluded.source, "name": statement.excluded.name},
+    )
+
+
+OWN_JOBS = {"postgresql": _own(postgresql.insert), "sqlite": _own(sqlite.insert)}
+
+#: Live jobs of ``source`` it no longer lists (among those that still exist).
+RETIRE_UNLISTED_JOBS = (
+    sa.update(job_sources)
+    .where(
+        job_sources.c.source == p("of_source"),
+        job_sources.c.retired_at.is_(None),
+        job_sources.c.job_id.not_in(p("keep", expanding=True)),
+        job_sources.c.job_id.in_(sa.select(jobs.c.id)),
+    )
+    .values(retired_at=p("now"))
+    .returning(job_sources.c.job_id, job_sources.c.name)
+)
+
+#: A deleted job's ownership goes with it.
+FORGET_JOB_SOURCE = sa.delete(job_sources).where(job_sources.c.job_id == p("job_id"))

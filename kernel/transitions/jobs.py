@@ -16,18 +16,16 @@ from kernel.statements.jobs import (
     DEFINE_JOB,
     DELETE_IDLE_JOB,
     EXPIRE_FINISHED_JOB,
+    FORGET_JOB_SOURCE,
     MARK_UNPLANNABLE,
+    OWN_JOBS,
     PLAN_CURSOR,
+    RESTORE_LISTED_JOBS,
     RETIRE_JOB,
+    RETIRE_UNLISTED_JOBS,
     REVISE_JOB,
     REVISE_LIVE_JOB,
     SET_ENABLED,
-)
-from kernel.statements.sources import (
-    FORGET_JOB_SOURCE,
-    OWN_JOBS,
-    RESTORE_LISTED_JOBS,
-    RETIRE_UNLISTED_JOBS,
 )
 from kernel.transitions.door import Transition
 

@@ -100,3 +100,37 @@ def test_a_batchs_definitions_are_the_single_calls(k: Harness) -> None:
         [0, 'q"\\é'],
         [1, 'q"\\é'],
     ]
+
+
+def test_a_batchs_rows_are_the_single_calls(k: Harness) -> None:
+    # What runs of a task share goes once per template (job, queue, delivery, priority,
+    # expiry, ...): runs that differ in each of them, interleaved, are stored as single
+    # calls store them, column by column, their times relative to their creation.
+    def runs() -> list[EnqueueRequest]:
+        return [
+            EnqueueRequest(
+                TASK if i % 3 else "proj.other",
+                [i],
+                queue=None if i % 4 else "elsewhere",
+                delivery="at-most-once" if i % 5 == 2 else None,
+                countdown=None if i % 6 else 30,
+                priority=None if i % 7 else 9,
+                expires=None if i % 8 else 600,
+                timeout=None if i % 5 else 7.5,
+            )
+            for i in range(30)
+        ]
+
+    batch = k.kernel.enqueue_many(runs())
+    single = [k.kernel.enqueue_many([run])[0] for run in runs()]
+    skipped = {"id", "trigger_key", "idempotency_key", "updated_at", "created_at"}
+    times = ("scheduled_for", "available_at", "dispatched_at", "expires_at")
+    columns = [c for c in occurrences.c if c.name not in skipped and c.name not in times]
+    relative = [(c - occurrences.c.created_at).label(c.name) for c in map(occurrences.c.get, times)]
+    with k.kernel.engine.connect() as conn:
+        stored = {
+            row[0]: row[1:]
+            for row in conn.execute(sa.select(occurrences.c.id, *columns, *relative))
+        }
+    assert len({stored[m.occurrence_id] for m in batch}) > 8  # the runs do differ
+    assert [stored[m.occurrence_id] for m in batch] == [stored[m.occurrence_id] for m in single]
