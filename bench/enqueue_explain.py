@@ -139,10 +139,11 @@ def _grow(kernel: Kernel, rows: int) -> None:
 
 
 def _bytes(params: dict[str, Any]) -> int:
-    """The bytes of a statement's text parameters (lists of texts counted whole)."""
-    texts = [v for v in params.values() if isinstance(v, str)]
-    texts += [t for v in params.values() if isinstance(v, list) for t in v]
-    return sum(len(t.encode()) for t in texts)
+    """The bytes of a statement's text parameters (a template column's list counted by its
+    elements, a text as itself, anything else as its JSON)."""
+    values = [v for v in params.values() if isinstance(v, str)]
+    values += [t for v in params.values() if isinstance(v, list) for t in v]
+    return sum(len((t if isinstance(t, str) else json.dumps(t)).encode()) for t in values)
 
 
 def _sqlite(url: str, args: argparse.Namespace) -> None:
@@ -171,8 +172,9 @@ def _sqlite(url: str, args: argparse.Namespace) -> None:
                 )
                 given = (params["given"],)
                 clock("parse alone: json_each + json_extract of a column", cursor.execute,
-                      "SELECT count(*), sum(length(json_extract(value, '$[12]'))) "
-                      "FROM json_each(?)", given)  # fmt: skip
+                      "SELECT count(*), sum(length(json_extract(value, '$[{}]'))) "
+                      "FROM json_each(?)".format(st._ROW_COLUMNS.index("definition")),
+                      given)  # fmt: skip
                 clock("BEGIN", cursor.execute, "BEGIN IMMEDIATE")
                 answer = clock("occurrences INSERT (its JSON read in)", cursor.execute,
                                rendered.sql, driver._args(rendered, params)).fetchall()  # fmt: skip
