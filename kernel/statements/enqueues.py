@@ -106,24 +106,37 @@ def _given(dialect: str, rows: int) -> Any:
 
 
 def _batch(dialect: str) -> sa.TextualSelect:
-    """A batch's values (:func:`enqueue_params`). PostgreSQL zips one JSON array per row
-    column (objects per row repeat every name), a string staying text (a cast to
-    ``VARCHAR(n)`` would cut a value the column refuses), and reads a template's values
-    from one array per template column by the row's index. SQLite reads an array per row
-    (objects: +7 ms/500) and joins the templates, read once into a materialized table."""
+    """A batch's values (:func:`enqueue_params`), each row joined to its template, read
+    once: a template's values read by index from an array per row were parsed again
+    (SQLite) or walked to (a PostgreSQL text array) for every row. PostgreSQL zips one
+    JSON array per column (objects per row repeat every name), a string staying text (a
+    cast to ``VARCHAR(n)`` would cut a value the column refuses), the rows numbered to
+    keep their order. SQLite reads an array per row (objects: +7 ms/500) and a
+    materialized table of the templates."""
+    order = ""
     if dialect == "postgresql":
-        names = ", ".join(f'"{name}"' for name in _ROW_COLUMNS)
-        rows = ", ".join(f"json_array_elements_text(CAST(:given_{i} AS JSON))"
-                         for i in range(len(_ROW_COLUMNS)))  # fmt: skip
-        rows = f"ROWS FROM ({rows}) AS c({names})"
+
+        def zipped(given: str, names: Sequence[str], alias: str) -> str:
+            arrays = ", ".join(f"json_array_elements_text(CAST(:{given}_{i} AS JSON))"
+                               for i in range(len(names)))  # fmt: skip
+            columns = ", ".join(f'"{name}"' for name in names)
+            return f"ROWS FROM ({arrays}) WITH ORDINALITY AS {alias}({columns}, at)"
+
+        rows = (
+            f"{zipped('given', _ROW_COLUMNS, 'c')}"
+            f" JOIN {zipped('template', _TEMPLATE_COLUMNS, 't')}"
+            ' ON t.at = CAST(c."template" AS BIGINT) + 1'
+        )
+        order = " ORDER BY c.at"
 
         def column(name: str) -> str:
             return f'c."{name}"'
 
         def template(name: str) -> str:
             kind = _TYPES.get(name)  # None: the head and tail, text
-            element = "TEXT" if kind is None or isinstance(kind, sa.String) else kind.compile()
-            return f'(CAST(:template_{name} AS {element}[]))[CAST(c."template" AS INTEGER) + 1]'
+            if kind is None or isinstance(kind, sa.String):
+                return f't."{name}"'
+            return f'CAST(t."{name}" AS {kind.compile()})'
 
     else:
         read_once = ", ".join(f"json_extract(value, '$[{i}]') AS \"{name}\""
@@ -154,7 +167,7 @@ def _batch(dialect: str) -> sa.TextualSelect:
         return f"CAST({column(name)} AS {kind.compile()})"  # INTEGER, BIGINT, BOOLEAN
 
     selected = ", ".join(f'{read(name)} AS "{name}"' for name in ENQUEUE_COLUMNS)
-    return sa.text(f"SELECT {selected} FROM {rows}").columns(
+    return sa.text(f"SELECT {selected} FROM {rows}{order}").columns(
         *(sa.column(name, _TYPES[name]) for name in ENQUEUE_COLUMNS)
     )
 
@@ -172,10 +185,9 @@ def enqueue_params(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str,
         at = templates.setdefault((head, tail, *_SHARED_VALUES(row)), len(templates))
         given.append((*_OWN_VALUES(row), own, at))
     if dialect == "postgresql":
-        shared = zip(_TEMPLATE_COLUMNS, zip(*templates, strict=True), strict=True)
         return {
             **{f"given_{i}": _json(c) for i, c in enumerate(zip(*given, strict=True))},
-            **{f"template_{name}": list(c) for name, c in shared},
+            **{f"template_{i}": _json(c) for i, c in enumerate(zip(*templates, strict=True))},
         }
     return {"given": _json(given), "templates": _json(list(templates))}
 

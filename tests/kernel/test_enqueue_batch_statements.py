@@ -133,4 +133,6 @@ def test_a_batchs_rows_are_the_single_calls(k: Harness) -> None:
             for row in conn.execute(sa.select(occurrences.c.id, *columns, *relative))
         }
     assert len({stored[m.occurrence_id] for m in batch}) > 8  # the runs do differ
+    ids = [m.occurrence_id for m in batch]
+    assert ids == sorted(ids)  # made in the requests' order, whatever their templates
     assert [stored[m.occurrence_id] for m in batch] == [stored[m.occurrence_id] for m in single]
