@@ -129,14 +129,8 @@ def _batch(dialect: str) -> sa.TextualSelect:
         )
         order = " ORDER BY c.at"
 
-        def column(name: str) -> str:
-            return f'c."{name}"'
-
-        def template(name: str) -> str:
-            kind = _TYPES.get(name)  # None: the head and tail, text
-            if kind is None or isinstance(kind, sa.String):
-                return f't."{name}"'
-            return f'CAST(t."{name}" AS {kind.compile()})'
+        def source(name: str) -> str:
+            return f'{"t" if name in _TEMPLATE_COLUMNS else "c"}."{name}"'
 
     else:
         read_once = ", ".join(f"json_extract(value, '$[{i}]') AS \"{name}\""
@@ -150,21 +144,18 @@ def _batch(dialect: str) -> sa.TextualSelect:
             f" WHERE t.at = {at})"
         )
 
-        def column(name: str) -> str:
+        def source(name: str) -> str:
+            if name in _TEMPLATE_COLUMNS:
+                return f'"{name}"'
             return f"json_extract(value, '$[{_ROW_COLUMNS.index(name)}]')"
-
-        def template(name: str) -> str:
-            return f'"{name}"'
 
     def read(name: str) -> str:
         if name == "definition":
-            return f"{template('head')} || {column(name)} || {template('tail')}"
-        if name in _SHARED:
-            return template(name)
+            return f"{source('head')} || {source(name)} || {source('tail')}"
         kind = _TYPES[name]
         if dialect == "sqlite" or isinstance(kind, sa.String):
-            return column(name)
-        return f"CAST({column(name)} AS {kind.compile()})"  # INTEGER, BIGINT, BOOLEAN
+            return source(name)
+        return f"CAST({source(name)} AS {kind.compile()})"  # INTEGER, BIGINT, BOOLEAN
 
     selected = ", ".join(f'{read(name)} AS "{name}"' for name in ENQUEUE_COLUMNS)
     return sa.text(f"SELECT {selected} FROM {rows}{order}").columns(
