@@ -98,3 +98,12 @@ def pg_database_url(postgres_url: str) -> Iterator[str]:
     """SQLAlchemy URL of a new, empty PostgreSQL database, dropped after the test."""
     with fresh_database(postgres_url) as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def kernel_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """URL of an empty database: a SQLite file in ``tmp_path``, or a fresh PostgreSQL one."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'kernel.db'}"
+    url: str = request.getfixturevalue("pg_database_url")
+    return url

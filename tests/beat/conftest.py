@@ -89,15 +89,6 @@ class Beat:
         return {o.trigger_key: o.skip_reason for o in self.occurrences(job_id, "skipped")}
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def kernel_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database: a SQLite file in ``tmp_path``, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'kernel.db'}"
-    url: str = request.getfixturevalue("pg_database_url")
-    return url
-
-
 @pytest.fixture
 def open_beat(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture

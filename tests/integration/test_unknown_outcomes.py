@@ -12,7 +12,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,14 +104,9 @@ def test_a_timed_out_at_most_once_run_is_sent_once_and_adjudicated(
     assert needs.data["reason"] == "unknown_outcome"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def kernel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kernel]:
-    url = (
-        f"sqlite:///{tmp_path / 'k.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_database_url")
-    )
-    opened = Kernel.open(url, migrate_schema=True)
+@pytest.fixture
+def kernel(kernel_url: str) -> Iterator[Kernel]:
+    opened = Kernel.open(kernel_url, migrate_schema=True)
     yield opened
     opened.close()
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,15 +23,6 @@ from kernel.types import Claim, Job, Occurrence
 
 #: Spacing of the firings ``Harness.fire`` materialises, and of its cursor.
 FIRE_STEP = timedelta(minutes=1)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def kernel_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """URL of an empty database: a SQLite file in ``tmp_path``, or a fresh PostgreSQL one."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'kernel.db'}"
-    url: str = request.getfixturevalue("pg_database_url")
-    return url
 
 
 @pytest.fixture

@@ -26,14 +26,6 @@ WORKERS = 4
 WORKER = Path(__file__).with_name("race_worker.py")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def race_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'race.db'}"
-    url: str = request.getfixturevalue("pg_database_url")
-    return url
-
-
 def _materialise(url: str) -> None:
     """Create the occurrences the way Beat does: cursor advances through ``Kernel.fire``."""
     clock = ManualClock()
@@ -60,13 +52,15 @@ def _materialise(url: str) -> None:
     kernel.close()
 
 
-def test_four_processes_settle_every_occurrence_exactly_once(race_url: str, tmp_path: Path) -> None:
-    _materialise(race_url)
+def test_four_processes_settle_every_occurrence_exactly_once(
+    kernel_url: str, tmp_path: Path
+) -> None:
+    _materialise(kernel_url)
     logs = [tmp_path / f"w{i}.jsonl" for i in range(WORKERS)]
     go = tmp_path / "go"
     workers = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), race_url, f"w{i}", str(log), str(go)],
+            [sys.executable, str(WORKER), kernel_url, f"w{i}", str(log), str(go)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
@@ -89,7 +83,7 @@ def test_four_processes_settle_every_occurrence_exactly_once(race_url: str, tmp_
     assert stale and not any(r["accepted"] for r in stale), "stale write accepted"
     assert all(log.read_text() for log in logs), "a worker took no part in the race"
 
-    kernel = Kernel.open(race_url)
+    kernel = Kernel.open(kernel_url)
     try:
         occurrences = kernel.list_occurrences(job_id="race", limit=1000)
         occurrences += kernel.list_occurrences(

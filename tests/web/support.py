@@ -32,6 +32,7 @@ __all__ = [
     "hidden_fields",
     "make_users",
     "serve",
+    "server_env",
     "start_web",
     "stop",
 ]
@@ -140,11 +141,10 @@ def hidden_fields(html: str) -> dict[str, str]:
     return {name: unescape(value) for name, value in found}
 
 
-@contextmanager
-def serve(root: Path, **settings: str) -> Iterator[Web]:
-    """A migrated SQLite kernel under ``root``, a user per role and ``kernel web`` over
-    them, started with the extra environment ``settings`` (``KERNEL_WEB_...``)."""
-    url = f"sqlite:///{root / 'kernel.db'}"
+def server_env(root: Path, url: str, **settings: str) -> dict[str, str]:
+    """The environment of a ``kernel web`` over the kernel at ``url``, its users and var
+    directory under ``root``: this process's, less its Celery and kernel settings, with
+    ``settings`` added."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "KERNEL_"))}
     env.update(
         KERNEL_DATABASE_URL=url,
@@ -152,6 +152,15 @@ def serve(root: Path, **settings: str) -> Iterator[Web]:
         KERNEL_VAR_DIR=str(root / "var"),
         **settings,
     )
+    return env
+
+
+@contextmanager
+def serve(root: Path, **settings: str) -> Iterator[Web]:
+    """A migrated SQLite kernel under ``root``, a user per role and ``kernel web`` over
+    them, started with the extra environment ``settings`` (``KERNEL_WEB_...``)."""
+    url = f"sqlite:///{root / 'kernel.db'}"
+    env = server_env(root, url, **settings)
     kernel = Kernel.open(url, migrate_schema=True)
     past = Kernel.open(url, clock=ManualClock(datetime(2026, 1, 2, tzinfo=UTC)))
     tokens = make_users(root / "users.json")

@@ -34,15 +34,10 @@ _STREAM = re.compile(r'data-stream="([^"]+)"')
 _SAFE_POINTS = ["adapter_checkpoint"]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def kernel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Kernel]:
-    url = (
-        f"sqlite:///{tmp_path / 'kernel.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_database_url")
-    )
-    request.getfixturevalue("monkeypatch").setenv("KERNEL_DATABASE_URL", url)
-    opened = Kernel.open(url, migrate_schema=True)
+@pytest.fixture
+def kernel(kernel_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kernel]:
+    monkeypatch.setenv("KERNEL_DATABASE_URL", kernel_url)  # the settings the pages read
+    opened = Kernel.open(kernel_url, migrate_schema=True)
     try:
         yield opened
     finally:

@@ -7,10 +7,11 @@ was the console's p95 with a large history (bench/README.md, session 29).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from web.support import server_env
 
 from kernel import Kernel
 from tests.servers import free_port
@@ -52,16 +53,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_server_freezes_what_it_built_before_serving(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'kernel.db'}"
     Kernel.open(url, migrate_schema=True).close()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CELERY_", "KERNEL_"))}
-    env.update(
-        KERNEL_DATABASE_URL=url,
-        KERNEL_USERS_FILE=str(tmp_path / "users.json"),
-        KERNEL_VAR_DIR=str(tmp_path / "var"),
-    )
     served = subprocess.run(
         [sys.executable, "-c", _SERVE_AND_REPORT, str(free_port())],
         cwd=ROOT,
-        env=env,
+        env=server_env(tmp_path, url),
         capture_output=True,
         text=True,
         timeout=120,
