@@ -139,11 +139,8 @@ def _grow(kernel: Kernel, rows: int) -> None:
 
 
 def _bytes(params: dict[str, Any]) -> int:
-    """The bytes of a statement's text parameters (a template column's list counted by its
-    elements, a text as itself, anything else as its JSON)."""
-    values = [v for v in params.values() if isinstance(v, str)]
-    values += [t for v in params.values() if isinstance(v, list) for t in v]
-    return sum(len((t if isinstance(t, str) else json.dumps(t)).encode()) for t in values)
+    """The bytes of a statement's text parameters (a batch's are all JSON texts)."""
+    return sum(len(v.encode()) for v in params.values() if isinstance(v, str))
 
 
 def _sqlite(url: str, args: argparse.Namespace) -> None:

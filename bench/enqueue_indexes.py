@@ -87,6 +87,10 @@ def _kernel(url: str, variant: str) -> Kernel:
     return opened
 
 
+#: The kernel's own, which ``narrow`` swaps out while it runs.
+_ENQUEUE_PARAMS = kernel.statements.enqueue_params
+
+
 def _own_parts_only(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """``narrow``'s parameters: each row's definition its own part, head and tail dropped."""
     narrowed = []
@@ -94,9 +98,6 @@ def _own_parts_only(dialect: str, rows: Sequence[Mapping[str, Any]]) -> dict[str
         own = (row.get("definition_parts") or ("", row["definition"], ""))[1]
         narrowed.append({**row, "definition": own, "definition_parts": None})
     return _ENQUEUE_PARAMS(dialect, narrowed)
-
-
-_ENQUEUE_PARAMS = kernel.statements.enqueue_params
 
 
 @contextmanager
