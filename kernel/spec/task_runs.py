@@ -30,25 +30,25 @@ from kernel.spec.sections import ID, TaskRequest
 from kernel.states import Delivery
 
 __all__ = [
-    "MAX_KEY", "MAX_REQUEST_BYTES", "TASK_JOB_PREFIX", "caller_key", "chain_ids", "checked_key",
-    "checked_replaces", "placement", "continued", "continuing", "replacement_of",
-    "trigger_key_of", "deadline_ms", "bounded_definition", "delay_ms", "keyed_trigger",
-    "link_eta", "retried_definition", "run_deadline", "run_definition", "settings_json",
-    "task_job", "task_job_id", "task_job_spec", "task_request",
+    "GENERATED_TRIGGER", "MAX_KEY", "MAX_REQUEST_BYTES", "TASK_JOB_PREFIX", "caller_key",
+    "chain_ids", "checked_key", "checked_replaces", "placement", "continued", "continuing",
+    "replacement_of", "trigger_key_of", "deadline_ms", "bounded_definition", "delay_ms",
+    "keyed_trigger", "link_eta", "retried_definition", "run_deadline", "run_definition",
+    "settings_json", "task_job", "task_job_id", "task_job_spec", "task_request",
 ]  # fmt: skip
 
 TASK_JOB_PREFIX = "task:"
 MAX_KEY = 200  # the longest caller's key
-#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``.
 #: The most a run's Celery request fields may hold (headers, stamps, reprs), as JSON.
 MAX_REQUEST_BYTES = 32 * 1024
-#: Stand-ins in a definition's template for what each run has of its own.
 _DELIVERIES = frozenset(d.value for d in Delivery)
+#: Stand-ins in a definition's template for what each run has of its own.
 _OWN = {name: f"\x00{name}" for name in ("payload", "queue", "delivery", "timeout")}
 _STAND_INS = {name: dumps(value) for name, value in _OWN.items()}
 
-
-_KEYED, _REPLACING = "key:", "replacing:"
+#: An enqueue with a caller's key (Celery's task id for a routed call) is ``key:<key>``;
+#: one without has a new ``enqueue:...``, which no occurrence before it has.
+_KEYED, _REPLACING, GENERATED_TRIGGER = "key:", "replacing:", "enqueue:"
 #: The longest trigger key (PostgreSQL's column).
 _MAX_TRIGGER_KEY = 210
 
@@ -66,7 +66,7 @@ def trigger_key_of(key: str | None, replaces: Mapping[str, Any] | None) -> str:
         # append, not a random page each (a WAL full-page image after a checkpoint).
         if key is not None:
             return keyed_trigger(key)
-        return f"enqueue:{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
+        return f"{GENERATED_TRIGGER}{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
     trigger_key = f"{_REPLACING}{replaces['nesting']}:{replaces['occurrence']}:{key}"
     if len(trigger_key) > _MAX_TRIGGER_KEY:
         raise InvalidArgument("key", f"{key!r} is too long for a run that replaces another")

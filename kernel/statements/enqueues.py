@@ -16,6 +16,7 @@ from kernel.db.driver import DriverStatement
 from kernel.db.json_text import json_object, omitted_when
 from kernel.db.schema import jobs, occurrences
 from kernel.events import EventType
+from kernel.spec.task_runs import GENERATED_TRIGGER
 from kernel.statements.logged import logged
 
 __all__ = [
@@ -255,20 +256,31 @@ def _statement(dialect: str, rows: int) -> DriverStatement:
         OCC.c.created_at,
     ).cte("made")  # fmt: skip
     existing = OCC.alias("existing")
+    # A key's existing row by its firing's unique key (revision 0028), sought only for a
+    # caller's key: a generated one is new (were it not, the caller's read after finds
+    # it). Joined for every row, the cached plan scanned all of history (bench/README.md,
+    # session 31).
+    existing_id = sa.case(
+        (
+            sa.not_(given.c.trigger_key.startswith(GENERATED_TRIGGER, autoescape=True)),
+            sa.select(existing.c.id)
+            .where(existing.c.job_id == given.c.job_id,
+                   existing.c.trigger_key == given.c.trigger_key)
+            .scalar_subquery(),
+        ),
+    )  # fmt: skip
     answer = (
         sa.select(
             given.c.idempotency_key,
             *(inserted.c[c.name] for c in made if c.name != "idempotency_key"),
             now.label("now"),
-            existing.c.id.label("existing_id"),
+            existing_id.label("existing_id"),
         )
-        .select_from(  # a key's existing row by its firing's unique key (revision 0028)
+        .select_from(
             given.outerjoin(inserted, inserted.c.idempotency_key == given.c.idempotency_key)
-            .outerjoin(existing, (existing.c.job_id == given.c.job_id)
-                       & (existing.c.trigger_key == given.c.trigger_key))
         )
         .add_cte(_created_logged(inserted).cte("created_logged"))
-    )  # fmt: skip
+    )
     return DriverStatement(answer, dialect)
 
 

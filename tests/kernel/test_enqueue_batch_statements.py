@@ -12,7 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from kernel import EnqueueRequest
+from kernel.db.driver import _args
 from kernel.db.schema import occurrences
+from kernel.spec import task_runs
 from kernel.spec.enqueue_request import prepare
 from kernel.statements import enqueues as st
 from kernel.store import Kernel
@@ -136,3 +138,50 @@ def test_a_batchs_rows_are_the_single_calls(k: Harness) -> None:
     ids = [m.occurrence_id for m in batch]
     assert ids == sorted(ids)  # made in the requests' order, whatever their templates
     assert [stored[m.occurrence_id] for m in batch] == [stored[m.occurrence_id] for m in single]
+
+
+def test_a_batch_answers_existing_keys_generated_or_given(
+    k: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PostgreSQL's statement seeks an existing row only for a caller's key; a generated
+    # key that exists (two calls in one millisecond drawing the same 80 bits, forced
+    # here) is found by the read after it. Either way the run is the earlier one's.
+    first = k.kernel.enqueue_many([EnqueueRequest(TASK, [0], key="given")])[0]
+    monkeypatch.setattr(task_runs.os, "urandom", lambda n: b"\x07" * n)
+    monkeypatch.setattr(task_runs.time, "time_ns", lambda: 1_800_000_000_000_000_000)
+    drawn = k.kernel.enqueue_many([EnqueueRequest(TASK, [1])])[0]
+    batch = k.kernel.enqueue_many(
+        [EnqueueRequest(TASK, [2], key="given"), EnqueueRequest(TASK, [3]),
+         EnqueueRequest(TASK, [4], key="new")]
+    )  # fmt: skip
+    assert [(m.occurrence_id, m.deduplicated) for m in batch[:2]] == [
+        (first.occurrence_id, True),
+        (drawn.occurrence_id, True),
+    ]
+    assert not batch[2].deduplicated
+    assert batch[1].trigger_key == drawn.trigger_key != first.trigger_key
+
+
+def test_a_batch_seeks_existing_rows_for_callers_keys_only(k: Harness) -> None:
+    if k.backend != "postgres":
+        pytest.skip("PostgreSQL's statement answers existing keys; SQLite's caller reads them")
+    keyed = [EnqueueRequest(TASK, [i], key=f"k{i}") for i in range(5)]
+    k.kernel.enqueue_many(keyed)
+    specs: dict[str, dict[str, Any]] = {}
+    requests = [*keyed, *(EnqueueRequest(TASK, [i]) for i in range(40))]
+    rows = [prepare(request, specs, True).values for request in requests]
+    params = {**st.enqueue_params("postgresql", rows), "now": None}
+    with k.kernel.engine.connect() as conn:
+        statement = st.enqueue_occurrences("postgresql", len(rows))
+        rendered = statement.rendered(conn.dialect)
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {rendered.sql}", _args(rendered, params))
+        (plan,) = cursor.fetchone()[0]
+        conn.rollback()
+    seeks = [node for node in _nodes(plan["Plan"]) if node.get("Alias") == "existing"]
+    assert sum(node["Actual Loops"] for node in seeks) == len(keyed)
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """A plan node and every node under it."""
+    return [node, *(n for child in node.get("Plans", ()) for n in _nodes(child))]
