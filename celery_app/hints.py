@@ -330,9 +330,10 @@ def _run_identity(hints: list[DispatchHint]) -> dict[str, str]:
     """A lone run's hint is its run's Celery message as monitors see it: its id is the
     run's task id (Celery's publish signals, task-sent, task_received, the worker's state
     and Flower show the id the caller's AsyncResult has, kept across the run's hints), and
-    a ``task`` run's hint shows its own args and kwargs, not the occurrence id."""
+    a ``task`` run's hint shows its own args and kwargs, not the occurrence id. A batch's
+    shows its ids, as Celery's ``saferepr`` would."""
     if len(hints) != 1:
-        return {}
+        return {"argsrepr": _shown([hint.occurrence_id for hint in hints])}
     hint = hints[0]
     identity = {}
     if hint.trigger_key:
@@ -356,6 +357,9 @@ def call_reprs(payload: Mapping[str, Any]) -> tuple[str, str]:
 
 #: Types Celery's ``saferepr`` shows as their ``repr`` (a number as its ``str``, the same).
 _REPR_PLAIN = frozenset({int, float, bool, type(None)})
+#: The most items of a list ``saferepr`` can show within ``_REPR_MAX`` (each takes three
+#: characters at least, with its ``", "``); those after change nothing it shows.
+_REPR_ITEMS = _REPR_MAX // 3 + 1
 
 
 def _shown(call: list[Any] | dict[str, Any]) -> str:
@@ -369,6 +373,8 @@ def _shown(call: list[Any] | dict[str, Any]) -> str:
         text = repr(call)
         if len(text) <= _REPR_MAX:
             return text
+    if type(call) is list:  # saferepr walks every item, ~0.4 ms for a batch's 500 ids
+        call = call[:_REPR_ITEMS]
     shown: str = saferepr(call, _REPR_MAX)
     return shown
 

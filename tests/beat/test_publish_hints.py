@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from celery.utils.saferepr import saferepr
 
 from celery_app.hints import publish_hints, run_task_id, split_hint, worker_shares
 from celery_app.task_names import RUN_OCCURRENCE
@@ -108,6 +109,22 @@ def test_an_enqueued_batch_is_one_message_a_worker_splits() -> None:
     shallow = [hint(i, queue="other") for i in (20, 21)]
     messages = published(deep + shallow, batch_max=4, hint_options={}, split_by_worker=True)
     assert messages == [("other", [20], "j"), ("other", [21], "j"), ("q", list(range(1, 11)), "j")]
+
+
+def test_a_batchs_message_shows_its_ids_as_celery_would() -> None:
+    # Monitors (Flower, task-sent events) read a message's argsrepr: a batch's is Celery's
+    # own saferepr of its ids, cut at 1024 characters, however many ids it carries.
+    app = Celery("pump-test", broker="memory://")
+    for count in (2, 300, 5000):
+        ids = list(range(10**9, 10**9 + count))
+        with app.producer_or_acquire() as producer:
+            publish_hints(app, producer, [hint(i) for i in ids], batch_max=1, hint_options={},
+                          split_by_worker=True)  # fmt: skip
+        with app.connection_for_read() as conn, conn.SimpleQueue("q") as inbox:
+            message = inbox.get(timeout=1)
+            message.ack()
+        assert message.payload[0] == ids
+        assert message.headers["argsrepr"] == saferepr(ids, 1024)
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,11 @@ def _calls() -> list[tuple[Any, Any]]:
     for size in range(1010, 1030):
         calls.append((["a" * (size - 4)], {"k": "b" * (size - 9)}))
         calls.append(([1] * (size // 3), {}))
+    # Lists longer than saferepr can show: a batch's ids, texts, nested lists, objects.
+    for items in (341, 342, 343, 500, 5000):
+        calls.append((list(range(10**6, 10**6 + items)), {}))
+        calls.append(([pick.choice(values) for _ in range(items)], {}))
+        calls += [([[i] for i in range(items)], {}), ([object] * items, {}), (["é"] * items, {})]
     # Not flat: nested lists, tuples, dicts, objects keep saferepr's own text.
     calls += [
         ([[1, 2], (3,), {"a": [4]}], {"n": {"deep": [[["x"]]]}}),
