@@ -119,8 +119,9 @@ def insert_enqueued(
 
     Returns:
         idempotency key -> the row inserted; and key -> occurrence id of the rows not
-        inserted whose key the statement saw existing (PostgreSQL only): a key not in
-        either was inserted by another transaction meanwhile, or its job does not exist.
+        inserted whose caller's key the statement saw existing (PostgreSQL only): a key
+        not in either was inserted by another transaction meanwhile, or was generated
+        (``enqueue:...``) and existed, or its job does not exist.
     """
     chunks = (rows[start : start + size] for start, size in st.enqueue_chunks(len(rows)))
     return insert_chunks(tx, chunks, alone=alone)

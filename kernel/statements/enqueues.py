@@ -198,9 +198,10 @@ def enqueue_occurrences(dialect: str, rows: int) -> DriverStatement:
     Returns, on SQLite, each inserted row (``id``, ``idempotency_key``, ``job_revision``,
     ``available_at``, ``expires_at``, ``now``; ``existing_id`` NULL), whose event the
     caller appends. On PostgreSQL the statement writes the events itself and answers
-    every given row: the inserted one's columns, or NULL and the ``existing_id`` of the
-    key as the statement's snapshot saw it (NULL too for a key another transaction
-    inserted meanwhile, or a job that does not exist): one round trip.
+    every given row: the inserted one's columns, or NULL and the ``existing_id`` of a
+    caller's key as the statement's snapshot saw it (NULL too for a key another
+    transaction inserted meanwhile, a generated key, or a job that does not exist): one
+    round trip.
 
     Sent on the driver (Core's execution of it cost more CPU than the INSERT itself,
     bench/cpu_per_op.py): two statements a dialect, one row and a batch.
