@@ -83,13 +83,35 @@ def test_repeated_calls_run_no_plan_that_scans_history(k: Harness) -> None:
         )  # fmt: skip
         kernel.resume(run.occurrence_id, request_id=f"r{i}", operator="o")
         kernel.cancel(made[-1 - i].occurrence_id, request_id=f"c{i}", operator="o")
+    for i in range(8):  # a chord of two and a chain step, made by their settles
+        body = {"task": "t.body", "options": {"task_id": f"body-{i}"}}
+        step = {"task": "t.next", "options": {"task_id": f"next-{i}"}}
+        members = kernel.enqueue_many(
+            [EnqueueRequest("t.member", [n], key=f"m{i}-{n}") for n in range(2)],
+            chord={"id": f"chord-{i}", "body": body},
+        )
+        chained = kernel.enqueue(task="t.first", key=f"first-{i}", callbacks=[step])
+        for run in [*members, chained]:
+            claim = kernel.claim(run.occurrence_id, owner="w", lease=60)
+            assert claim is not None
+            kernel.succeed(run.occurrence_id, owner="w", fence=claim.fence, result=i)
+    for made_by in ("t.body", "t.next"):  # each settle made what it links
+        assert len(kernel.list_occurrences(job_id=f"task:{made_by}", limit=20)) == 8
     k.define("cron")
     for _ in range(10):  # Beat's ticks: firings, the pump, the upkeep
         k.fire("cron", 1)
         kernel.due_jobs()
         kernel.dispatch_batch()
+        kernel.record_beat("beat-1", host="h", interval=5)
+        kernel.forget_silent_beats(silent_for=3600)
         kernel.expire_leases()
         kernel.skip_expired()
+        kernel.judge_fan_ins()
+        kernel.apply_approval_timeouts()
+        kernel.reconcile_pools()
+        kernel.adapter_asks_due()
+        kernel.due_notifications()
+        kernel.watchdog(grace=60)
         kernel.claim_next(owner="w", lease=60)
         kernel.status()  # and what a console and an exporter read
         kernel.job_health()
