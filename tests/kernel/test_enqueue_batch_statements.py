@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -147,8 +148,9 @@ def test_a_batch_answers_existing_keys_generated_or_given(
     # key that exists (two calls in one millisecond drawing the same 80 bits, forced
     # here) is found by the read after it. Either way the run is the earlier one's.
     first = k.kernel.enqueue_many([EnqueueRequest(TASK, [0], key="given")])[0]
-    monkeypatch.setattr(task_runs.os, "urandom", lambda n: b"\x07" * n)
-    monkeypatch.setattr(task_runs.time, "time_ns", lambda: 1_800_000_000_000_000_000)
+    # The generated key's own millisecond and bits, the same each call (this module's only).
+    monkeypatch.setattr(task_runs, "os", SimpleNamespace(urandom=lambda n: b"\x07" * n))
+    monkeypatch.setattr(task_runs, "time", SimpleNamespace(time_ns=lambda: 1_800 * 10**15))
     drawn = k.kernel.enqueue_many([EnqueueRequest(TASK, [1])])[0]
     batch = k.kernel.enqueue_many(
         [EnqueueRequest(TASK, [2], key="given"), EnqueueRequest(TASK, [3]),
@@ -176,8 +178,10 @@ def test_a_batch_seeks_existing_rows_for_callers_keys_only(k: Harness) -> None:
         rendered = statement.rendered(conn.dialect)
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {rendered.sql}", _args(rendered, params))
-        (plan,) = cursor.fetchone()[0]
+        explained = cursor.fetchone()
         conn.rollback()
+    assert explained is not None
+    (plan,) = explained[0]
     seeks = [node for node in _nodes(plan["Plan"]) if node.get("Alias") == "existing"]
     assert sum(node["Actual Loops"] for node in seeks) == len(keyed)
 
