@@ -283,15 +283,16 @@ def send_notification_task(app: Any, task_name: str, body: dict[str, Any]) -> No
 
 
 def _send(app: Any, producer: Any, hints: list[DispatchHint], options: dict[str, Any]) -> None:
+    ids = [hint.occurrence_id for hint in hints]
     app.send_task(
         RUN_OCCURRENCE,
-        args=[hint.occurrence_id for hint in hints],
+        args=ids,
         queue=hints[0].queue,
         shadow=_shadow(hints),
         producer=producer,
         # A hint is no child of the task that sends it (a routed call adds its own result).
         add_to_parent=False,
-        **_run_identity(hints),
+        **_run_identity(hints, ids),
         **{**options, "serializer": _KERNEL_SERIALIZER},
     )
 
@@ -326,14 +327,14 @@ def _shadow(hints: list[DispatchHint]) -> str | None:
     return task if isinstance(task, str) and job_id == task_job_id(task) else job_id
 
 
-def _run_identity(hints: list[DispatchHint]) -> dict[str, str]:
+def _run_identity(hints: list[DispatchHint], ids: list[int]) -> dict[str, str]:
     """A lone run's hint is its run's Celery message as monitors see it: its id is the
     run's task id (Celery's publish signals, task-sent, task_received, the worker's state
     and Flower show the id the caller's AsyncResult has, kept across the run's hints), and
     a ``task`` run's hint shows its own args and kwargs, not the occurrence id. A batch's
-    shows its ids, as Celery's ``saferepr`` would."""
+    shows its ``ids``, as Celery's ``saferepr`` would."""
     if len(hints) != 1:
-        return {"argsrepr": _shown([hint.occurrence_id for hint in hints])}
+        return {"argsrepr": _shown(ids)}
     hint = hints[0]
     identity = {}
     if hint.trigger_key:
