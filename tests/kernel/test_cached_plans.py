@@ -40,7 +40,7 @@ def _explained(kernel: Kernel) -> list[str]:
         dbapi_connection.commit()
 
     sa.event.listen(kernel.engine, "connect", explain)
-    kernel.engine.dispose()  # the connections opened before: without it
+    kernel.engine.dispose()  # the pool's connections were opened without it
     return plans
 
 
