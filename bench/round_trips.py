@@ -7,7 +7,8 @@ makes them), then ``Kernel.claim`` + ``Kernel.succeed`` per occurrence and one b
 ``Kernel.succeed_and_claim`` (a run's success and the next run's claim), counting
 what reaches the driver: on SQLite every statement sqlite3 runs (its trace
 callback, BEGIN and COMMIT included); on PostgreSQL every statement psycopg sends
-through a cursor, plus the transaction's BEGIN (psycopg sends it before the first
+through a cursor or the kernel sends as the connection's prepared statement
+(kernel/db/prepared.py), plus the transaction's BEGIN (sent before the first
 statement, one round trip) and its COMMIT, neither of which a statement sent alone
 (autocommit) has.
 
@@ -33,6 +34,7 @@ if str(ROOT) not in sys.path:
 from bench.kernel_throughput import BUSY_TIMEOUT_MS, _prepare  # noqa: E402
 from bench.support import fresh_database, server  # noqa: E402
 from kernel import Kernel  # noqa: E402
+from kernel.db.prepared import PreparedStatements  # noqa: E402
 
 BACKENDS = ("sqlite", "postgres")
 
@@ -44,10 +46,23 @@ class _Counter:
         self.statements: list[str] = []
         sa.event.listen(sa.Engine, "connect", self._connected)
         sa.event.listen(sa.Engine, "commit", self._committed)
+        self._prepared_execute = original = PreparedStatements.execute
+        statements = self.statements
+
+        def execute(prepared: Any, sql: str, args: Any, *, fetch: bool) -> Any:
+            dbapi = prepared._dbapi
+            begins = not dbapi.info.transaction_status and not dbapi.autocommit
+            answer = original(prepared, sql, args, fetch=fetch)
+            if answer is not None:  # None: the cursor runs it (counted there)
+                statements.extend(["BEGIN", sql] if begins else [sql])
+            return answer
+
+        PreparedStatements.execute = execute  # type: ignore[method-assign]
 
     def close(self) -> None:
         sa.event.remove(sa.Engine, "connect", self._connected)
         sa.event.remove(sa.Engine, "commit", self._committed)
+        PreparedStatements.execute = self._prepared_execute  # type: ignore[method-assign]
 
     def _connected(self, dbapi_conn: Any, _record: Any) -> None:
         if hasattr(dbapi_conn, "set_trace_callback"):  # sqlite3: BEGIN/COMMIT included
@@ -75,7 +90,8 @@ class _Counter:
             self.statements.append("COMMIT")
 
     def take(self) -> list[str]:
-        taken, self.statements = self.statements, []
+        taken = list(self.statements)
+        self.statements.clear()  # the list the prepared statements' hook appends to
         return taken
 
 

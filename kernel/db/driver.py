@@ -1,11 +1,13 @@
-"""Core statements compiled once per dialect and run on the driver's own cursor.
+"""Core statements compiled once per dialect and run on the driver itself.
 
 SQLAlchemy's per-execution work (cache key, parameter processing, execution
 context, result set-up) costs several times what sqlite3 or psycopg spend on a
 primary-key UPDATE, and the claim/settle hot path runs a handful of statements
 per Celery task. A :class:`DriverStatement` keeps the statement's single source
 in Core, renders it with the connection's own dialect the first time it runs
-there, and from then on hands the driver the SQL text and the parameters.
+there, and from then on hands the driver the SQL text and the parameters (on
+psycopg, from its second run on a connection, as that connection's prepared
+statement: :mod:`kernel.db.prepared`).
 
 Everything a caller relies on from ``Connection.execute`` still holds: the
 statement runs on the connection's DBAPI connection inside its transaction, type
@@ -21,11 +23,14 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import result_tuple
 from sqlalchemy.sql.compiler import SQLCompiler
+
+if TYPE_CHECKING:
+    from kernel.db.prepared import PreparedStatements
 
 __all__ = [
     "DriverStatement",
@@ -44,6 +49,8 @@ _Processor = Callable[[Any], Any]
 #: libpq's ``PQTRANS_IDLE`` (no transaction open) and ``PQ_PIPELINE_OFF``.
 _PG_IDLE = 0
 _PG_PIPELINE_OFF = 0
+#: The pool record's key for its psycopg connection's statements (kernel/db/prepared.py).
+_PREPARED = "kernel_prepared"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,8 +228,21 @@ def pipeline(conn: sa.Connection, *, enabled: bool = True) -> Iterator[Pipeline]
 
 
 def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequence[Any], int]:
-    """``sql`` on ``conn``'s kept cursor: the driver's rows as it gives them (when
-    ``fetch``) and its rowcount, a driver error wrapped as ``Connection.execute`` would."""
+    """``sql`` on ``conn``'s driver: the rows as the driver gives them (when ``fetch``) and
+    its rowcount, a driver error wrapped as ``Connection.execute`` would. On psycopg, from
+    its second run on a connection, the connection's prepared statement
+    (:mod:`kernel.db.prepared`); else the kept cursor."""
+    record = conn.connection
+    prepared: PreparedStatements | Literal[False] | None = record.info.get(_PREPARED)
+    if prepared is None and conn.dialect.driver == "psycopg":
+        prepared = record.info[_PREPARED] = _prepared_statements(record.dbapi_connection)
+    if prepared and prepared.ready():
+        try:
+            answer = prepared.execute(sql, args, fetch=fetch)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            raise _wrap(conn, exc, sql, args, None) from exc
+        if answer is not None:
+            return answer
     cursor = _cursor(conn)
     try:
         cursor.execute(sql, args)
@@ -231,6 +251,18 @@ def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequ
     except conn.dialect.loaded_dbapi.Error as exc:
         raise _wrap(conn, exc, sql, args, cursor) from exc
     return raw, count
+
+
+def _prepared_statements(dbapi: Any) -> PreparedStatements | Literal[False]:
+    """The psycopg connection's :class:`~kernel.db.prepared.PreparedStatements`, or False
+    where psycopg prepares statements itself: it ends every rolled-back transaction with
+    ``DEALLOCATE ALL``, which would drop the kernel's too (the kernel's engine turns its
+    own off: ``kernel/db/engine.py``)."""
+    if dbapi.prepare_threshold is not None:
+        return False
+    from kernel.db.prepared import PreparedStatements  # psycopg is PostgreSQL's extra
+
+    return PreparedStatements(dbapi)
 
 
 def finish(conn: sa.Connection, *, commit: bool) -> None:

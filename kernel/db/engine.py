@@ -121,8 +121,8 @@ def create_kernel_engine(
     if parsed.get_backend_name() == "postgresql":
         engine_kwargs.setdefault("pool_pre_ping", True)
         engine_kwargs.setdefault("pool_timeout", connect_timeout)
-        connect_args = dict(engine_kwargs.pop("connect_args", {}))
-        # libpq takes whole seconds; 0 would mean "wait for ever".
+        connect_args = {"prepare_threshold": None, **engine_kwargs.pop("connect_args", {})}
+        # libpq takes whole seconds (0: wait for ever); the kernel prepares (db/prepared.py).
         connect_args.setdefault("connect_timeout", max(1, round(connect_timeout)))
         # Ours first: options the URL or caller gives (even a statement_timeout) come later and win.
         given = connect_args.get("options") or parsed.query.get("options") or ""
