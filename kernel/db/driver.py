@@ -36,6 +36,7 @@ __all__ = [
     "DriverStatement",
     "Pipeline",
     "finish",
+    "leave_unprepared",
     "pipeline",
     "pipelines",
     "psycopg_idle",
@@ -263,6 +264,12 @@ def _prepared_statements(dbapi: Any) -> PreparedStatements | Literal[False]:
     from kernel.db.prepared import PreparedStatements  # psycopg is PostgreSQL's extra
 
     return PreparedStatements(dbapi)
+
+
+def leave_unprepared(record: Any) -> None:
+    """Every statement on ``record``'s connection goes through the cursor, unprepared: a
+    connection the kernel borrows (a caller's) keeps no statement of the kernel's."""
+    record.info[_PREPARED] = False
 
 
 def finish(conn: sa.Connection, *, commit: bool) -> None:

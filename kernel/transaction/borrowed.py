@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql.psycopg import _log_notices
 
 from kernel.db.clock import Clock
+from kernel.db.driver import leave_unprepared
 from kernel.db.translate import translate
 from kernel.errors import InvalidArgument, KernelError
 from kernel.transaction.tx import Tx
@@ -118,7 +119,8 @@ class Borrowed:
 
     def _wrapping_engine(self) -> sa.Engine:
         """An engine whose connection is the caller's (per call, by thread) and which
-        never commits, rolls back or closes it: those are the caller's."""
+        never commits, rolls back or closes it, nor leaves a prepared statement in its
+        session: those are the caller's."""
         with self._lock:
             if self._wrapper is None:
                 wrapper = sa.create_engine(
@@ -126,6 +128,7 @@ class Borrowed:
                 )
                 dialect: Any = wrapper.dialect
                 dialect.do_commit = dialect.do_rollback = dialect.do_close = _leave_alone
+                sa.event.listen(wrapper, "connect", lambda _dbapi, record: leave_unprepared(record))
                 self._wrapper = wrapper
             return self._wrapper
 

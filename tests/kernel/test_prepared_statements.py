@@ -10,10 +10,11 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
-from kernel import Kernel
+from kernel import EnqueueRequest, Kernel
 from kernel import statements as st
 from kernel.db.engine import create_kernel_engine
 from kernel.db.prepared import _query
@@ -99,3 +100,24 @@ def test_a_caller_who_sets_psycopgs_threshold_gets_psycopgs_prepares(pg_database
             assert [name for name in names if name.startswith("kernel_")] == []
     finally:
         engine.dispose()
+
+
+def test_a_callers_connection_keeps_no_statement_of_the_kernels(pg_kernel: Kernel) -> None:
+    # A connection the kernel borrows (enqueue(connection=...)) is the caller's session:
+    # the kernel's statements go through its cursor there, unprepared, even where the
+    # caller turned psycopg's prepares off and the same statement runs twice in a call.
+    url = pg_kernel.engine.url.set(drivername="postgresql")
+    dsn = url.render_as_string(hide_password=False)
+    with psycopg.connect(dsn, prepare_threshold=None) as conn:
+        for _ in range(3):
+            with conn.transaction():
+                pg_kernel.enqueue_many(
+                    [
+                        EnqueueRequest(task=f"prepared.borrowed{n}", args=[n], key=f"k{n}")
+                        for n in range(4)
+                    ],
+                    connection=conn,
+                )
+        names = [row[0] for row in conn.execute("SELECT name FROM pg_prepared_statements")]
+    assert names == []
+    assert pg_kernel.status()["counts"]["queued"] == 4
