@@ -235,8 +235,8 @@ def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequ
     (:mod:`kernel.db.prepared`); else the kept cursor."""
     record = conn.connection
     prepared: PreparedStatements | Literal[False] | None = record.info.get(_PREPARED)
-    if prepared is None and conn.dialect.driver == "psycopg":
-        prepared = record.info[_PREPARED] = _prepared_statements(record.dbapi_connection)
+    if prepared is None:
+        prepared = record.info[_PREPARED] = _prepared_statements(conn.dialect, record)
     if prepared and prepared.ready():
         try:
             answer = prepared.execute(sql, args, fetch=fetch)
@@ -244,7 +244,7 @@ def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequ
             raise _wrap(conn, exc, sql, args, None) from exc
         if answer is not None:
             return answer
-    cursor = _cursor(conn)
+    cursor = _cursor(record)
     try:
         cursor.execute(sql, args)
         raw = cursor.fetchall() if fetch else ()
@@ -254,12 +254,13 @@ def send(conn: sa.Connection, sql: str, args: Any, *, fetch: bool) -> tuple[Sequ
     return raw, count
 
 
-def _prepared_statements(dbapi: Any) -> PreparedStatements | Literal[False]:
+def _prepared_statements(dialect: sa.Dialect, record: Any) -> PreparedStatements | Literal[False]:
     """The psycopg connection's :class:`~kernel.db.prepared.PreparedStatements`, or False
-    where psycopg prepares statements itself: it ends every rolled-back transaction with
-    ``DEALLOCATE ALL``, which would drop the kernel's too (the kernel's engine turns its
-    own off: ``kernel/db/engine.py``)."""
-    if dbapi.prepare_threshold is not None:
+    for another driver, or where psycopg prepares statements itself: it ends every
+    rolled-back transaction with ``DEALLOCATE ALL``, which would drop the kernel's too (the
+    kernel's engine turns its own off: ``kernel/db/engine.py``)."""
+    dbapi = record.dbapi_connection
+    if dialect.driver != "psycopg" or dbapi.prepare_threshold is not None:
         return False
     from kernel.db.prepared import PreparedStatements  # psycopg is PostgreSQL's extra
 
@@ -332,18 +333,17 @@ def render_all(dialect: sa.Dialect) -> int:
     return len(made)
 
 
-def _cursor(conn: sa.Connection) -> Any:
-    """The cursor of ``conn``'s DBAPI connection for the driver's statements, kept in its
-    pool record's ``info``, which SQLAlchemy clears when it replaces the connection.
+def _cursor(record: Any) -> Any:
+    """The cursor of the pool ``record``'s DBAPI connection for the driver's statements, kept
+    in its ``info``, which SQLAlchemy clears when it replaces the connection.
 
     A new cursor per statement cost each statement its set-up again: psycopg's adaptation
     (its transformer, its loaders: 15 µs of CPU, ``select 1``), sqlite3's cursor object
     (0.3 µs a statement, eight a run: bench/README.md session 20).
     """
-    record = conn.connection
     kept = record.info.get("kernel_cursor")
     if kept is None or getattr(kept, "closed", False):  # sqlite3's has no ``closed``
-        kept = record.info["kernel_cursor"] = record.dbapi_connection.cursor()  # type: ignore[union-attr]
+        kept = record.info["kernel_cursor"] = record.dbapi_connection.cursor()
     return kept
 
 

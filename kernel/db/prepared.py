@@ -114,7 +114,7 @@ class PreparedStatements:
         if self._pgconn.transaction_status == _IDLE and not self._dbapi.autocommit:
             self._run(b"BEGIN")  # as the cursor begins its transaction (psycopg's are implicit)
         if name is None:
-            name = self._prepare(key, query.text, adapter.types)
+            name = self._prepare(key, query.text)
         try:
             with self._dbapi.lock:
                 self._pgconn.send_query_prepared(name, params, param_formats=adapter.formats)
@@ -131,10 +131,10 @@ class PreparedStatements:
         tuples = result.command_tuples
         return [], -1 if tuples is None else tuples
 
-    def _prepare(self, key: tuple[str, tuple[int, ...]], text: bytes, types: Any) -> bytes:
+    def _prepare(self, key: tuple[str, tuple[int, ...]], text: bytes) -> bytes:
         name = f"kernel_{self._prepared}".encode()
         with self._dbapi.lock:
-            self._pgconn.send_prepare(name, text, param_types=types)
+            self._pgconn.send_prepare(name, text, param_types=key[1])
             self._answer()
         self._prepared += 1
         self._names[key] = name
