@@ -13,6 +13,13 @@ What a web request pays to hand work off, one caller, no worker running:
   driver beside the kernel's database (``bench/floor.py``'s ``inserter``: no kernel, no
   SQLAlchemy, no hint). A ``/delay()`` ratio the floor itself does not reach is one no
   enqueue that commits before it answers can; the table ends with kernel ÷ floor.
+* ``floor-sql PostgreSQL``: the kernel's own one-run enqueue statement (the occurrence, its
+  event, the job held ``FOR KEY SHARE``), rendered once and sent on the bare driver, durable,
+  with the values the kernel gives it for this task: nothing of the kernel's Python, no
+  hint. ``floor-sql PostgreSQL, then delay()``: that statement, then a stock ``delay()`` —
+  a commit of the kernel's row and one Celery publish, the least any enqueue that commits
+  its row and then publishes its hint through Celery in the caller can cost; the table ends
+  with kernel ÷ that pair.
 * ``kernel PostgreSQL, caller's tx``: the same insert inside the caller's own psycopg
   transaction, committed by the caller (no hint: the pump's).
 * ``procrastinate defer`` (``defer_async``; bulk ``batch_defer_async``) and ``PgQueuer
@@ -166,6 +173,46 @@ def _floor(database_url: str, calls: int) -> Measured:
         close()
 
 
+def _floor_sql(app: Any, database_url: str, calls: int) -> tuple[Measured, Measured]:
+    """(the kernel's one-run enqueue statement/s on the bare driver, the same then a stock
+    ``delay()``/s) on the kernel's database at ``database_url``, whose job ``app``'s
+    enqueue of ``TASK`` defined."""
+    from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+
+    from bench.stock_app import app as stock
+    from bench.stock_app import stock_noop
+    from celery_app.enqueueing import _task_settings
+    from kernel import EnqueueRequest
+    from kernel.spec.enqueue_request import prepare
+    from kernel.statements.enqueues import ENQUEUE_OCCURRENCE, enqueue_params
+
+    request = EnqueueRequest(TASK, args=[0], settings=_task_settings(app, TASK), queue="celery")
+    row = prepare(request, {}, hinted=True)
+    compiled = ENQUEUE_OCCURRENCE["postgresql"].statement.compile(dialect=psycopg_dialect.dialect())
+    params = dict(
+        compiled.construct_params({**enqueue_params("postgresql", [row.values]), "now": None})
+    )
+    job, run = row.job_id, uuid.uuid4().hex
+
+    def insert(i: int) -> None:
+        # A new generated key each call, as the kernel makes one (no existing key sought).
+        params["trigger_key_0"] = trigger = f"enqueue:floor-sql-{run}-{i}"
+        params["idempotency_key_0"] = f"{job}|{trigger}"
+        if conn.execute(compiled.string, params).fetchone() is None:
+            raise RuntimeError("the kernel's enqueue statement made no row")
+
+    def then_delay(i: int) -> None:
+        insert(calls + i)  # keys of their own
+        stock_noop.delay(run)
+
+    stock.conf.broker_url = app.conf.broker_url
+    with psycopg.connect(servers().libpq_url(database_url), autocommit=True) as conn:
+        insert(-1)
+        alone = _timed(calls, insert)
+        with stock.producer_or_acquire():  # as _stock_delay holds one
+            return alone, _timed(calls, then_delay)
+
+
 def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> Measured:
     from celery_app import enqueue
 
@@ -253,6 +300,8 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
             ("floor PostgreSQL", "single"),
             ("kernel PostgreSQL", "single"),
             ("kernel PostgreSQL", f"bulk {args.batch}"),
+            ("floor-sql PostgreSQL", "single"),
+            ("floor-sql PostgreSQL, then delay()", "single"),
             ("kernel PostgreSQL, caller's tx", "single"),
             ("procrastinate defer", "single"),
             ("procrastinate defer", f"bulk {args.batch}"),
@@ -274,6 +323,9 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
                 rows[floor_name, "single"].add(_floor(url, args.single))
                 rows[name, bulk].add(many)
                 if server_url is not None:
+                    alone, then_delay = _floor_sql(app, url, args.single)
+                    rows["floor-sql PostgreSQL", "single"].add(alone)
+                    rows["floor-sql PostgreSQL, then delay()", "single"].add(then_delay)
                     rate = _kernel_in_callers_tx(app, pg_url, args.single)
                     rows["kernel PostgreSQL, caller's tx", "single"].add(rate)
         for driver, name, measure in (
@@ -303,6 +355,11 @@ def _table(rows: list[Row]) -> str:
         lines.append(
             f"kernel {back_end} single ÷ floor: {kernel / rate[f'floor {back_end}', 'single']:.2f}"
         )
+    pair = rate["floor-sql PostgreSQL, then delay()", "single"]
+    lines.append(
+        f"kernel PostgreSQL single ÷ (floor-sql, then delay()): "
+        f"{rate['kernel PostgreSQL', 'single'] / pair:.2f}"
+    )
     return "\n".join(lines)
 
 
