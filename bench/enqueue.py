@@ -13,13 +13,14 @@ What a web request pays to hand work off, one caller, no worker running:
   driver beside the kernel's database (``bench/floor.py``'s ``inserter``: no kernel, no
   SQLAlchemy, no hint). A ``/delay()`` ratio the floor itself does not reach is one no
   enqueue that commits before it answers can; the table ends with kernel ÷ floor.
-* ``floor-sql PostgreSQL``: the kernel's own one-run enqueue statement (the occurrence, its
-  event, the job held ``FOR KEY SHARE``), rendered once and sent on the bare driver, durable,
-  with the values the kernel gives it for this task: nothing of the kernel's Python, no
-  hint. ``floor-sql PostgreSQL, then delay()``: that statement, then a stock ``delay()`` —
-  a commit of the kernel's row and one Celery publish, the least any enqueue that commits
-  its row and then publishes its hint through Celery in the caller can cost; the table ends
-  with kernel ÷ that pair.
+* ``floor-sql SQLite`` / ``floor-sql PostgreSQL``: the kernel's own write of one enqueued run
+  (PostgreSQL: its one statement — the occurrence, its event, the job held ``FOR KEY
+  SHARE``; SQLite: its insert and its event's statement in one ``BEGIN IMMEDIATE``),
+  rendered once and sent on the bare driver, durable, with the values the kernel gives them
+  for this task: nothing of the kernel's Python, no hint. ``..., then delay()``: that write,
+  then a stock ``delay()`` — a commit of the kernel's row and one Celery publish, the least
+  any enqueue that commits its row and then publishes its hint through Celery in the caller
+  can cost; the table ends with kernel ÷ that pair.
 * ``kernel PostgreSQL, caller's tx``: the same insert inside the caller's own psycopg
   transaction, committed by the caller (no hint: the pump's).
 * ``procrastinate defer`` (``defer_async``; bulk ``batch_defer_async``) and ``PgQueuer
@@ -39,7 +40,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -173,44 +176,91 @@ def _floor(database_url: str, calls: int) -> Measured:
         close()
 
 
-def _floor_sql(app: Any, database_url: str, calls: int) -> tuple[Measured, Measured]:
-    """(the kernel's one-run enqueue statement/s on the bare driver, the same then a stock
-    ``delay()``/s) on the kernel's database at ``database_url``, whose job ``app``'s
-    enqueue of ``TASK`` defined."""
+def _kernel_statements(app: Any, database_url: str) -> tuple[Callable[[int], None], Any]:
+    """The kernel's durable write of one enqueued run on the bare driver, at ``database_url``
+    (the kernel's database, where ``app``'s enqueue of ``TASK`` defined its job): a call
+    ``i`` writes one run of ``TASK`` with a generated key of its own, as the kernel would
+    for ``enqueue(app, TASK, [0])``; and the driver's connection. PostgreSQL: the kernel's
+    one statement (the occurrence, its event, the job held ``FOR KEY SHARE``) in
+    autocommit; SQLite: the kernel's insert and its event's statement in one ``BEGIN
+    IMMEDIATE`` transaction, ``synchronous=FULL`` as the kernel opens it."""
     from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+    from sqlalchemy.dialects.sqlite import pysqlite
 
-    from bench.stock_app import app as stock
-    from bench.stock_app import stock_noop
     from celery_app.enqueueing import _task_settings
     from kernel import EnqueueRequest
     from kernel.spec.enqueue_request import prepare
-    from kernel.statements.enqueues import ENQUEUE_OCCURRENCE, enqueue_params
+    from kernel.statements.enqueues import ENQUEUE_OCCURRENCE, LOG_ENQUEUED, enqueue_params
 
+    postgres = database_url.startswith("postgresql")
+    dialect = psycopg_dialect.dialect() if postgres else pysqlite.dialect()
     request = EnqueueRequest(TASK, args=[0], settings=_task_settings(app, TASK), queue="celery")
     row = prepare(request, {}, hinted=True)
-    compiled = ENQUEUE_OCCURRENCE["postgresql"].statement.compile(dialect=psycopg_dialect.dialect())
-    params = dict(
-        compiled.construct_params({**enqueue_params("postgresql", [row.values]), "now": None})
-    )
-    job, run = row.job_id, uuid.uuid4().hex
+    statement = ENQUEUE_OCCURRENCE[dialect.name].statement
+    insert, log = (s.compile(dialect=dialect) for s in (statement, LOG_ENQUEUED.statement))
+    # ``now`` None: PostgreSQL's statement reads the server's clock; SQLite's is given one.
+    values = {**enqueue_params(dialect.name, [row.values]), "now": None}
+    params = dict(insert.construct_params(values))
+    run = uuid.uuid4().hex
 
-    def insert(i: int) -> None:
+    def keyed(i: int) -> dict[str, Any]:
         # A new generated key each call, as the kernel makes one (no existing key sought).
         params["trigger_key_0"] = trigger = f"enqueue:floor-sql-{run}-{i}"
-        params["idempotency_key_0"] = f"{job}|{trigger}"
-        if conn.execute(compiled.string, params).fetchone() is None:
+        params["idempotency_key_0"] = f"{row.job_id}|{trigger}"
+        return params
+
+    if postgres:
+        conn = psycopg.connect(servers().libpq_url(database_url), autocommit=True)
+
+        def write(i: int) -> None:
+            if conn.execute(insert.string, keyed(i)).fetchone() is None:
+                raise RuntimeError("the kernel's enqueue statement made no row")
+
+        return write, conn
+
+    connection = sqlite3.connect(
+        database_url.removeprefix("sqlite:///"), isolation_level=None, timeout=60
+    )
+    connection.execute("PRAGMA synchronous = FULL")
+    log_params = dict(log.construct_params({"ids": "[]"}))
+    id_at = [column.key for column in statement.exported_columns].index("id")  # type: ignore
+    order = insert.positiontup or ()
+
+    def write_sqlite(i: int) -> None:
+        given = keyed(i)
+        given["now"] = int(time.time() * 1000)
+        connection.execute("BEGIN IMMEDIATE")
+        made = connection.execute(insert.string, [given[n] for n in order]).fetchone()
+        if made is None:
             raise RuntimeError("the kernel's enqueue statement made no row")
+        log_params["ids"] = json.dumps([made[id_at]])
+        connection.execute(log.string, [log_params[n] for n in log.positiontup or ()])
+        connection.execute("COMMIT")
+
+    return write_sqlite, connection
+
+
+def _floor_sql(app: Any, database_url: str, calls: int) -> tuple[Measured, Measured]:
+    """(the kernel's write of one enqueued run on the bare driver/s, the same then a stock
+    ``delay()``/s) on the kernel's database at ``database_url``
+    (:func:`_kernel_statements`)."""
+    from bench.stock_app import app as stock
+    from bench.stock_app import stock_noop
+
+    write, connection = _kernel_statements(app, database_url)
 
     def then_delay(i: int) -> None:
-        insert(calls + i)  # keys of their own
-        stock_noop.delay(run)
+        write(calls + i)  # keys of their own
+        stock_noop.delay("floor-sql")
 
     stock.conf.broker_url = app.conf.broker_url
-    with psycopg.connect(servers().libpq_url(database_url), autocommit=True) as conn:
-        insert(-1)
-        alone = _timed(calls, insert)
+    try:
+        write(-1)
+        alone = _timed(calls, write)
         with stock.producer_or_acquire():  # as _stock_delay holds one
             return alone, _timed(calls, then_delay)
+    finally:
+        connection.close()
 
 
 def _kernel_in_callers_tx(app: Any, pg_url: str, calls: int) -> Measured:
@@ -300,6 +350,8 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
             ("floor PostgreSQL", "single"),
             ("kernel PostgreSQL", "single"),
             ("kernel PostgreSQL", f"bulk {args.batch}"),
+            ("floor-sql SQLite", "single"),
+            ("floor-sql SQLite, then delay()", "single"),
             ("floor-sql PostgreSQL", "single"),
             ("floor-sql PostgreSQL, then delay()", "single"),
             ("kernel PostgreSQL, caller's tx", "single"),
@@ -322,10 +374,12 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
                 floor_name = name.replace("kernel", "floor")
                 rows[floor_name, "single"].add(_floor(url, args.single))
                 rows[name, bulk].add(many)
+                alone, then_delay = _floor_sql(app, url, args.single)
+                rows[name.replace("kernel", "floor-sql"), "single"].add(alone)
+                rows[name.replace("kernel", "floor-sql") + ", then delay()", "single"].add(
+                    then_delay
+                )
                 if server_url is not None:
-                    alone, then_delay = _floor_sql(app, url, args.single)
-                    rows["floor-sql PostgreSQL", "single"].add(alone)
-                    rows["floor-sql PostgreSQL, then delay()", "single"].add(then_delay)
                     rate = _kernel_in_callers_tx(app, pg_url, args.single)
                     rows["kernel PostgreSQL, caller's tx", "single"].add(rate)
         for driver, name, measure in (
@@ -343,10 +397,10 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
 
 def _table(rows: list[Row]) -> str:
     base = rows[0].rate
-    lines = [f"{'system':<32} {'mode':<9} {'enqueues/s':>10} {'/delay()':>9} {'CPU µs':>8}"]
+    lines = [f"{'system':<36} {'mode':<9} {'enqueues/s':>10} {'/delay()':>9} {'CPU µs':>8}"]
     for row in rows:
         lines.append(
-            f"{row.system:<32} {row.mode:<9} {row.rate:>10.0f} {row.rate / base:>9.2f}"
+            f"{row.system:<36} {row.mode:<9} {row.rate:>10.0f} {row.rate / base:>9.2f}"
             f" {row.cpu:>8.0f}"
         )
     rate = {(row.system, row.mode): row.rate for row in rows}
@@ -355,11 +409,8 @@ def _table(rows: list[Row]) -> str:
         lines.append(
             f"kernel {back_end} single ÷ floor: {kernel / rate[f'floor {back_end}', 'single']:.2f}"
         )
-    pair = rate["floor-sql PostgreSQL, then delay()", "single"]
-    lines.append(
-        f"kernel PostgreSQL single ÷ (floor-sql, then delay()): "
-        f"{rate['kernel PostgreSQL', 'single'] / pair:.2f}"
-    )
+        pair = rate[f"floor-sql {back_end}, then delay()", "single"]
+        lines.append(f"kernel {back_end} single ÷ (floor-sql, then delay()): {kernel / pair:.2f}")
     return "\n".join(lines)
 
 
