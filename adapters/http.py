@@ -15,6 +15,7 @@ answers, and reads a body that the server cut short as an applied failure.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import ssl
@@ -364,9 +365,12 @@ class _Plain(urllib.request.HTTPHandler):
 
 
 class _Tls(urllib.request.HTTPSHandler):
-    def __init__(self) -> None:
-        super().__init__()
-        self._tls = ssl.create_default_context()
+    @functools.cached_property
+    def _tls(self) -> ssl.SSLContext:
+        # Made at the first https request: loading the system's CA certificates costs ~25 ms
+        # of CPU, which every process that only lists the adapters would pay (the CLI
+        # checking a job file's kinds, an operator's action on a run).
+        return ssl.create_default_context()
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(_TlsConnection, req, context=self._tls)

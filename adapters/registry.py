@@ -42,9 +42,12 @@ def load_adapters(app: Any = None) -> dict[str, Adapter]:
     """
     adapters: dict[str, Adapter] = {}
     sources: dict[str, str] = {}
-    for entry_point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=_sort_key):
+    # Whether each is ours, read once: each read parses its distribution's metadata.
+    found = [(not _is_builtin(ep), ep.name, ep) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    # Built-ins first, so a clash names the plug-in as the second declaration.
+    for plugin, _, entry_point in sorted(found, key=lambda item: item[:2]):
         source = f"{entry_point.name} = {entry_point.value}"
-        if _is_builtin(entry_point):
+        if not plugin:
             adapter = _instantiate(entry_point, app)
         else:
             try:
@@ -94,8 +97,3 @@ def _instantiate(entry_point: EntryPoint, app: Any) -> Adapter:
 def _is_builtin(entry_point: EntryPoint) -> bool:
     dist = entry_point.dist
     return dist is not None and re.sub(r"[-_.]+", "-", dist.name).lower() == _OWN_DISTRIBUTION
-
-
-def _sort_key(entry_point: EntryPoint) -> tuple[bool, str]:
-    # Built-ins first, so a clash names the plug-in as the second declaration.
-    return (not _is_builtin(entry_point), entry_point.name)
