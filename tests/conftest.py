@@ -10,8 +10,11 @@ that cannot start skips the tests that need it on a workstation, and fails them 
 from __future__ import annotations
 
 import compileall
+import contextlib
 import os
 import re
+import shutil
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +28,9 @@ from servers import (
     start_redis,
     unavailable,
 )
+from sqlalchemy.engine import make_url
+
+from kernel import Kernel
 
 
 def _server_url(env_var: str, start: Callable[[], RunningServer]) -> Iterator[str]:
@@ -100,10 +106,45 @@ def pg_database_url(postgres_url: str) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to the head revision, once per session, to copy."""
+    path = tmp_path_factory.mktemp("migrated") / "kernel.db"
+    Kernel.open(f"sqlite:///{path}", migrate_schema=True).close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:  # the WAL into the file
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres(postgres_url: str) -> Iterator[str]:
+    """The name of a PostgreSQL database migrated to the head revision, once per session,
+    that ``CREATE DATABASE ... TEMPLATE`` copies (nothing stays connected to it)."""
+    with fresh_database(postgres_url) as url:
+        Kernel.open(url, migrate_schema=True).close()
+        yield str(make_url(url).database)
+
+
+@pytest.fixture
+def pg_migrated_database_url(postgres_url: str, migrated_postgres: str) -> Iterator[str]:
+    """:func:`pg_database_url`, migrated (a copy of the session's migrated database)."""
+    with fresh_database(postgres_url, template=migrated_postgres) as url:
+        yield url
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def kernel_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """URL of an empty database: a SQLite file in ``tmp_path``, or a fresh PostgreSQL one."""
+    """URL of a database of the test's own: a SQLite file in ``tmp_path``, or a fresh
+    PostgreSQL one. Empty; migrated when the test also uses a ``kernel`` fixture, which
+    opens it migrated anyway: a copy of the session's migrated database costs a few ms
+    where migrating costs ~150 (most of the kernel suite's set-up)."""
+    migrated = "kernel" in request.fixturenames
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'kernel.db'}"
-    url: str = request.getfixturevalue("pg_database_url")
+        path = tmp_path / "kernel.db"
+        if migrated:
+            shutil.copy2(request.getfixturevalue("migrated_sqlite"), path)  # its 0600 too
+        return f"sqlite:///{path}"
+    url: str = request.getfixturevalue(
+        "pg_migrated_database_url" if migrated else "pg_database_url"
+    )
     return url

@@ -420,20 +420,24 @@ def _accepts(address: str, port: int) -> bool:
 
 
 @contextmanager
-def fresh_database(server_url: str) -> Iterator[str]:
-    """Create an empty, uniquely named database beside ``server_url``'s; drop it on exit.
+def fresh_database(server_url: str, template: str | None = None) -> Iterator[str]:
+    """Create a uniquely named database beside ``server_url``'s; drop it on exit.
 
     Args:
         server_url: SQLAlchemy URL of any database on the server; its credentials are
             used to create and drop the new one.
+        template: a database (no session on it) the new one is a copy of; else empty.
 
     Yields:
         The new database's SQLAlchemy URL (same driver and credentials).
     """
     name = f"kt_{uuid.uuid4().hex[:16]}"
     admin = libpq_url(server_url)
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        conn.execute(create)
     try:
         yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
     finally:
