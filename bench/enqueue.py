@@ -42,7 +42,6 @@ import argparse
 import asyncio
 import json
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -209,19 +208,15 @@ def _kernel_statements(app: Any, database_url: str) -> tuple[Callable[[int], Non
         params["idempotency_key_0"] = f"{row.job_id}|{trigger}"
         return params
 
+    connection, _ = floor.connect(servers().libpq_url(database_url) if postgres else database_url)
     if postgres:
-        conn = psycopg.connect(servers().libpq_url(database_url), autocommit=True)
 
         def write(i: int) -> None:
-            if conn.execute(insert.string, keyed(i)).fetchone() is None:
+            if connection.execute(insert.string, keyed(i)).fetchone() is None:
                 raise RuntimeError("the kernel's enqueue statement made no row")
 
-        return write, conn
+        return write, connection
 
-    connection = sqlite3.connect(
-        database_url.removeprefix("sqlite:///"), isolation_level=None, timeout=60
-    )
-    connection.execute("PRAGMA synchronous = FULL")
     log_params = dict(log.construct_params({"ids": "[]"}))
     id_at = [column.key for column in statement.exported_columns].index("id")  # type: ignore
     order = insert.positiontup or ()
@@ -375,10 +370,9 @@ def _measure(args: argparse.Namespace, broker_url: str, pg_url: str, workdir: Pa
                 rows[floor_name, "single"].add(_floor(url, args.single))
                 rows[name, bulk].add(many)
                 alone, then_delay = _floor_sql(app, url, args.single)
-                rows[name.replace("kernel", "floor-sql"), "single"].add(alone)
-                rows[name.replace("kernel", "floor-sql") + ", then delay()", "single"].add(
-                    then_delay
-                )
+                floor_sql = name.replace("kernel", "floor-sql")
+                rows[floor_sql, "single"].add(alone)
+                rows[f"{floor_sql}, then delay()", "single"].add(then_delay)
                 if server_url is not None:
                     rate = _kernel_in_callers_tx(app, pg_url, args.single)
                     rows["kernel PostgreSQL, caller's tx", "single"].add(rate)

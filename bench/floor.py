@@ -38,6 +38,7 @@ __all__ = [
     "FLOOR_DATABASE",
     "FLOOR_STATEMENTS_TASK",
     "FLOOR_TASK",
+    "connect",
     "floor",
     "database_beside",
     "floor_statements",
@@ -72,7 +73,7 @@ def prepare(database: str) -> None:
     """Create the floor's table (on SQLite in WAL mode) before the worker starts: two pool
     processes switching a new file to WAL at once can fail one of them with ``database is
     locked``, and its run would never count."""
-    conn, _ = _connect(database)
+    conn, _ = connect(database)
     try:
         if isinstance(conn, sqlite3.Connection):
             conn.execute("PRAGMA journal_mode=WAL")  # kept in the file
@@ -81,7 +82,7 @@ def prepare(database: str) -> None:
         conn.close()
 
 
-def _connect(database: str) -> tuple[Any, str]:
+def connect(database: str) -> tuple[Any, str]:
     """An autocommit connection to ``database`` and its driver's placeholder."""
     if database.startswith("postgresql"):
         return psycopg.connect(database, autocommit=True), "%s"
@@ -95,7 +96,7 @@ class _Row:
     """This process's connection and its row of ``floor_runs``."""
 
     def __init__(self, database: str, row: int) -> None:
-        self.conn, mark = _connect(database)
+        self.conn, mark = connect(database)
         self.key = (row,)
         # Rendered once: a run's two writes are all the floor may cost.
         self.claim, self.settle, insert = (sql.format(p=mark) for sql in (_CLAIM, _SETTLE, _INSERT))
@@ -119,7 +120,7 @@ def inserter(database: str) -> tuple[Callable[[int], None], Callable[[], None]]:
     """The floor under one enqueue (``bench/enqueue.py``): a call inserts row ``key`` of
     ``floor_runs`` (:func:`prepare`'s) as its own durable transaction; and the close of
     its connection."""
-    conn, mark = _connect(database)
+    conn, mark = connect(database)
     insert = _INSERT.format(p=mark)
     return lambda key: _commit(conn, insert, (key,)), conn.close
 
